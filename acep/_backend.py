@@ -1,0 +1,46 @@
+"""Choose the matcher kernel: the compiled one when built, else the pure-Python one.
+
+Both come from the one source file ``_kernel.py`` (Cython pure-Python mode). The pure
+one can be forced with ``ACEP_KERNEL=python`` or ``Matcher(..., backend="python")``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+_PURE_NAME = "acep._kernel_pure"
+
+
+def pure_kernel() -> ModuleType:
+    """The kernel module run as plain Python from its source file."""
+    module = sys.modules.get(_PURE_NAME)
+    if module is None:
+        path = Path(__file__).with_name("_kernel.py")
+        spec = importlib.util.spec_from_file_location(_PURE_NAME, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[_PURE_NAME] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+def kernel(name: str | None = None) -> ModuleType:
+    """The kernel module for ``name`` ("compiled", "python", or None for the default)."""
+    name = name or os.environ.get("ACEP_KERNEL") or "auto"
+    if name == "python":
+        return pure_kernel()
+    from . import _kernel
+
+    if name == "compiled" and not is_compiled(_kernel):
+        raise RuntimeError("the compiled kernel is not built; reinstall with a C compiler "
+                           "and Cython (pip install .), or use backend='python'")
+    if name not in ("auto", "compiled"):
+        raise ValueError(f"unknown backend {name!r}: use 'compiled' or 'python'")
+    return _kernel
+
+
+def is_compiled(module: ModuleType) -> bool:
+    return str(getattr(module, "__file__", "")).endswith((".so", ".pyd"))

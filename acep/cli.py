@@ -1,0 +1,241 @@
+"""The ``acep`` command line: ``acep match``, ``acep demo`` and ``acep backend``.
+
+Later subsystems add their subcommands here (one console script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+
+import numpy as np
+
+from . import __version__
+from .events import EventError, EventSpec, file_size_hint, read_events
+from .matcher import MatchBatch, Matcher, Pattern, bundles
+from .pattern import PatternError, symbols
+
+_UNITS = {"": 1, "s": 1, "sec": 1, "second": 1, "seconds": 1, "m": 60, "min": 60,
+          "minute": 60, "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600,
+          "d": 86400, "day": 86400, "days": 86400}
+
+
+def parse_window(text: str) -> float:
+    """``10`` (tag units), ``90s``, ``15min``, ``2h``, ``1d`` (seconds for timestamp tags)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", text.lower())
+    if not m or m.group(2) not in _UNITS:
+        raise argparse.ArgumentTypeError(
+            f"bad window {text!r}: a number, optionally with a unit (s, min, h, d)")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.run(args)
+    except PatternError as exc:
+        print(f"acep: {exc}", file=sys.stderr)
+        return 2
+    except (EventError, ValueError, OSError) as exc:
+        print(f"acep: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="acep", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"acep {__version__}")
+    sub = parser.add_subparsers(dest="command")
+    match = sub.add_parser("match", help="find approximate matches of a pattern in a file",
+                           description="Print one JSON line per match (or per bundle).")
+    match.add_argument("file", help="events: .jsonl/.csv/.parquet/.msgpack, or - for stdin")
+    _add_pattern_options(match)
+    match.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
+    match.add_argument("--bundles", action="store_true", help="print match bundles instead")
+    match.add_argument("--all-trajectories", action="store_true",
+                       help="print every trajectory (small inputs; turns merging off)")
+    match.add_argument("--no-merge", action="store_true",
+                       help="turn dominance merging off (Algorithm 1 as written)")
+    match.add_argument("--on-bad-event", choices=("error", "skip"), default="error")
+    match.add_argument("--batch-size", type=int, default=65536)
+    match.add_argument("--backend", choices=("compiled", "python"), default=None)
+    match.add_argument("--no-progress", action="store_true")
+    match.set_defaults(run=run_match)
+    demo = sub.add_parser("demo", help="match a pattern on the embedded flights sample")
+    demo.add_argument("--limit", type=int, default=10, help="matches to print")
+    demo.set_defaults(run=run_demo)
+    backend = sub.add_parser("backend", help="say which matcher kernel runs")
+    backend.set_defaults(run=lambda args: print(_backend_name()) or 0)
+    return parser
+
+
+def _add_pattern_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pattern", "-p", required=True,
+                   help="regular expression over event types, e.g. 'a (b|c) d b'")
+    p.add_argument("--window", "-w", required=True, type=parse_window,
+                   help="window: tag units, or a duration like 2h for timestamp tags")
+    p.add_argument("-k", type=int, default=0, help="error bound (letters that may be missing)")
+    p.add_argument("--partition", help="attribute to partition by (equivalence test)")
+    p.add_argument("--where", action="append", default=[],
+                   help="predicate, e.g. 'd.price > a.price'; repeatable")
+
+
+def _backend_name() -> str:
+    from . import backend
+
+    return backend()
+
+
+def run_match(args) -> int:
+    pattern = Pattern.compile(args.pattern, args.where)
+    matcher = Matcher(pattern, args.window, args.k, partition=args.partition,
+                      merge=not args.no_merge, all_trajectories=args.all_trajectories,
+                      on_bad_event=args.on_bad_event, backend=args.backend)
+    spec = EventSpec.load(args.spec) if args.spec else None
+    out = _Printer(args.bundles)
+    started, n_events, seen_types = time.perf_counter(), 0, set()
+    progress = _progress(args.file, args.no_progress)
+    try:
+        for batch in read_events(args.file, spec, batch_size=args.batch_size):
+            seen_types.update(batch.type_names)
+            out.add(matcher.match_batch(batch))
+            n_events += len(batch)
+            progress.update(len(batch))
+        out.add(matcher.flush())
+    except EventError as exc:
+        out.add(getattr(exc, "matches", None))
+        out.finish(args.window)
+        raise
+    finally:
+        progress.close()
+    out.finish(args.window)
+    _summary(matcher, n_events, out, time.perf_counter() - started)
+    _warn_unseen_types(pattern, seen_types)
+    return 0
+
+
+class _Printer:
+    """Prints matches as they come, or collects points for bundles at the end."""
+
+    def __init__(self, bundles_only: bool):
+        self.bundles_only = bundles_only
+        self.found: list[MatchBatch] = []
+        self.n_matches = 0
+        self.n_bundles = 0
+
+    def add(self, found: MatchBatch | None) -> None:
+        if found is None or not len(found):
+            return
+        self.n_matches += len(found)
+        if self.bundles_only:
+            self.found.append(found)
+            return
+        time_tags = found.tag_is_time
+        lines = []
+        for m in found.to_matches():
+            lines.append(json.dumps({
+                "partition": m.partition, "start": _tag(m.start, time_tags),
+                "point": _tag(m.point, time_tags), "errors": m.errors,
+                "events": [_tag(t, time_tags) for t in m.tags], "positions": list(m.events),
+            }, default=_json_default))
+        sys.stdout.write("\n".join(lines) + "\n")
+
+    def finish(self, window: float) -> None:
+        if not self.bundles_only:
+            return
+        merged = MatchBatch.concat(self.found)
+        found = bundles(merged, window)
+        self.n_bundles = len(found)
+        for b in found:
+            print(json.dumps({"partition": b.partition, "first": _tag(b.first, merged.tag_is_time),
+                              "last": _tag(b.last, merged.tag_is_time), "points": b.n_points},
+                             default=_json_default))
+
+
+def _tag(t: float, is_time: bool):
+    if is_time:
+        return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    return int(t) if float(t).is_integer() else t
+
+
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    return str(value)
+
+
+def _progress(path: str, disabled: bool):
+    """A progress bar on stderr that appears only after a second of work."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        disabled = True
+    if disabled or path == "-":
+        return _NoProgress()
+    return tqdm(total=file_size_hint(path), unit=" events", unit_scale=True, delay=1.0,
+                file=sys.stderr, leave=False)
+
+
+class _NoProgress:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _summary(matcher: Matcher, n_events: int, out: _Printer, seconds: float) -> None:
+    s = matcher.stats
+    rate = n_events / seconds if seconds > 0 else math.inf
+    what = f"{out.n_bundles} bundles from {out.n_matches} matches" if out.bundles_only \
+        else f"{out.n_matches} matches"
+    print(f"acep: {n_events} events, {what} in {s['partitions']} partitions, "
+          f"{seconds:.2f} s ({rate:,.0f} events/s, {_backend_name()} kernel); match nodes: "
+          f"{s['created']} created, {s['merged']} merged, {s['expired']} expired, "
+          f"{s['peak_live']} live at peak; {s['skipped']} bad events skipped",
+          file=sys.stderr)
+
+
+def _warn_unseen_types(pattern: Pattern, seen: set) -> None:
+    missing = [t for t in symbols(pattern.node) if t not in seen]
+    if missing:
+        print(f"acep: warning: pattern types {missing} never occur in the input (types seen: "
+              f"{sorted(seen)[:12]}); separate type names with spaces: 'a b c', not 'abc'",
+              file=sys.stderr)
+
+
+def run_demo(args) -> int:
+    """Match rising departure delays at each airport on the embedded flights sample."""
+    from .demo import DEMO, demo_events
+
+    batch = demo_events()
+    matcher = Matcher(DEMO["pattern"], DEMO["window"], DEMO["k"], where=DEMO["where"],
+                      partition="origin")
+    found = MatchBatch.concat([matcher.match_batch(batch), matcher.flush()])
+    print(f"# pattern {DEMO['pattern']!r} where {DEMO['where']} within "
+          f"{DEMO['window'] / 3600:g} h, k = {DEMO['k']}, partitioned by origin airport")
+    print(f"# {len(batch)} flights of the embedded sample (US flights, January 2001), "
+          f"types = delay classes")
+    for m in found.to_matches()[: args.limit]:
+        print(json.dumps({"partition": m.partition, "start": _tag(m.start, True),
+                          "point": _tag(m.point, True), "errors": m.errors,
+                          "events": [_tag(t, True) for t in m.tags]}))
+    found_bundles = bundles(found, DEMO["window"])
+    print(f"# {len(found)} matches, {len(found_bundles)} bundles; "
+          f"{_backend_name()} kernel; {matcher.stats['created']} match nodes created")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,934 @@
+"""Events and the readers that turn files into columnar event batches.
+
+An event is a *type* (a string such as ``"a"`` or ``"late"``), a *tag* ``t`` (a number or a
+timestamp; for count windows the event's index in the stream) and attributes. The engine
+reads events in columns, as :class:`EventBatch` (numpy arrays, one batch at a time);
+:class:`Event` is the row form for small inputs and the Python API.
+
+:func:`read_events` reads JSON Lines (``.jsonl``, ``.ndjson``, ``.json``, or ``-`` for
+stdin), CSV, Parquet and msgpack streams, in batches. An :class:`EventSpec` says which
+column is the tag, how the type is derived (a column, or :class:`TypeClasses` of a numeric
+column) and which columns are attributes; the default is tag ``t``, type ``type`` and every
+other column an attribute::
+
+    {"type": "a", "t": 3, "price": 10.5}
+
+Conversions: numeric (and boolean, as 1/0) columns become float64 with NaN for missing
+values, timestamps become float64 seconds since the Unix epoch (naive ones are taken as UTC),
+other columns become object arrays of ``str`` (``None`` when missing); in JSON Lines and
+msgpack a column mixing numbers and text is text. A tag may also be an ISO 8601 string
+(``"2001-01-01T00:05:00"``); the first good tag decides whether a stream's tags are
+timestamps or numbers. Type codes index the batch's own ``type_names``, which differ between
+batches; :meth:`EventBatch.concat` merges them.
+
+Lines: JSON Lines count every line of the file; CSV row i is line i + 2 (a header, and no
+quoted line breaks); Parquet and msgpack have none (``lines`` is None). CSV column types are
+inferred by pyarrow from the first block of rows (the type column is always text).
+
+Bad events (a record that is not an object, an undecodable line, a missing type, a missing or
+non-numeric tag, a value outside every type class) raise :class:`EventError` naming the file,
+line, field and position, after the good events before it were yielded; with
+``on_bad_event="skip"`` they are dropped and listed instead. Positions are 0-based indices of
+the *accepted* events, so they are continuous across batches; a bad event's position is the
+one the next accepted event gets.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import numbers
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import msgpack
+import numpy as np
+
+__all__ = [
+    "EventError", "Event", "EventBatch", "TypeClasses", "EventSpec", "PRESETS",
+    "read_events", "read_all", "file_size_hint",
+]
+
+
+class EventError(ValueError):
+    """A bad event/row: message names the source, line (1-based, of the file) and field."""
+
+    def __init__(self, message: str, source: str = "<events>", line: int | None = None,
+                 field: str | None = None, position: int | None = None):
+        self.message, self.source, self.line = message, source, line
+        self.field, self.position = field, position
+        where = [str(source)]
+        if line is not None:
+            where.append(f"line {line}")
+        elif position is not None:
+            where.append(f"event {position}")
+        if field is not None:
+            where.append(f"field {field!r}")
+        super().__init__(f"{', '.join(where)}: {message}")
+
+
+# --------------------------------------------------------------------------- event model
+
+
+@dataclass
+class Event:
+    """One event in row form."""
+
+    type: str
+    t: float
+    attrs: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass
+class EventBatch:
+    """Events in columns. Event ``i`` has global position ``position + i``."""
+
+    type_codes: np.ndarray
+    type_names: list[str]
+    tags: np.ndarray
+    columns: dict[str, np.ndarray]
+    position: int = 0
+    source: str = "<events>"
+    lines: np.ndarray | None = None
+    tag_is_time: bool = False
+
+    def __len__(self) -> int:
+        return len(self.type_codes)
+
+    def line_of(self, i: int) -> int | None:
+        """The file line of local event ``i`` (None when the format has no lines)."""
+        return None if self.lines is None else int(self.lines[i])
+
+    def types(self) -> np.ndarray:
+        """The type name of each event (object array)."""
+        return np.array(self.type_names, dtype=object)[self.type_codes]
+
+    def to_events(self) -> list[Event]:
+        """Row form; missing attributes (NaN / None) are left out of ``attrs``."""
+        names = self.types()
+        out = []
+        for i in range(len(self)):
+            attrs = {k: _py(col[i]) for k, col in self.columns.items() if not _missing(col[i])}
+            out.append(Event(names[i], float(self.tags[i]), attrs))
+        return out
+
+    @classmethod
+    def from_events(cls, events: Iterable[Event | dict], position: int = 0,
+                    source: str = "<events>") -> EventBatch:
+        """Columns from row events; dicts have keys ``"type"``, ``"t"`` plus attributes.
+
+        A bad event raises :class:`EventError` (``position`` counts from ``position``).
+        """
+        rows = [(None, _event_parts(e)) for e in events]
+        chunk = _rows_chunk(rows, _DEFAULT, _TagKind())
+        batch, error = _accept(chunk, _Sink(source, "error", None), position)
+        if error is not None:
+            raise error
+        return batch
+
+    @staticmethod
+    def concat(batches: list[EventBatch]) -> EventBatch:
+        """One batch of all events; position/source of the first, columns unioned.
+
+        A column that is numeric in one batch and text in another becomes text.
+        """
+        if not batches:
+            return _empty_batch(0, "<events>", False)
+        if len({b.tag_is_time for b in batches}) > 1:
+            raise ValueError("cannot concatenate batches of timestamp and numeric tags")
+        codes, names = _merge_types(batches)
+        lines = None
+        if all(b.lines is not None for b in batches):
+            lines = np.concatenate([b.lines for b in batches]).astype(np.int64)
+        first = batches[0]
+        return EventBatch(codes, names, np.concatenate([b.tags for b in batches]),
+                          _merge_columns(batches), first.position, first.source, lines,
+                          first.tag_is_time)
+
+
+def _merge_types(batches: list[EventBatch]) -> tuple[np.ndarray, list[str]]:
+    index: dict[str, int] = {}
+    parts = []
+    for b in batches:
+        lut = np.array([index.setdefault(n, len(index)) for n in b.type_names], dtype=np.int32)
+        parts.append(lut[b.type_codes] if len(b) else np.zeros(0, np.int32))
+    return np.concatenate(parts).astype(np.int32), list(index)
+
+
+def _merge_columns(batches: list[EventBatch]) -> dict[str, np.ndarray]:
+    out = {}
+    for name in dict.fromkeys(c for b in batches for c in b.columns):
+        parts = [b.columns.get(name) for b in batches]
+        text = any(p is not None and p.dtype == object for p in parts)
+        filled = []
+        for b, p in zip(batches, parts):
+            if p is None:
+                p = np.full(len(b), None, dtype=object) if text else np.full(len(b), np.nan)
+            elif text and p.dtype != object:
+                p = _as_text_column(p)
+            filled.append(p)
+        out[name] = np.concatenate(filled)
+    return out
+
+
+def _empty_batch(position: int, source: str, tag_is_time: bool) -> EventBatch:
+    return EventBatch(np.zeros(0, np.int32), [], np.zeros(0), {}, position, source, None,
+                      tag_is_time)
+
+
+# --------------------------------------------------------------------------- the spec
+
+
+@dataclass(frozen=True)
+class TypeClasses:
+    """Derive the event type from a numeric column by classes: type = labels[j] where
+    bins[j] <= value < bins[j+1]. e.g. delay classes of flights."""
+
+    column: str
+    bins: tuple[float, ...]
+    labels: tuple[str, ...]
+
+    def __post_init__(self):
+        bins = tuple(float(b) for b in self.bins)
+        labels = tuple(self.labels)
+        object.__setattr__(self, "bins", bins)
+        object.__setattr__(self, "labels", labels)
+        if not labels or len(bins) != len(labels) + 1:
+            raise ValueError(f"type classes of {self.column!r}: need len(labels) + 1 bins, "
+                             f"got {len(bins)} bins for {len(labels)} labels")
+        if any(not (a < b) for a, b in zip(bins, bins[1:])):
+            raise ValueError(f"type classes of {self.column!r}: bins must increase: {bins}")
+        if not all(isinstance(x, str) and x for x in labels):
+            raise ValueError(f"type classes of {self.column!r}: labels must be non-empty "
+                             f"strings: {labels}")
+
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    """Which column is the tag, how the type is derived, which columns are attributes."""
+
+    tag: str | None = "t"
+    type: str | TypeClasses = "type"
+    attributes: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        if self.attributes is not None:
+            object.__setattr__(self, "attributes", tuple(self.attributes))
+        if not (self.tag is None or isinstance(self.tag, str)):
+            raise ValueError(f"event spec: tag must be a column name or None, not {self.tag!r}")
+        if not isinstance(self.type, (str, TypeClasses)):
+            raise ValueError(f"event spec: type must be a column name or TypeClasses, "
+                             f"not {self.type!r}")
+        if self.attributes is not None and not all(isinstance(a, str) for a in self.attributes):
+            raise ValueError(f"event spec: attributes must be column names: {self.attributes}")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> EventSpec:
+        """``{"tag": "date", "type": "kind" | {"column", "bins", "labels"}, "attributes"}``.
+
+        Bins may be written ``"-inf"`` / ``"inf"``; ``"tag": null`` means count windows.
+        """
+        unknown = set(d) - {"tag", "type", "attributes"}
+        if unknown:
+            raise ValueError(f"event spec: unknown keys {sorted(unknown)}")
+        kind = d.get("type", "type")
+        if isinstance(kind, dict):
+            if set(kind) != {"column", "bins", "labels"}:
+                raise ValueError("event spec: type classes need exactly 'column', 'bins', "
+                                 f"'labels', got {sorted(kind)}")
+            kind = TypeClasses(kind["column"], tuple(_bin(b) for b in kind["bins"]),
+                               tuple(kind["labels"]))
+        attrs = d.get("attributes")
+        return cls(d.get("tag", "t"), kind, None if attrs is None else tuple(attrs))
+
+    @classmethod
+    def load(cls, path_or_name: str) -> EventSpec:
+        """A preset name (see ``PRESETS``) or a JSON (or TOML) file holding the dict form."""
+        if path_or_name in PRESETS:
+            return PRESETS[path_or_name]
+        if not os.path.isfile(path_or_name):
+            raise ValueError(f"event spec {path_or_name!r} is neither a file nor a preset "
+                             f"({', '.join(PRESETS)})")
+        try:
+            with open(path_or_name, "rb") as f:
+                d = _toml_load(f) if path_or_name.endswith(".toml") else json.load(f)
+            return cls.from_dict(d)
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise ValueError(f"event spec {path_or_name}: {e}") from None
+
+
+def _type_column(spec: EventSpec) -> str:
+    """The column the type is read from (the classified column for TypeClasses)."""
+    return spec.type if isinstance(spec.type, str) else spec.type.column
+
+
+def _needed_columns(spec: EventSpec) -> list[str] | None:
+    """The columns to read, or None for all of them."""
+    if spec.attributes is None:
+        return None
+    tag = [] if spec.tag is None else [spec.tag]
+    return list(dict.fromkeys([*tag, _type_column(spec), *spec.attributes]))
+
+
+def _not_attributes(spec: EventSpec) -> set[str | None]:
+    """Columns that are not attributes when the spec does not list them: tag and type."""
+    return {spec.tag, spec.type if isinstance(spec.type, str) else None}
+
+
+def _attribute_names(spec: EventSpec, columns: Iterable[str]) -> list[str]:
+    """The attributes: the spec's list, or every column but the tag and the type column."""
+    if spec.attributes is not None:
+        return list(spec.attributes)
+    drop = _not_attributes(spec)
+    return [c for c in columns if c not in drop]
+
+
+def _bin(b: object) -> float:
+    if isinstance(b, str) and math.isinf(_float_or_nan(b)):
+        return float(b)
+    if isinstance(b, numbers.Real) and not isinstance(b, bool):
+        return float(b)
+    raise ValueError(f"event spec: bin {b!r} is not a number, '-inf' or 'inf'")
+
+
+def _toml_load(f) -> dict:
+    import tomllib  # Python 3.11+
+
+    return tomllib.load(f)
+
+
+_DEFAULT = EventSpec()
+PRESETS: dict[str, EventSpec] = {
+    "default": _DEFAULT,
+    "flights": EventSpec(
+        tag="date",
+        type=TypeClasses("delay", (-math.inf, 0.0, 15.0, 60.0, math.inf),
+                         ("early", "ontime", "late", "verylate")),
+        attributes=("delay", "distance", "origin", "destination"),
+    ),
+}
+
+
+# --------------------------------------------------------------------------- reading
+
+_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv",
+            ".parquet": "parquet", ".pq": "parquet", ".msgpack": "msgpack", ".mpk": "msgpack"}
+_MSGPACK_MAX_RECORD = 16 << 20  # bytes; no single event is bigger
+
+
+def read_events(path: str | os.PathLike, spec: EventSpec | None = None, *,
+                batch_size: int = 65536, on_bad_event: str = "error",
+                bad_events: list | None = None) -> Iterator[EventBatch]:
+    """Batches of at most ``batch_size`` events from a file (``"-"``: JSON Lines on stdin).
+
+    The file, format and needed columns are checked at once; bad events are met while
+    iterating. ``on_bad_event="skip"`` drops them and appends ``(position, line, reason)``
+    to ``bad_events`` (line is None for Parquet / msgpack).
+    """
+    if on_bad_event not in ("error", "skip"):
+        raise ValueError(f"on_bad_event must be 'error' or 'skip', not {on_bad_event!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be positive, not {batch_size}")
+    spec = spec or EventSpec()
+    source = os.fspath(path)
+    sink = _Sink("<stdin>" if source == "-" else source, on_bad_event, bad_events)
+    return _accept_all(_open_chunks(source, spec, batch_size), sink)
+
+
+def read_all(path: str | os.PathLike, spec: EventSpec | None = None, **kw) -> EventBatch:
+    """All events of a file as one batch (see :func:`read_events` for the options)."""
+    batches = list(read_events(path, spec, **kw))
+    if not batches:
+        source = os.fspath(path)
+        return _empty_batch(0, "<stdin>" if source == "-" else source, False)
+    return EventBatch.concat(batches)
+
+
+def file_size_hint(path: str | os.PathLike) -> int | None:
+    """The number of rows if cheaply known (Parquet metadata), else None."""
+    if _format_of(os.fspath(path)) != "parquet":
+        return None
+    try:
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(path).metadata.num_rows
+    except Exception:  # noqa: BLE001 - only a hint (missing file, no pyarrow, ...)
+        return None
+
+
+def _format_of(source: str) -> str | None:
+    if source == "-":
+        return "jsonl"
+    return _FORMATS.get(os.path.splitext(source)[1].lower())
+
+
+def _open_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chunk]:
+    """Check the file and return its raw chunks (bad events not yet handled)."""
+    fmt = _format_of(source)
+    if fmt is None:
+        raise EventError(f"unknown file type; accepted: {', '.join(_FORMATS)} or '-' (stdin)",
+                         source)
+    if source != "-" and not os.path.isfile(source):
+        raise EventError("no such file", source)
+    if fmt == "jsonl":
+        return _rows_chunks(_jsonl_records(source), spec, batch_size)
+    if fmt == "msgpack":
+        return _rows_chunks(_msgpack_records(source), spec, batch_size)
+    if fmt == "parquet":
+        return _parquet_chunks(source, spec, batch_size)
+    return _csv_chunks(source, spec, batch_size)
+
+
+# --------------------------------------------------------------------------- accepting
+
+
+@dataclass
+class _Chunk:
+    """Converted rows before bad-event handling; ``problems``: row -> (field, reason)."""
+
+    n: int
+    lines: np.ndarray | None
+    tags: np.ndarray | None  # None: count windows (tags are positions)
+    tag_is_time: bool
+    type_codes: np.ndarray  # -1 where the type is bad
+    type_names: list[str]
+    columns: dict[str, np.ndarray]
+    problems: dict[int, tuple[str | None, str]]
+
+
+@dataclass
+class _Sink:
+    """Where bad events go: raised ("error") or listed in ``bad_events`` ("skip")."""
+
+    source: str
+    mode: str
+    bad_events: list | None
+
+
+def _accept_all(chunks: Iterator[_Chunk], sink: _Sink) -> Iterator[EventBatch]:
+    position = 0
+    for chunk in chunks:
+        batch, error = _accept(chunk, sink, position)
+        if len(batch):
+            yield batch
+            position += len(batch)
+        if error is not None:
+            raise error
+
+
+def _accept(chunk: _Chunk, sink: _Sink, position: int) -> tuple[EventBatch, EventError | None]:
+    """The chunk's good events (a prefix of them when an error is raised) and the error."""
+    keep = np.ones(chunk.n, dtype=bool)
+    error = None
+    bad_rows = sorted(chunk.problems)
+    if bad_rows and sink.mode == "error":
+        first = bad_rows[0]
+        keep[first:] = False
+        error = _error(chunk, first, position + first, sink.source)
+    elif bad_rows:
+        keep[bad_rows] = False
+        before = np.cumsum(keep) - keep  # accepted events before each row
+        for i in bad_rows:
+            err = _error(chunk, i, position + int(before[i]), sink.source)
+            if sink.bad_events is not None:
+                sink.bad_events.append((err.position, err.line, str(err)))
+    return _select(chunk, keep, position, sink.source), error
+
+
+def _error(chunk: _Chunk, i: int, position: int, source: str) -> EventError:
+    column, reason = chunk.problems[i]
+    line = None if chunk.lines is None else int(chunk.lines[i])
+    return EventError(reason, source, line, column, position)
+
+
+def _select(chunk: _Chunk, keep: np.ndarray, position: int, source: str) -> EventBatch:
+    every = bool(keep.all())
+
+    def take(a: np.ndarray) -> np.ndarray:
+        return a if every else a[keep]
+
+    codes, names = _compact(take(chunk.type_codes), chunk.type_names)
+    n = len(codes)
+    tags = np.arange(position, position + n, dtype=np.float64) if chunk.tags is None \
+        else take(chunk.tags).astype(np.float64)
+    lines = None if chunk.lines is None else take(chunk.lines)
+    columns = {k: take(v) for k, v in chunk.columns.items()}
+    return EventBatch(codes, names, tags, columns, position, source, lines, chunk.tag_is_time)
+
+
+def _compact(codes: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Drop names no event uses, renumbering the codes."""
+    used = np.bincount(codes, minlength=len(names)) > 0
+    if used.all():
+        return codes.astype(np.int32), list(names)
+    remap = np.cumsum(used) - 1
+    return remap[codes].astype(np.int32), [n for n, u in zip(names, used) if u]
+
+
+# --------------------------------------------------------------------------- row formats
+
+
+class _Undecodable:
+    """Stands for a line that is not valid JSON."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+def _jsonl_records(source: str) -> Iterator[tuple[int | None, object]]:
+    """(line, parsed object) for each non-blank line."""
+    f = sys.stdin.buffer if source == "-" else _open_binary(source)
+    try:
+        for line, raw in enumerate(f, 1):
+            if raw.strip():
+                try:
+                    yield line, json.loads(raw)
+                except ValueError as e:  # includes UnicodeDecodeError
+                    yield line, _Undecodable(f"line is not valid JSON ({e})")
+    finally:
+        if f is not sys.stdin.buffer:
+            f.close()
+
+
+def _msgpack_records(source: str) -> Iterator[tuple[int | None, object]]:
+    """(None, decoded object) for each msgpack object of the stream."""
+    with _open_binary(source) as f:
+        unpacker = msgpack.Unpacker(f, raw=False, max_buffer_size=_MSGPACK_MAX_RECORD,
+                                    timestamp=3, strict_map_key=True)
+        end = 0
+        try:
+            for obj in unpacker:
+                end = unpacker.tell()
+                yield None, obj
+        except (ValueError, msgpack.UnpackException) as e:
+            raise EventError(f"undecodable msgpack data after byte {end} "
+                             f"({str(e) or type(e).__name__})", source) from None
+        if unpacker.tell() != end:
+            raise EventError(f"truncated msgpack data after byte {end}", source)
+
+
+def _open_binary(source: str):
+    try:
+        return open(source, "rb")
+    except OSError as e:
+        raise EventError(f"cannot read ({e.strerror})", source) from None
+
+
+def _rows_chunks(records: Iterator[tuple[int | None, object]], spec: EventSpec,
+                 batch_size: int) -> Iterator[_Chunk]:
+    kind = _TagKind()
+    for group in _groups(records, batch_size):
+        rows = [(line, _record_parts(rec, spec)) for line, rec in group]
+        yield _rows_chunk(rows, spec, kind)
+
+
+def _groups(items: Iterator, size: int) -> Iterator[list]:
+    """Lists of up to ``size`` items; a stream error comes after the items read before it."""
+    group = []
+    try:
+        for item in items:
+            group.append(item)
+            if len(group) == size:
+                yield group
+                group = []
+    except EventError:
+        if group:
+            yield group
+        raise
+    if group:
+        yield group
+
+
+def _record_parts(rec: object, spec: EventSpec) -> tuple | str:
+    """(type value, tag value, attribute dict) of a record, or the reason it is bad."""
+    if isinstance(rec, _Undecodable):
+        return rec.reason
+    if not isinstance(rec, dict):
+        return f"record is not an object ({type(rec).__name__})"
+    kind = rec.get(_type_column(spec))
+    tag = None if spec.tag is None else rec.get(spec.tag)
+    if spec.attributes is None:
+        drop = _not_attributes(spec)
+        rec = {k: v for k, v in rec.items() if k not in drop}
+    return kind, tag, rec
+
+
+def _event_parts(e: object) -> tuple | str:
+    return (e.type, e.t, e.attrs) if isinstance(e, Event) else _record_parts(e, _DEFAULT)
+
+
+@dataclass
+class _TagKind:
+    """Whether the stream's tags are timestamps; fixed by the first good tag."""
+
+    is_time: bool | None = None
+
+
+def _rows_chunk(rows: list[tuple[int | None, tuple | str]], spec: EventSpec,
+                kind: _TagKind) -> _Chunk:
+    """Columns of row-form records; ``rows`` holds (line, parts or reason) per record."""
+    problems: dict[int, tuple[str | None, str]] = {}
+    parts = []
+    for i, (_, p) in enumerate(rows):
+        if isinstance(p, str):
+            problems[i] = (None, p)
+            p = (None, None, {})
+        parts.append(p)
+    type_values = [p[0] for p in parts]
+    if isinstance(spec.type, str):
+        codes, names, type_bad = _types_from_values(type_values)
+    else:
+        codes, names, type_bad = _classes_from_values(type_values, spec.type)
+    _add(problems, _type_column(spec), type_bad)
+    tags = None
+    if spec.tag is not None:
+        tags, tag_bad = _tags_from_values([p[1] for p in parts], kind)
+        _add(problems, spec.tag, tag_bad)
+    attrs = [p[2] for p in parts]
+    keys = spec.attributes
+    if keys is None:
+        keys = dict.fromkeys(k for a in attrs for k in a)
+    columns = {k: _column_from_values([a.get(k) for a in attrs]) for k in keys}
+    lines = None if not rows or rows[0][0] is None else np.array([r[0] for r in rows], np.int64)
+    return _Chunk(len(rows), lines, tags, bool(kind.is_time), codes, names, columns, problems)
+
+
+def _add(problems: dict, column: str, reasons: dict[int, str]) -> None:
+    for i, reason in reasons.items():
+        problems.setdefault(i, (column, reason))
+
+
+# --------------------------------------------------------------------------- Arrow formats
+
+
+def _pyarrow(fmt: str, source: str):
+    try:
+        import pyarrow
+    except ImportError:
+        raise EventError(f"reading {fmt} needs pyarrow (pip install 'acep[files]')",
+                         source) from None
+    return pyarrow
+
+
+def _check_columns(spec: EventSpec, names: list[str], source: str) -> None:
+    for name in _needed_columns(spec) or [c for c in (spec.tag, _type_column(spec)) if c]:
+        if name not in names:
+            raise EventError(f"no such column (columns: {', '.join(names)})", source,
+                             field=name)
+
+
+def _parquet_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chunk]:
+    _pyarrow("Parquet", source)
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(source)
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a bad file
+        raise EventError(f"not a readable Parquet file ({e})", source) from None
+    _check_columns(spec, pf.schema_arrow.names, source)
+    batches = pf.iter_batches(batch_size=batch_size, columns=_needed_columns(spec))
+    return _arrow_chunks(batches, spec, None, source, batch_size)
+
+
+def _csv_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chunk]:
+    pa = _pyarrow("CSV", source)
+    import pyarrow.csv as pcsv
+
+    with open(source, newline="", encoding="utf-8-sig", errors="replace") as f:
+        header = next(csv.reader(f), [])
+    _check_columns(spec, header, source)
+    types = {spec.type: pa.string()} if isinstance(spec.type, str) else {}
+    convert = pcsv.ConvertOptions(column_types=types, strings_can_be_null=True,
+                                  include_columns=_needed_columns(spec))
+    try:
+        reader = pcsv.open_csv(source, convert_options=convert)
+    except pa.ArrowException as e:
+        raise EventError(f"unreadable CSV ({e})", source) from None
+    return _arrow_chunks(_csv_batches(reader, source), spec, 2, source, batch_size)
+
+
+def _csv_batches(reader, source: str):
+    import pyarrow as pa
+
+    try:
+        yield from reader
+    except pa.ArrowException as e:
+        hint = ""
+        if "conversion error" in str(e):
+            hint = "; a column's type is inferred from the first rows (about 1 MB)"
+        raise EventError(f"unreadable CSV ({e}){hint}", source) from None
+
+
+def _arrow_chunks(batches, spec: EventSpec, first_line: int | None, source: str,
+                  batch_size: int) -> Iterator[_Chunk]:
+    """Chunks of Arrow record batches, sliced to at most ``batch_size`` rows."""
+    kind = _TagKind()
+    line = first_line
+    for rb in batches:
+        for start in range(0, rb.num_rows, batch_size):
+            part = rb.slice(start, batch_size)
+            yield _arrow_chunk(part, spec, line, kind, source)
+            line = None if line is None else line + part.num_rows
+
+
+def _arrow_chunk(rb, spec: EventSpec, first_line: int | None, kind: _TagKind,
+                 source: str) -> _Chunk:
+    cols = dict(zip(rb.schema.names, rb.columns))
+    n = rb.num_rows
+    problems: dict[int, tuple[str | None, str]] = {}
+    if isinstance(spec.type, str):
+        codes, names, bad = _types_from_arrow(cols[spec.type])
+    else:
+        codes, names, bad = _classes_from_arrow(cols[spec.type.column], spec.type, source)
+    _add(problems, _type_column(spec), bad)
+    tags, is_time = None, False
+    if spec.tag is not None:
+        tags, is_time, bad = _tags_from_arrow(cols[spec.tag], kind, spec.tag, source)
+        _add(problems, spec.tag, bad)
+    columns = {a: _column_from_arrow(cols[a]) for a in _attribute_names(spec, cols)}
+    lines = None if first_line is None else np.arange(first_line, first_line + n, dtype=np.int64)
+    return _Chunk(n, lines, tags, is_time, codes, names, columns, problems)
+
+
+# --------------------------------------------------------------------------- value conversion
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, numbers.Real)  # bool counts: True -> 1.0
+
+
+def _float_or_nan(v: object) -> float:
+    try:
+        return float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return math.nan
+
+
+def _missing(v: object) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def _py(v: object) -> object:
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _text(v: object) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def _as_text_column(values: np.ndarray) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = [None if math.isnan(v) else _text(float(v)) for v in values]
+    return out
+
+
+def _column_from_values(values: list) -> np.ndarray:
+    """float64 (NaN = missing) when every present value is a number, else str/None objects."""
+    if all(v is None or _is_number(v) for v in values):
+        try:
+            return np.array([math.nan if v is None else float(v) for v in values], np.float64)
+        except OverflowError:
+            pass
+    out = np.empty(len(values), dtype=object)
+    out[:] = [None if v is None else _text(v) for v in values]
+    return out
+
+
+def _types_from_values(values: list) -> tuple[np.ndarray, list[str], dict[int, str]]:
+    """Dictionary-encode type names; -1 and a reason for a missing or non-string type."""
+    index: dict[str, int] = {}
+    codes = np.full(len(values), -1, dtype=np.int32)
+    bad = {}
+    for i, v in enumerate(values):
+        if isinstance(v, int) and not isinstance(v, bool):
+            v = str(v)
+        if isinstance(v, str) and v:
+            codes[i] = index.setdefault(v, len(index))
+        else:
+            bad[i] = "type is missing" if v in (None, "") else f"type is not a string ({v!r})"
+    return codes, list(index), bad
+
+
+def _classes_from_values(values: list, classes: TypeClasses):
+    numeric = np.array([_float_or_nan(v) if _is_number(v) else math.nan for v in values])
+    return _classify(numeric, classes, values)
+
+
+def _classify(numeric: np.ndarray, classes: TypeClasses, raw=None):
+    """Type codes from classes of ``numeric``; reasons name the raw value where known."""
+    j = np.searchsorted(np.asarray(classes.bins), numeric, side="right") - 1
+    ok = (j >= 0) & (j < len(classes.labels)) & ~np.isnan(numeric)
+    codes = np.where(ok, j, -1).astype(np.int32)
+    bad = {}
+    for i in np.flatnonzero(codes < 0).tolist():
+        v = numeric[i] if raw is None else raw[i]
+        if _missing(v):
+            bad[i] = "value for the type classes is missing"
+        elif not _is_number(v):
+            bad[i] = f"value for the type classes is not a number ({v!r})"
+        else:
+            bad[i] = (f"value {float(v):g} is outside the type classes "
+                      f"[{classes.bins[0]:g}, {classes.bins[-1]:g})")
+    return codes, list(classes.labels), bad
+
+
+def _tags_from_values(values: list, kind: _TagKind) -> tuple[np.ndarray, dict[int, str]]:
+    tags = np.full(len(values), np.nan)
+    bad = {}
+    for i, v in enumerate(values):
+        try:
+            tags[i], is_time = _parse_tag(v)
+        except ValueError as e:
+            bad[i] = str(e)
+            continue
+        if kind.is_time is None:
+            kind.is_time = is_time
+        elif is_time != kind.is_time:
+            first = "timestamps" if kind.is_time else "numbers"
+            bad[i] = f"tag {v!r} does not match the earlier tags, which are {first}"
+    return tags, bad
+
+
+def _parse_tag(v: object) -> tuple[float, bool]:
+    """(seconds or number, is_time) of one tag value; ValueError names the problem."""
+    if v is None:
+        raise ValueError("tag is missing")
+    if isinstance(v, datetime):
+        return _epoch(v), True
+    if isinstance(v, str):
+        f, is_time = _parse_text_tag(v)
+    elif _is_number(v) and not isinstance(v, bool):
+        f, is_time = _float_or_nan(v), False
+    else:
+        raise ValueError(f"tag is not a number ({v!r})")
+    if not math.isfinite(f):
+        raise ValueError(f"tag is not a finite number ({v!r})")
+    return f, is_time
+
+
+def _parse_text_tag(s: str) -> tuple[float, bool]:
+    try:
+        return float(s), False
+    except ValueError:
+        pass
+    try:
+        return _epoch(datetime.fromisoformat(s.strip().replace("Z", "+00:00"))), True
+    except ValueError:
+        raise ValueError(f"tag is not a number or ISO 8601 timestamp ({s!r})") from None
+
+
+def _epoch(dt: datetime) -> float:
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+def _plain_arrow(arr):
+    import pyarrow as pa
+
+    return arr.dictionary_decode() if pa.types.is_dictionary(arr.type) else arr
+
+
+def _types_from_arrow(arr):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = _plain_arrow(arr)
+    if not _is_text(arr.type):
+        arr = arr.cast(pa.string())
+    encoded = pc.dictionary_encode(arr)
+    codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
+    names = encoded.dictionary.to_pylist()
+    if "" in names:
+        codes[codes == names.index("")] = -1
+    bad = {i: "type is missing" for i in np.flatnonzero(codes < 0).tolist()}
+    return codes, names, bad
+
+
+def _classes_from_arrow(arr, classes: TypeClasses, source: str):
+    arr = _plain_arrow(arr)
+    if not _is_numeric(arr.type):
+        raise EventError(f"type classes need a numeric column, not {arr.type}", source,
+                         field=classes.column)
+    return _classify(_numeric_from_arrow(arr), classes)
+
+
+def _numeric_from_arrow(arr) -> np.ndarray:
+    import pyarrow as pa
+
+    return arr.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def _seconds_from_arrow(arr) -> np.ndarray:
+    """Seconds since the epoch of a timestamp/date column, NaN where null."""
+    import pyarrow as pa
+
+    if pa.types.is_date(arr.type):
+        arr = arr.cast(pa.timestamp("s"))
+    scale = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[arr.type.unit]
+    ticks = arr.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+    seconds = ticks / scale
+    seconds[arr.is_null().to_numpy(zero_copy_only=False)] = np.nan
+    return seconds
+
+
+def _is_time(t) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_timestamp(t) or pa.types.is_date(t)
+
+
+def _is_text(t) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _is_numeric(t) -> bool:
+    """Numbers, booleans (1/0) and all-null columns: read as float64."""
+    import pyarrow as pa
+
+    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+            or pa.types.is_decimal(t) or pa.types.is_null(t))
+
+
+def _tags_from_arrow(arr, kind: _TagKind, column: str, source: str):
+    """(tags, is_time, reasons): typed columns at once, text columns value by value."""
+    arr = _plain_arrow(arr)
+    if _is_time(arr.type):
+        tags, is_time = _seconds_from_arrow(arr), True
+    elif _is_text(arr.type):
+        tags, bad = _tags_from_values(arr.to_pylist(), kind)
+        return tags, bool(kind.is_time), bad
+    elif _is_numeric(arr.type):
+        tags, is_time = _numeric_from_arrow(arr), False
+    else:
+        raise EventError(f"a tag column must hold numbers or timestamps, not {arr.type}",
+                         source, field=column)
+    raw = arr.to_pylist() if not np.isfinite(tags).all() else None
+    bad = {}
+    for i in np.flatnonzero(~np.isfinite(tags)).tolist():
+        bad[i] = "tag is missing" if raw[i] is None else f"tag is not a finite number ({raw[i]})"
+    return tags, is_time, bad
+
+
+def _column_from_arrow(arr) -> np.ndarray:
+    arr = _plain_arrow(arr)
+    if _is_time(arr.type):
+        return _seconds_from_arrow(arr)
+    if _is_numeric(arr.type):
+        return _numeric_from_arrow(arr)
+    if _is_text(arr.type):
+        return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=object)
+    out = np.empty(len(arr), dtype=object)
+    out[:] = [None if v is None else _text(v) for v in arr.to_pylist()]
+    return out

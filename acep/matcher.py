@@ -1,0 +1,444 @@
+"""The ACEP matcher: a pattern, a window ``w`` and an error bound ``k`` over event batches.
+
+Semantics (ACEP paper, Definition 1; DESIGN.md, "Semantics"): a match is a non-empty
+subsequence σ of one partition's events with ``t_last - t_first <= w`` that becomes a
+serialization of the pattern after inserting at most ``k`` letters, and that satisfies the
+predicates. Its *match point* is the tag of its last event (Definition 3).
+
+By default the matcher reports one match per (partition, match point): the least errors,
+then the latest start, with its trajectory. ``all_trajectories=True`` reports every
+distinct trajectory with its least errors (small inputs; this also turns merging off).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import _backend
+from .automaton import Automaton, build_automaton
+from .events import Event, EventBatch, EventError
+from .pattern import Node, Where, parse_regex, parse_where, symbols
+from .predicates import CompiledPredicates, compile_predicates
+
+__all__ = ["Pattern", "Matcher", "Match", "MatchBatch", "Bundle", "bundles", "match"]
+
+
+@dataclass
+class Pattern:
+    """A parsed pattern with its Thompson automaton and compiled predicates."""
+
+    text: str
+    node: Node
+    where: Where
+    automaton: Automaton
+    predicates: CompiledPredicates
+
+    @classmethod
+    def compile(cls, text: str, where: str | Sequence[str] = ()) -> Pattern:
+        node = parse_regex(text)
+        parsed_where = parse_where(where) if where else Where()
+        types = symbols(node)
+        return cls(text, node, parsed_where, build_automaton(node, types),
+                   compile_predicates(parsed_where, types))
+
+    @property
+    def types(self) -> list[str]:
+        return self.automaton.types
+
+    def kernel_tables(self, k: int) -> dict:
+        """The per-state tables the kernel reads (see ``acep._kernel``)."""
+        a = self.automaton
+        cost = a.skip_cost()
+        pre = a.letter_source()
+        l_states = a.l_states()
+        seed = np.full(a.n_states, _kernel_infinity(), dtype=np.int64)
+        final = seed.copy()
+        nxt = seed.copy()
+        sources: list[list[tuple[int, int]]] = [[] for _ in range(a.n_states)]
+        for sigma in l_states:
+            seed[sigma] = cost[a.start, pre[sigma]]
+            final[sigma] = cost[sigma, a.final]
+            nxt[sigma] = min(cost[sigma, pre[s]] for s in l_states)
+            sources[sigma] = [(q, int(cost[q, pre[sigma]])) for q in l_states
+                              if cost[q, pre[sigma]] <= k]
+        by_type = [a.l_states(t) for t in range(len(a.types))]
+        pr = self.predicates
+        slot_bit = [int(pr.var_bit[self.types.index(name.split(".")[0])])
+                    for name in pr.slot_names]
+        return {
+            "n_states": a.n_states, "n_slots": pr.n_slots,
+            "l_ptr": _ptr(by_type), "l_state": _flat(by_type),
+            "src_ptr": _ptr(sources), "src_state": _flat([[q for q, _ in s] for s in sources]),
+            "src_cost": _flat([[c for _, c in s] for s in sources]),
+            "seed_cost": np.minimum(seed, _kernel_infinity()),
+            "final_cost": np.minimum(final, _kernel_infinity()),
+            "next_cost": np.minimum(nxt, _kernel_infinity()),
+            "var_bit": pr.var_bit, "slot_bit": np.array(slot_bit, dtype=np.int64),
+            "bind_ptr": pr.bind_ptr, "bind_slot": pr.bind_slot, "bind_col": pr.bind_col,
+            "check_ptr": pr.check_ptr, "check_pred": pr.check_pred, "pred_mask": pr.pred_mask,
+            "code_ptr": pr.code_ptr, "code_op": pr.code_op, "code_arg": pr.code_arg,
+            "consts": pr.consts,
+        }
+
+
+def _kernel_infinity() -> int:
+    return 1 << 20  # far above any k, and no overflow when an error count is added
+
+
+def _ptr(lists) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum([len(x) for x in lists])]).astype(np.int32)
+
+
+def _flat(lists) -> np.ndarray:
+    return np.array([v for x in lists for v in x], dtype=np.int32)
+
+
+@dataclass(frozen=True)
+class Match:
+    """One match: the trajectory's events (global positions and tags), errors, point."""
+
+    partition: object
+    start: float
+    point: float
+    errors: int
+    events: tuple[int, ...]
+    tags: tuple[float, ...]
+
+
+@dataclass
+class MatchBatch:
+    """Matches as columns; ``trajectory[trajectory_ptr[i]:trajectory_ptr[i+1]]`` is match i's."""
+
+    partition: np.ndarray
+    point: np.ndarray
+    start: np.ndarray
+    errors: np.ndarray
+    trajectory_ptr: np.ndarray
+    trajectory: np.ndarray
+    trajectory_tags: np.ndarray
+    tag_is_time: bool = False
+
+    def __len__(self) -> int:
+        return len(self.point)
+
+    def __iter__(self):
+        return iter(self.to_matches())
+
+    def events_of(self, i: int) -> np.ndarray:
+        return self.trajectory[self.trajectory_ptr[i]:self.trajectory_ptr[i + 1]]
+
+    def to_matches(self) -> list[Match]:
+        ptr = self.trajectory_ptr
+        events = self.trajectory.tolist()
+        tags = self.trajectory_tags.tolist()
+        return [Match(self.partition[i], float(self.start[i]), float(self.point[i]),
+                      int(self.errors[i]), tuple(events[ptr[i]:ptr[i + 1]]),
+                      tuple(tags[ptr[i]:ptr[i + 1]]))
+                for i in range(len(self))]
+
+    def to_arrow(self):
+        """The matches as a ``pyarrow.Table`` (trajectories as list columns)."""
+        import pyarrow as pa
+
+        ptr = pa.array(self.trajectory_ptr.astype(np.int64))
+        return pa.table({
+            "partition": pa.array(list(self.partition)),
+            "start": self.start, "point": self.point, "errors": self.errors,
+            "events": pa.LargeListArray.from_arrays(ptr, pa.array(self.trajectory)),
+            "event_tags": pa.LargeListArray.from_arrays(ptr, pa.array(self.trajectory_tags)),
+        })
+
+    @classmethod
+    def empty(cls) -> MatchBatch:
+        return cls(np.array([], dtype=object), np.zeros(0), np.zeros(0),
+                   np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64),
+                   np.zeros(0, dtype=np.int64), np.zeros(0))
+
+    @classmethod
+    def concat(cls, batches: Sequence[MatchBatch]) -> MatchBatch:
+        batches = [b for b in batches if len(b)] or [cls.empty()]
+        offsets = np.cumsum([0] + [len(b.trajectory) for b in batches[:-1]])
+        ptr = np.concatenate([[0]] + [b.trajectory_ptr[1:] + o for b, o in zip(batches, offsets)])
+        return cls(np.concatenate([b.partition for b in batches]),
+                   np.concatenate([b.point for b in batches]),
+                   np.concatenate([b.start for b in batches]),
+                   np.concatenate([b.errors for b in batches]),
+                   ptr.astype(np.int64),
+                   np.concatenate([b.trajectory for b in batches]),
+                   np.concatenate([b.trajectory_tags for b in batches]),
+                   any(b.tag_is_time for b in batches))
+
+
+@dataclass
+class Matcher:
+    """Streaming ACEP matcher: feed event batches, collect matches.
+
+    ``merge`` enables dominance merging (exact for match points and bundles);
+    ``all_trajectories`` reports every trajectory and implies ``merge=False``.
+    ``backend`` picks the kernel: "compiled", "python" or None (the compiled one if built).
+    ``on_bad_event``: "error" raises :class:`EventError` naming the event (matches found
+    before it are in ``error.matches``); "skip" drops and counts it.
+    """
+
+    pattern: Pattern | str
+    window: float
+    k: int = 0
+    where: str | Sequence[str] = ()
+    partition: str | None = None
+    merge: bool = True
+    all_trajectories: bool = False
+    on_bad_event: str = "error"
+    backend: str | None = None
+    _kernel: object = field(init=False, repr=False)
+    _partition_ids: dict = field(init=False, repr=False, default_factory=dict)
+    _partition_keys: list = field(init=False, repr=False, default_factory=list)
+    _type_luts: dict = field(init=False, repr=False, default_factory=dict)
+    _tag_is_time: bool = field(init=False, repr=False, default=False)
+    _position: int = field(init=False, repr=False, default=0)
+
+    def __post_init__(self):
+        if isinstance(self.pattern, str):
+            self.pattern = Pattern.compile(self.pattern, self.where)
+        elif self.where:
+            raise ValueError("give `where` to Pattern.compile, not beside a compiled Pattern")
+        _check_parameters(self.window, self.k, self.on_bad_event)
+        if self.partition is None:
+            self.partition = self.pattern.where.partition
+        elif self.pattern.where.partition not in (None, self.partition):
+            raise ValueError(f"partition {self.partition!r} conflicts with the equivalence "
+                             f"test [{self.pattern.where.partition}]")
+        if self.all_trajectories:
+            self.merge = False
+        self._kernel_module = _backend.kernel(self.backend)
+        self._kernel = self._kernel_module.Kernel(self.pattern.kernel_tables(self.k), int(self.k),
+                                      float(self.window), bool(self.merge),
+                                      bool(self.all_trajectories))
+
+    # ------------------------------------------------------------------ feeding
+
+    def match_batch(self, batch: EventBatch, load: np.ndarray | None = None) -> MatchBatch:
+        """Process one batch; return the matches completed so far.
+
+        ``load``, if given, is an (n, 4) int64 array that receives per event the match
+        nodes created, merged and expired and the live nodes after it.
+        """
+        self._tag_is_time = self._tag_is_time or batch.tag_is_time
+        n = len(batch)
+        types = self._type_ids(batch)
+        parts = self._partition_ids_of(batch)
+        vals = self._value_columns(batch)
+        tags = np.ascontiguousarray(batch.tags, dtype=np.float64)
+        if load is None:
+            load = np.zeros((0, 4), dtype=np.int64)
+        elif load.shape != (n, 4) or load.dtype != np.int64:
+            raise ValueError(f"load must be an int64 array of shape ({n}, 4)")
+        done = self._kernel.process(types, tags, parts, vals, batch.position,
+                                    self.on_bad_event == "skip", load)
+        self._position = batch.position + done
+        if done < n:
+            raise self._bad_event_error(batch, done)
+        return self._take()
+
+    def flush(self) -> MatchBatch:
+        """End of stream: emit the pending best match of every partition."""
+        self._kernel.flush()
+        return self._take()
+
+    def match(self, events: EventBatch | Iterable[Event | dict]) -> MatchBatch:
+        """Match a whole (small) input and flush: the convenience entry point."""
+        batch = events if isinstance(events, EventBatch) else EventBatch.from_events(events)
+        found = self.match_batch(batch)
+        return MatchBatch.concat([found, self.flush()])
+
+    @property
+    def stats(self) -> dict:
+        """Counters: match nodes created, merged, expired; live and peak live nodes; skips."""
+        s = dict(self._kernel.stats())
+        s["partitions"] = len(self._partition_keys)
+        s["events"] = self._position
+        s["bytes_per_node"] = self.bytes_per_node
+        return s
+
+    @property
+    def bytes_per_node(self) -> int:
+        """Bytes of one match node in the kernel's arrays."""
+        fixed = 4 + 4 + 8 + 8 + 8 + 4 + 4 + 4 + 8  # state err start loc tag prev refc next bound
+        return fixed + 8 * max(self.pattern.predicates.n_slots, 1)
+
+    # ------------------------------------------------------------------ conversions
+
+    def _type_ids(self, batch: EventBatch) -> np.ndarray:
+        key = tuple(batch.type_names)
+        lut = self._type_luts.get(key)
+        if lut is None:
+            ids = {t: i for i, t in enumerate(self.pattern.types)}
+            lut = np.array([ids.get(name, -1) for name in batch.type_names] + [-1],
+                           dtype=np.int32)
+            self._type_luts = {key: lut}
+        return np.ascontiguousarray(lut[batch.type_codes])
+
+    def _partition_ids_of(self, batch: EventBatch) -> np.ndarray:
+        n = len(batch)
+        if self.partition is None:
+            self._ensure_partition(None)
+            return np.zeros(n, dtype=np.int32)
+        column = batch.columns.get(self.partition)
+        if column is None:
+            raise EventError(f"no attribute {self.partition!r} to partition by", batch.source,
+                             batch.line_of(0) if n else None, self.partition, batch.position)
+        keys, inverse = _factorize(column)
+        missing = [i for i, key in enumerate(keys) if _is_missing(key)]
+        if missing:
+            first = int(np.flatnonzero(inverse == missing[0])[0])
+            raise EventError(f"partition attribute {self.partition!r} is missing",
+                             batch.source, batch.line_of(first), self.partition,
+                             batch.position + first)
+        ids = np.array([self._ensure_partition(_plain(key)) for key in keys], dtype=np.int32)
+        return np.ascontiguousarray(ids[inverse]) if n else np.zeros(0, dtype=np.int32)
+
+    def _ensure_partition(self, key) -> int:
+        pid = self._partition_ids.get(key)
+        if pid is None:
+            pid = self._partition_ids[key] = len(self._partition_keys)
+            self._partition_keys.append(key)
+            self._kernel.reserve_partitions(pid + 1)
+        return pid
+
+    def _value_columns(self, batch: EventBatch) -> np.ndarray:
+        names = self.pattern.predicates.columns
+        out = np.full((len(batch), len(names)), np.nan, dtype=np.float64)
+        for j, name in enumerate(names):
+            column = batch.columns.get(name)
+            if column is None:
+                continue  # every event of a bound type is then a bad event, named below
+            try:
+                out[:, j] = np.asarray(column, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise EventError(f"attribute {name!r} is used in a predicate but is not numeric",
+                                 batch.source, None, name, batch.position) from None
+        return out
+
+    def _bad_event_error(self, batch: EventBatch, done: int) -> EventError:
+        index, code, col = self._kernel.bad_event()
+        local = int(index - batch.position)
+        matches = self._take()
+        if code == self._kernel_module.BAD_TAG_BACK:
+            part = self._partition_keys[int(self._partition_ids_of_one(batch, local))]
+            where = f" in partition {part!r}" if self.partition else ""
+            err = EventError(f"tag {batch.tags[local]:g} goes back in time{where}",
+                             batch.source, batch.line_of(local), "t", int(index))
+        else:
+            name = self.pattern.predicates.columns[col]
+            err = EventError(f"attribute {name!r}, needed by a predicate, is missing",
+                             batch.source, batch.line_of(local), name, int(index))
+        err.matches = matches
+        return err
+
+    def _partition_ids_of_one(self, batch: EventBatch, local: int) -> int:
+        if self.partition is None:
+            return 0
+        return self._partition_ids[_plain(batch.columns[self.partition][local])]
+
+    def _take(self) -> MatchBatch:
+        raw = self._kernel.take_matches()
+        keys = np.empty(len(raw["partition"]), dtype=object)
+        keys[:] = [self._partition_keys[p] for p in raw["partition"]]
+        found = MatchBatch(keys, raw["point"], raw["start"], raw["errors"],
+                           raw["trajectory_ptr"], raw["trajectory"], raw["trajectory_tags"],
+                           self._tag_is_time)
+        return _distinct_trajectories(found) if self.all_trajectories else found
+
+
+def _check_parameters(window, k, on_bad_event):
+    if not np.isfinite(window) or window < 0:
+        raise ValueError(f"window must be a finite number >= 0, got {window!r}")
+    if int(k) != k or not 0 <= k <= 64:
+        raise ValueError(f"k (error bound) must be a whole number in 0..64, got {k!r}")
+    if on_bad_event not in ("error", "skip"):
+        raise ValueError(f"on_bad_event must be 'error' or 'skip', got {on_bad_event!r}")
+
+
+def _factorize(column: np.ndarray):
+    if column.dtype == object:
+        index: dict = {}
+        inverse = np.fromiter((index.setdefault(v, len(index)) for v in column),
+                              dtype=np.int64, count=len(column))
+        return list(index), inverse
+    keys, inverse = np.unique(column, return_inverse=True)
+    return list(keys), inverse
+
+
+def _is_missing(key) -> bool:
+    return key is None or (isinstance(key, float) and key != key)
+
+
+def _plain(key):
+    return key.item() if isinstance(key, np.generic) else key
+
+
+def _distinct_trajectories(found: MatchBatch) -> MatchBatch:
+    """All-trajectories mode: one row per distinct (partition, trajectory), least errors."""
+    best: dict = {}
+    for i in range(len(found)):
+        key = (found.partition[i], tuple(found.events_of(i).tolist()))
+        if key not in best or found.errors[i] < found.errors[best[key]]:
+            best[key] = i
+    keep = sorted(best.values())
+    return _select(found, np.array(keep, dtype=np.int64))
+
+
+def _select(found: MatchBatch, rows: np.ndarray) -> MatchBatch:
+    ptr = found.trajectory_ptr
+    pieces = [np.arange(ptr[i], ptr[i + 1]) for i in rows]
+    idx = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+    lengths = np.array([ptr[i + 1] - ptr[i] for i in rows], dtype=np.int64)
+    return MatchBatch(found.partition[rows], found.point[rows], found.start[rows],
+                      found.errors[rows], np.concatenate([[0], np.cumsum(lengths)]),
+                      found.trajectory[idx], found.trajectory_tags[idx], found.tag_is_time)
+
+
+# ---------------------------------------------------------------------- bundles
+
+@dataclass(frozen=True)
+class Bundle:
+    """A match bundle (Definition 3): a maximal run of match points, each within ``w`` of
+    another, in one partition."""
+
+    partition: object
+    first: float
+    last: float
+    n_points: int
+
+
+def bundles(found: MatchBatch, window: float) -> list[Bundle]:
+    """The match bundles of a set of matches (one partition's points never mix with another's)."""
+    out: list[Bundle] = []
+    by_partition: dict = {}
+    for key, point in zip(found.partition, found.point):
+        by_partition.setdefault(key, set()).add(float(point))
+    for key in sorted(by_partition, key=repr):
+        points = np.array(sorted(by_partition[key]))
+        breaks = np.flatnonzero(np.diff(points) > window) + 1
+        for run in np.split(points, breaks):
+            out.append(Bundle(key, float(run[0]), float(run[-1]), len(run)))
+    return out
+
+
+def best_per_point(found: MatchBatch) -> dict:
+    """{(partition, point): (errors, start)}: least errors, then latest start."""
+    best: dict = {}
+    for key, point, err, start in zip(found.partition, found.point, found.errors, found.start):
+        cand = (int(err), -float(start))
+        slot = (key, float(point))
+        if slot not in best or cand < best[slot]:
+            best[slot] = cand
+    return {slot: (e, -s) for slot, (e, s) in best.items()}
+
+
+def match(pattern: str, events, window: float, k: int = 0, **options) -> MatchBatch:
+    """One-shot convenience: ``match("a b c", events, window=10, k=1)``."""
+    return Matcher(pattern, window, k, **options).match(events)
+

@@ -1,0 +1,147 @@
+"""The engines against the brute-force oracle on many random small inputs.
+
+For random patterns, streams, windows, error bounds, predicates and partitions:
+- all-trajectories output of both kernels (compiled and pure Python) equals the oracle's
+  set of matches with their least errors;
+- the reference Algorithm 1 finds the same trajectories;
+- the default output (merging on and off) has the oracle's best (errors, start) per match
+  point, and so its bundles; every reported trajectory is a real match with those errors.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from oracle import oracle_matches
+
+from acep import backend
+from acep.matcher import Matcher, best_per_point, bundles
+from acep.reference import acep_match
+
+ALPHABET = ["a", "b", "c"]
+BACKENDS = ["compiled", "python"] if backend() == "compiled" else ["python"]
+
+
+@st.composite
+def regex(draw, depth=0):
+    """A random pattern text over a, b, c (bounded so the oracle stays fast)."""
+    if depth >= 2 or draw(st.integers(0, 2)) == 0:
+        text = draw(st.sampled_from(ALPHABET))
+    else:
+        kind = draw(st.sampled_from(["concat", "concat", "alt", "group"]))
+        if kind == "concat":
+            items = draw(st.lists(regex(depth + 1), min_size=2, max_size=3))
+            text = " ".join(items)
+        elif kind == "alt":
+            items = draw(st.lists(regex(depth + 1), min_size=2, max_size=2))
+            text = "(" + " | ".join(items) + ")"
+        else:
+            text = "(" + draw(regex(depth + 1)) + ")"
+    suffix = draw(st.sampled_from(["", "", "", "*", "+", "?", "{2}", "{1,2}", "{2,}"]))
+    if suffix and " " in text and not text.startswith("("):
+        text = f"({text})"
+    return text + suffix
+
+
+@st.composite
+def stream(draw, max_events=10):
+    n = draw(st.integers(1, max_events))
+    events, t = [], 0
+    for _ in range(n):
+        t += draw(st.integers(0, 2))
+        events.append({"type": draw(st.sampled_from(ALPHABET + ["d"])), "t": float(t),
+                       "x": float(draw(st.integers(0, 4))),
+                       "g": draw(st.sampled_from(["P", "Q"]))})
+    return events
+
+
+PREDICATES = ["{u}.x > {v}.x", "{u}.x + {v}.x <= 5", "abs({u}.x - {v}.x) != 1",
+              "{u}.x >= 2", "not ({u}.x == {v}.x) or {u}.x > 3"]
+
+
+@st.composite
+def case(draw):
+    pattern = draw(regex())
+    types = sorted({ch for ch in pattern if ch in ALPHABET})
+    where = []
+    if draw(st.booleans()):
+        u, v = draw(st.sampled_from(types)), draw(st.sampled_from(types))
+        where.append(draw(st.sampled_from(PREDICATES)).format(u=u, v=v))
+    if draw(st.booleans()):
+        where.append("[g]")
+    return pattern, where, draw(stream()), float(draw(st.integers(0, 7))), draw(st.integers(0, 2))
+
+
+def _trajectories(found) -> dict:
+    return {(p, tuple(int(x) for x in found.events_of(i))): int(found.errors[i])
+            for i, p in enumerate(found.partition)}
+
+
+def _reference(pattern, where, events, w, k) -> dict:
+    best: dict = {}
+    for m in acep_match(pattern, events, w, k, where):
+        key = (m.partition, m.events)
+        best[key] = min(best.get(key, k + 1), m.errors)
+    return best
+
+
+SETTINGS = settings(max_examples=500, deadline=None, derandomize=False,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(case())
+def test_engines_agree_with_oracle(c):
+    pattern, where, events, w, k = c
+    expected = oracle_matches(pattern, events, w, k, where)
+    for name in BACKENDS:
+        found = Matcher(pattern, w, k, where=where, all_trajectories=True,
+                        backend=name).match(events)
+        assert _trajectories(found) == expected["matches"], name
+        for merge in (True, False):
+            best = Matcher(pattern, w, k, where=where, merge=merge, backend=name).match(events)
+            assert best_per_point(best) == expected["points"], (name, merge)
+            assert len(best) == len(expected["points"])  # one match per (partition, point)
+            got_bundles = [(b.partition, b.first, b.last, b.n_points) for b in bundles(best, w)]
+            assert sorted(got_bundles, key=repr) == sorted(expected["bundles"], key=repr)
+            for m in best.to_matches():  # each reported trajectory is a real match
+                assert expected["matches"][(m.partition, m.events)] == m.errors
+                assert m.tags[0] == m.start and m.tags[-1] == m.point
+    assert _reference(pattern, where, events, w, k) == expected["matches"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(case(), st.integers(1, 4))
+def test_batches_split_anywhere_give_the_same_matches(c, pieces):
+    """Streaming: feeding events in several batches changes nothing."""
+    from acep.events import EventBatch
+
+    pattern, where, events, w, k = c
+    whole = Matcher(pattern, w, k, where=where).match(events)
+    matcher = Matcher(pattern, w, k, where=where)
+    size = max(1, len(events) // pieces)
+    parts = []
+    for start in range(0, len(events), size):
+        batch = EventBatch.from_events(events[start:start + size], position=start)
+        parts.append(matcher.match_batch(batch))
+    parts.append(matcher.flush())
+    from acep.matcher import MatchBatch
+
+    split = MatchBatch.concat(parts)
+    assert sorted(split.to_matches(), key=repr) == sorted(whole.to_matches(), key=repr)
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_long_random_stream_keeps_memory_bounded(name):
+    """Expiry and merging keep the live nodes bounded on a long stream."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    events = [{"type": rng.choice(["a", "b", "c", "d"]), "t": float(i)} for i in range(3000)]
+    m = Matcher("a b* c (a | d) b", 20, 2, backend=name)
+    m.match(events)
+    stats = m.stats
+    assert stats["created"] > 3000
+    assert stats["peak_live"] < 200  # k+1 Pareto nodes per state and partition at most
+    assert stats["arena_nodes"] <= stats["peak_live"] + 50
