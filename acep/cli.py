@@ -113,8 +113,9 @@ def run_match(args) -> int:
             n_events += len(batch)
             progress.update(len(batch))
         out.add(matcher.flush())
-    except EventError as exc:
+    except EventError as exc:  # what was accepted before the bad event still counts
         out.add(getattr(exc, "matches", None))
+        out.add(matcher.flush())
         out.finish(args.window)
         raise
     finally:

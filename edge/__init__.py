@@ -1,0 +1,4 @@
+"""The device agent, the msgpack wire format and the collector service (DESIGN.md).
+
+Not built yet.
+"""

@@ -1,0 +1,53 @@
+"""The compiled kernel and its pure-Python fallback: one behaviour, reported by backend()."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import acep
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_backend_is_compiled_where_ci_requires_it():
+    if os.environ.get("ACEP_REQUIRE_COMPILED"):
+        assert acep.backend() == "compiled"
+    assert acep.backend() in ("compiled", "python")
+
+
+def test_fallback_runs_without_cython_installed():
+    """A device without Cython: the kernel source runs with the shim, same matches."""
+    code = textwrap.dedent("""
+        import sys
+        class NoCython:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("cython", "Cython"):
+                    raise ImportError("no Cython on this device")
+        sys.meta_path.insert(0, NoCython())
+        import acep
+        from acep.matcher import Matcher, best_per_point
+        s = "a1 e2 e3 b4 c5 e6 a7 e8 e9 c10 d11 a12 e13 b14 d15".split()
+        ev = [{"type": x[0], "t": float(x[1:])} for x in s]
+        m = Matcher("a (b|c) d b", 5, 2, backend="python")
+        print(acep.backend(), sorted(best_per_point(m.match(ev)).items()))
+    """)
+    env = dict(os.environ, ACEP_KERNEL="python", PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("python ")
+    from acep.matcher import Matcher, best_per_point
+
+    s = "a1 e2 e3 b4 c5 e6 a7 e8 e9 c10 d11 a12 e13 b14 d15".split()
+    ev = [{"type": x[0], "t": float(x[1:])} for x in s]
+    expected = sorted(best_per_point(Matcher("a (b|c) d b", 5, 2).match(ev)).items())
+    assert r.stdout.strip() == f"python {expected}"
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="unknown backend"):
+        acep.Matcher("a b", 1, 0, backend="gpu")

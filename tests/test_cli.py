@@ -1,0 +1,108 @@
+"""`acep match` and `acep demo` as a user runs them: a real process on real files."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FIXTURE = Path(__file__).parent / "data" / "flights-2000.parquet"
+
+
+def acep(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "acep.cli", *map(str, args)],
+                          capture_output=True, text=True, input=stdin, timeout=120)
+
+
+def _write_jsonl(path, events):
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
+EXAMPLE_2 = [{"type": tok[0], "t": int(tok[1:])}
+             for tok in "a1 e2 e3 b4 c5 e6 a7 e8 e9 c10 d11 a12 e13 b14 d15".split()]
+
+
+def test_match_prints_one_json_line_per_match_point_and_a_summary(tmp_path):
+    events = _write_jsonl(tmp_path / "ex2.jsonl", EXAMPLE_2)
+    r = acep("match", "--pattern", "a (b|c) d b", "--window", "5", "-k", "2", events)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert {"partition", "start", "point", "errors", "events"} <= set(lines[0])
+    by_point = {x["point"]: x for x in lines}
+    assert by_point[14] == {"partition": None, "start": 10, "point": 14, "errors": 1,
+                            "events": [10, 11, 14], "positions": [9, 10, 13]}
+    assert "15 events" in r.stderr and f"{len(lines)} matches" in r.stderr
+
+
+def test_bundles_flag(tmp_path):
+    events = _write_jsonl(tmp_path / "ex2.jsonl", EXAMPLE_2)
+    r = acep("match", "-p", "a (b|c) d b", "-w", "3", "-k", "2", "--bundles", events)
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x) for x in r.stdout.splitlines()] == [
+        {"partition": None, "first": 4, "last": 4, "points": 1},
+        {"partition": None, "first": 10, "last": 15, "points": 4}]
+
+
+def test_flights_parquet_with_spec_partition_and_predicate():
+    r = acep("match", "-p", "late late verylate", "-w", "1h", "-k", "1", "--spec", "flights",
+             "--partition", "origin", "--where", "verylate.delay > late.delay", FIXTURE)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert lines, "the flights fixture has matches"
+    for m in lines:
+        assert m["start"] <= m["point"] and m["errors"] <= 1
+        assert m["point"].startswith("2001-01-01T") and len(m["events"]) >= 2
+    r = acep("match", "-p", "late late verylate", "-w", "1h", "-k", "1", "--spec", "flights",
+             "--partition", "origin", "--bundles", FIXTURE)
+    bundles = [json.loads(x) for x in r.stdout.splitlines()]
+    assert bundles and all(b["first"] <= b["last"] and b["points"] >= 1 for b in bundles)
+
+
+def test_malformed_pattern_is_an_error_with_a_caret(tmp_path):
+    events = _write_jsonl(tmp_path / "e.jsonl", EXAMPLE_2)
+    r = acep("match", "-p", "a (b | c", "-w", "5", events)
+    assert r.returncode == 2
+    assert "position 8" in r.stderr and "^" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bad_event_names_file_line_and_field_after_printing_earlier_matches(tmp_path):
+    events = EXAMPLE_2[:4] + [{"type": "b", "t": 2}] + EXAMPLE_2[4:]
+    path = _write_jsonl(tmp_path / "bad.jsonl", events)
+    r = acep("match", "-p", "a b", "-w", "5", path)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "bad.jsonl" in r.stderr and "line 5" in r.stderr and "'t'" in r.stderr
+    assert [json.loads(x)["point"] for x in r.stdout.splitlines()] == [4]
+    r = acep("match", "-p", "a b", "-w", "5", "--on-bad-event", "skip", path)
+    assert r.returncode == 0 and "1 bad events skipped" in r.stderr
+
+
+def test_unreadable_input_is_a_clear_error(tmp_path):
+    r = acep("match", "-p", "a b", "-w", "5", tmp_path / "missing.jsonl")
+    assert r.returncode == 1 and "missing.jsonl" in r.stderr and "Traceback" not in r.stderr
+    r = acep("match", "-p", "a b", "-w", "five", tmp_path / "missing.jsonl")
+    assert r.returncode == 2 and "bad window" in r.stderr
+
+
+def test_stdin_and_warning_for_types_never_seen(tmp_path):
+    r = acep("match", "-p", "ab", "-w", "5", "-", stdin="".join(
+        json.dumps(e) + "\n" for e in EXAMPLE_2))
+    assert r.returncode == 0 and r.stdout == ""
+    assert "never occur" in r.stderr and "'a b c', not 'abc'" in r.stderr
+
+
+@pytest.mark.parametrize("window, seconds", [("90s", 90), ("15min", 900), ("2h", 7200),
+                                             ("1d", 86400), ("10", 10), ("2.5", 2.5)])
+def test_window_units(window, seconds):
+    from acep.cli import parse_window
+
+    assert parse_window(window) == seconds
+
+
+def test_demo_runs_on_the_embedded_sample():
+    r = acep("demo", "--limit", "3")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(x) for x in r.stdout.splitlines() if not x.startswith("#")]
+    assert len(rows) == 3 and all(m["errors"] <= 1 for m in rows)
+    assert "bundles" in r.stdout.splitlines()[-1]

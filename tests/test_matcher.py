@@ -1,0 +1,129 @@
+"""The Matcher API: validation at the boundary, bad events, counters, outputs."""
+
+import numpy as np
+import pytest
+
+from acep import EventBatch, EventError, Matcher, Pattern, match
+from acep.pattern import PatternError
+
+
+def _events(spec):
+    """'a1 b2 c3' -> events; attributes via a dict per position."""
+    return [{"type": tok[0], "t": float(tok[1:]), "x": float(i)}
+            for i, tok in enumerate(spec.split())]
+
+
+def test_tag_going_back_in_a_partition_names_the_event_and_keeps_earlier_matches():
+    events = [{"type": "a", "t": 1.0, "g": "P"}, {"type": "b", "t": 2.0, "g": "P"},
+              {"type": "a", "t": 5.0, "g": "Q"}, {"type": "b", "t": 4.0, "g": "Q"}]
+    m = Matcher("a b", 10, 0, partition="g")
+    with pytest.raises(EventError) as info:
+        m.match_batch(EventBatch.from_events(events, source="ev.jsonl"))
+    err = info.value
+    assert err.position == 3 and err.field == "t"
+    assert "goes back" in str(err) and "'Q'" in str(err) and "ev.jsonl" in str(err)
+    # partition P's match at t=2 had been accepted before the bad event: not lost
+    rest = m.flush()
+    assert {(x.partition, x.point) for x in list(err.matches) + list(rest)} == {("P", 2.0)}
+
+
+def test_tags_may_go_back_across_partitions():
+    events = [{"type": "a", "t": 5.0, "g": "P"}, {"type": "a", "t": 1.0, "g": "Q"},
+              {"type": "b", "t": 2.0, "g": "Q"}]
+    assert [m.partition for m in match("a b", events, 10, partition="g")] == ["Q"]
+
+
+def test_missing_attribute_needed_by_a_predicate_is_a_bad_event():
+    events = [{"type": "a", "t": 1.0, "x": 1.0}, {"type": "b", "t": 2.0}]
+    with pytest.raises(EventError) as info:
+        match("a b", events, 10, where=["b.x > a.x"])
+    assert info.value.position == 1 and info.value.field == "x"
+    assert "needed by a predicate" in str(info.value)
+
+
+def test_skip_mode_counts_bad_events_and_matches_the_rest():
+    events = [{"type": "a", "t": 3.0, "x": 0.0}, {"type": "b", "t": 1.0, "x": 1.0},
+              {"type": "b", "t": 4.0}, {"type": "b", "t": 5.0, "x": 2.0}]
+    m = Matcher("a b", 10, 0, where=["b.x > a.x"], on_bad_event="skip")
+    found = m.match(events)
+    assert [x.events for x in found] == [(0, 3)]
+    assert m.stats["skipped"] == 2
+
+
+def test_predicates_are_checked_when_their_last_variable_is_bound():
+    events = _events("a1 b2 b3 c4")  # x = 0, 1, 2, 3
+    found = match("a b c", events, 10, k=0, where=["b.x > 1.5 and c.x > b.x"],
+                  all_trajectories=True)
+    assert {m.events for m in found} == {(0, 2, 3)}
+    # with one error allowed, b can be missing and the b-predicates are not checked
+    found = match("a b c", events, 10, k=1, where=["b.x > 1.5"], all_trajectories=True)
+    assert (0, 3) in {m.events for m in found}
+
+
+def test_equal_tags_give_one_match_per_point_the_best_one():
+    events = [{"type": "a", "t": 1.0}, {"type": "c", "t": 2.0},
+              {"type": "b", "t": 3.0}, {"type": "c", "t": 3.0}]
+    found = match("a b c", events, 10, k=1).to_matches()
+    at_3 = [m for m in found if m.point == 3.0]
+    assert len(at_3) == 1 and at_3[0].errors == 0 and at_3[0].events == (0, 2, 3)
+
+
+def test_invalid_parameters_are_refused_at_the_boundary():
+    with pytest.raises(ValueError, match="window"):
+        Matcher("a b", -1, 0)
+    with pytest.raises(ValueError, match="k"):
+        Matcher("a b", 1, 1.5)
+    with pytest.raises(ValueError, match="on_bad_event"):
+        Matcher("a b", 1, 0, on_bad_event="ignore")
+    with pytest.raises(ValueError, match="not an event type"):
+        Matcher("a b", 1, 0, where=["z.x > 1"])
+    with pytest.raises(PatternError):
+        Matcher("a (b", 1, 0)
+    with pytest.raises(ValueError, match="conflicts"):
+        Matcher("a b", 1, 0, where=["[g]"], partition="h")
+
+
+def test_missing_partition_attribute_is_a_bad_event():
+    events = [{"type": "a", "t": 1.0, "g": "P"}, {"type": "b", "t": 2.0}]
+    with pytest.raises(EventError) as info:
+        match("a b", events, 10, partition="g")
+    assert info.value.field == "g" and info.value.position == 1
+
+
+def test_load_counters_per_event_add_up_to_the_totals():
+    events = _events("a1 b2 a3 c4 b5 b6 a7 c8 d9 b10 c11 a30 b31")
+    m = Matcher("a b* c", 5, 1)
+    batch = EventBatch.from_events(events)
+    load = np.zeros((len(batch), 4), dtype=np.int64)
+    m.match_batch(batch, load=load)
+    stats = m.stats
+    assert load[:, 0].sum() == stats["created"]
+    assert load[:, 1].sum() == stats["merged"]
+    assert load[:, 2].sum() <= stats["expired"]
+    assert load[-1, 3] == stats["live"]
+    assert stats["bytes_per_node"] == 60
+
+
+def test_merging_reduces_live_nodes_without_changing_points():
+    rng = np.random.default_rng(1)
+    events = [{"type": str(rng.choice(list("abcd"))), "t": float(i)} for i in range(400)]
+    on, off = Matcher("a b c d", 30, 2), Matcher("a b c d", 30, 2, merge=False)
+    found_on, found_off = on.match(events), off.match(events)
+    assert on.stats["peak_live"] < off.stats["peak_live"] / 5
+    assert on.stats["merged"] > 0 and off.stats["merged"] == 0
+    points = {(m.point, m.errors, m.start) for m in found_on}
+    assert points == {(m.point, m.errors, m.start) for m in found_off}
+
+
+def test_outputs_as_objects_and_arrow():
+    found = match("a b", _events("a1 b2 a3 b4"), 10)
+    table = found.to_arrow()
+    assert table.column("events").to_pylist() == [list(m.events) for m in found]
+    assert table.column("point").to_pylist() == [2.0, 4.0]
+
+
+def test_compiled_pattern_can_be_reused():
+    p = Pattern.compile("a b", where=["b.x > a.x"])
+    assert len(Matcher(p, 10, 0).match(_events("a1 b2"))) == 1
+    with pytest.raises(ValueError, match="Pattern.compile"):
+        Matcher(p, 10, 0, where=["b.x > 0"])
