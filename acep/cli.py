@@ -142,14 +142,18 @@ class _Printer:
         if self.bundles_only:
             self.found.append(found)
             return
-        time_tags = found.tag_is_time
+        tags = _tag_texts(found.trajectory_tags, found.tag_is_time)
+        starts = _tag_texts(found.start, found.tag_is_time)
+        points = _tag_texts(found.point, found.tag_is_time)
+        ptr, positions = found.trajectory_ptr.tolist(), found.trajectory.tolist()
+        keys: dict = {}
         lines = []
-        for m in found.to_matches():
-            lines.append(json.dumps({
-                "partition": m.partition, "start": _tag(m.start, time_tags),
-                "point": _tag(m.point, time_tags), "errors": m.errors,
-                "events": [_tag(t, time_tags) for t in m.tags], "positions": list(m.events),
-            }, default=_json_default))
+        for i, key in enumerate(found.partition):
+            a, b = ptr[i], ptr[i + 1]
+            text = keys.get(key) or keys.setdefault(key, json.dumps(key, default=_json_default))
+            lines.append(f'{{"partition": {text}, "start": {starts[i]}, "point": {points[i]}, '
+                         f'"errors": {found.errors[i]}, "events": [{", ".join(tags[a:b])}], '
+                         f'"positions": {positions[a:b]}}}')
         sys.stdout.write("\n".join(lines) + "\n")
 
     def finish(self, window: float) -> None:
@@ -165,9 +169,18 @@ class _Printer:
 
 
 def _tag(t: float, is_time: bool):
+    """A tag as JSON output shows it: ISO text for timestamps, else the number."""
     if is_time:
         return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
     return int(t) if float(t).is_integer() else t
+
+
+def _tag_texts(tags: np.ndarray, is_time: bool) -> list[str]:
+    """JSON texts of many tags at once (vectorized; the same text as :func:`_tag`)."""
+    if is_time:
+        stamps = np.floor(tags).astype("datetime64[s]")
+        return ['"' + x + '"' for x in np.datetime_as_string(stamps, unit="s").tolist()]
+    return [json.dumps(_tag(t, False)) for t in tags.tolist()]
 
 
 def _json_default(value):

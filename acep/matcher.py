@@ -362,13 +362,32 @@ def _check_parameters(window, k, on_bad_event):
 
 
 def _factorize(column: np.ndarray):
-    if column.dtype == object:
-        index: dict = {}
-        inverse = np.fromiter((index.setdefault(v, len(index)) for v in column),
-                              dtype=np.int64, count=len(column))
-        return list(index), inverse
-    keys, inverse = np.unique(column, return_inverse=True)
-    return list(keys), inverse
+    """Distinct keys and each row's key index (pyarrow's hash encoding when installed)."""
+    if column.dtype != object:
+        keys, inverse = np.unique(column, return_inverse=True)
+        return list(keys), inverse
+    encoded = _arrow_dictionary(column)
+    if encoded is not None:
+        keys = encoded.dictionary.to_pylist()
+        if encoded.null_count:  # missing keys get an index of their own, refused later
+            keys.append(None)
+        inverse = encoded.indices.fill_null(len(encoded.dictionary)).to_numpy()
+        return keys, inverse.astype(np.int64)
+    index: dict = {}
+    inverse = np.fromiter((index.setdefault(v, len(index)) for v in column),
+                          dtype=np.int64, count=len(column))
+    return list(index), inverse
+
+
+def _arrow_dictionary(column: np.ndarray):
+    try:
+        import pyarrow as pa
+    except ImportError:  # the device side: no pyarrow, plain dict encoding
+        return None
+    try:
+        return pa.array(column, from_pandas=True).dictionary_encode()
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed key types
+        return None
 
 
 def _is_missing(key) -> bool:

@@ -1,0 +1,1 @@
+"""Benchmark drivers, dataset loaders and plots (one sub-package per benchmark)."""

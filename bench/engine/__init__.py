@@ -1,0 +1,1 @@
+"""Engine throughput benchmark: ``python -m bench.engine``."""
