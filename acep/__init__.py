@@ -7,14 +7,24 @@ and :func:`backend` to tell whether the compiled kernel is running.
 
 from . import _backend
 from .events import Event, EventBatch, EventError, EventSpec, read_events
-from .matcher import Bundle, Match, MatchBatch, Matcher, Pattern, best_per_point, bundles, match
+from .matcher import (
+    Bundle,
+    Match,
+    MatchBatch,
+    Matcher,
+    Pattern,
+    best_per_point,
+    bundles,
+    bundles_table,
+    match,
+)
 from .pattern import PatternError
 
 __version__ = "0.1.0"
 
 __all__ = [
     "backend", "Matcher", "Pattern", "Match", "MatchBatch", "Bundle", "bundles",
-    "best_per_point", "match", "Event", "EventBatch", "EventError", "EventSpec",
+    "bundles_table", "best_per_point", "match", "Event", "EventBatch", "EventError", "EventSpec",
     "read_events", "PatternError",
 ]
 

@@ -165,29 +165,18 @@ class Kernel:
 
     def _alloc_nodes(self, new_cap):
         old = self.capacity
-        width = max(self.n_slots, 1)
-        if old == 0:
-            self.n_state = np.zeros(new_cap, dtype=np.int32)
-            self.n_err = np.zeros(new_cap, dtype=np.int32)
-            self.n_start = np.zeros(new_cap, dtype=np.float64)
-            self.n_loc = np.zeros(new_cap, dtype=np.int64)
-            self.n_tag = np.zeros(new_cap, dtype=np.float64)
-            self.n_prev = np.zeros(new_cap, dtype=np.int32)
-            self.n_refc = np.zeros(new_cap, dtype=np.int32)
-            self.n_next = np.zeros(new_cap, dtype=np.int32)
-            self.n_bound = np.zeros(new_cap, dtype=np.int64)
-            self.n_vals = np.zeros((new_cap, width), dtype=np.float64)
-        else:
-            self.n_state = _grown(self.n_state, new_cap)
-            self.n_err = _grown(self.n_err, new_cap)
-            self.n_start = _grown(self.n_start, new_cap)
-            self.n_loc = _grown(self.n_loc, new_cap)
-            self.n_tag = _grown(self.n_tag, new_cap)
-            self.n_prev = _grown(self.n_prev, new_cap)
-            self.n_refc = _grown(self.n_refc, new_cap)
-            self.n_next = _grown(self.n_next, new_cap)
-            self.n_bound = _grown(self.n_bound, new_cap)
-            self.n_vals = _grown(self.n_vals, new_cap)
+        grown = old > 0  # the arrays exist only after the first allocation
+        self.n_state = _resized(self.n_state if grown else None, new_cap, np.int32)
+        self.n_err = _resized(self.n_err if grown else None, new_cap, np.int32)
+        self.n_start = _resized(self.n_start if grown else None, new_cap, np.float64)
+        self.n_loc = _resized(self.n_loc if grown else None, new_cap, np.int64)
+        self.n_tag = _resized(self.n_tag if grown else None, new_cap, np.float64)
+        self.n_prev = _resized(self.n_prev if grown else None, new_cap, np.int32)
+        self.n_refc = _resized(self.n_refc if grown else None, new_cap, np.int32)
+        self.n_next = _resized(self.n_next if grown else None, new_cap, np.int32)
+        self.n_bound = _resized(self.n_bound if grown else None, new_cap, np.int64)
+        self.n_vals = _resized(self.n_vals if grown else None, new_cap, np.float64,
+                               max(self.n_slots, 1))
         nxt = np.asarray(self.n_next)
         nxt[old:new_cap - 1] = np.arange(old + 1, new_cap, dtype=np.int32)
         nxt[new_cap - 1] = self.free_head
@@ -195,16 +184,11 @@ class Kernel:
         self.capacity = new_cap
 
     def _grow_candidates(self, new_cap):
-        if self.c_cap == 0:
-            self.c_state = np.zeros(new_cap, dtype=np.int32)
-            self.c_err = np.zeros(new_cap, dtype=np.int32)
-            self.c_start = np.zeros(new_cap, dtype=np.float64)
-            self.c_prev = np.zeros(new_cap, dtype=np.int32)
-        else:
-            self.c_state = _grown(self.c_state, new_cap)
-            self.c_err = _grown(self.c_err, new_cap)
-            self.c_start = _grown(self.c_start, new_cap)
-            self.c_prev = _grown(self.c_prev, new_cap)
+        grown = self.c_cap > 0
+        self.c_state = _resized(self.c_state if grown else None, new_cap, np.int32)
+        self.c_err = _resized(self.c_err if grown else None, new_cap, np.int32)
+        self.c_start = _resized(self.c_start if grown else None, new_cap, np.float64)
+        self.c_prev = _resized(self.c_prev if grown else None, new_cap, np.int32)
         self.c_cap = new_cap
 
     def reserve_partitions(self, n):
@@ -713,6 +697,13 @@ def _binary(op: cython.int, a: cython.double, b: cython.double) -> cython.double
 
 def _i32(tables, name):
     return np.ascontiguousarray(tables[name], dtype=np.int32)
+
+
+def _resized(arr, new_len, dtype, width=None):
+    """``arr`` grown to ``new_len`` rows (zeros), or a new zero array when ``arr`` is None."""
+    if arr is None:
+        return np.zeros((new_len, width) if width else new_len, dtype=dtype)
+    return _grown(arr, new_len)
 
 
 def _grown(arr, new_len, fill=0):

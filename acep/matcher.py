@@ -23,7 +23,8 @@ from .events import Event, EventBatch, EventError
 from .pattern import Node, Where, parse_regex, parse_where, symbols
 from .predicates import CompiledPredicates, compile_predicates
 
-__all__ = ["Pattern", "Matcher", "Match", "MatchBatch", "Bundle", "bundles", "match"]
+__all__ = ["Pattern", "Matcher", "Match", "MatchBatch", "Bundle", "bundles", "bundles_table",
+           "best_per_point", "match"]
 
 
 @dataclass
@@ -444,6 +445,17 @@ def bundles(found: MatchBatch, window: float) -> list[Bundle]:
         for run in np.split(points, breaks):
             out.append(Bundle(key, float(run[0]), float(run[-1]), len(run)))
     return out
+
+
+def bundles_table(found: MatchBatch, window: float):
+    """The bundles as a ``pyarrow.Table`` (partition, first, last, n_points)."""
+    import pyarrow as pa
+
+    rows = bundles(found, window)
+    return pa.table({"partition": pa.array([b.partition for b in rows]),
+                     "first": pa.array([b.first for b in rows], pa.float64()),
+                     "last": pa.array([b.last for b in rows], pa.float64()),
+                     "n_points": pa.array([b.n_points for b in rows], pa.int64())})
 
 
 def best_per_point(found: MatchBatch) -> dict:

@@ -116,10 +116,17 @@ def test_merging_reduces_live_nodes_without_changing_points():
 
 
 def test_outputs_as_objects_and_arrow():
-    found = match("a b", _events("a1 b2 a3 b4"), 10)
+    from acep.matcher import bundles, bundles_table
+
+    found = match("a b", _events("a1 b2 a3 b4 a20 b21"), 10, k=0)
     table = found.to_arrow()
     assert table.column("events").to_pylist() == [list(m.events) for m in found]
-    assert table.column("point").to_pylist() == [2.0, 4.0]
+    assert table.column("point").to_pylist() == [2.0, 4.0, 21.0]
+    assert [(b.first, b.last, b.n_points) for b in bundles(found, 10)] == [
+        (2.0, 4.0, 2), (21.0, 21.0, 1)]
+    assert bundles_table(found, 10).to_pydict() == {
+        "partition": [None, None], "first": [2.0, 21.0], "last": [4.0, 21.0],
+        "n_points": [2, 1]}
 
 
 def test_compiled_pattern_can_be_reused():
