@@ -180,6 +180,7 @@ class Matcher:
     ``merge`` enables dominance merging (exact for match points and bundles);
     ``all_trajectories`` reports every trajectory and implies ``merge=False``.
     ``backend`` picks the kernel: "compiled", "python" or None (the compiled one if built).
+    ``capacity`` is the initial number of match-node slots; the arrays grow when needed.
     ``on_bad_event``: "error" raises :class:`EventError` naming the event (matches found
     before it are in ``error.matches``); "skip" drops and counts it.
     """
@@ -193,6 +194,7 @@ class Matcher:
     all_trajectories: bool = False
     on_bad_event: str = "error"
     backend: str | None = None
+    capacity: int = 1024
     _kernel: object = field(init=False, repr=False)
     _partition_ids: dict = field(init=False, repr=False, default_factory=dict)
     _partition_keys: list = field(init=False, repr=False, default_factory=list)
@@ -216,7 +218,7 @@ class Matcher:
         self._kernel_module = _backend.kernel(self.backend)
         self._kernel = self._kernel_module.Kernel(self.pattern.kernel_tables(self.k), int(self.k),
                                       float(self.window), bool(self.merge),
-                                      bool(self.all_trajectories))
+                                      bool(self.all_trajectories), max(int(self.capacity), 16))
 
     # ------------------------------------------------------------------ feeding
 

@@ -145,3 +145,24 @@ def test_long_random_stream_keeps_memory_bounded(name):
     assert stats["created"] > 3000
     assert stats["peak_live"] < 200  # k+1 Pareto nodes per state and partition at most
     assert stats["arena_nodes"] <= stats["peak_live"] + 50
+
+
+@settings(max_examples=60, deadline=None)
+@given(regex(), stream(max_events=150), st.integers(1, 6), st.integers(0, 3))
+def test_long_streams_with_a_tiny_arena_agree_with_the_reference(pattern, events, w, k):
+    """Arena growth, sweeps and reference-counted trajectories under pressure."""
+    expected = _reference(pattern, [], events, float(w), k)
+    for name in BACKENDS:
+        found = Matcher(pattern, w, k, all_trajectories=True, capacity=16,
+                        backend=name).match(events)
+        assert _trajectories(found) == expected, name
+        best = Matcher(pattern, w, k, capacity=16, backend=name).match(events)
+        for m in best.to_matches():
+            assert expected[(m.partition, m.events)] == m.errors
+    points = {}
+    for (part, events_), err in expected.items():
+        key = (part, events[events_[-1]]["t"])
+        cand = (err, -events[events_[0]]["t"])
+        points[key] = min(points.get(key, cand), cand)
+    merged = Matcher(pattern, w, k, capacity=16).match(events)
+    assert best_per_point(merged) == {key: (e, -s) for key, (e, s) in points.items()}
