@@ -104,10 +104,11 @@ def run_match(args) -> int:
                       on_bad_event=args.on_bad_event, backend=args.backend)
     spec = EventSpec.load(args.spec) if args.spec else None
     out = _Printer(args.bundles)
-    started, n_events, seen_types = time.perf_counter(), 0, set()
+    started, n_events, seen_types, unreadable = time.perf_counter(), 0, set(), []
     progress = _progress(args.file, args.no_progress)
     try:
-        for batch in read_events(args.file, spec, batch_size=args.batch_size):
+        for batch in read_events(args.file, spec, batch_size=args.batch_size,
+                                 on_bad_event=args.on_bad_event, bad_events=unreadable):
             seen_types.update(batch.type_names)
             out.add(matcher.match_batch(batch))
             n_events += len(batch)
@@ -121,7 +122,7 @@ def run_match(args) -> int:
     finally:
         progress.close()
     out.finish(args.window)
-    _summary(matcher, n_events, out, time.perf_counter() - started)
+    _summary(matcher, n_events, out, time.perf_counter() - started, len(unreadable))
     _warn_unseen_types(pattern, seen_types)
     return 0
 
@@ -209,7 +210,8 @@ class _NoProgress:
         pass
 
 
-def _summary(matcher: Matcher, n_events: int, out: _Printer, seconds: float) -> None:
+def _summary(matcher: Matcher, n_events: int, out: _Printer, seconds: float,
+             unreadable: int) -> None:
     s = matcher.stats
     rate = n_events / seconds if seconds > 0 else math.inf
     what = f"{out.n_bundles} bundles from {out.n_matches} matches" if out.bundles_only \
@@ -217,7 +219,7 @@ def _summary(matcher: Matcher, n_events: int, out: _Printer, seconds: float) -> 
     print(f"acep: {n_events} events, {what} in {s['partitions']} partitions, "
           f"{seconds:.2f} s ({rate:,.0f} events/s, {_backend_name()} kernel); match nodes: "
           f"{s['created']} created, {s['merged']} merged, {s['expired']} expired, "
-          f"{s['peak_live']} live at peak; {s['skipped']} bad events skipped",
+          f"{s['peak_live']} live at peak; {s['skipped'] + unreadable} bad events skipped",
           file=sys.stderr)
 
 

@@ -78,6 +78,17 @@ def test_bad_event_names_file_line_and_field_after_printing_earlier_matches(tmp_
     assert r.returncode == 0 and "1 bad events skipped" in r.stderr
 
 
+def test_skip_mode_also_skips_unreadable_lines(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    path.write_text('{"type": "a", "t": 1}\nnot json\n{"type": "b"}\n{"type": "b", "t": 2}\n')
+    r = acep("match", "-p", "a b", "-w", "5", path)
+    assert r.returncode == 1 and "line 2" in r.stderr
+    r = acep("match", "-p", "a b", "-w", "5", "--on-bad-event", "skip", path)
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x)["point"] for x in r.stdout.splitlines()] == [2]
+    assert "2 bad events skipped" in r.stderr
+
+
 def test_unreadable_input_is_a_clear_error(tmp_path):
     r = acep("match", "-p", "a b", "-w", "5", tmp_path / "missing.jsonl")
     assert r.returncode == 1 and "missing.jsonl" in r.stderr and "Traceback" not in r.stderr
