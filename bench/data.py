@@ -1,0 +1,165 @@
+"""Datasets for the benchmarks: the flights stream (fetched on first use) and synthetic data.
+
+The flights stream is ``flights-3m.parquet`` from the npm package ``vega-datasets@3.2.1``:
+3,000,000 US flights sorted by departure. :func:`flights_path` finds it (an explicit path,
+the ``ACEP_FLIGHTS`` environment variable, or a cache file) and otherwise downloads the
+package with ``npm pack`` and keeps that one file in the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from acep.events import PRESETS, EventBatch, read_all
+
+__all__ = ["DataError", "flights_path", "fetch_flights", "read_flights", "synthetic_uniform",
+           "prefix", "as_dicts"]
+
+FLIGHTS_PACKAGE = "vega-datasets@3.2.1"
+FLIGHTS_MEMBER = "package/data/flights-3m.parquet"
+FLIGHTS_SHA256 = "dbeb920c90f59b6ccaff823dcc3d08f25a97fa1ce128d93f40be4e931f5900b0"
+FLIGHTS_ENV = "ACEP_FLIGHTS"
+
+
+class DataError(RuntimeError):
+    """A dataset is missing and cannot be obtained; the message says what to do."""
+
+
+# --------------------------------------------------------------------------- flights
+
+
+def default_cache() -> Path:
+    """``$XDG_CACHE_HOME/acep/flights-3m.parquet`` (``~/.cache/acep/...`` by default)."""
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root) / "acep" / "flights-3m.parquet"
+
+
+def flights_path(path: str | os.PathLike | None = None) -> Path:
+    """The flights Parquet file: ``path``, else ``$ACEP_FLIGHTS``, else the cache file.
+
+    The cache file is downloaded (about 60 MB with npm) when it is missing.
+    """
+    given = path if path is not None else os.environ.get(FLIGHTS_ENV)
+    if given:
+        found = Path(given).expanduser()
+        if not found.is_file():
+            origin = "" if path is not None else f" (from ${FLIGHTS_ENV})"
+            raise DataError(f"flights data {found}{origin} does not exist")
+        return found
+    cached = default_cache()
+    if not cached.is_file():
+        fetch_flights(cached)
+    return cached
+
+
+def fetch_flights(dest: Path) -> Path:
+    """Download ``flights-3m.parquet`` with ``npm pack`` into ``dest``; return ``dest``."""
+    npm = shutil.which("npm")
+    if npm is None:
+        raise DataError(f"npm is not installed, so the flights data cannot be downloaded; "
+                        f"pass --data PATH (or set ${FLIGHTS_ENV}) to a copy of "
+                        f"flights-3m.parquet from the npm package {FLIGHTS_PACKAGE}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="acep-flights-") as work:
+        _say(f"downloading {FLIGHTS_PACKAGE} with npm (about 60 MB) ...")
+        tarball = _npm_pack(npm, Path(work))
+        _say(f"extracting {FLIGHTS_MEMBER} ...")
+        partial = dest.with_name(dest.name + ".part")
+        _extract_member(tarball, FLIGHTS_MEMBER, partial)
+        _check_digest(partial)
+        partial.replace(dest)
+    _say(f"flights data cached at {dest}")
+    return dest
+
+
+def _npm_pack(npm: str, workdir: Path) -> Path:
+    try:
+        subprocess.run([npm, "pack", FLIGHTS_PACKAGE, "--silent"], cwd=workdir, check=True,
+                       capture_output=True, text=True)
+    except subprocess.CalledProcessError as e:
+        detail = (e.stderr or "").strip().splitlines()[-3:]
+        raise DataError(f"`npm pack {FLIGHTS_PACKAGE}` failed ({'; '.join(detail)}); pass "
+                        f"--data PATH to a local copy of flights-3m.parquet") from None
+    tarballs = sorted(workdir.glob("*.tgz"))
+    if not tarballs:
+        raise DataError(f"`npm pack {FLIGHTS_PACKAGE}` made no tarball; pass --data PATH")
+    return tarballs[0]
+
+
+def _extract_member(tarball: Path, member: str, dest: Path) -> None:
+    """Copy one regular-file member out of ``tarball`` to ``dest`` (no other paths touched)."""
+    with tarfile.open(tarball, "r:gz") as tar:
+        try:
+            info = tar.getmember(member)
+        except KeyError:
+            raise DataError(f"{tarball.name} has no {member}; pass --data PATH") from None
+        source = tar.extractfile(info) if info.isfile() else None
+        if source is None:
+            raise DataError(f"{member} in {tarball.name} is not a regular file")
+        with source, open(dest, "wb") as out:
+            shutil.copyfileobj(source, out, length=1 << 20)
+
+
+def _check_digest(path: Path) -> None:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != FLIGHTS_SHA256:
+        path.unlink()
+        raise DataError(f"the downloaded flights data has SHA-256 {digest.hexdigest()}, "
+                        f"not {FLIGHTS_SHA256}; pass --data PATH to a trusted copy")
+
+
+def _say(message: str) -> None:
+    print(f"[bench.data] {message}", file=sys.stderr, flush=True)
+
+
+def read_flights(path: str | os.PathLike) -> EventBatch:
+    """The flights stream as one batch: types are delay classes, tags seconds since epoch."""
+    return read_all(path, PRESETS["flights"], batch_size=1 << 20)
+
+
+# --------------------------------------------------------------------------- synthetic
+
+
+def synthetic_uniform(n: int, types: tuple[str, ...] = ("a", "b", "c", "d"),
+                      seed: int = 0) -> EventBatch:
+    """``n`` events of uniformly random types; tag = index, so windows count events."""
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, len(types), size=n).astype(np.int32)
+    return EventBatch(type_codes=codes, type_names=list(types),
+                      tags=np.arange(n, dtype=np.float64), columns={}, position=0,
+                      source="<synthetic uniform>")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def prefix(batch: EventBatch, n: int) -> EventBatch:
+    """The first ``n`` events of ``batch`` (views, no copies)."""
+    lines = None if batch.lines is None else batch.lines[:n]
+    return EventBatch(batch.type_codes[:n], batch.type_names, batch.tags[:n],
+                      {name: column[:n] for name, column in batch.columns.items()},
+                      batch.position, batch.source, lines, batch.tag_is_time)
+
+
+def as_dicts(batch: EventBatch, attrs: tuple[str, ...] = ()) -> list[dict]:
+    """Row dicts ``{"type", "t", attr...}`` for :func:`acep.reference.acep_match`."""
+    names = batch.type_names
+    columns = [batch.columns[a].tolist() for a in attrs]
+    rows = []
+    for i, (code, tag) in enumerate(zip(batch.type_codes.tolist(), batch.tags.tolist())):
+        row = {"type": names[code], "t": tag}
+        row.update((a, column[i]) for a, column in zip(attrs, columns))
+        rows.append(row)
+    return rows
