@@ -239,17 +239,18 @@ def run_demo(args) -> int:
     matcher = Matcher(DEMO["pattern"], DEMO["window"], DEMO["k"], where=DEMO["where"],
                       partition="origin")
     found = MatchBatch.concat([matcher.match_batch(batch), matcher.flush()])
-    print(f"# pattern {DEMO['pattern']!r} where {DEMO['where']} within "
-          f"{DEMO['window'] / 3600:g} h, k = {DEMO['k']}, partitioned by origin airport")
-    print(f"# {len(batch)} flights of the embedded sample (US flights, January 2001), "
-          f"types = delay classes")
-    for m in found.to_matches()[: args.limit]:
+    print(f"# pattern {DEMO['pattern']!r} where {' and '.join(DEMO['where'])}")
+    print(f"# within {DEMO['window'] / 3600:g} h, k = {DEMO['k']}, partitioned by origin airport;"
+          f" {len(batch)} flights of January 2001, types = delay classes")
+    matches = sorted(found.to_matches(), key=lambda m: (m.point, str(m.partition)))
+    for m in matches[: args.limit]:
         print(json.dumps({"partition": m.partition, "start": _tag(m.start, True),
                           "point": _tag(m.point, True), "errors": m.errors,
                           "events": [_tag(t, True) for t in m.tags]}))
-    found_bundles = bundles(found, DEMO["window"])
-    print(f"# {len(found)} matches, {len(found_bundles)} bundles; "
-          f"{_backend_name()} kernel; {matcher.stats['created']} match nodes created")
+    exact = sum(m.errors == 0 for m in matches)
+    print(f"# {len(matches)} match points ({exact} exact, {len(matches) - exact} missing one "
+          f"event) in {len(bundles(found, DEMO['window']))} bundles; {_backend_name()} kernel, "
+          f"{matcher.stats['created']} match nodes created")
     return 0
 
 

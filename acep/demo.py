@@ -14,10 +14,10 @@ from .events import EventBatch
 
 SAMPLE = "flights-sample.jsonl.gz"
 
-DEMO = {
-    "pattern": "late late+ verylate",
-    "where": ["verylate.delay > late.delay + 30"],
-    "window": 2 * 3600.0,
+DEMO = {  # delays building up at an airport: on time, late twice or more, then very late
+    "pattern": "ontime late late+ verylate",
+    "where": ["late.delay > ontime.delay", "verylate.delay > late.delay + 30"],
+    "window": 3 * 3600.0,
     "k": 1,
 }
 
