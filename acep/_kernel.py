@@ -43,6 +43,7 @@ NO_NODE = -1
 NAN = cython.declare(cython.double, float("nan"))
 BAD_TAG_BACK = 1
 BAD_MISSING_ATTR = 2
+BAD_NO_PARTITION = 3
 
 
 @cython.cclass
@@ -383,7 +384,7 @@ class Kernel:
         for i in range(n):
             p = parts[i]
             self.ev_created = self.ev_merged = self.ev_expired = 0
-            code = self._validate(types[i], tags[i], p, vals, i)
+            code = BAD_NO_PARTITION if p < 0 else self._validate(types[i], tags[i], p, vals, i)
             if code != 0:
                 if not skip_bad:
                     self.bad_index, self.bad_code = pos0 + i, code

@@ -216,9 +216,9 @@ class Matcher:
         if self.all_trajectories:
             self.merge = False
         self._kernel_module = _backend.kernel(self.backend)
-        self._kernel = self._kernel_module.Kernel(self.pattern.kernel_tables(self.k), int(self.k),
-                                      float(self.window), bool(self.merge),
-                                      bool(self.all_trajectories), max(int(self.capacity), 16))
+        self._kernel = self._kernel_module.Kernel(
+            self.pattern.kernel_tables(self.k), int(self.k), float(self.window),
+            bool(self.merge), bool(self.all_trajectories), max(int(self.capacity), 16))
 
     # ------------------------------------------------------------------ feeding
 
@@ -242,7 +242,7 @@ class Matcher:
                                     self.on_bad_event == "skip", load)
         self._position = batch.position + done
         if done < n:
-            raise self._bad_event_error(batch, done)
+            raise self._bad_event_error(batch, parts)
         return self._take()
 
     def flush(self) -> MatchBatch:
@@ -293,13 +293,8 @@ class Matcher:
             raise EventError(f"no attribute {self.partition!r} to partition by", batch.source,
                              batch.line_of(0) if n else None, self.partition, batch.position)
         keys, inverse = _factorize(column)
-        missing = [i for i, key in enumerate(keys) if _is_missing(key)]
-        if missing:
-            first = int(np.flatnonzero(inverse == missing[0])[0])
-            raise EventError(f"partition attribute {self.partition!r} is missing",
-                             batch.source, batch.line_of(first), self.partition,
-                             batch.position + first)
-        ids = np.array([self._ensure_partition(_plain(key)) for key in keys], dtype=np.int32)
+        ids = np.array([-1 if _is_missing(key) else self._ensure_partition(_plain(key))
+                        for key in keys], dtype=np.int32)  # -1: a bad event for the kernel
         return np.ascontiguousarray(ids[inverse]) if n else np.zeros(0, dtype=np.int32)
 
     def _ensure_partition(self, key) -> int:
@@ -324,26 +319,25 @@ class Matcher:
                                  batch.source, None, name, batch.position) from None
         return out
 
-    def _bad_event_error(self, batch: EventBatch, done: int) -> EventError:
+    def _bad_event_error(self, batch: EventBatch, parts: np.ndarray) -> EventError:
+        """The kernel stopped at a bad event: name it; keep the matches found before it."""
         index, code, col = self._kernel.bad_event()
         local = int(index - batch.position)
-        matches = self._take()
+        line = batch.line_of(local)
         if code == self._kernel_module.BAD_TAG_BACK:
-            part = self._partition_keys[int(self._partition_ids_of_one(batch, local))]
+            part = self._partition_keys[parts[local]]
             where = f" in partition {part!r}" if self.partition else ""
             err = EventError(f"tag {batch.tags[local]:g} goes back in time{where}",
-                             batch.source, batch.line_of(local), "t", int(index))
+                             batch.source, line, "t", int(index))
+        elif code == self._kernel_module.BAD_NO_PARTITION:
+            err = EventError(f"partition attribute {self.partition!r} is missing",
+                             batch.source, line, self.partition, int(index))
         else:
             name = self.pattern.predicates.columns[col]
             err = EventError(f"attribute {name!r}, needed by a predicate, is missing",
-                             batch.source, batch.line_of(local), name, int(index))
-        err.matches = matches
+                             batch.source, line, name, int(index))
+        err.matches = self._take()
         return err
-
-    def _partition_ids_of_one(self, batch: EventBatch, local: int) -> int:
-        if self.partition is None:
-            return 0
-        return self._partition_ids[_plain(batch.columns[self.partition][local])]
 
     def _take(self) -> MatchBatch:
         raw = self._kernel.take_matches()

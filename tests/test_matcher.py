@@ -84,10 +84,14 @@ def test_invalid_parameters_are_refused_at_the_boundary():
 
 
 def test_missing_partition_attribute_is_a_bad_event():
-    events = [{"type": "a", "t": 1.0, "g": "P"}, {"type": "b", "t": 2.0}]
+    events = [{"type": "a", "t": 1.0, "g": "P"}, {"type": "b", "t": 2.0},
+              {"type": "b", "t": 3.0, "g": "P"}]
     with pytest.raises(EventError) as info:
         match("a b", events, 10, partition="g")
     assert info.value.field == "g" and info.value.position == 1
+    m = Matcher("a b", 10, 0, partition="g", on_bad_event="skip")
+    assert [x.events for x in m.match(events)] == [(0, 2)]
+    assert m.stats["skipped"] == 1
 
 
 def test_load_counters_per_event_add_up_to_the_totals():
