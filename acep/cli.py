@@ -20,10 +20,7 @@ from . import __version__
 from .events import EventError, EventSpec, file_size_hint, read_events
 from .matcher import MatchBatch, Matcher, Pattern, bundles
 from .pattern import PatternError, symbols
-
-_UNITS = {"": 1, "s": 1, "sec": 1, "second": 1, "seconds": 1, "m": 60, "min": 60,
-          "minute": 60, "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600,
-          "d": 86400, "day": 86400, "days": 86400}
+from .units import UNITS as _UNITS
 
 
 def parse_window(text: str) -> float:

@@ -75,6 +75,12 @@ def tokenize(text: str, what: str = "pattern") -> list[Token]:
 
 
 class _Cursor:
+    """Tokens with a position. The expression grammar below asks the cursor for the parts a
+    language extends: its product operators and how it reads a primary (the exact engine's
+    query cursor adds ``%`` and SASE+ identifiers)."""
+
+    product_ops: tuple[str, ...] = ("*", "/")
+
     def __init__(self, text: str, what: str):
         self.text, self.what = text, what
         self.tokens = tokenize(text, what)
@@ -102,6 +108,9 @@ class _Cursor:
 
     def fail(self, message: str, pos: int | None = None):
         raise PatternError(message, self.text, self.tok.pos if pos is None else pos, self.what)
+
+    def primary(self):
+        return _primary(self)
 
 
 # --------------------------------------------------------------------------- regex AST
@@ -338,7 +347,7 @@ def _comparison(cur):
         op = {"<>": "!=", "=": "=="}.get(op, op)
         node = BinOp(op, node, _sum(cur))
         if cur.at(*_COMPARISONS):
-            cur.fail("chained comparisons are not supported; use 'and'")
+            cur.fail("chained comparisons are not supported; use and")
     return node
 
 
@@ -351,7 +360,7 @@ def _sum(cur):
 
 def _product(cur):
     node = _unary(cur)
-    while cur.at("*", "/"):
+    while cur.at(*cur.product_ops):
         node = BinOp(cur.take().text, node, _unary(cur))
     return node
 
@@ -363,7 +372,7 @@ def _unary(cur):
     if cur.at("+"):
         cur.take()
         return _unary(cur)
-    return _primary(cur)
+    return cur.primary()
 
 
 def _primary(cur):
