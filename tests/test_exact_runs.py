@@ -66,3 +66,29 @@ def test_run_counts_and_bad_events():
         match_runs(query, [Event("A", 1.0, {})])
     assert info.value.field == "x"
 
+
+
+FIG3 = [Event(t, float(s), {}) for t, s in [("A", 1), ("A", 2), ("B", 5), ("B", 6), ("C", 7)]]
+
+
+@pytest.mark.parametrize("strategy, matches, runs", [
+    ("strict_contiguity", 1, 2), ("skip_till_next_match", 2, 4), ("skip_till_any_match", 6, 14)])
+def test_z14_figure_3_runs_per_strategy(strategy, matches, runs):
+    """[Z14] Figure 3: 2 runs (S1), 4 (S2, two of them matching), 14 runs / 6 matches (S3)."""
+    query = parse_query(f"PATTERN SEQ(A a, B+ b[], C c) WHERE {strategy}(a, b[], c) {{}} "
+                        "WITHIN 10")
+    stats = RunStats()
+    assert len(match_runs(query, FIG3, stats)) == matches
+    assert stats.runs_created == runs
+
+
+def test_z14_figure_4_fifteen_runs_seven_matches():
+    """[Z14] Figure 4: "Using the original plan, there are 15 runs" for 7 matches."""
+    events = [Event("A", 1.0, {"task_id": 1})]
+    events += [Event("B", t, {"task_id": 1, "val": v}) for t, v in ((4.0, 6), (5.0, 7), (6.0, 9))]
+    events += [Event("C", 7.0, {"task_id": 1})]
+    query = parse_query("PATTERN SEQ(A a, B+ b[], C c) WHERE skip_till_any_match(a, b[], c) "
+                        "{ [task_id] and b[i].val >= b[i-1].val } WITHIN 100")
+    stats = RunStats()
+    assert len(match_runs(query, events, stats)) == 7
+    assert stats.runs_created == 15
