@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from . import __version__
-from .events import EventError, EventSpec, file_size_hint, read_events
+from .events import EventError, EventSpec, file_size_hint, read_all, read_events
 from .matcher import MatchBatch, Matcher, Pattern, bundles
 from .pattern import PatternError, symbols
 from .units import UNITS as _UNITS
@@ -69,6 +69,15 @@ def _parser() -> argparse.ArgumentParser:
     match.add_argument("--backend", choices=("compiled", "python"), default=None)
     match.add_argument("--no-progress", action="store_true")
     match.set_defaults(run=run_match)
+    exact = sub.add_parser("exact", help="run a SASE+ query with the exact engine on a file",
+                           description="Print one JSON line per match (verbose) or per group "
+                                       "of matches that end at the same event (compact).")
+    exact.add_argument("query", help="query file (SASE+ text, docs/EXACT.md section 2)")
+    exact.add_argument("events", help="events: .jsonl/.csv/.parquet/.msgpack, or - for stdin")
+    exact.add_argument("--output", choices=("verbose", "compact"), default="verbose",
+                       help="verbose: one line per match; compact: one line per end event")
+    exact.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
+    exact.set_defaults(run=run_exact)
     demo = sub.add_parser("demo", help="match a pattern on the embedded flights sample")
     demo.add_argument("--limit", type=int, default=10, help="matches to print")
     demo.set_defaults(run=run_demo)
@@ -226,6 +235,100 @@ def _warn_unseen_types(pattern: Pattern, seen: set) -> None:
         print(f"acep: warning: pattern types {missing} never occur in the input (types seen: "
               f"{sorted(seen)[:12]}); separate type names with spaces: 'a b c', not 'abc'",
               file=sys.stderr)
+
+
+def run_exact(args) -> int:
+    """``acep exact QUERY_FILE EVENTS_FILE``: the exact engine on one file (a finite window)."""
+    from .nfab import Engine, load_query
+
+    try:
+        query = load_query(args.query)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ValueError(f"query file {args.query}: {reason}") from None
+    spec = EventSpec.load(args.spec) if args.spec else None
+    started = time.perf_counter()
+    try:
+        batch = read_all(args.events, spec)
+    except EventError as exc:
+        if spec is None and exc.field == "type":  # e.g. Query 2's attribute called type
+            raise EventError(f"{exc.message} (the event type is read from column 'type'; for "
+                             "events with an attribute called type, pass --spec with "
+                             '{"type": "<type column>"})', exc.source, exc.line, exc.field,
+                             exc.position) from None
+        raise
+    engine = Engine(query, output=args.output)
+    try:
+        found = engine.run(batch)
+    except EventError as exc:  # positions are the file's accepted events: name the line
+        raise _located(exc, batch) from None
+    seconds = time.perf_counter() - started
+    out = _ExactPrinter(query, batch)
+    if args.output == "verbose":
+        lines = [json.dumps(out.match(m)) for m in found]
+    else:
+        lines = [json.dumps({"end": _tag(g.end, batch.tag_is_time), "end_position": g.end_position,
+                             "count": g.count(), "matches": [out.match(m) for m in g.expand()]})
+                 for g in found]
+    if lines:
+        sys.stdout.write("\n".join(lines) + "\n")
+    s = engine.stats
+    records = f" in {len(found)} records" if args.output == "compact" else ""
+    print(f"acep: {s['events']} events, {s['matches']} matches{records}, {s['runs_created']} runs "
+          f"created, {seconds:.2f} s ({query.strategy.value}, {engine.engine} engine)",
+          file=sys.stderr)
+    seen = set(batch.type_names)
+    missing = [c.type for c in query.positive if c.type not in seen]
+    if missing:
+        print(f"acep: warning: query types {missing} never occur in the input (types seen: "
+              f"{sorted(seen)[:12]}); is the event type read from the right column (--spec)?",
+              file=sys.stderr)
+    return 0
+
+
+class _ExactPrinter:
+    """JSON objects of exact matches: tags as ``acep match`` shows them, per variable."""
+
+    def __init__(self, query, batch):
+        from .nfab.ast import Kind
+
+        self.components = [(c.var, c.kind is Kind.ONE) for c in query.positive]
+        self.tags, self.is_time = batch.tags, batch.tag_is_time
+
+    def match(self, m) -> dict:
+        events, positions = {}, {}
+        for (var, single), block in zip(self.components, m.positions):
+            tags = [_tag(float(self.tags[p]), self.is_time) for p in block]
+            events[var] = tags[0] if single else tags
+            positions[var] = block[0] if single else list(block)
+        partition = None if m.partition is None else [_plain(v) for v in m.partition]
+        if partition is not None and len(partition) == 1:
+            partition = partition[0]
+        values = None if m.values is None else {k: _plain(v) for k, v in m.values.items()}
+        return {"start": _tag(m.start, self.is_time), "end": _tag(m.end, self.is_time),
+                "partition": partition, "events": events, "positions": positions,
+                "values": values}
+
+
+def _plain(value):
+    """A value as JSON shows it: integral floats as integers, NaN and infinities as null."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        return int(value) if value.is_integer() else value
+    return value
+
+
+def _located(exc: EventError, batch) -> EventError:
+    """An engine's EventError (a position in the input) with the file and line of that event."""
+    pos, message = exc.position, exc.message
+    known = pos is not None and 0 <= pos < len(batch)
+    if known and exc.field == "t" and pos > 0:
+        tag, previous = (_tag(float(batch.tags[p]), batch.tag_is_time) for p in (pos, pos - 1))
+        message = (f"tag {tag} goes back in time (the event before has {previous}; the exact "
+                   "engine needs tags that never decrease over the whole input)")
+    return EventError(message, batch.source, batch.line_of(pos) if known else None, exc.field,
+                      pos)
 
 
 def run_demo(args) -> int:

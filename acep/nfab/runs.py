@@ -211,14 +211,15 @@ class _Machine:
 def _validate(cq: CompiledQuery, events: list[Event]) -> None:
     """Tags never go back; component events carry what the query reads (EXACT.md 1)."""
     needed = _needed_attributes(cq)
-    types = {c.type: c.var for c in cq.query.components}
+    by_type: dict[str, set[str]] = {}  # several components may share a type
+    for c in cq.query.components:
+        by_type.setdefault(c.type, set()).update(needed.get(c.var, ()))
     previous = float("-inf")
     for pos, event in enumerate(events):
         if event.t < previous:
             raise EventError(f"tag {event.t:g} goes back in time", position=pos, field="t")
         previous = event.t
-        var = types.get(event.type)
-        for attr in needed.get(var, ()) if var else ():
+        for attr in sorted(by_type.get(event.type, ())):
             if attr not in event.attrs or event.attrs[attr] is None:
                 raise EventError(f"{event.type} event lacks attribute {attr!r} that the query "
                                  f"reads", position=pos, field=attr)

@@ -1,0 +1,158 @@
+"""The public API of the exact engine (``docs/EXACT.md`` section 8, "Suggested API").
+
+::
+
+    from acep.nfab import Engine, match
+
+    eng = Engine(query_text_or_Query, output="verbose")   # or "compact"
+    matches = eng.run(events)       # list[ExactMatch], canonical order (EXACT.md 3.7)
+    eng.stats                       # {"events": ..., "runs_created": ..., "matches": ...}
+
+    match(query, events)            # the same in one call (what the collector runs per window)
+
+``events`` is an iterable of :class:`acep.events.Event` or an :class:`acep.events.EventBatch`
+(a finite window). Positions in the output are 0-based indices into it. A bad event (a tag
+that goes back, a component event lacking an attribute the query reads) raises
+:class:`acep.events.EventError` with its ``position`` and ``field``; a bad query raises
+:class:`acep.nfab.query.QueryError`.
+
+**Engines.** Today the only engine is the basic run algorithm of EXACT.md 6.1
+(:func:`acep.nfab.runs.match_runs`), which is exact under every strategy. The postponing
+engine of EXACT.md 7 (``acep.nfab.postpone``, collapsed records) is not part of this module
+yet: when it lands, it is added to :data:`ENGINES` and chosen by ``engine="postpone"`` or
+``engine="auto"`` (postponing for skip_till_any_match), in :meth:`Engine._match` below.
+
+**Output modes** (EXACT.md 8). ``"verbose"``: one :class:`~acep.nfab.runs.ExactMatch` per
+match. ``"compact"``: one :class:`MatchGroup` per end position, holding the matches that end
+at that event, with ``count()`` and ``expand()``. The union of ``expand()`` over the records
+is the verbose output, and no match is in two records. The run engine's groups hold their
+matches as they are (the shared-buffer engine will hold Dewey labels instead); negation is
+applied before a group is made, so ``count()`` is exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from functools import lru_cache
+
+from ..events import Event, EventBatch
+from .ast import Query
+from .query import parse_query
+from .runs import ExactMatch, RunStats, match_runs
+
+__all__ = ["Engine", "MatchGroup", "match", "group_by_end", "OUTPUTS", "ENGINES"]
+
+OUTPUTS = ("verbose", "compact")
+# The engines that exist. "postpone" and "auto" (EXACT.md 7) join when acep.nfab.postpone
+# does; Engine._match is where they plug in.
+ENGINES = ("runs",)
+
+
+class MatchGroup:
+    """A compact record of the run engine (EXACT.md 8): the matches that end at the event
+    at ``end_position`` (whose tag is ``end``). ``expand()`` yields them in canonical order."""
+
+    __slots__ = ("end_position", "end", "_matches")
+
+    def __init__(self, end_position: int, matches: Iterable[ExactMatch]):
+        self._matches = tuple(matches)
+        if not self._matches:
+            raise ValueError("a match group holds at least one match")
+        if any(m.positions[-1][-1] != end_position for m in self._matches):
+            raise ValueError(f"every match of the group must end at position {end_position}")
+        self.end_position = end_position
+        self.end = self._matches[0].end
+
+    def count(self) -> int:
+        return len(self._matches)
+
+    def expand(self) -> Iterator[ExactMatch]:
+        return iter(self._matches)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MatchGroup):
+            return NotImplemented
+        return self.end_position == other.end_position and self._matches == other._matches
+
+    __hash__ = None  # matches hold RETURN dicts, so groups are not hashable
+
+    def __repr__(self) -> str:
+        return f"MatchGroup(end_position={self.end_position}, count={self.count()})"
+
+
+class Engine:
+    """The exact engine over finite windows of events (EXACT.md 8).
+
+    ``query``: a parsed :class:`~acep.nfab.ast.Query` or query text (parsed with
+    :func:`~acep.nfab.query.parse_query`). ``output``: ``"verbose"`` (a list of
+    :class:`~acep.nfab.runs.ExactMatch`) or ``"compact"`` (a list of :class:`MatchGroup`).
+    ``engine``: one of :data:`ENGINES`.
+
+    ``stats`` adds up over calls to :meth:`run`: ``events``, ``runs_created`` (initiations +
+    clones, EXACT.md 6.1) and ``matches``.
+    """
+
+    def __init__(self, query: Query | str, output: str = "verbose", engine: str = "runs"):
+        if output not in OUTPUTS:
+            raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, not {output!r}")
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r} "
+                             "(the postponing engine of EXACT.md 7 is not available yet)")
+        if isinstance(query, str):
+            query = parse_query(query)
+        elif not isinstance(query, Query):
+            raise TypeError(f"query must be a Query or query text, not {type(query).__name__}")
+        self.query, self.output, self.engine = query, output, engine
+        self._stats = {"events": 0, "runs_created": 0, "matches": 0}
+
+    @property
+    def stats(self) -> dict:
+        return dict(self._stats)
+
+    def run(self, events: Iterable[Event] | EventBatch) -> list:
+        """All matches in ``events`` (one finite window), in canonical order (EXACT.md 3.7):
+        ``ExactMatch`` objects, or ``MatchGroup`` records by increasing end position."""
+        rows = _rows(events)
+        found = self._match(rows)
+        self._stats["events"] += len(rows)
+        self._stats["matches"] += len(found)
+        return found if self.output == "verbose" else group_by_end(found)
+
+    def _match(self, rows: list[Event]) -> list[ExactMatch]:
+        # The place where engine="postpone"/"auto" will dispatch to acep.nfab.postpone.
+        stats = RunStats()
+        found = match_runs(self.query, rows, stats)
+        self._stats["runs_created"] += stats.runs_created
+        return found
+
+
+def group_by_end(matches: Iterable[ExactMatch]) -> list[MatchGroup]:
+    """Compact records of a verbose output: one :class:`MatchGroup` per end position, by
+    increasing end position; each keeps its matches in canonical order."""
+    by_end: dict[int, list[ExactMatch]] = {}
+    for m in sorted(matches, key=lambda m: (m.positions[-1][-1], m.positions)):
+        by_end.setdefault(m.positions[-1][-1], []).append(m)
+    return [MatchGroup(end, ms) for end, ms in by_end.items()]
+
+
+def match(query: Query | str, events: Iterable[Event] | EventBatch,
+          output: str = "verbose") -> list:
+    """``Engine(query, output).run(events)``; query texts are parsed once and cached."""
+    if isinstance(query, str):
+        query = _parse_cached(query)
+    return Engine(query, output).run(events)
+
+
+@lru_cache(maxsize=64)
+def _parse_cached(text: str) -> Query:
+    return parse_query(text)
+
+
+def _rows(events: Iterable[Event] | EventBatch) -> list[Event]:
+    if isinstance(events, EventBatch):
+        return events.to_events()
+    rows = list(events)
+    for pos, e in enumerate(rows):
+        if not isinstance(e, Event):
+            raise TypeError(f"event {pos} is a {type(e).__name__}, not an acep.events.Event")
+    return rows

@@ -1,0 +1,297 @@
+"""`acep exact` as a user runs it (a real process on the files of examples/), and the public
+API of the exact engine (acep.nfab.Engine / match): output modes and their invariant.
+
+The expected matches are those of docs/EXACT.md 4.4 (Queries 1 and 2) and 4.5 (Query 3, R1-R3),
+written as 0-based positions: e_k is position k - 1.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from acep.events import Event, EventError, EventSpec, read_all
+from acep.nfab import ENGINES, Engine, ExactMatch, MatchGroup, QueryError, group_by_end, match
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+Q1, Q2, Q3 = (EXAMPLES / f"{name}.sase" for name in
+              ("query1_shoplifting", "query2_contamination", "query3_stock"))
+E1, E2, E3 = (q.with_suffix(".jsonl") for q in (Q1, Q2, Q3))
+SPEC2 = EXAMPLES / "query2_contamination.spec.json"
+
+
+def acep(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "acep.cli", *map(str, args)],
+                          capture_output=True, text=True, input=stdin, timeout=120)
+
+
+def _lines(r) -> list[dict]:
+    return [json.loads(x) for x in r.stdout.splitlines()]
+
+
+def _ids(line: dict) -> tuple:
+    """A printed match as the identity tuple (positions per component, EXACT.md 3.7)."""
+    return tuple(tuple(p) if isinstance(p, list) else (p,) for p in line["positions"].values())
+
+
+def e(*k):
+    """Paper names e_k (1-based) as 0-based positions."""
+    return tuple(x - 1 for x in k)
+
+
+# EXACT.md 4.4 / 4.5, in canonical order (last position, then identity)
+EXPECTED = {
+    "query1": [(e(1), e(6)), (e(4), e(6)), (e(11), e(12))],
+    "query2": [(e(1), e(2)), (e(1), e(3)), (e(1), e(2, 4)), (e(1), e(3, 5)),
+               (e(1), e(2, 4, 7)), (e(1), e(3, 5, 7))],
+    "query3": [(e(1, 2, 3, 4, 5), e(6)), (e(3, 4), e(6)), (e(1, 2, 3, 4, 5, 6, 7), e(8))],
+}
+RUNS = {
+    "query1": (Q1, E1, ()),
+    "query2": (Q2, E2, ("--spec", SPEC2)),
+    "query3": (Q3, E3, ()),
+}
+
+
+# --------------------------------------------------------------------------- the examples
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_examples_print_the_figure1_matches_of_exact_md(name):
+    query, events, extra = RUNS[name]
+    r = acep("exact", query, events, *extra)
+    assert r.returncode == 0, r.stderr
+    lines = _lines(r)
+    assert [_ids(x) for x in lines] == EXPECTED[name]
+    n_events = len(events.read_text().splitlines())
+    assert f"{n_events} events, {len(lines)} matches" in r.stderr
+    assert "runs created" in r.stderr and " s (" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_verbose_line_names_variables_and_shows_timestamps_as_iso_text():
+    lines = _lines(acep("exact", Q3, E3))
+    assert lines[1] == {  # R2 = [e3 e4] e6, t(e_k) = k minutes
+        "start": "2008-06-10T00:03:00", "end": "2008-06-10T00:06:00", "partition": "IBM",
+        "events": {"a": ["2008-06-10T00:03:00", "2008-06-10T00:04:00"],
+                   "b": "2008-06-10T00:06:00"},
+        "positions": {"a": [2, 3], "b": 5}, "values": None}
+    q1 = _lines(acep("exact", Q1, E1))
+    assert q1[0]["events"] == {"a": "2008-06-10T00:00:00", "c": "2008-06-10T05:00:00"}
+    assert q1[0]["positions"] == {"a": 0, "c": 5} and q1[0]["partition"] is None
+
+
+def test_numeric_tags_partition_and_return_values(tmp_path):
+    query = tmp_path / "dwell.sase"
+    query.write_text("PATTERN SEQ(Shelf a, ~Register b, Exit c)\n"
+                     "WHERE skip_till_any_match([tag_id]) AND c.t - a.t > 1\n"
+                     "WITHIN 10\nRETURN a.tag_id, c.t - a.t AS dwell\n")
+    events = tmp_path / "e.jsonl"
+    events.write_text("".join(json.dumps(x) + "\n" for x in [
+        {"type": "Shelf", "t": 0, "tag_id": 7}, {"type": "Exit", "t": 1, "tag_id": 7},
+        {"type": "Exit", "t": 2.5, "tag_id": 7}]))
+    r = acep("exact", query, events)
+    assert r.returncode == 0, r.stderr
+    assert _lines(r) == [{"start": 0, "end": 2.5, "partition": 7, "events": {"a": 0, "c": 2.5},
+                          "positions": {"a": 0, "c": 2}, "values": {"a.tag_id": 7,
+                                                                     "dwell": 2.5}}]
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_compact_lines_expand_to_the_verbose_lines(name):
+    query, events, extra = RUNS[name]
+    verbose = _lines(acep("exact", query, events, *extra))
+    r = acep("exact", query, events, *extra, "--output", "compact")
+    assert r.returncode == 0, r.stderr
+    records = _lines(r)
+    assert [m for rec in records for m in rec["matches"]] == verbose
+    for rec in records:
+        assert rec["count"] == len(rec["matches"]) >= 1
+        assert {m["end"] for m in rec["matches"]} == {rec["end"]}
+        assert {_ids(m)[-1][-1] for m in rec["matches"]} == {rec["end_position"]}
+    ends = [rec["end_position"] for rec in records]
+    assert ends == sorted(set(ends))
+    assert f"{len(verbose)} matches in {len(records)} records" in r.stderr
+
+
+def test_query3_compact_groups_r1_and_r2_at_e6():
+    records = _lines(acep("exact", Q3, E3, "--output", "compact"))
+    assert [(r["end_position"], r["count"]) for r in records] == [(5, 2), (7, 1)]
+
+
+# --------------------------------------------------------------------------- the API
+
+def _events(name: str) -> list[Event]:
+    _, path, extra = RUNS[name]
+    spec = EventSpec.load(str(extra[1])) if extra else None
+    return read_all(path, spec).to_events()
+
+
+def _text(name: str, strategy: str) -> str:
+    text = RUNS[name][0].read_text()
+    for s in ("skip_till_next_match", "skip_till_any_match"):
+        text = text.replace(s, strategy)
+    return text
+
+
+# EXACT.md 4.4: the same queries under the other strategies (match counts)
+STRATEGY_CASES = [
+    ("query1", "skip_till_next_match", 3), ("query1", "skip_till_any_match", 5),
+    ("query1", "strict_contiguity", 1),
+    ("query2", "skip_till_any_match", 6), ("query2", "skip_till_next_match", 3),
+    ("query2", "strict_contiguity", 1),
+    ("query3", "skip_till_next_match", 3), ("query3", "skip_till_any_match", 68),
+    ("query3", "strict_contiguity", 2), ("query3", "partition_contiguity", 2),
+]
+
+
+@pytest.mark.parametrize("name, strategy, count", STRATEGY_CASES)
+def test_compact_expands_to_verbose_and_no_match_is_in_two_records(name, strategy, count):
+    text, events = _text(name, strategy), _events(name)
+    verbose = Engine(text).run(events)
+    compact = Engine(text, output="compact").run(events)
+    assert len(verbose) == count
+    assert all(isinstance(m, ExactMatch) for m in verbose)
+    assert all(isinstance(g, MatchGroup) for g in compact)
+    expanded = [m for g in compact for m in g.expand()]
+    assert expanded == verbose  # the union, and in canonical order too
+    assert len({m.positions for m in expanded}) == len(expanded)  # no match in two records
+    assert sum(g.count() for g in compact) == len(verbose)
+    for g in compact:
+        assert g.count() >= 1
+        assert {m.positions[-1][-1] for m in g.expand()} == {g.end_position}
+        assert {m.end for m in g.expand()} == {g.end}
+    assert [g.end_position for g in compact] == sorted({g.end_position for g in compact})
+    assert compact == group_by_end(verbose)
+
+
+def test_canonical_order_and_paper_expectations_through_the_api():
+    for name in RUNS:
+        found = match(RUNS[name][0].read_text(), _events(name))
+        assert [m.positions for m in found] == EXPECTED[name]
+    r1 = match(Q3.read_text(), _events("query3"))[0]
+    assert r1.end - r1.start == 300 and r1.partition == ("IBM",)  # e1..e6, k minutes
+
+
+def test_engine_accepts_a_parsed_query_an_event_batch_and_adds_up_stats():
+    from acep.nfab import load_query
+
+    batch = read_all(E3)
+    eng = Engine(load_query(Q3))
+    assert eng.run(batch) == eng.run(batch.to_events()) == match(Q3.read_text(), batch)
+    assert eng.stats == {"events": 16, "runs_created": 10, "matches": 6}
+    assert eng.output == "verbose" and eng.engine in ENGINES
+
+
+def test_engine_refuses_unknown_output_engine_and_query_type():
+    text = Q1.read_text()
+    with pytest.raises(ValueError, match="output"):
+        Engine(text, output="x")
+    with pytest.raises(ValueError, match="output"):
+        match(text, [], output="collapsed")
+    with pytest.raises(ValueError, match="engine"):
+        Engine(text, engine="no-such-engine")
+    with pytest.raises(TypeError):
+        Engine(42)
+    with pytest.raises(TypeError, match="event 0"):
+        Engine(text).run([{"type": "Shelf", "t": 0}])
+    with pytest.raises(QueryError, match="WHERE"):
+        Engine("PATTERN SEQ(A a, B b) WHERE a.x = = b.x")
+
+
+def test_engine_bad_event_names_position_and_field():
+    events = [Event("Shelf", 0, {"tag_id": 1}), Event("Exit", 1, {})]
+    with pytest.raises(EventError) as info:
+        match(Q1.read_text(), events)
+    assert info.value.position == 1 and info.value.field == "tag_id"
+
+
+def test_empty_input_has_no_matches():
+    assert match(Q1.read_text(), []) == [] == Engine(Q1.read_text(), "compact").run([])
+
+
+# --------------------------------------------------------------------------- errors
+
+def test_bad_query_file_names_file_clause_line_and_position(tmp_path):
+    bad = tmp_path / "bad.sase"
+    bad.write_text("PATTERN SEQ(Shelf a, Exit c)\nWHERE skip_till_next_match(a, c) {\n"
+                   "  a.tag_id = = c.tag_id }\nWITHIN 12 hours\n")
+    r = acep("exact", bad, E1)
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
+    assert "bad.sase" in r.stderr and "WHERE:" in r.stderr
+    assert "line 3" in r.stderr and "position 77" in r.stderr and "^" in r.stderr
+
+
+def test_query_rule_violation_is_a_query_error(tmp_path):
+    bad = tmp_path / "rule.sase"
+    bad.write_text("PATTERN SEQ(Shelf a, Exit c)\n"
+                   "WHERE partition_contiguity(a, c) { a.tag_id = c.tag_id }\n")
+    r = acep("exact", bad, E1)
+    assert r.returncode == 2 and "WHERE" in r.stderr and "Traceback" not in r.stderr
+
+
+def _copy_with(tmp_path, lines: list[str], name="events.jsonl"):
+    path = tmp_path / name
+    path.write_text("".join(x + "\n" for x in lines))
+    return path
+
+
+def test_tag_going_back_names_file_line_and_field(tmp_path):
+    lines = E1.read_text().splitlines()
+    lines.insert(4, json.dumps({"type": "Exit", "t": "2008-06-10T01:00:00", "tag_id": 1}))
+    r = acep("exact", Q1, _copy_with(tmp_path, lines, "back.jsonl"))
+    assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr
+    assert "back.jsonl, line 5, field 't'" in r.stderr
+    assert "2008-06-10T01:00:00 goes back" in r.stderr
+
+
+def test_missing_attribute_names_file_line_and_field(tmp_path):
+    lines = E1.read_text().splitlines()
+    lines[5] = json.dumps({"type": "Exit", "t": "2008-06-10T05:00:00"})
+    r = acep("exact", Q1, _copy_with(tmp_path, lines))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "events.jsonl, line 6, field 'tag_id'" in r.stderr and "Exit" in r.stderr
+
+
+def test_missing_attribute_of_an_earlier_component_of_the_same_type(tmp_path):
+    lines = E3.read_text().splitlines()
+    lines[1] = json.dumps({"type": "Stock", "t": "2008-06-10T00:02:00", "symbol": "IBM",
+                           "volume": 990})  # a[i] reads price; b does not
+    r = acep("exact", Q3, _copy_with(tmp_path, lines))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "events.jsonl, line 2, field 'price'" in r.stderr
+
+
+def test_unreadable_event_names_file_and_line(tmp_path):
+    lines = E3.read_text().splitlines()
+    lines[2] = "not json"
+    r = acep("exact", Q3, _copy_with(tmp_path, lines))
+    assert r.returncode == 1 and "line 3" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_query2_without_its_spec_says_how_to_read_an_attribute_called_type():
+    r = acep("exact", Q2, E2)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "line 2" in r.stderr and "--spec" in r.stderr
+
+
+@pytest.mark.parametrize("which", ["query", "events"])
+def test_missing_files_are_clear_errors(tmp_path, which):
+    missing = tmp_path / f"missing.{'sase' if which == 'query' else 'jsonl'}"
+    args = (missing, E1) if which == "query" else (Q1, missing)
+    r = acep("exact", *args)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert str(missing) in r.stderr
+
+
+def test_bad_output_choice_is_a_usage_error():
+    r = acep("exact", Q1, E1, "--output", "x")
+    assert r.returncode == 2 and "invalid choice" in r.stderr
+
+
+def test_stdin_and_warning_for_types_never_seen():
+    r = acep("exact", Q3, "-", stdin=E1.read_text())
+    assert r.returncode == 0 and r.stdout == ""
+    assert "never occur" in r.stderr and "'Stock'" in r.stderr
