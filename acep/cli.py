@@ -74,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
                                        "of matches that end at the same event (compact).")
     exact.add_argument("query", help="query file (SASE+ text, docs/EXACT.md section 2)")
     exact.add_argument("events", help="events: .jsonl/.csv/.parquet/.msgpack, or - for stdin")
+    exact.add_argument("--engine", choices=("auto", "runs", "postpone"), default="auto",
+                       help="runs: the basic run algorithm; postpone: postponing "
+                            "(skip_till_any_match); auto: postpone where it applies")
     exact.add_argument("--output", choices=("verbose", "compact"), default="verbose",
                        help="verbose: one line per match; compact: one line per end event")
     exact.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
@@ -257,7 +260,7 @@ def run_exact(args) -> int:
                              '{"type": "<type column>"})', exc.source, exc.line, exc.field,
                              exc.position) from None
         raise
-    engine = Engine(query, output=args.output)
+    engine = Engine(query, output=args.output, engine=args.engine)
     try:
         found = engine.run(batch)
     except EventError as exc:  # positions are the file's accepted events: name the line
@@ -267,16 +270,15 @@ def run_exact(args) -> int:
     if args.output == "verbose":
         lines = [json.dumps(out.match(m)) for m in found]
     else:
-        lines = [json.dumps({"end": _tag(g.end, batch.tag_is_time), "end_position": g.end_position,
-                             "count": g.count(), "matches": [out.match(m) for m in g.expand()]})
-                 for g in found]
+        lines = [json.dumps(out.record(r)) for r in found]
     if lines:
         sys.stdout.write("\n".join(lines) + "\n")
     s = engine.stats
-    records = f" in {len(found)} records" if args.output == "compact" else ""
-    print(f"acep: {s['events']} events, {s['matches']} matches{records}, {s['runs_created']} runs "
-          f"created, {seconds:.2f} s ({query.strategy.value}, {engine.engine} engine)",
-          file=sys.stderr)
+    what = f"{s['records']} records" if args.output == "compact" else f"{s['matches']} matches"
+    work = f"{s['main_runs']} main runs" if engine.engine == "postpone" else \
+        f"{s['runs_created']} runs created"
+    print(f"acep: {s['events']} events, {what}, {work}, {seconds:.2f} s "
+          f"({query.strategy.value}, {engine.engine} engine)", file=sys.stderr)
     seen = set(batch.type_names)
     missing = [c.type for c in query.positive if c.type not in seen]
     if missing:
@@ -308,6 +310,20 @@ class _ExactPrinter:
         return {"start": _tag(m.start, self.is_time), "end": _tag(m.end, self.is_time),
                 "partition": partition, "events": events, "positions": positions,
                 "values": values}
+
+
+    def record(self, r) -> dict:
+        """A compact record: a group of whole matches (run engine), or a collapsed record of
+        the postponing engine, shown by its candidates per variable, not expanded."""
+        end = _tag(float(self.tags[r.end_position]), self.is_time)
+        if not hasattr(r, "candidates"):
+            return {"end": end, "end_position": r.end_position, "count": r.count(),
+                    "matches": [self.match(m) for m in r.expand()]}
+        return {"start": _tag(float(self.tags[r.start_position]), self.is_time), "end": end,
+                "start_position": r.start_position, "end_position": r.end_position,
+                "count": r.count(),
+                "candidates": {var: [c.position for c in block]
+                               for (var, _), block in zip(self.components, r.candidates)}}
 
 
 def _plain(value):

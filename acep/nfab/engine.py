@@ -16,11 +16,12 @@ that goes back, a component event lacking an attribute the query reads) raises
 :class:`acep.events.EventError` with its ``position`` and ``field``; a bad query raises
 :class:`acep.nfab.query.QueryError`.
 
-**Engines.** Today the only engine is the basic run algorithm of EXACT.md 6.1
-(:func:`acep.nfab.runs.match_runs`), which is exact under every strategy. The postponing
-engine of EXACT.md 7 (``acep.nfab.postpone``, collapsed records) is not part of this module
-yet: when it lands, it is added to :data:`ENGINES` and chosen by ``engine="postpone"`` or
-``engine="auto"`` (postponing for skip_till_any_match), in :meth:`Engine._match` below.
+**Engines.** ``"runs"`` is the basic run algorithm of EXACT.md 6.1
+(:func:`acep.nfab.runs.match_runs`), exact under every strategy. ``"postpone"`` is the
+postponing engine of EXACT.md 7 (:func:`acep.nfab.postpone.match_postponed`), for
+skip-till-any-match, whose compact output is collapsed records
+(:class:`acep.nfab.postpone.CollapsedMatch`) that expand to the matches without
+enumerating them first. ``"auto"`` (the default) picks postponing where it applies.
 
 **Output modes** (EXACT.md 8). ``"verbose"``: one :class:`~acep.nfab.runs.ExactMatch` per
 match. ``"compact"``: one :class:`MatchGroup` per end position, holding the matches that end
@@ -36,16 +37,17 @@ from collections.abc import Iterable, Iterator
 from functools import lru_cache
 
 from ..events import Event, EventBatch
-from .ast import Query
+from .ast import Query, Strategy
+from .postpone import PostponeStats, match_postponed
 from .query import parse_query
 from .runs import ExactMatch, RunStats, match_runs
 
 __all__ = ["Engine", "MatchGroup", "match", "group_by_end", "OUTPUTS", "ENGINES"]
 
 OUTPUTS = ("verbose", "compact")
-# The engines that exist. "postpone" and "auto" (EXACT.md 7) join when acep.nfab.postpone
-# does; Engine._match is where they plug in.
-ENGINES = ("runs",)
+# "runs": the basic run algorithm (EXACT.md 6.1), every strategy. "postpone": postponing
+# with early filters (EXACT.md 7), skip-till-any-match only. "auto": postpone when it applies.
+ENGINES = ("auto", "runs", "postpone")
 
 
 class MatchGroup:
@@ -92,18 +94,24 @@ class Engine:
     clones, EXACT.md 6.1) and ``matches``.
     """
 
-    def __init__(self, query: Query | str, output: str = "verbose", engine: str = "runs"):
+    def __init__(self, query: Query | str, output: str = "verbose", engine: str = "auto"):
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, not {output!r}")
         if engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r} "
-                             "(the postponing engine of EXACT.md 7 is not available yet)")
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
         if isinstance(query, str):
             query = parse_query(query)
         elif not isinstance(query, Query):
             raise TypeError(f"query must be a Query or query text, not {type(query).__name__}")
-        self.query, self.output, self.engine = query, output, engine
-        self._stats = {"events": 0, "runs_created": 0, "matches": 0}
+        any_match = query.strategy is Strategy.ANY
+        if engine == "postpone" and not any_match:
+            raise ValueError(f"the postponing engine needs skip_till_any_match, not "
+                             f"{query.strategy.value} (EXACT.md 7)")
+        self.query, self.output = query, output
+        self.engine = "postpone" if engine == "auto" and any_match else \
+            ("runs" if engine == "auto" else engine)
+        self._stats = {"events": 0, "runs_created": 0, "main_runs": 0, "matches": 0,
+                       "records": 0}
 
     @property
     def stats(self) -> dict:
@@ -113,16 +121,26 @@ class Engine:
         """All matches in ``events`` (one finite window), in canonical order (EXACT.md 3.7):
         ``ExactMatch`` objects, or ``MatchGroup`` records by increasing end position."""
         rows = _rows(events)
-        found = self._match(rows)
         self._stats["events"] += len(rows)
-        self._stats["matches"] += len(found)
-        return found if self.output == "verbose" else group_by_end(found)
-
-    def _match(self, rows: list[Event]) -> list[ExactMatch]:
-        # The place where engine="postpone"/"auto" will dispatch to acep.nfab.postpone.
+        if self.engine == "postpone":
+            return self._postponed(rows)
         stats = RunStats()
         found = match_runs(self.query, rows, stats)
         self._stats["runs_created"] += stats.runs_created
+        self._stats["matches"] += len(found)
+        if self.output == "verbose":
+            return found
+        groups = group_by_end(found)
+        self._stats["records"] += len(groups)
+        return groups
+
+    def _postponed(self, rows: list[Event]) -> list:
+        """Verbose matches, or collapsed records (counted lazily: ``matches`` stays 0)."""
+        stats = PostponeStats()
+        found = match_postponed(self.query, rows, output=self.output, stats=stats)
+        self._stats["main_runs"] += stats.main_runs
+        self._stats["matches"] += stats.matches
+        self._stats["records"] += stats.records
         return found
 
 
