@@ -21,25 +21,22 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-import acep
 from acep.events import EventBatch
 from acep.matcher import Matcher
 from acep.reference import acep_match
 
 from .. import data
+from ..common import machine, write_json
 
 RESULTS = Path(__file__).with_name("results")
 
@@ -281,24 +278,6 @@ def describe(name: str, batch: EventBatch) -> dict:
                            for t, c in zip(batch.type_names, counts)}}
 
 
-def machine() -> dict:
-    return {"cpu_count": os.cpu_count(), "cpu": _cpu_model(), "python": platform.python_version(),
-            "platform": platform.platform(), "numpy": np.__version__,
-            "acep_backend": acep.backend(),
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def benchmark(streams: dict[str, EventBatch], sizes: Sizes) -> dict:
     """Every measurement over the given streams, as one JSON-ready dict."""
     headline_config = sizes.headline
@@ -331,12 +310,6 @@ def throughput_grid(streams: dict[str, EventBatch], sizes: Sizes) -> list[dict]:
     return [throughput(c, streams[c.stream], grid_events(c, streams[c.stream], sizes),
                        sizes.repeats)
             for c in tqdm(grid, desc="throughput grid", file=sys.stderr)]
-
-
-def write_json(results: dict, path: Path) -> None:
-    partial = path.with_name(path.name + ".tmp")
-    partial.write_text(json.dumps(results, indent=1) + "\n")
-    partial.replace(path)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -26,16 +26,12 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
-import os
-import platform
 import signal
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +43,7 @@ from acep.nfab.engine import Engine
 from acep.nfab.query import parse_query
 from acep.nfab.runs import RunStats, match_runs
 
+from ..common import machine, write_json
 from .stock import PRICE_MAX, VOLUME_MAX, stock_ticker
 
 try:  # the shared engine for skip_till_any_match (EXACT.md 7); absent in older trees
@@ -454,23 +451,6 @@ def describe_stream(events: list[Event], symbols: int) -> dict:
             "b_share": float(np.mean(volumes < 150))}
 
 
-def machine() -> dict:
-    return {"cpu_count": os.cpu_count(), "cpu": _cpu_model(), "python": platform.python_version(),
-            "platform": platform.platform(), "numpy": np.__version__,
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def shared_engine() -> dict:
     if match_postponed is None:
         return {"module": "acep.nfab.postpone", "available": False,
@@ -502,12 +482,6 @@ def benchmark(sizes: Sizes) -> dict:
         "targets": targets(sides, parts, postpone), "side_by_side": sides,
         "partitions": parts, "sweep": sweep(stream, sizes, postpone),
     }
-
-
-def write_json(results: dict, path: Path) -> None:
-    partial = path.with_name(path.name + ".tmp")
-    partial.write_text(json.dumps(results, indent=1) + "\n")
-    partial.replace(path)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

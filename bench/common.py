@@ -1,0 +1,39 @@
+"""What every benchmark shares: the machine description and the atomic JSON write."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+import acep
+
+
+def machine() -> dict:
+    """The machine and software a result was measured on."""
+    return {"cpu_count": os.cpu_count(), "cpu": _cpu_model(), "python": platform.python_version(),
+            "platform": platform.platform(), "numpy": np.__version__,
+            "acep_backend": acep.backend(),
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def write_json(results: dict, path: Path) -> None:
+    """Write through a temporary file, so an interrupted run never leaves half a JSON."""
+    partial = path.with_name(path.name + ".tmp")
+    partial.write_text(json.dumps(results, indent=1) + "\n")
+    partial.replace(path)
