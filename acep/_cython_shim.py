@@ -15,7 +15,7 @@ class _Type:
         return value
 
 
-int = double = longlong = bint = Py_ssize_t = void = _Type()  # noqa: A001
+int = double = longlong = ulonglong = bint = Py_ssize_t = void = _Type()  # noqa: A001
 
 
 def _passthrough(*args, **kwargs):

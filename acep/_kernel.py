@@ -37,9 +37,17 @@ try:
 except ImportError:  # pragma: no cover - exercised on machines without Cython
     from . import _cython_shim as cython
 
+import time
+
 import numpy as np
 
 NO_NODE = -1
+POLICY_KEEP_FIRST = 0
+POLICY_TABLE = 1
+POLICY_CALLBACK = 2
+FLAG_MERGED = 1
+FLAG_REJECTED = 2
+FLAG_LOGGED = 4
 NAN = cython.declare(cython.double, float("nan"))
 BAD_TAG_BACK = 1
 BAD_MISSING_ATTR = 2
@@ -104,6 +112,7 @@ class Kernel:
     c_start: cython.double[::1]
     c_prev: cython.int[::1]
     c_tag: cython.double
+    c_part: cython.int
     # output
     o_n: cython.int
     o_tn: cython.longlong
@@ -127,6 +136,59 @@ class Kernel:
     ev_created: cython.longlong
     ev_merged: cython.longlong
     ev_expired: cython.longlong
+    # match vectors (docs/SHEDDING.md 2): per node its cell, first point reached, flags
+    n_cell: cython.int[::1]
+    n_reach: cython.double[::1]
+    n_flag: cython.int[::1]
+    has_bins: cython.bint
+    rem_edges: cython.double[::1]
+    gap_edges: cython.double[::1]
+    n_rem: cython.int
+    n_gap: cython.int
+    c_cell: cython.int[::1]
+    c_gap: cython.double[::1]
+    # budget and policy (docs/SHEDDING.md 1, 3)
+    budget_on: cython.bint
+    budget: cython.double
+    depth: cython.double
+    credit: cython.double
+    policy_kind: cython.int
+    sh_score: cython.double[::1]
+    sh_class: cython.longlong[::1]
+    explore: cython.double
+    rate: cython.double
+    rng: cython.ulonglong
+    callback: object
+    s_state: cython.int[::1]
+    s_err: cython.int[::1]
+    s_start: cython.double[::1]
+    s_prev: cython.int[::1]
+    s_cell: cython.int[::1]
+    s_gap: cython.double[::1]
+    c_prio: cython.double[::1]
+    c_order: cython.int[::1]
+    c_pick: cython.int[::1]
+    c_flag: cython.int[::1]
+    c_seen: cython.longlong[::1]
+    candidates: cython.longlong
+    shed: cython.longlong
+    decisions: cython.longlong
+    decide_ns: cython.longlong
+    # node log (docs/SHEDDING.md 4) and the reach marks it and learning need
+    track: cython.bint
+    log_on: cython.bint
+    lg_n: cython.longlong
+    lg_part: cython.int[::1]
+    lg_pos: cython.longlong[::1]
+    lg_tag: cython.double[::1]
+    lg_state: cython.int[::1]
+    lg_err: cython.int[::1]
+    lg_start: cython.double[::1]
+    lg_cell: cython.int[::1]
+    lg_pcell: cython.int[::1]
+    lg_reach: cython.double[::1]
+    lg_merged: cython.int[::1]
+    n_part: cython.int[::1]
 
     def __init__(self, tables, k, w, merge, all_trajectories, capacity=1024):
         self.n_states = int(tables["n_states"])
@@ -161,6 +223,17 @@ class Kernel:
         self.created = self.merged = self.expired = self.live = self.peak_live = 0
         self.skipped = 0
         self.bad_index, self.bad_code, self.bad_col = -1, 0, -1
+        self.has_bins, self.n_rem, self.n_gap = False, 1, 1
+        self.rem_edges = np.zeros(0, dtype=np.float64)
+        self.gap_edges = np.zeros(0, dtype=np.float64)
+        self.budget_on, self.budget, self.depth, self.credit = False, 0.0, 0.0, 0.0
+        self.policy_kind, self.explore, self.rate, self.rng = POLICY_KEEP_FIRST, 0.0, 0.0, 1
+        self.sh_score = np.zeros(0, dtype=np.float64)
+        self.sh_class = np.zeros(0, dtype=np.int64)
+        self.callback = None
+        self.candidates = self.shed = self.decisions = self.decide_ns = 0
+        self.track, self.log_on = False, False
+        self._reset_log(0)
 
     # ------------------------------------------------------------------ storage
 
@@ -178,6 +251,10 @@ class Kernel:
         self.n_bound = _resized(self.n_bound if grown else None, new_cap, np.int64)
         self.n_vals = _resized(self.n_vals if grown else None, new_cap, np.float64,
                                max(self.n_slots, 1))
+        self.n_cell = _resized(self.n_cell if grown else None, new_cap, np.int32)
+        self.n_reach = _resized(self.n_reach if grown else None, new_cap, np.float64)
+        self.n_flag = _resized(self.n_flag if grown else None, new_cap, np.int32)
+        self.n_part = _resized(self.n_part if grown else None, new_cap, np.int32)
         nxt = np.asarray(self.n_next)
         nxt[old:new_cap - 1] = np.arange(old + 1, new_cap, dtype=np.int32)
         nxt[new_cap - 1] = self.free_head
@@ -190,6 +267,19 @@ class Kernel:
         self.c_err = _resized(self.c_err if grown else None, new_cap, np.int32)
         self.c_start = _resized(self.c_start if grown else None, new_cap, np.float64)
         self.c_prev = _resized(self.c_prev if grown else None, new_cap, np.int32)
+        self.c_cell = _resized(self.c_cell if grown else None, new_cap, np.int32)
+        self.c_gap = _resized(self.c_gap if grown else None, new_cap, np.float64)
+        self.s_state = np.zeros(new_cap, dtype=np.int32)
+        self.s_err = np.zeros(new_cap, dtype=np.int32)
+        self.s_start = np.zeros(new_cap, dtype=np.float64)
+        self.s_prev = np.zeros(new_cap, dtype=np.int32)
+        self.s_cell = np.zeros(new_cap, dtype=np.int32)
+        self.s_gap = np.zeros(new_cap, dtype=np.float64)
+        self.c_prio = np.zeros(new_cap, dtype=np.float64)
+        self.c_order = np.zeros(new_cap, dtype=np.int32)
+        self.c_pick = np.zeros(new_cap, dtype=np.int32)
+        self.c_flag = np.zeros(new_cap, dtype=np.int32)
+        self.c_seen = np.zeros(new_cap, dtype=np.int64)
         self.c_cap = new_cap
 
     def reserve_partitions(self, n):
@@ -256,6 +346,8 @@ class Kernel:
             self.n_refc[nd] -= 1
             if self.n_refc[nd] > 0:
                 return
+            if self.track:
+                self._retire(nd)
             prev = self.n_prev[nd]
             self.n_next[nd] = self.free_head
             self.free_head = nd
@@ -391,6 +483,8 @@ class Kernel:
                     return i
                 self.skipped += 1
             else:
+                if self.budget_on:
+                    self.credit = min(self.credit + self.budget, self.depth)
                 self.last_tag[p] = tags[i]
                 if self.pend_node[p] != NO_NODE and self.pend_point[p] < tags[i]:
                     self._flush_partition(p)
@@ -422,14 +516,21 @@ class Kernel:
     def _step(self, x: cython.int, t: cython.double, p: cython.int,
               vals: cython.double[:, ::1], i: cython.Py_ssize_t,
               loc: cython.longlong) -> cython.void:
-        nc: cython.int = self._collect(x, t, p)
-        self.c_tag = t
+        nc: cython.int
         best: cython.int = NO_NODE
         best_err: cython.int = 0
         total: cython.int
         c: cython.int
         nd: cython.int
         sigma: cython.int
+        self.c_tag = t
+        self.c_part = p
+        nc = self._collect(x, t, p)
+        self.candidates += nc
+        if self.budget_on:
+            if nc > self.credit:
+                nc = self._shed(nc, p, t, loc)
+            self.credit -= nc
         for c in range(nc):
             sigma = self.c_state[c]
             nd = self._make_node(c, x, vals, i, loc)
@@ -437,6 +538,8 @@ class Kernel:
                 continue
             total = self.n_err[nd] + self.final_cost[sigma]  # letters inserted after σ
             if total <= self.k:
+                if self.track:
+                    self._mark_reached(nd, t)
                 if self.all_trajectories:
                     self._emit(nd, p, t, total)
                 elif best == NO_NODE or _better(total, self.n_start[nd],
@@ -490,12 +593,17 @@ class Kernel:
                        start: cython.double, prev: cython.int) -> cython.int:
         if nc == self.c_cap:
             self._grow_candidates(2 * self.c_cap)
+        gap: cython.double = 0.0
         self.c_state[nc] = sigma
         self.c_err[nc] = e
         self.c_start[nc] = start
         self.c_prev[nc] = prev
         if prev != NO_NODE:
             self.n_refc[prev] += 1  # held until the new node takes it over as its prev
+            gap = self.c_tag - self.n_tag[prev]
+        self.c_gap[nc] = gap
+        self.c_cell[nc] = self._cell(sigma, e, self.w - (self.c_tag - start), gap) \
+            if self.has_bins else -1
         return nc + 1
 
     @cython.cfunc
@@ -511,6 +619,10 @@ class Kernel:
         self.n_loc[nd] = loc
         self.n_tag[nd] = self.c_tag
         self.n_prev[nd] = prev
+        self.n_cell[nd] = self.c_cell[c]
+        self.n_reach[nd] = NAN
+        self.n_flag[nd] = 0
+        self.n_part[nd] = self.c_part
         if prev != NO_NODE:
             self.n_bound[nd] = self.n_bound[prev]
             for j in range(self.n_slots):
@@ -521,6 +633,7 @@ class Kernel:
             self.n_vals[nd, self.bind_slot[j]] = vals[i, self.bind_col[j]]
         self.n_bound[nd] |= self.var_bit[x]
         if not self._predicates_hold(nd, x):
+            self.n_flag[nd] = FLAG_REJECTED
             self.n_refc[nd] = 1
             self._release(nd)
             return NO_NODE
@@ -545,11 +658,13 @@ class Kernel:
                     self.expired += 1
                 elif self._same_values(m, nd) and self.n_err[m] <= self.n_err[nd] \
                         and self.n_start[m] >= self.n_start[nd]:
+                    self.n_flag[nd] |= FLAG_MERGED
                     self.merged += 1
                     self.ev_merged += 1
                     return
                 elif self._same_values(m, nd) and self.n_err[nd] <= self.n_err[m] \
                         and self.n_start[nd] >= self.n_start[m]:
+                    self.n_flag[m] |= FLAG_MERGED
                     self._unlink(head, before, m)
                     self.merged += 1
                     self.ev_merged += 1
@@ -631,6 +746,246 @@ class Kernel:
         self.o_traj = _grown(self.o_traj, tcap)
         self.o_ttag = _grown(self.o_ttag, tcap)
 
+    # ------------------------------------------------------------------ shedding (SHEDDING.md)
+
+    def set_bins(self, rem_edges, gap_edges):
+        """Compute a cell per candidate (SHEDDING.md 2)."""
+        self.rem_edges = np.ascontiguousarray(rem_edges, dtype=np.float64)
+        self.gap_edges = np.ascontiguousarray(gap_edges, dtype=np.float64)
+        self.n_rem, self.n_gap = len(self.rem_edges) + 1, len(self.gap_edges) + 1
+        self.has_bins = True
+
+    def set_budget(self, ops_per_event, depth):
+        """A token bucket of candidate operations (SHEDDING.md 1); it starts full."""
+        self.budget_on = True
+        self.budget, self.depth, self.credit = ops_per_event, depth, depth
+
+    def set_table_policy(self, score, proxy_class, explore, rate, seed):
+        self.policy_kind = POLICY_TABLE
+        self.sh_score, self.sh_class = score, proxy_class
+        self.explore, self.rate = explore, rate
+        self.rng = (seed & 0xFFFFFFFF) or 2463534242
+        self.track = self.track or rate > 0.0
+
+    def set_keep_first(self):
+        self.policy_kind = POLICY_KEEP_FIRST
+
+    def set_callback(self, fn):
+        self.policy_kind, self.callback = POLICY_CALLBACK, fn
+
+    def set_trace(self, on):
+        self.log_on = bool(on)
+        self.track = self.track or self.log_on
+
+    def shedding_stats(self) -> dict:
+        return {"candidates": self.candidates, "shed": self.shed, "decisions": self.decisions,
+                "decide_ns": self.decide_ns, "credit": self.credit}
+
+    @cython.cfunc
+    @cython.exceptval(check=False)
+    def _cell(self, sigma: cython.int, e: cython.int, rem: cython.double,
+              gap: cython.double) -> cython.int:
+        r: cython.int = 0
+        g: cython.int = 0
+        while r < self.n_rem - 1 and self.rem_edges[r] <= rem:
+            r += 1
+        while g < self.n_gap - 1 and self.gap_edges[g] <= gap:
+            g += 1
+        return ((sigma * (self.k + 1) + e) * self.n_rem + r) * self.n_gap + g
+
+    @cython.cfunc
+    def _shed(self, nc: cython.int, p: cython.int, t: cython.double,
+              loc: cython.longlong) -> cython.int:
+        """Keep ``floor(credit)`` of the ``nc`` candidates as the policy says; return that."""
+        m: cython.int = int(self.credit) if self.credit > 0.0 else 0
+        c: cython.int
+        t0: cython.longlong = _now_ns()
+        if self.policy_kind == POLICY_TABLE:
+            self._select_by_score(nc, m)
+        elif self.policy_kind == POLICY_CALLBACK:
+            m = self._select_by_callback(nc, m, p, t, loc)
+        else:
+            for c in range(m):
+                self.c_order[c] = c
+        self._keep_selected(nc, m)
+        self.shed += nc - m
+        self.decisions += 1
+        self.decide_ns += _now_ns() - t0
+        return m
+
+    @cython.cfunc
+    def _select_by_score(self, nc: cython.int, m: cython.int) -> cython.void:
+        """``c_order[:m]``: the best candidates, at most one per proxy class first."""
+        c: cython.int
+        j: cython.int
+        n_kept: cython.int = 0
+        n_seen: cython.int = 0
+        cls: cython.longlong
+        has_table: cython.bint = self.sh_score.shape[0] > 0
+        has_class: cython.bint = self.sh_class.shape[0] > 0
+        for c in range(nc):
+            self.c_prio[c] = self.sh_score[self.c_cell[c]] if has_table else 0.0
+            if self.explore > 0.0 and self._rand() < self.explore:
+                self.c_prio[c] = self._rand()
+            self.c_order[c] = c
+            self.c_flag[c] = 0
+        _heapsort(self, nc)
+        if not has_class:
+            return
+        for j in range(nc):  # first pass: one per class, in order of priority
+            if n_kept == m:
+                break
+            c = self.c_order[j]
+            cls = self.sh_class[self.c_cell[c]]
+            if cls >= 0 and _seen(self.c_seen, n_seen, cls):
+                continue
+            if cls >= 0:
+                self.c_seen[n_seen] = cls
+                n_seen += 1
+            self.c_flag[c] = 1
+            self.c_pick[n_kept] = c
+            n_kept += 1
+        for j in range(nc):  # second pass: fill with the proxied ones
+            if n_kept == m:
+                break
+            c = self.c_order[j]
+            if self.c_flag[c] == 0:
+                self.c_pick[n_kept] = c
+                n_kept += 1
+        for j in range(m):
+            self.c_order[j] = self.c_pick[j]
+
+    def _select_by_callback(self, nc, m, p, t, loc):
+        keep = self.callback(
+            np.asarray(self.c_state)[:nc], np.asarray(self.c_err)[:nc],
+            np.asarray(self.c_start)[:nc], np.asarray(self.c_gap)[:nc],
+            np.asarray(self.c_cell)[:nc], np.asarray(self.c_prev)[:nc], p, t, loc, m)
+        np.asarray(self.c_order)[: len(keep)] = keep
+        return len(keep)
+
+    @cython.cfunc
+    def _keep_selected(self, nc: cython.int, m: cython.int) -> cython.void:
+        """Move the candidates ``c_order[:m]`` to the front; release the others' prevs."""
+        c: cython.int
+        j: cython.int
+        for c in range(nc):
+            self.c_flag[c] = 0
+        for j in range(m):
+            c = self.c_order[j]
+            self.c_flag[c] = 1
+            self.s_state[j] = self.c_state[c]
+            self.s_err[j] = self.c_err[c]
+            self.s_start[j] = self.c_start[c]
+            self.s_prev[j] = self.c_prev[c]
+            self.s_cell[j] = self.c_cell[c]
+            self.s_gap[j] = self.c_gap[c]
+        for c in range(nc):
+            if self.c_flag[c] == 0 and self.c_prev[c] != NO_NODE:
+                self._release(self.c_prev[c])
+        self.c_state, self.s_state = self.s_state, self.c_state
+        self.c_err, self.s_err = self.s_err, self.c_err
+        self.c_start, self.s_start = self.s_start, self.c_start
+        self.c_prev, self.s_prev = self.s_prev, self.c_prev
+        self.c_cell, self.s_cell = self.s_cell, self.c_cell
+        self.c_gap, self.s_gap = self.s_gap, self.c_gap
+
+    @cython.cfunc
+    @cython.exceptval(check=False)
+    def _rand(self) -> cython.double:
+        """xorshift32: the kernel's own seeded generator (runs repeat exactly)."""
+        x: cython.ulonglong = self.rng
+        x ^= (x << 13) & 0xFFFFFFFF
+        x ^= x >> 17
+        x ^= (x << 5) & 0xFFFFFFFF
+        self.rng = x
+        return x / 4294967296.0
+
+    # ------------------------------------------------------------------ outcomes and node log
+
+    @cython.cfunc
+    @cython.exceptval(check=False)
+    def _mark_reached(self, nd: cython.int, point: cython.double) -> cython.void:
+        """Mark the trajectory up to its first marked node: all of it reaches ``point``."""
+        while nd != NO_NODE and self.n_reach[nd] != self.n_reach[nd]:
+            self.n_reach[nd] = point
+            nd = self.n_prev[nd]
+
+    @cython.cfunc
+    def _retire(self, nd: cython.int) -> cython.void:
+        """A node is freed: its outcome is settled; learn from it and log it."""
+        flag: cython.int = self.n_flag[nd]
+        reached: cython.bint = self.n_reach[nd] == self.n_reach[nd]
+        cell: cython.int = self.n_cell[nd]
+        if flag & (FLAG_REJECTED | FLAG_LOGGED):
+            return
+        if self.rate > 0.0 and cell >= 0 and (reached or (flag & FLAG_MERGED) == 0):
+            self.sh_score[cell] += self.rate * ((1.0 if reached else 0.0) - self.sh_score[cell])
+        if self.log_on:
+            self._log(nd)
+
+    @cython.cfunc
+    def _log(self, nd: cython.int) -> cython.void:
+        i: cython.longlong = self.lg_n
+        prev: cython.int = self.n_prev[nd]
+        if i == self.lg_part.shape[0]:
+            self._grow_log(2 * i + 1024)
+        self.lg_part[i] = self.n_part[nd]
+        self.lg_pos[i] = self.n_loc[nd]
+        self.lg_tag[i] = self.n_tag[nd]
+        self.lg_state[i] = self.n_state[nd]
+        self.lg_err[i] = self.n_err[nd]
+        self.lg_start[i] = self.n_start[nd]
+        self.lg_cell[i] = self.n_cell[nd]
+        self.lg_pcell[i] = self.n_cell[prev] if prev != NO_NODE else -1
+        self.lg_reach[i] = self.n_reach[nd]
+        self.lg_merged[i] = 1 if self.n_flag[nd] & FLAG_MERGED else 0
+        self.n_flag[nd] |= FLAG_LOGGED
+        self.lg_n = i + 1
+
+    def _reset_log(self, cap):
+        self.lg_n = 0
+        self.lg_part = np.zeros(cap, dtype=np.int32)
+        self.lg_pos = np.zeros(cap, dtype=np.int64)
+        self.lg_tag = np.zeros(cap, dtype=np.float64)
+        self.lg_state = np.zeros(cap, dtype=np.int32)
+        self.lg_err = np.zeros(cap, dtype=np.int32)
+        self.lg_start = np.zeros(cap, dtype=np.float64)
+        self.lg_cell = np.zeros(cap, dtype=np.int32)
+        self.lg_pcell = np.zeros(cap, dtype=np.int32)
+        self.lg_reach = np.zeros(cap, dtype=np.float64)
+        self.lg_merged = np.zeros(cap, dtype=np.int32)
+
+    def _grow_log(self, cap):
+        self.lg_part, self.lg_pos = _grown(self.lg_part, cap), _grown(self.lg_pos, cap)
+        self.lg_tag, self.lg_state = _grown(self.lg_tag, cap), _grown(self.lg_state, cap)
+        self.lg_err, self.lg_start = _grown(self.lg_err, cap), _grown(self.lg_start, cap)
+        self.lg_cell, self.lg_pcell = _grown(self.lg_cell, cap), _grown(self.lg_pcell, cap)
+        self.lg_reach, self.lg_merged = _grown(self.lg_reach, cap), _grown(self.lg_merged, cap)
+
+    def take_node_log(self) -> dict:
+        """The nodes retired so far (SHEDDING.md 4), and clear the log."""
+        n = self.lg_n
+        columns = [np.asarray(self.lg_part), np.asarray(self.lg_pos), np.asarray(self.lg_tag),
+                   np.asarray(self.lg_state), np.asarray(self.lg_err),
+                   np.asarray(self.lg_start), np.asarray(self.lg_cell),
+                   np.asarray(self.lg_pcell), np.asarray(self.lg_reach),
+                   np.asarray(self.lg_merged)]
+        out = {key: col[:n].copy() for key, col in zip(_LOG_KEYS, columns)}
+        out["merged"] = out["merged"].astype(np.uint8)
+        self._reset_log(0)
+        return out
+
+    def log_remaining(self):
+        """Log every node still allocated (end of stream: their outcomes are final)."""
+        free = np.zeros(self.capacity, dtype=bool)
+        nd = self.free_head
+        while nd != NO_NODE:
+            free[nd] = True
+            nd = self.n_next[nd]
+        for nd in np.flatnonzero(~free):
+            if self.n_flag[nd] & (FLAG_REJECTED | FLAG_LOGGED) == 0:
+                self._log(nd)
+
     # ------------------------------------------------------------------ introspection
 
     def stats(self) -> dict:
@@ -652,6 +1007,70 @@ class Kernel:
         ids = np.array(ids, dtype=np.int64)
         return {"state": np.asarray(self.n_state)[ids], "err": np.asarray(self.n_err)[ids],
                 "start": np.asarray(self.n_start)[ids], "loc": np.asarray(self.n_loc)[ids]}
+
+
+_LOG_KEYS = ("partition", "position", "tag", "state", "err", "start", "cell", "prev_cell",
+             "reach", "merged")
+
+
+def _now_ns() -> cython.longlong:
+    return time.perf_counter_ns()
+
+
+@cython.cfunc
+@cython.exceptval(check=False)
+def _seen(seen: cython.longlong[::1], n: cython.int, cls: cython.longlong) -> cython.bint:
+    i: cython.int
+    for i in range(n):
+        if seen[i] == cls:
+            return True
+    return False
+
+
+@cython.cfunc
+@cython.exceptval(check=False)
+def _before(kr: Kernel, a: cython.int, b: cython.int) -> cython.bint:
+    """Selection order: higher priority, then later start, fewer errors, earlier candidate."""
+    if kr.c_prio[a] != kr.c_prio[b]:
+        return kr.c_prio[a] > kr.c_prio[b]
+    if kr.c_start[a] != kr.c_start[b]:
+        return kr.c_start[a] > kr.c_start[b]
+    if kr.c_err[a] != kr.c_err[b]:
+        return kr.c_err[a] < kr.c_err[b]
+    return a < b
+
+
+@cython.cfunc
+@cython.exceptval(check=False)
+def _sift(kr: Kernel, root: cython.int, end: cython.int) -> cython.void:
+    child: cython.int
+    tmp: cython.int
+    while 2 * root + 1 < end:
+        child = 2 * root + 1
+        if child + 1 < end and _before(kr, kr.c_order[child], kr.c_order[child + 1]):
+            child += 1  # a max-heap of the *last* in selection order
+        if _before(kr, kr.c_order[root], kr.c_order[child]):
+            tmp = kr.c_order[root]
+            kr.c_order[root] = kr.c_order[child]
+            kr.c_order[child] = tmp
+            root = child
+        else:
+            return
+
+
+@cython.cfunc
+@cython.exceptval(check=False)
+def _heapsort(kr: Kernel, n: cython.int) -> cython.void:
+    """Sort ``c_order[:n]`` into selection order (in place, no allocation)."""
+    i: cython.int
+    tmp: cython.int
+    for i in range(n // 2 - 1, -1, -1):
+        _sift(kr, i, n)
+    for i in range(n - 1, 0, -1):
+        tmp = kr.c_order[0]
+        kr.c_order[0] = kr.c_order[i]
+        kr.c_order[i] = tmp
+        _sift(kr, 0, i)
 
 
 @cython.cfunc

@@ -22,6 +22,7 @@ from .automaton import Automaton, build_automaton
 from .events import Event, EventBatch, EventError
 from .pattern import Node, Where, parse_regex, parse_where, symbols
 from .predicates import CompiledPredicates, compile_predicates
+from .shedding import Budget, OldestFirstPolicy, VectorBins
 
 __all__ = ["Pattern", "Matcher", "Match", "MatchBatch", "Bundle", "bundles", "bundles_table",
            "best_per_point", "match"]
@@ -183,6 +184,12 @@ class Matcher:
     ``capacity`` is the initial number of match-node slots; the arrays grow when needed.
     ``on_bad_event``: "error" raises :class:`EventError` naming the event (matches found
     before it are in ``error.matches``); "skip" drops and counts it.
+
+    Overload (``docs/SHEDDING.md``): ``budget`` (:class:`acep.shedding.Budget`) caps the
+    candidate match nodes per event; when an event's candidates exceed it, ``policy`` (an
+    :mod:`acep.shedding` policy; oldest-first by default) picks the ones to keep. ``bins``
+    (:class:`acep.shedding.VectorBins`) gives each node a match-vector cell, which score
+    tables index. ``trace=True`` logs every node with its outcome (:meth:`take_node_log`).
     """
 
     pattern: Pattern | str
@@ -195,6 +202,10 @@ class Matcher:
     on_bad_event: str = "error"
     backend: str | None = None
     capacity: int = 1024
+    budget: Budget | None = None
+    policy: object | None = None
+    bins: VectorBins | None = None
+    trace: bool = False
     _kernel: object = field(init=False, repr=False)
     _partition_ids: dict = field(init=False, repr=False, default_factory=dict)
     _partition_keys: list = field(init=False, repr=False, default_factory=list)
@@ -219,6 +230,42 @@ class Matcher:
         self._kernel = self._kernel_module.Kernel(
             self.pattern.kernel_tables(self.k), int(self.k), float(self.window),
             bool(self.merge), bool(self.all_trajectories), max(int(self.capacity), 16))
+        self._configure_shedding()
+
+    def _configure_shedding(self) -> None:
+        """Bins, budget, policy and tracing (docs/SHEDDING.md)."""
+        if self.bins is not None:
+            self._kernel.set_bins(np.asarray(self.bins.rem_edges), np.asarray(self.bins.gap_edges))
+        if self.budget is not None:
+            if not isinstance(self.budget, Budget):
+                raise TypeError(f"budget must be an acep.shedding.Budget, got {self.budget!r}")
+            self._kernel.set_budget(float(self.budget.ops_per_event), float(self.budget.depth))
+        if self.policy is None and self.budget is not None:
+            self.policy = OldestFirstPolicy()
+        if self.policy is not None:
+            if not hasattr(self.policy, "attach"):
+                raise TypeError(f"policy {self.policy!r} is not a shedding policy "
+                                "(see acep.shedding)")
+            self.policy.attach(self._kernel, self.n_cells)
+        if self.trace:
+            self._kernel.set_trace(True)
+
+    @property
+    def n_cells(self) -> int | None:
+        """The number of match-vector cells (None without ``bins``)."""
+        if self.bins is None:
+            return None
+        return self.bins.n_cells(self.pattern.automaton.n_states, int(self.k))
+
+    def take_node_log(self) -> dict[str, np.ndarray]:
+        """The match nodes retired so far, with their outcomes (``trace=True``; SHEDDING.md 4)."""
+        if not self.trace:
+            raise ValueError("the node log needs Matcher(..., trace=True)")
+        return self._kernel.take_node_log()
+
+    def partition_keys(self) -> list:
+        """Partition keys by kernel partition id (the ``partition`` of node logs)."""
+        return list(self._partition_keys)
 
     # ------------------------------------------------------------------ feeding
 
@@ -246,8 +293,13 @@ class Matcher:
         return self._take()
 
     def flush(self) -> MatchBatch:
-        """End of stream: emit the pending best match of every partition."""
+        """End of stream: emit the pending best match of every partition.
+
+        With ``trace=True`` the nodes still alive are logged too (their outcomes are final).
+        """
         self._kernel.flush()
+        if self.trace:
+            self._kernel.log_remaining()
         return self._take()
 
     def match(self, events: EventBatch | Iterable[Event | dict]) -> MatchBatch:
@@ -260,6 +312,7 @@ class Matcher:
     def stats(self) -> dict:
         """Counters: match nodes created, merged, expired; live and peak live nodes; skips."""
         s = dict(self._kernel.stats())
+        s.update(self._kernel.shedding_stats())
         s["partitions"] = len(self._partition_keys)
         s["events"] = self._position
         s["bytes_per_node"] = self.bytes_per_node

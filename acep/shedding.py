@@ -1,0 +1,246 @@
+"""Capacity and shedding: the budget, match vectors, and the policy interface the engine calls.
+
+The contract is ``docs/SHEDDING.md``. In short: an *operation* is a candidate match node
+(one node Algorithm 1 would create for the current event). A :class:`Budget` is a token
+bucket of operations per input event; when an event's candidates exceed the credit, the
+engine asks its policy which to keep and *sheds* the others. The engine itself never
+imports ``history``: a policy is either
+
+* a :class:`ScorePolicy`, a table of scores over *cells* (discretised match vectors,
+  :class:`VectorBins`) that the compiled kernel reads in O(1) per candidate, with optional
+  proxy classes, exploration and the online (reinforcement) update of the scores; or
+* a :class:`CallbackPolicy`, Python code called with numpy views of the candidates
+  (:class:`Candidates`) on each event that needs shedding: for baselines and offline
+  policies where a Python call per shedding event is acceptable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Budget", "VectorBins", "Candidates", "ScorePolicy", "CallbackPolicy",
+           "RandomPolicy", "OldestFirstPolicy", "KeepFirstPolicy"]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """``ops_per_event`` candidate operations per input event, banked up to ``burst`` events.
+
+    The credit starts full. Every valid event adds ``ops_per_event``; kept candidates spend
+    one each; the credit never exceeds ``ops_per_event * burst``.
+    """
+
+    ops_per_event: float
+    burst: float = 64.0
+
+    def __post_init__(self):
+        if not np.isfinite(self.ops_per_event) or self.ops_per_event < 0:
+            raise ValueError(f"budget ops_per_event must be a finite number >= 0, "
+                             f"got {self.ops_per_event!r}")
+        if not np.isfinite(self.burst) or self.burst < 1:
+            raise ValueError(f"budget burst must be a finite number >= 1, got {self.burst!r}")
+
+    @property
+    def depth(self) -> float:
+        return self.ops_per_event * self.burst
+
+
+@dataclass(frozen=True)
+class VectorBins:
+    """Bin edges of the two times of a match vector ([L16] Definition 4).
+
+    ``rem_edges`` discretise the remaining window ``w - (t - start)``, ``gap_edges`` the time
+    since the previous matched event; ``bin = searchsorted(edges, x, side="right")``.
+    """
+
+    rem_edges: tuple[float, ...]
+    gap_edges: tuple[float, ...]
+
+    def __post_init__(self):
+        for name in ("rem_edges", "gap_edges"):
+            edges = np.asarray(getattr(self, name), dtype=np.float64)
+            if edges.ndim != 1 or not np.all(np.isfinite(edges)) or np.any(np.diff(edges) <= 0):
+                raise ValueError(f"{name} must be finite and strictly increasing")
+            object.__setattr__(self, name, tuple(float(e) for e in edges))
+
+    @classmethod
+    def from_quantiles(cls, rem_values, gap_values, n_bins: int = 8) -> VectorBins:
+        """Edges at the quantiles of observed values (duplicates removed)."""
+        qs = np.linspace(0, 1, n_bins + 1)[1:-1]
+
+        def edges(values):
+            values = np.asarray(values, dtype=np.float64)
+            values = values[np.isfinite(values)]
+            return tuple(np.unique(np.quantile(values, qs))) if len(values) else ()
+        return cls(edges(rem_values), edges(gap_values))
+
+    @property
+    def n_rem(self) -> int:
+        return len(self.rem_edges) + 1
+
+    @property
+    def n_gap(self) -> int:
+        return len(self.gap_edges) + 1
+
+    def n_cells(self, n_states: int, k: int) -> int:
+        return n_states * (k + 1) * self.n_rem * self.n_gap
+
+    def cells(self, state, err, rem, gap, k: int) -> np.ndarray:
+        """The cell of each vector, exactly as the kernel computes it."""
+        r = np.searchsorted(np.asarray(self.rem_edges), rem, side="right")
+        g = np.searchsorted(np.asarray(self.gap_edges), gap, side="right")
+        state, err = np.asarray(state, dtype=np.int64), np.asarray(err, dtype=np.int64)
+        return (((state * (k + 1) + err) * self.n_rem + r) * self.n_gap + g).astype(np.int64)
+
+    def decode(self, cells, k: int) -> dict[str, np.ndarray]:
+        """The inverse of :meth:`cells`: state, err, rem bin and gap bin of each cell."""
+        cells = np.asarray(cells, dtype=np.int64)
+        rest, gap_bin = np.divmod(cells, self.n_gap)
+        rest, rem_bin = np.divmod(rest, self.n_rem)
+        state, err = np.divmod(rest, k + 1)
+        return {"state": state, "err": err, "rem_bin": rem_bin, "gap_bin": gap_bin}
+
+
+@dataclass
+class Candidates:
+    """The candidates of one event that exceed the credit (numpy views, valid during the call).
+
+    ``state``, ``err``, ``start``, ``gap`` (time since the previous matched event, 0 from the
+    seed), ``cell`` (-1 without bins) and ``prev`` (the node advanced, -1 for the seed) have
+    one entry per candidate. The policy returns the indices of at most ``budget`` of them.
+    """
+
+    state: np.ndarray
+    err: np.ndarray
+    start: np.ndarray
+    gap: np.ndarray
+    cell: np.ndarray
+    prev: np.ndarray
+    partition: int
+    tag: float
+    position: int
+    budget: int
+
+    def __len__(self) -> int:
+        return len(self.state)
+
+
+class ScorePolicy:
+    """Keep the candidates of highest ``score[cell]``: the kernel's O(1)-per-node fast path.
+
+    ``score`` (float64, one per cell) may be None: every candidate then scores 0 and the
+    tie-breaks decide (later start, then fewer errors, then candidate order), i.e. the
+    oldest windows are dropped first. ``proxy_class`` (int64 per cell, -1 = none): at most one
+    candidate per class is kept before the others fill the remaining budget ([L16] 3.2, the
+    proxy match). ``explore``: the probability that a candidate's score is replaced by a
+    uniform draw in [0, 1). ``learning_rate``: the online update of ``score`` (in place, the
+    array passed in), ``docs/SHEDDING.md`` section 5.
+    """
+
+    name = "score"
+
+    def __init__(self, score=None, proxy_class=None, explore: float = 0.0,
+                 learning_rate: float = 0.0, seed: int = 0):
+        if not 0.0 <= explore <= 1.0:
+            raise ValueError(f"explore must be in [0, 1], got {explore!r}")
+        if not 0.0 <= learning_rate <= 1.0:
+            raise ValueError(f"learning_rate must be in [0, 1], got {learning_rate!r}")
+        if learning_rate > 0 and score is None:
+            raise ValueError("learning needs a score table to update")
+        self.score = None if score is None else _float_table(score, "score")
+        self.proxy_class = None if proxy_class is None else \
+            np.ascontiguousarray(proxy_class, dtype=np.int64)
+        if self.proxy_class is not None and self.score is not None \
+                and len(self.proxy_class) != len(self.score):
+            raise ValueError("proxy_class and score must have one entry per cell")
+        self.explore, self.learning_rate, self.seed = float(explore), float(learning_rate), seed
+
+    @property
+    def n_cells(self) -> int | None:
+        table = self.score if self.score is not None else self.proxy_class
+        return None if table is None else len(table)
+
+    def attach(self, kernel, n_cells: int | None) -> None:
+        """Install the policy in a kernel (called by :class:`acep.Matcher`)."""
+        if self.n_cells is not None and self.n_cells != n_cells:
+            have = "no bins" if n_cells is None else f"{n_cells} cells"
+            raise ValueError(f"{type(self).__name__} has {self.n_cells} cells but the matcher "
+                             f"has {have} (pass bins= the policy was built with)")
+        empty_f, empty_i = np.zeros(0, np.float64), np.zeros(0, np.int64)
+        kernel.set_table_policy(
+            empty_f if self.score is None else self.score,
+            empty_i if self.proxy_class is None else self.proxy_class,
+            self.explore, self.learning_rate, int(self.seed) & 0xFFFFFFFFFFFFFFFF)
+
+
+class RandomPolicy(ScorePolicy):
+    """Random drop: every candidate equally likely to be kept (seeded, deterministic)."""
+
+    name = "random"
+
+    def __init__(self, seed: int = 0):
+        super().__init__(explore=1.0, seed=seed)
+
+
+class OldestFirstPolicy(ScorePolicy):
+    """Drop the candidates with the oldest window start first (keep the latest starts)."""
+
+    name = "oldest-first"
+
+    def __init__(self):
+        super().__init__()
+
+
+class KeepFirstPolicy:
+    """Keep the first candidates in the engine's own order (no decision at all)."""
+
+    name = "keep-first"
+
+    def attach(self, kernel, n_cells: int | None) -> None:
+        kernel.set_keep_first()
+
+
+class CallbackPolicy:
+    """Base class of policies written in Python: implement :meth:`select`."""
+
+    name = "callback"
+
+    def select(self, candidates: Candidates) -> np.ndarray:
+        raise NotImplementedError
+
+    def attach(self, kernel, n_cells: int | None) -> None:
+        kernel.set_callback(self._call)
+
+    def _call(self, state, err, start, gap, cell, prev, partition, tag, position, budget):
+        cands = Candidates(np.asarray(state), np.asarray(err), np.asarray(start),
+                           np.asarray(gap), np.asarray(cell), np.asarray(prev),
+                           int(partition), float(tag), int(position), int(budget))
+        keep = np.asarray(self.select(cands))
+        if keep.dtype == np.bool_:
+            keep = np.flatnonzero(keep)
+        return self._checked(keep, len(cands), budget)
+
+    def _checked(self, keep: np.ndarray, n: int, budget: int) -> np.ndarray:
+        who = type(self).__name__
+        if keep.ndim != 1 or (len(keep) and not np.issubdtype(keep.dtype, np.integer)):
+            raise ValueError(f"{who}.select must return indices or a boolean mask, "
+                             f"got {keep.dtype} of shape {keep.shape}")
+        if len(keep) > budget:
+            raise ValueError(f"{who}.select kept {len(keep)} candidates, budget is {budget}")
+        if len(keep) and (keep.min() < 0 or keep.max() >= n):
+            raise ValueError(f"{who}.select returned an index outside 0..{n - 1}")
+        if len(np.unique(keep)) != len(keep):
+            raise ValueError(f"{who}.select returned an index twice")
+        return np.ascontiguousarray(keep, dtype=np.int32)
+
+
+def _float_table(values, name: str) -> np.ndarray:
+    table = np.asarray(values)
+    if table.ndim != 1 or not np.issubdtype(table.dtype, np.floating):
+        raise ValueError(f"{name} must be a 1-d float array")
+    if not np.all(np.isfinite(table)):
+        raise ValueError(f"{name} must be finite")
+    return table if table.dtype == np.float64 and table.flags.c_contiguous \
+        else np.ascontiguousarray(table, dtype=np.float64)
