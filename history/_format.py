@@ -1,0 +1,92 @@
+"""Versioned msgpack documents with numpy arrays as raw bytes, decoded with limits.
+
+Arrays are ``{"dtype": "<i4", "shape": [n], "data": <bytes>}``. Only the dtypes listed in
+``DTYPES`` are accepted, so a file can never ask for object arrays; nothing is pickled.
+Every problem raises the caller's error class with the name of the bad field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import msgpack
+import numpy as np
+
+DTYPES = frozenset({"|u1", "<i4", "<i8", "<u4", "<f4", "<f8"})
+
+
+class FormatError(ValueError):
+    """A history or sketch document that cannot be accepted; the message names the field."""
+
+
+def pack_array(a: np.ndarray) -> dict:
+    a = np.ascontiguousarray(a)
+    dtype = a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype
+    a = a.astype(dtype, copy=False)
+    if a.dtype.str not in DTYPES:
+        raise TypeError(f"cannot store arrays of dtype {a.dtype}")
+    return {"dtype": a.dtype.str, "shape": list(a.shape), "data": a.tobytes()}
+
+
+def unpack_array(doc: Mapping, name: str, error: type[FormatError], *, dtype: str | None = None,
+                 ndim: int | None = None) -> np.ndarray:
+    """Decode field ``name`` of ``doc`` as an array, checking dtype, shape and length."""
+    value = doc.get(name)
+    if not isinstance(value, Mapping) or set(value) != {"dtype", "shape", "data"}:
+        raise error(f"field {name!r}: not an array (dtype, shape, data)")
+    kind, shape, data = value["dtype"], value["shape"], value["data"]
+    if kind not in DTYPES or (dtype is not None and kind != dtype):
+        raise error(f"field {name!r}: dtype {kind!r} where {dtype or sorted(DTYPES)} is expected")
+    if (not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape)
+            or (ndim is not None and len(shape) != ndim)):
+        raise error(f"field {name!r}: bad shape {shape!r}")
+    if not isinstance(data, bytes):
+        raise error(f"field {name!r}: data is not bytes")
+    item = np.dtype(kind).itemsize
+    expected = item * int(np.prod(shape, dtype=np.int64)) if shape else item
+    if len(data) != expected:
+        raise error(f"field {name!r}: {len(data)} bytes of data for shape {shape} "
+                    f"(expected {expected})")
+    return np.frombuffer(data, dtype=kind).reshape(shape).copy()
+
+
+def dumps(doc: dict) -> bytes:
+    return msgpack.packb(doc, use_bin_type=True)
+
+
+def loads(data: bytes, error: type[FormatError], what: str, max_bytes: int) -> dict:
+    """Unpack one msgpack map, refusing oversized input before reading it."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise error(f"{what}: expected bytes, got {type(data).__name__}")
+    if len(data) > max_bytes:
+        raise error(f"{what} is {len(data)} bytes, above the limit of {max_bytes} bytes")
+    try:
+        doc = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True, use_list=True,
+                              max_bin_len=max_bytes, max_str_len=1 << 16,
+                              max_array_len=1 << 24, max_map_len=1 << 10, max_ext_len=0)
+    except Exception as exc:  # msgpack raises several unrelated types for malformed input
+        raise error(f"{what} is not valid msgpack ({type(exc).__name__}: {exc})") from None
+    if not isinstance(doc, dict):
+        raise error(f"{what}: top level is {type(doc).__name__}, not a map")
+    return doc
+
+
+def check_header(doc: Mapping, fmt: str, version: int, error: type[FormatError]) -> None:
+    if doc.get("format") != fmt:
+        raise error(f"field 'format': {doc.get('format')!r}, expected {fmt!r}")
+    if doc.get("version") != version:
+        raise error(f"field 'version': unsupported version {doc.get('version')!r} "
+                    f"(this reader knows version {version})")
+
+
+def field(doc: Mapping, name: str, kinds: type | tuple, error: type[FormatError]):
+    """A scalar field of one of ``kinds`` (bool is never accepted as a number)."""
+    value = doc.get(name)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise error(f"field {name!r}: {value!r} is not {_kind_names(kinds)}")
+    return value
+
+
+def _kind_names(kinds) -> str:
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    return " or ".join(k.__name__ for k in kinds)

@@ -1,0 +1,266 @@
+"""HistoryGraph ([L16] Definition 4) from hand-made node logs: counts, edges, bundles, maps."""
+
+import math
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from history.graph import (
+    HistoryFormatError,
+    HistoryGraph,
+    cell_of,
+    compute_bundles,
+    decode_cells,
+)
+
+NAN = float("nan")
+BINS = ([5.0], [2.0])  # R = G = 2
+K, N_STATES, W = 1, 3, 10.0  # n_cells = 3 * 2 * 2 * 2 = 24
+
+
+def _log(rows):
+    part, cell, prev, reach, merged = zip(*rows) if rows else ([],) * 5
+    return {"partition": np.array(part, np.int32), "cell": np.array(cell, np.int32),
+            "prev_cell": np.array(prev, np.int32), "reach": np.array(reach, np.float64),
+            "merged": np.array(merged, np.uint8)}
+
+
+HAND_LOG = _log([
+    (0, 5, -1, 3.0, 0),   # seed node, reached the bundle [3, 5] of partition 0
+    (0, 9, 5, 3.0, 0),
+    (0, 9, 5, NAN, 0),    # expired without a match: a visit, not a success
+    (0, 9, 5, NAN, 1),    # merged, reached nothing: censored, not a visit
+    (0, 9, 9, 20.0, 1),   # merged but reached a point: a visit and a success
+    (1, 5, -1, 4.0, 0),
+    (1, 23, 5, NAN, 0),
+])
+HAND_MATCHES = {"partition": np.array([0, 0, 0, 1, 0]), "point": np.array([3., 5., 20., 4., 5.])}
+
+
+def _hand_graph(**kw):
+    return HistoryGraph.from_node_log(HAND_LOG, HAND_MATCHES, W, K, BINS, "a b", N_STATES, **kw)
+
+
+def test_hand_log_counts_edges_bundles_and_maps():
+    g = _hand_graph()
+    assert g.n_cells == 24 and g.shape == (3, 2, 2, 2)
+    assert {c: int(v) for c, v in enumerate(g.visits) if v} == {5: 2, 9: 3, 23: 1}
+    assert {c: int(v) for c, v in enumerate(g.successes) if v} == {5: 2, 9: 2}
+    edges = {(int(s), int(d)): int(n) for s, d, n in zip(g.edge_src, g.edge_dst, g.edge_count)}
+    assert edges == {(5, 9): 2, (9, 9): 1, (5, 23): 1}
+    # bundles sorted by (partition, first); 5 repeated counts once
+    assert g.bundle_partition.tolist() == [0, 0, 1]
+    assert g.bundle_first.tolist() == [3.0, 20.0, 4.0]
+    assert g.bundle_last.tolist() == [5.0, 20.0, 4.0]
+    assert g.bundle_points.tolist() == [2, 1, 1]
+    reach = {(int(c), int(b)): int(n)
+             for c, b, n in zip(g.reach_cell, g.reach_bundle, g.reach_count)}
+    assert reach == {(5, 0): 1, (5, 2): 1, (9, 0): 1, (9, 1): 1}
+    assert g.match_map(5).tolist() == [0, 2] and g.match_map(23).tolist() == []
+    maps = g.match_maps([5, 9, 23])
+    assert maps.tolist() == [[0b10100000], [0b11000000], [0]]
+    assert np.unpackbits(maps, axis=1)[:, :3].tolist() == [[1, 0, 1], [1, 1, 0], [0, 0, 0]]
+    assert g.partition_keys == [0, 1]
+
+
+def test_match_batch_keys_are_mapped_through_partition_keys():
+    class Found:  # the two attributes of a MatchBatch that matter
+        partition = np.array(["ATL", "ATL", "ATL", "BOS"], dtype=object)
+        point = np.array([3.0, 5.0, 20.0, 4.0])
+
+    g = _hand_graph(partition_keys=["ATL", "BOS"])
+    h = HistoryGraph.from_node_log(HAND_LOG, Found(), W, K, BINS, "a b", N_STATES,
+                                   partition_keys=["ATL", "BOS"])
+    assert h.bundle_partition.tolist() == g.bundle_partition.tolist()
+    assert h.partition_keys == ["ATL", "BOS"]
+    with pytest.raises(ValueError, match="partition_keys"):
+        HistoryGraph.from_node_log(HAND_LOG, Found(), W, K, BINS, "a b", N_STATES)
+
+
+def test_a_reach_point_outside_every_bundle_is_refused():
+    log = _log([(0, 5, -1, 12.0, 0)])
+    with pytest.raises(ValueError, match="'reach'.*12"):
+        HistoryGraph.from_node_log(log, HAND_MATCHES, W, K, BINS, "a b", N_STATES)
+    log = _log([(1, 5, -1, 3.0, 0)])  # 3 is a point of partition 0, not of 1
+    with pytest.raises(ValueError, match="'reach'"):
+        HistoryGraph.from_node_log(log, HAND_MATCHES, W, K, BINS, "a b", N_STATES)
+
+
+def test_log_without_cells_or_with_cells_beyond_the_bins_is_refused():
+    with pytest.raises(ValueError, match="bins="):
+        HistoryGraph.from_node_log(_log([(0, -1, -1, NAN, 0)]), HAND_MATCHES, W, K, BINS,
+                                   "a b", N_STATES)
+    with pytest.raises(ValueError, match="outside"):
+        HistoryGraph.from_node_log(_log([(0, 24, -1, NAN, 0)]), HAND_MATCHES, W, K, BINS,
+                                   "a b", N_STATES)
+    with pytest.raises(ValueError, match="lacks"):
+        HistoryGraph.from_node_log({"cell": np.zeros(1)}, HAND_MATCHES, W, K, BINS, "a b", 3)
+
+
+def test_cells_decode_back_to_vectors():
+    state, err, rem, gap = np.meshgrid(np.arange(3), np.arange(2), np.arange(4), np.arange(5),
+                                       indexing="ij")
+    cells = cell_of(state, err, rem, gap, 1, 4, 5)
+    assert sorted(cells.ravel().tolist()) == list(range(3 * 2 * 4 * 5))
+    back = decode_cells(cells, 1, 4, 5)
+    for a, b in zip(back, (state, err, rem, gap)):
+        assert np.array_equal(a, b)
+
+
+def test_top_vectors_decode_cells():
+    g = _hand_graph()
+    top = g.top_vectors(2)
+    assert [t["cell"] for t in top] == [9, 5]
+    # cell 9 = ((state 1 * 2 + err 0) * 2 + rem 0) * 2 + gap 1
+    assert (top[0]["state"], top[0]["err"], top[0]["rem_bin"], top[0]["gap_bin"]) == (1, 0, 0, 1)
+    assert top[0]["rem"] == (0.0, 5.0) and top[0]["gap"] == (2.0, 10.0)
+    assert top[0]["rate"] == pytest.approx(2 / 3) and top[0]["bundles"] == 2
+    assert [t["cell"] for t in g.top_vectors(3, by="rate")] == [5, 9, 23]
+
+
+def test_bundles_follow_definition_3():
+    b = compute_bundles([0, 0, 0, 0, 1, 1], [1.0, 11.0, 21.5, 21.0, 0.0, 10.0], 10.0)
+    # within w (inclusive) chains: 1, 11, 21 | 21.5 joins 21; partition 1: 0, 10
+    assert b["first"].tolist() == [1.0, 0.0] and b["last"].tolist() == [21.5, 10.0]
+    assert b["points"].tolist() == [4, 2] and b["partition"].tolist() == [0, 1]
+    b = compute_bundles([0, 0], [1.0, 11.5], 10.0)
+    assert b["first"].tolist() == [1.0, 11.5]
+
+
+# ---------------------------------------------------------------------- against loops
+
+def _brute(log, part_pts, window, n_cells):
+    """The same graph with dicts and loops, from the definitions."""
+    pts = {}
+    for p, t in part_pts:
+        pts.setdefault(p, set()).add(t)
+    bundles = []
+    for p in sorted(pts):
+        run = []
+        for t in sorted(pts[p]):
+            if run and t - run[-1] > window:
+                bundles.append((p, run[0], run[-1], len(run)))
+                run = []
+            run.append(t)
+        bundles.append((p, run[0], run[-1], len(run)))
+    visits, succ, edges, reach = [0] * n_cells, [0] * n_cells, {}, {}
+    for p, c, pc, r, m in zip(*(log[f].tolist() for f in
+                                ("partition", "cell", "prev_cell", "reach", "merged"))):
+        if m and math.isnan(r):
+            continue
+        visits[c] += 1
+        if pc >= 0:
+            edges[(pc, c)] = edges.get((pc, c), 0) + 1
+        if not math.isnan(r):
+            succ[c] += 1
+            b = next(i for i, x in enumerate(bundles) if x[0] == p and x[1] <= r <= x[2])
+            reach[(c, b)] = reach.get((c, b), 0) + 1
+    return visits, succ, edges, bundles, reach
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_vectorised_graph_equals_loops_on_random_logs(data):
+    n_part = data.draw(st.integers(1, 3))
+    points = data.draw(st.lists(st.tuples(st.integers(0, n_part - 1),
+                                          st.integers(0, 60).map(float)), min_size=1, max_size=25))
+    window = float(data.draw(st.integers(0, 12)))
+    n_cells = 24
+    rows = data.draw(st.lists(st.tuples(
+        st.integers(0, n_cells - 1), st.integers(-1, n_cells - 1), st.booleans(),
+        st.one_of(st.none(), st.sampled_from(points)), st.booleans()), max_size=60))
+    log = _log([(pp[0] if pp else n_part - 1, c, pc, pp[1] if pp else NAN, int(m))
+                for c, pc, _, pp, m in rows])
+    matches = {"partition": np.array([p for p, _ in points]),
+               "point": np.array([t for _, t in points])}
+    g = HistoryGraph.from_node_log(log, matches, window, K, BINS, "a b", N_STATES)
+    visits, succ, edges, bundles, reach = _brute(log, points, window, n_cells)
+    assert g.visits.tolist() == visits and g.successes.tolist() == succ
+    assert {(int(s), int(d)): int(n)
+            for s, d, n in zip(g.edge_src, g.edge_dst, g.edge_count)} == edges
+    assert list(zip(g.bundle_partition.tolist(), g.bundle_first.tolist(),
+                    g.bundle_last.tolist(), g.bundle_points.tolist())) == bundles
+    assert {(int(c), int(b)): int(n)
+            for c, b, n in zip(g.reach_cell, g.reach_bundle, g.reach_count)} == reach
+    bits = np.unpackbits(g.match_maps(), axis=1)[:, :g.n_bundles]
+    assert {(int(c), int(b)) for c, b in zip(*np.nonzero(bits))} == set(reach)
+
+
+# ---------------------------------------------------------------------- merge
+
+def test_merge_adds_counts_renumbers_bundles_and_maps_partitions_by_key():
+    a = _hand_graph(partition_keys=["ATL", "BOS"])
+    log = _log([(0, 5, -1, 7.0, 0), (0, 9, 5, 7.0, 0)])
+    b = HistoryGraph.from_node_log(log, {"partition": np.array([0]), "point": np.array([7.0])},
+                                   W, K, BINS, "a b", N_STATES, partition_keys=["BOS"])
+    m = a.merge(b)
+    assert np.array_equal(m.visits, a.visits + b.visits)
+    assert np.array_equal(m.successes, a.successes + b.successes)
+    edges = {(int(s), int(d)): int(n) for s, d, n in zip(m.edge_src, m.edge_dst, m.edge_count)}
+    assert edges == {(5, 9): 3, (9, 9): 1, (5, 23): 1}
+    assert m.n_bundles == 4 and m.bundle_partition.tolist() == [0, 0, 1, 1]
+    assert m.partition_keys == ["ATL", "BOS"]
+    assert m.match_map(5).tolist() == [0, 2, 3] and m.match_map(9).tolist() == [0, 1, 3]
+    assert m._invalid() is None
+    other = HistoryGraph.from_node_log(log, {"partition": np.array([0]),
+                                             "point": np.array([7.0])},
+                                       W, 0, BINS, "a b", N_STATES)
+    with pytest.raises(ValueError, match="'k'"):
+        a.merge(other)
+
+
+# ---------------------------------------------------------------------- files
+
+def test_save_load_round_trip(tmp_path):
+    g = _hand_graph(partition_keys=["ATL", "BOS"], where=["b.x > a.x"])
+    path = tmp_path / "h.acephist"
+    size = g.save(path)
+    assert size == path.stat().st_size
+    h = HistoryGraph.load(path)
+    for name in ("pattern", "k", "window", "n_states", "where", "partition_keys"):
+        assert getattr(h, name) == getattr(g, name)
+    for name in ("visits", "successes", "edge_src", "edge_dst", "edge_count", "bundle_first",
+                 "bundle_last", "bundle_partition", "reach_cell", "reach_bundle", "rem_edges"):
+        assert np.array_equal(getattr(h, name), getattr(g, name))
+        assert getattr(h, name).dtype == getattr(g, name).dtype
+    h.visits[0] = 7  # loaded arrays are writable copies
+    assert np.array_equal(h.match_maps(), g.match_maps())
+
+
+def _doc(g):
+    return msgpack.unpackb(g.to_bytes(), raw=False)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(format="acep-sketch"), "'format'"),
+    (lambda d: d.update(version=2), "'version'.*unsupported version 2"),
+    (lambda d: d.update(k="1"), "'k'"),
+    (lambda d: d.update(k=True), "'k'"),
+    (lambda d: d.pop("visits"), "'visits': not an array"),
+    (lambda d: d["visits"].update(dtype="|O"), "'visits': dtype"),
+    (lambda d: d["visits"].update(data=d["visits"]["data"][:-1]), "'visits': 191 bytes"),
+    (lambda d: d["visits"].update(shape=[3, 8]), "'visits': bad shape"),
+    (lambda d: d["reach_bundle"].update(data=np.full(4, 99, np.int64).tobytes()),
+     "'reach_bundle': values outside"),
+    (lambda d: d["successes"].update(data=np.full(24, 5, np.int64).tobytes()),
+     "'successes'"),
+    (lambda d: d.update(partition_keys=[[1]]), "'partition_keys'"),
+])
+def test_malformed_history_names_the_field(change, message):
+    doc = _doc(_hand_graph())
+    change(doc)
+    with pytest.raises(HistoryFormatError, match=message):
+        HistoryGraph.from_bytes(msgpack.packb(doc, use_bin_type=True))
+
+
+def test_oversized_and_garbage_history_bytes_are_refused():
+    data = _hand_graph().to_bytes()
+    with pytest.raises(HistoryFormatError, match="above the limit"):
+        HistoryGraph.from_bytes(data, max_bytes=len(data) - 1)
+    with pytest.raises(HistoryFormatError, match="not valid msgpack"):
+        HistoryGraph.from_bytes(data[: len(data) // 2])
+    with pytest.raises(HistoryFormatError, match="not a map"):
+        HistoryGraph.from_bytes(msgpack.packb([1, 2]))
