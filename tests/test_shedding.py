@@ -1,0 +1,315 @@
+"""The engine under a budget (docs/SHEDDING.md): budget, policies, cells, node log, learning.
+
+Each property runs on many random small inputs and compares the kernel with an independent
+computation: the unconstrained run, a Python re-implementation of the selection rule, the
+numpy cell formula, the all-trajectories output, the log's own outcomes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_engine_properties import case
+
+from acep import backend
+from acep.events import EventBatch
+from acep.matcher import Matcher, best_per_point
+from acep.shedding import (
+    Budget,
+    CallbackPolicy,
+    KeepFirstPolicy,
+    OldestFirstPolicy,
+    RandomPolicy,
+    ScorePolicy,
+    VectorBins,
+)
+
+BACKENDS = ["compiled", "python"] if backend() == "compiled" else ["python"]
+BINS = VectorBins((1.0, 3.0), (0.5, 2.0))
+SETTINGS = settings(max_examples=150, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def run(pattern, where, events, w, k, **options):
+    m = Matcher(pattern, window=w, k=k, where=where, **options)
+    found = m.match(EventBatch.from_events(events))
+    return m, found
+
+
+def n_cells(pattern, where, k):
+    return BINS.n_cells(Matcher(pattern, window=1, k=k, where=where).pattern.automaton.n_states, k)
+
+
+def policies(pattern, where, k, seed):
+    cells = n_cells(pattern, where, k)
+    rng = np.random.default_rng(seed)
+    return [KeepFirstPolicy(), RandomPolicy(seed), OldestFirstPolicy(),
+            ScorePolicy(rng.random(cells), rng.integers(-1, 3, cells), explore=0.2,
+                        learning_rate=0.3, seed=seed)]
+
+
+@SETTINGS
+@given(case(), st.integers(0, 2**16))
+def test_a_budget_never_exceeded_finds_what_the_unconstrained_run_finds(c, seed):
+    """With credit to spare, or no budget, a policy attached changes nothing."""
+    pattern, where, events, w, k = c
+    _, truth = run(pattern, where, events, w, k)
+    for policy in policies(pattern, where, k, seed):
+        for budget in (None, Budget(1000.0, burst=1)):
+            m, found = run(pattern, where, events, w, k, policy=policy, budget=budget,
+                           bins=BINS)
+            assert best_per_point(found) == best_per_point(truth), type(policy).__name__
+            assert m.stats["shed"] == 0
+
+
+@SETTINGS
+@given(case(), st.integers(0, 3), st.integers(0, 2**16))
+def test_kept_candidates_per_event_stay_within_the_budget(c, ops, seed):
+    """burst = 1: every event may keep at most ``ops`` candidates, never more."""
+    pattern, where, events, w, k = c
+    for policy in policies(pattern, where, k, seed):
+        m = Matcher(pattern, window=w, k=k, where=where, budget=Budget(float(ops), burst=1),
+                    policy=policy, bins=BINS)
+        load = np.zeros((len(events), 4), dtype=np.int64)
+        m.match_batch(EventBatch.from_events(events), load=load)
+        assert (load[:, 0] <= ops).all()  # nodes created (after predicates) per event
+        s = m.stats
+        assert s["candidates"] - s["shed"] <= ops * len(events)
+
+
+@SETTINGS
+@given(case(), st.integers(0, 2), st.integers(0, 2**16))
+def test_shed_runs_report_only_true_match_points(c, ops, seed):
+    """Shedding loses matches but never invents one: precision is 1 and errors never drop."""
+    pattern, where, events, w, k = c
+    _, truth = run(pattern, where, events, w, k)
+    best = best_per_point(truth)
+    for policy in policies(pattern, where, k, seed):
+        _, found = run(pattern, where, events, w, k, policy=policy,
+                       budget=Budget(float(ops), burst=2), bins=BINS)
+        for key, (err, start) in best_per_point(found).items():
+            assert key in best
+            assert (err, -start) >= (best[key][0], -best[key][1])
+
+
+@pytest.mark.parametrize("kernel", BACKENDS)
+@SETTINGS
+@given(c=case(), ops=st.integers(0, 3), seed=st.integers(0, 2**16))
+def test_runs_repeat_exactly(kernel, c, ops, seed):
+    pattern, where, events, w, k = c
+    outputs = []
+    for _ in range(2):
+        policy = policies(pattern, where, k, seed)[3]
+        m, found = run(pattern, where, events, w, k, policy=policy, bins=BINS, backend=kernel,
+                       budget=Budget(float(ops), burst=2))
+        outputs.append((best_per_point(found), m.stats["shed"], tuple(policy.score)))
+    assert outputs[0] == outputs[1]
+
+
+def test_both_kernels_shed_alike():
+    """The compiled and the pure-Python kernel make the same decisions (one source)."""
+    if len(BACKENDS) < 2:
+        pytest.skip("the compiled kernel is not built")
+    rng = np.random.default_rng(5)
+    events = [{"type": str(rng.choice(list("abcd"))), "t": float(i), "p": int(rng.integers(3))}
+              for i in range(2000)]
+    results = []
+    for kernel in BACKENDS:
+        policy = ScorePolicy(np.linspace(0, 1, n_cells("a b c d", (), 1)), explore=0.1,
+                             learning_rate=0.05, seed=9)
+        m, found = run("a b c d", (), events, 10.0, 1, partition="p", policy=policy, bins=BINS,
+                       budget=Budget(0.6, burst=4), backend=kernel, trace=True)
+        results.append((best_per_point(found), m.stats["shed"], policy.score,
+                        m.take_node_log()))
+    assert results[0][:2] == results[1][:2]
+    np.testing.assert_array_equal(results[0][2], results[1][2])
+    for key, column in results[0][3].items():
+        np.testing.assert_array_equal(column, results[1][3][key])  # NaN equals NaN here
+
+
+# --------------------------------------------------------------------------- selection rule
+
+
+class Recorder(CallbackPolicy):
+    """Applies SHEDDING.md section 3's score rule in numpy, and records what it saw."""
+
+    def __init__(self, score, proxy_class):
+        self.score, self.proxy_class, self.seen = score, proxy_class, []
+
+    def select(self, c):
+        self.seen.append(dataclasses.replace(  # the views are only valid during the call
+            c, **{f: getattr(c, f).copy() for f in ("state", "err", "start", "gap", "cell",
+                                                    "prev")}))
+        prio = self.score[c.cell] if self.score is not None else np.zeros(len(c))
+        order = np.lexsort((np.arange(len(c)), c.err, -c.start, -prio))
+        if self.proxy_class is None:
+            return order[: c.budget]
+        first, rest, classes = [], [], set()
+        for i in order:
+            cls = self.proxy_class[c.cell[i]]
+            if cls >= 0 and cls in classes:
+                rest.append(i)
+            else:
+                classes.add(cls)
+                first.append(i)
+        return np.array((first + rest)[: c.budget], dtype=np.int64)
+
+
+@SETTINGS
+@given(case(), st.integers(0, 3), st.integers(0, 2**16), st.booleans(), st.booleans())
+def test_score_policy_selects_as_specified(c, ops, seed, with_score, with_classes):
+    """The kernel's score selection equals the rule of SHEDDING.md 3 written in numpy."""
+    pattern, where, events, w, k = c
+    cells = n_cells(pattern, where, k)
+    rng = np.random.default_rng(seed)
+    score = rng.integers(0, 3, cells).astype(float) if with_score else None
+    classes = rng.integers(-1, 2, cells) if with_classes else None
+    budget = Budget(float(ops), burst=2)
+    m1, fast = run(pattern, where, events, w, k, policy=ScorePolicy(score, classes),
+                   budget=budget, bins=BINS, trace=True)
+    m2, slow = run(pattern, where, events, w, k, policy=Recorder(score, classes),
+                   budget=budget, bins=BINS, trace=True)
+    assert best_per_point(fast) == best_per_point(slow)
+    log1, log2 = m1.take_node_log(), m2.take_node_log()
+    for key in log1:
+        np.testing.assert_array_equal(log1[key], log2[key])
+
+
+@SETTINGS
+@given(case(), st.integers(0, 1))
+def test_candidates_carry_the_cells_of_their_match_vectors(c, ops):
+    """The cell the kernel computes is VectorBins.cells of (state, err, rem, gap)."""
+    pattern, where, events, w, k = c
+    recorder = Recorder(None, None)
+    run(pattern, where, events, w, k, policy=recorder, budget=Budget(float(ops), burst=1),
+        bins=BINS)
+    for cands in recorder.seen:
+        rem = w - (cands.tag - cands.start)
+        expected = BINS.cells(cands.state, cands.err, rem, cands.gap, k)
+        np.testing.assert_array_equal(cands.cell, expected)
+        assert (cands.gap[cands.prev < 0] == 0).all()
+        assert len(cands) > cands.budget
+
+
+class Bad(CallbackPolicy):
+    def __init__(self, answer):
+        self.answer = answer
+
+    def select(self, c):
+        return self.answer(c)
+
+
+@pytest.mark.parametrize("answer, message", [
+    (lambda c: np.arange(c.budget + 1), "kept"),
+    (lambda c: np.array([len(c)]), "outside"),
+    (lambda c: np.array([0, 0]) if c.budget >= 2 else np.array([len(c) + 5]), "twice|outside"),
+    (lambda c: np.array([0.5]), "indices"),
+])
+def test_a_policy_breaking_the_contract_is_named(answer, message):
+    events = [{"type": "a", "t": float(i)} for i in range(6)] + [{"type": "b", "t": 6.0}]
+    with pytest.raises(ValueError, match=message) as info:
+        run("a b", (), events, 10.0, 0, policy=Bad(answer), budget=Budget(2.0, burst=1),
+            merge=False)  # the b event has six candidates
+    assert "Bad.select" in str(info.value)
+
+
+def test_a_score_table_of_the_wrong_size_is_refused():
+    with pytest.raises(ValueError, match="cells"):
+        Matcher("a b", window=3, k=0, policy=ScorePolicy(np.zeros(7)), bins=BINS)
+    with pytest.raises(ValueError, match="no bins"):
+        Matcher("a b", window=3, k=0, policy=ScorePolicy(np.zeros(7)))
+
+
+# --------------------------------------------------------------------------- node log, learning
+
+
+@SETTINGS
+@given(case())
+def test_node_log_outcomes_match_the_trajectories(c):
+    """Every node is logged once; a node reaches a point iff it is on a reported trajectory,
+    and its ``reach`` is the earliest point of the trajectories through it."""
+    pattern, where, events, w, k = c
+    m, found = run(pattern, where, events, w, k, all_trajectories=True, trace=True, bins=BINS)
+    log = m.take_node_log()
+    assert len(log["cell"]) == m.stats["created"]
+    earliest: dict[int, float] = {}
+    for i in range(len(found)):
+        for pos in found.events_of(i):
+            earliest[int(pos)] = min(earliest.get(int(pos), np.inf), float(found.point[i]))
+    reached = np.isfinite(log["reach"])
+    assert set(log["position"][reached].tolist()) == set(earliest)
+    for pos, reach in zip(log["position"][reached], log["reach"][reached]):
+        assert reach >= earliest[int(pos)]
+    for pos in earliest:
+        rows = (log["position"] == pos) & reached
+        assert log["reach"][rows].min() == earliest[pos]
+    assert (log["reach"][reached] <= log["start"][reached] + w).all()
+    assert (log["tag"] <= np.where(reached, log["reach"], np.inf)).all()
+
+
+@SETTINGS
+@given(case(), st.integers(0, 2**16))
+def test_learning_moves_each_cell_to_its_latest_outcome(c, seed):
+    """With learning rate 1 a cell's score is the outcome of the last node retired there."""
+    pattern, where, events, w, k = c
+    cells = n_cells(pattern, where, k)
+    score = np.full(cells, 0.5)
+    m = Matcher(pattern, window=w, k=k, where=where, bins=BINS, trace=True,
+                policy=ScorePolicy(score, learning_rate=1.0))
+    m.match_batch(EventBatch.from_events(events))
+    log = m.take_node_log()  # before flush: only retired nodes, in retirement order
+    expected = np.full(cells, 0.5)
+    for cell, reach, merged in zip(log["cell"], log["reach"], log["merged"]):
+        if np.isfinite(reach):
+            expected[cell] = 1.0
+        elif not merged:
+            expected[cell] = 0.0
+    np.testing.assert_array_equal(score, expected)
+
+
+def test_learning_follows_a_drifting_stream():
+    """Matches start at x, then only at y: the scores of the two start cells follow."""
+    events, t = [], 0.0
+    for good, bad in (("x", "y"), ("y", "x")):
+        for _ in range(300):
+            events += [{"type": good, "t": t}, {"type": "b", "t": t + 1},
+                       {"type": bad, "t": t + 5}]
+            t += 10
+    bins = VectorBins((), ())  # one cell per state (k = 0)
+    learner = Matcher("(x | y) b", window=3, k=0, bins=bins)
+    automaton, types = learner.pattern.automaton, learner.pattern.types
+    cell = {types[automaton.label[q]]: q for q in automaton.l_states()}
+    score = np.full(bins.n_cells(automaton.n_states, 0), 0.5)
+    learner = Matcher("(x | y) b", window=3, k=0, bins=bins,
+                      policy=ScorePolicy(score, learning_rate=0.1))
+    learner.match_batch(EventBatch.from_events(events[:900]))
+    assert score[cell["x"]] > 0.9 and score[cell["y"]] < 0.1
+    learner.match_batch(EventBatch.from_events(events[900:]))
+    assert score[cell["y"]] > 0.9 and score[cell["x"]] < 0.1
+
+
+@pytest.mark.parametrize("bad", [dict(ops_per_event=-1), dict(ops_per_event=float("nan")),
+                                 dict(ops_per_event=1, burst=0.5)])
+def test_bad_budgets_are_refused(bad):
+    with pytest.raises(ValueError, match="budget"):
+        Budget(**bad)
+
+
+def test_vector_bins_from_quantiles_and_decode_round_trip():
+    rng = np.random.default_rng(0)
+    bins = VectorBins.from_quantiles(rng.random(1000) * 60, rng.exponential(5, 1000), 4)
+    assert len(bins.rem_edges) == 3 and len(bins.gap_edges) == 3
+    state, err = rng.integers(0, 5, 200), rng.integers(0, 3, 200)
+    rem, gap = rng.random(200) * 60, rng.exponential(5, 200)
+    cells = bins.cells(state, err, rem, gap, k=2)
+    assert cells.max() < bins.n_cells(5, 2)
+    back = bins.decode(cells, k=2)
+    np.testing.assert_array_equal(back["state"], state)
+    np.testing.assert_array_equal(back["err"], err)
+    np.testing.assert_array_equal(back["rem_bin"], np.searchsorted(bins.rem_edges, rem, "right"))
+    with pytest.raises(ValueError, match="increasing"):
+        VectorBins((2.0, 1.0), ())
