@@ -103,6 +103,14 @@ class EventBatch:
         """The file line of local event ``i`` (None when the format has no lines)."""
         return None if self.lines is None else int(self.lines[i])
 
+    def slice(self, start: int, stop: int) -> EventBatch:
+        """Events ``start..stop-1`` of this batch (local indices) as a batch of their own."""
+        start, stop, _ = slice(start, stop).indices(len(self))
+        lines = None if self.lines is None else self.lines[start:stop]
+        return EventBatch(self.type_codes[start:stop], self.type_names, self.tags[start:stop],
+                          {k: v[start:stop] for k, v in self.columns.items()},
+                          self.position + start, self.source, lines, self.tag_is_time)
+
     def types(self) -> np.ndarray:
         """The type name of each event (object array)."""
         return np.array(self.type_names, dtype=object)[self.type_codes]

@@ -492,3 +492,14 @@ def test_empty_file_gives_an_empty_batch(tmp_path):
     assert list(read_events(path)) == []
     batch = read_all(path)
     assert len(batch) == 0 and batch.source == str(path)
+
+
+def test_slice_keeps_positions_lines_and_columns():
+    batch = EventBatch.from_events([{"type": "a", "t": i, "x": i * 2} for i in range(10)],
+                                   position=100)
+    part = batch.slice(3, 7)
+    assert len(part) == 4 and part.position == 103
+    assert part.tags.tolist() == [3, 4, 5, 6]
+    assert part.columns["x"].tolist() == [6, 8, 10, 12]
+    assert [e.t for e in part.to_events()] == [3, 4, 5, 6]
+    assert len(batch.slice(8, 50)) == 2
