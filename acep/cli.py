@@ -74,9 +74,11 @@ def _parser() -> argparse.ArgumentParser:
                                        "of matches that end at the same event (compact).")
     exact.add_argument("query", help="query file (SASE+ text, docs/EXACT.md section 2)")
     exact.add_argument("events", help="events: .jsonl/.csv/.parquet/.msgpack, or - for stdin")
-    exact.add_argument("--engine", choices=("auto", "runs", "postpone"), default="auto",
-                       help="runs: the basic run algorithm; postpone: postponing "
-                            "(skip_till_any_match); auto: postpone where it applies")
+    exact.add_argument("--engine", choices=("auto", "runs", "shared", "postpone"),
+                       default="auto",
+                       help="runs: the basic run algorithm; shared: the shared-buffer "
+                            "runtime; postpone: postponing (skip_till_any_match); auto: "
+                            "postpone for skip_till_any_match, shared otherwise")
     exact.add_argument("--output", choices=("verbose", "compact"), default="verbose",
                        help="verbose: one line per match; compact: one line per end event")
     exact.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")

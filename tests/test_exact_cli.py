@@ -200,11 +200,17 @@ def test_engine_accepts_a_parsed_query_an_event_batch_and_adds_up_stats():
     from acep.nfab import load_query
 
     batch = read_all(E3)
-    eng = Engine(load_query(Q3))
+    eng = Engine(load_query(Q3), engine="runs")
     assert eng.run(batch) == eng.run(batch.to_events()) == match(Q3.read_text(), batch)
     assert eng.stats == {"events": 16, "runs_created": 10, "main_runs": 0, "matches": 6,
                          "records": 0}
     assert eng.output == "verbose" and eng.engine in ENGINES
+    shared = Engine(load_query(Q3))  # auto: the shared-buffer engine for next-match
+    assert shared.engine == "shared"
+    assert shared.run(batch) == shared.run(batch.to_events()) == eng.run(batch)
+    s = shared.stats
+    assert (s["events"], s["runs_created"], s["matches"]) == (16, 10, 6)
+    assert s["runs_merged"] == 0 and s["events_visited"] == 16 and s["max_live_runs"] >= 1
 
 
 def test_engine_refuses_unknown_output_engine_and_query_type():

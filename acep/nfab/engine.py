@@ -17,11 +17,23 @@ that goes back, a component event lacking an attribute the query reads) raises
 :class:`acep.nfab.query.QueryError`.
 
 **Engines.** ``"runs"`` is the basic run algorithm of EXACT.md 6.1
-(:func:`acep.nfab.runs.match_runs`), exact under every strategy. ``"postpone"`` is the
-postponing engine of EXACT.md 7 (:func:`acep.nfab.postpone.match_postponed`), for
-skip-till-any-match, whose compact output is collapsed records
-(:class:`acep.nfab.postpone.CollapsedMatch`) that expand to the matches without
-enumerating them first. ``"auto"`` (the default) picks postponing where it applies.
+(:func:`acep.nfab.runs.match_runs`), exact under every strategy: one run object per partial
+match, the naive baseline. ``"shared"`` is the shared-buffer runtime of EXACT.md 6.2-6.6
+(:class:`acep.nfab.shared.Stream`): versioned buffer, computation state with masks, merging
+of equivalent runs, routing by partition, pruning by window; exact under every strategy.
+``"postpone"`` is the postponing engine of EXACT.md 7
+(:func:`acep.nfab.postpone.match_postponed`), for skip-till-any-match, whose compact output
+is collapsed records (:class:`acep.nfab.postpone.CollapsedMatch`) that expand to the matches
+without enumerating them first. ``"auto"`` (the default) picks postponing for
+skip-till-any-match and the shared-buffer engine for the other strategies.
+
+**Streaming.** ``push(events)`` feeds the next piece of a stream (positions go on from the
+previous piece) and returns the outputs finalized so far; ``flush()`` ends the stream and
+returns the rest. The outputs of all pushes and the flush are the matches of one
+:meth:`Engine.run` over the concatenation. The shared-buffer engine finalizes a match as
+soon as its last event arrives (or, with a trailing negation, once its window has closed);
+the run and postponing engines, which work on finite windows, keep the events and match at
+``flush()``.
 
 **Output modes** (EXACT.md 8). ``"verbose"``: one :class:`~acep.nfab.runs.ExactMatch` per
 match. ``"compact"``: one :class:`MatchGroup` per end position, holding the matches that end
@@ -41,13 +53,16 @@ from .ast import Query, Strategy
 from .postpone import PostponeStats, match_postponed
 from .query import parse_query
 from .runs import ExactMatch, RunStats, match_runs
+from .shared import BufferGroup, Stream, to_groups, to_matches
 
-__all__ = ["Engine", "MatchGroup", "match", "group_by_end", "OUTPUTS", "ENGINES"]
+__all__ = ["Engine", "MatchGroup", "BufferGroup", "match", "group_by_end", "OUTPUTS",
+           "ENGINES"]
 
 OUTPUTS = ("verbose", "compact")
-# "runs": the basic run algorithm (EXACT.md 6.1), every strategy. "postpone": postponing
-# with early filters (EXACT.md 7), skip-till-any-match only. "auto": postpone when it applies.
-ENGINES = ("auto", "runs", "postpone")
+# "runs": the basic run algorithm (EXACT.md 6.1), every strategy. "shared": the shared-buffer
+# runtime (EXACT.md 6.2-6.6), every strategy. "postpone": postponing with early filters
+# (EXACT.md 7), skip-till-any-match only. "auto": postpone for any-match, shared otherwise.
+ENGINES = ("auto", "runs", "shared", "postpone")
 
 
 class MatchGroup:
@@ -83,18 +98,24 @@ class MatchGroup:
 
 
 class Engine:
-    """The exact engine over finite windows of events (EXACT.md 8).
+    """The exact engine over finite windows of events, or over a stream fed in pieces
+    (EXACT.md 8).
 
     ``query``: a parsed :class:`~acep.nfab.ast.Query` or query text (parsed with
     :func:`~acep.nfab.query.parse_query`). ``output``: ``"verbose"`` (a list of
-    :class:`~acep.nfab.runs.ExactMatch`) or ``"compact"`` (a list of :class:`MatchGroup`).
-    ``engine``: one of :data:`ENGINES`.
+    :class:`~acep.nfab.runs.ExactMatch`) or ``"compact"`` (a list of :class:`MatchGroup` or
+    :class:`~acep.nfab.shared.BufferGroup` records, or collapsed records of the postponing
+    engine). ``engine``: one of :data:`ENGINES`. ``merge``: merging of equivalent runs in
+    the shared-buffer engine (EXACT.md 6.4; off gives the same output).
 
-    ``stats`` adds up over calls to :meth:`run`: ``events``, ``runs_created`` (initiations +
-    clones, EXACT.md 6.1) and ``matches``.
+    ``stats`` adds up over calls: ``events``, ``runs_created`` (initiations + clones,
+    EXACT.md 6.1), ``main_runs`` (postponing), ``matches`` and ``records``; the shared-buffer
+    engine adds ``runs_merged``, ``max_live_runs``, ``pointers_written`` and
+    ``events_visited``.
     """
 
-    def __init__(self, query: Query | str, output: str = "verbose", engine: str = "auto"):
+    def __init__(self, query: Query | str, output: str = "verbose", engine: str = "auto",
+                 merge: bool = True):
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, not {output!r}")
         if engine not in ENGINES:
@@ -107,11 +128,17 @@ class Engine:
         if engine == "postpone" and not any_match:
             raise ValueError(f"the postponing engine needs skip_till_any_match, not "
                              f"{query.strategy.value} (EXACT.md 7)")
-        self.query, self.output = query, output
-        self.engine = "postpone" if engine == "auto" and any_match else \
-            ("runs" if engine == "auto" else engine)
+        self.query, self.output, self.merge = query, output, merge
+        if engine == "auto":
+            engine = "postpone" if any_match else "shared"
+        self.engine = engine
         self._stats = {"events": 0, "runs_created": 0, "main_runs": 0, "matches": 0,
                        "records": 0}
+        if engine == "shared":
+            self._stats.update(runs_merged=0, max_live_runs=0, pointers_written=0,
+                               events_visited=0)
+        self._stream: Stream | None = None
+        self._pending: list[Event] = []
 
     @property
     def stats(self) -> dict:
@@ -119,8 +146,13 @@ class Engine:
 
     def run(self, events: Iterable[Event] | EventBatch) -> list:
         """All matches in ``events`` (one finite window), in canonical order (EXACT.md 3.7):
-        ``ExactMatch`` objects, or ``MatchGroup`` records by increasing end position."""
+        ``ExactMatch`` objects, or compact records by increasing end position. Independent
+        of any stream being pushed."""
         rows = _rows(events)
+        if self.engine == "shared":
+            stream = Stream(self.query, self.merge)
+            raw = self._shared(stream, rows, final=True)
+            return self._shared_output(stream, raw)
         self._stats["events"] += len(rows)
         if self.engine == "postpone":
             return self._postponed(rows)
@@ -131,6 +163,51 @@ class Engine:
         if self.output == "verbose":
             return found
         groups = group_by_end(found)
+        self._stats["records"] += len(groups)
+        return groups
+
+    def push(self, events: Iterable[Event] | EventBatch) -> list:
+        """Feed the next events of the stream; the outputs finalized by them (verbose
+        matches or compact records, each list in canonical order)."""
+        rows = _rows(events)
+        if self.engine != "shared":
+            self._pending.extend(rows)
+            return []
+        if self._stream is None:
+            self._stream = Stream(self.query, self.merge)
+        return self._shared_output(self._stream, self._shared(self._stream, rows))
+
+    def flush(self) -> list:
+        """End the stream: the outputs not returned yet. The next :meth:`push` starts a
+        new stream (positions from 0)."""
+        if self.engine != "shared":
+            rows, self._pending = self._pending, []
+            return self.run(rows)
+        stream, self._stream = self._stream, None
+        if stream is None:
+            return []
+        return self._shared_output(stream, self._shared(stream, [], final=True))
+
+    def _shared(self, stream: Stream, rows: list[Event], final: bool = False) -> list:
+        before = stream.stats.as_dict()
+        try:
+            raw = stream.push(rows) if rows else []
+            if final:
+                raw += stream.flush()
+        finally:
+            after = stream.stats.as_dict()
+            for name in ("events", "runs_created", "runs_merged", "pointers_written",
+                         "events_visited", "matches"):
+                self._stats[name] += after[name] - before[name]
+            self._stats["max_live_runs"] = max(self._stats["max_live_runs"],
+                                               after["max_live_runs"])
+        return raw
+
+    def _shared_output(self, stream: Stream, raw: list) -> list:
+        cq = stream.plan.cq
+        if self.output == "verbose":
+            return to_matches(cq, raw)
+        groups = to_groups(cq, raw)
         self._stats["records"] += len(groups)
         return groups
 
@@ -170,7 +247,8 @@ def _rows(events: Iterable[Event] | EventBatch) -> list[Event]:
     if isinstance(events, EventBatch):
         return events.to_events()
     rows = list(events)
-    for pos, e in enumerate(rows):
-        if not isinstance(e, Event):
-            raise TypeError(f"event {pos} is a {type(e).__name__}, not an acep.events.Event")
+    if not all(isinstance(e, Event) for e in rows):
+        pos = next(p for p, e in enumerate(rows) if not isinstance(e, Event))
+        raise TypeError(f"event {pos} is a {type(rows[pos]).__name__}, not an "
+                        "acep.events.Event")
     return rows
