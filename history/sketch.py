@@ -1,0 +1,298 @@
+"""The sketch: a fixed-size, signed stand-in for a history graph that a device reads in O(1).
+
+Per cell (docs/SHEDDING.md section 2): a float32 score (the smoothed success rate of the
+cell, [L16] Definition 4's visit counts turned into "how often the vector led anywhere") and
+``H`` uint32 min-hash values of the cell's match map. Two cells' min-hash values agree at each
+position with probability equal to the Jaccard similarity of their match maps, so
+``mean(sig_a == sig_b)`` estimates it. The *proxy class* of a cell hashes its first ``band``
+min-hash values: cells whose maps are near-equal share a class (probability ``J ** band``),
+and the engine keeps one candidate per class first ([L16] Section 3.2, "we only need to keep
+one match node"). Empty maps have class -1.
+
+Wire format: a msgpack envelope ``{"format": "acep-sketch", "version": 1, "signature":
+"HMAC-SHA256", "payload": <bytes>, "mac": <32 bytes>}``; the MAC covers format, version and
+payload, and is checked before the payload is decoded. This module imports only numpy and
+msgpack (device side).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _format
+
+__all__ = ["Sketch", "SketchError", "minhash_signatures", "proxy_classes"]
+
+FORMAT = "acep-sketch"
+VERSION = 1
+SIGNATURE = "HMAC-SHA256"
+MAX_BYTES = 1 << 20
+EMPTY = np.uint32(0xFFFFFFFF)
+
+
+class SketchError(_format.FormatError):
+    """A sketch that is refused: tampered, wrong key, oversized, wrong version or malformed."""
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a bijective 64-bit mix (uint64 arithmetic wraps on purpose)."""
+    x = x.astype(np.uint64, copy=True)
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    return x
+
+
+def _hash_salts(hashes: int, seed: int) -> np.ndarray:
+    golden = np.arange(1, hashes + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    return _mix64(golden ^ np.full(hashes, seed & 0xFFFFFFFFFFFFFFFF, dtype=np.uint64))
+
+
+def minhash_signatures(cells: np.ndarray, items: np.ndarray, n_cells: int, hashes: int = 16,
+                       seed: int = 0) -> np.ndarray:
+    """``uint32[n_cells, hashes]``: per cell the minimum of ``hashes`` hash functions over its
+    set of items (the pairs ``(cells[i], items[i])``); ``0xFFFFFFFF`` for empty sets."""
+    out = np.full((n_cells, hashes), EMPTY, dtype=np.uint32)
+    cells = np.asarray(cells, dtype=np.int64)
+    if len(cells) == 0:
+        return out
+    items = np.asarray(items, dtype=np.int64).astype(np.uint64)
+    order = np.argsort(cells, kind="stable")
+    cells, items = cells[order], items[order]
+    starts = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1]])
+    salts = _hash_salts(hashes, seed)
+    for j in range(hashes):  # H passes over the edges; memory stays O(edges)
+        h = (_mix64(items ^ salts[j]) >> np.uint64(32)).astype(np.uint32)
+        h = np.minimum(h, EMPTY - np.uint32(1))  # a real item never hashes to the empty mark
+        out[cells[starts], j] = np.minimum.reduceat(h, starts)
+    return out
+
+
+def proxy_classes(minhash: np.ndarray, band: int) -> np.ndarray:
+    """int64 class per row: a hash of the first ``band`` min-hash values (-1: empty set)."""
+    minhash = np.asarray(minhash, dtype=np.uint32)
+    acc = np.full(len(minhash), 0x243F6A8885A308D3, dtype=np.uint64)
+    for j in range(band):
+        acc = _mix64(acc ^ minhash[:, j].astype(np.uint64))
+    classes = (acc >> np.uint64(1)).astype(np.int64)
+    classes[minhash[:, 0] == EMPTY] = -1
+    return classes
+
+
+@dataclass
+class Sketch:
+    """Fixed-size sketch of a :class:`history.graph.HistoryGraph` (``n_cells``, ``H``)."""
+
+    pattern: str
+    where: tuple[str, ...]
+    k: int
+    window: float
+    n_states: int
+    rem_edges: np.ndarray
+    gap_edges: np.ndarray
+    score: np.ndarray        # float32[n_cells]
+    minhash: np.ndarray      # uint32[n_cells, H]
+    band: int = 2
+    seed: int = 0
+
+    def __post_init__(self):
+        self.proxy_class = proxy_classes(self.minhash, self.band)
+
+    @property
+    def n_cells(self) -> int:
+        return len(self.score)
+
+    @property
+    def hashes(self) -> int:
+        return self.minhash.shape[1]
+
+    @classmethod
+    def from_graph(cls, graph, hashes: int = 16, band: int = 2, seed: int = 0,
+                   prior: float = 1.0) -> Sketch:
+        """Scores are ``(successes + prior * p0) / (visits + prior)`` with ``p0`` the graph's
+        overall success rate, so rarely visited cells stay near it and unvisited ones get it."""
+        if not 1 <= band <= hashes:
+            raise ValueError(f"band must be in 1..hashes ({hashes}), got {band}")
+        total = int(graph.visits.sum())
+        p0 = graph.successes.sum() / total if total else 0.0
+        score = (graph.successes + prior * p0) / (graph.visits + prior) if prior > 0 else \
+            np.where(graph.visits > 0, graph.successes / np.maximum(graph.visits, 1), p0)
+        minhash = minhash_signatures(graph.reach_cell, graph.reach_bundle, graph.n_cells,
+                                     hashes, seed)
+        return cls(graph.pattern, tuple(graph.where), graph.k, graph.window, graph.n_states,
+                   graph.rem_edges.copy(), graph.gap_edges.copy(), score.astype(np.float32),
+                   minhash, band, seed)
+
+    def bins(self):
+        """The ``acep.shedding.VectorBins`` a matcher needs to use this sketch's cells."""
+        from acep.shedding import VectorBins
+
+        return VectorBins(tuple(self.rem_edges), tuple(self.gap_edges))
+
+    def jaccard(self, a, b) -> np.ndarray:
+        """Estimated Jaccard similarity of the match maps of cells ``a`` and ``b``."""
+        sa, sb = self.minhash[np.asarray(a)], self.minhash[np.asarray(b)]
+        both_empty = (sa[..., 0] == EMPTY) & (sb[..., 0] == EMPTY)
+        return np.where(both_empty, 0.0, (sa == sb).mean(axis=-1))
+
+    # ------------------------------------------------------------------ bytes
+
+    def _payload(self) -> bytes:
+        pa = _format.pack_array
+        return _format.dumps({
+            "format": FORMAT, "version": VERSION, "pattern": self.pattern,
+            "where": list(self.where), "k": self.k, "window": float(self.window),
+            "n_states": self.n_states, "band": self.band, "seed": self.seed,
+            "rem_edges": pa(self.rem_edges), "gap_edges": pa(self.gap_edges),
+            "score": pa(self.score.astype(np.float32)),
+            "minhash": pa(self.minhash.astype(np.uint32)),
+        })
+
+    def to_bytes(self, key: bytes) -> bytes:
+        """The signed sketch (HMAC-SHA256 with ``key``)."""
+        payload = self._payload()
+        return _format.dumps({"format": FORMAT, "version": VERSION, "signature": SIGNATURE,
+                              "payload": payload, "mac": _mac(_check_key(key), payload)})
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the signed sketch in bytes (what a device downloads and keeps)."""
+        return len(self.to_bytes(b"size"))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, key: bytes, max_bytes: int = MAX_BYTES) -> Sketch:
+        """Verify and decode; any problem raises :class:`SketchError` naming it."""
+        err = SketchError
+        outer = _format.loads(data, err, "sketch", max_bytes)
+        _format.check_header(outer, FORMAT, VERSION, err)
+        if outer.get("signature") != SIGNATURE:
+            raise err(f"field 'signature': {outer.get('signature')!r}, expected {SIGNATURE!r}")
+        payload, mac = outer.get("payload"), outer.get("mac")
+        if not isinstance(payload, bytes) or not isinstance(mac, bytes):
+            raise err("fields 'payload', 'mac': not bytes")
+        if not hmac.compare_digest(mac, _mac(_check_key(key), payload)):
+            raise err("signature check failed: the sketch was tampered with or the key is wrong")
+        doc = _format.loads(payload, err, "sketch payload", max_bytes)
+        _format.check_header(doc, FORMAT, VERSION, err)
+        return cls._from_doc(doc)
+
+    @classmethod
+    def _from_doc(cls, doc: dict) -> Sketch:
+        err = SketchError
+        f = _format.field
+        k, n_states = f(doc, "k", int, err), f(doc, "n_states", int, err)
+        band, seed = f(doc, "band", int, err), f(doc, "seed", int, err)
+        window = float(f(doc, "window", (int, float), err))
+        pattern = f(doc, "pattern", str, err)
+        where = doc.get("where")
+        if not isinstance(where, list) or not all(isinstance(w, str) for w in where):
+            raise err("field 'where': not a list of strings")
+        if not 0 <= k <= 64 or n_states < 1 or not np.isfinite(window) or window < 0:
+            raise err("fields 'k', 'n_states', 'window': out of range")
+        rem = _format.unpack_array(doc, "rem_edges", err, dtype="<f8", ndim=1)
+        gap = _format.unpack_array(doc, "gap_edges", err, dtype="<f8", ndim=1)
+        for name, edges in (("rem_edges", rem), ("gap_edges", gap)):
+            if not np.all(np.isfinite(edges)) or np.any(np.diff(edges) <= 0):
+                raise err(f"field {name!r}: not finite and strictly increasing")
+        n_cells = n_states * (k + 1) * (len(rem) + 1) * (len(gap) + 1)
+        score = _format.unpack_array(doc, "score", err, dtype="<f4", ndim=1)
+        minhash = _format.unpack_array(doc, "minhash", err, dtype="<u4", ndim=2)
+        if len(score) != n_cells:
+            raise err(f"field 'score': {len(score)} entries for {n_cells} cells")
+        if not np.all(np.isfinite(score)):
+            raise err("field 'score': not finite")
+        if minhash.shape[0] != n_cells or minhash.shape[1] < 1:
+            raise err(f"field 'minhash': shape {minhash.shape} for {n_cells} cells")
+        if not 1 <= band <= minhash.shape[1]:
+            raise err(f"field 'band': {band} outside 1..{minhash.shape[1]}")
+        return cls(pattern, tuple(where), k, window, n_states, rem, gap, score, minhash, band,
+                   seed)
+
+    def save(self, path, key: bytes) -> int:
+        data = self.to_bytes(key)
+        with open(path, "wb") as fh:
+            fh.write(data)
+        return len(data)
+
+    @classmethod
+    def load(cls, path, key: bytes, max_bytes: int = MAX_BYTES) -> Sketch:
+        with open(path, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+        return cls.from_bytes(data, key, max_bytes)
+
+    # ------------------------------------------------------------------ accuracy
+
+    def error_against(self, graph, pairs: int = 4000, seed: int = 0) -> dict:
+        """Measured error of this sketch against the exact graph it stands for.
+
+        Jaccard: estimates vs exact match-map Jaccard over ``pairs`` cell pairs with non-empty
+        maps, half drawn uniformly, half *related* (two cells that reached a common bundle,
+        the pairs the proxy classes are about). Score: |score - success rate| over visited
+        cells (plain and visit-weighted means). Proxy: how often related pairs share a class
+        vs how often unrelated pairs do.
+        """
+        if graph.n_cells != self.n_cells:
+            raise ValueError(f"graph has {graph.n_cells} cells, sketch {self.n_cells}")
+        rng = np.random.default_rng(seed)
+        mapped = np.flatnonzero(graph.map_sizes() > 0)
+        out = {"bytes": self.nbytes, "cells": self.n_cells, "hashes": self.hashes,
+               "mapped_cells": len(mapped), "bundles": graph.n_bundles}
+        rate = graph.success_rate()
+        seen = graph.visits > 0
+        diff = np.abs(self.score[seen].astype(np.float64) - rate[seen])
+        out["score_mae"] = float(diff.mean()) if diff.size else 0.0
+        out["score_max"] = float(diff.max()) if diff.size else 0.0
+        out["score_mae_weighted"] = float(np.average(diff, weights=graph.visits[seen])) \
+            if diff.size else 0.0
+        if len(mapped) < 2:
+            out.update(pairs=0, jaccard_mae=0.0, jaccard_mae_related=0.0, jaccard_max=0.0)
+            return out
+        half = pairs // 2
+        a1 = rng.choice(mapped, half)
+        b1 = rng.choice(mapped, half)
+        e = rng.integers(0, len(graph.reach_cell), pairs - half)  # a cell -> bundle edge ...
+        a2 = graph.reach_cell[e].astype(np.int64)
+        by_bundle = np.argsort(graph.reach_bundle, kind="stable")  # ... and a cell of its bundle
+        lo = np.searchsorted(graph.reach_bundle[by_bundle], graph.reach_bundle[e], "left")
+        hi = np.searchsorted(graph.reach_bundle[by_bundle], graph.reach_bundle[e], "right")
+        b2 = graph.reach_cell[by_bundle[lo + (rng.random(len(e)) * (hi - lo)).astype(np.int64)]]
+        a = np.concatenate([a1, a2])
+        b = np.concatenate([b1, b2.astype(np.int64)])
+        exact = _exact_jaccard(graph, a, b)
+        est = self.jaccard(a, b)
+        d = np.abs(est - exact)
+        same = self.proxy_class[a] == self.proxy_class[b]
+        out.update(pairs=int(len(a)), jaccard_mae=float(d.mean()),
+                   jaccard_mae_related=float(d[half:].mean()), jaccard_max=float(d.max()),
+                   jaccard_mean_related=float(exact[half:].mean()),
+                   proxy_shared_related=float(same[half:][a2 != b2].mean())
+                   if np.any(a2 != b2) else 0.0,
+                   proxy_shared_random=float(same[:half][a1 != b1].mean())
+                   if np.any(a1 != b1) else 0.0)
+        return out
+
+
+def _exact_jaccard(graph, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    cells = np.unique(np.concatenate([a, b]))
+    maps = graph.match_maps(cells)
+    ra, rb = np.searchsorted(cells, a), np.searchsorted(cells, b)
+    inter = np.unpackbits(maps[ra] & maps[rb], axis=1).sum(axis=1)
+    union = np.unpackbits(maps[ra] | maps[rb], axis=1).sum(axis=1)
+    return np.where(union > 0, inter / np.maximum(union, 1), 0.0)
+
+
+def _check_key(key: bytes) -> bytes:
+    if not isinstance(key, (bytes, bytearray)) or len(key) == 0:
+        raise SketchError("the signing key must be non-empty bytes")
+    return bytes(key)
+
+
+def _mac(key: bytes, payload: bytes) -> bytes:
+    header = f"{FORMAT}/{VERSION}\0".encode()
+    return hmac.new(key, header + payload, hashlib.sha256).digest()

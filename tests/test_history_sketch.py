@@ -1,0 +1,168 @@
+"""Sketch: scores, min-hash Jaccard estimates, proxy classes, signed bytes refused when bad."""
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_history_graph import _hand_graph
+
+from history.sketch import (
+    EMPTY,
+    Sketch,
+    SketchError,
+    _mac,
+    minhash_signatures,
+    proxy_classes,
+)
+
+KEY = b"device-fleet-key"
+
+
+def _sets_as_edges(sets):
+    cells = [c for c, s in enumerate(sets) for _ in s]
+    items = [x for s in sets for x in s]
+    return np.array(cells, np.int64), np.array(items, np.int64)
+
+
+def _jaccard(a, b):
+    return len(a & b) / len(a | b) if a | b else 0.0
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sets(st.integers(0, 300), min_size=1, max_size=80),
+       st.sets(st.integers(0, 300), min_size=1, max_size=80), st.integers(0, 2**32))
+def test_minhash_estimate_is_close_to_exact_jaccard(a, b, seed):
+    cells, items = _sets_as_edges([a, b])
+    sig = minhash_signatures(cells, items, 2, hashes=512, seed=seed)
+    est = float((sig[0] == sig[1]).mean())
+    # standard deviation is at most 0.5 / sqrt(512) = 0.022
+    assert abs(est - _jaccard(a, b)) < 0.12
+
+
+def test_minhash_is_unbiased_over_seeds():
+    a, b = set(range(0, 60)), set(range(30, 90))  # J = 30 / 90
+    cells, items = _sets_as_edges([a, b])
+    est = [float((s[0] == s[1]).mean())
+           for s in (minhash_signatures(cells, items, 2, 16, seed) for seed in range(300))]
+    assert np.mean(est) == pytest.approx(1 / 3, abs=0.03)
+
+
+def test_minhash_of_empty_sets_and_proxy_classes():
+    sets = [{1, 2, 3}, set(), {1, 2, 3}, {100, 200, 300}]
+    cells, items = _sets_as_edges(sets)
+    sig = minhash_signatures(cells, items, 4, 8, seed=1)
+    assert (sig[1] == EMPTY).all() and not (sig[[0, 2, 3]] == EMPTY).any()
+    classes = proxy_classes(sig, band=2)
+    assert classes[1] == -1 and classes[0] == classes[2] != classes[3]
+    assert (classes[[0, 2, 3]] >= 0).all()
+
+
+def test_sketch_scores_are_smoothed_success_rates():
+    g = _hand_graph()
+    s = Sketch.from_graph(g, hashes=8, band=2)
+    p0 = 4 / 6  # successes / visits over the graph
+    assert s.score.dtype == np.float32 and s.score.shape == (24,)
+    assert s.score[5] == pytest.approx((2 + p0) / 3)
+    assert s.score[9] == pytest.approx((2 + p0) / 4)
+    assert s.score[23] == pytest.approx(p0 / 2)
+    assert s.score[0] == pytest.approx(p0)  # never visited: the prior
+    assert s.minhash.shape == (24, 8) and s.minhash.dtype == np.uint32
+    assert s.proxy_class[23] == -1 and s.proxy_class[5] >= 0
+    # cells 5 ({0, 2}) and 9 ({0, 1}) share bundle 0: estimate of J = 1/3 from 8 hashes
+    assert 0.0 <= s.jaccard(5, 9) <= 1.0 and s.jaccard(5, 5) == 1.0 and s.jaccard(0, 1) == 0.0
+    with pytest.raises(ValueError, match="band"):
+        Sketch.from_graph(g, hashes=4, band=5)
+
+
+def test_error_against_the_exact_graph():
+    g = _hand_graph()
+    exact = Sketch.from_graph(g, hashes=4096, prior=0.0)
+    err = exact.error_against(g, pairs=200)
+    assert err["score_mae"] < 1e-6 and err["jaccard_mae"] < 0.05
+    assert err["pairs"] == 200 and err["mapped_cells"] == 2 and err["bytes"] == exact.nbytes
+    rough = Sketch.from_graph(g, hashes=1, band=1, prior=5.0).error_against(g, pairs=200)
+    assert rough["score_mae"] > 0.05 and rough["jaccard_mae"] > err["jaccard_mae"]
+
+
+def test_signed_round_trip(tmp_path):
+    s = Sketch.from_graph(_hand_graph(where=["b.x > a.x"]), hashes=8, band=3, seed=7)
+    data = s.to_bytes(KEY)
+    assert len(data) == s.nbytes
+    t = Sketch.from_bytes(data, KEY)
+    assert (t.pattern, t.where, t.k, t.window, t.band, t.seed) == \
+        ("a b", ("b.x > a.x",), 1, 10.0, 3, 7)
+    assert np.array_equal(t.score, s.score) and np.array_equal(t.minhash, s.minhash)
+    assert np.array_equal(t.proxy_class, s.proxy_class)
+    assert t.bins().rem_edges == (5.0,) and t.bins().gap_edges == (2.0,)
+    path = tmp_path / "s.sketch"
+    assert s.save(path, KEY) == path.stat().st_size
+    assert np.array_equal(Sketch.load(path, KEY).score, s.score)
+
+
+def _sketch_bytes():
+    return Sketch.from_graph(_hand_graph(), hashes=8).to_bytes(KEY)
+
+
+def test_tampered_and_wrong_key_sketches_are_refused():
+    data = bytearray(_sketch_bytes())
+    data[len(data) // 2] ^= 0x01  # inside the payload's arrays
+    with pytest.raises(SketchError, match="tampered with or the key is wrong"):
+        Sketch.from_bytes(bytes(data), KEY)
+    with pytest.raises(SketchError, match="tampered with or the key is wrong"):
+        Sketch.from_bytes(_sketch_bytes(), b"another key")
+    with pytest.raises(SketchError, match="key must be non-empty"):
+        Sketch.from_bytes(_sketch_bytes(), b"")
+    outer = msgpack.unpackb(_sketch_bytes(), raw=False)
+    outer["mac"] = outer["mac"][:-1]
+    with pytest.raises(SketchError, match="signature check failed"):
+        Sketch.from_bytes(msgpack.packb(outer, use_bin_type=True), KEY)
+
+
+def test_oversized_wrong_version_and_garbage_are_refused():
+    data = _sketch_bytes()
+    with pytest.raises(SketchError, match=f"{len(data)} bytes, above the limit of 100"):
+        Sketch.from_bytes(data, KEY, max_bytes=100)
+    outer = msgpack.unpackb(data, raw=False)
+    for change, message in ((dict(version=2), "unsupported version 2"),
+                            (dict(format="acep-history"), "'format'"),
+                            (dict(signature="none"), "'signature'"),
+                            (dict(payload="text"), "'payload', 'mac': not bytes")):
+        bad = {**outer, **change}
+        with pytest.raises(SketchError, match=message):
+            Sketch.from_bytes(msgpack.packb(bad, use_bin_type=True), KEY)
+    with pytest.raises(SketchError, match="not valid msgpack"):
+        Sketch.from_bytes(data[:40], KEY)
+    with pytest.raises(SketchError, match="not a map"):
+        Sketch.from_bytes(msgpack.packb("sketch"), KEY)
+    with pytest.raises(SketchError, match="expected bytes"):
+        Sketch.from_bytes("sketch", KEY)
+
+
+def _resigned(change):
+    """A validly signed sketch whose payload was changed: the signer made a bad sketch."""
+    outer = msgpack.unpackb(_sketch_bytes(), raw=False)
+    doc = msgpack.unpackb(outer["payload"], raw=False)
+    change(doc)
+    outer["payload"] = msgpack.packb(doc, use_bin_type=True)
+    outer["mac"] = _mac(KEY, outer["payload"])
+    return msgpack.packb(outer, use_bin_type=True)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(version=3), "unsupported version 3"),
+    (lambda d: d["score"].update(shape=[23], data=d["score"]["data"][:-4]),
+     "'score': 23 entries for 24 cells"),
+    (lambda d: d["score"].update(dtype="<f8"), "'score': dtype"),
+    (lambda d: d["minhash"].update(shape=[24, 4]), r"'minhash': 768 bytes .* \[24, 4\]"),
+    (lambda d: d["minhash"].update(shape=[12, 16]), "'minhash': shape"),
+    (lambda d: d["rem_edges"].update(data=np.array([np.inf]).tobytes()), "'rem_edges'"),
+    (lambda d: d["score"].update(data=np.full(24, np.nan, np.float32).tobytes()),
+     "'score': not finite"),
+    (lambda d: d.update(band=99), "'band': 99"),
+    (lambda d: d.update(k=None), "'k'"),
+    (lambda d: d.pop("minhash"), "'minhash': not an array"),
+])
+def test_malformed_signed_payload_names_the_field(change, message):
+    with pytest.raises(SketchError, match=message):
+        Sketch.from_bytes(_resigned(change), KEY)
