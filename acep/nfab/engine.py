@@ -48,7 +48,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 
-from ..events import Event, EventBatch
+from ..events import Event, EventBatch, EventError
 from .ast import Query, Strategy
 from .postpone import PostponeStats, match_postponed
 from .query import parse_query
@@ -189,11 +189,16 @@ class Engine:
         return self._shared_output(stream, self._shared(stream, [], final=True))
 
     def _shared(self, stream: Stream, rows: list[Event], final: bool = False) -> list:
+        """Raw matches of the shared-buffer engine; a bad event's error carries the
+        outputs finalized before it as ``error.matches``."""
         before = stream.stats.as_dict()
         try:
             raw = stream.push(rows) if rows else []
             if final:
                 raw += stream.flush()
+        except EventError as error:
+            error.matches = self._shared_output(stream, getattr(error, "matches", []))
+            raise
         finally:
             after = stream.stats.as_dict()
             for name in ("events", "runs_created", "runs_merged", "pointers_written",
