@@ -187,6 +187,7 @@ class Kernel:
     lg_cell: cython.int[::1]
     lg_pcell: cython.int[::1]
     lg_reach: cython.double[::1]
+    lg_gap: cython.double[::1]
     lg_merged: cython.int[::1]
     n_part: cython.int[::1]
 
@@ -938,6 +939,7 @@ class Kernel:
         self.lg_cell[i] = self.n_cell[nd]
         self.lg_pcell[i] = self.n_cell[prev] if prev != NO_NODE else -1
         self.lg_reach[i] = self.n_reach[nd]
+        self.lg_gap[i] = self.n_tag[nd] - self.n_tag[prev] if prev != NO_NODE else 0.0
         self.lg_merged[i] = 1 if self.n_flag[nd] & FLAG_MERGED else 0
         self.n_flag[nd] |= FLAG_LOGGED
         self.lg_n = i + 1
@@ -953,6 +955,7 @@ class Kernel:
         self.lg_cell = np.zeros(cap, dtype=np.int32)
         self.lg_pcell = np.zeros(cap, dtype=np.int32)
         self.lg_reach = np.zeros(cap, dtype=np.float64)
+        self.lg_gap = np.zeros(cap, dtype=np.float64)
         self.lg_merged = np.zeros(cap, dtype=np.int32)
 
     def _grow_log(self, cap):
@@ -961,6 +964,7 @@ class Kernel:
         self.lg_err, self.lg_start = _grown(self.lg_err, cap), _grown(self.lg_start, cap)
         self.lg_cell, self.lg_pcell = _grown(self.lg_cell, cap), _grown(self.lg_pcell, cap)
         self.lg_reach, self.lg_merged = _grown(self.lg_reach, cap), _grown(self.lg_merged, cap)
+        self.lg_gap = _grown(self.lg_gap, cap)
 
     def take_node_log(self) -> dict:
         """The nodes retired so far (SHEDDING.md 4), and clear the log."""
@@ -969,7 +973,7 @@ class Kernel:
                    np.asarray(self.lg_state), np.asarray(self.lg_err),
                    np.asarray(self.lg_start), np.asarray(self.lg_cell),
                    np.asarray(self.lg_pcell), np.asarray(self.lg_reach),
-                   np.asarray(self.lg_merged)]
+                   np.asarray(self.lg_merged), np.asarray(self.lg_gap)]
         out = {key: col[:n].copy() for key, col in zip(_LOG_KEYS, columns)}
         out["merged"] = out["merged"].astype(np.uint8)
         self._reset_log(0)
@@ -1010,7 +1014,7 @@ class Kernel:
 
 
 _LOG_KEYS = ("partition", "position", "tag", "state", "err", "start", "cell", "prev_cell",
-             "reach", "merged")
+             "reach", "merged", "gap")
 
 
 def _now_ns() -> cython.longlong:

@@ -249,6 +249,9 @@ def test_node_log_outcomes_match_the_trajectories(c):
         assert log["reach"][rows].min() == earliest[pos]
     assert (log["reach"][reached] <= log["start"][reached] + w).all()
     assert (log["tag"] <= np.where(reached, log["reach"], np.inf)).all()
+    rem = w - (log["tag"] - log["start"])
+    np.testing.assert_array_equal(log["cell"], BINS.cells(log["state"], log["err"], rem,
+                                                          log["gap"], k))
 
 
 @SETTINGS
