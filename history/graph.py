@@ -21,7 +21,8 @@ import numpy as np
 
 from . import _format
 
-__all__ = ["HistoryGraph", "HistoryFormatError", "compute_bundles", "cell_of", "decode_cells"]
+__all__ = ["HistoryGraph", "HistoryFormatError", "compute_bundles", "bundle_index", "cell_of",
+           "decode_cells"]
 
 FORMAT = "acep-history"
 VERSION = 1
@@ -86,7 +87,7 @@ def compute_bundles(partition, point, window: float) -> dict[str, np.ndarray]:
             "last": pt[last_idx], "points": (last_idx - first_idx + 1).astype(np.int64)}
 
 
-def _bundle_of(b_part, b_first, b_last, part, point) -> np.ndarray:
+def bundle_index(b_part, b_first, b_last, part, point) -> np.ndarray:
     """Index of the bundle holding each (partition, point); -1 where none does.
 
     Bundles must be sorted by (partition, first). One lexsort of bundles and queries together
@@ -229,7 +230,7 @@ class HistoryGraph:
         m_part, m_point = _match_points(matches, keys)
         b = compute_bundles(m_part, m_point, float(window))
         part = cols["partition"][success]
-        bundle = _bundle_of(b["partition"], b["first"], b["last"], part, reach[success])
+        bundle = bundle_index(b["partition"], b["first"], b["last"], part, reach[success])
         if np.any(bundle < 0):
             i = int(np.flatnonzero(bundle < 0)[0])
             raise ValueError(f"node log field 'reach': point {reach[success][i]:g} of partition "

@@ -1,0 +1,212 @@
+"""Shedding policies built from histories, and the baselines (docs/SHEDDING.md sections 3, 6).
+
+- :class:`HistoryPolicy`: the sketch's scores and proxy classes as an
+  ``acep.shedding.ScorePolicy``, with the online (reinforcement) update and exploration on.
+- :class:`CompletionPolicy`: pSPICE style, the completion probability of (state,
+  remaining-window bin) only, the same for every error count and gap.
+- :class:`HindsightPolicy`: offline, knows from the unconstrained run which candidates lead to
+  which bundle and keeps one per bundle not found yet.
+- :func:`sample_events` / :class:`EventSampler`: input-event sampling (the frequency operator
+  of [M] Ma & Taylor): keep one event in ``n``, before the matcher.
+
+Device side: imports only numpy, msgpack and ``acep``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from acep.events import EventBatch
+from acep.shedding import CallbackPolicy, Candidates, ScorePolicy
+
+from .graph import bundle_index, compute_bundles
+
+__all__ = ["HistoryPolicy", "CompletionPolicy", "HindsightPolicy", "EventSampler",
+           "sample_events"]
+
+
+class HistoryPolicy(ScorePolicy):
+    """The history policy: rank candidates by the sketch's cell scores (how often the vector
+    led to a bundle), keep one per proxy class first ([L16] 3.2, correlated nodes: keep one).
+
+    ``learning_rate`` and ``explore`` turn on the online update of section 5: the scores
+    are a copy of the sketch's and follow the stream; :meth:`learned_sketch` returns them.
+    The matcher needs the sketch's bins: ``Matcher(..., bins=policy.bins, policy=policy)``.
+    """
+
+    name = "history"
+
+    def __init__(self, sketch, learning_rate: float = 0.05, explore: float = 0.01,
+                 seed: int = 0, proxy: bool = True):
+        super().__init__(np.array(sketch.score, dtype=np.float64),
+                         sketch.proxy_class.copy() if proxy else None,
+                         explore=explore, learning_rate=learning_rate, seed=seed)
+        self.sketch = sketch
+        self.bins = sketch.bins()
+
+    def learned_sketch(self):
+        """The sketch with the scores learned so far (min-hash signatures unchanged)."""
+        from dataclasses import replace
+
+        return replace(self.sketch, score=self.score.astype(np.float32))
+
+
+class CompletionPolicy(ScorePolicy):
+    """pSPICE-style baseline: P(a node reaches a match | state, remaining-window bin).
+
+    Estimated from a history's counts summed over errors and gaps (``prior``: pseudo-visits
+    at the overall rate) and broadcast to every cell: no proxy classes, no learning.
+    ``graph_or_counts`` is a :class:`history.graph.HistoryGraph` or a mapping with ``visits``
+    and ``successes`` arrays of shape ``(n_states, k + 1, R, G)``.
+    """
+
+    name = "completion"
+
+    def __init__(self, graph_or_counts, prior: float = 1.0, bins=None):
+        if isinstance(graph_or_counts, Mapping):
+            visits = np.asarray(graph_or_counts["visits"], dtype=np.float64)
+            successes = np.asarray(graph_or_counts["successes"], dtype=np.float64)
+            if visits.ndim != 4 or visits.shape != successes.shape:
+                raise ValueError("visits and successes must both have shape "
+                                 "(n_states, k + 1, R, G)")
+        else:
+            shape = graph_or_counts.shape
+            visits = graph_or_counts.visits.reshape(shape).astype(np.float64)
+            successes = graph_or_counts.successes.reshape(shape).astype(np.float64)
+            bins = bins if bins is not None else graph_or_counts.bins()
+        p0 = successes.sum() / visits.sum() if visits.sum() else 0.0
+        v = visits.sum(axis=(1, 3), keepdims=True)
+        s = successes.sum(axis=(1, 3), keepdims=True)
+        p = (s + prior * p0) / (v + prior) if prior > 0 else \
+            np.where(v > 0, s / np.maximum(v, 1), p0)
+        self.completion = p[:, 0, :, 0]  # (n_states, R)
+        super().__init__(np.broadcast_to(p, visits.shape).ravel().copy())
+        self.bins = bins
+
+
+class HindsightPolicy(CallbackPolicy):
+    """Offline optimum with hindsight (where tractable): slow, for benchmarks only.
+
+    From the unconstrained run's node log, a candidate's key ``(position, state, start,
+    err)`` tells which bundle it leads to (its ``reach``; bundles per [L16] Definition 3 from
+    ``matches``, or from the reach points themselves: every match point is the reach of the
+    node that completes it). On each shedding event it keeps, for every bundle not yet
+    found, the ``per_bundle`` candidates that reach it earliest (ties: later start, fewer
+    errors), and nothing else: shed credit is saved for later events. A bundle counts as
+    found once a kept candidate completes it (its reach is the event's own tag).
+
+    Give it the log of a run without merging (``traced_run(..., merge=False)``): a merged
+    node's outcome is censored, and under a budget the dominating node may be the one shed.
+    It is a reference, not a proven optimum: the engine asks a policy only on events whose
+    candidates exceed the credit, so it cannot plan the credit ahead.
+    """
+
+    name = "hindsight"
+
+    def __init__(self, node_log: Mapping[str, np.ndarray], window: float, matches=None,
+                 per_bundle: int = 1):
+        reach = np.asarray(node_log["reach"], dtype=np.float64)
+        ok = ~np.isnan(reach)
+        part = np.asarray(node_log["partition"], dtype=np.int64)[ok]
+        reach = reach[ok]
+        if matches is None:
+            b = compute_bundles(part, reach, window)
+        else:
+            b = compute_bundles(matches["partition"], matches["point"], window)
+        bundle = bundle_index(b["partition"], b["first"], b["last"], part, reach)
+        if np.any(bundle < 0):
+            raise ValueError("node log 'reach' points outside the matches' bundles")
+        keys = zip(np.asarray(node_log["position"])[ok].tolist(),
+                   np.asarray(node_log["state"])[ok].tolist(),
+                   np.asarray(node_log["start"])[ok].tolist(),
+                   np.asarray(node_log["err"])[ok].tolist())
+        self.outcome: dict[tuple, tuple[int, float]] = {}
+        for key, bid, r in zip(keys, bundle.tolist(), reach.tolist()):
+            old = self.outcome.get(key)
+            if old is None or r < old[1]:
+                self.outcome[key] = (bid, r)
+        self.n_bundles = len(b["first"])
+        self.found = np.zeros(self.n_bundles, dtype=bool)
+        self.per_bundle = int(per_bundle)
+
+    def select(self, c: Candidates) -> np.ndarray:
+        rows = []
+        for i, key in enumerate(zip(c.state.tolist(), c.start.tolist(), c.err.tolist())):
+            hit = self.outcome.get((c.position, *key))
+            if hit is not None and not self.found[hit[0]]:
+                rows.append((hit[0], hit[1], -key[1], key[2], i))
+        rows.sort(key=lambda r: r[1:])  # the soonest match first: fewest nodes still needed
+        keep, taken = [], {}
+        for bid, reach, _, _, i in rows:
+            if taken.get(bid, 0) < self.per_bundle and len(keep) < c.budget:
+                taken[bid] = taken.get(bid, 0) + 1
+                keep.append(i)
+                if reach == c.tag:
+                    self.found[bid] = True
+        return np.array(sorted(keep), dtype=np.int64)
+
+
+class EventSampler:
+    """Input-event sampling: keep every ``keep_every``-th event, counted per partition when
+    ``partition`` is given, across consecutive batches. Kept events are renumbered
+    (positions of the sampled stream); after each call ``kept_positions`` holds their
+    original positions."""
+
+    def __init__(self, keep_every: int, partition: str | None = None, offset: int = 0):
+        if int(keep_every) != keep_every or keep_every < 1:
+            raise ValueError(f"keep_every must be a whole number >= 1, got {keep_every!r}")
+        if not 0 <= offset < keep_every:
+            raise ValueError(f"offset must be in 0..{keep_every - 1}, got {offset!r}")
+        self.keep_every, self.partition, self.offset = int(keep_every), partition, int(offset)
+        self._seen: dict = {}
+        self._total = 0
+        self.kept_positions = np.zeros(0, dtype=np.int64)
+        self._out = 0
+
+    def __call__(self, batch: EventBatch) -> EventBatch:
+        n = len(batch)
+        if self.partition is None:
+            rank = self._total + np.arange(n)
+        else:
+            column = batch.columns.get(self.partition)
+            if column is None:
+                raise ValueError(f"no attribute {self.partition!r} to sample per partition")
+            keys, inverse = _factorize(column)
+            order = np.argsort(inverse, kind="stable")
+            counts = np.bincount(inverse, minlength=len(keys))
+            starts = np.cumsum(counts) - counts
+            within = np.empty(n, dtype=np.int64)
+            within[order] = np.arange(n) - np.repeat(starts, counts)
+            before = np.array([self._seen.get(key, 0) for key in keys], dtype=np.int64)
+            rank = before[inverse] + within
+            for key, c in zip(keys, counts.tolist()):
+                self._seen[key] = self._seen.get(key, 0) + c
+        self._total += n
+        keep = np.flatnonzero(rank % self.keep_every == self.offset)
+        out = EventBatch(batch.type_codes[keep], batch.type_names, batch.tags[keep],
+                         {k: v[keep] for k, v in batch.columns.items()}, self._out,
+                         batch.source, None if batch.lines is None else batch.lines[keep],
+                         batch.tag_is_time)
+        self.kept_positions = batch.position + keep
+        self._out += len(keep)
+        return out
+
+
+def sample_events(batch: EventBatch, keep_every: int, partition: str | None = None,
+                  offset: int = 0) -> EventBatch:
+    """One batch sampled by :class:`EventSampler` (for a stream of batches, use the class)."""
+    return EventSampler(keep_every, partition, offset)(batch)
+
+
+def _factorize(column: np.ndarray):
+    try:
+        keys, inverse = np.unique(column, return_inverse=True)
+        keys = [k.item() if isinstance(k, np.generic) else k for k in keys]
+        return [(type(k).__name__, k) for k in keys], inverse.ravel()
+    except TypeError:  # mixed or missing keys in an object column
+        index: dict = {}
+        inverse = np.fromiter((index.setdefault((type(v).__name__, v), len(index))
+                               for v in column), dtype=np.int64, count=len(column))
+        return list(index), inverse
