@@ -1,16 +1,10 @@
 """Build a history graph from an unconstrained, traced ACEP run (docs/SHEDDING.md section 6).
 
-Bins. When ``bins`` is not given they come from the data, as quantiles of what the cells
-will discretise, in a first traced pass:
-
-- the remaining window ``w - (tag - start)`` is exact from the node log;
-- the time since the previous matched event (gap) is not in the log (the prev node's tag is
-  not logged), so the first pass runs with ``F = 256`` uniform gap bins over ``[0, w]`` and
-  the gap edges are chosen among those fine edges at the quantiles of the fine histogram.
-  Every chosen edge is a fine edge, so the coarse bins are exact unions of fine bins.
-
-Edges that would leave the lowest bin empty are dropped, so there are at most ``n_bins`` bins
-per time and fewer when the values are concentrated.
+Bins. When ``bins`` is not given they come from the data: a first traced pass without bins
+logs every node's remaining window ``w - (tag - start)`` and gap (time since the previous
+matched event), and the edges are their quantiles (``n_bins`` bins per time). Edges at or
+below the smallest value are dropped (they would leave the lowest bin empty; seed nodes all
+have gap 0), so concentrated values get fewer bins.
 """
 
 from __future__ import annotations
@@ -27,7 +21,6 @@ from .graph import HistoryGraph
 
 __all__ = ["build_history", "choose_bins", "traced_run", "TracedRun"]
 
-FINE_BINS = 256
 KEEP = ("partition", "cell", "prev_cell", "reach", "merged")
 
 
@@ -99,27 +92,17 @@ def _kept_edges(edges: np.ndarray, values_min: float) -> tuple[float, ...]:
     return tuple(float(e) for e in edges[edges > values_min])
 
 
-def choose_bins(rem: np.ndarray, gap_fine_counts: np.ndarray, window: float,
-                n_bins: int = 8) -> VectorBins:
-    """Quantile edges: exact for ``rem`` values, from a fine histogram for the gaps.
-
-    ``gap_fine_counts[j]`` counts gaps in ``[j w / F, (j + 1) w / F)`` (``F`` fine bins).
-    """
+def choose_bins(rem: np.ndarray, gap: np.ndarray, n_bins: int = 8) -> VectorBins:
+    """Quantile edges of observed remaining windows and gaps, at most ``n_bins`` bins each."""
     qs = np.linspace(0.0, 1.0, n_bins + 1)[1:-1]
-    rem = np.asarray(rem, dtype=np.float64)
-    rem = rem[np.isfinite(rem)]
-    rem_edges = _kept_edges(np.quantile(rem, qs), rem.min()) if len(rem) and n_bins > 1 else ()
-    counts = np.asarray(gap_fine_counts, dtype=np.int64)
-    total = int(counts.sum())
-    gap_edges: tuple[float, ...] = ()
-    if total and window > 0 and n_bins > 1:
-        fine = len(counts)
-        cum = np.cumsum(counts)
-        ranks = np.floor(qs * (total - 1)).astype(np.int64)  # the sample's order statistics
-        j = np.searchsorted(cum, ranks, side="right")  # fine bin holding each rank
-        lowest = int(np.flatnonzero(counts)[0])
-        gap_edges = _kept_edges(j * (window / fine), lowest * window / fine)
-    return VectorBins(rem_edges, gap_edges)
+
+    def edges(values):
+        values = np.asarray(values, dtype=np.float64)
+        values = values[np.isfinite(values)]
+        if not len(values) or n_bins < 2:
+            return ()
+        return _kept_edges(np.quantile(values, qs), values.min())
+    return VectorBins(edges(rem), edges(gap))
 
 
 def build_history(pattern: str | Pattern, events, window: float, k: int, *,
@@ -136,12 +119,9 @@ def build_history(pattern: str | Pattern, events, window: float, k: int, *,
         events = list(events)
     common = {"where": where, "partition": partition, "backend": backend, "merge": merge}
     if bins is None:
-        fine = tuple(window * np.arange(1, FINE_BINS) / FINE_BINS) if window > 0 else ()
-        first = traced_run(pattern, events, window, k, bins=VectorBins((), fine),
-                           fields=("tag", "start", "cell"), **common)
-        rem = window - (first.log["tag"] - first.log["start"])
-        counts = np.bincount(first.log["cell"] % (len(fine) + 1), minlength=len(fine) + 1)
-        bins = choose_bins(rem, counts, window, n_bins)
+        first = traced_run(pattern, events, window, k, fields=("tag", "start", "gap"), **common)
+        bins = choose_bins(window - (first.log["tag"] - first.log["start"]), first.log["gap"],
+                           n_bins)
     run = traced_run(pattern, events, window, k, bins=bins, **common)
     text = pattern if isinstance(pattern, str) else pattern.text
     where_list = [where] if isinstance(where, str) else list(where)

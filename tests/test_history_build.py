@@ -114,18 +114,16 @@ def test_build_history_equals_brute_force_from_all_trajectories(data):
     assert merged.visits.sum() <= g.visits.sum()
 
 
-def test_choose_bins_from_exact_rem_and_fine_gap_histogram():
-    rem = np.array([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0])
-    fine = np.zeros(10, np.int64)
-    fine[0], fine[6] = 6, 4  # six gaps in [0, 1), four in [6, 7) on a window of 10
-    bins = choose_bins(rem, fine, 10.0, n_bins=2)
-    assert bins.rem_edges == (4.5,)  # np.quantile: exact values
-    assert bins.gap_edges == ()  # the median falls in fine bin 0: no edge above the lowest
-    bins = choose_bins(rem, fine, 10.0, n_bins=4)
-    assert bins.gap_edges == (6.0,)  # the third quartile is in fine bin 6: edge at its start
-    assert len(bins.rem_edges) == 3
-    assert choose_bins(np.zeros(5), np.array([5]), 0.0).gap_edges == ()
-    assert choose_bins(np.zeros(5), np.array([5]), 0.0).rem_edges == ()
+def test_choose_bins_at_quantiles_without_empty_low_bins():
+    rem = np.arange(10.0)
+    gap = np.array([0.0] * 6 + [6.0, 6.5, 7.0, 9.0])  # seed nodes: gap 0
+    bins = choose_bins(rem, gap, n_bins=2)
+    assert bins.rem_edges == (4.5,)  # np.quantile's median of 0..9
+    assert bins.gap_edges == ()  # the median gap is 0, the smallest: no edge
+    bins = choose_bins(rem, gap, n_bins=4)
+    assert bins.gap_edges == (6.375,) and len(bins.rem_edges) == 3
+    assert choose_bins(np.zeros(5), np.zeros(5)).gap_edges == ()
+    assert choose_bins(np.zeros(0), np.zeros(0)).rem_edges == ()
 
 
 def test_chosen_bins_spread_the_visits():
