@@ -98,6 +98,27 @@ def test_postponing_compact_finishes_the_any_match_sweep(results):
         assert compact["main_runs"] > 0
 
 
+def test_shared_engine_measured_beside_the_naive_baseline(results):
+    """Partition contiguity and next-match: the shared-buffer engine beside the run engine,
+    with the same matches wherever both finished."""
+    for r in results["sweep"]:
+        if r["strategy"] == "skip_till_any_match":
+            continue
+        naive, shared = r["systems"]["runs"], r["systems"]["shared"]
+        if naive["status"] == shared["status"] == "ok":
+            assert shared["matches"] == naive["matches"]
+            assert shared["match_length_mean"] == naive["match_length_mean"]
+    rows = [r for r in results["partitions"]["rows"]
+            if r["strategy"] == "skip_till_next_match"]
+    assert {r["system"] for r in rows} == {"shared_compact", "runs_compact"}
+    for p in results["predicates"]:
+        mine = {r["system"]: r for r in rows if r["predicate"] == p}
+        assert mine["shared_compact"]["matches"] == mine["runs_compact"]["matches"]
+        assert mine["shared_compact"]["records"] == mine["runs_compact"]["records"]
+    target = next(t for t in results["targets"] if t["name"].startswith("skip_till_next"))
+    assert "shared-buffer engine" in target["meaning"]
+
+
 def test_side_by_side_uses_one_prefix(results):
     sides = results["side_by_side"]
     assert [s["predicate"] for s in sides] == list(results["predicates"])

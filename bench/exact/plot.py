@@ -18,6 +18,8 @@ PREDICATE_COLOURS = {"p1": "#1b9e77", "p2": "#d95f02", "p3_min": "#7570b3",
 SYSTEMS = {  # name in the JSON -> (legend, colour)
     "runs": ("naive (run engine, verbose)", "0.55"),
     "runs_compact": ("run engine, compact", "#6baed6"),
+    "shared": ("shared buffer, verbose", "#31a354"),
+    "shared_compact": ("shared buffer, compact", "#3182bd"),
     "postpone_verbose": ("postponing, verbose", "#fdae6b"),
     "postpone_compact": ("postponing, compact", "#e6550d"),
     "postpone_compact_no_filters": ("postponing, compact, no early filters", "#a63603"),
@@ -54,7 +56,7 @@ def _predicate_handles(results: dict) -> list:
 
 def _sweep_panel(ax: Axes, results: dict, strategy: str) -> None:
     rows = [r for r in results["sweep"] if r["strategy"] == strategy]
-    styles = ({"runs": ("-", "o")} if strategy != "skip_till_any_match"
+    styles = ({"shared": ("-", "o"), "runs": (":", "s")} if strategy != "skip_till_any_match"
               else {"postpone_compact": ("-", "o"), "postpone_verbose": ("--", "^"),
                     "runs": (":", "s")})
     used = set()
@@ -182,7 +184,7 @@ def _partition_panel(ax: Axes, results: dict) -> None:
             row = next(r for r in rows if r["predicate"] == p and r["strategy"] == strategy
                        and r["system"] == system)
             rates.append(row["events_per_s"] or 0)
-        ax.bar(xs, rates, width, color=colours.get(strategy, "0.5"),
+        ax.bar(xs, rates, width, color=SYSTEMS[system][1],
                label=f"{strategy}: {SYSTEMS[system][0]}")
         for x, rate in zip(xs, rates):
             ax.annotate(f"{rate / 1e3:,.0f}k" if rate else "timed out", (x, rate),

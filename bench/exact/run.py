@@ -7,13 +7,15 @@ Run ``python -m bench.exact [--quick] [--out DIR]``. It measures, in one run
    ``skip_till_next_match`` and ``skip_till_any_match``, the iterator predicates p1, p2 and p3
    (min, max, avg) and partition windows W = 100 .. 2000, on a two-symbol ticker of 400 W
    events (capped): the run engine (``acep.nfab.runs``, one run object per partial match: the
-   naive baseline, and the only engine for the other strategies), and for skip-till-any-match
-   also the postponing engine (``acep.nfab.postpone``) in verbose and compact output;
+   naive baseline) everywhere; under partition contiguity and skip-till-next-match also the
+   shared-buffer engine (``acep.nfab.shared``); under skip-till-any-match also the postponing
+   engine (``acep.nfab.postpone``) in verbose and compact output;
 2. side by side at W = 500 under skip-till-any-match: the naive baseline and the postponing
    engine (verbose, compact, compact without early filters) on one prefix, the longest one the
    naive baseline finishes within its time budget;
 3. ten partitions (symbols) with W = 100, compact output: skip-till-any-match (postponing) and
-   skip-till-next-match (run engine), best of the repeats;
+   skip-till-next-match (shared-buffer engine, and the run engine beside it), best of the
+   repeats;
 4. the targets of the issue, with pass/fail.
 
 Skip-till-any-match makes the naive baseline exponential in the events of a window, so every
@@ -42,6 +44,7 @@ from acep.nfab.ast import Query
 from acep.nfab.engine import Engine
 from acep.nfab.query import parse_query
 from acep.nfab.runs import RunStats, match_runs
+from acep.nfab.shared import SharedStats, Stream, match_shared
 
 from ..common import machine, write_json
 from .stock import PRICE_MAX, VOLUME_MAX, stock_ticker
@@ -75,6 +78,10 @@ SYSTEMS = {  # name in the JSON -> what it is
             "match, no sharing, no postponing (the naive baseline)",
     "runs_compact": "run engine through Engine(output='compact', engine='runs'): the same "
                     "runs, matches grouped by end event",
+    "shared": "shared-buffer engine (acep.nfab.shared.match_shared), verbose: versioned "
+              "buffer, computation state, merging, routing by partition (EXACT.md 6.2-6.6)",
+    "shared_compact": "shared-buffer engine through Engine(output='compact', "
+                      "engine='shared'): matches grouped by end event, as buffer pointers",
     "postpone_verbose": "postponing engine (acep.nfab.postpone.match_postponed), early "
                         "filters on, verbose output (every match, as the naive baseline)",
     "postpone_compact": "postponing engine, early filters on, compact output (collapsed "
@@ -158,7 +165,7 @@ class Timeout(BaseException):
 
 
 def _loop_codes() -> set:
-    codes = {match_runs.__code__}
+    codes = {match_runs.__code__, Stream._process.__code__}
     if match_postponed is not None:
         codes.add(match_postponed.__code__)
     return codes
@@ -169,7 +176,7 @@ def _reached(frame) -> int | None:
     codes = _loop_codes()
     while frame is not None:
         if frame.f_code in codes:
-            pos = frame.f_locals.get("pos")
+            pos = frame.f_locals.get("pos", frame.f_locals.get("i"))
             return pos if isinstance(pos, int) else 0
         frame = frame.f_back
     return None
@@ -232,9 +239,12 @@ def _measure_once(system: str, query: Query, events: list[Event], budget: float 
     if system == "runs":
         stats = RunStats()
         work = lambda: match_runs(query, events, stats)  # noqa: E731
-    elif system == "runs_compact":
-        engine = Engine(query, output="compact", engine="runs")
+    elif system in ("runs_compact", "shared_compact"):
+        engine = Engine(query, output="compact", engine=system.split("_")[0])
         work = lambda: engine.run(events)  # noqa: E731
+    elif system == "shared":
+        stats = SharedStats()
+        work = lambda: match_shared(query, events, stats=stats)  # noqa: E731
     else:
         stats = PostponeStats()
         output = "verbose" if system == "postpone_verbose" else "compact"
@@ -254,8 +264,13 @@ def _measure_once(system: str, query: Query, events: list[Event], budget: float 
     if engine is not None:
         if found is not None:
             row["runs_created"] = engine.stats["runs_created"]
+            if "runs_merged" in engine.stats:
+                row["runs_merged"] = engine.stats["runs_merged"]
     elif system == "runs":
         row["runs_created"] = stats.runs_created
+    elif system == "shared":
+        row.update(runs_created=stats.runs_created, runs_merged=stats.runs_merged,
+                   max_live_runs=stats.max_live_runs)
     else:
         row.update(main_runs=stats.main_runs, candidates=stats.candidates,
                    main_runs_per_event=stats.main_runs / done,
@@ -270,12 +285,12 @@ def _measure_once(system: str, query: Query, events: list[Event], budget: float 
 def _output_figures(system: str, found: list, count_budget: float | None) -> dict:
     """Matches (and mean match length) of a verbose output; records (and matches when they
     can be counted within ``count_budget``) of a compact one."""
-    if system in ("runs", "postpone_verbose"):
+    if system in ("runs", "shared", "postpone_verbose"):
         lengths = [sum(len(block) for block in m.positions) for m in found]
         return {"matches": len(found),
                 "match_length_mean": float(np.mean(lengths)) if lengths else None}
     out = {"records": len(found)}
-    if system == "runs_compact":
+    if system in ("runs_compact", "shared_compact"):
         out["matches"] = sum(g.count() for g in found)
         return out
     # A record counts its matches with a dynamic program when it has nothing left to check;
@@ -314,7 +329,7 @@ def sweep(stream: list[Event], sizes: Sizes, postpone: bool) -> list[dict]:
     for config in tqdm(configs, desc="sweep", file=sys.stderr):
         events = stream[:stream_events(sizes, config.symbols, config.window)]
         if config.strategy != ANY:
-            systems = ("runs",)
+            systems = ("runs", "shared")
         else:
             systems = ("runs", "postpone_verbose", "postpone_compact") if postpone else ("runs",)
         query = config.query()
@@ -376,7 +391,8 @@ def _same_matches(systems: dict) -> bool | None:
 
 def partitions(sizes: Sizes, postpone: bool) -> dict:
     """Ten symbols, W = 100, compact output: any-match (postponing, and the naive baseline
-    once within the budget) and next-match (run engine), best of the repeats."""
+    once within the budget) and next-match (shared-buffer engine, best of the repeats, and
+    the run engine once), every system on the whole stream."""
     n = stream_events(sizes, PARTITION_SYMBOLS, PARTITION_WINDOW)
     events = stock_ticker(n, PARTITION_SYMBOLS, P_RISE, SEED)
     rows = []
@@ -385,10 +401,10 @@ def partitions(sizes: Sizes, postpone: bool) -> dict:
         any_systems = ("postpone_compact", "runs") if postpone else ("runs_compact",)
         jobs += [(Config(ANY, predicate, PARTITION_WINDOW, PARTITION_SYMBOLS), s)
                  for s in any_systems]
-        jobs.append((Config(NEXT, predicate, PARTITION_WINDOW, PARTITION_SYMBOLS),
-                     "runs_compact"))
+        jobs += [(Config(NEXT, predicate, PARTITION_WINDOW, PARTITION_SYMBOLS), s)
+                 for s in ("shared_compact", "runs_compact")]
     for config, system in tqdm(jobs, desc="10 partitions", file=sys.stderr):
-        repeats = 1 if system == "runs" else sizes.repeats
+        repeats = 1 if system.startswith("runs") else sizes.repeats
         # only the naive any-match baseline is stopped: the targets cover the whole stream
         budget = sizes.any_budget if config.strategy == ANY and system.startswith("runs") \
             else None
@@ -411,11 +427,12 @@ def targets(sides: list[dict], parts: dict, postpone: bool) -> list[dict]:
         ratios = [(s["speedup_vs_naive"].get(system), s) for s in sides]
         out.append(_worst(name, what, ratios, SPEEDUP_TARGET, postpone))
     for strategy, system, threshold in ((ANY, "postpone_compact", ANY_RATE_TARGET),
-                                        (NEXT, "runs_compact", NEXT_RATE_TARGET)):
+                                        (NEXT, "shared_compact", NEXT_RATE_TARGET)):
         if strategy == ANY and not postpone:
             system = "runs_compact"
         name = f"{strategy} events/s >= {threshold:,.0f}"
-        engine = "postponing engine" if system.startswith("postpone") else "run engine"
+        engine = {"postpone_compact": "postponing engine", "runs_compact": "run engine",
+                  "shared_compact": "shared-buffer engine"}[system]
         what = (f"{engine}, compact output, {PARTITION_SYMBOLS} "
                 f"partitions, W = {PARTITION_WINDOW}, {parts['events']:,} events, best of "
                 f"the repeats; worst of p1-p3")
@@ -454,11 +471,12 @@ def describe_stream(events: list[Event], symbols: int) -> dict:
 def shared_engine() -> dict:
     if match_postponed is None:
         return {"module": "acep.nfab.postpone", "available": False,
-                "note": "the shared (postponing) engine is not built yet: only the run "
-                        "engine is measured"}
-    return {"module": "acep.nfab.postpone", "available": True,
-            "note": "postponing with early filters, skip_till_any_match only (EXACT.md 7); "
-                    "skip_till_next_match and partition_contiguity have only the run engine"}
+                "note": "the postponing engine is not built yet: skip_till_any_match has "
+                        "only the run engine"}
+    return {"module": "acep.nfab.postpone, acep.nfab.shared", "available": True,
+            "note": "postponing with early filters for skip_till_any_match (EXACT.md 7); "
+                    "the shared-buffer engine (EXACT.md 6.2-6.6) for partition_contiguity "
+                    "and skip_till_next_match"}
 
 
 def benchmark(sizes: Sizes) -> dict:

@@ -10,6 +10,7 @@ from .run import RESULTS, Config
 
 SYSTEM_NAMES = {
     "runs": "naive (run engine, verbose)", "runs_compact": "run engine, compact",
+    "shared": "shared buffer, verbose", "shared_compact": "shared buffer, compact",
     "postpone_verbose": "postponing, verbose", "postpone_compact": "postponing, compact",
     "postpone_compact_no_filters": "postponing, compact, no early filters",
 }
