@@ -88,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=run_demo)
     backend = sub.add_parser("backend", help="say which matcher kernel runs")
     backend.set_defaults(run=lambda args: print(_backend_name()) or 0)
+    _add_history_parser(sub)
     return parser
 
 
@@ -347,6 +348,29 @@ def _located(exc: EventError, batch) -> EventError:
                    "engine needs tags that never decrease over the whole input)")
     return EventError(message, batch.source, batch.line_of(pos) if known else None, exc.field,
                       pos)
+
+
+def _add_history_parser(sub) -> None:
+    """``acep history inspect``: the history package (docs/SHEDDING.md section 6)."""
+    history = sub.add_parser("history", help="inspect history graphs and sketches")
+    hsub = history.add_subparsers(dest="history_command", required=True)
+    inspect = hsub.add_parser("inspect", help="size, top match vectors and a plot of a history",
+                              description="Print a saved history graph's size (cells, bundles, "
+                                          "edges, bytes on disk and as a sketch) and its top "
+                                          "match vectors; a signed sketch with --key-file.")
+    inspect.add_argument("file", help="a history graph file (or a sketch, with --key-file)")
+    inspect.add_argument("--top", type=int, default=10, help="match vectors to list")
+    inspect.add_argument("--plot", metavar="PNG", help="write visits and success rate by "
+                                                       "state and remaining window")
+    inspect.add_argument("--key-file", help="the sketch's signing key (a file)")
+    inspect.set_defaults(run=run_history)
+
+
+def run_history(args) -> int:
+    from history import inspection  # the history package is not needed by the rest of acep
+
+    print(inspection.run(args.file, args.top, args.plot, args.key_file))
+    return 0
 
 
 def run_demo(args) -> int:

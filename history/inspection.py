@@ -1,0 +1,150 @@
+"""``acep history inspect``: what a saved history (or a signed sketch) holds, and a plot."""
+
+from __future__ import annotations
+
+from os import PathLike
+from pathlib import Path
+
+import msgpack
+import numpy as np
+
+from . import graph as _graph
+from . import sketch as _sketch
+
+__all__ = ["file_kind", "describe_history", "describe_sketch", "plot_history"]
+
+
+def file_kind(path: str | PathLike) -> str:
+    """``"history"``, ``"sketch"`` or ``"unknown"`` from the file's ``format`` field."""
+    with open(path, "rb") as f:
+        head = f.read(256)
+    try:
+        unpacker = msgpack.Unpacker(max_buffer_size=1 << 10, raw=False)
+        unpacker.feed(head)
+        n = unpacker.read_map_header()
+        for _ in range(n):
+            if unpacker.unpack() == "format":
+                fmt = unpacker.unpack()
+                return {_graph.FORMAT: "history", _sketch.FORMAT: "sketch"}.get(fmt, "unknown")
+            unpacker.skip()
+    except Exception:  # not msgpack, or the format field is not near the start
+        return "unknown"
+    return "unknown"
+
+
+def _table(rows: list[dict]) -> list[str]:
+    head = f"  {'cell':>6} {'state':>5} {'err':>3} {'remaining window':>19} " \
+           f"{'gap':>19} {'visits':>9} {'successes':>9} {'rate':>6} {'bundles':>7}"
+    lines = [head]
+    for r in rows:
+        rem = f"[{r['rem'][0]:g}, {r['rem'][1]:g})"
+        gap = f"[{r['gap'][0]:g}, {r['gap'][1]:g})"
+        lines.append(f"  {r['cell']:>6} {r['state']:>5} {r['err']:>3} {rem:>19} {gap:>19} "
+                     f"{r['visits']:>9} {r['successes']:>9} {r['rate']:>6.3f} {r['bundles']:>7}")
+    return lines
+
+
+def describe_history(g: _graph.HistoryGraph, file_bytes: int | None = None,
+                     top: int = 10, hashes: int = 16) -> str:
+    """Size (cells, bundles, edges, bytes on disk and as a sketch) and the top vectors."""
+    sk = _sketch.Sketch.from_graph(g, hashes=hashes)
+    visited = int((g.visits > 0).sum())
+    mapped = int((g.map_sizes() > 0).sum())
+    parts = len(np.unique(g.bundle_partition))
+    total, succ = int(g.visits.sum()), int(g.successes.sum())
+    where = f" where {' and '.join(g.where)}" if g.where else ""
+    lines = [
+        f"history of {g.pattern!r}{where}, k = {g.k}, window = {g.window:g}, "
+        f"{g.n_states} automaton states",
+        f"bins: remaining window {g.n_rem} (edges {_edges(g.rem_edges)}), "
+        f"gap {g.n_gap} (edges {_edges(g.gap_edges)})",
+        f"cells: {g.n_cells} ({visited} visited, {mapped} with a non-empty match map)",
+        f"bundles: {g.n_bundles} in {parts} partitions",
+        f"edges: {len(g.edge_src)} cell->cell, {len(g.reach_cell)} cell->bundle",
+        f"nodes: {total} visits, {succ} successes ({succ / total if total else 0:.1%})",
+        f"bytes: {'?' if file_bytes is None else f'{file_bytes:,}'} on disk, "
+        f"{sk.nbytes:,} as a signed sketch (H = {hashes})",
+        "", f"top {top} vectors by visits:", *_table(g.top_vectors(top, by="visits")),
+        "", f"top {top} vectors by success rate:", *_table(g.top_vectors(top, by="rate")),
+    ]
+    return "\n".join(lines)
+
+
+def describe_sketch(s: _sketch.Sketch, file_bytes: int, top: int = 10) -> str:
+    mapped = s.proxy_class >= 0
+    order = np.argsort(-s.score, kind="stable")[:top]
+    state, err, rem, gap = _graph.decode_cells(order, s.k, len(s.rem_edges) + 1,
+                                               len(s.gap_edges) + 1)
+    where = f" where {' and '.join(s.where)}" if s.where else ""
+    lines = [f"sketch of {s.pattern!r}{where}, k = {s.k}, window = {s.window:g}",
+             f"cells: {s.n_cells}, {int(mapped.sum())} with a match map, "
+             f"{len(np.unique(s.proxy_class[mapped]))} proxy classes (band {s.band})",
+             f"bytes: {file_bytes:,} (H = {s.hashes} min-hash values per cell)",
+             "", f"top {top} cells by score:",
+             f"  {'cell':>6} {'state':>5} {'err':>3} {'rem bin':>7} {'gap bin':>7} {'score':>6}"]
+    for c, st, e, r, g in zip(order, state, err, rem, gap):
+        lines.append(f"  {c:>6} {st:>5} {e:>3} {r:>7} {g:>7} {s.score[c]:>6.3f}")
+    return "\n".join(lines)
+
+
+def _edges(edges: np.ndarray) -> str:
+    return "[" + ", ".join(f"{e:g}" for e in edges) + "]"
+
+
+def plot_history(g: _graph.HistoryGraph, path: str | PathLike) -> Path:
+    """Visits and success rate by (state, remaining-window bin), states that were visited."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    visits = g.visits.reshape(g.shape).sum(axis=(1, 3))
+    successes = g.successes.reshape(g.shape).sum(axis=(1, 3))
+    states = np.flatnonzero(visits.sum(axis=1) > 0)
+    if len(states) == 0:
+        states = np.arange(g.n_states)
+    visits, successes = visits[states], successes[states]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = np.where(visits > 0, successes / np.maximum(visits, 1), np.nan)
+    labels = [f"{g.bin_range('rem', b)[0]:g}-{g.bin_range('rem', b)[1]:g}"
+              for b in range(g.n_rem)]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 1.5 + 0.45 * len(states)), squeeze=False)
+    for ax, data, title, cmap in ((axes[0, 0], np.log10(np.maximum(visits, 1)),
+                                   "visits (log10)", "viridis"),
+                                  (axes[0, 1], rate, "success rate", "magma")):
+        im = ax.imshow(data, aspect="auto", cmap=cmap, origin="lower")
+        ax.set_yticks(range(len(states)), [str(s) for s in states])
+        ax.set_xticks(range(g.n_rem), labels, rotation=45, ha="right", fontsize=7)
+        ax.set_xlabel("remaining window")
+        ax.set_ylabel("automaton state")
+        ax.set_title(title)
+        fig.colorbar(im, ax=ax)
+    fig.suptitle(f"history of {g.pattern!r}: {g.n_bundles} bundles, "
+                 f"{int(g.visits.sum())} visits")
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def run(path: str, top: int = 10, plot: str | None = None, key_file: str | None = None) -> str:
+    """The text ``acep history inspect`` prints; writes the plot when asked."""
+    size = Path(path).stat().st_size
+    kind = file_kind(path)
+    if kind == "sketch":
+        if key_file is None:
+            raise ValueError(f"{path} is a signed sketch, not a history graph: pass --key-file "
+                             "to verify and inspect it (plots need the history graph)")
+        if plot:
+            raise ValueError(f"{path} is a sketch: --plot needs the history graph file")
+        key = Path(key_file).read_bytes().strip()
+        return describe_sketch(_sketch.Sketch.load(path, key), size, top)
+    if kind != "history":
+        raise ValueError(f"{path} is neither a history graph nor a sketch "
+                         "(no 'format' field acep-history or acep-sketch)")
+    g = _graph.HistoryGraph.load(path)
+    text = describe_history(g, size, top)
+    if plot:
+        text += f"\n\nplot: {plot_history(g, plot)}"
+    return text

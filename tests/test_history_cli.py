@@ -1,0 +1,66 @@
+"""``acep history inspect`` on files written here; the device-side imports stay light."""
+
+import subprocess
+import sys
+
+from test_history_graph import _hand_graph
+
+from acep.cli import main
+from history.sketch import Sketch
+
+
+def test_inspect_prints_size_top_vectors_and_writes_a_plot(tmp_path, capsys):
+    g = _hand_graph(partition_keys=["ATL", "BOS"])
+    path = tmp_path / "h.acephist"
+    size = g.save(path)
+    png = tmp_path / "h.png"
+    assert main(["history", "inspect", str(path), "--top", "2", "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "cells: 24 (3 visited, 2 with a non-empty match map)" in out
+    assert "bundles: 3 in 2 partitions" in out
+    assert "edges: 3 cell->cell, 4 cell->bundle" in out
+    assert f"{size:,} on disk" in out and f"{Sketch.from_graph(g).nbytes:,} as a signed" in out
+    assert "nodes: 6 visits, 4 successes (66.7%)" in out
+    by_visits = out.split("top 2 vectors by visits:")[1].split("top 2")[0].splitlines()
+    assert by_visits[2].split()[:3] == ["9", "1", "0"] and by_visits[3].split()[0] == "5"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_inspect_a_sketch_needs_its_key(tmp_path, capsys):
+    path, key = tmp_path / "s.sketch", tmp_path / "key"
+    Sketch.from_graph(_hand_graph(), hashes=4).save(path, b"k3y")
+    assert main(["history", "inspect", str(path)]) == 1
+    assert "is a signed sketch, not a history graph: pass --key-file" in capsys.readouterr().err
+    key.write_bytes(b"k3y\n")
+    assert main(["history", "inspect", str(path), "--key-file", str(key)]) == 0
+    assert "cells: 24, 2 with a match map" in capsys.readouterr().out
+    key.write_bytes(b"other")
+    assert main(["history", "inspect", str(path), "--key-file", str(key)]) == 1
+    assert "signature check failed" in capsys.readouterr().err
+
+
+def test_inspect_refuses_other_and_corrupt_files(tmp_path, capsys):
+    other = tmp_path / "events.jsonl"
+    other.write_text('{"type": "a", "t": 1}\n')
+    assert main(["history", "inspect", str(other)]) == 1
+    assert "neither a history graph nor a sketch" in capsys.readouterr().err
+    path = tmp_path / "h.acephist"
+    data = _hand_graph().to_bytes()
+    path.write_bytes(data[: len(data) - 10])
+    assert main(["history", "inspect", str(path)]) == 1
+    assert "not valid msgpack" in capsys.readouterr().err
+    assert main(["history", "inspect", str(tmp_path / "missing")]) == 1
+
+
+def test_console_script_and_light_device_imports(tmp_path):
+    path = tmp_path / "h.acephist"
+    _hand_graph().save(path)
+    done = subprocess.run([sys.executable, "-m", "acep.cli", "history", "inspect", str(path)],
+                          capture_output=True, text=True, check=True)
+    assert "bundles: 3" in done.stdout
+    probe = ("import sys, history.sketch, history.policies; "
+             "print(sorted(m for m in ('matplotlib', 'sklearn', 'pyarrow', 'scipy') "
+             "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "[]"
