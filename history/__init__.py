@@ -1,6 +1,24 @@
-"""History graph, sketch, shedding policies and the reinforcement-learning update.
+"""History graph, sketch and shedding policies (docs/SHEDDING.md section 6; [L16] 3.2).
 
-Planned (DESIGN.md, "Overload"): match vectors, match bundles and match maps built from
-unconstrained runs; a fixed-size sketch the device reads in O(1) per match node; the
-policies that rank match nodes when the budget is exceeded. Not built yet.
+- :class:`HistoryGraph` (:mod:`history.graph`): [L16] Definition 4 over discretised match
+  vectors, built from a traced unconstrained run (:func:`build_history`), merged, saved.
+- :class:`Sketch` (:mod:`history.sketch`): the fixed-size, signed form a device reads.
+- :mod:`history.policies`: :class:`HistoryPolicy` and the baselines.
+
+``history.sketch`` and ``history.policies`` need only numpy, msgpack and ``acep``.
 """
+
+from .build import build_history
+from .graph import HistoryFormatError, HistoryGraph
+from .policies import (
+    CompletionPolicy,
+    EventSampler,
+    HindsightPolicy,
+    HistoryPolicy,
+    sample_events,
+)
+from .sketch import Sketch, SketchError
+
+__all__ = ["HistoryGraph", "HistoryFormatError", "Sketch", "SketchError", "build_history",
+           "HistoryPolicy", "CompletionPolicy", "HindsightPolicy", "EventSampler",
+           "sample_events"]
