@@ -1,0 +1,1 @@
+"""The shedding benchmark: recall of match bundles under a budget, per policy (issue 4)."""

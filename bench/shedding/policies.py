@@ -1,0 +1,119 @@
+"""The policies of the benchmark, each a row: how to build one fresh for a run.
+
+The history-based rows need the ``history`` package (its graph, sketch and policies); when a
+part of it is missing, :func:`available` says which and those rows are reported as not
+available instead of failing the benchmark.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from acep.events import EventBatch
+from acep.shedding import KeepFirstPolicy, OldestFirstPolicy, RandomPolicy
+
+SEED = 4
+# docs/SHEDDING.md section 5 leaves the numbers to the history package: its defaults.
+LEARNING_RATE = 0.05
+EXPLORE = 0.01
+
+POLICIES = ("keep-first", "random", "oldest-first", "completion", "sampling", "history",
+            "history+rl", "hindsight")
+BASELINES = ("keep-first", "random", "oldest-first", "completion", "sampling")
+NEEDS_HISTORY = {"completion": ("history.policies", "CompletionPolicy"),
+                 "history": ("history.policies", "HistoryPolicy"),
+                 "history+rl": ("history.policies", "HistoryPolicy"),
+                 "hindsight": ("history.policies", "HindsightPolicy")}
+HISTORY_PARTS = (("history.build", "build_history"), ("history.sketch", "Sketch"),
+                 ("history.build", "traced_run"))
+
+
+def _find(module: str, name: str):
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+
+
+def history_ready() -> bool:
+    """Whether the history graph, its builder and the sketch exist."""
+    return all(_find(m, n) is not None for m, n in HISTORY_PARTS)
+
+
+def available(policy: str) -> str | None:
+    """None when the row can run, else why not ("not available yet: ...")."""
+    need = NEEDS_HISTORY.get(policy)
+    if need is None:
+        return None
+    missing = [f"{m}.{n}" for m, n in (*HISTORY_PARTS, need) if _find(m, n) is None]
+    return f"not available yet: {', '.join(missing)} not built" if missing else None
+
+
+@dataclass
+class Setup:
+    """What one run of a policy needs beside the workload: the matcher options."""
+
+    options: dict  # policy=..., bins=...
+    sampled_rate: float | None = None  # input-event sampling: the share of events kept
+
+
+def make(policy: str, state: dict, fraction: float) -> Setup:
+    """A fresh policy (and the bins it needs) for one run."""
+    if policy == "keep-first":
+        return Setup({"policy": KeepFirstPolicy()})
+    if policy == "random":
+        return Setup({"policy": RandomPolicy(SEED)})
+    if policy == "oldest-first":
+        return Setup({"policy": OldestFirstPolicy()})
+    if policy == "completion":
+        made = _find("history.policies", "CompletionPolicy")(state["graph"])
+        return Setup({"policy": made, "bins": made.bins})
+    if policy in ("history", "history+rl"):
+        rl = policy == "history+rl"
+        made = _find("history.policies", "HistoryPolicy")(
+            state["sketch"], learning_rate=LEARNING_RATE if rl else 0.0,
+            explore=EXPLORE if rl else 0.0, seed=SEED)
+        return Setup({"policy": made, "bins": made.bins})
+    if policy == "hindsight":
+        h = state["hindsight"]
+        made = _find("history.policies", "HindsightPolicy")(h["log"], h["window"], h["matches"])
+        return Setup({"policy": made})
+    if policy == "sampling":
+        return Setup({}, state["sampling_rates"][fraction])
+    raise ValueError(f"unknown policy {policy!r}")
+
+
+# --------------------------------------------------------------------------- sampling
+
+def sample(batch: EventBatch, rate: float) -> EventBatch:
+    """The frequency operator ([M] Ma & Taylor) at a fractional rate: keep event ``i`` when
+    ``floor((i + 1) rate) > floor(i rate)``, i.e. evenly spaced, ``rate`` of the events."""
+    if rate >= 1.0:
+        return batch
+    i = np.arange(len(batch), dtype=np.float64)
+    keep = np.flatnonzero(np.floor((i + 1) * rate) > np.floor(i * rate))
+    return EventBatch(batch.type_codes[keep], batch.type_names, batch.tags[keep],
+                      {k: v[keep] for k, v in batch.columns.items()}, 0, batch.source, None,
+                      batch.tag_is_time)
+
+
+def calibrate(ops_per_event: Callable[[float], float], target: float, steps: int = 7) -> float:
+    """The largest sampling rate whose ops per (original) event stay within ``target``.
+
+    ``ops_per_event(rate)`` runs the unconstrained matcher on the sampled training stream;
+    ops grow faster than the rate, so sampling at the budget fraction would waste budget.
+    """
+    lo, hi = 0.0, 1.0
+    if ops_per_event(1.0) <= target:
+        return 1.0
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if ops_per_event(mid) <= target:
+            lo = mid
+        else:
+            hi = mid
+    return max(lo, 1e-3)

@@ -1,0 +1,350 @@
+"""Shedding benchmark: bundle recall under a budget of operations, policy by policy.
+
+Run ``python -m bench.shedding [--data PATH] [--quick] [--out DIR] [--jobs N]``. Per workload
+(``bench/shedding/workloads.py``) it
+
+1. runs the unconstrained matcher on the test stream: the ground truth (match points,
+   bundles, operations = candidate match nodes, ops per event, bundles per partition-day);
+2. builds the history of the training stream (``history.build_history``) and its sketch;
+3. runs every policy (``bench/shedding/policies.py``) at budgets of 5%..100% of the ground
+   truth's ops per event (``Budget(f * ops_per_event, burst=BURST)``) and scores the matches:
+   bundle recall, match-point recall, precision, ops spent, shed, time deciding, wall time,
+   and bundle recall per time slice (the drift figure);
+4. checks the issue's targets with pass/fail.
+
+The hindsight policy calls Python on every shedding event, so it runs on a prefix of the
+test stream; every other row is also scored on that prefix to compare with it.
+Figures go to ``shedding.json``, ``shedding.png`` and ``drift.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from acep.events import EventBatch
+from acep.shedding import Budget
+
+from ..common import machine, write_json
+from . import policies
+from .measure import DAY, ground_truth, recall_over_time, run_matcher, score, shed_stats
+from .workloads import (
+    DRIFT_WORKLOAD,
+    WORKLOADS,
+    Workload,
+    flights_split,
+    rebase,
+    synthetic_split,
+)
+
+RESULTS = Path(__file__).with_name("results")
+FRACTIONS = (0.05, 0.10, 0.25, 0.50, 0.75, 1.00)
+BURST = 64.0
+SKETCH_TARGET = 256 * 1024
+RECALL_TARGET = 0.90
+HINDSIGHT_GAP = 0.10
+FULL = {"flights_days": None, "synthetic_duration": 10_000.0, "hindsight_days": 7.0,
+        "hindsight_units": 1000.0, "calibration_events": 200_000, "slices": 20}
+QUICK = {"flights_days": 2.0, "synthetic_duration": 300.0, "hindsight_days": None,
+         "hindsight_units": None, "calibration_events": 5_000, "slices": 6}
+SEED = 2016
+
+_STATE: dict = {}  # per workload, set before the worker pools fork
+
+
+# --------------------------------------------------------------------------- preparation
+
+def streams(args, sizes: dict) -> dict[str, dict]:
+    """Train/test streams of every workload's stream kind."""
+    out = {"flights": flights_split(args.data, sizes["flights_days"] if args.quick else None)}
+    for w in WORKLOADS:
+        if w.stream != "flights":
+            out[w.name] = synthetic_split(w, sizes["synthetic_duration"], SEED)
+    return out
+
+
+def split_of(w: Workload, all_streams: dict) -> dict:
+    return all_streams["flights" if w.stream == "flights" else w.name]
+
+
+def prepare(name: str) -> dict:
+    """Ground truth, history, sketch, hindsight log and sampling rates of one workload."""
+    st = _STATE[name]
+    w, test, train, sizes = st["workload"], st["test"], st["train"], st["sizes"]
+    truth = ground_truth(w, test)
+    out = {"truth": truth, "prefix": hindsight_prefix(w, test, sizes)}
+    out["sampling_rates"], out["calibration"] = sampling_rates(w, train, sizes)
+    if policies.history_ready():
+        out.update(build(w, train))
+    if policies.available("hindsight") is None:
+        out["hindsight"] = hindsight_log(w, out["prefix"])
+    return out
+
+
+def hindsight_prefix(w: Workload, test: EventBatch, sizes: dict) -> EventBatch:
+    """The first days (flights) or time units (synthetic) of the test stream."""
+    span = sizes["hindsight_days"] * DAY if test.tag_is_time and sizes["hindsight_days"] \
+        else sizes["hindsight_units"]
+    if span is None or len(test) == 0:
+        return test
+    end = int(np.searchsorted(test.tags, test.tags[0] + span, side="left"))
+    return rebase(test, 0, end)
+
+
+def build(w: Workload, train: EventBatch) -> dict:
+    """The history of the training stream and its sketch, with sizes and errors."""
+    from history.build import build_history
+    from history.sketch import Sketch
+
+    start = time.perf_counter()
+    batches = [train.slice(i, i + (1 << 16)) for i in range(0, len(train), 1 << 16)]
+    graph = build_history(w.pattern, batches, w.window, w.k, where=list(w.where),
+                          partition=w.partition)
+    sketch = Sketch.from_graph(graph)
+    seconds = time.perf_counter() - start
+    info = {"build_seconds": seconds, "cells": int(graph.n_cells),
+            "bundles": int(graph.n_bundles), "rem_edges": list(graph.rem_edges),
+            "gap_edges": list(graph.gap_edges), "sketch_bytes": int(sketch.nbytes),
+            "graph_bytes": len(graph.to_bytes()),
+            "sketch_error": sketch.error_against(graph),
+            "success_rate": float(graph.successes.sum() / max(graph.visits.sum(), 1))}
+    return {"graph": graph, "sketch": sketch, "history": info}
+
+
+def hindsight_log(w: Workload, prefix: EventBatch) -> dict:
+    """The unconstrained run's node log on the prefix: what the hindsight policy knows."""
+    from history.build import traced_run
+
+    run = traced_run(w.pattern, prefix, w.window, w.k, where=list(w.where),
+                     partition=w.partition, fields=None)
+    return {"log": run.log, "matches": {"partition": run.partition, "point": run.point},
+            "window": w.window}
+
+
+def sampling_rates(w: Workload, train: EventBatch, sizes: dict) -> tuple[dict, dict]:
+    """Per budget fraction, the input-sampling rate whose ops fit it (on a training prefix)."""
+    head = rebase(train, 0, min(len(train), sizes["calibration_events"]))
+
+    def ops(rate: float) -> float:
+        _, m, _ = run_matcher(w, policies.sample(head, rate))
+        return m.stats["candidates"] / max(len(head), 1)
+
+    full = ops(1.0)
+    rates = {f: policies.calibrate(ops, f * full) if f < 1 else 1.0 for f in FRACTIONS}
+    return rates, {"events": len(head), "ops_per_event": full}
+
+
+# --------------------------------------------------------------------------- policy runs
+
+def run_policy(task: tuple[str, str]) -> list[dict]:
+    """Every budget of one (workload, policy)."""
+    name, policy = task
+    st = _STATE[name]
+    why = policies.available(policy)
+    if why is None and policy in ("history", "history+rl", "completion") and "graph" not in st:
+        why = "not available yet: the history of the training stream was not built"
+    if why is not None:
+        return [{"workload": name, "policy": policy, "fraction": f, "available": False,
+                 "note": why} for f in FRACTIONS]
+    return [one_run(st, policy, f) for f in FRACTIONS]
+
+
+def one_run(st: dict, policy: str, fraction: float) -> dict:
+    """One (workload, policy, budget) run, scored against the ground truth."""
+    w, truth, prefix = st["workload"], st["truth"], st["prefix"]
+    setup = policies.make(policy, st, fraction)
+    events = prefix if policy == "hindsight" else st["test"]
+    budget = Budget(fraction * truth.summary["ops_per_event"], BURST)
+    if setup.sampled_rate is not None:
+        found, m, seconds = run_matcher(w, policies.sample(events, setup.sampled_rate))
+    else:
+        found, m, seconds = run_matcher(w, events, budget=budget, **setup.options)
+    row = {"workload": w.name, "policy": policy, "fraction": fraction, "available": True,
+           "budget_ops_per_event": budget.ops_per_event, "burst": BURST,
+           "events": len(events), "scope": "prefix" if policy == "hindsight" else "test",
+           **shed_stats(m, seconds, len(events))}
+    if setup.sampled_rate is not None:
+        row["sampled_rate"] = setup.sampled_rate
+    until = float(prefix.tags[-1]) if len(prefix) else None
+    row["prefix"] = score(truth, found, until)
+    if policy != "hindsight":
+        row.update(score(truth, found))
+        row["over_time"] = recall_over_time(truth, found, st["edges"])
+    else:
+        row.update(row["prefix"])
+    return row
+
+
+def time_edges(test: EventBatch, slices: int, weekly: bool) -> np.ndarray:
+    """Slice edges over the test stream: weeks for flights, equal slices otherwise."""
+    lo, hi = float(test.tags[0]), float(test.tags[-1]) + 1e-9
+    if weekly and hi - lo > 14 * DAY:
+        return np.append(np.arange(lo, hi, 7 * DAY), hi)
+    return np.linspace(lo, hi, slices + 1)
+
+
+# --------------------------------------------------------------------------- targets
+
+def _best_of(rows: list[dict], workload: str, policy: str, fraction: float, key: str):
+    for r in rows:
+        if (r["workload"], r["policy"], r["fraction"]) == (workload, policy, fraction) \
+                and r["available"]:
+            return r[key] if key != "prefix" else r["prefix"]["bundle_recall"]
+    return None
+
+
+def targets(rows: list[dict], workloads: list[dict]) -> list[dict]:
+    """The issue's four targets, per workload, with pass/fail and the numbers."""
+    out = []
+    names = [w["name"] for w in workloads]
+    recall = {n: _best_of(rows, n, "history+rl", 0.25, "bundle_recall") for n in names}
+    out.append(_target(f"history+rl bundle recall at 25% budget >= {RECALL_TARGET:.0%}",
+                       recall, lambda v: v >= RECALL_TARGET))
+    out.append(_target("history+rl beats every baseline at every budget < 100%",
+                       {n: _margin(rows, n) for n in names}, lambda v: v > 0,
+                       "least margin (recall points) over the best baseline, any budget"))
+    out.append(_target(f"history+rl within {HINDSIGHT_GAP * 100:.0f} points of hindsight "
+                       "(on the hindsight prefix)", {n: _gap(rows, n) for n in names},
+                       lambda v: v <= HINDSIGHT_GAP, "largest gap below hindsight, any budget"))
+    sizes = {w["name"]: w.get("history", {}).get("sketch_bytes") for w in workloads
+             if w["stream"] == "flights"}
+    out.append(_target("flights sketch <= 256 KiB", sizes, lambda v: v <= SKETCH_TARGET,
+                       "bytes of the signed sketch"))
+    return out
+
+
+def _margin(rows: list[dict], name: str) -> float | None:
+    worst = None
+    for f in FRACTIONS[:-1]:
+        mine = _best_of(rows, name, "history+rl", f, "bundle_recall")
+        base = [_best_of(rows, name, b, f, "bundle_recall") for b in policies.BASELINES]
+        base = [b for b in base if b is not None]
+        if mine is None or not base:
+            return None
+        margin = mine - max(base)
+        worst = margin if worst is None else min(worst, margin)
+    return worst
+
+
+def _gap(rows: list[dict], name: str) -> float | None:
+    worst = None
+    for f in FRACTIONS[:-1]:
+        mine = _best_of(rows, name, "history+rl", f, "prefix")
+        best = _best_of(rows, name, "hindsight", f, "prefix")
+        if mine is None or best is None:
+            return None
+        worst = best - mine if worst is None else max(worst, best - mine)
+    return worst
+
+
+def _target(name: str, values: dict, ok, measure: str = "bundle recall") -> dict:
+    known = {k: v for k, v in values.items() if v is not None}
+    return {"name": name, "measure": measure, "values": values,
+            "pass": bool(known) and len(known) == len(values) and all(ok(v) for v in
+                                                                       known.values()),
+            "per_workload": {k: (None if v is None else bool(ok(v))) for k, v in values.items()},
+            "note": None if len(known) == len(values) else "some rows not available"}
+
+
+# --------------------------------------------------------------------------- driver
+
+def run_all(args, sizes: dict) -> dict:
+    """Prepare every workload, run every policy, check targets."""
+    started = time.perf_counter()
+    all_streams = streams(args, sizes)
+    for w in WORKLOADS:
+        split = split_of(w, all_streams)
+        _STATE[w.name] = {"workload": w, "train": split["train"], "test": split["test"],
+                          "sizes": sizes, "source": split["source"],
+                          "edges": time_edges(split["test"], sizes["slices"],
+                                              w.stream == "flights")}
+    ctx = multiprocessing.get_context("fork")
+    names = [w.name for w in WORKLOADS]
+    with ctx.Pool(args.jobs) as pool:
+        prepared = list(tqdm(pool.imap(prepare, names), total=len(names),
+                             desc="ground truth + histories", file=sys.stderr))
+    for name, extra in zip(names, prepared):
+        _STATE[name].update(extra)
+    tasks = [(n, p) for n in names for p in policies.POLICIES]
+    tasks.sort(key=lambda t: t[0] != "rising-delays")  # the longest first
+    rows: list[dict] = []
+    with ctx.Pool(args.jobs) as pool:
+        for done in tqdm(pool.imap_unordered(run_policy, tasks), total=len(tasks),
+                         desc="policies x budgets", file=sys.stderr):
+            rows.extend(done)
+    order = {(n, p): i for i, (n, p) in enumerate((n, p) for n in names
+                                                  for p in policies.POLICIES)}
+    rows.sort(key=lambda r: (order[r["workload"], r["policy"]], r["fraction"]))
+    workloads = [describe(name) for name in names]
+    return {"workloads": workloads, "rows": rows, "targets": targets(rows, workloads),
+            "wall_seconds": time.perf_counter() - started}
+
+
+def describe(name: str) -> dict:
+    st = _STATE[name]
+    out = {**st["workload"].describe(), "source": st["source"],
+           "train_events": len(st["train"]), "truth": st["truth"].summary,
+           "hindsight_prefix": {"events": len(st["prefix"]),
+                                "until": float(st["prefix"].tags[-1]) if len(st["prefix"])
+                                else None},
+           "sampling_rates": {str(f): r for f, r in st["sampling_rates"].items()},
+           "sampling_calibration": st["calibration"],
+           "time_edges": [float(x) for x in st["edges"]]}
+    if "history" in st:
+        out["history"] = st["history"]
+    return out
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.shedding", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", help="flights-3m.parquet (default: $ACEP_FLIGHTS, the cache "
+                        "or a download with npm); --quick without it uses the embedded sample")
+    parser.add_argument("--quick", action="store_true",
+                        help="small streams, for tests (under a minute)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="output directory")
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    if not args.quick and args.data is None:
+        from .. import data
+
+        args.data = str(data.flights_path())
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = {"benchmark": "shedding", "command": command(args), "machine": machine(),
+               "settings": {"quick": args.quick, "fractions": list(FRACTIONS), "burst": BURST,
+                            "learning_rate": policies.LEARNING_RATE,
+                            "explore": policies.EXPLORE, "jobs": args.jobs, "seed": SEED,
+                            "sizes": sizes, "policies": list(policies.POLICIES),
+                            "baselines": list(policies.BASELINES),
+                            "drift_workload": DRIFT_WORKLOAD}}
+    results.update(run_all(args, sizes))
+    results["settings"]["wall_seconds"] = results.pop("wall_seconds")
+    write_json(results, args.out / "shedding.json")
+    from .plot import plot_drift, plot_recall
+
+    plot_recall(results, args.out / "shedding.png")
+    plot_drift(results, args.out / "drift.png")
+    from .table import markdown
+
+    print(markdown(results))
+    return 0
+
+
+def command(args) -> str:
+    parts = ["python -m bench.shedding"]
+    if args.quick:
+        parts.append("--quick")
+    if args.data and args.quick:
+        parts.append("--data PATH")
+    return " ".join(parts)

@@ -1,0 +1,103 @@
+"""Markdown tables of a ``shedding.json``, for the README: ``python -m bench.shedding.table``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .run import RESULTS
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.1f}"
+
+
+def workloads_table(results: dict) -> list[str]:
+    lines = ["| workload | pattern | w | k | test events | ops/event | match points | bundles | "
+             "points/bundle | bundles per partition-day (per active one) | sketch bytes |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for w in results["workloads"]:
+        t = w["truth"]
+        where = f" where {' and '.join(w['where'])}" if w["where"] else ""
+        sketch = w.get("history", {}).get("sketch_bytes")
+        lines.append(
+            f"| {w['name']} | `{w['pattern']}`{where} | {w['window']:g} | {w['k']} | "
+            f"{t['events']:,} | {t['ops_per_event']:.3f} | {t['match_points']:,} | "
+            f"{t['bundles']:,} | {t['points_per_bundle']:.1f} | "
+            f"{t['bundles_per_partition_day']:.2f} ({t['bundles_per_active_partition_day']:.2f})"
+            f" | {'-' if sketch is None else f'{sketch:,}'} |")
+    return lines
+
+
+def recall_table(results: dict, name: str) -> list[str]:
+    """Bundle recall / point recall per policy (rows) and budget (columns)."""
+    fractions = results["settings"]["fractions"]
+    lines = ["| policy | " + " | ".join(f"{f:.0%}" for f in fractions) + " |",
+             "|---|" + "---:|" * len(fractions)]
+    for policy in results["settings"]["policies"]:
+        rows = {r["fraction"]: r for r in results["rows"]
+                if r["workload"] == name and r["policy"] == policy}
+        if not rows:
+            continue
+        if not next(iter(rows.values()))["available"]:
+            lines.append(f"| {policy} | " + " | ".join("n/a" for _ in fractions) + " |")
+            continue
+        cells = [f"{_pct(rows[f]['bundle_recall'])} / {_pct(rows[f]['point_recall'])}"
+                 for f in fractions]
+        tag = " (prefix)" if policy == "hindsight" else ""
+        lines.append(f"| {policy}{tag} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def cost_table(results: dict, fraction: float = 0.25) -> list[str]:
+    """At one budget: ops spent, shed, time deciding and wall time per event, precision."""
+    lines = ["| workload | policy | ops spent/event | shed | decide ns/event | "
+             "wall us/event | precision | prefix bundle recall |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in results["rows"]:
+        if r["fraction"] != fraction or not r["available"]:
+            continue
+        lines.append(f"| {r['workload']} | {r['policy']} | {r['ops_spent_per_event']:.3f} | "
+                     f"{r['shed']:,} | {r['decide_ns_per_event']:,.0f} | "
+                     f"{r['us_per_event']:.2f} | {_pct(r['precision'])} | "
+                     f"{_pct(r['prefix']['bundle_recall'])} |")
+    return lines
+
+
+def targets_table(results: dict) -> list[str]:
+    lines = ["| target | measure | per workload | pass |", "|---|---|---|:---:|"]
+    for t in results["targets"]:
+        parts = []
+        for name, v in t["values"].items():
+            ok = t["per_workload"][name]
+            shown = "n/a" if v is None else (f"{v:,}" if "bytes" in t["measure"]
+                                             else f"{100 * v:.1f}")
+            parts.append(f"{name} {shown} ({'ok' if ok else 'no' if ok is False else '?'})")
+        lines.append(f"| {t['name']} | {t['measure']} | {'; '.join(parts)} | "
+                     f"{'yes' if t['pass'] else '**no**'} |")
+    return lines
+
+
+def markdown(results: dict) -> str:
+    out = ["### Workloads (ground truth: the unconstrained run on the test stream)", ""]
+    out += workloads_table(results)
+    out += ["", "### Targets", ""] + targets_table(results)
+    for w in results["workloads"]:
+        out += ["", f"### {w['name']}: bundle recall / match-point recall (%)", ""]
+        out += recall_table(results, w["name"])
+    out += ["", "### Cost at 25% budget", ""] + cost_table(results)
+    s = results["settings"]
+    out += ["", f"Wall time {s['wall_seconds']:.0f} s with {s['jobs']} jobs on "
+                f"{results['machine']['cpu_count']} CPUs ({results['machine']['cpu']})."]
+    return "\n".join(out)
+
+
+def main() -> int:
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS / "shedding.json"
+    print(markdown(json.loads(path.read_text())))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,124 @@
+"""The shedding benchmark in quick mode (embedded flights sample and synthetic streams only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from acep import Matcher, bundles
+from bench import data
+from bench.shedding import policies, run
+from bench.shedding.workloads import WORKLOADS, flights_split
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory) -> Path:
+    """Run ``python -m bench.shedding --quick`` once; return its output directory."""
+    out = tmp_path_factory.mktemp("shedding")
+    env = {**os.environ, "HOME": str(out), "XDG_CACHE_HOME": str(out / "cache")}
+    env.pop(data.FLIGHTS_ENV, None)
+    subprocess.run([sys.executable, "-m", "bench.shedding", "--quick", "--out", str(out)],
+                   cwd=ROOT, env=env, check=True, timeout=120, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def results(quick_run) -> dict:
+    return json.loads((quick_run / "shedding.json").read_text())
+
+
+def test_json_has_every_section(results):
+    assert {"benchmark", "command", "machine", "settings", "workloads", "rows",
+            "targets"} <= set(results)
+    assert results["command"] == "python -m bench.shedding --quick"
+    s = results["settings"]
+    assert s["quick"] is True and s["wall_seconds"] > 0
+    assert s["fractions"] == [0.05, 0.1, 0.25, 0.5, 0.75, 1.0]
+    assert s["policies"] == list(policies.POLICIES)
+    assert [w["name"] for w in results["workloads"]] == [w.name for w in WORKLOADS]
+    assert len(results["rows"]) == len(WORKLOADS) * len(policies.POLICIES) * 6
+    assert any(w["where"] for w in results["workloads"])  # a parameterized predicate
+    assert {"cpu_count", "python", "date", "acep_backend"} <= set(results["machine"])
+
+
+def test_ground_truth_matches_a_direct_matcher_run(results):
+    test = flights_split(None)["test"]
+    for w in (w for w in WORKLOADS if w.stream == "flights"):
+        found = Matcher(**w.matcher_args()).match(test)
+        truth = next(x for x in results["workloads"] if x["name"] == w.name)["truth"]
+        assert truth["events"] == len(test)
+        assert truth["match_points"] == len(set(zip(found.partition, found.point)))
+        assert truth["bundles"] == len(bundles(found, w.window))
+        assert truth["bundles"] > 0 and truth["ops_per_event"] > 0
+        assert truth["bundles_per_partition_day"] > 0
+
+
+def _available(results):
+    return [r for r in results["rows"] if r["available"]]
+
+
+def test_figures_are_consistent(results):
+    rows = _available(results)
+    assert {r["policy"] for r in rows} >= {"keep-first", "random", "oldest-first", "sampling"}
+    for r in rows:
+        for key in ("bundle_recall", "point_recall", "precision"):
+            assert 0.0 <= r[key] <= 1.0, (r["workload"], r["policy"], key)
+            assert 0.0 <= r["prefix"][key] <= 1.0
+        assert r["found_bundles"] <= r["true_bundles"]
+        assert r["ops_spent"] == r["candidates"] - r["shed"] >= 0
+        assert r["precision"] == 1.0  # shedding and sampling never invent a match point
+        if r["policy"] != "sampling":  # a token bucket: the rate times the events, plus depth
+            cap = r["budget_ops_per_event"] * (r["events"] + r["burst"])
+            assert r["ops_spent"] <= cap + 1e-6
+        if r["fraction"] == 1.0 and r["shed"] == 0:
+            assert r["bundle_recall"] == 1.0 and r["point_recall"] == 1.0
+
+
+def test_unshed_runs_find_everything(results):
+    """At 100% the sampler keeps every event: it is the unconstrained run."""
+    for r in _available(results):
+        if r["policy"] == "sampling" and r["fraction"] == 1.0:
+            assert r["sampled_rate"] == 1.0 and r["bundle_recall"] == 1.0
+
+
+def test_history_rows_are_wired_or_say_why(results):
+    for r in results["rows"]:
+        if not r["available"]:
+            assert r["note"].startswith("not available yet")
+    if policies.history_ready():
+        for w in results["workloads"]:
+            assert w["history"]["sketch_bytes"] > 0 and w["history"]["cells"] > 0
+
+
+def test_targets_have_numbers_and_verdicts(results):
+    targets = results["targets"]
+    assert len(targets) == 4
+    for t in targets:
+        assert isinstance(t["pass"], bool)
+        assert set(t["per_workload"]) == set(t["values"])
+
+
+def test_pngs_and_tables(quick_run, results):
+    for name in ("shedding.png", "drift.png"):
+        png = (quick_run / name).read_bytes()
+        assert png.startswith(PNG_MAGIC) and len(png) > 10_000
+    from bench.shedding.table import markdown
+
+    text = markdown(results)
+    assert "### Targets" in text and "bundles per partition-day" in text
+
+
+def test_the_sampler_keeps_its_share():
+    events = flights_split(None)["test"]
+    for rate in (0.05, 0.25, 0.75):
+        kept = len(policies.sample(events, rate))
+        assert abs(kept - rate * len(events)) <= 1
+    assert run.FRACTIONS[-1] == 1.0
