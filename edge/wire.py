@@ -1,0 +1,674 @@
+"""The uplink wire format: versioned msgpack upload batches, decoded with limits.
+
+``docs/WIRE.md`` is the contract. Two kinds of document share one header:
+
+* ``"matches"`` (:class:`UploadBatch`): every match with its trajectory, plus the events of
+  the match windows, deduplicated and in columns, so the collector can re-check each window
+  with the exact engine.
+* ``"summary"`` (:class:`SummaryBatch`): the condensed variant for thin links, one row per
+  (partition, time slot) with counts of matches and bundles and the first/last match point
+  (a time-based frequency operator over jumping windows, Ma & Taylor).
+
+Numeric columns travel as little-endian raw bytes of a fixed dtype per field; nothing is
+pickled, there are no ext types, and every decode error is a :class:`WireError` that names
+the bad field. The device side imports only numpy and msgpack.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import msgpack
+import numpy as np
+
+__all__ = [
+    "FORMAT", "VERSION", "WireError", "Limits", "PatternRef", "UploadBatch", "SummaryBatch",
+    "Condenser", "pattern_hash", "batch_id", "encode_batch", "decode_batch", "encode_condensed",
+    "decode_condensed", "decode", "batch_from_matches",
+]
+
+FORMAT = "acep.upload"
+VERSION = 1
+KINDS = ("matches", "summary")
+_DEVICE_RE = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
+_HASH_RE = re.compile(r"[0-9a-f]{64}\Z")
+
+
+class WireError(ValueError):
+    """An upload that cannot be accepted; the message names the bad field."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a reader accepts. The defaults suit a collector; a device may lower them."""
+
+    max_bytes: int = 16 << 20
+    max_matches: int = 1 << 20
+    max_events: int = 1 << 22
+    max_trajectory: int = 1 << 24
+    max_columns: int = 256
+    max_types: int = 1 << 16
+    max_partitions: int = 1 << 20
+    max_slots: int = 1 << 20
+    max_str_len: int = 4096
+    max_depth: int = 6
+
+    def __post_init__(self):
+        for name, value in self.__dict__.items():
+            if type(value) is not int or value < 1:
+                raise ValueError(f"Limits.{name} must be a positive int, not {value!r}")
+
+
+# --------------------------------------------------------------------------- data model
+
+
+@dataclass(frozen=True)
+class PatternRef:
+    """Which pattern produced the matches; ``hash`` is :func:`pattern_hash` of the rest."""
+
+    id: str
+    text: str
+    window: float
+    k: int
+    where: tuple[str, ...] = ()
+    partition_by: str | None = None
+
+    @property
+    def hash(self) -> str:
+        return pattern_hash(self.text, self.window, self.k, self.where, self.partition_by)
+
+
+def pattern_hash(text: str, window: float, k: int, where: Sequence[str] = (),
+                 partition_by: str | None = None) -> str:
+    """SHA-256 (hex) of the canonical msgpack of the pattern's definition."""
+    doc = [text, float(window), int(k), list(where), partition_by]
+    return hashlib.sha256(msgpack.packb(doc, use_bin_type=True)).hexdigest()
+
+
+def batch_id(device: str, seq: int) -> str:
+    """The idempotency key: device id and its monotonically increasing sequence number."""
+    return f"{device}/{seq}"
+
+
+@dataclass
+class _Header:
+    device: str
+    seq: int
+    pattern: PatternRef
+    created_at: float
+    tag_is_time: bool
+
+    @property
+    def batch_id(self) -> str:
+        return batch_id(self.device, self.seq)
+
+
+@dataclass
+class UploadBatch(_Header):
+    """Matches (columns; ``trajectory[trajectory_ptr[i]:trajectory_ptr[i+1]]`` are the event
+    positions of match i) and the events of their windows (sorted by position)."""
+
+    partition: list = field(default_factory=list)
+    point: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    start: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    errors: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    trajectory_ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    trajectory: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    event_position: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    event_tag: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    event_type: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    type_names: list[str] = field(default_factory=list)
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.point)
+
+
+@dataclass
+class SummaryBatch(_Header):
+    """Per (partition, slot) rows; slot j covers tags ``[origin + j*slot, origin + (j+1)*slot)``.
+    ``bundles`` counts the bundles whose first point lies in the slot."""
+
+    slot: float = 1.0
+    origin: float = 0.0
+    partition: list = field(default_factory=list)
+    slot_index: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    matches: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    bundles: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    first: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    last: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    min_errors: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+
+    def __len__(self) -> int:
+        return len(self.slot_index)
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def _bin(a, dtype: str) -> bytes:
+    return np.ascontiguousarray(np.asarray(a).astype(dtype, copy=False)).tobytes()
+
+
+def _dict_encode(values) -> tuple[list, bytes]:
+    """Dictionary encoding: distinct values (first-seen order) and int32 codes."""
+    index: dict = {}
+    codes = [index.setdefault(_plain(v), len(index)) for v in values]
+    return list(index), _bin(np.array(codes, dtype=np.int64), "<i4")
+
+
+def _plain(v):
+    v = v.item() if isinstance(v, np.generic) else v
+    if v is not None and not isinstance(v, (str, int, float)) or isinstance(v, bool):
+        raise TypeError(f"partition key {v!r} is not str, int, float or None")
+    return v
+
+
+def _header_doc(h: _Header, kind: str) -> dict:
+    p = h.pattern
+    return {
+        "format": FORMAT, "version": VERSION, "kind": kind,
+        "device": h.device, "seq": int(h.seq), "batch_id": h.batch_id,
+        "created_at": float(h.created_at), "tag_is_time": bool(h.tag_is_time),
+        "pattern": {"id": p.id, "text": p.text, "window": float(p.window), "k": int(p.k),
+                    "where": list(p.where), "partition_by": p.partition_by, "hash": p.hash},
+    }
+
+
+def _check_header_values(h: _Header) -> None:
+    if not isinstance(h.device, str) or not _DEVICE_RE.match(h.device):
+        raise ValueError(f"device id {h.device!r} must match [A-Za-z0-9._-]{{1,64}}")
+    if type(h.seq) is not int or not 0 <= h.seq < 1 << 63:
+        raise ValueError(f"seq {h.seq!r} must be an int in [0, 2**63)")
+
+
+def encode_batch(batch: UploadBatch) -> bytes:
+    """The msgpack bytes of an upload batch of matches (``kind = "matches"``)."""
+    _check_header_values(batch)
+    doc = _header_doc(batch, "matches")
+    names, codes = _dict_encode(batch.partition)
+    doc["matches"] = {
+        "partitions": names, "partition": codes,
+        "point": _bin(batch.point, "<f8"), "start": _bin(batch.start, "<f8"),
+        "errors": _bin(batch.errors, "<i4"), "trajectory_ptr": _bin(batch.trajectory_ptr, "<i8"),
+        "trajectory": _bin(batch.trajectory, "<i8"),
+    }
+    doc["events"] = {
+        "position": _bin(batch.event_position, "<i8"), "tag": _bin(batch.event_tag, "<f8"),
+        "type_names": list(batch.type_names), "type": _bin(batch.event_type, "<i4"),
+        "columns": [_encode_column(name, col) for name, col in batch.columns.items()],
+    }
+    return msgpack.packb(doc, use_bin_type=True)
+
+
+def _encode_column(name: str, col: np.ndarray) -> dict:
+    col = np.asarray(col)
+    if col.dtype != object:
+        return {"name": name, "kind": "f8", "data": _bin(col, "<f8")}
+    index: dict = {}
+    codes = []
+    for v in col:
+        if v is None or (isinstance(v, float) and v != v):
+            codes.append(-1)
+        else:
+            codes.append(index.setdefault(str(v), len(index)))
+    return {"name": name, "kind": "text", "values": list(index),
+            "codes": _bin(np.array(codes, dtype=np.int64), "<i4")}
+
+
+def encode_condensed(batch: SummaryBatch) -> bytes:
+    """The msgpack bytes of a condensed batch (``kind = "summary"``)."""
+    _check_header_values(batch)
+    doc = _header_doc(batch, "summary")
+    names, codes = _dict_encode(batch.partition)
+    doc["summary"] = {
+        "slot": float(batch.slot), "origin": float(batch.origin),
+        "partitions": names, "partition": codes,
+        "slot_index": _bin(batch.slot_index, "<i8"), "matches": _bin(batch.matches, "<i8"),
+        "bundles": _bin(batch.bundles, "<i8"), "first": _bin(batch.first, "<f8"),
+        "last": _bin(batch.last, "<f8"), "min_errors": _bin(batch.min_errors, "<i4"),
+    }
+    return msgpack.packb(doc, use_bin_type=True)
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def decode(data, limits: Limits | None = None) -> UploadBatch | SummaryBatch:
+    """Decode either kind of batch; anything not acceptable raises :class:`WireError`."""
+    limits = limits or Limits()
+    doc = _unpack(data, limits)
+    header = _decode_header(doc, limits)
+    kind = header.pop("kind")
+    if kind == "matches":
+        return _decode_matches(doc, header, limits)
+    return _decode_summary(doc, header, limits)
+
+
+def decode_batch(data, limits: Limits | None = None) -> UploadBatch:
+    """Decode a ``"matches"`` batch (a summary batch is refused)."""
+    out = decode(data, limits)
+    if not isinstance(out, UploadBatch):
+        raise WireError("field 'kind': 'summary' where 'matches' is expected")
+    return out
+
+
+def decode_condensed(data, limits: Limits | None = None) -> SummaryBatch:
+    """Decode a ``"summary"`` batch (a matches batch is refused)."""
+    out = decode(data, limits)
+    if not isinstance(out, SummaryBatch):
+        raise WireError("field 'kind': 'matches' where 'summary' is expected")
+    return out
+
+
+def _unpack(data, limits: Limits) -> dict:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise WireError(f"body: expected bytes, got {type(data).__name__}")
+    data = bytes(data)
+    if len(data) > limits.max_bytes:
+        raise WireError(f"body: {len(data)} bytes, above the limit of {limits.max_bytes}")
+    if not data:
+        raise WireError("body: empty")
+    unpacker = msgpack.Unpacker(
+        raw=False, strict_map_key=True, use_list=True, max_buffer_size=limits.max_bytes,
+        max_bin_len=limits.max_bytes, max_str_len=limits.max_str_len,
+        max_array_len=max(limits.max_matches, limits.max_events, limits.max_types,
+                          limits.max_partitions, limits.max_columns, limits.max_slots),
+        max_map_len=64, max_ext_len=0)
+    unpacker.feed(data)
+    try:
+        doc = unpacker.unpack()
+    except msgpack.OutOfData:
+        raise WireError("body: truncated msgpack") from None
+    except Exception as exc:  # msgpack raises several unrelated types for malformed input
+        raise WireError(f"body: not valid msgpack ({type(exc).__name__}: {exc})") from None
+    if unpacker.tell() != len(data):
+        raise WireError(f"body: {len(data) - unpacker.tell()} trailing bytes after the document")
+    _check_depth(doc, limits.max_depth)
+    if not isinstance(doc, dict):
+        raise WireError(f"body: top level is {type(doc).__name__}, not a map")
+    return doc
+
+
+def _check_depth(doc, max_depth: int) -> None:
+    stack = [(doc, 1)]
+    while stack:
+        obj, depth = stack.pop()
+        if isinstance(obj, (dict, list)):
+            if depth > max_depth:
+                raise WireError(f"body: nested deeper than {max_depth} levels")
+            children = obj.values() if isinstance(obj, dict) else obj
+            stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+
+
+def _field(doc: Mapping, name: str, kinds, where: str = ""):
+    """A scalar field of one of ``kinds`` (bool is never accepted as a number)."""
+    full = f"{where}.{name}" if where else name
+    if name not in doc:
+        raise WireError(f"field {full!r}: missing")
+    value = doc[name]
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+        names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+        raise WireError(f"field {full!r}: {type(value).__name__} where {names} is expected")
+    return value
+
+
+def _number(doc: Mapping, name: str, where: str = "", finite: bool = True) -> float:
+    value = float(_field(doc, name, (int, float), where))
+    if finite and not math.isfinite(value):
+        raise WireError(f"field {where + '.' if where else ''}{name!r}: not finite")
+    return value
+
+
+def _map(doc: Mapping, name: str, keys: set, where: str = "") -> dict:
+    value = _field(doc, name, dict, where)
+    full = f"{where}.{name}" if where else name
+    extra, missing = set(value) - keys, keys - set(value)
+    if extra:
+        raise WireError(f"field {full!r}: unknown keys {sorted(extra)}")
+    if missing:
+        raise WireError(f"field {full + '.' + sorted(missing)[0]!r}: missing")
+    return value
+
+
+def _array(doc: Mapping, name: str, dtype: str, where: str, n: int | None = None,
+           limit: int | None = None) -> np.ndarray:
+    data = _field(doc, name, bytes, where)
+    full = f"{where}.{name}"
+    size = np.dtype(dtype).itemsize
+    if len(data) % size:
+        raise WireError(f"field {full!r}: {len(data)} bytes is not a multiple of {size}")
+    count = len(data) // size
+    if n is not None and count != n:
+        raise WireError(f"field {full!r}: {count} values where {n} are expected")
+    if limit is not None and count > limit:
+        raise WireError(f"field {full!r}: {count} values, above the limit of {limit}")
+    return np.frombuffer(data, dtype=dtype).astype(dtype[1:], copy=True)
+
+
+def _str_list(doc: Mapping, name: str, where: str, limit: int, kinds=(str,)) -> list:
+    value = _field(doc, name, list, where)
+    full = f"{where}.{name}"
+    if len(value) > limit:
+        raise WireError(f"field {full!r}: {len(value)} entries, above the limit of {limit}")
+    for i, v in enumerate(value):
+        if isinstance(v, bool) or not isinstance(v, kinds):
+            raise WireError(f"field {full}[{i}]: {type(v).__name__} is not allowed")
+    if len({_key(v) for v in value}) != len(value):
+        raise WireError(f"field {full!r}: duplicate entries")
+    return value
+
+
+def _key(v):
+    return ("nan",) if isinstance(v, float) and v != v else (type(v).__name__, v)
+
+
+def _codes(doc: Mapping, name: str, where: str, n: int, n_values: int,
+           missing_ok: bool = False) -> np.ndarray:
+    codes = _array(doc, name, "<i4", where, n)
+    low = -1 if missing_ok else 0
+    if len(codes) and (codes.min() < low or codes.max() >= n_values):
+        raise WireError(f"field {where}.{name!r}: code out of range [{low}, {n_values})")
+    return codes
+
+
+def _decode_header(doc: dict, limits: Limits) -> dict:
+    fmt = _field(doc, "format", str)
+    if fmt != FORMAT:
+        raise WireError(f"field 'format': {fmt!r}, expected {FORMAT!r}")
+    version = _field(doc, "version", int)
+    if version != VERSION:
+        raise WireError(f"field 'version': unsupported version {version} "
+                        f"(this reader knows version {VERSION})")
+    kind = _field(doc, "kind", str)
+    if kind not in KINDS:
+        raise WireError(f"field 'kind': {kind!r} is not one of {list(KINDS)}")
+    body = "matches events" if kind == "matches" else "summary"
+    allowed = {"format", "version", "kind", "device", "seq", "batch_id", "created_at",
+               "tag_is_time", "pattern", *body.split()}
+    if set(doc) - allowed:
+        raise WireError(f"body: unknown top-level keys {sorted(set(doc) - allowed)}")
+    device = _field(doc, "device", str)
+    if not _DEVICE_RE.match(device):
+        raise WireError(f"field 'device': {device!r} does not match [A-Za-z0-9._-]{{1,64}}")
+    seq = _field(doc, "seq", int)
+    if not 0 <= seq < 1 << 63:
+        raise WireError(f"field 'seq': {seq} is outside [0, 2**63)")
+    bid = _field(doc, "batch_id", str)
+    if bid != batch_id(device, seq):
+        raise WireError(f"field 'batch_id': {bid!r} is not {batch_id(device, seq)!r}")
+    created_at = _number(doc, "created_at")
+    tag_is_time = _field(doc, "tag_is_time", bool)
+    p = _map(doc, "pattern", {"id", "text", "window", "k", "where", "partition_by", "hash"})
+    ref = PatternRef(
+        id=_field(p, "id", str, "pattern"), text=_field(p, "text", str, "pattern"),
+        window=_number(p, "window", "pattern"), k=_field(p, "k", int, "pattern"),
+        where=tuple(_str_list(p, "where", "pattern", 64)),
+        partition_by=_field(p, "partition_by", (str, type(None)), "pattern"))
+    if ref.window < 0 or ref.k < 0:
+        raise WireError("field 'pattern.window' or 'pattern.k': negative")
+    digest = _field(p, "hash", str, "pattern")
+    if not _HASH_RE.match(digest) or digest != ref.hash:
+        raise WireError("field 'pattern.hash': does not match the pattern's definition")
+    return {"kind": kind, "device": device, "seq": seq, "pattern": ref,
+            "created_at": created_at, "tag_is_time": tag_is_time}
+
+
+_PARTITION_KINDS = (str, int, float, type(None))
+
+
+def _decode_matches(doc: dict, header: dict, limits: Limits) -> UploadBatch:
+    m = _map(doc, "matches", {"partitions", "partition", "point", "start", "errors",
+                              "trajectory_ptr", "trajectory"})
+    point = _array(m, "point", "<f8", "matches", limit=limits.max_matches)
+    n = len(point)
+    start = _array(m, "start", "<f8", "matches", n)
+    errors = _array(m, "errors", "<i4", "matches", n)
+    names = _str_list(m, "partitions", "matches", limits.max_partitions, _PARTITION_KINDS)
+    codes = _codes(m, "partition", "matches", n, len(names))
+    ptr = _array(m, "trajectory_ptr", "<i8", "matches", n + 1)
+    traj = _array(m, "trajectory", "<i8", "matches", limit=limits.max_trajectory)
+    if ptr[0] != 0 or ptr[-1] != len(traj) or np.any(np.diff(ptr) < 1):
+        raise WireError("field 'matches.trajectory_ptr': not 0, increasing by at least 1, "
+                        "ending at len(trajectory)")
+
+    e = _map(doc, "events", {"position", "tag", "type_names", "type", "columns"})
+    pos = _array(e, "position", "<i8", "events", limit=limits.max_events)
+    n_ev = len(pos)
+    tag = _array(e, "tag", "<f8", "events", n_ev)
+    type_names = _str_list(e, "type_names", "events", limits.max_types)
+    types = _codes(e, "type", "events", n_ev, len(type_names))
+    if np.any(np.diff(pos) <= 0) or (n_ev and pos[0] < 0):
+        raise WireError("field 'events.position': not non-negative and strictly increasing")
+    if not np.all(np.isfinite(tag)):
+        raise WireError("field 'events.tag': not finite")
+    columns = _decode_columns(e, n_ev, limits)
+
+    window = header["pattern"].window
+    _check_matches(point, start, errors, ptr, traj, pos, tag, window)
+    return UploadBatch(**header, partition=[names[c] for c in codes], point=point,
+                       start=start, errors=errors, trajectory_ptr=ptr, trajectory=traj,
+                       event_position=pos, event_tag=tag, event_type=types,
+                       type_names=type_names, columns=columns)
+
+
+def _decode_columns(e: dict, n_ev: int, limits: Limits) -> dict[str, np.ndarray]:
+    cols = _field(e, "columns", list, "events")
+    if len(cols) > limits.max_columns:
+        raise WireError(f"field 'events.columns': {len(cols)} columns, above the limit of "
+                        f"{limits.max_columns}")
+    out: dict[str, np.ndarray] = {}
+    for i, c in enumerate(cols):
+        where = f"events.columns[{i}]"
+        if not isinstance(c, dict):
+            raise WireError(f"field {where!r}: {type(c).__name__} where dict is expected")
+        kind = _field(c, "kind", str, where)
+        keys = {"name", "kind", "data"} if kind == "f8" else {"name", "kind", "values", "codes"}
+        if kind not in ("f8", "text") or set(c) != keys:
+            raise WireError(f"field {where!r}: kind {kind!r} with keys {sorted(c)} is not "
+                            "an f8 (name, kind, data) or text (name, kind, values, codes) column")
+        name = _field(c, "name", str, where)
+        if name in out:
+            raise WireError(f"field {where + '.name'!r}: duplicate column {name!r}")
+        if kind == "f8":
+            out[name] = _array(c, "data", "<f8", where, n_ev)
+        else:
+            values = _str_list(c, "values", where, limits.max_events)
+            codes = _codes(c, "codes", where, n_ev, len(values), missing_ok=True)
+            col = np.empty(n_ev, dtype=object)
+            col[:] = [None if k < 0 else values[k] for k in codes.tolist()]
+            out[name] = col
+    return out
+
+
+def _check_matches(point, start, errors, ptr, traj, pos, tag, window) -> None:
+    if not (np.all(np.isfinite(point)) and np.all(np.isfinite(start))):
+        raise WireError("field 'matches.point' or 'matches.start': not finite")
+    if np.any(errors < 0):
+        raise WireError("field 'matches.errors': negative")
+    if np.any(start > point) or np.any(point - start > window):
+        raise WireError("field 'matches.start': not within the window before the point")
+    idx = np.searchsorted(pos, traj)
+    idx_c = np.minimum(idx, max(len(pos) - 1, 0))
+    if len(traj) and (not len(pos) or np.any(pos[idx_c] != traj)):
+        raise WireError("field 'matches.trajectory': a position that is not among the events")
+    if len(point):
+        if np.any(np.diff(traj)[_inside(ptr, len(traj))] <= 0):
+            raise WireError("field 'matches.trajectory': positions of a match not increasing")
+        if np.any(tag[idx_c[ptr[1:] - 1]] != point):
+            raise WireError("field 'matches.point': not the tag of the trajectory's last event")
+
+
+def _inside(ptr: np.ndarray, n: int) -> np.ndarray:
+    """Mask over ``diff(trajectory)``: True where both neighbours belong to one match."""
+    mask = np.ones(max(n - 1, 0), dtype=bool)
+    cut = ptr[1:-1] - 1
+    mask[cut[cut < len(mask)]] = False
+    return mask
+
+
+def _decode_summary(doc: dict, header: dict, limits: Limits) -> SummaryBatch:
+    s = _map(doc, "summary", {"slot", "origin", "partitions", "partition", "slot_index",
+                              "matches", "bundles", "first", "last", "min_errors"})
+    slot = _number(s, "slot", "summary")
+    if slot <= 0:
+        raise WireError("field 'summary.slot': not positive")
+    origin = _number(s, "origin", "summary")
+    index = _array(s, "slot_index", "<i8", "summary", limit=limits.max_slots)
+    n = len(index)
+    names = _str_list(s, "partitions", "summary", limits.max_partitions, _PARTITION_KINDS)
+    codes = _codes(s, "partition", "summary", n, len(names))
+    matches = _array(s, "matches", "<i8", "summary", n)
+    bundles = _array(s, "bundles", "<i8", "summary", n)
+    first = _array(s, "first", "<f8", "summary", n)
+    last = _array(s, "last", "<f8", "summary", n)
+    min_errors = _array(s, "min_errors", "<i4", "summary", n)
+    if np.any(matches < 1) or np.any(bundles < 0) or np.any(bundles > matches):
+        raise WireError("field 'summary.matches' or 'summary.bundles': counts out of range "
+                        "(1 <= matches, 0 <= bundles <= matches)")
+    if not (np.all(np.isfinite(first)) and np.all(np.isfinite(last))) or np.any(first > last):
+        raise WireError("field 'summary.first' or 'summary.last': not finite or first > last")
+    if np.any(_slot_of(first, origin, slot) != index) or np.any(
+            _slot_of(last, origin, slot) != index):
+        raise WireError("field 'summary.first' or 'summary.last': outside the row's slot")
+    if np.any(min_errors < 0):
+        raise WireError("field 'summary.min_errors': negative")
+    if len({(_key(names[c]), i) for c, i in zip(codes.tolist(), index.tolist())}) != n:
+        raise WireError("field 'summary.slot_index': duplicate (partition, slot) rows")
+    return SummaryBatch(**header, slot=slot, origin=origin,
+                        partition=[names[c] for c in codes], slot_index=index,
+                        matches=matches, bundles=bundles, first=first, last=last,
+                        min_errors=min_errors)
+
+
+def _slot_of(x: np.ndarray, origin: float, slot: float) -> np.ndarray:
+    return np.floor((np.asarray(x, dtype=float) - origin) / slot).astype(np.int64)
+
+
+# --------------------------------------------------------------------------- building batches
+
+
+def batch_from_matches(matches, events, *, device: str, seq: int, pattern: PatternRef,
+                       created_at: float | None = None,
+                       columns: Sequence[str] | None = None) -> UploadBatch:
+    """An upload batch from an ``acep.MatchBatch`` and the ``acep.EventBatch`` it came from.
+
+    The window of match i is every event of its partition with a tag in
+    ``[point_i - window, point_i]``. Windows are cut to the events given, so the agent passes
+    a batch that also holds the last ``window`` of earlier events; a trajectory that reaches
+    outside ``events`` raises ``ValueError``. ``columns`` picks the attributes to send
+    (default: all).
+    """
+    import time
+
+    n_ev = len(events.tags)
+    base = int(events.position)
+    traj = np.asarray(matches.trajectory, dtype=np.int64)
+    if len(traj) and (traj.min() < base or traj.max() >= base + n_ev):
+        raise ValueError(f"a trajectory reaches outside events {base}..{base + n_ev - 1}; "
+                         "pass the events of the whole windows")
+    keep = np.zeros(n_ev, dtype=bool)
+    keep[traj - base] = True
+    groups = _partition_groups(events, pattern.partition_by)
+    tags = np.asarray(events.tags, dtype=float)
+    points = np.asarray(matches.point, dtype=float)
+    by_key: dict = {}
+    for i, key in enumerate(matches.partition):
+        by_key.setdefault(_plain(key), []).append(i)
+    for key, rows in by_key.items():
+        idx = groups.get(key)
+        if idx is None:
+            continue
+        gtags, p = tags[idx], points[rows]
+        lo = np.searchsorted(gtags, p - pattern.window, "left")
+        hi = np.searchsorted(gtags, p, "right")
+        cover = np.zeros(len(idx) + 1, dtype=np.int64)
+        np.add.at(cover, lo, 1)
+        np.add.at(cover, hi, -1)
+        keep[idx[np.cumsum(cover[:-1]) > 0]] = True
+    local = np.flatnonzero(keep)
+    used, codes = np.unique(np.asarray(events.type_codes)[local], return_inverse=True)
+    names = list(columns) if columns is not None else list(events.columns)
+    return UploadBatch(
+        device=device, seq=seq, pattern=pattern,
+        created_at=time.time() if created_at is None else created_at,
+        tag_is_time=bool(events.tag_is_time or matches.tag_is_time),
+        partition=[_plain(k) for k in matches.partition], point=points.copy(),
+        start=np.asarray(matches.start, dtype=float).copy(),
+        errors=np.asarray(matches.errors, dtype=np.int32).copy(),
+        trajectory_ptr=np.asarray(matches.trajectory_ptr, dtype=np.int64).copy(),
+        trajectory=traj.copy(), event_position=local.astype(np.int64) + base,
+        event_tag=tags[local], event_type=codes.astype(np.int32).reshape(-1),
+        type_names=[events.type_names[c] for c in used.tolist()],
+        columns={name: np.asarray(events.columns[name])[local] for name in names})
+
+
+def _partition_groups(events, partition_by: str | None) -> dict:
+    """{partition key: local indices of its events, in stream order}."""
+    n = len(events.tags)
+    if partition_by is None:
+        return {None: np.arange(n)}
+    col = events.columns.get(partition_by)
+    if col is None:
+        raise ValueError(f"events have no attribute {partition_by!r} to partition by")
+    groups: dict = {}
+    for i, v in enumerate(col.tolist()):
+        if v is not None and v == v:  # None and NaN are missing partitions: bad events
+            groups.setdefault(v, []).append(i)
+    return {k: np.array(v, dtype=np.int64) for k, v in groups.items()}
+
+
+class Condenser:
+    """Per-slot summaries of matches: the time-based frequency operator over jumping windows.
+
+    Slot j covers tags ``[origin + j*slot, origin + (j+1)*slot)``. A bundle (Definition 3:
+    points of one partition each within ``window`` of the previous one) is counted in the slot
+    of its first point; the last point per partition is kept across calls, so a bundle that
+    continues into a later batch is not counted twice. Rows of one (partition, slot) may come
+    in consecutive batches when a slot spans them; the reader adds them up.
+    """
+
+    def __init__(self, slot: float, window: float, origin: float = 0.0):
+        if not slot > 0:
+            raise ValueError(f"slot must be positive, not {slot!r}")
+        self.slot, self.window, self.origin = float(slot), float(window), float(origin)
+        self._last: dict = {}
+
+    def summarize(self, matches, *, device: str, seq: int, pattern: PatternRef,
+                  created_at: float | None = None) -> SummaryBatch:
+        """The summary rows of ``matches`` (an ``acep.MatchBatch``), in (partition, slot)
+        order of first appearance."""
+        import time
+
+        rows: dict = {}
+        order = sorted(range(len(matches.point)),
+                       key=lambda i: (_key(_plain(matches.partition[i])), matches.point[i]))
+        for i in order:
+            key, point = _plain(matches.partition[i]), float(matches.point[i])
+            err = int(matches.errors[i])
+            last = self._last.get(_key(key))
+            new_bundle = last is None or point - last > self.window
+            self._last[_key(key)] = point if last is None else max(last, point)
+            j = int(_slot_of(point, self.origin, self.slot))
+            row = rows.get((_key(key), j))
+            if row is None:
+                rows[(_key(key), j)] = [key, j, 1, int(new_bundle), point, point, err]
+            else:
+                row[2] += 1
+                row[3] += int(new_bundle)
+                row[4], row[5] = min(row[4], point), max(row[5], point)
+                row[6] = min(row[6], err)
+        cols = list(zip(*rows.values())) or [[]] * 7
+        return SummaryBatch(
+            device=device, seq=seq, pattern=pattern,
+            created_at=time.time() if created_at is None else created_at,
+            tag_is_time=bool(matches.tag_is_time), slot=self.slot, origin=self.origin,
+            partition=list(cols[0]), slot_index=np.array(cols[1], dtype=np.int64),
+            matches=np.array(cols[2], dtype=np.int64), bundles=np.array(cols[3], np.int64),
+            first=np.array(cols[4], dtype=float), last=np.array(cols[5], dtype=float),
+            min_errors=np.array(cols[6], dtype=np.int32))
