@@ -1,0 +1,294 @@
+"""A durable outbox for upload batches: SQLite in WAL mode, retry with backoff, a cap.
+
+Every operation is one SQLite transaction, so a process killed at any point leaves either
+the state before or the state after it: a batch that :meth:`Outbox.put` returned for is
+never lost, a batch that :meth:`Outbox.ack` returned for is never handed out again, and a
+batch id is stored at most once (it is the primary key, and acknowledged or dropped ids
+are remembered, so putting them again is a counted no-op).
+
+Delivery is at least once: a batch sent but not acknowledged before a crash is sent again,
+and the collector deduplicates by batch id (the idempotency key, ``docs/WIRE.md``).
+
+Retry: after the n-th failure a batch is due again after
+``min(max_delay, base_delay * factor**(n-1))`` scaled by a jitter factor in
+``[1 - jitter, 1 + jitter]``. With a ``seed`` the jitter is a hash of (seed, batch id, n),
+so the schedule is the same across runs and restarts.
+
+Cap: ``max_rows`` and ``max_bytes`` bound the pending batches. When a new batch does not
+fit, ``policy="drop-oldest"`` deletes the oldest pending batches until it fits and
+``policy="refuse-new"`` raises :class:`OutboxFull`; both are counted (:meth:`metrics`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+
+__all__ = ["Outbox", "OutboxFull", "Backoff", "Due", "POLICIES"]
+
+POLICIES = ("drop-oldest", "refuse-new")
+_COUNTERS = ("put", "duplicate", "sent", "sent_bytes", "failed", "dropped", "dropped_bytes",
+             "refused", "refused_bytes")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS pending (
+    n INTEGER PRIMARY KEY AUTOINCREMENT,
+    batch_id TEXT NOT NULL UNIQUE,
+    body BLOB NOT NULL,
+    size INTEGER NOT NULL,
+    created REAL NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    due REAL NOT NULL,
+    last_error TEXT
+);
+CREATE INDEX IF NOT EXISTS pending_due ON pending (due, n);
+CREATE TABLE IF NOT EXISTS done (
+    n INTEGER PRIMARY KEY AUTOINCREMENT,
+    batch_id TEXT NOT NULL UNIQUE,
+    outcome TEXT NOT NULL,
+    at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+
+
+class OutboxFull(Exception):
+    """The outbox is at its cap and the policy is ``refuse-new``."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with jitter; see the module docstring."""
+
+    base_delay: float = 1.0
+    factor: float = 2.0
+    max_delay: float = 300.0
+    jitter: float = 0.2
+    seed: int | None = None
+
+    def __post_init__(self):
+        if not (self.base_delay > 0 and self.factor >= 1 and self.max_delay >= self.base_delay
+                and 0 <= self.jitter < 1):
+            raise ValueError(f"bad backoff settings {self}")
+
+    def delay(self, batch_id: str, attempts: int) -> float:
+        """Seconds to wait after the ``attempts``-th failure (``attempts >= 1``)."""
+        exp = min(attempts - 1, 1024)  # beyond this the cap applies anyway; avoids overflow
+        raw = min(self.max_delay, self.base_delay * self.factor ** exp)
+        if self.seed is None:
+            u = random.random()
+        else:
+            digest = hashlib.sha256(f"{self.seed}:{batch_id}:{attempts}".encode()).digest()
+            u = int.from_bytes(digest[:8], "big") / 2.0 ** 64
+        return raw * (1 - self.jitter + 2 * self.jitter * u)
+
+
+@dataclass(frozen=True)
+class Due:
+    """A batch to send now."""
+
+    batch_id: str
+    body: bytes
+    attempts: int
+
+
+class Outbox:
+    """The durable outbox at ``path`` (created if missing). One uploader at a time."""
+
+    def __init__(self, path: str | os.PathLike, *, max_rows: int | None = None,
+                 max_bytes: int | None = None, policy: str = "drop-oldest",
+                 backoff: Backoff | None = None, keep_done: int = 100_000,
+                 synchronous: str = "FULL"):
+        if policy not in POLICIES:
+            raise ValueError(f"policy {policy!r} is not one of {list(POLICIES)}")
+        if synchronous not in ("FULL", "NORMAL", "EXTRA"):
+            raise ValueError(f"synchronous {synchronous!r} is not FULL, NORMAL or EXTRA")
+        self.path = os.fspath(path)
+        self.max_rows, self.max_bytes, self.policy = max_rows, max_bytes, policy
+        self.backoff = backoff or Backoff()
+        self.keep_done = keep_done
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                   timeout=30.0)
+        mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode.lower() != "wal":
+            raise RuntimeError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
+        # FULL: an acknowledged commit also survives power loss, not only a killed process.
+        self._db.execute(f"PRAGMA synchronous={synchronous}")
+        self._db.executescript(_SCHEMA)
+        with self._tx() as db:
+            db.executemany("INSERT OR IGNORE INTO counters VALUES (?, 0)",
+                           [(c,) for c in _COUNTERS])
+
+    # ----------------------------------------------------------------- transactions
+
+    def _tx(self):
+        return _Transaction(self._db, self._lock)
+
+    def _bump(self, db, name: str, by: int = 1) -> None:
+        db.execute("UPDATE counters SET value = value + ? WHERE name = ?", (by, name))
+
+    def _remember(self, db, batch_id: str, outcome: str, now: float) -> None:
+        db.execute("INSERT OR REPLACE INTO done (batch_id, outcome, at) VALUES (?, ?, ?)",
+                   (batch_id, outcome, now))
+        if self.keep_done is not None:
+            db.execute("DELETE FROM done WHERE n <= (SELECT MAX(n) FROM done) - ?",
+                       (self.keep_done,))
+
+    # ----------------------------------------------------------------- operations
+
+    def put(self, body: bytes, batch_id: str, now: float | None = None) -> bool:
+        """Store a batch, due at once. False when the id is already pending or done (a
+        counted duplicate). Raises :class:`OutboxFull` under ``refuse-new`` (counted), and
+        always for a batch larger than ``max_bytes`` on its own."""
+        if not isinstance(body, (bytes, bytearray, memoryview)):
+            raise TypeError(f"body must be bytes, not {type(body).__name__}")
+        if not isinstance(batch_id, str) or not batch_id:
+            raise ValueError(f"batch_id must be a non-empty str, not {batch_id!r}")
+        body = bytes(body)
+        now = time.time() if now is None else now
+        with self._tx() as db:
+            known = db.execute("SELECT 1 FROM pending WHERE batch_id = ? UNION ALL "
+                               "SELECT 1 FROM done WHERE batch_id = ?",
+                               (batch_id, batch_id)).fetchone()
+            if known:
+                self._bump(db, "duplicate")
+                return False
+            if not self._make_room(db, len(body), batch_id):
+                self._bump(db, "refused")
+                self._bump(db, "refused_bytes", len(body))
+                refused = True
+            else:
+                db.execute("INSERT INTO pending (batch_id, body, size, created, due) "
+                           "VALUES (?, ?, ?, ?, ?)", (batch_id, body, len(body), now, now))
+                self._bump(db, "put")
+                refused = False
+        if refused:
+            raise OutboxFull(f"outbox full ({self.max_rows} rows / {self.max_bytes} bytes, "
+                             f"policy {self.policy}): batch {batch_id!r} of {len(body)} bytes "
+                             "refused")
+        return True
+
+    def _make_room(self, db, size: int, batch_id: str) -> bool:
+        if self.max_bytes is not None and size > self.max_bytes:
+            return False
+        while True:
+            rows, total = db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM pending"
+                                     ).fetchone()
+            fits = ((self.max_rows is None or rows + 1 <= self.max_rows)
+                    and (self.max_bytes is None or total + size <= self.max_bytes))
+            if fits:
+                return True
+            if self.policy == "refuse-new" or rows == 0:
+                return False
+            n, old_id, old_size = db.execute(
+                "SELECT n, batch_id, size FROM pending ORDER BY n LIMIT 1").fetchone()
+            db.execute("DELETE FROM pending WHERE n = ?", (n,))
+            self._remember(db, old_id, "dropped", time.time())
+            self._bump(db, "dropped")
+            self._bump(db, "dropped_bytes", old_size)
+
+    def next_due(self, now: float | None = None) -> Due | None:
+        """The oldest batch due at ``now``, or None. It stays pending until acked."""
+        now = time.time() if now is None else now
+        with self._lock:
+            row = self._db.execute(
+                "SELECT batch_id, body, attempts FROM pending WHERE due <= ? "
+                "ORDER BY due, n LIMIT 1", (now,)).fetchone()
+        return None if row is None else Due(row[0], bytes(row[1]), row[2])
+
+    def next_due_at(self) -> float | None:
+        """When the earliest pending batch is due (None when nothing is pending)."""
+        with self._lock:
+            return self._db.execute("SELECT MIN(due) FROM pending").fetchone()[0]
+
+    def ack(self, batch_id: str, now: float | None = None) -> bool:
+        """The collector has the batch: forget it for good. False when it was not pending."""
+        now = time.time() if now is None else now
+        with self._tx() as db:
+            row = db.execute("SELECT size FROM pending WHERE batch_id = ?",
+                             (batch_id,)).fetchone()
+            if row is None:
+                return False
+            db.execute("DELETE FROM pending WHERE batch_id = ?", (batch_id,))
+            self._remember(db, batch_id, "sent", now)
+            self._bump(db, "sent")
+            self._bump(db, "sent_bytes", row[0])
+        return True
+
+    def fail(self, batch_id: str, error: str, now: float | None = None) -> float | None:
+        """A delivery attempt failed: schedule the retry. Returns the new due time, or None
+        when the batch is not pending."""
+        now = time.time() if now is None else now
+        with self._tx() as db:
+            row = db.execute("SELECT attempts FROM pending WHERE batch_id = ?",
+                             (batch_id,)).fetchone()
+            if row is None:
+                return None
+            attempts = row[0] + 1
+            due = now + self.backoff.delay(batch_id, attempts)
+            db.execute("UPDATE pending SET attempts = ?, due = ?, last_error = ? "
+                       "WHERE batch_id = ?", (attempts, due, str(error)[:1000], batch_id))
+            self._bump(db, "failed")
+        return due
+
+    def status(self, batch_id: str) -> str | None:
+        """``"pending"``, ``"sent"``, ``"dropped"``, or None when unknown (or forgotten)."""
+        with self._lock:
+            if self._db.execute("SELECT 1 FROM pending WHERE batch_id = ?",
+                                (batch_id,)).fetchone():
+                return "pending"
+            row = self._db.execute("SELECT outcome FROM done WHERE batch_id = ?",
+                                   (batch_id,)).fetchone()
+        return None if row is None else row[0]
+
+    def pending_ids(self) -> list[str]:
+        """Pending batch ids, oldest first."""
+        with self._lock:
+            return [r[0] for r in self._db.execute("SELECT batch_id FROM pending ORDER BY n")]
+
+    def metrics(self) -> dict[str, int]:
+        """Counters since the outbox file was created, plus the pending rows and bytes."""
+        with self._lock:
+            out = dict(self._db.execute("SELECT name, value FROM counters"))
+            rows, total = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM pending").fetchone()
+        out["pending"], out["pending_bytes"] = rows, total
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> Outbox:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` .. ``COMMIT`` (``ROLLBACK`` on error) under the outbox lock."""
+
+    def __init__(self, db: sqlite3.Connection, lock: threading.Lock):
+        self.db, self.lock = db, lock
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.lock.acquire()
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self.lock.release()
+            raise
+        return self.db
+
+    def __exit__(self, kind, exc, tb) -> None:
+        try:
+            self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+        finally:
+            self.lock.release()
