@@ -321,7 +321,7 @@ def _field(doc: Mapping, name: str, kinds, where: str = ""):
 def _number(doc: Mapping, name: str, where: str = "", finite: bool = True) -> float:
     value = float(_field(doc, name, (int, float), where))
     if finite and not math.isfinite(value):
-        raise WireError(f"field {where + '.' if where else ''}{name!r}: not finite")
+        raise WireError(f"field {(where + '.' if where else '') + name!r}: not finite")
     return value
 
 
@@ -351,15 +351,16 @@ def _array(doc: Mapping, name: str, dtype: str, where: str, n: int | None = None
     return np.frombuffer(data, dtype=dtype).astype(dtype[1:], copy=True)
 
 
-def _str_list(doc: Mapping, name: str, where: str, limit: int, kinds=(str,)) -> list:
+def _str_list(doc: Mapping, name: str, where: str, limit: int, kinds=(str,),
+              unique: bool = True) -> list:
     value = _field(doc, name, list, where)
     full = f"{where}.{name}"
     if len(value) > limit:
         raise WireError(f"field {full!r}: {len(value)} entries, above the limit of {limit}")
     for i, v in enumerate(value):
         if isinstance(v, bool) or not isinstance(v, kinds):
-            raise WireError(f"field {full}[{i}]: {type(v).__name__} is not allowed")
-    if len({_key(v) for v in value}) != len(value):
+            raise WireError(f"field {full + f'[{i}]'!r}: {type(v).__name__} is not allowed")
+    if unique and len({_key(v) for v in value}) != len(value):
         raise WireError(f"field {full!r}: duplicate entries")
     return value
 
@@ -373,7 +374,7 @@ def _codes(doc: Mapping, name: str, where: str, n: int, n_values: int,
     codes = _array(doc, name, "<i4", where, n)
     low = -1 if missing_ok else 0
     if len(codes) and (codes.min() < low or codes.max() >= n_values):
-        raise WireError(f"field {where}.{name!r}: code out of range [{low}, {n_values})")
+        raise WireError(f"field {where + '.' + name!r}: code out of range [{low}, {n_values})")
     return codes
 
 
@@ -408,7 +409,7 @@ def _decode_header(doc: dict, limits: Limits) -> dict:
     ref = PatternRef(
         id=_field(p, "id", str, "pattern"), text=_field(p, "text", str, "pattern"),
         window=_number(p, "window", "pattern"), k=_field(p, "k", int, "pattern"),
-        where=tuple(_str_list(p, "where", "pattern", 64)),
+        where=tuple(_str_list(p, "where", "pattern", 64, unique=False)),
         partition_by=_field(p, "partition_by", (str, type(None)), "pattern"))
     if ref.window < 0 or ref.k < 0:
         raise WireError("field 'pattern.window' or 'pattern.k': negative")
