@@ -46,6 +46,9 @@ from .workloads import (
 RESULTS = Path(__file__).with_name("results")
 FRACTIONS = (0.05, 0.10, 0.25, 0.50, 0.75, 1.00)
 BURST = 64.0
+BURSTS = (64.0, 1024.0, 16384.0, 262144.0)  # the burst sensitivity part
+BURST_WORKLOAD = "delay-wave"
+BURST_POLICIES = ("oldest-first", "history+rl")
 SKETCH_TARGET = 256 * 1024
 RECALL_TARGET = 0.90
 HINDSIGHT_GAP = 0.10
@@ -181,6 +184,18 @@ def one_run(st: dict, policy: str, fraction: float) -> dict:
     return row
 
 
+def burst_run(task: tuple[str, float, float]) -> dict:
+    """One run of the burst sensitivity part: a policy, a budget and a burst."""
+    policy, fraction, burst = task
+    st = _STATE[BURST_WORKLOAD]
+    w, truth = st["workload"], st["truth"]
+    setup = policies.make(policy, st, fraction)
+    budget = Budget(fraction * truth.summary["ops_per_event"], burst)
+    found, m, seconds = run_matcher(w, st["test"], budget=budget, **setup.options)
+    return {"workload": w.name, "policy": policy, "fraction": fraction, "burst": burst,
+            **score(truth, found), **shed_stats(m, seconds, len(st["test"]))}
+
+
 def time_edges(test: EventBatch, slices: int, weekly: bool) -> np.ndarray:
     """Slice edges over the test stream: weeks for flights, equal slices otherwise."""
     lo, hi = float(test.tags[0]), float(test.tags[-1]) + 1e-9
@@ -278,11 +293,16 @@ def run_all(args, sizes: dict) -> dict:
         for done in tqdm(pool.imap_unordered(run_policy, tasks), total=len(tasks),
                          desc="policies x budgets", file=sys.stderr):
             rows.extend(done)
+        burst_tasks = [(p, f, b) for p in BURST_POLICIES for f in (0.25, 1.0) for b in BURSTS
+                       if policies.available(p) is None and "graph" in _STATE[BURST_WORKLOAD]]
+        bursts = list(tqdm(pool.imap(burst_run, burst_tasks), total=len(burst_tasks),
+                           desc="burst sensitivity", file=sys.stderr))
     order = {(n, p): i for i, (n, p) in enumerate((n, p) for n in names
                                                   for p in policies.POLICIES)}
     rows.sort(key=lambda r: (order[r["workload"], r["policy"]], r["fraction"]))
     workloads = [describe(name) for name in names]
     return {"workloads": workloads, "rows": rows, "targets": targets(rows, workloads),
+            "burst_sensitivity": bursts,
             "wall_seconds": time.perf_counter() - started}
 
 

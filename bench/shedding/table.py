@@ -79,6 +79,17 @@ def targets_table(results: dict) -> list[str]:
     return lines
 
 
+def burst_table(results: dict) -> list[str]:
+    rows = results.get("burst_sensitivity") or []
+    lines = ["| workload | policy | budget | burst (events) | shed | bundle recall | "
+             "point recall |", "|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['workload']} | {r['policy']} | {r['fraction']:.0%} | "
+                     f"{r['burst']:,.0f} | {r['shed']:,} | {_pct(r['bundle_recall'])} | "
+                     f"{_pct(r['point_recall'])} |")
+    return lines
+
+
 def markdown(results: dict) -> str:
     out = ["### Workloads (ground truth: the unconstrained run on the test stream)", ""]
     out += workloads_table(results)
@@ -87,6 +98,7 @@ def markdown(results: dict) -> str:
         out += ["", f"### {w['name']}: bundle recall / match-point recall (%)", ""]
         out += recall_table(results, w["name"])
     out += ["", "### Cost at 25% budget", ""] + cost_table(results)
+    out += ["", "### Burst: the same budgets with deeper queues", ""] + burst_table(results)
     s = results["settings"]
     out += ["", f"Wall time {s['wall_seconds']:.0f} s with {s['jobs']} jobs on "
                 f"{results['machine']['cpu_count']} CPUs ({results['machine']['cpu']})."]
