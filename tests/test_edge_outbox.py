@@ -1,0 +1,215 @@
+"""The durable outbox: idempotency, backoff, the cap policy, and SIGKILL at any point."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from edge.outbox import Backoff, Outbox, OutboxFull
+
+
+def test_put_is_idempotent_by_batch_id_even_after_ack(tmp_path):
+    with Outbox(tmp_path / "o.db") as box:
+        assert box.put(b"one", "d/1", now=0)
+        assert not box.put(b"other body", "d/1", now=0)
+        assert box.pending_ids() == ["d/1"]
+        assert box.ack("d/1", now=1)
+        assert not box.ack("d/1", now=1)
+        assert not box.put(b"one", "d/1", now=2)
+        assert box.next_due(now=10) is None
+        assert box.status("d/1") == "sent"
+        m = box.metrics()
+    assert (m["put"], m["duplicate"], m["sent"], m["sent_bytes"], m["pending"]) == (1, 2, 1, 3, 0)
+
+
+def test_the_file_is_in_wal_mode_and_survives_reopening(tmp_path):
+    path = tmp_path / "o.db"
+    with Outbox(path) as box:
+        box.put(b"a", "d/1", now=0)
+        box.put(b"bb", "d/2", now=0)
+        box.ack("d/1")
+    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with Outbox(path) as box:
+        assert box.pending_ids() == ["d/2"]
+        assert box.metrics()["sent"] == 1
+        assert not box.put(b"a", "d/1")
+
+
+def test_next_due_is_oldest_first_and_respects_the_retry_time(tmp_path):
+    with Outbox(tmp_path / "o.db", backoff=Backoff(1.0, 2.0, 100.0, 0.0)) as box:
+        for i in range(3):
+            box.put(b"x", f"d/{i}", now=0)
+        assert box.next_due(0).batch_id == "d/0"
+        assert box.fail("d/0", "timeout", now=0) == 1.0
+        assert box.next_due(0).batch_id == "d/1"
+        box.ack("d/1")
+        box.ack("d/2")
+        assert box.next_due(0.5) is None
+        assert box.next_due_at() == 1.0
+        due = box.next_due(1.0)
+        assert (due.batch_id, due.body, due.attempts) == ("d/0", b"x", 1)
+
+
+def test_backoff_schedule_is_exponential_capped_and_seeded(tmp_path):
+    plain = Backoff(base_delay=0.5, factor=2.0, max_delay=10.0, jitter=0.0)
+    assert [plain.delay("b", n) for n in range(1, 8)] == [0.5, 1, 2, 4, 8, 10, 10]
+    seeded = Backoff(base_delay=1.0, factor=3.0, max_delay=1e9, jitter=0.25, seed=42)
+    delays = [seeded.delay("b", n) for n in range(1, 15)]
+    for n, d in enumerate(delays, start=1):
+        assert 0.75 * 3 ** (n - 1) <= d <= 1.25 * 3 ** (n - 1)
+    assert delays == [Backoff(1.0, 3.0, 1e9, 0.25, seed=42).delay("b", n) for n in range(1, 15)]
+    assert delays != [Backoff(1.0, 3.0, 1e9, 0.25, seed=43).delay("b", n) for n in range(1, 15)]
+    assert len({round(d / 3 ** n, 9) for n, d in enumerate(delays)}) > 10  # jitter varies
+    with Outbox(tmp_path / "o.db", backoff=seeded) as box:
+        box.put(b"x", "b", now=100)
+        dues = [box.fail("b", "e", now=100) for _ in range(5)]
+    assert dues == [100 + d for d in delays[:5]]
+    with pytest.raises(ValueError):
+        Backoff(jitter=1.0)
+    assert Backoff(seed=None).delay("x", 1) > 0
+
+
+def test_cap_drop_oldest_counts_what_it_drops(tmp_path):
+    with Outbox(tmp_path / "o.db", max_rows=3, max_bytes=10) as box:
+        for i in range(3):
+            box.put(b"abc", f"d/{i}", now=i)
+        box.put(b"abcd", "d/3", now=3)  # 9 + 4 > 10: drops d/0
+        assert box.pending_ids() == ["d/1", "d/2", "d/3"]
+        box.put(b"a", "d/4", now=4)  # 4 rows > 3: drops d/1
+        assert box.pending_ids() == ["d/2", "d/3", "d/4"]
+        assert box.status("d/0") == "dropped"
+        assert not box.put(b"abc", "d/0")  # a dropped id is not taken again
+        with pytest.raises(OutboxFull):
+            box.put(b"x" * 11, "d/5")  # larger than the cap on its own
+        m = box.metrics()
+    assert (m["dropped"], m["dropped_bytes"], m["refused"], m["refused_bytes"]) == (2, 6, 1, 11)
+    assert (m["pending"], m["pending_bytes"], m["put"]) == (3, 8, 5)
+
+
+def test_cap_refuse_new_keeps_the_old_and_counts_the_refusals(tmp_path):
+    with Outbox(tmp_path / "o.db", max_rows=2, policy="refuse-new") as box:
+        box.put(b"a", "d/0")
+        box.put(b"b", "d/1")
+        for i in range(3):
+            with pytest.raises(OutboxFull, match="refuse-new"):
+                box.put(b"cc", f"d/{2 + i}")
+        assert box.pending_ids() == ["d/0", "d/1"]
+        box.ack("d/0")
+        assert box.put(b"cc", "d/2")
+        m = box.metrics()
+    assert (m["refused"], m["refused_bytes"], m["dropped"], m["put"]) == (3, 6, 0, 3)
+    with pytest.raises(ValueError, match="policy"):
+        Outbox(tmp_path / "p.db", policy="drop-newest")
+
+
+def test_fail_of_unknown_batches_and_bad_arguments(tmp_path):
+    with Outbox(tmp_path / "o.db") as box:
+        assert box.fail("nope", "e") is None
+        with pytest.raises(TypeError):
+            box.put("text", "d/1")
+        with pytest.raises(ValueError):
+            box.put(b"x", "")
+
+
+def test_forgotten_done_ids_are_bounded(tmp_path):
+    with Outbox(tmp_path / "o.db", keep_done=5) as box:
+        for i in range(20):
+            box.put(b"x", f"d/{i}")
+            box.ack(f"d/{i}")
+        assert box.status("d/19") == "sent"
+        assert box.status("d/0") is None
+        rows = box._db.execute("SELECT COUNT(*) FROM done").fetchone()[0]
+    assert rows <= 6
+
+
+# --------------------------------------------------------------------------- SIGKILL
+
+CHILD = textwrap.dedent("""
+    import os, sys
+    from edge.outbox import Backoff, Outbox
+    path, log, start = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    box = Outbox(path, backoff=Backoff(0.001, 2.0, 0.002, 0.0, seed=1))
+    out = sys.stdout
+
+    def deliver(due):
+        # the "collector": appends each delivery to a file, durably, before the ack
+        with open(log, "a") as fh:
+            fh.write(due.batch_id + "\\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    for i in range(start, start + 10_000):
+        bid = f"d/{i}"
+        box.put(b"x" * (i % 50 + 1), bid)
+        print("put", bid, flush=True)
+        box.put(b"again", bid)  # a duplicate put after a restart must be a no-op
+        due = box.next_due(now=1e18)
+        if due is None:
+            continue
+        deliver(due)
+        if i % 3 == 0:
+            box.fail(due.batch_id, "pretend the server said 503", now=0)
+            print("fail", due.batch_id, flush=True)
+        else:
+            box.ack(due.batch_id)
+            print("ack", due.batch_id, flush=True)
+""")
+
+
+def test_sigkill_at_random_points_loses_nothing_and_resends_nothing_acked(tmp_path):
+    path, log = str(tmp_path / "outbox.db"), str(tmp_path / "delivered.txt")
+    rng = random.Random(7)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    put: set[str] = set()
+    acked: set[str] = set()
+    next_start = 0
+    for _ in range(8):
+        acked_before, seen = set(acked), len(_deliveries(log))
+        child = subprocess.Popen([sys.executable, "-c", CHILD, path, log, str(next_start)],
+                                 stdout=subprocess.PIPE, text=True, env=env)
+        lines, stop = [], rng.randint(5, 120)
+        for line in child.stdout:
+            lines.append(line.split())
+            if len(lines) >= stop:
+                break
+        child.send_signal(signal.SIGKILL)
+        assert child.wait() == -signal.SIGKILL
+        child.stdout.close()
+        put |= {bid for op, bid in lines if op == "put"}
+        acked |= {bid for op, bid in lines if op == "ack"}
+        resent = set(_deliveries(log)[seen:]) & acked_before
+        assert not resent, f"acknowledged batches sent again: {sorted(resent)}"
+        # the child may have died between a put's commit and its report: the next one
+        # puts that id again, which must be a no-op
+        next_start = max(int(b.split("/")[1]) for b in put) + 1 if put else 0
+        with Outbox(path) as box:
+            pending = set(box.pending_ids())
+            status = {b: box.status(b) for b in put}
+            m = box.metrics()
+        assert not pending & acked, "an acknowledged batch is pending again"
+        assert all(status[b] in ("pending", "sent") for b in put), "a put batch was lost"
+        assert all(status[b] == "sent" for b in acked)
+        assert m["pending"] == len(pending) and m["sent"] >= len(acked)
+        assert m["dropped"] == 0 and m["put"] >= len(put)
+    assert len(acked) > 20 and len(put) > 50  # the kills really landed mid-run
+    with Outbox(path) as box:
+        while (due := box.next_due(now=1e18)) is not None:
+            assert due.batch_id not in acked
+            box.ack(due.batch_id)
+        assert all(box.status(b) == "sent" for b in put)
+        assert box.metrics()["pending"] == 0
+
+
+def _deliveries(log: str) -> list[str]:
+    try:
+        with open(log) as fh:
+            return [line.strip() for line in fh if line.strip()]
+    except FileNotFoundError:
+        return []
