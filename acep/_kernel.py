@@ -159,6 +159,7 @@ class Kernel:
     rate: cython.double
     rng: cython.ulonglong
     callback: object
+    ask_always: cython.bint
     s_state: cython.int[::1]
     s_err: cython.int[::1]
     s_start: cython.double[::1]
@@ -231,7 +232,7 @@ class Kernel:
         self.policy_kind, self.explore, self.rate, self.rng = POLICY_KEEP_FIRST, 0.0, 0.0, 1
         self.sh_score = np.zeros(0, dtype=np.float64)
         self.sh_class = np.zeros(0, dtype=np.int64)
-        self.callback = None
+        self.callback, self.ask_always = None, False
         self.candidates = self.shed = self.decisions = self.decide_ns = 0
         self.track, self.log_on = False, False
         self._reset_log(0)
@@ -529,7 +530,7 @@ class Kernel:
         nc = self._collect(x, t, p)
         self.candidates += nc
         if self.budget_on:
-            if nc > self.credit:
+            if nc > self.credit or (self.ask_always and nc > 0):
                 nc = self._shed(nc, p, t, loc)
             self.credit -= nc
         for c in range(nc):
@@ -771,8 +772,10 @@ class Kernel:
     def set_keep_first(self):
         self.policy_kind = POLICY_KEEP_FIRST
 
-    def set_callback(self, fn):
+    def set_callback(self, fn, every_event=False):
+        """``every_event``: ask on every event with candidates, not only when over budget."""
         self.policy_kind, self.callback = POLICY_CALLBACK, fn
+        self.ask_always = bool(every_event)
 
     def set_trace(self, on):
         self.log_on = bool(on)
@@ -798,7 +801,7 @@ class Kernel:
     def _shed(self, nc: cython.int, p: cython.int, t: cython.double,
               loc: cython.longlong) -> cython.int:
         """Keep ``floor(credit)`` of the ``nc`` candidates as the policy says; return that."""
-        m: cython.int = int(self.credit) if self.credit > 0.0 else 0
+        m: cython.int = min(int(self.credit), nc) if self.credit > 0.0 else 0
         c: cython.int
         t0: cython.longlong = _now_ns()
         if self.policy_kind == POLICY_TABLE:

@@ -203,15 +203,21 @@ class KeepFirstPolicy:
 
 
 class CallbackPolicy:
-    """Base class of policies written in Python: implement :meth:`select`."""
+    """Base class of policies written in Python: implement :meth:`select`.
+
+    By default the engine calls it only when an event's candidates exceed the credit; with
+    ``every_event = True`` (a class or instance attribute) on every event with candidates,
+    so the policy may also shed ahead, to save credit (offline references do).
+    """
 
     name = "callback"
+    every_event = False
 
     def select(self, candidates: Candidates) -> np.ndarray:
         raise NotImplementedError
 
     def attach(self, kernel, n_cells: int | None) -> None:
-        kernel.set_callback(self._call)
+        kernel.set_callback(self._call, bool(self.every_event))
 
     def _call(self, state, err, start, gap, cell, prev, partition, tag, position, budget):
         cands = Candidates(np.asarray(state), np.asarray(err), np.asarray(start),

@@ -94,16 +94,17 @@ class HindsightPolicy(CallbackPolicy):
     ``matches``, or from the reach points themselves: every match point is the reach of the
     node that completes it). On each shedding event it keeps, for every bundle not yet
     found, the ``per_bundle`` candidates that reach it earliest (ties: later start, fewer
-    errors), and nothing else: shed credit is saved for later events. A bundle counts as
-    found once a kept candidate completes it (its reach is the event's own tag).
+    errors), and nothing else. It is asked on every event (``every_event``), so it sheds
+    every useless candidate ahead of need and saves the credit for later events. A bundle
+    counts as found once a kept candidate completes it (its reach is the event's own tag).
 
     Give it the log of a run without merging (``traced_run(..., merge=False)``): a merged
     node's outcome is censored, and under a budget the dominating node may be the one shed.
-    It is a reference, not a proven optimum: the engine asks a policy only on events whose
-    candidates exceed the credit, so it cannot plan the credit ahead.
+    It is a reference, not a proven optimum: it plans greedily, one event at a time.
     """
 
     name = "hindsight"
+    every_event = True
 
     def __init__(self, node_log: Mapping[str, np.ndarray], window: float, matches=None,
                  per_bundle: int = 1):

@@ -316,3 +316,26 @@ def test_vector_bins_from_quantiles_and_decode_round_trip():
     np.testing.assert_array_equal(back["rem_bin"], np.searchsorted(bins.rem_edges, rem, "right"))
     with pytest.raises(ValueError, match="increasing"):
         VectorBins((2.0, 1.0), ())
+
+
+class KeepEvery(CallbackPolicy):
+    """Asked on every event: keeps only candidates from the seed (a deliberate, odd rule)."""
+
+    every_event = True
+
+    def __init__(self):
+        self.calls = 0
+
+    def select(self, c):
+        self.calls += 1
+        return np.flatnonzero(c.prev < 0)[: c.budget]
+
+
+def test_a_policy_asked_on_every_event_can_shed_ahead():
+    events = [{"type": t, "t": float(i)} for i, t in enumerate("abab")]
+    policy = KeepEvery()
+    m, found = run("a b", (), events, 10.0, 1, policy=policy, budget=Budget(100.0))
+    assert policy.calls == 4  # every event had candidates, none exceeded the credit
+    assert m.stats["shed"] > 0
+    assert set(found.point) <= {0.0, 1.0, 2.0, 3.0}
+    assert all(len(found.events_of(i)) == 1 for i in range(len(found)))  # seeds only
