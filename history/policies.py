@@ -90,13 +90,14 @@ class HindsightPolicy(CallbackPolicy):
     """Offline optimum with hindsight (where tractable): slow, for benchmarks only.
 
     From the unconstrained run's node log, a candidate's key ``(position, state, start,
-    err)`` tells which bundle it leads to (its ``reach``; bundles per [L16] Definition 3 from
+    err, gap)`` tells which bundle it leads to (its ``reach``; bundles per [L16] Definition 3 from
     ``matches``, or from the reach points themselves: every match point is the reach of the
     node that completes it). On each shedding event it keeps, for every bundle not yet
     found, the ``per_bundle`` candidates that reach it earliest (ties: later start, fewer
     errors), and nothing else. It is asked on every event (``every_event``), so it sheds
     every useless candidate ahead of need and saves the credit for later events. A bundle
-    counts as found once a kept candidate completes it (its reach is the event's own tag).
+    counts as found once a kept candidate completes it (its reach is the event's own tag)
+    and the partition's tag has moved on.
 
     Give it the log of a run without merging (``traced_run(..., merge=False)``): a merged
     node's outcome is censored, and under a budget the dominating node may be the one shed.
@@ -122,7 +123,8 @@ class HindsightPolicy(CallbackPolicy):
         keys = zip(np.asarray(node_log["position"])[ok].tolist(),
                    np.asarray(node_log["state"])[ok].tolist(),
                    np.asarray(node_log["start"])[ok].tolist(),
-                   np.asarray(node_log["err"])[ok].tolist())
+                   np.asarray(node_log["err"])[ok].tolist(),
+                   np.asarray(node_log["gap"])[ok].tolist())
         self.outcome: dict[tuple, tuple[int, float]] = {}
         for key, bid, r in zip(keys, bundle.tolist(), reach.tolist()):
             old = self.outcome.get(key)
@@ -131,10 +133,22 @@ class HindsightPolicy(CallbackPolicy):
         self.n_bundles = len(b["first"])
         self.found = np.zeros(self.n_bundles, dtype=bool)
         self.per_bundle = int(per_bundle)
+        self._completing: dict[int, list[tuple[int, float]]] = {}
+
+    def _settle(self, partition: int, tag: float) -> None:
+        """Bundles whose kept candidates completed at an earlier tag are found: several
+        events can share a tag, and the completing one may come after its ancestor."""
+        pending = self._completing.get(partition, [])
+        for bid, reach in pending:
+            if reach < tag:
+                self.found[bid] = True
+        self._completing[partition] = [(b, r) for b, r in pending if r >= tag]
 
     def select(self, c: Candidates) -> np.ndarray:
+        self._settle(c.partition, c.tag)
         rows = []
-        for i, key in enumerate(zip(c.state.tolist(), c.start.tolist(), c.err.tolist())):
+        for i, key in enumerate(zip(c.state.tolist(), c.start.tolist(), c.err.tolist(),
+                                    c.gap.tolist())):
             hit = self.outcome.get((c.position, *key))
             if hit is not None and not self.found[hit[0]]:
                 rows.append((hit[0], hit[1], -key[1], key[2], i))
@@ -145,7 +159,7 @@ class HindsightPolicy(CallbackPolicy):
                 taken[bid] = taken.get(bid, 0) + 1
                 keep.append(i)
                 if reach == c.tag:
-                    self.found[bid] = True
+                    self._completing.setdefault(c.partition, []).append((bid, reach))
         return np.array(sorted(keep), dtype=np.int64)
 
 
