@@ -22,6 +22,7 @@ fit, ``policy="drop-oldest"`` deletes the oldest pending batches until it fits a
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import sqlite3
@@ -33,7 +34,7 @@ __all__ = ["Outbox", "OutboxFull", "Backoff", "Due", "POLICIES"]
 
 POLICIES = ("drop-oldest", "refuse-new")
 _COUNTERS = ("put", "duplicate", "sent", "sent_bytes", "failed", "dropped", "dropped_bytes",
-             "refused", "refused_bytes")
+             "refused", "refused_bytes", "rejected", "rejected_bytes")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS pending (
@@ -54,6 +55,7 @@ CREATE TABLE IF NOT EXISTS done (
     at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS state (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
@@ -142,10 +144,14 @@ class Outbox:
 
     # ----------------------------------------------------------------- operations
 
-    def put(self, body: bytes, batch_id: str, now: float | None = None) -> bool:
+    def put(self, body: bytes, batch_id: str, now: float | None = None, *,
+            state: dict | None = None) -> bool:
         """Store a batch, due at once. False when the id is already pending or done (a
         counted duplicate). Raises :class:`OutboxFull` under ``refuse-new`` (counted), and
-        always for a batch larger than ``max_bytes`` on its own."""
+        always for a batch larger than ``max_bytes`` on its own.
+
+        ``state`` (JSON values by name) is written in the same transaction whatever the
+        outcome, so a producer's progress and its batch are committed together."""
         if not isinstance(body, (bytes, bytearray, memoryview)):
             raise TypeError(f"body must be bytes, not {type(body).__name__}")
         if not isinstance(batch_id, str) or not batch_id:
@@ -158,6 +164,7 @@ class Outbox:
                                (batch_id, batch_id)).fetchone()
             if known:
                 self._bump(db, "duplicate")
+                self._write_state(db, state)
                 return False
             if not self._make_room(db, len(body), batch_id):
                 self._bump(db, "refused")
@@ -168,11 +175,27 @@ class Outbox:
                            "VALUES (?, ?, ?, ?, ?)", (batch_id, body, len(body), now, now))
                 self._bump(db, "put")
                 refused = False
+            self._write_state(db, state)
         if refused:
             raise OutboxFull(f"outbox full ({self.max_rows} rows / {self.max_bytes} bytes, "
                              f"policy {self.policy}): batch {batch_id!r} of {len(body)} bytes "
                              "refused")
         return True
+
+    def _write_state(self, db, state: dict | None) -> None:
+        if state:
+            db.executemany("INSERT OR REPLACE INTO state VALUES (?, ?)",
+                           [(k, json.dumps(v)) for k, v in state.items()])
+
+    def save_state(self, state: dict) -> None:
+        """Write ``state`` (JSON values by name) in a transaction of its own."""
+        with self._tx() as db:
+            self._write_state(db, state)
+
+    def load_state(self) -> dict:
+        """Everything written by :meth:`save_state` and ``put(..., state=)``."""
+        with self._lock:
+            return {k: json.loads(v) for k, v in self._db.execute("SELECT name, value FROM state")}
 
     def _make_room(self, db, size: int, batch_id: str) -> bool:
         if self.max_bytes is not None and size > self.max_bytes:
@@ -237,8 +260,23 @@ class Outbox:
             self._bump(db, "failed")
         return due
 
+    def reject(self, batch_id: str, error: str, now: float | None = None) -> bool:
+        """The collector refused the batch for good (a permanent 4xx): forget it, counted as
+        ``rejected``. False when it was not pending."""
+        now = time.time() if now is None else now
+        with self._tx() as db:
+            row = db.execute("SELECT size FROM pending WHERE batch_id = ?",
+                             (batch_id,)).fetchone()
+            if row is None:
+                return False
+            db.execute("DELETE FROM pending WHERE batch_id = ?", (batch_id,))
+            self._remember(db, batch_id, "rejected", now)
+            self._bump(db, "rejected")
+            self._bump(db, "rejected_bytes", row[0])
+        return True
+
     def status(self, batch_id: str) -> str | None:
-        """``"pending"``, ``"sent"``, ``"dropped"``, or None when unknown (or forgotten)."""
+        """``"pending"``, ``"sent"``, ``"dropped"``, ``"rejected"``, or None when unknown (or forgotten)."""
         with self._lock:
             if self._db.execute("SELECT 1 FROM pending WHERE batch_id = ?",
                                 (batch_id,)).fetchone():
