@@ -323,3 +323,44 @@ def test_bad_events_name_position_and_field_after_the_good_prefix():
     with pytest.raises(EventError) as info:  # a tag error before a missing attribute
         Engine(text).run([Event("A", 1.0, {"x": 1}), Event("B", 0.0, {})])
     assert info.value.field == "t"
+
+
+# --------------------------------------------------------------------------- coverage
+
+FEATURE_QUERIES = {  # (Kleene, negation, aggregate) -> query; every one with [k]
+    (False, False, False): "SEQ(A a, B b) WHERE {S}(a, b) {{ [k] AND b.x >= a.x }} WITHIN 6",
+    (False, True, False): "SEQ(A a, ~C n, B b) WHERE {S}(a, n, b) {{ [k] AND n.x = a.x }} "
+                          "WITHIN 6",
+    (True, False, False): "SEQ(A a, B+ b[]) WHERE {S}(a, b[]) {{ [k] AND "
+                          "b[i].x >= b[i-1].x }} WITHIN 6",
+    (True, False, True): "SEQ(A+ a[], B b) WHERE {S}(a[], b) {{ [k] AND "
+                         "a[i].x >= avg(a[..i-1].x) AND b.x < max(a[].x) + 1 }} WITHIN 6",
+    (True, True, False): "SEQ(A a, B+ b[], ~C n) WHERE {S}(a, b[], n) {{ [k] AND "
+                         "b[i].x != 0 }} WITHIN 5",
+    (True, True, True): "SEQ(~C n, A a, B+ b[]) WHERE {S}(n, a, b[]) {{ [k] AND "
+                        "b[i].x > min(b[..i-1].x) AND n.x >= a.x }} WITHIN 6 "
+                        "RETURN sum(b[].x) AS s",
+}
+
+
+def test_every_strategy_and_feature_combination_is_covered_with_matches():
+    """9.1: seeded small streams for each (strategy x Kleene/negation/aggregate) combination,
+    each against the oracle (verbose, compact, merge off, streamed); at least 8 cases with
+    matches per combination, so no combination passes by having nothing to compare."""
+    with_matches = {}
+    for features, text in FEATURE_QUERIES.items():
+        for strategy in STRATEGIES:
+            query = parse_query("PATTERN " + text.format(S=strategy.value))
+            for seed in range(30):
+                rng = random.Random(seed)
+                events, t = [], 0
+                for _ in range(9):
+                    t += rng.choice((0, 1, 1, 2))
+                    events.append(Event(rng.choice("AABBC"), float(t),
+                                        {"x": rng.randint(0, 3), "k": rng.randint(0, 1)}))
+                expected = oracle(query, events)
+                _check(query, events, cuts=[rng.randint(0, 9)], expected=expected)
+                key = (strategy, features)
+                with_matches[key] = with_matches.get(key, 0) + bool(expected)
+    assert len(with_matches) == len(STRATEGIES) * len(FEATURE_QUERIES)
+    assert min(with_matches.values()) >= 8, with_matches

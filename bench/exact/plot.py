@@ -63,14 +63,17 @@ def _sweep_panel(ax: Axes, results: dict, strategy: str) -> None:
     for predicate, colour in PREDICATE_COLOURS.items():
         mine = sorted((r for r in rows if r["predicate"] == predicate), key=lambda r: r["window"])
         for system, (line, marker) in styles.items():
-            points = [(r["window"], _rate(r["systems"][system])) for r in mine
-                      if system in r["systems"]]
+            # a timer that fired outside the engine's loop (e.g. while building verbose
+            # matches) leaves no rate to show: such points are left out
+            shown = [r for r in mine if system in r["systems"] and
+                     (r["systems"][system]["status"] == "ok" or
+                      r["systems"][system]["events_done"] > 0)]
+            points = [(r["window"], _rate(r["systems"][system])) for r in shown]
             if not points:
                 continue
             used.add(system)
             ws, rates = zip(*points)
-            done = [r["systems"][system]["status"] == "ok" for r in mine
-                    if system in r["systems"]]
+            done = [r["systems"][system]["status"] == "ok" for r in shown]
             ax.plot(ws, rates, linestyle=line, color=colour, linewidth=1.3)
             ax.scatter([w for w, ok in zip(ws, done) if ok],
                        [x for x, ok in zip(rates, done) if ok], marker=marker, color=colour,
