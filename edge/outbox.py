@@ -276,7 +276,8 @@ class Outbox:
         return True
 
     def status(self, batch_id: str) -> str | None:
-        """``"pending"``, ``"sent"``, ``"dropped"``, ``"rejected"``, or None when unknown (or forgotten)."""
+        """``"pending"``, ``"sent"``, ``"dropped"``, ``"rejected"``, or None when unknown
+        (or forgotten)."""
         with self._lock:
             if self._db.execute("SELECT 1 FROM pending WHERE batch_id = ?",
                                 (batch_id,)).fetchone():

@@ -1,0 +1,536 @@
+"""The device agent: events in, matches under a budget, batches into the outbox, uploads.
+
+``python -m edge.agent --config agent.toml [--once]``. The loop, per chunk of events from
+the source (:mod:`edge.sources`): the events go through an :class:`acep.Matcher` under the
+budget; its matches become an upload batch (:func:`edge.wire.batch_from_matches`, with the
+events of their windows, or a per-slot summary in condensed mode); the batch is put into the
+outbox **in the same transaction as the agent's progress** (events consumed, next seq, where
+to resume). An :class:`edge.uplink.Uploader` thread sends due batches to the collector.
+
+Restart (including after SIGKILL): the agent resumes from its last committed progress. The
+matcher's state is rebuilt by replaying, without emitting, the events it kept for the
+windows (every partition's last ``window`` of events, from ``replay_offset``), so a
+replayable source (a file, a re-created iterator) yields after a restart exactly the
+matches an uninterrupted run would, none twice. Standard input cannot be replayed: the agent
+resumes with an empty matcher. Under a binding budget the replay starts with a full credit,
+so shedding decisions after a restart may differ from an uninterrupted run's.
+
+Sketch: loaded from ``sketch.path`` or downloaded from the collector, verified (HMAC, size,
+pattern) before use; a refused sketch is logged and the agent runs with the fallback policy
+``oldest-first`` (named in the log and the metrics). The learned sketch (RL update) is saved
+signed, atomically, every ``sketch.save_every`` events and on exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
+
+import numpy as np
+
+from acep import Matcher
+from acep.events import EventBatch, EventError
+from acep.matcher import MatchBatch
+from acep.shedding import Budget, OldestFirstPolicy, RandomPolicy
+from history.policies import HistoryPolicy
+from history.sketch import Sketch, SketchError
+
+from .budgeting import WallClockBudget
+from .config import AgentConfig, ConfigError, load_config
+from .outbox import Backoff, Outbox, OutboxFull
+from .sources import FileSource, IteratorSource, Source, StdinSource
+from .uplink import Uplink, Uploader, download_sketch
+from .wire import (
+    Condenser,
+    PatternRef,
+    batch_from_matches,
+    batch_id,
+    encode_batch,
+    encode_condensed,
+)
+
+__all__ = ["Agent", "main", "FALLBACK_POLICY"]
+
+log = logging.getLogger("edge.agent")
+FALLBACK_POLICY = "oldest-first"
+
+
+class Agent:
+    """One agent: the config, its outbox file and (optionally) an iterator of events.
+
+    ``events`` is the iterable for ``source.kind = "iterator"``; ``stdin`` a binary stream
+    for ``"stdin"`` (default ``sys.stdin.buffer``).
+    """
+
+    def __init__(self, config: AgentConfig, events: Iterable[dict] | None = None,
+                 stdin=None):
+        self.cfg = config
+        self.events_iterable, self.stdin = events, stdin
+        ob = config.outbox
+        self.outbox = Outbox(ob.path, max_rows=ob.max_rows, max_bytes=ob.max_bytes,
+                             policy=ob.policy,
+                             backoff=Backoff(base_delay=ob.backoff_base, max_delay=ob.backoff_max))
+        st = self.outbox.load_state()
+        self.consumed = int(st.get("consumed", 0))
+        self.seq = int(st.get("seq", 0))
+        self.finished = bool(st.get("finished", False))
+        self.resume_offset = st.get("offset", 0)
+        self.replay_position = int(st.get("replay_position", 0))
+        self.replay_offset = st.get("replay_offset", 0)
+        self.stop_event = threading.Event()
+        self.uploader: Uploader | None = None
+        self.uplink = None if config.collector_url is None else \
+            Uplink(config.collector_url, config.token or "", config.timeout)
+        self.policy_name, self.policy_error = FALLBACK_POLICY, None
+        self.wallclock: WallClockBudget | None = None
+        self.matcher = self._build_matcher()
+        self.pattern_ref = PatternRef(
+            config.pattern.id, config.pattern.text, config.pattern.window, config.pattern.k,
+            tuple(config.pattern.where), self.matcher.partition)
+        self.condenser = Condenser(config.condensed.slot, config.pattern.window) \
+            if config.condensed.enabled else None
+        # The events kept for windows: a contiguous run of positions (batch_from_matches
+        # indexes events by position) with each event's resume offset before it.
+        self.tail: EventBatch | None = None
+        self.tail_offsets: list = []
+        self.part_codes: dict = {}
+        self.last_tag = np.zeros(0)
+        self.position = 0
+        self.counts = {"events_in": 0, "events_bad": 0, "events_replayed": 0, "matches": 0,
+                       "matches_orphaned": 0, "batches_put": 0, "batches_refused": 0,
+                       "bytes_put": 0, "sketch_saves": 0}
+        self.lag = 0.0
+        self._since_save = 0
+        self._last_metrics = time.monotonic()
+        self._metrics_fh = None
+
+    # ------------------------------------------------------------------ set-up
+
+    def _build_matcher(self) -> Matcher:
+        p, b = self.cfg.pattern, self.cfg.budget
+        budget = None
+        if b.mode == "fixed":
+            budget = Budget(b.ops_per_event, b.burst)
+        elif b.mode == "wall-clock":
+            self.wallclock = WallClockBudget(b.ops_per_event or b.max_ops, b.target_utilization,
+                                             b.max_lag, b.min_ops, b.max_ops)
+            budget = Budget(self.wallclock.ops, b.burst)
+        common = dict(window=p.window, k=p.k, where=list(p.where), partition=p.partition,
+                      on_bad_event="skip", budget=budget)
+        sketch = self._load_sketch() if self.cfg.sketch is not None else None
+        if sketch is not None:
+            try:
+                policy = HistoryPolicy(sketch, self.cfg.sketch.learning_rate,
+                                       self.cfg.sketch.explore)
+                matcher = Matcher(p.text, policy=policy, bins=policy.bins, **common)
+            except (ValueError, TypeError) as e:
+                self._refuse_sketch(f"does not fit the pattern: {e}")
+            else:
+                self.policy_name, self.history = "history", policy
+                return matcher
+        self.history = None
+        if b.policy == "random":
+            self.policy_name = "random"
+            return Matcher(p.text, policy=RandomPolicy(), **common)
+        if self.cfg.sketch is None:
+            self.policy_name = b.policy if b.policy != "history" else FALLBACK_POLICY
+            if b.policy == "history":
+                self.policy_error = "budget.policy = \"history\" needs a [sketch]"
+                log.error("%s; using the fallback policy %s", self.policy_error,
+                          FALLBACK_POLICY)
+        if budget is None and self.policy_error is None:
+            self.policy_name = "none"  # nothing is ever shed
+        return Matcher(p.text, policy=OldestFirstPolicy() if budget else None, **common)
+
+    def _refuse_sketch(self, why: str) -> None:
+        self.policy_error = f"sketch refused: {why}"
+        log.error("%s; using the fallback policy %s", self.policy_error, FALLBACK_POLICY)
+
+    def _load_sketch(self) -> Sketch | None:
+        """The verified sketch, or None (logged) when it is missing, tampered or oversized.
+        A learned sketch saved by this device (``save_path``) is preferred when valid."""
+        sk = self.cfg.sketch
+        try:
+            key = _read_key(sk.key_file, "sketch.key_file")
+            device_key = _read_key(sk.device_key_file, "sketch.device_key_file") \
+                if sk.device_key_file else key
+        except OSError as e:
+            self._refuse_sketch(str(e))
+            return None
+        if sk.save_path and os.path.exists(sk.save_path):
+            try:
+                sketch = Sketch.load(sk.save_path, device_key, sk.max_bytes)
+                self._check_sketch(sketch)
+                log.info("loaded the learned sketch %s", sk.save_path)
+                return sketch
+            except (SketchError, OSError) as e:
+                log.warning("learned sketch %s not used (%s); trying the original",
+                            sk.save_path, e)
+        try:
+            if sk.download:
+                data = download_sketch(self.uplink, self.cfg.pattern.id, sk.max_bytes)
+                if sk.path:
+                    _atomic_write(sk.path, data)
+            else:
+                with open(sk.path, "rb") as fh:
+                    data = fh.read(sk.max_bytes + 1)
+            sketch = Sketch.from_bytes(data, key, sk.max_bytes)
+            self._check_sketch(sketch)
+        except (SketchError, OSError) as e:
+            self._refuse_sketch(str(e))
+            return None
+        return sketch
+
+    def _check_sketch(self, sketch: Sketch) -> None:
+        p = self.cfg.pattern
+        if (sketch.pattern, sketch.k, float(sketch.window)) != (p.text, p.k, float(p.window)):
+            raise SketchError(f"it is for pattern {sketch.pattern!r} (k={sketch.k}, "
+                              f"window={sketch.window}), not {p.text!r} (k={p.k}, "
+                              f"window={p.window})")
+
+    def _make_source(self) -> Source:
+        s = self.cfg.source
+        kw = dict(batch_events=s.batch_events, batch_seconds=s.batch_seconds)
+        if s.kind == "file":
+            src = FileSource(s.path, follow=s.follow, start=int(self.replay_offset or 0),
+                             poll_seconds=s.poll_seconds, **kw)
+        elif s.kind == "iterator":
+            if self.events_iterable is None:
+                raise ConfigError("source.kind: \"iterator\" needs events passed to Agent")
+            src = IteratorSource(self.events_iterable, start=int(self.replay_offset or 0), **kw)
+        else:
+            src = StdinSource(self.stdin, **kw)
+        if src.replayable:
+            self.position, self.resume_offset = self.replay_position, self.replay_offset
+        else:  # nothing to replay: positions continue after the events consumed
+            self.position = self.replay_position = self.consumed
+        return src
+
+    # ------------------------------------------------------------------ the loop
+
+    def stop(self, *_args) -> None:
+        """Finish the current chunk, commit it, flush uploads and return (signal safe)."""
+        self.stop_event.set()
+
+    def run(self, once: bool = False) -> dict:
+        """Process the source until it ends (``once`` or a non-followed file) or
+        :meth:`stop`; returns the final metrics."""
+        if self.finished:
+            log.info("the stream was already processed to its end; nothing to do")
+        source = self._make_source()
+        if once and isinstance(source, FileSource):
+            source.follow = False
+        uploader = None
+        if self.uplink is not None:
+            uploader = Uploader(self.outbox, self.uplink)
+            uploader.start()
+        self.uploader = uploader
+        try:
+            if not self.finished:
+                for chunk in source.chunks(self.stop_event):
+                    self._process(chunk, source)
+                    self._maybe_metrics(source)
+                    if self.stop_event.is_set():
+                        break
+                # only a source that has ended for good flushes the pending matches: a
+                # followed file read --once goes on next time, from the replay point
+                if source.eof and not self.stop_event.is_set() and self._finite():
+                    self._finish(source)
+            if uploader is not None and once:
+                self._drain(uploader)
+        finally:
+            if uploader is not None:
+                uploader.stop(self.cfg.timeout + 1)
+            self._save_sketch()
+            final = self.metrics(source)
+            self._emit_metrics(final)
+            self.outbox.close()
+        return final
+
+    def _finite(self) -> bool:
+        return self.cfg.source.kind != "file" or not self.cfg.source.follow
+
+    def _drain(self, uploader: Uploader) -> None:
+        """``--once``: send what is due now, within the time of a few attempts."""
+        deadline = time.monotonic() + 3 * self.cfg.timeout
+        while time.monotonic() < deadline and not self.stop_event.is_set():
+            due = self.outbox.next_due_at()
+            if due is None or due > time.time() + 1:
+                return
+            uploader.wake.set()
+            time.sleep(0.05)
+
+    def _to_batch(self, events: list[dict], position: int) -> tuple[EventBatch, list[int]]:
+        """The good events as a batch, and the indices of those kept."""
+        keep = list(range(len(events)))
+        while True:
+            try:
+                return EventBatch.from_events([events[i] for i in keep], position,
+                                              "<agent>"), keep
+            except EventError as e:
+                bad = (e.position if e.position is not None else position) - position
+                if not 0 <= bad < len(keep):
+                    raise
+                log.warning("bad event skipped: %s", e)
+                self.counts["events_bad"] += 1
+                del keep[bad]
+
+    def _process(self, chunk: list, source: Source) -> None:
+        started = getattr(source, "chunk_started", time.monotonic())
+        events = [e for e, _ in chunk]
+        ends = [o for _, o in chunk]
+        batch, kept = self._to_batch(events, self.position)
+        starts = [self.resume_offset if i == 0 else ends[i - 1] for i in range(len(chunk))]
+        starts = [starts[i] for i in kept]
+        self.resume_offset = ends[-1]
+        n_warm = min(max(self.consumed - self.position, 0), len(batch))
+        if n_warm:  # replay after a restart: rebuild the state, the matches are committed
+            self.matcher.match_batch(batch.slice(0, n_warm))
+            self.counts["events_replayed"] += n_warm
+            self._retain(batch.slice(0, n_warm), starts[:n_warm])
+        live = batch.slice(n_warm, len(batch))
+        self.position = batch.position + len(batch)
+        if len(live) == 0 and n_warm:
+            return
+        stats0 = self.matcher.stats
+        t0 = time.perf_counter()
+        found = self.matcher.match_batch(live)
+        seconds = time.perf_counter() - t0
+        self.counts["events_in"] += len(live)
+        window_events = self._concat(live)
+        self._commit(found, window_events, len(live))
+        self._retain(live, starts[n_warm:], window_events)
+        self.lag = time.monotonic() - started
+        self._adapt(len(live), stats0, seconds, source)
+        self._since_save += len(live)
+        if self.cfg.sketch and self._since_save >= self.cfg.sketch.save_every:
+            self._save_sketch()
+
+    def _finish(self, source: Source) -> None:
+        """End of a finite stream: the pending matches of every partition."""
+        found = self.matcher.flush()
+        self._commit(found, self._concat(None), 0, finished=True)
+        self.finished = True
+
+    def _concat(self, live: EventBatch | None) -> EventBatch | None:
+        parts = [b for b in (self.tail, live) if b is not None and len(b)]
+        if not parts:
+            return None
+        return parts[0] if len(parts) == 1 else EventBatch.concat(parts)
+
+    def _commit(self, found: MatchBatch, events: EventBatch | None, n_live: int,
+                finished: bool = False) -> None:
+        self.consumed += n_live
+        state = {"consumed": self.consumed, "offset": self.resume_offset,
+                 "replay_position": self.replay_position, "replay_offset": self.replay_offset,
+                 "finished": finished}
+        if len(found) and self.condenser is None:
+            found = self._inside(found, events)
+        if not len(found):
+            self.outbox.save_state({**state, "seq": self.seq})
+            return
+        seq = self.seq
+        if self.condenser is not None:
+            body = encode_condensed(self.condenser.summarize(
+                found, device=self.cfg.device_id, seq=seq, pattern=self.pattern_ref))
+        else:
+            body = encode_batch(batch_from_matches(found, events, device=self.cfg.device_id,
+                                                   seq=seq, pattern=self.pattern_ref))
+        self.seq += 1
+        try:
+            self.outbox.put(body, batch_id(self.cfg.device_id, seq),
+                            state={**state, "seq": self.seq})
+            self.counts["batches_put"] += 1
+            self.counts["bytes_put"] += len(body)
+        except OutboxFull as e:
+            self.counts["batches_refused"] += 1
+            log.error("%s", e)
+        self.counts["matches"] += len(found)
+        if self.uploader is not None:
+            self.uploader.wake.set()
+
+    def _inside(self, found: MatchBatch, events: EventBatch | None) -> MatchBatch:
+        """Drop (and count) matches whose trajectory reaches before the kept events: only
+        when ``outbox.max_retained_events`` cut an idle partition's window."""
+        lo = events.position if events is not None else self.position
+        hi = lo + (len(events) if events is not None else 0)
+        ptr = found.trajectory_ptr
+        ok = [i for i in range(len(found))
+              if np.all((found.trajectory[ptr[i]:ptr[i + 1]] >= lo)
+                        & (found.trajectory[ptr[i]:ptr[i + 1]] < hi))]
+        if len(ok) == len(found):
+            return found
+        self.counts["matches_orphaned"] += len(found) - len(ok)
+        log.warning("%d matches reach before the kept events (outbox.max_retained_events); "
+                    "not uploaded", len(found) - len(ok))
+        rows = np.array(ok, dtype=np.int64)
+        pieces = [np.arange(ptr[i], ptr[i + 1]) for i in ok]
+        idx = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+        lengths = np.diff(ptr)[rows] if len(rows) else np.zeros(0, np.int64)
+        return MatchBatch(found.partition[rows], found.point[rows], found.start[rows],
+                          found.errors[rows], np.concatenate([[0], np.cumsum(lengths)]),
+                          found.trajectory[idx], found.trajectory_tags[idx], found.tag_is_time)
+
+    def _retain(self, new: EventBatch, starts: list, combined: EventBatch | None = None
+                ) -> None:
+        """Keep, per partition, the events within ``window`` of its last tag, as one
+        contiguous run (see the module docstring); remember where a replay starts."""
+        if combined is None:
+            combined = self._concat(new)
+        self.tail_offsets = self.tail_offsets + list(starts)
+        if combined is None or not len(combined):
+            return
+        key = self.matcher.partition
+        col = combined.columns.get(key) if key is not None else None
+        codes = np.zeros(len(combined), dtype=np.int64)
+        if key is not None:
+            if col is None:
+                codes[:] = -1
+            else:
+                for i, v in enumerate(col.tolist()):
+                    codes[i] = -1 if v is None or v != v else \
+                        self.part_codes.setdefault(v, len(self.part_codes))
+        elif not self.part_codes:
+            self.part_codes[None] = 0
+        if len(self.last_tag) < len(self.part_codes):
+            self.last_tag = np.concatenate(
+                [self.last_tag, np.full(len(self.part_codes) - len(self.last_tag), -np.inf)])
+        tags = np.asarray(combined.tags, dtype=float)
+        ok = codes >= 0
+        np.maximum.at(self.last_tag, codes[ok], tags[ok])
+        keep = np.zeros(len(combined), dtype=bool)
+        keep[ok] = tags[ok] >= self.last_tag[codes[ok]] - self.cfg.pattern.window
+        first = int(np.argmax(keep)) if keep.any() else len(combined)
+        first = max(first, len(combined) - self.cfg.outbox.max_retained_events)
+        self.tail = combined.slice(first, len(combined))
+        self.tail_offsets = self.tail_offsets[first:]
+        self.replay_position = int(self.tail.position)
+        self.replay_offset = self.tail_offsets[0] if self.tail_offsets else self.resume_offset
+
+    def _adapt(self, n: int, stats0: dict, seconds: float, source: Source) -> None:
+        if self.wallclock is None or n == 0:
+            return
+        s = self.matcher.stats
+        ops = (s["candidates"] - stats0["candidates"]) - (s["shed"] - stats0["shed"])
+        rate = getattr(source, "chunk_rate", 0.0)
+        new = self.wallclock.update(n, ops, seconds, rate, self.lag)
+        b = self.cfg.budget
+        # acep has no public setter yet; set_budget refills the bucket, so only on a change
+        # that matters (a refill is at most one burst of credit).
+        if abs(new - self._ops_now()) > 0.1 * self._ops_now():
+            self.matcher._kernel.set_budget(float(new), float(new * b.burst))
+            self.matcher.budget = Budget(new, b.burst)
+
+    def _ops_now(self) -> float:
+        return self.matcher.budget.ops_per_event if self.matcher.budget else 0.0
+
+    # ------------------------------------------------------------------ sketch, metrics
+
+    def _save_sketch(self) -> None:
+        self._since_save = 0
+        sk = self.cfg.sketch
+        if sk is None or self.history is None or not sk.save_path \
+                or self.history.learning_rate == 0:
+            return
+        try:
+            key = _read_key(sk.device_key_file or sk.key_file, "sketch.device_key_file")
+            _atomic_write(sk.save_path, self.history.learned_sketch().to_bytes(key))
+            self.counts["sketch_saves"] += 1
+        except (OSError, SketchError) as e:
+            log.error("could not save the learned sketch to %s: %s", sk.save_path, e)
+
+    def metrics(self, source: Source | None = None) -> dict:
+        """The current metrics (one JSON object)."""
+        s = self.matcher.stats
+        ob = self.outbox.metrics()
+        out = {"time": time.time(), "device": self.cfg.device_id, **self.counts,
+               "consumed": self.consumed, "seq": self.seq, "candidates": s["candidates"],
+               "shed": s["shed"], "decide_ns": s["decide_ns"], "lag_s": round(self.lag, 4),
+               "ops_per_event": self._ops_now(), "policy": self.policy_name,
+               "policy_error": self.policy_error, "outbox_pending": ob["pending"],
+               "outbox_pending_bytes": ob["pending_bytes"], "batches_sent": ob["sent"],
+               "bytes_sent": ob["sent_bytes"], "batches_rejected": ob["rejected"],
+               "batches_dropped": ob["dropped"], "retained_events":
+               0 if self.tail is None else len(self.tail)}
+        if source is not None:
+            out["bad_lines"] = source.bad_lines
+            if isinstance(source, FileSource):
+                out["backlog_bytes"] = source.backlog()
+        if self.wallclock is not None:
+            out.update(cost_per_op_ns=self.wallclock.op_cost * 1e9,
+                       cost_per_event_ns=self.wallclock.base_cost * 1e9,
+                       arrival_rate=self.wallclock.rate)
+        return out
+
+    def _maybe_metrics(self, source: Source) -> None:
+        now = time.monotonic()
+        if now - self._last_metrics >= self.cfg.metrics.interval:
+            self._last_metrics = now
+            self._emit_metrics(self.metrics(source))
+
+    def _emit_metrics(self, doc: dict) -> None:
+        line = json.dumps(doc, sort_keys=True)
+        if self.cfg.metrics.path is None:
+            print(line, file=sys.stderr, flush=True)
+            return
+        with open(self.cfg.metrics.path, "a") as fh:
+            fh.write(line + "\n")
+
+
+def _read_key(path: str | None, name: str) -> bytes:
+    if path is None:
+        raise OSError(f"{name}: not set")
+    with open(path, "rb") as fh:
+        key = fh.read().strip()
+    if not key:
+        raise OSError(f"{name}: {path} is empty")
+    return key
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    """Write to a temporary file beside ``path``, fsync, rename: never half a file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m edge.agent --config agent.toml [--once]``."""
+    ap = argparse.ArgumentParser(prog="acep agent", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True, help="the agent.toml")
+    ap.add_argument("--once", action="store_true",
+                    help="process what the source holds now, upload what is due, exit")
+    ap.add_argument("--log-level", default="INFO")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        agent = Agent(load_config(args.config))
+    except ConfigError as e:
+        print(f"acep agent: config error: {e}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, agent.stop)
+    signal.signal(signal.SIGINT, agent.stop)
+    agent.run(once=args.once)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

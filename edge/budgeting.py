@@ -1,0 +1,61 @@
+"""The wall-clock budget: operations per event from the measured cost and the arrival rate.
+
+Per batch the agent reports ``n`` events, ``ops`` kept candidates and ``seconds`` spent in
+the matcher, and the arrival rate it saw. The cost model is ``seconds = a*n + c*ops`` (a
+per-event base cost and a cost per operation), fitted by least squares with exponential
+forgetting (``decay`` per batch), so it follows the device's speed. The rule is
+
+    ops_per_event = (u / rate - a) / c         clamped to [min_ops, max_ops]
+
+where ``u`` is the target utilisation (the share of each second the matcher may use), and
+it is scaled down by ``max_lag / lag`` whenever the lag exceeds ``max_lag``. The agent keeps
+up as long as the model holds: at ``rate`` events per second it spends ``u`` seconds per
+second matching, and a backlog makes the budget shrink until it drains.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["WallClockBudget"]
+
+
+class WallClockBudget:
+    """Adapts ``ops_per_event`` once per batch (see the module docstring)."""
+
+    def __init__(self, initial: float, utilization: float = 0.8, max_lag: float = 2.0,
+                 min_ops: float = 0.5, max_ops: float = 1e6, decay: float = 0.9):
+        self.ops = float(min(max(initial, min_ops), max_ops))
+        self.u, self.max_lag = float(utilization), float(max_lag)
+        self.min_ops, self.max_ops, self.decay = float(min_ops), float(max_ops), float(decay)
+        self._s = [0.0] * 5  # sums of n*n, n*o, o*o, n*t, o*t (forgetting)
+        self.base_cost = 0.0  # seconds per event
+        self.op_cost = 0.0    # seconds per operation
+        self.rate = 0.0       # events per second
+
+    def update(self, n: int, ops: int, seconds: float, rate: float, lag: float) -> float:
+        """Feed one batch; returns the new ``ops_per_event``."""
+        if n <= 0:
+            return self.ops
+        d = self.decay
+        nn, no, oo, nt, ot = (d * v for v in self._s)
+        self._s = [nn + n * n, no + n * ops, oo + ops * ops, nt + n * seconds, ot + ops * seconds]
+        nn, no, oo, nt, ot = self._s
+        det = nn * oo - no * no
+        if det > 1e-9 * max(nn * oo, 1e-300) and oo > 0:
+            a, c = (oo * nt - no * ot) / det, (nn * ot - no * nt) / det
+        else:  # too little spread in ops per event yet: charge everything to operations
+            a, c = 0.0, seconds / max(ops, 1)
+        if c <= 0:  # noise made the fit useless; fall back to the conservative ratio
+            a, c = 0.0, seconds / max(ops, 1)
+        self.base_cost, self.op_cost = max(a, 0.0), max(c, 1e-12)
+        if rate > 0 and math.isfinite(rate):
+            self.rate = rate if self.rate == 0 else 0.7 * self.rate + 0.3 * rate
+        if self.rate > 0:
+            target = (self.u / self.rate - self.base_cost) / self.op_cost
+        else:
+            target = self.max_ops
+        if lag > self.max_lag:
+            target = min(target, self.ops) * self.max_lag / lag
+        self.ops = float(min(max(target, self.min_ops), self.max_ops))
+        return self.ops

@@ -1,0 +1,307 @@
+"""The agent's configuration: ``agent.toml`` read with tomllib and checked key by key.
+
+Every problem raises :class:`ConfigError` whose message names the key (``budget.mode``,
+``source.path``, ...). Relative paths are taken relative to the config file's directory.
+``examples/agent.toml`` shows every key with its default.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tomllib
+
+__all__ = ["ConfigError", "AgentConfig", "PatternConfig", "SourceConfig", "BudgetConfig",
+           "SketchConfig", "OutboxConfig", "CondensedConfig", "MetricsConfig", "load_config",
+           "parse_config"]
+
+_DEVICE_RE = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
+SOURCES = ("file", "stdin", "iterator")
+BUDGET_MODES = ("none", "fixed", "wall-clock")
+CAP_POLICIES = ("drop-oldest", "refuse-new")
+
+
+class ConfigError(ValueError):
+    """A bad ``agent.toml``; the message names the key."""
+
+
+@dataclass
+class PatternConfig:
+    id: str
+    text: str
+    window: float
+    k: int = 0
+    where: tuple[str, ...] = ()
+    partition: str | None = None
+
+
+@dataclass
+class SourceConfig:
+    kind: str = "file"
+    path: str | None = None
+    follow: bool = True
+    batch_events: int = 1000
+    batch_seconds: float = 1.0
+    poll_seconds: float = 0.1
+
+
+@dataclass
+class BudgetConfig:
+    mode: str = "none"
+    ops_per_event: float = 0.0
+    burst: float = 64.0
+    target_utilization: float = 0.8
+    max_lag: float = 2.0
+    min_ops: float = 0.5
+    max_ops: float = 1e6
+    policy: str = "oldest-first"
+
+
+@dataclass
+class SketchConfig:
+    path: str | None = None
+    download: bool = False
+    key_file: str | None = None
+    device_key_file: str | None = None
+    max_bytes: int = 1 << 20
+    learning_rate: float = 0.05
+    explore: float = 0.01
+    save_path: str | None = None
+    save_every: int = 100_000
+
+
+@dataclass
+class OutboxConfig:
+    path: str = "agent-outbox.db"
+    max_rows: int | None = None
+    max_bytes: int | None = None
+    policy: str = "drop-oldest"
+    backoff_base: float = 1.0
+    backoff_max: float = 300.0
+    max_retained_events: int = 200_000
+
+
+@dataclass
+class CondensedConfig:
+    enabled: bool = False
+    slot: float = 60.0
+
+
+@dataclass
+class MetricsConfig:
+    path: str | None = None
+    interval: float = 10.0
+
+
+@dataclass
+class AgentConfig:
+    device_id: str
+    token: str | None
+    collector_url: str | None
+    pattern: PatternConfig
+    source: SourceConfig = field(default_factory=SourceConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    sketch: SketchConfig | None = None
+    outbox: OutboxConfig = field(default_factory=OutboxConfig)
+    condensed: CondensedConfig = field(default_factory=CondensedConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    timeout: float = 10.0
+    base_dir: str = "."
+
+
+def load_config(path: str | os.PathLike) -> AgentConfig:
+    """Read and check ``agent.toml``."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    return parse_config(doc, base_dir=str(path.parent.resolve()))
+
+
+class _Section:
+    """Typed, named access to one table; unknown keys are errors (typos must not pass)."""
+
+    def __init__(self, doc: dict, name: str, required: bool = False):
+        value = doc.get(name)
+        if value is None and required:
+            raise ConfigError(f"[{name}]: missing section")
+        if value is not None and not isinstance(value, dict):
+            raise ConfigError(f"{name}: must be a table, not {type(value).__name__}")
+        self.doc, self.name, self.used = value or {}, name, set()
+        self.present = value is not None
+
+    def get(self, key: str, kinds, default=None, required: bool = False):
+        self.used.add(key)
+        full = f"{self.name}.{key}"
+        if key not in self.doc:
+            if required:
+                raise ConfigError(f"{full}: missing")
+            return default
+        value = self.doc[key]
+        kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            names = " or ".join(k.__name__ for k in kinds)
+            raise ConfigError(f"{full}: must be {names}, not {value!r}")
+        return value
+
+    def positive(self, key: str, kinds, default=None, required: bool = False, zero=False):
+        value = self.get(key, kinds, default, required)
+        if value is not None and not (value >= 0 if zero else value > 0) \
+                or value is not None and value != value:
+            raise ConfigError(f"{self.name}.{key}: must be {'>= 0' if zero else '> 0'}, "
+                              f"not {value!r}")
+        return value
+
+    def choice(self, key: str, choices, default):
+        value = self.get(key, str, default)
+        if value not in choices:
+            raise ConfigError(f"{self.name}.{key}: {value!r} is not one of {list(choices)}")
+        return value
+
+    def done(self) -> None:
+        extra = sorted(set(self.doc) - self.used)
+        if extra:
+            raise ConfigError(f"{self.name}.{extra[0]}: unknown key")
+
+
+def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
+    """Check a decoded config document (see :func:`load_config`)."""
+    known = {"device", "collector", "pattern", "source", "budget", "sketch", "outbox",
+             "condensed", "metrics"}
+    for key in doc:
+        if key not in known:
+            raise ConfigError(f"{key}: unknown section (expected one of {sorted(known)})")
+
+    def path_of(p):
+        return None if p is None else str(Path(base_dir, os.path.expanduser(p)))
+
+    dev = _Section(doc, "device", required=True)
+    device_id = dev.get("id", str, required=True)
+    if not _DEVICE_RE.match(device_id):
+        raise ConfigError(f"device.id: {device_id!r} must match [A-Za-z0-9._-]{{1,64}}")
+    token = dev.get("token", str)
+    token_file = path_of(dev.get("token_file", str))
+    dev.done()
+    if token is not None and token_file is not None:
+        raise ConfigError("device.token_file: give device.token or device.token_file, not both")
+    if token_file is not None:
+        try:
+            token = Path(token_file).read_text().strip()
+        except OSError as e:
+            raise ConfigError(f"device.token_file: cannot read {token_file}: {e}") from None
+        if not token:
+            raise ConfigError(f"device.token_file: {token_file} is empty")
+
+    col = _Section(doc, "collector")
+    url = col.get("url", str)
+    if url is not None and not re.match(r"https?://", url):
+        raise ConfigError(f"collector.url: {url!r} must start with http:// or https://")
+    timeout = col.positive("timeout", float, 10.0)
+    col.done()
+    if url is not None and token is None:
+        raise ConfigError("device.token: needed to upload to collector.url "
+                          "(or give device.token_file)")
+
+    pat = _Section(doc, "pattern", required=True)
+    where = pat.get("where", (list, str), [])
+    where = [where] if isinstance(where, str) else where
+    if not all(isinstance(w, str) for w in where):
+        raise ConfigError("pattern.where: must be a list of strings")
+    k = pat.get("k", int, 0)
+    if not 0 <= k <= 64:
+        raise ConfigError(f"pattern.k: must be in 0..64, not {k}")
+    pattern = PatternConfig(
+        id=pat.get("id", str, "default"), text=pat.get("text", str, required=True),
+        window=pat.positive("window", float, required=True, zero=True), k=k,
+        where=tuple(where), partition=pat.get("partition", str))
+    pat.done()
+
+    src = _Section(doc, "source")
+    source = SourceConfig(
+        kind=src.choice("kind", SOURCES, "file"), path=path_of(src.get("path", str)),
+        follow=src.get("follow", bool, True),
+        batch_events=src.positive("batch_events", int, 1000),
+        batch_seconds=src.positive("batch_seconds", float, 1.0),
+        poll_seconds=src.positive("poll_seconds", float, 0.1))
+    src.done()
+    if source.kind == "file" and source.path is None:
+        raise ConfigError("source.path: missing (needed for source.kind = \"file\")")
+
+    bud = _Section(doc, "budget")
+    budget = BudgetConfig(
+        mode=bud.choice("mode", BUDGET_MODES, "none"),
+        ops_per_event=bud.positive("ops_per_event", float, 0.0, zero=True),
+        burst=bud.positive("burst", float, 64.0),
+        target_utilization=bud.positive("target_utilization", float, 0.8),
+        max_lag=bud.positive("max_lag", float, 2.0),
+        min_ops=bud.positive("min_ops", float, 0.5, zero=True),
+        max_ops=bud.positive("max_ops", float, 1e6),
+        policy=bud.choice("policy", ("oldest-first", "random", "history"), "oldest-first"))
+    bud.done()
+    if budget.mode == "fixed" and "ops_per_event" not in bud.doc:
+        raise ConfigError("budget.ops_per_event: missing (needed for budget.mode = \"fixed\")")
+    if budget.burst < 1:
+        raise ConfigError(f"budget.burst: must be >= 1, not {budget.burst}")
+    if budget.target_utilization > 1:
+        raise ConfigError(f"budget.target_utilization: must be in (0, 1], "
+                          f"not {budget.target_utilization}")
+    if budget.min_ops > budget.max_ops:
+        raise ConfigError("budget.min_ops: larger than budget.max_ops")
+
+    sketch = None
+    sk = _Section(doc, "sketch")
+    if sk.present:
+        sketch = SketchConfig(
+            path=path_of(sk.get("path", str)), download=sk.get("download", bool, False),
+            key_file=path_of(sk.get("key_file", str)),
+            device_key_file=path_of(sk.get("device_key_file", str)),
+            max_bytes=sk.positive("max_bytes", int, 1 << 20),
+            learning_rate=sk.get("learning_rate", float, 0.05),
+            explore=sk.get("explore", float, 0.01), save_path=path_of(sk.get("save_path", str)),
+            save_every=sk.positive("save_every", int, 100_000))
+        for key in ("learning_rate", "explore"):
+            if not 0.0 <= getattr(sketch, key) <= 1.0:
+                raise ConfigError(f"sketch.{key}: must be in [0, 1], not "
+                                  f"{getattr(sketch, key)}")
+        if sketch.path is None and not sketch.download:
+            raise ConfigError("sketch.path: missing (or set sketch.download = true)")
+        if sketch.download and url is None:
+            raise ConfigError("sketch.download: needs collector.url")
+        if sketch.key_file is None:
+            raise ConfigError("sketch.key_file: missing (a sketch is only used once its "
+                              "signature is verified)")
+        sk.done()
+
+    ob = _Section(doc, "outbox")
+    outbox = OutboxConfig(
+        path=path_of(ob.get("path", str, "agent-outbox.db")),
+        max_rows=ob.positive("max_rows", int), max_bytes=ob.positive("max_bytes", int),
+        policy=ob.choice("policy", CAP_POLICIES, "drop-oldest"),
+        backoff_base=ob.positive("backoff_base", float, 1.0),
+        backoff_max=ob.positive("backoff_max", float, 300.0),
+        max_retained_events=ob.positive("max_retained_events", int, 200_000))
+    ob.done()
+    if outbox.backoff_max < outbox.backoff_base:
+        raise ConfigError("outbox.backoff_max: smaller than outbox.backoff_base")
+
+    con = _Section(doc, "condensed")
+    condensed = CondensedConfig(enabled=con.get("enabled", bool, False),
+                                slot=con.positive("slot", float, 60.0))
+    con.done()
+
+    met = _Section(doc, "metrics")
+    metrics = MetricsConfig(path=path_of(met.get("path", str)),
+                            interval=met.positive("interval", float, 10.0))
+    met.done()
+
+    return AgentConfig(device_id, token, url, pattern, source, budget, sketch, outbox,
+                       condensed, metrics, timeout, base_dir)

@@ -1,0 +1,201 @@
+"""Event sources for the agent: a followed file, standard input, a Python iterator.
+
+Each source yields *chunks*: lists of ``(event dict, resume offset)`` where the offset is
+where reading resumes after that event (a byte offset for a file, an event count for an
+iterator, None for stdin, which cannot be re-read). A chunk ends after ``batch_events``
+events or ``batch_seconds`` after its first event, whichever comes first, so a slow
+stream still moves. Lines that are not JSON objects are skipped and counted in
+``bad_lines`` (a device must not stop on one bad line).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator
+
+__all__ = ["Source", "FileSource", "StdinSource", "IteratorSource", "parse_line"]
+
+Item = tuple[dict, "int | None"]
+
+
+def parse_line(line: bytes | str) -> dict | None:
+    """An event dict from one JSON Lines line, or None when it is not a JSON object."""
+    try:
+        doc = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+class Source:
+    """Base: :meth:`chunks` groups the events of :meth:`_items` by count and time."""
+
+    replayable = False
+
+    def __init__(self, batch_events: int = 1000, batch_seconds: float = 1.0):
+        self.batch_events, self.batch_seconds = int(batch_events), float(batch_seconds)
+        self.bad_lines = 0
+        self.eof = False  # the source has ended for good (never in follow mode)
+        self.chunk_started = time.monotonic()  # when the last chunk's first event came
+        self.chunk_rate = 0.0  # its events per second since the chunk before it
+
+    def _items(self, stop: threading.Event) -> Iterator[Item | None]:
+        """Events, and None when nothing is available right now (lets a chunk close)."""
+        raise NotImplementedError
+
+    def chunks(self, stop: threading.Event | None = None) -> Iterator[list[Item]]:
+        """Chunks until the source ends or ``stop`` is set (a started chunk is finished
+        with what is already available, never cut from a half-read line)."""
+        stop = stop or threading.Event()
+        chunk: list[Item] = []
+        started = 0.0
+        previous = time.monotonic()
+        for item in self._items(stop):
+            if item is not None:
+                if not chunk:
+                    started = time.monotonic()
+                chunk.append(item)
+            full = len(chunk) >= self.batch_events
+            late = chunk and time.monotonic() - started >= self.batch_seconds
+            if full or late or (chunk and stop.is_set()):
+                now = time.monotonic()
+                self.chunk_started = started
+                self.chunk_rate = len(chunk) / max(now - previous, 1e-6)
+                previous = now
+                yield chunk
+                chunk = []
+            if stop.is_set() and not chunk:
+                return
+        if chunk:
+            self.chunk_started = started
+            yield chunk
+
+
+class FileSource(Source):
+    """JSON Lines from a file; with ``follow`` it waits for more like ``tail -f``.
+
+    A last line without its newline is left unread until the newline arrives (a writer may
+    be half-way through it); at the end of a file that is not followed it is read as is.
+    ``start`` is the byte offset to resume from; the file may not exist yet when followed.
+    """
+
+    replayable = True
+
+    def __init__(self, path: str | os.PathLike, follow: bool = True, start: int = 0,
+                 poll_seconds: float = 0.1, **kw):
+        super().__init__(**kw)
+        self.path, self.follow, self.offset = os.fspath(path), follow, int(start)
+        self.poll_seconds = float(poll_seconds)
+
+    def _items(self, stop: threading.Event) -> Iterator[Item | None]:
+        fh = self._open(stop)
+        if fh is None:
+            return
+        with fh:
+            fh.seek(self.offset)
+            while True:
+                line = fh.readline()
+                if line.endswith(b"\n"):
+                    self.offset += len(line)
+                    if line.strip():
+                        yield from self._event(line)
+                    continue
+                if not self.follow:
+                    if line.strip():  # the last line of a finished file needs no newline
+                        self.offset += len(line)
+                        yield from self._event(line)
+                    self.eof = True
+                    return
+                yield None  # nothing (or half a line) more for now: re-read it later
+                if stop.is_set():
+                    return
+                if self._truncated(fh):
+                    self.offset = 0
+                stop.wait(self.poll_seconds)
+                fh.seek(self.offset)
+
+    def _event(self, line: bytes) -> Iterator[Item]:
+        doc = parse_line(line)
+        if doc is None:
+            self.bad_lines += 1
+        else:
+            yield doc, self.offset
+
+    def _open(self, stop: threading.Event) -> io.BufferedReader | None:
+        while True:
+            try:
+                return open(self.path, "rb")
+            except FileNotFoundError:
+                if not self.follow:
+                    raise
+                if stop.wait(self.poll_seconds):
+                    return None
+
+    def _truncated(self, fh) -> bool:
+        """The file shrank below what we read (log rotation by truncation): start over."""
+        try:
+            return os.fstat(fh.fileno()).st_size < self.offset
+        except OSError:
+            return False
+
+    def backlog(self) -> int | None:
+        """Bytes written to the file but not read yet."""
+        try:
+            return max(os.stat(self.path).st_size - self.offset, 0)
+        except OSError:
+            return None
+
+
+class StdinSource(Source):
+    """JSON Lines from standard input (or any binary stream); not replayable."""
+
+    def __init__(self, stream=None, **kw):
+        super().__init__(**kw)
+        self.stream = stream if stream is not None else sys.stdin.buffer
+        self.offset = None
+
+    def _items(self, stop: threading.Event) -> Iterator[Item | None]:
+        # A blocking read: SIGTERM interrupts it in the main thread, and the agent stops at
+        # the next line; stdin closing ends the source.
+        for line in self.stream:
+            if line.strip():
+                doc = parse_line(line)
+                if doc is None:
+                    self.bad_lines += 1
+                else:
+                    yield doc, None
+            if stop.is_set():
+                return
+        self.eof = True
+
+
+class IteratorSource(Source):
+    """Event dicts from a Python iterable. ``start`` events are skipped first (resume); it is
+    replayable when the iterable gives the same events each time it is created."""
+
+    replayable = True
+
+    def __init__(self, events: Iterable[dict], start: int = 0, **kw):
+        super().__init__(**kw)
+        self.events, self.offset = events, int(start)
+
+    def _items(self, stop: threading.Event) -> Iterator[Item | None]:
+        n = 0
+        for event in self.events:
+            n += 1
+            if n <= self.offset:
+                continue
+            if not isinstance(event, dict):
+                self.bad_lines += 1
+                self.offset = n
+                continue
+            self.offset = n
+            yield event, n
+            if stop.is_set():
+                return
+        self.eof = True
