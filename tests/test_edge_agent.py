@@ -1,0 +1,356 @@
+"""Tests of the device agent (edge.agent): config errors, the followed file, matches equal a
+direct matcher run, sketch refusal and fallback, SIGKILL and restart of a real subprocess,
+uploads with retry against a real HTTP server on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import acep
+from acep.shedding import Budget
+from edge.agent import Agent
+from edge.config import ConfigError, load_config, parse_config
+from edge.sources import FileSource
+from edge.wire import decode_batch
+
+ROOT = Path(__file__).resolve().parents[1]
+PATTERN = {"id": "abc", "text": "a b c", "window": 5.0, "k": 1, "partition": "id"}
+
+
+def stream(n: int, seed: int = 1) -> list[dict]:
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.random()
+        out.append({"type": rng.choice("abc"), "t": round(t, 3), "id": rng.randrange(6)})
+    return out
+
+
+def config(tmp: Path, **sections) -> dict:
+    doc = {"device": {"id": "dev-1"}, "pattern": dict(PATTERN),
+           "source": {"kind": "iterator", "batch_events": 97},
+           "outbox": {"path": str(tmp / "outbox.db")},
+           "metrics": {"path": str(tmp / "metrics.jsonl"), "interval": 3600}}
+    for name, value in sections.items():
+        doc[name] = {**doc.get(name, {}), **value}
+    return doc
+
+
+def outbox_matches(db_path) -> tuple[list[str], list[tuple]]:
+    """Batch ids and (partition, point, trajectory) of every match in the outbox (pending or
+    acked bodies are both in ``pending`` until acked, so read before any upload)."""
+    db = sqlite3.connect(db_path)
+    ids, rows = [], []
+    for bid, body in db.execute("SELECT batch_id, body FROM pending ORDER BY n"):
+        ids.append(bid)
+        b = decode_batch(body)
+        for i in range(len(b)):
+            traj = b.trajectory[b.trajectory_ptr[i]:b.trajectory_ptr[i + 1]].tolist()
+            rows.append((b.partition[i], float(b.point[i]), int(b.errors[i]), tuple(traj)))
+    db.close()
+    return ids, rows
+
+
+def direct(events, budget=None, flush: bool = True) -> list[tuple]:
+    m = acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"], partition="id",
+                     budget=budget)
+    found = m.match(events) if flush else m.match_batch(acep.EventBatch.from_events(events))
+    return [(x.partition, x.point, x.errors, x.events) for x in found]
+
+
+# --------------------------------------------------------------------------- config
+
+@pytest.mark.parametrize("change, key", [
+    ({"device": {}}, "device.id"),
+    ({"device": {"id": "bad id!"}}, "device.id"),
+    ({"pattern": {"id": "p", "window": 5}}, "pattern.text"),
+    ({"pattern": {"text": "a b", "window": -1}}, "pattern.window"),
+    ({"budget": {"mode": "sometimes"}}, "budget.mode"),
+    ({"budget": {"mode": "fixed"}}, "budget.ops_per_event"),
+    ({"budget": {"ops_per_event": "many"}}, "budget.ops_per_event"),
+    ({"source": {"kind": "file"}}, "source.path"),
+    ({"collector": {"url": "http://x"}}, "device.token"),
+    ({"collector": {"url": "ftp://x"}, "device": {"id": "d", "token": "t"}}, "collector.url"),
+    ({"sketch": {"path": "s.bin"}}, "sketch.key_file"),
+    ({"outbox": {"polcy": "drop-oldest"}}, "outbox.polcy"),
+    ({"outbox": {"policy": "keep-all"}}, "outbox.policy"),
+])
+def test_config_errors_name_the_key(tmp_path, change, key):
+    doc = {"device": {"id": "d"}, "pattern": {"text": "a b", "window": 5},
+           "source": {"kind": "stdin"}}
+    for name, value in change.items():
+        doc[name] = value if name in ("device", "pattern") else {**doc.get(name, {}), **value}
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        parse_config(doc)
+
+
+def test_config_file_relative_paths_and_token_file(tmp_path):
+    (tmp_path / "token").write_text("s3cret\n")
+    (tmp_path / "agent.toml").write_text(
+        '[device]\nid = "pi-1"\ntoken_file = "token"\n'
+        '[collector]\nurl = "http://127.0.0.1:9"\n'
+        '[pattern]\ntext = "a b"\nwindow = 10\n'
+        '[source]\npath = "events.jsonl"\n')
+    cfg = load_config(tmp_path / "agent.toml")
+    assert cfg.token == "s3cret"
+    assert cfg.source.path == str(tmp_path / "events.jsonl")
+    (tmp_path / "bad.toml").write_text("[device\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(tmp_path / "bad.toml")
+
+
+# --------------------------------------------------------------------------- sources
+
+def test_follow_source_reads_appends_and_partial_lines(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"")
+    src = FileSource(path, follow=True, poll_seconds=0.01, batch_events=2, batch_seconds=0.05)
+    stop = threading.Event()
+    got: list[dict] = []
+
+    def read():
+        for chunk in src.chunks(stop):
+            got.extend(e for e, _ in chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    with open(path, "ab") as fh:
+        fh.write(b'{"type": "a", "t": 1}\n{"type": "b", "t": 2}\n')
+        fh.flush()
+        time.sleep(0.2)
+        fh.write(b'{"type": "c", ')  # half a line: must not be read yet
+        fh.flush()
+        time.sleep(0.2)
+        assert [e["type"] for e in got] == ["a", "b"]
+        fh.write(b'"t": 3}\nnot json\n{"type": "d", "t": 4}\n')
+        fh.flush()
+        deadline = time.time() + 5
+        while len(got) < 4 and time.time() < deadline:
+            time.sleep(0.02)
+    stop.set()
+    reader.join(5)
+    assert [e["type"] for e in got] == ["a", "b", "c", "d"]
+    assert src.bad_lines == 1
+    assert src.offset == path.stat().st_size
+
+
+# --------------------------------------------------------------------------- matching
+
+@pytest.mark.parametrize("budget", [None, {"mode": "fixed", "ops_per_event": 0.6,
+                                           "burst": 8}])
+def test_outbox_holds_the_direct_matchers_matches(tmp_path, budget):
+    events = stream(3000)
+    extra = {} if budget is None else {"budget": budget}
+    agent = Agent(parse_config(config(tmp_path, **extra)), events=events)
+    final = agent.run()
+    ids, rows = outbox_matches(tmp_path / "outbox.db")
+    expect = direct(events, None if budget is None else Budget(0.6, 8))
+    assert sorted(rows, key=repr) == sorted(expect, key=repr)
+    assert len(ids) == len(set(ids)) == final["batches_put"]
+    assert final["events_in"] == 3000 and final["matches"] == len(expect)
+    if budget is not None:
+        assert final["shed"] > 0 and final["policy"] == "oldest-first"
+    # every match's window events travel with it
+    db = sqlite3.connect(tmp_path / "outbox.db")
+    body = db.execute("SELECT body FROM pending LIMIT 1").fetchone()[0]
+    b = decode_batch(body)
+    assert set(b.trajectory.tolist()) <= set(b.event_position.tolist())
+
+
+
+def test_tampered_sketch_falls_back_to_named_policy(tmp_path, caplog):
+    from history.sketch import Sketch
+
+    key = b"device-key"
+    (tmp_path / "key").write_bytes(key)
+    bins_rem, bins_gap = np.array([1.0, 3.0]), np.array([0.5])
+    m = acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"])
+    n_cells = m.pattern.automaton.n_states * 2 * 3 * 2
+    sk = Sketch(PATTERN["text"], (), 1, 5.0, m.pattern.automaton.n_states, bins_rem, bins_gap,
+                np.full(n_cells, 0.5, np.float32), np.zeros((n_cells, 4), np.uint32))
+    good = sk.to_bytes(key)
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0xFF
+    (tmp_path / "good.sketch").write_bytes(good)
+    (tmp_path / "bad.sketch").write_bytes(bytes(bad))
+    events = stream(500)
+    budget = {"mode": "fixed", "ops_per_event": 0.8}
+    for name, policy in (("good", "history"), ("bad", "oldest-first"),
+                         ("missing", "oldest-first")):
+        d = tmp_path / name
+        d.mkdir()
+        doc = config(d, budget=budget, sketch={
+            "path": str(tmp_path / f"{name}.sketch"), "key_file": str(tmp_path / "key"),
+            "save_path": str(d / "learned.sketch")})
+        caplog.clear()
+        final = Agent(parse_config(doc), events=events).run()
+        assert final["policy"] == policy, name
+        metrics = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+        assert metrics[-1]["policy"] == policy
+        if name != "good":
+            assert "sketch refused" in final["policy_error"]
+            assert "fallback policy oldest-first" in caplog.text
+        else:
+            assert final["policy_error"] is None
+            # the learned sketch is saved signed and loads with the device key
+            assert Sketch.load(d / "learned.sketch", key).n_cells == n_cells
+
+
+# --------------------------------------------------------------------------- SIGKILL
+
+def _spawn(cfg_path: Path, once: bool) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    args = [sys.executable, "-m", "edge.agent", "--config", str(cfg_path),
+            "--log-level", "WARNING"] + (["--once"] if once else [])
+    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+
+
+def _consumed(db_path: Path) -> int:
+    if not db_path.exists():
+        return 0
+    db = sqlite3.connect(db_path, timeout=10)
+    try:
+        row = db.execute("SELECT value FROM state WHERE name = 'consumed'").fetchone()
+    except sqlite3.OperationalError:  # the agent has not created the tables yet
+        row = None
+    db.close()
+    return 0 if row is None else json.loads(row[0])
+
+
+def test_sigkill_mid_stream_loses_and_duplicates_nothing(tmp_path):
+    """A real agent process follows a file that grows; it is killed with SIGKILL right after
+    it has committed progress, restarted, and at the end every match of the stream is in the
+    outbox once (the pending ones at the end of a followed file are not flushed)."""
+    events = stream(5000, seed=7)
+    path, db_path = tmp_path / "events.jsonl", tmp_path / "outbox.db"
+    cfg_path = tmp_path / "agent.toml"
+    cfg_path.write_text(
+        '[device]\nid = "dev-k"\n'
+        '[pattern]\ntext = "a b c"\nwindow = 5.0\nk = 1\npartition = "id"\n'
+        f'[source]\nkind = "file"\npath = "{path}"\nbatch_events = 20\n'
+        'batch_seconds = 0.05\npoll_seconds = 0.02\n'
+        f'[outbox]\npath = "{db_path}"\n'
+        f'[metrics]\npath = "{tmp_path / "metrics.jsonl"}"\n')
+    rng = random.Random(3)
+    written = 0
+
+    def append(n):
+        nonlocal written
+        with open(path, "a") as fh:
+            for e in events[written:written + n]:
+                fh.write(json.dumps(e) + "\n")
+        written = min(written + n, len(events))
+
+    append(1000)
+    kills, before = 0, 0
+    while written < len(events):
+        proc = _spawn(cfg_path, once=False)
+        deadline = time.time() + 20
+        while _consumed(db_path) <= before and time.time() < deadline:
+            time.sleep(0.01)
+        append(700)
+        time.sleep(rng.uniform(0.0, 0.15))
+        assert proc.poll() is None, proc.stderr.read().decode()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        kills += 1
+        now = _consumed(db_path)
+        assert now > before
+        before = now
+    assert before < len(events)  # the last kill really was mid-stream
+    proc = _spawn(cfg_path, once=True)
+    assert proc.wait(60) == 0, proc.stderr.read().decode()
+    assert _consumed(db_path) == len(events)
+    ids, rows = outbox_matches(db_path)
+    assert len(ids) == len(set(ids))
+    seqs = sorted(int(i.split("/")[1]) for i in ids)
+    assert seqs == list(range(len(seqs)))  # no gap, no repeat
+    assert len(rows) == len(set(rows))
+    assert sorted(rows, key=repr) == sorted(direct(events, flush=False), key=repr)
+
+
+# --------------------------------------------------------------------------- uploads
+
+class _Collector(BaseHTTPRequestHandler):
+    fail_first = 3
+    bodies: list = []
+    statuses: list = []
+    lock = threading.Lock()
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        with self.lock:
+            if self.headers.get("Authorization") != "Bearer tok-1":
+                code, doc = 401, {"error": "bad token", "status": 401}
+            elif len(self.statuses) < self.fail_first:
+                code, doc = 500, {"error": "down for a while", "status": 500}
+            else:
+                known = any(b == body for b in self.bodies)
+                self.bodies.append(body)
+                b = decode_batch(body)
+                code, doc = 200, {"status": "duplicate" if known else "stored",
+                                  "batch_id": b.batch_id, "matches": len(b), "exact": None}
+            self.statuses.append(code)
+        out = json.dumps(doc).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_uploads_retry_5xx_then_ack(tmp_path):
+    _Collector.bodies, _Collector.statuses = [], []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        doc = config(tmp_path, collector={"url": url, "timeout": 5},
+                     outbox={"backoff_base": 0.05, "backoff_max": 0.2})
+        doc["device"]["token"] = "tok-1"
+        events = stream(800)
+        final = Agent(parse_config(doc), events=events).run(once=True)
+    finally:
+        server.shutdown()
+    assert _Collector.statuses[:3] == [500, 500, 500]
+    assert final["outbox_pending"] == 0
+    assert final["batches_sent"] == final["batches_put"] > 0
+    stored = [decode_batch(b) for b in _Collector.bodies]
+    assert len({b.batch_id for b in stored}) == final["batches_put"]
+    got = sorted((b.partition[i], float(b.point[i])) for b in stored for i in range(len(b)))
+    assert got == sorted((r[0], r[1]) for r in direct(events))
+
+
+def test_permanent_4xx_is_rejected_and_counted(tmp_path):
+    _Collector.bodies, _Collector.statuses = [], []
+    _Collector.fail_first = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        doc = config(tmp_path, collector={"url": url, "timeout": 5})
+        doc["device"]["token"] = "wrong"
+        final = Agent(parse_config(doc), events=stream(300)).run(once=True)
+    finally:
+        server.shutdown()
+        _Collector.fail_first = 3
+    assert set(_Collector.statuses) == {401}
+    assert final["batches_rejected"] == final["batches_put"] > 0
+    assert final["outbox_pending"] == 0 and final["batches_sent"] == 0
