@@ -285,6 +285,7 @@ class Agent:
 
     def _process(self, chunk: list, source: Source) -> None:
         started = getattr(source, "chunk_started", time.monotonic())
+        t0 = time.perf_counter()
         events = [e for e, _ in chunk]
         ends = [o for _, o in chunk]
         batch, kept = self._to_batch(events, self.position)
@@ -301,15 +302,15 @@ class Agent:
         if len(live) == 0 and n_warm:
             return
         stats0 = self.matcher.stats
-        t0 = time.perf_counter()
         found = self.matcher.match_batch(live)
-        seconds = time.perf_counter() - t0
         self.counts["events_in"] += len(live)
         window_events = self._concat(live)
         self._commit(found, window_events, len(live))
         self._retain(live, starts[n_warm:], window_events)
         self.lag = time.monotonic() - started
-        self._adapt(len(live), stats0, seconds, source)
+        # the whole chunk's time, not the matcher's alone: decoding, encoding and the
+        # commit are what the per-event base cost of the model absorbs
+        self._adapt(len(live), stats0, time.perf_counter() - t0, source)
         self._since_save += len(live)
         if self.cfg.sketch and self._since_save >= self.cfg.sketch.save_every:
             self._save_sketch()

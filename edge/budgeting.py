@@ -1,13 +1,14 @@
 """The wall-clock budget: operations per event from the measured cost and the arrival rate.
 
-Per batch the agent reports ``n`` events, ``ops`` kept candidates and ``seconds`` spent in
-the matcher, and the arrival rate it saw. The cost model is ``seconds = a*n + c*ops`` (a
-per-event base cost and a cost per operation), fitted by least squares with exponential
-forgetting (``decay`` per batch), so it follows the device's speed. The rule is
+Per batch the agent reports ``n`` events, ``ops`` kept candidates and ``seconds`` it spent on
+the batch (decoding, matching, encoding, committing), and the arrival rate it saw.
+The cost model is ``seconds = a*n + c*ops`` (a per-event base cost and a cost per
+operation), fitted by least squares with exponential forgetting (``decay`` per batch), so it
+follows the device's speed. The rule is
 
     ops_per_event = (u / rate - a) / c         clamped to [min_ops, max_ops]
 
-where ``u`` is the target utilisation (the share of each second the matcher may use), and
+where ``u`` is the target utilisation (the share of each second the agent may use), and
 it is scaled down by ``max_lag / lag`` whenever the lag exceeds ``max_lag``. The agent keeps
 up as long as the model holds: at ``rate`` events per second it spends ``u`` seconds per
 second matching, and a backlog makes the budget shrink until it drains.

@@ -354,3 +354,41 @@ def test_permanent_4xx_is_rejected_and_counted(tmp_path):
     assert set(_Collector.statuses) == {401}
     assert final["batches_rejected"] == final["batches_put"] > 0
     assert final["outbox_pending"] == 0 and final["batches_sent"] == 0
+
+
+def test_example_config_parses():
+    cfg = load_config(ROOT / "examples" / "agent.toml")
+    assert cfg.budget.mode == "wall-clock" and cfg.pattern.partition == "id"
+
+
+def test_wall_clock_budget_adapts_and_keeps_matching(tmp_path):
+    events = stream(4000, seed=5)
+    doc = config(tmp_path, budget={"mode": "wall-clock", "ops_per_event": 50.0,
+                                   "target_utilization": 0.5, "min_ops": 0.2})
+    agent = Agent(parse_config(doc), events=events)
+    final = agent.run()
+    assert final["events_in"] == 4000
+    assert final["cost_per_op_ns"] > 0 and final["arrival_rate"] > 0
+    # an in-memory iterator arrives as fast as it is read, so the budget must come down
+    assert final["ops_per_event"] < 50.0
+    ids, rows = outbox_matches(tmp_path / "outbox.db")
+    assert rows and len(ids) == len(set(ids))
+
+
+def test_sigterm_finishes_the_batch_and_exits_cleanly(tmp_path):
+    path, db_path = tmp_path / "events.jsonl", tmp_path / "outbox.db"
+    path.write_text("".join(json.dumps(e) + "\n" for e in stream(2000)))
+    cfg_path = tmp_path / "agent.toml"
+    cfg_path.write_text(
+        '[device]\nid = "dev-t"\n'
+        '[pattern]\ntext = "a b c"\nwindow = 5.0\nk = 1\npartition = "id"\n'
+        f'[source]\nkind = "file"\npath = "{path}"\nbatch_events = 100\n'
+        f'[outbox]\npath = "{db_path}"\n[metrics]\npath = "{tmp_path / "m.jsonl"}"\n')
+    proc = _spawn(cfg_path, once=False)
+    deadline = time.time() + 20
+    while _consumed(db_path) < 2000 and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == 0
+    last = json.loads((tmp_path / "m.jsonl").read_text().splitlines()[-1])
+    assert last["consumed"] == 2000 and last["events_in"] == 2000
