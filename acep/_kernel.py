@@ -157,6 +157,9 @@ class Kernel:
     sh_class: cython.longlong[::1]
     explore: cython.double
     rate: cython.double
+    min_score: cython.double
+    proxy_live: cython.bint
+    ahead: cython.double
     rng: cython.ulonglong
     callback: object
     ask_always: cython.bint
@@ -233,6 +236,7 @@ class Kernel:
         self.sh_score = np.zeros(0, dtype=np.float64)
         self.sh_class = np.zeros(0, dtype=np.int64)
         self.callback, self.ask_always = None, False
+        self.min_score, self.proxy_live, self.ahead = -1.0, False, 0.0
         self.candidates = self.shed = self.decisions = self.decide_ns = 0
         self.track, self.log_on = False, False
         self._reset_log(0)
@@ -530,7 +534,7 @@ class Kernel:
         nc = self._collect(x, t, p)
         self.candidates += nc
         if self.budget_on:
-            if nc > self.credit or (self.ask_always and nc > 0):
+            if nc > self.credit or ((self.ask_always or self.ahead > 0.0) and nc > 0):
                 nc = self._shed(nc, p, t, loc)
             self.credit -= nc
         for c in range(nc):
@@ -762,10 +766,12 @@ class Kernel:
         self.budget_on = True
         self.budget, self.depth, self.credit = ops_per_event, depth, depth
 
-    def set_table_policy(self, score, proxy_class, explore, rate, seed):
+    def set_table_policy(self, score, proxy_class, explore, rate, seed, min_score=-1.0,
+                         proxy_live=False, ahead=0.0):
         self.policy_kind = POLICY_TABLE
         self.sh_score, self.sh_class = score, proxy_class
         self.explore, self.rate = explore, rate
+        self.min_score, self.proxy_live, self.ahead = min_score, proxy_live, ahead
         self.rng = (seed & 0xFFFFFFFF) or 2463534242
         self.track = self.track or rate > 0.0
 
@@ -805,7 +811,7 @@ class Kernel:
         c: cython.int
         t0: cython.longlong = _now_ns()
         if self.policy_kind == POLICY_TABLE:
-            self._select_by_score(nc, m)
+            m = self._select_by_score(nc, m, p)
         elif self.policy_kind == POLICY_CALLBACK:
             m = self._select_by_callback(nc, m, p, t, loc)
         else:
@@ -818,12 +824,19 @@ class Kernel:
         return m
 
     @cython.cfunc
-    def _select_by_score(self, nc: cython.int, m: cython.int) -> cython.void:
-        """``c_order[:m]``: the best candidates, at most one per proxy class first."""
+    def _select_by_score(self, nc: cython.int, m: cython.int, p: cython.int) -> cython.int:
+        """``c_order[:n]``: the best candidates, proxies deferred; return n (<= m).
+
+        Deferred: a score below ``min_score``, a proxy class already kept, or (with
+        ``proxy_live``) a live node of the partition at the same state with no more errors.
+        Deferred candidates fill what budget remains; with ``ahead`` > 0 only the credit
+        above ``ahead`` x the bucket's depth (a reserve for the candidates not deferred).
+        """
         c: cython.int
         j: cython.int
         n_kept: cython.int = 0
         n_seen: cython.int = 0
+        spare: cython.double
         cls: cython.longlong
         has_table: cython.bint = self.sh_score.shape[0] > 0
         has_class: cython.bint = self.sh_class.shape[0] > 0
@@ -834,30 +847,47 @@ class Kernel:
             self.c_order[c] = c
             self.c_flag[c] = 0
         _heapsort(self, nc)
-        if not has_class:
-            return
-        for j in range(nc):  # first pass: one per class, in order of priority
+        for j in range(nc):  # first pass: the candidates no kept node stands in for
             if n_kept == m:
                 break
             c = self.c_order[j]
-            cls = self.sh_class[self.c_cell[c]]
-            if cls >= 0 and _seen(self.c_seen, n_seen, cls):
+            if self.c_prio[c] < self.min_score:
                 continue
-            if cls >= 0:
-                self.c_seen[n_seen] = cls
-                n_seen += 1
+            if self.proxy_live and self._has_live_proxy(p, self.c_state[c], self.c_err[c]):
+                continue
+            if has_class:
+                cls = self.sh_class[self.c_cell[c]]
+                if cls >= 0 and _seen(self.c_seen, n_seen, cls):
+                    continue
+                if cls >= 0:
+                    self.c_seen[n_seen] = cls
+                    n_seen += 1
             self.c_flag[c] = 1
             self.c_pick[n_kept] = c
             n_kept += 1
-        for j in range(nc):  # second pass: fill with the proxied ones
-            if n_kept == m:
+        if self.ahead > 0.0:
+            spare = self.credit - n_kept - self.ahead * self.depth
+            m = min(m, n_kept + (int(spare) if spare > 0.0 else 0))
+        for j in range(nc):  # second pass: fill with the deferred ones
+            if n_kept >= m:
                 break
             c = self.c_order[j]
             if self.c_flag[c] == 0:
                 self.c_pick[n_kept] = c
                 n_kept += 1
-        for j in range(m):
+        for j in range(n_kept):
             self.c_order[j] = self.c_pick[j]
+        return n_kept
+
+    @cython.cfunc
+    @cython.exceptval(check=False)
+    def _has_live_proxy(self, p: cython.int, sigma: cython.int, e: cython.int) -> cython.bint:
+        nd: cython.int = self.heads[p * self.n_states + sigma]
+        while nd != NO_NODE:
+            if self.c_tag - self.n_start[nd] <= self.w and self.n_err[nd] <= e:
+                return True
+            nd = self.n_next[nd]
+        return False
 
     def _select_by_callback(self, nc, m, p, t, loc):
         keep = self.callback(
@@ -869,22 +899,24 @@ class Kernel:
 
     @cython.cfunc
     def _keep_selected(self, nc: cython.int, m: cython.int) -> cython.void:
-        """Move the candidates ``c_order[:m]`` to the front; release the others' prevs."""
+        """Keep the candidates ``c_order[:m]``, in the engine's own order (so a run that
+        keeps everything is the unconstrained run); release the others' prevs."""
         c: cython.int
-        j: cython.int
+        j: cython.int = 0
         for c in range(nc):
             self.c_flag[c] = 0
-        for j in range(m):
-            c = self.c_order[j]
-            self.c_flag[c] = 1
-            self.s_state[j] = self.c_state[c]
-            self.s_err[j] = self.c_err[c]
-            self.s_start[j] = self.c_start[c]
-            self.s_prev[j] = self.c_prev[c]
-            self.s_cell[j] = self.c_cell[c]
-            self.s_gap[j] = self.c_gap[c]
+        for c in range(m):
+            self.c_flag[self.c_order[c]] = 1
         for c in range(nc):
-            if self.c_flag[c] == 0 and self.c_prev[c] != NO_NODE:
+            if self.c_flag[c] == 1:
+                self.s_state[j] = self.c_state[c]
+                self.s_err[j] = self.c_err[c]
+                self.s_start[j] = self.c_start[c]
+                self.s_prev[j] = self.c_prev[c]
+                self.s_cell[j] = self.c_cell[c]
+                self.s_gap[j] = self.c_gap[c]
+                j += 1
+            elif self.c_prev[c] != NO_NODE:
                 self._release(self.c_prev[c])
         self.c_state, self.s_state = self.s_state, self.c_state
         self.c_err, self.s_err = self.s_err, self.c_err

@@ -137,12 +137,20 @@ class ScorePolicy:
     proxy match). ``explore``: the probability that a candidate's score is replaced by a
     uniform draw in [0, 1). ``learning_rate``: the online update of ``score`` (in place, the
     array passed in), ``docs/SHEDDING.md`` section 5.
+
+    Deferred candidates come after all the others: scores below ``min_score``, proxy classes
+    already kept and, with ``proxy_live``, candidates whose partition already has a live node
+    at the same state with no more errors (it stands in for them: same region, same bundle).
+    ``ahead`` (a fraction of the bucket, 0 = off): the policy is consulted on every event
+    under a budget and deferred candidates may only spend the credit above that reserve, so
+    credit is saved for candidates no live node stands in for.
     """
 
     name = "score"
 
     def __init__(self, score=None, proxy_class=None, explore: float = 0.0,
-                 learning_rate: float = 0.0, seed: int = 0):
+                 learning_rate: float = 0.0, seed: int = 0, min_score: float | None = None,
+                 proxy_live: bool = False, ahead: float = 0.0):
         if not 0.0 <= explore <= 1.0:
             raise ValueError(f"explore must be in [0, 1], got {explore!r}")
         if not 0.0 <= learning_rate <= 1.0:
@@ -156,6 +164,10 @@ class ScorePolicy:
                 and len(self.proxy_class) != len(self.score):
             raise ValueError("proxy_class and score must have one entry per cell")
         self.explore, self.learning_rate, self.seed = float(explore), float(learning_rate), seed
+        self.min_score = -1.0 if min_score is None else float(min_score)
+        if not 0.0 <= ahead <= 1.0:
+            raise ValueError(f"ahead must be in [0, 1], got {ahead!r}")
+        self.proxy_live, self.ahead = bool(proxy_live), float(ahead)
 
     @property
     def n_cells(self) -> int | None:
@@ -172,7 +184,8 @@ class ScorePolicy:
         kernel.set_table_policy(
             empty_f if self.score is None else self.score,
             empty_i if self.proxy_class is None else self.proxy_class,
-            self.explore, self.learning_rate, int(self.seed) & 0xFFFFFFFFFFFFFFFF)
+            self.explore, self.learning_rate, int(self.seed) & 0xFFFFFFFFFFFFFFFF,
+            self.min_score, self.proxy_live, self.ahead)
 
 
 class RandomPolicy(ScorePolicy):

@@ -31,6 +31,13 @@ class HistoryPolicy(ScorePolicy):
     """The history policy: rank candidates by the sketch's cell scores (how often the vector
     led to a bundle), keep one per proxy class first ([L16] 3.2, correlated nodes: keep one).
 
+    Proxy match ([L16] 3.2: "if two match trajectories are within the same window, we only
+    need to keep one match node"): a candidate whose partition already has a live node at the
+    same state with no more errors is deferred (``proxy_live``), and so is one whose proxy
+    class is already kept. Under a budget the policy is asked on every event (``ahead``):
+    deferred candidates may only spend the credit above ``ahead`` x the bucket, so credit is
+    saved for candidates that open a new region of the stream.
+
     ``learning_rate`` and ``explore`` turn on the online update of section 5: the scores
     are a copy of the sketch's and follow the stream; :meth:`learned_sketch` returns them.
     The matcher needs the sketch's bins: ``Matcher(..., bins=policy.bins, policy=policy)``.
@@ -39,10 +46,11 @@ class HistoryPolicy(ScorePolicy):
     name = "history"
 
     def __init__(self, sketch, learning_rate: float = 0.05, explore: float = 0.01,
-                 seed: int = 0, proxy: bool = True):
+                 seed: int = 0, proxy: bool = True, ahead: float = 0.5):
         super().__init__(np.array(sketch.score, dtype=np.float64),
                          sketch.proxy_class.copy() if proxy else None,
-                         explore=explore, learning_rate=learning_rate, seed=seed)
+                         explore=explore, learning_rate=learning_rate, seed=seed,
+                         proxy_live=proxy, ahead=ahead)
         self.sketch = sketch
         self.bins = sketch.bins()
 
