@@ -89,7 +89,23 @@ def _parser() -> argparse.ArgumentParser:
     backend = sub.add_parser("backend", help="say which matcher kernel runs")
     backend.set_defaults(run=lambda args: print(_backend_name()) or 0)
     _add_history_parser(sub)
+    _add_edge_parsers(sub)
     return parser
+
+
+def _add_edge_parsers(sub) -> None:
+    """``acep agent`` and ``acep serve``: the device agent and the collector (``edge``)."""
+    for name, module, text in (("agent", "edge.agent", "run the device agent (--config F)"),
+                               ("serve", "edge.collector", "run the collector service")):
+        p = sub.add_parser(name, help=text, add_help=False, prefix_chars="\0")
+        p.add_argument("args", nargs=argparse.REMAINDER)
+        p.set_defaults(run=lambda args, module=module: _edge_main(module, args.args))
+
+
+def _edge_main(module: str, argv: list[str]) -> int:
+    import importlib
+
+    return importlib.import_module(module).main(argv)
 
 
 def _add_pattern_options(p: argparse.ArgumentParser) -> None:

@@ -165,7 +165,10 @@ def one_run(st: dict, policy: str, fraction: float) -> dict:
     events = prefix if policy == "hindsight" else st["test"]
     budget = Budget(fraction * truth.summary["ops_per_event"], BURST)
     if setup.sampled_rate is not None:
-        found, m, seconds = run_matcher(w, policies.sample(events, setup.sampled_rate))
+        # the same device: the same ops per original event and the same bucket, in ops
+        rate = setup.sampled_rate
+        per_kept = Budget(budget.ops_per_event / rate, max(1.0, BURST * rate))
+        found, m, seconds = run_matcher(w, policies.sample(events, rate), budget=per_kept)
     else:
         found, m, seconds = run_matcher(w, events, budget=budget, **setup.options)
     row = {"workload": w.name, "policy": policy, "fraction": fraction, "available": True,
