@@ -1,0 +1,345 @@
+"""Exact re-check of uploaded windows with the NFA^b engine (``acep.nfab``, skip-till-any-match).
+
+The collector asks two questions of every uploaded match: is its trajectory itself an exact
+match of the pattern, and which exact matches end at its match point? Both need the ACEP
+pattern as a SASE+ query. :func:`translate` handles the patterns that map one to one:
+
+* a sequence of single types, each optionally with ``+`` (``a b+ c``); no ``|``, ``*``, ``?``,
+  counted repetition or groups;
+* predicates (``where``) rewritten to the query's variables. An ACEP variable is a type name
+  and denotes the latest event of that type when the predicate is checked, which is when the
+  last of its variables is bound. So the conjunct's latest component reads ``v[i]`` if it is
+  Kleene (checked on every iteration), earlier Kleene components read ``v[v.len]``, and
+  singletons read ``v``. A predicate over a type that occurs twice in the pattern, or that is
+  not in it, is refused (its meaning would depend on which copy is latest);
+* the ``[attr]`` test is dropped: the collector already splits windows by partition.
+
+Anything else raises :class:`Unsupported` with the reason; :func:`recheck_batch` turns that
+into ``exact = None`` per match and never raises.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from functools import lru_cache
+
+import numpy as np
+
+from acep.events import Event
+from acep.nfab import Engine, ExactMatch, Query, QueryError, parse_query
+from acep.pattern import (
+    Attr,
+    BinOp,
+    Call,
+    Concat,
+    Const,
+    PatternError,
+    Repeat,
+    Symbol,
+    UnaryOp,
+    parse_regex,
+    parse_where,
+)
+
+__all__ = ["Unsupported", "MatchCheck", "translate", "recheck", "recheck_batch",
+           "MAX_EXACT_PER_POINT", "MAX_ENUMERATION"]
+
+# Exact matches stored per match point; the count is always exact, the list may be cut.
+MAX_EXACT_PER_POINT = 100
+# A window whose Kleene candidates could give more matches than this is not enumerated
+# when a predicate forces enumeration (skip-till-any-match is exponential in Kleene+).
+MAX_ENUMERATION = 100_000
+
+
+class Unsupported(ValueError):
+    """A pattern or window the exact re-check cannot handle; the message is the reason."""
+
+
+@dataclass
+class MatchCheck:
+    """The re-check of one uploaded match.
+
+    ``exact``: True when the trajectory is itself an exact match, False when not, None when
+    the re-check could not run (``reason`` says why). ``exact_matches``: the exact matches
+    ending at the match point, each a list of global stream positions per pattern
+    component (at most :data:`MAX_EXACT_PER_POINT`); ``exact_count`` counts all of them.
+    """
+
+    exact: bool | None
+    exact_count: int | None = None
+    exact_matches: list | None = None
+    reason: str | None = None
+    truncated: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- translation
+
+
+def translate(text: str, window: float, where: Sequence[str] = ()) -> str:
+    """The SASE+ query text of an ACEP pattern; raises :class:`Unsupported` with the reason."""
+    return _translate(text, float(window), tuple(where))
+
+
+@lru_cache(maxsize=256)
+def _translate(text: str, window: float, where: tuple[str, ...]) -> str:
+    try:
+        node = parse_regex(text)
+    except PatternError as exc:
+        raise Unsupported(f"pattern does not parse: {exc}") from None
+    items = node.items if isinstance(node, Concat) else (node,)
+    comps: list[tuple[str, bool]] = []  # (type, kleene)
+    for item in items:
+        if isinstance(item, Symbol):
+            comps.append((item.name, False))
+        elif (isinstance(item, Repeat) and isinstance(item.item, Symbol) and item.lo == 1
+              and item.hi is None):
+            comps.append((item.item.name, True))
+        else:
+            raise Unsupported("only sequences of single types with '+' translate to SASE+ "
+                              f"(pattern {text!r})")
+    if not math.isfinite(window) or window < 0:
+        raise Unsupported(f"window {window!r} is not a finite number >= 0")
+    try:
+        parsed = parse_where(list(where))
+    except PatternError as exc:
+        raise Unsupported(f"predicate does not parse: {exc}") from None
+    index: dict[str, list[int]] = {}
+    for j, (name, _) in enumerate(comps):
+        index.setdefault(name, []).append(j)
+    conjuncts = [_conjunct(p, comps, index) for p in parsed.predicates]
+    decl = ", ".join(f"{name}+ v{j}[]" if kleene else f"{name} v{j}"
+                     for j, (name, kleene) in enumerate(comps))
+    varlist = ", ".join(f"v{j}[]" if kleene else f"v{j}" for j, (_, kleene) in enumerate(comps))
+    body = " AND ".join(conjuncts)
+    return (f"PATTERN SEQ({decl}) WHERE skip_till_any_match({varlist}) {{ {body} }} "
+            f"WITHIN {_number(window)}")
+
+
+def _conjunct(expr, comps, index) -> str:
+    used = _vars(expr)
+    for var in used:
+        if var not in index:
+            raise Unsupported(f"predicate names type {var!r}, which is not in the pattern")
+        if len(index[var]) > 1:
+            raise Unsupported(f"predicate names type {var!r}, which occurs more than once in "
+                              "the pattern")
+    last = max(index[v][0] for v in used) if used else -1
+
+    def ref(a: Attr) -> str:
+        j = index[a.var][0]
+        if not comps[j][1]:
+            return f"v{j}.{a.attr}"
+        return f"v{j}[i].{a.attr}" if j == last else f"v{j}[v{j}.len].{a.attr}"
+
+    return _unparse(expr, ref)
+
+
+def _vars(expr) -> set[str]:
+    if isinstance(expr, Attr):
+        return {expr.var}
+    if isinstance(expr, BinOp):
+        return _vars(expr.left) | _vars(expr.right)
+    if isinstance(expr, UnaryOp):
+        return _vars(expr.operand)
+    if isinstance(expr, Call):
+        return set().union(*(_vars(a) for a in expr.args))
+    return set()
+
+
+def _unparse(expr, ref) -> str:
+    if isinstance(expr, Attr):
+        return ref(expr)
+    if isinstance(expr, Const):
+        if isinstance(expr.value, str):
+            if "'" in expr.value:
+                raise Unsupported(f"string constant {expr.value!r} holds a quote")
+            return f"'{expr.value}'"
+        return _number(float(expr.value))
+    if isinstance(expr, BinOp):
+        op = {"and": "AND", "or": "OR", "<>": "!=", "=": "=="}.get(expr.op, expr.op)
+        return f"({_unparse(expr.left, ref)} {op} {_unparse(expr.right, ref)})"
+    if isinstance(expr, UnaryOp):
+        op = "NOT " if expr.op == "not" else expr.op
+        return f"({op}{_unparse(expr.operand, ref)})"
+    if isinstance(expr, Call):
+        return f"{expr.func}({', '.join(_unparse(a, ref) for a in expr.args)})"
+    raise Unsupported(f"predicate node {type(expr).__name__} has no SASE+ form")
+
+
+def _number(x: float) -> str:
+    if not math.isfinite(x):
+        raise Unsupported(f"constant {x!r} is not finite")
+    text = format(Decimal(repr(abs(x))), "f")
+    return f"(-{text})" if x < 0 else text
+
+
+@lru_cache(maxsize=256)
+def _query(text: str) -> Query:
+    try:
+        return parse_query(text)
+    except (QueryError, PatternError) as exc:
+        raise Unsupported(f"the exact engine refuses the translated query: {exc}") from None
+
+
+# --------------------------------------------------------------------------- running
+
+
+def recheck(pattern, window_events: Sequence[Event]) -> list[ExactMatch]:
+    """Every exact match (skip-till-any-match) of ``pattern`` (an ``edge.wire.PatternRef``)
+    in ``window_events`` (one partition's events, tags non-decreasing). Positions are
+    indices into ``window_events``. Raises :class:`Unsupported` for patterns that do not
+    translate and for windows too large to enumerate."""
+    query = _query(translate(pattern.text, pattern.window, pattern.where))
+    out: list[ExactMatch] = []
+    for record in Engine(query, output="compact").run(list(window_events)):
+        out.extend(_expand(record, None))
+    return out
+
+
+def _expand(record, limit: int | None) -> list[ExactMatch]:
+    """Up to ``limit`` matches of a compact record (all when None). ``expand()`` builds its
+    whole list before yielding, so a record is enumerated only when it is small enough."""
+    if record.residual:
+        if _bound(record) > MAX_ENUMERATION:
+            raise Unsupported(f"window too large to enumerate exactly (up to {_bound(record)} "
+                              f"matches end at one event, limit {MAX_ENUMERATION})")
+    elif record.count() > MAX_ENUMERATION:
+        if limit is None:
+            raise Unsupported(f"{record.count()} exact matches end at one event, above the "
+                              f"enumeration limit of {MAX_ENUMERATION}")
+        return []
+    return list(itertools.islice(record.expand(), limit))
+
+
+def _bound(record) -> int:
+    total = 1
+    for cands in record.candidates:
+        total *= max(len(cands), 1) if len(cands) <= 1 else 2 ** min(len(cands), 62)
+    return total
+
+
+def _count(record) -> int:
+    if record.residual and _bound(record) > MAX_ENUMERATION:
+        raise Unsupported(f"window too large to count exactly (up to {_bound(record)} "
+                          f"matches end at one event, limit {MAX_ENUMERATION})")
+    return record.count()
+
+
+def _is_exact(query: Query, events: list[Event]) -> bool:
+    """Under skip-till-any-match without negation, a subsequence is a match on its own, so
+    the trajectory is exact iff the engine run over just its events uses all of them."""
+    want = tuple(range(len(events)))
+    return any(tuple(p for comp in m.positions for p in comp) == want
+               for m in Engine(query).run(events))
+
+
+def window_rows(batch, idx: np.ndarray) -> list[Event]:
+    """The events at indices ``idx`` of an ``UploadBatch`` as ``acep.events.Event`` rows
+    (NaN numbers and missing text are left out of ``attrs``)."""
+    cols = [(name, col, col.dtype == object) for name, col in batch.columns.items()]
+    rows = []
+    for i in idx.tolist():
+        attrs = {}
+        for name, col, is_text in cols:
+            v = col[i]
+            if is_text:
+                if v is not None:
+                    attrs[name] = v
+            elif v == v:
+                attrs[name] = float(v)
+        rows.append(Event(batch.type_names[batch.event_type[i]], float(batch.event_tag[i]),
+                          attrs))
+    return rows
+
+
+def recheck_batch(batch) -> list[MatchCheck]:
+    """One :class:`MatchCheck` per match of an ``edge.wire.UploadBatch``; never raises.
+
+    Events are grouped by the pattern's ``partition_by`` attribute and the engine runs
+    once per partition over the union of its windows: every exact match ending at a point
+    lies inside that point's window, which the device sent whole (``docs/WIRE.md``)."""
+    n = len(batch)
+    pattern = batch.pattern
+    try:
+        query = _query(translate(pattern.text, pattern.window, pattern.where))
+    except Unsupported as exc:
+        return [MatchCheck(None, reason=str(exc)) for _ in range(n)]
+    except Exception as exc:  # a re-check must never take an upload down with it
+        return [MatchCheck(None, reason=f"translation failed: {exc}") for _ in range(n)]
+    try:
+        groups = _partition_groups(batch)
+    except Unsupported as exc:
+        return [MatchCheck(None, reason=str(exc)) for _ in range(n)]
+    out: list[MatchCheck | None] = [None] * n
+    by_key: dict = {}
+    for i, key in enumerate(batch.partition):
+        by_key.setdefault(_key(key), []).append(i)
+    for key, rows in by_key.items():
+        idx = groups.get(key, np.zeros(0, dtype=np.int64))
+        try:
+            checks = _check_partition(batch, query, idx, rows)
+        except Unsupported as exc:
+            checks = {i: MatchCheck(None, reason=str(exc)) for i in rows}
+        except Exception as exc:  # e.g. EventError: an event lacking a predicate's attribute
+            checks = {i: MatchCheck(None, reason=f"{type(exc).__name__}: {exc}") for i in rows}
+        for i, c in checks.items():
+            out[i] = c
+    return out  # type: ignore[return-value]
+
+
+def _check_partition(batch, query: Query, idx: np.ndarray, rows: list[int]) -> dict:
+    events = window_rows(batch, idx)
+    gpos = batch.event_position[idx]
+    records = Engine(query, output="compact").run(events) if len(events) else []
+    by_point: dict[float, list] = {}
+    for r in records:
+        by_point.setdefault(events[r.end_position].t, []).append(r)
+    checks: dict[int, MatchCheck] = {}
+    per_point: dict[float, tuple] = {}
+    for i in rows:
+        point = float(batch.point[i])
+        if point not in per_point:
+            recs = by_point.get(point, [])
+            count = sum(_count(r) for r in recs)
+            found: list = []
+            for r in recs:
+                room = MAX_EXACT_PER_POINT - len(found)
+                if room <= 0:
+                    break
+                found.extend([[int(gpos[p]) for p in comp] for comp in m.positions]
+                             for m in _expand(r, room))
+            per_point[point] = (count, found)
+        count, found = per_point[point]
+        lo, hi = batch.trajectory_ptr[i], batch.trajectory_ptr[i + 1]
+        local = np.searchsorted(gpos, batch.trajectory[lo:hi])
+        exact = _is_exact(query, [events[j] for j in local.tolist()])
+        checks[i] = MatchCheck(exact, count, found, truncated=count > len(found))
+    return checks
+
+
+def _key(v):
+    """A partition key that compares numbers by value (3 == 3.0), never a bool or text."""
+    if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+        return ("num", float(v)) if v == v else ("nan",)
+    return (type(v).__name__, v)
+
+
+def _partition_groups(batch) -> dict:
+    """{partition key: indices of its events in the batch, in stream order}."""
+    n = len(batch.event_position)
+    attr = batch.pattern.partition_by
+    if attr is None:
+        return {_key(None): np.arange(n, dtype=np.int64)}
+    col = batch.columns.get(attr)
+    if col is None:
+        raise Unsupported(f"the events carry no attribute {attr!r} to partition by")
+    groups: dict = {}
+    for i, v in enumerate(col.tolist()):
+        if v is not None and v == v:
+            groups.setdefault(_key(v), []).append(i)
+    return {k: np.array(v, dtype=np.int64) for k, v in groups.items()}

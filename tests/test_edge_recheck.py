@@ -1,0 +1,177 @@
+"""The collector's exact re-check: ACEP pattern -> SASE+ query, run by acep.nfab, checked
+against the ACEP engine itself at k = 0 (every trajectory), which is the exact match set."""
+
+from __future__ import annotations
+
+import random
+import zlib
+
+import numpy as np
+import pytest
+
+import acep
+from acep import EventBatch
+from acep.events import Event
+from acep.matcher import MatchBatch
+from acep.nfab import parse_query
+from edge.recheck import (
+    MAX_EXACT_PER_POINT,
+    Unsupported,
+    recheck,
+    recheck_batch,
+    translate,
+)
+from edge.wire import PatternRef, batch_from_matches, decode_batch, encode_batch
+
+
+def acep_exact(text, window, where, events):
+    """Flattened trajectories of every exact (k = 0) ACEP match, as position tuples."""
+    m = acep.Matcher(text, window=window, k=0, where=list(where), all_trajectories=True)
+    found = MatchBatch.concat([m.match_batch(EventBatch.from_events(events)), m.flush()])
+    return {tuple(found.events_of(i).tolist()) for i in range(len(found))}
+
+
+def random_events(rng, n, types="abc"):
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.choice([0.0, 1.0, 1.0, 2.0])
+        out.append(Event(rng.choice(types), t, {"x": float(rng.randint(0, 5))}))
+    return out
+
+
+CASES = [
+    ("a b c", 4.0, ()),
+    ("a b+ c", 5.0, ()),
+    ("a b+", 3.0, ()),
+    ("a b c", 6.0, ("c.x > a.x",)),
+    ("a b+ c", 6.0, ("b.x >= a.x",)),
+    ("a b+ c", 6.0, ("c.x > b.x + 1 and a.x != 2",)),
+    ("b+ c", 4.0, ("abs(c.x - b.x) <= 1",)),
+    ("c a b", 1.0, ()),
+    ("a b", 0.0, ()),
+]
+
+
+@pytest.mark.parametrize("text,window,where", CASES)
+def test_recheck_equals_acep_at_k0(text, window, where):
+    rng = random.Random(zlib.crc32(repr((text, window, where)).encode()))
+    total = 0
+    for _ in range(25):
+        events = random_events(rng, rng.randint(0, 11))
+        ref = PatternRef("p", text, window, 0, where)
+        got = {tuple(p for comp in m.positions for p in comp) for m in recheck(ref, events)}
+        assert got == acep_exact(text, window, where, events), (text, events)
+        total += len(got)
+    assert total > 0  # the cases must exercise matches, not only empty sets
+
+
+def test_translate_text_parses_and_keeps_kleene_semantics():
+    q = translate("a b+ c", 10, ["c.price > b.price", "b.price > a.price", "[origin]"])
+    assert "b+ v1[]" in q and "v1[v1.len].price" in q and "v1[i].price" in q
+    assert "origin" not in q  # windows arrive per partition
+    assert parse_query(q).window == 10.0
+
+
+@pytest.mark.parametrize("text,where,reason", [
+    ("a | b", (), "only sequences"),
+    ("a b*", (), "only sequences"),
+    ("(a b)+", (), "only sequences"),
+    ("a{2}", (), "only sequences"),
+    ("a b a", ("a.x > 1",), "more than once"),
+    ("a b", ("z.x > 1",), "not in the pattern"),
+    ("a b (", (), "does not parse"),
+])
+def test_unsupported_patterns_name_the_reason(text, where, reason):
+    with pytest.raises(Unsupported, match=reason):
+        translate(text, 3.0, where)
+
+
+def _batch(text, window, k, where, events, partition=None, seq=0):
+    ref = PatternRef("p", text, window, k, tuple(where), partition)
+    batch = EventBatch.from_events(events)
+    m = acep.Matcher(text, window=window, k=k, where=list(where), partition=partition)
+    found = MatchBatch.concat([m.match_batch(batch), m.flush()])
+    up = batch_from_matches(found, batch, device="d1", seq=seq, pattern=ref, created_at=0.0)
+    return decode_batch(encode_batch(up))  # what the collector sees
+
+
+def test_recheck_batch_flags_and_exact_matches_per_point():
+    rng = random.Random(7)
+    events = []
+    for e in random_events(rng, 60):
+        e.attrs["o"] = rng.choice(["x", "y"])
+        events.append(e)
+    up = _batch("a b c", 4.0, 1, ["c.x >= a.x"], events, partition="o")
+    assert len(up) > 5
+    checks = recheck_batch(up)
+    assert len(checks) == len(up)
+    pos = np.asarray(up.event_position)
+    by_part = {}
+    for key in set(up.partition):
+        idx = [i for i, e in enumerate(events) if e.attrs["o"] == key]
+        sub = [events[i] for i in idx]
+        by_part[key] = {tuple(idx[j] for j in t) for t in
+                        acep_exact("a b c", 4.0, ["c.x >= a.x"], sub)}
+    seen_exact = seen_inexact = 0
+    for i, c in enumerate(checks):
+        traj = tuple(up.trajectory[up.trajectory_ptr[i]:up.trajectory_ptr[i + 1]].tolist())
+        truth = by_part[up.partition[i]]
+        assert c.exact is (traj in truth)
+        assert c.exact is (int(up.errors[i]) == 0)  # the engine reports the least errors
+        point_tag = up.point[i]
+        want = {t for t in truth if events[t[-1]].t == point_tag}
+        assert {tuple(p for comp in m for p in comp) for m in c.exact_matches} == want
+        assert c.exact_count == len(want) and not c.truncated
+        assert all(p in pos for m in c.exact_matches for comp in m for p in comp)
+        seen_exact += c.exact
+        seen_inexact += not c.exact
+    assert seen_exact and seen_inexact
+
+
+def test_unsupported_pattern_gives_null_with_reason_never_raises():
+    events = [Event(t, float(i), {}) for i, t in enumerate("abab")]
+    up = _batch("a (b|c)", 3.0, 0, [], events)
+    checks = recheck_batch(up)
+    assert checks and all(c.exact is None and "only sequences" in c.reason for c in checks)
+
+
+def _kleene_events(n):
+    return [Event("a", 0.0, {"x": 0.0})] + [Event("b", float(i), {"x": float(i)})
+                                            for i in range(1, n + 1)] + [
+        Event("c", n + 1.0, {"x": 100.0})]
+
+
+def _at_point(up, point):
+    return [c for c, p in zip(recheck_batch(up), up.point) if p == point][0]
+
+
+def test_kleene_blowup_is_counted_and_cut_not_enumerated():
+    # 10 b events between a and c: 2^10 - 1 exact matches end at c; the list is cut
+    up = _batch("a b+ c", 50.0, 0, [], _kleene_events(10))
+    c = _at_point(up, 11.0)
+    assert c.exact and c.exact_count == 2 ** 10 - 1 and c.truncated
+    assert len(c.exact_matches) == MAX_EXACT_PER_POINT
+    # 40 b events: 2^40 - 1 matches are counted by the engine's DP, none enumerated
+    up = _batch("a b+ c", 50.0, 0, [], _kleene_events(40))
+    c = _at_point(up, 41.0)
+    assert c.exact and c.exact_count == 2 ** 40 - 1 and c.exact_matches == [] and c.truncated
+    # a pure predicate on b[i] is filtered early: still counted without enumeration
+    up = _batch("a b+ c", 50.0, 0, ["b.x > a.x"], _kleene_events(40))
+    assert _at_point(up, 41.0).exact_count == 2 ** 40 - 1
+    # one on the last b with arithmetic leaves a residual: counting would enumerate, refused
+    up = _batch("a b+ c", 50.0, 0, ["c.x > b.x + 60"], _kleene_events(40))
+    c = _at_point(up, 41.0)
+    assert c.exact is None and "too large" in c.reason
+    with pytest.raises(Unsupported, match="enumeration limit"):
+        recheck(up.pattern, _kleene_events(40))
+
+
+def test_missing_attribute_is_a_reason_not_a_crash():
+    events = [Event("a", 0.0, {"x": 1.0}), Event("b", 1.0, {}), Event("c", 2.0, {"x": 2.0})]
+    ref = PatternRef("p", "a b c", 3.0, 0, ("c.x > a.x",))
+    up = _batch("a b c", 3.0, 0, ["c.x > a.x"], events)
+    assert [c.exact for c in recheck_batch(up)] == [True]
+    up.columns["x"][:] = np.nan  # the collector receives events lacking the attribute
+    checks = recheck_batch(up)
+    assert checks[0].exact is None and "x" in checks[0].reason
+    assert recheck(ref, events)  # the plain interface on Event rows
