@@ -1,0 +1,326 @@
+"""The collector: the aiohttp service devices upload their matches to (``docs/WIRE.md``,
+"The collector's HTTP API").
+
+::
+
+    python -m edge.collector --db collector.db --archive archive/ --port 8750
+    python -m edge.collector --db collector.db --add-device pi-kitchen   # prints a token once
+
+Every accepted batch is decoded with limits (:mod:`edge.wire`), re-checked with the exact
+engine (:mod:`edge.recheck`), its windows' events written to the Parquet archive
+(:mod:`edge.archive`) and then stored in one database transaction (:mod:`edge.store`). The
+archive file is written before the commit: a collector killed between the two has an
+archive file and no batch row, the device sends the batch again, and the same file is
+rewritten under the same name, so nothing is stored twice and nothing answered "stored"
+is missing. All blocking work runs in one worker thread, in arrival order, so a duplicate
+check and its insert never interleave with another request's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from aiohttp import web
+
+from .archive import Archive
+from .recheck import recheck_batch
+from .store import Store, open_store
+from .wire import Limits, UploadBatch, WireError, decode
+
+__all__ = ["Collector", "make_app", "main", "serve", "DEFAULT_PORT", "DEFAULT_MAX_BODY"]
+
+DEFAULT_PORT = 8750
+DEFAULT_MAX_BODY = 16 << 20
+BODY_TIMEOUT = 60.0
+_MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message, "status": status}, status=status)
+
+
+class Collector:
+    """The state behind the HTTP handlers: store, archive, limits, metrics."""
+
+    def __init__(self, store: Store, archive: Archive, *, max_body: int = DEFAULT_MAX_BODY,
+                 sketch_key: bytes | None = None, limits: Limits | None = None):
+        self.store, self.archive = store, archive
+        self.max_body = int(max_body)
+        self.sketch_key = sketch_key
+        self.limits = limits or Limits(max_bytes=self.max_body)
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collector-db")
+        self.metrics: Counter = Counter()
+        self.status_counts: Counter = Counter()
+        self.started = time.time()
+
+    async def run(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        self.store.close()
+
+    # ----------------------------------------------------------------- helpers
+
+    async def identify(self, request: web.Request) -> tuple[str, str] | web.Response:
+        auth = request.headers.get("Authorization", "")
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return _error(401, "missing bearer token (header 'Authorization: Bearer <token>')")
+        who = await self.run(self.store.identify, token.strip())
+        if who is None:
+            return _error(401, "unknown token")
+        return who
+
+    async def read_body(self, request: web.Request) -> bytes | web.Response:
+        """The body, refused with 413 above ``max_body`` by Content-Length before reading
+        and by the bytes actually received (chunked or lying clients), 408 when too slow."""
+        length = request.content_length
+        if length is not None and length > self.max_body:
+            return _error(413, f"body: Content-Length {length} is above the limit of "
+                               f"{self.max_body} bytes")
+        parts, total = [], 0
+        try:
+            async with asyncio.timeout(BODY_TIMEOUT):
+                while True:
+                    chunk = await request.content.read(1 << 16)
+                    if not chunk:
+                        break
+                    total += len(chunk)
+                    if total > self.max_body:
+                        return _error(413, f"body: more than {self.max_body} bytes")
+                    parts.append(chunk)
+        except TimeoutError:
+            return _error(408, f"body: not received within {BODY_TIMEOUT:g} s")
+        self.metrics["bytes_in"] += total
+        return b"".join(parts)
+
+    # ----------------------------------------------------------------- ingest
+
+    def ingest(self, body: bytes, device: str) -> tuple[int, dict]:
+        """Decode, check, re-check, archive and store one batch (worker thread)."""
+        try:
+            batch = decode(body, self.limits)
+        except WireError as exc:
+            status = 413 if "above the limit" in str(exc) and str(exc).startswith("body") else 400
+            return status, {"error": str(exc), "status": status}
+        if batch.device != device:
+            return 403, {"error": f"field 'device': {batch.device!r} is not this token's "
+                                  f"device {device!r}", "status": 403}
+        n = len(batch)
+        if self.store.has_batch(batch.batch_id):
+            self.metrics["batches_duplicate"] += 1
+            return 200, {"status": "duplicate", "batch_id": batch.batch_id, "matches": n,
+                         "exact": self._stored_exact(batch.batch_id)}
+        checks, archive, n_exact = None, None, None
+        if isinstance(batch, UploadBatch):
+            checks = recheck_batch(batch)
+            archive = str(self.archive.write(batch).relative_to(self.archive.root))
+            n_exact = sum(1 for c in checks if c.exact)
+        if not self.store.store_batch(batch, checks, nbytes=len(body), archive=archive):
+            self.metrics["batches_duplicate"] += 1
+            return 200, {"status": "duplicate", "batch_id": batch.batch_id, "matches": n,
+                         "exact": self._stored_exact(batch.batch_id)}
+        self.metrics["batches_stored"] += 1
+        if checks is not None:
+            self.metrics["matches_stored"] += n
+            self.metrics["exact_rechecks"] += sum(1 for c in checks if c.exact is not None)
+            self.metrics["exact_matches"] += n_exact
+            self.metrics["rechecks_unsupported"] += sum(1 for c in checks if c.exact is None)
+        else:
+            self.metrics["summary_rows_stored"] += n
+        return 200, {"status": "stored", "batch_id": batch.batch_id, "matches": n,
+                     "exact": n_exact}
+
+    def _stored_exact(self, batch_id: str) -> int | None:
+        (count,) = self.store.query("SELECT sum(exact) FROM matches WHERE batch_id = ?",
+                                    (batch_id,))[0]
+        return count
+
+    # ----------------------------------------------------------------- handlers
+
+    async def post_batch(self, request: web.Request) -> web.Response:
+        who = await self.identify(request)
+        if isinstance(who, web.Response):
+            return who
+        if request.content_type not in _MSGPACK_TYPES:
+            return _error(415, f"Content-Type {request.content_type!r}: an upload batch is "
+                               "'application/msgpack'")
+        body = await self.read_body(request)
+        if isinstance(body, web.Response):
+            return body
+        status, doc = await self.run(self.ingest, body, who[0])
+        return web.json_response(doc, status=status)
+
+    async def get_sketch(self, request: web.Request) -> web.Response:
+        who = await self.identify(request)
+        if isinstance(who, web.Response):
+            return who
+        pattern_id = request.match_info["pattern_id"]
+        found = await self.run(self.store.get_sketch, pattern_id)
+        if found is None:
+            return _error(404, f"no sketch for pattern {pattern_id!r}")
+        data, etag = found
+        quoted = f'"{etag}"'
+        if request.headers.get("If-None-Match", "").strip() in (quoted, etag):
+            return web.Response(status=304, headers={"ETag": quoted})
+        return web.Response(body=data, content_type="application/octet-stream",
+                            headers={"ETag": quoted})
+
+    async def put_sketch(self, request: web.Request) -> web.Response:
+        who = await self.identify(request)
+        if isinstance(who, web.Response):
+            return who
+        if who[1] != "admin":
+            return _error(403, f"{who[0]!r} may not publish sketches (admin only)")
+        if self.sketch_key is None:
+            return _error(403, "no sketch key is configured (--sketch-key-file), so no "
+                               "signature can be checked")
+        body = await self.read_body(request)
+        if isinstance(body, web.Response):
+            return body
+        pattern_id = request.match_info["pattern_id"]
+        status, doc = await self.run(self._put_sketch, pattern_id, body)
+        return web.json_response(doc, status=status)
+
+    def _put_sketch(self, pattern_id: str, data: bytes) -> tuple[int, dict]:
+        from history.sketch import Sketch, SketchError
+
+        try:
+            Sketch.from_bytes(data, self.sketch_key, self.max_body)
+        except SketchError as exc:
+            return 400, {"error": f"sketch: {exc}", "status": 400}
+        etag = self.store.put_sketch(pattern_id, data)
+        self.metrics["sketches_stored"] += 1
+        return 200, {"pattern_id": pattern_id, "bytes": len(data), "etag": etag}
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def metrics_view(self, request: web.Request) -> web.Response:
+        doc = {name: self.metrics.get(name, 0) for name in (
+            "batches_stored", "batches_duplicate", "matches_stored", "summary_rows_stored",
+            "exact_rechecks", "exact_matches", "rechecks_unsupported", "sketches_stored",
+            "bytes_in")}
+        doc["requests"] = {str(k): v for k, v in sorted(self.status_counts.items())}
+        doc["uptime_s"] = round(time.time() - self.started, 3)
+        return web.json_response(doc)
+
+
+def make_app(collector: Collector) -> web.Application:
+    """The aiohttp application of ``collector``: routes, JSON errors, request counting."""
+
+    @web.middleware
+    async def errors(request: web.Request, handler):
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:  # routing: 404, 405, and aiohttp's own 413
+            response = _error(exc.status, exc.reason or "error")
+        except Exception as exc:  # a bug must answer 500, not drop the connection
+            response = _error(500, f"internal error: {type(exc).__name__}: {exc}")
+        collector.status_counts[response.status] += 1
+        return response
+
+    # client_max_size: aiohttp's own cap on request.read(); the handlers stream instead
+    app = web.Application(middlewares=[errors], client_max_size=collector.max_body)
+    app.add_routes([
+        web.post("/v1/batches", collector.post_batch),
+        web.get("/v1/sketches/{pattern_id}", collector.get_sketch),
+        web.put("/v1/sketches/{pattern_id}", collector.put_sketch),
+        web.get("/health", collector.health),
+        web.get("/metrics", collector.metrics_view),
+    ])
+    return app
+
+
+async def serve(collector: Collector, host: str, port: int, ready=print) -> None:
+    """Serve until SIGTERM or SIGINT, then finish the requests in flight and return."""
+    runner = web.AppRunner(make_app(collector), handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = runner.addresses[0]
+    ready(f"acep collector listening on http://{bound[0]}:{bound[1]}")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="acep serve", description=(
+        "The collector: devices POST msgpack batches; matches go to the database, "
+        "their windows to a Parquet archive, each re-checked by the exact engine."))
+    p.add_argument("--db", required=True,
+                   help="database: a SQLite file path or sqlite:///PATH")
+    p.add_argument("--archive", help="directory of the Parquet archive (needed to serve)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT,
+                   help=f"port (default {DEFAULT_PORT}; 0 picks a free one, printed)")
+    p.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY,
+                   help="largest request body in bytes (default 16 MiB)")
+    p.add_argument("--sketch-key-file", help="the key that signs sketches (PUT is refused "
+                                             "without it)")
+    p.add_argument("--add-device", metavar="ID",
+                   help="register a device, print its new token once and exit")
+    p.add_argument("--add-admin", metavar="NAME",
+                   help="register an admin (may PUT sketches), print its token and exit")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m edge.collector`` / ``acep serve``."""
+    args = _parser().parse_args(argv)
+    try:
+        store = open_store(args.db)
+    except ValueError as exc:
+        print(f"acep serve: {exc}", file=sys.stderr)
+        return 2
+    if args.add_device or args.add_admin:
+        import re
+
+        name = args.add_device or args.add_admin
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
+            print(f"acep serve: id {name!r} must match [A-Za-z0-9._-]{{1,64}}", file=sys.stderr)
+            return 2
+        print(store.add_device(name, "device" if args.add_device else "admin"))
+        store.close()
+        return 0
+    if not args.archive:
+        print("acep serve: --archive DIR is needed to serve", file=sys.stderr)
+        return 2
+    if args.max_body < 1:
+        print("acep serve: --max-body must be positive", file=sys.stderr)
+        return 2
+    key = None
+    if args.sketch_key_file:
+        key = Path(args.sketch_key_file).read_bytes().strip()
+        if not key:
+            print(f"acep serve: {args.sketch_key_file} is empty", file=sys.stderr)
+            return 2
+    collector = Collector(store, Archive(args.archive), max_body=args.max_body,
+                          sketch_key=key)
+    try:
+        asyncio.run(serve(collector, args.host, args.port,
+                          ready=lambda line: print(line, flush=True)))
+    finally:
+        collector.close()
+    print(json.dumps({"stopped": True, **{k: v for k, v in collector.metrics.items()}}),
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

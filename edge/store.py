@@ -1,0 +1,242 @@
+"""The collector's database: batches, matches with their exact re-check, device tokens,
+sketches. SQLite (WAL) by default; :func:`open_store` takes a path or a database URL.
+
+One upload batch is one transaction: the batch row (``batch_id`` is the primary key, so a
+second delivery cannot insert it again) and all of its match or summary rows commit
+together or not at all. A process killed mid-transaction leaves the database as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import sqlite3
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["Store", "open_store", "hash_token", "SUPPORTED_URLS"]
+
+SUPPORTED_URLS = "sqlite:///PATH (or a plain file path)"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS devices (
+    device_id    TEXT PRIMARY KEY,
+    role         TEXT NOT NULL,
+    token_sha256 TEXT NOT NULL UNIQUE,
+    created_at   REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS batches (
+    batch_id     TEXT PRIMARY KEY,
+    device       TEXT NOT NULL,
+    seq          INTEGER NOT NULL,
+    kind         TEXT NOT NULL,
+    pattern_id   TEXT NOT NULL,
+    pattern      TEXT NOT NULL,
+    created_at   REAL NOT NULL,
+    received_at  REAL NOT NULL,
+    n_rows       INTEGER NOT NULL,
+    n_events     INTEGER NOT NULL,
+    bytes        INTEGER NOT NULL,
+    archive      TEXT
+);
+CREATE TABLE IF NOT EXISTS matches (
+    batch_id      TEXT NOT NULL REFERENCES batches(batch_id),
+    idx           INTEGER NOT NULL,
+    device        TEXT NOT NULL,
+    pattern_id    TEXT NOT NULL,
+    partition     TEXT NOT NULL,
+    point         REAL NOT NULL,
+    start         REAL NOT NULL,
+    errors        INTEGER NOT NULL,
+    trajectory    TEXT NOT NULL,
+    exact         INTEGER,
+    exact_count   INTEGER,
+    exact_matches TEXT,
+    exact_reason  TEXT,
+    PRIMARY KEY (batch_id, idx)
+);
+CREATE INDEX IF NOT EXISTS matches_by_pattern ON matches (pattern_id, point);
+CREATE TABLE IF NOT EXISTS summaries (
+    batch_id   TEXT NOT NULL REFERENCES batches(batch_id),
+    idx        INTEGER NOT NULL,
+    device     TEXT NOT NULL,
+    pattern_id TEXT NOT NULL,
+    partition  TEXT NOT NULL,
+    slot       REAL NOT NULL,
+    origin     REAL NOT NULL,
+    slot_index INTEGER NOT NULL,
+    matches    INTEGER NOT NULL,
+    bundles    INTEGER NOT NULL,
+    first      REAL NOT NULL,
+    last       REAL NOT NULL,
+    min_errors INTEGER NOT NULL,
+    PRIMARY KEY (batch_id, idx)
+);
+CREATE TABLE IF NOT EXISTS sketches (
+    pattern_id TEXT PRIMARY KEY,
+    data       BLOB NOT NULL,
+    etag       TEXT NOT NULL,
+    updated_at REAL NOT NULL
+);
+"""
+
+
+def hash_token(token: str) -> str:
+    """The stored form of a device token (hex SHA-256)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def open_store(url: str | Path) -> Store:
+    """A :class:`Store` for ``sqlite:///PATH`` or a plain path; other schemes are refused
+    with an error that names what is supported."""
+    text = str(url)
+    if "://" in text:
+        scheme = text.split("://", 1)[0]
+        if scheme != "sqlite" or not text.startswith("sqlite:///"):
+            raise ValueError(f"database URL {text!r}: scheme {scheme!r} is not supported; "
+                             f"use {SUPPORTED_URLS}")
+        text = text[len("sqlite:///"):]
+        if not text:
+            raise ValueError(f"database URL {str(url)!r} names no file; use {SUPPORTED_URLS}")
+    return Store(text)
+
+
+def _json(value) -> str:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def _key(v):
+    """A partition key as JSON: str, number or null (NaN has no JSON form: as a string)."""
+    if isinstance(v, float) and v != v:
+        return "NaN"
+    return v
+
+
+class Store:
+    """A SQLite database of uploads. Not thread-safe: use it from one thread."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(self.path), isolation_level=None,
+                                   check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # FULL: a batch answered "stored" survives a power cut, not only a killed process
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # ----------------------------------------------------------------- devices
+
+    def add_device(self, device_id: str, role: str = "device") -> str:
+        """A new random token for ``device_id`` (replacing any previous one); only its hash
+        is stored, so this is the one time it can be shown. ``role``: ``"device"`` (uploads
+        its own batches, reads sketches) or ``"admin"`` (also publishes sketches)."""
+        if role not in ("device", "admin"):
+            raise ValueError(f"role must be 'device' or 'admin', not {role!r}")
+        token = secrets.token_urlsafe(32)
+        self._db.execute(
+            "INSERT INTO devices VALUES (?, ?, ?, ?) ON CONFLICT(device_id) DO UPDATE SET "
+            "role = excluded.role, token_sha256 = excluded.token_sha256, "
+            "created_at = excluded.created_at",
+            (device_id, role, hash_token(token), time.time()))
+        return token
+
+    def identify(self, token: str) -> tuple[str, str] | None:
+        """``(id, role)`` of the holder of ``token``, or None for an unknown token."""
+        row = self._db.execute("SELECT device_id, role FROM devices WHERE token_sha256 = ?",
+                               (hash_token(token),)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    # ----------------------------------------------------------------- batches
+
+    def has_batch(self, batch_id: str) -> bool:
+        return self._db.execute("SELECT 1 FROM batches WHERE batch_id = ?",
+                                (batch_id,)).fetchone() is not None
+
+    def store_batch(self, batch, checks: Sequence | None = None, *, nbytes: int = 0,
+                    archive: str | None = None) -> bool:
+        """Store an ``UploadBatch`` (with one ``edge.recheck.MatchCheck`` per match) or a
+        ``SummaryBatch`` in one transaction. False (and nothing written) when its
+        ``batch_id`` is already stored."""
+        from .wire import UploadBatch
+
+        p = batch.pattern
+        pattern = _json({"id": p.id, "text": p.text, "window": p.window, "k": p.k,
+                         "where": list(p.where), "partition_by": p.partition_by,
+                         "hash": p.hash})
+        is_matches = isinstance(batch, UploadBatch)
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            try:
+                db.execute("INSERT INTO batches VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", (
+                    batch.batch_id, batch.device, batch.seq,
+                    "matches" if is_matches else "summary", p.id, pattern, batch.created_at,
+                    time.time(), len(batch), len(batch.event_position) if is_matches else 0,
+                    nbytes, archive))
+            except sqlite3.IntegrityError:
+                db.execute("ROLLBACK")
+                return False
+            if is_matches:
+                db.executemany("INSERT INTO matches VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                               self._match_rows(batch, checks))
+            else:
+                db.executemany("INSERT INTO summaries VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                               self._summary_rows(batch))
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return True
+
+    @staticmethod
+    def _match_rows(batch, checks):
+        ptr, traj = batch.trajectory_ptr.tolist(), batch.trajectory.tolist()
+        point, start, errors = batch.point.tolist(), batch.start.tolist(), batch.errors.tolist()
+        for i in range(len(batch)):
+            c = checks[i] if checks is not None else None
+            exact = None if c is None or c.exact is None else int(c.exact)
+            yield (batch.batch_id, i, batch.device, batch.pattern.id,
+                   _json(_key(batch.partition[i])), point[i], start[i], errors[i],
+                   _json(traj[ptr[i]:ptr[i + 1]]), exact,
+                   None if c is None else c.exact_count,
+                   None if c is None or c.exact_matches is None else _json(c.exact_matches),
+                   None if c is None else c.reason)
+
+    @staticmethod
+    def _summary_rows(batch):
+        cols = [batch.slot_index.tolist(), batch.matches.tolist(), batch.bundles.tolist(),
+                batch.first.tolist(), batch.last.tolist(), batch.min_errors.tolist()]
+        for i, (j, m, b, f, la, e) in enumerate(zip(*cols)):
+            yield (batch.batch_id, i, batch.device, batch.pattern.id,
+                   _json(_key(batch.partition[i])), batch.slot, batch.origin, j, m, b, f, la, e)
+
+    def counts(self) -> dict:
+        """Rows per table (for metrics and tests)."""
+        return {t: self._db.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                for t in ("batches", "matches", "summaries", "devices", "sketches")}
+
+    def query(self, sql: str, params: Sequence = ()) -> list[tuple]:
+        """Rows of a read-only query (for tools and tests)."""
+        return self._db.execute(sql, tuple(params)).fetchall()
+
+    # ----------------------------------------------------------------- sketches
+
+    def put_sketch(self, pattern_id: str, data: bytes) -> str:
+        """Store a (verified) sketch; its ETag, the hex SHA-256 of the bytes."""
+        etag = hashlib.sha256(data).hexdigest()
+        self._db.execute("INSERT OR REPLACE INTO sketches VALUES (?, ?, ?, ?)",
+                         (pattern_id, sqlite3.Binary(data), etag, time.time()))
+        return etag
+
+    def get_sketch(self, pattern_id: str) -> tuple[bytes, str] | None:
+        row = self._db.execute("SELECT data, etag FROM sketches WHERE pattern_id = ?",
+                               (pattern_id,)).fetchone()
+        return (bytes(row[0]), row[1]) if row else None
