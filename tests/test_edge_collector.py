@@ -1,0 +1,327 @@
+"""The collector as a real process on loopback: real HTTP, a real SQLite file, a real Parquet
+archive. Good batches are stored once; bad requests get a clear 4xx and the server stays up;
+SIGKILL mid-upload and a restart lose and duplicate nothing."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import msgpack
+import pyarrow.parquet as pq
+import pytest
+
+import acep
+from acep import EventBatch
+from acep.events import Event
+from acep.matcher import MatchBatch
+from edge.archive import Archive, archive_path
+from edge.store import open_store
+from edge.wire import (
+    Condenser,
+    PatternRef,
+    batch_from_matches,
+    decode_batch,
+    encode_batch,
+    encode_condensed,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+KEY = b"fleet-sketch-key"
+MAX_BODY = 256 << 10
+REF = PatternRef("p1", "a b c", 4.0, 1, ("c.x >= a.x",), "o")
+
+
+# --------------------------------------------------------------------------- server process
+
+
+class Server:
+    def __init__(self, tmp: Path):
+        self.tmp, self.db, self.archive = tmp, tmp / "collector.db", tmp / "archive"
+        (tmp / "key").write_bytes(KEY + b"\n")
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Server:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "edge.collector", "--db", f"sqlite:///{self.db}",
+             "--archive", str(self.archive), "--port", "0", "--max-body", str(MAX_BODY),
+             "--sketch-key-file", str(self.tmp / "key")],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        assert "listening on http://" in line, self.proc.stderr.read()
+        self.url = line.strip().rsplit(" ", 1)[1]
+        self.port = int(self.url.rsplit(":", 1)[1])
+        return self
+
+    def stop(self, sig=signal.SIGTERM) -> int:
+        self.proc.send_signal(sig)
+        rc = self.proc.wait(timeout=20)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        return rc
+
+    def rows(self, sql: str, params=()) -> list:
+        with sqlite3.connect(self.db) as db:
+            return db.execute(sql, params).fetchall()
+
+
+def request(url: str, method: str = "GET", body: bytes | None = None, token: str | None = None,
+            ctype: str = "application/msgpack", headers: dict | None = None):
+    h = dict(headers or {})
+    if token is not None:
+        h["Authorization"] = f"Bearer {token}"
+    if body is not None:
+        h["Content-Type"] = ctype
+    req = urllib.request.Request(url, data=body, method=method, headers=h)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read(), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), dict(e.headers)
+
+
+def post(srv: Server, body: bytes, token: str | None, ctype="application/msgpack"):
+    status, data, _ = request(srv.url + "/v1/batches", "POST", body, token, ctype)
+    return status, json.loads(data)
+
+
+def raw(srv: Server, head: str, body: bytes = b"", wait_answer: bool = True) -> tuple:
+    """Send raw bytes; the status and JSON body of the answer (or the socket when not
+    waiting)."""
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    s.sendall(head.replace("\n", "\r\n").encode() + b"\r\n" + body)
+    if not wait_answer:
+        return s
+    data = b""
+    while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < _length(data):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    head_text, _, payload = data.partition(b"\r\n\r\n")
+    return int(head_text.split()[1]), json.loads(payload)
+
+
+def _length(data: bytes) -> int:
+    for line in data.split(b"\r\n\r\n", 1)[0].split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return int(line.split(b":")[1])
+    return 1 << 30
+
+
+@pytest.fixture()
+def srv(tmp_path):
+    server = Server(tmp_path)
+    store = open_store(server.db)
+    server.tokens = {d: store.add_device(d) for d in ("d1", "d2")}
+    server.tokens["admin"] = store.add_device("admin", "admin")
+    store.close()
+    server.start()
+    yield server
+    if server.proc.poll() is None:
+        assert server.stop() == 0
+
+
+# --------------------------------------------------------------------------- batches
+
+
+def make_events(seed: int = 3, n: int = 80) -> list[Event]:
+    rng = random.Random(seed)
+    t, out = 1.7e9, []
+    for _ in range(n):
+        t += rng.choice([0.0, 1.0, 1.0, 2.0])
+        out.append(Event(rng.choice("abc"), t, {"x": float(rng.randint(0, 5)),
+                                                 "o": rng.choice(["ATL", "SFO"])}))
+    return out
+
+
+def make_batch(device="d1", seq=0, events=None):
+    events = EventBatch.from_events(events or make_events())
+    m = acep.Matcher(REF.text, window=REF.window, k=REF.k, where=list(REF.where), partition="o")
+    found = MatchBatch.concat([m.match_batch(events), m.flush()])
+    return batch_from_matches(found, events, device=device, seq=seq, pattern=REF,
+                              created_at=1.7e9 + seq)
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_good_batch_is_stored_archived_rechecked_and_a_duplicate_is_not(srv):
+    batch = make_batch()
+    body = encode_batch(batch)
+    status, doc = post(srv, body, srv.tokens["d1"])
+    assert status == 200 and doc["status"] == "stored" and doc["batch_id"] == "d1/0"
+    n = len(batch)
+    assert n > 5 and doc["matches"] == n
+
+    rows = srv.rows("SELECT idx, errors, exact, exact_count, exact_matches, trajectory, "
+                    "partition FROM matches WHERE batch_id = 'd1/0' ORDER BY idx")
+    assert len(rows) == n
+    for (idx, errors, exact, count, found, traj, part) in rows:
+        assert errors == int(batch.errors[idx])
+        assert json.loads(traj) == batch.trajectory[
+            batch.trajectory_ptr[idx]:batch.trajectory_ptr[idx + 1]].tolist()
+        assert json.loads(part) == batch.partition[idx]
+        assert exact == (errors == 0)  # the engine reports the least errors per point
+        assert count == len(json.loads(found))  # small windows: the list is whole
+        assert count >= exact  # an exact trajectory is one of its point's exact matches
+    assert doc["exact"] == sum(r[2] for r in rows) > 0
+
+    path = archive_path(srv.archive, batch)
+    assert path.relative_to(srv.archive).parts[:2] == ("date=2023-11-14", "device=d1")
+    table = pq.read_table(path)
+    assert table.column("position").to_pylist() == batch.event_position.tolist()
+    assert table.column("type").to_pylist() == [batch.type_names[c] for c in batch.event_type]
+    assert table.column("o").to_pylist() == batch.columns["o"].tolist()
+    assert set(table.column("batch_id").to_pylist()) == {"d1/0"}
+    assert srv.rows("SELECT archive FROM batches")[0][0] == str(path.relative_to(srv.archive))
+
+    status, doc = post(srv, body, srv.tokens["d1"])
+    assert status == 200 and doc["status"] == "duplicate" and doc["matches"] == n
+    assert srv.rows("SELECT count(*) FROM matches")[0][0] == n
+    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 1
+    assert len(list(srv.archive.rglob("*.parquet"))) == 1
+
+    summary = Condenser(slot=10.0, window=REF.window).summarize(
+        acep.Matcher(REF.text, window=4.0, k=1, partition="o").match_batch(
+            EventBatch.from_events(make_events())), device="d1", seq=1, pattern=REF)
+    status, doc = post(srv, encode_condensed(summary), srv.tokens["d1"])
+    assert status == 200 and doc["status"] == "stored" and doc["exact"] is None
+    assert srv.rows("SELECT sum(matches) FROM summaries")[0][0] == int(summary.matches.sum())
+
+    status, data, _ = request(srv.url + "/metrics")
+    m = json.loads(data)
+    assert m["batches_stored"] == 2 and m["batches_duplicate"] == 1
+    assert m["matches_stored"] == n and m["exact_rechecks"] == n
+    assert m["requests"]["200"] == 3 and m["bytes_in"] >= 2 * len(body)
+
+
+def assert_error(status, doc, want_status, *words):
+    assert status == want_status, doc
+    assert doc["status"] == want_status and isinstance(doc["error"], str)
+    for w in words:
+        assert w in doc["error"], doc
+
+
+def test_bad_requests_get_clear_4xx_and_the_server_stays_up(srv):
+    good = encode_batch(make_batch())
+    d1 = srv.tokens["d1"]
+    assert_error(*post(srv, b"\xc1garbage", d1), 400, "body")
+    assert_error(*post(srv, good[: len(good) // 2], d1), 400, "truncated")
+    doc = msgpack.unpackb(good, raw=False)
+    doc["pattern"]["k"] = 7  # the hash no longer matches the pattern
+    assert_error(*post(srv, msgpack.packb(doc, use_bin_type=True), d1), 400, "pattern.hash")
+    assert_error(*post(srv, good, d1, ctype="application/json"), 415, "application/msgpack")
+    assert_error(*post(srv, good, None), 401, "bearer")
+    assert_error(*post(srv, good, "not-a-token"), 401, "unknown token")
+    assert_error(*post(srv, good, srv.tokens["d2"]), 403, "device", "d1")
+
+    # oversized: by Content-Length before any byte of the body, and while streaming chunks
+    head = (f"POST /v1/batches HTTP/1.1\nHost: x\nAuthorization: Bearer {d1}\n"
+            "Content-Type: application/msgpack\n")
+    assert_error(*raw(srv, head + f"Content-Length: {MAX_BODY + 1}\n"), 413, "Content-Length")
+    chunk = b"\x00" * 65536
+    chunked = (b"%x\r\n" % len(chunk) + chunk + b"\r\n") * 5 + b"0\r\n\r\n"
+    assert_error(*raw(srv, head + "Transfer-Encoding: chunked\n", chunked), 413, "more than")
+
+    # sketches: 404 before any, admin only, signature checked first, ETag and 304
+    from test_history_graph import _hand_graph
+
+    from history.sketch import Sketch
+
+    url = srv.url + "/v1/sketches/p1"
+    status, data, _ = request(url, token=d1)
+    assert_error(status, json.loads(data), 404, "p1")
+    sketch = Sketch.from_graph(_hand_graph(), hashes=8).to_bytes(KEY)
+    tampered = bytearray(sketch)
+    tampered[len(tampered) // 2] ^= 1
+    for body, token, code, word in [(sketch, d1, 403, "admin"),
+                                    (bytes(tampered), srv.tokens["admin"], 400, "tampered"),
+                                    (Sketch.from_graph(_hand_graph(), hashes=8).to_bytes(
+                                        b"other key"), srv.tokens["admin"], 400, "key")]:
+        status, data, _ = request(url, "PUT", body, token, "application/octet-stream")
+        assert_error(status, json.loads(data), code, word)
+    status, data, _ = request(url, "PUT", sketch, srv.tokens["admin"], "application/octet-stream")
+    assert status == 200 and json.loads(data)["bytes"] == len(sketch)
+    status, data, headers = request(url, token=d1)
+    assert status == 200 and data == sketch
+    status, _, _ = request(url, token=d1, headers={"If-None-Match": headers["ETag"]})
+    assert status == 304
+
+    # nothing of the refused requests was stored, and the server still answers
+    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 0
+    assert request(srv.url + "/health")[:2] == (200, b'{"status": "ok"}')
+    status, doc = post(srv, good, d1)
+    assert status == 200 and doc["status"] == "stored"
+    status, data, _ = request(srv.url + "/nowhere")
+    assert_error(status, json.loads(data), 404, "Not Found")
+
+
+def test_sigkill_mid_upload_and_restart_lose_and_duplicate_nothing(srv):
+    events = make_events(seed=11, n=200)
+    bodies = [encode_batch(make_batch(seq=s, events=events[40 * s: 40 * s + 60]))
+              for s in range(4)]
+    d1 = srv.tokens["d1"]
+    assert post(srv, bodies[0], d1)[1]["status"] == "stored"
+    head = (f"POST /v1/batches HTTP/1.1\nHost: x\nAuthorization: Bearer {d1}\n"
+            f"Content-Type: application/msgpack\nContent-Length: {len(bodies[1])}\n")
+    accepted = {"d1/0"}
+    rng = random.Random(5)
+    for round_ in range(3):
+        # a slow client: half of batch 1 sent, then the server is killed
+        s = raw(srv, head, bodies[1][: len(bodies[1]) // 2], wait_answer=False)
+        time.sleep(0.2)
+        # and a whole batch in flight when the kill lands, at a random moment
+        t = raw(srv, head.replace(str(len(bodies[1])), str(len(bodies[2]))), bodies[2],
+                wait_answer=False)
+        time.sleep(rng.uniform(0.0, 0.01))
+        assert srv.stop(signal.SIGKILL) == -signal.SIGKILL
+        t.settimeout(5)
+        try:
+            if b" 200 " in t.recv(65536).split(b"\r\n", 1)[0]:
+                accepted.add("d1/2")  # answered "stored" before the kill: must survive
+        except OSError:
+            pass
+        s.close()
+        t.close()
+        srv.start()
+        stored = {r[0] for r in srv.rows("SELECT batch_id FROM batches")}
+        assert accepted <= stored and "d1/1" not in stored, round_
+        accepted |= stored
+    # a kill between the archive write and the commit leaves a file and no row: the resend
+    # rewrites the same file and stores the batch once
+    Archive(srv.archive).write(decode_batch(bodies[3]))
+    for seq, body in enumerate(bodies):
+        status, doc = post(srv, body, d1)
+        assert status == 200
+        assert doc["status"] == ("duplicate" if f"d1/{seq}" in accepted else "stored"), seq
+    per_batch = dict(srv.rows("SELECT batch_id, n_rows FROM batches"))
+    assert sorted(per_batch) == [f"d1/{s}" for s in range(4)]
+    counts = dict(srv.rows("SELECT batch_id, count(*) FROM matches GROUP BY batch_id"))
+    assert counts == per_batch  # every match once, none missing
+    assert len(list(srv.archive.rglob("*.parquet"))) == 4
+    assert not [p for p in srv.archive.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_cli_add_device_prints_a_token_once_and_bad_db_urls_are_named(tmp_path):
+    run = [sys.executable, "-m", "edge.collector", "--db", str(tmp_path / "c.db")]
+    out = subprocess.run(run + ["--add-device", "pi-1"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert len(out) >= 40
+    (token_hash,) = sqlite3.connect(tmp_path / "c.db").execute(
+        "SELECT token_sha256 FROM devices WHERE device_id = 'pi-1'").fetchone()
+    assert out not in token_hash and len(token_hash) == 64  # only the hash is stored
+    bad = subprocess.run([sys.executable, "-m", "edge.collector", "--db", "postgresql://h/db",
+                          "--archive", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and "postgresql" in bad.stderr and "sqlite:///" in bad.stderr
+    assert not (tmp_path / "h").exists()
