@@ -82,11 +82,16 @@ def test_figures_are_consistent(results):
             assert r["bundle_recall"] == 1.0 and r["point_recall"] == 1.0
 
 
-def test_unshed_runs_find_everything(results):
-    """At 100% the sampler keeps every event: it is the unconstrained run."""
-    for r in _available(results):
-        if r["policy"] == "sampling" and r["fraction"] == 1.0:
-            assert r["sampled_rate"] == 1.0 and r["bundle_recall"] == 1.0
+def test_full_rate_sampling_is_the_oldest_first_run(results):
+    """At 100% the sampler keeps every event and runs under the same budget, oldest-first
+    inside it: the very run of the oldest-first row."""
+    rows = {(r["workload"], r["policy"]): r for r in _available(results) if r["fraction"] == 1.0}
+    for (workload, policy), r in rows.items():
+        if policy == "sampling":
+            oldest = rows[(workload, "oldest-first")]
+            assert r["sampled_rate"] == 1.0
+            assert r["bundle_recall"] == oldest["bundle_recall"]
+            assert r["point_recall"] == oldest["point_recall"]
 
 
 def test_history_rows_are_wired_or_say_why(results):
