@@ -380,6 +380,42 @@ def _add_history_parser(sub) -> None:
                                                        "state and remaining window")
     inspect.add_argument("--key-file", help="the sketch's signing key (a file)")
     inspect.set_defaults(run=run_history)
+    build = hsub.add_parser("build", help="learn a history from an unconstrained run on a file",
+                            description="Run the pattern without a budget over the events, "
+                                        "record every match node's outcome and save the "
+                                        "history graph (and, with --sketch, a signed sketch).")
+    build.add_argument("file", help="events: .jsonl/.csv/.parquet/.msgpack, or - for stdin")
+    _add_pattern_options(build)
+    build.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
+    build.add_argument("--bins", type=int, default=8,
+                       help="bins per time of a match vector (quantiles of the data)")
+    build.add_argument("--output", "-o", required=True, help="the history file to write")
+    build.add_argument("--sketch", help="also write the signed sketch here (needs --key-file)")
+    build.add_argument("--key-file", help="the signing key of the sketch (a file)")
+    build.set_defaults(run=run_history_build)
+
+
+def run_history_build(args) -> int:
+    from history.build import build_history
+    from history.sketch import Sketch
+
+    if args.sketch and not args.key_file:
+        raise ValueError("--sketch needs --key-file (sketches are signed)")
+    spec = EventSpec.load(args.spec) if args.spec else None
+    batches = list(read_events(args.file, spec))
+    started = time.perf_counter()
+    graph = build_history(args.pattern, batches, args.window, args.k, where=args.where,
+                          partition=args.partition, n_bins=args.bins)
+    size = graph.save(args.output)
+    print(f"acep: history of {sum(map(len, batches)):,} events: {graph.n_cells} cells, "
+          f"{graph.n_bundles} bundles, {size:,} bytes -> {args.output} "
+          f"({time.perf_counter() - started:.1f} s)", file=sys.stderr)
+    if args.sketch:
+        with open(args.key_file, "rb") as f:
+            key = f.read().strip()
+        n = Sketch.from_graph(graph).save(args.sketch, key)
+        print(f"acep: signed sketch, {n:,} bytes -> {args.sketch}", file=sys.stderr)
+    return 0
 
 
 def run_history(args) -> int:

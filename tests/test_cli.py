@@ -117,3 +117,30 @@ def test_demo_runs_on_the_embedded_sample():
     rows = [json.loads(x) for x in r.stdout.splitlines() if not x.startswith("#")]
     assert len(rows) == 3 and all(m["errors"] <= 1 for m in rows)
     assert "bundles" in r.stdout.splitlines()[-1]
+
+
+def test_history_build_then_inspect_a_trained_history(tmp_path):
+    """`acep history build` learns what a direct build_history learns; inspect reads it."""
+    from acep.events import EventSpec, read_events
+    from history.build import build_history
+    from history.graph import HistoryGraph
+    from history.sketch import Sketch
+
+    key = tmp_path / "fleet.key"
+    key.write_bytes(b"a signing key")
+    out, sketch = tmp_path / "h.history", tmp_path / "h.sketch"
+    r = acep("history", "build", FIXTURE, "--spec", "flights", "-p", "late verylate late",
+             "-w", "1h", "-k", "1", "--partition", "origin", "-o", out, "--sketch", sketch,
+             "--key-file", key)
+    assert r.returncode == 0, r.stderr
+    saved = HistoryGraph.load(out)
+    batches = list(read_events(FIXTURE, EventSpec.load("flights")))
+    direct = build_history("late verylate late", batches, 3600.0, 1, partition="origin")
+    assert saved.n_bundles == direct.n_bundles > 0
+    assert (saved.visits == direct.visits).all() and (saved.successes == direct.successes).all()
+    assert Sketch.load(sketch, b"a signing key").nbytes > 0
+    shown = acep("history", "inspect", out, "--top", "3")
+    assert shown.returncode == 0 and f"bundles: {direct.n_bundles}" in shown.stdout
+    refused = acep("history", "build", FIXTURE, "-p", "a b", "-w", "3", "-o", out,
+                   "--sketch", sketch)
+    assert refused.returncode != 0 and "--key-file" in refused.stderr
