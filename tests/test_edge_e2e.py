@@ -1,0 +1,438 @@
+"""End to end: the real collector (``python -m edge.collector``) and the real agent
+(``python -m edge.agent``) as subprocesses on loopback. The agent follows a JSON Lines file that
+the test appends to; the collector's SQLite must then hold exactly the matches of a direct
+``acep.Matcher`` run, the Parquet archive the events of their windows, each match its exact
+flag. Faults (issue 5): the collector SIGKILLed and restarted while the agent keeps running,
+the agent SIGKILLed mid-batch and restarted, duplicate deliveries, a tampered sketch served by
+the collector. After each: nothing accepted is lost or duplicated.
+
+Every wait polls with a deadline; no fixed sleep is relied on for correctness.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import acep
+from acep.shedding import Budget
+
+ROOT = Path(__file__).resolve().parents[1]
+PATTERN = {"id": "abc", "text": "a b c", "window": 5.0, "k": 1, "partition": "id",
+           "where": ["c.x >= a.x"]}
+DEVICE = "pi-e2e"
+SKETCH_KEY = b"fleet-sketch-key"
+WAIT = 45.0  # seconds: the deadline of any one wait on a loaded 2-core machine
+
+
+def stream(n: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.random()
+        out.append({"type": rng.choice("abc"), "t": round(t, 3), "id": rng.randrange(5),
+                    "x": rng.randrange(10)})
+    return out
+
+
+def direct(events: list[dict], budget: Budget | None = None) -> list[tuple]:
+    """The matches an uninterrupted followed-file agent emits: no flush at the end."""
+    m = acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"], partition="id",
+                     where=PATTERN["where"], budget=budget)
+    found = m.match_batch(acep.EventBatch.from_events(events)).to_matches()
+    return sorted(((float(x.partition), float(x.point), int(x.errors), tuple(x.events))
+                   for x in found), key=repr)
+
+
+def wait_for(pred, what: str, timeout: float = WAIT, every: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+
+
+def query(db: Path, sql: str, params=()) -> list:
+    if not db.exists():
+        return []
+    con = sqlite3.connect(db, timeout=10)
+    try:
+        return con.execute(sql, params).fetchall()
+    except sqlite3.OperationalError:  # tables not created yet
+        return []
+    finally:
+        con.close()
+
+
+# --------------------------------------------------------------------------- processes
+
+
+class Collector:
+    """``python -m edge.collector`` on loopback; restarts on the port it first picked."""
+
+    def __init__(self, tmp: Path):
+        self.tmp, self.db, self.archive = tmp, tmp / "collector.db", tmp / "archive"
+        (tmp / "sketch.key").write_bytes(SKETCH_KEY + b"\n")
+        self.port, self.proc, self.starts = 0, None, 0
+
+    def _cmd(self, *extra: str) -> list[str]:
+        return [sys.executable, "-m", "edge.collector", "--db", f"sqlite:///{self.db}", *extra]
+
+    def add(self, name: str, flag: str = "--add-device") -> str:
+        out = subprocess.run(self._cmd(flag, name), cwd=ROOT, capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    def start(self) -> Collector:
+        self.starts += 1
+        out = self.tmp / f"collector-{self.starts}.out"
+        with open(out, "w") as o, open(self.tmp / "collector.err", "a") as e:
+            self.proc = subprocess.Popen(
+                self._cmd("--archive", str(self.archive), "--port", str(self.port),
+                          "--sketch-key-file", str(self.tmp / "sketch.key")),
+                cwd=ROOT, stdout=o, stderr=e)
+
+        def listening():
+            assert self.proc.poll() is None, self.log()
+            text = out.read_text()
+            return "listening on http://" in text and text.splitlines()[0]
+
+        line = wait_for(listening, "the collector to listen")
+        self.url = line.strip().rsplit(" ", 1)[1]
+        self.port = int(self.url.rsplit(":", 1)[1])
+        return self
+
+    def kill(self, sig=signal.SIGKILL) -> int:
+        self.proc.send_signal(sig)
+        return self.proc.wait(30)
+
+    def log(self) -> str:
+        return (self.tmp / "collector.err").read_text()
+
+    def matches(self) -> list[tuple]:
+        rows = query(self.db, "SELECT partition, point, errors, trajectory FROM matches")
+        return sorted(((float(json.loads(p)), pt, e, tuple(json.loads(tr)))
+                       for p, pt, e, tr in rows), key=repr)
+
+    def seqs(self) -> list[int]:
+        return sorted(s for (s,) in query(self.db, "SELECT seq FROM batches WHERE device = ?",
+                                          (DEVICE,)))
+
+    def counts(self) -> tuple[int, int]:
+        return (query(self.db, "SELECT COUNT(*) FROM batches")[0][0],
+                query(self.db, "SELECT COUNT(*) FROM matches")[0][0])
+
+
+class AgentRun:
+    """A directory with ``agent.toml``, the followed events file and the agent's outbox."""
+
+    def __init__(self, tmp: Path, url: str | None, token: str | None, *,
+                 budget: str = 'mode = "none"', sketch: str = "", outbox: str = "outbox.db"):
+        self.tmp, self.events_path = tmp, tmp / "events.jsonl"
+        self.outbox = tmp / outbox
+        self.events_path.touch()
+        self.written: list[dict] = []
+        self.proc: subprocess.Popen | None = None
+        self.cfg = tmp / f"agent-{outbox}.toml"
+        collector = "" if url is None else f'[collector]\nurl = "{url}"\ntimeout = 5.0\n'
+        token_line = "" if token is None else f'token = "{token}"\n'
+        p = PATTERN
+        self.cfg.write_text(
+            f'[device]\nid = "{DEVICE}"\n{token_line}{collector}'
+            f'[pattern]\nid = "{p["id"]}"\ntext = "{p["text"]}"\nwindow = {p["window"]}\n'
+            f'k = {p["k"]}\npartition = "{p["partition"]}"\nwhere = {json.dumps(p["where"])}\n'
+            f'[source]\nkind = "file"\npath = "events.jsonl"\nfollow = true\n'
+            f'batch_events = 50\nbatch_seconds = 0.1\npoll_seconds = 0.02\n'
+            f'[budget]\n{budget}\n{sketch}'
+            f'[outbox]\npath = "{outbox}"\nbackoff_base = 0.05\nbackoff_max = 0.5\n'
+            f'[metrics]\npath = "metrics-{outbox}.jsonl"\ninterval = 0.5\n')
+
+    def append(self, events: list[dict]) -> None:
+        with open(self.events_path, "a") as fh:
+            fh.write("".join(json.dumps(e) + "\n" for e in events))
+        self.written.extend(events)
+
+    def start(self, once: bool = False) -> subprocess.Popen:
+        with open(self.tmp / "agent.err", "a") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "edge.agent", "--config", str(self.cfg)]
+                + (["--once"] if once else []),
+                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
+                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        return self.proc
+
+    def log(self) -> str:
+        return (self.tmp / "agent.err").read_text()
+
+    def alive(self) -> None:
+        assert self.proc.poll() is None, self.log()
+
+    def state(self, name: str, default=0):
+        row = query(self.outbox, "SELECT value FROM state WHERE name = ?", (name,))
+        return json.loads(row[0][0]) if row else default
+
+    def pending(self) -> int:
+        row = query(self.outbox, "SELECT COUNT(*) FROM pending")
+        return row[0][0] if row else -1
+
+    def caught_up(self, collector: Collector) -> bool:
+        """Every event consumed, every batch acknowledged and in the collector's database."""
+        return (self.state("consumed") == len(self.written) and self.pending() == 0
+                and collector.seqs() == list(range(self.state("seq"))))
+
+    def stop(self) -> dict:
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(60) == 0, self.log()
+        return self.last_metrics()
+
+    def last_metrics(self) -> dict:
+        lines = (self.tmp / f"metrics-{self.outbox.name}.jsonl").read_text().splitlines()
+        return json.loads(lines[-1])
+
+
+@pytest.fixture
+def collector(tmp_path):
+    c = Collector(tmp_path)
+    token = c.add(DEVICE)
+    c.start()
+    c.token = token
+    yield c
+    if c.proc is not None and c.proc.poll() is None:
+        c.kill()
+
+
+def assert_nothing_lost_or_duplicated(c: Collector, run: AgentRun, budget=None) -> None:
+    seqs = c.seqs()
+    assert seqs == list(range(len(seqs))), "a batch is missing or stored twice"
+    stored = c.matches()
+    assert len(stored) == len(set(stored)), "a match is stored twice"
+    expect = direct(run.written, budget)
+    assert len(expect) > 50
+    assert stored == expect
+
+
+# --------------------------------------------------------------------------- the happy path
+
+
+def test_agent_to_collector_matches_archive_and_exact_flags(tmp_path, collector):
+    """A followed file in five appends under a fixed budget: the database holds the direct
+    matcher's matches (same budget), the archive the events of their windows, each match
+    its exact flag; metrics agree."""
+    events = stream(3000, seed=11)
+    budget = Budget(0.5, 8)
+    run = AgentRun(tmp_path, collector.url, collector.token,
+                   budget='mode = "fixed"\nops_per_event = 0.5\nburst = 8.0')
+    run.start()
+    for i in range(0, len(events), 600):
+        run.append(events[i:i + 600])
+        wait_for(lambda: run.alive() or run.state("consumed") == len(run.written),
+                 "the agent to consume the appended events")
+    wait_for(lambda: run.caught_up(collector), "every batch stored")
+    final = run.stop()
+    assert_nothing_lost_or_duplicated(collector, run, budget)
+    assert final["events_in"] == len(events) and final["shed"] > 0
+    assert final["policy"] == "oldest-first" and final["batches_rejected"] == 0
+    assert final["batches_sent"] == final["batches_put"] == len(collector.seqs())
+
+    # each stored match carries its exact flag: with k = 1, exactly the matches without
+    # errors are exact matches of SEQ(a, b, c) with c.x >= a.x
+    rows = query(collector.db, "SELECT errors, exact, exact_count, exact_reason, batch_id, "
+                               "trajectory FROM matches")
+    assert rows and all(ex is not None and reason is None for _, ex, _, reason, _, _ in rows)
+    assert all(ex == (err == 0) for err, ex, _, _, _, _ in rows)
+    assert all(n >= ex for _, ex, n, _, _, _ in rows)
+    for _, ex, _, _, _, traj in rows:
+        if ex:
+            a, b, c = (events[i] for i in json.loads(traj))
+            assert [a["type"], b["type"], c["type"]] == ["a", "b", "c"] and c["x"] >= a["x"]
+
+    # the archive holds the windows' events: every trajectory position of a batch, with the
+    # event's own tag, type and attributes
+    files = sorted(collector.archive.rglob("*.parquet"))
+    assert files and all(f"device={DEVICE}" in str(f) for f in files)
+    table = pa.concat_tables([pq.read_table(f) for f in files])
+    archived = {}
+    for bid, pos, tag, typ, x in zip(*(table.column(n).to_pylist()
+                                       for n in ("batch_id", "position", "tag", "type", "x"))):
+        e = events[pos]
+        assert (tag, typ, x) == (e["t"], e["type"], e["x"])
+        archived.setdefault(bid, set()).add(pos)
+    assert set(archived) == {b for (b,) in query(collector.db, "SELECT batch_id FROM batches")}
+    for _, _, _, _, bid, traj in rows:
+        assert set(json.loads(traj)) <= archived[bid]
+
+    metrics = json.loads(urllib.request.urlopen(collector.url + "/metrics", timeout=10).read())
+    assert metrics["batches_stored"] == len(collector.seqs())
+    assert metrics["matches_stored"] == len(rows)
+    assert metrics["exact_matches"] == sum(ex for _, ex, _, _, _, _ in rows)
+    assert collector.kill(signal.SIGTERM) == 0
+
+
+# --------------------------------------------------------------------------- faults
+
+
+def test_collector_sigkilled_and_restarted_while_the_agent_runs(tmp_path, collector):
+    events = stream(3000, seed=12)
+    run = AgentRun(tmp_path, collector.url, collector.token)
+    run.start()
+    rng = random.Random(5)
+    chunks = [events[i:i + 500] for i in range(0, len(events), 500)]
+    run.append(chunks[0])
+    for chunk in chunks[1:]:
+        stored = len(collector.seqs())
+        wait_for(lambda s=stored: run.alive() or len(collector.seqs()) > s,
+                 "a batch stored before the kill")
+        run.append(chunk)  # the agent is busy with these while the collector dies
+        time.sleep(rng.uniform(0, 0.2))
+        collector.kill()
+        # down: the agent goes on matching and keeps its batches in the outbox
+        wait_for(lambda: run.alive() or run.state("consumed") == len(run.written),
+                 "the agent to consume while the collector is down")
+        run.alive()
+        collector.start()
+    assert collector.starts == len(chunks)
+    wait_for(lambda: run.alive() or run.caught_up(collector), "the agent to catch up")
+    final = run.stop()
+    assert_nothing_lost_or_duplicated(collector, run)
+    assert final["batches_rejected"] == final["batches_dropped"] == 0
+    assert "failed" in run.log() and "retry in" in run.log()  # it did retry with backoff
+
+
+def test_agent_sigkilled_mid_batch_and_restarted(tmp_path, collector):
+    events = stream(3000, seed=13)
+    run = AgentRun(tmp_path, collector.url, collector.token)
+    rng = random.Random(6)
+    kills = mid_stream = 0
+    for i in range(0, len(events), 500):
+        before = run.state("consumed")
+        run.append(events[i:i + 500])
+        run.start()
+        wait_for(lambda b=before: run.alive() or run.state("consumed") > b,
+                 "the (re)started agent to commit progress")
+        time.sleep(rng.uniform(0, 0.1))
+        run.alive()
+        run.proc.send_signal(signal.SIGKILL)
+        run.proc.wait(30)
+        kills += 1
+        mid_stream += run.state("consumed") < len(run.written)
+    assert kills == 6 and mid_stream >= 1, "no kill landed mid-stream"
+    run.start()
+    wait_for(lambda: run.alive() or run.caught_up(collector), "the agent to catch up")
+    final = run.stop()
+    assert final["events_in"] > 0
+    assert_nothing_lost_or_duplicated(collector, run)
+
+
+def test_duplicate_deliveries_store_nothing_new(tmp_path, collector):
+    """Batches delivered twice (re-POSTed by hand, and re-sent by an agent whose outbox was
+    restored from a copy) answer "duplicate" and add no row."""
+    events = stream(1500, seed=14)
+    offline = AgentRun(tmp_path, None, None)  # no collector yet: the batches stay pending
+    offline.append(events)
+    assert offline.start(once=True).wait(60) == 0, offline.log()
+    bodies = query(offline.outbox, "SELECT batch_id, body FROM pending ORDER BY n")
+    assert len(bodies) > 3
+    shutil.copy(offline.outbox, tmp_path / "copy.db")
+
+    run = AgentRun(tmp_path, collector.url, collector.token)  # the same outbox, online
+    run.written = list(events)
+    assert run.start(once=True).wait(60) == 0, run.log()
+    assert run.caught_up(collector)
+    counts = collector.counts()
+    assert counts[0] == len(bodies)
+
+    for bid, body in bodies:
+        req = urllib.request.Request(collector.url + "/v1/batches", data=body, method="POST",
+                                     headers={"Authorization": f"Bearer {collector.token}",
+                                              "Content-Type": "application/msgpack"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            answer = json.loads(r.read())
+        assert (r.status, answer["status"], answer["batch_id"]) == (200, "duplicate", bid)
+    assert collector.counts() == counts
+
+    restored = AgentRun(tmp_path, collector.url, collector.token, outbox="copy.db")
+    restored.written = list(events)
+    assert restored.start(once=True).wait(60) == 0, restored.log()
+    assert restored.pending() == 0
+    assert restored.last_metrics()["batches_sent"] == len(bodies)
+    assert collector.counts() == counts
+    assert_nothing_lost_or_duplicated(collector, run)
+    metrics = json.loads(urllib.request.urlopen(collector.url + "/metrics", timeout=10).read())
+    assert metrics["batches_stored"] == len(bodies)
+    assert metrics["batches_duplicate"] == 2 * len(bodies)
+
+
+def _sketch_bytes() -> bytes:
+    from history.sketch import Sketch
+
+    m = acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"])
+    n_states = m.pattern.automaton.n_states
+    n_cells = n_states * 2 * 3 * 2
+    sk = Sketch(PATTERN["text"], tuple(PATTERN["where"]), PATTERN["k"], PATTERN["window"],
+                n_states, np.array([1.0, 3.0]), np.array([0.5]),
+                np.full(n_cells, 0.5, np.float32), np.zeros((n_cells, 4), np.uint32))
+    return sk.to_bytes(SKETCH_KEY)
+
+
+def test_tampered_sketch_from_the_collector_falls_back(tmp_path, collector):
+    """The collector refuses a tampered sketch on PUT; one written straight into its database
+    is served, and the agent refuses it, logs why and matches with the fallback policy."""
+    admin = collector.add("ops", "--add-admin")
+    good = _sketch_bytes()
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0xFF
+
+    def put(data: bytes) -> int:
+        req = urllib.request.Request(collector.url + "/v1/sketches/abc", data=bytes(data),
+                                     method="PUT", headers={"Authorization": f"Bearer {admin}"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    assert put(bad) == 400
+    assert query(collector.db, "SELECT COUNT(*) FROM sketches")[0][0] == 0
+    from edge.store import open_store
+
+    store = open_store(f"sqlite:///{collector.db}")
+    store.put_sketch("abc", bytes(bad))  # behind the collector's back
+    store.close()
+
+    sketch = ('[sketch]\ndownload = true\npath = "abc.sketch"\n'
+              f'key_file = "{tmp_path / "sketch.key"}"\n')
+    budget = 'mode = "fixed"\nops_per_event = 0.5\nburst = 8.0'
+    run = AgentRun(tmp_path, collector.url, collector.token, budget=budget, sketch=sketch)
+    run.append(stream(1000, seed=15))
+    assert run.start(once=True).wait(60) == 0, run.log()
+    assert "sketch refused" in run.log() and "fallback policy oldest-first" in run.log()
+    final = run.last_metrics()
+    assert final["policy"] == "oldest-first" and "sketch refused" in final["policy_error"]
+    assert run.caught_up(collector)
+    assert_nothing_lost_or_duplicated(collector, run, Budget(0.5, 8))
+
+    # the good sketch, published through the API, is used
+    assert put(good) == 200
+    ok = AgentRun(tmp_path, collector.url, collector.token, budget=budget, sketch=sketch,
+                  outbox="ok.db")
+    assert ok.start(once=True).wait(60) == 0, ok.log()
+    assert ok.last_metrics()["policy"] == "history"
