@@ -155,6 +155,7 @@ class Kernel:
     policy_kind: cython.int
     sh_score: cython.double[::1]
     sh_class: cython.longlong[::1]
+    sh_reserve: cython.double[::1]
     explore: cython.double
     rate: cython.double
     min_score: cython.double
@@ -235,6 +236,7 @@ class Kernel:
         self.policy_kind, self.explore, self.rate, self.rng = POLICY_KEEP_FIRST, 0.0, 0.0, 1
         self.sh_score = np.zeros(0, dtype=np.float64)
         self.sh_class = np.zeros(0, dtype=np.int64)
+        self.sh_reserve = np.zeros(0, dtype=np.float64)
         self.callback, self.ask_always = None, False
         self.min_score, self.proxy_live, self.ahead = -1.0, False, 0.0
         self.candidates = self.shed = self.decisions = self.decide_ns = 0
@@ -767,8 +769,9 @@ class Kernel:
         self.budget, self.depth, self.credit = ops_per_event, depth, depth
 
     def set_table_policy(self, score, proxy_class, explore, rate, seed, min_score=-1.0,
-                         proxy_live=False, ahead=0.0):
+                         proxy_live=False, ahead=0.0, reserve=None):
         self.policy_kind = POLICY_TABLE
+        self.sh_reserve = np.zeros(0, dtype=np.float64) if reserve is None else reserve
         self.sh_score, self.sh_class = score, proxy_class
         self.explore, self.rate = explore, rate
         self.min_score, self.proxy_live, self.ahead = min_score, proxy_live, ahead
@@ -831,6 +834,8 @@ class Kernel:
         ``proxy_live``) a live node of the partition at the same state with no more errors.
         Deferred candidates fill what budget remains; with ``ahead`` > 0 only the credit
         above ``ahead`` x the bucket's depth (a reserve for the candidates not deferred).
+        A seed candidate is shed outright when the credit after it would fall below its
+        cell's ``sh_reserve`` x the depth.
         """
         c: cython.int
         j: cython.int
@@ -840,6 +845,7 @@ class Kernel:
         cls: cython.longlong
         has_table: cython.bint = self.sh_score.shape[0] > 0
         has_class: cython.bint = self.sh_class.shape[0] > 0
+        has_reserve: cython.bint = self.sh_reserve.shape[0] > 0
         for c in range(nc):
             self.c_prio[c] = self.sh_score[self.c_cell[c]] if has_table else 0.0
             if self.explore > 0.0 and self._rand() < self.explore:
@@ -852,6 +858,10 @@ class Kernel:
                 break
             c = self.c_order[j]
             if self.c_prio[c] < self.min_score:
+                continue
+            if has_reserve and self.c_prev[c] == NO_NODE and \
+                    self.credit - n_kept - 1.0 < self.sh_reserve[self.c_cell[c]] * self.depth:
+                self.c_flag[c] = 2  # a seed below its cell's reserve: shed
                 continue
             if self.proxy_live and self._has_live_proxy(p, self.c_state[c], self.c_err[c]):
                 continue

@@ -143,14 +143,17 @@ class ScorePolicy:
     at the same state with no more errors (it stands in for them: same region, same bundle).
     ``ahead`` (a fraction of the bucket, 0 = off): the policy is consulted on every event
     under a budget and deferred candidates may only spend the credit above that reserve, so
-    credit is saved for candidates no live node stands in for.
+    credit is saved for candidates no live node stands in for. ``seed_reserve`` (0 = off): a
+    candidate from the seed in cell ``c`` is shed unless the credit left after it stays above
+    ``seed_reserve * (1 - clip(score[c], 0, 1))**4`` x the bucket (a table fixed from the
+    scores given here; learning does not move it).
     """
 
     name = "score"
 
     def __init__(self, score=None, proxy_class=None, explore: float = 0.0,
                  learning_rate: float = 0.0, seed: int = 0, min_score: float | None = None,
-                 proxy_live: bool = False, ahead: float = 0.0):
+                 proxy_live: bool = False, ahead: float = 0.0, seed_reserve: float = 0.0):
         if not 0.0 <= explore <= 1.0:
             raise ValueError(f"explore must be in [0, 1], got {explore!r}")
         if not 0.0 <= learning_rate <= 1.0:
@@ -168,6 +171,12 @@ class ScorePolicy:
         if not 0.0 <= ahead <= 1.0:
             raise ValueError(f"ahead must be in [0, 1], got {ahead!r}")
         self.proxy_live, self.ahead = bool(proxy_live), float(ahead)
+        if not 0.0 <= seed_reserve <= 1.0:
+            raise ValueError(f"seed_reserve must be in [0, 1], got {seed_reserve!r}")
+        self.seed_reserve = float(seed_reserve)
+        # fixed when the policy is made: learning moves the scores, not the reserves
+        self.reserve = None if self.seed_reserve == 0.0 or self.score is None else \
+            self.seed_reserve * (1.0 - np.clip(self.score, 0.0, 1.0)) ** 4
 
     @property
     def n_cells(self) -> int | None:
@@ -185,7 +194,7 @@ class ScorePolicy:
             empty_f if self.score is None else self.score,
             empty_i if self.proxy_class is None else self.proxy_class,
             self.explore, self.learning_rate, int(self.seed) & 0xFFFFFFFFFFFFFFFF,
-            self.min_score, self.proxy_live, self.ahead)
+            self.min_score, self.proxy_live, self.ahead, self.reserve)
 
 
 class RandomPolicy(ScorePolicy):

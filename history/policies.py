@@ -36,7 +36,10 @@ class HistoryPolicy(ScorePolicy):
     same state with no more errors is deferred (``proxy_live``), and so is one whose proxy
     class is already kept. Under a budget the policy is asked on every event (``ahead``):
     deferred candidates may only spend the credit above ``ahead`` x the bucket, so credit is
-    saved for candidates that open a new region of the stream.
+    saved for candidates that open a new region of the stream. New window starts (seed
+    candidates) of low-scoring cells are shed unless the bucket holds more than
+    ``seed_reserve * (1 - score)**4`` of its depth, so the credit goes to advancing the
+    nodes already started.
 
     ``learning_rate`` and ``explore`` turn on the online update of section 5: the scores
     are a copy of the sketch's and follow the stream; :meth:`learned_sketch` returns them.
@@ -46,11 +49,12 @@ class HistoryPolicy(ScorePolicy):
     name = "history"
 
     def __init__(self, sketch, learning_rate: float = 0.05, explore: float = 0.01,
-                 seed: int = 0, proxy: bool = True, ahead: float = 0.5):
+                 seed: int = 0, proxy: bool = True, ahead: float = 0.5,
+                 seed_reserve: float = 0.25):
         super().__init__(np.array(sketch.score, dtype=np.float64),
                          sketch.proxy_class.copy() if proxy else None,
                          explore=explore, learning_rate=learning_rate, seed=seed,
-                         proxy_live=proxy, ahead=ahead)
+                         proxy_live=proxy, ahead=ahead, seed_reserve=seed_reserve)
         self.sketch = sketch
         self.bins = sketch.bins()
 

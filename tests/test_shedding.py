@@ -137,8 +137,9 @@ def test_both_kernels_shed_alike():
 class Recorder(CallbackPolicy):
     """Applies SHEDDING.md section 3's score rule in numpy, and records what it saw."""
 
-    def __init__(self, score, proxy_class):
+    def __init__(self, score, proxy_class, seed_reserve=0.0, depth=0.0):
         self.score, self.proxy_class, self.seen = score, proxy_class, []
+        self.seed_reserve, self.depth = seed_reserve, depth
 
     def select(self, c):
         self.seen.append(dataclasses.replace(  # the views are only valid during the call
@@ -146,11 +147,15 @@ class Recorder(CallbackPolicy):
                                                     "prev")}))
         prio = self.score[c.cell] if self.score is not None else np.zeros(len(c))
         order = np.lexsort((np.arange(len(c)), c.err, -c.start, -prio))
-        if self.proxy_class is None:
-            return order[: c.budget]
         first, rest, classes = [], [], set()
         for i in order:
-            cls = self.proxy_class[c.cell[i]]
+            if self.seed_reserve > 0 and self.score is not None and c.prev[i] < 0:
+                s = min(max(self.score[c.cell[i]], 0.0), 1.0)
+                # called only when the candidates exceed the credit, so budget is the
+                # credit (integer ops per event and burst keep it whole)
+                if c.budget - len(first) - 1 < self.seed_reserve * (1 - s) ** 4 * self.depth:
+                    continue  # a seed the credit cannot afford: shed
+            cls = -1 if self.proxy_class is None else self.proxy_class[c.cell[i]]
             if cls >= 0 and cls in classes:
                 rest.append(i)
             else:
@@ -160,18 +165,21 @@ class Recorder(CallbackPolicy):
 
 
 @SETTINGS
-@given(case(), st.integers(0, 3), st.integers(0, 2**16), st.booleans(), st.booleans())
-def test_score_policy_selects_as_specified(c, ops, seed, with_score, with_classes):
+@given(case(), st.integers(0, 3), st.integers(0, 2**16), st.booleans(), st.booleans(),
+       st.sampled_from([0.0, 0.5, 1.0]))
+def test_score_policy_selects_as_specified(c, ops, seed, with_score, with_classes, reserve):
     """The kernel's score selection equals the rule of SHEDDING.md 3 written in numpy."""
     pattern, where, events, w, k = c
     cells = n_cells(pattern, where, k)
     rng = np.random.default_rng(seed)
-    score = rng.integers(0, 3, cells).astype(float) if with_score else None
+    score = rng.integers(0, 5, cells) / 4.0 if with_score else None
     classes = rng.integers(-1, 2, cells) if with_classes else None
     budget = Budget(float(ops), burst=2)
-    m1, fast = run(pattern, where, events, w, k, policy=ScorePolicy(score, classes),
+    m1, fast = run(pattern, where, events, w, k,
+                   policy=ScorePolicy(score, classes, seed_reserve=reserve),
                    budget=budget, bins=BINS, trace=True)
-    m2, slow = run(pattern, where, events, w, k, policy=Recorder(score, classes),
+    m2, slow = run(pattern, where, events, w, k,
+                   policy=Recorder(score, classes, reserve, budget.depth),
                    budget=budget, bins=BINS, trace=True)
     assert best_per_point(fast) == best_per_point(slow)
     log1, log2 = m1.take_node_log(), m2.take_node_log()
