@@ -1,0 +1,1 @@
+"""Edge benchmark: agent memory and overhead, collector ingest rate, kill/restart soak."""

@@ -1,0 +1,186 @@
+"""Edge benchmark: the agent's memory and per-event overhead over the bare engine, the
+collector's ingest rate on loopback, and a kill/restart soak with zero loss.
+
+Run ``python -m bench.edge [--data PATH] [--quick] [--out DIR]``. In one run:
+
+1. **Agent memory and overhead.** The flights stream (all 3M events, or the embedded
+   20,000-flight sample in quick mode without ``--data``) is written as JSON Lines. The bare
+   engine (``acep.Matcher`` over acep's JSON Lines reader, chunks of 1000 events) and the
+   agent (``edge.agent``: the same file, chunks of 1000, outbox only, no collector, no
+   budget) each run in their own process; each reports its processing seconds and its peak
+   resident memory (````VmHWM``, with /proc samples of anonymous and file-backed memory). A second,
+   profiled agent run on a slice says where the agent's time goes.
+2. **Collector ingest.** The agent's own batches are POSTed to ``edge.collector`` on
+   loopback by concurrent client threads; matches stored per second. The re-check cannot be
+   switched off, so each ingest step is also timed in-process.
+3. **Soak.** ``cycles`` SIGKILL/restart cycles of the agent (and in about a third of them the
+   collector), then a drain and a check against a direct matcher run.
+
+The targets of issue 5 are checked with pass/fail. Figures go to ``edge.json`` and
+``edge.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .. import data
+from ..common import machine, write_json
+from . import ingest, soak, streams
+from .procs import agent_config, measured
+
+RESULTS = Path(__file__).with_name("results")
+RSS_TARGET_MIB = 64.0
+OVERHEAD_TARGET = 0.20
+INGEST_TARGET = 20_000.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much data each part uses (None: the whole stream)."""
+
+    events: int | None
+    profile_events: int
+    ingest_matches: int
+    clients: int
+    soak_events: int
+    cycles: int
+    soak_max_run: float
+
+
+FULL = Sizes(events=None, profile_events=200_000, ingest_matches=20_000, clients=4,
+             soak_events=300_000, cycles=100, soak_max_run=0.3)
+QUICK = Sizes(events=20_000, profile_events=20_000, ingest_matches=3_000, clients=4,
+              soak_events=20_000, cycles=5, soak_max_run=0.2)
+
+
+def write_stream(dest: Path, data_path: str | None, quick: bool, n: int | None) -> dict:
+    """The stream as JSON Lines: flights (``--data`` or the cache) or, in quick mode without
+    ``--data``, the embedded sample."""
+    if quick and data_path is None:
+        count = streams.write_sample_jsonl(dest, n or 20_000)
+        return {"source": "acep/data/flights-sample.jsonl.gz", "events": count}
+    parquet = data.flights_path(data_path)
+    count = streams.write_flights_jsonl(parquet, dest, n)
+    return {"source": parquet.name, "events": count}
+
+
+def agent_side(work: Path, stream: Path, profile_stream: Path, sizes: Sizes) -> dict:
+    """Engine and agent processes on the same file, and a profiled agent run."""
+    engine = measured(["engine", "--events", str(stream)])
+    cfg = agent_config(work / "agent", stream)
+    agent = measured(["agent", "--config", str(cfg)])
+    prof_cfg = agent_config(work / "agent-profile", profile_stream)
+    profiled = measured(["agent", "--config", str(prof_cfg), "--profile", "15"])
+    for doc in (engine, agent):
+        doc["events_per_s"] = doc["events"] / doc["seconds"]
+    engine["matching_events_per_s"] = engine["events"] / engine["matching_seconds"]
+    overhead = agent["seconds"] / engine["seconds"] - 1
+    return {"engine": engine, "agent": agent, "same_matches": engine["matches"] ==
+            agent["matches"], "overhead": overhead,
+            "overhead_vs_matching_only": agent["seconds"] / engine["matching_seconds"] - 1,
+            "profile": {"events": profiled["events"], "seconds": profiled["seconds"],
+                        "top": profiled["profile"]},
+            "outbox": str(work / "agent" / "outbox.db")}
+
+
+def targets(side: dict, rate: dict, soaked: dict, cycles: int) -> list[dict]:
+    """The issue's four targets with pass/fail."""
+    agent_rss = side["agent"]["peak_rss_mib"]
+    return [
+        _target("agent peak RSS <= 64 MiB", agent_rss, RSS_TARGET_MIB, agent_rss <= 64,
+                "MiB", f"whole agent process over {side['agent']['events']:,} events"),
+        _target("agent overhead <= 20% over the bare engine", side["overhead"],
+                OVERHEAD_TARGET, side["overhead"] <= OVERHEAD_TARGET, "fraction",
+                "agent seconds / engine seconds - 1; both read the same JSON Lines file, "
+                "no budget; agent with outbox only (no network)"),
+        _target("collector >= 20,000 matches/s", rate["matches_per_s"], INGEST_TARGET,
+                rate["matches_per_s"] >= INGEST_TARGET, "matches/s",
+                f"loopback, {rate['clients']} client threads, exact re-check on, "
+                "2 cores shared by the collector and the clients"),
+        _target(f"zero loss over {cycles} kill/restart cycles",
+                soaked["losses"] + soaked["duplicates"], 0,
+                soaked["losses"] == 0 and soaked["duplicates"] == 0
+                and soaked["unexpected"] == 0 and soaked["seq_gaps"] == 0,
+                "lost + duplicated matches", f"{soaked['matches_expected']:,} matches"),
+    ]
+
+
+def _target(name: str, value: float, threshold: float, ok: bool, unit: str,
+            meaning: str) -> dict:
+    return {"name": name, "value": value, "threshold": threshold, "unit": unit,
+            "pass": bool(ok), "meaning": meaning}
+
+
+def benchmark(work: Path, data_path: str | None, quick: bool, sizes: Sizes) -> dict:
+    """Every measurement, as one JSON-ready dict."""
+    stream, prof = work / "stream.jsonl", work / "profile.jsonl"
+    described = write_stream(stream, data_path, quick, sizes.events)
+    write_stream(prof, data_path, quick, sizes.profile_events)
+    _say(f"agent and engine over {described['events']:,} events ...")
+    side = agent_side(work, stream, prof, sizes)
+    _say("collector ingest ...")
+    bodies = ingest.outbox_bodies(Path(side.pop("outbox")), sizes.ingest_matches)
+    rate = ingest.ingest_rate(bodies, work / "ingest", sizes.clients)
+    steps = ingest.ingest_steps(bodies)
+    _say(f"soak: {sizes.cycles} cycles ...")
+    soak_stream = work / "soak.jsonl"
+    n_soak = write_stream(soak_stream, data_path, quick, sizes.soak_events)["events"]
+    soaked = soak.soak(soak_stream, n_soak, work / "soak", sizes.cycles,
+                       max_run=sizes.soak_max_run)
+    return {"benchmark": "edge", "machine": machine(), "sizes": asdict(sizes),
+            "pattern": streams.PATTERN, "stream": described,
+            "targets": targets(side, rate, soaked, sizes.cycles), "agent_vs_engine": side,
+            "ingest": rate, "ingest_steps": steps, "soak": soaked}
+
+
+def _say(message: str) -> None:
+    print(f"[bench.edge] {message}", file=sys.stderr, flush=True)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.edge", description=__doc__.split(
+        "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", metavar="PATH",
+                        help="flights-3m.parquet (default: $ACEP_FLIGHTS, else a cached "
+                             "download of the npm package vega-datasets@3.2.1)")
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes, 5 soak cycles (the embedded sample without --data)")
+    parser.add_argument("--out", metavar="DIR", type=Path, default=RESULTS,
+                        help=f"where edge.json and edge.png go (default: {RESULTS})")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .plot import plot
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    started = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory(prefix="acep-bench-edge-") as tmp:
+            results = {"command": " ".join(["python -m bench.edge", *argv]),
+                       **benchmark(Path(tmp), args.data, args.quick, sizes)}
+    except data.DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    results["settings"] = {"quick": args.quick,
+                           "wall_seconds": round(time.perf_counter() - started, 1)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json(results, args.out / "edge.json")
+    plot(results, args.out / "edge.png")
+    print(summary(results))
+    print(f"wrote {args.out / 'edge.json'} and {args.out / 'edge.png'}")
+    return 0
+
+
+def summary(results: dict) -> str:
+    """The targets, one line each."""
+    return "\n".join(f"{'PASS' if t['pass'] else 'FAIL'}  {t['name']}: {t['value']:,.3f} "
+                     f"{t['unit']}" for t in results["targets"])
