@@ -430,9 +430,11 @@ def test_tampered_sketch_from_the_collector_falls_back(tmp_path, collector):
     assert run.caught_up(collector)
     assert_nothing_lost_or_duplicated(collector, run, Budget(0.5, 8))
 
-    # the good sketch, published through the API, is used
+    # the good sketch, published through the API, is used (by an agent with no events yet:
+    # its batches would reuse the seqs, hence the batch ids, of the first agent)
     assert put(good) == 200
-    ok = AgentRun(tmp_path, collector.url, collector.token, budget=budget, sketch=sketch,
-                  outbox="ok.db")
+    (tmp_path / "good").mkdir()
+    ok = AgentRun(tmp_path / "good", collector.url, collector.token, budget=budget,
+                  sketch=sketch)
     assert ok.start(once=True).wait(60) == 0, ok.log()
     assert ok.last_metrics()["policy"] == "history"
