@@ -438,3 +438,26 @@ def test_tampered_sketch_from_the_collector_falls_back(tmp_path, collector):
                   sketch=sketch)
     assert ok.start(once=True).wait(60) == 0, ok.log()
     assert ok.last_metrics()["policy"] == "history"
+
+
+def test_example_agent_toml_against_the_collector(tmp_path, collector):
+    """``examples/agent.toml`` (wall-clock budget) with the token and port filled in: every
+    batch the agent put is stored once, with the matches the agent counted."""
+    text = (ROOT / "examples" / "agent.toml").read_text()
+    assert 'token = "replace-me"' in text and "http://127.0.0.1:8750" in text
+    (tmp_path / "agent.toml").write_text(
+        text.replace("replace-me", collector.token)
+        .replace("http://127.0.0.1:8750", collector.url).replace('"pi-01"', f'"{DEVICE}"'))
+    events = stream(2000, seed=16)
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    proc = subprocess.run([sys.executable, "-m", "edge.agent", "--config",
+                           str(tmp_path / "agent.toml"), "--once"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    final = json.loads((tmp_path / "agent-metrics.jsonl").read_text().splitlines()[-1])
+    assert final["events_in"] == len(events) and final["outbox_pending"] == 0
+    assert "cost_per_op_ns" in final  # the wall-clock budget ran
+    seqs = collector.seqs()
+    assert seqs == list(range(final["seq"])) and len(seqs) == final["batches_sent"] > 0
+    stored = collector.matches()
+    assert len(stored) == len(set(stored)) == final["matches"] > 0
