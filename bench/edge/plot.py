@@ -40,8 +40,8 @@ def _memory(ax, side: dict) -> None:
 
 def _speed(ax, side: dict) -> None:
     eng = side["engine"]
-    rates = {"engine\n(matching only)": eng["matching_events_per_s"],
-             "engine\n(+ JSON reader)": eng["events_per_s"],
+    rates = {"matching\nonly": eng["matching_events_per_s"],
+             "engine +\nJSON reader": eng["events_per_s"],
              "agent": side["agent"]["events_per_s"]}
     ax.bar(list(rates), list(rates.values()), color=["#bdbdbd", "#9ecae1", "#3182bd"])
     ax.axhline(eng["events_per_s"] / 1.2, color="red", ls="--",

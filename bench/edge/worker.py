@@ -5,7 +5,8 @@ reader in chunks of ``--chunk`` events (no budget), then a flush. ``agent``: the
 of ``--config`` exactly as ``python -m edge.agent --config ...`` runs it (``Agent(load_config
 (...)).run()``). Both report the processing seconds (the interpreter's start and imports
 excluded), the matches, and the peak resident memory (``VmHWM``) after the imports and
-at the end. ``--profile N`` (agent) also reports the N functions with the most own time.
+at the end. ``--no-pyarrow`` hides pyarrow, as on a device that installed ``acep`` without
+extras. ``--profile N`` (agent) also reports the N functions with the most own time.
 """
 
 from __future__ import annotations
@@ -104,7 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk", type=int, default=1000)
     ap.add_argument("--config", help="agent: the agent.toml")
     ap.add_argument("--profile", type=int, default=0)
+    ap.add_argument("--no-pyarrow", action="store_true",
+                    help="run as on a device without pyarrow (acep then factorizes partition "
+                         "keys with a dict instead of mapping pyarrow's shared libraries)")
     args = ap.parse_args(argv)
+    if args.no_pyarrow:
+        sys.modules["pyarrow"] = None  # import pyarrow raises ImportError
     if args.what == "engine":
         out = run_engine(args.events, args.chunk)
     else:
