@@ -298,11 +298,11 @@ def test_collector_sigkilled_and_restarted_while_the_agent_runs(tmp_path, collec
     chunks = [events[i:i + 500] for i in range(0, len(events), 500)]
     run.append(chunks[0])
     for chunk in chunks[1:]:
-        stored = len(collector.seqs())
+        stored = len(collector.seqs())  # counted before the append: no race with the agent
+        run.append(chunk)  # the agent is busy with these while the collector dies
         wait_for(lambda s=stored: run.alive() or len(collector.seqs()) > s,
                  "a batch stored before the kill")
-        run.append(chunk)  # the agent is busy with these while the collector dies
-        time.sleep(rng.uniform(0, 0.2))
+        time.sleep(rng.uniform(0, 0.1))
         collector.kill()
         # down: the agent goes on matching and keeps its batches in the outbox
         wait_for(lambda: run.alive() or run.state("consumed") == len(run.written),
