@@ -57,7 +57,7 @@ class Sizes:
 
 
 FULL = Sizes(events=1_000_000, profile_events=200_000, ingest_matches=20_000, clients=4,
-             soak_events=300_000, cycles=100, soak_max_run=0.3)
+             soak_events=700_000, cycles=100, soak_max_run=0.3)
 QUICK = Sizes(events=20_000, profile_events=10_000, ingest_matches=1_500, clients=4,
               soak_events=20_000, cycles=5, soak_max_run=0.2)
 
