@@ -5,12 +5,9 @@ The wire format (:mod:`edge.wire`, ``docs/WIRE.md``), the durable outbox
 control, uplink). The collector is :mod:`edge.collector` (server side: aiohttp, pyarrow).
 """
 
-from .agent import Agent, main
-from .budgeting import WallClockBudget
-from .config import AgentConfig, ConfigError, load_config
+import importlib
+
 from .outbox import Backoff, Due, Outbox, OutboxFull
-from .sources import FileSource, IteratorSource, StdinSource
-from .uplink import Uplink, Uploader
 from .wire import (
     Condenser,
     Limits,
@@ -35,3 +32,16 @@ __all__ = [
     "batch_from_matches", "batch_id", "decode", "decode_batch", "decode_condensed",
     "encode_batch", "encode_condensed", "pattern_hash",
 ]
+
+# The agent's names load on first use: `python -m edge.agent` must not find edge.agent
+# already imported by its own package (runpy would then run a second copy of the module).
+_LAZY = {"Agent": "agent", "main": "agent", "WallClockBudget": "budgeting",
+         "AgentConfig": "config", "ConfigError": "config", "load_config": "config",
+         "FileSource": "sources", "IteratorSource": "sources", "StdinSource": "sources",
+         "Uplink": "uplink", "Uploader": "uplink"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'edge' has no attribute {name!r}")

@@ -298,15 +298,19 @@ def test_collector_sigkilled_and_restarted_while_the_agent_runs(tmp_path, collec
     chunks = [events[i:i + 500] for i in range(0, len(events), 500)]
     run.append(chunks[0])
     for chunk in chunks[1:]:
+        half = len(chunk) // 2
         stored = len(collector.seqs())  # counted before the append: no race with the agent
-        run.append(chunk)  # the agent is busy with these while the collector dies
+        run.append(chunk[:half])  # the agent is busy with these while the collector dies
         wait_for(lambda s=stored: run.alive() or len(collector.seqs()) > s,
                  "a batch stored before the kill")
         time.sleep(rng.uniform(0, 0.1))
         collector.kill()
-        # down: the agent goes on matching and keeps its batches in the outbox
+        # down: the agent goes on matching new events and keeps its batches in the outbox
+        failures = run.log().count("failed")
+        run.append(chunk[half:])
         wait_for(lambda: run.alive() or run.state("consumed") == len(run.written),
                  "the agent to consume while the collector is down")
+        _soon(lambda n=failures: run.log().count("failed") > n, 2.0)  # an upload was tried
         run.alive()
         collector.start()
     assert collector.starts == len(chunks)
@@ -315,6 +319,16 @@ def test_collector_sigkilled_and_restarted_while_the_agent_runs(tmp_path, collec
     assert_nothing_lost_or_duplicated(collector, run)
     assert final["batches_rejected"] == final["batches_dropped"] == 0
     assert "failed" in run.log() and "retry in" in run.log()  # it did retry with backoff
+
+
+def _soon(condition, seconds: float) -> bool:
+    """Poll ``condition`` for a while without failing (for events that usually follow)."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def test_agent_sigkilled_mid_batch_and_restarted(tmp_path, collector):
