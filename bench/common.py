@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -37,3 +38,22 @@ def write_json(results: dict, path: Path) -> None:
     partial = path.with_name(path.name + ".tmp")
     partial.write_text(json.dumps(results, indent=1) + "\n")
     partial.replace(path)
+
+
+DATA_HELP = ("flights-3m.parquet (default: $ACEP_FLIGHTS, else a cached download of the npm "
+             "package vega-datasets@3.2.1)")
+
+
+def bench_parser(name: str, doc: str, results: Path, outputs: str, quick_help: str,
+                 data: bool = True) -> argparse.ArgumentParser:
+    """The options every benchmark takes: ``[--data PATH] [--quick] [--out DIR]``."""
+    parser = argparse.ArgumentParser(prog=f"python -m bench.{name}",
+                                     description=doc.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    if data:
+        parser.add_argument("--data", metavar="PATH", help=DATA_HELP)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--out", metavar="DIR", type=Path, default=results,
+                        help=f"where {outputs} go (default: {results})")
+    return parser
+

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import data
-from ..common import machine, write_json
+from ..common import bench_parser, machine, write_json
 from . import ingest, soak, streams
 from .procs import agent_config, measured
 
@@ -154,16 +154,9 @@ def _say(message: str) -> None:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.edge", description=__doc__.split(
-        "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", metavar="PATH",
-                        help="flights-3m.parquet (default: $ACEP_FLIGHTS, else a cached "
-                             "download of the npm package vega-datasets@3.2.1)")
-    parser.add_argument("--quick", action="store_true",
-                        help="small sizes, 5 soak cycles (the embedded sample without --data)")
-    parser.add_argument("--out", metavar="DIR", type=Path, default=RESULTS,
-                        help=f"where edge.json and edge.png go (default: {RESULTS})")
-    return parser.parse_args(argv)
+    return bench_parser("edge", __doc__, RESULTS, "edge.json and edge.png",
+                        "small sizes, 5 soak cycles (the embedded sample without --data)"
+                        ).parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,7 +36,7 @@ from acep.matcher import Matcher
 from acep.reference import acep_match
 
 from .. import data
-from ..common import machine, write_json
+from ..common import bench_parser, machine, write_json
 
 RESULTS = Path(__file__).with_name("results")
 
@@ -313,16 +313,8 @@ def throughput_grid(streams: dict[str, EventBatch], sizes: Sizes) -> list[dict]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.engine", description=__doc__.split(
-        "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", metavar="PATH",
-                        help="flights-3m.parquet (default: $ACEP_FLIGHTS, else a cached "
-                             "download of the npm package vega-datasets@3.2.1)")
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny sizes for a smoke test (flights only with --data)")
-    parser.add_argument("--out", metavar="DIR", type=Path, default=RESULTS,
-                        help=f"where engine.json and engine.png go (default: {RESULTS})")
-    return parser.parse_args(argv)
+    return bench_parser("engine", __doc__, RESULTS, "engine.json and engine.png",
+                        "tiny sizes for a smoke test (flights only with --data)").parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,7 +46,7 @@ from acep.nfab.query import parse_query
 from acep.nfab.runs import RunStats, match_runs
 from acep.nfab.shared import SharedStats, Stream, match_shared
 
-from ..common import machine, write_json
+from ..common import bench_parser, machine, write_json
 from .stock import PRICE_MAX, VOLUME_MAX, stock_ticker
 
 try:  # the shared engine for skip_till_any_match (EXACT.md 7); absent in older trees
@@ -503,13 +503,9 @@ def benchmark(sizes: Sizes) -> dict:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.exact", description=__doc__.split(
-        "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny sizes and budgets for a smoke test (W = 100, 500)")
-    parser.add_argument("--out", metavar="DIR", type=Path, default=RESULTS,
-                        help=f"where exact.json and exact.png go (default: {RESULTS})")
-    return parser.parse_args(argv)
+    return bench_parser("exact", __doc__, RESULTS, "exact.json and exact.png",
+                        "tiny sizes and budgets for a smoke test (W = 100, 500)",
+                        data=False).parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,7 @@ from tqdm import tqdm
 from acep.events import EventBatch
 from acep.shedding import Budget
 
-from ..common import machine, write_json
+from ..common import bench_parser, machine, write_json
 from . import policies
 from .measure import DAY, ground_truth, recall_over_time, run_matcher, score, shed_stats
 from .workloads import (
@@ -337,13 +337,9 @@ def describe(name: str) -> dict:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.shedding", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", help="flights-3m.parquet (default: $ACEP_FLIGHTS, the cache "
-                        "or a download with npm); --quick without it uses the embedded sample")
-    parser.add_argument("--quick", action="store_true",
-                        help="small streams, for tests (under a minute)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="output directory")
+    parser = bench_parser("shedding", __doc__, RESULTS, "shedding.json and the PNGs",
+                          "small streams, for tests (under a minute; the embedded sample "
+                          "without --data)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     return parser.parse_args(argv)
 
