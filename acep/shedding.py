@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["Budget", "VectorBins", "Candidates", "ScorePolicy", "CallbackPolicy",
-           "RandomPolicy", "OldestFirstPolicy", "KeepFirstPolicy"]
+           "RandomPolicy", "OldestFirstPolicy", "KeepFirstPolicy", "cell_index", "cell_parts"]
 
 
 @dataclass(frozen=True)
@@ -91,16 +91,27 @@ class VectorBins:
         """The cell of each vector, exactly as the kernel computes it."""
         r = np.searchsorted(np.asarray(self.rem_edges), rem, side="right")
         g = np.searchsorted(np.asarray(self.gap_edges), gap, side="right")
-        state, err = np.asarray(state, dtype=np.int64), np.asarray(err, dtype=np.int64)
-        return (((state * (k + 1) + err) * self.n_rem + r) * self.n_gap + g).astype(np.int64)
+        return cell_index(state, err, r, g, k, self.n_rem, self.n_gap)
 
     def decode(self, cells, k: int) -> dict[str, np.ndarray]:
         """The inverse of :meth:`cells`: state, err, rem bin and gap bin of each cell."""
-        cells = np.asarray(cells, dtype=np.int64)
-        rest, gap_bin = np.divmod(cells, self.n_gap)
-        rest, rem_bin = np.divmod(rest, self.n_rem)
-        state, err = np.divmod(rest, k + 1)
+        state, err, rem_bin, gap_bin = cell_parts(cells, k, self.n_rem, self.n_gap)
         return {"state": state, "err": err, "rem_bin": rem_bin, "gap_bin": gap_bin}
+
+
+def cell_index(state, err, rem_bin, gap_bin, k: int, n_rem: int, n_gap: int) -> np.ndarray:
+    """The cell of binned match vectors (docs/SHEDDING.md section 2; the kernel's ``_cell``)."""
+    state, err = np.asarray(state, np.int64), np.asarray(err, np.int64)
+    return ((state * (k + 1) + err) * n_rem + np.asarray(rem_bin, np.int64)) * n_gap + \
+        np.asarray(gap_bin, np.int64)
+
+
+def cell_parts(cells, k: int, n_rem: int, n_gap: int) -> tuple[np.ndarray, ...]:
+    """``(state, err, rem_bin, gap_bin)`` of cells: the inverse of :func:`cell_index`."""
+    rest, gap_bin = np.divmod(np.asarray(cells, dtype=np.int64), n_gap)
+    rest, rem_bin = np.divmod(rest, n_rem)
+    state, err = np.divmod(rest, k + 1)
+    return state, err, rem_bin, gap_bin
 
 
 @dataclass

@@ -19,6 +19,8 @@ from os import PathLike
 
 import numpy as np
 
+from acep.shedding import cell_index, cell_parts
+
 from . import _format
 
 __all__ = ["HistoryGraph", "HistoryFormatError", "compute_bundles", "bundle_index", "cell_of",
@@ -48,19 +50,9 @@ def _bin_edges(bins) -> tuple[np.ndarray, np.ndarray]:
     return _edges(rem), _edges(gap)
 
 
-def cell_of(state, err, rem_bin, gap_bin, k: int, n_rem: int, n_gap: int) -> np.ndarray:
-    """The cell of binned match vectors (docs/SHEDDING.md section 2)."""
-    state, err = np.asarray(state, np.int64), np.asarray(err, np.int64)
-    return ((state * (k + 1) + err) * n_rem + np.asarray(rem_bin, np.int64)) * n_gap + \
-        np.asarray(gap_bin, np.int64)
-
-
-def decode_cells(cells, k: int, n_rem: int, n_gap: int) -> tuple[np.ndarray, ...]:
-    """``(state, err, rem_bin, gap_bin)`` of cells: the inverse of :func:`cell_of`."""
-    c = np.asarray(cells, dtype=np.int64)
-    gap, c = c % n_gap, c // n_gap
-    rem, c = c % n_rem, c // n_rem
-    return c // (k + 1), c % (k + 1), rem, gap
+# one cell formula for the kernel, the engine's VectorBins and the history (SHEDDING.md 2)
+cell_of = cell_index
+decode_cells = cell_parts
 
 
 def compute_bundles(partition, point, window: float) -> dict[str, np.ndarray]:
