@@ -60,7 +60,7 @@ from ..events import Event
 from .ast import Agg, BinOp, Index, Query, Ref, Strategy
 from .compile import CompiledQuery, compile_query, identifiers
 from .evaluate import Binding, _compare, _true, evaluate, value_of
-from .runs import ExactMatch, RunStats, _Machine, _validate
+from .runs import Counters, ExactMatch, RunStats, _Machine, _validate
 
 __all__ = ["match_postponed", "CollapsedMatch", "Candidate", "PostponeStats",
            "conjunct_classes", "BEGIN", "TAKE", "CLOSE"]
@@ -73,7 +73,7 @@ _LOWER = ("<", "<=")
 _FLIP = {">": "<", ">=": "<=", "<": ">", "<=": ">="}
 
 
-class PostponeStats:
+class PostponeStats(Counters):
     """Counters of one :func:`match_postponed` call.
 
     ``main_runs``: main runs created (7.1). ``candidates``: entries appended to candidate
@@ -86,16 +86,6 @@ class PostponeStats:
 
     __slots__ = ("main_runs", "candidates", "discarded", "safe", "constructions", "matches",
                  "records")
-
-    def __init__(self):
-        for name in self.__slots__:
-            setattr(self, name, 0)
-
-    def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.__slots__}
-
-    def __repr__(self) -> str:
-        return f"PostponeStats({self.as_dict()})"
 
 
 # --------------------------------------------------------------------------- classifier (7.3)

@@ -43,6 +43,22 @@ class _Run:
     start: float
 
 
+class Counters:
+    """Integer counters named by ``__slots__``, all starting at 0 (the engines' stats)."""
+
+    __slots__ = ()
+
+    def __init__(self):
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.as_dict()})"
+
+
 class RunStats:
     def __init__(self):
         self.runs_created = 0

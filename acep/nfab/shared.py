@@ -56,7 +56,7 @@ from .codegen import (
 )
 from .compile import CompiledQuery, compile_query
 from .evaluate import Binding, evaluate, holds, value_of
-from .runs import ExactMatch, _needed_attributes
+from .runs import Counters, ExactMatch, _needed_attributes
 
 __all__ = ["Stream", "SharedStats", "BufferGroup", "match_shared"]
 
@@ -73,7 +73,7 @@ class _Skip:
 _SKIP = _Skip()
 
 
-class SharedStats:
+class SharedStats(Counters):
     """Counters of a :class:`Stream` (EXACT.md 8, ``eng.stats``).
 
     ``runs_created``: initiations + clones (6.1). ``runs_merged``: runs folded into another
@@ -84,16 +84,6 @@ class SharedStats:
 
     __slots__ = ("events", "runs_created", "runs_merged", "max_live_runs", "pointers_written",
                  "events_visited", "matches", "records")
-
-    def __init__(self):
-        for name in self.__slots__:
-            setattr(self, name, 0)
-
-    def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.__slots__}
-
-    def __repr__(self) -> str:
-        return f"SharedStats({self.as_dict()})"
 
 
 # --------------------------------------------------------------------------- the plan
