@@ -211,10 +211,7 @@ class Outbox:
                 return False
             n, old_id, old_size = db.execute(
                 "SELECT n, batch_id, size FROM pending ORDER BY n LIMIT 1").fetchone()
-            db.execute("DELETE FROM pending WHERE n = ?", (n,))
-            self._remember(db, old_id, "dropped", time.time())
-            self._bump(db, "dropped")
-            self._bump(db, "dropped_bytes", old_size)
+            self._settle(db, old_id, old_size, "dropped", time.time())
 
     def next_due(self, now: float | None = None) -> Due | None:
         """The oldest batch due at ``now``, or None. It stays pending until acked."""
@@ -232,17 +229,7 @@ class Outbox:
 
     def ack(self, batch_id: str, now: float | None = None) -> bool:
         """The collector has the batch: forget it for good. False when it was not pending."""
-        now = time.time() if now is None else now
-        with self._tx() as db:
-            row = db.execute("SELECT size FROM pending WHERE batch_id = ?",
-                             (batch_id,)).fetchone()
-            if row is None:
-                return False
-            db.execute("DELETE FROM pending WHERE batch_id = ?", (batch_id,))
-            self._remember(db, batch_id, "sent", now)
-            self._bump(db, "sent")
-            self._bump(db, "sent_bytes", row[0])
-        return True
+        return self._finish(batch_id, "sent", now)
 
     def fail(self, batch_id: str, error: str, now: float | None = None) -> float | None:
         """A delivery attempt failed: schedule the retry. Returns the new due time, or None
@@ -263,17 +250,25 @@ class Outbox:
     def reject(self, batch_id: str, error: str, now: float | None = None) -> bool:
         """The collector refused the batch for good (a permanent 4xx): forget it, counted as
         ``rejected``. False when it was not pending."""
+        return self._finish(batch_id, "rejected", now)
+
+    def _finish(self, batch_id: str, outcome: str, now: float | None) -> bool:
+        """Settle a pending batch as ``outcome`` in one transaction; False if not pending."""
         now = time.time() if now is None else now
         with self._tx() as db:
             row = db.execute("SELECT size FROM pending WHERE batch_id = ?",
                              (batch_id,)).fetchone()
             if row is None:
                 return False
-            db.execute("DELETE FROM pending WHERE batch_id = ?", (batch_id,))
-            self._remember(db, batch_id, "rejected", now)
-            self._bump(db, "rejected")
-            self._bump(db, "rejected_bytes", row[0])
+            self._settle(db, batch_id, row[0], outcome, now)
         return True
+
+    def _settle(self, db, batch_id: str, size: int, outcome: str, now: float) -> None:
+        """Forget a pending batch, remember its outcome and count it (and its bytes)."""
+        db.execute("DELETE FROM pending WHERE batch_id = ?", (batch_id,))
+        self._remember(db, batch_id, outcome, now)
+        self._bump(db, outcome)
+        self._bump(db, f"{outcome}_bytes", size)
 
     def status(self, batch_id: str) -> str | None:
         """``"pending"``, ``"sent"``, ``"dropped"``, ``"rejected"``, or None when unknown
