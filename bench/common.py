@@ -57,3 +57,12 @@ def bench_parser(name: str, doc: str, results: Path, outputs: str, quick_help: s
                         help=f"where {outputs} go (default: {results})")
     return parser
 
+
+def publish(results: dict, out: Path, name: str, plot, summary: str) -> None:
+    """Write ``<name>.json`` and ``<name>.png`` (by ``plot``) into ``out``; print the summary."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(results, out / f"{name}.json")
+    plot(results, out / f"{name}.png")
+    print(summary)
+    print(f"wrote {out / f'{name}.json'} and {out / f'{name}.png'}")
+

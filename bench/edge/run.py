@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import data
-from ..common import bench_parser, machine, write_json
+from ..common import bench_parser, machine, publish
 from . import ingest, soak, streams
 from .procs import agent_config, measured
 
@@ -175,11 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     results["settings"] = {"quick": args.quick,
                            "wall_seconds": round(time.perf_counter() - started, 1)}
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_json(results, args.out / "edge.json")
-    plot(results, args.out / "edge.png")
-    print(summary(results))
-    print(f"wrote {args.out / 'edge.json'} and {args.out / 'edge.png'}")
+    publish(results, args.out, "edge", plot, summary(results))
     return 0
 
 

@@ -36,7 +36,7 @@ from acep.matcher import Matcher
 from acep.reference import acep_match
 
 from .. import data
-from ..common import bench_parser, machine, write_json
+from ..common import bench_parser, machine, publish
 
 RESULTS = Path(__file__).with_name("results")
 
@@ -333,11 +333,7 @@ def main(argv: list[str] | None = None) -> int:
                **benchmark(streams, sizes)}
     results["settings"].update(quick=args.quick,
                                wall_seconds=round(time.perf_counter() - started, 1))
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_json(results, args.out / "engine.json")
-    plot(results, args.out / "engine.png")
-    print(summary(results))
-    print(f"wrote {args.out / 'engine.json'} and {args.out / 'engine.png'}")
+    publish(results, args.out, "engine", plot, summary(results))
     return 0
 
 

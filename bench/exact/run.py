@@ -46,7 +46,7 @@ from acep.nfab.query import parse_query
 from acep.nfab.runs import RunStats, match_runs
 from acep.nfab.shared import SharedStats, Stream, match_shared
 
-from ..common import bench_parser, machine, write_json
+from ..common import bench_parser, machine, publish
 from .stock import PRICE_MAX, VOLUME_MAX, stock_ticker
 
 try:  # the shared engine for skip_till_any_match (EXACT.md 7); absent in older trees
@@ -518,11 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {"command": " ".join(["python -m bench.exact", *argv]), **benchmark(sizes)}
     results["settings"].update(quick=args.quick,
                                wall_seconds=round(time.perf_counter() - started, 1))
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_json(results, args.out / "exact.json")
-    plot(results, args.out / "exact.png")
-    print(summary(results))
-    print(f"wrote {args.out / 'exact.json'} and {args.out / 'exact.png'}")
+    publish(results, args.out, "exact", plot, summary(results))
     return 0
 
 
