@@ -41,7 +41,7 @@ import math
 import numbers
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -50,7 +50,7 @@ import numpy as np
 
 __all__ = [
     "EventError", "Event", "EventBatch", "TypeClasses", "EventSpec", "PRESETS",
-    "read_events", "read_all", "file_size_hint",
+    "read_events", "read_all", "read_chunks", "RowChunk", "file_size_hint",
 ]
 
 
@@ -355,6 +355,65 @@ def read_all(path: str | os.PathLike, spec: EventSpec | None = None, **kw) -> Ev
         source = os.fspath(path)
         return _empty_batch(0, "<stdin>" if source == "-" else source, False)
     return EventBatch.concat(batches)
+
+
+@dataclass
+class RowChunk:
+    """Rows of a file after conversion, for readers that keep bad rows aside (the trainer).
+
+    ``events`` holds the good rows (its positions count from 0 within the chunk); ``rows``
+    each good event's row index in the file; ``bad`` one ``(row, line, field, reason)`` per
+    bad row (line is None for Parquet and msgpack, field None when no column is to blame).
+    """
+
+    events: EventBatch
+    rows: np.ndarray
+    bad: list[tuple[int, int | None, str | None, str]]
+
+
+def read_chunks(path: str | os.PathLike, spec: EventSpec | None = None, *,
+                batch_size: int = 65536,
+                row_groups: Sequence[int] | None = None) -> Iterator[RowChunk]:
+    """A file's rows in chunks, bad rows listed instead of raised (see :class:`RowChunk`).
+
+    ``row_groups`` reads only those row groups of a Parquet file (sorted, contiguous row
+    indices are counted from the file's first row, so pieces of a file read apart agree).
+    """
+    spec = spec or EventSpec()
+    source = os.fspath(path)
+    if row_groups is None:
+        chunks, row = _open_chunks(source, spec, batch_size), 0
+    else:
+        chunks, row = _row_group_chunks(source, spec, batch_size, list(row_groups))
+    for chunk in chunks:
+        keep = np.ones(chunk.n, dtype=bool)
+        bad = []
+        for i in sorted(chunk.problems):
+            keep[i] = False
+            err = _error(chunk, i, row + i, source)
+            bad.append((row + i, err.line, err.field, err.message))
+        yield RowChunk(_select(chunk, keep, 0, source),
+                       row + np.flatnonzero(keep).astype(np.int64), bad)
+        row += chunk.n
+
+
+def _row_group_chunks(source: str, spec: EventSpec, batch_size: int,
+                      row_groups: list[int]) -> tuple[Iterator[_Chunk], int]:
+    if _format_of(source) != "parquet":
+        raise EventError("row groups can only be read from Parquet files", source)
+    _pyarrow("Parquet", source)
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(source)
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a bad file
+        raise EventError(f"not a readable Parquet file ({e})", source) from None
+    _check_columns(spec, pf.schema_arrow.names, source)
+    meta = pf.metadata
+    first = sum(meta.row_group(i).num_rows for i in range(min(row_groups, default=0)))
+    batches = pf.iter_batches(batch_size=batch_size, row_groups=row_groups,
+                              columns=_needed_columns(spec))
+    return _arrow_chunks(batches, spec, None, source, batch_size), first
 
 
 def file_size_hint(path: str | os.PathLike) -> int | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from acep import EventBatch, Matcher, Pattern
+from acep.events import EventError
 from acep.shedding import VectorBins
 
 from .graph import HistoryGraph
@@ -47,11 +48,15 @@ def traced_run(pattern: str | Pattern, events, window: float, k: int, *,
                where: str | Sequence[str] = (), partition: str | None = None,
                bins: VectorBins | None = None, merge: bool = True,
                all_trajectories: bool = False, fields: Sequence[str] | None = KEEP,
-               keep_matches: bool = False, backend: str | None = None) -> TracedRun:
+               keep_matches: bool = False, backend: str | None = None,
+               bad_events: list | None = None) -> TracedRun:
     """Run ``Matcher(..., trace=True)`` without a budget over one batch or many.
 
     ``fields``: the node-log fields kept (None: all of them). Nodes that were merged and
     reached nothing are dropped on the way: they carry no information for a history.
+    ``bad_events``: when a list, a bad event (a missing partition key or predicate
+    attribute, a tag going back) is skipped and its ``EventError`` appended, instead of
+    raised.
     """
     m = Matcher(pattern, window, k, where=where if isinstance(pattern, str) else (),
                 partition=partition, merge=merge, all_trajectories=all_trajectories,
@@ -65,7 +70,16 @@ def traced_run(pattern: str | Pattern, events, window: float, k: int, *,
         found.append(batch_matches)
 
     for batch in _batches(events):
-        collect(m.match_batch(batch))
+        while len(batch):
+            try:
+                collect(m.match_batch(batch))
+                break
+            except EventError as exc:
+                if bad_events is None:
+                    raise
+                collect(exc.matches)
+                bad_events.append(exc)
+                batch = batch.slice(exc.position - batch.position + 1, len(batch))
     collect(m.flush())
     names = list(logs[0])
     log = {f: np.concatenate([x[f] for x in logs]) for f in names}

@@ -287,6 +287,30 @@ class HistoryGraph:
             np.concatenate([self.bundle_points, other.bundle_points]),
             r_cell.astype(np.int32), r_bundle, r_count, self.where, keys)
 
+    def canonical(self) -> HistoryGraph:
+        """The same history in canonical order: partition keys sorted (by type name, then
+        value), bundles by (key, first point), and only the keys of bundles kept. Two runs
+        over the same events give byte-equal canonical graphs whatever order they met the
+        partitions in."""
+        used = np.unique(self.bundle_partition)
+        order = sorted(used.tolist(), key=lambda i: _key_id(_plain(self.partition_keys[i])))
+        new_id = np.full(len(self.partition_keys), -1, dtype=np.int32)
+        new_id[order] = np.arange(len(order), dtype=np.int32)
+        part = new_id[self.bundle_partition] if self.n_bundles else self.bundle_partition
+        b_order = np.lexsort((self.bundle_first, part))
+        b_new = np.empty(self.n_bundles, dtype=np.int64)
+        b_new[b_order] = np.arange(self.n_bundles)
+        r_bundle = b_new[self.reach_bundle] if len(self.reach_bundle) else self.reach_bundle
+        r = np.lexsort((r_bundle, self.reach_cell))
+        return HistoryGraph(
+            self.pattern, self.k, self.window, self.n_states, self.rem_edges.copy(),
+            self.gap_edges.copy(), self.visits.copy(), self.successes.copy(),
+            self.edge_src.copy(), self.edge_dst.copy(), self.edge_count.copy(),
+            part[b_order].astype(np.int32), self.bundle_first[b_order],
+            self.bundle_last[b_order], self.bundle_points[b_order],
+            self.reach_cell[r], r_bundle[r].astype(np.int64), self.reach_count[r], self.where,
+            [_plain(self.partition_keys[i]) for i in order])
+
     # ------------------------------------------------------------------ queries
 
     def success_rate(self) -> np.ndarray:

@@ -1,0 +1,290 @@
+"""What the trainer reads: event files or the collector's archive, as read tasks.
+
+The driver plans (:func:`plan_files`, :func:`plan_archive`); executors run each
+:class:`ReadTask` with :func:`read_task`, which converts rows exactly as ``acep match``
+does (``acep.events.read_chunks``, the same event spec) into one normalized Arrow table:
+
+=========  ========  =====================================================================
+column     type      meaning
+=========  ========  =====================================================================
+_stream    string    the stream: the device id for the archive, ``""`` for event files
+_pos       int64     order within the stream: the archive's stream position, else the
+                     row's index in the file list (ties between equal tags keep it)
+_tag       double    the tag (seconds since the epoch for timestamps)
+_type      string    the event type
+<attr>     double or string, one column per attribute of the spec
+_bad       string    null for a good row; for a bad row the reason, and then
+_source,   string,   its file, line (CSV / JSON Lines) and field
+_line,     int64,
+_field     string
+=========  ========  =====================================================================
+
+A Parquet file is split into tasks of whole row groups; other files are one task each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from acep.events import EventError, EventSpec, read_chunks
+
+__all__ = ["ReadTask", "ReadPlan", "SourceError", "plan_files", "plan_archive", "read_task",
+           "arrow_schema", "TASK_ROWS"]
+
+TASK_ROWS = 250_000  # rows per Parquet read task (whole row groups)
+FILE_STRIDE = 1 << 40  # _pos of file i's row r is i * FILE_STRIDE + r
+SYSTEM = ("_stream", "_pos", "_tag", "_type")
+QUARANTINE = ("_bad", "_source", "_line", "_field")
+ARCHIVE_RESERVED = ("batch_id", "pattern_id", "position", "tag", "type")
+EVENT_EXTENSIONS = (".parquet", ".pq", ".csv", ".jsonl", ".ndjson", ".json", ".msgpack", ".mpk")
+
+
+class SourceError(ValueError):
+    """Input the trainer cannot read at all (missing, unknown kind, no rows for a pattern)."""
+
+
+@dataclass(frozen=True)
+class ReadTask:
+    source: str
+    row_groups: tuple[int, ...] | None = None
+    file_index: int = 0
+    stream: str = ""
+
+
+@dataclass
+class ReadPlan:
+    """Read tasks plus what every task's table looks like."""
+
+    tasks: list[ReadTask]
+    spec: EventSpec
+    attributes: dict[str, str]  # name -> "number" | "text"
+    tag_is_time: bool
+    archive_pattern: str | None = None  # the archive's pattern id to keep (archives only)
+    pattern: dict = field(default_factory=dict)  # the archive's pattern, when known
+
+    @property
+    def is_archive(self) -> bool:
+        return self.archive_pattern is not None
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def plan_files(paths: Sequence[str | os.PathLike], spec: EventSpec) -> ReadPlan:
+    """Tasks for event files (a directory stands for the event files under it, sorted)."""
+    files = _expand(paths)
+    tasks = []
+    for i, path in enumerate(files):
+        groups = _row_group_tasks(path)
+        tasks.extend(ReadTask(path, g, i) for g in groups) if groups else \
+            tasks.append(ReadTask(path, None, i))
+    attributes, is_time = _probe(files[0], spec)
+    return ReadPlan(tasks, spec, attributes, is_time)
+
+
+def plan_archive(root: str | os.PathLike, pattern_id: str | None = None) -> ReadPlan:
+    """Tasks for the collector's archive (``ROOT/date=*/device=*/part-*.parquet``).
+
+    ``pattern_id`` picks the pattern when the archive holds more than one; the pattern's
+    text, window, k, where and partition come from the files' metadata.
+    """
+    root = Path(root)
+    files = sorted(p for p in root.glob("date=*/device=*/*.parquet")
+                   if not p.name.startswith("."))
+    if not files:
+        raise SourceError(f"{root}: no archive files (date=*/device=*/*.parquet) under it")
+    patterns = _archive_patterns(files)
+    if pattern_id is None:
+        if len(patterns) > 1:
+            raise SourceError(f"{root}: the archive holds patterns {sorted(patterns)}; "
+                              f"choose one with --pattern-id")
+        pattern_id = next(iter(patterns))
+    if pattern_id not in patterns:
+        raise SourceError(f"{root}: no archived windows of pattern {pattern_id!r} "
+                          f"(patterns: {', '.join(sorted(patterns))})")
+    tasks = [ReadTask(str(p), None, i, p.parent.name.split("=", 1)[1])
+             for i, p in enumerate(files)]
+    spec = EventSpec(tag="tag", type="type", attributes=None)
+    attributes, is_time = _probe(str(files[0]), spec)
+    attributes = {_archive_name(a): kind for a, kind in attributes.items()
+                  if a not in ARCHIVE_RESERVED}
+    return ReadPlan(tasks, spec, attributes, is_time, pattern_id, patterns[pattern_id])
+
+
+def _expand(paths) -> list[str]:
+    files: list[str] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(str(f) for f in p.rglob("*") if f.is_file()
+                           and f.suffix.lower() in EVENT_EXTENSIONS and not f.name.startswith("."))
+            if not found:
+                raise SourceError(f"{p}: a directory with no event files in it")
+            files.extend(found)
+        elif p.is_file():
+            files.append(str(p))
+        else:
+            raise SourceError(f"{p}: no such file or directory")
+    return files
+
+
+def _row_group_tasks(path: str) -> list[tuple[int, ...]] | None:
+    if Path(path).suffix.lower() not in (".parquet", ".pq"):
+        return None
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.ParquetFile(path).metadata
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a bad file
+        raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
+    tasks, current, rows = [], [], 0
+    for i in range(meta.num_row_groups):
+        current.append(i)
+        rows += meta.row_group(i).num_rows
+        if rows >= TASK_ROWS:
+            tasks.append(tuple(current))
+            current, rows = [], 0
+    if current:
+        tasks.append(tuple(current))
+    return tasks
+
+
+def _probe(path: str, spec: EventSpec) -> tuple[dict[str, str], bool]:
+    """Attribute kinds and tag kind from the first rows of the first file."""
+    try:
+        for chunk in read_chunks(path, spec, batch_size=4096):
+            if len(chunk.events):
+                cols = chunk.events.columns
+                return ({name: "text" if col.dtype == object else "number"
+                         for name, col in cols.items()}, chunk.events.tag_is_time)
+    except EventError as e:
+        raise SourceError(str(e)) from None
+    raise SourceError(f"{path}: no readable event in its first rows")
+
+
+def _archive_patterns(files: list[Path]) -> dict[str, dict]:
+    import pyarrow.parquet as pq
+
+    found: dict[str, dict] = {}
+    for path in files:
+        meta = pq.read_schema(path).metadata or {}
+        raw = meta.get(b"acep.pattern")
+        if raw is None:
+            raise SourceError(f"{path}: not an acep archive file (no acep.pattern metadata)")
+        pattern = json.loads(raw)
+        found.setdefault(pattern["id"], pattern)
+    return found
+
+
+def _archive_name(name: str) -> str:
+    """The archive stores attribute ``tag`` as ``attr_tag`` (see ``edge.archive``)."""
+    if name.startswith("attr_") and name[5:] in ARCHIVE_RESERVED:
+        return name[5:]
+    return name
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def arrow_schema(plan: ReadPlan):
+    """The pyarrow schema of :func:`read_task`'s tables."""
+    import pyarrow as pa
+
+    fields = [("_stream", pa.string()), ("_pos", pa.int64()), ("_tag", pa.float64()),
+              ("_type", pa.string())]
+    fields += [(a, pa.string() if kind == "text" else pa.float64())
+               for a, kind in plan.attributes.items()]
+    fields += [("_bad", pa.string()), ("_source", pa.string()), ("_line", pa.int64()),
+               ("_field", pa.string())]
+    return pa.schema(fields)
+
+
+def read_task(task: ReadTask, plan: ReadPlan):
+    """One task's rows as a normalized pyarrow table (good and bad rows)."""
+    import pyarrow as pa
+
+    schema = arrow_schema(plan)
+    parts = []
+    try:
+        for chunk in read_chunks(task.source, plan.spec, row_groups=task.row_groups):
+            parts.append(_good_rows(chunk, task, plan, schema))
+            parts.append(_bad_rows(chunk.bad, task, plan, schema))
+    except EventError as e:  # the file breaks off: keep what was read, quarantine the rest
+        parts.append(_bad_rows([(-1, e.line, e.field, e.message)], task, plan, schema))
+    parts = [p for p in parts if p.num_rows]
+    return pa.concat_tables(parts) if parts else schema.empty_table()
+
+
+def _good_rows(chunk, task: ReadTask, plan: ReadPlan, schema):
+    import pyarrow as pa
+
+    ev = chunk.events
+    n = len(ev)
+    cols = dict(ev.columns)
+    pos = chunk.rows + task.file_index * FILE_STRIDE
+    bad = np.zeros(n, dtype=object)
+    bad[:] = None
+    if plan.is_archive:
+        keep = cols.pop("pattern_id", np.full(n, plan.archive_pattern, dtype=object)) \
+            == plan.archive_pattern
+        pos = np.asarray(cols.pop("position"), dtype=np.float64).astype(np.int64)
+        cols.pop("batch_id", None)
+        cols = {_archive_name(k): v for k, v in cols.items()}
+    else:
+        keep = np.ones(n, dtype=bool)
+    arrays = {"_stream": pa.array([task.stream] * n, pa.string()),
+              "_pos": pa.array(pos, pa.int64()),
+              "_tag": pa.array(ev.tags, pa.float64()),
+              "_type": pa.array(ev.types(), pa.string())}
+    for name, kind in plan.attributes.items():
+        arrays[name], problem = _attribute(cols.get(name), kind, n)
+        if problem is not None:
+            bad[problem] = f"expected a number, got text {name!r}"
+    arrays["_bad"] = pa.array(bad, pa.string())
+    for name in ("_source", "_line", "_field"):
+        arrays[name] = pa.nulls(n, schema.field(name).type)
+    table = pa.table(arrays, schema=schema)
+    return table.filter(pa.array(keep)) if not keep.all() else table
+
+
+def _attribute(col, kind: str, n: int):
+    """(Arrow array of the planned kind, rows that could not be converted or None)."""
+    import pyarrow as pa
+
+    if col is None:
+        return pa.nulls(n, pa.string() if kind == "text" else pa.float64()), None
+    if kind == "text":
+        if col.dtype == object:
+            return pa.array(col, pa.string(), from_pandas=True), None
+        text = np.array([None if v != v else repr(float(v)) for v in col.tolist()], object)
+        return pa.array(text, pa.string()), None
+    if col.dtype != object:
+        return pa.array(np.asarray(col, np.float64)), None
+    values = np.full(n, np.nan)
+    failed = []
+    for i, v in enumerate(col.tolist()):
+        try:
+            values[i] = np.nan if v is None else float(v)
+        except (TypeError, ValueError):
+            failed.append(i)
+    return pa.array(values), (np.array(failed, np.int64) if failed else None)
+
+
+def _bad_rows(bad: list, task: ReadTask, plan: ReadPlan, schema):
+    import pyarrow as pa
+
+    n = len(bad)
+    arrays = {name: pa.nulls(n, schema.field(name).type) for name in schema.names}
+    arrays["_stream"] = pa.array([task.stream] * n, pa.string())
+    arrays["_pos"] = pa.array([task.file_index * FILE_STRIDE + max(r, 0) for r, *_ in bad],
+                              pa.int64())
+    arrays["_bad"] = pa.array([reason for *_, reason in bad], pa.string())
+    arrays["_source"] = pa.array([task.source] * n, pa.string())
+    arrays["_line"] = pa.array([line for _, line, _, _ in bad], pa.int64())
+    arrays["_field"] = pa.array([f for _, _, f, _ in bad], pa.string())
+    return pa.table(arrays, schema=schema)

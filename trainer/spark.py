@@ -1,0 +1,130 @@
+"""The Spark session the trainer's jobs run in, and their progress on stderr.
+
+A local session (``local[N]``) is the default; ``master`` takes any Spark master URL, and
+under ``spark-submit`` the session it made is reused. Arrow moves the data between the JVM
+and the Python workers (``mapInArrow``); the executors import ``acep`` and run its
+compiled kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from contextlib import contextmanager
+
+__all__ = ["SparkUnavailable", "session", "progress"]
+
+
+class SparkUnavailable(RuntimeError):
+    """PySpark or Java is missing; the message says what to install."""
+
+
+def _check_installed() -> None:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise SparkUnavailable("the trainer needs PySpark: pip install 'acep[spark]' "
+                               "(and Java 17 or newer on the PATH or in JAVA_HOME)") from None
+    java_home = os.environ.get("JAVA_HOME")
+    if not (java_home and os.path.isfile(os.path.join(java_home, "bin", "java"))):
+        from shutil import which
+
+        if which("java") is None:
+            raise SparkUnavailable("Spark needs Java 17 or newer: none found on the PATH "
+                                   "or in JAVA_HOME")
+
+
+def session(master: str | None = None, cores: int | None = None, *, app: str = "acep-train",
+            memory: str = "2g", shuffle_partitions: int | None = None):
+    """A SparkSession: the active one (spark-submit), else a new one on ``master``.
+
+    ``master`` defaults to ``local[cores]`` (``cores`` defaults to every core). The driver
+    memory applies only when this call starts the JVM.
+    """
+    _check_installed()
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None and master is None:
+        return active
+    if master is None:
+        master = f"local[{cores or os.cpu_count() or 1}]"
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    parallel = shuffle_partitions or max(2, 2 * (cores or os.cpu_count() or 1))
+    builder = (SparkSession.builder.master(master).appName(app)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.memory", memory)
+               .config("spark.sql.shuffle.partitions", str(parallel))
+               .config("spark.sql.adaptive.enabled", "false")
+               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+               .config("spark.sql.execution.arrow.maxRecordsPerBatch", "65536")
+               .config("spark.python.worker.reuse", "true"))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+@contextmanager
+def progress(spark, label: str, enabled: bool = True):
+    """While the block runs, show the finished tasks of the running Spark stages on stderr.
+
+    Uses ``SparkContext.statusTracker`` (polled twice a second), with a tqdm bar when tqdm
+    is installed, else a line per change.
+    """
+    if not enabled:
+        yield
+        return
+    stop = threading.Event()
+    thread = threading.Thread(target=_poll, args=(spark.sparkContext, label, stop), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _poll(sc, label: str, stop: threading.Event) -> None:
+    tracker = sc.statusTracker()
+    bar = _Bar(label)
+    seen: dict[int, tuple[int, int]] = {}
+    while not stop.wait(0.5):
+        for stage in tracker.getActiveStageIds():
+            info = tracker.getStageInfo(stage)
+            if info is not None:
+                seen[stage] = (info.numCompletedTasks, info.numTasks)
+        done = sum(d for d, _ in seen.values())
+        total = sum(t for _, t in seen.values())
+        bar.show(done, total)
+    bar.close()
+
+
+class _Bar:
+    """tqdm when installed, else one stderr line whenever the count changes."""
+
+    def __init__(self, label: str):
+        self.label, self.last = label, None
+        try:
+            from tqdm import tqdm
+
+            self.tqdm = tqdm(desc=label, unit=" tasks", file=sys.stderr, leave=False, delay=1.0)
+        except ImportError:
+            self.tqdm = None
+
+    def show(self, done: int, total: int) -> None:
+        if (done, total) == self.last:
+            return
+        self.last = (done, total)
+        if self.tqdm is not None:
+            self.tqdm.total = total
+            self.tqdm.n = done
+            self.tqdm.refresh()
+        else:
+            print(f"{self.label}: {done}/{total} tasks", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.tqdm is not None:
+            self.tqdm.close()

@@ -1,0 +1,317 @@
+"""``acep train``: a history graph and a signed sketch from archives, on Spark.
+
+The job (docs/DESIGN.md, "Trainer"):
+
+1. **Read** (one task per file or per group of Parquet row groups, :mod:`trainer.sources`):
+   rows become events exactly as ``acep match`` reads them; bad rows are kept aside with
+   their reason, file and line (the quarantine), never fatal. Archive windows uploaded
+   twice (same device and stream position) count once.
+2. **Chunk** (:mod:`trainer.chunks`): events are hashed by equivalence key into key groups
+   and cut into time chunks overlapping by the window; each (key group, chunk) is one unit.
+3. **Run** the unconstrained, traced ACEP matcher (the compiled kernel) over each unit in
+   the executors (``mapInArrow``): pass 1 counts the remaining-window and gap values that
+   choose the bins (skipped when bins are given), pass 2 emits the unit's piece of the
+   history (:mod:`history.pieces`).
+4. **Merge**: Spark sums the pieces; the driver forms bundles over all match points and
+   builds the canonical :class:`history.HistoryGraph` -- the same graph, byte for byte,
+   as ``build_history`` in one process over the same events.
+5. **Sketch**: :class:`history.Sketch` from the graph, signed; written to a file and/or
+   published to the collector (``PUT /v1/sketches/{pattern_id}``).
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import msgpack
+import numpy as np
+
+from acep import Pattern
+from acep.events import EventBatch, EventSpec
+from acep.shedding import VectorBins
+from history import pieces as P
+from history.graph import HistoryGraph
+
+from .chunks import ChunkPlan, choose_plan
+from .sources import ReadPlan, arrow_schema, plan_archive, plan_files, read_task
+from .spark import progress, session
+
+__all__ = ["PatternSpec", "TrainResult", "train", "publish_sketch", "events_dataframe",
+           "unit_batches", "BAD"]
+
+BAD = 7  # piece rows of kind BAD carry a bad event met by the matcher (msgpack in `key`)
+
+
+@dataclass(frozen=True)
+class PatternSpec:
+    """What to match: an ACEP pattern with its window, error bound, predicates, partition."""
+
+    text: str
+    window: float
+    k: int = 0
+    where: tuple[str, ...] = ()
+    partition: str | None = None
+
+    @property
+    def n_states(self) -> int:
+        return Pattern.compile(self.text, list(self.where)).automaton.n_states
+
+
+@dataclass
+class TrainResult:
+    graph: HistoryGraph
+    bins: VectorBins
+    stats: dict = field(default_factory=dict)
+    quarantined: list[dict] = field(default_factory=list)  # the first bad rows, for messages
+
+
+# --------------------------------------------------------------------------- the job
+
+
+def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
+          spec: EventSpec | None = None, archive: bool = False, pattern_id: str | None = None,
+          bins: VectorBins | None = None, n_bins: int = 8, master: str | None = None,
+          cores: int | None = None, chunk: float | None = None, key_groups: int | None = None,
+          quarantine: str | None = None, show_progress: bool = True, spark=None) -> TrainResult:
+    """Train a history on Spark (see the module docstring). ``archive=True`` reads the
+    collector's archive directory ``inputs[0]``; then ``pattern`` defaults to the archived
+    one. ``quarantine``: a directory for the bad rows (Parquet)."""
+    started = time.perf_counter()
+    plan = plan_archive(inputs[0], pattern_id) if archive else plan_files(inputs, spec)
+    pattern = pattern or _archived_pattern(plan)
+    spark = spark or session(master, cores)
+    stats: dict = {"read_tasks": len(plan.tasks)}
+    with progress(spark, "reading", show_progress):
+        rows = events_dataframe(spark, plan).cache()
+        bad = rows.filter(rows._bad.isNotNull())
+        good = rows.filter(rows._bad.isNull()).drop("_bad", "_source", "_line", "_field")
+        if plan.is_archive:
+            good = good.dropDuplicates(["_stream", "_pos"])
+        summary = good.agg({"_tag": "min", "_pos": "count"}).collect()[0]
+        t_max = good.agg({"_tag": "max"}).collect()[0][0]
+    n_events, t_min = summary["count(_pos)"], summary["min(_tag)"]
+    stats["events"] = int(n_events)
+    if not n_events:
+        raise ValueError("no good events to train on (see the quarantine)")
+    cplan = choose_plan(t_min, t_max, pattern.window, before=0.0, after=pattern.window,
+                        parallelism=spark.sparkContext.defaultParallelism, chunk=chunk,
+                        key_groups=key_groups)
+    stats.update(chunks=cplan.n_chunks, key_groups=cplan.key_groups, chunk_length=cplan.length)
+    units = unit_frame(good, cplan, _key_columns(plan, pattern)).cache()
+    if bins is None:
+        with progress(spark, "pass 1 (bins)", show_progress):
+            counts = _run_units(units, plan, pattern, cplan, None)
+            bins = _bins_from(counts, n_bins)
+    with progress(spark, "pass 2 (history)", show_progress):
+        pieces = _run_units(units, plan, pattern, cplan, bins).cache()
+        graph = _assemble(pieces, pattern, bins)
+        matcher_bad = _matcher_bad(pieces)
+    quarantined = _quarantine(spark, bad, matcher_bad, quarantine)
+    stats.update(bad_rows=quarantined["count"], seconds=round(time.perf_counter() - started, 3),
+                 bundles=graph.n_bundles, visits=int(graph.visits.sum()))
+    for df in (pieces, units, rows):
+        df.unpersist()
+    return TrainResult(graph, bins, stats, quarantined["first"])
+
+
+def _archived_pattern(plan: ReadPlan) -> PatternSpec:
+    if not plan.pattern:
+        raise ValueError("give the pattern (--pattern, --window): event files carry none")
+    p = plan.pattern
+    return PatternSpec(p["text"], float(p["window"]), int(p["k"]), tuple(p.get("where", ())),
+                       p.get("partition_by"))
+
+
+def events_dataframe(spark, plan: ReadPlan):
+    """The normalized rows of every read task (good and bad), one Spark task per read task."""
+    schema = arrow_schema(plan)
+    tasks = plan.tasks
+
+    def read(batches):
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                yield from read_task(tasks[i], plan).to_batches()
+
+    ids = spark.range(0, len(tasks), numPartitions=max(1, len(tasks)))
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return ids.mapInArrow(read, from_arrow_schema(schema))
+
+
+def _key_columns(plan: ReadPlan, pattern: PatternSpec) -> list[str]:
+    cols = ["_stream"] if plan.is_archive else []
+    return cols + ([pattern.partition] if pattern.partition else [])
+
+
+def unit_frame(good, cplan: ChunkPlan, key_cols: list[str]):
+    """Every event once per chunk that reads it, tagged with its (key group, chunk) unit
+    and sorted by (unit, tag, stream position) within Spark partitions of whole units."""
+    from pyspark.sql import functions as F
+
+    if key_cols and cplan.key_groups > 1:
+        group = F.pmod(F.hash(*[F.col(c) for c in key_cols]), F.lit(cplan.key_groups))
+    else:
+        group = F.lit(0)
+    units = (good.withColumn("_chunk", F.explode(cplan.spark_chunks(F.col("_tag"))))
+             .withColumn("_group", group.cast("int")))
+    n = max(1, min(cplan.n_chunks * cplan.key_groups, 4 * units.sparkSession.sparkContext
+                   .defaultParallelism))
+    return (units.repartition(n, "_group", "_chunk")
+            .sortWithinPartitions("_group", "_chunk", "_tag", "_pos"))
+
+
+def unit_batches(table, plan: ReadPlan, pattern: PatternSpec):
+    """Split a sorted Arrow table of unit rows into (chunk, EventBatch, positions) per unit."""
+    group = table.column("_group").to_numpy()
+    chunk = table.column("_chunk").to_numpy()
+    if not len(chunk):
+        return
+    cut = np.flatnonzero((np.diff(group) != 0) | (np.diff(chunk) != 0)) + 1
+    for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(chunk)]):
+        part = table.slice(int(lo), int(hi - lo))
+        yield int(chunk[lo]), _event_batch(part, plan, pattern), \
+            part.column("_pos").to_numpy()
+
+
+def _event_batch(table, plan: ReadPlan, pattern: PatternSpec) -> EventBatch:
+    types = np.asarray(table.column("_type").to_numpy(zero_copy_only=False), dtype=object)
+    names, codes = np.unique(types, return_inverse=True)
+    columns = {}
+    for name, kind in plan.attributes.items():
+        col = table.column(name)
+        columns[name] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=object) \
+            if kind == "text" else col.to_numpy(zero_copy_only=False).astype(np.float64)
+    if plan.is_archive:
+        stream = np.asarray(table.column("_stream").to_numpy(zero_copy_only=False), object)
+        value = columns.get(pattern.partition) if pattern.partition else None
+        columns["_key"] = stream if value is None else \
+            np.array([f"{s}/{v}" for s, v in zip(stream, value)], dtype=object)
+    tags = table.column("_tag").to_numpy().astype(np.float64)
+    return EventBatch(codes.astype(np.int32).reshape(-1), [str(x) for x in names], tags,
+                      columns, 0, "<chunk>", None, plan.tag_is_time)
+
+
+def _run_units(units, plan: ReadPlan, pattern: PatternSpec, cplan: ChunkPlan,
+               bins: VectorBins | None):
+    """Pass 1 (``bins`` None: value counts) or pass 2 (history pieces) over every unit."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    schema = P.piece_schema()
+    partition = "_key" if plan.is_archive else pattern.partition
+    common = {"where": list(pattern.where), "partition": partition}
+
+    def run(batches):
+        batches = list(batches)
+        if not batches:
+            return
+        table = pa.Table.from_batches(batches)
+        for c, events, pos in unit_batches(table, plan, pattern):
+            bad: list = []
+            owned = cplan.owned(c)
+            if bins is None:
+                out = P.bin_rows(pattern.text, events, pattern.window, pattern.k, owned,
+                                 bad_events=bad, **common)
+            else:
+                out = P.piece_rows(pattern.text, events, pattern.window, pattern.k, bins,
+                                   owned, bad_events=bad, **common)
+            yield from out.to_batches()
+            if bad:
+                yield from _bad_rows(bad, events, pos, owned, schema).to_batches()
+
+    return units.mapInArrow(run, from_arrow_schema(schema))
+
+
+def _bad_rows(bad: list, events: EventBatch, pos: np.ndarray, owned, schema):
+    """A bad event counts once: in the unit that owns its tag."""
+    import pyarrow as pa
+
+    keys, kept = [], 0
+    for exc in bad:
+        i = int(exc.position)
+        if not owned[0] <= events.tags[i] < owned[1]:
+            continue
+        kept += 1
+        keys.append(msgpack.packb({"pos": int(pos[i]), "field": exc.field,
+                                   "reason": exc.message}))
+    n = len(keys)
+    return pa.table({"kind": pa.array([BAD] * n, pa.int8()), "key": pa.array(keys, pa.binary()),
+                     "a": pa.array(np.zeros(n, np.int64)), "b": pa.array(np.zeros(n, np.int64)),
+                     "x": pa.array(np.zeros(n)), "n": pa.array(np.ones(n, np.int64))},
+                    schema=schema)
+
+
+def _bins_from(counts, n_bins: int) -> VectorBins:
+    summed = counts.filter(counts.kind.isin(P.REM, P.GAP)).groupBy("kind", "x").sum("n") \
+        .toArrow()
+    kind = summed.column("kind").to_numpy()
+    x = summed.column("x").to_numpy()
+    n = summed.column("sum(n)").to_numpy()
+    return P.bins_from_counts((x[kind == P.REM], n[kind == P.REM]),
+                              (x[kind == P.GAP], n[kind == P.GAP]), n_bins)
+
+
+def _assemble(pieces, pattern: PatternSpec, bins: VectorBins) -> HistoryGraph:
+    def col(t, name):
+        return t.column(name).to_numpy(zero_copy_only=False)
+
+    cells_t = pieces.filter(pieces.kind.isin(P.VISIT, P.SUCCESS)).groupBy("kind", "a") \
+        .sum("n").toArrow()
+    cells = {k: (col(cells_t, "a")[col(cells_t, "kind") == k],
+                 col(cells_t, "sum(n)")[col(cells_t, "kind") == k]) for k in (P.VISIT, P.SUCCESS)}
+    e = pieces.filter(pieces.kind == P.EDGE).groupBy("a", "b").sum("n").toArrow()
+    pt = pieces.filter(pieces.kind == P.POINT).select("key", "x").distinct().toArrow()
+    r = pieces.filter(pieces.kind == P.REACH).groupBy("key", "x", "a").sum("n").toArrow()
+    return P.graph_from_parts(
+        pattern.text, pattern.window, pattern.k, pattern.n_states, bins, where=pattern.where,
+        cells=cells, edges=(col(e, "a"), col(e, "b"), col(e, "sum(n)")),
+        points=(col(pt, "key"), col(pt, "x")),
+        reach=(col(r, "key"), col(r, "x"), col(r, "a"), col(r, "sum(n)")))
+
+
+def _matcher_bad(pieces) -> list[dict]:
+    rows = pieces.filter(pieces.kind == BAD).select("key").toArrow()
+    return [msgpack.unpackb(b, raw=False) for b in rows.column("key").to_pylist()]
+
+
+def _quarantine(spark, bad, matcher_bad: list[dict], directory: str | None) -> dict:
+    """Count the bad rows, write them (with their reason) under ``directory`` as Parquet."""
+    cols = ["_source", "_line", "_pos", "_field", "_bad"]
+    reader_bad = bad.select(*cols).withColumnRenamed("_bad", "_reason")
+    if matcher_bad:
+        extra = spark.createDataFrame(
+            [(None, None, d["pos"], d["field"], d["reason"]) for d in matcher_bad],
+            "_source string, _line long, _pos long, _field string, _reason string")
+        reader_bad = reader_bad.unionByName(extra)
+    out = reader_bad.toDF("source", "line", "position", "field", "reason")
+    count = out.count()
+    if directory and count:
+        out.coalesce(1).write.mode("overwrite").parquet(directory)
+    first = [r.asDict() for r in out.limit(5).collect()] if count else []
+    return {"count": int(count), "first": first}
+
+
+# --------------------------------------------------------------------------- publishing
+
+
+def publish_sketch(url: str, pattern_id: str, data: bytes, token: str,
+                   timeout: float = 30.0) -> dict:
+    """``PUT`` a signed sketch to the collector at ``url``; its JSON answer."""
+    import json
+
+    req = urllib.request.Request(f"{url.rstrip('/')}/v1/sketches/{pattern_id}", data=data,
+                                 method="PUT", headers={
+                                     "Authorization": f"Bearer {token}",
+                                     "Content-Type": "application/octet-stream"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        detail = e.read().decode("utf-8", "replace")[:500]
+        raise RuntimeError(f"the collector refused the sketch: HTTP {e.code} {detail}") from None
+    except urllib.error.URLError as e:
+        raise RuntimeError(f"cannot reach the collector at {url}: {e.reason}") from None
