@@ -46,11 +46,13 @@ from history.sketch import Sketch, SketchError
 from .budgeting import WallClockBudget
 from .config import AgentConfig, ConfigError, load_config
 from .outbox import Backoff, Outbox, OutboxFull
+from .retained import Retained
 from .sources import FileSource, IteratorSource, Source, StdinSource
 from .uplink import Uplink, Uploader, download_sketch
 from .wire import (
     Condenser,
     PatternRef,
+    _plain,
     batch_from_matches,
     batch_id,
     encode_batch,
@@ -99,10 +101,8 @@ class Agent:
             if config.condensed.enabled else None
         # The events kept for windows: a contiguous run of positions (batch_from_matches
         # indexes events by position) with each event's resume offset before it.
-        self.tail: EventBatch | None = None
-        self.tail_offsets: list = []
-        self.part_codes: dict = {}
-        self.last_tag = np.zeros(0)
+        self.kept = Retained(self.matcher.partition, config.pattern.window,
+                             config.outbox.max_retained_events)
         self.position = 0
         self.counts = {"events_in": 0, "events_bad": 0, "events_replayed": 0, "matches": 0,
                        "matches_orphaned": 0, "batches_put": 0, "batches_refused": 0,
@@ -273,8 +273,8 @@ class Agent:
         keep = list(range(len(events)))
         while True:
             try:
-                return EventBatch.from_events([events[i] for i in keep], position,
-                                              "<agent>"), keep
+                rows = events if len(keep) == len(events) else [events[i] for i in keep]
+                return EventBatch.from_events(rows, position, "<agent>"), keep
             except EventError as e:
                 bad = (e.position if e.position is not None else position) - position
                 if not 0 <= bad < len(keep):
@@ -289,24 +289,26 @@ class Agent:
         events = [e for e, _ in chunk]
         ends = [o for _, o in chunk]
         batch, kept = self._to_batch(events, self.position)
-        starts = [self.resume_offset if i == 0 else ends[i - 1] for i in range(len(chunk))]
-        starts = [starts[i] for i in kept]
+        starts = [self.resume_offset, *ends[:-1]]  # the offset before each event
+        if len(kept) < len(starts):
+            starts = [starts[i] for i in kept]
         self.resume_offset = ends[-1]
         n_warm = min(max(self.consumed - self.position, 0), len(batch))
         if n_warm:  # replay after a restart: rebuild the state, the matches are committed
             self.matcher.match_batch(batch.slice(0, n_warm))
             self.counts["events_replayed"] += n_warm
             self._retain(batch.slice(0, n_warm), starts[:n_warm])
+            self._trim()
         live = batch.slice(n_warm, len(batch))
         self.position = batch.position + len(batch)
         if len(live) == 0 and n_warm:
             return
-        stats0 = self.matcher.stats
+        stats0 = self.matcher.stats if self.wallclock is not None else None
         found = self.matcher.match_batch(live)
         self.counts["events_in"] += len(live)
-        window_events = self._concat(live)
-        self._commit(found, window_events, len(live))
-        self._retain(live, starts[n_warm:], window_events)
+        self._retain(live, starts[n_warm:])
+        self._commit(found, self.kept.view(), len(live))
+        self._trim()
         self.lag = time.monotonic() - started
         # the whole chunk's time, not the matcher's alone: decoding, encoding and the
         # commit are what the per-event base cost of the model absorbs
@@ -318,14 +320,8 @@ class Agent:
     def _finish(self, source: Source) -> None:
         """End of a finite stream: the pending matches of every partition."""
         found = self.matcher.flush()
-        self._commit(found, self._concat(None), 0, finished=True)
+        self._commit(found, self.kept.view(), 0, finished=True)
         self.finished = True
-
-    def _concat(self, live: EventBatch | None) -> EventBatch | None:
-        parts = [b for b in (self.tail, live) if b is not None and len(b)]
-        if not parts:
-            return None
-        return parts[0] if len(parts) == 1 else EventBatch.concat(parts)
 
     def _commit(self, found: MatchBatch, events: EventBatch | None, n_live: int,
                 finished: bool = False) -> None:
@@ -343,8 +339,10 @@ class Agent:
             body = encode_condensed(self.condenser.summarize(
                 found, device=self.cfg.device_id, seq=seq, pattern=self.pattern_ref))
         else:
+            groups = self.kept.groups({_plain(k) for k in found.partition})
             body = encode_batch(batch_from_matches(found, events, device=self.cfg.device_id,
-                                                   seq=seq, pattern=self.pattern_ref))
+                                                   seq=seq, pattern=self.pattern_ref,
+                                                   groups=groups))
         self.seq += 1
         try:
             self.outbox.put(body, batch_id(self.cfg.device_id, seq),
@@ -363,12 +361,14 @@ class Agent:
         when ``outbox.max_retained_events`` cut an idle partition's window."""
         lo = events.position if events is not None else self.position
         hi = lo + (len(events) if events is not None else 0)
-        ptr = found.trajectory_ptr
-        ok = [i for i in range(len(found))
-              if np.all((found.trajectory[ptr[i]:ptr[i + 1]] >= lo)
-                        & (found.trajectory[ptr[i]:ptr[i + 1]] < hi))]
-        if len(ok) == len(found):
+        ptr = np.asarray(found.trajectory_ptr, dtype=np.int64)
+        traj = np.asarray(found.trajectory)
+        outside = (traj < lo) | (traj >= hi)
+        if not outside.any():
             return found
+        # a match is kept when none of its trajectory entries is outside (each has >= 1)
+        bad = np.add.reduceat(outside.astype(np.int64), ptr[:-1]) > 0
+        ok = np.flatnonzero(~bad).tolist()
         self.counts["matches_orphaned"] += len(found) - len(ok)
         log.warning("%d matches reach before the kept events (outbox.max_retained_events); "
                     "not uploaded", len(found) - len(ok))
@@ -380,43 +380,21 @@ class Agent:
                           found.errors[rows], np.concatenate([[0], np.cumsum(lengths)]),
                           found.trajectory[idx], found.trajectory_tags[idx], found.tag_is_time)
 
-    def _retain(self, new: EventBatch, starts: list, combined: EventBatch | None = None
-                ) -> None:
+    def _retain(self, new: EventBatch, starts: list) -> None:
+        """Add a chunk's events to the kept run (:class:`edge.retained.Retained`); the run
+        seen until :meth:`_trim` holds the windows of the chunk's matches."""
+        self.kept.append(new, starts)
+
+    def _trim(self) -> None:
         """Keep, per partition, the events within ``window`` of its last tag, as one
         contiguous run (see the module docstring); remember where a replay starts."""
-        if combined is None:
-            combined = self._concat(new)
-        self.tail_offsets = self.tail_offsets + list(starts)
-        if combined is None or not len(combined):
+        if not len(self.kept):
             return
-        key = self.matcher.partition
-        col = combined.columns.get(key) if key is not None else None
-        codes = np.zeros(len(combined), dtype=np.int64)
-        if key is not None:
-            if col is None:
-                codes[:] = -1
-            else:
-                for i, v in enumerate(col.tolist()):
-                    codes[i] = -1 if v is None or v != v else \
-                        self.part_codes.setdefault(v, len(self.part_codes))
-        elif not self.part_codes:
-            self.part_codes[None] = 0
-        if len(self.last_tag) < len(self.part_codes):
-            self.last_tag = np.concatenate(
-                [self.last_tag, np.full(len(self.part_codes) - len(self.last_tag), -np.inf)])
-        tags = np.asarray(combined.tags, dtype=float)
-        ok = codes >= 0
-        np.maximum.at(self.last_tag, codes[ok], tags[ok])
-        keep = np.zeros(len(combined), dtype=bool)
-        keep[ok] = tags[ok] >= self.last_tag[codes[ok]] - self.cfg.pattern.window
-        first = int(np.argmax(keep)) if keep.any() else len(combined)
-        first = max(first, len(combined) - self.cfg.outbox.max_retained_events)
-        self.tail = combined.slice(first, len(combined))
-        self.tail_offsets = self.tail_offsets[first:]
-        self.replay_position = int(self.tail.position)
-        self.replay_offset = self.tail_offsets[0] if self.tail_offsets else self.resume_offset
+        self.kept.trim()
+        self.replay_position = self.kept.position
+        self.replay_offset = self.kept.first_offset(self.resume_offset)
 
-    def _adapt(self, n: int, stats0: dict, seconds: float, source: Source) -> None:
+    def _adapt(self, n: int, stats0: dict | None, seconds: float, source: Source) -> None:
         if self.wallclock is None or n == 0:
             return
         s = self.matcher.stats
@@ -460,7 +438,7 @@ class Agent:
                "outbox_pending_bytes": ob["pending_bytes"], "batches_sent": ob["sent"],
                "bytes_sent": ob["sent_bytes"], "batches_rejected": ob["rejected"],
                "batches_dropped": ob["dropped"], "retained_events":
-               0 if self.tail is None else len(self.tail)}
+               len(self.kept)}
         if source is not None:
             out["bad_lines"] = source.bad_lines
             if isinstance(source, FileSource):

@@ -48,6 +48,9 @@ CREATE TABLE IF NOT EXISTS pending (
     last_error TEXT
 );
 CREATE INDEX IF NOT EXISTS pending_due ON pending (due, n);
+-- the cap's COUNT(*) and SUM(size) read this index, not the rows: size is stored after the
+-- body, so a table scan would read every pending body's overflow pages on every put
+CREATE INDEX IF NOT EXISTS pending_size ON pending (size);
 CREATE TABLE IF NOT EXISTS done (
     n INTEGER PRIMARY KEY AUTOINCREMENT,
     batch_id TEXT NOT NULL UNIQUE,

@@ -11,6 +11,7 @@ stream still moves. Lines that are not JSON objects are skipped and counted in
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import sys
@@ -18,9 +19,11 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 
-__all__ = ["Source", "FileSource", "StdinSource", "IteratorSource", "parse_line"]
+__all__ = ["Source", "FileSource", "StdinSource", "IteratorSource", "parse_line",
+           "parse_lines"]
 
 Item = tuple[dict, "int | None"]
+_READ_BYTES = 1 << 16  # a file is read this much at a time (whole lines)
 
 
 def parse_line(line: bytes | str) -> dict | None:
@@ -30,6 +33,26 @@ def parse_line(line: bytes | str) -> dict | None:
     except (ValueError, UnicodeDecodeError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def parse_lines(lines: list[bytes]) -> list[dict | None]:
+    """:func:`parse_line` of each line, in one ``json.loads`` call when every line is a
+    JSON object (the per-call cost of ``json.loads`` is most of a short line's).
+
+    Each line is wrapped in its own array, ``[[line1],\\n[line2],...]``: JSON strings cannot
+    hold a raw newline, so no value can reach from one line into the next without changing
+    the number of elements or their shape, which are both checked. Anything else (a bad
+    line, a non-object, bytes that are not UTF-8) falls back to one line at a time."""
+    if not lines:
+        return []
+    try:
+        docs = json.loads(b"[[" + b"],\n[".join(lines) + b"]]")
+    except (ValueError, RecursionError):
+        docs = None
+    if (docs is not None and len(docs) == len(lines)
+            and all(type(d) is list and len(d) == 1 and type(d[0]) is dict for d in docs)):
+        return [d[0] for d in docs]
+    return [parse_line(line) for line in lines]
 
 
 class Source:
@@ -48,29 +71,43 @@ class Source:
         """Events, and None when nothing is available right now (lets a chunk close)."""
         raise NotImplementedError
 
+    def _blocks(self, stop: threading.Event) -> Iterator[list[Item] | None]:
+        """Lists of events that were available together, and None when nothing is
+        available right now. By default one event per block (a live iterator or stdin
+        delivers one at a time); a file hands over what one read gave."""
+        for item in self._items(stop):
+            yield None if item is None else [item]
+
     def chunks(self, stop: threading.Event | None = None) -> Iterator[list[Item]]:
         """Chunks until the source ends or ``stop`` is set (a started chunk is finished
         with what is already available, never cut from a half-read line)."""
         stop = stop or threading.Event()
+        size = self.batch_events
         chunk: list[Item] = []
         started = 0.0
         previous = time.monotonic()
-        for item in self._items(stop):
-            if item is not None:
-                if not chunk:
-                    started = time.monotonic()
-                chunk.append(item)
-            full = len(chunk) >= self.batch_events
-            late = chunk and time.monotonic() - started >= self.batch_seconds
-            if full or late or (chunk and stop.is_set()):
-                now = time.monotonic()
-                self.chunk_started = started
-                self.chunk_rate = len(chunk) / max(now - previous, 1e-6)
-                previous = now
-                yield chunk
-                chunk = []
-            if stop.is_set() and not chunk:
-                return
+        for block in self._blocks(stop):
+            i, n = 0, 0 if block is None else len(block)
+            while True:
+                if i < n:
+                    if not chunk:
+                        started = time.monotonic()
+                    take = size - len(chunk)
+                    chunk.extend(block[i:i + take] if i or take < n else block)
+                    i += take
+                full = len(chunk) >= size
+                late = chunk and time.monotonic() - started >= self.batch_seconds
+                if full or late or (chunk and stop.is_set()):
+                    now = time.monotonic()
+                    self.chunk_started = started
+                    self.chunk_rate = len(chunk) / max(now - previous, 1e-6)
+                    previous = now
+                    yield chunk
+                    chunk = []
+                if stop.is_set() and not chunk:
+                    return
+                if i >= n:
+                    break
         if chunk:
             self.chunk_started = started
             yield chunk
@@ -92,23 +129,24 @@ class FileSource(Source):
         self.path, self.follow, self.offset = os.fspath(path), follow, int(start)
         self.poll_seconds = float(poll_seconds)
 
-    def _items(self, stop: threading.Event) -> Iterator[Item | None]:
+    def _blocks(self, stop: threading.Event) -> Iterator[list[Item] | None]:
         fh = self._open(stop)
         if fh is None:
             return
         with fh:
             fh.seek(self.offset)
             while True:
-                line = fh.readline()
-                if line.endswith(b"\n"):
-                    self.offset += len(line)
-                    if line.strip():
-                        yield from self._event(line)
-                    continue
-                if not self.follow:
-                    if line.strip():  # the last line of a finished file needs no newline
-                        self.offset += len(line)
-                        yield from self._event(line)
+                lines = fh.readlines(_READ_BYTES)
+                partial = bool(lines) and not lines[-1].endswith(b"\n")
+                if partial and self.follow:
+                    lines.pop()  # half a line: re-read it once its newline is there
+                if lines:
+                    block = self._parse(lines)
+                    if block:
+                        yield block
+                    if not partial:
+                        continue
+                if not self.follow:  # the last line of a finished file needs no newline
                     self.eof = True
                     return
                 yield None  # nothing (or half a line) more for now: re-read it later
@@ -119,12 +157,16 @@ class FileSource(Source):
                 stop.wait(self.poll_seconds)
                 fh.seek(self.offset)
 
-    def _event(self, line: bytes) -> Iterator[Item]:
-        doc = parse_line(line)
-        if doc is None:
-            self.bad_lines += 1
-        else:
-            yield doc, self.offset
+    def _parse(self, lines: list[bytes]) -> list[Item]:
+        """The events of whole lines read at ``self.offset``, each with the offset after
+        it; the offset moves past them. Blank lines are skipped, bad ones counted."""
+        ends = list(itertools.accumulate(map(len, lines), initial=self.offset))
+        self.offset = ends[-1]
+        kept = [(line, end) for line, end in zip(lines, ends[1:]) if line.strip()]
+        docs = parse_lines([line for line, _ in kept])
+        out = [(doc, end) for doc, (_, end) in zip(docs, kept) if doc is not None]
+        self.bad_lines += len(kept) - len(out)
+        return out
 
     def _open(self, stop: threading.Event) -> io.BufferedReader | None:
         while True:

@@ -556,14 +556,17 @@ def _slot_of(x: np.ndarray, origin: float, slot: float) -> np.ndarray:
 
 def batch_from_matches(matches, events, *, device: str, seq: int, pattern: PatternRef,
                        created_at: float | None = None,
-                       columns: Sequence[str] | None = None) -> UploadBatch:
+                       columns: Sequence[str] | None = None,
+                       groups: Mapping | None = None) -> UploadBatch:
     """An upload batch from an ``acep.MatchBatch`` and the ``acep.EventBatch`` it came from.
 
     The window of match i is every event of its partition with a tag in
     ``[point_i - window, point_i]``. Windows are cut to the events given, so the agent passes
     a batch that also holds the last ``window`` of earlier events; a trajectory that reaches
     outside ``events`` raises ``ValueError``. ``columns`` picks the attributes to send
-    (default: all).
+    (default: all). ``groups`` may give, for at least the matches' partitions, the indices
+    of each partition's events in ``events`` in stream order (what the agent keeps up to
+    date); by default they are computed from the ``partition_by`` column.
     """
     import time
 
@@ -575,7 +578,8 @@ def batch_from_matches(matches, events, *, device: str, seq: int, pattern: Patte
                          "pass the events of the whole windows")
     keep = np.zeros(n_ev, dtype=bool)
     keep[traj - base] = True
-    groups = _partition_groups(events, pattern.partition_by)
+    if groups is None:
+        groups = _partition_groups(events, pattern.partition_by)
     tags = np.asarray(events.tags, dtype=float)
     points = np.asarray(matches.point, dtype=float)
     by_key: dict = {}

@@ -1,0 +1,225 @@
+"""The events the agent keeps for match windows and for a replay after a restart.
+
+The agent keeps, for every partition, the events within ``window`` of that partition's last
+tag, as one contiguous run of stream positions (``docs/WIRE.md``, "Agent": Restart). Until
+this module, the agent rebuilt that run every chunk: it concatenated the kept run with the
+chunk and recomputed every kept event's partition code and the partition groups in Python,
+so each chunk cost time in proportion to everything kept (tens of thousands of events, up to
+``outbox.max_retained_events``).
+
+:class:`Retained` holds the run in append-only numpy arrays with a start index (``lo``) that
+moves forward as events fall out of every window; the storage is compacted when the dead
+prefix is as large as the live run, so appending costs amortized time in proportion to the
+new events. A chunk's partition codes are computed once, when it arrives. The run is seen as
+an ``acep.EventBatch`` of array views (:meth:`Retained.view`, no copy), and the partition
+groups that :func:`edge.wire.batch_from_matches` needs are built only for the partitions
+that have matches (:meth:`Retained.groups`).
+
+The view equals what ``EventBatch.concat`` of the kept run and the chunk gave before: the
+same positions, type names in first-seen order and the union of the columns (a column that
+is text in any kept chunk is text, numbers converted as ``concat`` converts them). Like the
+old concatenated run, the schema is only forgotten when the run becomes empty.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from acep.events import EventBatch, _as_text_column
+
+__all__ = ["Retained"]
+
+_MIN_CAPACITY = 1024
+
+
+class Retained:
+    """The kept run: every partition's last ``window`` of events, at most ``max_events``."""
+
+    def __init__(self, partition: str | None, window: float, max_events: int):
+        self.partition, self.window, self.max_events = partition, float(window), max_events
+        self.part_codes: dict = {}  # partition key -> code (-1: the event has no key)
+        self.last_tag = np.zeros(0)  # by code: the partition's latest tag
+        self.base = 0  # stream position of storage index 0
+        self.lo = self.hi = 0  # the kept run is storage[lo:hi]
+        self.tag_is_time = False
+        self._cap = 0
+        self._codes = np.zeros(0, np.int64)
+        self._tags = np.zeros(0)
+        self._types = np.zeros(0, np.int32)
+        self._offsets = np.zeros(0, dtype=object)
+        self._columns: dict[str, np.ndarray] = {}
+        self._type_index: dict[str, int] = {}
+        self.type_names: list[str] = []
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    @property
+    def position(self) -> int:
+        """Stream position of the first kept event (the next position when none is kept)."""
+        return self.base + self.lo
+
+    def first_offset(self, default):
+        """The resume offset before the first kept event (``default`` when none is kept)."""
+        return self._offsets[self.lo] if self.hi > self.lo else default
+
+    # ------------------------------------------------------------------ appending
+
+    def append(self, batch: EventBatch, starts: list) -> None:
+        """Add a chunk's events (positions right after the kept run's) with the resume
+        offset before each. Nothing is dropped until :meth:`trim`, so the run seen by
+        :meth:`view` in between also holds the windows of the chunk's matches."""
+        if not len(batch):
+            return
+        if self.hi == self.lo:
+            self._restart(batch)
+        elif batch.position != self.base + self.hi:
+            raise ValueError(f"events at position {batch.position} do not follow the kept "
+                             f"run, which ends before {self.base + self.hi}")
+        elif batch.tag_is_time != self.tag_is_time:
+            raise ValueError("cannot concatenate batches of timestamp and numeric tags")
+        self._add(batch, starts)
+
+    def _restart(self, batch: EventBatch) -> None:
+        """An empty run forgets its schema (as a concatenation without it would)."""
+        self.base, self.lo, self.hi = batch.position, 0, 0
+        self.tag_is_time = bool(batch.tag_is_time)
+        self._type_index, self.type_names = {}, []
+        self._columns = {}
+        for name, col in batch.columns.items():
+            self._columns[name] = np.empty(self._cap, dtype=col.dtype)
+
+    def _add(self, batch: EventBatch, starts: list) -> None:
+        n = len(batch)
+        self._reserve(n)
+        a, b = self.hi, self.hi + n
+        codes = self._partition_codes(batch)
+        tags = np.asarray(batch.tags, dtype=float)
+        self._codes[a:b] = codes
+        self._tags[a:b] = tags
+        lut = np.array([self._type_index.setdefault(t, len(self._type_index))
+                        for t in batch.type_names] or [0], dtype=np.int32)
+        if len(self.type_names) < len(self._type_index):
+            self.type_names = list(self._type_index)
+        self._types[a:b] = lut[batch.type_codes]
+        self._offsets[a:b] = starts
+        for name in set(self._columns) | set(batch.columns):
+            self._add_column(name, batch.columns.get(name), a, b)
+        self.hi = b
+        if len(self.last_tag) < len(self.part_codes):
+            self.last_tag = np.concatenate(
+                [self.last_tag, np.full(len(self.part_codes) - len(self.last_tag), -np.inf)])
+        ok = codes >= 0
+        np.maximum.at(self.last_tag, codes[ok], tags[ok])
+
+    def _partition_codes(self, batch: EventBatch) -> np.ndarray:
+        n = len(batch)
+        if self.partition is None:
+            if not self.part_codes:
+                self.part_codes[None] = 0
+            return np.zeros(n, dtype=np.int64)
+        col = batch.columns.get(self.partition)
+        if col is None:
+            return np.full(n, -1, dtype=np.int64)
+        index = self.part_codes
+        out = []
+        for v in col.tolist():
+            code = index.get(v)
+            if code is None:
+                code = -1 if v is None or v != v else index.setdefault(v, len(index))
+            out.append(code)
+        return np.array(out, dtype=np.int64)
+
+    def _add_column(self, name: str, col: np.ndarray | None, a: int, b: int) -> None:
+        stored = self._columns.get(name)
+        if stored is None:  # a new column: missing for the kept events
+            text = col.dtype == object
+            stored = np.empty(self._cap, dtype=object if text else np.float64)
+            stored[self.lo:a] = None if text else np.nan
+            self._columns[name] = stored
+        text = stored.dtype == object
+        if col is None:
+            stored[a:b] = None if text else np.nan
+        elif col.dtype == object and not text:  # text from now on, as concat makes it
+            converted = np.empty(self._cap, dtype=object)
+            converted[self.lo:a] = _as_text_column(stored[self.lo:a])
+            converted[a:b] = col
+            self._columns[name] = converted
+        elif text and col.dtype != object:
+            stored[a:b] = _as_text_column(col)
+        else:
+            stored[a:b] = col
+
+    def _reserve(self, n: int) -> None:
+        """Room for ``n`` more events: compact (drop storage[:lo]) or grow, amortized."""
+        live = self.hi - self.lo
+        if self.hi + n <= self._cap:
+            return
+        cap = self._cap
+        if live + n > cap // 2:
+            cap = max(_MIN_CAPACITY, 2 * (live + n))
+        lo, hi = self.lo, self.hi
+
+        def moved(arr: np.ndarray) -> np.ndarray:
+            out = np.empty(cap, dtype=arr.dtype)
+            out[:live] = arr[lo:hi]
+            return out
+
+        self._codes, self._tags = moved(self._codes), moved(self._tags)
+        self._types, self._offsets = moved(self._types), moved(self._offsets)
+        self._columns = {k: moved(v) for k, v in self._columns.items()}
+        self.base += lo
+        self.lo, self.hi, self._cap = 0, live, cap
+
+    def trim(self) -> None:
+        """Drop the events before the first one that some window still needs (and more
+        when the run is above ``max_events``). An event's
+        partition's last tag only grows, so an event once dropped is never needed again:
+        the scan only looks at events that are dropped now, plus one block."""
+        hi, lo, step = self.hi, self.lo, 256
+        while lo < hi:
+            end = min(lo + step, hi)
+            codes = self._codes[lo:end]
+            ok = codes >= 0
+            keep = np.zeros(end - lo, dtype=bool)
+            keep[ok] = self._tags[lo:end][ok] >= self.last_tag[codes[ok]] - self.window
+            if keep.any():
+                lo += int(np.argmax(keep))
+                break
+            lo, step = end, step * 2
+        self.lo = max(lo, hi - self.max_events)
+
+    # ------------------------------------------------------------------ reading
+
+    def view(self) -> EventBatch | None:
+        """The kept run as an ``EventBatch`` of views (None when empty)."""
+        lo, hi = self.lo, self.hi
+        if hi == lo:
+            return None
+        return EventBatch(self._types[lo:hi], self.type_names, self._tags[lo:hi],
+                          {k: v[lo:hi] for k, v in self._columns.items()},
+                          self.base + lo, "<agent>", None, self.tag_is_time)
+
+    def groups(self, keys) -> dict | None:
+        """{partition key: indices (into :meth:`view`) of its kept events, in stream order}
+        for ``keys``, as ``edge.wire._partition_groups`` would give them; None without a
+        partition attribute (every event is in the one partition)."""
+        if self.partition is None:
+            return None
+        want = {}
+        for key in keys:
+            code = self.part_codes.get(key)
+            if code is not None and key is not None and key == key:
+                want[key] = code
+        if not want:
+            return {}
+        codes = self._codes[self.lo:self.hi]
+        flag = np.zeros(len(self.part_codes) + 1, dtype=bool)  # codes -1 read the last
+        flag[list(want.values())] = True
+        sel = np.flatnonzero(flag[codes])
+        order = sel[np.argsort(codes[sel], kind="stable")]
+        sorted_codes = codes[order]
+        wanted = np.array(list(want.values()), dtype=np.int64)
+        a = np.searchsorted(sorted_codes, wanted, "left")
+        b = np.searchsorted(sorted_codes, wanted, "right")
+        return {key: order[i:j] for key, i, j in zip(want, a.tolist(), b.tolist()) if j > i}
