@@ -65,6 +65,21 @@ def _rows(kind: int, n: np.ndarray, *, key=None, a=None, b=None, x=None) -> dict
             "n": np.asarray(n, np.int64)}
 
 
+def _distinct(*cols: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """The distinct rows of the columns (sorted) and how often each occurs."""
+    n = len(cols[0])
+    if not n:
+        return [c[:0] for c in cols], np.zeros(0, np.int64)
+    order = np.lexsort(cols[::-1])
+    cols = [c[order] for c in cols]
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    for c in cols:
+        change[1:] |= c[1:] != c[:-1]
+    first = np.flatnonzero(change)
+    return [c[first] for c in cols], np.diff(np.append(first, n))
+
+
 def _table(parts: list[dict]):
     import pyarrow as pa
 
@@ -115,22 +130,13 @@ def piece_rows(pattern: str, events, window: float, k: int, bins: VectorBins,
         c, n = np.unique(cells, return_counts=True)
         parts.append(_rows(kind, n, a=c))
     linked = prev >= 0
-    pairs, n = np.unique(np.stack([prev[linked], cell[linked]], axis=1), axis=0,
-                         return_counts=True)
-    parts.append(_rows(EDGE, n, a=pairs[:, 0] if len(n) else None,
-                       b=pairs[:, 1] if len(n) else None))
-    keys = np.array([encode_key(x) for x in run.partition_keys] + [b""], dtype=object)
-    triples = np.unique(np.stack([part[success].astype(np.float64), reach[success],
-                                  cell[success].astype(np.float64)], axis=1), axis=0,
-                        return_counts=True)
-    (t, n) = triples
-    parts.append(_rows(REACH, n, key=keys[t[:, 0].astype(np.int64)] if len(n) else None,
-                       a=t[:, 2] if len(n) else None, x=t[:, 1] if len(n) else None))
-    points = np.unique(np.stack([run.partition.astype(np.float64), run.point], axis=1),
-                       axis=0)
-    parts.append(_rows(POINT, np.ones(len(points), np.int64),
-                       key=keys[points[:, 0].astype(np.int64)] if len(points) else None,
-                       x=points[:, 1] if len(points) else None))
+    (src, dst), n = _distinct(prev[linked], cell[linked])
+    parts.append(_rows(EDGE, n, a=src, b=dst))
+    keys = np.array([encode_key(x) for x in run.partition_keys], dtype=object)
+    (p, x, c), n = _distinct(part[success], reach[success], cell[success])
+    parts.append(_rows(REACH, n, key=keys[p], a=c, x=x))
+    (p, x), n = _distinct(run.partition.astype(np.int64), run.point)
+    parts.append(_rows(POINT, np.ones(len(n), np.int64), key=keys[p], x=x))
     return _table(parts)
 
 

@@ -37,23 +37,28 @@ class ChunkPlan:
     key_groups: int = 1
 
     def owned(self, chunk: int) -> tuple[float, float]:
-        lo = self.origin + chunk * self.length
-        return lo, lo + self.length
+        """The tags chunk ``chunk`` owns; the first and last chunks are open-ended."""
+        lo = self.origin + chunk * self.length if chunk > 0 else -math.inf
+        hi = self.origin + (chunk + 1) * self.length if chunk < self.n_chunks - 1 else math.inf
+        return lo, hi
 
     def read_range(self, chunk: int) -> tuple[float, float]:
         lo, hi = self.owned(chunk)
         return lo - self.before, hi + self.after
 
+    def home(self, tags: np.ndarray) -> np.ndarray:
+        """The chunk that owns each tag."""
+        c = np.floor((np.asarray(tags, np.float64) - self.origin) / self.length)
+        return np.clip(c, 0, self.n_chunks - 1).astype(np.int64)
+
     def chunks_of(self, tags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(row index, chunk) pairs: every chunk whose read range holds each tag."""
+        """(row index, chunk) pairs, sorted: every chunk whose read range holds each tag."""
         tags = np.asarray(tags, dtype=np.float64)
         home = self.home(tags)
         rows, chunks = [], []
-        reach = int(math.ceil(max(self.before, self.after) / self.length)) if self.length else 0
-        for d in range(-reach, reach + 1):
+        for d in self._offsets():
             c = home + d
-            lo = self.origin + c * self.length - self.before
-            hi = self.origin + (c + 1) * self.length + self.after
+            lo, hi = self._bounds(c, np)
             inside = (c >= 0) & (c < self.n_chunks) & (tags >= lo) & (tags < hi)
             rows.append(np.flatnonzero(inside))
             chunks.append(c[inside])
@@ -61,30 +66,34 @@ class ChunkPlan:
         order = np.lexsort((chunks_a, rows_a))
         return rows_a[order], chunks_a[order]
 
-    def home(self, tags: np.ndarray) -> np.ndarray:
-        """The chunk that owns each tag (clipped to the plan's chunks)."""
-        if self.n_chunks == 1:
-            return np.zeros(len(tags), dtype=np.int64)
-        c = np.floor((np.asarray(tags, np.float64) - self.origin) / self.length)
-        return np.clip(c, 0, self.n_chunks - 1).astype(np.int64)
-
     def spark_chunks(self, tag_col):
         """A Spark column: the array of chunks whose read range holds ``tag_col``."""
         from pyspark.sql import functions as F
 
-        if self.n_chunks == 1:
-            return F.array(F.lit(0).cast("long"))
         home = F.least(F.greatest(F.floor((tag_col - F.lit(self.origin)) / F.lit(self.length)),
                                   F.lit(0)), F.lit(self.n_chunks - 1)).cast("long")
-        reach = int(math.ceil(max(self.before, self.after) / self.length))
         items = []
-        for d in range(-reach, reach + 1):
+        for d in self._offsets():
             c = home + F.lit(d)
-            lo = F.lit(self.origin) + c * F.lit(self.length) - F.lit(self.before)
-            hi = F.lit(self.origin) + (c + 1) * F.lit(self.length) + F.lit(self.after)
+            lo, hi = self._bounds(c, None)
             inside = (c >= 0) & (c < self.n_chunks) & (tag_col >= lo) & (tag_col < hi)
             items.append(F.when(inside, c))
         return F.filter(F.array(*items), lambda x: x.isNotNull())
+
+    def _offsets(self) -> range:
+        reach = int(math.ceil(max(self.before, self.after) / self.length))
+        return range(-reach, reach + 1)
+
+    def _bounds(self, c, xp):
+        """Read range of chunk(s) ``c``: numpy arrays (xp=np) or Spark columns (xp=None)."""
+        lo = self.origin + c * self.length - self.before
+        hi = self.origin + (c + 1) * self.length + self.after
+        if xp is np:
+            return np.where(c <= 0, -np.inf, lo), np.where(c >= self.n_chunks - 1, np.inf, hi)
+        from pyspark.sql import functions as F
+
+        return (F.when(c <= 0, F.lit(-math.inf)).otherwise(lo),
+                F.when(c >= self.n_chunks - 1, F.lit(math.inf)).otherwise(hi))
 
 
 def choose_plan(t_min: float, t_max: float, window: float, *, before: float, after: float,
@@ -110,10 +119,7 @@ def choose_plan(t_min: float, t_max: float, window: float, *, before: float, aft
         length = max(span, 1.0)
     else:
         length = max(span / target, 20 * floor)
-    if floor <= 0 and chunk is None:
-        n_chunks = 1
-    else:
-        n_chunks = max(1, int(math.floor(span / length)) + 1) if length > 0 else 1
+    n_chunks = 1 if floor <= 0 and chunk is None else max(1, int(math.ceil(span / length)))
     if key_groups is None:
         key_groups = max(1, int(math.ceil(target / n_chunks)))
     if key_groups < 1:
