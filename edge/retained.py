@@ -30,6 +30,8 @@ from acep.events import EventBatch, _as_text_column
 __all__ = ["Retained"]
 
 _MIN_CAPACITY = 1024
+_GROWTH = 1.5  # storage capacity over the live run when it grows
+_MAX_INTERNED = 1 << 16
 
 
 class Retained:
@@ -46,7 +48,8 @@ class Retained:
         self._codes = np.zeros(0, np.int64)
         self._tags = np.zeros(0)
         self._types = np.zeros(0, np.int32)
-        self._offsets = np.zeros(0, dtype=object)
+        self._offsets = np.zeros(0, np.int64)  # -1: none (standard input)
+        self._intern: dict = {}  # one object per distinct text value, see _add_column
         self._columns: dict[str, np.ndarray] = {}
         self._type_index: dict[str, int] = {}
         self.type_names: list[str] = []
@@ -61,7 +64,10 @@ class Retained:
 
     def first_offset(self, default):
         """The resume offset before the first kept event (``default`` when none is kept)."""
-        return self._offsets[self.lo] if self.hi > self.lo else default
+        if self.hi == self.lo:
+            return default
+        offset = int(self._offsets[self.lo])
+        return None if offset < 0 else offset
 
     # ------------------------------------------------------------------ appending
 
@@ -102,7 +108,7 @@ class Retained:
         if len(self.type_names) < len(self._type_index):
             self.type_names = list(self._type_index)
         self._types[a:b] = lut[batch.type_codes]
-        self._offsets[a:b] = starts
+        self._offsets[a:b] = [-1 if o is None else o for o in starts]
         for name in set(self._columns) | set(batch.columns):
             self._add_column(name, batch.columns.get(name), a, b)
         self.hi = b
@@ -147,29 +153,38 @@ class Retained:
             self._columns[name] = converted
         elif text and col.dtype != object:
             stored[a:b] = _as_text_column(col)
+        elif text and len(self._intern) < _MAX_INTERNED:
+            # JSON gives every event its own copy of a repeated text value (an airport):
+            # the kept run holds one per distinct value instead
+            intern = self._intern
+            stored[a:b] = [v if v is None else intern.setdefault(v, v) for v in col.tolist()]
         else:
             stored[a:b] = col
 
     def _reserve(self, n: int) -> None:
-        """Room for ``n`` more events: compact (drop storage[:lo]) or grow, amortized."""
-        live = self.hi - self.lo
+        """Room for ``n`` more events at ``hi``: move the live run to the front of the
+        storage (in place) when that frees enough, else grow; amortized O(n)."""
         if self.hi + n <= self._cap:
             return
-        cap = self._cap
-        if live + n > cap // 2:
-            cap = max(_MIN_CAPACITY, 2 * (live + n))
-        lo, hi = self.lo, self.hi
-
-        def moved(arr: np.ndarray) -> np.ndarray:
-            out = np.empty(cap, dtype=arr.dtype)
-            out[:live] = arr[lo:hi]
-            return out
-
-        self._codes, self._tags = moved(self._codes), moved(self._tags)
-        self._types, self._offsets = moved(self._types), moved(self._offsets)
-        self._columns = {k: moved(v) for k, v in self._columns.items()}
+        lo, hi, live = self.lo, self.hi, self.hi - self.lo
+        arrays = [self._codes, self._tags, self._types, self._offsets, *self._columns.values()]
+        if (live + n) * _GROWTH <= self._cap:
+            for arr in arrays:
+                arr[:live] = arr[lo:hi]  # numpy copies overlapping ranges safely
+                if arr.dtype == object:
+                    arr[live:hi] = None  # no stale references
+        else:
+            cap = max(_MIN_CAPACITY, int((live + n) * _GROWTH))
+            grown = []
+            for arr in arrays:
+                out = np.empty(cap, dtype=arr.dtype)
+                out[:live] = arr[lo:hi]
+                grown.append(out)
+            self._codes, self._tags, self._types, self._offsets = grown[:4]
+            self._columns = dict(zip(self._columns, grown[4:]))
+            self._cap = cap
         self.base += lo
-        self.lo, self.hi, self._cap = 0, live, cap
+        self.lo, self.hi = 0, live
 
     def trim(self) -> None:
         """Drop the events before the first one that some window still needs (and more
