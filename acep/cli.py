@@ -94,9 +94,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_edge_parsers(sub) -> None:
-    """``acep agent`` and ``acep serve``: the device agent and the collector (``edge``)."""
+    """Subcommands with their own parsers: ``acep agent`` and ``acep serve`` (``edge``),
+    ``acep train`` and ``acep exact-batch`` (``trainer``)."""
     for name, module, text in (("agent", "edge.agent", "run the device agent (--config F)"),
-                               ("serve", "edge.collector", "run the collector service")):
+                               ("serve", "edge.collector", "run the collector service"),
+                               ("train", "trainer.cli", "train a history sketch on Spark"),
+                               ("exact-batch", "trainer.exact",
+                                "exact NFA^b matching of an archive on Spark")):
         p = sub.add_parser(name, help=text, add_help=False, prefix_chars="\0")
         p.add_argument("args", nargs=argparse.REMAINDER)
         p.set_defaults(run=lambda args, module=module: _edge_main(module, args.args))

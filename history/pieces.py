@@ -205,7 +205,7 @@ def graph_from_parts(pattern: str, window: float, k: int, n_states: int, bins: V
     bundles = compute_bundles(p_part, np.asarray(points[1], np.float64), float(window))
     from .graph import _count_pairs, _sum_pairs, bundle_index
 
-    r_part = np.array([key_id[b] for b in reach[0]], np.int64)
+    r_part = np.array([key_id.get(b, -1) for b in reach[0]], np.int64)
     r_bundle = bundle_index(bundles["partition"], bundles["first"], bundles["last"], r_part,
                             np.asarray(reach[1], np.float64))
     if np.any(r_bundle < 0):

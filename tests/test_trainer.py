@@ -1,0 +1,275 @@
+"""``acep train`` on a real local Spark session: the trained history equals one process's.
+
+The chunking arithmetic is checked on many random streams in test_history_pieces.py; here
+the Spark job itself: read tasks over several files and row groups, the quarantine, the
+collector's archive (two devices, windows uploaded twice), the command line and publishing
+the sketch to a real collector on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'acep[spark]')")
+
+from acep import EventBatch, Matcher  # noqa: E402
+from acep.events import EventSpec, read_all  # noqa: E402
+from acep.matcher import _select as select_matches  # noqa: E402
+from history import Sketch  # noqa: E402
+from history.build import build_history  # noqa: E402
+from history.graph import HistoryGraph  # noqa: E402
+from trainer.train import PatternSpec, train  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PATTERN = PatternSpec("a b+ c", 5.0, 1, ("c.v > a.v",), "p")
+KEY = b"trainer-test-key"
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from trainer.spark import session
+
+    return session(cores=2, shuffle_partitions=4)
+
+
+def events(n: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    tags = np.cumsum(rng.choice([0, 0, 1, 1, 2, 5], n))
+    return [{"type": str(rng.choice(list("abcd"))), "t": float(t),
+             "p": str(rng.choice(["x", "y", "z"])), "v": float(rng.integers(0, 5))}
+            for t in tags]
+
+
+def single_process(rows: list[dict], pattern: PatternSpec = PATTERN, partition: str = "p",
+                   bins=None) -> HistoryGraph:
+    batch = EventBatch.from_events(rows)
+    return build_history(pattern.text, batch, pattern.window, pattern.k,
+                         where=list(pattern.where), partition=partition, bins=bins).canonical()
+
+
+def write_parquet(rows: list[dict], path: Path, row_group_size: int) -> Path:
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=row_group_size)
+    return path
+
+
+# --------------------------------------------------------------------------- equality
+
+
+@settings(max_examples=4, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), n=st.integers(50, 600), stretch=st.floats(1.0, 3.0),
+       key_groups=st.integers(1, 3))
+def test_trained_history_equals_one_process(spark, tmp_path_factory, seed, n, stretch,
+                                            key_groups):
+    """Two Parquet files in several row groups, tiny chunks: equal byte for byte."""
+    rows = events(n, seed)
+    tmp = tmp_path_factory.mktemp("files")
+    half = len(rows) // 2
+    files = [write_parquet(rows[:half] or rows[:1], tmp / "0.parquet", 37),
+             write_parquet(rows[half:], tmp / "1.parquet", 53)] if half else \
+        [write_parquet(rows, tmp / "0.parquet", 37)]
+    result = train([str(f) for f in files], PATTERN, spark=spark, show_progress=False,
+                   chunk=PATTERN.window * stretch, key_groups=key_groups)
+    assert result.stats["events"] == len(rows) and result.stats["bad_rows"] == 0
+    assert result.graph.to_bytes() == single_process(rows).to_bytes()
+
+
+def test_chunk_edges_are_crossed_and_given_bins_are_kept(spark, tmp_path):
+    rows = events(3000, 7)
+    path = write_parquet(rows, tmp_path / "e.parquet", 500)
+    whole = single_process(rows)
+    result = train([str(path)], PATTERN, spark=spark, show_progress=False,
+                   chunk=PATTERN.window, key_groups=2)
+    assert result.stats["chunks"] > 100
+    assert result.graph.to_bytes() == whole.to_bytes()
+    edges = [PATTERN.window * c + rows[0]["t"] for c in range(1, result.stats["chunks"])]
+    assert sum(any(f < e <= last for e in edges)
+               for f, last in zip(whole.bundle_first, whole.bundle_last)) > 20
+    bins = whole.bins()
+    again = train([str(path)], PATTERN, spark=spark, show_progress=False, bins=bins)
+    assert again.bins == bins
+    assert again.graph.to_bytes() == single_process(rows, bins=bins).to_bytes()
+
+
+# --------------------------------------------------------------------------- bad rows
+
+
+def test_bad_rows_are_quarantined_with_reasons_and_counted(spark, tmp_path):
+    rows = events(400, 3)
+    lines = [json.dumps(r) for r in rows]
+    bad = {5: "{not json", 17: json.dumps({"t": 9.0, "p": "x", "v": 1.0}),
+           40: json.dumps({"type": "a", "t": "soon", "p": "x", "v": 1.0}),
+           90: json.dumps({"type": "c", "t": rows[89]["t"], "v": 2.0})}  # no partition key
+    for i, text in sorted(bad.items(), reverse=True):
+        lines.insert(i, text)
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    result = train([str(path)], PATTERN, spark=spark, show_progress=False,
+                   quarantine=str(tmp_path / "quarantine"), chunk=12.0)
+    assert result.stats["bad_rows"] == 4 and result.stats["events"] == len(rows) + 1
+    q = pq.read_table(tmp_path / "quarantine").to_pylist()
+    by_line = {r["line"]: r for r in q if r["line"] is not None}
+    line_of = {text: lines.index(text) + 1 for text in bad.values()}
+    assert set(by_line) == {line_of[bad[i]] for i in (5, 17, 40)}
+    assert "JSON" in by_line[line_of[bad[5]]]["reason"]
+    assert by_line[line_of[bad[17]]]["field"] == "type"
+    assert by_line[line_of[bad[40]]]["field"] == "t"
+    missing = [r for r in q if r["line"] is None]
+    assert len(missing) == 1 and missing[0]["field"] == "p"
+    assert "missing" in missing[0]["reason"]
+    assert result.graph.to_bytes() == single_process(rows).to_bytes()
+
+
+# --------------------------------------------------------------------------- the archive
+
+
+def archive_from_devices(root: Path, streams: dict[str, list[dict]]) -> None:
+    """Upload batches as an agent would, windows overlapping between consecutive batches."""
+    from edge.archive import Archive
+    from edge.wire import PatternRef, batch_from_matches
+
+    ref = PatternRef("abc", PATTERN.text, PATTERN.window, PATTERN.k, PATTERN.where,
+                     PATTERN.partition)
+    archive = Archive(root)
+    for device, rows in streams.items():
+        batch = EventBatch.from_events(rows)
+        found = Matcher(PATTERN.text, PATTERN.window, PATTERN.k, where=list(PATTERN.where),
+                        partition="p").match(batch)
+        half = len(found) // 2
+        for seq, sel in enumerate((np.arange(0, half + 3), np.arange(half - 3, len(found)))):
+            archive.write(batch_from_matches(select_matches(found, sel), batch, device=device,
+                                             seq=seq, pattern=ref, created_at=1.7e9))
+
+
+def archived_events(root: Path) -> list[dict]:
+    """The distinct archived events, keyed as the trainer keys them (device/partition)."""
+    seen = {}
+    for f in sorted(root.rglob("*.parquet")):
+        device = f.parent.name.split("=", 1)[1]
+        for r in pq.read_table(f).to_pylist():
+            seen[(device, r["position"])] = {"type": r["type"], "t": r["tag"], "v": r["v"],
+                                             "p": r["p"], "key": f"{device}/{r['p']}"}
+    return [seen[k] for k in sorted(seen, key=lambda k: (seen[k]["t"], k))]
+
+
+def test_archive_of_two_devices_with_windows_uploaded_twice(spark, tmp_path):
+    archive_from_devices(tmp_path / "archive", {"pi-1": events(500, 1), "pi-2": events(500, 2)})
+    result = train([str(tmp_path / "archive")], archive=True, spark=spark, show_progress=False,
+                   chunk=10.0)
+    expect = archived_events(tmp_path / "archive")
+    assert result.stats["events"] == len(expect) and result.stats["bad_rows"] == 0
+    assert result.graph.to_bytes() == single_process(expect, partition="key").to_bytes()
+    assert {k.split("/")[0] for k in result.graph.partition_keys} == {"pi-1", "pi-2"}
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def acep(*args: str, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "acep.cli", *args], capture_output=True,
+                          text=True, timeout=300, env=env, **kw)
+
+
+def test_cli_trains_writes_and_publishes_a_signed_sketch(tmp_path):
+    """``acep train`` in its own process: history file, signed sketch, PUT to a collector
+    on loopback, which then serves the same bytes."""
+    rows = events(800, 5)
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "fleet.key").write_bytes(KEY + b"\n")
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    serve = [sys.executable, "-m", "edge.collector", "--db", db]
+    token = subprocess.run([*serve, "--add-admin", "ops"], capture_output=True, text=True,
+                           check=True, cwd=ROOT).stdout.strip()
+    (tmp_path / "ops.token").write_text(token + "\n")
+    out = open(tmp_path / "collector.out", "w")
+    proc = subprocess.Popen([*serve, "--archive", str(tmp_path / "archive"), "--port", "0",
+                             "--sketch-key-file", str(tmp_path / "fleet.key")], stdout=out,
+                            stderr=subprocess.DEVNULL, cwd=ROOT)
+    try:
+        url = _wait_url(tmp_path / "collector.out", proc)
+        done = acep("train", str(path), "-p", PATTERN.text, "-w", "5", "-k", "1",
+                    "--where", PATTERN.where[0], "--partition", "p", "--cores", "2",
+                    "-o", str(tmp_path / "h.history"), "--sketch", str(tmp_path / "h.sketch"),
+                    "--key-file", str(tmp_path / "fleet.key"), "--publish", url,
+                    "--token-file", str(tmp_path / "ops.token"), "--pattern-id", "abc",
+                    "--no-progress")
+        assert done.returncode == 0, done.stderr
+        stats = json.loads(done.stdout.strip().splitlines()[-1])
+        assert stats["events"] == len(rows) and stats["published"]["pattern_id"] == "abc"
+        graph = HistoryGraph.load(tmp_path / "h.history")
+        assert graph.to_bytes() == single_process(rows).to_bytes()
+        sketch = (tmp_path / "h.sketch").read_bytes()
+        assert Sketch.from_bytes(sketch, KEY).n_cells == graph.n_cells
+        req = urllib.request.Request(f"{url}/v1/sketches/abc",
+                                     headers={"Authorization": f"Bearer {token}"})
+        assert urllib.request.urlopen(req, timeout=10).read() == sketch
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        out.close()
+
+
+def _wait_url(out: Path, proc) -> str:
+    import time
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the collector exited"
+        text = out.read_text()
+        if "listening on http://" in text:
+            return text.splitlines()[0].strip().rsplit(" ", 1)[1]
+        time.sleep(0.05)
+    raise AssertionError("the collector did not start")
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), "give event files or --archive"),
+    (("x.jsonl", "-o", "h"), "--pattern and --window are needed"),
+    (("x.jsonl", "-p", "a b", "-w", "3"), "nothing to write"),
+    (("x.jsonl", "-p", "a b", "-w", "3", "--sketch", "s"), "need --key-file"),
+    (("missing.jsonl", "-p", "a b", "-w", "3", "-o", "h"), "no such file"),
+    (("x.jsonl", "-p", "a (b", "-w", "3", "-o", "h"), "a (b"),
+    (("--archive", "nowhere", "-o", "h"), "no archive files"),
+])
+def test_cli_refuses_bad_usage_with_one_clear_line(tmp_path, args, message):
+    (tmp_path / "x.jsonl").write_text('{"type": "a", "t": 1}\n')
+    done = acep("train", *args, "--no-progress", cwd=tmp_path)
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_spec_files_are_read_as_acep_match_reads_them(spark, tmp_path):
+    """A CSV with an event spec (type classes of a numeric column): the same events."""
+    rng = np.random.default_rng(9)
+    rows = [{"when": float(t), "delay": float(rng.integers(-10, 90)), "site": str(rng.choice(
+        ["A", "B"]))} for t in np.cumsum(rng.integers(0, 4, 700))]
+    path = tmp_path / "d.csv"
+    import pyarrow.csv as pcsv
+
+    pcsv.write_csv(pa.Table.from_pylist(rows), path)
+    spec = EventSpec.from_dict({"tag": "when", "type": {"column": "delay", "bins": [
+        "-inf", 15, 60, "inf"], "labels": ["ontime", "late", "verylate"]},
+        "attributes": ["delay", "site"]})
+    pattern = PatternSpec("ontime late+ verylate", 20.0, 1, ("verylate.delay > late.delay",),
+                          "site")
+    result = train([str(path)], pattern, spec=spec, spark=spark, show_progress=False,
+                   chunk=40.0)
+    batch = read_all(path, spec)
+    whole = build_history(pattern.text, batch, pattern.window, pattern.k,
+                          where=list(pattern.where), partition="site").canonical()
+    assert whole.n_bundles >= 5
+    assert result.graph.to_bytes() == whole.to_bytes()

@@ -1,0 +1,159 @@
+"""``acep train``: the command line of :func:`trainer.train.train`.
+
+::
+
+    acep train flights.parquet --spec flights -p "late late+ verylate" -w 1h -k 1 \\
+        --partition origin -o rising.history --sketch rising.sketch --key-file fleet.key
+    acep train --archive /srv/acep/archive --pattern-id rising \\
+        --sketch rising.sketch --key-file fleet.key \\
+        --publish http://127.0.0.1:8765 --token-file admin.token
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    from acep.cli import parse_window
+
+    p = argparse.ArgumentParser(
+        prog="acep train",
+        description="Train a history graph and a signed sketch on Spark from event files or "
+                    "the collector's archive (a local Spark session unless --master).")
+    p.add_argument("inputs", nargs="*", help="event files (.parquet/.csv/.jsonl/.msgpack) or "
+                                             "directories of them")
+    p.add_argument("--archive", metavar="DIR", help="the collector's Parquet archive instead")
+    p.add_argument("--pattern-id", help="the archive's pattern to train (and the id to "
+                                        "publish the sketch under)")
+    p.add_argument("--spec", help="event spec of the files: a JSON/TOML file or a preset")
+    p.add_argument("--pattern", "-p", help="ACEP pattern (archives: the archived one)")
+    p.add_argument("--window", "-w", type=parse_window, help="window, e.g. 3600 or 1h")
+    p.add_argument("-k", type=int, default=None, help="error bound (default 0)")
+    p.add_argument("--where", action="append", default=None, help="predicate (repeatable)")
+    p.add_argument("--partition", help="attribute to partition by")
+    p.add_argument("--bins", type=int, default=8, help="bins per time of a match vector")
+    p.add_argument("--bins-from", metavar="HISTORY",
+                   help="reuse the bins of a history file (one pass instead of two)")
+    p.add_argument("--output", "-o", help="write the history graph here")
+    p.add_argument("--sketch", help="write the signed sketch here")
+    p.add_argument("--key-file", help="the key that signs the sketch")
+    p.add_argument("--publish", metavar="URL", help="PUT the sketch to this collector")
+    p.add_argument("--token-file", help="an admin token of the collector (for --publish)")
+    p.add_argument("--quarantine", metavar="DIR", help="write bad rows here (Parquet)")
+    p.add_argument("--master", help="Spark master (default local[CORES])")
+    p.add_argument("--cores", type=int, help="cores of the local session (default: all)")
+    p.add_argument("--chunk", type=parse_window, help="time chunk length (default: chosen)")
+    p.add_argument("--key-groups", type=int, help="equivalence-key groups (default: chosen)")
+    p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
+    return p
+
+
+class UsageError(ValueError):
+    pass
+
+
+def _pattern(args, archived: bool):
+    from .train import PatternSpec
+
+    if args.pattern is None:
+        if not archived:
+            raise UsageError("--pattern and --window are needed for event files")
+        if any(x is not None for x in (args.window, args.k, args.where, args.partition)):
+            raise UsageError("--window, -k, --where, --partition go with --pattern")
+        return None
+    if args.window is None:
+        raise UsageError("--window is needed with --pattern")
+    return PatternSpec(args.pattern, float(args.window), args.k or 0, tuple(args.where or ()),
+                       args.partition)
+
+
+def _check(args) -> None:
+    if bool(args.inputs) == bool(args.archive):
+        raise UsageError("give event files or --archive DIR (one of the two)")
+    if not (args.output or args.sketch or args.publish):
+        raise UsageError("nothing to write: give --output, --sketch or --publish")
+    if (args.sketch or args.publish) and not args.key_file:
+        raise UsageError("--sketch and --publish need --key-file (sketches are signed)")
+    if args.publish and not (args.token_file and args.pattern_id):
+        raise UsageError("--publish needs --token-file and --pattern-id")
+    if args.archive and args.spec:
+        raise UsageError("--spec is for event files; the archive has its own columns")
+
+
+def _read_secret(path: str, what: str) -> bytes:
+    data = Path(path).read_bytes().strip()
+    if not data:
+        raise UsageError(f"{path}: the {what} file is empty")
+    return data
+
+
+def run(args) -> int:
+    from acep.events import EventSpec
+    from history.graph import HistoryGraph
+    from history.sketch import Sketch
+
+    from .train import publish_sketch, train
+
+    _check(args)
+    pattern = _pattern(args, bool(args.archive))
+    if pattern is not None:
+        pattern.n_states  # noqa: B018 - compiles the pattern: a bad one fails before Spark
+    key = _read_secret(args.key_file, "key") if args.key_file else None
+    token = _read_secret(args.token_file, "token").decode() if args.token_file else None
+    bins = HistoryGraph.load(args.bins_from).bins() if args.bins_from else None
+    spec = EventSpec.load(args.spec) if args.spec else None
+    result = train([args.archive] if args.archive else args.inputs, pattern, spec=spec,
+                   archive=bool(args.archive), pattern_id=args.pattern_id, bins=bins,
+                   n_bins=args.bins, master=args.master, cores=args.cores, chunk=args.chunk,
+                   key_groups=args.key_groups, quarantine=args.quarantine,
+                   show_progress=not args.no_progress)
+    graph, stats = result.graph, dict(result.stats)
+    if args.output:
+        stats["history_bytes"] = graph.save(args.output)
+    if key is not None:
+        data = Sketch.from_graph(graph).to_bytes(key)
+        stats["sketch_bytes"] = len(data)
+        if args.sketch:
+            Path(args.sketch).write_bytes(data)
+        if args.publish:
+            stats["published"] = publish_sketch(args.publish, args.pattern_id, data, token)
+    for row in result.quarantined:
+        print(f"acep train: quarantined {row['source'] or 'event'}"
+              f"{'' if row['line'] is None else ', line ' + str(row['line'])}"
+              f"{'' if row['field'] is None else ', field ' + repr(row['field'])}: "
+              f"{row['reason']}", file=sys.stderr)
+    if stats["bad_rows"] > len(result.quarantined):
+        where = f" (all in {args.quarantine})" if args.quarantine else ""
+        print(f"acep train: {stats['bad_rows']} bad rows quarantined{where}", file=sys.stderr)
+    print(json.dumps(stats))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from acep.events import EventError
+    from acep.pattern import PatternError
+    from history.graph import HistoryFormatError
+
+    from .sources import SourceError
+    from .spark import SparkUnavailable
+
+    args = _parser().parse_args(argv)
+    try:
+        return run(args)
+    except (UsageError, SourceError, SparkUnavailable, PatternError, EventError,
+            HistoryFormatError) as exc:
+        print(f"acep train: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, OSError, RuntimeError) as exc:
+        print(f"acep train: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
