@@ -1,0 +1,499 @@
+"""``acep exact-batch``: the exact NFA^b engine (:mod:`acep.nfab`) over archives on Spark.
+
+::
+
+    acep exact-batch rising.sase flights.parquet --spec flights --out matches/
+    acep exact-batch rising.sase /srv/acep/archive --archive --pattern-id rising --out m/
+
+The job (docs/EXACT.md, section 12 "Batch matching on Spark"):
+
+1. **Read** (:mod:`trainer.sources`): rows become events exactly as ``acep exact`` reads
+   them (the same event spec and conversion). A bad row -- one the reader refuses (a
+   missing type or tag, a non-numeric value in a numeric column), or an event of a query
+   component's type lacking an attribute the query reads (which ``acep exact`` stops on,
+   EXACT.md 1) -- is counted and written to the quarantine with its reason, never fatal.
+   Archive windows uploaded twice (same device and stream position) count once.
+2. **Order**: each stream (a device of the archive; all event files together form one
+   stream) is matched in order of tag, ties kept in stream-position order. For input whose
+   tags never go back -- what ``acep exact`` accepts -- that is the input order.
+3. **Chunk** (:mod:`trainer.chunks`, ``before = after = W``): chunk ``c`` owns the tags
+   ``[lo, hi)`` and reads the events in ``[lo - W, hi + W)``; it keeps the matches whose
+   *first* event's tag it owns. A match starting at ``s`` ends by ``s + W``, a trailing
+   negation looks up to ``s + W``, a leading one back to ``t_last - W >= s - W``, and the
+   strategies look only inside the match's span: so each chunk finds exactly the matches
+   it owns, each once. A query without ``WITHIN`` is one chunk.
+4. **Key groups**: events are hashed into groups by device (archives) and by the query's
+   equivalence key, but the equivalence key only when no event outside a key can change a
+   match: the strategy is skip-till-any-match, skip-till-next-match or partition
+   contiguity, the query has an equivalence test ``[attr]``, and every negated component
+   is bound by it (EXACT.md 3.4, 3.6: strict contiguity sees every event of the input, a
+   negation without the test sees other partitions). Otherwise one key group (per device);
+   ``stats["key_split"]`` says which and why.
+5. **Match** each (key group, chunk) unit in the executors (``mapInArrow``) with
+   ``acep.nfab.Engine(query)`` (the ``auto`` engine), stream by stream.
+6. **Write** the matches as Parquet under ``output_dir``, one row per match:
+
+=============  ==============  ============================================================
+column         type            meaning
+=============  ==============  ============================================================
+stream         string          the device (archive), ``""`` for event files
+partition      string          the equivalence key as JSON, as ``acep exact`` prints it (a
+                               value, or a list for several attributes); null without
+                               ``[attr]``
+first_tag      double          tag of the match's first event (seconds since the epoch for
+                               timestamp tags)
+last_tag       double          tag of its last event
+positions      list<int64>     the matched events' stream positions, component by
+                               component (archive: the device's stream position; event
+                               files: the row index in the file, plus ``i * 2**40`` for the
+                               ``i``-th file of the sorted input list)
+tags           list<double>    the matched events' tags, in the same order
+sizes          list<int32>     events per positive component (1 for a singleton), so
+                               ``positions`` splits back into the match's identity
+                               (EXACT.md 3.7)
+values         string          the RETURN values as a JSON object; null without RETURN
+=============  ==============  ============================================================
+
+Beside the part files, ``_query.json`` holds the query text and whether tags are timestamps
+(Spark and pyarrow skip names starting with ``_``). An empty result is one empty part file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from acep.events import EventBatch, EventSpec
+
+from .chunks import ChunkPlan, choose_plan
+from .sources import ReadPlan, SourceError, plan_archive, plan_files
+from .spark import progress, session
+
+__all__ = ["ExactBatchResult", "exact_batch", "key_split", "match_schema", "main"]
+
+STRATEGIES_SPLITTABLE = ("skip_till_any_match", "skip_till_next_match", "partition_contiguity")
+
+
+@dataclass
+class ExactBatchResult:
+    output_dir: str
+    stats: dict = field(default_factory=dict)
+    quarantined: list[dict] = field(default_factory=list)  # the first bad rows, for messages
+
+
+def match_schema():
+    import pyarrow as pa
+
+    return pa.schema([("stream", pa.string()), ("partition", pa.string()),
+                      ("first_tag", pa.float64()), ("last_tag", pa.float64()),
+                      ("positions", pa.list_(pa.int64())), ("tags", pa.list_(pa.float64())),
+                      ("sizes", pa.list_(pa.int32())), ("values", pa.string())])
+
+
+def key_split(query) -> tuple[bool, str]:
+    """May the events be split by the query's equivalence key? (and why, or why not)."""
+    from acep.nfab.compile import compile_query
+
+    cq = compile_query(query)
+    strategy = query.strategy.value
+    if strategy not in STRATEGIES_SPLITTABLE:
+        return False, f"off: {strategy} sees every event of the input (EXACT.md 3.4)"
+    if not cq.equivalence:
+        return False, "off: the query has no equivalence test [attr]"
+    bound = {id(c) for c in cq.equivalence_conjuncts}
+    for neg in cq.negations:
+        if not any(id(c) in bound for c in neg.conjuncts):
+            return False, (f"off: negated component {neg.component.var} is not bound by the "
+                           f"equivalence test (EXACT.md 3.6)")
+    return True, f"by equivalence key [{', '.join(cq.equivalence)}]"
+
+
+def required_attributes(query) -> dict[str, set[str]]:
+    """attribute -> the event types that must carry it (EXACT.md 1, as the engine checks)."""
+    from acep.nfab.compile import compile_query
+    from acep.nfab.runs import _needed_attributes
+
+    needed = _needed_attributes(compile_query(query))
+    out: dict[str, set[str]] = {}
+    for c in query.components:
+        for attr in needed.get(c.var, ()):
+            out.setdefault(attr, set()).add(c.type)
+    return out
+
+
+# --------------------------------------------------------------------------- the job
+
+
+def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | None = None,
+                archive: bool = False, pattern_id: str | None = None, output_dir: str,
+                master: str | None = None, cores: int | None = None,
+                chunk: float | None = None, key_groups: int | None = None,
+                quarantine: str | None = None, show_progress: bool = True,
+                spark=None) -> ExactBatchResult:
+    """Run the exact engine over ``inputs`` on Spark; matches to ``output_dir`` (Parquet).
+
+    ``archive=True`` reads the collector's archive directory ``inputs[0]`` (``pattern_id``
+    picks its pattern's windows when it holds several). ``quarantine``: a directory for the
+    bad rows (Parquet: source, line, position, field, reason). See the module docstring.
+    """
+    from pyspark.sql import functions as F
+
+    from acep.nfab import parse_query
+
+    from .train import events_dataframe
+
+    started = time.perf_counter()
+    query = parse_query(query_text)
+    splittable, split_reason = key_split(query)
+    plan = plan_archive(inputs[0], pattern_id) if archive else plan_files(inputs, spec)
+    required = required_attributes(query)
+    _check_columns(required, plan)
+    spark = spark or session(master, cores, app="acep-exact-batch")
+    stats: dict = {"read_tasks": len(plan.tasks), "strategy": query.strategy.value}
+    with progress(spark, "reading", show_progress):
+        rows = _validated(events_dataframe(spark, plan), required, plan).cache()
+        bad = rows.filter(rows._bad.isNotNull())
+        good = rows.filter(rows._bad.isNull()).drop("_bad", "_source", "_line", "_field")
+        if plan.is_archive:
+            good = good.dropDuplicates(["_stream", "_pos"])
+        ok = rows._bad.isNull()
+        counts = rows.agg(F.count(F.when(ok, 1)).alias("n"), F.count(F.when(~ok, 1)).alias("bad"),
+                          F.min(F.when(ok, rows._tag)).alias("lo"),
+                          F.max(F.when(ok, rows._tag)).alias("hi")).collect()[0]
+        summary = {"lo": counts["lo"], "hi": counts["hi"],
+                   "n": good.count() if plan.is_archive else counts["n"]}
+        n_bad = counts["bad"]
+    stats.update(events=int(summary["n"]), bad_rows=int(n_bad))
+    window = query.window
+    if window is None and chunk is not None:
+        stats["note"] = "one chunk: the query has no WITHIN"
+    key_cols = (["_stream"] if plan.is_archive else []) + \
+        (list(_equivalence(query)) if splittable else [])
+    if not splittable:
+        split_reason = ("by device only; equivalence key " if plan.is_archive else "") + \
+            split_reason
+    elif plan.is_archive:
+        split_reason = "by device and " + split_reason
+    if not key_cols:
+        key_groups = 1
+    stats["key_split"] = split_reason
+    if summary["n"]:
+        w = 0.0 if window is None else float(window)
+        cplan = choose_plan(summary["lo"], summary["hi"], w, before=w, after=w,
+                            parallelism=spark.sparkContext.defaultParallelism,
+                            chunk=None if window is None else chunk, key_groups=key_groups)
+        stats.update(chunks=cplan.n_chunks, key_groups=cplan.key_groups,
+                     chunk_length=cplan.length, origin=cplan.origin)
+        with progress(spark, "matching", show_progress):
+            units = _unit_frame(good, cplan, key_cols, plan)
+            matches = _run_units(units, query_text, plan, cplan)
+            matches.write.mode("overwrite").parquet(output_dir)
+    else:
+        stats.update(chunks=0, key_groups=0)
+    _ensure_part(output_dir)
+    _stamp(output_dir, query_text, plan.tag_is_time)
+    stats["matches"] = _count_matches(output_dir)
+    quarantined = _quarantine(bad, n_bad, quarantine)
+    stats["seconds"] = round(time.perf_counter() - started, 3)
+    rows.unpersist()
+    return ExactBatchResult(output_dir, stats, quarantined)
+
+
+def _equivalence(query) -> tuple[str, ...]:
+    from acep.nfab.ast import Equiv
+
+    return tuple(a for c in query.conjuncts if isinstance(c, Equiv) for a in c.attrs)
+
+
+def _check_columns(required: dict[str, set[str]], plan: ReadPlan) -> None:
+    """An attribute the query reads that no column holds: every such event would be bad."""
+    for attr in sorted(required):
+        if attr not in plan.attributes:
+            types = ", ".join(sorted(required[attr]))
+            raise SourceError(f"the query reads attribute {attr!r} (of {types} events), which "
+                              f"the input has no column for (attributes: "
+                              f"{', '.join(plan.attributes) or 'none'})")
+
+
+def _validated(rows, required: dict[str, set[str]], plan: ReadPlan):
+    """Mark the events the exact engine would refuse: a component event lacking an
+    attribute the query reads (EXACT.md 1). The reason is the engine's own message."""
+    from pyspark.sql import functions as F
+
+    reason, where = None, None
+    for attr in sorted(required):
+        col = F.col(attr)
+        missing = col.isNull() if plan.attributes[attr] == "text" else \
+            (col.isNull() | F.isnan(col))
+        hit = F.col("_type").isin(sorted(required[attr])) & missing
+        text = F.concat(F.col("_type"), F.lit(f" event lacks attribute {attr!r} that the "
+                                              f"query reads"))
+        reason = F.when(hit, text) if reason is None else reason.when(hit, text)
+        where = F.when(hit, F.lit(attr)) if where is None else where.when(hit, F.lit(attr))
+    if reason is None:
+        return rows
+    fresh = F.col("_bad").isNull()
+    return (rows.withColumn("_field", F.when(fresh & reason.isNotNull(), where)
+                            .otherwise(F.col("_field")))
+            .withColumn("_bad", F.when(fresh, reason).otherwise(F.col("_bad"))))
+
+
+def _unit_frame(good, cplan: ChunkPlan, key_cols: list[str], plan: ReadPlan):
+    """Every event once per chunk that reads it, tagged with its (key group, chunk) unit,
+    sorted by (unit, stream, tag, stream position) within Spark partitions of whole units."""
+    from pyspark.sql import functions as F
+
+    if key_cols and cplan.key_groups > 1:
+        # + 0.0 makes -0.0 and 0.0 (equal keys to the engine) hash alike
+        cols = [F.col(c) + F.lit(0.0) if plan.attributes.get(c) == "number" else F.col(c)
+                for c in key_cols]
+        group = F.pmod(F.hash(*cols), F.lit(cplan.key_groups))
+    else:
+        group = F.lit(0)
+    units = (good.withColumn("_chunk", F.explode(cplan.spark_chunks(F.col("_tag"))))
+             .withColumn("_group", group.cast("int")))
+    spark = good.sparkSession
+    n = max(1, min(cplan.n_chunks * cplan.key_groups, 4 * spark.sparkContext.defaultParallelism,
+                   int(spark.conf.get("spark.sql.shuffle.partitions", "200"))))
+    return (units.repartition(n, "_group", "_chunk")
+            .sortWithinPartitions("_group", "_chunk", "_stream", "_tag", "_pos"))
+
+
+def _run_units(units, query_text: str, plan: ReadPlan, cplan: ChunkPlan):
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    schema = match_schema()
+
+    def run(batches):
+        from acep.nfab import Engine, parse_query
+
+        batches = list(batches)
+        if not batches:
+            return
+        query = parse_query(query_text)
+        table = pa.Table.from_batches(batches)
+        for c, stream, part in _pieces(table):
+            lo, hi = cplan.owned(c)
+            out = _match_rows(query, part, plan, lo, hi, stream, Engine)
+            if out:
+                yield pa.RecordBatch.from_pylist(out, schema=schema)
+
+    return units.mapInArrow(run, from_arrow_schema(schema))
+
+
+def _pieces(table):
+    """(chunk, stream, rows) for each run of equal (group, chunk, stream) in sorted rows."""
+    n = table.num_rows
+    if not n:
+        return
+    group = table.column("_group").to_numpy()
+    chunk = table.column("_chunk").to_numpy()
+    stream = np.asarray(table.column("_stream").to_numpy(zero_copy_only=False), dtype=object)
+    change = (np.diff(group) != 0) | (np.diff(chunk) != 0) | (stream[1:] != stream[:-1])
+    cut = np.flatnonzero(change) + 1
+    for lo, hi in zip(np.r_[0, cut], np.r_[cut, n]):
+        yield int(chunk[lo]), str(stream[lo]), table.slice(int(lo), int(hi - lo))
+
+
+def _match_rows(query, table, plan: ReadPlan, lo: float, hi: float, stream: str,
+                engine_cls) -> list[dict]:
+    """The owned matches of one stream's events in one unit, as output rows."""
+    events = unit_events(table, plan)
+    pos = table.column("_pos").to_numpy()
+    rows = []
+    for m in engine_cls(query).run(events):
+        if not lo <= m.start < hi:
+            continue
+        flat = [p for block in m.positions for p in block]
+        rows.append({"stream": stream, "partition": _key_json(m.partition),
+                     "first_tag": float(m.start), "last_tag": float(m.end),
+                     "positions": pos[flat].tolist(), "tags": events.tags[flat].tolist(),
+                     "sizes": [len(b) for b in m.positions],
+                     "values": None if m.values is None else json.dumps(
+                         {k: _plain(v) for k, v in m.values.items()})})
+    return rows
+
+
+def unit_events(table, plan: ReadPlan) -> EventBatch:
+    """Normalized rows (:func:`trainer.sources.read_task` columns) as the EventBatch that
+    ``acep exact`` would have read: the same types, tags and attribute columns."""
+    types = np.asarray(table.column("_type").to_numpy(zero_copy_only=False), dtype=object)
+    names, codes = np.unique(types, return_inverse=True)
+    columns = {}
+    for name, kind in plan.attributes.items():
+        col = table.column(name)
+        columns[name] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=object) \
+            if kind == "text" else col.to_numpy(zero_copy_only=False).astype(np.float64)
+    tags = table.column("_tag").to_numpy().astype(np.float64)
+    return EventBatch(codes.astype(np.int32).reshape(-1), [str(x) for x in names], tags,
+                      columns, 0, "<chunk>", None, plan.tag_is_time)
+
+
+def _plain(value):
+    """A value as ``acep exact`` prints it: integral floats as integers, NaN as null."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        return int(value) if value.is_integer() else value
+    return value
+
+
+def _key_json(partition) -> str | None:
+    if partition is None:
+        return None
+    key = [_plain(v) for v in partition]
+    return json.dumps(key[0] if len(key) == 1 else key)
+
+
+def _ensure_part(output_dir: str) -> None:
+    """No part file (no events, or Spark wrote none): one empty part with the schema."""
+    import pyarrow.parquet as pq
+
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if not _parts(out):
+        pq.write_table(match_schema().empty_table(), out / "part-00000.parquet")
+
+
+def _parts(out: Path) -> list[Path]:
+    return sorted(p for p in out.glob("part-*") if p.name.endswith(".parquet"))
+
+
+def _stamp(output_dir: str, query_text: str, tag_is_time: bool) -> None:
+    """A ``_query.json`` beside the part files: the query and the tag kind."""
+    (Path(output_dir) / "_query.json").write_text(
+        json.dumps({"query": query_text, "tag_is_time": bool(tag_is_time)}) + "\n")
+
+
+def _count_matches(output_dir: str) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in _parts(Path(output_dir)))
+
+
+def _quarantine(bad, count: int, directory: str | None) -> list[dict]:
+    """Write the bad rows (with their reason) under ``directory``; the first five."""
+    if not count:
+        return []
+    out = bad.select("_source", "_line", "_pos", "_field", "_bad") \
+        .toDF("source", "line", "position", "field", "reason")
+    if directory:
+        out.coalesce(1).write.mode("overwrite").parquet(directory)
+    return [r.asDict() for r in out.limit(5).collect()]
+
+
+# --------------------------------------------------------------------------- command line
+
+
+class UsageError(ValueError):
+    pass
+
+
+def _parser() -> argparse.ArgumentParser:
+    from acep.cli import parse_window
+
+    p = argparse.ArgumentParser(
+        prog="acep exact-batch",
+        description="Run a SASE+ query with the exact engine over event files or the "
+                    "collector's archive on Spark (a local session unless --master); the "
+                    "matches are written as Parquet.")
+    p.add_argument("query", metavar="QUERY_FILE", help="query file (docs/EXACT.md section 2)")
+    p.add_argument("inputs", metavar="INPUT", nargs="+",
+                   help="event files (.parquet/.csv/.jsonl/.msgpack) or directories of them; "
+                        "with --archive, the archive directory")
+    p.add_argument("--archive", action="store_true",
+                   help="INPUT is the collector's Parquet archive")
+    p.add_argument("--pattern-id", help="the archive's pattern whose windows to read")
+    p.add_argument("--spec", help="event spec of the files: a JSON/TOML file or a preset")
+    p.add_argument("--out", "-o", required=True, metavar="DIR",
+                   help="write the matches here (Parquet; replaced)")
+    p.add_argument("--master", help="Spark master (default local[CORES])")
+    p.add_argument("--cores", type=int, help="cores of the local session (default: all)")
+    p.add_argument("--chunk", type=parse_window, help="time chunk length, e.g. 2h "
+                                                     "(default: chosen)")
+    p.add_argument("--key-groups", type=int, help="equivalence-key groups (default: chosen; "
+                                                  "1 when the query forbids a key split)")
+    p.add_argument("--quarantine", metavar="DIR", help="write bad rows here (Parquet)")
+    p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
+    return p
+
+
+def _check(args) -> None:
+    if args.archive and len(args.inputs) != 1:
+        raise UsageError("--archive takes one archive directory")
+    if args.archive and args.spec:
+        raise UsageError("--spec is for event files; the archive has its own columns")
+    if args.pattern_id and not args.archive:
+        raise UsageError("--pattern-id goes with --archive")
+    if args.cores is not None and args.cores < 1:
+        raise UsageError(f"--cores must be at least 1, got {args.cores}")
+    if args.key_groups is not None and args.key_groups < 1:
+        raise UsageError(f"--key-groups must be at least 1, got {args.key_groups}")
+    if args.chunk is not None and args.chunk <= 0:
+        raise UsageError(f"--chunk must be positive, got {args.chunk:g}")
+
+
+def run(args) -> int:
+    from acep.nfab import parse_query
+
+    _check(args)
+    try:
+        with open(args.query, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise UsageError(f"query file {args.query}: {reason}") from None
+    parse_query(text, source=args.query)  # a bad query fails before Spark starts
+    spec = EventSpec.load(args.spec) if args.spec else None
+    result = exact_batch(args.inputs, text, spec=spec, archive=args.archive,
+                         pattern_id=args.pattern_id, output_dir=args.out, master=args.master,
+                         cores=args.cores, chunk=args.chunk, key_groups=args.key_groups,
+                         quarantine=args.quarantine, show_progress=not args.no_progress)
+    stats = result.stats
+    for row in result.quarantined:
+        print(f"acep exact-batch: quarantined {row['source'] or 'event'}"
+              f"{'' if row['line'] is None else ', line ' + str(row['line'])}"
+              f"{'' if row['position'] is None else ', position ' + str(row['position'])}"
+              f"{'' if row['field'] is None else ', field ' + repr(row['field'])}: "
+              f"{row['reason']}", file=sys.stderr)
+    if stats["bad_rows"] > len(result.quarantined):
+        where = f" (all in {args.quarantine})" if args.quarantine else ""
+        print(f"acep exact-batch: {stats['bad_rows']} bad rows quarantined{where}",
+              file=sys.stderr)
+    print(json.dumps(stats))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from acep.events import EventError
+    from acep.pattern import PatternError
+
+    from .spark import SparkUnavailable
+
+    args = _parser().parse_args(argv)
+    try:
+        return run(args)
+    except PatternError as exc:  # QueryError: the message shows the line and a caret
+        print(f"acep exact-batch: {exc}", file=sys.stderr)
+        return 2
+    except (UsageError, SourceError, SparkUnavailable, EventError) as exc:
+        print(f"acep exact-batch: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, OSError, RuntimeError) as exc:
+        print(f"acep exact-batch: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
