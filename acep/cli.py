@@ -83,9 +83,25 @@ def _parser() -> argparse.ArgumentParser:
                        help="verbose: one line per match; compact: one line per end event")
     exact.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
     exact.set_defaults(run=run_exact)
-    demo = sub.add_parser("demo", help="match a pattern on the embedded flights sample")
-    demo.add_argument("--limit", type=int, default=10, help="matches to print")
+    demo = sub.add_parser(
+        "demo", help="the whole loop on one machine: collector, Spark trainer, agent, report",
+        description="Start a collector on loopback, train a history sketch with Spark on the "
+                    "first days of the embedded week of flights, run an agent on the rest at "
+                    "a tenth of the unconstrained operations, and report bundle recall "
+                    "(needs pip install 'acep[demo]' and Java 17).")
+    demo.add_argument("--workdir", help="where everything is written (default: a new "
+                                        "temporary directory, kept)")
+    demo.add_argument("--data", help="a flights Parquet file instead of the embedded week")
+    demo.add_argument("--train-days", type=float, default=4.0,
+                      help="days of the stream to train on (default 4)")
+    demo.add_argument("--budget", type=float, default=0.10,
+                      help="the agent's share of the unconstrained operations (default 0.10)")
+    demo.add_argument("--cores", type=int, help="cores of the local Spark session")
     demo.set_defaults(run=run_demo)
+    sample = sub.add_parser("sample", help="match a pattern on the embedded flights sample "
+                                           "(the device side alone)")
+    sample.add_argument("--limit", type=int, default=10, help="matches to print")
+    sample.set_defaults(run=run_sample)
     backend = sub.add_parser("backend", help="say which matcher kernel runs")
     backend.set_defaults(run=lambda args: print(_backend_name()) or 0)
     _add_history_parser(sub)
@@ -430,6 +446,24 @@ def run_history(args) -> int:
 
 
 def run_demo(args) -> int:
+    """The end-to-end loop (``trainer.demo``)."""
+    if not 0 < args.budget <= 1:
+        raise ValueError(f"--budget must be in (0, 1], got {args.budget}")
+    from trainer.spark import SparkUnavailable, check_installed
+
+    try:
+        check_installed()
+        import aiohttp  # noqa: F401 - the collector's server
+        import pyarrow  # noqa: F401
+    except (SparkUnavailable, ImportError) as exc:
+        raise ValueError(f"the demo needs pip install 'acep[demo]' and Java 17: {exc}") \
+            from None
+    from trainer.demo import main as demo_main
+
+    return demo_main(args.workdir, args.data, args.budget, args.train_days, args.cores)
+
+
+def run_sample(args) -> int:
     """Match rising departure delays at each airport on the embedded flights sample."""
     from .demo import DEMO, demo_events
 

@@ -1,4 +1,4 @@
-"""`acep match` and `acep demo` as a user runs them: a real process on real files."""
+"""`acep match` and `acep sample` as a user runs them: a real process on real files."""
 
 import json
 import subprocess
@@ -111,8 +111,8 @@ def test_window_units(window, seconds):
     assert parse_window(window) == seconds
 
 
-def test_demo_runs_on_the_embedded_sample():
-    r = acep("demo", "--limit", "3")
+def test_sample_runs_on_the_embedded_sample():
+    r = acep("sample", "--limit", "3")
     assert r.returncode == 0, r.stderr
     rows = [json.loads(x) for x in r.stdout.splitlines() if not x.startswith("#")]
     assert len(rows) == 3 and all(m["errors"] <= 1 for m in rows)

@@ -12,15 +12,18 @@ import os
 import sys
 import threading
 from contextlib import contextmanager
+from pathlib import Path
 
-__all__ = ["SparkUnavailable", "session", "progress"]
+_LOG4J = Path(__file__).with_name("log4j2.properties").as_uri()
+
+__all__ = ["SparkUnavailable", "check_installed", "session", "progress"]
 
 
 class SparkUnavailable(RuntimeError):
     """PySpark or Java is missing; the message says what to install."""
 
 
-def _check_installed() -> None:
+def check_installed() -> None:
     try:
         import pyspark  # noqa: F401
     except ImportError:
@@ -42,7 +45,7 @@ def session(master: str | None = None, cores: int | None = None, *, app: str = "
     ``master`` defaults to ``local[cores]`` (``cores`` defaults to every core). The driver
     memory applies only when this call starts the JVM.
     """
-    _check_installed()
+    check_installed()
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
@@ -61,7 +64,9 @@ def session(master: str | None = None, cores: int | None = None, *, app: str = "
                .config("spark.sql.adaptive.enabled", "false")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true")
                .config("spark.sql.execution.arrow.maxRecordsPerBatch", "65536")
-               .config("spark.python.worker.reuse", "true"))
+               .config("spark.python.worker.reuse", "true")
+               .config("spark.driver.extraJavaOptions",
+                       f"-Dlog4j.configurationFile={_LOG4J} -Dlog4j2.configurationFile={_LOG4J}"))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
