@@ -74,7 +74,7 @@ def session(master: str | None = None, cores: int | None = None, *, app: str = "
 
 @contextmanager
 def progress(spark, label: str, enabled: bool = True):
-    """While the block runs, show the finished tasks of the running Spark stages on stderr.
+    """While the block runs, show the finished tasks of the running Spark stage(s) on stderr.
 
     Uses ``SparkContext.statusTracker`` (polled twice a second), with a tqdm bar when tqdm
     is installed, else a line per change.
@@ -95,15 +95,11 @@ def progress(spark, label: str, enabled: bool = True):
 def _poll(sc, label: str, stop: threading.Event) -> None:
     tracker = sc.statusTracker()
     bar = _Bar(label)
-    seen: dict[int, tuple[int, int]] = {}
     while not stop.wait(0.5):
-        for stage in tracker.getActiveStageIds():
-            info = tracker.getStageInfo(stage)
-            if info is not None:
-                seen[stage] = (info.numCompletedTasks, info.numTasks)
-        done = sum(d for d, _ in seen.values())
-        total = sum(t for _, t in seen.values())
-        bar.show(done, total)
+        infos = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+        infos = [i for i in infos if i is not None]
+        if infos:  # the running stages only: a bar per step that never goes back
+            bar.show(sum(i.numCompletedTasks for i in infos), sum(i.numTasks for i in infos))
     bar.close()
 
 
