@@ -36,6 +36,13 @@ class Archive:
     def __init__(self, root: str | Path):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        # a collector killed mid-write leaves its temporary file; the batch was not
+        # stored, so the device sends it again and it is written anew
+        for stale in self.root.glob("date=*/device=*/.part-*.tmp"):
+            try:
+                stale.unlink()
+            except OSError:
+                pass
 
     def write(self, batch) -> Path:
         """Write (or rewrite, identically) the archive file of ``batch``; its path."""

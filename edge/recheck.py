@@ -45,6 +45,9 @@ from acep.pattern import (
     parse_where,
 )
 
+from . import fastcheck
+from .fastcheck import Fallback
+
 __all__ = ["Unsupported", "MatchCheck", "translate", "recheck", "recheck_batch",
            "MAX_EXACT_PER_POINT", "MAX_ENUMERATION"]
 
@@ -257,16 +260,19 @@ def window_rows(batch, idx: np.ndarray) -> list[Event]:
     return rows
 
 
-def recheck_batch(batch) -> list[MatchCheck]:
+def recheck_batch(batch, fast: bool = True) -> list[MatchCheck]:
     """One :class:`MatchCheck` per match of an ``edge.wire.UploadBatch``; never raises.
 
-    Events are grouped by the pattern's ``partition_by`` attribute and the engine runs
-    once per partition over the union of its windows: every exact match ending at a point
-    lies inside that point's window, which the device sent whole (``docs/WIRE.md``)."""
+    Events are grouped by the pattern's ``partition_by`` attribute and each partition is
+    checked once over the union of its windows: every exact match ending at a point lies
+    inside that point's window, which the device sent whole (``docs/WIRE.md``). A query in
+    the class of :mod:`edge.fastcheck` is counted there (``fast``); anything else, and any
+    window the fast path declines, goes through the NFA^b engine."""
     n = len(batch)
     pattern = batch.pattern
     try:
         query = _query(translate(pattern.text, pattern.window, pattern.where))
+        fplan = _fast_plan(query.text) if fast else None
     except Unsupported as exc:
         return [MatchCheck(None, reason=str(exc)) for _ in range(n)]
     except Exception as exc:  # a re-check must never take an upload down with it
@@ -282,7 +288,14 @@ def recheck_batch(batch) -> list[MatchCheck]:
     for key, rows in by_key.items():
         idx = groups.get(key, np.zeros(0, dtype=np.int64))
         try:
-            checks = _check_partition(batch, query, idx, rows)
+            checks = None
+            if fplan is not None:
+                try:
+                    checks = _fast_partition(batch, fplan, idx, rows)
+                except Fallback:
+                    checks = None
+            if checks is None:
+                checks = _check_partition(batch, query, idx, rows)
         except Unsupported as exc:
             checks = {i: MatchCheck(None, reason=str(exc)) for i in rows}
         except Exception as exc:  # e.g. EventError: an event lacking a predicate's attribute
@@ -290,6 +303,32 @@ def recheck_batch(batch) -> list[MatchCheck]:
         for i, c in checks.items():
             out[i] = c
     return out  # type: ignore[return-value]
+
+
+@lru_cache(maxsize=256)
+def _fast_plan(text: str) -> fastcheck.Plan | None:
+    return fastcheck.plan(_query(text))
+
+
+def _fast_partition(batch, fplan: fastcheck.Plan, idx: np.ndarray, rows: list[int]) -> dict:
+    """:func:`_check_partition` by :mod:`edge.fastcheck` (raises ``Fallback``)."""
+    events = window_rows(batch, idx)
+    gpos = batch.event_position[idx]
+    points = [float(batch.point[i]) for i in rows]
+    per_point = fastcheck.check_partition(fplan, events, points, MAX_EXACT_PER_POINT)
+    glist = gpos.tolist()
+    checks: dict[int, MatchCheck] = {}
+    for i, point in zip(rows, points):
+        count, found = per_point[point]
+        lo, hi = batch.trajectory_ptr[i], batch.trajectory_ptr[i + 1]
+        local = np.searchsorted(gpos, batch.trajectory[lo:hi])
+        try:
+            exact = fastcheck.is_match(fplan, [events[j] for j in local.tolist()])
+        except Exception as exc:  # a predicate that raises: the engine says why
+            raise Fallback(f"{type(exc).__name__}: {exc}") from None
+        checks[i] = MatchCheck(exact, count, [[[glist[p] for p in comp] for comp in m]
+                                              for m in found], truncated=count > len(found))
+    return checks
 
 
 def _check_partition(batch, query: Query, idx: np.ndarray, rows: list[int]) -> dict:

@@ -141,29 +141,43 @@ def _kleene_events(n):
         Event("c", n + 1.0, {"x": 100.0})]
 
 
-def _at_point(up, point):
-    return [c for c, p in zip(recheck_batch(up), up.point) if p == point][0]
+def _at_point(up, point, fast=True):
+    return [c for c, p in zip(recheck_batch(up, fast=fast), up.point) if p == point][0]
 
 
 def test_kleene_blowup_is_counted_and_cut_not_enumerated():
+    # the general path (the NFA^b engine), as before the fast path
     # 10 b events between a and c: 2^10 - 1 exact matches end at c; the list is cut
     up = _batch("a b+ c", 50.0, 0, [], _kleene_events(10))
-    c = _at_point(up, 11.0)
+    c = _at_point(up, 11.0, fast=False)
     assert c.exact and c.exact_count == 2 ** 10 - 1 and c.truncated
     assert len(c.exact_matches) == MAX_EXACT_PER_POINT
     # 40 b events: 2^40 - 1 matches are counted by the engine's DP, none enumerated
     up = _batch("a b+ c", 50.0, 0, [], _kleene_events(40))
-    c = _at_point(up, 41.0)
+    c = _at_point(up, 41.0, fast=False)
     assert c.exact and c.exact_count == 2 ** 40 - 1 and c.exact_matches == [] and c.truncated
     # a pure predicate on b[i] is filtered early: still counted without enumeration
     up = _batch("a b+ c", 50.0, 0, ["b.x > a.x"], _kleene_events(40))
-    assert _at_point(up, 41.0).exact_count == 2 ** 40 - 1
+    assert _at_point(up, 41.0, fast=False).exact_count == 2 ** 40 - 1
     # one on the last b with arithmetic leaves a residual: counting would enumerate, refused
     up = _batch("a b+ c", 50.0, 0, ["c.x > b.x + 60"], _kleene_events(40))
-    c = _at_point(up, 41.0)
+    c = _at_point(up, 41.0, fast=False)
     assert c.exact is None and "too large" in c.reason
     with pytest.raises(Unsupported, match="limit"):
         recheck(PatternRef("p", "a b+ c", 50.0, 0), _kleene_events(40))
+
+
+def test_fast_path_counts_what_the_engine_gives_up_on():
+    # edge.fastcheck counts through the last b (x_last < 40: sum of 2^(l-1), l = 1..39)
+    # and lists the first 100 in canonical order where the engine listed none
+    up = _batch("a b+ c", 50.0, 0, ["c.x > b.x + 60"], _kleene_events(40))
+    c = _at_point(up, 41.0)
+    assert c.exact and c.exact_count == 2 ** 39 - 1 and c.truncated
+    assert c.exact_matches[:2] == [[[0], [1], [41]], [[0], [1, 2], [41]]]
+    assert len(c.exact_matches) == MAX_EXACT_PER_POINT
+    up = _batch("a b+ c", 50.0, 0, [], _kleene_events(40))
+    c = _at_point(up, 41.0)
+    assert c.exact_count == 2 ** 40 - 1 and len(c.exact_matches) == MAX_EXACT_PER_POINT
 
 
 def test_missing_attribute_is_a_reason_not_a_crash():

@@ -1,0 +1,396 @@
+"""A fast exact re-check for the plain sequence patterns :mod:`edge.recheck` translates.
+
+The general path runs the NFA^b engine (``acep.nfab``) on a partition's window events and,
+where a predicate is left to check at a match's end, *enumerates* the matches to count
+them. Under skip-till-any-match a Kleene component makes that exponential, so the general
+path spent nearly all of the collector's time enumerating, and gave up (``exact = None``)
+above :data:`edge.recheck.MAX_ENUMERATION` matches at one event.
+
+This module counts instead. For a query ``SEQ(T0 v0, T1+ v1[], ...)`` under
+skip-till-any-match, a match is a choice of blocks (one event for a singleton, one or more
+for a Kleene component) in stream order within the window, such that
+
+* every conjunct with an iterator reference ``v[i]`` holds for every element of ``v``,
+  reading the earlier components' last elements;
+* every other conjunct holds on the singletons and the Kleene components' last elements.
+
+When each conjunct reads at most its own component and the one before it (the common
+case: ``verylate.delay > late.delay + 30``), the matches factor through the last element
+``l_j`` of each component: given ``l_(j-1) = x`` and ``l_j = y``, the other elements of a
+Kleene component ``j`` are any subset of the eligible events strictly between x and y, so
+the number of ways is a matrix ``T_j[x, y]`` (``2^eligible`` where the pair is valid) and
+the matches ending at ``e`` are counted by the matrix product ``W_0 T_1 ... T_(m-1)``
+restricted to first elements within the window of ``e`` (rows: the first element). The
+first :data:`~edge.recheck.MAX_EXACT_PER_POINT` matches are listed in the engine's
+canonical order (lexicographic in the blocks) by a depth-first walk that only enters
+branches the backward product says can still end at ``e``.
+
+Predicates are evaluated with the engine's own evaluator (``acep.nfab.evaluate``), so
+numbers, NaN, strings and division behave the same. :func:`plan` returns None for a query
+outside this class, and :func:`check_partition` raises :class:`Fallback` for windows it
+does not handle (tags that go back, a predicate that raises, e.g. a missing attribute);
+the caller then runs the general path. ``tests/test_edge_fastcheck.py`` checks it against
+the general path on many random windows.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+
+import numpy as np
+
+from acep.events import Event
+from acep.nfab.ast import Index, Kind, Ref, Strategy
+from acep.nfab.evaluate import Binding, _true, evaluate
+
+__all__ = ["Fallback", "Plan", "plan", "check_partition", "is_match"]
+
+_BIG = float(1 << 62)  # above this an int64 product might have overflowed: use Python ints
+
+
+class Fallback(Exception):
+    """This window needs the general path."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """``types[j]``, ``kleene[j]``, ``vars[j]``; ``pair[j]``: the conjuncts checked on
+    (l_(j-1), l_j); ``iter[j]``: the conjuncts each element of Kleene component j passes."""
+
+    types: tuple[str, ...]
+    kleene: tuple[bool, ...]
+    vars: tuple[str, ...]
+    window: float
+    pair: tuple[tuple, ...]
+    iter: tuple[tuple, ...]
+
+    @property
+    def m(self) -> int:
+        return len(self.types)
+
+
+def _refs(expr) -> list:
+    """Every identifier of an expression; anything but plain references gives None."""
+    out, stack = [], [expr]
+    while stack:
+        node = stack.pop()
+        name = type(node).__name__
+        if isinstance(node, Ref):
+            out.append(node)
+        elif name in ("Agg", "Len"):
+            return None
+        elif name == "BinOp":
+            stack += [node.left, node.right]
+        elif name == "UnaryOp":
+            stack.append(node.operand)
+        elif name == "Call":
+            stack += list(node.args)
+        elif name != "Const":
+            return None
+    return out
+
+
+def plan(query) -> Plan | None:
+    """The plan of a translated query, or None when it is outside the fast class."""
+    comps = query.components
+    if (query.strategy is not Strategy.ANY or query.returns or not comps
+            or any(c.kind is Kind.NEG for c in comps)):
+        return None
+    index = {c.var: j for j, c in enumerate(comps)}
+    kleene = tuple(c.kind is Kind.PLUS for c in comps)
+    pair: list[list] = [[] for _ in comps]
+    iters: list[list] = [[] for _ in comps]
+    for conj in query.conjuncts:
+        refs = _refs(conj)
+        if refs is None or not refs or any(r.var not in index for r in refs):
+            return None
+        at = max(index[r.var] for r in refs)
+        iterating = [r for r in refs if r.index is Index.I]
+        for r in refs:
+            j = index[r.var]
+            if j < at - 1:
+                return None  # reads two components back: not a pair
+            if r.index is Index.I:
+                if j != at or not kleene[j]:
+                    return None
+            elif r.index is Index.NONE:
+                if kleene[j]:
+                    return None
+            elif r.index is Index.LAST:
+                if not kleene[j] or (iterating and j == at):
+                    return None
+            else:
+                return None
+        (iters if iterating else pair)[at].append(conj)
+    return Plan(tuple(c.type for c in comps), kleene, tuple(c.var for c in comps),
+                float(query.window), tuple(map(tuple, pair)), tuple(map(tuple, iters)))
+
+
+def _holds(conjuncts, bound: dict, var: str | None = None, i: int = 0) -> bool:
+    b = Binding(bound, var, i)
+    for c in conjuncts:
+        if not _true(evaluate(c, b)):
+            return False
+    return True
+
+
+class _Window:
+    """The per-partition matrices: ``valid[j][x, y]`` (l_(j-1) = x, l_j = y is allowed),
+    ``elig[j][x, z]`` (z may be a middle element of Kleene j after x), the counts
+    ``count[j]`` (rows: first element, columns: l_j) and the backward reachability
+    ``reach[j][y, e]`` (from l_j = y some completion ends at e)."""
+
+    def __init__(self, p: Plan, events: list[Event]):
+        self.p, self.events = p, events
+        tags = np.array([e.t for e in events], dtype=float)
+        if len(tags) > 1 and np.any(np.diff(tags) < 0):
+            raise Fallback("tags go back")
+        self.tags = tags
+        types = [e.type for e in events]
+        self.cands = [np.array([i for i, t in enumerate(types) if t == ty], dtype=np.int64)
+                      for ty in p.types]
+        try:
+            self._build()
+        except Fallback:
+            raise
+        except Exception as exc:  # a predicate that raises: let the engine say why
+            raise Fallback(f"{type(exc).__name__}: {exc}") from None
+
+    # ------------------------------------------------------------------ matrices
+
+    def _bound(self, j: int, x: int | None, y: int) -> dict:
+        ev, p = self.events, self.p
+        out = {p.vars[j]: [ev[y]]}
+        if x is not None:
+            out[p.vars[j - 1]] = [ev[x]]
+        return out
+
+    def _build(self) -> None:
+        p, w, tags = self.p, self.p.window, self.tags
+        self.valid, self.elig, self.weight = [], [], []
+        exact = True  # int64 without overflow
+        for j in range(p.m):
+            cy = self.cands[j]
+            ny = len(cy)
+            if j == 0:  # "x" is the first element f (rows), y the last (columns)
+                cx = cy
+                before = cx[:, None] <= cy[None, :] if p.kleene[0] else \
+                    np.eye(ny, dtype=bool)
+            else:
+                cx = self.cands[j - 1]
+                before = cx[:, None] < cy[None, :]
+            near = tags[cy][None, :] - tags[cx][:, None] <= w
+            valid = before & near
+            nx = len(cx)
+            elig = np.zeros((nx, ny), dtype=bool)
+            if p.kleene[j]:
+                var, it = p.vars[j], p.iter[j]
+                if j == 0:  # the conjuncts read v0[i] alone: one flag per event
+                    ok = np.array([not it or _holds(it, self._bound(0, None, int(y)), var, 1)
+                                   for y in cy.tolist()], dtype=bool)
+                    elig = np.broadcast_to(ok, (nx, ny)).copy()
+                    valid &= ok[:, None] & ok[None, :]
+                else:
+                    for a, b in zip(*np.nonzero(valid)):
+                        elig[a, b] = not it or _holds(
+                            it, self._bound(j, int(cx[a]), int(cy[b])), var, 1)
+                    valid &= elig
+            if p.pair[j]:
+                for a, b in zip(*np.nonzero(valid)):
+                    x = None if j == 0 else int(cx[a])
+                    if not _holds(p.pair[j], self._bound(j, x, int(cy[b]))):
+                        valid[a, b] = False
+            if p.kleene[j]:
+                # middles strictly between x and y: eligible z with x < z < y
+                strictly = (cx[:, None] < cy[None, :]) if j else \
+                    np.ones((nx, ny), dtype=bool)
+                between = np.cumsum(elig & strictly, axis=1) - (elig & strictly)
+                if j == 0:  # between f (row) and y: eligible z in (f, y)
+                    upto = np.cumsum(elig[0]) if nx else np.zeros(0, np.int64)
+                    between = upto[None, :] - upto[:, None] - elig[0][None, :]
+                    between = np.maximum(between, 0)
+                counts = np.where(valid, between, 0)
+                if counts.size and counts.max() >= 62:
+                    exact = False
+                weight = np.where(valid, np.left_shift(1, np.minimum(counts, 62)), 0)
+            else:
+                weight = valid.astype(np.int64)
+                counts = None
+            self.valid.append(valid)
+            self.elig.append(elig)
+            self.weight.append((weight, counts))
+        self._products(exact)
+
+    def _products(self, exact: bool) -> None:
+        p, w, tags = self.p, self.p.window, self.tags
+        first = self.cands[0]
+        as_float = [wt.astype(float) if c is None else np.where(wt > 0, np.exp2(c), 0.0)
+                    for wt, c in self.weight]
+        total = as_float[0]
+        for j in range(1, p.m):
+            total = total @ as_float[j]
+        ends = self.cands[-1]
+        inside = tags[ends][None, :] - tags[first][:, None] <= w
+        sums = np.where(inside, total, 0.0).sum(axis=0)
+        if exact and (not total.size or (total.max() < _BIG and sums.max() < _BIG)):
+            m = self.weight[0][0]
+            for j in range(1, p.m):
+                m = m @ self.weight[j][0]
+        else:  # Python ints
+            def big(j):
+                wt, c = self.weight[j]
+                if c is None:
+                    return wt.astype(object)
+                out = np.zeros(wt.shape, dtype=object)
+                for a, b in zip(*np.nonzero(wt)):
+                    out[a, b] = 1 << int(c[a, b])
+                return out
+            m = big(0)
+            for j in range(1, p.m):
+                m = m.dot(big(j))
+        self.by_end = {int(e): int(v) for e, v in
+                       zip(ends.tolist(), (np.where(inside, m, 0)).sum(axis=0).tolist())}
+        # reach[j][y, e]: from l_j = y (column index of cands[j]) some completion ends at e
+        reach = [None] * p.m
+        r = np.eye(len(ends), dtype=float)
+        reach[p.m - 1] = r
+        for j in range(p.m - 1, 0, -1):
+            r = np.minimum((as_float[j] > 0).astype(float) @ r, 1.0)
+            reach[j - 1] = r
+        self.reach = reach
+
+    # ------------------------------------------------------------------ listing
+
+    def first_matches(self, end: int, limit: int) -> list[tuple[tuple[int, ...], ...]]:
+        """Up to ``limit`` matches ending at event ``end``, in canonical order (blocks of
+        local positions): lexicographic in the blocks, so a Kleene block stops before it
+        grows, and each choice is tried in stream order. Only branches from which
+        ``reach`` says ``end`` can still be reached are entered."""
+        p, m = self.p, self.p.m
+        ce = int(np.searchsorted(self.cands[-1], end))
+        floor = self.tags[end] - p.window
+        cands = [c.tolist() for c in self.cands]
+        out: list = []
+        blocks: list[tuple[int, ...]] = []
+
+        def finish(j: int, b: int) -> None:
+            """l_j is cands[j][b]: go on with component j + 1 (or emit)."""
+            if j == m - 1:
+                out.append(tuple(blocks))
+            else:
+                level(j + 1, b)
+
+        def level(j: int, a: int | None) -> None:
+            cj = cands[j]
+            if j == 0:
+                ok_last = np.diag(self.valid[0]) & (self.reach[0][:, ce] > 0)
+            elif j == m - 1 and not p.kleene[j]:  # the end itself, if the pair allows it
+                if self.valid[j][a, ce]:
+                    blocks.append((end,))
+                    out.append(tuple(blocks))
+                    blocks.pop()
+                return
+            else:
+                ok_last = self.valid[j][a] & (self.reach[j][:, ce] > 0)
+            if not p.kleene[j]:
+                for b in np.flatnonzero(ok_last).tolist():
+                    if j == 0 and self.tags[cj[b]] < floor:
+                        continue
+                    blocks.append((cj[b],))
+                    finish(j, b)
+                    blocks.pop()
+                    if len(out) >= limit:
+                        return
+                return
+            elig = self.elig[j][0 if j == 0 else a]
+            # a block whose latest element is z can still be finished iff l_j = z is
+            # allowed or an eligible later element can; `grows`: those worth adding
+            ok, el = ok_last.tolist(), elig.tolist()
+            grows: list[int] = []
+            later = False
+            for z in range(len(cj) - 1, -1, -1):
+                if ok[z] or later:
+                    if el[z]:
+                        later = True
+                        grows.append(z)
+            grows.reverse()
+            if j == 0:  # the block's first element is the match's first: in the window
+                firsts = [z for z in grows if self.tags[cj[z]] >= floor]
+            else:
+                x = cands[j - 1][a]
+                firsts = [z for z in grows if cj[z] > x]
+            valid0 = self.valid[0]
+            for f in firsts:
+                grow(j, [f], ok, grows, valid0)
+                if len(out) >= limit:
+                    return
+
+        def grow(j: int, block: list[int], ok: list, grows: list[int], valid0) -> None:
+            cur = block[-1]
+            if ok[cur] and (j > 0 or valid0[block[0], cur]):
+                cj = cands[j]
+                blocks.append(tuple([cj[b] for b in block]))
+                finish(j, cur)
+                blocks.pop()
+                if len(out) >= limit:
+                    return
+            for z in grows[bisect_right(grows, cur):]:
+                block.append(z)
+                grow(j, block, ok, grows, valid0)
+                block.pop()
+                if len(out) >= limit:
+                    return
+
+        level(0, None)
+        return out
+
+
+def is_match(p: Plan, events: list[Event]) -> bool:
+    """Whether ``events`` (a trajectory, in order) is itself a match using all of them."""
+    n = len(events)
+    if n < p.m or not events or events[-1].t - events[0].t > p.window:
+        return False
+
+    def split(j: int, start: int, bound: dict) -> bool:
+        if j == p.m:
+            return start == n
+        left = p.m - j - 1  # events the later components need at least
+        sizes = range(1, n - start - left + 1) if p.kleene[j] else (1,)
+        var = p.vars[j]
+        for size in sizes:
+            block = events[start:start + size]
+            if len(block) < size or any(e.type != p.types[j] for e in block):
+                break
+            here = {**bound, var: block}
+            if p.kleene[j] and p.iter[j] and not all(
+                    _holds(p.iter[j], here, var, i + 1) for i in range(size)):
+                continue
+            if p.pair[j] and not _holds(p.pair[j], here):
+                continue
+            if split(j + 1, start + size, here):
+                return True
+        return False
+
+    return split(0, 0, {})
+
+
+def check_partition(p: Plan, events: list[Event], points: list[float], limit: int
+                    ) -> dict[float, tuple[int, list]]:
+    """{point: (count, up to ``limit`` matches ending at an event with that tag, each as
+    blocks of local positions)} for one partition's window events."""
+    win = _Window(p, events)
+    ends = win.cands[-1]
+    out = {}
+    for point in points:
+        if point in out:
+            continue
+        at = [int(e) for e in ends.tolist() if events[e].t == point]
+        count = sum(win.by_end.get(e, 0) for e in at)
+        found: list = []
+        for e in at:
+            if len(found) >= limit or not win.by_end.get(e):
+                continue
+            found.extend(win.first_matches(e, limit - len(found)))
+        out[point] = (count, found)
+    return out
