@@ -357,3 +357,16 @@ def test_unit_events_match_read_all(tmp_path):
     table = read_task(plan.tasks[0], plan)
     got = unit_events(table, plan).to_events()
     assert got == read_all(path).to_events()
+
+
+def test_only_bad_rows_gives_an_empty_result(spark, tmp_path):
+    out = tmp_path / "m"
+    out.mkdir()
+    (out / "part-00000-old.parquet").write_bytes(b"stale")  # a previous run's output goes
+    path = write_jsonl([{"type": "a", "t": i, "p": None, "v": 1} for i in range(5)],
+                       tmp_path / "e.jsonl")  # every a event lacks the key p
+    result = exact_batch([str(path)], SHAPES["strict"], output_dir=str(out), spark=spark,
+                         show_progress=False)
+    assert result.stats["events"] == 0 and result.stats["bad_rows"] == 5
+    assert result.stats["matches"] == 0 and pq.read_table(out).num_rows == 0
+    assert pq.read_table(out).schema.names[:2] == ["stream", "partition"]

@@ -196,8 +196,12 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
             units = _unit_frame(good, cplan, key_cols, plan)
             matches = _run_units(units, query_text, plan, cplan)
             matches.write.mode("overwrite").parquet(output_dir)
-    else:
+    else:  # nothing to match: still replace the output, with an empty result
         stats.update(chunks=0, key_groups=0)
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        spark.createDataFrame([], from_arrow_schema(match_schema())).coalesce(1) \
+            .write.mode("overwrite").parquet(output_dir)
     _ensure_part(output_dir)
     _stamp(output_dir, query_text, plan.tag_is_time)
     stats["matches"] = _count_matches(output_dir)
