@@ -262,22 +262,25 @@ class _Window:
 
     # ------------------------------------------------------------------ listing
 
-    def first_matches(self, end: int, limit: int) -> list[tuple[tuple[int, ...], ...]]:
-        """Up to ``limit`` matches ending at event ``end``, in canonical order (blocks of
-        local positions): lexicographic in the blocks, so a Kleene block stops before it
-        grows, and each choice is tried in stream order. Only branches from which
+    def first_matches(self, end: int, limit: int, labels: list | None = None) -> list:
+        """Up to ``limit`` matches ending at event ``end``, in canonical order, each a list
+        of blocks (lists of ``labels[position]``; default the local positions; blocks are
+        shared between matches and must not be changed): lexicographic in the blocks, so a
+        Kleene block stops before it grows, and each choice is tried in stream order. Only
+        branches from which
         ``reach`` says ``end`` can still be reached are entered."""
         p, m = self.p, self.p.m
         ce = int(np.searchsorted(self.cands[-1], end))
         floor = self.tags[end] - p.window
         cands = [c.tolist() for c in self.cands]
+        names = cands if labels is None else [[labels[i] for i in c] for c in cands]
         out: list = []
-        blocks: list[tuple[int, ...]] = []
+        blocks: list[list] = []
 
         def finish(j: int, b: int) -> None:
             """l_j is cands[j][b]: go on with component j + 1 (or emit)."""
             if j == m - 1:
-                out.append(tuple(blocks))
+                out.append(blocks[:])
             else:
                 level(j + 1, b)
 
@@ -287,8 +290,8 @@ class _Window:
                 ok_last = np.diag(self.valid[0]) & (self.reach[0][:, ce] > 0)
             elif j == m - 1 and not p.kleene[j]:  # the end itself, if the pair allows it
                 if self.valid[j][a, ce]:
-                    blocks.append((end,))
-                    out.append(tuple(blocks))
+                    blocks.append([names[j][ce]])
+                    out.append(blocks[:])
                     blocks.pop()
                 return
             else:
@@ -297,7 +300,7 @@ class _Window:
                 for b in np.flatnonzero(ok_last).tolist():
                     if j == 0 and self.tags[cj[b]] < floor:
                         continue
-                    blocks.append((cj[b],))
+                    blocks.append([names[j][b]])
                     finish(j, b)
                     blocks.pop()
                     if len(out) >= limit:
@@ -329,8 +332,8 @@ class _Window:
         def grow(j: int, block: list[int], ok: list, grows: list[int], valid0) -> None:
             cur = block[-1]
             if ok[cur] and (j > 0 or valid0[block[0], cur]):
-                cj = cands[j]
-                blocks.append(tuple([cj[b] for b in block]))
+                nj = names[j]
+                blocks.append([nj[b] for b in block])
                 finish(j, cur)
                 blocks.pop()
                 if len(out) >= limit:
@@ -375,22 +378,25 @@ def is_match(p: Plan, events: list[Event]) -> bool:
     return split(0, 0, {})
 
 
-def check_partition(p: Plan, events: list[Event], points: list[float], limit: int
-                    ) -> dict[float, tuple[int, list]]:
+def check_partition(p: Plan, events: list[Event], points: list[float], limit: int,
+                    labels: list | None = None) -> dict[float, tuple[int, list]]:
     """{point: (count, up to ``limit`` matches ending at an event with that tag, each as
-    blocks of local positions)} for one partition's window events."""
+    blocks of ``labels[local position]``)} for one partition's window events."""
     win = _Window(p, events)
     ends = win.cands[-1]
+    end_tags = win.tags[ends]
     out = {}
     for point in points:
         if point in out:
             continue
-        at = [int(e) for e in ends.tolist() if events[e].t == point]
+        lo, hi = np.searchsorted(end_tags, [point, point], side="left")[0], \
+            np.searchsorted(end_tags, point, side="right")
+        at = ends[lo:hi].tolist()
         count = sum(win.by_end.get(e, 0) for e in at)
         found: list = []
         for e in at:
             if len(found) >= limit or not win.by_end.get(e):
                 continue
-            found.extend(win.first_matches(e, limit - len(found)))
+            found.extend(win.first_matches(e, limit - len(found), labels))
         out[point] = (count, found)
     return out

@@ -315,8 +315,8 @@ def _fast_partition(batch, fplan: fastcheck.Plan, idx: np.ndarray, rows: list[in
     events = window_rows(batch, idx)
     gpos = batch.event_position[idx]
     points = [float(batch.point[i]) for i in rows]
-    per_point = fastcheck.check_partition(fplan, events, points, MAX_EXACT_PER_POINT)
-    glist = gpos.tolist()
+    per_point = fastcheck.check_partition(fplan, events, points, MAX_EXACT_PER_POINT,
+                                          gpos.tolist())
     checks: dict[int, MatchCheck] = {}
     for i, point in zip(rows, points):
         count, found = per_point[point]
@@ -326,8 +326,7 @@ def _fast_partition(batch, fplan: fastcheck.Plan, idx: np.ndarray, rows: list[in
             exact = fastcheck.is_match(fplan, [events[j] for j in local.tolist()])
         except Exception as exc:  # a predicate that raises: the engine says why
             raise Fallback(f"{type(exc).__name__}: {exc}") from None
-        checks[i] = MatchCheck(exact, count, [[[glist[p] for p in comp] for comp in m]
-                                              for m in found], truncated=count > len(found))
+        checks[i] = MatchCheck(exact, count, found, truncated=count > len(found))
     return checks
 
 

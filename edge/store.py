@@ -103,6 +103,9 @@ def open_store(url: str | Path) -> Store:
     return Store(text)
 
 
+_INT64_MAX = (1 << 63) - 1
+
+
 def _json(value) -> str:
     return json.dumps(value, separators=(",", ":"), allow_nan=False)
 
@@ -203,12 +206,14 @@ class Store:
         for i in range(len(batch)):
             c = checks[i] if checks is not None else None
             exact = None if c is None or c.exact is None else int(c.exact)
+            count, reason = (None, None) if c is None else (c.exact_count, c.reason)
+            if count is not None and count > _INT64_MAX:  # SQLite integers are 64-bit
+                count, reason = None, f"exact_count {count} is above 2^63 - 1"
             yield (batch.batch_id, i, batch.device, batch.pattern.id,
                    _json(_key(batch.partition[i])), point[i], start[i], errors[i],
-                   _json(traj[ptr[i]:ptr[i + 1]]), exact,
-                   None if c is None else c.exact_count,
+                   _json(traj[ptr[i]:ptr[i + 1]]), exact, count,
                    None if c is None or c.exact_matches is None else _json(c.exact_matches),
-                   None if c is None else c.reason)
+                   reason)
 
     @staticmethod
     def _summary_rows(batch):
