@@ -21,11 +21,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import signal
 import sys
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from aiohttp import web
@@ -51,12 +53,16 @@ class Collector:
     """The state behind the HTTP handlers: store, archive, limits, metrics."""
 
     def __init__(self, store: Store, archive: Archive, *, max_body: int = DEFAULT_MAX_BODY,
-                 sketch_key: bytes | None = None, limits: Limits | None = None):
+                 sketch_key: bytes | None = None, limits: Limits | None = None,
+                 recheck_workers: int = 0):
         self.store, self.archive = store, archive
         self.max_body = int(max_body)
         self.sketch_key = sketch_key
         self.limits = limits or Limits(max_bytes=self.max_body)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collector-db")
+        self.recheck_workers = int(recheck_workers)
+        self.procs: ProcessPoolExecutor | None = None
+        self._start_procs()
         self.metrics: Counter = Counter()
         self.status_counts: Counter = Counter()
         self.started = time.time()
@@ -64,8 +70,32 @@ class Collector:
     async def run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
+    def _start_procs(self) -> None:
+        if self.recheck_workers > 0:
+            # spawn: the workers inherit neither the server's threads nor its socket
+            self.procs = ProcessPoolExecutor(
+                self.recheck_workers, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_warm)
+
+    async def prepare(self, body: bytes, device: str) -> tuple:
+        """Decode and re-check in a worker process (the CPU-heavy part), so several
+        batches are re-checked at once and the event loop and the database thread go on;
+        ``("error", status, doc)`` or ``("ok", checks)``. Without workers, or when the
+        pool broke (a worker died), the database thread does it all (``("ok", None)``)."""
+        if self.procs is None:
+            return ("ok", None)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self.procs, prepare_batch, body, self.limits, device)
+        except BrokenProcessPool:
+            self.procs.shutdown(wait=False, cancel_futures=True)
+            self._start_procs()
+            return ("ok", None)
+
     def close(self) -> None:
         self.pool.shutdown(wait=True)
+        if self.procs is not None:
+            self.procs.shutdown(wait=True, cancel_futures=True)
         self.store.close()
 
     # ----------------------------------------------------------------- helpers
@@ -105,24 +135,22 @@ class Collector:
 
     # ----------------------------------------------------------------- ingest
 
-    def ingest(self, body: bytes, device: str) -> tuple[int, dict]:
-        """Decode, check, re-check, archive and store one batch (worker thread)."""
-        try:
-            batch = decode(body, self.limits)
-        except WireError as exc:
-            status = 413 if "above the limit" in str(exc) and str(exc).startswith("body") else 400
-            return status, {"error": str(exc), "status": status}
-        if batch.device != device:
-            return 403, {"error": f"field 'device': {batch.device!r} is not this token's "
-                                  f"device {device!r}", "status": 403}
+    def ingest(self, body: bytes, device: str, checks: list | None = None
+               ) -> tuple[int, dict]:
+        """Decode, check, re-check (unless ``checks`` came from :meth:`prepare`), archive
+        and store one batch (database thread)."""
+        batch = _decode(body, self.limits, device)
+        if isinstance(batch, tuple):
+            return batch
         n = len(batch)
         if self.store.has_batch(batch.batch_id):
             self.metrics["batches_duplicate"] += 1
             return 200, {"status": "duplicate", "batch_id": batch.batch_id, "matches": n,
                          "exact": self._stored_exact(batch.batch_id)}
-        checks, archive, n_exact = None, None, None
+        archive, n_exact = None, None
         if isinstance(batch, UploadBatch):
-            checks = recheck_batch(batch)
+            if checks is None:
+                checks = recheck_batch(batch)
             archive = str(self.archive.write(batch).relative_to(self.archive.root))
             n_exact = sum(1 for c in checks if c.exact)
         if not self.store.store_batch(batch, checks, nbytes=len(body), archive=archive):
@@ -157,7 +185,10 @@ class Collector:
         body = await self.read_body(request)
         if isinstance(body, web.Response):
             return body
-        status, doc = await self.run(self.ingest, body, who[0])
+        prepared = await self.prepare(body, who[0])
+        if prepared[0] == "error":
+            return web.json_response(prepared[2], status=prepared[1])
+        status, doc = await self.run(self.ingest, body, who[0], prepared[1])
         return web.json_response(doc, status=status)
 
     async def get_sketch(self, request: web.Request) -> web.Response:
@@ -213,6 +244,32 @@ class Collector:
         doc["requests"] = {str(k): v for k, v in sorted(self.status_counts.items())}
         doc["uptime_s"] = round(time.time() - self.started, 3)
         return web.json_response(doc)
+
+
+def _decode(body: bytes, limits: Limits, device: str):
+    """The decoded batch, or ``(status, error doc)`` for a bad body or another device."""
+    try:
+        batch = decode(body, limits)
+    except WireError as exc:
+        status = 413 if "above the limit" in str(exc) and str(exc).startswith("body") else 400
+        return status, {"error": str(exc), "status": status}
+    if batch.device != device:
+        return 403, {"error": f"field 'device': {batch.device!r} is not this token's "
+                              f"device {device!r}", "status": 403}
+    return batch
+
+
+def prepare_batch(body: bytes, limits: Limits, device: str) -> tuple:
+    """In a worker process: decode and re-check (:meth:`Collector.prepare`)."""
+    batch = _decode(body, limits, device)
+    if isinstance(batch, tuple):
+        return ("error", *batch)
+    return ("ok", recheck_batch(batch) if isinstance(batch, UploadBatch) else None)
+
+
+def _warm() -> None:
+    """Worker start-up: import what a re-check needs before the first batch."""
+    import edge.fastcheck  # noqa: F401
 
 
 def make_app(collector: Collector) -> web.Application:
@@ -271,6 +328,9 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"port (default {DEFAULT_PORT}; 0 picks a free one, printed)")
     p.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY,
                    help="largest request body in bytes (default 16 MiB)")
+    p.add_argument("--recheck-workers", type=int, default=2,
+                   help="processes that decode and re-check batches in parallel (default 2; "
+                        "0: all ingest work in the database thread)")
     p.add_argument("--sketch-key-file", help="the key that signs sketches (PUT is refused "
                                              "without it)")
     p.add_argument("--add-device", metavar="ID",
@@ -310,8 +370,11 @@ def main(argv: list[str] | None = None) -> int:
         if not key:
             print(f"acep serve: {args.sketch_key_file} is empty", file=sys.stderr)
             return 2
+    if args.recheck_workers < 0:
+        print("acep serve: --recheck-workers must be 0 or more", file=sys.stderr)
+        return 2
     collector = Collector(store, Archive(args.archive), max_body=args.max_body,
-                          sketch_key=key)
+                          sketch_key=key, recheck_workers=args.recheck_workers)
     try:
         asyncio.run(serve(collector, args.host, args.port,
                           ready=lambda line: print(line, flush=True)))
