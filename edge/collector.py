@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import multiprocessing
 import signal
@@ -34,7 +35,7 @@ from aiohttp import web
 
 from .archive import Archive
 from .recheck import recheck_batch
-from .store import Store, open_store
+from .store import Prepared, Store, open_store, prepare
 from .wire import Limits, UploadBatch, WireError, decode
 
 __all__ = ["Collector", "make_app", "main", "serve", "DEFAULT_PORT", "DEFAULT_MAX_BODY"]
@@ -42,6 +43,7 @@ __all__ = ["Collector", "make_app", "main", "serve", "DEFAULT_PORT", "DEFAULT_MA
 DEFAULT_PORT = 8750
 DEFAULT_MAX_BODY = 16 << 20
 BODY_TIMEOUT = 60.0
+MAX_GROUP = 64  # batches committed in one transaction at most
 _MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
 
 
@@ -63,6 +65,10 @@ class Collector:
         self.recheck_workers = int(recheck_workers)
         self.procs: ProcessPoolExecutor | None = None
         self._start_procs()
+        # archive files of one group are written (and fsynced) side by side
+        self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="collector-archive")
+        self.queue: list = []
+        self.committer: asyncio.Task | None = None
         self.metrics: Counter = Counter()
         self.status_counts: Counter = Counter()
         self.started = time.time()
@@ -85,15 +91,41 @@ class Collector:
         if self.procs is None:
             return ("ok", None)
         try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self.procs, prepare_batch, body, self.limits, device)
+            prep = await asyncio.get_running_loop().run_in_executor(
+                self.procs, prepare_rows, body, self.limits, device)
         except BrokenProcessPool:
             self.procs.shutdown(wait=False, cancel_futures=True)
             self._start_procs()
             return ("ok", None)
+        return ("error", *prep) if isinstance(prep, tuple) else ("ok", prep)
+
+    async def commit(self, body: bytes, device: str, prep: Prepared | None
+                     ) -> tuple[int, dict]:
+        """Queue a batch for the database thread and wait for its answer. Batches that
+        are ready while the thread is busy go into its next group (one commit)."""
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        self.queue.append((body, device, prep, done))
+        if self.committer is None or self.committer.done():
+            self.committer = loop.create_task(self._commit_loop())
+        return await done
+
+    async def _commit_loop(self) -> None:
+        while self.queue:
+            group = self.queue[:MAX_GROUP]
+            del self.queue[:MAX_GROUP]
+            try:
+                answers = await self.run(self.ingest_group, [g[:3] for g in group])
+            except Exception as exc:  # a bug: every batch of the group gets a 500
+                answers = [(500, {"error": f"internal error: {type(exc).__name__}: {exc}",
+                                  "status": 500})] * len(group)
+            for g, answer in zip(group, answers):
+                if not g[3].done():
+                    g[3].set_result(answer)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
+        self.io.shutdown(wait=True)
         if self.procs is not None:
             self.procs.shutdown(wait=True, cancel_futures=True)
         self.store.close()
@@ -135,38 +167,70 @@ class Collector:
 
     # ----------------------------------------------------------------- ingest
 
-    def ingest(self, body: bytes, device: str, checks: list | None = None
-               ) -> tuple[int, dict]:
-        """Decode, check, re-check (unless ``checks`` came from :meth:`prepare`), archive
-        and store one batch (database thread)."""
-        batch = _decode(body, self.limits, device)
-        if isinstance(batch, tuple):
-            return batch
-        n = len(batch)
-        if self.store.has_batch(batch.batch_id):
+    def ingest(self, body: bytes, device: str) -> tuple[int, dict]:
+        """Decode, check, re-check, archive and store one batch (database thread)."""
+        return self.ingest_group([(body, device, None)])[0]
+
+    def ingest_group(self, items: list[tuple[bytes, str, Prepared | None]]
+                     ) -> list[tuple[int, dict]]:
+        """Store the batches that are ready, in arrival order, with one commit (database
+        thread). Each item is (body, device, its :class:`edge.store.Prepared` rows from a
+        worker, or None to decode and re-check here). A batch id already stored, or earlier
+        in the group, is ``duplicate`` with the same body and ``409`` with another."""
+        out: list = [None] * len(items)
+        todo = []
+        for k, (body, device, prep) in enumerate(items):
+            if prep is None:
+                prep = prepare_rows(body, self.limits, device)
+                if isinstance(prep, tuple):
+                    out[k] = prep
+                    continue
+            todo.append((k, body, prep))
+        seen = self.store.stored_digests([prep.batch_id for _, _, prep in todo])
+        new, repeats = [], []
+        for k, body, prep in todo:
+            digest = seen.get(prep.batch_id)
+            if digest is None:
+                seen[prep.batch_id] = prep.digest or ""
+                new.append((k, body, prep))
+            elif digest and prep.digest and digest != prep.digest:
+                self.metrics["batches_conflict"] += 1
+                out[k] = 409, {"error": f"field 'batch_id': {prep.batch_id!r} was already "
+                                        "stored with another body (SHA-256 "
+                                        f"{digest[:16]}..., this one {prep.digest[:16]}...); "
+                                        "a batch id always means the same content",
+                               "status": 409}
+            else:
+                repeats.append((k, prep))
+        paths = list(self.io.map(self._archive, [(body, prep) for _, body, prep in new]))
+        done = self.store.store_prepared([(prep, path) for (_, _, prep), path in zip(new, paths)])
+        for (k, _, prep), stored in zip(new, done):
+            if not stored:  # cannot happen (checked above); the database has the last word
+                repeats.append((k, prep))
+                continue
+            self.metrics["batches_stored"] += 1
+            if prep.kind == "matches":
+                self.metrics["matches_stored"] += prep.n_rows
+                self.metrics["exact_rechecks"] += prep.n_checked
+                self.metrics["exact_matches"] += prep.n_exact or 0
+                self.metrics["rechecks_unsupported"] += prep.n_rows - prep.n_checked
+            else:
+                self.metrics["summary_rows_stored"] += prep.n_rows
+            out[k] = 200, {"status": "stored", "batch_id": prep.batch_id,
+                           "matches": prep.n_rows, "exact": prep.n_exact}
+        for k, prep in repeats:
             self.metrics["batches_duplicate"] += 1
-            return 200, {"status": "duplicate", "batch_id": batch.batch_id, "matches": n,
-                         "exact": self._stored_exact(batch.batch_id)}
-        archive, n_exact = None, None
-        if isinstance(batch, UploadBatch):
-            if checks is None:
-                checks = recheck_batch(batch)
-            archive = str(self.archive.write(batch).relative_to(self.archive.root))
-            n_exact = sum(1 for c in checks if c.exact)
-        if not self.store.store_batch(batch, checks, nbytes=len(body), archive=archive):
-            self.metrics["batches_duplicate"] += 1
-            return 200, {"status": "duplicate", "batch_id": batch.batch_id, "matches": n,
-                         "exact": self._stored_exact(batch.batch_id)}
-        self.metrics["batches_stored"] += 1
-        if checks is not None:
-            self.metrics["matches_stored"] += n
-            self.metrics["exact_rechecks"] += sum(1 for c in checks if c.exact is not None)
-            self.metrics["exact_matches"] += n_exact
-            self.metrics["rechecks_unsupported"] += sum(1 for c in checks if c.exact is None)
-        else:
-            self.metrics["summary_rows_stored"] += n
-        return 200, {"status": "stored", "batch_id": batch.batch_id, "matches": n,
-                     "exact": n_exact}
+            out[k] = 200, {"status": "duplicate", "batch_id": prep.batch_id,
+                           "matches": prep.n_rows, "exact": self._stored_exact(prep.batch_id)}
+        return out
+
+    def _archive(self, item: tuple[bytes, Prepared]) -> str | None:
+        """Write a new matches batch's archive file (before its commit); its path."""
+        body, prep = item
+        if prep.kind != "matches":
+            return None
+        batch = decode(body, self.limits)
+        return str(self.archive.write(batch).relative_to(self.archive.root))
 
     def _stored_exact(self, batch_id: str) -> int | None:
         (count,) = self.store.query("SELECT sum(exact) FROM matches WHERE batch_id = ?",
@@ -188,7 +252,7 @@ class Collector:
         prepared = await self.prepare(body, who[0])
         if prepared[0] == "error":
             return web.json_response(prepared[2], status=prepared[1])
-        status, doc = await self.run(self.ingest, body, who[0], prepared[1])
+        status, doc = await self.commit(body, who[0], prepared[1])
         return web.json_response(doc, status=status)
 
     async def get_sketch(self, request: web.Request) -> web.Response:
@@ -238,7 +302,8 @@ class Collector:
 
     async def metrics_view(self, request: web.Request) -> web.Response:
         doc = {name: self.metrics.get(name, 0) for name in (
-            "batches_stored", "batches_duplicate", "matches_stored", "summary_rows_stored",
+            "batches_stored", "batches_duplicate", "batches_conflict", "matches_stored",
+            "summary_rows_stored",
             "exact_rechecks", "exact_matches", "rechecks_unsupported", "sketches_stored",
             "bytes_in")}
         doc["requests"] = {str(k): v for k, v in sorted(self.status_counts.items())}
@@ -259,12 +324,14 @@ def _decode(body: bytes, limits: Limits, device: str):
     return batch
 
 
-def prepare_batch(body: bytes, limits: Limits, device: str) -> tuple:
-    """In a worker process: decode and re-check (:meth:`Collector.prepare`)."""
+def prepare_rows(body: bytes, limits: Limits, device: str) -> Prepared | tuple[int, dict]:
+    """Decode, re-check and build the database rows of one batch (a worker process, or
+    the database thread without workers); ``(status, error doc)`` for a refused body."""
     batch = _decode(body, limits, device)
     if isinstance(batch, tuple):
-        return ("error", *batch)
-    return ("ok", recheck_batch(batch) if isinstance(batch, UploadBatch) else None)
+        return batch
+    checks = recheck_batch(batch) if isinstance(batch, UploadBatch) else None
+    return prepare(batch, checks, nbytes=len(body), digest=hashlib.sha256(body).hexdigest())
 
 
 def _warm() -> None:

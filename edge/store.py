@@ -1,9 +1,12 @@
 """The collector's database: batches, matches with their exact re-check, device tokens,
 sketches. SQLite (WAL) by default; :func:`open_store` takes a path or a database URL.
 
-One upload batch is one transaction: the batch row (``batch_id`` is the primary key, so a
-second delivery cannot insert it again) and all of its match or summary rows commit
-together or not at all. A process killed mid-transaction leaves the database as it was.
+An upload batch is stored in one transaction: the batch row (``batch_id`` is the primary
+key, so a second delivery cannot insert it again) and all of its match or summary rows
+commit together or not at all. The collector commits the batches that are ready at the same
+time in one transaction (one fsync for them all), and answers none of them before the
+commit. A process killed mid-transaction leaves the database as it was. The rows are built
+by :func:`prepare`, which the collector runs in its worker processes.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ import secrets
 import sqlite3
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Store", "open_store", "hash_token", "SUPPORTED_URLS"]
+__all__ = ["Store", "Prepared", "prepare", "open_store", "hash_token", "SUPPORTED_URLS"]
 
 SUPPORTED_URLS = "sqlite:///PATH (or a plain file path)"
 
@@ -39,7 +43,8 @@ CREATE TABLE IF NOT EXISTS batches (
     n_rows       INTEGER NOT NULL,
     n_events     INTEGER NOT NULL,
     bytes        INTEGER NOT NULL,
-    archive      TEXT
+    archive      TEXT,
+    body_sha256  TEXT
 );
 CREATE TABLE IF NOT EXISTS matches (
     batch_id      TEXT NOT NULL REFERENCES batches(batch_id),
@@ -104,6 +109,46 @@ def open_store(url: str | Path) -> Store:
 
 
 _INT64_MAX = (1 << 63) - 1
+_BATCH_COLUMNS = ("batch_id, device, seq, kind, pattern_id, pattern, created_at, received_at, "
+                  "n_rows, n_events, bytes, archive, body_sha256")
+
+
+@dataclass
+class Prepared:
+    """A batch's database rows, built away from the database thread (:func:`prepare`)."""
+
+    batch_id: str
+    kind: str
+    batch_row: tuple  # batch_id .. created_at
+    n_rows: int
+    n_events: int
+    nbytes: int
+    digest: str | None
+    rows: list
+    n_exact: int | None = None
+    n_checked: int = 0
+
+
+def prepare(batch, checks: Sequence | None = None, *, nbytes: int = 0,
+            digest: str | None = None) -> Prepared:
+    """The rows :meth:`Store.store_prepared` inserts for ``batch``: an ``UploadBatch``
+    with one ``edge.recheck.MatchCheck`` per match, or a ``SummaryBatch``."""
+    from .wire import UploadBatch
+
+    p = batch.pattern
+    pattern = _json({"id": p.id, "text": p.text, "window": p.window, "k": p.k,
+                     "where": list(p.where), "partition_by": p.partition_by, "hash": p.hash})
+    is_matches = isinstance(batch, UploadBatch)
+    kind = "matches" if is_matches else "summary"
+    rows = list(Store._match_rows(batch, checks) if is_matches else Store._summary_rows(batch))
+    n_exact = n_checked = None
+    if is_matches and checks is not None:
+        n_exact = sum(1 for c in checks if c.exact)
+        n_checked = sum(1 for c in checks if c.exact is not None)
+    return Prepared(batch.batch_id, kind, (batch.batch_id, batch.device, batch.seq, kind, p.id,
+                                           pattern, batch.created_at),
+                    len(batch), len(batch.event_position) if is_matches else 0, nbytes,
+                    digest, rows, n_exact, n_checked or 0)
 
 
 def _json(value) -> str:
@@ -130,6 +175,9 @@ class Store:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(batches)")}
+        if "body_sha256" not in columns:  # a database made before the column existed
+            self._db.execute("ALTER TABLE batches ADD COLUMN body_sha256 TEXT")
 
     def close(self) -> None:
         self._db.close()
@@ -162,42 +210,52 @@ class Store:
         return self._db.execute("SELECT 1 FROM batches WHERE batch_id = ?",
                                 (batch_id,)).fetchone() is not None
 
+    def stored_digests(self, batch_ids: Sequence[str]) -> dict[str, str]:
+        """{batch id: SHA-256 of the stored body} for the ids already stored ('' when the
+        row predates the digest column)."""
+        out = {}
+        for bid in dict.fromkeys(batch_ids):
+            row = self._db.execute("SELECT body_sha256 FROM batches WHERE batch_id = ?",
+                                   (bid,)).fetchone()
+            if row is not None:
+                out[bid] = row[0] or ""
+        return out
+
     def store_batch(self, batch, checks: Sequence | None = None, *, nbytes: int = 0,
-                    archive: str | None = None) -> bool:
+                    archive: str | None = None, digest: str | None = None) -> bool:
         """Store an ``UploadBatch`` (with one ``edge.recheck.MatchCheck`` per match) or a
         ``SummaryBatch`` in one transaction. False (and nothing written) when its
         ``batch_id`` is already stored."""
-        from .wire import UploadBatch
+        return self.store_prepared([(prepare(batch, checks, nbytes=nbytes, digest=digest),
+                                     archive)])[0]
 
-        p = batch.pattern
-        pattern = _json({"id": p.id, "text": p.text, "window": p.window, "k": p.k,
-                         "where": list(p.where), "partition_by": p.partition_by,
-                         "hash": p.hash})
-        is_matches = isinstance(batch, UploadBatch)
+    def store_prepared(self, items: Sequence[tuple[Prepared, str | None]]) -> list[bool]:
+        """Store prepared batches (:func:`prepare`, each with its archive path) in one
+        transaction: one commit, and one fsync, for them all. A batch whose id is already
+        stored (or comes earlier in ``items``) is skipped: False at its place."""
         db = self._db
+        out = []
         db.execute("BEGIN IMMEDIATE")
         try:
-            try:
-                db.execute("INSERT INTO batches VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", (
-                    batch.batch_id, batch.device, batch.seq,
-                    "matches" if is_matches else "summary", p.id, pattern, batch.created_at,
-                    time.time(), len(batch), len(batch.event_position) if is_matches else 0,
-                    nbytes, archive))
-            except sqlite3.IntegrityError:
-                db.execute("ROLLBACK")
-                return False
-            if is_matches:
-                db.executemany("INSERT INTO matches VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                               self._match_rows(batch, checks))
-            else:
-                db.executemany("INSERT INTO summaries VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                               self._summary_rows(batch))
+            for prep, archive in items:
+                try:
+                    db.execute(f"INSERT INTO batches ({_BATCH_COLUMNS}) VALUES "
+                               "(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                               (*prep.batch_row, time.time(), prep.n_rows, prep.n_events,
+                                prep.nbytes, archive, prep.digest))
+                except sqlite3.IntegrityError:
+                    out.append(False)
+                    continue
+                table = "matches" if prep.kind == "matches" else "summaries"
+                db.executemany(f"INSERT INTO {table} VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                               prep.rows)
+                out.append(True)
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
-        return True
+        return out
 
     @staticmethod
     def _match_rows(batch, checks):
