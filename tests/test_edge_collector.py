@@ -11,6 +11,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -267,6 +268,38 @@ def test_bad_requests_get_clear_4xx_and_the_server_stays_up(srv):
     assert_error(status, json.loads(data), 404, "Not Found")
 
 
+def test_reused_batch_id_with_another_body_is_409_and_changes_nothing(srv):
+    d1 = srv.tokens["d1"]
+    first = make_batch(seq=7)
+    body = encode_batch(first)
+    assert post(srv, body, d1)[1]["status"] == "stored"
+    archived = archive_path(srv.archive, first).read_bytes()
+    stored = srv.rows("SELECT idx, trajectory FROM matches ORDER BY idx")
+    other = make_batch(seq=7, events=make_events(seed=99))  # same id "d1/7", other matches
+    status, doc = post(srv, encode_batch(other), d1)
+    assert_error(status, doc, 409, "already stored with another body")
+    assert "'d1/7'" in doc["error"]
+    assert post(srv, body, d1)[1]["status"] == "duplicate"  # the same body still is
+    assert srv.rows("SELECT idx, trajectory FROM matches ORDER BY idx") == stored
+    assert archive_path(srv.archive, first).read_bytes() == archived
+    # concurrent deliveries of the same batches are stored once, whatever their order
+    bodies = [encode_batch(make_batch(seq=s, events=make_events(seed=s))) for s in range(10, 18)]
+    answers: list = []
+    threads = [threading.Thread(target=lambda b=b: answers.append(post(srv, b, d1)))
+               for b in bodies + bodies]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    statuses = sorted(str(doc["status"]) for _, doc in answers)
+    assert statuses == ["duplicate"] * 8 + ["stored"] * 8, answers
+    per_batch = dict(srv.rows("SELECT batch_id, n_rows FROM batches"))
+    counts = dict(srv.rows("SELECT batch_id, count(*) FROM matches GROUP BY batch_id"))
+    assert counts == per_batch and len(per_batch) == 9
+    metrics = json.loads(request(srv.url + "/metrics")[1])
+    assert metrics["batches_conflict"] == 1 and metrics["batches_stored"] == 9
+
+
 def test_sigkill_mid_upload_and_restart_lose_and_duplicate_nothing(srv):
     events = make_events(seed=11, n=200)
     bodies = [encode_batch(make_batch(seq=s, events=events[40 * s: 40 * s + 60]))
@@ -325,3 +358,20 @@ def test_cli_add_device_prints_a_token_once_and_bad_db_urls_are_named(tmp_path):
                           "--archive", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "postgresql" in bad.stderr and "sqlite:///" in bad.stderr
     assert not (tmp_path / "h").exists()
+
+
+def test_a_database_from_before_the_body_digest_gets_the_column(tmp_path):
+    db = sqlite3.connect(tmp_path / "old.db")
+    db.execute("CREATE TABLE batches (batch_id TEXT PRIMARY KEY, device TEXT NOT NULL, "
+               "seq INTEGER NOT NULL, kind TEXT NOT NULL, pattern_id TEXT NOT NULL, "
+               "pattern TEXT NOT NULL, created_at REAL NOT NULL, received_at REAL NOT NULL, "
+               "n_rows INTEGER NOT NULL, n_events INTEGER NOT NULL, bytes INTEGER NOT NULL, "
+               "archive TEXT)")
+    db.execute("INSERT INTO batches VALUES ('d1/0','d1',0,'matches','p','{}',0,0,0,0,0,NULL)")
+    db.commit()
+    db.close()
+    store = open_store(tmp_path / "old.db")
+    assert store.stored_digests(["d1/0", "d1/1"]) == {"d1/0": ""}  # unknown: a duplicate
+    assert store.store_batch(make_batch(seq=1), nbytes=1, digest="ab" * 32)
+    assert store.stored_digests(["d1/1"]) == {"d1/1": "ab" * 32}
+    store.close()
