@@ -267,7 +267,10 @@ def _unit_frame(good, cplan: ChunkPlan, key_cols: list[str], plan: ReadPlan):
     spark = good.sparkSession
     n = max(1, min(cplan.n_chunks * cplan.key_groups, 4 * spark.sparkContext.defaultParallelism,
                    int(spark.conf.get("spark.sql.shuffle.partitions", "200"))))
-    return (units.repartition(n, "_group", "_chunk")
+    # range partitioning on the unit balances the partitions by rows (hashing 8 units into
+    # 4 partitions often puts 3 or 4 in one); a unit never straddles two partitions
+    units = units.withColumn("_unit", F.col("_group") * F.lit(cplan.n_chunks) + F.col("_chunk"))
+    return (units.repartitionByRange(n, "_unit")
             .sortWithinPartitions("_group", "_chunk", "_stream", "_tag", "_pos"))
 
 
