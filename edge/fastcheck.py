@@ -147,6 +147,7 @@ class _Window:
         if len(tags) > 1 and np.any(np.diff(tags) < 0):
             raise Fallback("tags go back")
         self.tags = tags
+        self._names = self._labels = None
         types = [e.type for e in events]
         self.cands = [np.array([i for i, t in enumerate(types) if t == ty], dtype=np.int64)
                       for ty in p.types]
@@ -267,20 +268,32 @@ class _Window:
         of blocks (lists of ``labels[position]``; default the local positions; blocks are
         shared between matches and must not be changed): lexicographic in the blocks, so a
         Kleene block stops before it grows, and each choice is tried in stream order. Only
-        branches from which
-        ``reach`` says ``end`` can still be reached are entered."""
+        branches from which ``reach`` says ``end`` can still be reached are entered."""
         p, m = self.p, self.p.m
         ce = int(np.searchsorted(self.cands[-1], end))
         floor = self.tags[end] - p.window
-        cands = [c.tolist() for c in self.cands]
-        names = cands if labels is None else [[labels[i] for i in c] for c in cands]
+        if self._names is None or self._labels is not labels:
+            self._cand_lists = [c.tolist() for c in self.cands]
+            self._names = self._cand_lists if labels is None else \
+                [[labels[i] for i in c] for c in self._cand_lists]
+            self._labels = labels
+        cands, names = self._cand_lists, self._names
         out: list = []
         blocks: list[list] = []
+        # a last singleton component is the end itself: l_(m-2) = row b may precede it
+        single_end = m > 1 and not p.kleene[m - 1]
+        end_ok = self.valid[m - 1][:, ce].tolist() if single_end else None
+        end_block = [names[m - 1][ce]]
 
         def finish(j: int, b: int) -> None:
             """l_j is cands[j][b]: go on with component j + 1 (or emit)."""
             if j == m - 1:
                 out.append(blocks[:])
+            elif single_end and j == m - 2:
+                if end_ok[b]:
+                    blocks.append(end_block)
+                    out.append(blocks[:])
+                    blocks.pop()
             else:
                 level(j + 1, b)
 
