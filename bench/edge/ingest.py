@@ -2,11 +2,12 @@
 
 The batches are the agent's own (its outbox after the memory run: ``batch_from_matches``
 over a real matcher run, encoded, one per chunk of events with matches). The collector runs
-as ``python -m edge.collector`` on 127.0.0.1; ``clients`` threads each keep one HTTP
-connection and POST their share. The rate is matches stored per second of wall time from
-the first request to the last answer. The exact re-check cannot be switched off in the
-collector, so the same batches are also run through the collector's ingest steps in this
-process, one at a time, to say how much of the time each step (decode, re-check, archive,
+as ``python -m edge.collector`` on 127.0.0.1 (its default two re-check worker processes);
+``clients`` threads each keep one HTTP connection and POST their share. The rate is
+matches stored per second of wall time from the first request to the last answer. The
+exact re-check cannot be switched off in the collector, so the same batches are also run
+through the collector's ingest steps in this process, one at a time (one commit per batch,
+no worker processes), to say how much of the time each step (decode, re-check, archive,
 database) takes.
 """
 
@@ -87,7 +88,7 @@ def ingest_rate(bodies: list[bytes], work: Path, clients: int) -> dict:
     finally:
         collector.stop()
     rows = sqlite3.connect(db).execute("SELECT count(*), sum(exact) FROM matches").fetchone()
-    return {"clients": clients, "batches": len(bodies), **posted,
+    return {"clients": clients, "recheck_workers": 2, "batches": len(bodies), **posted,
             "matches_in_db": rows[0], "exact_in_db": rows[1] or 0,
             "matches_per_s": rows[0] / posted["seconds"],
             "batches_per_s": len(bodies) / posted["seconds"],
