@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -88,6 +89,9 @@ class Agent:
         self.replay_position = int(st.get("replay_position", 0))
         self.replay_offset = st.get("replay_offset", 0)
         self.stop_event = threading.Event()
+        # outbox transactions run in one writer thread, one at a time (see _write)
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-outbox")
+        self._pending: Future | None = None
         self.uploader: Uploader | None = None
         self.uplink = None if config.collector_url is None else \
             Uplink(config.collector_url, config.token or "", config.timeout)
@@ -244,15 +248,20 @@ class Agent:
                 # followed file read --once goes on next time, from the replay point
                 if source.eof and not self.stop_event.is_set() and self._finite():
                     self._finish(source)
+            self._wait_writes()
             if uploader is not None and once:
                 self._drain(uploader)
         finally:
-            if uploader is not None:
-                uploader.stop(self.cfg.timeout + 1)
-            self._save_sketch()
-            final = self.metrics(source)
-            self._emit_metrics(final)
-            self.outbox.close()
+            try:
+                self._wait_writes()
+            finally:
+                self._writer.shutdown(wait=True)
+                if uploader is not None:
+                    uploader.stop(self.cfg.timeout + 1)
+                self._save_sketch()
+                final = self.metrics(source)
+                self._emit_metrics(final)
+                self.outbox.close()
         return final
 
     def _finite(self) -> bool:
@@ -332,7 +341,7 @@ class Agent:
         if len(found) and self.condenser is None:
             found = self._inside(found, events)
         if not len(found):
-            self.outbox.save_state({**state, "seq": self.seq})
+            self._write(self.outbox.save_state, {**state, "seq": self.seq})
             return
         seq = self.seq
         if self.condenser is not None:
@@ -344,17 +353,35 @@ class Agent:
                                                    seq=seq, pattern=self.pattern_ref,
                                                    groups=groups))
         self.seq += 1
+        self.counts["matches"] += len(found)
+        self._write(self._put, body, batch_id(self.cfg.device_id, seq),
+                    {**state, "seq": self.seq})
+
+    def _put(self, body: bytes, bid: str, state: dict) -> None:
+        """The batch and the progress in one outbox transaction (writer thread)."""
         try:
-            self.outbox.put(body, batch_id(self.cfg.device_id, seq),
-                            state={**state, "seq": self.seq})
+            self.outbox.put(body, bid, state=state)
             self.counts["batches_put"] += 1
             self.counts["bytes_put"] += len(body)
         except OutboxFull as e:
             self.counts["batches_refused"] += 1
             log.error("%s", e)
-        self.counts["matches"] += len(found)
         if self.uploader is not None:
             self.uploader.wake.set()
+
+    def _write(self, fn, *args) -> None:
+        """Run an outbox transaction in the writer thread once the one before it is
+        committed. The transactions keep their order and each holds a chunk's batch with
+        the progress after it, so a kill leaves a consistent outbox as before; the next
+        chunk is decoded and matched while the commit (its fsync) is under way."""
+        self._wait_writes()
+        self._pending = self._writer.submit(fn, *args)
+
+    def _wait_writes(self) -> None:
+        """Until the last outbox transaction is committed (its error is raised here)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
 
     def _inside(self, found: MatchBatch, events: EventBatch | None) -> MatchBatch:
         """Drop (and count) matches whose trajectory reaches before the kept events: only

@@ -210,12 +210,12 @@ def _encode_column(name: str, col: np.ndarray) -> dict:
     if col.dtype != object:
         return {"name": name, "kind": "f8", "data": _bin(col, "<f8")}
     index: dict = {}
-    codes = []
-    for v in col:
-        if v is None or (isinstance(v, float) and v != v):
-            codes.append(-1)
-        else:
-            codes.append(index.setdefault(str(v), len(index)))
+    values = col.tolist()
+    if all(type(v) is str or v is None for v in values):  # acep's text columns: one pass
+        codes = [-1 if v is None else index.setdefault(v, len(index)) for v in values]
+    else:
+        codes = [-1 if v is None or (isinstance(v, float) and v != v)
+                 else index.setdefault(str(v), len(index)) for v in values]
     return {"name": name, "kind": "text", "values": list(index),
             "codes": _bin(np.array(codes, dtype=np.int64), "<i4")}
 
