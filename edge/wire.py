@@ -592,9 +592,8 @@ def batch_from_matches(matches, events, *, device: str, seq: int, pattern: Patte
         gtags, p = tags[idx], points[rows]
         lo = np.searchsorted(gtags, p - pattern.window, "left")
         hi = np.searchsorted(gtags, p, "right")
-        cover = np.zeros(len(idx) + 1, dtype=np.int64)
-        np.add.at(cover, lo, 1)
-        np.add.at(cover, hi, -1)
+        m = len(idx) + 1  # +1 at each window's first event, -1 after its last
+        cover = np.bincount(lo, minlength=m) - np.bincount(hi, minlength=m)
         keep[idx[np.cumsum(cover[:-1]) > 0]] = True
     local = np.flatnonzero(keep)
     used, codes = np.unique(np.asarray(events.type_codes)[local], return_inverse=True)
