@@ -53,7 +53,7 @@ from .uplink import Uplink, Uploader, download_sketch
 from .wire import (
     Condenser,
     PatternRef,
-    _plain,
+    _plain_list,
     batch_from_matches,
     batch_id,
     encode_batch,
@@ -348,7 +348,7 @@ class Agent:
             body = encode_condensed(self.condenser.summarize(
                 found, device=self.cfg.device_id, seq=seq, pattern=self.pattern_ref))
         else:
-            groups = self.kept.groups({_plain(k) for k in found.partition})
+            groups = self.kept.groups(set(_plain_list(found.partition)))
             body = encode_batch(batch_from_matches(found, events, device=self.cfg.device_id,
                                                    seq=seq, pattern=self.pattern_ref,
                                                    groups=groups))

@@ -232,7 +232,10 @@ class Retained:
         flag = np.zeros(len(self.part_codes) + 1, dtype=bool)  # codes -1 read the last
         flag[list(want.values())] = True
         sel = np.flatnonzero(flag[codes])
-        order = sel[np.argsort(codes[sel], kind="stable")]
+        picked = codes[sel]
+        if len(self.part_codes) < (1 << 15):  # numpy sorts 16-bit keys by radix
+            picked = picked.astype(np.int16)
+        order = sel[np.argsort(picked, kind="stable")]
         sorted_codes = codes[order]
         wanted = np.array(list(want.values()), dtype=np.int64)
         a = np.searchsorted(sorted_codes, wanted, "left")

@@ -157,8 +157,19 @@ def _bin(a, dtype: str) -> bytes:
 def _dict_encode(values) -> tuple[list, bytes]:
     """Dictionary encoding: distinct values (first-seen order) and int32 codes."""
     index: dict = {}
-    codes = [index.setdefault(_plain(v), len(index)) for v in values]
+    codes = [index.setdefault(v, len(index)) for v in _plain_list(values)]
     return list(index), _bin(np.array(codes, dtype=np.int64), "<i4")
+
+
+_PLAIN = (str, int, float, type(None))
+
+
+def _plain_list(values) -> list:
+    """:func:`_plain` of each value; one type check per value when they are plain."""
+    values = list(values)
+    if all(type(v) in _PLAIN for v in values):
+        return values
+    return [_plain(v) for v in values]
 
 
 def _plain(v):
@@ -211,9 +222,11 @@ def _encode_column(name: str, col: np.ndarray) -> dict:
         return {"name": name, "kind": "f8", "data": _bin(col, "<f8")}
     index: dict = {}
     values = col.tolist()
-    if all(type(v) is str or v is None for v in values):  # acep's text columns: one pass
-        codes = [-1 if v is None else index.setdefault(v, len(index)) for v in values]
-    else:
+    # acep's text columns hold str or None: encode in one pass, then check the distinct
+    # values only (a number, NaN included, or a str subclass sends it the slow way)
+    codes = [-1 if v is None else index.setdefault(v, len(index)) for v in values]
+    if not all(type(v) is str for v in index):
+        index = {}
         codes = [-1 if v is None or (isinstance(v, float) and v != v)
                  else index.setdefault(str(v), len(index)) for v in values]
     return {"name": name, "kind": "text", "values": list(index),
@@ -583,8 +596,9 @@ def batch_from_matches(matches, events, *, device: str, seq: int, pattern: Patte
     tags = np.asarray(events.tags, dtype=float)
     points = np.asarray(matches.point, dtype=float)
     by_key: dict = {}
-    for i, key in enumerate(matches.partition):
-        by_key.setdefault(_plain(key), []).append(i)
+    keys = _plain_list(matches.partition)
+    for i, key in enumerate(keys):
+        by_key.setdefault(key, []).append(i)
     for key, rows in by_key.items():
         idx = groups.get(key)
         if idx is None:
@@ -602,7 +616,7 @@ def batch_from_matches(matches, events, *, device: str, seq: int, pattern: Patte
         device=device, seq=seq, pattern=pattern,
         created_at=time.time() if created_at is None else created_at,
         tag_is_time=bool(events.tag_is_time or matches.tag_is_time),
-        partition=[_plain(k) for k in matches.partition], point=points.copy(),
+        partition=keys, point=points.copy(),
         start=np.asarray(matches.start, dtype=float).copy(),
         errors=np.asarray(matches.errors, dtype=np.int32).copy(),
         trajectory_ptr=np.asarray(matches.trajectory_ptr, dtype=np.int64).copy(),
