@@ -66,7 +66,7 @@ import math
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -74,7 +74,7 @@ import numpy as np
 from acep.events import EventBatch, EventSpec
 
 from .chunks import ChunkPlan, choose_plan
-from .sources import ReadPlan, SourceError, plan_archive, plan_files
+from .sources import QUARANTINE, SYSTEM, ReadPlan, SourceError, plan_archive, plan_files
 from .spark import progress, session
 
 __all__ = ["ExactBatchResult", "exact_batch", "key_split", "match_schema", "main"]
@@ -159,7 +159,11 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
     spark = spark or session(master, cores, app="acep-exact-batch")
     stats: dict = {"read_tasks": len(plan.tasks), "strategy": query.strategy.value}
     with progress(spark, "reading", show_progress):
-        rows = _validated(events_dataframe(spark, plan), required, plan).cache()
+        rows = _validated(events_dataframe(spark, plan), required, plan)
+        # the engine reads only the query's attributes: the others need not be shuffled
+        rows = rows.select(*SYSTEM, *sorted(required), *QUARANTINE).cache()
+        plan = replace(plan, attributes={a: k for a, k in plan.attributes.items()
+                                         if a in required})
         bad = rows.filter(rows._bad.isNotNull())
         good = rows.filter(rows._bad.isNull()).drop("_bad", "_source", "_line", "_field")
         if plan.is_archive:
