@@ -160,7 +160,10 @@ def unit_frame(good, cplan: ChunkPlan, key_cols: list[str]):
              .withColumn("_group", group.cast("int")))
     n = max(1, min(cplan.n_chunks * cplan.key_groups, 4 * units.sparkSession.sparkContext
                    .defaultParallelism))
-    return (units.repartition(n, "_group", "_chunk")
+    # range partitioning on the unit balances partitions by rows (hashing 8 units into 8
+    # partitions often leaves some empty and puts 2-3 in another); a unit is never split
+    units = units.withColumn("_unit", F.col("_group") * F.lit(cplan.n_chunks) + F.col("_chunk"))
+    return (units.repartitionByRange(n, "_unit")
             .sortWithinPartitions("_group", "_chunk", "_tag", "_pos"))
 
 
