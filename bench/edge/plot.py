@@ -47,7 +47,7 @@ def _speed(ax, side: dict) -> None:
     ax.axhline(eng["events_per_s"] / 1.2, color="red", ls="--",
                label="target: engine / 1.2")
     ax.set_ylabel("events/s")
-    ax.set_title(f"per-event cost (agent +{side['overhead']:.0%})")
+    ax.set_title(f"per-event cost (agent {side['overhead']:+.0%})")
     ax.legend(fontsize=8)
 
 
