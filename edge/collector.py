@@ -335,8 +335,22 @@ def prepare_rows(body: bytes, limits: Limits, device: str) -> Prepared | tuple[i
 
 
 def _warm() -> None:
-    """Worker start-up: import what a re-check needs before the first batch."""
+    """Worker start-up: import what a re-check needs before the first batch, and exit when
+    the collector is gone. A SIGKILLed collector does not stop its pool: the workers would
+    wait on their queue for ever (and hold their memory)."""
+    import os
+    import threading
+
     import edge.fastcheck  # noqa: F401
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def make_app(collector: Collector) -> web.Application:

@@ -375,3 +375,28 @@ def test_a_database_from_before_the_body_digest_gets_the_column(tmp_path):
     assert store.store_batch(make_batch(seq=1), nbytes=1, digest="ab" * 32)
     assert store.stored_digests(["d1/1"]) == {"d1/1": "ab" * 32}
     store.close()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_re_check_workers_exit_when_the_collector_is_killed(srv):
+    assert post(srv, encode_batch(make_batch(seq=3)), srv.tokens["d1"])[1]["status"] == "stored"
+    children = _children(srv.proc.pid)
+    assert children  # the re-check workers (and multiprocessing's resource tracker)
+    assert srv.stop(signal.SIGKILL) == -signal.SIGKILL
+    deadline = time.time() + 10
+    while time.time() < deadline and any(Path(f"/proc/{p}").exists() for p in children):
+        time.sleep(0.1)
+    assert not [p for p in children if Path(f"/proc/{p}").exists()]
+    srv.start()  # for the fixture's clean stop
