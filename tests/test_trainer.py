@@ -103,6 +103,15 @@ def test_chunk_edges_are_crossed_and_given_bins_are_kept(spark, tmp_path):
     assert again.graph.to_bytes() == single_process(rows, bins=bins).to_bytes()
 
 
+def test_an_equivalence_test_partitions_like_partition_by(spark, tmp_path):
+    rows = events(700, 11)
+    path = write_parquet(rows, tmp_path / "e.parquet", 100)
+    pattern = PatternSpec("a b+ c", 5.0, 1, ("[p]", "c.v > a.v"))
+    result = train([str(path)], pattern, spark=spark, show_progress=False, chunk=15.0)
+    assert result.graph.to_bytes() == single_process(rows, pattern, partition=None).to_bytes()
+    assert np.array_equal(result.graph.visits, single_process(rows).visits)
+
+
 # --------------------------------------------------------------------------- bad rows
 
 

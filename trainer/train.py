@@ -21,11 +21,12 @@ The job (docs/DESIGN.md, "Trainer"):
 
 from __future__ import annotations
 
+import re
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import msgpack
 import numpy as np
@@ -37,12 +38,13 @@ from history import pieces as P
 from history.graph import HistoryGraph
 
 from .chunks import ChunkPlan, choose_plan
-from .sources import ReadPlan, arrow_schema, plan_archive, plan_files, read_task
+from .sources import SYSTEM, ReadPlan, arrow_schema, plan_archive, plan_files, read_task
 from .spark import progress, session
 
 __all__ = ["PatternSpec", "TrainResult", "train", "publish_sketch", "events_dataframe",
            "unit_batches", "BAD"]
 
+_EQUIVALENCE = re.compile(r"\s*\[\s*\w+\s*\]\s*")
 BAD = 7  # piece rows of kind BAD carry a bad event met by the matcher (msgpack in `key`)
 
 
@@ -59,6 +61,11 @@ class PatternSpec:
     @property
     def n_states(self) -> int:
         return Pattern.compile(self.text, list(self.where)).automaton.n_states
+
+    @property
+    def partition_by(self) -> str | None:
+        """The partition attribute: ``partition``, else the equivalence test ``[attr]``."""
+        return self.partition or Pattern.compile(self.text, list(self.where)).where.partition
 
 
 @dataclass
@@ -91,9 +98,10 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
         good = rows.filter(rows._bad.isNull()).drop("_bad", "_source", "_line", "_field")
         if plan.is_archive:
             good = good.dropDuplicates(["_stream", "_pos"])
-        summary = good.agg({"_tag": "min", "_pos": "count"}).collect()[0]
-        t_max = good.agg({"_tag": "max"}).collect()[0][0]
-    n_events, t_min = summary["count(_pos)"], summary["min(_tag)"]
+        from pyspark.sql import functions as F
+
+        t_min, t_max, n_events = good.agg(F.min("_tag"), F.max("_tag"), F.count("_pos")) \
+            .collect()[0]
     stats["events"] = int(n_events)
     if not n_events:
         raise ValueError("no good events to train on (see the quarantine)")
@@ -101,6 +109,8 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
                         parallelism=spark.sparkContext.defaultParallelism, chunk=chunk,
                         key_groups=key_groups)
     stats.update(chunks=cplan.n_chunks, key_groups=cplan.key_groups, chunk_length=cplan.length)
+    plan = _narrowed(plan, pattern)  # the matcher reads only these attributes
+    good = good.select(*SYSTEM, *plan.attributes)
     units = unit_frame(good, cplan, _key_columns(plan, pattern)).cache()
     if bins is None:
         with progress(spark, "pass 1 (bins)", show_progress):
@@ -142,9 +152,16 @@ def events_dataframe(spark, plan: ReadPlan):
     return ids.mapInArrow(read, from_arrow_schema(schema))
 
 
+def _narrowed(plan: ReadPlan, pattern: PatternSpec) -> ReadPlan:
+    """The plan with only the attributes the pattern reads (predicates and partition)."""
+    compiled = Pattern.compile(pattern.text, list(pattern.where))
+    needed = set(compiled.predicates.columns) | {pattern.partition_by}
+    return replace(plan, attributes={a: k for a, k in plan.attributes.items() if a in needed})
+
+
 def _key_columns(plan: ReadPlan, pattern: PatternSpec) -> list[str]:
     cols = ["_stream"] if plan.is_archive else []
-    return cols + ([pattern.partition] if pattern.partition else [])
+    return cols + ([pattern.partition_by] if pattern.partition_by else [])
 
 
 def unit_frame(good, cplan: ChunkPlan, key_cols: list[str]):
@@ -190,7 +207,7 @@ def _event_batch(table, plan: ReadPlan, pattern: PatternSpec) -> EventBatch:
             if kind == "text" else col.to_numpy(zero_copy_only=False).astype(np.float64)
     if plan.is_archive:
         stream = np.asarray(table.column("_stream").to_numpy(zero_copy_only=False), object)
-        value = columns.get(pattern.partition) if pattern.partition else None
+        value = columns.get(pattern.partition_by) if pattern.partition_by else None
         columns["_key"] = stream if value is None else \
             np.array([f"{s}/{v}" for s, v in zip(stream, value)], dtype=object)
     tags = table.column("_tag").to_numpy().astype(np.float64)
@@ -205,8 +222,11 @@ def _run_units(units, plan: ReadPlan, pattern: PatternSpec, cplan: ChunkPlan,
     from pyspark.sql.pandas.types import from_arrow_schema
 
     schema = P.piece_schema()
-    partition = "_key" if plan.is_archive else pattern.partition
-    common = {"where": list(pattern.where), "partition": partition}
+    if plan.is_archive:  # the key joins device and partition value: drop a test [attr]
+        common = {"where": [w for w in pattern.where if not _EQUIVALENCE.fullmatch(w)],
+                  "partition": "_key"}
+    else:
+        common = {"where": list(pattern.where), "partition": pattern.partition_by}
 
     def run(batches):
         batches = list(batches)
