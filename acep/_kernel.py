@@ -156,6 +156,11 @@ class Kernel:
     sh_score: cython.double[::1]
     sh_class: cython.longlong[::1]
     sh_reserve: cython.double[::1]
+    sh_reserve_adv: cython.double[::1]
+    sh_need: cython.double[::1]
+    found_at: cython.double[::1]
+    cover: cython.double
+    cover_slack: cython.double
     explore: cython.double
     rate: cython.double
     min_score: cython.double
@@ -237,6 +242,10 @@ class Kernel:
         self.sh_score = np.zeros(0, dtype=np.float64)
         self.sh_class = np.zeros(0, dtype=np.int64)
         self.sh_reserve = np.zeros(0, dtype=np.float64)
+        self.sh_reserve_adv = np.zeros(0, dtype=np.float64)
+        self.sh_need = np.zeros(0, dtype=np.float64)
+        self.found_at = np.zeros(0, dtype=np.float64)  # per partition: last match point
+        self.cover, self.cover_slack = -1.0, 0.0
         self.callback, self.ask_always = None, False
         self.min_score, self.proxy_live, self.ahead = -1.0, False, 0.0
         self.candidates = self.shed = self.decisions = self.decide_ns = 0
@@ -303,6 +312,7 @@ class Kernel:
         self.pend_node = _grown(self.pend_node, cap, NO_NODE)
         self.pend_point = _grown(self.pend_point, cap, 0.0)
         self.pend_err = _grown(self.pend_err, cap, 0)
+        self.found_at = _grown(self.found_at, cap, -np.inf)
         self.n_parts = cap
 
     def _reset_output(self, cap):
@@ -546,6 +556,7 @@ class Kernel:
                 continue
             total = self.n_err[nd] + self.final_cost[sigma]  # letters inserted after σ
             if total <= self.k:
+                self.found_at[p] = t
                 if self.track:
                     self._mark_reached(nd, t)
                 if self.all_trajectories:
@@ -769,9 +780,19 @@ class Kernel:
         self.budget, self.depth, self.credit = ops_per_event, depth, depth
 
     def set_table_policy(self, score, proxy_class, explore, rate, seed, min_score=-1.0,
-                         proxy_live=False, ahead=0.0, reserve=None):
+                         proxy_live=False, ahead=0.0, reserve=None, reserve_adv=None,
+                         cover=-1.0, need=None, cover_slack=0.0):
+        """``reserve``/``reserve_adv``: per cell, the share of the bucket that must remain
+        after keeping a seed/advance candidate of the cell (None: no reserve); ``cover``
+        (< 0: off): the share that must remain after keeping a covered candidate (one whose
+        window starts at or before the partition's last match point); ``need``: per cell, the
+        window a live node must have left to stand in for a candidate (None: any)."""
         self.policy_kind = POLICY_TABLE
         self.sh_reserve = np.zeros(0, dtype=np.float64) if reserve is None else reserve
+        self.sh_reserve_adv = np.zeros(0, dtype=np.float64) if reserve_adv is None \
+            else reserve_adv
+        self.sh_need = np.zeros(0, dtype=np.float64) if need is None else need
+        self.cover, self.cover_slack = cover, cover_slack
         self.sh_score, self.sh_class = score, proxy_class
         self.explore, self.rate = explore, rate
         self.min_score, self.proxy_live, self.ahead = min_score, proxy_live, ahead
@@ -835,7 +856,11 @@ class Kernel:
         Deferred candidates fill what budget remains; with ``ahead`` > 0 only the credit
         above ``ahead`` x the bucket's depth (a reserve for the candidates not deferred).
         A seed candidate is shed outright when the credit after it would fall below its
-        cell's ``sh_reserve`` x the depth.
+        cell's ``sh_reserve`` x the depth, an advance likewise with ``sh_reserve_adv``, and a
+        *covered* candidate (its window starts at or before the partition's last match
+        point, so any point it reaches is within ``w`` of that one: the same bundle) below
+        ``cover`` x the depth. With ``sh_need`` a live node stands in only if it has at least
+        the candidate's cell's ``need`` of its window left.
         """
         c: cython.int
         j: cython.int
@@ -846,6 +871,9 @@ class Kernel:
         has_table: cython.bint = self.sh_score.shape[0] > 0
         has_class: cython.bint = self.sh_class.shape[0] > 0
         has_reserve: cython.bint = self.sh_reserve.shape[0] > 0
+        has_reserve_adv: cython.bint = self.sh_reserve_adv.shape[0] > 0
+        has_need: cython.bint = self.sh_need.shape[0] > 0
+        found: cython.double = self.found_at[p] + self.cover_slack * self.w
         for c in range(nc):
             self.c_prio[c] = self.sh_score[self.c_cell[c]] if has_table else 0.0
             if self.explore > 0.0 and self._rand() < self.explore:
@@ -863,7 +891,17 @@ class Kernel:
                     self.credit - n_kept - 1.0 < self.sh_reserve[self.c_cell[c]] * self.depth:
                 self.c_flag[c] = 2  # a seed below its cell's reserve: shed
                 continue
-            if self.proxy_live and self._has_live_proxy(p, self.c_state[c], self.c_err[c]):
+            if has_reserve_adv and self.c_prev[c] != NO_NODE and \
+                    self.credit - n_kept - 1.0 < self.sh_reserve_adv[self.c_cell[c]] * self.depth:
+                self.c_flag[c] = 2  # an advance below its cell's reserve: shed
+                continue
+            if self.cover >= 0.0 and self.c_start[c] <= found and \
+                    self.credit - n_kept - 1.0 < self.cover * self.depth:
+                self.c_flag[c] = 2  # covered: any point it reaches is in a bundle found
+                continue
+            if self.proxy_live and self._has_live_proxy(
+                    p, self.c_state[c], self.c_err[c],
+                    self.sh_need[self.c_cell[c]] if has_need else 0.0):
                 continue
             if has_class:
                 cls = self.sh_class[self.c_cell[c]]
@@ -891,10 +929,13 @@ class Kernel:
 
     @cython.cfunc
     @cython.exceptval(check=False)
-    def _has_live_proxy(self, p: cython.int, sigma: cython.int, e: cython.int) -> cython.bint:
+    def _has_live_proxy(self, p: cython.int, sigma: cython.int, e: cython.int,
+                        need: cython.double) -> cython.bint:
+        """A live node of partition ``p`` at ``sigma`` with at most ``e`` errors and at least
+        ``need`` of its window left (``need`` >= 0: not expired)."""
         nd: cython.int = self.heads[p * self.n_states + sigma]
         while nd != NO_NODE:
-            if self.c_tag - self.n_start[nd] <= self.w and self.n_err[nd] <= e:
+            if self.w - (self.c_tag - self.n_start[nd]) >= need and self.n_err[nd] <= e:
                 return True
             nd = self.n_next[nd]
         return False

@@ -156,15 +156,27 @@ class ScorePolicy:
     under a budget and deferred candidates may only spend the credit above that reserve, so
     credit is saved for candidates no live node stands in for. ``seed_reserve`` (0 = off): a
     candidate from the seed in cell ``c`` is shed unless the credit left after it stays above
-    ``seed_reserve * (1 - clip(score[c], 0, 1))**4`` x the bucket (a table fixed from the
-    scores given here; learning does not move it).
+    ``seed_reserve * (1 - clip(score[c], 0, 1))**reserve_power`` x the bucket (a table fixed
+    from the scores given here; learning does not move it); ``advance_reserve`` (0 = off) is
+    the same for candidates that advance a live node.
+
+    ``cover`` (None = off, else in [0, 1]): a candidate whose window starts at or before the
+    last match point its partition found is *covered* (every point it can reach lies within
+    ``w`` of a point found: the same bundle) and is shed unless the credit left after it
+    stays above ``cover`` x the bucket (1: always shed); ``cover_slack`` extends this to
+    windows starting up to ``cover_slack * w`` after that point. ``live_need`` (float per cell, with
+    ``proxy_live``): a live node stands in for a candidate of cell ``c`` only if it has at
+    least ``live_need[c]`` of its window left (otherwise it expires before the candidate's
+    trajectory would typically complete).
     """
 
     name = "score"
 
     def __init__(self, score=None, proxy_class=None, explore: float = 0.0,
                  learning_rate: float = 0.0, seed: int = 0, min_score: float | None = None,
-                 proxy_live: bool = False, ahead: float = 0.0, seed_reserve: float = 0.0):
+                 proxy_live: bool = False, ahead: float = 0.0, seed_reserve: float = 0.0,
+                 advance_reserve: float = 0.0, reserve_power: float = 4.0,
+                 cover: float | None = None, live_need=None, cover_slack: float = 0.0):
         if not 0.0 <= explore <= 1.0:
             raise ValueError(f"explore must be in [0, 1], got {explore!r}")
         if not 0.0 <= learning_rate <= 1.0:
@@ -185,9 +197,28 @@ class ScorePolicy:
         if not 0.0 <= seed_reserve <= 1.0:
             raise ValueError(f"seed_reserve must be in [0, 1], got {seed_reserve!r}")
         self.seed_reserve = float(seed_reserve)
+        if not 0.0 <= advance_reserve <= 1.0:
+            raise ValueError(f"advance_reserve must be in [0, 1], got {advance_reserve!r}")
+        if not 0.0 < reserve_power <= 16.0:
+            raise ValueError(f"reserve_power must be in (0, 16], got {reserve_power!r}")
+        self.advance_reserve, self.reserve_power = float(advance_reserve), float(reserve_power)
         # fixed when the policy is made: learning moves the scores, not the reserves
-        self.reserve = None if self.seed_reserve == 0.0 or self.score is None else \
-            self.seed_reserve * (1.0 - np.clip(self.score, 0.0, 1.0)) ** 4
+        slack = None if self.score is None else \
+            (1.0 - np.clip(self.score, 0.0, 1.0)) ** self.reserve_power
+        self.reserve = None if self.seed_reserve == 0.0 or slack is None else \
+            self.seed_reserve * slack
+        self.reserve_adv = None if self.advance_reserve == 0.0 or slack is None else \
+            self.advance_reserve * slack
+        if cover is not None and not 0.0 <= cover <= 1.0:
+            raise ValueError(f"cover must be in [0, 1] or None, got {cover!r}")
+        self.cover = -1.0 if cover is None else float(cover)
+        if not 0.0 <= cover_slack <= 1.0:
+            raise ValueError(f"cover_slack must be in [0, 1], got {cover_slack!r}")
+        self.cover_slack = float(cover_slack)
+        self.live_need = None if live_need is None else _float_table(live_need, "live_need")
+        if self.live_need is not None and (self.score is None
+                                           or len(self.live_need) != len(self.score)):
+            raise ValueError("live_need needs a score table and one entry per cell")
 
     @property
     def n_cells(self) -> int | None:
@@ -205,7 +236,8 @@ class ScorePolicy:
             empty_f if self.score is None else self.score,
             empty_i if self.proxy_class is None else self.proxy_class,
             self.explore, self.learning_rate, int(self.seed) & 0xFFFFFFFFFFFFFFFF,
-            self.min_score, self.proxy_live, self.ahead, self.reserve)
+            self.min_score, self.proxy_live, self.ahead, self.reserve, self.reserve_adv,
+            self.cover, self.live_need, self.cover_slack)
 
 
 class RandomPolicy(ScorePolicy):

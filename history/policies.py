@@ -38,8 +38,16 @@ class HistoryPolicy(ScorePolicy):
     deferred candidates may only spend the credit above ``ahead`` x the bucket, so credit is
     saved for candidates that open a new region of the stream. New window starts (seed
     candidates) of low-scoring cells are shed unless the bucket holds more than
-    ``seed_reserve * (1 - score)**4`` of its depth, so the credit goes to advancing the
-    nodes already started.
+    ``seed_reserve * (1 - score)**reserve_power`` of its depth, so the credit goes to
+    advancing the nodes already started; advances likewise with ``advance_reserve``.
+
+    Bundle coverage: once the partition has found a match point ``f``, a candidate whose
+    window started at or before ``f`` can only reach points of the same bundle, so it is shed
+    unless the bucket holds more than ``cover`` of its depth (None: off); with
+    ``cover_slack`` the same holds for windows starting up to ``f + cover_slack * w`` (they
+    reach a new bundle only if they complete after ``f + w``: rarely). A live node stands in for
+    a candidate only if it has at least ``need`` x the sketch's ``need`` of the candidate's
+    cell of its window left (0: any live node).
 
     ``learning_rate`` and ``explore`` turn on the online update of section 5: the scores
     are a copy of the sketch's and follow the stream; :meth:`learned_sketch` returns them.
@@ -50,11 +58,17 @@ class HistoryPolicy(ScorePolicy):
 
     def __init__(self, sketch, learning_rate: float = 0.05, explore: float = 0.01,
                  seed: int = 0, proxy: bool = True, ahead: float = 0.5,
-                 seed_reserve: float = 0.25):
+                 seed_reserve: float = 1.0, advance_reserve: float = 0.1,
+                 reserve_power: float = 2.0, cover: float | None = 0.5,
+                 cover_slack: float = 0.5, need: float = 1.0):
+        live_need = None if need == 0.0 or not proxy else \
+            np.asarray(sketch.need, dtype=np.float64) * float(need)
         super().__init__(np.array(sketch.score, dtype=np.float64),
                          sketch.proxy_class.copy() if proxy else None,
                          explore=explore, learning_rate=learning_rate, seed=seed,
-                         proxy_live=proxy, ahead=ahead, seed_reserve=seed_reserve)
+                         proxy_live=proxy, ahead=ahead, seed_reserve=seed_reserve,
+                         advance_reserve=advance_reserve, reserve_power=reserve_power,
+                         cover=cover, cover_slack=cover_slack, live_need=live_need)
         self.sketch = sketch
         self.bins = sketch.bins()
 

@@ -7,9 +7,11 @@ position with probability equal to the Jaccard similarity of their match maps, s
 ``mean(sig_a == sig_b)`` estimates it. The *proxy class* of a cell hashes its first ``band``
 min-hash values: cells whose maps are near-equal share a class (probability ``J ** band``),
 and the engine keeps one candidate per class first ([L16] Section 3.2, "we only need to keep
-one match node"). Empty maps have class -1.
+one match node"). Empty maps have class -1. A float32 ``need`` per cell (version 2,
+:func:`completion_need`): the window a successful trajectory typically still needs from the
+cell, so the policy can tell whether a live node still has window enough to stand in.
 
-Wire format: a msgpack envelope ``{"format": "acep-sketch", "version": 1, "signature":
+Wire format: a msgpack envelope ``{"format": "acep-sketch", "version": 2, "signature":
 "HMAC-SHA256", "payload": <bytes>, "mac": <32 bytes>}``; the MAC covers format, version and
 payload, and is checked before the payload is decoded. This module imports only numpy and
 msgpack (device side).
@@ -28,7 +30,7 @@ from . import _format
 __all__ = ["Sketch", "SketchError", "minhash_signatures", "proxy_classes"]
 
 FORMAT = "acep-sketch"
-VERSION = 1
+VERSION = 2  # 2: the per-cell 'need' table
 SIGNATURE = "HMAC-SHA256"
 MAX_BYTES = 1 << 20
 EMPTY = np.uint32(0xFFFFFFFF)
@@ -85,6 +87,39 @@ def proxy_classes(minhash: np.ndarray, band: int) -> np.ndarray:
     return classes
 
 
+def completion_need(graph, score: np.ndarray, iterations: int = 64) -> np.ndarray:
+    """float32 per cell: the window a successful trajectory typically still needs from the
+    cell, ``mid(c) - T(c)``, where ``mid`` is the middle of the cell's remaining-window bin
+    and ``T(c)`` the remaining window expected at its match point: the average of the
+    children's ``T`` over the cell->cell edges, each weighted by its count times the child's
+    ``score`` (the children that go on to a match), and ``mid(c)`` for a cell without children.
+    A fixed-point iteration from ``T = mid`` (at most ``iterations`` rounds, stopping when
+    nothing changes), so it is deterministic. The policy uses it to tell whether a live node
+    still has window enough to stand in for a candidate (``ScorePolicy(live_need=...)``)."""
+    n = graph.n_cells
+    cells = np.arange(n, dtype=np.int64)
+    n_gap = len(graph.gap_edges) + 1
+    n_rem = len(graph.rem_edges) + 1
+    rem_bin = (cells // n_gap) % n_rem
+    edges = np.r_[0.0, np.asarray(graph.rem_edges, dtype=np.float64), float(graph.window)]
+    edges = np.maximum.accumulate(np.clip(edges, 0.0, float(graph.window)))
+    mid = (edges[rem_bin] + edges[rem_bin + 1]) / 2.0
+    src = np.asarray(graph.edge_src, dtype=np.int64)
+    dst = np.asarray(graph.edge_dst, dtype=np.int64)
+    weight = np.asarray(graph.edge_count, dtype=np.float64) * \
+        np.clip(np.asarray(score, dtype=np.float64), 0.0, 1.0)[dst]
+    total = np.bincount(src, weights=weight, minlength=n)
+    has = total > 0
+    left = mid.copy()
+    for _ in range(iterations):
+        nxt = np.bincount(src, weights=weight * left[dst], minlength=n)
+        nxt = np.where(has, nxt / np.where(has, total, 1.0), mid)
+        if np.array_equal(nxt, left):
+            break
+        left = nxt
+    return np.clip(mid - left, 0.0, float(graph.window)).astype(np.float32)
+
+
 @dataclass
 class Sketch:
     """Fixed-size sketch of a :class:`history.graph.HistoryGraph` (``n_cells``, ``H``)."""
@@ -100,9 +135,12 @@ class Sketch:
     minhash: np.ndarray      # uint32[n_cells, H]
     band: int = 2
     seed: int = 0
+    need: np.ndarray | None = None  # float32[n_cells], completion_need (zeros if None)
 
     def __post_init__(self):
         self.proxy_class = proxy_classes(self.minhash, self.band)
+        if self.need is None:
+            self.need = np.zeros(len(self.score), dtype=np.float32)
 
     @property
     def n_cells(self) -> int:
@@ -125,9 +163,10 @@ class Sketch:
             np.where(graph.visits > 0, graph.successes / np.maximum(graph.visits, 1), p0)
         minhash = minhash_signatures(graph.reach_cell, graph.reach_bundle, graph.n_cells,
                                      hashes, seed)
+        score = score.astype(np.float32)
         return cls(graph.pattern, tuple(graph.where), graph.k, graph.window, graph.n_states,
-                   graph.rem_edges.copy(), graph.gap_edges.copy(), score.astype(np.float32),
-                   minhash, band, seed)
+                   graph.rem_edges.copy(), graph.gap_edges.copy(), score, minhash, band, seed,
+                   completion_need(graph, score))
 
     def bins(self):
         """The ``acep.shedding.VectorBins`` a matcher needs to use this sketch's cells."""
@@ -152,6 +191,7 @@ class Sketch:
             "rem_edges": pa(self.rem_edges), "gap_edges": pa(self.gap_edges),
             "score": pa(self.score.astype(np.float32)),
             "minhash": pa(self.minhash.astype(np.uint32)),
+            "need": pa(self.need.astype(np.float32)),
         })
 
     def to_bytes(self, key: bytes) -> bytes:
@@ -211,8 +251,13 @@ class Sketch:
             raise err(f"field 'minhash': shape {minhash.shape} for {n_cells} cells")
         if not 1 <= band <= minhash.shape[1]:
             raise err(f"field 'band': {band} outside 1..{minhash.shape[1]}")
+        need = _format.unpack_array(doc, "need", err, dtype="<f4", ndim=1)
+        if len(need) != n_cells:
+            raise err(f"field 'need': {len(need)} entries for {n_cells} cells")
+        if not np.all(np.isfinite(need)) or np.any(need < 0) or np.any(need > window * (1 + 1e-6)):
+            raise err("field 'need': not finite or outside [0, window]")
         return cls(pattern, tuple(where), k, window, n_states, rem, gap, score, minhash, band,
-                   seed)
+                   seed, need)
 
     def save(self, path, key: bytes) -> int:
         data = self.to_bytes(key)

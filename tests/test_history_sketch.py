@@ -12,6 +12,7 @@ from history.sketch import (
     Sketch,
     SketchError,
     _mac,
+    completion_need,
     minhash_signatures,
     proxy_classes,
 )
@@ -94,6 +95,7 @@ def test_signed_round_trip(tmp_path):
         ("a b", ("b.x > a.x",), 1, 10.0, 3, 7)
     assert np.array_equal(t.score, s.score) and np.array_equal(t.minhash, s.minhash)
     assert np.array_equal(t.proxy_class, s.proxy_class)
+    assert t.need.dtype == np.float32 and np.array_equal(t.need, s.need)
     assert t.bins().rem_edges == (5.0,) and t.bins().gap_edges == (2.0,)
     path = tmp_path / "s.sketch"
     assert s.save(path, KEY) == path.stat().st_size
@@ -124,7 +126,8 @@ def test_oversized_wrong_version_and_garbage_are_refused():
     with pytest.raises(SketchError, match=f"{len(data)} bytes, above the limit of 100"):
         Sketch.from_bytes(data, KEY, max_bytes=100)
     outer = msgpack.unpackb(data, raw=False)
-    for change, message in ((dict(version=2), "unsupported version 2"),
+    for change, message in ((dict(version=1), "unsupported version 1"),
+                            (dict(version=3), "unsupported version 3"),
                             (dict(format="acep-history"), "'format'"),
                             (dict(signature="none"), "'signature'"),
                             (dict(payload="text"), "'payload', 'mac': not bytes")):
@@ -162,7 +165,41 @@ def _resigned(change):
     (lambda d: d.update(band=99), "'band': 99"),
     (lambda d: d.update(k=None), "'k'"),
     (lambda d: d.pop("minhash"), "'minhash': not an array"),
+    (lambda d: d.pop("need"), "'need': not an array"),
+    (lambda d: d["need"].update(shape=[23], data=d["need"]["data"][:-4]),
+     "'need': 23 entries for 24 cells"),
+    (lambda d: d["need"].update(data=np.full(24, -1.0, np.float32).tobytes()),
+     "'need': not finite or outside"),
+    (lambda d: d["need"].update(data=np.full(24, 11.0, np.float32).tobytes()),
+     "'need': not finite or outside"),
 ])
 def test_malformed_signed_payload_names_the_field(change, message):
     with pytest.raises(SketchError, match=message):
         Sketch.from_bytes(_resigned(change), KEY)
+
+
+def test_completion_need_by_hand():
+    """Cells 0/2 in remaining-window bin [0, 5), 1/3 in [5, 10]; no gap bins. Cell 1 leads to
+    0 (3 times, always succeeds) and 2 (never succeeds): its successful trajectories end with
+    about 2.5 left, from a middle of 7.5, so they need 5. Cell 3 leads to both equally (score
+    0.5 each): also 2.5 left. Cells without children need nothing."""
+    from types import SimpleNamespace
+
+    g = SimpleNamespace(n_cells=4, rem_edges=np.array([5.0]), gap_edges=np.zeros(0),
+                        window=10.0, edge_src=np.array([1, 1, 3, 3]),
+                        edge_dst=np.array([0, 2, 0, 2]), edge_count=np.array([3, 1, 2, 2]))
+    need = completion_need(g, np.array([1.0, 0.3, 0.0, 0.5]))
+    assert need.dtype == np.float32
+    assert need.tolist() == [0.0, 5.0, 0.0, 5.0]
+    need = completion_need(g, np.array([1.0, 0.3, 1.0, 0.5]))
+    assert need.tolist() == [0.0, 5.0, 0.0, 5.0]  # both children in the same bin
+    g.edge_dst = np.array([0, 1, 0, 1])  # 3 -> 1 (needs 5 more from its 7.5, ends at 2.5)
+    need = completion_need(g, np.array([1.0, 0.5, 1.0, 0.5]))
+    assert need.tolist() == [0.0, 5.0, 0.0, 5.0]
+
+
+def test_sketch_from_graph_is_deterministic_and_has_a_need_per_cell():
+    g = _hand_graph()
+    a, b = Sketch.from_graph(g, hashes=8), Sketch.from_graph(g, hashes=8)
+    assert a.to_bytes(KEY) == b.to_bytes(KEY)
+    assert a.need.shape == (24,) and (a.need >= 0).all() and (a.need <= g.window).all()

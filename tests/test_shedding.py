@@ -137,9 +137,11 @@ def test_both_kernels_shed_alike():
 class Recorder(CallbackPolicy):
     """Applies SHEDDING.md section 3's score rule in numpy, and records what it saw."""
 
-    def __init__(self, score, proxy_class, seed_reserve=0.0, depth=0.0):
+    def __init__(self, score, proxy_class, seed_reserve=0.0, depth=0.0, advance_reserve=0.0,
+                 power=4.0):
         self.score, self.proxy_class, self.seen = score, proxy_class, []
         self.seed_reserve, self.depth = seed_reserve, depth
+        self.advance_reserve, self.power = advance_reserve, power
 
     def select(self, c):
         self.seen.append(dataclasses.replace(  # the views are only valid during the call
@@ -149,12 +151,13 @@ class Recorder(CallbackPolicy):
         order = np.lexsort((np.arange(len(c)), c.err, -c.start, -prio))
         first, rest, classes = [], [], set()
         for i in order:
-            if self.seed_reserve > 0 and self.score is not None and c.prev[i] < 0:
+            reserve = self.seed_reserve if c.prev[i] < 0 else self.advance_reserve
+            if reserve > 0 and self.score is not None:
                 s = min(max(self.score[c.cell[i]], 0.0), 1.0)
                 # called only when the candidates exceed the credit, so budget is the
                 # credit (integer ops per event and burst keep it whole)
-                if c.budget - len(first) - 1 < self.seed_reserve * (1 - s) ** 4 * self.depth:
-                    continue  # a seed the credit cannot afford: shed
+                if c.budget - len(first) - 1 < reserve * (1 - s) ** self.power * self.depth:
+                    continue  # a candidate the credit cannot afford: shed
             cls = -1 if self.proxy_class is None else self.proxy_class[c.cell[i]]
             if cls >= 0 and cls in classes:
                 rest.append(i)
@@ -166,8 +169,10 @@ class Recorder(CallbackPolicy):
 
 @SETTINGS
 @given(case(), st.integers(0, 3), st.integers(0, 2**16), st.booleans(), st.booleans(),
-       st.sampled_from([0.0, 0.5, 1.0]))
-def test_score_policy_selects_as_specified(c, ops, seed, with_score, with_classes, reserve):
+       st.sampled_from([0.0, 0.5, 1.0]), st.sampled_from([0.0, 0.5, 1.0]),
+       st.sampled_from([1.0, 2.0, 4.0]))
+def test_score_policy_selects_as_specified(c, ops, seed, with_score, with_classes, reserve,
+                                           advance, power):
     """The kernel's score selection equals the rule of SHEDDING.md 3 written in numpy."""
     pattern, where, events, w, k = c
     cells = n_cells(pattern, where, k)
@@ -176,10 +181,11 @@ def test_score_policy_selects_as_specified(c, ops, seed, with_score, with_classe
     classes = rng.integers(-1, 2, cells) if with_classes else None
     budget = Budget(float(ops), burst=2)
     m1, fast = run(pattern, where, events, w, k,
-                   policy=ScorePolicy(score, classes, seed_reserve=reserve),
+                   policy=ScorePolicy(score, classes, seed_reserve=reserve,
+                                      advance_reserve=advance, reserve_power=power),
                    budget=budget, bins=BINS, trace=True)
     m2, slow = run(pattern, where, events, w, k,
-                   policy=Recorder(score, classes, reserve, budget.depth),
+                   policy=Recorder(score, classes, reserve, budget.depth, advance, power),
                    budget=budget, bins=BINS, trace=True)
     assert best_per_point(fast) == best_per_point(slow)
     log1, log2 = m1.take_node_log(), m2.take_node_log()
@@ -347,3 +353,44 @@ def test_a_policy_asked_on_every_event_can_shed_ahead():
     assert m.stats["shed"] > 0
     assert set(found.point) <= {0.0, 1.0, 2.0, 3.0}
     assert all(len(found.events_of(i)) == 1 for i in range(len(found)))  # seeds only
+
+
+@pytest.mark.parametrize("kernel", BACKENDS)
+def test_covered_candidates_are_shed(kernel):
+    """Without merging. After the match at 1 (a@0 b@1), a@0 -> b@3 can only reach a point within
+    w of 1 (the same bundle): cover=1 sheds it, a@2 -> b@3 is kept. With cover_slack 0.5
+    (5 time units) a@2 is covered too and the point 3 is lost."""
+    events = [{"type": x, "t": t} for x, t in (("a", 0.0), ("b", 1.0), ("a", 2.0),
+                                               ("b", 3.0))]
+    budget = Budget(10.0, burst=10)
+    cells = n_cells("a b", (), 0)
+    points = {}
+    for cover, slack in ((None, 0.0), (1.0, 0.0), (1.0, 0.5), (0.0, 0.5)):
+        policy = ScorePolicy(np.zeros(cells), ahead=0.01, cover=cover, cover_slack=slack)
+        m, found = run("a b", (), events, 10.0, 0, policy=policy, bins=BINS, budget=budget,
+                       backend=kernel, merge=False)  # a@2 would replace a@0
+        points[cover, slack] = (sorted(found.point.tolist()), m.stats["shed"])
+    assert points[None, 0.0] == ([1.0, 3.0], 0)
+    assert points[1.0, 0.0] == ([1.0, 3.0], 1)
+    assert points[1.0, 0.5] == ([1.0], 2)
+    assert points[0.0, 0.5] == ([1.0, 3.0], 0)  # the bucket is full: covered ones pass
+    with pytest.raises(ValueError, match="cover"):
+        ScorePolicy(np.zeros(cells), cover=1.5)
+
+
+@pytest.mark.parametrize("kernel", BACKENDS)
+def test_a_live_node_stands_in_only_with_window_enough(kernel):
+    """a@0 is live at a@8 with 2 of its window left. Any live node stands in (the seed a@8 is
+    deferred and, with ahead=1, shed); with live_need 5 it does not, and a@8 is kept."""
+    events = [{"type": "a", "t": 0.0}, {"type": "a", "t": 8.0}]
+    cells = n_cells("a b c", (), 0)
+    shed = {}
+    for need in (None, 5.0, 2.0):
+        table = None if need is None else np.full(cells, need)
+        policy = ScorePolicy(np.zeros(cells), proxy_live=True, ahead=1.0, live_need=table)
+        m, _ = run("a b c", (), events, 10.0, 0, policy=policy, bins=BINS,
+                   budget=Budget(10.0, burst=10), backend=kernel, merge=False)
+        shed[need] = m.stats["shed"]
+    assert shed == {None: 1, 5.0: 0, 2.0: 1}
+    with pytest.raises(ValueError, match="live_need"):
+        ScorePolicy(np.zeros(cells), live_need=np.zeros(cells + 1))
