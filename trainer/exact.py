@@ -295,8 +295,8 @@ def _run_units(units, query_text: str, plan: ReadPlan, cplan: ChunkPlan):
         for c, stream, part in _pieces(table):
             lo, hi = cplan.owned(c)
             out = _match_rows(query, part, plan, lo, hi, stream, Engine)
-            if out:
-                yield pa.RecordBatch.from_pylist(out, schema=schema)
+            if out is not None:
+                yield out
 
     return units.mapInArrow(run, from_arrow_schema(schema))
 
@@ -316,22 +316,45 @@ def _pieces(table):
 
 
 def _match_rows(query, table, plan: ReadPlan, lo: float, hi: float, stream: str,
-                engine_cls) -> list[dict]:
-    """The owned matches of one stream's events in one unit, as output rows."""
+                engine_cls):
+    """The owned matches of one stream's events in one unit: a RecordBatch of output rows
+    (:func:`match_schema`), or None when there are none. Built column by column: a dict
+    per match cost more than the matching."""
+    import pyarrow as pa
+
     events = unit_events(table, plan)
     pos = table.column("_pos").to_numpy()
-    rows = []
+    keys: dict = {}
+    partition, first, last, values = [], [], [], []
+    flat: list[int] = []
+    sizes: list[int] = []
+    ends, size_ends = [0], [0]
     for m in engine_cls(query).run(events):
         if not lo <= m.start < hi:
             continue
-        flat = [p for block in m.positions for p in block]
-        rows.append({"stream": stream, "partition": _key_json(m.partition),
-                     "first_tag": float(m.start), "last_tag": float(m.end),
-                     "positions": pos[flat].tolist(), "tags": events.tags[flat].tolist(),
-                     "sizes": [len(b) for b in m.positions],
-                     "values": None if m.values is None else json.dumps(
-                         {k: _plain(v) for k, v in m.values.items()})})
-    return rows
+        for block in m.positions:
+            flat.extend(block)
+            sizes.append(len(block))
+        ends.append(len(flat))
+        size_ends.append(len(sizes))
+        key = m.partition
+        partition.append(keys[key] if key in keys else keys.setdefault(key, _key_json(key)))
+        first.append(m.start)
+        last.append(m.end)
+        values.append(None if m.values is None else
+                      json.dumps({k: _plain(v) for k, v in m.values.items()}))
+    if not first:
+        return None
+    idx = np.asarray(flat, dtype=np.int64)
+    offsets = pa.array(np.asarray(ends, dtype=np.int32))
+    arrays = [pa.array([stream] * len(first), pa.string()), pa.array(partition, pa.string()),
+              pa.array(first, pa.float64()), pa.array(last, pa.float64()),
+              pa.ListArray.from_arrays(offsets, pa.array(pos[idx], pa.int64())),
+              pa.ListArray.from_arrays(offsets, pa.array(events.tags[idx], pa.float64())),
+              pa.ListArray.from_arrays(pa.array(np.asarray(size_ends, dtype=np.int32)),
+                                       pa.array(np.asarray(sizes, dtype=np.int32))),
+              pa.array(values, pa.string())]
+    return pa.RecordBatch.from_arrays(arrays, schema=match_schema())
 
 
 def unit_events(table, plan: ReadPlan) -> EventBatch:
