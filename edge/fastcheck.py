@@ -127,6 +127,65 @@ def plan(query) -> Plan | None:
                 float(query.window), tuple(map(tuple, pair)), tuple(map(tuple, iters)))
 
 
+class _NoVector(Exception):
+    """An expression that :func:`_vector` does not evaluate on whole columns."""
+
+
+_COMPARE = {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
+            ">": np.greater, ">=": np.greater_equal}
+
+
+def _truth(v) -> np.ndarray:
+    return np.asarray(v) != 0  # the evaluator's truth of a number: NaN is true
+
+
+def _vector(expr, values):
+    """``expr`` on arrays of numbers (``values(var, attr)``), as ``acep.nfab.evaluate``
+    computes it on one binding: float arithmetic, comparisons false with NaN except
+    ``!=``, min/max NaN if either is, a truth value 1.0 or 0.0 in arithmetic (Python's
+    True and False). Division and text raise :class:`_NoVector`."""
+    if isinstance(expr, Ref):
+        return values(expr.var, expr.attr)
+    name = type(expr).__name__
+    if name == "Const":
+        if isinstance(expr.value, str) or isinstance(expr.value, bool):
+            raise _NoVector
+        return float(expr.value)
+    if name == "UnaryOp":
+        v = _vector(expr.operand, values)
+        if expr.op == "not":
+            return (~_truth(v)).astype(float)
+        if expr.op == "-":
+            return -v
+        raise _NoVector
+    if name == "Call":
+        args = [_vector(a, values) for a in expr.args]
+        if expr.func == "abs" and len(args) == 1:
+            return np.abs(args[0])
+        if expr.func in ("min", "max") and args:
+            out = args[0]
+            for a in args[1:]:
+                out = (np.minimum if expr.func == "min" else np.maximum)(out, a)
+            return out
+        raise _NoVector
+    if name == "BinOp":
+        op = expr.op
+        if op in ("and", "or"):
+            left = _truth(_vector(expr.left, values))
+            right = _truth(_vector(expr.right, values))
+            return (left & right if op == "and" else left | right).astype(float)
+        x, y = _vector(expr.left, values), _vector(expr.right, values)
+        if op in _COMPARE:
+            return _COMPARE[op](x, y).astype(float)
+        if op == "+":
+            return x + y
+        if op == "-":
+            return x - y
+        if op == "*":
+            return x * y
+    raise _NoVector
+
+
 def _holds(conjuncts, bound: dict, var: str | None = None, i: int = 0) -> bool:
     b = Binding(bound, var, i)
     for c in conjuncts:
@@ -167,6 +226,48 @@ class _Window:
             out[p.vars[j - 1]] = [ev[x]]
         return out
 
+    def _pairs(self, j: int, conjuncts, valid: np.ndarray, var: str | None = None
+               ) -> np.ndarray:
+        """Where ``conjuncts`` hold for (x = l_(j-1), y: cands[j]) (rows x, columns y; for
+        j = 0 the rows repeat); ``var``: the Kleene variable whose element y is. Computed on
+        whole columns of attribute values when every value read is a number and the
+        conjuncts use no division (the same IEEE arithmetic and comparisons as the engine's
+        evaluator), else pair by pair on ``valid`` with the engine's evaluator."""
+        p, ev = self.p, self.events
+        cy = self.cands[j]
+        cx = self.cands[j - 1] if j else None
+        try:
+            cache: dict = {}
+
+            def values(v: str, attr: str) -> np.ndarray:
+                key = (v, attr)
+                if key not in cache:
+                    if v == p.vars[j]:
+                        idx, shape = cy, (1, -1)
+                    elif j and v == p.vars[j - 1]:
+                        idx, shape = cx, (-1, 1)
+                    else:
+                        raise _NoVector
+                    col = [ev[i].t if attr == "t" else ev[i].attrs[attr] for i in idx.tolist()]
+                    if not all(type(x) in (float, int) for x in col):
+                        raise _NoVector  # text, a bool, or an unusual number: the engine
+                    cache[key] = np.array(col, dtype=float).reshape(shape)
+                return cache[key]
+
+            with np.errstate(all="ignore"):
+                out = np.ones(valid.shape, dtype=bool)
+                for c in conjuncts:
+                    out &= np.broadcast_to(_truth(_vector(c, values)), valid.shape)
+            return out
+        except (_NoVector, KeyError):
+            pass
+        out = np.zeros(valid.shape, dtype=bool)
+        for a, b in zip(*np.nonzero(valid)):
+            x = None if j == 0 else int(cx[a])
+            out[a, b] = _holds(conjuncts, self._bound(j, x, int(cy[b])), var,
+                               1 if var else 0)
+        return out
+
     def _build(self) -> None:
         p, w, tags = self.p, self.p.window, self.tags
         self.valid, self.elig, self.weight = [], [], []
@@ -193,15 +294,10 @@ class _Window:
                     elig = np.broadcast_to(ok, (nx, ny)).copy()
                     valid &= ok[:, None] & ok[None, :]
                 else:
-                    for a, b in zip(*np.nonzero(valid)):
-                        elig[a, b] = not it or _holds(
-                            it, self._bound(j, int(cx[a]), int(cy[b])), var, 1)
+                    elig = valid & self._pairs(j, it, valid, var) if it else valid.copy()
                     valid &= elig
             if p.pair[j]:
-                for a, b in zip(*np.nonzero(valid)):
-                    x = None if j == 0 else int(cx[a])
-                    if not _holds(p.pair[j], self._bound(j, x, int(cy[b]))):
-                        valid[a, b] = False
+                valid &= self._pairs(j, p.pair[j], valid)
             if p.kleene[j]:
                 # middles strictly between x and y: eligible z with x < z < y
                 strictly = (cx[:, None] < cy[None, :]) if j else \

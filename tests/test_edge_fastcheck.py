@@ -42,8 +42,10 @@ def patterns(draw):
             break
         j = draw(st.sampled_from(once))
         op = draw(st.sampled_from([">", ">=", "<", "!=", "="]))
-        kind = draw(st.integers(0, 2))
-        if kind == 0 or j == 0 or (j - 1) not in once:  # one component against a constant
+        kind = draw(st.integers(0, 3))
+        if kind == 3 and j and (j - 1) in once:  # division: the evaluator, pair by pair
+            where.append(f"{comps[j][0]}.x / {comps[j - 1][0]}.x {op} 1")
+        elif kind in (0, 3) or j == 0 or (j - 1) not in once:  # against a constant
             where.append(f"{comps[j][0]}.x {op} {draw(st.integers(0, 4))}")
         elif kind == 1:  # against the component before it (a pair)
             where.append(f"{comps[j][0]}.x {op} {comps[j - 1][0]}.x + "
@@ -121,3 +123,50 @@ def test_fast_path_on_larger_random_windows(seed):
     for text, where in [("a b+ c", ["c.x > b.x + 1"]), ("a+ b", []), ("a b", ["b.x >= a.x"])]:
         up = _batch(text, 6.0, 1, where, events, "o")
         assert _same(recheck_batch(up, fast=True), recheck_batch(up, fast=False)) > 0
+
+
+# ------------------------------------------------------------------ the column evaluator
+
+_VALUES = [0.0, -0.0, 1.0, -2.5, 3.0, float("nan"), float("inf"), float("-inf"), 1e308]
+
+
+@st.composite
+def expressions(draw, depth=3):
+    from acep.nfab.ast import BinOp, Call, Const, Index, Ref, UnaryOp
+
+    if depth == 0 or draw(st.integers(0, 3)) == 0:
+        if draw(st.booleans()):
+            return Const(draw(st.sampled_from(_VALUES)))
+        var = draw(st.sampled_from(["v0", "v1"]))
+        return Ref(var, Index.NONE, "x")
+    kind = draw(st.integers(0, 3))
+    sub = expressions(depth - 1)
+    if kind == 0:
+        op = draw(st.sampled_from(["+", "-", "*", "==", "!=", "<", "<=", ">", ">=",
+                                   "and", "or"]))
+        return BinOp(op, draw(sub), draw(sub))
+    if kind == 1:
+        return UnaryOp(draw(st.sampled_from(["-", "not"])), draw(sub))
+    if kind == 2:
+        return Call("abs", (draw(sub),))
+    return Call(draw(st.sampled_from(["min", "max"])), (draw(sub), draw(sub)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(expressions(), st.lists(st.sampled_from(_VALUES), min_size=1, max_size=4),
+       st.lists(st.sampled_from(_VALUES), min_size=1, max_size=4))
+def test_column_evaluator_equals_the_engines_on_every_pair(expr, xs, ys):
+    from acep.nfab.evaluate import Binding, _true, evaluate
+
+    cols = {"v0": np.array(xs).reshape(-1, 1), "v1": np.array(ys).reshape(1, -1)}
+    with np.errstate(all="ignore"):
+        got = np.broadcast_to(fastcheck._truth(fastcheck._vector(
+            expr, lambda var, attr: cols[var])), (len(xs), len(ys)))
+    for a, x in enumerate(xs):
+        for b, y in enumerate(ys):
+            bound = {"v0": [Event("a", 0.0, {"x": x})], "v1": [Event("b", 1.0, {"x": y})]}
+            try:
+                want = _true(evaluate(expr, Binding(bound)))
+            except (OverflowError, ValueError):
+                continue  # Python raises where numpy gives inf or NaN: not comparable
+            assert bool(got[a, b]) == want, (expr, x, y)
