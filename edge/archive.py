@@ -17,11 +17,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Archive", "archive_path"]
+__all__ = ["Archive", "archive_path", "encode"]
 
 
 def archive_path(root: str | Path, batch) -> Path:
@@ -46,39 +47,17 @@ class Archive:
 
     def write(self, batch) -> Path:
         """Write (or rewrite, identically) the archive file of ``batch``; its path."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        return self.put(archive_path(self.root, batch).relative_to(self.root), encode(batch))
 
-        path = archive_path(self.root, batch)
+    def put(self, relative: str | Path, data: bytes) -> Path:
+        """Write the bytes of an archive file (:func:`encode`) at ``relative`` under the
+        root: a temporary name, fsync, rename, fsync of the directory."""
+        path = self.root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
-        n = len(batch.event_position)
-        types = pa.DictionaryArray.from_arrays(
-            pa.array(np.asarray(batch.event_type, dtype=np.int32)),
-            pa.array(list(batch.type_names), type=pa.string()))
-        arrays = {
-            "batch_id": pa.array([batch.batch_id] * n, type=pa.string()),
-            "pattern_id": pa.array([batch.pattern.id] * n, type=pa.string()),
-            "position": pa.array(np.asarray(batch.event_position, dtype=np.int64)),
-            "tag": pa.array(np.asarray(batch.event_tag, dtype=np.float64)),
-            "type": types,
-        }
-        for name, col in batch.columns.items():
-            if name in arrays:
-                name = f"attr_{name}"
-            if col.dtype == object:
-                arrays[name] = pa.array(col.tolist(), type=pa.string())
-            else:
-                arrays[name] = pa.array(np.asarray(col, dtype=np.float64))
-        meta = {"acep.pattern": json.dumps({
-            "id": batch.pattern.id, "text": batch.pattern.text, "window": batch.pattern.window,
-            "k": batch.pattern.k, "where": list(batch.pattern.where),
-            "partition_by": batch.pattern.partition_by, "hash": batch.pattern.hash}),
-            "acep.tag_is_time": json.dumps(bool(batch.tag_is_time))}
-        table = pa.table(arrays).replace_schema_metadata(meta)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             with open(tmp, "wb") as f:
-                pq.write_table(table, f)
+                f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
@@ -87,6 +66,40 @@ class Archive:
                 tmp.unlink()
         _fsync_dir(path.parent)
         return path
+
+
+def encode(batch) -> bytes:
+    """The Parquet bytes of ``batch``'s archive file (no file is touched: the collector's
+    worker processes encode, its database thread writes)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = len(batch.event_position)
+    types = pa.DictionaryArray.from_arrays(
+        pa.array(np.asarray(batch.event_type, dtype=np.int32)),
+        pa.array(list(batch.type_names), type=pa.string()))
+    arrays = {
+        "batch_id": pa.array([batch.batch_id] * n, type=pa.string()),
+        "pattern_id": pa.array([batch.pattern.id] * n, type=pa.string()),
+        "position": pa.array(np.asarray(batch.event_position, dtype=np.int64)),
+        "tag": pa.array(np.asarray(batch.event_tag, dtype=np.float64)),
+        "type": types,
+    }
+    for name, col in batch.columns.items():
+        if name in arrays:
+            name = f"attr_{name}"
+        if col.dtype == object:
+            arrays[name] = pa.array(col.tolist(), type=pa.string())
+        else:
+            arrays[name] = pa.array(np.asarray(col, dtype=np.float64))
+    meta = {"acep.pattern": json.dumps({
+        "id": batch.pattern.id, "text": batch.pattern.text, "window": batch.pattern.window,
+        "k": batch.pattern.k, "where": list(batch.pattern.where),
+        "partition_by": batch.pattern.partition_by, "hash": batch.pattern.hash}),
+        "acep.tag_is_time": json.dumps(bool(batch.tag_is_time))}
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table(arrays).replace_schema_metadata(meta), sink)
+    return sink.getvalue().to_pybytes()
 
 
 def _fsync_dir(path: Path) -> None:

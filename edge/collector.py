@@ -23,6 +23,7 @@ import asyncio
 import hashlib
 import json
 import multiprocessing
+import os
 import signal
 import sys
 import time
@@ -33,7 +34,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from .archive import Archive
+from .archive import Archive, archive_path
+from .archive import encode as encode_archive
 from .recheck import recheck_batch
 from .store import Prepared, Store, open_store, prepare
 from .wire import Limits, UploadBatch, WireError, decode
@@ -82,6 +84,10 @@ class Collector:
             self.procs = ProcessPoolExecutor(
                 self.recheck_workers, mp_context=multiprocessing.get_context("spawn"),
                 initializer=_warm)
+            # start (and warm) every worker now, not on the first uploads
+            futures = [self.procs.submit(os.getpid) for _ in range(self.recheck_workers)]
+            for f in futures:
+                f.result()
 
     async def prepare(self, body: bytes, device: str) -> tuple:
         """Decode and re-check in a worker process (the CPU-heavy part), so several
@@ -229,8 +235,11 @@ class Collector:
         body, prep = item
         if prep.kind != "matches":
             return None
-        batch = decode(body, self.limits)
-        return str(self.archive.write(batch).relative_to(self.archive.root))
+        if prep.archive_file is None:
+            path = self.archive.write(decode(body, self.limits))
+        else:
+            path = self.archive.put(*prep.archive_file)
+        return str(path.relative_to(self.archive.root))
 
     def _stored_exact(self, batch_id: str) -> int | None:
         (count,) = self.store.query("SELECT sum(exact) FROM matches WHERE batch_id = ?",
@@ -331,7 +340,10 @@ def prepare_rows(body: bytes, limits: Limits, device: str) -> Prepared | tuple[i
     if isinstance(batch, tuple):
         return batch
     checks = recheck_batch(batch) if isinstance(batch, UploadBatch) else None
-    return prepare(batch, checks, nbytes=len(body), digest=hashlib.sha256(body).hexdigest())
+    prep = prepare(batch, checks, nbytes=len(body), digest=hashlib.sha256(body).hexdigest())
+    if checks is not None:  # the Parquet file too: the database thread only writes it
+        prep.archive_file = (str(archive_path("", batch)), encode_archive(batch))
+    return prep
 
 
 def _warm() -> None:
@@ -340,6 +352,8 @@ def _warm() -> None:
     wait on their queue for ever (and hold their memory)."""
     import os
     import threading
+
+    import pyarrow.parquet  # noqa: F401
 
     import edge.fastcheck  # noqa: F401
 

@@ -127,6 +127,7 @@ class Prepared:
     rows: list
     n_exact: int | None = None
     n_checked: int = 0
+    archive_file: tuple[str, bytes] | None = None  # (path under the archive, its bytes)
 
 
 def prepare(batch, checks: Sequence | None = None, *, nbytes: int = 0,
