@@ -45,7 +45,9 @@ class HistoryPolicy(ScorePolicy):
     window started at or before ``f`` can only reach points of the same bundle, so it is shed
     unless the bucket holds more than ``cover`` of its depth (None: off); with
     ``cover_slack`` the same holds for windows starting up to ``f + cover_slack * w`` (they
-    reach a new bundle only if they complete after ``f + w``: rarely). A live node stands in for
+    reach a new bundle only if they complete after ``f + w`` and the bundle has ended by
+    then); by default ``cover_slack`` is the sketch's ``bundle_span`` (the mean bundle
+    length in windows) capped at 1: long bundles make an early new window redundant. A live node stands in for
     a candidate only if it has at least ``need`` x the sketch's ``need`` of the candidate's
     cell of its window left (0: any live node).
 
@@ -60,7 +62,9 @@ class HistoryPolicy(ScorePolicy):
                  seed: int = 0, proxy: bool = True, ahead: float = 0.5,
                  seed_reserve: float = 1.0, advance_reserve: float = 0.1,
                  reserve_power: float = 2.0, cover: float | None = 0.5,
-                 cover_slack: float = 0.5, need: float = 1.0):
+                 cover_slack: float | None = None, need: float = 1.0):
+        if cover_slack is None:
+            cover_slack = min(1.0, max(0.0, float(sketch.bundle_span)))
         live_need = None if need == 0.0 or not proxy else \
             np.asarray(sketch.need, dtype=np.float64) * float(need)
         super().__init__(np.array(sketch.score, dtype=np.float64),

@@ -9,7 +9,8 @@ min-hash values: cells whose maps are near-equal share a class (probability ``J 
 and the engine keeps one candidate per class first ([L16] Section 3.2, "we only need to keep
 one match node"). Empty maps have class -1. A float32 ``need`` per cell (version 2,
 :func:`completion_need`): the window a successful trajectory typically still needs from the
-cell, so the policy can tell whether a live node still has window enough to stand in.
+cell, so the policy can tell whether a live node still has window enough to stand in, and
+``bundle_span``, the mean length of the history's bundles in windows.
 
 Wire format: a msgpack envelope ``{"format": "acep-sketch", "version": 2, "signature":
 "HMAC-SHA256", "payload": <bytes>, "mac": <32 bytes>}``; the MAC covers format, version and
@@ -120,6 +121,17 @@ def completion_need(graph, score: np.ndarray, iterations: int = 64) -> np.ndarra
     return np.clip(mid - left, 0.0, float(graph.window)).astype(np.float32)
 
 
+def bundle_span(graph) -> float:
+    """The mean length of the history's bundles in windows, ``(last - first) / window``
+    (0 without bundles or window). Long bundles mean a point found is usually followed by
+    more points of the same bundle, so the policy's ``cover_slack`` grows with it."""
+    first = np.asarray(graph.bundle_first, dtype=np.float64)
+    if len(first) == 0 or not graph.window > 0:
+        return 0.0
+    return float(np.mean(np.asarray(graph.bundle_last, dtype=np.float64) - first)
+                 / graph.window)
+
+
 @dataclass
 class Sketch:
     """Fixed-size sketch of a :class:`history.graph.HistoryGraph` (``n_cells``, ``H``)."""
@@ -136,6 +148,7 @@ class Sketch:
     band: int = 2
     seed: int = 0
     need: np.ndarray | None = None  # float32[n_cells], completion_need (zeros if None)
+    bundle_span: float = 0.0  # mean (last - first) / window of the history's bundles
 
     def __post_init__(self):
         self.proxy_class = proxy_classes(self.minhash, self.band)
@@ -166,7 +179,7 @@ class Sketch:
         score = score.astype(np.float32)
         return cls(graph.pattern, tuple(graph.where), graph.k, graph.window, graph.n_states,
                    graph.rem_edges.copy(), graph.gap_edges.copy(), score, minhash, band, seed,
-                   completion_need(graph, score))
+                   completion_need(graph, score), bundle_span(graph))
 
     def bins(self):
         """The ``acep.shedding.VectorBins`` a matcher needs to use this sketch's cells."""
@@ -192,6 +205,7 @@ class Sketch:
             "score": pa(self.score.astype(np.float32)),
             "minhash": pa(self.minhash.astype(np.uint32)),
             "need": pa(self.need.astype(np.float32)),
+            "bundle_span": float(self.bundle_span),
         })
 
     def to_bytes(self, key: bytes) -> bytes:
@@ -256,8 +270,11 @@ class Sketch:
             raise err(f"field 'need': {len(need)} entries for {n_cells} cells")
         if not np.all(np.isfinite(need)) or np.any(need < 0) or np.any(need > window * (1 + 1e-6)):
             raise err("field 'need': not finite or outside [0, window]")
+        span = float(f(doc, "bundle_span", (int, float), err))
+        if not np.isfinite(span) or not 0.0 <= span <= 1e9:
+            raise err("field 'bundle_span': not finite or outside [0, 1e9]")
         return cls(pattern, tuple(where), k, window, n_states, rem, gap, score, minhash, band,
-                   seed, need)
+                   seed, need, span)
 
     def save(self, path, key: bytes) -> int:
         data = self.to_bytes(key)

@@ -96,6 +96,7 @@ def test_signed_round_trip(tmp_path):
     assert np.array_equal(t.score, s.score) and np.array_equal(t.minhash, s.minhash)
     assert np.array_equal(t.proxy_class, s.proxy_class)
     assert t.need.dtype == np.float32 and np.array_equal(t.need, s.need)
+    assert t.bundle_span == s.bundle_span == pytest.approx((2.0 + 0.0 + 0.0) / 3 / 10.0)
     assert t.bins().rem_edges == (5.0,) and t.bins().gap_edges == (2.0,)
     path = tmp_path / "s.sketch"
     assert s.save(path, KEY) == path.stat().st_size
@@ -166,6 +167,9 @@ def _resigned(change):
     (lambda d: d.update(k=None), "'k'"),
     (lambda d: d.pop("minhash"), "'minhash': not an array"),
     (lambda d: d.pop("need"), "'need': not an array"),
+    (lambda d: d.pop("bundle_span"), "'bundle_span'"),
+    (lambda d: d.update(bundle_span=float("nan")), "'bundle_span': not finite"),
+    (lambda d: d.update(bundle_span=-1.0), "'bundle_span': not finite or outside"),
     (lambda d: d["need"].update(shape=[23], data=d["need"]["data"][:-4]),
      "'need': 23 entries for 24 cells"),
     (lambda d: d["need"].update(data=np.full(24, -1.0, np.float32).tobytes()),
