@@ -127,3 +127,12 @@ def test_the_sampler_keeps_its_share():
         kept = len(policies.sample(events, rate))
         assert abs(kept - rate * len(events)) <= 1
     assert run.FRACTIONS[-1] == 1.0
+
+
+def test_workloads_option_selects_a_subset():
+    args = run.parse_args(["--quick", "--workloads", "sensors,delay-wave"])
+    assert [w.name for w in run.selected(args)] == ["delay-wave", "sensors"]
+    assert run.selected(run.parse_args([])) == list(WORKLOADS)
+    assert "--workloads sensors,delay-wave" in run.command(args)
+    with pytest.raises(SystemExit, match="unknown workload"):
+        run.selected(run.parse_args(["--workloads", "nope"]))

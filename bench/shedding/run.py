@@ -63,10 +63,27 @@ _STATE: dict = {}  # per workload, set before the worker pools fork
 
 # --------------------------------------------------------------------------- preparation
 
+def selected(args) -> list[Workload]:
+    """The workloads ``--workloads`` names (all by default), in the benchmark's order."""
+    names = getattr(args, "workloads", None)
+    if not names:
+        return list(WORKLOADS)
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    known = {w.name for w in WORKLOADS}
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        raise SystemExit(f"unknown workload(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(w.name for w in WORKLOADS)}")
+    return [w for w in WORKLOADS if w.name in wanted]
+
+
 def streams(args, sizes: dict) -> dict[str, dict]:
-    """Train/test streams of every workload's stream kind."""
-    out = {"flights": flights_split(args.data, sizes["flights_days"] if args.quick else None)}
-    for w in WORKLOADS:
+    """Train/test streams of the selected workloads' stream kinds."""
+    chosen = selected(args)
+    out = {}
+    if any(w.stream == "flights" for w in chosen):
+        out["flights"] = flights_split(args.data, sizes["flights_days"] if args.quick else None)
+    for w in chosen:
         if w.stream != "flights":
             out[w.name] = synthetic_split(w, sizes["synthetic_duration"], SEED)
     return out
@@ -288,14 +305,15 @@ def run_all(args, sizes: dict) -> dict:
     """Prepare every workload, run every policy, check targets."""
     started = time.perf_counter()
     all_streams = streams(args, sizes)
-    for w in WORKLOADS:
+    chosen = selected(args)
+    for w in chosen:
         split = split_of(w, all_streams)
         _STATE[w.name] = {"workload": w, "train": split["train"], "test": split["test"],
                           "sizes": sizes, "source": split["source"],
                           "edges": time_edges(split["test"], sizes["slices"],
                                               w.stream == "flights")}
     ctx = multiprocessing.get_context("fork")
-    names = [w.name for w in WORKLOADS]
+    names = [w.name for w in chosen]
     with ctx.Pool(args.jobs) as pool:
         prepared = list(tqdm(pool.imap(prepare, names), total=len(names),
                              desc="ground truth + histories", file=sys.stderr))
@@ -309,7 +327,8 @@ def run_all(args, sizes: dict) -> dict:
                          desc="policies x budgets", file=sys.stderr):
             rows.extend(done)
         burst_tasks = [(p, f, b) for p in BURST_POLICIES for f in (0.25, 1.0) for b in BURSTS
-                       if policies.available(p) is None and "graph" in _STATE[BURST_WORKLOAD]]
+                       if policies.available(p) is None and BURST_WORKLOAD in _STATE
+                       and "graph" in _STATE[BURST_WORKLOAD]]
         bursts = list(tqdm(pool.imap(burst_run, burst_tasks), total=len(burst_tasks),
                            desc="burst sensitivity", file=sys.stderr))
     order = {(n, p): i for i, (n, p) in enumerate((n, p) for n in names
@@ -341,6 +360,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                           "small streams, for tests (under a minute; the embedded sample "
                           "without --data)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--workloads", metavar="NAMES",
+                        help="comma-separated subset of the workloads (default: all of "
+                             f"{', '.join(w.name for w in WORKLOADS)}); for quick "
+                             "comparisons, not for the published figures")
     return parser.parse_args(argv)
 
 
@@ -365,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     from .plot import plot_drift, plot_recall
 
     plot_recall(results, args.out / "shedding.png")
-    plot_drift(results, args.out / "drift.png")
+    if DRIFT_WORKLOAD in {w["name"] for w in results["workloads"]}:
+        plot_drift(results, args.out / "drift.png")
     from .table import markdown
 
     print(markdown(results))
@@ -378,4 +402,6 @@ def command(args) -> str:
         parts.append("--quick")
     if args.data and args.quick:
         parts.append("--data PATH")
+    if getattr(args, "workloads", None):
+        parts.append(f"--workloads {args.workloads}")
     return " ".join(parts)
