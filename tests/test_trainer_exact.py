@@ -207,8 +207,9 @@ def test_bad_rows_quarantined_and_the_rest_matched(spark, tmp_path):
     assert result.stats["events"] == 116
     bad = {r["position"] - FILE_STRIDE: r for r in pq.read_table(quarantine).to_pylist()}
     assert sorted(bad) == sorted(bad_at)
-    for i in (5, 41):  # trainer.sources names the attribute in the reason (field: null)
-        assert "expected a number" in bad[i]["reason"] and "'v'" in bad[i]["reason"]
+    for i in (5, 41):  # a text value in a numeric column: field, value, file and line
+        assert bad[i]["field"] == "v" and bad[i]["line"] == i + 1
+        assert bad[i]["reason"].startswith("expected a number, got text '")
     assert "type" in bad[17]["reason"] and bad[17]["line"] == 18
     assert bad[29]["reason"] == "a event lacks attribute 'p' that the query reads"
     assert bad[29]["field"] == "p"
@@ -308,8 +309,9 @@ def test_command_line(spark, tmp_path, capsys):
     (["q.sase", "nowhere.jsonl", "--out", "m"], "no such file"),
     (["q.sase", "e.jsonl", "--out", "m", "--chunk", "soon"], "bad window"),
     (["q.sase", "e.jsonl", "--out", "m", "--key-groups", "0"], "at least 1"),
-    (["q.sase", "e.jsonl", "e.jsonl", "--out", "m", "--archive"], "one archive directory"),
-    (["q.sase", "e.jsonl", "--out", "m", "--archive"], "no archive files"),
+    (["q.sase", "e.jsonl", "--out", "m", "--archive", "."], "one of the two"),
+    (["q.sase", "--out", "m"], "one of the two"),
+    (["q.sase", "--out", "m", "--archive", "."], "no archive files"),
     (["w.sase", "e.jsonl", "--out", "m"], "attribute 'weight'"),
 ])
 def test_command_line_errors(tmp_path, monkeypatch, capsys, argv, message):

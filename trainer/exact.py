@@ -443,11 +443,10 @@ def _parser() -> argparse.ArgumentParser:
                     "collector's archive on Spark (a local session unless --master); the "
                     "matches are written as Parquet.")
     p.add_argument("query", metavar="QUERY_FILE", help="query file (docs/EXACT.md section 2)")
-    p.add_argument("inputs", metavar="INPUT", nargs="+",
-                   help="event files (.parquet/.csv/.jsonl/.msgpack) or directories of them; "
-                        "with --archive, the archive directory")
-    p.add_argument("--archive", action="store_true",
-                   help="INPUT is the collector's Parquet archive")
+    p.add_argument("inputs", metavar="INPUT", nargs="*",
+                   help="event files (.parquet/.csv/.jsonl/.msgpack) or directories of them")
+    p.add_argument("--archive", metavar="DIR",
+                   help="the collector's Parquet archive instead (as acep train --archive)")
     p.add_argument("--pattern-id", help="the archive's pattern whose windows to read")
     p.add_argument("--spec", help="event spec of the files: a JSON/TOML file or a preset")
     p.add_argument("--out", "-o", required=True, metavar="DIR",
@@ -464,8 +463,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _check(args) -> None:
-    if args.archive and len(args.inputs) != 1:
-        raise UsageError("--archive takes one archive directory")
+    if bool(args.inputs) == bool(args.archive):
+        raise UsageError("give event files or --archive DIR (one of the two)")
     if args.archive and args.spec:
         raise UsageError("--spec is for event files; the archive has its own columns")
     if args.pattern_id and not args.archive:
@@ -490,7 +489,8 @@ def run(args) -> int:
         raise UsageError(f"query file {args.query}: {reason}") from None
     parse_query(text, source=args.query)  # a bad query fails before Spark starts
     spec = EventSpec.load(args.spec) if args.spec else None
-    result = exact_batch(args.inputs, text, spec=spec, archive=args.archive,
+    result = exact_batch([args.archive] if args.archive else args.inputs, text, spec=spec,
+                         archive=bool(args.archive),
                          pattern_id=args.pattern_id, output_dir=args.out, master=args.master,
                          cores=args.cores, chunk=args.chunk, key_groups=args.key_groups,
                          quarantine=args.quarantine, show_progress=not args.no_progress)

@@ -241,13 +241,21 @@ def _good_rows(chunk, task: ReadTask, plan: ReadPlan, schema):
               "_pos": pa.array(pos, pa.int64()),
               "_tag": pa.array(ev.tags, pa.float64()),
               "_type": pa.array(ev.types(), pa.string())}
+    field_of = np.full(n, None, dtype=object)
     for name, kind in plan.attributes.items():
         arrays[name], problem = _attribute(cols.get(name), kind, n)
         if problem is not None:
-            bad[problem] = f"expected a number, got text {name!r}"
+            values = cols[name][problem]
+            bad[problem] = [f"expected a number, got text {v!r}" for v in values]
+            field_of[problem] = name
     arrays["_bad"] = pa.array(bad, pa.string())
-    for name in ("_source", "_line", "_field"):
-        arrays[name] = pa.nulls(n, schema.field(name).type)
+    failed = field_of != None  # noqa: E711 - elementwise on an object array
+    lines = None if chunk.events.lines is None else chunk.events.lines
+    arrays["_source"] = pa.array(np.where(failed, task.source, None), pa.string())
+    arrays["_line"] = pa.array([int(lines[i]) if failed[i] and lines is not None else None
+                                for i in range(n)], pa.int64()) if failed.any() else \
+        pa.nulls(n, pa.int64())
+    arrays["_field"] = pa.array(field_of, pa.string())
     table = pa.table(arrays, schema=schema)
     return table.filter(pa.array(keep)) if not keep.all() else table
 
