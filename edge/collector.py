@@ -83,7 +83,7 @@ class Collector:
             # spawn: the workers inherit neither the server's threads nor its socket
             self.procs = ProcessPoolExecutor(
                 self.recheck_workers, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_warm)
+                initializer=_warm, initargs=(os.getpid(),))
             # start (and warm) every worker now, not on the first uploads
             futures = [self.procs.submit(os.getpid) for _ in range(self.recheck_workers)]
             for f in futures:
@@ -346,7 +346,7 @@ def prepare_rows(body: bytes, limits: Limits, device: str) -> Prepared | tuple[i
     return prep
 
 
-def _warm() -> None:
+def _warm(parent: int) -> None:
     """Worker start-up: import what a re-check needs before the first batch, and exit when
     the collector is gone. A SIGKILLed collector does not stop its pool: the workers would
     wait on their queue for ever (and hold their memory)."""
@@ -357,9 +357,7 @@ def _warm() -> None:
 
     import edge.fastcheck  # noqa: F401
 
-    parent = os.getppid()
-
-    def watch() -> None:
+    def watch() -> None:  # (the collector may be gone before this worker got here)
         while os.getppid() == parent:
             time.sleep(0.5)
         os._exit(0)
@@ -400,11 +398,11 @@ async def serve(collector: Collector, host: str, port: int, ready=print) -> None
     site = web.TCPSite(runner, host, port)
     await site.start()
     bound = runner.addresses[0]
-    ready(f"acep collector listening on http://{bound[0]}:{bound[1]}")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before "listening": a client may stop it
         loop.add_signal_handler(sig, stop.set)
+    ready(f"acep collector listening on http://{bound[0]}:{bound[1]}")
     try:
         await stop.wait()
     finally:
