@@ -98,6 +98,7 @@ def run(args) -> int:
     from history.graph import HistoryGraph
     from history.sketch import Sketch
 
+    from .sources import print_quarantined
     from .train import publish_sketch, train
 
     _check(args)
@@ -123,14 +124,7 @@ def run(args) -> int:
             Path(args.sketch).write_bytes(data)
         if args.publish:
             stats["published"] = publish_sketch(args.publish, args.pattern_id, data, token)
-    for row in result.quarantined:
-        print(f"acep train: quarantined {row['source'] or 'event'}"
-              f"{'' if row['line'] is None else ', line ' + str(row['line'])}"
-              f"{'' if row['field'] is None else ', field ' + repr(row['field'])}: "
-              f"{row['reason']}", file=sys.stderr)
-    if stats["bad_rows"] > len(result.quarantined):
-        where = f" (all in {args.quarantine})" if args.quarantine else ""
-        print(f"acep train: {stats['bad_rows']} bad rows quarantined{where}", file=sys.stderr)
+    print_quarantined("acep train", result.quarantined, stats["bad_rows"], args.quarantine)
     print(json.dumps(stats))
     return 0
 

@@ -74,7 +74,16 @@ import numpy as np
 from acep.events import EventBatch, EventSpec
 
 from .chunks import ChunkPlan, choose_plan
-from .sources import QUARANTINE, SYSTEM, ReadPlan, SourceError, plan_archive, plan_files
+from .sources import (
+    QUARANTINE,
+    SYSTEM,
+    ReadPlan,
+    SourceError,
+    events_of,
+    plan_archive,
+    plan_files,
+    print_quarantined,
+)
 from .spark import progress, session
 
 __all__ = ["ExactBatchResult", "exact_batch", "key_split", "match_schema", "main"]
@@ -358,18 +367,8 @@ def _match_rows(query, table, plan: ReadPlan, lo: float, hi: float, stream: str,
 
 
 def unit_events(table, plan: ReadPlan) -> EventBatch:
-    """Normalized rows (:func:`trainer.sources.read_task` columns) as the EventBatch that
-    ``acep exact`` would have read: the same types, tags and attribute columns."""
-    types = np.asarray(table.column("_type").to_numpy(zero_copy_only=False), dtype=object)
-    names, codes = np.unique(types, return_inverse=True)
-    columns = {}
-    for name, kind in plan.attributes.items():
-        col = table.column(name)
-        columns[name] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=object) \
-            if kind == "text" else col.to_numpy(zero_copy_only=False).astype(np.float64)
-    tags = table.column("_tag").to_numpy().astype(np.float64)
-    return EventBatch(codes.astype(np.int32).reshape(-1), [str(x) for x in names], tags,
-                      columns, 0, "<chunk>", None, plan.tag_is_time)
+    """Normalized rows as the EventBatch that ``acep exact`` would have read."""
+    return events_of(table, plan)
 
 
 def _plain(value):
@@ -495,16 +494,8 @@ def run(args) -> int:
                          cores=args.cores, chunk=args.chunk, key_groups=args.key_groups,
                          quarantine=args.quarantine, show_progress=not args.no_progress)
     stats = result.stats
-    for row in result.quarantined:
-        print(f"acep exact-batch: quarantined {row['source'] or 'event'}"
-              f"{'' if row['line'] is None else ', line ' + str(row['line'])}"
-              f"{'' if row['position'] is None else ', position ' + str(row['position'])}"
-              f"{'' if row['field'] is None else ', field ' + repr(row['field'])}: "
-              f"{row['reason']}", file=sys.stderr)
-    if stats["bad_rows"] > len(result.quarantined):
-        where = f" (all in {args.quarantine})" if args.quarantine else ""
-        print(f"acep exact-batch: {stats['bad_rows']} bad rows quarantined{where}",
-              file=sys.stderr)
+    print_quarantined("acep exact-batch", result.quarantined, stats["bad_rows"],
+                      args.quarantine)
     print(json.dumps(stats))
     return 0
 

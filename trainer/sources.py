@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from acep.events import EventError, EventSpec, read_chunks
+from acep.events import EventBatch, EventError, EventSpec, read_chunks
 
 __all__ = ["ReadTask", "ReadPlan", "SourceError", "plan_files", "plan_archive", "read_task",
-           "arrow_schema", "TASK_ROWS"]
+           "arrow_schema", "events_of", "print_quarantined", "TASK_ROWS"]
 
 TASK_ROWS = 250_000  # rows per Parquet read task (whole row groups)
 FILE_STRIDE = 1 << 40  # _pos of file i's row r is i * FILE_STRIDE + r
@@ -296,3 +296,33 @@ def _bad_rows(bad: list, task: ReadTask, plan: ReadPlan, schema):
     arrays["_line"] = pa.array([line for _, line, _, _ in bad], pa.int64())
     arrays["_field"] = pa.array([f for _, _, f, _ in bad], pa.string())
     return pa.table(arrays, schema=schema)
+
+
+def events_of(table, plan: ReadPlan) -> EventBatch:
+    """Normalized rows (:func:`trainer.sources.read_task` columns) as the EventBatch that
+    ``acep exact`` would have read: the same types, tags and attribute columns."""
+    types = np.asarray(table.column("_type").to_numpy(zero_copy_only=False), dtype=object)
+    names, codes = np.unique(types, return_inverse=True)
+    columns = {}
+    for name, kind in plan.attributes.items():
+        col = table.column(name)
+        columns[name] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=object) \
+            if kind == "text" else col.to_numpy(zero_copy_only=False).astype(np.float64)
+    tags = table.column("_tag").to_numpy().astype(np.float64)
+    return EventBatch(codes.astype(np.int32).reshape(-1), [str(x) for x in names], tags,
+                      columns, 0, "<chunk>", None, plan.tag_is_time)
+
+
+def print_quarantined(prog: str, first: list[dict], count: int, directory: str | None) -> None:
+    """The first quarantined rows on stderr, one line each, and how many there were."""
+    import sys
+
+    for row in first:
+        print(f"{prog}: quarantined {row['source'] or 'event'}"
+              f"{'' if row['line'] is None else ', line ' + str(row['line'])}"
+              f"{'' if row.get('position') is None else ', position ' + str(row['position'])}"
+              f"{'' if row['field'] is None else ', field ' + repr(row['field'])}: "
+              f"{row['reason']}", file=sys.stderr)
+    if count > len(first):
+        where = f" (all in {directory})" if directory else ""
+        print(f"{prog}: {count} bad rows quarantined{where}", file=sys.stderr)

@@ -38,7 +38,7 @@ from history import pieces as P
 from history.graph import HistoryGraph
 
 from .chunks import ChunkPlan, choose_plan
-from .sources import SYSTEM, ReadPlan, arrow_schema, plan_archive, plan_files, read_task
+from .sources import SYSTEM, ReadPlan, arrow_schema, events_of, plan_archive, plan_files, read_task
 from .spark import progress, session
 
 __all__ = ["PatternSpec", "TrainResult", "train", "publish_sketch", "events_dataframe",
@@ -198,21 +198,14 @@ def unit_batches(table, plan: ReadPlan, pattern: PatternSpec):
 
 
 def _event_batch(table, plan: ReadPlan, pattern: PatternSpec) -> EventBatch:
-    types = np.asarray(table.column("_type").to_numpy(zero_copy_only=False), dtype=object)
-    names, codes = np.unique(types, return_inverse=True)
-    columns = {}
-    for name, kind in plan.attributes.items():
-        col = table.column(name)
-        columns[name] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=object) \
-            if kind == "text" else col.to_numpy(zero_copy_only=False).astype(np.float64)
+    events = events_of(table, plan)
     if plan.is_archive:
+        columns = events.columns
         stream = np.asarray(table.column("_stream").to_numpy(zero_copy_only=False), object)
         value = columns.get(pattern.partition_by) if pattern.partition_by else None
         columns["_key"] = stream if value is None else \
             np.array([f"{s}/{v}" for s, v in zip(stream, value)], dtype=object)
-    tags = table.column("_tag").to_numpy().astype(np.float64)
-    return EventBatch(codes.astype(np.int32).reshape(-1), [str(x) for x in names], tags,
-                      columns, 0, "<chunk>", None, plan.tag_is_time)
+    return events
 
 
 def _run_units(units, plan: ReadPlan, pattern: PatternSpec, cplan: ChunkPlan,
