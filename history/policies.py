@@ -47,9 +47,9 @@ class HistoryPolicy(ScorePolicy):
     ``cover_slack`` the same holds for windows starting up to ``f + cover_slack * w`` (they
     reach a new bundle only if they complete after ``f + w`` and the bundle has ended by
     then); by default ``cover_slack`` is the sketch's ``bundle_span`` (the mean bundle
-    length in windows) capped at 1: long bundles make an early new window redundant. A live node stands in for
-    a candidate only if it has at least ``need`` x the sketch's ``need`` of the candidate's
-    cell of its window left (0: any live node).
+    length in windows) capped at 1: long bundles make an early new window redundant. A live
+    node stands in for a candidate only if it has at least ``need`` x the sketch's ``need`` of
+    the candidate's cell of its window left (0: any live node).
 
     ``learning_rate`` and ``explore`` turn on the online update of section 5: the scores
     are a copy of the sketch's and follow the stream; :meth:`learned_sketch` returns them.
