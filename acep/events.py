@@ -399,18 +399,11 @@ def read_chunks(path: str | os.PathLike, spec: EventSpec | None = None, *,
 
 def _row_group_chunks(source: str, spec: EventSpec, batch_size: int,
                       row_groups: list[int]) -> tuple[Iterator[_Chunk], int]:
+    """Chunks of some row groups of a Parquet file, and the file row index they start at."""
     if _format_of(source) != "parquet":
         raise EventError("row groups can only be read from Parquet files", source)
-    _pyarrow("Parquet", source)
-    import pyarrow.parquet as pq
-
-    try:
-        pf = pq.ParquetFile(source)
-    except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a bad file
-        raise EventError(f"not a readable Parquet file ({e})", source) from None
-    _check_columns(spec, pf.schema_arrow.names, source)
-    meta = pf.metadata
-    first = sum(meta.row_group(i).num_rows for i in range(min(row_groups, default=0)))
+    pf = _parquet_file(source, spec)
+    first = sum(pf.metadata.row_group(i).num_rows for i in range(min(row_groups, default=0)))
     batches = pf.iter_batches(batch_size=batch_size, row_groups=row_groups,
                               columns=_needed_columns(spec))
     return _arrow_chunks(batches, spec, None, source, batch_size), first
@@ -689,7 +682,8 @@ def _check_columns(spec: EventSpec, names: list[str], source: str) -> None:
                              field=name)
 
 
-def _parquet_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chunk]:
+def _parquet_file(source: str, spec: EventSpec):
+    """The opened ``pyarrow.parquet.ParquetFile``, its columns checked against the spec."""
     _pyarrow("Parquet", source)
     import pyarrow.parquet as pq
 
@@ -698,6 +692,11 @@ def _parquet_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_
     except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a bad file
         raise EventError(f"not a readable Parquet file ({e})", source) from None
     _check_columns(spec, pf.schema_arrow.names, source)
+    return pf
+
+
+def _parquet_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chunk]:
+    pf = _parquet_file(source, spec)
     batches = pf.iter_batches(batch_size=batch_size, columns=_needed_columns(spec))
     return _arrow_chunks(batches, spec, None, source, batch_size)
 
