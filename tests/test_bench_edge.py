@@ -53,7 +53,10 @@ def test_targets_are_the_four_of_the_issue(results):
     assert any("RSS" in n for n in names) and any("overhead" in n for n in names)
     assert any("matches/s" in n for n in names) and any("loss" in n for n in names)
     for t in results["targets"]:
-        assert isinstance(t["pass"], bool) and t["value"] >= 0
+        # the overhead is agent time / engine time - 1: below 0 when the agent's run is the
+        # faster of the two on a noisy machine (both do the same matching), never below -1
+        floor = -1 if "overhead" in t["name"] else 0
+        assert isinstance(t["pass"], bool) and t["value"] >= floor
 
 
 @pytest.mark.parametrize("section", ["agent_vs_engine", "agent_vs_engine_with_pyarrow"])
