@@ -135,19 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     from history.graph import HistoryFormatError
 
     from .sources import SourceError
-    from .spark import SparkUnavailable
+    from .spark import run_command
 
-    args = _parser().parse_args(argv)
-    try:
-        return run(args)
-    except (UsageError, SourceError, SparkUnavailable, PatternError, EventError,
-            HistoryFormatError) as exc:
-        print(f"acep train: {exc}", file=sys.stderr)
-        return 2
-    except (ValueError, OSError, RuntimeError) as exc:
-        print(f"acep train: error: {exc}", file=sys.stderr)
-        return 1
-
+    return run_command("acep train", run, _parser().parse_args(argv),
+                       (UsageError, SourceError, PatternError, EventError, HistoryFormatError))
 
 if __name__ == "__main__":
     sys.exit(main())

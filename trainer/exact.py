@@ -502,23 +502,12 @@ def run(args) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from acep.events import EventError
-    from acep.pattern import PatternError
+    from acep.pattern import PatternError  # QueryError too: its message shows a caret
 
-    from .spark import SparkUnavailable
+    from .spark import run_command
 
-    args = _parser().parse_args(argv)
-    try:
-        return run(args)
-    except PatternError as exc:  # QueryError: the message shows the line and a caret
-        print(f"acep exact-batch: {exc}", file=sys.stderr)
-        return 2
-    except (UsageError, SourceError, SparkUnavailable, EventError) as exc:
-        print(f"acep exact-batch: {exc}", file=sys.stderr)
-        return 2
-    except (ValueError, OSError, RuntimeError) as exc:
-        print(f"acep exact-batch: error: {exc}", file=sys.stderr)
-        return 1
-
+    return run_command("acep exact-batch", run, _parser().parse_args(argv),
+                       (UsageError, SourceError, PatternError, EventError))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -16,7 +16,7 @@ from pathlib import Path
 
 _LOG4J = Path(__file__).with_name("log4j2.properties").as_uri()
 
-__all__ = ["SparkUnavailable", "check_installed", "session", "progress"]
+__all__ = ["SparkUnavailable", "check_installed", "session", "progress", "run_command"]
 
 
 class SparkUnavailable(RuntimeError):
@@ -129,3 +129,16 @@ class _Bar:
     def close(self) -> None:
         if self.tqdm is not None:
             self.tqdm.close()
+
+
+def run_command(prog: str, run, args, usage_errors: tuple) -> int:
+    """A job's command line around ``run(args)``: bad input (``usage_errors``, a missing
+    Spark or Java) is one line and exit 2, other failures one line and exit 1."""
+    try:
+        return run(args)
+    except (*usage_errors, SparkUnavailable) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, OSError, RuntimeError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
