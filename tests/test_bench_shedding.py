@@ -136,3 +136,15 @@ def test_workloads_option_selects_a_subset():
     assert "--workloads sensors,delay-wave" in run.command(args)
     with pytest.raises(SystemExit, match="unknown workload"):
         run.selected(run.parse_args(["--workloads", "nope"]))
+
+
+def test_n_bins_option_sets_the_history_bins():
+    args = run.parse_args(["--quick", "--n-bins", "4"])
+    assert args.n_bins == 4 and "--n-bins 4" in run.command(args)
+    assert run.parse_args([]).n_bins == run.N_BINS
+    assert "--n-bins" not in run.command(run.parse_args(["--quick"]))
+    w = next(w for w in WORKLOADS if w.name == "delay-wave")
+    train = flights_split(None)["train"]
+    for n in (2, 4):
+        info = run.build(w, train, n)["history"]
+        assert 0 < len(info["rem_edges"]) <= n - 1 and len(info["gap_edges"]) <= n - 1

@@ -57,6 +57,7 @@ FULL = {"flights_days": None, "synthetic_duration": 10_000.0, "hindsight_days": 
 QUICK = {"flights_days": 2.0, "synthetic_duration": 300.0, "hindsight_days": None,
          "hindsight_units": None, "calibration_events": 5_000, "slices": 6}
 SEED = 2016
+N_BINS = 8  # time bins per dimension: history.build_history's default
 
 _STATE: dict = {}  # per workload, set before the worker pools fork
 
@@ -101,7 +102,7 @@ def prepare(name: str) -> dict:
     out = {"truth": truth, "prefix": hindsight_prefix(w, test, sizes)}
     out["sampling_rates"], out["calibration"] = sampling_rates(w, train, sizes)
     if policies.history_ready():
-        out.update(build(w, train))
+        out.update(build(w, train, st.get("n_bins", N_BINS)))
     if policies.available("hindsight") is None:
         out["hindsight"] = hindsight_log(w, out["prefix"])
     return out
@@ -117,15 +118,17 @@ def hindsight_prefix(w: Workload, test: EventBatch, sizes: dict) -> EventBatch:
     return rebase(test, 0, end)
 
 
-def build(w: Workload, train: EventBatch) -> dict:
-    """The history of the training stream and its sketch, with sizes and errors."""
+def build(w: Workload, train: EventBatch, n_bins: int = N_BINS) -> dict:
+    """The history of the training stream and its sketch, with sizes and errors.
+
+    ``n_bins``: quantile bins per time dimension (``--n-bins``, to compare binnings)."""
     from history.build import build_history
     from history.sketch import Sketch
 
     start = time.perf_counter()
     batches = [train.slice(i, i + (1 << 16)) for i in range(0, len(train), 1 << 16)]
     graph = build_history(w.pattern, batches, w.window, w.k, where=list(w.where),
-                          partition=w.partition)
+                          partition=w.partition, n_bins=n_bins)
     sketch = Sketch.from_graph(graph)
     seconds = time.perf_counter() - start
     info = {"build_seconds": seconds, "cells": int(graph.n_cells),
@@ -310,6 +313,7 @@ def run_all(args, sizes: dict) -> dict:
         split = split_of(w, all_streams)
         _STATE[w.name] = {"workload": w, "train": split["train"], "test": split["test"],
                           "sizes": sizes, "source": split["source"],
+                          "n_bins": getattr(args, "n_bins", N_BINS),
                           "edges": time_edges(split["test"], sizes["slices"],
                                               w.stream == "flights")}
     ctx = multiprocessing.get_context("fork")
@@ -364,6 +368,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="comma-separated subset of the workloads (default: all of "
                              f"{', '.join(w.name for w in WORKLOADS)}); for quick "
                              "comparisons, not for the published figures")
+    parser.add_argument("--n-bins", type=int, default=N_BINS, metavar="N",
+                        help="quantile bins per time (remaining window, gap) of the history "
+                             f"(default {N_BINS}); to compare binnings")
     return parser.parse_args(argv)
 
 
@@ -379,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
                "settings": {"quick": args.quick, "fractions": list(FRACTIONS), "burst": BURST,
                             "learning_rate": policies.LEARNING_RATE,
                             "explore": policies.EXPLORE, "jobs": args.jobs, "seed": SEED,
+                            "n_bins": args.n_bins,
                             "sizes": sizes, "policies": list(policies.POLICIES),
                             "baselines": list(policies.BASELINES),
                             "drift_workload": DRIFT_WORKLOAD}}
@@ -404,4 +412,6 @@ def command(args) -> str:
         parts.append("--data PATH")
     if getattr(args, "workloads", None):
         parts.append(f"--workloads {args.workloads}")
+    if getattr(args, "n_bins", N_BINS) != N_BINS:
+        parts.append(f"--n-bins {args.n_bins}")
     return " ".join(parts)
