@@ -35,6 +35,7 @@ the general path on many random windows.
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_right
 from dataclasses import dataclass
 
@@ -45,6 +46,11 @@ from acep.nfab.ast import Index, Kind, Ref, Strategy
 from acep.nfab.evaluate import Binding, _true, evaluate
 
 __all__ = ["Fallback", "Plan", "plan", "check_partition", "is_match"]
+
+try:  # the compiled walk of first_matches (setup.py builds it)
+    from . import _listing
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _listing = None
 
 _BIG = float(1 << 62)  # above this an int64 product might have overflowed: use Python ints
 
@@ -207,6 +213,7 @@ class _Window:
             raise Fallback("tags go back")
         self.tags = tags
         self._names = self._labels = None
+        self._flat = self._flat_labels = None
         types = [e.type for e in events]
         self.cands = [np.array([i for i, t in enumerate(types) if t == ty], dtype=np.int64)
                       for ty in p.types]
@@ -365,6 +372,49 @@ class _Window:
         shared between matches and must not be changed): lexicographic in the blocks, so a
         Kleene block stops before it grows, and each choice is tried in stream order. Only
         branches from which ``reach`` says ``end`` can still be reached are entered."""
+        return self._first_matches_py(end, limit, labels)
+
+    def first_matches_json(self, end: int, limit: int, labels: list | None = None
+                           ) -> list[str]:
+        """:meth:`first_matches`, each match as compact JSON text (``[[7],[9,12],[15]]``).
+        The walk runs in the compiled :mod:`edge._listing` when it is built and the labels
+        are integers (stream positions), which writes the text directly."""
+        if _listing is not None and (self._flat is None or self._flat_labels is not labels):
+            self._flat, self._flat_labels = self._flatten(labels), labels
+        f = self._flat
+        if _listing is None or f is None:
+            return [_compact(m) for m in self._first_matches_py(end, limit, labels)]
+        ce = int(np.searchsorted(self.cands[-1], end))
+        reach = np.concatenate([r[:, ce] > 0 for r in self.reach]).view(np.uint8)
+        return _listing.first_matches(f["kleene"], f["co"], f["cand"], f["names"], self.tags,
+                                      f["valid"], f["elig"], f["vo"], reach, ce,
+                                      float(self.tags[end] - self.p.window), int(limit),
+                                      f["ok"], f["grows"], f["block"])
+
+    def _flatten(self, labels: list | None) -> dict | None:
+        """The flat arrays :func:`edge._listing.first_matches` walks (None when the labels
+        are not all integers)."""
+        sizes = [len(c) for c in self.cands]
+        cand = np.concatenate(self.cands).astype(np.int64)
+        names = cand
+        if labels is not None:
+            if not all(type(x) is int for x in labels):
+                return None
+            names = np.array(labels, dtype=np.int64)[cand]
+        valid = np.concatenate([v.ravel() for v in self.valid]).view(np.uint8)
+        elig = np.concatenate([e.ravel() for e in self.elig]).view(np.uint8)
+        vo = np.cumsum([0] + [v.size for v in self.valid], dtype=np.int64)
+        total = int(sum(sizes))
+        return {"kleene": np.array(self.p.kleene, dtype=np.uint8),
+                "co": np.cumsum([0] + sizes, dtype=np.int64), "cand": cand,
+                "names": np.ascontiguousarray(names, dtype=np.int64),
+                "valid": np.ascontiguousarray(valid), "elig": np.ascontiguousarray(elig),
+                "vo": vo, "ok": np.zeros(total, np.uint8), "grows": np.zeros(total, np.int64),
+                "block": np.zeros(total, np.int64)}
+
+    def _first_matches_py(self, end: int, limit: int, labels: list | None = None) -> list:
+        """:meth:`first_matches` in Python (the fallback, and the reference of the
+        compiled walk)."""
         p, m = self.p, self.p.m
         ce = int(np.searchsorted(self.cands[-1], end))
         floor = self.tags[end] - p.window
@@ -488,9 +538,10 @@ def is_match(p: Plan, events: list[Event]) -> bool:
 
 
 def check_partition(p: Plan, events: list[Event], points: list[float], limit: int,
-                    labels: list | None = None) -> dict[float, tuple[int, list]]:
+                    labels: list | None = None) -> dict[float, tuple[int, list[str]]]:
     """{point: (count, up to ``limit`` matches ending at an event with that tag, each as
-    blocks of ``labels[local position]``)} for one partition's window events."""
+    the JSON text of its blocks of ``labels[local position]``)} for one partition's window
+    events."""
     win = _Window(p, events)
     ends = win.cands[-1]
     end_tags = win.tags[ends]
@@ -502,10 +553,14 @@ def check_partition(p: Plan, events: list[Event], points: list[float], limit: in
             np.searchsorted(end_tags, point, side="right")
         at = ends[lo:hi].tolist()
         count = sum(win.by_end.get(e, 0) for e in at)
-        found: list = []
+        found: list[str] = []
         for e in at:
             if len(found) >= limit or not win.by_end.get(e):
                 continue
-            found.extend(win.first_matches(e, limit - len(found), labels))
+            found.extend(win.first_matches_json(e, limit - len(found), labels))
         out[point] = (count, found)
     return out
+
+
+def _compact(value) -> str:
+    return json.dumps(value, separators=(",", ":"))

@@ -20,10 +20,11 @@ into ``exact = None`` per match and never raises.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import lru_cache
 
@@ -31,6 +32,7 @@ import numpy as np
 
 from acep.events import Event
 from acep.nfab import Engine, ExactMatch, Query, QueryError, parse_query
+from acep.nfab.ast import Agg, Equiv, Ref
 from acep.pattern import (
     Attr,
     BinOp,
@@ -62,7 +64,6 @@ class Unsupported(ValueError):
     """A pattern or window the exact re-check cannot handle; the message is the reason."""
 
 
-@dataclass
 class MatchCheck:
     """The re-check of one uploaded match.
 
@@ -70,14 +71,43 @@ class MatchCheck:
     the re-check could not run (``reason`` says why). ``exact_matches``: the exact matches
     ending at the match point, each a list of global stream positions per pattern
     component (at most :data:`MAX_EXACT_PER_POINT`); ``exact_count`` counts all of them.
+    ``exact_json`` is ``exact_matches`` as compact JSON text, the form the collector
+    stores. Either can be given; the other is derived on first use (the fast path lists
+    the matches as text, so a collector never builds the lists).
     """
 
-    exact: bool | None
-    exact_count: int | None = None
-    exact_matches: list | None = None
-    reason: str | None = None
-    truncated: bool = False
-    extra: dict = field(default_factory=dict)
+    __slots__ = ("exact", "exact_count", "reason", "truncated", "_matches", "_json")
+
+    def __init__(self, exact: bool | None, exact_count: int | None = None,
+                 exact_matches: list | None = None, reason: str | None = None,
+                 truncated: bool = False, *, exact_json: str | None = None):
+        self.exact, self.exact_count, self.reason = exact, exact_count, reason
+        self.truncated = truncated
+        self._matches, self._json = exact_matches, exact_json
+
+    @property
+    def exact_matches(self) -> list | None:
+        if self._matches is None and self._json is not None:
+            self._matches = json.loads(self._json)
+        return self._matches
+
+    @property
+    def exact_json(self) -> str | None:
+        if self._json is None and self._matches is not None:
+            self._json = json.dumps(self._matches, separators=(",", ":"))
+        return self._json
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, MatchCheck):
+            return NotImplemented
+        return (self.exact, self.exact_count, self.exact_matches, self.reason,
+                self.truncated) == (other.exact, other.exact_count, other.exact_matches,
+                                    other.reason, other.truncated)
+
+    def __repr__(self) -> str:
+        return (f"MatchCheck(exact={self.exact!r}, exact_count={self.exact_count!r}, "
+                f"exact_matches={self.exact_matches!r}, reason={self.reason!r}, "
+                f"truncated={self.truncated!r})")
 
 
 # --------------------------------------------------------------------------- translation
@@ -241,23 +271,61 @@ def _is_exact(query: Query, events: list[Event]) -> bool:
                for m in Engine(query).run(events))
 
 
-def window_rows(batch, idx: np.ndarray) -> list[Event]:
+def window_rows(batch, idx: np.ndarray, attrs: frozenset | None = None) -> list[Event]:
     """The events at indices ``idx`` of an ``UploadBatch`` as ``acep.events.Event`` rows
-    (NaN numbers and missing text are left out of ``attrs``)."""
-    cols = [(name, col, col.dtype == object) for name, col in batch.columns.items()]
-    rows = []
-    for i in idx.tolist():
-        attrs = {}
-        for name, col, is_text in cols:
-            v = col[i]
-            if is_text:
-                if v is not None:
-                    attrs[name] = v
-            elif v == v:
-                attrs[name] = float(v)
-        rows.append(Event(batch.type_names[batch.event_type[i]], float(batch.event_tag[i]),
-                          attrs))
-    return rows
+    (NaN numbers and missing text are left out of ``attrs``); ``attrs``: only these
+    attributes (the ones a query reads), all when None."""
+    return _BatchRows(batch, attrs).rows(idx)
+
+
+class _BatchRows:
+    """A batch's events as Python lists, taken from its columns once, so that each
+    partition's rows are built without a numpy lookup per value."""
+
+    def __init__(self, batch, attrs: frozenset | None):
+        names = batch.type_names
+        self.types = [names[c] for c in batch.event_type.tolist()]
+        self.tags = [float(t) for t in batch.event_tag.tolist()]
+        self.cols = [(name, col.tolist(), col.dtype == object)
+                     for name, col in batch.columns.items() if attrs is None or name in attrs]
+        self.points = batch.point.tolist()
+        self.ptr, self.traj = batch.trajectory_ptr.tolist(), batch.trajectory.tolist()
+
+    def trajectory(self, i: int) -> list[int]:
+        """The stream positions of match ``i``'s events."""
+        return self.traj[self.ptr[i]:self.ptr[i + 1]]
+
+    def rows(self, idx: np.ndarray) -> list[Event]:
+        types, tags, cols = self.types, self.tags, self.cols
+        rows = []
+        for i in idx.tolist():
+            attrs = {}
+            for name, col, is_text in cols:
+                v = col[i]
+                if is_text:
+                    if v is not None:
+                        attrs[name] = v
+                elif v == v:
+                    attrs[name] = float(v)
+            rows.append(Event(types[i], tags[i], attrs))
+        return rows
+
+
+def _read_attrs(query: Query) -> frozenset:
+    """Every attribute the query's predicates read (the tag ``t`` is not an attribute)."""
+    out, stack = set(), list(query.conjuncts) + [r.expr for r in query.returns]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (tuple, list)):
+            stack.extend(node)
+        elif isinstance(node, Equiv):
+            out.update(node.attrs)
+        elif isinstance(node, (Ref, Agg)):
+            if node.attr is not None and node.attr != "t":
+                out.add(node.attr)
+        elif dataclasses.is_dataclass(node):
+            stack.extend(getattr(node, f.name) for f in dataclasses.fields(node))
+    return frozenset(out)
 
 
 def recheck_batch(batch, fast: bool = True) -> list[MatchCheck]:
@@ -282,6 +350,7 @@ def recheck_batch(batch, fast: bool = True) -> list[MatchCheck]:
     except Unsupported as exc:
         return [MatchCheck(None, reason=str(exc)) for _ in range(n)]
     out: list[MatchCheck | None] = [None] * n
+    table = _BatchRows(batch, _read_attrs(query))
     by_key: dict = {}
     for i, key in enumerate(batch.partition):
         by_key.setdefault(_key(key), []).append(i)
@@ -291,11 +360,11 @@ def recheck_batch(batch, fast: bool = True) -> list[MatchCheck]:
             checks = None
             if fplan is not None:
                 try:
-                    checks = _fast_partition(batch, fplan, idx, rows)
+                    checks = _fast_partition(batch, table, fplan, idx, rows)
                 except Fallback:
                     checks = None
             if checks is None:
-                checks = _check_partition(batch, query, idx, rows)
+                checks = _check_partition(batch, table, query, idx, rows)
         except Unsupported as exc:
             checks = {i: MatchCheck(None, reason=str(exc)) for i in rows}
         except Exception as exc:  # e.g. EventError: an event lacking a predicate's attribute
@@ -310,28 +379,33 @@ def _fast_plan(text: str) -> fastcheck.Plan | None:
     return fastcheck.plan(_query(text))
 
 
-def _fast_partition(batch, fplan: fastcheck.Plan, idx: np.ndarray, rows: list[int]) -> dict:
+def _fast_partition(batch, table: _BatchRows, fplan: fastcheck.Plan, idx: np.ndarray,
+                    rows: list[int]) -> dict:
     """:func:`_check_partition` by :mod:`edge.fastcheck` (raises ``Fallback``)."""
-    events = window_rows(batch, idx)
-    gpos = batch.event_position[idx]
-    points = [float(batch.point[i]) for i in rows]
-    per_point = fastcheck.check_partition(fplan, events, points, MAX_EXACT_PER_POINT,
-                                          gpos.tolist())
+    events = table.rows(idx)
+    gpos = batch.event_position[idx].tolist()
+    local = {g: j for j, g in enumerate(gpos)}
+    points = [table.points[i] for i in rows]
+    per_point = fastcheck.check_partition(fplan, events, points, MAX_EXACT_PER_POINT, gpos)
+    texts: dict[float, str] = {}  # one text per point, shared by its matches
     checks: dict[int, MatchCheck] = {}
     for i, point in zip(rows, points):
         count, found = per_point[point]
-        lo, hi = batch.trajectory_ptr[i], batch.trajectory_ptr[i + 1]
-        local = np.searchsorted(gpos, batch.trajectory[lo:hi])
-        try:
-            exact = fastcheck.is_match(fplan, [events[j] for j in local.tolist()])
+        if point not in texts:
+            texts[point] = "[" + ",".join(found) + "]"
+        at = [local.get(g) for g in table.trajectory(i)]
+        try:  # (an event outside the partition: not a match of it)
+            exact = None not in at and fastcheck.is_match(fplan, [events[j] for j in at])
         except Exception as exc:  # a predicate that raises: the engine says why
             raise Fallback(f"{type(exc).__name__}: {exc}") from None
-        checks[i] = MatchCheck(exact, count, found, truncated=count > len(found))
+        checks[i] = MatchCheck(exact, count, exact_json=texts[point],
+                               truncated=count > len(found))
     return checks
 
 
-def _check_partition(batch, query: Query, idx: np.ndarray, rows: list[int]) -> dict:
-    events = window_rows(batch, idx)
+def _check_partition(batch, table: _BatchRows, query: Query, idx: np.ndarray,
+                     rows: list[int]) -> dict:
+    events = table.rows(idx)
     gpos = batch.event_position[idx]
     records = Engine(query, output="compact").run(events) if len(events) else []
     by_point: dict[float, list] = {}
@@ -376,8 +450,12 @@ def _partition_groups(batch) -> dict:
     col = batch.columns.get(attr)
     if col is None:
         raise Unsupported(f"the events carry no attribute {attr!r} to partition by")
-    groups: dict = {}
+    by_value: dict = {}
     for i, v in enumerate(col.tolist()):
         if v is not None and v == v:
-            groups.setdefault(_key(v), []).append(i)
+            by_value.setdefault(v, []).append(i)
+    groups: dict = {}
+    for v, at in by_value.items():  # values equal as keys (3 and 3.0) join, in order
+        key = _key(v)
+        groups[key] = sorted(groups[key] + at) if key in groups else at
     return {k: np.array(v, dtype=np.int64) for k, v in groups.items()}

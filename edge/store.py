@@ -271,7 +271,7 @@ class Store:
             yield (batch.batch_id, i, batch.device, batch.pattern.id,
                    _json(_key(batch.partition[i])), point[i], start[i], errors[i],
                    _json(traj[ptr[i]:ptr[i + 1]]), exact, count,
-                   None if c is None or c.exact_matches is None else _json(c.exact_matches),
+                   None if c is None else c.exact_json,
                    reason)
 
     @staticmethod

@@ -4,6 +4,9 @@ and truncation, whenever the engine path does not give up at its enumeration lim
 
 from __future__ import annotations
 
+import json
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -123,6 +126,47 @@ def test_fast_path_on_larger_random_windows(seed):
     for text, where in [("a b+ c", ["c.x > b.x + 1"]), ("a+ b", []), ("a b", ["b.x >= a.x"])]:
         up = _batch(text, 6.0, 1, where, events, "o")
         assert _same(recheck_batch(up, fast=True), recheck_batch(up, fast=False)) > 0
+
+
+# ------------------------------------------------------------------ the compiled walk
+
+
+def test_compiled_walk_is_built_where_ci_requires_it():
+    if os.environ.get("ACEP_REQUIRE_COMPILED"):
+        assert fastcheck._listing is not None
+
+
+def _compact(matches) -> list[str]:
+    return [json.dumps(m, separators=(",", ":")) for m in matches]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(patterns(), streams(), st.sampled_from([0.0, 2.0, 4.0, 7.0]),
+       st.sampled_from([1, 2, 5, 100]), st.booleans())
+def test_compiled_walk_lists_what_the_python_walk_lists(pattern, events, window, limit,
+                                                        relabel):
+    """Every end event, a few limits, local positions or large stream positions as labels:
+    the compiled walk's JSON texts are the Python walk's matches, in the same order."""
+    if fastcheck._listing is None:
+        pytest.skip("edge._listing is not built")
+    text, where = pattern
+    p = fastcheck.plan(_query(translate(text, window, where)))
+    try:
+        win = fastcheck._Window(p, events)
+    except fastcheck.Fallback:
+        return
+    labels = [10 ** 12 + 7 * i for i in range(len(events))] if relabel else None
+    for end in win.cands[-1].tolist():
+        want = win.first_matches(end, limit, labels)
+        assert win.first_matches_json(end, limit, labels) == _compact(want)
+        assert len(want) <= limit
+
+
+def test_compiled_walk_falls_back_for_labels_that_are_not_integers():
+    events = [Event("a", 0.0), Event("b", 1.0), Event("c", 2.0)]
+    p = fastcheck.plan(_query(translate("a b+ c", 5.0, [])))
+    win = fastcheck._Window(p, events)
+    assert win.first_matches_json(2, 10, ["x", "y", "z"]) == ['[["x"],["y"],["z"]]']
 
 
 # ------------------------------------------------------------------ the column evaluator
