@@ -102,6 +102,17 @@ def encode(batch) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+def warm_up() -> None:
+    """Write a one-row Parquet table in memory. pyarrow's first write costs about a
+    quarter of a second (it sets up its writers and codecs); a collector worker pays it at
+    start rather than on its first upload."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"tag": pa.array([0.0]), "type": pa.array(["a"])}),
+                   pa.BufferOutputStream())
+
+
 def _fsync_dir(path: Path) -> None:
     """Make the rename durable (POSIX); a no-op where directories cannot be opened."""
     try:

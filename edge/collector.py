@@ -353,9 +353,11 @@ def _warm(parent: int) -> None:
     import os
     import threading
 
-    import pyarrow.parquet  # noqa: F401
-
     import edge.fastcheck  # noqa: F401
+
+    from .archive import warm_up
+
+    warm_up()
 
     def watch() -> None:  # (the collector may be gone before this worker got here)
         while os.getppid() == parent:
