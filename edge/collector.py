@@ -230,6 +230,17 @@ class Collector:
                            "matches": prep.n_rows, "exact": self._stored_exact(prep.batch_id)}
         return out
 
+    def resent(self, body: bytes, device: str) -> dict | None:
+        """The answer to a body this device already uploaded byte for byte (a retry after
+        a lost answer), found by its SHA-256 before any decoding or re-check; else None
+        (database thread)."""
+        found = self.store.stored_body(hashlib.sha256(body).hexdigest(), device)
+        if found is None:
+            return None
+        self.metrics["batches_duplicate"] += 1
+        return {"status": "duplicate", "batch_id": found[0], "matches": found[1],
+                "exact": self._stored_exact(found[0])}
+
     def _archive(self, item: tuple[bytes, Prepared]) -> str | None:
         """Write a new matches batch's archive file (before its commit); its path."""
         body, prep = item
@@ -258,7 +269,11 @@ class Collector:
         body = await self.read_body(request)
         if isinstance(body, web.Response):
             return body
+        resent = await self.run(self.resent, body, who[0])
+        if resent is not None:
+            return web.json_response(resent)
         prepared = await self.prepare(body, who[0])
+        self.metrics["batches_decoded"] += 1
         if prepared[0] == "error":
             return web.json_response(prepared[2], status=prepared[1])
         status, doc = await self.commit(body, who[0], prepared[1])
@@ -311,7 +326,8 @@ class Collector:
 
     async def metrics_view(self, request: web.Request) -> web.Response:
         doc = {name: self.metrics.get(name, 0) for name in (
-            "batches_stored", "batches_duplicate", "batches_conflict", "matches_stored",
+            "batches_stored", "batches_duplicate", "batches_conflict", "batches_decoded",
+            "matches_stored",
             "summary_rows_stored",
             "exact_rechecks", "exact_matches", "rechecks_unsupported", "sketches_stored",
             "bytes_in")}

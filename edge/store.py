@@ -179,6 +179,7 @@ class Store:
         columns = {r[1] for r in self._db.execute("PRAGMA table_info(batches)")}
         if "body_sha256" not in columns:  # a database made before the column existed
             self._db.execute("ALTER TABLE batches ADD COLUMN body_sha256 TEXT")
+        self._db.execute("CREATE INDEX IF NOT EXISTS batches_by_body ON batches (body_sha256)")
 
     def close(self) -> None:
         self._db.close()
@@ -221,6 +222,12 @@ class Store:
             if row is not None:
                 out[bid] = row[0] or ""
         return out
+
+    def stored_body(self, digest: str, device: str) -> tuple[str, int] | None:
+        """``(batch_id, n_rows)`` of a batch ``device`` uploaded with a body of this
+        SHA-256, or None: a resent body can be answered before it is decoded again."""
+        return self._db.execute("SELECT batch_id, n_rows FROM batches WHERE body_sha256 = ? "
+                                "AND device = ?", (digest, device)).fetchone()
 
     def store_batch(self, batch, checks: Sequence | None = None, *, nbytes: int = 0,
                     archive: str | None = None, digest: str | None = None) -> bool:

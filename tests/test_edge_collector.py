@@ -203,6 +203,7 @@ def test_good_batch_is_stored_archived_rechecked_and_a_duplicate_is_not(srv):
     status, data, _ = request(srv.url + "/metrics")
     m = json.loads(data)
     assert m["batches_stored"] == 2 and m["batches_duplicate"] == 1
+    assert m["batches_decoded"] == 2  # the resent body was answered before any re-check
     assert m["matches_stored"] == n and m["exact_rechecks"] == n
     assert m["requests"]["200"] == 3 and m["bytes_in"] >= 2 * len(body)
 
