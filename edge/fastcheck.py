@@ -214,9 +214,10 @@ class _Window:
         self.tags = tags
         self._names = self._labels = None
         self._flat = self._flat_labels = None
-        types = [e.type for e in events]
-        self.cands = [np.array([i for i, t in enumerate(types) if t == ty], dtype=np.int64)
-                      for ty in p.types]
+        by_type: dict[str, list[int]] = {}
+        for i, e in enumerate(events):
+            by_type.setdefault(e.type, []).append(i)
+        self.cands = [np.array(by_type.get(ty, ()), dtype=np.int64) for ty in p.types]
         try:
             self._build()
         except Fallback:
