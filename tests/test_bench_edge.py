@@ -84,6 +84,8 @@ def test_ingest_stored_every_posted_batch(results):
     assert rate["failed"] == 0 and rate["stored"] == rate["batches"] > 0
     assert rate["matches_in_db"] == rate["matches"]
     assert rate["matches_per_s"] == pytest.approx(rate["matches_in_db"] / rate["seconds"])
+    runs = sorted(rate["runs_matches_per_s"])
+    assert len(runs) == rate["repeats"] == 3 and rate["matches_per_s"] == runs[1]
     steps = results["ingest_steps"]
     assert steps["matches"] == rate["matches_in_db"]
     assert sum(steps["share"].values()) == pytest.approx(1.0)
