@@ -67,6 +67,9 @@ def test_agent_and_engine_agree_and_are_consistent(results, section):
     assert eng["events"] == agent["events"] == results["stream"]["events"]
     assert side["same_matches"] and eng["matches"] == agent["matches"] > 0
     assert side["overhead"] == pytest.approx(agent["seconds"] / eng["seconds"] - 1)
+    assert len(side["runs"]) == 2  # alternated; the fastest of each is compared
+    assert eng["seconds"] == min(r["engine_s"] for r in side["runs"])
+    assert agent["seconds"] == min(r["agent_s"] for r in side["runs"])
     for doc in (eng, agent):
         assert 0 < doc["rss_after_imports_mib"] <= doc["peak_rss_mib"] < 4096
         assert doc["events_per_s"] == pytest.approx(doc["events"] / doc["seconds"])
