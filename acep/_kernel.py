@@ -113,6 +113,7 @@ class Kernel:
     c_prev: cython.int[::1]
     c_tag: cython.double
     c_part: cython.int
+    c_type: cython.int  # the current event's type (whether its letters have predicates)
     # output
     o_n: cython.int
     o_tn: cython.longlong
@@ -246,6 +247,7 @@ class Kernel:
         self.sh_need = np.zeros(0, dtype=np.float64)
         self.found_at = np.zeros(0, dtype=np.float64)  # per partition: last match point
         self.cover, self.cover_slack = -1.0, 0.0
+        self.c_type = 0
         self.callback, self.ask_always = None, False
         self.min_score, self.proxy_live, self.ahead = -1.0, False, 0.0
         self.candidates = self.shed = self.decisions = self.decide_ns = 0
@@ -543,6 +545,7 @@ class Kernel:
         sigma: cython.int
         self.c_tag = t
         self.c_part = p
+        self.c_type = x
         nc = self._collect(x, t, p)
         self.candidates += nc
         if self.budget_on:
@@ -859,8 +862,11 @@ class Kernel:
         cell's ``sh_reserve`` x the depth, an advance likewise with ``sh_reserve_adv``, and a
         *covered* candidate (its window starts at or before the partition's last match
         point, so any point it reaches is within ``w`` of that one: the same bundle) below
-        ``cover`` x the depth. With ``sh_need`` a live node stands in only if it has at least
-        the candidate's cell's ``need`` of its window left.
+        ``cover`` x the depth. A candidate that surely completes a match now (its errors
+        allow the final state and the event type has no predicates) is covered exactly when
+        the point is within ``w`` of the last match point, whatever its start. With
+        ``sh_need`` a live node stands in only if it has at least the candidate's cell's
+        ``need`` of its window left.
         """
         c: cython.int
         j: cython.int
@@ -874,6 +880,8 @@ class Kernel:
         has_reserve_adv: cython.bint = self.sh_reserve_adv.shape[0] > 0
         has_need: cython.bint = self.sh_need.shape[0] > 0
         found: cython.double = self.found_at[p] + self.cover_slack * self.w
+        same: cython.bint = self.c_tag - self.found_at[p] <= self.w  # a point now: same bundle
+        sure: cython.bint = self.check_ptr[self.c_type] == self.check_ptr[self.c_type + 1]
         for c in range(nc):
             self.c_prio[c] = self.sh_score[self.c_cell[c]] if has_table else 0.0
             if self.explore > 0.0 and self._rand() < self.explore:
@@ -895,7 +903,9 @@ class Kernel:
                     self.credit - n_kept - 1.0 < self.sh_reserve_adv[self.c_cell[c]] * self.depth:
                 self.c_flag[c] = 2  # an advance below its cell's reserve: shed
                 continue
-            if self.cover >= 0.0 and self.c_start[c] <= found and \
+            if self.cover >= 0.0 and \
+                    (same if sure and self.c_err[c] + self.final_cost[self.c_state[c]] <= self.k
+                     else self.c_start[c] <= found) and \
                     self.credit - n_kept - 1.0 < self.cover * self.depth:
                 self.c_flag[c] = 2  # covered: any point it reaches is in a bundle found
                 continue
@@ -951,9 +961,17 @@ class Kernel:
     @cython.cfunc
     def _keep_selected(self, nc: cython.int, m: cython.int) -> cython.void:
         """Keep the candidates ``c_order[:m]``, in the engine's own order (so a run that
-        keeps everything is the unconstrained run); release the others' prevs."""
+        keeps everything is the unconstrained run); release the others' prevs.
+
+        With bundle coverage on, a shed candidate that surely completes a match now (see
+        ``_select_by_score``) within ``w`` of the partition's last match point proves that
+        the bundle found goes on to now: the last match point moves to now, as if found."""
         c: cython.int
         j: cython.int = 0
+        p: cython.int = self.c_part
+        track: cython.bint = self.policy_kind == POLICY_TABLE and self.cover >= 0.0 and \
+            self.check_ptr[self.c_type] == self.check_ptr[self.c_type + 1] and \
+            self.c_tag - self.found_at[p] <= self.w
         for c in range(nc):
             self.c_flag[c] = 0
         for c in range(m):
@@ -967,8 +985,11 @@ class Kernel:
                 self.s_cell[j] = self.c_cell[c]
                 self.s_gap[j] = self.c_gap[c]
                 j += 1
-            elif self.c_prev[c] != NO_NODE:
-                self._release(self.c_prev[c])
+            else:
+                if track and self.c_err[c] + self.final_cost[self.c_state[c]] <= self.k:
+                    self.found_at[p] = self.c_tag  # a sure point of the bundle found
+                if self.c_prev[c] != NO_NODE:
+                    self._release(self.c_prev[c])
         self.c_state, self.s_state = self.s_state, self.c_state
         self.c_err, self.s_err = self.s_err, self.c_err
         self.c_start, self.s_start = self.s_start, self.c_start

@@ -164,7 +164,11 @@ class ScorePolicy:
     last match point its partition found is *covered* (every point it can reach lies within
     ``w`` of a point found: the same bundle) and is shed unless the credit left after it
     stays above ``cover`` x the bucket (1: always shed); ``cover_slack`` extends this to
-    windows starting up to ``cover_slack * w`` after that point. ``live_need`` (float per cell, with
+    windows starting up to ``cover_slack * w`` after that point. A candidate that surely
+    completes a match at this event (its errors allow the final state and the event's type
+    has no predicates) is covered exactly when that point lies within ``w`` of the last one
+    found, whatever its start; when such a candidate is shed, the bundle is known to reach
+    this point and the partition's last match point moves to it. ``live_need`` (float per cell, with
     ``proxy_live``): a live node stands in for a candidate of cell ``c`` only if it has at
     least ``live_need[c]`` of its window left (otherwise it expires before the candidate's
     trajectory would typically complete).

@@ -47,7 +47,10 @@ class HistoryPolicy(ScorePolicy):
     ``cover_slack`` the same holds for windows starting up to ``f + cover_slack * w`` (they
     reach a new bundle only if they complete after ``f + w`` and the bundle has ended by
     then); by default ``cover_slack`` is the sketch's ``bundle_span`` (the mean bundle
-    length in windows) capped at 1: long bundles make an early new window redundant. A live
+    length in windows) capped at 1: long bundles make an early new window redundant. A
+    candidate that surely completes a match now (no predicates on the event) is covered
+    exactly when the point is within ``w`` of ``f``, and when one is shed ``f`` moves to its
+    point (the bundle surely reaches it), so coverage follows the bundle for free. A live
     node stands in for a candidate only if it has at least ``need`` x the sketch's ``need`` of
     the candidate's cell of its window left (0: any live node).
 

@@ -358,8 +358,9 @@ def test_a_policy_asked_on_every_event_can_shed_ahead():
 @pytest.mark.parametrize("kernel", BACKENDS)
 def test_covered_candidates_are_shed(kernel):
     """Without merging. After the match at 1 (a@0 b@1), a@0 -> b@3 can only reach a point within
-    w of 1 (the same bundle): cover=1 sheds it, a@2 -> b@3 is kept. With cover_slack 0.5
-    (5 time units) a@2 is covered too and the point 3 is lost."""
+    w of 1 (the same bundle): cover=1 sheds it. a@2 -> b@3 surely completes at 3, within w of
+    1, so it is covered too (whatever its start) and the point 3 is lost. With cover_slack 0.5
+    (5 time units) the seed a@2 is covered as well."""
     events = [{"type": x, "t": t} for x, t in (("a", 0.0), ("b", 1.0), ("a", 2.0),
                                                ("b", 3.0))]
     budget = Budget(10.0, burst=10)
@@ -371,11 +372,31 @@ def test_covered_candidates_are_shed(kernel):
                        backend=kernel, merge=False)  # a@2 would replace a@0
         points[cover, slack] = (sorted(found.point.tolist()), m.stats["shed"])
     assert points[None, 0.0] == ([1.0, 3.0], 0)
-    assert points[1.0, 0.0] == ([1.0, 3.0], 1)
+    assert points[1.0, 0.0] == ([1.0], 2)
     assert points[1.0, 0.5] == ([1.0], 2)
     assert points[0.0, 0.5] == ([1.0, 3.0], 0)  # the bucket is full: covered ones pass
     with pytest.raises(ValueError, match="cover"):
         ScorePolicy(np.zeros(cells), cover=1.5)
+
+
+@pytest.mark.parametrize("kernel", BACKENDS)
+def test_a_shed_sure_point_moves_the_bundle_found(kernel):
+    """Without merging, cover_slack 0.2 (2 time units). After the match at 1, a@0 -> b@4 and
+    a@0 -> b@7 surely complete within w of the last point: they are shed, and the bundle found
+    now reaches 4, then 7. So the seed a@5 (before 4 + 2) is covered and shed, and a@18 -> b@19
+    (12 after 7: a new bundle) is kept. With a predicate on b a completion is not sure: the
+    last point stays 1, a@5 is kept and finds 7 again in the bundle of 1."""
+    events = [{"type": x, "t": t, "v": 1.0} for x, t in (
+        ("a", 0.0), ("b", 1.0), ("b", 4.0), ("a", 5.0), ("b", 7.0), ("a", 18.0), ("b", 19.0))]
+    out = {}
+    for where in ((), ("b.v >= a.v",)):
+        cells = n_cells("a b", where, 0)
+        policy = ScorePolicy(np.zeros(cells), ahead=0.01, cover=1.0, cover_slack=0.2)
+        m, found = run("a b", where, events, 10.0, 0, policy=policy, bins=BINS,
+                       budget=Budget(10.0, burst=10), backend=kernel, merge=False)
+        out[where] = (sorted(found.point.tolist()), m.stats["shed"])
+    assert out[()] == ([1.0, 19.0], 3)
+    assert out[("b.v >= a.v",)] == ([1.0, 7.0, 19.0], 2)
 
 
 @pytest.mark.parametrize("kernel", BACKENDS)
