@@ -372,50 +372,10 @@ class _Window:
         of blocks (lists of ``labels[position]``; default the local positions; blocks are
         shared between matches and must not be changed): lexicographic in the blocks, so a
         Kleene block stops before it grows, and each choice is tried in stream order. Only
-        branches from which ``reach`` says ``end`` can still be reached are entered."""
-        return self._first_matches_py(end, limit, labels)
+        branches from which ``reach`` says ``end`` can still be reached are entered.
 
-    def first_matches_json(self, end: int, limit: int, labels: list | None = None
-                           ) -> list[str]:
-        """:meth:`first_matches`, each match as compact JSON text (``[[7],[9,12],[15]]``).
-        The walk runs in the compiled :mod:`edge._listing` when it is built and the labels
-        are integers (stream positions), which writes the text directly."""
-        if _listing is not None and (self._flat is None or self._flat_labels is not labels):
-            self._flat, self._flat_labels = self._flatten(labels), labels
-        f = self._flat
-        if _listing is None or f is None:
-            return [_compact(m) for m in self._first_matches_py(end, limit, labels)]
-        ce = int(np.searchsorted(self.cands[-1], end))
-        reach = np.concatenate([r[:, ce] > 0 for r in self.reach]).view(np.uint8)
-        return _listing.first_matches(f["kleene"], f["co"], f["cand"], f["names"], self.tags,
-                                      f["valid"], f["elig"], f["vo"], reach, ce,
-                                      float(self.tags[end] - self.p.window), int(limit),
-                                      f["ok"], f["grows"], f["block"])
-
-    def _flatten(self, labels: list | None) -> dict | None:
-        """The flat arrays :func:`edge._listing.first_matches` walks (None when the labels
-        are not all integers)."""
-        sizes = [len(c) for c in self.cands]
-        cand = np.concatenate(self.cands).astype(np.int64)
-        names = cand
-        if labels is not None:
-            if not all(type(x) is int for x in labels):
-                return None
-            names = np.array(labels, dtype=np.int64)[cand]
-        valid = np.concatenate([v.ravel() for v in self.valid]).view(np.uint8)
-        elig = np.concatenate([e.ravel() for e in self.elig]).view(np.uint8)
-        vo = np.cumsum([0] + [v.size for v in self.valid], dtype=np.int64)
-        total = int(sum(sizes))
-        return {"kleene": np.array(self.p.kleene, dtype=np.uint8),
-                "co": np.cumsum([0] + sizes, dtype=np.int64), "cand": cand,
-                "names": np.ascontiguousarray(names, dtype=np.int64),
-                "valid": np.ascontiguousarray(valid), "elig": np.ascontiguousarray(elig),
-                "vo": vo, "ok": np.zeros(total, np.uint8), "grows": np.zeros(total, np.int64),
-                "block": np.zeros(total, np.int64)}
-
-    def _first_matches_py(self, end: int, limit: int, labels: list | None = None) -> list:
-        """:meth:`first_matches` in Python (the fallback, and the reference of the
-        compiled walk)."""
+        This is the Python walk: the fallback of :meth:`first_matches_json` and the
+        reference its compiled walk is tested against."""
         p, m = self.p, self.p.m
         ce = int(np.searchsorted(self.cands[-1], end))
         floor = self.tags[end] - p.window
@@ -507,6 +467,44 @@ class _Window:
 
         level(0, None)
         return out
+
+    def first_matches_json(self, end: int, limit: int, labels: list | None = None
+                           ) -> list[str]:
+        """:meth:`first_matches`, each match as compact JSON text (``[[7],[9,12],[15]]``).
+        The walk runs in the compiled :mod:`edge._listing` when it is built and the labels
+        are integers (stream positions), which writes the text directly."""
+        if _listing is not None and (self._flat is None or self._flat_labels is not labels):
+            self._flat, self._flat_labels = self._flatten(labels), labels
+        f = self._flat
+        if _listing is None or f is None:
+            return [_compact(m) for m in self.first_matches(end, limit, labels)]
+        ce = int(np.searchsorted(self.cands[-1], end))
+        reach = np.concatenate([r[:, ce] > 0 for r in self.reach]).view(np.uint8)
+        return _listing.first_matches(f["kleene"], f["co"], f["cand"], f["names"], self.tags,
+                                      f["valid"], f["elig"], f["vo"], reach, ce,
+                                      float(self.tags[end] - self.p.window), int(limit),
+                                      f["ok"], f["grows"], f["block"])
+
+    def _flatten(self, labels: list | None) -> dict | None:
+        """The flat arrays :func:`edge._listing.first_matches` walks (None when the labels
+        are not all integers)."""
+        sizes = [len(c) for c in self.cands]
+        cand = np.concatenate(self.cands).astype(np.int64)
+        names = cand
+        if labels is not None:
+            if not all(type(x) is int for x in labels):
+                return None
+            names = np.array(labels, dtype=np.int64)[cand]
+        valid = np.concatenate([v.ravel() for v in self.valid]).view(np.uint8)
+        elig = np.concatenate([e.ravel() for e in self.elig]).view(np.uint8)
+        vo = np.cumsum([0] + [v.size for v in self.valid], dtype=np.int64)
+        total = int(sum(sizes))
+        return {"kleene": np.array(self.p.kleene, dtype=np.uint8),
+                "co": np.cumsum([0] + sizes, dtype=np.int64), "cand": cand,
+                "names": np.ascontiguousarray(names, dtype=np.int64),
+                "valid": np.ascontiguousarray(valid), "elig": np.ascontiguousarray(elig),
+                "vo": vo, "ok": np.zeros(total, np.uint8), "grows": np.zeros(total, np.int64),
+                "block": np.zeros(total, np.int64)}
 
 
 def is_match(p: Plan, events: list[Event]) -> bool:

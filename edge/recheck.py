@@ -271,13 +271,6 @@ def _is_exact(query: Query, events: list[Event]) -> bool:
                for m in Engine(query).run(events))
 
 
-def window_rows(batch, idx: np.ndarray, attrs: frozenset | None = None) -> list[Event]:
-    """The events at indices ``idx`` of an ``UploadBatch`` as ``acep.events.Event`` rows
-    (NaN numbers and missing text are left out of ``attrs``); ``attrs``: only these
-    attributes (the ones a query reads), all when None."""
-    return _BatchRows(batch, attrs).rows(idx)
-
-
 class _BatchRows:
     """A batch's events as Python lists, taken from its columns once, so that each
     partition's rows are built without a numpy lookup per value."""
