@@ -24,6 +24,9 @@ How it maps to the paper (Section 3.1, Algorithm 1):
   with no more errors and no earlier start finds every match point the other finds. With
   ``merge`` on, a dominated node is dropped on insertion. Merging is exact for match
   points, bundles and the best (err, start) per point; ``merge`` off is Algorithm 1.
+* Under a budget (docs/SHEDDING.md): candidates are collected, a policy keeps some, the rest
+  are shed; a shed window start may be *deferred* (kept aside per (partition, state), not
+  live) and revived as the ``prev`` of a later candidate that then costs two operations.
 * Trajectories: ``prev`` links are reference-counted, so a trajectory survives the removal
   of its nodes from the live lists for as long as a live node or a pending match uses it.
 
@@ -48,6 +51,7 @@ POLICY_CALLBACK = 2
 FLAG_MERGED = 1
 FLAG_REJECTED = 2
 FLAG_LOGGED = 4
+FLAG_DEFERRED = 8
 NAN = cython.declare(cython.double, float("nan"))
 BAD_TAG_BACK = 1
 BAD_MISSING_ATTR = 2
@@ -148,6 +152,15 @@ class Kernel:
     n_gap: cython.int
     c_cell: cython.int[::1]
     c_gap: cython.double[::1]
+    c_rev: cython.int[::1]
+    # deferred window starts (docs/SHEDDING.md 8): shed starts kept aside per (partition, state)
+    defer: cython.int
+    g_heads: cython.int[::1]
+    g_len: cython.int[::1]
+    n_defer: cython.int
+    deferred: cython.longlong
+    revived: cython.longlong
+    deferred_scans: cython.longlong
     # budget and policy (docs/SHEDDING.md 1, 3)
     budget_on: cython.bint
     budget: cython.double
@@ -176,6 +189,7 @@ class Kernel:
     s_prev: cython.int[::1]
     s_cell: cython.int[::1]
     s_gap: cython.double[::1]
+    s_rev: cython.int[::1]
     c_prio: cython.double[::1]
     c_order: cython.int[::1]
     c_pick: cython.int[::1]
@@ -253,6 +267,10 @@ class Kernel:
         self.candidates = self.shed = self.decisions = self.decide_ns = 0
         self.track, self.log_on = False, False
         self._reset_log(0)
+        self.defer, self.n_defer = 0, 0
+        self.g_heads = np.zeros(0, dtype=np.int32)
+        self.g_len = np.zeros(0, dtype=np.int32)
+        self.deferred = self.revived = self.deferred_scans = 0
 
     # ------------------------------------------------------------------ storage
 
@@ -288,12 +306,14 @@ class Kernel:
         self.c_prev = _resized(self.c_prev if grown else None, new_cap, np.int32)
         self.c_cell = _resized(self.c_cell if grown else None, new_cap, np.int32)
         self.c_gap = _resized(self.c_gap if grown else None, new_cap, np.float64)
+        self.c_rev = _resized(self.c_rev if grown else None, new_cap, np.int32)
         self.s_state = np.zeros(new_cap, dtype=np.int32)
         self.s_err = np.zeros(new_cap, dtype=np.int32)
         self.s_start = np.zeros(new_cap, dtype=np.float64)
         self.s_prev = np.zeros(new_cap, dtype=np.int32)
         self.s_cell = np.zeros(new_cap, dtype=np.int32)
         self.s_gap = np.zeros(new_cap, dtype=np.float64)
+        self.s_rev = np.zeros(new_cap, dtype=np.int32)
         self.c_prio = np.zeros(new_cap, dtype=np.float64)
         self.c_order = np.zeros(new_cap, dtype=np.int32)
         self.c_pick = np.zeros(new_cap, dtype=np.int32)
@@ -310,6 +330,10 @@ class Kernel:
         heads = np.full(cap * ns, NO_NODE, dtype=np.int32)
         heads[: self.n_parts * ns] = np.asarray(self.heads)[: self.n_parts * ns]
         self.heads = heads
+        g_heads = np.full(cap * ns, NO_NODE, dtype=np.int32)
+        g_heads[: self.n_parts * ns] = np.asarray(self.g_heads)[: self.n_parts * ns]
+        self.g_heads = g_heads
+        self.g_len = _grown(self.g_len, cap * ns, 0)
         self.last_tag = _grown(self.last_tag, cap, -np.inf)
         self.pend_node = _grown(self.pend_node, cap, NO_NODE)
         self.pend_point = _grown(self.pend_point, cap, 0.0)
@@ -398,6 +422,23 @@ class Kernel:
         for p in range(self.n_parts):
             for q in range(self.n_states):
                 self._expire_list(p * self.n_states + q, self.last_tag[p])
+                if self.defer > 0:
+                    self._expire_deferred(p * self.n_states + q, self.last_tag[p])
+
+    @cython.cfunc
+    @cython.exceptval(check=False)
+    def _expire_deferred(self, head: cython.int, t: cython.double) -> cython.void:
+        before: cython.int = NO_NODE
+        nd: cython.int = self.g_heads[head]
+        nxt: cython.int
+        while nd != NO_NODE:
+            nxt = self.n_next[nd]
+            if t - self.n_start[nd] > self.w:
+                self._unlink_deferred(head, before, nd)
+                self._release(nd)
+            else:
+                before = nd
+            nd = nxt
 
     @cython.cfunc
     @cython.exceptval(check=False)
@@ -548,12 +589,16 @@ class Kernel:
         self.c_type = x
         nc = self._collect(x, t, p)
         self.candidates += nc
+        self.n_defer = 0
         if self.budget_on:
-            if nc > self.credit or ((self.ask_always or self.ahead > 0.0) and nc > 0):
+            if nc + self._revivals(nc) > self.credit or \
+                    ((self.ask_always or self.ahead > 0.0) and nc > 0):
                 nc = self._shed(nc, p, t, loc)
             self.credit -= nc
         for c in range(nc):
             sigma = self.c_state[c]
+            if self.c_rev[c] and self.n_flag[self.c_prev[c]] & FLAG_DEFERRED:
+                self._revive(self.c_prev[c], p, t)
             nd = self._make_node(c, x, vals, i, loc)
             if nd == NO_NODE:
                 continue
@@ -575,6 +620,8 @@ class Kernel:
             self._free_if_unused(nd)
         if best != NO_NODE:
             self._offer_pending(best, best_err, p, t)
+        for c in range(nc, nc + self.n_defer):
+            self._defer_start(c, x, vals, i, loc, p)
 
     @cython.cfunc
     def _collect(self, x: cython.int, t: cython.double, p: cython.int) -> cython.int:
@@ -608,6 +655,31 @@ class Kernel:
                             nc = self._add_candidate(nc, sigma, e, self.n_start[nd], nd)
                         before = nd
                     nd = nxt
+                if self.defer > 0:
+                    nc = self._collect_deferred(nc, sigma, s, head, t)
+        return nc
+
+    @cython.cfunc
+    def _collect_deferred(self, nc: cython.int, sigma: cython.int, s: cython.int,
+                          head: cython.int, t: cython.double) -> cython.int:
+        """Candidates that advance a deferred start (each costs 2: the start and the advance)."""
+        before: cython.int = NO_NODE
+        nd: cython.int = self.g_heads[head]
+        nxt: cython.int
+        e: cython.int
+        while nd != NO_NODE:
+            nxt = self.n_next[nd]
+            self.deferred_scans += 1
+            if t - self.n_start[nd] > self.w:
+                self._unlink_deferred(head, before, nd)
+                self._release(nd)
+            else:
+                e = self.n_err[nd] + self.src_cost[s]
+                if e <= self.k:
+                    nc = self._add_candidate(nc, sigma, e, self.n_start[nd], nd)
+                    self.c_rev[nc - 1] = 1
+                before = nd
+            nd = nxt
         return nc
 
     @cython.cfunc
@@ -620,6 +692,7 @@ class Kernel:
         self.c_err[nc] = e
         self.c_start[nc] = start
         self.c_prev[nc] = prev
+        self.c_rev[nc] = 0
         if prev != NO_NODE:
             self.n_refc[prev] += 1  # held until the new node takes it over as its prev
             gap = self.c_tag - self.n_tag[prev]
@@ -699,6 +772,78 @@ class Kernel:
         self.live += 1
         if self.live > self.peak_live:
             self.peak_live = self.live
+
+    # ------------------------------------------------------------------ deferred window starts
+
+    @cython.cfunc
+    @cython.exceptval(check=False)
+    def _revivals(self, nc: cython.int) -> cython.int:
+        """How many of the ``nc`` candidates would revive a deferred start."""
+        c: cython.int
+        n: cython.int = 0
+        if self.defer == 0:
+            return 0
+        for c in range(nc):
+            n += self.c_rev[c]
+        return n
+
+    @cython.cfunc
+    def _defer_start(self, c: cython.int, x: cython.int, vals: cython.double[:, ::1],
+                     i: cython.Py_ssize_t, loc: cython.longlong, p: cython.int) -> cython.void:
+        """Set shed start ``c`` aside (no operation: nothing is matched against it until a
+        later event would advance it); the oldest of a full list makes room."""
+        nd: cython.int = self._make_node(c, x, vals, i, loc)
+        head: cython.int
+        last: cython.int
+        before: cython.int = NO_NODE
+        if nd == NO_NODE:
+            return
+        self.created -= 1
+        self.ev_created -= 1
+        self.n_flag[nd] = FLAG_DEFERRED
+        head = p * self.n_states + self.n_state[nd]
+        if self.g_len[head] >= self.defer:
+            last = self.g_heads[head]
+            while self.n_next[last] != NO_NODE:
+                before = last
+                last = self.n_next[last]
+            self._unlink_deferred(head, before, last)
+            self._release(last)
+        self.n_next[nd] = self.g_heads[head]
+        self.g_heads[head] = nd
+        self.g_len[head] += 1
+        self.n_refc[nd] = 1
+        self.deferred += 1
+
+    @cython.cfunc
+    @cython.exceptval(check=False)
+    def _unlink_deferred(self, head: cython.int, before: cython.int,
+                         nd: cython.int) -> cython.void:
+        if before == NO_NODE:
+            self.g_heads[head] = self.n_next[nd]
+        else:
+            self.n_next[before] = self.n_next[nd]
+        self.g_len[head] -= 1
+
+    @cython.cfunc
+    def _revive(self, nd: cython.int, p: cython.int, t: cython.double) -> cython.void:
+        """A kept candidate advances deferred start ``nd``: the start becomes a node now (one
+        operation) and joins its state's live list; the list's reference passes to it."""
+        head: cython.int = p * self.n_states + self.n_state[nd]
+        before: cython.int = NO_NODE
+        m: cython.int = self.g_heads[head]
+        while m != nd:
+            before = m
+            m = self.n_next[m]
+        self._unlink_deferred(head, before, nd)
+        self.n_flag[nd] = 0
+        self.created += 1
+        self.ev_created += 1
+        self.revived += 1
+        self.candidates += 1
+        self.credit -= 1.0
+        self._insert(nd, head, t)
+        self.n_refc[nd] -= 1  # the candidate that advances it still holds one
 
     # ------------------------------------------------------------------ output
 
@@ -784,7 +929,7 @@ class Kernel:
 
     def set_table_policy(self, score, proxy_class, explore, rate, seed, min_score=-1.0,
                          proxy_live=False, ahead=0.0, reserve=None, reserve_adv=None,
-                         cover=-1.0, need=None, cover_slack=0.0):
+                         cover=-1.0, need=None, cover_slack=0.0, defer=0):
         """``reserve``/``reserve_adv``: per cell, the share of the bucket that must remain
         after keeping a seed/advance candidate of the cell (None: no reserve); ``cover``
         (< 0: off): the share that must remain after keeping a covered candidate (one whose
@@ -801,13 +946,14 @@ class Kernel:
         self.min_score, self.proxy_live, self.ahead = min_score, proxy_live, ahead
         self.rng = (seed & 0xFFFFFFFF) or 2463534242
         self.track = self.track or rate > 0.0
+        self.defer = defer
 
     def set_keep_first(self):
-        self.policy_kind = POLICY_KEEP_FIRST
+        self.policy_kind, self.defer = POLICY_KEEP_FIRST, 0
 
     def set_callback(self, fn, every_event=False):
         """``every_event``: ask on every event with candidates, not only when over budget."""
-        self.policy_kind, self.callback = POLICY_CALLBACK, fn
+        self.policy_kind, self.callback, self.defer = POLICY_CALLBACK, fn, 0
         self.ask_always = bool(every_event)
 
     def set_trace(self, on):
@@ -816,7 +962,8 @@ class Kernel:
 
     def shedding_stats(self) -> dict:
         return {"candidates": self.candidates, "shed": self.shed, "decisions": self.decisions,
-                "decide_ns": self.decide_ns, "credit": self.credit}
+                "decide_ns": self.decide_ns, "credit": self.credit, "deferred": self.deferred,
+                "revived": self.revived, "deferred_scans": self.deferred_scans}
 
     @cython.cfunc
     @cython.exceptval(check=False)
@@ -833,12 +980,14 @@ class Kernel:
     @cython.cfunc
     def _shed(self, nc: cython.int, p: cython.int, t: cython.double,
               loc: cython.longlong) -> cython.int:
-        """Keep ``floor(credit)`` of the ``nc`` candidates as the policy says; return that."""
-        m: cython.int = min(int(self.credit), nc) if self.credit > 0.0 else 0
+        """Keep candidates costing at most ``floor(credit)`` as the policy says (one operation
+        each, two for one that revives a deferred start); return how many."""
+        cap: cython.int = int(min(self.credit, 1e9)) if self.credit > 0.0 else 0
+        m: cython.int = min(cap, nc)
         c: cython.int
         t0: cython.longlong = _now_ns()
         if self.policy_kind == POLICY_TABLE:
-            m = self._select_by_score(nc, m, p)
+            m = self._select_by_score(nc, cap, p)
         elif self.policy_kind == POLICY_CALLBACK:
             m = self._select_by_callback(nc, m, p, t, loc)
         else:
@@ -852,7 +1001,8 @@ class Kernel:
 
     @cython.cfunc
     def _select_by_score(self, nc: cython.int, m: cython.int, p: cython.int) -> cython.int:
-        """``c_order[:n]``: the best candidates, proxies deferred; return n (<= m).
+        """``c_order[:n]``: the best candidates, costing at most ``m``, proxies deferred;
+        return n. A candidate costs one operation, two if it revives a deferred start.
 
         Deferred: a score below ``min_score``, a proxy class already kept, or (with
         ``proxy_live``) a live node of the partition at the same state with no more errors.
@@ -871,6 +1021,8 @@ class Kernel:
         c: cython.int
         j: cython.int
         n_kept: cython.int = 0
+        spent: cython.int = 0
+        cost: cython.int
         n_seen: cython.int = 0
         spare: cython.double
         cls: cython.longlong
@@ -890,23 +1042,24 @@ class Kernel:
             self.c_flag[c] = 0
         _heapsort(self, nc)
         for j in range(nc):  # first pass: the candidates no kept node stands in for
-            if n_kept == m:
+            if spent >= m:
                 break
             c = self.c_order[j]
-            if self.c_prio[c] < self.min_score:
+            cost = 1 + self.c_rev[c]
+            if self.c_prio[c] < self.min_score or spent + cost > m:
                 continue
-            if has_reserve and self.c_prev[c] == NO_NODE and \
-                    self.credit - n_kept - 1.0 < self.sh_reserve[self.c_cell[c]] * self.depth:
-                self.c_flag[c] = 2  # a seed below its cell's reserve: shed
+            if has_reserve and (self.c_prev[c] == NO_NODE or self.c_rev[c]) and \
+                    self.credit - spent - cost < self.sh_reserve[self.c_cell[c]] * self.depth:
+                self.c_flag[c] = 2  # a new window start below its cell's reserve: shed
                 continue
-            if has_reserve_adv and self.c_prev[c] != NO_NODE and \
-                    self.credit - n_kept - 1.0 < self.sh_reserve_adv[self.c_cell[c]] * self.depth:
+            if has_reserve_adv and self.c_prev[c] != NO_NODE and not self.c_rev[c] and \
+                    self.credit - spent - cost < self.sh_reserve_adv[self.c_cell[c]] * self.depth:
                 self.c_flag[c] = 2  # an advance below its cell's reserve: shed
                 continue
             if self.cover >= 0.0 and \
                     (same if sure and self.c_err[c] + self.final_cost[self.c_state[c]] <= self.k
                      else self.c_start[c] <= found) and \
-                    self.credit - n_kept - 1.0 < self.cover * self.depth:
+                    self.credit - spent - cost < self.cover * self.depth:
                 self.c_flag[c] = 2  # covered: any point it reaches is in a bundle found
                 continue
             if self.proxy_live and self._has_live_proxy(
@@ -923,16 +1076,19 @@ class Kernel:
             self.c_flag[c] = 1
             self.c_pick[n_kept] = c
             n_kept += 1
+            spent += cost
         if self.ahead > 0.0:
-            spare = self.credit - n_kept - self.ahead * self.depth
-            m = min(m, n_kept + (int(spare) if spare > 0.0 else 0))
+            spare = self.credit - spent - self.ahead * self.depth
+            m = min(m, spent + (int(min(spare, 1e9)) if spare > 0.0 else 0))
         for j in range(nc):  # second pass: fill with the deferred ones
-            if n_kept >= m:
+            if spent >= m:
                 break
             c = self.c_order[j]
-            if self.c_flag[c] == 0:
+            cost = 1 + self.c_rev[c]
+            if self.c_flag[c] == 0 and spent + cost <= m:
                 self.c_pick[n_kept] = c
                 n_kept += 1
+                spent += cost
         for j in range(n_kept):
             self.c_order[j] = self.c_pick[j]
         return n_kept
@@ -968,6 +1124,7 @@ class Kernel:
         the bundle found goes on to now: the last match point moves to now, as if found."""
         c: cython.int
         j: cython.int = 0
+        n_defer: cython.int = 0
         p: cython.int = self.c_part
         track: cython.bint = self.policy_kind == POLICY_TABLE and self.cover >= 0.0 and \
             self.check_ptr[self.c_type] == self.check_ptr[self.c_type + 1] and \
@@ -984,18 +1141,33 @@ class Kernel:
                 self.s_prev[j] = self.c_prev[c]
                 self.s_cell[j] = self.c_cell[c]
                 self.s_gap[j] = self.c_gap[c]
+                self.s_rev[j] = self.c_rev[c]
                 j += 1
             else:
                 if track and self.c_err[c] + self.final_cost[self.c_state[c]] <= self.k:
                     self.found_at[p] = self.c_tag  # a sure point of the bundle found
                 if self.c_prev[c] != NO_NODE:
                     self._release(self.c_prev[c])
+                elif self.defer > 0 and self.c_err[c] + self.final_cost[self.c_state[c]] > \
+                        self.k and self.c_err[c] + self.next_cost[self.c_state[c]] <= self.k:
+                    self.c_pick[n_defer] = c  # a start to defer (placed after the kept)
+                    n_defer += 1
+        for c in range(n_defer):
+            self.s_state[j + c] = self.c_state[self.c_pick[c]]
+            self.s_err[j + c] = self.c_err[self.c_pick[c]]
+            self.s_start[j + c] = self.c_start[self.c_pick[c]]
+            self.s_prev[j + c] = NO_NODE
+            self.s_cell[j + c] = self.c_cell[self.c_pick[c]]
+            self.s_gap[j + c] = 0.0
+            self.s_rev[j + c] = 0
+        self.n_defer = n_defer
         self.c_state, self.s_state = self.s_state, self.c_state
         self.c_err, self.s_err = self.s_err, self.c_err
         self.c_start, self.s_start = self.s_start, self.c_start
         self.c_prev, self.s_prev = self.s_prev, self.c_prev
         self.c_cell, self.s_cell = self.s_cell, self.c_cell
         self.c_gap, self.s_gap = self.s_gap, self.c_gap
+        self.c_rev, self.s_rev = self.s_rev, self.c_rev
 
     @cython.cfunc
     @cython.exceptval(check=False)
@@ -1024,8 +1196,8 @@ class Kernel:
         flag: cython.int = self.n_flag[nd]
         reached: cython.bint = self.n_reach[nd] == self.n_reach[nd]
         cell: cython.int = self.n_cell[nd]
-        if flag & (FLAG_REJECTED | FLAG_LOGGED):
-            return
+        if flag & (FLAG_REJECTED | FLAG_LOGGED | FLAG_DEFERRED):
+            return  # a deferred start never revived was never a node
         if self.rate > 0.0 and cell >= 0 and (reached or (flag & FLAG_MERGED) == 0):
             self.sh_score[cell] += self.rate * ((1.0 if reached else 0.0) - self.sh_score[cell])
         if self.log_on:
@@ -1094,7 +1266,7 @@ class Kernel:
             free[nd] = True
             nd = self.n_next[nd]
         for nd in np.flatnonzero(~free):
-            if self.n_flag[nd] & (FLAG_REJECTED | FLAG_LOGGED) == 0:
+            if self.n_flag[nd] & (FLAG_REJECTED | FLAG_LOGGED | FLAG_DEFERRED) == 0:
                 self._log(nd)
 
     # ------------------------------------------------------------------ introspection

@@ -172,6 +172,11 @@ class ScorePolicy:
     ``proxy_live``): a live node stands in for a candidate of cell ``c`` only if it has at
     least ``live_need[c]`` of its window left (otherwise it expires before the candidate's
     trajectory would typically complete).
+
+    ``defer`` (0 = off): deferred window starts (``docs/SHEDDING.md`` section 8). Up to
+    ``defer`` shed starts per partition and state are set aside instead of forgotten; a
+    later event that would advance one makes a candidate costing two operations (the start
+    and the advance), scored by the advanced cell, whose gap is the evidence the start lacked.
     """
 
     name = "score"
@@ -180,7 +185,8 @@ class ScorePolicy:
                  learning_rate: float = 0.0, seed: int = 0, min_score: float | None = None,
                  proxy_live: bool = False, ahead: float = 0.0, seed_reserve: float = 0.0,
                  advance_reserve: float = 0.0, reserve_power: float = 4.0,
-                 cover: float | None = None, live_need=None, cover_slack: float = 0.0):
+                 cover: float | None = None, live_need=None, cover_slack: float = 0.0,
+                 defer: int = 0):
         if not 0.0 <= explore <= 1.0:
             raise ValueError(f"explore must be in [0, 1], got {explore!r}")
         if not 0.0 <= learning_rate <= 1.0:
@@ -220,6 +226,9 @@ class ScorePolicy:
             raise ValueError(f"cover_slack must be in [0, 1], got {cover_slack!r}")
         self.cover_slack = float(cover_slack)
         self.live_need = None if live_need is None else _float_table(live_need, "live_need")
+        if not (isinstance(defer, (int, np.integer)) and 0 <= defer <= 1024):
+            raise ValueError(f"defer must be an integer in [0, 1024], got {defer!r}")
+        self.defer = int(defer)
         if self.live_need is not None and (self.score is None
                                            or len(self.live_need) != len(self.score)):
             raise ValueError("live_need needs a score table and one entry per cell")
@@ -241,7 +250,7 @@ class ScorePolicy:
             empty_i if self.proxy_class is None else self.proxy_class,
             self.explore, self.learning_rate, int(self.seed) & 0xFFFFFFFFFFFFFFFF,
             self.min_score, self.proxy_live, self.ahead, self.reserve, self.reserve_adv,
-            self.cover, self.live_need, self.cover_slack)
+            self.cover, self.live_need, self.cover_slack, self.defer)
 
 
 class RandomPolicy(ScorePolicy):

@@ -54,6 +54,11 @@ class HistoryPolicy(ScorePolicy):
     node stands in for a candidate only if it has at least ``need`` x the sketch's ``need`` of
     the candidate's cell of its window left (0: any live node).
 
+    Deferred window starts (``docs/SHEDDING.md`` section 8): every window start lies in the
+    same cell, so a shed start is set aside (up to ``defer`` per partition and state, the
+    latest kept) and revived, for two operations, when a later event would advance it into
+    a cell that scores well enough: the gap to its second event is the evidence.
+
     ``learning_rate`` and ``explore`` turn on the online update of section 5: the scores
     are a copy of the sketch's and follow the stream; :meth:`learned_sketch` returns them.
     The matcher needs the sketch's bins: ``Matcher(..., bins=policy.bins, policy=policy)``.
@@ -65,7 +70,7 @@ class HistoryPolicy(ScorePolicy):
                  seed: int = 0, proxy: bool = True, ahead: float = 0.5,
                  seed_reserve: float = 1.0, advance_reserve: float = 0.1,
                  reserve_power: float = 2.0, cover: float | None = 0.5,
-                 cover_slack: float | None = None, need: float = 1.0):
+                 cover_slack: float | None = None, need: float = 1.0, defer: int = 4):
         if cover_slack is None:
             cover_slack = min(1.0, max(0.0, float(sketch.bundle_span)))
         live_need = None if need == 0.0 or not proxy else \
@@ -75,7 +80,8 @@ class HistoryPolicy(ScorePolicy):
                          explore=explore, learning_rate=learning_rate, seed=seed,
                          proxy_live=proxy, ahead=ahead, seed_reserve=seed_reserve,
                          advance_reserve=advance_reserve, reserve_power=reserve_power,
-                         cover=cover, cover_slack=cover_slack, live_need=live_need)
+                         cover=cover, cover_slack=cover_slack, live_need=live_need,
+                         defer=defer)
         self.sketch = sketch
         self.bins = sketch.bins()
 

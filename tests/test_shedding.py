@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_engine_properties import case
+from test_engine_properties import case, stream
 
 from acep import backend
 from acep.events import EventBatch
@@ -49,7 +49,9 @@ def policies(pattern, where, k, seed):
     rng = np.random.default_rng(seed)
     return [KeepFirstPolicy(), RandomPolicy(seed), OldestFirstPolicy(),
             ScorePolicy(rng.random(cells), rng.integers(-1, 3, cells), explore=0.2,
-                        learning_rate=0.3, seed=seed)]
+                        learning_rate=0.3, seed=seed),
+            ScorePolicy(rng.random(cells), explore=0.2, learning_rate=0.3, seed=seed,
+                        seed_reserve=0.5, defer=2)]
 
 
 @SETTINGS
@@ -415,3 +417,125 @@ def test_a_live_node_stands_in_only_with_window_enough(kernel):
     assert shed == {None: 1, 5.0: 0, 2.0: 1}
     with pytest.raises(ValueError, match="live_need"):
         ScorePolicy(np.zeros(cells), live_need=np.zeros(cells + 1))
+
+
+# --------------------------------------------------------------------------- deferred starts
+
+
+def _gap_scores(pattern, k, good_state, max_gap_bin=0):
+    """Score 1 for the cells at ``good_state`` whose gap bin is at most ``max_gap_bin``."""
+    n_states = Matcher(pattern, window=1, k=k).pattern.automaton.n_states
+    cells = BINS.n_cells(n_states, k)
+    state, err, rem_bin, gap_bin = np.unravel_index(
+        np.arange(cells), (n_states, k + 1, len(BINS.rem_edges) + 1, len(BINS.gap_edges) + 1))
+    return ((state == good_state) & (gap_bin <= max_gap_bin)).astype(np.float64)
+
+
+def _deferring(score, defer):
+    """Starts always shed (below min_score, no spare credit), advances kept when scored 1."""
+    return ScorePolicy(score, min_score=0.5, ahead=1.0, defer=defer)
+
+
+@pytest.mark.parametrize("kernel", BACKENDS)
+def test_a_deferred_start_is_revived_by_an_advance_with_evidence(kernel):
+    """a@0 is shed (its cell scores 0) and set aside. b@0.3 (gap 0.3, first gap bin) would
+    advance it into a cell scoring 1: the start and the advance are kept for two operations
+    and the match a@0 b@0.3 is found. b@5 (gap 5) scores 0 and the start stays shed."""
+    score = _gap_scores("a b", 0, good_state=2)
+    found_by = {}
+    for gap in (0.3, 5.0):
+        for defer in (0, 1):
+            events = [{"type": "a", "t": 0.0}, {"type": "b", "t": gap}]
+            m, found = run("a b", (), events, 10.0, 0, policy=_deferring(score, defer),
+                           bins=BINS, budget=Budget(10.0, burst=10), backend=kernel)
+            s = m.stats
+            found_by[gap, defer] = ([(float(found.point[i]), found.events_of(i).tolist())
+                                     for i in range(len(found))], s["revived"],
+                                    s["candidates"] - s["shed"])
+    assert found_by[0.3, 1] == ([(0.3, [0, 1])], 1, 2)
+    assert found_by[0.3, 0] == ([], 0, 0)
+    assert found_by[5.0, 1] == ([], 0, 0)
+    for bad in (-1, 1.5, 2000, "4"):
+        with pytest.raises(ValueError, match="defer"):
+            ScorePolicy(score, defer=bad)
+
+
+@pytest.mark.parametrize("kernel", BACKENDS)
+def test_deferred_starts_are_bounded_and_the_latest_kept(kernel):
+    """40 shed starts within one window, defer=3: only the latest 3 stay set aside (three
+    nodes of memory), and b revives exactly those (all_trajectories: one match per start)."""
+    score = _gap_scores("a b", 0, good_state=2, max_gap_bin=2)
+    events = [{"type": "a", "t": 0.1 * i} for i in range(40)] + [{"type": "b", "t": 4.0}]
+    def matcher():
+        return Matcher("a b", window=10.0, k=0, policy=_deferring(score, 3), bins=BINS,
+                       budget=Budget(10.0, burst=10), backend=kernel, all_trajectories=True)
+
+    m = matcher()
+    m.match_batch(EventBatch.from_events(events[:-1]))
+    assert m.stats["arena_nodes"] == 3
+    m = matcher()
+    found = m.match(EventBatch.from_events(events))
+    assert sorted(found.events_of(i)[0] for i in range(len(found))) == [37, 38, 39]
+    assert m.stats["deferred"] == 40 and m.stats["revived"] == 3
+
+
+@st.composite
+def deferring_case(draw):
+    """Patterns of two or three steps (so starts get advanced) over longer random streams."""
+    pattern = draw(st.sampled_from(["a b", "a b c", "a b+ c", "(a | b) c", "a b c{1,2}"]))
+    where = draw(st.sampled_from([[], ["[g]"], ["b.x > a.x"] if "a" in pattern else []]))
+    return (pattern, where, draw(stream(max_events=30)), float(draw(st.integers(1, 6))),
+            draw(st.integers(0, 1)))
+
+
+def _deferring_policy(pattern, where, k, seed, defer):
+    """Cells scoring 0 or 1: a start (or a revival) in a 0 cell is always shed, in a 1 cell
+    kept when affordable; asked on every event, so starts are shed and set aside often."""
+    score = np.random.default_rng(seed).integers(0, 2, n_cells(pattern, where, k))
+    return ScorePolicy(score.astype(np.float64), seed_reserve=1.0, ahead=0.01, defer=defer,
+                       seed=seed)
+
+
+@SETTINGS
+@given(deferring_case(), st.integers(1, 3), st.integers(0, 2**16), st.integers(1, 4))
+def test_revived_trajectories_are_true_trajectories(c, ops, seed, defer):
+    """Every trajectory a deferring run reports is one the unconstrained run reports (all
+    trajectories, so none is hidden by the best-per-point choice); the node log holds exactly
+    the nodes made (revived starts, not the starts never revived); and a revival's two
+    operations fit the budget: with burst 1 no event makes more than ``ops`` nodes."""
+    pattern, where, events, w, k = c
+    _, truth = run(pattern, where, events, w, k, all_trajectories=True)
+    true = {(truth.partition[i], float(truth.point[i]), tuple(truth.events_of(i)))
+            for i in range(len(truth))}
+    m, found = run(pattern, where, events, w, k, all_trajectories=True, trace=True, bins=BINS,
+                   policy=_deferring_policy(pattern, where, k, seed, defer),
+                   budget=Budget(float(ops), burst=2))
+    for i in range(len(found)):
+        assert (found.partition[i], float(found.point[i]), tuple(found.events_of(i))) in true
+    assert len(m.take_node_log()["cell"]) == m.stats["created"]
+    m = Matcher(pattern, window=w, k=k, where=where, bins=BINS, budget=Budget(float(ops), 1),
+                policy=_deferring_policy(pattern, where, k, seed, defer))
+    load = np.zeros((len(events), 4), dtype=np.int64)
+    m.match_batch(EventBatch.from_events(events), load=load)
+    assert (load[:, 0] <= ops).all()
+    assert m.stats["candidates"] - m.stats["shed"] <= ops * len(events)
+
+
+def test_both_kernels_defer_alike():
+    if len(BACKENDS) < 2:
+        pytest.skip("the compiled kernel is not built")
+    rng = np.random.default_rng(6)
+    events = [{"type": str(rng.choice(list("abcd"))), "t": float(i) * 0.5,
+               "p": int(rng.integers(3))} for i in range(3000)]
+    results = []
+    for kernel in BACKENDS:
+        policy = _deferring_policy("a b c d", (), 1, 3, 3)
+        m, found = run("a b c d", (), events, 10.0, 1, partition="p", policy=policy, bins=BINS,
+                       budget=Budget(0.6, burst=4), backend=kernel, trace=True)
+        results.append((best_per_point(found), m.stats, m.take_node_log()))
+    assert results[0][0] == results[1][0]
+    assert results[0][1]["revived"] > 0
+    for key in ("revived", "deferred", "deferred_scans", "shed", "candidates", "created"):
+        assert results[0][1][key] == results[1][1][key], key
+    for key, column in results[0][2].items():
+        np.testing.assert_array_equal(column, results[1][2][key])

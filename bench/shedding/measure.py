@@ -131,10 +131,14 @@ def recall_over_time(truth: Truth, found: MatchBatch, edges: np.ndarray) -> list
 
 
 def shed_stats(m: Matcher, seconds: float, events: int) -> dict:
-    """What the budget did: ops spent, shed, decisions and the time they took."""
+    """What the budget did: ops spent, shed, decisions and the time they took, and the
+    deferred window starts (set aside, revived, and scanned by later events)."""
     s = m.stats
     spent = int(s["candidates"] - s["shed"])
     return {"candidates": int(s["candidates"]), "shed": int(s["shed"]), "ops_spent": spent,
             "ops_spent_per_event": spent / max(events, 1), "decisions": int(s["decisions"]),
             "decide_ns_per_event": s["decide_ns"] / max(events, 1),
-            "seconds": seconds, "us_per_event": 1e6 * seconds / max(events, 1)}
+            "seconds": seconds, "us_per_event": 1e6 * seconds / max(events, 1),
+            "deferred_per_event": s.get("deferred", 0) / max(events, 1),
+            "revived": int(s.get("revived", 0)),
+            "deferred_scans_per_event": s.get("deferred_scans", 0) / max(events, 1)}

@@ -51,15 +51,19 @@ def recall_table(results: dict, name: str) -> list[str]:
 
 
 def cost_table(results: dict, fraction: float = 0.25) -> list[str]:
-    """At one budget: ops spent, shed, time deciding and wall time per event, precision."""
-    lines = ["| workload | policy | ops spent/event | shed | decide ns/event | "
-             "wall us/event | precision | prefix bundle recall |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    """At one budget: ops spent, shed, deferred starts, time deciding and wall time per
+    event, precision."""
+    lines = ["| workload | policy | ops spent/event | shed | deferred starts/event | "
+             "deferred scans/event | decide ns/event | wall us/event | precision | "
+             "prefix bundle recall |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results["rows"]:
         if r["fraction"] != fraction or not r["available"]:
             continue
         lines.append(f"| {r['workload']} | {r['policy']} | {r['ops_spent_per_event']:.3f} | "
-                     f"{r['shed']:,} | {r['decide_ns_per_event']:,.0f} | "
+                     f"{r['shed']:,} | {r.get('deferred_per_event', 0.0):.3f} | "
+                     f"{r.get('deferred_scans_per_event', 0.0):.3f} | "
+                     f"{r['decide_ns_per_event']:,.0f} | "
                      f"{r['us_per_event']:.2f} | {_pct(r['precision'])} | "
                      f"{_pct(r['prefix']['bundle_recall'])} |")
     return lines
