@@ -14,16 +14,18 @@ def _pct(v) -> str:
 
 
 def workloads_table(results: dict) -> list[str]:
-    lines = ["| workload | pattern | w | k | test events | ops/event | match points | bundles | "
-             "points/bundle | bundles per partition-day (per active one) | sketch bytes |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| workload | pattern | w | k | test events | ops/event | wall us/event | "
+             "match points | bundles | points/bundle | bundles per partition-day (per active "
+             "one) | sketch bytes |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for w in results["workloads"]:
         t = w["truth"]
         where = f" where {' and '.join(w['where'])}" if w["where"] else ""
         sketch = w.get("history", {}).get("sketch_bytes")
         lines.append(
             f"| {w['name']} | `{w['pattern']}`{where} | {w['window']:g} | {w['k']} | "
-            f"{t['events']:,} | {t['ops_per_event']:.3f} | {t['match_points']:,} | "
+            f"{t['events']:,} | {t['ops_per_event']:.3f} | "
+            f"{1e6 * t['seconds'] / max(t['events'], 1):.2f} | {t['match_points']:,} | "
             f"{t['bundles']:,} | {t['points_per_bundle']:.1f} | "
             f"{t['bundles_per_partition_day']:.2f} ({t['bundles_per_active_partition_day']:.2f})"
             f" | {'-' if sketch is None else f'{sketch:,}'} |")
