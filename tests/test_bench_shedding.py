@@ -148,3 +148,18 @@ def test_n_bins_option_sets_the_history_bins():
     for n in (2, 4):
         info = run.build(w, train, n)["history"]
         assert 0 < len(info["rem_edges"]) <= n - 1 and len(info["gap_edges"]) <= n - 1
+
+
+def test_defer_option_reaches_the_history_policies():
+    args = run.parse_args(["--quick", "--defer", "0"])
+    assert args.defer == 0 and "--defer 0" in run.command(args)
+    assert "--defer" not in run.command(run.parse_args(["--quick"]))
+    w = next(w for w in WORKLOADS if w.name == "delay-wave")
+    state = {"sketch": run.build(w, flights_split(None)["train"], 4)["sketch"]}
+    for defer, expected in ((None, policies.DEFER), (0, 0), (9, 9)):
+        if defer is not None:
+            state["defer"] = defer
+        for row in ("history", "history+rl"):
+            assert policies.make(row, state, 0.25).options["policy"].defer == expected
+    with pytest.raises(SystemExit):
+        run.parse_args(["--defer", "-1"])

@@ -20,6 +20,7 @@ SEED = 4
 # docs/SHEDDING.md section 5 leaves the numbers to the history package: its defaults.
 LEARNING_RATE = 0.05
 EXPLORE = 0.01
+DEFER = 4  # deferred window starts per partition and state: HistoryPolicy's default
 
 POLICIES = ("keep-first", "random", "oldest-first", "completion", "sampling", "history",
             "history+rl", "hindsight")
@@ -76,7 +77,7 @@ def make(policy: str, state: dict, fraction: float) -> Setup:
         rl = policy == "history+rl"
         made = _find("history.policies", "HistoryPolicy")(
             state["sketch"], learning_rate=LEARNING_RATE if rl else 0.0,
-            explore=EXPLORE if rl else 0.0, seed=SEED)
+            explore=EXPLORE if rl else 0.0, seed=SEED, defer=state.get("defer", DEFER))
         return Setup({"policy": made, "bins": made.bins})
     if policy == "hindsight":
         h = state["hindsight"]

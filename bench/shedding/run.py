@@ -314,6 +314,7 @@ def run_all(args, sizes: dict) -> dict:
         _STATE[w.name] = {"workload": w, "train": split["train"], "test": split["test"],
                           "sizes": sizes, "source": split["source"],
                           "n_bins": getattr(args, "n_bins", N_BINS),
+                          "defer": getattr(args, "defer", policies.DEFER),
                           "edges": time_edges(split["test"], sizes["slices"],
                                               w.stream == "flights")}
     ctx = multiprocessing.get_context("fork")
@@ -371,7 +372,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--n-bins", type=int, default=N_BINS, metavar="N",
                         help="quantile bins per time (remaining window, gap) of the history "
                              f"(default {N_BINS}); to compare binnings")
-    return parser.parse_args(argv)
+    parser.add_argument("--defer", type=int, default=policies.DEFER, metavar="D",
+                        help="deferred window starts per partition and state of the history "
+                             f"policies (default {policies.DEFER}, 0 = off; "
+                             "docs/SHEDDING.md section 8)")
+    args = parser.parse_args(argv)
+    if not 0 <= args.defer <= 1024:
+        parser.error(f"--defer must be in 0..1024, got {args.defer}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -386,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
                "settings": {"quick": args.quick, "fractions": list(FRACTIONS), "burst": BURST,
                             "learning_rate": policies.LEARNING_RATE,
                             "explore": policies.EXPLORE, "jobs": args.jobs, "seed": SEED,
-                            "n_bins": args.n_bins,
+                            "n_bins": args.n_bins, "defer": args.defer,
                             "sizes": sizes, "policies": list(policies.POLICIES),
                             "baselines": list(policies.BASELINES),
                             "drift_workload": DRIFT_WORKLOAD}}
@@ -414,4 +422,6 @@ def command(args) -> str:
         parts.append(f"--workloads {args.workloads}")
     if getattr(args, "n_bins", N_BINS) != N_BINS:
         parts.append(f"--n-bins {args.n_bins}")
+    if getattr(args, "defer", policies.DEFER) != policies.DEFER:
+        parts.append(f"--defer {args.defer}")
     return " ".join(parts)
