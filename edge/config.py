@@ -69,6 +69,7 @@ class SketchConfig:
     max_bytes: int = 1 << 20
     learning_rate: float = 0.05
     explore: float = 0.01
+    defer: int = 4  # deferred window starts per partition and state (SHEDDING.md 8)
     save_path: str | None = None
     save_every: int = 100_000
 
@@ -266,12 +267,15 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
             device_key_file=path_of(sk.get("device_key_file", str)),
             max_bytes=sk.positive("max_bytes", int, 1 << 20),
             learning_rate=sk.get("learning_rate", float, 0.05),
-            explore=sk.get("explore", float, 0.01), save_path=path_of(sk.get("save_path", str)),
+            explore=sk.get("explore", float, 0.01), defer=sk.get("defer", int, 4),
+            save_path=path_of(sk.get("save_path", str)),
             save_every=sk.positive("save_every", int, 100_000))
         for key in ("learning_rate", "explore"):
             if not 0.0 <= getattr(sketch, key) <= 1.0:
                 raise ConfigError(f"sketch.{key}: must be in [0, 1], not "
                                   f"{getattr(sketch, key)}")
+        if not 0 <= sketch.defer <= 1024:
+            raise ConfigError(f"sketch.defer: must be in 0..1024, not {sketch.defer}")
         if sketch.path is None and not sketch.download:
             raise ConfigError("sketch.path: missing (or set sketch.download = true)")
         if sketch.download and url is None:

@@ -85,6 +85,8 @@ def direct(events, budget=None, flush: bool = True) -> list[tuple]:
     ({"collector": {"url": "http://x"}}, "device.token"),
     ({"collector": {"url": "ftp://x"}, "device": {"id": "d", "token": "t"}}, "collector.url"),
     ({"sketch": {"path": "s.bin"}}, "sketch.key_file"),
+    ({"sketch": {"path": "s.bin", "key_file": "k", "defer": -1}}, "sketch.defer"),
+    ({"sketch": {"path": "s.bin", "key_file": "k", "defer": "4"}}, "sketch.defer"),
     ({"outbox": {"polcy": "drop-oldest"}}, "outbox.polcy"),
     ({"outbox": {"policy": "keep-all"}}, "outbox.policy"),
 ])
@@ -196,7 +198,8 @@ def test_tampered_sketch_falls_back_to_named_policy(tmp_path, caplog):
             "path": str(tmp_path / f"{name}.sketch"), "key_file": str(tmp_path / "key"),
             "save_path": str(d / "learned.sketch")})
         caplog.clear()
-        final = Agent(parse_config(doc), events=events).run()
+        agent = Agent(parse_config(doc), events=events)
+        final = agent.run()
         assert final["policy"] == policy, name
         metrics = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
         assert metrics[-1]["policy"] == policy
@@ -205,6 +208,7 @@ def test_tampered_sketch_falls_back_to_named_policy(tmp_path, caplog):
             assert "fallback policy oldest-first" in caplog.text
         else:
             assert final["policy_error"] is None
+            assert agent.history.defer == 4  # the default; [sketch] defer sets it
             # the learned sketch is saved signed and loads with the device key
             assert Sketch.load(d / "learned.sketch", key).n_cells == n_cells
 
