@@ -44,14 +44,19 @@ import time
 
 import numpy as np
 
-NO_NODE = -1
-POLICY_KEEP_FIRST = 0
-POLICY_TABLE = 1
-POLICY_CALLBACK = 2
-FLAG_MERGED = 1
-FLAG_REJECTED = 2
-FLAG_LOGGED = 4
-FLAG_DEFERRED = 8
+if cython.compiled:
+    from cython.cimports.posix.time import CLOCK_MONOTONIC, clock_gettime, timespec
+
+# C constants when compiled (a plain module global would be boxed and looked up each use)
+NO_NODE = cython.declare(cython.int, -1)
+POLICY_KEEP_FIRST = cython.declare(cython.int, 0)
+POLICY_TABLE = cython.declare(cython.int, 1)
+POLICY_CALLBACK = cython.declare(cython.int, 2)
+FLAG_MERGED = cython.declare(cython.int, 1)
+FLAG_REJECTED = cython.declare(cython.int, 2)
+FLAG_LOGGED = cython.declare(cython.int, 4)
+FLAG_DEFERRED = cython.declare(cython.int, 8)
+RNG_MASK = cython.declare(cython.ulonglong, 0xFFFFFFFF)
 NAN = cython.declare(cython.double, float("nan"))
 BAD_TAG_BACK = 1
 BAD_MISSING_ATTR = 2
@@ -1161,22 +1166,23 @@ class Kernel:
             self.s_gap[j + c] = 0.0
             self.s_rev[j + c] = 0
         self.n_defer = n_defer
-        self.c_state, self.s_state = self.s_state, self.c_state
-        self.c_err, self.s_err = self.s_err, self.c_err
-        self.c_start, self.s_start = self.s_start, self.c_start
-        self.c_prev, self.s_prev = self.s_prev, self.c_prev
-        self.c_cell, self.s_cell = self.s_cell, self.c_cell
-        self.c_gap, self.s_gap = self.s_gap, self.c_gap
-        self.c_rev, self.s_rev = self.s_rev, self.c_rev
+        for c in range(j + n_defer):  # copied back: swapping memoryviews costs more
+            self.c_state[c] = self.s_state[c]
+            self.c_err[c] = self.s_err[c]
+            self.c_start[c] = self.s_start[c]
+            self.c_prev[c] = self.s_prev[c]
+            self.c_cell[c] = self.s_cell[c]
+            self.c_gap[c] = self.s_gap[c]
+            self.c_rev[c] = self.s_rev[c]
 
     @cython.cfunc
     @cython.exceptval(check=False)
     def _rand(self) -> cython.double:
         """xorshift32: the kernel's own seeded generator (runs repeat exactly)."""
         x: cython.ulonglong = self.rng
-        x ^= (x << 13) & 0xFFFFFFFF
+        x ^= (x << 13) & RNG_MASK
         x ^= x >> 17
-        x ^= (x << 5) & 0xFFFFFFFF
+        x ^= (x << 5) & RNG_MASK
         self.rng = x
         return x / 4294967296.0
 
@@ -1296,7 +1302,15 @@ _LOG_KEYS = ("partition", "position", "tag", "state", "err", "start", "cell", "p
              "reach", "merged", "gap")
 
 
+@cython.cfunc
+@cython.exceptval(check=False)
 def _now_ns() -> cython.longlong:
+    """A monotonic clock in ns: clock_gettime when compiled (a Python call would cost more
+    than many decisions it times), ``time.perf_counter_ns`` otherwise."""
+    if cython.compiled:
+        ts: timespec
+        clock_gettime(CLOCK_MONOTONIC, cython.address(ts))
+        return ts.tv_sec * 1000000000 + ts.tv_nsec
     return time.perf_counter_ns()
 
 
