@@ -607,6 +607,8 @@ class Kernel:
             nd = self._make_node(c, x, vals, i, loc)
             if nd == NO_NODE:
                 continue
+            self.created += 1
+            self.ev_created += 1
             total = self.n_err[nd] + self.final_cost[sigma]  # letters inserted after σ
             if total <= self.k:
                 self.found_at[p] = t
@@ -709,7 +711,8 @@ class Kernel:
     @cython.cfunc
     def _make_node(self, c: cython.int, x: cython.int, vals: cython.double[:, ::1],
                    i: cython.Py_ssize_t, loc: cython.longlong) -> cython.int:
-        """Phase 2: create candidate ``c``'s node; NO_NODE if a predicate rejects it."""
+        """Phase 2: create candidate ``c``'s node; NO_NODE if a predicate rejects it. The
+        caller counts it as created (a deferred start is not)."""
         nd: cython.int = self._new_node()
         prev: cython.int = self.c_prev[c]
         j: cython.int
@@ -737,8 +740,6 @@ class Kernel:
             self.n_refc[nd] = 1
             self._release(nd)
             return NO_NODE
-        self.created += 1
-        self.ev_created += 1
         return nd
 
     @cython.cfunc
@@ -803,8 +804,6 @@ class Kernel:
         before: cython.int = NO_NODE
         if nd == NO_NODE:
             return
-        self.created -= 1
-        self.ev_created -= 1
         self.n_flag[nd] = FLAG_DEFERRED
         head = p * self.n_states + self.n_state[nd]
         if self.g_len[head] >= self.defer:
