@@ -196,7 +196,7 @@ def test_tampered_sketch_falls_back_to_named_policy(tmp_path, caplog):
         d.mkdir()
         doc = config(d, budget=budget, sketch={
             "path": str(tmp_path / f"{name}.sketch"), "key_file": str(tmp_path / "key"),
-            "save_path": str(d / "learned.sketch")})
+            "save_path": str(d / "learned.sketch"), "defer": 2})
         caplog.clear()
         agent = Agent(parse_config(doc), events=events)
         final = agent.run()
@@ -208,7 +208,7 @@ def test_tampered_sketch_falls_back_to_named_policy(tmp_path, caplog):
             assert "fallback policy oldest-first" in caplog.text
         else:
             assert final["policy_error"] is None
-            assert agent.history.defer == 4  # the default; [sketch] defer sets it
+            assert agent.history.defer == 2  # [sketch] defer reaches the policy
             # the learned sketch is saved signed and loads with the device key
             assert Sketch.load(d / "learned.sketch", key).n_cells == n_cells
 
