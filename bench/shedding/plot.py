@@ -49,6 +49,12 @@ def _recall_panel(ax, results: dict, w: dict) -> None:
         y = [r["bundle_recall"] for r in rows]
         label = policy + (" (prefix)" if policy == "hindsight" else "")
         ax.plot(x, y, linestyle=line, marker=marker, color=colour, label=label, linewidth=1.4)
+    bound = w.get("recall_bound")
+    if bound:
+        fractions = results["settings"]["fractions"]
+        ax.fill_between([100 * f for f in fractions], [bound[str(f)]["test"] for f in fractions],
+                        1.02, color="0.85", alpha=0.6, linewidth=0,
+                        label="out of reach of any policy")
     t = w["truth"]
     ax.set_title(f"{w['name']}: {w['pattern']} (w={_window(w)}, k={w['k']})\n"
                  f"{t['bundles']:,} bundles, {t['match_points']:,} points, "

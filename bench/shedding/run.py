@@ -33,6 +33,7 @@ from acep.shedding import Budget
 
 from ..common import bench_parser, machine, write_json
 from . import policies
+from .bound import min_trajectory_nodes, recall_bound
 from .measure import DAY, ground_truth, recall_over_time, run_matcher, score, shed_stats
 from .workloads import (
     DRIFT_WORKLOAD,
@@ -100,11 +101,33 @@ def prepare(name: str) -> dict:
     w, test, train, sizes = st["workload"], st["test"], st["train"], st["sizes"]
     truth = ground_truth(w, test)
     out = {"truth": truth, "prefix": hindsight_prefix(w, test, sizes)}
+    out["bound"] = bounds(w, test, truth, out["prefix"])
     out["sampling_rates"], out["calibration"] = sampling_rates(w, train, sizes)
     if policies.history_ready():
         out.update(build(w, train, st.get("n_bins", N_BINS)))
     if policies.available("hindsight") is None:
         out["hindsight"] = hindsight_log(w, out["prefix"])
+    return out
+
+
+def bounds(w: Workload, test: EventBatch, truth, prefix: EventBatch) -> dict:
+    """Per budget, the upper bound on bundle recall of any policy (``bound.py``), on the
+    test stream and on the hindsight prefix."""
+    from acep.matcher import Matcher
+
+    automaton = Matcher(**w.matcher_args()).pattern.automaton
+    nodes = min_trajectory_nodes(automaton, w.k)
+    until = float(prefix.tags[-1]) if len(prefix) else -np.inf
+    early = truth.bundle_last <= until
+    out = {"min_trajectory_nodes": nodes}
+    for f in FRACTIONS:
+        rate = f * truth.summary["ops_per_event"]
+        out[str(f)] = {
+            "test": recall_bound(test.tags, truth.bundle_first, truth.bundle_last, w.window,
+                                 rate, rate * BURST, nodes),
+            "prefix": recall_bound(prefix.tags, truth.bundle_first[early],
+                                   truth.bundle_last[early], w.window, rate, rate * BURST,
+                                   nodes)}
     return out
 
 
@@ -352,6 +375,7 @@ def describe(name: str) -> dict:
            "hindsight_prefix": {"events": len(st["prefix"]),
                                 "until": float(st["prefix"].tags[-1]) if len(st["prefix"])
                                 else None},
+           "recall_bound": st["bound"],
            "sampling_rates": {str(f): r for f, r in st["sampling_rates"].items()},
            "sampling_calibration": st["calibration"],
            "time_edges": [float(x) for x in st["edges"]]}

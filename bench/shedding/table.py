@@ -49,6 +49,12 @@ def recall_table(results: dict, name: str) -> list[str]:
                  for f in fractions]
         tag = " (prefix)" if policy == "hindsight" else ""
         lines.append(f"| {policy}{tag} | " + " | ".join(cells) + " |")
+    bound = next((w.get("recall_bound") for w in results["workloads"] if w["name"] == name),
+                 None)
+    if bound:
+        cells = [f"{_pct(bound[str(f)]['test'])} (prefix {_pct(bound[str(f)]['prefix'])})"
+                 for f in fractions]
+        lines.append("| upper bound, any policy (bundles only) | " + " | ".join(cells) + " |")
     return lines
 
 

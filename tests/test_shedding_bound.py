@@ -1,0 +1,98 @@
+"""The upper bound on bundle recall (bench/shedding/bound.py): hand cases, and no policy of
+any kind beats it on random small streams (the hindsight policy included)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from test_engine_properties import stream
+
+from acep import Matcher, bundles
+from acep.events import EventBatch
+from acep.matcher import MatchBatch
+from acep.shedding import (
+    Budget,
+    KeepFirstPolicy,
+    OldestFirstPolicy,
+    RandomPolicy,
+    ScorePolicy,
+    VectorBins,
+)
+from bench.shedding.bound import min_trajectory_nodes, recall_bound
+from history.build import traced_run
+from history.policies import HindsightPolicy
+
+BINS = VectorBins((1.0, 3.0), (0.5, 2.0))
+
+
+@pytest.mark.parametrize("pattern, k, nodes", [
+    ("a b c d e", 0, 5), ("a b c d e", 1, 4), ("a b c d e", 2, 3), ("a b+ c", 0, 3),
+    ("a b+ c", 1, 2), ("(a | b) c", 0, 2), ("(a | b) c", 1, 1), ("a b c{1,2}", 0, 3),
+    ("ontime late late+ verylate", 1, 3)])
+def test_min_trajectory_nodes_counts_the_fewest_events_of_a_match(pattern, k, nodes):
+    automaton = Matcher(pattern, window=1, k=k).pattern.automaton
+    assert min_trajectory_nodes(automaton, k) == nodes
+
+
+def test_the_bound_charges_every_bundle_inside_a_run_to_its_credit():
+    """Three one-point bundles at tags 10, 30 and 50, no credit added per event, a bucket of
+    3 and 3 nodes per match: one run holds all three and pays for one, so at most 1/3."""
+    tags = np.arange(100, dtype=np.float64)
+    points = np.array([10.0, 30.0, 50.0])
+    assert recall_bound(tags, points, points, 5.0, 0.0, 3.0, 3, step=1) == pytest.approx(1 / 3)
+    assert recall_bound(tags, points, points, 5.0, 0.0, 6.0, 3, step=1) == pytest.approx(2 / 3)
+    # enough credit per event: the 20 events between bundles pay for the next one
+    assert recall_bound(tags, points, points, 5.0, 0.2, 3.0, 3, step=1) == 1.0
+    with pytest.raises(ValueError, match="non-decreasing"):
+        recall_bound(tags[::-1], points, points, 5.0, 0.0, 3.0, 3)
+
+
+@st.composite
+def bound_case(draw):
+    pattern = draw(st.sampled_from(["a b", "a b c", "a b+ c", "(a | b) c", "a b c{1,2}"]))
+    where = draw(st.sampled_from([[], ["b.x > a.x"] if "a" in pattern else []]))
+    return (pattern, where, draw(stream(max_events=40)), float(draw(st.integers(1, 6))),
+            draw(st.integers(0, 1)), draw(st.sampled_from([0.1, 0.2, 0.4, 0.8])),
+            draw(st.sampled_from([2.0, 4.0, 8.0])))
+
+
+def _policies(pattern, where, k, batch, w, seed):
+    cells = BINS.n_cells(Matcher(pattern, window=1, k=k, where=where).pattern.automaton
+                         .n_states, k)
+    score = np.random.default_rng(seed).random(cells)
+    run = traced_run(pattern, batch, w, k, where=where, partition="g", merge=False,
+                     fields=None)
+    yield KeepFirstPolicy(), {}
+    yield RandomPolicy(seed), {}
+    yield OldestFirstPolicy(), {}
+    yield ScorePolicy(score, seed_reserve=0.5, ahead=0.2, defer=2, seed=seed), {"bins": BINS}
+    yield HindsightPolicy(run.log, w, {"partition": run.partition, "point": run.point}), {}
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(bound_case(), st.integers(0, 2**16))
+def test_no_policy_finds_more_bundles_than_the_bound(c, seed):
+    pattern, where, events, w, k, rate, burst = c
+    batch = EventBatch.from_events(events)
+    truth = Matcher(pattern, window=w, k=k, where=where, partition="g").match(batch)
+    rows = bundles(truth, w)
+    if not rows:
+        return
+    first = np.array([b.first for b in rows])
+    last = np.array([b.last for b in rows])
+    automaton = Matcher(pattern, window=1, k=k, where=where).pattern.automaton
+    bound = recall_bound(batch.tags, first, last, w, rate, rate * burst,
+                         min_trajectory_nodes(automaton, k), step=1, longest=64)
+    event(f"bound < 1: {bound < 1}")
+    for policy, options in _policies(pattern, where, k, batch, w, seed):
+        m = Matcher(pattern, window=w, k=k, where=where, partition="g", policy=policy,
+                    budget=Budget(rate, burst), **options)
+        found = MatchBatch.concat([m.match_batch(batch), m.flush()])
+        hit = {i for i, b in enumerate(rows) for j in range(len(found))
+               if found.partition[j] == b.partition and b.first <= found.point[j] <= b.last}
+        assert len(hit) / len(rows) <= bound + 1e-12, type(policy).__name__
+        if bound < 1 and hit:
+            event("a policy finds bundles where the bound binds")
