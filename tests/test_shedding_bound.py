@@ -41,12 +41,12 @@ def test_the_bound_charges_every_bundle_inside_a_run_to_its_credit():
     3 and 3 nodes per match: one run holds all three and pays for one, so at most 1/3."""
     tags = np.arange(100, dtype=np.float64)
     points = np.array([10.0, 30.0, 50.0])
-    assert recall_bound(tags, points, points, 5.0, 0.0, 3.0, 3, step=1) == pytest.approx(1 / 3)
-    assert recall_bound(tags, points, points, 5.0, 0.0, 6.0, 3, step=1) == pytest.approx(2 / 3)
+    assert recall_bound(tags, points, points, 5.0, [(0.0, 3.0), (0.0, 6.0)], 3, step=1) == \
+        pytest.approx([1 / 3, 2 / 3])
     # enough credit per event: the 20 events between bundles pay for the next one
-    assert recall_bound(tags, points, points, 5.0, 0.2, 3.0, 3, step=1) == 1.0
+    assert recall_bound(tags, points, points, 5.0, [(0.2, 3.0)], 3, step=1) == [1.0]
     with pytest.raises(ValueError, match="non-decreasing"):
-        recall_bound(tags[::-1], points, points, 5.0, 0.0, 3.0, 3)
+        recall_bound(tags[::-1], points, points, 5.0, [(0.0, 3.0)], 3)
 
 
 @st.composite
@@ -84,8 +84,8 @@ def test_no_policy_finds_more_bundles_than_the_bound(c, seed):
     first = np.array([b.first for b in rows])
     last = np.array([b.last for b in rows])
     automaton = Matcher(pattern, window=1, k=k, where=where).pattern.automaton
-    bound = recall_bound(batch.tags, first, last, w, rate, rate * burst,
-                         min_trajectory_nodes(automaton, k), step=1, longest=64)
+    [bound] = recall_bound(batch.tags, first, last, w, [(rate, rate * burst)],
+                           min_trajectory_nodes(automaton, k), step=1, longest=64)
     event(f"bound < 1: {bound < 1}")
     for policy, options in _policies(pattern, where, k, batch, w, seed):
         m = Matcher(pattern, window=w, k=k, where=where, partition="g", policy=policy,

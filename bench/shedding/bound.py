@@ -24,6 +24,8 @@ maximise the total excess by dynamic programming: the tightest bound of that fam
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from acep.automaton import UNREACHABLE, Automaton
@@ -49,42 +51,56 @@ def min_trajectory_nodes(automaton: Automaton, k: int) -> int:
 
 
 def recall_bound(tags: np.ndarray, first: np.ndarray, last: np.ndarray, window: float,
-                 ops_per_event: float, depth: float, min_nodes: int, step: int | None = None,
-                 longest: int = 256) -> float:
-    """Upper bound on bundle recall: events' ``tags`` (non-decreasing, the whole stream in
-    its order), the bundles' ``first`` and ``last`` points, the budget's rate and depth.
+                 budgets: Sequence[tuple[float, float]], min_nodes: int,
+                 step: int | None = None, longest: int = 256) -> list[float]:
+    """Upper bounds on bundle recall, one per ``(ops_per_event, depth)`` of ``budgets``:
+    events' ``tags`` (non-decreasing, the whole stream in its order) and the bundles'
+    ``first`` and ``last`` points.
 
     ``step``: events per grid cell of the run boundaries (default: a 4000-cell grid);
     ``longest``: the longest run considered, in grid cells.
     """
     tags = np.asarray(tags, dtype=np.float64)
     first, last = np.asarray(first, np.float64), np.asarray(last, np.float64)
-    n, n_bundles = len(tags), len(first)
-    if n_bundles == 0:
-        return 1.0
+    if len(first) == 0:
+        return [1.0 for _ in budgets]
     if np.any(np.diff(tags) < 0):
         raise ValueError("tags must be non-decreasing (the stream in its order)")
+    n = len(tags)
     step = step or max(1, -(-n // 4000))
-    lo = np.searchsorted(tags, first - window, side="left")  # first event a trajectory may use
-    hi = np.searchsorted(tags, last, side="right")  # one past the last
     cells = -(-n // step)
     longest = max(1, min(longest, cells))
+    held = _bundles_inside_runs(tags, first, last, window, step, cells, longest)
+    return [(len(first) - _most_excluded(held, n, step, rate, depth, min_nodes)) / len(first)
+            for rate, depth in budgets]
+
+
+def _bundles_inside_runs(tags, first, last, window, step, cells, longest) -> np.ndarray:
+    """``held[L, j]``: the bundles whose possible trajectories all lie in grid cells
+    ``[j, j + L)`` (budget-free, so shared by every budget)."""
+    lo = np.searchsorted(tags, first - window, side="left")  # first event a trajectory may use
+    hi = np.searchsorted(tags, last, side="right")  # one past the last
     a = lo // step  # a run starting at grid cell <= a holds the bundle's first event
-    b = -(-hi // step)  # ... and one ending at cell >= b its last
-    span = b - a
+    span = -(-hi // step) - a  # ... and one ending at cell >= a + span its last
     inside = span <= longest
     count = np.zeros((cells + 1, longest + 1), dtype=np.int64)  # by (a, span)
     np.add.at(count, (a[inside], span[inside]), 1)
     count = count.cumsum(axis=1)  # count[a, s]: bundles from cell a spanning <= s cells
-    best = np.zeros(cells + 1)
-    held = np.zeros((longest + 1, cells + 1), dtype=np.int64)  # held[L, j]: inside [j, j+L)
+    held = np.zeros((longest + 1, cells + 1), dtype=np.int64)
     for length in range(1, longest + 1):
         for t in range(min(length, cells) + 1):
             held[length, : cells + 1 - t] += count[t:, length - t]
+    return held
+
+
+def _most_excluded(held, n, step, rate, depth, min_nodes) -> float:
+    """The most bundles disjoint runs can exclude (dynamic programme over run ends)."""
+    longest, cells = held.shape[0] - 1, held.shape[1] - 1
+    best = np.zeros(cells + 1)
     for i in range(1, cells + 1):
         lengths = np.arange(1, min(longest, i) + 1)
         starts = i - lengths
-        pay = depth + ops_per_event * (np.minimum(i * step, n) - starts * step)
+        pay = depth + rate * (np.minimum(i * step, n) - starts * step)
         excess = np.maximum(0, held[lengths, starts] - np.floor(pay / min_nodes))
         best[i] = max(best[i - 1], float(np.max(best[starts] + excess)))
-    return (n_bundles - best[cells]) / n_bundles
+    return best[cells]

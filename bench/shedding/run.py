@@ -119,16 +119,14 @@ def bounds(w: Workload, test: EventBatch, truth, prefix: EventBatch) -> dict:
     nodes = min_trajectory_nodes(automaton, w.k)
     until = float(prefix.tags[-1]) if len(prefix) else -np.inf
     early = truth.bundle_last <= until
-    out = {"min_trajectory_nodes": nodes}
-    for f in FRACTIONS:
-        rate = f * truth.summary["ops_per_event"]
-        out[str(f)] = {
-            "test": recall_bound(test.tags, truth.bundle_first, truth.bundle_last, w.window,
-                                 rate, rate * BURST, nodes),
-            "prefix": recall_bound(prefix.tags, truth.bundle_first[early],
-                                   truth.bundle_last[early], w.window, rate, rate * BURST,
-                                   nodes)}
-    return out
+    budgets = [(f * truth.summary["ops_per_event"], f * truth.summary["ops_per_event"] * BURST)
+               for f in FRACTIONS]
+    whole = recall_bound(test.tags, truth.bundle_first, truth.bundle_last, w.window, budgets,
+                         nodes)
+    head = recall_bound(prefix.tags, truth.bundle_first[early], truth.bundle_last[early],
+                        w.window, budgets, nodes)
+    return {"min_trajectory_nodes": nodes,
+            **{str(f): {"test": x, "prefix": y} for f, x, y in zip(FRACTIONS, whole, head)}}
 
 
 def hindsight_prefix(w: Workload, test: EventBatch, sizes: dict) -> EventBatch:
