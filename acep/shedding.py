@@ -158,7 +158,10 @@ class ScorePolicy:
     candidate from the seed in cell ``c`` is shed unless the credit left after it stays above
     ``seed_reserve * (1 - clip(score[c], 0, 1))**reserve_power`` x the bucket (a table fixed
     from the scores given here; learning does not move it); ``advance_reserve`` (0 = off) is
-    the same for candidates that advance a live node.
+    the same for candidates that advance a live node. ``reserve_score`` (float per cell, None:
+    ``score``) is the table the reserves are computed from instead, e.g. success rates
+    measured under the budget the policy will run at (``history.fit``), while ``score``
+    still ranks the candidates and is what learning updates.
 
     ``cover`` (None = off, else in [0, 1]): a candidate whose window starts at or before the
     last match point its partition found is *covered* (every point it can reach lies within
@@ -186,7 +189,7 @@ class ScorePolicy:
                  proxy_live: bool = False, ahead: float = 0.0, seed_reserve: float = 0.0,
                  advance_reserve: float = 0.0, reserve_power: float = 4.0,
                  cover: float | None = None, live_need=None, cover_slack: float = 0.0,
-                 defer: int = 0):
+                 defer: int = 0, reserve_score=None):
         if not 0.0 <= explore <= 1.0:
             raise ValueError(f"explore must be in [0, 1], got {explore!r}")
         if not 0.0 <= learning_rate <= 1.0:
@@ -213,8 +216,14 @@ class ScorePolicy:
             raise ValueError(f"reserve_power must be in (0, 16], got {reserve_power!r}")
         self.advance_reserve, self.reserve_power = float(advance_reserve), float(reserve_power)
         # fixed when the policy is made: learning moves the scores, not the reserves
-        slack = None if self.score is None else \
-            (1.0 - np.clip(self.score, 0.0, 1.0)) ** self.reserve_power
+        if reserve_score is not None:
+            reserve_score = _float_table(reserve_score, "reserve_score")
+            if self.score is None or len(reserve_score) != len(self.score):
+                raise ValueError("reserve_score needs a score table and one entry per cell")
+        else:
+            reserve_score = self.score
+        slack = None if reserve_score is None else \
+            (1.0 - np.clip(reserve_score, 0.0, 1.0)) ** self.reserve_power
         self.reserve = None if self.seed_reserve == 0.0 or slack is None else \
             self.seed_reserve * slack
         self.reserve_adv = None if self.advance_reserve == 0.0 or slack is None else \

@@ -4,11 +4,14 @@
   vectors, built from a traced unconstrained run (:func:`build_history`), merged, saved.
 - :class:`Sketch` (:mod:`history.sketch`): the fixed-size, signed form a device reads.
 - :mod:`history.policies`: :class:`HistoryPolicy` and the baselines.
+- :func:`fit_budgets` (:mod:`history.fit`): the sketch's reserves fitted to budgets by
+  replaying the training stream (a trainer's job).
 
 ``history.sketch`` and ``history.policies`` need only numpy, msgpack and ``acep``.
 """
 
 from .build import build_history
+from .fit import fit_budgets
 from .graph import HistoryFormatError, HistoryGraph
 from .policies import (
     CompletionPolicy,
@@ -21,4 +24,4 @@ from .sketch import Sketch, SketchError
 
 __all__ = ["HistoryGraph", "HistoryFormatError", "Sketch", "SketchError", "build_history",
            "HistoryPolicy", "CompletionPolicy", "HindsightPolicy", "EventSampler",
-           "sample_events"]
+           "sample_events", "fit_budgets"]

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from acep.events import EventBatch
-from acep.shedding import CallbackPolicy, Candidates, ScorePolicy
+from acep.shedding import Budget, CallbackPolicy, Candidates, ScorePolicy
 
 from .graph import bundle_index, compute_bundles
 
@@ -59,6 +59,11 @@ class HistoryPolicy(ScorePolicy):
     latest kept) and revived, for two operations, when a later event would advance it into
     a cell that scores well enough: the gap to its second event is the evidence.
 
+    ``budget`` (the ``acep.shedding.Budget`` the matcher runs under, or its operations per
+    event): when the sketch carries reserve tables fitted for budget ratios
+    (:mod:`history.fit`), the reserves come from the one fitted nearest this budget instead
+    of from the scores (``docs/SHEDDING.md`` section 10); the scores still rank.
+
     ``learning_rate`` and ``explore`` turn on the online update of section 5: the scores
     are a copy of the sketch's and follow the stream; :meth:`learned_sketch` returns them.
     The matcher needs the sketch's bins: ``Matcher(..., bins=policy.bins, policy=policy)``.
@@ -70,7 +75,8 @@ class HistoryPolicy(ScorePolicy):
                  seed: int = 0, proxy: bool = True, ahead: float = 0.5,
                  seed_reserve: float = 1.0, advance_reserve: float = 0.1,
                  reserve_power: float = 2.0, cover: float | None = 0.5,
-                 cover_slack: float | None = None, need: float = 1.0, defer: int = 4):
+                 cover_slack: float | None = None, need: float = 1.0, defer: int = 4,
+                 budget: Budget | float | None = None):
         if cover_slack is None:
             cover_slack = min(1.0, max(0.0, float(sketch.bundle_span)))
         live_need = None if need == 0.0 or not proxy else \
@@ -81,7 +87,8 @@ class HistoryPolicy(ScorePolicy):
                          proxy_live=proxy, ahead=ahead, seed_reserve=seed_reserve,
                          advance_reserve=advance_reserve, reserve_power=reserve_power,
                          cover=cover, cover_slack=cover_slack, live_need=live_need,
-                         defer=defer)
+                         defer=defer, reserve_score=sketch.reserve_score(
+                             budget.ops_per_event if isinstance(budget, Budget) else budget))
         self.sketch = sketch
         self.bins = sketch.bins()
 

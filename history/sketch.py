@@ -10,7 +10,12 @@ and the engine keeps one candidate per class first ([L16] Section 3.2, "we only 
 one match node"). Empty maps have class -1. A float32 ``need`` per cell (version 2,
 :func:`completion_need`): the window a successful trajectory typically still needs from the
 cell, so the policy can tell whether a live node still has window enough to stand in, and
-``bundle_span``, the mean length of the history's bundles in windows.
+``bundle_span``, the mean length of the history's bundles in windows. Optional, from
+:mod:`history.fit`: ``fitted``, one float32 table per cell for each budget ratio in
+``fitted_ratios`` (the success rates the policy's reserves are computed from at that budget),
+and ``ops_per_event``, the unconstrained operations per event of the training stream, which
+turns a device's budget into a ratio. A reader that predates them ignores them and runs on
+the plain scores, so the version stays 2.
 
 Wire format: a msgpack envelope ``{"format": "acep-sketch", "version": 2, "signature":
 "HMAC-SHA256", "payload": <bytes>, "mac": <32 bytes>}``; the MAC covers format, version and
@@ -121,6 +126,28 @@ def completion_need(graph, score: np.ndarray, iterations: int = 64) -> np.ndarra
     return np.clip(mid - left, 0.0, float(graph.window)).astype(np.float32)
 
 
+def _fitted_fields(doc: dict, n_cells: int):
+    """``ops_per_event``, ``fitted_ratios``, ``fitted`` of a payload (absent: none fitted)."""
+    err = SketchError
+    if "fitted" not in doc and "fitted_ratios" not in doc:
+        return 0.0, None, None
+    ops = float(_format.field(doc, "ops_per_event", (int, float), err))
+    if not np.isfinite(ops) or ops < 0:
+        raise err("field 'ops_per_event': not finite or negative")
+    ratios = _format.unpack_array(doc, "fitted_ratios", err, dtype="<f8", ndim=1)
+    if not np.all(np.isfinite(ratios)) or np.any(ratios <= 0) or np.any(np.diff(ratios) <= 0):
+        raise err("field 'fitted_ratios': not positive, finite and strictly increasing")
+    fitted = _format.unpack_array(doc, "fitted", err, dtype="<f4", ndim=2)
+    if fitted.shape != (len(ratios), n_cells):
+        raise err(f"field 'fitted': shape {fitted.shape} for {len(ratios)} ratios and "
+                  f"{n_cells} cells")
+    if not np.all(np.isfinite(fitted)):
+        raise err("field 'fitted': not finite")
+    if len(ratios) and ops == 0:
+        raise err("field 'ops_per_event': 0 with fitted tables (no ratio to compare with)")
+    return ops, ratios, fitted
+
+
 def bundle_span(graph) -> float:
     """The mean length of the history's bundles in windows, ``(last - first) / window``
     (0 without bundles or window). Long bundles mean a point found is usually followed by
@@ -149,11 +176,44 @@ class Sketch:
     seed: int = 0
     need: np.ndarray | None = None  # float32[n_cells], completion_need (zeros if None)
     bundle_span: float = 0.0  # mean (last - first) / window of the history's bundles
+    ops_per_event: float = 0.0  # the training stream's unconstrained operations per event
+    fitted_ratios: np.ndarray | None = None  # float64[F], increasing budget ratios
+    fitted: np.ndarray | None = None  # float32[F, n_cells], reserve scores per ratio
 
     def __post_init__(self):
         self.proxy_class = proxy_classes(self.minhash, self.band)
         if self.need is None:
             self.need = np.zeros(len(self.score), dtype=np.float32)
+        if self.fitted is None:
+            self.fitted_ratios = np.zeros(0, dtype=np.float64)
+            self.fitted = np.zeros((0, len(self.score)), dtype=np.float32)
+
+    def reserve_score(self, ops_per_event: float | None) -> np.ndarray | None:
+        """The fitted reserve table for a budget of ``ops_per_event`` operations per event:
+        the one whose ratio is nearest (in log scale) to ``ops_per_event / self.ops_per_event``,
+        or None (no budget, no fitted table, or no training operations to compare with)."""
+        if ops_per_event is None or not len(self.fitted_ratios) or not self.ops_per_event > 0:
+            return None
+        ratio = max(float(ops_per_event), 1e-12) / self.ops_per_event
+        nearest = np.argmin(np.abs(np.log(self.fitted_ratios) - np.log(ratio)))
+        return self.fitted[nearest]
+
+    def with_fitted(self, ratio: float, table: np.ndarray, ops_per_event: float) -> Sketch:
+        """A copy with ``table`` as the reserve scores fitted for budget ``ratio`` (replacing
+        one fitted for the same ratio) and the training stream's ``ops_per_event``."""
+        from dataclasses import replace
+
+        table = np.asarray(table, dtype=np.float32)
+        if table.shape != (self.n_cells,) or not np.all(np.isfinite(table)):
+            raise ValueError(f"a fitted table needs {self.n_cells} finite entries")
+        if not (ratio > 0 and np.isfinite(ratio)) or not ops_per_event > 0:
+            raise ValueError("ratio and ops_per_event must be positive")
+        keep = self.fitted_ratios != ratio
+        ratios = np.r_[self.fitted_ratios[keep], float(ratio)]
+        tables = np.vstack([self.fitted[keep], table[None, :]])
+        order = np.argsort(ratios)
+        return replace(self, ops_per_event=float(ops_per_event), fitted_ratios=ratios[order],
+                       fitted=tables[order])
 
     @property
     def n_cells(self) -> int:
@@ -197,6 +257,10 @@ class Sketch:
 
     def _payload(self) -> bytes:
         pa = _format.pack_array
+        fitted = {} if not len(self.fitted_ratios) else {
+            "ops_per_event": float(self.ops_per_event),
+            "fitted_ratios": pa(np.asarray(self.fitted_ratios, dtype=np.float64)),
+            "fitted": pa(np.asarray(self.fitted, dtype=np.float32))}
         return _format.dumps({
             "format": FORMAT, "version": VERSION, "pattern": self.pattern,
             "where": list(self.where), "k": self.k, "window": float(self.window),
@@ -205,7 +269,7 @@ class Sketch:
             "score": pa(self.score.astype(np.float32)),
             "minhash": pa(self.minhash.astype(np.uint32)),
             "need": pa(self.need.astype(np.float32)),
-            "bundle_span": float(self.bundle_span),
+            "bundle_span": float(self.bundle_span), **fitted,
         })
 
     def to_bytes(self, key: bytes) -> bytes:
@@ -273,8 +337,9 @@ class Sketch:
         span = float(f(doc, "bundle_span", (int, float), err))
         if not np.isfinite(span) or not 0.0 <= span <= 1e9:
             raise err("field 'bundle_span': not finite or outside [0, 1e9]")
+        ops, ratios, fitted = _fitted_fields(doc, n_cells)
         return cls(pattern, tuple(where), k, window, n_states, rem, gap, score, minhash, band,
-                   seed, need, span)
+                   seed, need, span, ops, ratios, fitted)
 
     def save(self, path, key: bytes) -> int:
         data = self.to_bytes(key)

@@ -1,0 +1,144 @@
+"""Reserves fitted to a budget (history.fit, docs/SHEDDING.md section 10): the table a device
+gets reproduces, on the training stream, the recall the fit chose it for, and it is never
+worse there than the history's own scores."""
+
+import msgpack
+import numpy as np
+import pytest
+from test_history_policies import _random_events
+from test_history_sketch import KEY, _resigned
+
+from acep import EventBatch, Matcher, bundles
+from acep.shedding import Budget, ScorePolicy
+from history.build import build_history
+from history.fit import CANDIDATES, fit_budgets
+from history.policies import HistoryPolicy
+from history.sketch import Sketch, SketchError
+
+PATTERN, W, K = "a b c d", 6.0, 1
+
+
+def _recall(truth, found):
+    """Bundle recall by brute force: a bundle is found when a found point lies in its span."""
+    table = bundles(truth, W)
+    hit = {i for i, b in enumerate(table) for p, t in zip(found.partition, found.point)
+           if p == b.partition and b.first <= t <= b.last}
+    return len(hit) / len(table)
+
+
+def _stream(seed, n=1500):
+    return EventBatch.from_events(_random_events(n, seed, types="abcdx"))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_fitted_table_reproduces_the_chosen_recall_and_never_loses_to_the_history(seed):
+    events = _stream(seed)
+    sketch = Sketch.from_graph(build_history(PATTERN, events, W, K, partition="g", n_bins=4))
+    ratios = [0.1, 0.3, 0.6]
+    fitted, report = fit_budgets(sketch, events, ratios, partition="g", burst=16,
+                                 min_visits=5, seed=seed)
+    truth = Matcher(PATTERN, W, K, partition="g").match(events)
+    ops = report["ops_per_event"]
+    assert fitted.fitted_ratios.tolist() == ratios and fitted.ops_per_event == ops
+    assert report["bundles"] == len(bundles(truth, W))
+    shipped = Sketch.from_bytes(fitted.to_bytes(KEY), KEY)
+    for i, ratio in enumerate(ratios):
+        row = report["ratios"][ratio]
+        recall = row["bundle_recall"]
+        assert set(recall) == set(CANDIDATES)
+        best = max(recall.values())
+        assert recall[row["chosen"]] == best
+        assert CANDIDATES.index(row["chosen"]) == min(
+            CANDIDATES.index(n) for n in CANDIDATES if recall[n] == best)
+        assert recall[row["chosen"]] >= recall["history"]
+        budget = Budget(ratio * ops, 16)
+        for s in (fitted, shipped):
+            policy = HistoryPolicy(s, learning_rate=0.0, explore=0.0, seed=seed, budget=budget)
+            assert np.allclose(policy.reserve, (1 - np.clip(s.fitted[i], 0, 1)) ** 2)
+            found = Matcher(PATTERN, W, K, partition="g", bins=s.bins(), budget=budget,
+                            policy=policy).match(events)
+            assert _recall(truth, found) == pytest.approx(recall[row["chosen"]])
+        plain = HistoryPolicy(sketch, learning_rate=0.0, explore=0.0, seed=seed, budget=budget)
+        found = Matcher(PATTERN, W, K, partition="g", bins=sketch.bins(), budget=budget,
+                        policy=plain).match(events)
+        assert _recall(truth, found) == pytest.approx(recall["history"])
+
+
+def _fitted_sketch():
+    events = _stream(5, 600)
+    sketch = Sketch.from_graph(build_history(PATTERN, events, W, K, partition="g", n_bins=4))
+    n = sketch.n_cells
+    return sketch.with_fitted(0.5, np.full(n, 0.9), 2.0).with_fitted(0.1, np.full(n, 0.2), 2.0)
+
+
+def test_the_policy_takes_the_table_fitted_nearest_its_budget():
+    s = _fitted_sketch()
+    assert s.fitted_ratios.tolist() == [0.1, 0.5]
+    assert s.reserve_score(None) is None
+    assert s.reserve_score(0.2)[0] == pytest.approx(0.2)  # ratio 0.1
+    assert s.reserve_score(0.3)[0] == pytest.approx(0.2)  # 0.15: nearer 0.1 in log scale
+    assert s.reserve_score(0.5)[0] == pytest.approx(0.9)  # 0.25: nearer 0.5 in log scale
+    assert s.reserve_score(100.0)[0] == pytest.approx(0.9)
+    p = HistoryPolicy(s, budget=Budget(0.2, 64))
+    assert np.allclose(p.reserve, (1 - 0.2) ** 2) and np.allclose(p.reserve_adv, 0.1 * 0.8 ** 2)
+    assert np.array_equal(p.score, s.score.astype(np.float64))  # the scores still rank
+    unfitted = Sketch.from_graph(build_history(PATTERN, _stream(5, 600), W, K, partition="g",
+                                               n_bins=4))
+    assert unfitted.reserve_score(1.0) is None
+    replaced = s.with_fitted(0.1, np.full(s.n_cells, 0.4), 3.0)
+    assert replaced.fitted_ratios.tolist() == [0.1, 0.5] and replaced.ops_per_event == 3.0
+    assert replaced.reserve_score(0.3)[0] == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="finite entries"):
+        s.with_fitted(0.2, np.zeros(3), 1.0)
+    with pytest.raises(ValueError, match="positive"):
+        s.with_fitted(0.0, np.zeros(s.n_cells), 1.0)
+
+
+def test_score_policy_reserves_from_a_separate_table():
+    score, rs = np.linspace(0, 1, 6), np.full(6, 0.5)
+    p = ScorePolicy(score, seed_reserve=1.0, advance_reserve=0.5, reserve_power=2,
+                    reserve_score=rs)
+    assert np.allclose(p.reserve, 0.25) and np.allclose(p.reserve_adv, 0.125)
+    assert np.array_equal(p.score, score)
+    with pytest.raises(ValueError, match="one entry per cell"):
+        ScorePolicy(score, seed_reserve=1.0, reserve_score=np.zeros(5))
+    with pytest.raises(ValueError, match="reserve_score must be finite"):
+        ScorePolicy(score, seed_reserve=1.0, reserve_score=np.full(6, np.nan))
+
+
+def test_fitted_tables_round_trip_and_an_unfitted_sketch_writes_none():
+    s = _fitted_sketch()
+    back = Sketch.from_bytes(s.to_bytes(KEY), KEY)
+    assert np.array_equal(back.fitted, s.fitted) and back.ops_per_event == 2.0
+    assert np.array_equal(back.fitted_ratios, s.fitted_ratios)
+    plain = Sketch.from_graph(build_history(PATTERN, _stream(5, 600), W, K, partition="g",
+                                            n_bins=4))
+    doc = msgpack.unpackb(msgpack.unpackb(plain.to_bytes(KEY), raw=False)["payload"],
+                          raw=False)
+    assert not {"fitted", "fitted_ratios", "ops_per_event"} & set(doc)
+    assert len(Sketch.from_bytes(plain.to_bytes(KEY), KEY).fitted_ratios) == 0
+
+
+def _add_fitted(ratios, table_rows, ops=2.0, cells=24, dtype="<f4"):
+    def change(doc):
+        doc["ops_per_event"] = ops
+        doc["fitted_ratios"] = {"dtype": "<f8", "shape": [len(ratios)],
+                                "data": np.asarray(ratios, "<f8").tobytes()}
+        data = np.full((table_rows, cells), 0.5, dtype).tobytes()
+        doc["fitted"] = {"dtype": dtype, "shape": [table_rows, cells], "data": data}
+    return change
+
+
+@pytest.mark.parametrize("change, message", [
+    (_add_fitted([0.5, 0.1], 2), "'fitted_ratios': not positive, finite and strictly"),
+    (_add_fitted([-0.5], 1), "'fitted_ratios'"),
+    (_add_fitted([0.1, 0.5], 1), r"'fitted': shape \(1, 24\) for 2 ratios and 24 cells"),
+    (_add_fitted([0.1], 1, cells=23), "'fitted': shape"),
+    (_add_fitted([0.1], 1, dtype="<f8"), "'fitted': dtype"),
+    (_add_fitted([0.1], 1, ops=0.0), "'ops_per_event': 0 with fitted tables"),
+    (_add_fitted([0.1], 1, ops=float("inf")), "'ops_per_event': not finite"),
+    (lambda d: (_add_fitted([0.1], 1)(d), d.pop("ops_per_event")), "'ops_per_event'"),
+])
+def test_malformed_fitted_tables_name_the_field(change, message):
+    with pytest.raises(SketchError, match=message):
+        Sketch.from_bytes(_resigned(change), KEY)
