@@ -412,6 +412,12 @@ def _add_history_parser(sub) -> None:
     build.add_argument("--output", "-o", required=True, help="the history file to write")
     build.add_argument("--sketch", help="also write the signed sketch here (needs --key-file)")
     build.add_argument("--key-file", help="the signing key of the sketch (a file)")
+    build.add_argument("--fit", metavar="RATIOS",
+                       help="fit the sketch's reserves to these budgets on the same events "
+                            "(comma-separated fractions of their unconstrained operations per "
+                            "event, e.g. 0.1,0.25; docs/SHEDDING.md section 10)")
+    build.add_argument("--burst", type=float, default=64.0,
+                       help="the devices' bucket depth in events, for --fit (default 64)")
     build.set_defaults(run=run_history_build)
 
 
@@ -421,6 +427,9 @@ def run_history_build(args) -> int:
 
     if args.sketch and not args.key_file:
         raise ValueError("--sketch needs --key-file (sketches are signed)")
+    ratios = _ratios(args.fit) if args.fit else []
+    if ratios and not args.sketch:
+        raise ValueError("--fit fits a sketch: it needs --sketch")
     spec = EventSpec.load(args.spec) if args.spec else None
     batches = list(read_events(args.file, spec))
     started = time.perf_counter()
@@ -433,9 +442,38 @@ def run_history_build(args) -> int:
     if args.sketch:
         with open(args.key_file, "rb") as f:
             key = f.read().strip()
-        n = Sketch.from_graph(graph).save(args.sketch, key)
+        sketch = Sketch.from_graph(graph)
+        if ratios:
+            sketch = _fit(sketch, batches, ratios, args)
+        n = sketch.save(args.sketch, key)
         print(f"acep: signed sketch, {n:,} bytes -> {args.sketch}", file=sys.stderr)
     return 0
+
+
+def _ratios(text: str) -> list[float]:
+    try:
+        ratios = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--fit: {text!r} is not a comma-separated list of numbers") from None
+    if not ratios or not all(0 < r <= 100 for r in ratios):
+        raise ValueError(f"--fit: budget ratios must be in (0, 100], got {text!r}")
+    return ratios
+
+
+def _fit(sketch, batches, ratios, args):
+    from acep.events import EventBatch
+    from history.fit import fit_budgets
+
+    events = batches[0] if len(batches) == 1 else EventBatch.concat(batches)
+    started = time.perf_counter()
+    sketch, report = fit_budgets(sketch, events, ratios, partition=args.partition,
+                                 burst=args.burst)
+    for ratio, row in report["ratios"].items():
+        found = ", ".join(f"{n} {100 * r:.1f}%" for n, r in row["bundle_recall"].items())
+        print(f"acep: budget {ratio:g} x {report['ops_per_event']:.3f} ops/event: "
+              f"{row['chosen']} reserves (bundle recall {found})", file=sys.stderr)
+    print(f"acep: fitted in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return sketch
 
 
 def run_history(args) -> int:

@@ -133,7 +133,8 @@ class Agent:
         if sketch is not None:
             try:
                 policy = HistoryPolicy(sketch, self.cfg.sketch.learning_rate,
-                                       self.cfg.sketch.explore, defer=self.cfg.sketch.defer)
+                                       self.cfg.sketch.explore, defer=self.cfg.sketch.defer,
+                                       budget=budget)
                 matcher = Matcher(p.text, policy=policy, bins=policy.bins, **common)
             except (ValueError, TypeError) as e:
                 self._refuse_sketch(f"does not fit the pattern: {e}")

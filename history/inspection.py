@@ -80,11 +80,19 @@ def describe_sketch(s: _sketch.Sketch, file_bytes: int, top: int = 10) -> str:
              f"cells: {s.n_cells}, {int(mapped.sum())} with a match map, "
              f"{len(np.unique(s.proxy_class[mapped]))} proxy classes (band {s.band})",
              f"bytes: {file_bytes:,} (H = {s.hashes} min-hash values per cell)",
-             "", f"top {top} cells by score:",
+             _fitted_line(s), "", f"top {top} cells by score:",
              f"  {'cell':>6} {'state':>5} {'err':>3} {'rem bin':>7} {'gap bin':>7} {'score':>6}"]
     for c, st, e, r, g in zip(order, state, err, rem, gap):
         lines.append(f"  {c:>6} {st:>5} {e:>3} {r:>7} {g:>7} {s.score[c]:>6.3f}")
     return "\n".join(lines)
+
+
+def _fitted_line(s: _sketch.Sketch) -> str:
+    if not len(s.fitted_ratios):
+        return "reserves: from the scores (not fitted to a budget)"
+    ratios = ", ".join(f"{r:g}" for r in s.fitted_ratios)
+    return (f"reserves fitted to budgets of {ratios} x {s.ops_per_event:.4g} operations per "
+            f"event")
 
 
 def _edges(edges: np.ndarray) -> str:

@@ -144,3 +144,39 @@ def test_history_build_then_inspect_a_trained_history(tmp_path):
     refused = acep("history", "build", FIXTURE, "-p", "a b", "-w", "3", "-o", out,
                    "--sketch", sketch)
     assert refused.returncode != 0 and "--key-file" in refused.stderr
+
+
+def test_history_build_fits_the_sketch_to_budgets(tmp_path):
+    """`--fit` ships the tables `history.fit` chooses on the same events; inspect shows them."""
+    from acep.events import EventSpec, read_events
+    from history.fit import fit_budgets
+    from history.sketch import Sketch
+
+    key = tmp_path / "fleet.key"
+    key.write_bytes(b"a signing key")
+    out, sketch = tmp_path / "h.history", tmp_path / "h.sketch"
+    r = acep("history", "build", FIXTURE, "--spec", "flights", "-p", "late verylate late",
+             "-w", "1h", "-k", "1", "--partition", "origin", "-o", out, "--sketch", sketch,
+             "--key-file", key, "--fit", "0.1,0.5", "--burst", "32")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("reserves (bundle recall history") == 2
+    shipped = Sketch.load(sketch, b"a signing key")
+    assert shipped.fitted_ratios.tolist() == [0.1, 0.5]
+    from acep.events import EventBatch
+    from history.graph import HistoryGraph
+
+    batches = list(read_events(FIXTURE, EventSpec.load("flights")))
+    plain = Sketch.from_graph(HistoryGraph.load(out))
+    direct, _ = fit_budgets(plain, EventBatch.concat(batches), [0.1, 0.5], partition="origin",
+                            burst=32)
+    assert (direct.fitted == shipped.fitted).all()
+    assert shipped.ops_per_event == pytest.approx(direct.ops_per_event)
+    shown = acep("history", "inspect", sketch, "--key-file", key)
+    assert shown.returncode == 0 and "reserves fitted to budgets of 0.1, 0.5" in shown.stdout
+    for bad in ("x", "0", "-1,0.5"):
+        refused = acep("history", "build", FIXTURE, "-p", "a b", "-w", "3", "-o", out,
+                       "--sketch", sketch, "--key-file", key, "--fit", bad)
+        assert refused.returncode != 0 and "--fit" in refused.stderr
+    refused = acep("history", "build", FIXTURE, "-p", "a b", "-w", "3", "-o", out,
+                   "--fit", "0.5")
+    assert refused.returncode != 0 and "needs --sketch" in refused.stderr
