@@ -8,9 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from acep import Matcher, bundles
+from acep.shedding import Budget
 from bench import data
 from bench.shedding import policies, run
 from bench.shedding.workloads import WORKLOADS, flights_split
@@ -163,3 +165,23 @@ def test_defer_option_reaches_the_history_policies():
             assert policies.make(row, state, 0.25).options["policy"].defer == expected
     with pytest.raises(SystemExit):
         run.parse_args(["--defer", "-1"])
+
+
+def test_histories_are_fitted_to_every_budget_unless_no_fit():
+    args = run.parse_args(["--quick", "--no-fit"])
+    assert args.no_fit and "--no-fit" in run.command(args)
+    assert "--no-fit" not in run.command(run.parse_args(["--quick"]))
+    w = next(w for w in WORKLOADS if w.name == "delay-wave")
+    train = flights_split(None)["train"]
+    plain = run.build(w, train, 4, fit=False)
+    fitted = run.build(w, train, 4)
+    assert len(plain["sketch"].fitted_ratios) == 0 and plain["history"]["fit"] is None
+    assert fitted["sketch"].fitted_ratios.tolist() == list(run.FRACTIONS)
+    info = fitted["history"]
+    assert info["sketch_bytes"] > info["plain_sketch_bytes"] == plain["history"]["sketch_bytes"]
+    for row in info["fit"]["ratios"].values():
+        assert row["bundle_recall"][row["chosen"]] == max(row["bundle_recall"].values())
+    budget = Budget(0.05 * info["fit"]["ops_per_event"], run.BURST)
+    made = policies.make("history", {"sketch": fitted["sketch"]}, 0.05, budget)
+    expected = (1 - np.clip(fitted["sketch"].fitted[0], 0, 1)) ** 2
+    assert np.allclose(made.options["policy"].reserve, expected)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from acep.events import EventBatch
-from acep.shedding import KeepFirstPolicy, OldestFirstPolicy, RandomPolicy
+from acep.shedding import Budget, KeepFirstPolicy, OldestFirstPolicy, RandomPolicy
 
 SEED = 4
 # docs/SHEDDING.md section 5 leaves the numbers to the history package: its defaults.
@@ -62,8 +62,9 @@ class Setup:
     sampled_rate: float | None = None  # input-event sampling: the share of events kept
 
 
-def make(policy: str, state: dict, fraction: float) -> Setup:
-    """A fresh policy (and the bins it needs) for one run."""
+def make(policy: str, state: dict, fraction: float, budget: Budget | None = None) -> Setup:
+    """A fresh policy (and the bins it needs) for one run under ``budget`` (the history
+    policies take the reserves their sketch fitted nearest it)."""
     if policy == "keep-first":
         return Setup({"policy": KeepFirstPolicy()})
     if policy == "random":
@@ -77,7 +78,8 @@ def make(policy: str, state: dict, fraction: float) -> Setup:
         rl = policy == "history+rl"
         made = _find("history.policies", "HistoryPolicy")(
             state["sketch"], learning_rate=LEARNING_RATE if rl else 0.0,
-            explore=EXPLORE if rl else 0.0, seed=SEED, defer=state.get("defer", DEFER))
+            explore=EXPLORE if rl else 0.0, seed=SEED, defer=state.get("defer", DEFER),
+            budget=budget)
         return Setup({"policy": made, "bins": made.bins})
     if policy == "hindsight":
         h = state["hindsight"]

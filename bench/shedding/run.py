@@ -5,7 +5,9 @@ Run ``python -m bench.shedding [--data PATH] [--quick] [--out DIR] [--jobs N]``.
 
 1. runs the unconstrained matcher on the test stream: the ground truth (match points,
    bundles, operations = candidate match nodes, ops per event, bundles per partition-day);
-2. builds the history of the training stream (``history.build_history``) and its sketch;
+2. builds the history of the training stream (``history.build_history``) and its sketch,
+   and fits the sketch's reserves to every budget on the training stream (``history.fit``;
+   ``--no-fit``: the plain sketch);
 3. runs every policy (``bench/shedding/policies.py``) at budgets of 5%..100% of the ground
    truth's ops per event (``Budget(f * ops_per_event, burst=BURST)``) and scores the matches:
    bundle recall, match-point recall, precision, ops spent, shed, time deciding, wall time,
@@ -104,7 +106,7 @@ def prepare(name: str) -> dict:
     out["bound"] = bounds(w, test, truth, out["prefix"])
     out["sampling_rates"], out["calibration"] = sampling_rates(w, train, sizes)
     if policies.history_ready():
-        out.update(build(w, train, st.get("n_bins", N_BINS)))
+        out.update(build(w, train, st.get("n_bins", N_BINS), st.get("fit", True)))
     if policies.available("hindsight") is None:
         out["hindsight"] = hindsight_log(w, out["prefix"])
     return out
@@ -139,10 +141,12 @@ def hindsight_prefix(w: Workload, test: EventBatch, sizes: dict) -> EventBatch:
     return rebase(test, 0, end)
 
 
-def build(w: Workload, train: EventBatch, n_bins: int = N_BINS) -> dict:
+def build(w: Workload, train: EventBatch, n_bins: int = N_BINS, fit: bool = True) -> dict:
     """The history of the training stream and its sketch, with sizes and errors.
 
-    ``n_bins``: quantile bins per time dimension (``--n-bins``, to compare binnings)."""
+    ``n_bins``: quantile bins per time dimension (``--n-bins``, to compare binnings);
+    ``fit``: fit the sketch's reserves to each budget of ``FRACTIONS`` on the training
+    stream (``history.fit``), as a trainer would for its devices' budgets."""
     from history.build import build_history
     from history.sketch import Sketch
 
@@ -152,9 +156,20 @@ def build(w: Workload, train: EventBatch, n_bins: int = N_BINS) -> dict:
                           partition=w.partition, n_bins=n_bins)
     sketch = Sketch.from_graph(graph)
     seconds = time.perf_counter() - start
+    plain_bytes, fitting = int(sketch.nbytes), None
+    if fit:
+        from history.fit import fit_budgets
+
+        start = time.perf_counter()
+        sketch, report = fit_budgets(sketch, train, FRACTIONS, partition=w.partition,
+                                     burst=BURST, seed=SEED)
+        fitting = {"seconds": time.perf_counter() - start, "ops_per_event":
+                   report["ops_per_event"], "train_bundles": report["bundles"],
+                   "ratios": {str(f): r for f, r in report["ratios"].items()}}
     info = {"build_seconds": seconds, "cells": int(graph.n_cells),
             "bundles": int(graph.n_bundles), "rem_edges": list(graph.rem_edges),
             "gap_edges": list(graph.gap_edges), "sketch_bytes": int(sketch.nbytes),
+            "plain_sketch_bytes": plain_bytes, "fit": fitting,
             "graph_bytes": len(graph.to_bytes()),
             "sketch_error": sketch.error_against(graph),
             "success_rate": float(graph.successes.sum() / max(graph.visits.sum(), 1))}
@@ -202,9 +217,9 @@ def run_policy(task: tuple[str, str]) -> list[dict]:
 def one_run(st: dict, policy: str, fraction: float) -> dict:
     """One (workload, policy, budget) run, scored against the ground truth."""
     w, truth, prefix = st["workload"], st["truth"], st["prefix"]
-    setup = policies.make(policy, st, fraction)
-    events = prefix if policy == "hindsight" else st["test"]
     budget = Budget(fraction * truth.summary["ops_per_event"], BURST)
+    setup = policies.make(policy, st, fraction, budget)
+    events = prefix if policy == "hindsight" else st["test"]
     if setup.sampled_rate is not None:
         # the same device: the same ops per original event and the same bucket, in ops
         rate = setup.sampled_rate
@@ -233,8 +248,8 @@ def burst_run(task: tuple[str, float, float]) -> dict:
     policy, fraction, burst = task
     st = _STATE[BURST_WORKLOAD]
     w, truth = st["workload"], st["truth"]
-    setup = policies.make(policy, st, fraction)
     budget = Budget(fraction * truth.summary["ops_per_event"], burst)
+    setup = policies.make(policy, st, fraction, budget)
     found, m, seconds = run_matcher(w, st["test"], budget=budget, **setup.options)
     return {"workload": w.name, "policy": policy, "fraction": fraction, "burst": burst,
             **score(truth, found), **shed_stats(m, seconds, len(st["test"]))}
@@ -336,6 +351,7 @@ def run_all(args, sizes: dict) -> dict:
                           "sizes": sizes, "source": split["source"],
                           "n_bins": getattr(args, "n_bins", N_BINS),
                           "defer": getattr(args, "defer", policies.DEFER),
+                          "fit": not getattr(args, "no_fit", False),
                           "edges": time_edges(split["test"], sizes["slices"],
                                               w.stream == "flights")}
     ctx = multiprocessing.get_context("fork")
@@ -398,6 +414,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="deferred window starts per partition and state of the history "
                              f"policies (default {policies.DEFER}, 0 = off; "
                              "docs/SHEDDING.md section 8)")
+    parser.add_argument("--no-fit", action="store_true",
+                        help="use the plain sketch: no reserves fitted to the budgets on the "
+                             "training stream (docs/SHEDDING.md section 10); to compare")
     args = parser.parse_args(argv)
     if not 0 <= args.defer <= 1024:
         parser.error(f"--defer must be in 0..1024, got {args.defer}")
@@ -417,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
                             "learning_rate": policies.LEARNING_RATE,
                             "explore": policies.EXPLORE, "jobs": args.jobs, "seed": SEED,
                             "n_bins": args.n_bins, "defer": args.defer,
+                            "fit": not args.no_fit,
                             "sizes": sizes, "policies": list(policies.POLICIES),
                             "baselines": list(policies.BASELINES),
                             "drift_workload": DRIFT_WORKLOAD}}
@@ -446,4 +466,6 @@ def command(args) -> str:
         parts.append(f"--n-bins {args.n_bins}")
     if getattr(args, "defer", policies.DEFER) != policies.DEFER:
         parts.append(f"--defer {args.defer}")
+    if getattr(args, "no_fit", False):
+        parts.append("--no-fit")
     return " ".join(parts)
