@@ -119,6 +119,19 @@ def test_sample_runs_on_the_embedded_sample():
     assert "bundles" in r.stdout.splitlines()[-1]
 
 
+def _history_build(tmp_path, *extra):
+    """`acep history build` of the fixture with a signed sketch: (result, history, sketch,
+    key file)."""
+    key = tmp_path / "fleet.key"
+    key.write_bytes(b"a signing key")
+    out, sketch = tmp_path / "h.history", tmp_path / "h.sketch"
+    r = acep("history", "build", FIXTURE, "--spec", "flights", "-p", "late verylate late",
+             "-w", "1h", "-k", "1", "--partition", "origin", "-o", out, "--sketch", sketch,
+             "--key-file", key, *extra)
+    assert r.returncode == 0, r.stderr
+    return r, out, sketch, key
+
+
 def test_history_build_then_inspect_a_trained_history(tmp_path):
     """`acep history build` learns what a direct build_history learns; inspect reads it."""
     from acep.events import EventSpec, read_events
@@ -126,13 +139,7 @@ def test_history_build_then_inspect_a_trained_history(tmp_path):
     from history.graph import HistoryGraph
     from history.sketch import Sketch
 
-    key = tmp_path / "fleet.key"
-    key.write_bytes(b"a signing key")
-    out, sketch = tmp_path / "h.history", tmp_path / "h.sketch"
-    r = acep("history", "build", FIXTURE, "--spec", "flights", "-p", "late verylate late",
-             "-w", "1h", "-k", "1", "--partition", "origin", "-o", out, "--sketch", sketch,
-             "--key-file", key)
-    assert r.returncode == 0, r.stderr
+    r, out, sketch, key = _history_build(tmp_path)
     saved = HistoryGraph.load(out)
     batches = list(read_events(FIXTURE, EventSpec.load("flights")))
     direct = build_history("late verylate late", batches, 3600.0, 1, partition="origin")
@@ -152,13 +159,7 @@ def test_history_build_fits_the_sketch_to_budgets(tmp_path):
     from history.fit import fit_budgets
     from history.sketch import Sketch
 
-    key = tmp_path / "fleet.key"
-    key.write_bytes(b"a signing key")
-    out, sketch = tmp_path / "h.history", tmp_path / "h.sketch"
-    r = acep("history", "build", FIXTURE, "--spec", "flights", "-p", "late verylate late",
-             "-w", "1h", "-k", "1", "--partition", "origin", "-o", out, "--sketch", sketch,
-             "--key-file", key, "--fit", "0.1,0.5", "--burst", "32")
-    assert r.returncode == 0, r.stderr
+    r, out, sketch, key = _history_build(tmp_path, "--fit", "0.1,0.5", "--burst", "32")
     assert r.stderr.count("reserves (bundle recall history") == 2
     shipped = Sketch.load(sketch, b"a signing key")
     assert shipped.fitted_ratios.tolist() == [0.1, 0.5]
