@@ -13,12 +13,13 @@ own start was shed. How much that matters depends on the budget. So, for a budge
 2. makes three candidate reserve tables: the sketch's scores (``history``), the measured
    rates (``measured``), and the measured order with the sketch's values (``order``: the
    cells are re-ranked, the overall level of the reserves, which the budget sets, is kept);
-3. replays the training stream at ``f`` with each and keeps the one that finds the most
-   bundles (ties: the earlier in that list), stored in the sketch as the table for ``f``.
+3. replays the training stream at ``f`` with each (the run of step 1 is the history's
+   replay) and keeps the one that finds the most bundles (ties: the earlier in that list),
+   stored in the sketch as the table for ``f``.
 
 One step of policy iteration with a model choice on the training data: nothing of the test
 period is used. A device gives :class:`history.HistoryPolicy` its budget and gets the table
-fitted nearest it. Runs the full matcher several times per ratio: a trainer's job, not a
+fitted nearest it. Runs the full matcher three times per ratio: a trainer's job, not a
 device's.
 """
 
@@ -32,6 +33,7 @@ import numpy as np
 from acep import EventBatch, MatchBatch, Matcher
 from acep.shedding import Budget
 
+from .build import _key_id
 from .graph import bundle_index, compute_bundles
 from .policies import HistoryPolicy
 from .sketch import Sketch
@@ -69,10 +71,10 @@ def fit_budgets(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
     report = {"ops_per_event": ops_per_event, "bundles": truth.n, "ratios": {}}
     for ratio in ratios:
         budget = Budget(ratio * ops_per_event, burst)
-        tables = _candidates(plain, args, events, budget, min_visits, seed)
-        recall = {}
-        for name, table in tables.items():
-            trial = plain.with_fitted(ratio, table, ops_per_event)
+        tables, found = _candidates(plain, args, events, budget, min_visits, seed)
+        recall = {"history": truth.recall(found)}  # the measuring run is the history's replay
+        for name in ("measured", "order"):
+            trial = plain.with_fitted(ratio, tables[name], ops_per_event)
             found, _ = _run(args, events, budget=budget, seed=seed, sketch=trial)
             recall[name] = truth.recall(found)
         chosen = max(CANDIDATES, key=lambda n: (recall[n], -CANDIDATES.index(n)))
@@ -103,8 +105,9 @@ def _run(args: dict, events: EventBatch, budget: Budget | None = None, seed: int
 
 
 def _candidates(sketch: Sketch, args: dict, events: EventBatch, budget: Budget,
-                min_visits: int, seed: int) -> dict[str, np.ndarray]:
-    """The candidate reserve tables for one budget (module docstring, step 2)."""
+                min_visits: int, seed: int) -> tuple[dict[str, np.ndarray], MatchBatch]:
+    """The candidate reserve tables for one budget (module docstring, step 2), and the
+    matches of the run that measured them (the plain history policy at ``budget``)."""
     visits = np.zeros(sketch.n_cells, dtype=np.int64)
     successes = np.zeros(sketch.n_cells, dtype=np.int64)
 
@@ -114,14 +117,14 @@ def _candidates(sketch: Sketch, args: dict, events: EventBatch, budget: Budget,
         visits[:] += np.bincount(cell, minlength=sketch.n_cells)
         successes[:] += np.bincount(cell[reached], minlength=sketch.n_cells)
 
-    _run(args, events, budget=budget, seed=seed, sketch=sketch, on_chunk=count)
+    found, _ = _run(args, events, budget=budget, seed=seed, sketch=sketch, on_chunk=count)
     base = sketch.score.astype(np.float64)
     seen = np.flatnonzero(visits >= min_visits)
     measured, order = base.copy(), base.copy()
     rate = successes[seen] / visits[seen]
     measured[seen] = rate
     order[seen[np.argsort(rate, kind="stable")]] = np.sort(base[seen])
-    return {"history": base, "measured": measured, "order": order}
+    return {"history": base, "measured": measured, "order": order}, found
 
 
 class _BundleTruth:
@@ -129,13 +132,13 @@ class _BundleTruth:
 
     def __init__(self, matches, window: float):
         self.keys: dict = {}
-        part = np.array([self.keys.setdefault(_key(k), len(self.keys))
+        part = np.array([self.keys.setdefault(_key_id(k), len(self.keys))
                          for k in matches.partition.tolist()], dtype=np.int64)
         self.bundles = compute_bundles(part, matches.point, window)
         self.n = len(self.bundles["partition"])
 
     def recall(self, found) -> float:
-        part = np.array([self.keys.get(_key(k), -1) for k in found.partition.tolist()],
+        part = np.array([self.keys.get(_key_id(k), -1) for k in found.partition.tolist()],
                         dtype=np.int64)
         ok = part >= 0
         b = self.bundles
@@ -144,6 +147,3 @@ class _BundleTruth:
         return len(np.unique(idx[idx >= 0])) / max(self.n, 1)
 
 
-def _key(key):
-    key = key.item() if isinstance(key, np.generic) else key
-    return (type(key).__name__, key)
