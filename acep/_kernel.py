@@ -426,39 +426,28 @@ class Kernel:
         q: cython.int
         for p in range(self.n_parts):
             for q in range(self.n_states):
-                self._expire_list(p * self.n_states + q, self.last_tag[p])
+                self._expire_list(p * self.n_states + q, self.last_tag[p], False)
                 if self.defer > 0:
-                    self._expire_deferred(p * self.n_states + q, self.last_tag[p])
+                    self._expire_list(p * self.n_states + q, self.last_tag[p], True)
 
     @cython.cfunc
     @cython.exceptval(check=False)
-    def _expire_deferred(self, head: cython.int, t: cython.double) -> cython.void:
+    def _expire_list(self, head: cython.int, t: cython.double,
+                     deferred: cython.bint) -> cython.void:
+        """Drop the nodes of one live (or deferred) list whose window has closed at ``t``."""
         before: cython.int = NO_NODE
-        nd: cython.int = self.g_heads[head]
+        nd: cython.int = self.g_heads[head] if deferred else self.heads[head]
         nxt: cython.int
         while nd != NO_NODE:
             nxt = self.n_next[nd]
-            if t - self.n_start[nd] > self.w:
-                self._unlink_deferred(head, before, nd)
-                self._release(nd)
-            else:
+            if t - self.n_start[nd] <= self.w:
                 before = nd
-            nd = nxt
-
-    @cython.cfunc
-    @cython.exceptval(check=False)
-    def _expire_list(self, head: cython.int, t: cython.double) -> cython.void:
-        before: cython.int = NO_NODE
-        nd: cython.int = self.heads[head]
-        nxt: cython.int
-        while nd != NO_NODE:
-            nxt = self.n_next[nd]
-            if t - self.n_start[nd] > self.w:
+            elif deferred:
+                self._drop_deferred(head, before, nd)
+            else:
                 self._unlink(head, before, nd)
                 self.ev_expired += 1
                 self.expired += 1
-            else:
-                before = nd
             nd = nxt
 
     # ------------------------------------------------------------------ predicates
@@ -678,8 +667,7 @@ class Kernel:
             nxt = self.n_next[nd]
             self.deferred_scans += 1
             if t - self.n_start[nd] > self.w:
-                self._unlink_deferred(head, before, nd)
-                self._release(nd)
+                self._drop_deferred(head, before, nd)
             else:
                 e = self.n_err[nd] + self.src_cost[s]
                 if e <= self.k:
@@ -811,13 +799,20 @@ class Kernel:
             while self.n_next[last] != NO_NODE:
                 before = last
                 last = self.n_next[last]
-            self._unlink_deferred(head, before, last)
-            self._release(last)
+            self._drop_deferred(head, before, last)
         self.n_next[nd] = self.g_heads[head]
         self.g_heads[head] = nd
         self.g_len[head] += 1
         self.n_refc[nd] = 1
         self.deferred += 1
+
+    @cython.cfunc
+    @cython.exceptval(check=False)
+    def _drop_deferred(self, head: cython.int, before: cython.int,
+                       nd: cython.int) -> cython.void:
+        """Forget deferred start ``nd`` (expired, or the oldest of a full list)."""
+        self._unlink_deferred(head, before, nd)
+        self._release(nd)
 
     @cython.cfunc
     @cython.exceptval(check=False)
