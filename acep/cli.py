@@ -427,7 +427,7 @@ def run_history_build(args) -> int:
 
     if args.sketch and not args.key_file:
         raise ValueError("--sketch needs --key-file (sketches are signed)")
-    ratios = _ratios(args.fit) if args.fit else []
+    ratios = fit_ratios(args.fit) if args.fit else []
     if ratios and not args.sketch:
         raise ValueError("--fit fits a sketch: it needs --sketch")
     spec = EventSpec.load(args.spec) if args.spec else None
@@ -450,7 +450,7 @@ def run_history_build(args) -> int:
     return 0
 
 
-def _ratios(text: str) -> list[float]:
+def fit_ratios(text: str) -> list[float]:
     try:
         ratios = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -462,16 +462,14 @@ def _ratios(text: str) -> list[float]:
 
 def _fit(sketch, batches, ratios, args):
     from acep.events import EventBatch
-    from history.fit import fit_budgets
+    from history.fit import describe, fit_budgets
 
     events = batches[0] if len(batches) == 1 else EventBatch.concat(batches)
     started = time.perf_counter()
     sketch, report = fit_budgets(sketch, events, ratios, partition=args.partition,
                                  burst=args.burst)
-    for ratio, row in report["ratios"].items():
-        found = ", ".join(f"{n} {100 * r:.1f}%" for n, r in row["bundle_recall"].items())
-        print(f"acep: budget {ratio:g} x {report['ops_per_event']:.3f} ops/event: "
-              f"{row['chosen']} reserves (bundle recall {found})", file=sys.stderr)
+    for line in describe(report):
+        print(f"acep: {line}", file=sys.stderr)
     print(f"acep: fitted in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return sketch
 

@@ -5,15 +5,15 @@ policy's reserves decide which cells may spend a scarce credit, and under sheddi
 worth is not its unconstrained rate: a noise start that a later motif completes (k errors,
 a long window) is merged away in the unconstrained run and worth a bundle when the motif's
 own start was shed. How much that matters depends on the budget. So, for a budget ratio
-``f`` of the training stream's unconstrained operations per event, :func:`fit_budgets`
+``f`` of the training streams' unconstrained operations per event, :func:`fit_streams`
 
-1. runs the history policy at ``f`` over the training stream with the node log on and
+1. runs the history policy at ``f`` over every training stream with the node log on and
    measures each cell's success rate *under that shedding* (cells seen at least
    ``min_visits`` times; the others keep the sketch's score);
 2. makes three candidate reserve tables: the sketch's scores (``history``), the measured
    rates (``measured``), and the measured order with the sketch's values (``order``: the
    cells are re-ranked, the overall level of the reserves, which the budget sets, is kept);
-3. replays the training stream at ``f`` with each (the run of step 1 is the history's
+3. replays the training streams at ``f`` with each (the runs of step 1 are the history's
    replay) and keeps the one that finds the most bundles (ties: the earlier in that list),
    stored in the sketch as the table for ``f``.
 
@@ -21,12 +21,20 @@ One step of policy iteration with a model choice on the training data: nothing o
 period is used. A device gives :class:`history.HistoryPolicy` its budget and gets the table
 fitted nearest it. Runs the full matcher three times per ratio: a trainer's job, not a
 device's.
+
+A *stream* is what one device matches under one bucket: the budget is per device, so every
+stream is replayed on its own from an empty history, and the counts of all streams are summed
+(the bundles found, each cell's visits and successes). Each step is a task over one stream
+(:class:`FitStream`) whose results add up: :func:`fit_budgets` runs the tasks over one stream
+in this process, the Spark trainer (``acep train --fit``) over every device of an archive in
+its executors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 
@@ -38,10 +46,12 @@ from .graph import bundle_index, compute_bundles
 from .policies import HistoryPolicy
 from .sketch import Sketch
 
-__all__ = ["fit_budgets", "CANDIDATES"]
+__all__ = ["fit_budgets", "fit_streams", "FitStream", "describe", "CANDIDATES"]
 
 CANDIDATES = ("history", "measured", "order")
 CHUNK = 1 << 16
+
+MapStreams = Callable[[Callable[["FitStream"], dict]], list[dict]]
 
 
 def fit_budgets(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
@@ -49,38 +59,153 @@ def fit_budgets(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
                 seed: int = 0) -> tuple[Sketch, dict]:
     """The sketch with a reserve table fitted for each budget ratio, and a report.
 
-    ``events``: the training stream (the one the sketch's history was built from, or any
-    stream of the same kind); ``partition``: its partition column, as for the history;
-    ``burst``: the bucket depth the devices run with, in events. The report maps each ratio
-    to ``{"chosen": name, "bundle_recall": {name: recall on events}}`` and gives the
-    training stream's ``ops_per_event`` and ``bundles``.
+    ``events``: the training stream of one device (the one the sketch's history was built
+    from, or any stream of the same kind); ``partition``: its partition column, as for the
+    history; ``burst``: the bucket depth the devices run with, in events. The report maps
+    each ratio to ``{"chosen": name, "bundle_recall": {name: recall on events}}`` and gives
+    the training stream's ``ops_per_event`` and ``bundles``.
+    """
+    stream = FitStream(events)
+    return fit_streams(sketch, ratios, lambda task: [task(stream)],
+                       matcher_args(sketch, partition), burst=burst, min_visits=min_visits,
+                       seed=seed)
+
+
+def matcher_args(sketch: Sketch, partition: str | None) -> dict:
+    """The unconstrained matcher of the sketch's pattern, as keyword arguments."""
+    return {"pattern": sketch.pattern, "window": sketch.window, "k": sketch.k,
+            "where": list(sketch.where), "partition": partition}
+
+
+def fit_streams(sketch: Sketch, ratios: Sequence[float], map_streams: MapStreams,
+                args: dict, *, burst: float = 1024.0, min_visits: int = 50,
+                seed: int = 0) -> tuple[Sketch, dict]:
+    """:func:`fit_budgets` over several streams, one bucket each.
+
+    ``map_streams(task)`` applies ``task`` to the :class:`FitStream` of every training
+    stream and returns the results (in any order); ``args``: the ``acep.Matcher`` keyword
+    arguments of the unconstrained run (pattern, window, k, where, partition, and e.g.
+    ``on_bad_event``). The budget ratio is of the operations per event of all streams
+    together, the recall of all their bundles together.
     """
     ratios = [float(r) for r in ratios]
     if not all(np.isfinite(r) and r > 0 for r in ratios):
         raise ValueError(f"budget ratios must be positive numbers, got {ratios!r}")
     if min_visits < 1:
         raise ValueError(f"min_visits must be >= 1, got {min_visits!r}")
-    args = {"pattern": sketch.pattern, "window": sketch.window, "k": sketch.k,
-            "where": list(sketch.where), "partition": partition}
-    matches, stats = _run(args, events)
-    ops_per_event = stats["candidates"] / max(len(events), 1)
+    counted = _sum(map_streams(partial(count_task, args)))
+    ops_per_event = counted["candidates"] / max(counted["events"], 1)
     if not ops_per_event > 0:
         raise ValueError("the training stream has no operations to fit a budget to")
-    truth = _BundleTruth(matches, sketch.window)
+    budgets = [Budget(r * ops_per_event, burst) for r in ratios]
     plain = replace(sketch, ops_per_event=0.0, fitted_ratios=None, fitted=None)
-    report = {"ops_per_event": ops_per_event, "bundles": truth.n, "ratios": {}}
-    for ratio in ratios:
-        budget = Budget(ratio * ops_per_event, burst)
-        tables, found = _candidates(plain, args, events, budget, min_visits, seed)
-        recall = {"history": truth.recall(found)}  # the measuring run is the history's replay
-        for name in ("measured", "order"):
-            trial = plain.with_fitted(ratio, tables[name], ops_per_event)
-            found, _ = _run(args, events, budget=budget, seed=seed, sketch=trial)
-            recall[name] = truth.recall(found)
-        chosen = max(CANDIDATES, key=lambda n: (recall[n], -CANDIDATES.index(n)))
-        sketch = sketch.with_fitted(ratio, tables[chosen], ops_per_event)
+    measured = _sum(map_streams(partial(measure_task, args, plain, budgets, seed)))
+    tables = [candidate_tables(plain.score, v, s, min_visits)
+              for v, s in zip(measured["visits"], measured["successes"])]
+    trials = [[t[name] for name in CANDIDATES[1:]] for t in tables]
+    replayed = _sum(map_streams(partial(replay_task, args, plain, budgets, trials, seed)))
+    found = np.column_stack([measured["found"], replayed["found"]])
+    n = int(counted["bundles"])
+    report = {"ops_per_event": ops_per_event, "bundles": n, "streams": int(counted["streams"]),
+              "ratios": {}}
+    for i, ratio in enumerate(ratios):
+        recall = {name: float(found[i, j]) / max(n, 1) for j, name in enumerate(CANDIDATES)}
+        chosen = max(CANDIDATES, key=lambda c: (recall[c], -CANDIDATES.index(c)))
+        sketch = sketch.with_fitted(ratio, tables[i][chosen], ops_per_event)
         report["ratios"][ratio] = {"chosen": chosen, "bundle_recall": recall}
     return sketch, report
+
+
+def describe(report: dict) -> list[str]:
+    """One line per fitted ratio: the table chosen and the training recall of each."""
+    lines = []
+    for ratio, row in report["ratios"].items():
+        found = ", ".join(f"{n} {100 * r:.1f}%" for n, r in row["bundle_recall"].items())
+        lines.append(f"budget {ratio:g} x {report['ops_per_event']:.3f} ops/event: "
+                     f"{row['chosen']} reserves (bundle recall {found})")
+    return lines
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+class FitStream:
+    """One device's training stream; its unconstrained run is made once and kept."""
+
+    def __init__(self, events: EventBatch):
+        self.events = events
+        self._truth: tuple | None = None
+
+    def truth(self, args: dict) -> tuple[_BundleTruth, dict]:
+        """The bundles of the unconstrained run, and its stats."""
+        if self._truth is None:
+            matches, stats = _run(args, self.events)
+            self._truth = (_BundleTruth(matches, args["window"]), stats)
+        return self._truth
+
+
+def count_task(args: dict, stream: FitStream) -> dict:
+    """Events, unconstrained operations and bundles of one stream."""
+    truth, stats = stream.truth(args)
+    return {"streams": 1, "events": len(stream.events), "candidates": stats["candidates"],
+            "bundles": truth.n}
+
+
+def measure_task(args: dict, sketch: Sketch, budgets: list[Budget], seed: int,
+                 stream: FitStream) -> dict:
+    """Step 1 for one stream: each cell's visits and successes under the plain history
+    policy at every budget (``[F, n_cells]``), and the bundles that policy found."""
+    truth, _ = stream.truth(args)
+    visits = np.zeros((len(budgets), sketch.n_cells), dtype=np.int64)
+    successes = np.zeros_like(visits)
+    found = np.zeros(len(budgets), dtype=np.int64)
+    for i, budget in enumerate(budgets):
+        def count(log, i=i):
+            settled = ~((log["merged"] != 0) & np.isnan(log["reach"]))  # merged: censored
+            cell, reached = log["cell"][settled], ~np.isnan(log["reach"][settled])
+            visits[i] += np.bincount(cell, minlength=sketch.n_cells)
+            successes[i] += np.bincount(cell[reached], minlength=sketch.n_cells)
+
+        matches, _ = _run(args, stream.events, budget, seed, sketch, on_chunk=count)
+        found[i] = truth.found(matches)
+    return {"visits": visits, "successes": successes, "found": found}
+
+
+def replay_task(args: dict, sketch: Sketch, budgets: list[Budget],
+                trials: list[list[np.ndarray]], seed: int, stream: FitStream) -> dict:
+    """Step 3 for one stream: the bundles found with each trial table at its budget
+    (``[F, len(trials[0])]``)."""
+    truth, _ = stream.truth(args)
+    found = np.zeros((len(budgets), len(trials[0])), dtype=np.int64)
+    ops = sketch.ops_per_event or 1.0  # the fitted ratio is relative: any positive scale
+    for i, budget in enumerate(budgets):
+        for j, table in enumerate(trials[i]):
+            trial = sketch.with_fitted(budget.ops_per_event / ops, table, ops)
+            matches, _ = _run(args, stream.events, budget, seed, trial)
+            found[i, j] = truth.found(matches)
+    return {"found": found}
+
+
+def candidate_tables(score: np.ndarray, visits: np.ndarray, successes: np.ndarray,
+                     min_visits: int) -> dict[str, np.ndarray]:
+    """The candidate reserve tables of one budget (module docstring, step 2)."""
+    base = np.asarray(score, dtype=np.float64)
+    seen = np.flatnonzero(visits >= min_visits)
+    measured, order = base.copy(), base.copy()
+    rate = successes[seen] / visits[seen]
+    measured[seen] = rate
+    order[seen[np.argsort(rate, kind="stable")]] = np.sort(base[seen])
+    return {"history": base, "measured": measured, "order": order}
+
+
+def _sum(results: list[dict]) -> dict:
+    if not results:
+        raise ValueError("no training stream to fit on")
+    total = dict(results[0])
+    for r in results[1:]:
+        for name, value in r.items():
+            total[name] = total[name] + value
+    return total
 
 
 def _run(args: dict, events: EventBatch, budget: Budget | None = None, seed: int = 0,
@@ -104,31 +229,8 @@ def _run(args: dict, events: EventBatch, budget: Budget | None = None, seed: int
     return MatchBatch.concat(found), dict(m.stats)
 
 
-def _candidates(sketch: Sketch, args: dict, events: EventBatch, budget: Budget,
-                min_visits: int, seed: int) -> tuple[dict[str, np.ndarray], MatchBatch]:
-    """The candidate reserve tables for one budget (module docstring, step 2), and the
-    matches of the run that measured them (the plain history policy at ``budget``)."""
-    visits = np.zeros(sketch.n_cells, dtype=np.int64)
-    successes = np.zeros(sketch.n_cells, dtype=np.int64)
-
-    def count(log):
-        settled = ~((log["merged"] != 0) & np.isnan(log["reach"]))  # merged: censored
-        cell, reached = log["cell"][settled], ~np.isnan(log["reach"][settled])
-        visits[:] += np.bincount(cell, minlength=sketch.n_cells)
-        successes[:] += np.bincount(cell[reached], minlength=sketch.n_cells)
-
-    found, _ = _run(args, events, budget=budget, seed=seed, sketch=sketch, on_chunk=count)
-    base = sketch.score.astype(np.float64)
-    seen = np.flatnonzero(visits >= min_visits)
-    measured, order = base.copy(), base.copy()
-    rate = successes[seen] / visits[seen]
-    measured[seen] = rate
-    order[seen[np.argsort(rate, kind="stable")]] = np.sort(base[seen])
-    return {"history": base, "measured": measured, "order": order}, found
-
-
 class _BundleTruth:
-    """The bundles of an unconstrained run, to score another run's bundle recall."""
+    """The bundles of an unconstrained run, to count those another run found."""
 
     def __init__(self, matches, window: float):
         self.keys: dict = {}
@@ -137,13 +239,11 @@ class _BundleTruth:
         self.bundles = compute_bundles(part, matches.point, window)
         self.n = len(self.bundles["partition"])
 
-    def recall(self, found) -> float:
-        part = np.array([self.keys.get(_key_id(k), -1) for k in found.partition.tolist()],
+    def found(self, matches) -> int:
+        part = np.array([self.keys.get(_key_id(k), -1) for k in matches.partition.tolist()],
                         dtype=np.int64)
         ok = part >= 0
         b = self.bundles
         idx = bundle_index(b["partition"], b["first"], b["last"], part[ok],
-                           np.asarray(found.point, dtype=np.float64)[ok])
-        return len(np.unique(idx[idx >= 0])) / max(self.n, 1)
-
-
+                           np.asarray(matches.point, dtype=np.float64)[ok])
+        return len(np.unique(idx[idx >= 0]))

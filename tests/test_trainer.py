@@ -29,6 +29,7 @@ from acep.events import EventSpec, read_all  # noqa: E402
 from acep.matcher import _select as select_matches  # noqa: E402
 from history import Sketch  # noqa: E402
 from history.build import build_history  # noqa: E402
+from history.fit import fit_budgets  # noqa: E402
 from history.graph import HistoryGraph  # noqa: E402
 from trainer.train import PatternSpec, train  # noqa: E402
 
@@ -183,6 +184,76 @@ def test_archive_of_two_devices_with_windows_uploaded_twice(spark, tmp_path):
     assert {k.split("/")[0] for k in result.graph.partition_keys} == {"pi-1", "pi-2"}
 
 
+# --------------------------------------------------------------------------- fitted reserves
+
+
+def test_fit_on_event_files_equals_the_one_process_fit(spark, tmp_path):
+    """``train(fit=...)`` ships the sketch ``history.fit.fit_budgets`` makes in one process
+    on the same events: same tables, same report, same signed bytes."""
+    rows = events(3000, 4)
+    path = write_parquet(rows, tmp_path / "e.parquet", 500)
+    ratios = [0.1, 0.3, 0.6]
+    result = train([str(path)], PATTERN, spark=spark, show_progress=False, fit=ratios,
+                   burst=16, chunk=PATTERN.window * 4)
+    direct, report = fit_budgets(Sketch.from_graph(single_process(rows)),
+                                 EventBatch.from_events(rows), ratios, partition="p", burst=16)
+    assert result.stats["fit"] == report and report["streams"] == 1
+    assert result.sketch.fitted_ratios.tolist() == ratios
+    assert result.sketch.to_bytes(KEY) == direct.to_bytes(KEY)
+    assert train([str(path)], PATTERN, spark=spark, show_progress=False).sketch is None
+
+
+def _found_bundles(truth, found) -> int:
+    """Bundles of ``truth`` with a point of ``found`` in their span, by brute force."""
+    return sum(any(p == b.partition and b.first <= t <= b.last
+                   for p, t in zip(found.partition, found.point))
+               for b in _bundles(truth))
+
+
+def test_fit_on_an_archive_gives_every_device_its_own_bucket(spark, tmp_path):
+    """Two devices: the budget is per device, so the fit's ops per event and the recall it
+    reports for the table it chose are those of each device's stream replayed alone, from
+    a full bucket, summed."""
+    from acep.shedding import Budget
+    from history import HistoryPolicy
+
+    archive_from_devices(tmp_path / "archive", {"pi-1": events(900, 1),
+                                                "pi-2": events(600, 2)})
+    ratios = [0.2, 0.5]
+    result = train([str(tmp_path / "archive")], archive=True, spark=spark,
+                   show_progress=False, chunk=10.0, fit=ratios, burst=8)
+    fit, sketch = result.stats["fit"], result.sketch
+    expect = archived_events(tmp_path / "archive")
+    streams = {d: EventBatch.from_events([r for r in expect if r["key"].startswith(d + "/")])
+               for d in ("pi-1", "pi-2")}
+    matcher = dict(pattern=PATTERN.text, window=PATTERN.window, k=PATTERN.k,
+                   where=list(PATTERN.where), partition="key")
+    ops = events_in = 0
+    truth = {}
+    for d, batch in streams.items():
+        m = Matcher(**matcher)
+        truth[d] = m.match(batch)
+        ops, events_in = ops + m.stats["candidates"], events_in + len(batch)
+    assert fit["streams"] == 2 and fit["ops_per_event"] == pytest.approx(ops / events_in)
+    n = sum(len(_bundles(t)) for t in truth.values())
+    assert fit["bundles"] == n
+    for ratio in ratios:
+        budget = Budget(ratio * fit["ops_per_event"], 8)
+        found = 0
+        for d, batch in streams.items():
+            policy = HistoryPolicy(sketch, learning_rate=0.0, explore=0.0, budget=budget)
+            run = Matcher(**matcher, bins=sketch.bins(), budget=budget, policy=policy)
+            found += _found_bundles(truth[d], run.match(batch))
+        row = fit["ratios"][ratio]
+        assert row["bundle_recall"][row["chosen"]] == pytest.approx(found / n)
+
+
+def _bundles(matches):
+    from acep import bundles
+
+    return bundles(matches, PATTERN.window)
+
+
 # --------------------------------------------------------------------------- command line
 
 
@@ -215,14 +286,17 @@ def test_cli_trains_writes_and_publishes_a_signed_sketch(tmp_path):
                     "-o", str(tmp_path / "h.history"), "--sketch", str(tmp_path / "h.sketch"),
                     "--key-file", str(tmp_path / "fleet.key"), "--publish", url,
                     "--token-file", str(tmp_path / "ops.token"), "--pattern-id", "abc",
-                    "--no-progress")
+                    "--fit", "0.2,0.5", "--burst", "16", "--no-progress")
         assert done.returncode == 0, done.stderr
         stats = json.loads(done.stdout.strip().splitlines()[-1])
         assert stats["events"] == len(rows) and stats["published"]["pattern_id"] == "abc"
         graph = HistoryGraph.load(tmp_path / "h.history")
         assert graph.to_bytes() == single_process(rows).to_bytes()
         sketch = (tmp_path / "h.sketch").read_bytes()
-        assert Sketch.from_bytes(sketch, KEY).n_cells == graph.n_cells
+        fitted, report = fit_budgets(Sketch.from_graph(graph), EventBatch.from_events(rows),
+                                     [0.2, 0.5], partition="p", burst=16)
+        assert sketch == fitted.to_bytes(KEY) and stats["fit"]["bundles"] == report["bundles"]
+        assert done.stderr.count(" reserves (bundle recall ") == 2
         req = urllib.request.Request(f"{url}/v1/sketches/abc",
                                      headers={"Authorization": f"Bearer {token}"})
         assert urllib.request.urlopen(req, timeout=10).read() == sketch
@@ -253,6 +327,9 @@ def _wait_url(out: Path, proc) -> str:
     (("missing.jsonl", "-p", "a b", "-w", "3", "-o", "h"), "no such file"),
     (("x.jsonl", "-p", "a (b", "-w", "3", "-o", "h"), "a (b"),
     (("--archive", "nowhere", "-o", "h"), "no archive files"),
+    (("x.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--fit", "0.1"), "--fit fits a sketch"),
+    (("x.jsonl", "-p", "a b", "-w", "3", "--sketch", "s", "--key-file", "x.jsonl",
+      "--fit", "0.1,x"), "not a comma-separated list"),
 ])
 def test_cli_refuses_bad_usage_with_one_clear_line(tmp_path, args, message):
     (tmp_path / "x.jsonl").write_text('{"type": "a", "t": 1}\n')

@@ -38,6 +38,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--where", action="append", default=None, help="predicate (repeatable)")
     p.add_argument("--partition", help="attribute to partition by")
     p.add_argument("--bins", type=int, default=8, help="bins per time of a match vector")
+    p.add_argument("--fit", metavar="RATIOS",
+                   help="fit the sketch's reserves to these budgets, comma-separated fractions "
+                        "of the training events' unconstrained operations per event (e.g. "
+                        "0.1,0.25; every device's stream replayed under its own bucket)")
+    p.add_argument("--burst", type=float, default=64.0,
+                   help="the devices' bucket depth in events, for --fit (default 64)")
     p.add_argument("--bins-from", metavar="HISTORY",
                    help="reuse the bins of a history file (one pass instead of two)")
     p.add_argument("--output", "-o", help="write the history graph here")
@@ -82,6 +88,8 @@ def _check(args) -> None:
         raise UsageError("--sketch and --publish need --key-file (sketches are signed)")
     if args.publish and not (args.token_file and args.pattern_id):
         raise UsageError("--publish needs --token-file and --pattern-id")
+    if args.fit and not (args.sketch or args.publish):
+        raise UsageError("--fit fits a sketch: give --sketch or --publish")
     if args.archive and args.spec:
         raise UsageError("--spec is for event files; the archive has its own columns")
 
@@ -94,7 +102,9 @@ def _read_secret(path: str, what: str) -> bytes:
 
 
 def run(args) -> int:
+    from acep.cli import fit_ratios
     from acep.events import EventSpec
+    from history.fit import describe
     from history.graph import HistoryGraph
     from history.sketch import Sketch
 
@@ -102,6 +112,10 @@ def run(args) -> int:
     from .train import publish_sketch, train
 
     _check(args)
+    try:
+        ratios = fit_ratios(args.fit) if args.fit else []
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     pattern = _pattern(args, bool(args.archive))
     if pattern is not None:
         pattern.n_states  # noqa: B018 - compiles the pattern: a bad one fails before Spark
@@ -113,17 +127,19 @@ def run(args) -> int:
                    archive=bool(args.archive), pattern_id=args.pattern_id, bins=bins,
                    n_bins=args.bins, master=args.master, cores=args.cores, chunk=args.chunk,
                    key_groups=args.key_groups, quarantine=args.quarantine,
-                   show_progress=not args.no_progress)
+                   show_progress=not args.no_progress, fit=ratios, burst=args.burst)
     graph, stats = result.graph, dict(result.stats)
     if args.output:
         stats["history_bytes"] = graph.save(args.output)
     if key is not None:
-        data = Sketch.from_graph(graph).to_bytes(key)
+        data = (result.sketch or Sketch.from_graph(graph)).to_bytes(key)
         stats["sketch_bytes"] = len(data)
         if args.sketch:
             Path(args.sketch).write_bytes(data)
         if args.publish:
             stats["published"] = publish_sketch(args.publish, args.pattern_id, data, token)
+    for line in describe(stats["fit"]) if ratios else ():
+        print(f"acep train: {line}", file=sys.stderr)
     print_quarantined("acep train", result.quarantined, stats["bad_rows"], args.quarantine)
     print(json.dumps(stats))
     return 0

@@ -15,8 +15,10 @@ The job (docs/DESIGN.md, "Trainer"):
 4. **Merge**: Spark sums the pieces; the driver forms bundles over all match points and
    builds the canonical :class:`history.HistoryGraph` -- the same graph, byte for byte,
    as ``build_history`` in one process over the same events.
-5. **Sketch**: :class:`history.Sketch` from the graph, signed; written to a file and/or
-   published to the collector (``PUT /v1/sketches/{pattern_id}``).
+5. **Sketch**: :class:`history.Sketch` from the graph; with ``fit`` its reserves are fitted
+   to budget ratios (:mod:`trainer.fit`: every device's stream replayed whole, under its own
+   bucket); signed, written to a file and/or published to the collector
+   (``PUT /v1/sketches/{pattern_id}``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from acep.events import EventBatch, EventSpec
 from acep.shedding import VectorBins
 from history import pieces as P
 from history.graph import HistoryGraph
+from history.sketch import Sketch
 
 from .chunks import ChunkPlan, choose_plan
 from .sources import SYSTEM, ReadPlan, arrow_schema, events_of, plan_archive, plan_files, read_task
@@ -74,6 +77,7 @@ class TrainResult:
     bins: VectorBins
     stats: dict = field(default_factory=dict)
     quarantined: list[dict] = field(default_factory=list)  # the first bad rows, for messages
+    sketch: Sketch | None = None  # with ``fit``: the sketch with its fitted reserves
 
 
 # --------------------------------------------------------------------------- the job
@@ -83,10 +87,13 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
           spec: EventSpec | None = None, archive: bool = False, pattern_id: str | None = None,
           bins: VectorBins | None = None, n_bins: int = 8, master: str | None = None,
           cores: int | None = None, chunk: float | None = None, key_groups: int | None = None,
-          quarantine: str | None = None, show_progress: bool = True, spark=None) -> TrainResult:
+          quarantine: str | None = None, show_progress: bool = True, spark=None,
+          fit: Sequence[float] = (), burst: float = 64.0) -> TrainResult:
     """Train a history on Spark (see the module docstring). ``archive=True`` reads the
     collector's archive directory ``inputs[0]``; then ``pattern`` defaults to the archived
-    one. ``quarantine``: a directory for the bad rows (Parquet)."""
+    one. ``quarantine``: a directory for the bad rows (Parquet). ``fit``: budget ratios to
+    fit the sketch's reserves to (docs/SHEDDING.md 10), for devices whose bucket holds
+    ``burst`` events' worth of credit; the result's ``sketch`` has them."""
     started = time.perf_counter()
     plan = plan_archive(inputs[0], pattern_id) if archive else plan_files(inputs, spec)
     pattern = pattern or _archived_pattern(plan)
@@ -120,12 +127,19 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
         pieces = _run_units(units, plan, pattern, cplan, bins).cache()
         graph = _assemble(pieces, pattern, bins)
         matcher_bad = _matcher_bad(pieces)
+    fitted = None
+    if fit:
+        from .fit import fit_on_spark
+
+        with progress(spark, "fitting reserves", show_progress):
+            fitted, stats["fit"] = fit_on_spark(good, plan, pattern, Sketch.from_graph(graph),
+                                                fit, _matcher_args(plan, pattern), burst=burst)
     quarantined = _quarantine(spark, bad, matcher_bad, quarantine)
     stats.update(bad_rows=quarantined["count"], seconds=round(time.perf_counter() - started, 3),
                  bundles=graph.n_bundles, visits=int(graph.visits.sum()))
     for df in (pieces, units, rows):
         df.unpersist()
-    return TrainResult(graph, bins, stats, quarantined["first"])
+    return TrainResult(graph, bins, stats, quarantined["first"], fitted)
 
 
 def _archived_pattern(plan: ReadPlan) -> PatternSpec:
@@ -215,11 +229,8 @@ def _run_units(units, plan: ReadPlan, pattern: PatternSpec, cplan: ChunkPlan,
     from pyspark.sql.pandas.types import from_arrow_schema
 
     schema = P.piece_schema()
-    if plan.is_archive:  # the key joins device and partition value: drop a test [attr]
-        common = {"where": [w for w in pattern.where if not _EQUIVALENCE.fullmatch(w)],
-                  "partition": "_key"}
-    else:
-        common = {"where": list(pattern.where), "partition": pattern.partition_by}
+    common = {k: v for k, v in _matcher_args(plan, pattern).items()
+              if k in ("where", "partition")}
 
     def run(batches):
         batches = list(batches)
@@ -240,6 +251,15 @@ def _run_units(units, plan: ReadPlan, pattern: PatternSpec, cplan: ChunkPlan,
                 yield from _bad_rows(bad, events, pos, owned, schema).to_batches()
 
     return units.mapInArrow(run, from_arrow_schema(schema))
+
+
+def _matcher_args(plan: ReadPlan, pattern: PatternSpec) -> dict:
+    """The matcher's keyword arguments over the events of :func:`_event_batch`."""
+    args = {"pattern": pattern.text, "window": pattern.window, "k": pattern.k}
+    if plan.is_archive:  # the key joins device and partition value: drop a test [attr]
+        return {**args, "where": [w for w in pattern.where if not _EQUIVALENCE.fullmatch(w)],
+                "partition": "_key"}
+    return {**args, "where": list(pattern.where), "partition": pattern.partition_by}
 
 
 def _bad_rows(bad: list, events: EventBatch, pos: np.ndarray, owned, schema):

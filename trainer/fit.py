@@ -1,0 +1,74 @@
+"""``acep train --fit``: a sketch's reserves fitted to budgets, over every device's stream.
+
+The fit of docs/SHEDDING.md section 10 (:mod:`history.fit`) replays the training stream
+under a budget, and a budget is one bucket per device: a device's stream cannot be cut
+into time chunks like the history's pass 2, and two devices never share credit. So the
+events are grouped by stream (``_stream``: the device of an archive, one stream for event
+files), each Spark task replays whole streams with the tasks of :mod:`history.fit`, and the
+driver sums their counts between the three steps. On event files the tables are those
+``acep history build --fit`` chooses in one process on the same events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgpack
+import numpy as np
+
+from history.fit import FitStream, fit_streams
+from history.sketch import Sketch
+
+__all__ = ["fit_on_spark"]
+
+
+def fit_on_spark(good, plan, pattern, sketch: Sketch, ratios: Sequence[float], args: dict, *,
+                 burst: float, min_visits: int = 50) -> tuple[Sketch, dict]:
+    """``history.fit.fit_streams`` over the good events of ``plan``, one stream per device.
+
+    ``good``: the trainer's normalized rows (system columns and the pattern's attributes);
+    ``args``: the matcher's keyword arguments for these rows (``trainer.train``).
+    """
+    from .train import _event_batch
+
+    parallel = good.sparkSession.sparkContext.defaultParallelism
+    streams = (good.repartition(parallel, "_stream")
+               .sortWithinPartitions("_stream", "_tag", "_pos").cache())
+
+    def map_streams(task):
+        def run(batches):
+            import pyarrow as pa
+
+            batches = list(batches)
+            if not batches:
+                return
+            table = pa.Table.from_batches(batches)
+            names = table.column("_stream").to_numpy(zero_copy_only=False)
+            cut = np.flatnonzero(names[1:] != names[:-1]) + 1
+            for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(names)]):
+                events = _event_batch(table.slice(int(lo), int(hi - lo)), plan, pattern)
+                yield pa.record_batch([pa.array([_pack(task(FitStream(events)))],
+                                                pa.binary())], names=["result"])
+
+        rows = streams.mapInArrow(run, "result binary").toArrow()
+        return [_unpack(b) for b in rows.column("result").to_pylist()]
+
+    try:
+        return fit_streams(sketch, ratios, map_streams, dict(args, on_bad_event="skip"),
+                           burst=burst, min_visits=min_visits)
+    finally:
+        streams.unpersist()
+
+
+def _pack(result: dict) -> bytes:
+    """A task's counts (numbers and integer arrays) as msgpack, arrays as raw int64."""
+    return msgpack.packb({name: [list(np.shape(v)), np.asarray(v, np.int64).tobytes()]
+                          for name, v in result.items()})
+
+
+def _unpack(data: bytes) -> dict:
+    out = {}
+    for name, (shape, raw) in msgpack.unpackb(data, raw=False).items():
+        value = np.frombuffer(raw, dtype=np.int64).reshape(shape)
+        out[name] = int(value) if not shape else value.copy()
+    return out
