@@ -46,17 +46,35 @@ def test_the_collector_holds_every_match_the_agent_uploaded(demo):
     assert stored["exact"] > 0 and stored["not_exact"] > 0
 
 
-def test_the_downloaded_sketch_is_what_one_process_trains(demo):
+def test_the_downloaded_sketch_is_what_one_process_trains_and_fits(demo):
     from acep.events import PRESETS, read_all
-    from history import Sketch, build_history
-    from trainer.demo import LOOP, default_data, split
+    from history import Sketch, build_history, fit_budgets
+    from trainer.demo import FIT_RATIOS, LOOP, Options, default_data, split
 
-    work, _, _ = demo
+    work, _, report = demo
     train_part, _ = split(read_all(default_data(), PRESETS["flights"]), 4.0)
     graph = build_history(LOOP["pattern"], train_part, LOOP["window"], LOOP["k"],
                           where=LOOP["where"], partition="origin").canonical()
+    sketch, fit = fit_budgets(Sketch.from_graph(graph), train_part, FIT_RATIOS,
+                              partition="origin", burst=Options(work, work).burst)
     key = (work / "fleet.key").read_bytes().strip()
-    assert (work / "downloaded.sketch").read_bytes() == Sketch.from_graph(graph).to_bytes(key)
+    assert (work / "downloaded.sketch").read_bytes() == sketch.to_bytes(key)
+    assert report["train"]["fit"]["ratios"].keys() == {str(r) for r in FIT_RATIOS}
+    assert report["train"]["fit"]["bundles"] == fit["bundles"]
+
+
+def test_a_second_run_in_the_same_workdir_starts_afresh(tmp_path):
+    """Only the demo's own files go: a stale outbox would make the agent skip the stream."""
+    from trainer.demo import RUN_FILES, _clear_previous_run
+
+    for name in RUN_FILES[1:]:
+        (tmp_path / name).write_text("old")
+    (tmp_path / "archive").unlink()
+    (tmp_path / "archive" / "device=x").mkdir(parents=True)
+    (tmp_path / "collector.db-wal").write_text("old")
+    (tmp_path / "notes.txt").write_text("mine")
+    _clear_previous_run(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
 
 
 def test_the_trained_history_beats_the_default_policy(demo):

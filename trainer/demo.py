@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -49,6 +50,13 @@ LOOP = {"pattern": "ontime late+ verylate", "where": ["verylate.delay > late.del
 DAY = 86400.0
 PATTERN_ID = "rising-delays"
 DEVICE = "demo-pi"
+# budget ratios (of the training days' operations) the sketch's reserves are fitted to; the
+# agent takes the nearest to its budget (docs/SHEDDING.md 10)
+FIT_RATIOS = (0.025, 0.05, 0.1, 0.25)
+RUN_FILES = ("agent.toml", "agent.log", "agent-metrics.jsonl", "agent-outbox.db",
+             "collector.db", "collector.log", "archive", "device.token", "downloaded.sketch",
+             "fleet.key", "learned.sketch", "report.json", "report.png", "test.jsonl",
+             "train.parquet")
 
 
 @dataclass
@@ -239,12 +247,12 @@ def recall(truth: MatchBatch, keys, points) -> dict:
 
 def run(opts: Options) -> dict:
     """The loop; returns the report (also written to ``workdir/report.json``)."""
-    from history import Sketch
 
     from .train import PatternSpec, publish_sketch, train
 
     work = opts.workdir
     work.mkdir(parents=True, exist_ok=True)
+    _clear_previous_run(work)
     timings: dict = {}
     events = read_all(opts.data, PRESETS["flights"])
     train_part, test_part = split(events, opts.train_days)
@@ -263,9 +271,10 @@ def run(opts: Options) -> dict:
         started = time.perf_counter()
         pattern = PatternSpec(LOOP["pattern"], LOOP["window"], LOOP["k"], tuple(LOOP["where"]),
                               "origin")
-        trained = train([str(train_file)], pattern, spec=PRESETS["flights"], cores=opts.cores)
+        trained = train([str(train_file)], pattern, spec=PRESETS["flights"], cores=opts.cores,
+                        fit=FIT_RATIOS, burst=opts.burst)
         key = collector.key.read_bytes().strip()
-        sketch = Sketch.from_graph(trained.graph).to_bytes(key)
+        sketch = trained.sketch.to_bytes(key)
         publish_sketch(url, PATTERN_ID, sketch, admin)
         timings["train_s"] = time.perf_counter() - started
         _say(f"Spark trained the history in {timings['train_s']:.1f} s: "
@@ -301,6 +310,17 @@ def run(opts: Options) -> dict:
     report["plot"] = _plot(report, work / "report.png")
     (work / "report.json").write_text(json.dumps(report, indent=2))
     return report
+
+
+def _clear_previous_run(work: Path) -> None:
+    """Remove what an earlier demo wrote here: its agent would find the stream already
+    matched and its collector the old matches, and the report would mix the two runs."""
+    old = [work / name for name in RUN_FILES if (work / name).exists()]
+    old += [p for p in work.glob("*.db-*") if p.is_file()]  # SQLite journals
+    for path in old:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    if old:
+        _say(f"removed the previous demo run's {len(old)} files from {work}")
 
 
 def _write_parquet(source: Path, dest: Path, rows: int) -> None:
