@@ -5,8 +5,8 @@ The pattern is :data:`LOOP`; the budget a tenth of the unconstrained operations.
 1. A **collector** (``python -m edge.collector``) starts on loopback with a device token, an
    admin token and a sketch key.
 2. The **Spark trainer** (:func:`trainer.train.train`, a local session) learns the history of
-   the rising-delays pattern on the first days and publishes the signed sketch to the
-   collector.
+   the rising-delays pattern on the first days, fits the sketch's reserves to a few budget
+   ratios (:data:`FIT_RATIOS`) and publishes the signed sketch to the collector.
 3. An **agent** (``python -m edge.agent --once``) matches the remaining days under a budget
    of a tenth of the operations the unconstrained run needs, with the sketch it downloads
    and verifies (history policy, learning online), and uploads its matches; the collector
