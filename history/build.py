@@ -18,7 +18,7 @@ from acep import EventBatch, Matcher, Pattern
 from acep.events import EventError
 from acep.shedding import VectorBins
 
-from .graph import HistoryGraph
+from .graph import HistoryGraph, _key_id
 
 __all__ = ["build_history", "choose_bins", "traced_run", "TracedRun"]
 
@@ -93,11 +93,6 @@ def traced_run(pattern: str | Pattern, events, window: float, k: int, *,
 
         matches = MatchBatch.concat(found)
     return TracedRun(log, part, point, keys, m.pattern.automaton.n_states, m.stats, matches)
-
-
-def _key_id(key):
-    key = key.item() if isinstance(key, np.generic) else key
-    return (type(key).__name__, key)
 
 
 def _kept_edges(edges: np.ndarray, values_min: float) -> tuple[float, ...]:

@@ -41,8 +41,7 @@ import numpy as np
 from acep import EventBatch, MatchBatch, Matcher
 from acep.shedding import Budget
 
-from .build import _key_id
-from .graph import bundle_index, compute_bundles
+from .graph import _key_id, bundle_index, compute_bundles
 from .policies import HistoryPolicy
 from .sketch import Sketch
 

@@ -293,7 +293,7 @@ class HistoryGraph:
         over the same events give byte-equal canonical graphs whatever order they met the
         partitions in."""
         used = np.unique(self.bundle_partition)
-        order = sorted(used.tolist(), key=lambda i: _key_id(_plain(self.partition_keys[i])))
+        order = sorted(used.tolist(), key=lambda i: _key_id(self.partition_keys[i]))
         new_id = np.full(len(self.partition_keys), -1, dtype=np.int32)
         new_id[order] = np.arange(len(order), dtype=np.int32)
         part = new_id[self.bundle_partition] if self.n_bundles else self.bundle_partition
@@ -468,6 +468,8 @@ _ARRAYS = (("rem_edges", "<f8"), ("gap_edges", "<f8"), ("visits", "<i8"),
 
 
 def _key_id(key):
+    """A partition key as a dict key: numpy scalars as Python values, typed (1 != "1")."""
+    key = _plain(key)
     return (type(key).__name__, key)
 
 
@@ -497,9 +499,9 @@ def _match_points(matches, keys: list | None) -> tuple[np.ndarray, np.ndarray]:
     if keys is None:
         raise ValueError("matches carry partition keys: pass partition_keys= "
                          "(Matcher.partition_keys()) to map them to kernel ids")
-    index = {_key_id(_plain(x)): i for i, x in enumerate(keys)}
+    index = {_key_id(x): i for i, x in enumerate(keys)}
     try:
-        ids = np.array([index[_key_id(_plain(x))] for x in part], dtype=np.int64)
+        ids = np.array([index[_key_id(x)] for x in part], dtype=np.int64)
     except KeyError as exc:
         raise ValueError(f"match partition {exc.args[0][1]!r} is not among partition_keys") \
             from None
