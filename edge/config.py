@@ -14,6 +14,8 @@ from pathlib import Path
 
 import tomllib
 
+from history.policies import DEFER, EXPLORE, LEARNING_RATE
+
 __all__ = ["ConfigError", "AgentConfig", "PatternConfig", "SourceConfig", "BudgetConfig",
            "SketchConfig", "OutboxConfig", "CondensedConfig", "MetricsConfig", "load_config",
            "parse_config"]
@@ -67,9 +69,9 @@ class SketchConfig:
     key_file: str | None = None
     device_key_file: str | None = None
     max_bytes: int = 1 << 20
-    learning_rate: float = 0.05
-    explore: float = 0.01
-    defer: int = 4  # deferred window starts per partition and state (SHEDDING.md 8)
+    learning_rate: float = LEARNING_RATE
+    explore: float = EXPLORE
+    defer: int = DEFER  # deferred window starts per partition and state (SHEDDING.md 8)
     save_path: str | None = None
     save_every: int = 100_000
 
@@ -266,8 +268,8 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
             key_file=path_of(sk.get("key_file", str)),
             device_key_file=path_of(sk.get("device_key_file", str)),
             max_bytes=sk.positive("max_bytes", int, 1 << 20),
-            learning_rate=sk.get("learning_rate", float, 0.05),
-            explore=sk.get("explore", float, 0.01), defer=sk.get("defer", int, 4),
+            learning_rate=sk.get("learning_rate", float, LEARNING_RATE),
+            explore=sk.get("explore", float, EXPLORE), defer=sk.get("defer", int, DEFER),
             save_path=path_of(sk.get("save_path", str)),
             save_every=sk.positive("save_every", int, 100_000))
         for key in ("learning_rate", "explore"):

@@ -23,6 +23,9 @@ from acep.shedding import Budget, CallbackPolicy, Candidates, ScorePolicy
 
 from .graph import bundle_index, compute_bundles
 
+# the history policy's defaults (docs/SHEDDING.md 5 and 8); the agent's config uses them too
+LEARNING_RATE, EXPLORE, DEFER = 0.05, 0.01, 4
+
 __all__ = ["HistoryPolicy", "CompletionPolicy", "HindsightPolicy", "EventSampler",
            "sample_events"]
 
@@ -71,11 +74,11 @@ class HistoryPolicy(ScorePolicy):
 
     name = "history"
 
-    def __init__(self, sketch, learning_rate: float = 0.05, explore: float = 0.01,
+    def __init__(self, sketch, learning_rate: float = LEARNING_RATE, explore: float = EXPLORE,
                  seed: int = 0, proxy: bool = True, ahead: float = 0.5,
                  seed_reserve: float = 1.0, advance_reserve: float = 0.1,
                  reserve_power: float = 2.0, cover: float | None = 0.5,
-                 cover_slack: float | None = None, need: float = 1.0, defer: int = 4,
+                 cover_slack: float | None = None, need: float = 1.0, defer: int = DEFER,
                  budget: Budget | float | None = None):
         if cover_slack is None:
             cover_slack = min(1.0, max(0.0, float(sketch.bundle_span)))

@@ -153,6 +153,10 @@ def test_n_bins_option_sets_the_history_bins():
 
 
 def test_defer_option_reaches_the_history_policies():
+    import history.policies as hp
+
+    assert (policies.LEARNING_RATE, policies.EXPLORE, policies.DEFER) == \
+        (hp.LEARNING_RATE, hp.EXPLORE, hp.DEFER)  # the benchmark's copy of the defaults
     args = run.parse_args(["--quick", "--defer", "0"])
     assert args.defer == 0 and "--defer 0" in run.command(args)
     assert "--defer" not in run.command(run.parse_args(["--quick"]))
