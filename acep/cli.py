@@ -433,8 +433,9 @@ def run_history_build(args) -> int:
     spec = EventSpec.load(args.spec) if args.spec else None
     batches = list(read_events(args.file, spec))
     started = time.perf_counter()
+    # canonical: the bytes (and the sketch's min-hashes) of `acep train` on the same events
     graph = build_history(args.pattern, batches, args.window, args.k, where=args.where,
-                          partition=args.partition, n_bins=args.bins)
+                          partition=args.partition, n_bins=args.bins).canonical()
     size = graph.save(args.output)
     print(f"acep: history of {sum(map(len, batches)):,} events: {graph.n_cells} cells, "
           f"{graph.n_bundles} bundles, {size:,} bytes -> {args.output} "

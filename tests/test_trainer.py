@@ -297,6 +297,14 @@ def test_cli_trains_writes_and_publishes_a_signed_sketch(tmp_path):
                                      [0.2, 0.5], partition="p", burst=16)
         assert sketch == fitted.to_bytes(KEY) and stats["fit"]["bundles"] == report["bundles"]
         assert done.stderr.count(" reserves (bundle recall ") == 2
+        one = acep("history", "build", str(path), "-p", PATTERN.text, "-w", "5", "-k", "1",
+                   "--where", PATTERN.where[0], "--partition", "p", "-o",
+                   str(tmp_path / "one.history"), "--sketch", str(tmp_path / "one.sketch"),
+                   "--key-file", str(tmp_path / "fleet.key"), "--fit", "0.2,0.5",
+                   "--burst", "16")
+        assert one.returncode == 0, one.stderr  # one process: the same files, byte for byte
+        assert (tmp_path / "one.sketch").read_bytes() == sketch
+        assert (tmp_path / "one.history").read_bytes() == (tmp_path / "h.history").read_bytes()
         req = urllib.request.Request(f"{url}/v1/sketches/abc",
                                      headers={"Authorization": f"Bearer {token}"})
         assert urllib.request.urlopen(req, timeout=10).read() == sketch

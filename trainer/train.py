@@ -131,9 +131,11 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
     if fit:
         from .fit import fit_on_spark
 
+        fit_started = time.perf_counter()
         with progress(spark, "fitting reserves", show_progress):
             fitted, stats["fit"] = fit_on_spark(good, plan, pattern, Sketch.from_graph(graph),
                                                 fit, _matcher_args(plan, pattern), burst=burst)
+        stats["fit_seconds"] = round(time.perf_counter() - fit_started, 3)
     quarantined = _quarantine(spark, bad, matcher_bad, quarantine)
     stats.update(bad_rows=quarantined["count"], seconds=round(time.perf_counter() - started, 3),
                  bundles=graph.n_bundles, visits=int(graph.visits.sum()))
