@@ -412,13 +412,18 @@ def _add_history_parser(sub) -> None:
     build.add_argument("--output", "-o", required=True, help="the history file to write")
     build.add_argument("--sketch", help="also write the signed sketch here (needs --key-file)")
     build.add_argument("--key-file", help="the signing key of the sketch (a file)")
-    build.add_argument("--fit", metavar="RATIOS",
-                       help="fit the sketch's reserves to these budgets on the same events "
-                            "(comma-separated fractions of their unconstrained operations per "
-                            "event, e.g. 0.1,0.25; docs/SHEDDING.md section 10)")
-    build.add_argument("--burst", type=float, default=64.0,
-                       help="the devices' bucket depth in events, for --fit (default 64)")
+    add_fit_options(build, "the same events")
     build.set_defaults(run=run_history_build)
+
+
+def add_fit_options(parser, events: str) -> None:
+    """``--fit RATIOS`` and ``--burst N`` of ``acep history build`` and ``acep train``."""
+    parser.add_argument("--fit", metavar="RATIOS",
+                        help=f"fit the sketch's reserves to these budgets on {events} "
+                             "(comma-separated fractions of their unconstrained operations "
+                             "per event, e.g. 0.1,0.25; docs/SHEDDING.md section 10)")
+    parser.add_argument("--burst", type=float, default=64.0,
+                        help="the devices' bucket depth in events, for --fit (default 64)")
 
 
 def run_history_build(args) -> int:

@@ -20,7 +20,7 @@ __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    from acep.cli import parse_window
+    from acep.cli import add_fit_options, parse_window
 
     p = argparse.ArgumentParser(
         prog="acep train",
@@ -38,12 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--where", action="append", default=None, help="predicate (repeatable)")
     p.add_argument("--partition", help="attribute to partition by")
     p.add_argument("--bins", type=int, default=8, help="bins per time of a match vector")
-    p.add_argument("--fit", metavar="RATIOS",
-                   help="fit the sketch's reserves to these budgets, comma-separated fractions "
-                        "of the training events' unconstrained operations per event (e.g. "
-                        "0.1,0.25; every device's stream replayed under its own bucket)")
-    p.add_argument("--burst", type=float, default=64.0,
-                   help="the devices' bucket depth in events, for --fit (default 64)")
+    add_fit_options(p, "the training events, every device's stream under its own bucket")
     p.add_argument("--bins-from", metavar="HISTORY",
                    help="reuse the bins of a history file (one pass instead of two)")
     p.add_argument("--output", "-o", help="write the history graph here")
