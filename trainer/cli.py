@@ -133,8 +133,9 @@ def run(args) -> int:
             Path(args.sketch).write_bytes(data)
         if args.publish:
             stats["published"] = publish_sketch(args.publish, args.pattern_id, data, token)
-    for line in describe(stats["fit"]) if ratios else ():
-        print(f"acep train: {line}", file=sys.stderr)
+    if ratios:
+        for line in describe(stats["fit"]):
+            print(f"acep train: {line}", file=sys.stderr)
     print_quarantined("acep train", result.quarantined, stats["bad_rows"], args.quarantine)
     print(json.dumps(stats))
     return 0
