@@ -1134,13 +1134,7 @@ class Kernel:
             self.c_flag[self.c_order[c]] = 1
         for c in range(nc):
             if self.c_flag[c] == 1:
-                self.s_state[j] = self.c_state[c]
-                self.s_err[j] = self.c_err[c]
-                self.s_start[j] = self.c_start[c]
-                self.s_prev[j] = self.c_prev[c]
-                self.s_cell[j] = self.c_cell[c]
-                self.s_gap[j] = self.c_gap[c]
-                self.s_rev[j] = self.c_rev[c]
+                self._stage(c, j)
                 j += 1
             else:
                 if track and self.c_err[c] + self.final_cost[self.c_state[c]] <= self.k:
@@ -1151,14 +1145,8 @@ class Kernel:
                         self.k and self.c_err[c] + self.next_cost[self.c_state[c]] <= self.k:
                     self.c_pick[n_defer] = c  # a start to defer (placed after the kept)
                     n_defer += 1
-        for c in range(n_defer):
-            self.s_state[j + c] = self.c_state[self.c_pick[c]]
-            self.s_err[j + c] = self.c_err[self.c_pick[c]]
-            self.s_start[j + c] = self.c_start[self.c_pick[c]]
-            self.s_prev[j + c] = NO_NODE
-            self.s_cell[j + c] = self.c_cell[self.c_pick[c]]
-            self.s_gap[j + c] = 0.0
-            self.s_rev[j + c] = 0
+        for c in range(n_defer):  # a start: no prev, gap 0, not revived
+            self._stage(self.c_pick[c], j + c)
         self.n_defer = n_defer
         for c in range(j + n_defer):  # copied back: swapping memoryviews costs more
             self.c_state[c] = self.s_state[c]
@@ -1168,6 +1156,19 @@ class Kernel:
             self.c_cell[c] = self.s_cell[c]
             self.c_gap[c] = self.s_gap[c]
             self.c_rev[c] = self.s_rev[c]
+
+    @cython.cfunc
+    @cython.inline
+    @cython.exceptval(check=False)
+    def _stage(self, c: cython.int, j: cython.int) -> cython.void:
+        """Candidate ``c`` into slot ``j`` of the staging arrays (copied back after)."""
+        self.s_state[j] = self.c_state[c]
+        self.s_err[j] = self.c_err[c]
+        self.s_start[j] = self.c_start[c]
+        self.s_prev[j] = self.c_prev[c]
+        self.s_cell[j] = self.c_cell[c]
+        self.s_gap[j] = self.c_gap[c]
+        self.s_rev[j] = self.c_rev[c]
 
     @cython.cfunc
     @cython.exceptval(check=False)
