@@ -50,7 +50,8 @@ __all__ = ["fit_budgets", "fit_streams", "FitStream", "describe", "CANDIDATES"]
 CANDIDATES = ("history", "measured", "order")
 CHUNK = 1 << 16
 
-MapStreams = Callable[[Callable[["FitStream"], dict]], list[dict]]
+Task = Callable[["FitStream"], dict]
+MapStreams = Callable[[list[Task]], list[list[dict]]]
 
 
 def fit_budgets(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
@@ -65,7 +66,7 @@ def fit_budgets(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
     the training stream's ``ops_per_event`` and ``bundles``.
     """
     stream = FitStream(events)
-    return fit_streams(sketch, ratios, lambda task: [task(stream)],
+    return fit_streams(sketch, ratios, lambda tasks: [[task(stream)] for task in tasks],
                        matcher_args(sketch, partition), burst=burst, min_visits=min_visits,
                        seed=seed)
 
@@ -81,29 +82,32 @@ def fit_streams(sketch: Sketch, ratios: Sequence[float], map_streams: MapStreams
                 seed: int = 0) -> tuple[Sketch, dict]:
     """:func:`fit_budgets` over several streams, one bucket each.
 
-    ``map_streams(task)`` applies ``task`` to the :class:`FitStream` of every training
-    stream and returns the results (in any order); ``args``: the ``acep.Matcher`` keyword
-    arguments of the unconstrained run (pattern, window, k, where, partition, and e.g.
-    ``on_bad_event``). The budget ratio is of the operations per event of all streams
-    together, the recall of all their bundles together.
+    ``map_streams(tasks)`` applies each task to the :class:`FitStream` of every training
+    stream and returns, per task, the results (in any order); the tasks of one call are
+    independent (one per budget), so it may run them side by side. ``args``: the
+    ``acep.Matcher`` keyword arguments of the unconstrained run (pattern, window, k, where,
+    partition, and e.g. ``on_bad_event``). The budget ratio is of the operations per event
+    of all streams together, the recall of all their bundles together.
     """
     ratios = [float(r) for r in ratios]
     if not all(np.isfinite(r) and r > 0 for r in ratios):
         raise ValueError(f"budget ratios must be positive numbers, got {ratios!r}")
     if min_visits < 1:
         raise ValueError(f"min_visits must be >= 1, got {min_visits!r}")
-    counted = _sum(map_streams(partial(count_task, args)))
+    counted = _sum(map_streams([partial(count_task, args)])[0])
     ops_per_event = counted["candidates"] / max(counted["events"], 1)
     if not ops_per_event > 0:
         raise ValueError("the training stream has no operations to fit a budget to")
     budgets = [Budget(r * ops_per_event, burst) for r in ratios]
     plain = replace(sketch, ops_per_event=0.0, fitted_ratios=None, fitted=None)
-    measured = _sum(map_streams(partial(measure_task, args, plain, budgets, seed)))
-    tables = [candidate_tables(plain.score, v, s, min_visits)
-              for v, s in zip(measured["visits"], measured["successes"])]
-    trials = [[t[name] for name in CANDIDATES[1:]] for t in tables]
-    replayed = _sum(map_streams(partial(replay_task, args, plain, budgets, trials, seed)))
-    found = np.column_stack([measured["found"], replayed["found"]])
+    measured = [_sum(r) for r in map_streams(
+        [partial(measure_task, args, plain, b, seed) for b in budgets])]
+    tables = [candidate_tables(plain.score, m["visits"], m["successes"], min_visits)
+              for m in measured]
+    replayed = [_sum(r) for r in map_streams(
+        [partial(replay_task, args, plain, b, [t[name] for name in CANDIDATES[1:]], seed)
+         for b, t in zip(budgets, tables)])]
+    found = np.array([[m["found"], *r["found"]] for m, r in zip(measured, replayed)])
     n = int(counted["bundles"])
     report = {"ops_per_event": ops_per_event, "bundles": n, "streams": int(counted["streams"]),
               "ratios": {}}
@@ -129,59 +133,61 @@ def describe(report: dict) -> list[str]:
 
 
 class FitStream:
-    """One device's training stream; its unconstrained run is made once and kept."""
+    """One device's training stream; its unconstrained run is made once and kept.
 
-    def __init__(self, events: EventBatch):
+    ``truth``: the :meth:`truth_state` of the same stream made elsewhere (a Spark trainer
+    ships it between its jobs rather than run the stream unconstrained in each)."""
+
+    def __init__(self, events: EventBatch, truth: dict | None = None):
         self.events = events
-        self._truth: tuple | None = None
+        self._truth = None if truth is None else _BundleTruth.from_state(truth)
 
-    def truth(self, args: dict) -> tuple[_BundleTruth, dict]:
-        """The bundles of the unconstrained run, and its stats."""
+    def truth(self, args: dict) -> _BundleTruth:
+        """The bundles of the unconstrained run and its operations."""
         if self._truth is None:
             matches, stats = _run(args, self.events)
-            self._truth = (_BundleTruth(matches, args["window"]), stats)
+            self._truth = _BundleTruth(matches, args["window"], stats["candidates"])
         return self._truth
+
+    def truth_state(self) -> dict | None:
+        """The unconstrained run's outcome as plain values (None: not run here)."""
+        return None if self._truth is None else self._truth.state()
 
 
 def count_task(args: dict, stream: FitStream) -> dict:
     """Events, unconstrained operations and bundles of one stream."""
-    truth, stats = stream.truth(args)
-    return {"streams": 1, "events": len(stream.events), "candidates": stats["candidates"],
+    truth = stream.truth(args)
+    return {"streams": 1, "events": len(stream.events), "candidates": truth.candidates,
             "bundles": truth.n}
 
 
-def measure_task(args: dict, sketch: Sketch, budgets: list[Budget], seed: int,
+def measure_task(args: dict, sketch: Sketch, budget: Budget, seed: int,
                  stream: FitStream) -> dict:
-    """Step 1 for one stream: each cell's visits and successes under the plain history
-    policy at every budget (``[F, n_cells]``), and the bundles that policy found."""
-    truth, _ = stream.truth(args)
-    visits = np.zeros((len(budgets), sketch.n_cells), dtype=np.int64)
+    """Step 1 for one stream and budget: each cell's visits and successes under the plain
+    history policy, and the bundles that policy found."""
+    truth = stream.truth(args)
+    visits = np.zeros(sketch.n_cells, dtype=np.int64)
     successes = np.zeros_like(visits)
-    found = np.zeros(len(budgets), dtype=np.int64)
-    for i, budget in enumerate(budgets):
-        def count(log, i=i):
-            settled = ~((log["merged"] != 0) & np.isnan(log["reach"]))  # merged: censored
-            cell, reached = log["cell"][settled], ~np.isnan(log["reach"][settled])
-            visits[i] += np.bincount(cell, minlength=sketch.n_cells)
-            successes[i] += np.bincount(cell[reached], minlength=sketch.n_cells)
 
-        matches, _ = _run(args, stream.events, budget, seed, sketch, on_chunk=count)
-        found[i] = truth.found(matches)
-    return {"visits": visits, "successes": successes, "found": found}
+    def count(log):
+        settled = ~((log["merged"] != 0) & np.isnan(log["reach"]))  # merged: censored
+        cell, reached = log["cell"][settled], ~np.isnan(log["reach"][settled])
+        visits[:] += np.bincount(cell, minlength=sketch.n_cells)
+        successes[:] += np.bincount(cell[reached], minlength=sketch.n_cells)
+
+    matches, _ = _run(args, stream.events, budget, seed, sketch, on_chunk=count)
+    return {"visits": visits, "successes": successes, "found": truth.found(matches)}
 
 
-def replay_task(args: dict, sketch: Sketch, budgets: list[Budget],
-                trials: list[list[np.ndarray]], seed: int, stream: FitStream) -> dict:
-    """Step 3 for one stream: the bundles found with each trial table at its budget
-    (``[F, len(trials[0])]``)."""
-    truth, _ = stream.truth(args)
-    found = np.zeros((len(budgets), len(trials[0])), dtype=np.int64)
+def replay_task(args: dict, sketch: Sketch, budget: Budget, trials: list[np.ndarray],
+                seed: int, stream: FitStream) -> dict:
+    """Step 3 for one stream and budget: the bundles found with each trial table."""
+    truth = stream.truth(args)
     ops = sketch.ops_per_event or 1.0  # the fitted ratio is relative: any positive scale
-    for i, budget in enumerate(budgets):
-        for j, table in enumerate(trials[i]):
-            trial = sketch.with_fitted(budget.ops_per_event / ops, table, ops)
-            matches, _ = _run(args, stream.events, budget, seed, trial)
-            found[i, j] = truth.found(matches)
+    found = np.zeros(len(trials), dtype=np.int64)
+    for j, table in enumerate(trials):
+        trial = sketch.with_fitted(budget.ops_per_event / ops, table, ops)
+        found[j] = truth.found(_run(args, stream.events, budget, seed, trial)[0])
     return {"found": found}
 
 
@@ -231,12 +237,30 @@ def _run(args: dict, events: EventBatch, budget: Budget | None = None, seed: int
 class _BundleTruth:
     """The bundles of an unconstrained run, to count those another run found."""
 
-    def __init__(self, matches, window: float):
+    def __init__(self, matches, window: float, candidates: int):
         self.keys: dict = {}
         part = np.array([self.keys.setdefault(_key_id(k), len(self.keys))
                          for k in matches.partition.tolist()], dtype=np.int64)
         self.bundles = compute_bundles(part, matches.point, window)
         self.n = len(self.bundles["partition"])
+        self.candidates = int(candidates)
+
+    def state(self) -> dict:
+        b = self.bundles
+        return {"keys": [list(k) for k in self.keys], "candidates": self.candidates,
+                "partition": b["partition"].tolist(), "first": b["first"].tolist(),
+                "last": b["last"].tolist()}
+
+    @classmethod
+    def from_state(cls, state: dict) -> _BundleTruth:
+        truth = cls.__new__(cls)
+        truth.keys = {tuple(k): i for i, k in enumerate(state["keys"])}
+        truth.bundles = {"partition": np.asarray(state["partition"], np.int32),
+                         "first": np.asarray(state["first"], np.float64),
+                         "last": np.asarray(state["last"], np.float64)}
+        truth.n = len(truth.bundles["partition"])
+        truth.candidates = int(state["candidates"])
+        return truth
 
     def found(self, matches) -> int:
         part = np.array([self.keys.get(_key_id(k), -1) for k in matches.partition.tolist()],

@@ -11,7 +11,7 @@ from test_history_sketch import KEY, _resigned
 from acep import EventBatch, Matcher, bundles
 from acep.shedding import Budget, ScorePolicy
 from history.build import build_history
-from history.fit import CANDIDATES, fit_budgets
+from history.fit import CANDIDATES, FitStream, fit_budgets, fit_streams, matcher_args
 from history.policies import HistoryPolicy
 from history.sketch import Sketch, SketchError
 
@@ -62,6 +62,33 @@ def test_fitted_table_reproduces_the_chosen_recall_and_never_loses_to_the_histor
         found = Matcher(PATTERN, W, K, partition="g", bins=sketch.bins(), budget=budget,
                         policy=plain).match(events)
         assert _recall(truth, found) == pytest.approx(recall["history"])
+
+
+def test_a_stream_whose_unconstrained_run_is_shipped_fits_the_same():
+    """The Spark trainer runs each stream unconstrained once and ships the outcome (msgpack)
+    to its later jobs; the fit must not tell the difference."""
+    events = _stream(4)
+    sketch = Sketch.from_graph(build_history(PATTERN, events, W, K, partition="g", n_bins=4))
+    args = matcher_args(sketch, "g")
+    first = FitStream(events)
+    assert first.truth_state() is None
+    first.truth(args)
+    state = msgpack.unpackb(msgpack.packb(first.truth_state()))
+    shipped = FitStream(events, state)
+    assert shipped.truth_state() == first.truth_state()
+    calls = []
+
+    def map_streams(tasks):
+        calls.append(len(tasks))
+        return [[task(first if len(calls) == 1 else FitStream(events, state))]
+                for task in tasks]
+
+    ratios = [0.1, 0.3]
+    fitted, report = fit_streams(sketch, ratios, map_streams, args, burst=16, min_visits=5)
+    alone, expected = fit_budgets(sketch, events, ratios, partition="g", burst=16,
+                                  min_visits=5)
+    assert calls == [1, 2, 2] and report == expected
+    assert fitted.to_bytes(KEY) == alone.to_bytes(KEY)
 
 
 def _fitted_sketch():

@@ -12,6 +12,7 @@ driver sums their counts between the three steps. On event files the tables are 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import msgpack
 import numpy as np
@@ -28,36 +29,62 @@ def fit_on_spark(good, plan, pattern, sketch: Sketch, ratios: Sequence[float], a
 
     ``good``: the trainer's normalized rows (system columns and the pattern's attributes);
     ``args``: the matcher's keyword arguments for these rows (``trainer.train``).
+    The tasks of one step (one per budget ratio) run as concurrent Spark jobs, so a few
+    streams still fill the cores; each stream's unconstrained run, made by the first job,
+    is shipped to the later ones instead of being made again.
     """
-    from .train import _event_batch
-
-    parallel = good.sparkSession.sparkContext.defaultParallelism
-    streams = (good.repartition(parallel, "_stream")
+    context = good.sparkSession.sparkContext
+    streams = (good.repartition(context.defaultParallelism, "_stream")
                .sortWithinPartitions("_stream", "_tag", "_pos").cache())
+    truths: dict[str, bytes] = {}
 
-    def map_streams(task):
-        def run(batches):
-            import pyarrow as pa
-
-            batches = list(batches)
-            if not batches:
-                return
-            table = pa.Table.from_batches(batches)
-            names = table.column("_stream").to_numpy(zero_copy_only=False)
-            cut = np.flatnonzero(names[1:] != names[:-1]) + 1
-            for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(names)]):
-                events = _event_batch(table.slice(int(lo), int(hi - lo)), plan, pattern)
-                yield pa.record_batch([pa.array([_pack(task(FitStream(events)))],
-                                                pa.binary())], names=["result"])
-
-        rows = streams.mapInArrow(run, "result binary").toArrow()
-        return [_unpack(b) for b in rows.column("result").to_pylist()]
+    def map_streams(tasks):
+        shipped = context.broadcast(dict(truths))
+        try:
+            with ThreadPoolExecutor(len(tasks)) as pool:
+                jobs = list(pool.map(lambda task: _job(streams, task, shipped, plan, pattern),
+                                     tasks))
+        finally:
+            shipped.unpersist()
+        for _, made in jobs:
+            truths.update(made)
+        return [results for results, _ in jobs]
 
     try:
         return fit_streams(sketch, ratios, map_streams, dict(args, on_bad_event="skip"),
                            burst=burst, min_visits=min_visits)
     finally:
         streams.unpersist()
+
+
+def _job(streams, task, shipped, plan, pattern) -> tuple[list[dict], dict[str, bytes]]:
+    """One Spark job: ``task`` over every stream; its results, and the truths it made."""
+    from .train import _event_batch
+
+    def run(batches):
+        import pyarrow as pa
+
+        batches = list(batches)
+        if not batches:
+            return
+        table = pa.Table.from_batches(batches)
+        names = table.column("_stream").to_numpy(zero_copy_only=False)
+        cut = np.flatnonzero(names[1:] != names[:-1]) + 1
+        for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(names)]):
+            name = str(names[lo])
+            known = shipped.value.get(name)
+            stream = FitStream(_event_batch(table.slice(int(lo), int(hi - lo)), plan, pattern),
+                               None if known is None else msgpack.unpackb(known))
+            result = _pack(task(stream))
+            made = b"" if known is not None else msgpack.packb(stream.truth_state())
+            yield pa.record_batch([pa.array([name]), pa.array([result], pa.binary()),
+                                   pa.array([made], pa.binary())],
+                                  names=["stream", "result", "truth"])
+
+    rows = streams.mapInArrow(run, "stream string, result binary, truth binary").toArrow()
+    made = {name: truth for name, truth in zip(rows.column("stream").to_pylist(),
+                                               rows.column("truth").to_pylist()) if truth}
+    return [_unpack(b) for b in rows.column("result").to_pylist()], made
 
 
 def _pack(result: dict) -> bytes:
