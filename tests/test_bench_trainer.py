@@ -38,7 +38,7 @@ def results(quick_run) -> dict:
 
 def test_json_has_every_section(results):
     expected = {"benchmark", "command", "machine", "settings", "pattern", "stream", "variants",
-                "targets", "equality", "table", "ratios", "linearity", "runs"}
+                "targets", "equality", "table", "ratios", "linearity", "fit", "runs"}
     assert expected <= set(results)
     assert results["command"].startswith("python -m bench.trainer --quick")
     assert results["settings"] == {"quick": True, "repeats": 1,
@@ -81,6 +81,20 @@ def test_table_has_the_figures(results):
         assert len(doc["seconds_per_million"]) == 2
         assert {"intercept_seconds", "slope_seconds_per_million", "r2",
                 "max_relative_residual"} <= set(doc["fit"])
+
+
+def test_the_fit_is_timed_both_ways_and_ships_the_same_sketch(results):
+    fit = results["fit"]
+    assert fit["events"] == 20_000 and fit["sketches_equal"] is True
+    assert set(fit["table"]) == {"single-fit", "spark2-fit"}
+    ratios = [str(r) for r in fit["ratios"]]
+    for row in fit["table"].values():
+        assert 0 < row["fit_seconds"] < row["seconds"]
+        assert list(row["chosen"]) == ratios
+        assert set(row["chosen"].values()) <= {"history", "measured", "order"}
+    assert fit["table"]["single-fit"]["chosen"] == fit["table"]["spark2-fit"]["chosen"]
+    plain = {r["sketch_sha256"] for r in results["runs"] if r["size"] == 20_000}
+    assert len(plain) == 1 and plain.isdisjoint(r["sketch_sha256"] for r in fit["runs"])
 
 
 def test_targets_are_evaluated(results):

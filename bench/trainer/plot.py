@@ -1,4 +1,5 @@
-"""``trainer.png``: wall time against events for the three variants, and seconds per million."""
+"""``trainer.png``: wall time against events for the three variants, seconds per million, and
+the time the reserves' fit adds on the largest file."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ STYLE = {  # variant -> (legend, colour, marker)
 
 def plot(results: dict, path: Path) -> None:
     """Draw the figure of one benchmark run into ``path``."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 6.2), layout="constrained")
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(21, 6.2), layout="constrained",
+                                              width_ratios=(3, 3, 2))
     _time_panel(left, results)
-    _per_million_panel(right, results)
+    _per_million_panel(middle, results)
+    _fit_panel(right, results["fit"])
     m = results["machine"]
     eq = results["equality"]
     same = "every Spark graph equal to the single process's" if eq["all_equal"] else \
@@ -86,6 +89,26 @@ def _per_million_panel(ax, results: dict) -> None:
     ax.set_title("time per million events at each size", fontsize=11)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=9, loc="upper right")
+
+
+def _fit_panel(ax, fit: dict) -> None:
+    names = {"single-fit": ("single process\n+ fit_budgets", STYLE["single"][1]),
+             "spark2-fit": ("Spark, local[2]\ntrain(fit=...)", STYLE["spark2"][1])}
+    for i, (variant, row) in enumerate(fit["table"].items()):
+        label, colour = names[variant]
+        rest = row["seconds"] - row["fit_seconds"]
+        ax.bar(i, rest, 0.6, color=colour, alpha=0.35)
+        ax.bar(i, row["fit_seconds"], 0.6, bottom=rest, color=colour)
+        ax.annotate(f"fit {row['fit_seconds']:.0f} s\nof {row['seconds']:.0f} s",
+                    (i, row["seconds"]), ha="center", va="bottom", fontsize=9,
+                    xytext=(0, 2), textcoords="offset points")
+    ax.set_xticks(range(len(fit["table"])), [names[v][0] for v in fit["table"]])
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.15)
+    ax.set_ylabel("wall time (s): pale = history and sketch, dark = the fit")
+    same = "equal" if fit["sketches_equal"] else "NOT EQUAL"
+    ax.set_title(f"fitting reserves to {', '.join(map(str, fit['ratios']))} on "
+                 f"{fit['events']:,} events\n(signed sketches {same})", fontsize=11)
+    ax.grid(True, axis="y", alpha=0.3)
 
 
 def _rate(events_per_s: float) -> str:

@@ -24,6 +24,12 @@ the three targets of issue 6 (3M events to a signed sketch in at most 5 minutes 
 time linear in the data; 2 cores faster than 1) go to ``trainer.json``, the figure to
 ``trainer.png``.
 
+The reserves' fit (``--fit``, docs/SHEDDING.md 10) is timed apart, on the largest file only:
+the single process with ``history.fit.fit_budgets`` after its build (``single-fit``) against
+the Spark trainer on 2 cores with ``train(fit=...)`` (``spark2-fit``), at the budget ratios
+``FIT_RATIOS`` and a bucket of ``FIT_BURST`` events, ``--repeats`` times each; their signed
+sketches must be equal byte for byte.
+
 ``--quick``: 10,000 and 20,000 events (prefixes of the embedded 20,000-flight sample unless
 ``--data`` is given), one repeat.
 """
@@ -60,6 +66,13 @@ VARIANTS = {  # name in the JSON -> (worker arguments, what it is)
                                           "(session start included) + signed sketch"),
     "spark2": (["spark", "--cores", "2"], "Spark trainer on a new local[2] session "
                                           "(session start included) + signed sketch"),
+}
+FIT_RATIOS = (0.05, 0.1, 0.25)
+FIT_BURST = 1024
+FIT_VARIANTS = {
+    "single-fit": (["single"], "one process as single, then history.fit.fit_budgets"),
+    "spark2-fit": (["spark", "--cores", "2"], "Spark trainer on a new local[2] session with "
+                                              "train(fit=...)"),
 }
 SAMPLE = Path(__file__).resolve().parents[2] / "acep" / "data" / "flights-sample.jsonl.gz"
 
@@ -115,11 +128,13 @@ def env() -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
 
 
-def measure(variant: str, parquet: Path, graph_out: Path, timeout: float) -> dict:
+def measure(variant: str, parquet: Path, graph_out: Path, timeout: float,
+            worker: list[str] | None = None) -> dict:
     """One worker process; its JSON line plus the process wall time seen from here."""
     load = os.getloadavg()[0]
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "bench.trainer.worker", *VARIANTS[variant][0],
+    worker = VARIANTS[variant][0] if worker is None else worker
+    proc = subprocess.run([sys.executable, "-m", "bench.trainer.worker", *worker,
                            str(parquet), str(graph_out)], cwd=ROOT, env=env(),
                           capture_output=True, text=True, timeout=timeout)
     process = time.perf_counter() - started
@@ -157,6 +172,35 @@ def run_all(paths: dict[int, Path], work: Path, repeats: int, timeout: float) ->
                                    "equal": raw == reference, "graph_bytes": len(raw),
                                    "graph_sha256": doc["graph_sha256"]})
     return runs, checks
+
+
+def run_fit(parquet: Path, work: Path, repeats: int, timeout: float) -> dict:
+    """The reserves' fit on one file, each fit variant ``repeats`` times, interleaved."""
+    fit = ["--fit", ",".join(map(str, FIT_RATIOS)), "--burst", str(FIT_BURST)]
+    runs = []
+    for repeat in range(repeats):
+        for variant, (worker, _) in FIT_VARIANTS.items():
+            _say(f"repeat {repeat + 1}: {variant} on {parquet.name} ...")
+            out = work / f"graph-{variant}-{repeat}.bin"
+            doc = measure(variant, parquet, out, timeout, worker + fit)
+            out.unlink()
+            doc["repeat"] = repeat
+            runs.append(doc)
+            _say(f"    fit {doc['fit_seconds']:.1f} s of {doc['seconds']:.1f} s")
+    rows = {}
+    for variant in FIT_VARIANTS:
+        mine = [r for r in runs if r["variant"] == variant]
+        best = min(mine, key=lambda r: r["fit_seconds"])
+        rows[variant] = {"fit_seconds": best["fit_seconds"],
+                         "fit_seconds_all": [r["fit_seconds"] for r in mine],
+                         "seconds": best["seconds"], "seconds_all": [r["seconds"] for r in mine],
+                         "sketch_bytes": best["sketch_bytes"], "chosen": best["fit_chosen"],
+                         "load_before": best["load_before"]}
+    return {"events": runs[0]["events"], "ratios": list(FIT_RATIOS), "burst": FIT_BURST,
+            "variants": {v: d for v, (_, d) in FIT_VARIANTS.items()}, "table": rows,
+            "spark2_vs_single": rows["spark2-fit"]["fit_seconds"] /
+            rows["single-fit"]["fit_seconds"],
+            "sketches_equal": len({r["sketch_sha256"] for r in runs}) == 1, "runs": runs}
 
 
 # --------------------------------------------------------------------------- analysis
@@ -273,7 +317,9 @@ def benchmark(work: Path, data_path: str | None, quick: bool, repeats: int) -> d
     """Every measurement, as one JSON-ready dict."""
     sizes = QUICK_SIZES if quick else FULL_SIZES
     described, paths = write_inputs(work, data_path, quick, sizes)
-    runs, checks = run_all(paths, work, repeats, timeout=600 if quick else 3600)
+    timeout = 600 if quick else 3600
+    runs, checks = run_all(paths, work, repeats, timeout)
+    fit = run_fit(paths[max(sizes)], work, repeats, timeout)
     rows = table(runs)
     ratio, linear = ratios(rows), linearity(rows)
     return {"benchmark": "trainer", "machine": machine(), "pattern": PATTERN,
@@ -281,7 +327,7 @@ def benchmark(work: Path, data_path: str | None, quick: bool, repeats: int) -> d
             "variants": {v: d for v, (_, d) in VARIANTS.items()},
             "targets": targets(rows, ratio, linear),
             "equality": {"all_equal": all(c["equal"] for c in checks), "checks": checks},
-            "table": rows, "ratios": ratio, "linearity": linear, "runs": runs}
+            "table": rows, "ratios": ratio, "linearity": linear, "fit": fit, "runs": runs}
 
 
 def _say(message: str) -> None:
@@ -315,7 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     results["settings"] = {"quick": args.quick, "repeats": repeats,
                            "wall_seconds": round(time.perf_counter() - started, 1)}
     publish(results, args.out, "trainer", plot, summary(results))
-    return 0 if results["equality"]["all_equal"] else 1
+    ok = results["equality"]["all_equal"] and results["fit"]["sketches_equal"]
+    return 0 if ok else 1
 
 
 def summary(results: dict) -> str:
@@ -328,6 +375,10 @@ def summary(results: dict) -> str:
     eq = results["equality"]
     lines.append(f"{'every' if eq['all_equal'] else 'NOT every'} Spark graph equals the single "
                  f"process's ({len(eq['checks'])} checks)")
+    fit = results["fit"]
+    lines.append(f"fitting reserves on {fit['events']:,} events: " + ", ".join(
+        f"{v} {r['fit_seconds']:.1f} s" for v, r in fit["table"].items()) +
+        f"; the signed sketches {'are' if fit['sketches_equal'] else 'are NOT'} equal")
     lines += [f"{'PASS' if t['pass'] else 'FAIL'}  {t['name']}: {t['value']:,.3f} {t['unit']}"
               for t in results["targets"]]
     return "\n".join(lines)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from .run import RESULTS
 
-NAMES = {"single": "single process", "spark1": "Spark, 1 core", "spark2": "Spark, 2 cores"}
+NAMES = {"single": "single process", "spark1": "Spark, 1 core", "spark2": "Spark, 2 cores",
+         "single-fit": "single process + `fit_budgets`", "spark2-fit": "Spark, 2 cores, `--fit`"}
 
 
 def markdown(results: dict) -> str:
@@ -43,6 +44,19 @@ def markdown(results: dict) -> str:
         out.append(f"| {NAMES[v]} | {per} | {marg} | {f['intercept_seconds']:.1f} + "
                    f"{f['slope_seconds_per_million']:.1f} M | {f['r2']:.4f} | "
                    f"{f['max_relative_residual']:.1%} |")
+    fit = results["fit"]
+    out += ["", f"### Fitting the reserves ({', '.join(map(str, fit['ratios']))} of the "
+            f"operations, bucket of {fit['burst']:,} events) on {fit['events']:,} events", "",
+            "| variant | fit s (fastest) | every repeat | whole run s | signed sketch bytes "
+            "| tables chosen |", "|---|---:|---|---:|---:|---|"]
+    for v, r in fit["table"].items():
+        chosen = ", ".join(f"{k}: {c}" for k, c in r["chosen"].items())
+        out.append(f"| {NAMES[v]} | {r['fit_seconds']:.1f} | "
+                   f"{', '.join(f'{x:.1f}' for x in r['fit_seconds_all'])} | "
+                   f"{r['seconds']:.1f} | {r['sketch_bytes']:,} | {chosen} |")
+    out += ["", f"Spark's fit takes {fit['spark2_vs_single']:.2f}x the single process's; the "
+            f"signed sketches are {'equal' if fit['sketches_equal'] else '**not equal**'}, "
+            "byte for byte."]
     eq = results["equality"]
     out += ["", f"Graphs: {'every' if eq['all_equal'] else '**not every**'} Spark graph equals "
             f"the single process's, byte for byte ({sum(c['equal'] for c in eq['checks'])} of "
