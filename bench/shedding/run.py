@@ -153,8 +153,8 @@ def build(w: Workload, train: EventBatch, n_bins: int = N_BINS, fit: bool = True
     start = time.perf_counter()
     batches = [train.slice(i, i + (1 << 16)) for i in range(0, len(train), 1 << 16)]
     graph = build_history(w.pattern, batches, w.window, w.k, where=list(w.where),
-                          partition=w.partition, n_bins=n_bins)
-    sketch = Sketch.from_graph(graph)
+                          partition=w.partition, n_bins=n_bins).canonical()
+    sketch = Sketch.from_graph(graph)  # canonical: the bytes acep train ships
     seconds = time.perf_counter() - start
     plain_bytes, fitting = int(sketch.nbytes), None
     if fit:
