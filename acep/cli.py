@@ -424,6 +424,21 @@ def add_fit_options(parser, events: str) -> None:
                              "per event, e.g. 0.1,0.25; docs/SHEDDING.md section 10)")
     parser.add_argument("--burst", type=float, default=64.0,
                         help="the devices' bucket depth in events, for --fit (default 64)")
+    parser.add_argument("--search", type=_cells, default=0, metavar="K",
+                        help="with --fit, also tune the K most visited cells of each budget's "
+                             "table by coordinate search on the training events (one replay "
+                             "per cell and value tried: slower; more bundles found under "
+                             "tight budgets; default 0 = off)")
+
+
+def _cells(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of cells") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"the cells to search must be >= 0, got {value}")
+    return value
 
 
 def run_history_build(args) -> int:
@@ -435,6 +450,8 @@ def run_history_build(args) -> int:
     ratios = fit_ratios(args.fit) if args.fit else []
     if ratios and not args.sketch:
         raise ValueError("--fit fits a sketch: it needs --sketch")
+    if args.search and not ratios:
+        raise ValueError("--search tunes the fitted reserves: it needs --fit")
     spec = EventSpec.load(args.spec) if args.spec else None
     batches = list(read_events(args.file, spec))
     started = time.perf_counter()
@@ -473,7 +490,7 @@ def _fit(sketch, batches, ratios, args):
     events = batches[0] if len(batches) == 1 else EventBatch.concat(batches)
     started = time.perf_counter()
     sketch, report = fit_budgets(sketch, events, ratios, partition=args.partition,
-                                 burst=args.burst)
+                                 burst=args.burst, search=args.search)
     for line in describe(report):
         print(f"acep: {line}", file=sys.stderr)
     print(f"acep: fitted in {time.perf_counter() - started:.1f} s", file=sys.stderr)

@@ -15,12 +15,17 @@ own start was shed. How much that matters depends on the budget. So, for a budge
    cells are re-ranked, the overall level of the reserves, which the budget sets, is kept);
 3. replays the training streams at ``f`` with each (the runs of step 1 are the history's
    replay) and keeps the one that finds the most bundles (ties: the earlier in that list),
-   stored in the sketch as the table for ``f``.
+   stored in the sketch as the table for ``f``;
+4. with ``search = K``, tunes that table by coordinate search: the ``K`` cells visited most
+   in step 1, one after the other, each set to whichever of ``SEARCH_VALUES`` finds the
+   most training bundles (kept only when it finds strictly more), one replay of the
+   training streams per value tried. Ratios whose table already finds every training
+   bundle are not searched.
 
 One step of policy iteration with a model choice on the training data: nothing of the test
 period is used. A device gives :class:`history.HistoryPolicy` its budget and gets the table
-fitted nearest it. Runs the full matcher three times per ratio: a trainer's job, not a
-device's.
+fitted nearest it. Runs the full matcher three times per ratio (up to ``3 K`` more with
+``search``): a trainer's job, not a device's.
 
 A *stream* is what one device matches under one bucket: the budget is per device, so every
 stream is replayed on its own from an empty history, and the counts of all streams are summed
@@ -45,9 +50,11 @@ from .graph import _key_id, bundle_index, compute_bundles
 from .policies import HistoryPolicy
 from .sketch import Sketch
 
-__all__ = ["fit_budgets", "fit_streams", "FitStream", "describe", "CANDIDATES"]
+__all__ = ["fit_budgets", "fit_streams", "FitStream", "describe", "CANDIDATES",
+           "SEARCH_VALUES"]
 
 CANDIDATES = ("history", "measured", "order")
+SEARCH_VALUES = (0.0, 0.3, 0.7, 1.0)  # a cell's reserve is (1 - value)^2 of the seed reserve
 CHUNK = 1 << 16
 
 Task = Callable[["FitStream"], dict]
@@ -56,19 +63,21 @@ MapStreams = Callable[[list[Task]], list[list[dict]]]
 
 def fit_budgets(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
                 partition: str | None = None, burst: float = 1024.0, min_visits: int = 50,
-                seed: int = 0) -> tuple[Sketch, dict]:
+                search: int = 0, seed: int = 0) -> tuple[Sketch, dict]:
     """The sketch with a reserve table fitted for each budget ratio, and a report.
 
     ``events``: the training stream of one device (the one the sketch's history was built
     from, or any stream of the same kind); ``partition``: its partition column, as for the
-    history; ``burst``: the bucket depth the devices run with, in events. The report maps
-    each ratio to ``{"chosen": name, "bundle_recall": {name: recall on events}}`` and gives
-    the training stream's ``ops_per_event`` and ``bundles``.
+    history; ``burst``: the bucket depth the devices run with, in events; ``search``: the
+    cells step 4 tunes per ratio (0: none). The report maps
+    each ratio to ``{"chosen": name, "bundle_recall": {name: recall on events}}`` (with
+    ``search``, also ``"searched"``: the recall after step 4 and the cells it changed) and
+    gives the training stream's ``ops_per_event`` and ``bundles``.
     """
     stream = FitStream(events)
     return fit_streams(sketch, ratios, lambda tasks: [[task(stream)] for task in tasks],
                        matcher_args(sketch, partition), burst=burst, min_visits=min_visits,
-                       seed=seed)
+                       search=search, seed=seed)
 
 
 def matcher_args(sketch: Sketch, partition: str | None) -> dict:
@@ -79,7 +88,7 @@ def matcher_args(sketch: Sketch, partition: str | None) -> dict:
 
 def fit_streams(sketch: Sketch, ratios: Sequence[float], map_streams: MapStreams,
                 args: dict, *, burst: float = 1024.0, min_visits: int = 50,
-                seed: int = 0) -> tuple[Sketch, dict]:
+                search: int = 0, seed: int = 0) -> tuple[Sketch, dict]:
     """:func:`fit_budgets` over several streams, one bucket each.
 
     ``map_streams(tasks)`` applies each task to the :class:`FitStream` of every training
@@ -94,6 +103,8 @@ def fit_streams(sketch: Sketch, ratios: Sequence[float], map_streams: MapStreams
         raise ValueError(f"budget ratios must be positive numbers, got {ratios!r}")
     if min_visits < 1:
         raise ValueError(f"min_visits must be >= 1, got {min_visits!r}")
+    if search < 0:
+        raise ValueError(f"search must be >= 0 cells, got {search!r}")
     counted = _sum(map_streams([partial(count_task, args)])[0])
     ops_per_event = counted["candidates"] / max(counted["events"], 1)
     if not ops_per_event > 0:
@@ -111,11 +122,20 @@ def fit_streams(sketch: Sketch, ratios: Sequence[float], map_streams: MapStreams
     n = int(counted["bundles"])
     report = {"ops_per_event": ops_per_event, "bundles": n, "streams": int(counted["streams"]),
               "ratios": {}}
+    best = []
     for i, ratio in enumerate(ratios):
         recall = {name: float(found[i, j]) / max(n, 1) for j, name in enumerate(CANDIDATES)}
         chosen = max(CANDIDATES, key=lambda c: (recall[c], -CANDIDATES.index(c)))
-        sketch = sketch.with_fitted(ratio, tables[i][chosen], ops_per_event)
+        best.append(tables[i][chosen].copy())
         report["ratios"][ratio] = {"chosen": chosen, "bundle_recall": recall}
+    if search:
+        searched = _search(best, found.max(axis=1), n, [m["visits"] for m in measured],
+                           search, lambda tasks: [_sum(r) for r in map_streams(tasks)],
+                           partial(replay_task, args, plain), budgets, seed)
+        for ratio, done in zip(ratios, searched):
+            report["ratios"][ratio]["searched"] = done
+    for ratio, table in zip(ratios, best):
+        sketch = sketch.with_fitted(ratio, table, ops_per_event)
     return sketch, report
 
 
@@ -124,9 +144,47 @@ def describe(report: dict) -> list[str]:
     lines = []
     for ratio, row in report["ratios"].items():
         found = ", ".join(f"{n} {100 * r:.1f}%" for n, r in row["bundle_recall"].items())
+        searched = row.get("searched")
+        after = "" if searched is None else \
+            f"; searched: {100 * searched['bundle_recall']:.1f}%, {searched['changed']} cells"
         lines.append(f"budget {ratio:g} x {report['ops_per_event']:.3f} ops/event: "
-                     f"{row['chosen']} reserves (bundle recall {found})")
+                     f"{row['chosen']} reserves (bundle recall {found}{after})")
     return lines
+
+
+def _search(tables: list[np.ndarray], found: np.ndarray, n: int, visits: list[np.ndarray],
+            cells: int, replay: Callable[[list[Task]], list[dict]], task, budgets, seed
+            ) -> list[dict]:
+    """Step 4 on every ratio at once: round ``j`` tries the values of each ratio's ``j``-th
+    most visited cell (one task per ratio), and keeps a value only if it finds more."""
+    found = [int(f) for f in found]
+    order = [np.argsort(-v, kind="stable")[:cells] for v in visits]
+    order = [o[v[o] > 0] for o, v in zip(order, visits)]
+    changed = [0] * len(tables)
+    for j in range(cells):
+        live = [i for i in range(len(tables)) if found[i] < n and j < len(order[i])]
+        if not live:
+            break
+        trials = {}
+        for i in live:
+            cell = order[i][j]
+            values = [v for v in SEARCH_VALUES if not np.isclose(v, tables[i][cell])]
+            trials[i] = (cell, values, [_with(tables[i], cell, v) for v in values])
+        results = replay([partial(task, budgets[i], trials[i][2], seed) for i in live])
+        for i, result in zip(live, results):
+            k = int(np.argmax(result["found"]))
+            if result["found"][k] > found[i]:
+                cell, values, _ = trials[i]
+                tables[i][cell], found[i] = values[k], int(result["found"][k])
+                changed[i] += 1
+    return [{"cells": int(len(o)), "changed": c, "bundle_recall": f / max(n, 1)}
+            for o, c, f in zip(order, changed, found)]
+
+
+def _with(table: np.ndarray, cell: int, value: float) -> np.ndarray:
+    out = table.copy()
+    out[cell] = value
+    return out
 
 
 # --------------------------------------------------------------------------- tasks

@@ -181,3 +181,9 @@ def test_history_build_fits_the_sketch_to_budgets(tmp_path):
     refused = acep("history", "build", FIXTURE, "-p", "a b", "-w", "3", "-o", out,
                    "--fit", "0.5")
     assert refused.returncode != 0 and "needs --sketch" in refused.stderr
+    refused = acep("history", "build", FIXTURE, "-p", "a b", "-w", "3", "-o", out,
+                   "--sketch", sketch, "--key-file", key, "--search", "4")
+    assert refused.returncode != 0 and "it needs --fit" in refused.stderr
+    refused = acep("history", "build", FIXTURE, "-p", "a b", "-w", "3", "-o", out,
+                   "--sketch", sketch, "--key-file", key, "--fit", "0.5", "--search", "-2")
+    assert refused.returncode != 0 and "cells to search must be >= 0" in refused.stderr

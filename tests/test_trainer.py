@@ -188,16 +188,18 @@ def test_archive_of_two_devices_with_windows_uploaded_twice(spark, tmp_path):
 
 
 def test_fit_on_event_files_equals_the_one_process_fit(spark, tmp_path):
-    """``train(fit=...)`` ships the sketch ``history.fit.fit_budgets`` makes in one process
-    on the same events: same tables, same report, same signed bytes."""
+    """``train(fit=..., search=...)`` ships the sketch ``history.fit.fit_budgets`` makes in
+    one process on the same events: same tables, same report, same signed bytes."""
     rows = events(3000, 4)
     path = write_parquet(rows, tmp_path / "e.parquet", 500)
     ratios = [0.1, 0.3, 0.6]
     result = train([str(path)], PATTERN, spark=spark, show_progress=False, fit=ratios,
-                   burst=16, chunk=PATTERN.window * 4)
+                   burst=16, chunk=PATTERN.window * 4, search=3)
     direct, report = fit_budgets(Sketch.from_graph(single_process(rows)),
-                                 EventBatch.from_events(rows), ratios, partition="p", burst=16)
+                                 EventBatch.from_events(rows), ratios, partition="p", burst=16,
+                                 search=3)
     assert result.stats["fit"] == report and report["streams"] == 1
+    assert sum(row["searched"]["changed"] for row in report["ratios"].values()) > 0
     assert result.sketch.fitted_ratios.tolist() == ratios
     assert result.sketch.to_bytes(KEY) == direct.to_bytes(KEY)
     assert train([str(path)], PATTERN, spark=spark, show_progress=False).sketch is None
@@ -338,6 +340,8 @@ def _wait_url(out: Path, proc) -> str:
     (("x.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--fit", "0.1"), "--fit fits a sketch"),
     (("x.jsonl", "-p", "a b", "-w", "3", "--sketch", "s", "--key-file", "x.jsonl",
       "--fit", "0.1,x"), "not a comma-separated list"),
+    (("x.jsonl", "-p", "a b", "-w", "3", "--sketch", "s", "--key-file", "x.jsonl",
+      "--search", "8"), "--search tunes the fitted reserves: it needs --fit"),
 ])
 def test_cli_refuses_bad_usage_with_one_clear_line(tmp_path, args, message):
     (tmp_path / "x.jsonl").write_text('{"type": "a", "t": 1}\n')

@@ -85,6 +85,8 @@ def _check(args) -> None:
         raise UsageError("--publish needs --token-file and --pattern-id")
     if args.fit and not (args.sketch or args.publish):
         raise UsageError("--fit fits a sketch: give --sketch or --publish")
+    if args.search and not args.fit:
+        raise UsageError("--search tunes the fitted reserves: it needs --fit")
     if args.archive and args.spec:
         raise UsageError("--spec is for event files; the archive has its own columns")
 
@@ -122,7 +124,8 @@ def run(args) -> int:
                    archive=bool(args.archive), pattern_id=args.pattern_id, bins=bins,
                    n_bins=args.bins, master=args.master, cores=args.cores, chunk=args.chunk,
                    key_groups=args.key_groups, quarantine=args.quarantine,
-                   show_progress=not args.no_progress, fit=ratios, burst=args.burst)
+                   show_progress=not args.no_progress, fit=ratios, burst=args.burst,
+                   search=args.search)
     graph, stats = result.graph, dict(result.stats)
     if args.output:
         stats["history_bytes"] = graph.save(args.output)

@@ -24,7 +24,7 @@ __all__ = ["fit_on_spark"]
 
 
 def fit_on_spark(good, plan, pattern, sketch: Sketch, ratios: Sequence[float], args: dict, *,
-                 burst: float, min_visits: int = 50) -> tuple[Sketch, dict]:
+                 burst: float, min_visits: int = 50, search: int = 0) -> tuple[Sketch, dict]:
     """``history.fit.fit_streams`` over the good events of ``plan``, one stream per device.
 
     ``good``: the trainer's normalized rows (system columns and the pattern's attributes);
@@ -52,7 +52,7 @@ def fit_on_spark(good, plan, pattern, sketch: Sketch, ratios: Sequence[float], a
 
     try:
         return fit_streams(sketch, ratios, map_streams, dict(args, on_bad_event="skip"),
-                           burst=burst, min_visits=min_visits)
+                           burst=burst, min_visits=min_visits, search=search)
     finally:
         streams.unpersist()
 

@@ -88,12 +88,13 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
           bins: VectorBins | None = None, n_bins: int = 8, master: str | None = None,
           cores: int | None = None, chunk: float | None = None, key_groups: int | None = None,
           quarantine: str | None = None, show_progress: bool = True, spark=None,
-          fit: Sequence[float] = (), burst: float = 64.0) -> TrainResult:
+          fit: Sequence[float] = (), burst: float = 64.0, search: int = 0) -> TrainResult:
     """Train a history on Spark (see the module docstring). ``archive=True`` reads the
     collector's archive directory ``inputs[0]``; then ``pattern`` defaults to the archived
     one. ``quarantine``: a directory for the bad rows (Parquet). ``fit``: budget ratios to
     fit the sketch's reserves to (docs/SHEDDING.md 10), for devices whose bucket holds
-    ``burst`` events' worth of credit; the result's ``sketch`` has them."""
+    ``burst`` events' worth of credit, tuning ``search`` cells per budget by coordinate
+    search (``history.fit``, step 4); the result's ``sketch`` has them."""
     started = time.perf_counter()
     plan = plan_archive(inputs[0], pattern_id) if archive else plan_files(inputs, spec)
     pattern = pattern or _archived_pattern(plan)
@@ -134,7 +135,8 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
         fit_started = time.perf_counter()
         with progress(spark, "fitting reserves", show_progress):
             fitted, stats["fit"] = fit_on_spark(good, plan, pattern, Sketch.from_graph(graph),
-                                                fit, _matcher_args(plan, pattern), burst=burst)
+                                                fit, _matcher_args(plan, pattern), burst=burst,
+                                                search=search)
         stats["fit_seconds"] = round(time.perf_counter() - fit_started, 3)
     quarantined = _quarantine(spark, bad, matcher_bad, quarantine)
     stats.update(bad_rows=quarantined["count"], seconds=round(time.perf_counter() - started, 3),
