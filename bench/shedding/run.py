@@ -6,8 +6,8 @@ Run ``python -m bench.shedding [--data PATH] [--quick] [--out DIR] [--jobs N]``.
 1. runs the unconstrained matcher on the test stream: the ground truth (match points,
    bundles, operations = candidate match nodes, ops per event, bundles per partition-day);
 2. builds the history of the training stream (``history.build_history``) and its sketch,
-   and fits the sketch's reserves to every budget on the training stream (``history.fit``;
-   ``--no-fit``: the plain sketch);
+   and fits the sketch's reserves to every budget on the training stream (``history.fit``,
+   tuning ``--search`` cells per budget; ``--no-fit``: the plain sketch);
 3. runs every policy (``bench/shedding/policies.py``) at budgets of 5%..100% of the ground
    truth's ops per event (``Budget(f * ops_per_event, burst=BURST)``) and scores the matches:
    bundle recall, match-point recall, precision, ops spent, shed, time deciding, wall time,
@@ -61,6 +61,7 @@ QUICK = {"flights_days": 2.0, "synthetic_duration": 300.0, "hindsight_days": Non
          "hindsight_units": None, "calibration_events": 5_000, "slices": 6}
 SEED = 2016
 N_BINS = 8  # time bins per dimension: history.build_history's default
+SEARCH = 32  # cells per budget the fit tunes by coordinate search (history.fit, step 4)
 
 _STATE: dict = {}  # per workload, set before the worker pools fork
 
@@ -106,7 +107,8 @@ def prepare(name: str) -> dict:
     out["bound"] = bounds(w, test, truth, out["prefix"])
     out["sampling_rates"], out["calibration"] = sampling_rates(w, train, sizes)
     if policies.history_ready():
-        out.update(build(w, train, st.get("n_bins", N_BINS), st.get("fit", True)))
+        out.update(build(w, train, st.get("n_bins", N_BINS), st.get("fit", True),
+                         st.get("search", SEARCH)))
     if policies.available("hindsight") is None:
         out["hindsight"] = hindsight_log(w, out["prefix"])
     return out
@@ -141,12 +143,14 @@ def hindsight_prefix(w: Workload, test: EventBatch, sizes: dict) -> EventBatch:
     return rebase(test, 0, end)
 
 
-def build(w: Workload, train: EventBatch, n_bins: int = N_BINS, fit: bool = True) -> dict:
+def build(w: Workload, train: EventBatch, n_bins: int = N_BINS, fit: bool = True,
+          search: int = 0) -> dict:
     """The history of the training stream and its sketch, with sizes and errors.
 
     ``n_bins``: quantile bins per time dimension (``--n-bins``, to compare binnings);
     ``fit``: fit the sketch's reserves to each budget of ``FRACTIONS`` on the training
-    stream (``history.fit``), as a trainer would for its devices' budgets."""
+    stream (``history.fit``), as a trainer would for its devices' budgets, tuning ``search``
+    cells per budget by coordinate search (its step 4)."""
     from history.build import build_history
     from history.sketch import Sketch
 
@@ -162,7 +166,7 @@ def build(w: Workload, train: EventBatch, n_bins: int = N_BINS, fit: bool = True
 
         start = time.perf_counter()
         sketch, report = fit_budgets(sketch, train, FRACTIONS, partition=w.partition,
-                                     burst=BURST, seed=SEED)
+                                     burst=BURST, search=search, seed=SEED)
         fitting = {"seconds": time.perf_counter() - start, "ops_per_event":
                    report["ops_per_event"], "train_bundles": report["bundles"],
                    "ratios": {str(f): r for f, r in report["ratios"].items()}}
@@ -352,6 +356,7 @@ def run_all(args, sizes: dict) -> dict:
                           "n_bins": getattr(args, "n_bins", N_BINS),
                           "defer": getattr(args, "defer", policies.DEFER),
                           "fit": not getattr(args, "no_fit", False),
+                          "search": getattr(args, "search", SEARCH),
                           "edges": time_edges(split["test"], sizes["slices"],
                                               w.stream == "flights")}
     ctx = multiprocessing.get_context("fork")
@@ -417,7 +422,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-fit", action="store_true",
                         help="use the plain sketch: no reserves fitted to the budgets on the "
                              "training stream (docs/SHEDDING.md section 10); to compare")
+    parser.add_argument("--search", type=int, default=SEARCH, metavar="K",
+                        help=f"cells per budget the fit tunes by coordinate search on the "
+                             f"training stream (default {SEARCH}, 0 = off; docs/SHEDDING.md "
+                             "section 10)")
     args = parser.parse_args(argv)
+    if args.search < 0:
+        parser.error(f"--search must be >= 0, got {args.search}")
     if not 0 <= args.defer <= 1024:
         parser.error(f"--defer must be in 0..1024, got {args.defer}")
     return args
@@ -436,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
                             "learning_rate": policies.LEARNING_RATE,
                             "explore": policies.EXPLORE, "jobs": args.jobs, "seed": SEED,
                             "n_bins": args.n_bins, "defer": args.defer,
-                            "fit": not args.no_fit,
+                            "fit": not args.no_fit, "search": args.search,
                             "sizes": sizes, "policies": list(policies.POLICIES),
                             "baselines": list(policies.BASELINES),
                             "drift_workload": DRIFT_WORKLOAD}}
@@ -468,4 +479,6 @@ def command(args) -> str:
         parts.append(f"--defer {args.defer}")
     if getattr(args, "no_fit", False):
         parts.append("--no-fit")
+    if getattr(args, "search", SEARCH) != SEARCH:
+        parts.append(f"--search {args.search}")
     return " ".join(parts)
