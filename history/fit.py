@@ -144,9 +144,12 @@ def describe(report: dict) -> list[str]:
     lines = []
     for ratio, row in report["ratios"].items():
         found = ", ".join(f"{n} {100 * r:.1f}%" for n, r in row["bundle_recall"].items())
-        searched = row.get("searched")
-        after = "" if searched is None else \
-            f"; searched: {100 * searched['bundle_recall']:.1f}%, {searched['changed']} cells"
+        searched, after = row.get("searched"), ""
+        if searched and row["bundle_recall"][row["chosen"]] >= 1.0:
+            after = "; nothing to search"
+        elif searched:
+            after = (f"; the search moved {searched['changed']} of {searched['cells']} cells: "
+                     f"{100 * searched['bundle_recall']:.1f}%")
         lines.append(f"budget {ratio:g} x {report['ops_per_event']:.3f} ops/event: "
                      f"{row['chosen']} reserves (bundle recall {found}{after})")
     return lines

@@ -153,6 +153,32 @@ def test_history_build_then_inspect_a_trained_history(tmp_path):
     assert refused.returncode != 0 and "--key-file" in refused.stderr
 
 
+def test_history_build_search_ships_the_searched_tables_and_says_what_it_moved(tmp_path):
+    """`--search K` ships what `fit_budgets(..., search=K)` makes; each budget's line says how
+    many of the K cells the search moved, or that there was nothing to search."""
+    from acep.events import EventBatch, EventSpec, read_events
+    from history.fit import fit_budgets
+    from history.graph import HistoryGraph
+    from history.sketch import Sketch
+
+    ratios = [0.1, 0.3, 0.5]
+    r, out, sketch, _ = _history_build(tmp_path, "--fit", "0.1,0.3,0.5", "--burst", "32",
+                                       "--search", "6")
+    events = EventBatch.concat(list(read_events(FIXTURE, EventSpec.load("flights"))))
+    direct, report = fit_budgets(Sketch.from_graph(HistoryGraph.load(out)), events, ratios,
+                                 partition="origin", burst=32, search=6)
+    assert (Sketch.load(sketch, b"a signing key").fitted == direct.fitted).all()
+    assert sum(row["searched"]["changed"] for row in report["ratios"].values()) > 0
+    for ratio in ratios:
+        row = report["ratios"][ratio]
+        if row["bundle_recall"][row["chosen"]] >= 1.0:
+            assert f"budget {ratio:g} x" in r.stderr and "nothing to search" in r.stderr
+        else:
+            moved = row["searched"]
+            assert (f"the search moved {moved['changed']} of {moved['cells']} cells: "
+                    f"{100 * moved['bundle_recall']:.1f}%") in r.stderr
+
+
 def test_history_build_fits_the_sketch_to_budgets(tmp_path):
     """`--fit` ships the tables `history.fit` chooses on the same events; inspect shows them."""
     from acep.events import EventSpec, read_events
