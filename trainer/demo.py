@@ -247,7 +247,6 @@ def recall(truth: MatchBatch, keys, points) -> dict:
 
 def run(opts: Options) -> dict:
     """The loop; returns the report (also written to ``workdir/report.json``)."""
-
     from .train import PatternSpec, publish_sketch, train
 
     work = opts.workdir
