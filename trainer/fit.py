@@ -37,17 +37,17 @@ def fit_on_spark(good, plan, pattern, sketch: Sketch, ratios: Sequence[float], a
     streams = (good.repartition(context.defaultParallelism, "_stream")
                .sortWithinPartitions("_stream", "_tag", "_pos").cache())
     truths: dict[str, bytes] = {}
+    shipped = [context.broadcast(truths)]  # made again only when a job adds truths
 
     def map_streams(tasks):
-        shipped = context.broadcast(dict(truths))
-        try:
-            with ThreadPoolExecutor(len(tasks)) as pool:
-                jobs = list(pool.map(lambda task: _job(streams, task, shipped, plan, pattern),
-                                     tasks))
-        finally:
-            shipped.unpersist()
-        for _, made in jobs:
+        with ThreadPoolExecutor(len(tasks)) as pool:
+            jobs = list(pool.map(lambda task: _job(streams, task, shipped[0], plan, pattern),
+                                 tasks))
+        made = {name: truth for _, new in jobs for name, truth in new.items()}
+        if made:
             truths.update(made)
+            shipped[0].destroy()
+            shipped[0] = context.broadcast(dict(truths))
         return [results for results, _ in jobs]
 
     try:
@@ -55,6 +55,7 @@ def fit_on_spark(good, plan, pattern, sketch: Sketch, ratios: Sequence[float], a
                            burst=burst, min_visits=min_visits, search=search)
     finally:
         streams.unpersist()
+        shipped[0].destroy()
 
 
 def _job(streams, task, shipped, plan, pattern) -> tuple[list[dict], dict[str, bytes]]:
