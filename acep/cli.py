@@ -447,11 +447,7 @@ def run_history_build(args) -> int:
 
     if args.sketch and not args.key_file:
         raise ValueError("--sketch needs --key-file (sketches are signed)")
-    ratios = fit_ratios(args.fit) if args.fit else []
-    if ratios and not args.sketch:
-        raise ValueError("--fit fits a sketch: it needs --sketch")
-    if args.search and not ratios:
-        raise ValueError("--search tunes the fitted reserves: it needs --fit")
+    ratios = fit_options(args, bool(args.sketch), "it needs --sketch")
     spec = EventSpec.load(args.spec) if args.spec else None
     batches = list(read_events(args.file, spec))
     started = time.perf_counter()
@@ -471,6 +467,17 @@ def run_history_build(args) -> int:
         n = sketch.save(args.sketch, key)
         print(f"acep: signed sketch, {n:,} bytes -> {args.sketch}", file=sys.stderr)
     return 0
+
+
+def fit_options(args, writes_sketch: bool, missing: str) -> list[float]:
+    """The ``--fit`` ratios of ``args`` (from :func:`add_fit_options`), checked against the
+    sketch they fit (``missing``: what to say when none is written) and ``--search``."""
+    ratios = fit_ratios(args.fit) if args.fit else []
+    if ratios and not writes_sketch:
+        raise ValueError(f"--fit fits a sketch: {missing}")
+    if args.search and not ratios:
+        raise ValueError("--search tunes the fitted reserves: it needs --fit")
+    return ratios
 
 
 def fit_ratios(text: str) -> list[float]:

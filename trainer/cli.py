@@ -83,10 +83,6 @@ def _check(args) -> None:
         raise UsageError("--sketch and --publish need --key-file (sketches are signed)")
     if args.publish and not (args.token_file and args.pattern_id):
         raise UsageError("--publish needs --token-file and --pattern-id")
-    if args.fit and not (args.sketch or args.publish):
-        raise UsageError("--fit fits a sketch: give --sketch or --publish")
-    if args.search and not args.fit:
-        raise UsageError("--search tunes the fitted reserves: it needs --fit")
     if args.archive and args.spec:
         raise UsageError("--spec is for event files; the archive has its own columns")
 
@@ -99,7 +95,7 @@ def _read_secret(path: str, what: str) -> bytes:
 
 
 def run(args) -> int:
-    from acep.cli import fit_ratios
+    from acep.cli import fit_options
     from acep.events import EventSpec
     from history.fit import describe
     from history.graph import HistoryGraph
@@ -110,7 +106,8 @@ def run(args) -> int:
 
     _check(args)
     try:
-        ratios = fit_ratios(args.fit) if args.fit else []
+        ratios = fit_options(args, bool(args.sketch or args.publish),
+                             "give --sketch or --publish")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     pattern = _pattern(args, bool(args.archive))
