@@ -414,6 +414,32 @@ def _add_history_parser(sub) -> None:
     build.add_argument("--key-file", help="the signing key of the sketch (a file)")
     add_fit_options(build, "the same events")
     build.set_defaults(run=run_history_build)
+    _add_evaluate_parser(hsub)
+
+
+def _add_evaluate_parser(hsub) -> None:
+    """``acep history evaluate`` (docs/SHEDDING.md section 11)."""
+    ev = hsub.add_parser("evaluate", help="bundle recall of a sketch and the baselines under "
+                                          "budgets, on events of your own",
+                         description="Run the sketch's pattern without a budget over the "
+                                     "events (the ground truth), then under each budget with "
+                                     "each policy, and print bundle recall, match-point "
+                                     "recall, precision and the operations spent.")
+    ev.add_argument("sketch", help="a signed sketch (acep history build --sketch, acep train)")
+    ev.add_argument("file", help="events: .jsonl/.csv/.parquet/.msgpack, or - for stdin")
+    ev.add_argument("--key-file", required=True, help="the sketch's signing key (a file)")
+    ev.add_argument("--partition", help="the attribute the sketch was trained to partition by")
+    ev.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
+    ev.add_argument("--budgets", default="0.05,0.1,0.25,0.5,1", metavar="RATIOS",
+                    help="comma-separated fractions of the events' unconstrained operations "
+                         "per event (default 0.05,0.1,0.25,0.5,1)")
+    ev.add_argument("--burst", type=float, default=64.0,
+                    help="the devices' bucket depth in events (default 64)")
+    ev.add_argument("--policies", metavar="NAMES",
+                    help="comma-separated, from keep-first, random, oldest-first, history "
+                         "(the sketch, learning off), history+rl (default: all)")
+    ev.add_argument("--json", metavar="FILE", help="also write every figure here")
+    ev.set_defaults(run=run_history_evaluate)
 
 
 def add_fit_options(parser, events: str) -> None:
@@ -481,12 +507,17 @@ def fit_options(args, writes_sketch: bool, missing: str) -> list[float]:
 
 
 def fit_ratios(text: str) -> list[float]:
+    return _ratios("--fit", text)
+
+
+def _ratios(option: str, text: str) -> list[float]:
     try:
         ratios = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"--fit: {text!r} is not a comma-separated list of numbers") from None
+        raise ValueError(f"{option}: {text!r} is not a comma-separated list of numbers") \
+            from None
     if not ratios or not all(0 < r <= 100 for r in ratios):
-        raise ValueError(f"--fit: budget ratios must be in (0, 100], got {text!r}")
+        raise ValueError(f"{option}: budget ratios must be in (0, 100], got {text!r}")
     return ratios
 
 
@@ -502,6 +533,36 @@ def _fit(sketch, batches, ratios, args):
         print(f"acep: {line}", file=sys.stderr)
     print(f"acep: fitted in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return sketch
+
+
+def run_history_evaluate(args) -> int:
+    from history.evaluate import POLICIES, evaluate, format_header, format_row
+    from history.sketch import Sketch
+
+    ratios = _ratios("--budgets", args.budgets)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()] \
+        if args.policies else list(POLICIES)
+    with open(args.key_file, "rb") as f:
+        key = f.read().strip()
+    sketch = Sketch.load(args.sketch, key)
+    spec = EventSpec.load(args.spec) if args.spec else None
+    events = read_all(args.file, spec)
+    shown = []
+
+    def show(row: dict, truth: dict) -> None:
+        if not shown:
+            print("\n".join(format_header(truth)), flush=True)
+        shown.append(row)
+        print(format_row(row), flush=True)
+
+    result = evaluate(sketch, events, ratios, partition=args.partition, burst=args.burst,
+                      policies=policies, on_row=show)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"sketch": args.sketch, "events": args.file, "burst": args.burst,
+                       **result}, f, indent=1)
+        print(f"acep: figures -> {args.json}", file=sys.stderr)
+    return 0
 
 
 def run_history(args) -> int:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -192,11 +193,19 @@ class Sketch:
         """The fitted reserve table for a budget of ``ops_per_event`` operations per event:
         the one whose ratio is nearest (in log scale) to ``ops_per_event / self.ops_per_event``,
         or None (no budget, no fitted table, or no training operations to compare with)."""
+        nearest = self._nearest_fitted(ops_per_event)
+        return None if nearest is None else self.fitted[nearest]
+
+    def fitted_ratio(self, ops_per_event: float | None) -> float | None:
+        """The ratio of the table :meth:`reserve_score` gives for that budget (or None)."""
+        nearest = self._nearest_fitted(ops_per_event)
+        return None if nearest is None else float(self.fitted_ratios[nearest])
+
+    def _nearest_fitted(self, ops_per_event: float | None) -> int | None:
         if ops_per_event is None or not len(self.fitted_ratios) or not self.ops_per_event > 0:
             return None
         ratio = max(float(ops_per_event), 1e-12) / self.ops_per_event
-        nearest = np.argmin(np.abs(np.log(self.fitted_ratios) - np.log(ratio)))
-        return self.fitted[nearest]
+        return int(np.argmin(np.abs(np.log(self.fitted_ratios) - np.log(ratio))))
 
     def with_fitted(self, ratio: float, table: np.ndarray, ops_per_event: float) -> Sketch:
         """A copy with ``table`` as the reserve scores fitted for budget ``ratio`` (replacing
@@ -349,9 +358,13 @@ class Sketch:
 
     @classmethod
     def load(cls, path, key: bytes, max_bytes: int = MAX_BYTES) -> Sketch:
+        """The sketch in file ``path``; a refused one raises :class:`SketchError` naming it."""
         with open(path, "rb") as fh:
             data = fh.read(max_bytes + 1)
-        return cls.from_bytes(data, key, max_bytes)
+        try:
+            return cls.from_bytes(data, key, max_bytes)
+        except SketchError as exc:
+            raise SketchError(f"{os.fspath(path)}: {exc}") from None
 
     # ------------------------------------------------------------------ accuracy
 

@@ -1,0 +1,146 @@
+"""How a sketch sheds on events of one's own: the history policy against the baselines,
+budget by budget (``acep history evaluate``, docs/SHEDDING.md section 11).
+
+The ground truth is the unconstrained run on the same events ([L16] Algorithm 1 without a
+budget): its match points and its match bundles (Definition 3). Each (budget, policy) row
+then runs the events from an empty matcher under ``Budget(ratio * ops_per_event, burst)``,
+where ``ops_per_event`` is the unconstrained run's, and scores what it found: bundle recall
+(true bundles with at least one point found), match-point recall, precision, and what the
+budget did (operations spent, candidates shed, time spent deciding).
+
+It is the measure of ``bench/shedding`` on a stream the benchmark does not know: to check a
+sketch on a later period before shipping it, to compare it with the baselines on one's own
+pattern, or to choose a device's budget.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from acep import EventBatch, MatchBatch, Matcher
+from acep.shedding import Budget, KeepFirstPolicy, OldestFirstPolicy, RandomPolicy
+
+from .fit import _BundleTruth, _run, matcher_args
+from .graph import _key_id
+from .policies import HistoryPolicy
+from .sketch import Sketch
+
+__all__ = ["evaluate", "POLICIES", "format_header", "format_row"]
+
+POLICIES = ("keep-first", "random", "oldest-first", "history", "history+rl")
+
+
+def evaluate(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
+             partition: str | None = None, burst: float = 64.0,
+             policies: Sequence[str] = POLICIES, seed: int = 0,
+             on_row: Callable[[dict, dict], None] | None = None) -> dict:
+    """Bundle recall and cost of each policy at each budget ratio on ``events``.
+
+    ``ratios``: budgets as fractions of the unconstrained run's operations per event on
+    ``events``; ``partition``: the partition column the sketch was trained with;
+    ``burst``: the devices' bucket depth in events; ``policies``: names from
+    :data:`POLICIES` (``history`` is the sketch with learning off, ``history+rl`` with the
+    online update at the history package's defaults). ``on_row(row, truth)`` is called with
+    each row as it is done and the ground truth's summary. Returns ``{"truth": summary,
+    "rows": [row, ...]}``, the rows in budget order, then policy order.
+    """
+    ratios = _checked(ratios, policies, burst)
+    if len(events) == 0:
+        raise ValueError("no events to evaluate on")
+    args = matcher_args(sketch, partition)
+    started = time.perf_counter()
+    matches, stats = _run(args, events)
+    seconds = time.perf_counter() - started
+    truth = _BundleTruth(matches, sketch.window, stats["candidates"])
+    points = _points(matches)
+    ops_per_event = truth.candidates / len(events)
+    summary = {"events": len(events), "ops_per_event": ops_per_event, "bundles": truth.n,
+               "match_points": len(points), "us_per_event": 1e6 * seconds / len(events),
+               "sketch_ops_per_event": sketch.ops_per_event,
+               "fitted_ratios": [float(r) for r in sketch.fitted_ratios]}
+    if not ops_per_event > 0:
+        raise ValueError(f"the pattern {sketch.pattern!r} makes no operations on these "
+                         "events: there is nothing to shed")
+    rows = []
+    for ratio in ratios:
+        budget = Budget(ratio * ops_per_event, burst)
+        for name in policies:
+            row = _row(name, ratio, budget, args, events, sketch, truth, points, seed)
+            rows.append(row)
+            if on_row is not None:
+                on_row(row, summary)
+    return {"truth": summary, "rows": rows}
+
+
+def _checked(ratios: Sequence[float], policies: Sequence[str], burst: float) -> list[float]:
+    ratios = [float(r) for r in ratios]
+    if not ratios or not all(np.isfinite(r) and r > 0 for r in ratios):
+        raise ValueError(f"budget ratios must be positive numbers, got {ratios!r}")
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown or not policies:
+        raise ValueError(f"unknown policies {unknown!r}: choose from {', '.join(POLICIES)}")
+    if not (np.isfinite(burst) and burst >= 1):
+        raise ValueError(f"burst must be at least one event, got {burst!r}")
+    return ratios
+
+
+def _policy(name: str, sketch: Sketch, budget: Budget, seed: int) -> dict:
+    """The matcher options of a fresh policy ``name`` under ``budget``."""
+    if name == "keep-first":
+        return {"policy": KeepFirstPolicy()}
+    if name == "random":
+        return {"policy": RandomPolicy(seed)}
+    if name == "oldest-first":
+        return {"policy": OldestFirstPolicy()}
+    options = {} if name == "history+rl" else {"learning_rate": 0.0, "explore": 0.0}
+    policy = HistoryPolicy(sketch, seed=seed, budget=budget, **options)
+    return {"policy": policy, "bins": policy.bins}
+
+
+def _row(name, ratio, budget, args, events, sketch, truth, points, seed) -> dict:
+    matcher = Matcher(**args, budget=budget, **_policy(name, sketch, budget, seed))
+    started = time.perf_counter()
+    found = MatchBatch.concat([matcher.match_batch(events), matcher.flush()])
+    seconds = time.perf_counter() - started
+    got = _points(found)
+    right = len(got & points)
+    bundles = truth.found(found) if len(found) else 0
+    s, n = matcher.stats, len(events)
+    return {"policy": name, "ratio": ratio, "budget_ops_per_event": budget.ops_per_event,
+            "bundle_recall": bundles / truth.n if truth.n else 1.0,
+            "point_recall": right / len(points) if points else 1.0,
+            "precision": right / len(got) if got else 1.0,
+            "ops_spent_per_event": (s["candidates"] - s["shed"]) / n, "shed": int(s["shed"]),
+            "decide_ns_per_event": s["decide_ns"] / n, "us_per_event": 1e6 * seconds / n,
+            "fitted_ratio": sketch.fitted_ratio(budget.ops_per_event)
+            if name.startswith("history") else None}
+
+
+def _points(matches) -> set:
+    return set(zip(map(_key_id, matches.partition.tolist()), matches.point.tolist()))
+
+
+def format_header(truth: dict) -> list[str]:
+    """The ground truth's line and the column names of :func:`format_row`."""
+    return [f"# {truth['events']:,} events: {truth['match_points']:,} match points in "
+            f"{truth['bundles']:,} bundles, {truth['ops_per_event']:.4g} operations per event "
+            "without a budget",
+            f"{'budget':>7}  {'policy':<13}{'bundles':>8}{'points':>8}{'precision':>10}"
+            f"{'ops/event':>11}{'decide ns':>10}  reserves"]
+
+
+def format_row(row: dict) -> str:
+    """One (budget, policy) row: recalls and precision in %, operations spent per event,
+    time deciding per event, and which reserves a history policy used."""
+    reserves = ""
+    if row["fitted_ratio"] is not None:
+        reserves = f"fitted at {row['fitted_ratio']:g}"
+    elif row["policy"].startswith("history"):
+        reserves = "the sketch's scores"
+    return (f"{100 * row['ratio']:>6.4g}%  {row['policy']:<13}"
+            f"{100 * row['bundle_recall']:>7.1f}%{100 * row['point_recall']:>7.1f}%"
+            f"{100 * row['precision']:>9.1f}%{row['ops_spent_per_event']:>11.4g}"
+            f"{row['decide_ns_per_event']:>10.0f}  {reserves}").rstrip()

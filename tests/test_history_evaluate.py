@@ -1,0 +1,163 @@
+"""`history.evaluate` and `acep history evaluate` (docs/SHEDDING.md section 11): every figure
+of a row is what the policy's own run gives, scored by brute force against the unconstrained
+run; the CLI prints and writes those figures; bad input is refused by name."""
+
+import json
+
+import numpy as np
+import pytest
+from test_cli import FIXTURE, acep
+from test_history_fit import _stream
+from test_history_sketch import KEY
+
+from acep import Matcher, bundles
+from acep.shedding import Budget, OldestFirstPolicy
+from history.build import build_history
+from history.evaluate import POLICIES, evaluate
+from history.fit import fit_budgets
+from history.policies import HistoryPolicy
+from history.sketch import Sketch
+
+PATTERN, W, K = "a b c d", 6.0, 1
+
+
+def _sketch(events, fit=(0.1, 0.4)):
+    sketch = Sketch.from_graph(build_history(PATTERN, events, W, K, partition="g", n_bins=4))
+    return fit_budgets(sketch, events, fit, partition="g", burst=16, min_visits=5)[0]
+
+
+def _brute(truth, found):
+    """(bundle recall, point recall, precision): a bundle is found when a found point of its
+    partition lies in its span; points compare as (partition, point) pairs."""
+    table = bundles(truth, W)
+    hit = {i for i, b in enumerate(table) for p, t in zip(found.partition, found.point)
+           if p == b.partition and b.first <= t <= b.last}
+    true = set(zip(truth.partition, truth.point))
+    got = set(zip(found.partition, found.point))
+    return (len(hit) / len(table), len(true & got) / len(true),
+            len(true & got) / len(got) if got else 1.0)
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13, 14])
+def test_every_row_is_the_policys_own_run_scored_by_brute_force(seed):
+    train, test = _stream(seed), _stream(seed + 100)
+    sketch = _sketch(train)
+    ratios = [0.05, 0.2, 0.5]
+    seen = []
+    result = evaluate(sketch, test, ratios, partition="g", burst=16, seed=seed,
+                      on_row=lambda row, truth: seen.append((row, truth)))
+    truth = Matcher(PATTERN, W, K, partition="g").match(test)
+    ops = Matcher(PATTERN, W, K, partition="g")
+    ops.match(test)
+    t = result["truth"]
+    assert t["bundles"] == len(bundles(truth, W)) and t["match_points"] == len(truth)
+    assert t["ops_per_event"] == ops.stats["candidates"] / len(test)
+    assert [(r["ratio"], r["policy"]) for r in result["rows"]] == [
+        (f, p) for f in ratios for p in POLICIES]
+    assert [r for r, _ in seen] == result["rows"] and all(x is t for _, x in seen)
+    for row in result["rows"]:
+        budget = Budget(row["ratio"] * t["ops_per_event"], 16)
+        if row["policy"] == "oldest-first":
+            options = {"policy": OldestFirstPolicy()}
+        elif row["policy"].startswith("history"):
+            rl = {} if row["policy"] == "history+rl" else {"learning_rate": 0.0,
+                                                          "explore": 0.0}
+            policy = HistoryPolicy(sketch, seed=seed, budget=budget, **rl)
+            options = {"policy": policy, "bins": policy.bins}
+            nearest = min(sketch.fitted_ratios, key=lambda f: abs(
+                np.log(f) - np.log(budget.ops_per_event / sketch.ops_per_event)))
+            assert row["fitted_ratio"] == nearest
+        else:
+            continue  # keep-first and random: the engine's presets, tested in test_shedding
+        m = Matcher(PATTERN, W, K, partition="g", budget=budget, **options)
+        found = m.match(test)
+        assert (row["bundle_recall"], row["point_recall"], row["precision"]) == \
+            pytest.approx(_brute(truth, found))
+        assert row["shed"] == m.stats["shed"] > 0
+        assert row["ops_spent_per_event"] == pytest.approx(
+            (m.stats["candidates"] - m.stats["shed"]) / len(test))
+
+
+def test_a_budget_that_never_binds_finds_everything():
+    events = _stream(21)
+    result = evaluate(_sketch(events), events, [50.0], partition="g", burst=1024)
+    for row in result["rows"]:
+        assert row["shed"] == 0
+        assert row["bundle_recall"] == row["point_recall"] == row["precision"] == 1.0
+
+
+def test_bad_input_is_refused_by_name():
+    events = _stream(22, n=300)
+    sketch = _sketch(events)
+    with pytest.raises(ValueError, match="budget ratios must be positive"):
+        evaluate(sketch, events, [0.1, 0.0], partition="g")
+    with pytest.raises(ValueError, match="unknown policies \\['hindsight'\\]"):
+        evaluate(sketch, events, [0.1], partition="g", policies=["history", "hindsight"])
+    with pytest.raises(ValueError, match="no events"):
+        evaluate(sketch, events.slice(0, 0), [0.1], partition="g")
+    with pytest.raises(ValueError, match="burst"):
+        evaluate(sketch, events, [0.1], partition="g", burst=0.5)
+    only_x = events.slice(0, 0)
+    only_x = type(events).from_events([{"type": "x", "t": float(i), "g": 0} for i in range(5)])
+    with pytest.raises(ValueError, match="no operations on these events"):
+        evaluate(sketch, only_x, [0.1], partition="g")
+
+
+def _built(tmp_path):
+    key = tmp_path / "fleet.key"
+    key.write_bytes(KEY)
+    sketch = tmp_path / "h.sketch"
+    r = acep("history", "build", FIXTURE, "--spec", "flights", "-p", "late verylate late",
+             "-w", "1h", "-k", "1", "--partition", "origin", "-o", tmp_path / "h.history",
+             "--sketch", sketch, "--key-file", key, "--fit", "0.1,0.5", "--burst", "32")
+    assert r.returncode == 0, r.stderr
+    return sketch, key
+
+
+def test_cli_prints_and_writes_the_figures_of_evaluate(tmp_path):
+    from acep.events import EventSpec, read_all
+
+    sketch, key = _built(tmp_path)
+    out = tmp_path / "eval.json"
+    r = acep("history", "evaluate", sketch, FIXTURE, "--key-file", key, "--spec", "flights",
+             "--partition", "origin", "--budgets", "0.1,0.5", "--burst", "32",
+             "--policies", "oldest-first,history", "--json", out)
+    assert r.returncode == 0, r.stderr
+    direct = evaluate(Sketch.load(sketch, KEY), read_all(FIXTURE, EventSpec.load("flights")),
+                      [0.1, 0.5], partition="origin", burst=32,
+                      policies=["oldest-first", "history"])
+    written = json.loads(out.read_text())
+    assert written["truth"]["bundles"] == direct["truth"]["bundles"] > 0
+    for got, want in zip(written["rows"], direct["rows"], strict=True):
+        for field in ("policy", "ratio", "bundle_recall", "point_recall", "precision", "shed",
+                      "fitted_ratio"):
+            assert got[field] == want[field]
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith(f"# {direct['truth']['events']:,} events")
+    rows = [x.split() for x in lines[2:]]
+    assert [(x[0], x[1]) for x in rows] == [("10%", "oldest-first"), ("10%", "history"),
+                                            ("50%", "oldest-first"), ("50%", "history")]
+    for x, want in zip(rows, direct["rows"]):
+        assert x[2] == f"{100 * want['bundle_recall']:.1f}%"
+    assert rows[1][-3:] == ["fitted", "at", "0.1"] and rows[3][-3:] == ["fitted", "at", "0.5"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--budgets", "0.1,x"], "--budgets: '0.1,x' is not a comma-separated list"),
+    (["--budgets", "0"], "--budgets: budget ratios must be in (0, 100]"),
+    (["--policies", "history,best"], "unknown policies ['best']"),
+])
+def test_cli_refuses_bad_options_by_name(tmp_path, args, message):
+    sketch, key = _built(tmp_path)
+    r = acep("history", "evaluate", sketch, FIXTURE, "--key-file", key, "--spec", "flights",
+             "--partition", "origin", *args)
+    assert r.returncode == 1 and message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_refuses_a_sketch_signed_with_another_key(tmp_path):
+    sketch, _ = _built(tmp_path)
+    other = tmp_path / "other.key"
+    other.write_bytes(b"not the fleet's key")
+    r = acep("history", "evaluate", sketch, FIXTURE, "--key-file", other, "--spec", "flights",
+             "--partition", "origin")
+    assert r.returncode == 1 and "Traceback" not in r.stderr and str(sketch) in r.stderr
