@@ -436,8 +436,13 @@ def _add_evaluate_parser(hsub) -> None:
     ev.add_argument("--burst", type=float, default=64.0,
                     help="the devices' bucket depth in events (default 64)")
     ev.add_argument("--policies", metavar="NAMES",
-                    help="comma-separated, from keep-first, random, oldest-first, history "
-                         "(the sketch, learning off), history+rl (default: all)")
+                    help="comma-separated, from keep-first, random, oldest-first, completion "
+                         "(needs --history), history (the sketch, learning off), history+rl, "
+                         "hindsight (offline reference: slow on long streams) (default: all "
+                         "but hindsight, and completion only with --history)")
+    ev.add_argument("--history", metavar="FILE",
+                    help="the history graph the sketch was made from, for the completion "
+                         "baseline")
     ev.add_argument("--json", metavar="FILE", help="also write every figure here")
     ev.set_defaults(run=run_history_evaluate)
 
@@ -536,12 +541,14 @@ def _fit(sketch, batches, ratios, args):
 
 
 def run_history_evaluate(args) -> int:
-    from history.evaluate import POLICIES, evaluate, format_header, format_row
+    from history.evaluate import DEFAULT_POLICIES, evaluate, format_header, format_row
+    from history.graph import HistoryGraph
     from history.sketch import Sketch
 
     ratios = _ratios("--budgets", args.budgets)
+    graph = HistoryGraph.load(args.history) if args.history else None
     policies = [p.strip() for p in args.policies.split(",") if p.strip()] \
-        if args.policies else list(POLICIES)
+        if args.policies else _default_policies(DEFAULT_POLICIES, graph is not None)
     with open(args.key_file, "rb") as f:
         key = f.read().strip()
     sketch = Sketch.load(args.sketch, key)
@@ -556,13 +563,20 @@ def run_history_evaluate(args) -> int:
         print(format_row(row), flush=True)
 
     result = evaluate(sketch, events, ratios, partition=args.partition, burst=args.burst,
-                      policies=policies, on_row=show)
+                      policies=policies, graph=graph, on_row=show)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"sketch": args.sketch, "events": args.file, "burst": args.burst,
                        **result}, f, indent=1)
         print(f"acep: figures -> {args.json}", file=sys.stderr)
     return 0
+
+
+def _default_policies(policies: Sequence[str], completion: bool) -> list[str]:
+    out = list(policies)
+    if completion:
+        out.insert(out.index("history"), "completion")
+    return out
 
 
 def run_history(args) -> int:

@@ -23,19 +23,22 @@ import numpy as np
 from acep import EventBatch, MatchBatch, Matcher
 from acep.shedding import Budget, KeepFirstPolicy, OldestFirstPolicy, RandomPolicy
 
+from .build import traced_run
 from .fit import _BundleTruth, _run, matcher_args
 from .graph import _key_id
-from .policies import HistoryPolicy
+from .policies import CompletionPolicy, HindsightPolicy, HistoryPolicy
 from .sketch import Sketch
 
-__all__ = ["evaluate", "POLICIES", "format_header", "format_row"]
+__all__ = ["evaluate", "POLICIES", "DEFAULT_POLICIES", "format_header", "format_row"]
 
-POLICIES = ("keep-first", "random", "oldest-first", "history", "history+rl")
+POLICIES = ("keep-first", "random", "oldest-first", "completion", "history", "history+rl",
+            "hindsight")
+DEFAULT_POLICIES = ("keep-first", "random", "oldest-first", "history", "history+rl")
 
 
 def evaluate(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
              partition: str | None = None, burst: float = 64.0,
-             policies: Sequence[str] = POLICIES, seed: int = 0,
+             policies: Sequence[str] = DEFAULT_POLICIES, graph=None, seed: int = 0,
              on_row: Callable[[dict, dict], None] | None = None) -> dict:
     """Bundle recall and cost of each policy at each budget ratio on ``events``.
 
@@ -43,17 +46,24 @@ def evaluate(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
     ``events``; ``partition``: the partition column the sketch was trained with;
     ``burst``: the devices' bucket depth in events; ``policies``: names from
     :data:`POLICIES` (``history`` is the sketch with learning off, ``history+rl`` with the
-    online update at the history package's defaults). ``on_row(row, truth)`` is called with
-    each row as it is done and the ground truth's summary. Returns ``{"truth": summary,
-    "rows": [row, ...]}``, the rows in budget order, then policy order.
+    online update at the history package's defaults, ``completion`` the pSPICE-style model of
+    the history ``graph`` the sketch was made from, ``hindsight`` the offline reference that
+    knows the unconstrained run's node log: a Python call per shedding event).
+    ``on_row(row, truth)`` is called with each row as it is done and the ground truth's
+    summary. Returns ``{"truth": summary, "rows": [row, ...]}``, the rows in budget order,
+    then policy order.
     """
     ratios = _checked(ratios, policies, burst)
+    if "completion" in policies and graph is None:
+        raise ValueError("the completion policy needs the history graph the sketch was made "
+                         "from")
     if len(events) == 0:
         raise ValueError("no events to evaluate on")
     args = matcher_args(sketch, partition)
     started = time.perf_counter()
-    matches, stats = _run(args, events)
+    matches, stats, hindsight = _truth_run(args, events, "hindsight" in policies)
     seconds = time.perf_counter() - started
+    known = {"sketch": sketch, "graph": graph, "hindsight": hindsight}
     truth = _BundleTruth(matches, sketch.window, stats["candidates"])
     points = _points(matches)
     ops_per_event = truth.candidates / len(events)
@@ -68,7 +78,7 @@ def evaluate(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
     for ratio in ratios:
         budget = Budget(ratio * ops_per_event, burst)
         for name in policies:
-            row = _row(name, ratio, budget, args, events, sketch, truth, points, seed)
+            row = _row(name, ratio, budget, args, events, known, truth, points, seed)
             rows.append(row)
             if on_row is not None:
                 on_row(row, summary)
@@ -87,8 +97,25 @@ def _checked(ratios: Sequence[float], policies: Sequence[str], burst: float) -> 
     return ratios
 
 
-def _policy(name: str, sketch: Sketch, budget: Budget, seed: int) -> dict:
+def _truth_run(args: dict, events: EventBatch, traced: bool):
+    """The unconstrained run: (matches, stats, what hindsight knows or None)."""
+    if not traced:
+        return (*_run(args, events), None)
+    run = traced_run(args["pattern"], events, args["window"], args["k"], where=args["where"],
+                     partition=args["partition"], fields=None, keep_matches=True)
+    return run.matches, run.stats, {"log": run.log, "matches": {"partition": run.partition,
+                                                                "point": run.point}}
+
+
+def _policy(name: str, known: dict, budget: Budget, seed: int) -> dict:
     """The matcher options of a fresh policy ``name`` under ``budget``."""
+    sketch = known["sketch"]
+    if name == "hindsight":
+        h = known["hindsight"]
+        return {"policy": HindsightPolicy(h["log"], sketch.window, h["matches"])}
+    if name == "completion":
+        policy = CompletionPolicy(known["graph"])
+        return {"policy": policy, "bins": policy.bins}
     if name == "keep-first":
         return {"policy": KeepFirstPolicy()}
     if name == "random":
@@ -100,8 +127,9 @@ def _policy(name: str, sketch: Sketch, budget: Budget, seed: int) -> dict:
     return {"policy": policy, "bins": policy.bins}
 
 
-def _row(name, ratio, budget, args, events, sketch, truth, points, seed) -> dict:
-    matcher = Matcher(**args, budget=budget, **_policy(name, sketch, budget, seed))
+def _row(name, ratio, budget, args, events, known, truth, points, seed) -> dict:
+    sketch = known["sketch"]
+    matcher = Matcher(**args, budget=budget, **_policy(name, known, budget, seed))
     started = time.perf_counter()
     found = MatchBatch.concat([matcher.match_batch(events), matcher.flush()])
     seconds = time.perf_counter() - started

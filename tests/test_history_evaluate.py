@@ -12,17 +12,21 @@ from test_history_sketch import KEY
 
 from acep import Matcher, bundles
 from acep.shedding import Budget, OldestFirstPolicy
-from history.build import build_history
-from history.evaluate import POLICIES, evaluate
+from history.build import build_history, traced_run
+from history.evaluate import DEFAULT_POLICIES, POLICIES, evaluate
 from history.fit import fit_budgets
-from history.policies import HistoryPolicy
+from history.policies import CompletionPolicy, HindsightPolicy, HistoryPolicy
 from history.sketch import Sketch
 
 PATTERN, W, K = "a b c d", 6.0, 1
 
 
-def _sketch(events, fit=(0.1, 0.4)):
-    sketch = Sketch.from_graph(build_history(PATTERN, events, W, K, partition="g", n_bins=4))
+def _graph(events):
+    return build_history(PATTERN, events, W, K, partition="g", n_bins=4)
+
+
+def _sketch(events, fit=(0.1, 0.4), graph=None):
+    sketch = Sketch.from_graph(graph or _graph(events))
     return fit_budgets(sketch, events, fit, partition="g", burst=16, min_visits=5)[0]
 
 
@@ -41,11 +45,14 @@ def _brute(truth, found):
 @pytest.mark.parametrize("seed", [11, 12, 13, 14])
 def test_every_row_is_the_policys_own_run_scored_by_brute_force(seed):
     train, test = _stream(seed), _stream(seed + 100)
-    sketch = _sketch(train)
+    graph = _graph(train)
+    sketch = _sketch(train, graph=graph)
     ratios = [0.05, 0.2, 0.5]
     seen = []
     result = evaluate(sketch, test, ratios, partition="g", burst=16, seed=seed,
+                      policies=POLICIES, graph=graph,
                       on_row=lambda row, truth: seen.append((row, truth)))
+    run = traced_run(PATTERN, test, W, K, partition="g", fields=None)
     truth = Matcher(PATTERN, W, K, partition="g").match(test)
     ops = Matcher(PATTERN, W, K, partition="g")
     ops.match(test)
@@ -54,11 +61,18 @@ def test_every_row_is_the_policys_own_run_scored_by_brute_force(seed):
     assert t["ops_per_event"] == ops.stats["candidates"] / len(test)
     assert [(r["ratio"], r["policy"]) for r in result["rows"]] == [
         (f, p) for f in ratios for p in POLICIES]
+    assert set(DEFAULT_POLICIES) == set(POLICIES) - {"completion", "hindsight"}
     assert [r for r, _ in seen] == result["rows"] and all(x is t for _, x in seen)
     for row in result["rows"]:
         budget = Budget(row["ratio"] * t["ops_per_event"], 16)
         if row["policy"] == "oldest-first":
             options = {"policy": OldestFirstPolicy()}
+        elif row["policy"] == "completion":
+            policy = CompletionPolicy(graph)
+            options = {"policy": policy, "bins": policy.bins}
+        elif row["policy"] == "hindsight":
+            options = {"policy": HindsightPolicy(run.log, W, {"partition": run.partition,
+                                                               "point": run.point})}
         elif row["policy"].startswith("history"):
             rl = {} if row["policy"] == "history+rl" else {"learning_rate": 0.0,
                                                           "explore": 0.0}
@@ -91,13 +105,14 @@ def test_bad_input_is_refused_by_name():
     sketch = _sketch(events)
     with pytest.raises(ValueError, match="budget ratios must be positive"):
         evaluate(sketch, events, [0.1, 0.0], partition="g")
-    with pytest.raises(ValueError, match="unknown policies \\['hindsight'\\]"):
-        evaluate(sketch, events, [0.1], partition="g", policies=["history", "hindsight"])
+    with pytest.raises(ValueError, match="unknown policies \\['best'\\]"):
+        evaluate(sketch, events, [0.1], partition="g", policies=["history", "best"])
+    with pytest.raises(ValueError, match="completion policy needs the history graph"):
+        evaluate(sketch, events, [0.1], partition="g", policies=["completion"])
     with pytest.raises(ValueError, match="no events"):
         evaluate(sketch, events.slice(0, 0), [0.1], partition="g")
     with pytest.raises(ValueError, match="burst"):
         evaluate(sketch, events, [0.1], partition="g", burst=0.5)
-    only_x = events.slice(0, 0)
     only_x = type(events).from_events([{"type": "x", "t": float(i), "g": 0} for i in range(5)])
     with pytest.raises(ValueError, match="no operations on these events"):
         evaluate(sketch, only_x, [0.1], partition="g")
@@ -161,3 +176,16 @@ def test_cli_refuses_a_sketch_signed_with_another_key(tmp_path):
     r = acep("history", "evaluate", sketch, FIXTURE, "--key-file", other, "--spec", "flights",
              "--partition", "origin")
     assert r.returncode == 1 and "Traceback" not in r.stderr and str(sketch) in r.stderr
+
+
+def test_cli_adds_the_completion_baseline_with_the_history_graph(tmp_path):
+    sketch, key = _built(tmp_path)
+    common = [sketch, FIXTURE, "--key-file", key, "--spec", "flights", "--partition", "origin",
+              "--budgets", "0.25"]
+    plain = acep("history", "evaluate", *common)
+    full = acep("history", "evaluate", *common, "--history", tmp_path / "h.history")
+    assert plain.returncode == full.returncode == 0, plain.stderr + full.stderr
+    names = [[x.split()[1] for x in r.stdout.splitlines()[2:]] for r in (plain, full)]
+    assert names[0] == list(DEFAULT_POLICIES)
+    assert names[1] == ["keep-first", "random", "oldest-first", "completion", "history",
+                        "history+rl"]
