@@ -541,14 +541,14 @@ def _fit(sketch, batches, ratios, args):
 
 
 def run_history_evaluate(args) -> int:
-    from history.evaluate import DEFAULT_POLICIES, evaluate, format_header, format_row
+    from history.evaluate import evaluate, format_header, format_row
     from history.graph import HistoryGraph
     from history.sketch import Sketch
 
     ratios = _ratios("--budgets", args.budgets)
     graph = HistoryGraph.load(args.history) if args.history else None
     policies = [p.strip() for p in args.policies.split(",") if p.strip()] \
-        if args.policies else _default_policies(DEFAULT_POLICIES, graph is not None)
+        if args.policies else None
     with open(args.key_file, "rb") as f:
         key = f.read().strip()
     sketch = Sketch.load(args.sketch, key)
@@ -570,13 +570,6 @@ def run_history_evaluate(args) -> int:
                        **result}, f, indent=1)
         print(f"acep: figures -> {args.json}", file=sys.stderr)
     return 0
-
-
-def _default_policies(policies: Sequence[str], completion: bool) -> list[str]:
-    out = list(policies)
-    if completion:
-        out.insert(out.index("history"), "completion")
-    return out
 
 
 def run_history(args) -> int:

@@ -38,14 +38,15 @@ DEFAULT_POLICIES = ("keep-first", "random", "oldest-first", "history", "history+
 
 def evaluate(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
              partition: str | None = None, burst: float = 64.0,
-             policies: Sequence[str] = DEFAULT_POLICIES, graph=None, seed: int = 0,
+             policies: Sequence[str] | None = None, graph=None, seed: int = 0,
              on_row: Callable[[dict, dict], None] | None = None) -> dict:
     """Bundle recall and cost of each policy at each budget ratio on ``events``.
 
     ``ratios``: budgets as fractions of the unconstrained run's operations per event on
     ``events``; ``partition``: the partition column the sketch was trained with;
     ``burst``: the devices' bucket depth in events; ``policies``: names from
-    :data:`POLICIES` (``history`` is the sketch with learning off, ``history+rl`` with the
+    :data:`POLICIES` (None: :data:`DEFAULT_POLICIES`, and ``completion`` too when ``graph``
+    is given; ``history`` is the sketch with learning off, ``history+rl`` with the
     online update at the history package's defaults, ``completion`` the pSPICE-style model of
     the history ``graph`` the sketch was made from, ``hindsight`` the offline reference that
     knows the unconstrained run's node log: a Python call per shedding event).
@@ -53,6 +54,9 @@ def evaluate(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
     summary. Returns ``{"truth": summary, "rows": [row, ...]}``, the rows in budget order,
     then policy order.
     """
+    if policies is None:
+        policies = [p for p in POLICIES if p in DEFAULT_POLICIES
+                    or (p == "completion" and graph is not None)]
     ratios = _checked(ratios, policies, burst)
     if "completion" in policies and graph is None:
         raise ValueError("the completion policy needs the history graph the sketch was made "
