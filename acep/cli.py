@@ -428,7 +428,8 @@ def _add_evaluate_parser(hsub) -> None:
     ev.add_argument("sketch", help="a signed sketch (acep history build --sketch, acep train)")
     ev.add_argument("file", help="events: .jsonl/.csv/.parquet/.msgpack, or - for stdin")
     ev.add_argument("--key-file", required=True, help="the sketch's signing key (a file)")
-    ev.add_argument("--partition", help="the attribute the sketch was trained to partition by")
+    ev.add_argument("--partition", help="the attribute to partition by (default: the one the "
+                                        "sketch records; another is refused)")
     ev.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
     ev.add_argument("--budgets", default="0.05,0.1,0.25,0.5,1", metavar="RATIOS",
                     help="comma-separated fractions of the events' unconstrained operations "
@@ -542,6 +543,7 @@ def _fit(sketch, batches, ratios, args):
 
 def run_history_evaluate(args) -> int:
     from history.evaluate import evaluate, format_header, format_row
+    from history.fit import SKETCH_PARTITION
     from history.graph import HistoryGraph
     from history.sketch import Sketch
 
@@ -562,7 +564,8 @@ def run_history_evaluate(args) -> int:
         shown.append(row)
         print(format_row(row), flush=True)
 
-    result = evaluate(sketch, events, ratios, partition=args.partition, burst=args.burst,
+    partition = SKETCH_PARTITION if args.partition is None else args.partition
+    result = evaluate(sketch, events, ratios, partition=partition, burst=args.burst,
                       policies=policies, graph=graph, on_row=show)
     if args.json:
         with open(args.json, "w") as f:

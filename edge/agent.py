@@ -37,7 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from acep import Matcher
+from acep import Matcher, Pattern
 from acep.events import EventBatch, EventError
 from acep.matcher import MatchBatch
 from acep.shedding import Budget, OldestFirstPolicy, RandomPolicy
@@ -196,10 +196,13 @@ class Agent:
 
     def _check_sketch(self, sketch: Sketch) -> None:
         p = self.cfg.pattern
-        if (sketch.pattern, sketch.k, float(sketch.window)) != (p.text, p.k, float(p.window)):
-            raise SketchError(f"it is for pattern {sketch.pattern!r} (k={sketch.k}, "
-                              f"window={sketch.window}), not {p.text!r} (k={p.k}, "
-                              f"window={p.window})")
+        try:
+            partition = p.partition or Pattern.compile(p.text, list(p.where)).where.partition
+        except ValueError:
+            partition = p.partition  # the matcher will name what is wrong with the pattern
+        problem = sketch.mismatch(p.text, p.k, p.window, p.where, partition)
+        if problem is not None:
+            raise SketchError(problem)
 
     def _make_source(self) -> Source:
         s = self.cfg.source

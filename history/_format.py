@@ -87,6 +87,17 @@ def field(doc: Mapping, name: str, kinds: type | tuple, error: type[FormatError]
     return value
 
 
+def optional_name(doc: Mapping, name: str, error: type[FormatError]) -> tuple[str | None, bool]:
+    """``(value, present)`` of a field holding a name or nil; an absent field (a file written
+    before the field existed) gives ``(None, False)``."""
+    if name not in doc:
+        return None, False
+    value = doc[name]
+    if value is not None and (not isinstance(value, str) or not 0 < len(value) <= 256):
+        raise error(f"field {name!r}: {value!r} is not a name (1-256 characters) or nil")
+    return value, True
+
+
 def _kind_names(kinds) -> str:
     kinds = kinds if isinstance(kinds, tuple) else (kinds,)
     return " or ".join(k.__name__ for k in kinds)

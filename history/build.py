@@ -36,6 +36,7 @@ class TracedRun:
     n_states: int
     stats: dict
     matches: object = None  # the MatchBatch, when kept
+    partition_by: str | None = None  # the attribute the matcher partitioned by
 
 
 def _batches(events) -> list[EventBatch] | Iterable[EventBatch]:
@@ -92,7 +93,8 @@ def traced_run(pattern: str | Pattern, events, window: float, k: int, *,
         from acep import MatchBatch
 
         matches = MatchBatch.concat(found)
-    return TracedRun(log, part, point, keys, m.pattern.automaton.n_states, m.stats, matches)
+    return TracedRun(log, part, point, keys, m.pattern.automaton.n_states, m.stats, matches,
+                     m.partition)
 
 
 def _kept_edges(edges: np.ndarray, values_min: float) -> tuple[float, ...]:
@@ -136,4 +138,5 @@ def build_history(pattern: str | Pattern, events, window: float, k: int, *,
     where_list = [where] if isinstance(where, str) else list(where)
     return HistoryGraph.from_node_log(
         run.log, {"partition": run.partition, "point": run.point}, window, k, bins, text,
-        run.n_states, where=where_list, partition_keys=run.partition_keys)
+        run.n_states, where=where_list, partition_keys=run.partition_keys,
+        partition_by=run.partition_by)

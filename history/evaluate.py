@@ -24,7 +24,7 @@ from acep import EventBatch, MatchBatch, Matcher
 from acep.shedding import Budget, KeepFirstPolicy, OldestFirstPolicy, RandomPolicy
 
 from .build import traced_run
-from .fit import _BundleTruth, _run, matcher_args
+from .fit import SKETCH_PARTITION, _BundleTruth, _run, matcher_args
 from .graph import _key_id
 from .policies import CompletionPolicy, HindsightPolicy, HistoryPolicy
 from .sketch import Sketch
@@ -37,13 +37,14 @@ DEFAULT_POLICIES = ("keep-first", "random", "oldest-first", "history", "history+
 
 
 def evaluate(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
-             partition: str | None = None, burst: float = 64.0,
+             partition=SKETCH_PARTITION, burst: float = 64.0,
              policies: Sequence[str] | None = None, graph=None, seed: int = 0,
              on_row: Callable[[dict, dict], None] | None = None) -> dict:
     """Bundle recall and cost of each policy at each budget ratio on ``events``.
 
     ``ratios``: budgets as fractions of the unconstrained run's operations per event on
-    ``events``; ``partition``: the partition column the sketch was trained with;
+    ``events``; ``partition``: the partition column (by default the one the sketch
+    records; one that differs from it is refused);
     ``burst``: the devices' bucket depth in events; ``policies``: names from
     :data:`POLICIES` (None: :data:`DEFAULT_POLICIES`, and ``completion`` too when ``graph``
     is given; ``history`` is the sketch with learning off, ``history+rl`` with the
@@ -73,7 +74,7 @@ def evaluate(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
     ops_per_event = truth.candidates / len(events)
     summary = {"events": len(events), "ops_per_event": ops_per_event, "bundles": truth.n,
                "match_points": len(points), "us_per_event": 1e6 * seconds / len(events),
-               "sketch_ops_per_event": sketch.ops_per_event,
+               "partition": args["partition"], "sketch_ops_per_event": sketch.ops_per_event,
                "fitted_ratios": [float(r) for r in sketch.fitted_ratios]}
     if not ops_per_event > 0:
         raise ValueError(f"the pattern {sketch.pattern!r} makes no operations on these "
@@ -159,9 +160,13 @@ def format_header(truth: dict) -> list[str]:
     """The ground truth's line and the column names of :func:`format_row`."""
     return [f"# {truth['events']:,} events: {truth['match_points']:,} match points in "
             f"{truth['bundles']:,} bundles, {truth['ops_per_event']:.4g} operations per event "
-            "without a budget",
+            f"without a budget; {_partition_text(truth.get('partition'))}",
             f"{'budget':>7}  {'policy':<13}{'bundles':>8}{'points':>8}{'precision':>10}"
             f"{'ops/event':>11}{'decide ns':>10}  reserves"]
+
+
+def _partition_text(partition: str | None) -> str:
+    return "one partition" if partition is None else f"partitioned by {partition}"
 
 
 def format_row(row: dict) -> str:

@@ -43,15 +43,15 @@ from functools import partial
 
 import numpy as np
 
-from acep import EventBatch, MatchBatch, Matcher
+from acep import EventBatch, MatchBatch, Matcher, Pattern
 from acep.shedding import Budget
 
 from .graph import _key_id, bundle_index, compute_bundles
 from .policies import HistoryPolicy
 from .sketch import Sketch
 
-__all__ = ["fit_budgets", "fit_streams", "FitStream", "describe", "CANDIDATES",
-           "SEARCH_VALUES"]
+__all__ = ["fit_budgets", "fit_streams", "FitStream", "describe", "matcher_args",
+           "SKETCH_PARTITION", "CANDIDATES", "SEARCH_VALUES"]
 
 CANDIDATES = ("history", "measured", "order")
 SEARCH_VALUES = (0.0, 0.3, 0.7, 1.0)  # a cell's reserve is (1 - value)^2 of the seed reserve
@@ -61,13 +61,22 @@ Task = Callable[["FitStream"], dict]
 MapStreams = Callable[[list[Task]], list[list[dict]]]
 
 
+class _SketchPartition:
+    def __repr__(self) -> str:
+        return "SKETCH_PARTITION"
+
+
+SKETCH_PARTITION = _SketchPartition()  # the default partition: the one the sketch records
+
+
 def fit_budgets(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
-                partition: str | None = None, burst: float = 1024.0, min_visits: int = 50,
+                partition=SKETCH_PARTITION, burst: float = 1024.0, min_visits: int = 50,
                 search: int = 0, seed: int = 0) -> tuple[Sketch, dict]:
     """The sketch with a reserve table fitted for each budget ratio, and a report.
 
     ``events``: the training stream of one device (the one the sketch's history was built
-    from, or any stream of the same kind); ``partition``: its partition column, as for the
+    from, or any stream of the same kind); ``partition``: its partition column (by default
+    the one the sketch records; another is refused, see :func:`matcher_args`), as for the
     history; ``burst``: the bucket depth the devices run with, in events; ``search``: the
     cells step 4 tunes per ratio (0: none). The report maps
     each ratio to ``{"chosen": name, "bundle_recall": {name: recall on events}}`` (with
@@ -80,8 +89,22 @@ def fit_budgets(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
                        search=search, seed=seed)
 
 
-def matcher_args(sketch: Sketch, partition: str | None) -> dict:
-    """The unconstrained matcher of the sketch's pattern, as keyword arguments."""
+def matcher_args(sketch: Sketch, partition=SKETCH_PARTITION) -> dict:
+    """The unconstrained matcher of the sketch's pattern, as keyword arguments.
+
+    ``partition``: the attribute to partition by; by default the one the sketch records
+    (none for a sketch that records none). One that differs from what the sketch records
+    raises ``ValueError``: its scores are rates per partition of the history's kind."""
+    if partition is SKETCH_PARTITION:
+        partition = sketch.partition_by
+    else:
+        resolved = partition or \
+            Pattern.compile(sketch.pattern, list(sketch.where)).where.partition
+        problem = sketch.mismatch(sketch.pattern, sketch.k, sketch.window, sketch.where,
+                                  resolved)
+        if problem is not None:
+            raise ValueError(f"the sketch does not fit partition {partition!r}: {problem}")
+        partition = resolved
     return {"pattern": sketch.pattern, "window": sketch.window, "k": sketch.k,
             "where": list(sketch.where), "partition": partition}
 

@@ -130,6 +130,9 @@ class HistoryGraph:
     Cell arrays have ``n_cells`` entries; edges are sparse COO triples sorted by source;
     bundle ``i`` has id ``i`` (``merge`` renumbers the other graph's bundles after these).
     ``partition_keys[p]`` is the key of kernel partition id ``p`` (bundles keep ids).
+    ``partition_by`` is the attribute the run was partitioned by (None: one partition), as
+    the matcher resolved it (``partition=`` or the equivalence test ``[attr]``); a history
+    file written before it was recorded loads with ``partition_recorded`` False.
     """
 
     pattern: str
@@ -152,6 +155,8 @@ class HistoryGraph:
     reach_count: np.ndarray
     where: tuple[str, ...] = ()
     partition_keys: list = field(default_factory=list)
+    partition_by: str | None = None
+    partition_recorded: bool = True
 
     # ------------------------------------------------------------------ shape
 
@@ -191,14 +196,16 @@ class HistoryGraph:
     @classmethod
     def from_node_log(cls, log: Mapping[str, np.ndarray], matches, window: float, k: int,
                       bins, pattern: str, n_states: int, *, where: Sequence[str] = (),
-                      partition_keys: Sequence | None = None) -> HistoryGraph:
+                      partition_keys: Sequence | None = None,
+                      partition_by: str | None = None) -> HistoryGraph:
         """Build H from an unconstrained run's node log and matches.
 
         ``log`` needs the fields ``partition, cell, prev_cell, reach, merged`` of
         docs/SHEDDING.md section 4 (other fields are ignored). ``matches`` is the run's
         ``MatchBatch`` (its partition keys are mapped to kernel ids through
         ``partition_keys``, i.e. ``Matcher.partition_keys()``) or a mapping with int
-        ``partition`` ids and ``point``. A node is a visit unless it was merged and reached
+        ``partition`` ids and ``point``; ``partition_by``: the attribute the run was
+        partitioned by (``Matcher.partition``). A node is a visit unless it was merged and reached
         nothing (its outcome is censored); it is a success when ``reach`` is not NaN.
         """
         rem_edges, gap_edges = _bin_edges(bins)
@@ -235,7 +242,7 @@ class HistoryGraph:
                    successes, src.astype(np.int32), dst.astype(np.int32), count,
                    b["partition"], b["first"], b["last"], b["points"],
                    r_cell.astype(np.int32), r_bundle, r_count, tuple(where),
-                   [_plain(x) for x in keys])
+                   [_plain(x) for x in keys], partition_by)
 
     # ------------------------------------------------------------------ combining
 
@@ -247,7 +254,17 @@ class HistoryGraph:
         for name in ("rem_edges", "gap_edges"):
             if not np.array_equal(getattr(self, name), getattr(other, name)):
                 return name
+        if self.partition_recorded and other.partition_recorded and \
+                self.partition_by != other.partition_by:
+            return "partition_by"
         return None
+
+    def _partition_fields(self, other: HistoryGraph | None = None) -> dict:
+        """``partition_by`` and ``partition_recorded`` for a graph made from this one (and
+        ``other``): a recorded attribute wins over an unrecorded one."""
+        source = self if self.partition_recorded or other is None else other
+        return {"partition_by": source.partition_by,
+                "partition_recorded": source.partition_recorded}
 
     def merge(self, other: HistoryGraph) -> HistoryGraph:
         """The history of the union of two runs over disjoint data (counts add up).
@@ -285,7 +302,8 @@ class HistoryGraph:
             np.concatenate([self.bundle_first, other.bundle_first]),
             np.concatenate([self.bundle_last, other.bundle_last]),
             np.concatenate([self.bundle_points, other.bundle_points]),
-            r_cell.astype(np.int32), r_bundle, r_count, self.where, keys)
+            r_cell.astype(np.int32), r_bundle, r_count, self.where, keys,
+            **self._partition_fields(other))
 
     def canonical(self) -> HistoryGraph:
         """The same history in canonical order: partition keys sorted (by type name, then
@@ -309,7 +327,7 @@ class HistoryGraph:
             part[b_order].astype(np.int32), self.bundle_first[b_order],
             self.bundle_last[b_order], self.bundle_points[b_order],
             self.reach_cell[r], r_bundle[r].astype(np.int64), self.reach_count[r], self.where,
-            [_plain(self.partition_keys[i]) for i in order])
+            [_plain(self.partition_keys[i]) for i in order], **self._partition_fields())
 
     # ------------------------------------------------------------------ queries
 
@@ -381,6 +399,7 @@ class HistoryGraph:
             "format": FORMAT, "version": VERSION, "pattern": self.pattern,
             "where": list(self.where), "k": self.k, "window": float(self.window),
             "n_states": self.n_states, "partition_keys": self.partition_keys,
+            **({"partition_by": self.partition_by} if self.partition_recorded else {}),
             **{name: pa(getattr(self, name)) for name, _ in _ARRAYS},
         })
 
@@ -403,10 +422,11 @@ class HistoryGraph:
             raise err("field 'partition_keys': not a list of strings, numbers or nulls")
         if not 0 <= k <= 64 or n_states < 1 or not np.isfinite(window) or window < 0:
             raise err("fields 'k', 'n_states', 'window': out of range")
+        partition_by, recorded = _format.optional_name(doc, "partition_by", err)
         arrays = {name: _format.unpack_array(doc, name, err, dtype=dtype, ndim=1)
                   for name, dtype in _ARRAYS}
         g = cls(pattern, k, window, n_states, where=tuple(where), partition_keys=keys,
-                **arrays)
+                partition_by=partition_by, partition_recorded=recorded, **arrays)
         problem = g._invalid()
         if problem:
             raise err(problem)

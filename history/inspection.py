@@ -55,7 +55,7 @@ def describe_history(g: _graph.HistoryGraph, file_bytes: int | None = None,
     where = f" where {' and '.join(g.where)}" if g.where else ""
     lines = [
         f"history of {g.pattern!r}{where}, k = {g.k}, window = {g.window:g}, "
-        f"{g.n_states} automaton states",
+        f"{g.n_states} automaton states, {_partitioned(g)}",
         f"bins: remaining window {g.n_rem} (edges {_edges(g.rem_edges)}), "
         f"gap {g.n_gap} (edges {_edges(g.gap_edges)})",
         f"cells: {g.n_cells} ({visited} visited, {mapped} with a non-empty match map)",
@@ -70,13 +70,21 @@ def describe_history(g: _graph.HistoryGraph, file_bytes: int | None = None,
     return "\n".join(lines)
 
 
+def _partitioned(h) -> str:
+    """The partition attribute a history or sketch records."""
+    if not h.partition_recorded:
+        return "partition attribute not recorded"
+    return "one partition" if h.partition_by is None else f"partitioned by {h.partition_by}"
+
+
 def describe_sketch(s: _sketch.Sketch, file_bytes: int, top: int = 10) -> str:
     mapped = s.proxy_class >= 0
     order = np.argsort(-s.score, kind="stable")[:top]
     state, err, rem, gap = _graph.decode_cells(order, s.k, len(s.rem_edges) + 1,
                                                len(s.gap_edges) + 1)
     where = f" where {' and '.join(s.where)}" if s.where else ""
-    lines = [f"sketch of {s.pattern!r}{where}, k = {s.k}, window = {s.window:g}",
+    lines = [f"sketch of {s.pattern!r}{where}, k = {s.k}, window = {s.window:g}, "
+             f"{_partitioned(s)}",
              f"cells: {s.n_cells}, {int(mapped.sum())} with a match map, "
              f"{len(np.unique(s.proxy_class[mapped]))} proxy classes (band {s.band})",
              f"bytes: {file_bytes:,} (H = {s.hashes} min-hash values per cell)",

@@ -182,8 +182,9 @@ def bins_from_counts(rem: tuple[np.ndarray, np.ndarray], gap: tuple[np.ndarray, 
 
 def graph_from_parts(pattern: str, window: float, k: int, n_states: int, bins: VectorBins, *,
                      where: Sequence[str] = (), cells: dict, edges: tuple, points: tuple,
-                     reach: tuple) -> HistoryGraph:
-    """The canonical history from summed pieces.
+                     reach: tuple, partition_by: str | None = None) -> HistoryGraph:
+    """The canonical history from summed pieces (``partition_by``: the attribute the runs
+    were partitioned by, as the history records it).
 
     ``cells``: ``{VISIT: (cell, n), SUCCESS: (cell, n)}``; ``edges``: (src, dst, n);
     ``points``: (key bytes, point) of every distinct match point; ``reach``: (key bytes,
@@ -219,7 +220,8 @@ def graph_from_parts(pattern: str, window: float, k: int, n_states: int, bins: V
         str(pattern), int(k), float(window), int(n_states), rem_edges, gap_edges,
         dense(cells[VISIT]), dense(cells[SUCCESS]), src.astype(np.int32), dst.astype(np.int32),
         count, bundles["partition"], bundles["first"], bundles["last"], bundles["points"],
-        rc.astype(np.int32), rb, rn, tuple(where), [decode_key(b) for b in key_bytes])
+        rc.astype(np.int32), rb, rn, tuple(where), [decode_key(b) for b in key_bytes],
+        partition_by)
 
 
 def _key_order(key):

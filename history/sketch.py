@@ -14,8 +14,11 @@ cell, so the policy can tell whether a live node still has window enough to stan
 :mod:`history.fit`: ``fitted``, one float32 table per cell for each budget ratio in
 ``fitted_ratios`` (the success rates the policy's reserves are computed from at that budget),
 and ``ops_per_event``, the unconstrained operations per event of the training stream, which
-turns a device's budget into a ratio. A reader that predates them ignores them and runs on
-the plain scores, so the version stays 2.
+turns a device's budget into a ratio. Optional too, ``partition_by``: the attribute the
+history was partitioned by (nil: none), which :meth:`Sketch.mismatch` checks against the
+device's. A reader that predates these fields ignores them and runs on the plain scores, so
+the version stays 2; a sketch without ``partition_by`` loads with ``partition_recorded``
+False and its partition is not checked.
 
 Wire format: a msgpack envelope ``{"format": "acep-sketch", "version": 2, "signature":
 "HMAC-SHA256", "payload": <bytes>, "mac": <32 bytes>}``; the MAC covers format, version and
@@ -28,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -180,6 +184,8 @@ class Sketch:
     ops_per_event: float = 0.0  # the training stream's unconstrained operations per event
     fitted_ratios: np.ndarray | None = None  # float64[F], increasing budget ratios
     fitted: np.ndarray | None = None  # float32[F, n_cells], reserve scores per ratio
+    partition_by: str | None = None  # the history's partition attribute (None: one partition)
+    partition_recorded: bool = True  # False: read from a sketch written before it was recorded
 
     def __post_init__(self):
         self.proxy_class = proxy_classes(self.minhash, self.band)
@@ -188,6 +194,25 @@ class Sketch:
         if self.fitted is None:
             self.fitted_ratios = np.zeros(0, dtype=np.float64)
             self.fitted = np.zeros((0, len(self.score)), dtype=np.float32)
+
+    def mismatch(self, pattern: str, k: int, window: float, where: Sequence[str] = (),
+                 partition_by: str | None = None) -> str | None:
+        """Why a matcher with these settings cannot use this sketch (None: it can).
+
+        A cell means the same thing only for the pattern, ``k``, window and predicates the
+        history was built with, and a score is a rate per partition: a sketch trained per
+        airport says little about nodes of one stream-wide partition. ``partition_by`` is
+        the matcher's resolved partition attribute (``Matcher.partition``); it is checked
+        only when the sketch records one."""
+        mine = (self.pattern, self.k, float(self.window), tuple(self.where))
+        if mine != (pattern, int(k), float(window), tuple(where)):
+            return (f"it is for pattern {self.pattern!r} (k={self.k}, window={self.window:g}, "
+                    f"where={list(self.where)}), not {pattern!r} (k={k}, window={window:g}, "
+                    f"where={list(where)})")
+        if self.partition_recorded and partition_by != self.partition_by:
+            return (f"it was trained {_partitioned(self.partition_by)}, and this run is "
+                    f"{_partitioned(partition_by)}")
+        return None
 
     def reserve_score(self, ops_per_event: float | None) -> np.ndarray | None:
         """The fitted reserve table for a budget of ``ops_per_event`` operations per event:
@@ -248,7 +273,9 @@ class Sketch:
         score = score.astype(np.float32)
         return cls(graph.pattern, tuple(graph.where), graph.k, graph.window, graph.n_states,
                    graph.rem_edges.copy(), graph.gap_edges.copy(), score, minhash, band, seed,
-                   completion_need(graph, score), bundle_span(graph))
+                   completion_need(graph, score), bundle_span(graph),
+                   partition_by=graph.partition_by,
+                   partition_recorded=graph.partition_recorded)
 
     def bins(self):
         """The ``acep.shedding.VectorBins`` a matcher needs to use this sketch's cells."""
@@ -279,6 +306,7 @@ class Sketch:
             "minhash": pa(self.minhash.astype(np.uint32)),
             "need": pa(self.need.astype(np.float32)),
             "bundle_span": float(self.bundle_span), **fitted,
+            **({"partition_by": self.partition_by} if self.partition_recorded else {}),
         })
 
     def to_bytes(self, key: bytes) -> bytes:
@@ -347,8 +375,9 @@ class Sketch:
         if not np.isfinite(span) or not 0.0 <= span <= 1e9:
             raise err("field 'bundle_span': not finite or outside [0, 1e9]")
         ops, ratios, fitted = _fitted_fields(doc, n_cells)
+        partition_by, recorded = _format.optional_name(doc, "partition_by", err)
         return cls(pattern, tuple(where), k, window, n_states, rem, gap, score, minhash, band,
-                   seed, need, span, ops, ratios, fitted)
+                   seed, need, span, ops, ratios, fitted, partition_by, recorded)
 
     def save(self, path, key: bytes) -> int:
         data = self.to_bytes(key)
@@ -425,6 +454,10 @@ def _exact_jaccard(graph, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     inter = np.unpackbits(maps[ra] & maps[rb], axis=1).sum(axis=1)
     union = np.unpackbits(maps[ra] | maps[rb], axis=1).sum(axis=1)
     return np.where(union > 0, inter / np.maximum(union, 1), 0.0)
+
+
+def _partitioned(attribute: str | None) -> str:
+    return "without a partition" if attribute is None else f"partitioned by {attribute!r}"
 
 
 def _check_key(key: bytes) -> bytes:

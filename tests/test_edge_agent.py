@@ -182,7 +182,8 @@ def test_tampered_sketch_falls_back_to_named_policy(tmp_path, caplog):
     m = acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"])
     n_cells = m.pattern.automaton.n_states * 2 * 3 * 2
     sk = Sketch(PATTERN["text"], (), 1, 5.0, m.pattern.automaton.n_states, bins_rem, bins_gap,
-                np.full(n_cells, 0.5, np.float32), np.zeros((n_cells, 4), np.uint32))
+                np.full(n_cells, 0.5, np.float32), np.zeros((n_cells, 4), np.uint32),
+                partition_by=PATTERN["partition"])
     good = sk.to_bytes(key)
     bad = bytearray(good)
     bad[len(bad) // 2] ^= 0xFF
@@ -211,6 +212,39 @@ def test_tampered_sketch_falls_back_to_named_policy(tmp_path, caplog):
             assert agent.history.defer == 2  # [sketch] defer reaches the policy
             # the learned sketch is saved signed and loads with the device key
             assert Sketch.load(d / "learned.sketch", key).n_cells == n_cells
+
+
+@pytest.mark.parametrize("trained, pattern, why", [
+    ({"partition_by": None}, {}, "trained without a partition, and this run is partitioned "
+                                 "by 'id'"),
+    ({"partition_by": "other"}, {}, "partitioned by 'other'"),
+    ({"partition_by": "id"}, {"where": ["c.x >= a.x"]}, "where=['c.x >= a.x']"),
+    ({"partition_by": "id", "where": ("[id]",)}, {"partition": None, "where": ["[id]"]}, None),
+])
+def test_a_sketch_for_other_settings_is_refused_by_name(tmp_path, caplog, trained, pattern,
+                                                        why):
+    """The device runs its sketch only for the pattern, predicates and partition attribute
+    it was trained for (the equivalence test [id] partitions by id too)."""
+    from history.sketch import Sketch
+
+    key = b"device-key"
+    (tmp_path / "key").write_bytes(key)
+    m = acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"])
+    n_cells = m.pattern.automaton.n_states * 2 * 3 * 2
+    Sketch(PATTERN["text"], trained.get("where", ()), 1, 5.0, m.pattern.automaton.n_states,
+           np.array([1.0, 3.0]), np.array([0.5]), np.full(n_cells, 0.5, np.float32),
+           np.zeros((n_cells, 4), np.uint32), partition_by=trained["partition_by"]
+           ).save(tmp_path / "s.sketch", key)
+    doc = config(tmp_path, budget={"mode": "fixed", "ops_per_event": 0.8},
+                 sketch={"path": str(tmp_path / "s.sketch"), "key_file": str(tmp_path / "key")})
+    doc["pattern"].update(pattern)
+    doc["pattern"] = {k: v for k, v in doc["pattern"].items() if v is not None}
+    final = Agent(parse_config(doc), events=stream(200)).run()
+    if why is None:
+        assert final["policy"] == "history" and final["policy_error"] is None
+    else:
+        assert final["policy"] == "oldest-first"
+        assert why in final["policy_error"] and why in caplog.text
 
 
 # --------------------------------------------------------------------------- SIGKILL

@@ -405,7 +405,8 @@ def _sketch_bytes() -> bytes:
     n_cells = n_states * 2 * 3 * 2
     sk = Sketch(PATTERN["text"], tuple(PATTERN["where"]), PATTERN["k"], PATTERN["window"],
                 n_states, np.array([1.0, 3.0]), np.array([0.5]),
-                np.full(n_cells, 0.5, np.float32), np.zeros((n_cells, 4), np.uint32))
+                np.full(n_cells, 0.5, np.float32), np.zeros((n_cells, 4), np.uint32),
+                partition_by=PATTERN["partition"])
     return sk.to_bytes(SKETCH_KEY)
 
 

@@ -10,13 +10,14 @@ from history.sketch import Sketch
 
 
 def test_inspect_prints_size_top_vectors_and_writes_a_plot(tmp_path, capsys):
-    g = _hand_graph(partition_keys=["ATL", "BOS"])
+    g = _hand_graph(partition_keys=["ATL", "BOS"], partition_by="origin")
     path = tmp_path / "h.acephist"
     size = g.save(path)
     png = tmp_path / "h.png"
     assert main(["history", "inspect", str(path), "--top", "2", "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "cells: 24 (3 visited, 2 with a non-empty match map)" in out
+    assert "3 automaton states, partitioned by origin" in out
     assert "bundles: 3 in 2 partitions" in out
     assert "edges: 3 cell->cell, 4 cell->bundle" in out
     assert f"{size:,} on disk" in out and f"{Sketch.from_graph(g).nbytes:,} as a signed" in out
@@ -33,7 +34,8 @@ def test_inspect_a_sketch_needs_its_key(tmp_path, capsys):
     assert "is a signed sketch, not a history graph: pass --key-file" in capsys.readouterr().err
     key.write_bytes(b"k3y\n")
     assert main(["history", "inspect", str(path), "--key-file", str(key)]) == 0
-    assert "cells: 24, 2 with a match map" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "cells: 24, 2 with a match map" in out and "window = 10, one partition" in out
     key.write_bytes(b"other")
     assert main(["history", "inspect", str(path), "--key-file", str(key)]) == 1
     assert "signature check failed" in capsys.readouterr().err

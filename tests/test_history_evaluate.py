@@ -118,6 +118,24 @@ def test_bad_input_is_refused_by_name():
         evaluate(sketch, only_x, [0.1], partition="g")
 
 
+def test_the_partition_defaults_to_the_sketchs_and_another_is_refused():
+    events = _stream(23, n=600)
+    sketch = _sketch(events)
+    assert sketch.partition_by == "g"
+    ratios = [0.1, 0.4]
+    given = evaluate(sketch, events, ratios, partition="g", burst=16)
+    default = evaluate(sketch, events, ratios, burst=16)
+    assert default["truth"]["partition"] == "g"
+    for a, b in zip(given["rows"], default["rows"], strict=True):
+        assert (a["bundle_recall"], a["shed"]) == (b["bundle_recall"], b["shed"])
+    for wrong in (None, "h"):
+        with pytest.raises(ValueError, match="the sketch does not fit partition .*trained "
+                                             "partitioned by 'g'"):
+            evaluate(sketch, events, ratios, partition=wrong)
+        with pytest.raises(ValueError, match="does not fit partition"):
+            fit_budgets(sketch, events, [0.1], partition=wrong)
+
+
 def _built(tmp_path):
     key = tmp_path / "fleet.key"
     key.write_bytes(KEY)
@@ -155,12 +173,19 @@ def test_cli_prints_and_writes_the_figures_of_evaluate(tmp_path):
     for x, want in zip(rows, direct["rows"]):
         assert x[2] == f"{100 * want['bundle_recall']:.1f}%"
     assert rows[1][-3:] == ["fitted", "at", "0.1"] and rows[3][-3:] == ["fitted", "at", "0.5"]
+    assert lines[0].endswith("; partitioned by origin")
+    same = acep("history", "evaluate", sketch, FIXTURE, "--key-file", key, "--spec", "flights",
+                "--budgets", "0.1,0.5", "--burst", "32", "--policies", "oldest-first,history")
+    assert same.returncode == 0, same.stderr
+    assert [x.split()[:6] for x in same.stdout.splitlines()[2:]] == [x[:6] for x in rows]
 
 
 @pytest.mark.parametrize("args, message", [
     (["--budgets", "0.1,x"], "--budgets: '0.1,x' is not a comma-separated list"),
     (["--budgets", "0"], "--budgets: budget ratios must be in (0, 100]"),
     (["--policies", "history,best"], "unknown policies ['best']"),
+    (["--partition", "dest"], "trained partitioned by 'origin', and this run is partitioned "
+                              "by 'dest'"),
 ])
 def test_cli_refuses_bad_options_by_name(tmp_path, args, message):
     sketch, key = _built(tmp_path)

@@ -230,6 +230,40 @@ def test_save_load_round_trip(tmp_path):
     assert np.array_equal(h.match_maps(), g.match_maps())
 
 
+def test_the_partition_attribute_is_recorded_merged_and_checked():
+    g = _hand_graph(partition_keys=["ATL", "BOS"], partition_by="origin")
+    h = HistoryGraph.from_bytes(g.to_bytes())
+    assert (h.partition_by, h.partition_recorded) == ("origin", True)
+    assert h.canonical().partition_by == "origin"
+    one = HistoryGraph.from_bytes(_hand_graph().to_bytes())
+    assert (one.partition_by, one.partition_recorded) == (None, True)
+    with pytest.raises(ValueError, match="different 'partition_by'"):
+        g.merge(_hand_graph(partition_by="dest"))
+    with pytest.raises(ValueError, match="different 'partition_by'"):
+        g.merge(one)
+    # a file written before the attribute was recorded: unknown, merges with either
+    doc = _doc(g)
+    del doc["partition_by"]
+    old = HistoryGraph.from_bytes(msgpack.packb(doc, use_bin_type=True))
+    assert (old.partition_by, old.partition_recorded) == (None, False)
+    assert "partition_by" not in _doc(old)
+    merged = old.merge(g)
+    assert (merged.partition_by, merged.partition_recorded) == ("origin", True)
+    assert g.merge(old).partition_by == "origin"
+    assert old.merge(old).partition_recorded is False
+
+
+def test_build_history_records_the_resolved_partition():
+    from acep import EventBatch
+    from history.build import build_history
+
+    batch = EventBatch.from_events([{"type": "a", "t": 0.0, "o": "x"},
+                                    {"type": "b", "t": 1.0, "o": "x"}])
+    assert build_history("a b", batch, 5.0, 0, partition="o").partition_by == "o"
+    assert build_history("a b", batch, 5.0, 0, where=["[o]"]).partition_by == "o"
+    assert build_history("a b", batch, 5.0, 0).partition_by is None
+
+
 def _doc(g):
     return msgpack.unpackb(g.to_bytes(), raw=False)
 
@@ -248,6 +282,8 @@ def _doc(g):
     (lambda d: d["successes"].update(data=np.full(24, 5, np.int64).tobytes()),
      "'successes'"),
     (lambda d: d.update(partition_keys=[[1]]), "'partition_keys'"),
+    (lambda d: d.update(partition_by=3), "'partition_by': 3 is not a name"),
+    (lambda d: d.update(partition_by=""), "'partition_by'"),
 ])
 def test_malformed_history_names_the_field(change, message):
     doc = _doc(_hand_graph())

@@ -62,7 +62,7 @@ def chunked_history(batch: EventBatch, pattern, plan, bins=None, n_bins: int = 8
                                for c, ev in units])
     n_states = Pattern.compile(text, where).automaton.n_states
     return P.graph_from_parts(text, window, k, n_states, bins, where=where,
-                              **P.parts_from_rows(rows_t))
+                              partition_by="p", **P.parts_from_rows(rows_t))
 
 
 @settings(max_examples=150, deadline=None)

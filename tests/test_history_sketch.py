@@ -103,6 +103,24 @@ def test_signed_round_trip(tmp_path):
     assert np.array_equal(Sketch.load(path, KEY).score, s.score)
 
 
+def test_the_partition_attribute_travels_with_the_sketch():
+    s = Sketch.from_graph(_hand_graph(partition_by="origin"), hashes=8)
+    t = Sketch.from_bytes(s.to_bytes(KEY), KEY)
+    assert (t.partition_by, t.partition_recorded) == ("origin", True)
+    assert t.mismatch("a b", 1, 10.0, (), "origin") is None
+    assert "partitioned by 'origin', and this run is without a partition" in \
+        t.mismatch("a b", 1, 10.0, (), None)
+    assert "partitioned by 'dest'" in t.mismatch("a b", 1, 10.0, (), "dest")
+    assert "not 'a c'" in t.mismatch("a c", 1, 10.0, (), "origin")
+    assert "where=['b.x > a.x']" in t.mismatch("a b", 1, 10.0, ["b.x > a.x"], "origin")
+    assert "k=0" in t.mismatch("a b", 0, 10.0, (), "origin")
+    old = Sketch.from_bytes(_resigned(lambda d: d.pop("partition_by")), KEY)
+    assert (old.partition_by, old.partition_recorded) == (None, False)
+    assert old.mismatch("a b", 1, 10.0, (), "anything") is None  # unknown: not checked
+    assert "partition_by" not in msgpack.unpackb(
+        msgpack.unpackb(old.to_bytes(KEY), raw=False)["payload"], raw=False)
+
+
 def _sketch_bytes():
     return Sketch.from_graph(_hand_graph(), hashes=8).to_bytes(KEY)
 
@@ -176,6 +194,8 @@ def _resigned(change):
      "'need': not finite or outside"),
     (lambda d: d["need"].update(data=np.full(24, 11.0, np.float32).tobytes()),
      "'need': not finite or outside"),
+    (lambda d: d.update(partition_by=["origin"]), "'partition_by'"),
+    (lambda d: d.update(partition_by="x" * 300), "'partition_by'"),
 ])
 def test_malformed_signed_payload_names_the_field(change, message):
     with pytest.raises(SketchError, match=message):

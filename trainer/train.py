@@ -310,7 +310,8 @@ def _assemble(pieces, pattern: PatternSpec, bins: VectorBins) -> HistoryGraph:
         pattern.text, pattern.window, pattern.k, pattern.n_states, bins, where=pattern.where,
         cells=cells, edges=(col(e, "a"), col(e, "b"), col(e, "sum(n)")),
         points=(col(pt, "key"), col(pt, "x")),
-        reach=(col(r, "key"), col(r, "x"), col(r, "a"), col(r, "sum(n)")))
+        reach=(col(r, "key"), col(r, "x"), col(r, "a"), col(r, "sum(n)")),
+        partition_by=pattern.partition_by)
 
 
 def _matcher_bad(pieces) -> list[dict]:
