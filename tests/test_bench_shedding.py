@@ -121,6 +121,27 @@ def test_pngs_and_tables(quick_run, results):
 
     text = markdown(results)
     assert "### Targets" in text and "bundles per partition-day" in text
+    if policies.history_ready():
+        assert "### Drift: bundle recall before and after" in text
+
+
+def test_the_drift_reference_is_a_history_of_the_drifted_regime(results):
+    """The retrained reference runs the static policy with a history of phase 2 only, on the
+    same test stream and budgets as the drift workload's rows."""
+    if not policies.history_ready():
+        pytest.skip("the history package is not built")
+    drift = next(w for w in results["workloads"] if w["stream"] == "drift")
+    retrained = drift["retrained_history"]
+    assert retrained["train_events"] > 0 and retrained["bundles"] > 0
+    assert retrained["gap_edges"] != drift["history"]["gap_edges"]  # slower motifs
+    reference = results["drift_reference"]
+    fractions = sorted(r["fraction"] for r in results["rows"]
+                       if r["workload"] == drift["name"] and r["policy"] == "history")
+    assert sorted(r["fraction"] for r in reference) == fractions
+    for r in reference:
+        assert r["workload"] == drift["name"] and r["events"] == drift["truth"]["events"]
+        assert 0.0 <= r["bundle_recall"] <= 1.0 and r["precision"] == 1.0
+        assert len(r["over_time"]) == len(drift["time_edges"]) - 1
 
 
 def test_the_sampler_keeps_its_share():

@@ -26,6 +26,9 @@ DEFER = 4  # deferred window starts per partition and state
 POLICIES = ("keep-first", "random", "oldest-first", "completion", "sampling", "history",
             "history+rl", "hindsight")
 BASELINES = ("keep-first", "random", "oldest-first", "completion", "sampling")
+# the drift reference (not a policy row): the static history of a training stream of the
+# drifted regime, what retraining would ship
+RETRAINED = "history retrained"
 NEEDS_HISTORY = {"completion": ("history.policies", "CompletionPolicy"),
                  "history": ("history.policies", "HistoryPolicy"),
                  "history+rl": ("history.policies", "HistoryPolicy"),
@@ -75,10 +78,11 @@ def make(policy: str, state: dict, fraction: float, budget: Budget | None = None
     if policy == "completion":
         made = _find("history.policies", "CompletionPolicy")(state["graph"])
         return Setup({"policy": made, "bins": made.bins})
-    if policy in ("history", "history+rl"):
+    if policy in ("history", "history+rl", RETRAINED):
         rl = policy == "history+rl"
+        sketch = state["retrained"]["sketch"] if policy == RETRAINED else state["sketch"]
         made = _find("history.policies", "HistoryPolicy")(
-            state["sketch"], learning_rate=LEARNING_RATE if rl else 0.0,
+            sketch, learning_rate=LEARNING_RATE if rl else 0.0,
             explore=EXPLORE if rl else 0.0, seed=SEED, defer=state.get("defer", DEFER),
             budget=budget)
         return Setup({"policy": made, "bins": made.bins})

@@ -109,6 +109,9 @@ def prepare(name: str) -> dict:
     if policies.history_ready():
         out.update(build(w, train, st.get("n_bins", N_BINS), st.get("fit", True),
                          st.get("search", SEARCH)))
+        if st.get("retrain") is not None:
+            out["retrained"] = build(w, st["retrain"], st.get("n_bins", N_BINS),
+                                     st.get("fit", True), st.get("search", SEARCH))
     if policies.available("hindsight") is None:
         out["hindsight"] = hindsight_log(w, out["prefix"])
     return out
@@ -353,6 +356,7 @@ def run_all(args, sizes: dict) -> dict:
         split = split_of(w, all_streams)
         _STATE[w.name] = {"workload": w, "train": split["train"], "test": split["test"],
                           "sizes": sizes, "source": split["source"],
+                          "retrain": split.get("retrain"),
                           "n_bins": getattr(args, "n_bins", N_BINS),
                           "defer": getattr(args, "defer", policies.DEFER),
                           "fit": not getattr(args, "no_fit", False),
@@ -378,12 +382,15 @@ def run_all(args, sizes: dict) -> dict:
                        and "graph" in _STATE[BURST_WORKLOAD]]
         bursts = list(tqdm(pool.imap(burst_run, burst_tasks), total=len(burst_tasks),
                            desc="burst sensitivity", file=sys.stderr))
+        retrained = [t for t in [(DRIFT_WORKLOAD, policies.RETRAINED)]
+                     if "retrained" in _STATE.get(DRIFT_WORKLOAD, {})]
+        reference = [row for done in pool.imap(run_policy, retrained) for row in done]
     order = {(n, p): i for i, (n, p) in enumerate((n, p) for n in names
                                                   for p in policies.POLICIES)}
     rows.sort(key=lambda r: (order[r["workload"], r["policy"]], r["fraction"]))
     workloads = [describe(name) for name in names]
     return {"workloads": workloads, "rows": rows, "targets": targets(rows, workloads),
-            "burst_sensitivity": bursts,
+            "burst_sensitivity": bursts, "drift_reference": reference,
             "wall_seconds": time.perf_counter() - started}
 
 
@@ -400,6 +407,9 @@ def describe(name: str) -> dict:
            "time_edges": [float(x) for x in st["edges"]]}
     if "history" in st:
         out["history"] = st["history"]
+    if "retrained" in st:
+        out["retrained_history"] = {**st["retrained"]["history"],
+                                    "train_events": len(st["retrain"])}
     return out
 
 

@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from .run import RESULTS
 
 
@@ -102,6 +104,28 @@ def burst_table(results: dict) -> list[str]:
     return lines
 
 
+def drift_table(results: dict) -> list[str]:
+    """Bundle recall before and after the drift (the mean over the time slices of each half
+    of the test stream): static history, history + RL, and the history retrained on the
+    drifted regime (the reference RL would reach if it followed the drift fully)."""
+    name = results["settings"]["drift_workload"]
+    reference = results.get("drift_reference") or []
+    rows = [r for r in results["rows"] if r["workload"] == name and r["available"]
+            and r["policy"] in ("history", "history+rl")] + reference
+    if not reference:
+        return []
+    lines = [f"| {name} policy | budget | before the drift | after the drift |",
+             "|---|---:|---:|---:|"]
+    for fraction in sorted({r["fraction"] for r in rows if r["fraction"] < 1}):
+        for r in (r for r in rows if r["fraction"] == fraction):
+            slices = [np.nan if v is None else v for v in r["over_time"]]
+            half = len(slices) // 2
+            lines.append(f"| {r['policy']} | {fraction:.0%} | "
+                         f"{_pct(np.nanmean(slices[:half]))} | "
+                         f"{_pct(np.nanmean(slices[half:]))} |")
+    return lines
+
+
 def markdown(results: dict) -> str:
     out = ["### Workloads (ground truth: the unconstrained run on the test stream)", ""]
     out += workloads_table(results)
@@ -111,6 +135,10 @@ def markdown(results: dict) -> str:
         out += recall_table(results, w["name"])
     out += ["", "### Cost at 25% budget", ""] + cost_table(results)
     out += ["", "### Burst: the same budgets with deeper queues", ""] + burst_table(results)
+    drift = drift_table(results)
+    if drift:
+        out += ["", "### Drift: bundle recall before and after (mean over time slices)", ""]
+        out += drift
     s = results["settings"]
     out += ["", f"Wall time {s['wall_seconds']:.0f} s with {s['jobs']} jobs on "
                 f"{results['machine']['cpu_count']} CPUs ({results['machine']['cpu']})."]

@@ -161,6 +161,12 @@ def synthetic_split(workload: Workload, duration: float, seed: int) -> dict:
         train = sensors(duration, DRIFT[:1], seed=seed)
         test = sensors(duration, DRIFT, seed=seed + 1)
         note = f"train: phase 1 only; test: phase 1 for {duration / 2:g}, then phase 2"
+        # what a trainer would ship once the drift is known: the reference RL is measured by
+        return {"train": train, "test": test, "retrain": sensors(duration, DRIFT[1:],
+                                                                 seed=seed + 2),
+                "source": f"synthetic sensors, {duration:g} time units, 100 sensors, seed "
+                          f"{seed}; {note}; retrained reference: phase 2 only, seed "
+                          f"{seed + 2}"}
     else:
         train = sensors(duration, (STEADY,), seed=seed)
         test = sensors(duration, (STEADY,), seed=seed + 1)
