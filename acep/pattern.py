@@ -29,6 +29,7 @@ __all__ = [
     "PatternError", "Symbol", "Concat", "Alt", "Star", "Repeat", "Node",
     "parse_regex", "Attr", "Const", "BinOp", "UnaryOp", "Call", "Expr",
     "parse_expression", "parse_where", "Where", "symbols", "pattern_length_bounds",
+    "partition_attribute",
 ]
 
 
@@ -454,6 +455,13 @@ def parse_where(texts) -> Where:
                 raise PatternError(exc.message, text, offset + exc.pos, "predicate") from None
             predicates.extend(_conjuncts(expr))
     return Where(tuple(predicates), partition)
+
+
+def partition_attribute(where, partition: str | None = None) -> str | None:
+    """The attribute a matcher with these settings partitions by: ``partition``, else the
+    where clauses' equivalence test ``[attr]`` (None: one partition), as ``Matcher`` resolves
+    it. Histories and sketches record it, and devices are checked against it."""
+    return partition if partition is not None else parse_where(where).partition
 
 
 def _split_top_level_and(text: str):

@@ -37,9 +37,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from acep import Matcher, Pattern
+from acep import Matcher
 from acep.events import EventBatch, EventError
 from acep.matcher import MatchBatch
+from acep.pattern import partition_attribute
 from acep.shedding import Budget, OldestFirstPolicy, RandomPolicy
 from history.policies import HistoryPolicy
 from history.sketch import Sketch, SketchError
@@ -197,7 +198,7 @@ class Agent:
     def _check_sketch(self, sketch: Sketch) -> None:
         p = self.cfg.pattern
         try:
-            partition = p.partition or Pattern.compile(p.text, list(p.where)).where.partition
+            partition = partition_attribute(p.where, p.partition)
         except ValueError:
             partition = p.partition  # the matcher will name what is wrong with the pattern
         problem = sketch.mismatch(p.text, p.k, p.window, p.where, partition)

@@ -43,7 +43,8 @@ from functools import partial
 
 import numpy as np
 
-from acep import EventBatch, MatchBatch, Matcher, Pattern
+from acep import EventBatch, MatchBatch, Matcher
+from acep.pattern import partition_attribute
 from acep.shedding import Budget
 
 from .graph import _key_id, bundle_index, compute_bundles
@@ -98,8 +99,7 @@ def matcher_args(sketch: Sketch, partition=SKETCH_PARTITION) -> dict:
     if partition is SKETCH_PARTITION:
         partition = sketch.partition_by
     else:
-        resolved = partition or \
-            Pattern.compile(sketch.pattern, list(sketch.where)).where.partition
+        resolved = partition_attribute(sketch.where, partition)
         problem = sketch.mismatch(sketch.pattern, sketch.k, sketch.window, sketch.where,
                                   resolved)
         if problem is not None:

@@ -96,3 +96,15 @@ def test_predicate_errors_point_into_the_where_text(text, pos, fragment):
 def test_two_different_equivalence_tests_are_refused():
     with pytest.raises(PatternError, match="second equivalence test"):
         parse_where(["[a]", "[b]"])
+
+
+@pytest.mark.parametrize("where, partition", [
+    ([], None), (["[o]"], None), (["[o]"], "o"), ([], "p"), (["a.x > 1 and [o]"], None),
+    ("[o] and b.x > a.x", None),
+])
+def test_partition_attribute_is_what_the_matcher_partitions_by(where, partition):
+    from acep import Matcher
+    from acep.pattern import partition_attribute
+
+    expected = Matcher("a b", 1.0, where=where, partition=partition).partition
+    assert partition_attribute(where, partition) == expected

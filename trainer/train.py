@@ -35,6 +35,7 @@ import numpy as np
 
 from acep import Pattern
 from acep.events import EventBatch, EventSpec
+from acep.pattern import partition_attribute
 from acep.shedding import VectorBins
 from history import pieces as P
 from history.graph import HistoryGraph
@@ -68,7 +69,7 @@ class PatternSpec:
     @property
     def partition_by(self) -> str | None:
         """The partition attribute: ``partition``, else the equivalence test ``[attr]``."""
-        return self.partition or Pattern.compile(self.text, list(self.where)).where.partition
+        return partition_attribute(self.where, self.partition)
 
 
 @dataclass
