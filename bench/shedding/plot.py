@@ -19,6 +19,7 @@ STYLE = {  # policy -> (colour, line, marker)
     "oldest-first": ("#1f78b4", "--", "s"), "completion": ("#33a02c", "--", "D"),
     "sampling": ("#b15928", ":", "^"), "history": ("#fb9a99", "-", "o"),
     "history+rl": ("#e31a1c", "-", "o"), "hindsight": ("black", "-.", "*"),
+    RETRAINED: ("#6a3d9a", ":", "P"),  # the drift figure's reference
 }
 
 
@@ -102,7 +103,7 @@ def plot_drift(results: dict, path: Path, fraction: float = 0.10) -> None:
             if row is None:
                 continue
             y = [np.nan if v is None else v for v in row["over_time"]]
-            colour, line, marker = STYLE.get(policy, ("#6a3d9a", ":", "P"))
+            colour, line, marker = STYLE[policy]
             label = {"history": "static history",
                      RETRAINED: "history retrained after the drift (reference)"
                      }.get(policy, policy)

@@ -382,9 +382,8 @@ def run_all(args, sizes: dict) -> dict:
                        and "graph" in _STATE[BURST_WORKLOAD]]
         bursts = list(tqdm(pool.imap(burst_run, burst_tasks), total=len(burst_tasks),
                            desc="burst sensitivity", file=sys.stderr))
-        retrained = [t for t in [(DRIFT_WORKLOAD, policies.RETRAINED)]
-                     if "retrained" in _STATE.get(DRIFT_WORKLOAD, {})]
-        reference = [row for done in pool.imap(run_policy, retrained) for row in done]
+    reference = run_policy((DRIFT_WORKLOAD, policies.RETRAINED)) \
+        if "retrained" in _STATE.get(DRIFT_WORKLOAD, {}) else []
     order = {(n, p): i for i, (n, p) in enumerate((n, p) for n in names
                                                   for p in policies.POLICIES)}
     rows.sort(key=lambda r: (order[r["workload"], r["policy"]], r["fraction"]))

@@ -108,12 +108,12 @@ def drift_table(results: dict) -> list[str]:
     """Bundle recall before and after the drift (the mean over the time slices of each half
     of the test stream): static history, history + RL, and the history retrained on the
     drifted regime (the reference RL would reach if it followed the drift fully)."""
-    name = results["settings"]["drift_workload"]
     reference = results.get("drift_reference") or []
-    rows = [r for r in results["rows"] if r["workload"] == name and r["available"]
-            and r["policy"] in ("history", "history+rl")] + reference
     if not reference:
         return []
+    name = results["settings"]["drift_workload"]
+    rows = [r for r in results["rows"] if r["workload"] == name and r["available"]
+            and r["policy"] in ("history", "history+rl")] + reference
     lines = [f"| {name} policy | budget | before the drift | after the drift |",
              "|---|---:|---:|---:|"]
     for fraction in sorted({r["fraction"] for r in rows if r["fraction"] < 1}):

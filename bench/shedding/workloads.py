@@ -156,20 +156,19 @@ def _phase(rng, t0: float, span: float, spec: SensorSpec, n: int):
 
 
 def synthetic_split(workload: Workload, duration: float, seed: int) -> dict:
-    """Train and test streams of a synthetic workload (different seeds)."""
+    """Train and test streams of a synthetic workload (different seeds); for the drift
+    stream also ``retrain``, a stream of the drifted regime: what a trainer would ship once
+    the drift is known, the reference RL is measured by (None for the others)."""
+    retrain = None
     if workload.stream == "drift":
         train = sensors(duration, DRIFT[:1], seed=seed)
         test = sensors(duration, DRIFT, seed=seed + 1)
-        note = f"train: phase 1 only; test: phase 1 for {duration / 2:g}, then phase 2"
-        # what a trainer would ship once the drift is known: the reference RL is measured by
-        return {"train": train, "test": test, "retrain": sensors(duration, DRIFT[1:],
-                                                                 seed=seed + 2),
-                "source": f"synthetic sensors, {duration:g} time units, 100 sensors, seed "
-                          f"{seed}; {note}; retrained reference: phase 2 only, seed "
-                          f"{seed + 2}"}
+        retrain = sensors(duration, DRIFT[1:], seed=seed + 2)
+        note = (f"train: phase 1 only; test: phase 1 for {duration / 2:g}, then phase 2; "
+                f"retrained reference: phase 2 only, seed {seed + 2}")
     else:
         train = sensors(duration, (STEADY,), seed=seed)
         test = sensors(duration, (STEADY,), seed=seed + 1)
         note = "train and test: the same generator, seeds differ"
-    return {"train": train, "test": test, "source": f"synthetic sensors, {duration:g} time "
-            f"units, 100 sensors, seed {seed}; {note}"}
+    return {"train": train, "test": test, "retrain": retrain, "source": f"synthetic sensors, "
+            f"{duration:g} time units, 100 sensors, seed {seed}; {note}"}
