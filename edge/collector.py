@@ -308,19 +308,31 @@ class Collector:
         if isinstance(body, web.Response):
             return body
         pattern_id = request.match_info["pattern_id"]
-        status, doc = await self.run(self._put_sketch, pattern_id, body)
+        unchecked = request.query.get("unchecked", "") in ("1", "true")
+        status, doc = await self.run(self._put_sketch, pattern_id, body, unchecked)
         return web.json_response(doc, status=status)
 
-    def _put_sketch(self, pattern_id: str, data: bytes) -> tuple[int, dict]:
+    def _put_sketch(self, pattern_id: str, data: bytes, unchecked: bool = False
+                    ) -> tuple[int, dict]:
+        """Verify, check against the pattern the devices run under ``pattern_id``, store."""
         from history.sketch import Sketch, SketchError
 
         try:
-            Sketch.from_bytes(data, self.sketch_key, self.max_body)
+            sketch = Sketch.from_bytes(data, self.sketch_key, self.max_body)
         except SketchError as exc:
             return 400, {"error": f"sketch: {exc}", "status": 400}
+        definitions = [] if unchecked else self.store.pattern_definitions(pattern_id)
+        problems = [sketch.mismatch(d["text"], d["k"], d["window"], d["where"],
+                                    d["partition_by"]) for d in definitions]
+        if definitions and None not in problems:
+            return 409, {"status": 409, "error": (
+                f"sketch: the devices upload pattern {pattern_id!r} as {definitions[0]['text']!r}"
+                f" and would refuse this sketch: {problems[0]} ({len(definitions)} "
+                "definition(s) checked; ?unchecked=1 publishes it anyway)")}
         etag = self.store.put_sketch(pattern_id, data)
         self.metrics["sketches_stored"] += 1
-        return 200, {"pattern_id": pattern_id, "bytes": len(data), "etag": etag}
+        return 200, {"pattern_id": pattern_id, "bytes": len(data), "etag": etag,
+                     "checked": 0 if unchecked else len(definitions)}
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

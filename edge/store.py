@@ -63,6 +63,7 @@ CREATE TABLE IF NOT EXISTS matches (
     PRIMARY KEY (batch_id, idx)
 );
 CREATE INDEX IF NOT EXISTS matches_by_pattern ON matches (pattern_id, point);
+CREATE INDEX IF NOT EXISTS batches_by_pattern ON batches (pattern_id);
 CREATE TABLE IF NOT EXISTS summaries (
     batch_id   TEXT NOT NULL REFERENCES batches(batch_id),
     idx        INTEGER NOT NULL,
@@ -306,6 +307,14 @@ class Store:
         self._db.execute("INSERT OR REPLACE INTO sketches VALUES (?, ?, ?, ?)",
                          (pattern_id, sqlite3.Binary(data), etag, time.time()))
         return etag
+
+    def pattern_definitions(self, pattern_id: str) -> list[dict]:
+        """The distinct definitions (text, window, k, where, partition_by) devices uploaded
+        batches under ``pattern_id``, the most recently received first."""
+        rows = self._db.execute(
+            "SELECT pattern, max(received_at) FROM batches WHERE pattern_id = ? "
+            "GROUP BY pattern ORDER BY 2 DESC", (pattern_id,)).fetchall()
+        return [json.loads(row[0]) for row in rows]
 
     def get_sketch(self, pattern_id: str) -> tuple[bytes, str] | None:
         row = self._db.execute("SELECT data, etag FROM sketches WHERE pattern_id = ?",

@@ -255,6 +255,7 @@ def test_bad_requests_get_clear_4xx_and_the_server_stays_up(srv):
         assert_error(status, json.loads(data), code, word)
     status, data, _ = request(url, "PUT", sketch, srv.tokens["admin"], "application/octet-stream")
     assert status == 200 and json.loads(data)["bytes"] == len(sketch)
+    assert json.loads(data)["checked"] == 0  # no device has uploaded p1 yet: nothing to check
     status, data, headers = request(url, token=d1)
     assert status == 200 and data == sketch
     status, _, _ = request(url, token=d1, headers={"If-None-Match": headers["ETag"]})
@@ -267,6 +268,44 @@ def test_bad_requests_get_clear_4xx_and_the_server_stays_up(srv):
     assert status == 200 and doc["status"] == "stored"
     status, data, _ = request(srv.url + "/nowhere")
     assert_error(status, json.loads(data), 404, "Not Found")
+
+
+def _sketch_for(partition, **kw) -> bytes:
+    from history.build import build_history
+    from history.sketch import Sketch
+
+    spec = dict(pattern=REF.text, window=REF.window, k=REF.k, where=list(REF.where)) | kw
+    events = EventBatch.from_events(make_events(n=200))
+    graph = build_history(spec.pop("pattern"), events, partition=partition, n_bins=2, **spec)
+    return Sketch.from_graph(graph, hashes=4).to_bytes(KEY)
+
+
+def test_sketch_upload_must_fit_the_pattern_the_devices_upload(srv):
+    """Once devices have uploaded batches under a pattern id, a sketch they would refuse
+    (another pattern, k, window, predicates or partition attribute) is refused at PUT
+    with 409 naming the difference, and what was published stays; ?unchecked=1 overrides."""
+    admin, url = srv.tokens["admin"], srv.url + "/v1/sketches/p1"
+
+    def put(body, query=""):
+        status, data, _ = request(url + query, "PUT", body, admin, "application/octet-stream")
+        return status, json.loads(data)
+
+    assert post(srv, encode_batch(make_batch()), srv.tokens["d1"])[1]["status"] == "stored"
+    good, whole = _sketch_for("o"), _sketch_for(None)
+    status, doc = put(good)
+    assert status == 200 and doc["checked"] == 1
+    for body, words in [(_sketch_for("o", pattern="a c", where=["c.x >= a.x"]),
+                         ["'a c'", "'a b c'"]),
+                        (_sketch_for("o", k=0), ["k=0", "k=1"]),
+                        (_sketch_for("o", window=8.0), ["window=8"]),
+                        (_sketch_for("o", where=[]), ["where=[]"]),
+                        (whole, ["without a partition", "partitioned by 'o'"])]:
+        assert_error(*put(body), 409, "p1", "unchecked", *words)
+        assert request(url, token=srv.tokens["d1"])[1] == good  # the published one stays
+    status, doc = put(whole, "?unchecked=1")
+    assert status == 200 and doc["checked"] == 0
+    assert request(url, token=srv.tokens["d1"])[1] == whole
+    assert json.loads(request(srv.url + "/metrics")[1])["sketches_stored"] == 2
 
 
 def test_reused_batch_id_with_another_body_is_409_and_changes_nothing(srv):

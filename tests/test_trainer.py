@@ -296,6 +296,7 @@ def test_cli_trains_writes_and_publishes_a_signed_sketch(tmp_path):
         assert done.returncode == 0, done.stderr
         stats = json.loads(done.stdout.strip().splitlines()[-1])
         assert stats["events"] == len(rows) and stats["published"]["pattern_id"] == "abc"
+        assert stats["published"]["checked"] == 0  # no device uploaded "abc": nothing to check
         graph = HistoryGraph.load(tmp_path / "h.history")
         assert graph.to_bytes() == single_process(rows).to_bytes()
         sketch = (tmp_path / "h.sketch").read_bytes()
@@ -338,6 +339,8 @@ def _wait_url(out: Path, proc) -> str:
     (("x.jsonl", "-o", "h"), "--pattern and --window are needed"),
     (("x.jsonl", "-p", "a b", "-w", "3"), "nothing to write"),
     (("x.jsonl", "-p", "a b", "-w", "3", "--sketch", "s"), "need --key-file"),
+    (("x.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--publish-unchecked"),
+     "--publish-unchecked goes with --publish"),
     (("missing.jsonl", "-p", "a b", "-w", "3", "-o", "h"), "no such file"),
     (("x.jsonl", "-p", "a (b", "-w", "3", "-o", "h"), "a (b"),
     (("--archive", "nowhere", "-o", "h"), "no archive files"),

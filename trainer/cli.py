@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--key-file", help="the key that signs the sketch")
     p.add_argument("--publish", metavar="URL", help="PUT the sketch to this collector")
     p.add_argument("--token-file", help="an admin token of the collector (for --publish)")
+    p.add_argument("--publish-unchecked", action="store_true",
+                   help="publish even if no pattern definition the devices uploaded under "
+                        "--pattern-id fits the sketch (e.g. a definition not deployed yet)")
     p.add_argument("--quarantine", metavar="DIR", help="write bad rows here (Parquet)")
     p.add_argument("--master", help="Spark master (default local[CORES])")
     p.add_argument("--cores", type=int, help="cores of the local session (default: all)")
@@ -83,6 +86,8 @@ def _check(args) -> None:
         raise UsageError("--sketch and --publish need --key-file (sketches are signed)")
     if args.publish and not (args.token_file and args.pattern_id):
         raise UsageError("--publish needs --token-file and --pattern-id")
+    if args.publish_unchecked and not args.publish:
+        raise UsageError("--publish-unchecked goes with --publish")
     if args.archive and args.spec:
         raise UsageError("--spec is for event files; the archive has its own columns")
 
@@ -132,7 +137,8 @@ def run(args) -> int:
         if args.sketch:
             Path(args.sketch).write_bytes(data)
         if args.publish:
-            stats["published"] = publish_sketch(args.publish, args.pattern_id, data, token)
+            stats["published"] = publish_sketch(args.publish, args.pattern_id, data, token,
+                                                unchecked=args.publish_unchecked)
     if ratios:
         for line in describe(stats["fit"]):
             print(f"acep train: {line}", file=sys.stderr)

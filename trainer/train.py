@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -341,11 +342,15 @@ def _quarantine(spark, bad, matcher_bad: list[dict], directory: str | None) -> d
 
 
 def publish_sketch(url: str, pattern_id: str, data: bytes, token: str,
-                   timeout: float = 30.0) -> dict:
-    """``PUT`` a signed sketch to the collector at ``url``; its JSON answer."""
+                   timeout: float = 30.0, unchecked: bool = False) -> dict:
+    """``PUT`` a signed sketch to the collector at ``url``; its JSON answer. The collector
+    refuses a sketch that no pattern definition its devices uploaded under ``pattern_id``
+    could use, unless ``unchecked``."""
     import json
 
-    req = urllib.request.Request(f"{url.rstrip('/')}/v1/sketches/{pattern_id}", data=data,
+    path = "/v1/sketches/" + urllib.parse.quote(pattern_id, safe="")
+    query = "?unchecked=1" if unchecked else ""
+    req = urllib.request.Request(f"{url.rstrip('/')}{path}{query}", data=data,
                                  method="PUT", headers={
                                      "Authorization": f"Bearer {token}",
                                      "Content-Type": "application/octet-stream"})
@@ -353,7 +358,7 @@ def publish_sketch(url: str, pattern_id: str, data: bytes, token: str,
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read())
     except urllib.error.HTTPError as e:
-        detail = e.read().decode("utf-8", "replace")[:500]
+        detail = e.read().decode("utf-8", "replace")[:2000]
         raise RuntimeError(f"the collector refused the sketch: HTTP {e.code} {detail}") from None
     except urllib.error.URLError as e:
         raise RuntimeError(f"cannot reach the collector at {url}: {e.reason}") from None
