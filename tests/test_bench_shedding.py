@@ -63,13 +63,11 @@ def test_ground_truth_matches_a_direct_matcher_run(results):
         assert truth["bundles_per_partition_day"] > 0
 
 
-def _available(results):
-    return [r for r in results["rows"] if r["available"]]
-
-
 def test_figures_are_consistent(results):
-    rows = _available(results)
-    assert {r["policy"] for r in rows} >= {"keep-first", "random", "oldest-first", "sampling"}
+    rows = results["rows"]
+    runs = {(r["workload"], r["policy"], r["fraction"]) for r in rows}
+    assert runs == {(w["name"], p, f) for w in results["workloads"]
+                    for p in policies.POLICIES for f in results["settings"]["fractions"]}
     for r in rows:
         for key in ("bundle_recall", "point_recall", "precision"):
             assert 0.0 <= r[key] <= 1.0, (r["workload"], r["policy"], key)
@@ -87,7 +85,7 @@ def test_figures_are_consistent(results):
 def test_full_rate_sampling_is_the_oldest_first_run(results):
     """At 100% the sampler keeps every event and runs under the same budget, oldest-first
     inside it: the very run of the oldest-first row."""
-    rows = {(r["workload"], r["policy"]): r for r in _available(results) if r["fraction"] == 1.0}
+    rows = {(r["workload"], r["policy"]): r for r in results["rows"] if r["fraction"] == 1.0}
     for (workload, policy), r in rows.items():
         if policy == "sampling":
             oldest = rows[(workload, "oldest-first")]
@@ -96,13 +94,9 @@ def test_full_rate_sampling_is_the_oldest_first_run(results):
             assert r["point_recall"] == oldest["point_recall"]
 
 
-def test_history_rows_are_wired_or_say_why(results):
-    for r in results["rows"]:
-        if not r["available"]:
-            assert r["note"].startswith("not available yet")
-    if policies.history_ready():
-        for w in results["workloads"]:
-            assert w["history"]["sketch_bytes"] > 0 and w["history"]["cells"] > 0
+def test_every_workload_has_its_history_and_sketch(results):
+    for w in results["workloads"]:
+        assert w["history"]["sketch_bytes"] > 0 and w["history"]["cells"] > 0
 
 
 def test_targets_have_numbers_and_verdicts(results):
@@ -121,15 +115,12 @@ def test_pngs_and_tables(quick_run, results):
 
     text = markdown(results)
     assert "### Targets" in text and "bundles per partition-day" in text
-    if policies.history_ready():
-        assert "### Drift: bundle recall before and after" in text
+    assert "### Drift: bundle recall before and after" in text
 
 
 def test_the_drift_reference_is_a_history_of_the_drifted_regime(results):
     """The retrained reference runs the static policy with a history of phase 2 only, on the
     same test stream and budgets as the drift workload's rows."""
-    if not policies.history_ready():
-        pytest.skip("the history package is not built")
     drift = next(w for w in results["workloads"] if w["stream"] == "drift")
     retrained = drift["retrained_history"]
     assert retrained["train_events"] > 0 and retrained["bundles"] > 0
@@ -174,10 +165,6 @@ def test_n_bins_option_sets_the_history_bins():
 
 
 def test_defer_option_reaches_the_history_policies():
-    import history.policies as hp
-
-    assert (policies.LEARNING_RATE, policies.EXPLORE, policies.DEFER) == \
-        (hp.LEARNING_RATE, hp.EXPLORE, hp.DEFER)  # the benchmark's copy of the defaults
     args = run.parse_args(["--quick", "--defer", "0"])
     assert args.defer == 0 and "--defer 0" in run.command(args)
     assert "--defer" not in run.command(run.parse_args(["--quick"]))

@@ -46,7 +46,7 @@ def plot_recall(results: dict, path: Path) -> None:
 def _recall_panel(ax, results: dict, w: dict) -> None:
     for policy, (colour, line, marker) in STYLE.items():
         rows = [r for r in results["rows"] if r["workload"] == w["name"]
-                and r["policy"] == policy and r["available"]]
+                and r["policy"] == policy]
         if not rows:
             continue
         x = [100 * r["fraction"] for r in rows]
@@ -98,8 +98,7 @@ def plot_drift(results: dict, path: Path, fraction: float = 0.10) -> None:
         rows = results["rows"] + (results.get("drift_reference") or [])
         for policy in ("oldest-first", "history", "history+rl", RETRAINED):
             row = next((r for r in rows if r["workload"] == name and
-                        r["policy"] == policy and r["fraction"] == fraction and
-                        r["available"]), None)
+                        r["policy"] == policy and r["fraction"] == fraction), None)
             if row is None:
                 continue
             y = [np.nan if v is None else v for v in row["over_time"]]

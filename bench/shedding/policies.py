@@ -1,13 +1,7 @@
-"""The policies of the benchmark, each a row: how to build one fresh for a run.
-
-The history-based rows need the ``history`` package (its graph, sketch and policies); when a
-part of it is missing, :func:`available` says which and those rows are reported as not
-available instead of failing the benchmark.
-"""
+"""The policies of the benchmark, each a row: how to build one fresh for a run."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,47 +9,22 @@ import numpy as np
 
 from acep.events import EventBatch
 from acep.shedding import Budget, KeepFirstPolicy, OldestFirstPolicy, RandomPolicy
+from history.policies import (
+    DEFER,
+    EXPLORE,
+    LEARNING_RATE,
+    CompletionPolicy,
+    HindsightPolicy,
+    HistoryPolicy,
+)
 
 SEED = 4
-# docs/SHEDDING.md section 5 leaves the numbers to the history package: its defaults
-# (history.policies; repeated here so the baselines run without it, tests check they agree)
-LEARNING_RATE = 0.05
-EXPLORE = 0.01
-DEFER = 4  # deferred window starts per partition and state
-
 POLICIES = ("keep-first", "random", "oldest-first", "completion", "sampling", "history",
             "history+rl", "hindsight")
 BASELINES = ("keep-first", "random", "oldest-first", "completion", "sampling")
 # the drift reference (not a policy row): the static history of a training stream of the
 # drifted regime, what retraining would ship
 RETRAINED = "history retrained"
-NEEDS_HISTORY = {"completion": ("history.policies", "CompletionPolicy"),
-                 "history": ("history.policies", "HistoryPolicy"),
-                 "history+rl": ("history.policies", "HistoryPolicy"),
-                 "hindsight": ("history.policies", "HindsightPolicy")}
-HISTORY_PARTS = (("history.build", "build_history"), ("history.sketch", "Sketch"),
-                 ("history.build", "traced_run"))
-
-
-def _find(module: str, name: str):
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return None
-
-
-def history_ready() -> bool:
-    """Whether the history graph, its builder and the sketch exist."""
-    return all(_find(m, n) is not None for m, n in HISTORY_PARTS)
-
-
-def available(policy: str) -> str | None:
-    """None when the row can run, else why not ("not available yet: ...")."""
-    need = NEEDS_HISTORY.get(policy)
-    if need is None:
-        return None
-    missing = [f"{m}.{n}" for m, n in (*HISTORY_PARTS, need) if _find(m, n) is None]
-    return f"not available yet: {', '.join(missing)} not built" if missing else None
 
 
 @dataclass
@@ -76,19 +45,19 @@ def make(policy: str, state: dict, fraction: float, budget: Budget | None = None
     if policy == "oldest-first":
         return Setup({"policy": OldestFirstPolicy()})
     if policy == "completion":
-        made = _find("history.policies", "CompletionPolicy")(state["graph"])
+        made = CompletionPolicy(state["graph"])
         return Setup({"policy": made, "bins": made.bins})
     if policy in ("history", "history+rl", RETRAINED):
         rl = policy == "history+rl"
         sketch = state["retrained"]["sketch"] if policy == RETRAINED else state["sketch"]
-        made = _find("history.policies", "HistoryPolicy")(
+        made = HistoryPolicy(
             sketch, learning_rate=LEARNING_RATE if rl else 0.0,
             explore=EXPLORE if rl else 0.0, seed=SEED, defer=state.get("defer", DEFER),
             budget=budget)
         return Setup({"policy": made, "bins": made.bins})
     if policy == "hindsight":
         h = state["hindsight"]
-        made = _find("history.policies", "HindsightPolicy")(h["log"], h["window"], h["matches"])
+        made = HindsightPolicy(h["log"], h["window"], h["matches"])
         return Setup({"policy": made})
     if policy == "sampling":
         return Setup({}, state["sampling_rates"][fraction])

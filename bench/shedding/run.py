@@ -106,14 +106,12 @@ def prepare(name: str) -> dict:
     out = {"truth": truth, "prefix": hindsight_prefix(w, test, sizes)}
     out["bound"] = bounds(w, test, truth, out["prefix"])
     out["sampling_rates"], out["calibration"] = sampling_rates(w, train, sizes)
-    if policies.history_ready():
-        out.update(build(w, train, st.get("n_bins", N_BINS), st.get("fit", True),
-                         st.get("search", SEARCH)))
-        if st.get("retrain") is not None:
-            out["retrained"] = build(w, st["retrain"], st.get("n_bins", N_BINS),
-                                     st.get("fit", True), st.get("search", SEARCH))
-    if policies.available("hindsight") is None:
-        out["hindsight"] = hindsight_log(w, out["prefix"])
+    out.update(build(w, train, st.get("n_bins", N_BINS), st.get("fit", True),
+                     st.get("search", SEARCH)))
+    if st.get("retrain") is not None:
+        out["retrained"] = build(w, st["retrain"], st.get("n_bins", N_BINS),
+                                 st.get("fit", True), st.get("search", SEARCH))
+    out["hindsight"] = hindsight_log(w, out["prefix"])
     return out
 
 
@@ -211,14 +209,7 @@ def sampling_rates(w: Workload, train: EventBatch, sizes: dict) -> tuple[dict, d
 def run_policy(task: tuple[str, str]) -> list[dict]:
     """Every budget of one (workload, policy)."""
     name, policy = task
-    st = _STATE[name]
-    why = policies.available(policy)
-    if why is None and policy in ("history", "history+rl", "completion") and "graph" not in st:
-        why = "not available yet: the history of the training stream was not built"
-    if why is not None:
-        return [{"workload": name, "policy": policy, "fraction": f, "available": False,
-                 "note": why} for f in FRACTIONS]
-    return [one_run(st, policy, f) for f in FRACTIONS]
+    return [one_run(_STATE[name], policy, f) for f in FRACTIONS]
 
 
 def one_run(st: dict, policy: str, fraction: float) -> dict:
@@ -234,7 +225,7 @@ def one_run(st: dict, policy: str, fraction: float) -> dict:
         found, m, seconds = run_matcher(w, policies.sample(events, rate), budget=per_kept)
     else:
         found, m, seconds = run_matcher(w, events, budget=budget, **setup.options)
-    row = {"workload": w.name, "policy": policy, "fraction": fraction, "available": True,
+    row = {"workload": w.name, "policy": policy, "fraction": fraction,
            "budget_ops_per_event": budget.ops_per_event, "burst": BURST,
            "events": len(events), "scope": "prefix" if policy == "hindsight" else "test",
            **shed_stats(m, seconds, len(events))}
@@ -274,8 +265,7 @@ def time_edges(test: EventBatch, slices: int, weekly: bool) -> np.ndarray:
 
 def _best_of(rows: list[dict], workload: str, policy: str, fraction: float, key: str):
     for r in rows:
-        if (r["workload"], r["policy"], r["fraction"]) == (workload, policy, fraction) \
-                and r["available"]:
+        if (r["workload"], r["policy"], r["fraction"]) == (workload, policy, fraction):
             return r[key] if key != "prefix" else r["prefix"]["bundle_recall"]
     return None
 
@@ -342,7 +332,7 @@ def _target(name: str, values: dict, ok, measure: str = "bundle recall") -> dict
             "pass": bool(known) and len(known) == len(values) and all(ok(v) for v in
                                                                        known.values()),
             "per_workload": {k: (None if v is None else bool(ok(v))) for k, v in values.items()},
-            "note": None if len(known) == len(values) else "some rows not available"}
+            "note": None if len(known) == len(values) else "some workloads have no figure"}
 
 
 # --------------------------------------------------------------------------- driver
@@ -378,8 +368,7 @@ def run_all(args, sizes: dict) -> dict:
                          desc="policies x budgets", file=sys.stderr):
             rows.extend(done)
         burst_tasks = [(p, f, b) for p in BURST_POLICIES for f in (0.25, 1.0) for b in BURSTS
-                       if policies.available(p) is None and BURST_WORKLOAD in _STATE
-                       and "graph" in _STATE[BURST_WORKLOAD]]
+                       if BURST_WORKLOAD in _STATE]
         bursts = list(tqdm(pool.imap(burst_run, burst_tasks), total=len(burst_tasks),
                            desc="burst sensitivity", file=sys.stderr))
     reference = run_policy((DRIFT_WORKLOAD, policies.RETRAINED)) \

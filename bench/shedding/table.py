@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -44,9 +45,6 @@ def recall_table(results: dict, name: str) -> list[str]:
                 if r["workload"] == name and r["policy"] == policy}
         if not rows:
             continue
-        if not next(iter(rows.values()))["available"]:
-            lines.append(f"| {policy} | " + " | ".join("n/a" for _ in fractions) + " |")
-            continue
         cells = [f"{_pct(rows[f]['bundle_recall'])} / {_pct(rows[f]['point_recall'])}"
                  for f in fractions]
         tag = " (prefix)" if policy == "hindsight" else ""
@@ -68,7 +66,7 @@ def cost_table(results: dict, fraction: float = 0.25) -> list[str]:
              "prefix bundle recall |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results["rows"]:
-        if r["fraction"] != fraction or not r["available"]:
+        if r["fraction"] != fraction:
             continue
         lines.append(f"| {r['workload']} | {r['policy']} | {r['ops_spent_per_event']:.3f} | "
                      f"{r['shed']:,} | {r.get('deferred_per_event', 0.0):.3f} | "
@@ -112,7 +110,7 @@ def drift_table(results: dict) -> list[str]:
     if not reference:
         return []
     name = results["settings"]["drift_workload"]
-    rows = [r for r in results["rows"] if r["workload"] == name and r["available"]
+    rows = [r for r in results["rows"] if r["workload"] == name
             and r["policy"] in ("history", "history+rl")] + reference
     lines = [f"| {name} policy | budget | before the drift | after the drift |",
              "|---|---:|---:|---:|"]
@@ -145,9 +143,18 @@ def markdown(results: dict) -> str:
     return "\n".join(out)
 
 
-def main() -> int:
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS / "shedding.json"
-    print(markdown(json.loads(path.read_text())))
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.shedding.table",
+                                     description="The README's tables from a results JSON.")
+    parser.add_argument("results", nargs="?", type=Path, default=RESULTS / "shedding.json",
+                        help="the JSON python -m bench.shedding wrote (default: %(default)s)")
+    path = parser.parse_args(argv).results
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"bench.shedding.table: {path}: {exc}", file=sys.stderr)
+        return 1
+    print(markdown(results))
     return 0
 
 
