@@ -21,18 +21,17 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from acep import EventBatch, MatchBatch, Matcher
-from acep.shedding import Budget, KeepFirstPolicy, OldestFirstPolicy, RandomPolicy
+from acep.shedding import Budget
 
 from .build import traced_run
 from .fit import SKETCH_PARTITION, _BundleTruth, _run, matcher_args
 from .graph import _key_id
-from .policies import CompletionPolicy, HindsightPolicy, HistoryPolicy
+from .policies import POLICY_NAMES, policy_options
 from .sketch import Sketch
 
 __all__ = ["evaluate", "POLICIES", "DEFAULT_POLICIES", "format_header", "format_row"]
 
-POLICIES = ("keep-first", "random", "oldest-first", "completion", "history", "history+rl",
-            "hindsight")
+POLICIES = POLICY_NAMES
 DEFAULT_POLICIES = ("keep-first", "random", "oldest-first", "history", "history+rl")
 
 
@@ -114,22 +113,8 @@ def _truth_run(args: dict, events: EventBatch, traced: bool):
 
 def _policy(name: str, known: dict, budget: Budget, seed: int) -> dict:
     """The matcher options of a fresh policy ``name`` under ``budget``."""
-    sketch = known["sketch"]
-    if name == "hindsight":
-        h = known["hindsight"]
-        return {"policy": HindsightPolicy(h["log"], sketch.window, h["matches"])}
-    if name == "completion":
-        policy = CompletionPolicy(known["graph"])
-        return {"policy": policy, "bins": policy.bins}
-    if name == "keep-first":
-        return {"policy": KeepFirstPolicy()}
-    if name == "random":
-        return {"policy": RandomPolicy(seed)}
-    if name == "oldest-first":
-        return {"policy": OldestFirstPolicy()}
-    options = {} if name == "history+rl" else {"learning_rate": 0.0, "explore": 0.0}
-    policy = HistoryPolicy(sketch, seed=seed, budget=budget, **options)
-    return {"policy": policy, "bins": policy.bins}
+    return policy_options(name, sketch=known["sketch"], graph=known.get("graph"),
+                          hindsight=known.get("hindsight"), budget=budget, seed=seed)
 
 
 def _row(name, ratio, budget, args, events, known, truth, points, seed) -> dict:

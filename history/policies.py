@@ -8,6 +8,8 @@
   which bundle and keeps one per bundle not found yet.
 - :func:`sample_events` / :class:`EventSampler`: input-event sampling (the frequency operator
   of [M] Ma & Taylor): keep one event in ``n``, before the matcher.
+- :func:`policy_options`: a fresh policy by its row name (``history evaluate`` and
+  ``bench/shedding`` build their rows with it).
 
 Device side: imports only numpy, msgpack and ``acep``.
 """
@@ -19,7 +21,15 @@ from collections.abc import Mapping
 import numpy as np
 
 from acep.events import EventBatch
-from acep.shedding import Budget, CallbackPolicy, Candidates, ScorePolicy
+from acep.shedding import (
+    Budget,
+    CallbackPolicy,
+    Candidates,
+    KeepFirstPolicy,
+    OldestFirstPolicy,
+    RandomPolicy,
+    ScorePolicy,
+)
 
 from .graph import bundle_index, compute_bundles
 
@@ -27,7 +37,39 @@ from .graph import bundle_index, compute_bundles
 LEARNING_RATE, EXPLORE, DEFER = 0.05, 0.01, 4
 
 __all__ = ["HistoryPolicy", "CompletionPolicy", "HindsightPolicy", "EventSampler",
-           "sample_events"]
+           "sample_events", "policy_options", "POLICY_NAMES"]
+
+# the rows of a shedding comparison: the engine's presets, then the policies of this module
+POLICY_NAMES = ("keep-first", "random", "oldest-first", "completion", "history", "history+rl",
+                "hindsight")
+
+
+def policy_options(name: str, *, sketch=None, graph=None, hindsight: Mapping | None = None,
+                   budget: Budget | None = None, seed: int = 0, defer: int = DEFER) -> dict:
+    """The ``acep.Matcher`` options (``policy``, and ``bins`` where cells are needed) of a
+    fresh policy of the row ``name`` in :data:`POLICY_NAMES`.
+
+    ``history`` is the sketch's static policy (learning and exploration off), ``history+rl``
+    the same with the online update at the defaults; both take the reserves fitted nearest
+    ``budget``. ``completion`` needs the history ``graph``; ``hindsight`` the unconstrained
+    run's ``{"log", "matches"}`` (:func:`history.build.traced_run`) and the sketch's window.
+    """
+    if name == "keep-first":
+        return {"policy": KeepFirstPolicy()}
+    if name == "random":
+        return {"policy": RandomPolicy(seed)}
+    if name == "oldest-first":
+        return {"policy": OldestFirstPolicy()}
+    if name == "completion":
+        policy = CompletionPolicy(graph)
+        return {"policy": policy, "bins": policy.bins}
+    if name == "hindsight":
+        return {"policy": HindsightPolicy(hindsight["log"], sketch.window, hindsight["matches"])}
+    if name in ("history", "history+rl"):
+        learning = {} if name == "history+rl" else {"learning_rate": 0.0, "explore": 0.0}
+        policy = HistoryPolicy(sketch, seed=seed, budget=budget, defer=defer, **learning)
+        return {"policy": policy, "bins": policy.bins}
+    raise ValueError(f"unknown policy {name!r}: choose from {', '.join(POLICY_NAMES)}")
 
 
 class HistoryPolicy(ScorePolicy):

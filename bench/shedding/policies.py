@@ -8,15 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from acep.events import EventBatch
-from acep.shedding import Budget, KeepFirstPolicy, OldestFirstPolicy, RandomPolicy
-from history.policies import (
-    DEFER,
-    EXPLORE,
-    LEARNING_RATE,
-    CompletionPolicy,
-    HindsightPolicy,
-    HistoryPolicy,
-)
+from acep.shedding import Budget
+from history.policies import DEFER, policy_options
 
 SEED = 4
 POLICIES = ("keep-first", "random", "oldest-first", "completion", "sampling", "history",
@@ -38,30 +31,14 @@ class Setup:
 def make(policy: str, state: dict, fraction: float, budget: Budget | None = None) -> Setup:
     """A fresh policy (and the bins it needs) for one run under ``budget`` (the history
     policies take the reserves their sketch fitted nearest it)."""
-    if policy == "keep-first":
-        return Setup({"policy": KeepFirstPolicy()})
-    if policy == "random":
-        return Setup({"policy": RandomPolicy(SEED)})
-    if policy == "oldest-first":
-        return Setup({"policy": OldestFirstPolicy()})
-    if policy == "completion":
-        made = CompletionPolicy(state["graph"])
-        return Setup({"policy": made, "bins": made.bins})
-    if policy in ("history", "history+rl", RETRAINED):
-        rl = policy == "history+rl"
-        sketch = state["retrained"]["sketch"] if policy == RETRAINED else state["sketch"]
-        made = HistoryPolicy(
-            sketch, learning_rate=LEARNING_RATE if rl else 0.0,
-            explore=EXPLORE if rl else 0.0, seed=SEED, defer=state.get("defer", DEFER),
-            budget=budget)
-        return Setup({"policy": made, "bins": made.bins})
-    if policy == "hindsight":
-        h = state["hindsight"]
-        made = HindsightPolicy(h["log"], h["window"], h["matches"])
-        return Setup({"policy": made})
     if policy == "sampling":
         return Setup({}, state["sampling_rates"][fraction])
-    raise ValueError(f"unknown policy {policy!r}")
+    sketch = state.get("sketch")
+    if policy == RETRAINED:
+        policy, sketch = "history", state["retrained"]["sketch"]
+    return Setup(policy_options(policy, sketch=sketch, graph=state.get("graph"),
+                                hindsight=state.get("hindsight"), budget=budget, seed=SEED,
+                                defer=state.get("defer", DEFER)))
 
 
 # --------------------------------------------------------------------------- sampling

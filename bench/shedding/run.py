@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from acep.events import EventBatch
 from acep.shedding import Budget
+from history.policies import EXPLORE, LEARNING_RATE
 
 from ..common import bench_parser, machine, write_json
 from . import policies
@@ -187,8 +188,7 @@ def hindsight_log(w: Workload, prefix: EventBatch) -> dict:
 
     run = traced_run(w.pattern, prefix, w.window, w.k, where=list(w.where),
                      partition=w.partition, fields=None)
-    return {"log": run.log, "matches": {"partition": run.partition, "point": run.point},
-            "window": w.window}
+    return {"log": run.log, "matches": {"partition": run.partition, "point": run.point}}
 
 
 def sampling_rates(w: Workload, train: EventBatch, sizes: dict) -> tuple[dict, dict]:
@@ -442,8 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     results = {"benchmark": "shedding", "command": command(args), "machine": machine(),
                "settings": {"quick": args.quick, "fractions": list(FRACTIONS), "burst": BURST,
-                            "learning_rate": policies.LEARNING_RATE,
-                            "explore": policies.EXPLORE, "jobs": args.jobs, "seed": SEED,
+                            "learning_rate": LEARNING_RATE,
+                            "explore": EXPLORE, "jobs": args.jobs, "seed": SEED,
                             "n_bins": args.n_bins, "defer": args.defer,
                             "fit": not args.no_fit, "search": args.search,
                             "sizes": sizes, "policies": list(policies.POLICIES),
