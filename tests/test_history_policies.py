@@ -10,10 +10,13 @@ from acep.shedding import Budget, Candidates, RandomPolicy, ScorePolicy
 from history.build import build_history, traced_run
 from history.graph import decode_cells
 from history.policies import (
+    DEFER,
+    POLICY_NAMES,
     CompletionPolicy,
     EventSampler,
     HindsightPolicy,
     HistoryPolicy,
+    policy_options,
     sample_events,
 )
 from history.sketch import Sketch
@@ -198,3 +201,30 @@ def test_hand_log_policy_on_sketch_has_no_proxy_for_unreached_cells():
     reached = {int(c) for c in np.unique(_hand_graph().reach_cell)}
     assert {int(c) for c in np.flatnonzero(p.proxy_class >= 0)} == reached
     assert len(HAND_LOG["cell"]) == 7
+
+
+def test_policy_options_builds_every_row_by_name():
+    """The rows of ``acep history evaluate`` and ``bench/shedding``: the presets, the
+    completion model, the static and the learning history policy (with the fitted reserves
+    of the budget), hindsight; an unknown name is refused with the choices."""
+    pattern, w, k = "a b c", 6.0, 1
+    events = EventBatch.from_events(_random_events(300, 5))
+    g = build_history(pattern, events, w, k, partition="g", n_bins=4)
+    sketch = Sketch.from_graph(g)
+    run = traced_run(pattern, events, w, k, partition="g", bins=sketch.bins(), fields=None,
+                     merge=False)
+    known = dict(sketch=sketch, graph=g, budget=Budget(0.5),
+                 hindsight={"log": run.log, "matches": {"partition": run.partition,
+                                                        "point": run.point}})
+    made = {name: policy_options(name, **known) for name in POLICY_NAMES}
+    assert isinstance(made["completion"]["policy"], CompletionPolicy)
+    assert isinstance(made["hindsight"]["policy"], HindsightPolicy)
+    static, rl = made["history"]["policy"], made["history+rl"]["policy"]
+    assert static.learning_rate == static.explore == 0.0 and rl.learning_rate > 0
+    assert static.defer == rl.defer == DEFER
+    assert policy_options("history", defer=0, **known)["policy"].defer == 0
+    for name, options in made.items():  # every row runs under the budget, as built
+        m = Matcher(pattern, w, k, partition="g", budget=known["budget"], **options)
+        assert set(m.match(events).point) <= set(run.point), name
+    with pytest.raises(ValueError, match="unknown policy 'nope'.*keep-first"):
+        policy_options("nope", **known)
