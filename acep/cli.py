@@ -491,14 +491,19 @@ def run_history_build(args) -> int:
           f"{graph.n_bundles} bundles, {size:,} bytes -> {args.output} "
           f"({time.perf_counter() - started:.1f} s)", file=sys.stderr)
     if args.sketch:
-        with open(args.key_file, "rb") as f:
-            key = f.read().strip()
+        key = _read_key(args.key_file)
         sketch = Sketch.from_graph(graph)
         if ratios:
             sketch = _fit(sketch, batches, ratios, args)
         n = sketch.save(args.sketch, key)
         print(f"acep: signed sketch, {n:,} bytes -> {args.sketch}", file=sys.stderr)
     return 0
+
+
+def _read_key(path: str) -> bytes:
+    """A signing key file's bytes, without surrounding whitespace (a trailing newline)."""
+    with open(path, "rb") as f:
+        return f.read().strip()
 
 
 def fit_options(args, writes_sketch: bool, missing: str) -> list[float]:
@@ -551,9 +556,7 @@ def run_history_evaluate(args) -> int:
     graph = HistoryGraph.load(args.history) if args.history else None
     policies = [p.strip() for p in args.policies.split(",") if p.strip()] \
         if args.policies else None
-    with open(args.key_file, "rb") as f:
-        key = f.read().strip()
-    sketch = Sketch.load(args.sketch, key)
+    sketch = Sketch.load(args.sketch, _read_key(args.key_file))
     spec = EventSpec.load(args.spec) if args.spec else None
     events = read_all(args.file, spec)
     shown = []

@@ -26,6 +26,7 @@ from acep.shedding import Budget
 from .build import traced_run
 from .fit import SKETCH_PARTITION, _BundleTruth, _run, matcher_args
 from .graph import _key_id
+from .inspection import partition_text
 from .policies import POLICY_NAMES, policy_options
 from .sketch import Sketch
 
@@ -111,15 +112,11 @@ def _truth_run(args: dict, events: EventBatch, traced: bool):
                                                                 "point": run.point}}
 
 
-def _policy(name: str, known: dict, budget: Budget, seed: int) -> dict:
-    """The matcher options of a fresh policy ``name`` under ``budget``."""
-    return policy_options(name, sketch=known["sketch"], graph=known.get("graph"),
-                          hindsight=known.get("hindsight"), budget=budget, seed=seed)
-
-
 def _row(name, ratio, budget, args, events, known, truth, points, seed) -> dict:
     sketch = known["sketch"]
-    matcher = Matcher(**args, budget=budget, **_policy(name, known, budget, seed))
+    matcher = Matcher(**args, budget=budget, **policy_options(
+        name, sketch=sketch, graph=known["graph"], hindsight=known["hindsight"], budget=budget,
+        seed=seed))
     started = time.perf_counter()
     found = MatchBatch.concat([matcher.match_batch(events), matcher.flush()])
     seconds = time.perf_counter() - started
@@ -145,13 +142,9 @@ def format_header(truth: dict) -> list[str]:
     """The ground truth's line and the column names of :func:`format_row`."""
     return [f"# {truth['events']:,} events: {truth['match_points']:,} match points in "
             f"{truth['bundles']:,} bundles, {truth['ops_per_event']:.4g} operations per event "
-            f"without a budget; {_partition_text(truth.get('partition'))}",
+            f"without a budget; {partition_text(truth.get('partition'))}",
             f"{'budget':>7}  {'policy':<13}{'bundles':>8}{'points':>8}{'precision':>10}"
             f"{'ops/event':>11}{'decide ns':>10}  reserves"]
-
-
-def _partition_text(partition: str | None) -> str:
-    return "one partition" if partition is None else f"partitioned by {partition}"
 
 
 def format_row(row: dict) -> str:

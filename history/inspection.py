@@ -72,9 +72,13 @@ def describe_history(g: _graph.HistoryGraph, file_bytes: int | None = None,
 
 def _partitioned(h) -> str:
     """The partition attribute a history or sketch records."""
-    if not h.partition_recorded:
-        return "partition attribute not recorded"
-    return "one partition" if h.partition_by is None else f"partitioned by {h.partition_by}"
+    return partition_text(h.partition_by) if h.partition_recorded else \
+        "partition attribute not recorded"
+
+
+def partition_text(attribute: str | None) -> str:
+    """How a run's partition attribute reads in a report ("one partition": none)."""
+    return "one partition" if attribute is None else f"partitioned by {attribute}"
 
 
 def describe_sketch(s: _sketch.Sketch, file_bytes: int, top: int = 10) -> str:

@@ -107,11 +107,10 @@ def prepare(name: str) -> dict:
     out = {"truth": truth, "prefix": hindsight_prefix(w, test, sizes)}
     out["bound"] = bounds(w, test, truth, out["prefix"])
     out["sampling_rates"], out["calibration"] = sampling_rates(w, train, sizes)
-    out.update(build(w, train, st.get("n_bins", N_BINS), st.get("fit", True),
-                     st.get("search", SEARCH)))
+    options = (st.get("n_bins", N_BINS), st.get("fit", True), st.get("search", SEARCH))
+    out.update(build(w, train, *options))
     if st.get("retrain") is not None:
-        out["retrained"] = build(w, st["retrain"], st.get("n_bins", N_BINS),
-                                 st.get("fit", True), st.get("search", SEARCH))
+        out["retrained"] = build(w, st["retrain"], *options)
     out["hindsight"] = hindsight_log(w, out["prefix"])
     return out
 
@@ -392,9 +391,7 @@ def describe(name: str) -> dict:
            "recall_bound": st["bound"],
            "sampling_rates": {str(f): r for f, r in st["sampling_rates"].items()},
            "sampling_calibration": st["calibration"],
-           "time_edges": [float(x) for x in st["edges"]]}
-    if "history" in st:
-        out["history"] = st["history"]
+           "time_edges": [float(x) for x in st["edges"]], "history": st["history"]}
     if "retrained" in st:
         out["retrained_history"] = {**st["retrained"]["history"],
                                     "train_events": len(st["retrain"])}
