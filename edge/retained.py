@@ -217,7 +217,7 @@ class Retained:
 
     def groups(self, keys) -> dict | None:
         """{partition key: indices (into :meth:`view`) of its kept events, in stream order}
-        for ``keys``, as ``edge.wire._partition_groups`` would give them; None without a
+        for ``keys``, as ``acep.windows.partition_groups`` would give them; None without a
         partition attribute (every event is in the one partition)."""
         if self.partition is None:
             return None

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 import msgpack
 import numpy as np
 
+from acep.windows import partition_groups, window_mask
+
 __all__ = [
     "FORMAT", "VERSION", "WireError", "Limits", "PatternRef", "UploadBatch", "SummaryBatch",
     "Condenser", "pattern_hash", "batch_id", "encode_batch", "decode_batch", "encode_condensed",
@@ -589,26 +591,13 @@ def batch_from_matches(matches, events, *, device: str, seq: int, pattern: Patte
     if len(traj) and (traj.min() < base or traj.max() >= base + n_ev):
         raise ValueError(f"a trajectory reaches outside events {base}..{base + n_ev - 1}; "
                          "pass the events of the whole windows")
-    keep = np.zeros(n_ev, dtype=bool)
-    keep[traj - base] = True
     if groups is None:
-        groups = _partition_groups(events, pattern.partition_by)
+        groups = partition_groups(events, pattern.partition_by)
     tags = np.asarray(events.tags, dtype=float)
     points = np.asarray(matches.point, dtype=float)
-    by_key: dict = {}
     keys = _plain_list(matches.partition)
-    for i, key in enumerate(keys):
-        by_key.setdefault(key, []).append(i)
-    for key, rows in by_key.items():
-        idx = groups.get(key)
-        if idx is None:
-            continue
-        gtags, p = tags[idx], points[rows]
-        lo = np.searchsorted(gtags, p - pattern.window, "left")
-        hi = np.searchsorted(gtags, p, "right")
-        m = len(idx) + 1  # +1 at each window's first event, -1 after its last
-        cover = np.bincount(lo, minlength=m) - np.bincount(hi, minlength=m)
-        keep[idx[np.cumsum(cover[:-1]) > 0]] = True
+    keep = window_mask(events, keys, points, pattern.window, groups)
+    keep[traj - base] = True
     local = np.flatnonzero(keep)
     used, codes = np.unique(np.asarray(events.type_codes)[local], return_inverse=True)
     names = list(columns) if columns is not None else list(events.columns)
@@ -624,21 +613,6 @@ def batch_from_matches(matches, events, *, device: str, seq: int, pattern: Patte
         event_tag=tags[local], event_type=codes.astype(np.int32).reshape(-1),
         type_names=[events.type_names[c] for c in used.tolist()],
         columns={name: np.asarray(events.columns[name])[local] for name in names})
-
-
-def _partition_groups(events, partition_by: str | None) -> dict:
-    """{partition key: local indices of its events, in stream order}."""
-    n = len(events.tags)
-    if partition_by is None:
-        return {None: np.arange(n)}
-    col = events.columns.get(partition_by)
-    if col is None:
-        raise ValueError(f"events have no attribute {partition_by!r} to partition by")
-    groups: dict = {}
-    for i, v in enumerate(col.tolist()):
-        if v is not None and v == v:  # None and NaN are missing partitions: bad events
-            groups.setdefault(v, []).append(i)
-    return {k: np.array(v, dtype=np.int64) for k, v in groups.items()}
 
 
 class Condenser:

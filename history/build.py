@@ -119,16 +119,18 @@ def choose_bins(rem: np.ndarray, gap: np.ndarray, n_bins: int = 8) -> VectorBins
 def build_history(pattern: str | Pattern, events, window: float, k: int, *,
                   where: str | Sequence[str] = (), partition: str | None = None,
                   bins: VectorBins | None = None, n_bins: int = 8, merge: bool = True,
-                  backend: str | None = None) -> HistoryGraph:
+                  backend: str | None = None, bad_events: list | None = None) -> HistoryGraph:
     """The history of one unconstrained run ([L16] Definition 4) over ``events``.
 
     ``events`` is an ``EventBatch`` or an iterable of them; without ``bins`` it is read twice
     (an iterator is materialised first). ``merge=False`` turns dominance merging off (the
     tests compare with all trajectories; a device runs with merging, so histories should too).
+    ``bad_events``: as for :func:`traced_run` (skip bad events and collect their errors).
     """
     if bins is None and not isinstance(events, (EventBatch, list, tuple)):
         events = list(events)
-    common = {"where": where, "partition": partition, "backend": backend, "merge": merge}
+    common = {"where": where, "partition": partition, "backend": backend, "merge": merge,
+              "bad_events": bad_events}
     if bins is None:
         first = traced_run(pattern, events, window, k, fields=("tag", "start", "gap"), **common)
         bins = choose_bins(window - (first.log["tag"] - first.log["start"]), first.log["gap"],

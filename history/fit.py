@@ -10,9 +10,14 @@ own start was shed. How much that matters depends on the budget. So, for a budge
 1. runs the history policy at ``f`` over every training stream with the node log on and
    measures each cell's success rate *under that shedding* (cells seen at least
    ``min_visits`` times; the others keep the sketch's score);
-2. makes three candidate reserve tables: the sketch's scores (``history``), the measured
-   rates (``measured``), and the measured order with the sketch's values (``order``: the
-   cells are re-ranked, the overall level of the reserves, which the budget sets, is kept);
+2. makes four candidate reserve tables: the sketch's scores (``history``), the measured
+   rates (``measured``), the measured order with the sketch's values (``order``: the
+   cells are re-ranked, the overall level of the reserves, which the budget sets, is kept),
+   and the success rates of the unconstrained run on the training streams' *match windows*
+   only (``windows``: the events within ``w`` before each match point of their partition,
+   what the agent uploads for a match, ``acep.windows``; the stretches where nothing is to
+   be found, whose nodes all fail, are left out, so a cell is rated by what it is worth
+   when a bundle is at stake);
 3. replays the training streams at ``f`` with each (the runs of step 1 are the history's
    replay) and keeps the one that finds the most bundles (ties: the earlier in that list),
    stored in the sketch as the table for ``f``;
@@ -46,15 +51,17 @@ import numpy as np
 from acep import EventBatch, MatchBatch, Matcher
 from acep.pattern import partition_attribute
 from acep.shedding import Budget
+from acep.windows import match_windows
 
-from .graph import _key_id, bundle_index, compute_bundles
+from .build import build_history
+from .graph import _key_id, _plain, bundle_index, compute_bundles
 from .policies import HistoryPolicy
-from .sketch import Sketch
+from .sketch import Sketch, cell_scores
 
-__all__ = ["fit_budgets", "fit_streams", "FitStream", "describe", "matcher_args",
+__all__ = ["fit_budgets", "fit_streams", "FitStream", "describe", "matcher_args", "windows_task",
            "SKETCH_PARTITION", "CANDIDATES", "SEARCH_VALUES"]
 
-CANDIDATES = ("history", "measured", "order")
+CANDIDATES = ("history", "measured", "order", "windows")
 SEARCH_VALUES = (0.0, 0.3, 0.7, 1.0)  # a cell's reserve is (1 - value)^2 of the seed reserve
 CHUNK = 1 << 16
 
@@ -128,7 +135,8 @@ def fit_streams(sketch: Sketch, ratios: Sequence[float], map_streams: MapStreams
         raise ValueError(f"min_visits must be >= 1, got {min_visits!r}")
     if search < 0:
         raise ValueError(f"search must be >= 0 cells, got {search!r}")
-    counted = _sum(map_streams([partial(count_task, args)])[0])
+    counted, windowed = (_sum(r) for r in map_streams(
+        [partial(count_task, args), partial(windows_task, args, sketch)]))
     ops_per_event = counted["candidates"] / max(counted["events"], 1)
     if not ops_per_event > 0:
         raise ValueError("the training stream has no operations to fit a budget to")
@@ -136,7 +144,8 @@ def fit_streams(sketch: Sketch, ratios: Sequence[float], map_streams: MapStreams
     plain = replace(sketch, ops_per_event=0.0, fitted_ratios=None, fitted=None)
     measured = [_sum(r) for r in map_streams(
         [partial(measure_task, args, plain, b, seed) for b in budgets])]
-    tables = [candidate_tables(plain.score, m["visits"], m["successes"], min_visits)
+    windows = cell_scores(windowed["visits"], windowed["successes"])
+    tables = [candidate_tables(plain.score, m["visits"], m["successes"], min_visits, windows)
               for m in measured]
     replayed = [_sum(r) for r in map_streams(
         [partial(replay_task, args, plain, b, [t[name] for name in CANDIDATES[1:]], seed)
@@ -225,13 +234,22 @@ class FitStream:
     def __init__(self, events: EventBatch, truth: dict | None = None):
         self.events = events
         self._truth = None if truth is None else _BundleTruth.from_state(truth)
+        self._matches = None
 
     def truth(self, args: dict) -> _BundleTruth:
         """The bundles of the unconstrained run and its operations."""
         if self._truth is None:
-            matches, stats = _run(args, self.events)
-            self._truth = _BundleTruth(matches, args["window"], stats["candidates"])
+            self._matches, stats = _run(args, self.events)
+            self._truth = _BundleTruth(self._matches, args["window"], stats["candidates"])
         return self._truth
+
+    def match_windows(self, args: dict) -> EventBatch:
+        """The events of the unconstrained run's match windows (``acep.windows``)."""
+        if self._matches is None:
+            self._matches = _run(args, self.events)[0]
+        keys = [_plain(k) for k in self._matches.partition.tolist()]
+        return match_windows(self.events, keys, self._matches.point, args["window"],
+                             partition_attribute(args["where"], args["partition"]))
 
     def truth_state(self) -> dict | None:
         """The unconstrained run's outcome as plain values (None: not run here)."""
@@ -243,6 +261,22 @@ def count_task(args: dict, stream: FitStream) -> dict:
     truth = stream.truth(args)
     return {"streams": 1, "events": len(stream.events), "candidates": truth.candidates,
             "bundles": truth.n}
+
+
+def windows_task(args: dict, sketch: Sketch, stream: FitStream) -> dict:
+    """Step 2's ``windows`` counts for one stream: each cell's visits and successes in the
+    unconstrained run (the history's rule, the sketch's cells) over the stream's match
+    windows alone."""
+    events = stream.match_windows(args)
+    if not len(events):
+        return {"visits": np.zeros(sketch.n_cells, np.int64),
+                "successes": np.zeros(sketch.n_cells, np.int64)}
+    skip = [] if args.get("on_bad_event") == "skip" else None
+    graph = build_history(args["pattern"], events, args["window"], args["k"],
+                          where=args["where"], partition=args["partition"], bins=sketch.bins(),
+                          bad_events=skip)
+    return {"visits": np.asarray(graph.visits, np.int64),
+            "successes": np.asarray(graph.successes, np.int64)}
 
 
 def measure_task(args: dict, sketch: Sketch, budget: Budget, seed: int,
@@ -276,15 +310,17 @@ def replay_task(args: dict, sketch: Sketch, budget: Budget, trials: list[np.ndar
 
 
 def candidate_tables(score: np.ndarray, visits: np.ndarray, successes: np.ndarray,
-                     min_visits: int) -> dict[str, np.ndarray]:
-    """The candidate reserve tables of one budget (module docstring, step 2)."""
+                     min_visits: int, windows: np.ndarray) -> dict[str, np.ndarray]:
+    """The candidate reserve tables of one budget (module docstring, step 2); ``windows``:
+    the cells' scores on the match windows (:func:`windows_task`)."""
     base = np.asarray(score, dtype=np.float64)
     seen = np.flatnonzero(visits >= min_visits)
     measured, order = base.copy(), base.copy()
     rate = successes[seen] / visits[seen]
     measured[seen] = rate
     order[seen[np.argsort(rate, kind="stable")]] = np.sort(base[seen])
-    return {"history": base, "measured": measured, "order": order}
+    return {"history": base, "measured": measured, "order": order,
+            "windows": np.asarray(windows, dtype=np.float64)}
 
 
 def _sum(results: list[dict]) -> dict:

@@ -38,7 +38,7 @@ import numpy as np
 
 from . import _format
 
-__all__ = ["Sketch", "SketchError", "minhash_signatures", "proxy_classes"]
+__all__ = ["Sketch", "SketchError", "cell_scores", "minhash_signatures", "proxy_classes"]
 
 FORMAT = "acep-sketch"
 VERSION = 2  # 2: the per-cell 'need' table
@@ -65,6 +65,17 @@ def _mix64(x: np.ndarray) -> np.ndarray:
 def _hash_salts(hashes: int, seed: int) -> np.ndarray:
     golden = np.arange(1, hashes + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     return _mix64(golden ^ np.full(hashes, seed & 0xFFFFFFFFFFFFFFFF, dtype=np.uint64))
+
+
+def cell_scores(visits: np.ndarray, successes: np.ndarray, prior: float = 1.0) -> np.ndarray:
+    """Success rates ``(successes + prior * p0) / (visits + prior)`` (float32) with ``p0`` the
+    overall success rate, so rarely visited cells stay near it and unvisited ones get it."""
+    visits, successes = np.asarray(visits), np.asarray(successes)
+    total = int(visits.sum())
+    p0 = successes.sum() / total if total else 0.0
+    score = (successes + prior * p0) / (visits + prior) if prior > 0 else \
+        np.where(visits > 0, successes / np.maximum(visits, 1), p0)
+    return np.asarray(score, dtype=np.float32)
 
 
 def minhash_signatures(cells: np.ndarray, items: np.ndarray, n_cells: int, hashes: int = 16,
@@ -260,17 +271,12 @@ class Sketch:
     @classmethod
     def from_graph(cls, graph, hashes: int = 16, band: int = 2, seed: int = 0,
                    prior: float = 1.0) -> Sketch:
-        """Scores are ``(successes + prior * p0) / (visits + prior)`` with ``p0`` the graph's
-        overall success rate, so rarely visited cells stay near it and unvisited ones get it."""
+        """Scores are :func:`cell_scores` of the graph's visits and successes."""
         if not 1 <= band <= hashes:
             raise ValueError(f"band must be in 1..hashes ({hashes}), got {band}")
-        total = int(graph.visits.sum())
-        p0 = graph.successes.sum() / total if total else 0.0
-        score = (graph.successes + prior * p0) / (graph.visits + prior) if prior > 0 else \
-            np.where(graph.visits > 0, graph.successes / np.maximum(graph.visits, 1), p0)
+        score = cell_scores(graph.visits, graph.successes, prior)
         minhash = minhash_signatures(graph.reach_cell, graph.reach_bundle, graph.n_cells,
                                      hashes, seed)
-        score = score.astype(np.float32)
         return cls(graph.pattern, tuple(graph.where), graph.k, graph.window, graph.n_states,
                    graph.rem_edges.copy(), graph.gap_edges.copy(), score, minhash, band, seed,
                    completion_need(graph, score), bundle_span(graph),

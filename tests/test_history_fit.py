@@ -11,9 +11,18 @@ from test_history_sketch import KEY, _resigned
 from acep import EventBatch, Matcher, bundles
 from acep.shedding import Budget, ScorePolicy
 from history.build import build_history
-from history.fit import CANDIDATES, SEARCH_VALUES, FitStream, fit_budgets, fit_streams, matcher_args
+from history.fit import (
+    CANDIDATES,
+    SEARCH_VALUES,
+    FitStream,
+    candidate_tables,
+    fit_budgets,
+    fit_streams,
+    matcher_args,
+    windows_task,
+)
 from history.policies import HistoryPolicy
-from history.sketch import Sketch, SketchError
+from history.sketch import Sketch, SketchError, cell_scores
 
 PATTERN, W, K = "a b c d", 6.0, 1
 
@@ -124,14 +133,15 @@ def test_a_stream_whose_unconstrained_run_is_shipped_fits_the_same():
 
     def map_streams(tasks):
         calls.append(len(tasks))
-        return [[task(first if len(calls) == 1 else FitStream(events, state))]
-                for task in tasks]
+        if len(calls) == 1:  # the counts on the first stream, the windows on a shipped one
+            return [[tasks[0](first)], [tasks[1](FitStream(events, state))]]
+        return [[task(FitStream(events, state))] for task in tasks]
 
     ratios = [0.1, 0.3]
     fitted, report = fit_streams(sketch, ratios, map_streams, args, burst=16, min_visits=5)
     alone, expected = fit_budgets(sketch, events, ratios, partition="g", burst=16,
                                   min_visits=5)
-    assert calls == [1, 2, 2] and report == expected
+    assert calls == [2, 2, 2] and report == expected
     assert fitted.to_bytes(KEY) == alone.to_bytes(KEY)
 
 
@@ -213,3 +223,26 @@ def _add_fitted(ratios, table_rows, ops=2.0, cells=24, dtype="<f4"):
 def test_malformed_fitted_tables_name_the_field(change, message):
     with pytest.raises(SketchError, match=message):
         Sketch.from_bytes(_resigned(change), KEY)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_windows_candidate_rates_cells_on_the_match_windows_alone(seed):
+    """Step 2's ``windows`` table: the history's rule applied to the unconstrained run over
+    only the events within W before a match point of their partition (found here by brute
+    force), in the sketch's cells."""
+    events = _stream(seed, 800)
+    sketch = Sketch.from_graph(build_history(PATTERN, events, W, K, partition="g", n_bins=4))
+    truth = Matcher(PATTERN, W, K, partition="g").match(events)
+    keys = events.columns["g"].tolist()
+    inside = [i for i, (k, t) in enumerate(zip(keys, events.tags.tolist()))
+              if any(k == p and q - W <= t <= q
+                     for p, q in zip(truth.partition.tolist(), truth.point.tolist()))]
+    assert 0 < len(inside) < len(events)
+    subset = EventBatch.from_events([events.to_events()[i] for i in inside])
+    oracle = build_history(PATTERN, subset, W, K, partition="g", bins=sketch.bins())
+    counts = windows_task(matcher_args(sketch, "g"), sketch, FitStream(events))
+    assert counts["visits"].tolist() == oracle.visits.tolist()
+    assert counts["successes"].tolist() == oracle.successes.tolist()
+    table = candidate_tables(sketch.score, counts["visits"], counts["successes"], 5,
+                             cell_scores(counts["visits"], counts["successes"]))["windows"]
+    assert np.allclose(table, Sketch.from_graph(oracle).score)
