@@ -244,11 +244,12 @@ class FitStream:
         return self._truth
 
     def match_windows(self, args: dict) -> EventBatch:
-        """The events of the unconstrained run's match windows (``acep.windows``)."""
-        if self._matches is None:
-            self._matches = _run(args, self.events)[0]
-        keys = [_plain(k) for k in self._matches.partition.tolist()]
-        return match_windows(self.events, keys, self._matches.point, args["window"],
+        """The events of the unconstrained run's match windows (``acep.windows``); asked
+        once per fit, so the run's matches are let go."""
+        matches = self._matches if self._matches is not None else _run(args, self.events)[0]
+        self._matches = None
+        keys = [_plain(k) for k in matches.partition.tolist()]
+        return match_windows(self.events, keys, matches.point, args["window"],
                              partition_attribute(args["where"], args["partition"]))
 
     def truth_state(self) -> dict | None:
