@@ -458,9 +458,9 @@ def add_fit_options(parser, events: str) -> None:
                         help="the devices' bucket depth in events, for --fit (default 64)")
     parser.add_argument("--search", type=_cells, default=0, metavar="K",
                         help="with --fit, also tune the K most visited cells of each budget's "
-                             "table by coordinate search on the training events (one replay "
-                             "per cell and value tried: slower; more bundles found under "
-                             "tight budgets; default 0 = off)")
+                             "two best tables by coordinate search on the training events and "
+                             "keep the better (one replay per table, cell and value tried: "
+                             "slower; more bundles found under tight budgets; default 0 = off)")
 
 
 def _cells(text: str) -> int:
