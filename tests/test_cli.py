@@ -175,8 +175,8 @@ def test_history_build_search_ships_the_searched_tables_and_says_what_it_moved(t
             assert f"budget {ratio:g} x" in r.stderr and "nothing to search" in r.stderr
         else:
             moved = row["searched"]
-            assert (f"the search moved {moved['changed']} of {moved['cells']} cells: "
-                    f"{100 * moved['bundle_recall']:.1f}%") in r.stderr
+            assert (f"the search moved {moved['changed']} of {moved['cells']} cells of the "
+                    f"{moved['from']} table: {100 * moved['bundle_recall']:.1f}%") in r.stderr
 
 
 def test_history_build_fits_the_sketch_to_budgets(tmp_path):
