@@ -158,26 +158,19 @@ def fit_streams(sketch: Sketch, ratios: Sequence[float], map_streams: MapStreams
     n = int(counted["bundles"])
     report = {"ops_per_event": ops_per_event, "bundles": n, "streams": int(counted["streams"]),
               "ratios": {}}
-    best, starts = [], []
+    ranked = [sorted(CANDIDATES, key=lambda c: (-row[CANDIDATES.index(c)], CANDIDATES.index(c)))
+              for row in found]
+    best = [tables[i][names[0]].copy() for i, names in enumerate(ranked)]
     for i, ratio in enumerate(ratios):
         recall = {name: float(found[i, j]) / max(n, 1) for j, name in enumerate(CANDIDATES)}
-        ranked = sorted(CANDIDATES, key=lambda c: (-recall[c], CANDIDATES.index(c)))
-        best.append(tables[i][ranked[0]].copy())
-        starts.append([c for j, c in enumerate(ranked[:SEARCH_STARTS]) if not any(
-            np.array_equal(tables[i][c], tables[i][d]) for d in ranked[:j])])
-        report["ratios"][ratio] = {"chosen": ranked[0], "bundle_recall": recall}
+        report["ratios"][ratio] = {"chosen": ranked[i][0], "bundle_recall": recall}
     if search:
-        lanes = [(i, name) for i, names in enumerate(starts) for name in names]
-        lane_tables = [tables[i][name].copy() for i, name in lanes]
-        done = _search(lane_tables, [found[i, CANDIDATES.index(c)] for i, c in lanes], n,
-                       [measured[i]["visits"] for i, _ in lanes], search,
-                       lambda tasks: [_sum(r) for r in map_streams(tasks)],
-                       partial(replay_task, args, plain), [budgets[i] for i, _ in lanes], seed)
+        searched = _search_from_starts(
+            tables, ranked, found, n, [m["visits"] for m in measured], search,
+            lambda tasks: [_sum(r) for r in map_streams(tasks)],
+            partial(replay_task, args, plain), budgets, seed)
         for i, ratio in enumerate(ratios):
-            mine = [j for j, (r, _) in enumerate(lanes) if r == i]
-            won = max(mine, key=lambda j: (done[j]["bundle_recall"], -j))
-            best[i] = lane_tables[won]
-            report["ratios"][ratio]["searched"] = {**done[won], "from": lanes[won][1]}
+            best[i], report["ratios"][ratio]["searched"] = searched[i]
     for ratio, table in zip(ratios, best):
         sketch = sketch.with_fitted(ratio, table, ops_per_event)
     return sketch, report
@@ -197,6 +190,29 @@ def describe(report: dict) -> list[str]:
         lines.append(f"budget {ratio:g} x {report['ops_per_event']:.3f} ops/event: "
                      f"{row['chosen']} reserves (bundle recall {found}{after})")
     return lines
+
+
+def _search_from_starts(tables: list[dict], ranked: list[list[str]], found: np.ndarray, n: int,
+                        visits: list[np.ndarray], cells: int, replay, task, budgets, seed
+                        ) -> list[tuple[np.ndarray, dict]]:
+    """Step 4 from each ratio's ``SEARCH_STARTS`` best distinct candidate tables (``ranked``:
+    the candidates, best first): per ratio, the table that ends highest (ties: the better
+    start) and its report, which names the start."""
+    lanes = []  # (ratio index, candidate name)
+    for i, names in enumerate(ranked):
+        for j, name in enumerate(names[:SEARCH_STARTS]):
+            if not any(np.array_equal(tables[i][name], tables[i][d]) for d in names[:j]):
+                lanes.append((i, name))
+    lane_tables = [tables[i][name].copy() for i, name in lanes]
+    done = _search(lane_tables, [found[i, CANDIDATES.index(c)] for i, c in lanes], n,
+                   [visits[i] for i, _ in lanes], cells, replay, task,
+                   [budgets[i] for i, _ in lanes], seed)
+    out = []
+    for i in range(len(ranked)):
+        won = max((j for j, (r, _) in enumerate(lanes) if r == i),
+                  key=lambda j: (done[j]["bundle_recall"], -j))
+        out.append((lane_tables[won], {**done[won], "from": lanes[won][1]}))
+    return out
 
 
 def _search(tables: list[np.ndarray], found: np.ndarray, n: int, visits: list[np.ndarray],
