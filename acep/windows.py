@@ -15,7 +15,7 @@ import numpy as np
 
 from .events import EventBatch
 
-__all__ = ["partition_groups", "window_mask", "match_windows"]
+__all__ = ["partition_groups", "value_groups", "window_mask", "match_windows"]
 
 
 def partition_groups(events: EventBatch, partition_by: str | None) -> dict:
@@ -27,8 +27,14 @@ def partition_groups(events: EventBatch, partition_by: str | None) -> dict:
     col = events.columns.get(partition_by)
     if col is None:
         raise ValueError(f"events have no attribute {partition_by!r} to partition by")
+    return value_groups(col)
+
+
+def value_groups(column: np.ndarray) -> dict:
+    """{value: indices of the entries holding it, in order} of a partition column; None and
+    NaN, a missing partition key, are in no group."""
     groups: dict = {}
-    for i, v in enumerate(col.tolist()):
+    for i, v in enumerate(column.tolist()):
         if v is not None and v == v:
             groups.setdefault(v, []).append(i)
     return {k: np.array(v, dtype=np.int64) for k, v in groups.items()}

@@ -46,6 +46,7 @@ from acep.pattern import (
     parse_regex,
     parse_where,
 )
+from acep.windows import value_groups
 
 from . import fastcheck
 from .fastcheck import Fallback
@@ -443,12 +444,8 @@ def _partition_groups(batch) -> dict:
     col = batch.columns.get(attr)
     if col is None:
         raise Unsupported(f"the events carry no attribute {attr!r} to partition by")
-    by_value: dict = {}
-    for i, v in enumerate(col.tolist()):
-        if v is not None and v == v:
-            by_value.setdefault(v, []).append(i)
     groups: dict = {}
-    for v, at in by_value.items():  # values equal as keys (3 and 3.0) join, in order
+    for v, at in value_groups(col).items():  # values equal as keys (3 and 3.0) join, in order
         key = _key(v)
-        groups[key] = sorted(groups[key] + at) if key in groups else at
-    return {k: np.array(v, dtype=np.int64) for k, v in groups.items()}
+        groups[key] = np.sort(np.concatenate([groups[key], at])) if key in groups else at
+    return groups

@@ -139,8 +139,7 @@ def fit_streams(sketch: Sketch, ratios: Sequence[float], map_streams: MapStreams
         raise ValueError(f"min_visits must be >= 1, got {min_visits!r}")
     if search < 0:
         raise ValueError(f"search must be >= 0 cells, got {search!r}")
-    counted, windowed = (_sum(r) for r in map_streams(
-        [partial(count_task, args), partial(windows_task, args, sketch)]))
+    counted = _sum(map_streams([partial(count_task, args, sketch)])[0])
     ops_per_event = counted["candidates"] / max(counted["events"], 1)
     if not ops_per_event > 0:
         raise ValueError("the training stream has no operations to fit a budget to")
@@ -148,7 +147,7 @@ def fit_streams(sketch: Sketch, ratios: Sequence[float], map_streams: MapStreams
     plain = replace(sketch, ops_per_event=0.0, fitted_ratios=None, fitted=None)
     measured = [_sum(r) for r in map_streams(
         [partial(measure_task, args, plain, b, seed) for b in budgets])]
-    windows = cell_scores(windowed["visits"], windowed["successes"])
+    windows = cell_scores(counted["window_visits"], counted["window_successes"])
     tables = [candidate_tables(plain.score, m["visits"], m["successes"], min_visits, windows)
               for m in measured]
     replayed = [_sum(r) for r in map_streams(
@@ -285,11 +284,14 @@ class FitStream:
         return None if self._truth is None else self._truth.state()
 
 
-def count_task(args: dict, stream: FitStream) -> dict:
-    """Events, unconstrained operations and bundles of one stream."""
+def count_task(args: dict, sketch: Sketch, stream: FitStream) -> dict:
+    """Events, unconstrained operations and bundles of one stream, and the cells' visits
+    and successes on its match windows (:func:`windows_task`, cut from the same run)."""
     truth = stream.truth(args)
+    windows = windows_task(args, sketch, stream)
     return {"streams": 1, "events": len(stream.events), "candidates": truth.candidates,
-            "bundles": truth.n}
+            "bundles": truth.n, "window_visits": windows["visits"],
+            "window_successes": windows["successes"]}
 
 
 def windows_task(args: dict, sketch: Sketch, stream: FitStream) -> dict:
