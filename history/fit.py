@@ -176,18 +176,20 @@ def fit_streams(sketch: Sketch, ratios: Sequence[float], map_streams: MapStreams
 
 
 def describe(report: dict) -> list[str]:
-    """One line per fitted ratio: the table chosen and the training recall of each."""
+    """One line per fitted ratio: the table shipped (the start of the winning search, or step
+    3's choice without one) and the training recall of each candidate."""
     lines = []
     for ratio, row in report["ratios"].items():
         found = ", ".join(f"{n} {100 * r:.1f}%" for n, r in row["bundle_recall"].items())
         searched, after = row.get("searched"), ""
+        shipped = searched["from"] if searched else row["chosen"]
         if searched and row["bundle_recall"][row["chosen"]] >= 1.0:
             after = "; nothing to search"
         elif searched:
             after = (f"; the search moved {searched['changed']} of {searched['cells']} cells of "
                      f"the {searched['from']} table: {100 * searched['bundle_recall']:.1f}%")
         lines.append(f"budget {ratio:g} x {report['ops_per_event']:.3f} ops/event: "
-                     f"{row['chosen']} reserves (bundle recall {found}{after})")
+                     f"{shipped} reserves (bundle recall {found}{after})")
     return lines
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from history.fit import CANDIDATES
+
 pytest.importorskip("pyspark", reason="the trainer benchmark needs PySpark")
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs Java", allow_module_level=True)
@@ -91,7 +93,7 @@ def test_the_fit_is_timed_both_ways_and_ships_the_same_sketch(results):
     for row in fit["table"].values():
         assert 0 < row["fit_seconds"] < row["seconds"]
         assert list(row["chosen"]) == ratios
-        assert set(row["chosen"].values()) <= {"history", "measured", "order"}
+        assert set(row["chosen"].values()) <= set(CANDIDATES)
     assert fit["table"]["single-fit"]["chosen"] == fit["table"]["spark2-fit"]["chosen"]
     plain = {r["sketch_sha256"] for r in results["runs"] if r["size"] == 20_000}
     assert len(plain) == 1 and plain.isdisjoint(r["sketch_sha256"] for r in fit["runs"])

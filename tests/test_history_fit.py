@@ -110,6 +110,20 @@ def test_search_only_improves_and_the_device_reproduces_what_it_reports(seed):
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_describe_names_the_table_the_sketch_ships(seed):
+    """The line of each ratio starts with the table the sketch holds: the start of the
+    winning search (which can be the runner-up of step 3), or step 3's choice without one."""
+    events = _stream(seed)
+    sketch = Sketch.from_graph(build_history(PATTERN, events, W, K, partition="g", n_bins=4))
+    for search in (0, 6):
+        _, report = fit_budgets(sketch, events, [0.05, 0.3], partition="g", burst=16,
+                                min_visits=5, search=search)
+        for line, row in zip(history.fit.describe(report), report["ratios"].values()):
+            shipped = row["searched"]["from"] if search else row["chosen"]
+            assert line.split(": ", 1)[1].startswith(f"{shipped} reserves (bundle recall ")
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_two_starts_end_at_least_where_the_best_start_alone_ends(seed, monkeypatch):
     events = _stream(seed)
     sketch = Sketch.from_graph(build_history(PATTERN, events, W, K, partition="g", n_bins=4))
