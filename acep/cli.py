@@ -1,6 +1,7 @@
-"""The ``acep`` command line: ``acep match``, ``acep demo`` and ``acep backend``.
+"""acep: approximate complex-event matching on small devices, with history-guided shedding.
 
-Later subsystems add their subcommands here (one console script).
+One console script for every part of DESIGN.md: the matcher and the exact engine, the
+history tools, the device agent, the collector, the Spark trainer and the demo.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="acep", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="acep", description=__doc__.splitlines()[0].strip())
     parser.add_argument("--version", action="version", version=f"acep {__version__}")
     sub = parser.add_subparsers(dest="command")
     match = sub.add_parser("match", help="find approximate matches of a pattern in a file",
@@ -475,10 +476,11 @@ def _cells(text: str) -> int:
 
 def run_history_build(args) -> int:
     from history.build import build_history
-    from history.sketch import Sketch
+    from history.sketch import Sketch, read_key
 
     if args.sketch and not args.key_file:
         raise ValueError("--sketch needs --key-file (sketches are signed)")
+    key = read_key(args.key_file) if args.sketch else None  # before the work, not after
     ratios = fit_options(args, bool(args.sketch), "it needs --sketch")
     spec = EventSpec.load(args.spec) if args.spec else None
     batches = list(read_events(args.file, spec))
@@ -491,19 +493,12 @@ def run_history_build(args) -> int:
           f"{graph.n_bundles} bundles, {size:,} bytes -> {args.output} "
           f"({time.perf_counter() - started:.1f} s)", file=sys.stderr)
     if args.sketch:
-        key = _read_key(args.key_file)
         sketch = Sketch.from_graph(graph)
         if ratios:
             sketch = _fit(sketch, batches, ratios, args)
         n = sketch.save(args.sketch, key)
         print(f"acep: signed sketch, {n:,} bytes -> {args.sketch}", file=sys.stderr)
     return 0
-
-
-def _read_key(path: str) -> bytes:
-    """A signing key file's bytes, without surrounding whitespace (a trailing newline)."""
-    with open(path, "rb") as f:
-        return f.read().strip()
 
 
 def fit_options(args, writes_sketch: bool, missing: str) -> list[float]:
@@ -550,13 +545,13 @@ def run_history_evaluate(args) -> int:
     from history.evaluate import evaluate, format_header, format_row
     from history.fit import SKETCH_PARTITION
     from history.graph import HistoryGraph
-    from history.sketch import Sketch
+    from history.sketch import Sketch, read_key
 
     ratios = _ratios("--budgets", args.budgets)
     graph = HistoryGraph.load(args.history) if args.history else None
     policies = [p.strip() for p in args.policies.split(",") if p.strip()] \
         if args.policies else None
-    sketch = Sketch.load(args.sketch, _read_key(args.key_file))
+    sketch = Sketch.load(args.sketch, read_key(args.key_file))
     spec = EventSpec.load(args.spec) if args.spec else None
     events = read_all(args.file, spec)
     shown = []

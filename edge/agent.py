@@ -43,7 +43,7 @@ from acep.matcher import MatchBatch
 from acep.pattern import partition_attribute
 from acep.shedding import Budget, OldestFirstPolicy, RandomPolicy
 from history.policies import HistoryPolicy
-from history.sketch import Sketch, SketchError
+from history.sketch import Sketch, SketchError, read_key
 
 from .budgeting import WallClockBudget
 from .config import AgentConfig, ConfigError, load_config
@@ -499,11 +499,10 @@ class Agent:
 def _read_key(path: str | None, name: str) -> bytes:
     if path is None:
         raise OSError(f"{name}: not set")
-    with open(path, "rb") as fh:
-        key = fh.read().strip()
-    if not key:
-        raise OSError(f"{name}: {path} is empty")
-    return key
+    try:
+        return read_key(path)
+    except OSError as e:
+        raise OSError(f"{name}: {e}") from None
 
 
 def _atomic_write(path: str, data: bytes) -> None:

@@ -31,7 +31,6 @@ import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from pathlib import Path
 
 from aiohttp import web
 
@@ -493,9 +492,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     key = None
     if args.sketch_key_file:
-        key = Path(args.sketch_key_file).read_bytes().strip()
-        if not key:
-            print(f"acep serve: {args.sketch_key_file} is empty", file=sys.stderr)
+        from history.sketch import read_key
+
+        try:
+            key = read_key(args.sketch_key_file, "sketch key")
+        except OSError as exc:
+            print(f"acep serve: {exc}", file=sys.stderr)
             return 2
     if args.recheck_workers < 0:
         print("acep serve: --recheck-workers must be 0 or more", file=sys.stderr)

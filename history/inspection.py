@@ -158,7 +158,7 @@ def run(path: str, top: int = 10, plot: str | None = None, key_file: str | None 
                              "to verify and inspect it (plots need the history graph)")
         if plot:
             raise ValueError(f"{path} is a sketch: --plot needs the history graph file")
-        key = Path(key_file).read_bytes().strip()
+        key = _sketch.read_key(key_file)
         return describe_sketch(_sketch.Sketch.load(path, key), size, top)
     if kind != "history":
         raise ValueError(f"{path} is neither a history graph nor a sketch "

@@ -38,7 +38,8 @@ import numpy as np
 
 from . import _format
 
-__all__ = ["Sketch", "SketchError", "cell_scores", "minhash_signatures", "proxy_classes"]
+__all__ = ["Sketch", "SketchError", "cell_scores", "minhash_signatures", "proxy_classes",
+           "read_key"]
 
 FORMAT = "acep-sketch"
 VERSION = 2  # 2: the per-cell 'need' table
@@ -464,6 +465,16 @@ def _exact_jaccard(graph, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _partitioned(attribute: str | None) -> str:
     return "without a partition" if attribute is None else f"partitioned by {attribute!r}"
+
+
+def read_key(path: str, what: str = "signing key") -> bytes:
+    """The secret in the file ``path`` without surrounding whitespace (a trailing newline);
+    an ``OSError`` naming the file when it cannot be read or holds nothing."""
+    with open(path, "rb") as f:
+        key = f.read().strip()
+    if not key:
+        raise OSError(f"{path}: the {what} file is empty")
+    return key
 
 
 def _check_key(key: bytes) -> bytes:

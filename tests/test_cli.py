@@ -153,6 +153,25 @@ def test_history_build_then_inspect_a_trained_history(tmp_path):
     assert refused.returncode != 0 and "--key-file" in refused.stderr
 
 
+def test_an_empty_key_file_is_named_by_every_command_that_reads_one(tmp_path):
+    """A key file holding only whitespace is refused before anything is signed or verified,
+    and the message names the file (not an HMAC error from inside the sketch code)."""
+    _, out, sketch, _ = _history_build(tmp_path)
+    empty = tmp_path / "empty.key"
+    empty.write_bytes(b" \n")
+    runs = [("history", "inspect", sketch, "--key-file", empty),
+            ("history", "evaluate", sketch, FIXTURE, "--spec", "flights", "--key-file", empty),
+            ("history", "build", FIXTURE, "--spec", "flights", "-p", "late verylate", "-w",
+             "1h", "-o", tmp_path / "x.history", "--sketch", tmp_path / "x.sketch",
+             "--key-file", empty)]
+    for args in runs:
+        r = acep(*args)
+        assert r.returncode == 1, (args, r.stderr)
+        assert f"{empty}: the signing key file is empty" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+    assert not (tmp_path / "x.history").exists() and not (tmp_path / "x.sketch").exists()
+
+
 def test_history_build_search_ships_the_searched_tables_and_says_what_it_moved(tmp_path):
     """`--search K` ships what `fit_budgets(..., search=K)` makes; each budget's line says how
     many of the K cells the search moved, or that there was nothing to search."""

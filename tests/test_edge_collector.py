@@ -398,6 +398,12 @@ def test_cli_add_device_prints_a_token_once_and_bad_db_urls_are_named(tmp_path):
                           "--archive", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "postgresql" in bad.stderr and "sqlite:///" in bad.stderr
     assert not (tmp_path / "h").exists()
+    (tmp_path / "empty.key").write_text("\n")
+    empty = subprocess.run(run + ["--archive", str(tmp_path / "a"), "--sketch-key-file",
+                                  str(tmp_path / "empty.key")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert empty.returncode == 2, empty.stderr
+    assert f"{tmp_path / 'empty.key'}: the sketch key file is empty" in empty.stderr
 
 
 def test_a_database_from_before_the_body_digest_gets_the_column(tmp_path):

@@ -93,10 +93,12 @@ def _check(args) -> None:
 
 
 def _read_secret(path: str, what: str) -> bytes:
-    data = Path(path).read_bytes().strip()
-    if not data:
-        raise UsageError(f"{path}: the {what} file is empty")
-    return data
+    from history.sketch import read_key
+
+    try:
+        return read_key(path, what)
+    except OSError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def run(args) -> int:

@@ -39,6 +39,7 @@ import numpy as np
 from acep import MatchBatch, Matcher, bundles
 from acep.events import PRESETS, EventBatch, read_all
 from acep.shedding import Budget, OldestFirstPolicy
+from history.sketch import read_key
 
 __all__ = ["run", "main"]
 
@@ -272,7 +273,7 @@ def run(opts: Options) -> dict:
                               "origin")
         trained = train([str(train_file)], pattern, spec=PRESETS["flights"], cores=opts.cores,
                         fit=FIT_RATIOS, burst=opts.burst)
-        key = collector.key.read_bytes().strip()
+        key = read_key(str(collector.key))
         sketch = trained.sketch.to_bytes(key)
         publish_sketch(url, PATTERN_ID, sketch, admin)
         timings["train_s"] = time.perf_counter() - started
