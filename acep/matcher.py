@@ -359,6 +359,9 @@ class Matcher:
         return pid
 
     def _value_columns(self, batch: EventBatch) -> np.ndarray:
+        """The predicate attributes as float64 columns. A value that is not a number is
+        NaN, like a missing one: the kernel refuses (or skips) only the events whose
+        type binds it, and :meth:`_bad_event_error` names the value."""
         names = self.pattern.predicates.columns
         out = np.full((len(batch), len(names)), np.nan, dtype=np.float64)
         for j, name in enumerate(names):
@@ -368,8 +371,7 @@ class Matcher:
             try:
                 out[:, j] = np.asarray(column, dtype=np.float64)
             except (TypeError, ValueError):
-                raise EventError(f"attribute {name!r} is used in a predicate but is not numeric",
-                                 batch.source, None, name, batch.position) from None
+                out[:, j] = [_number(v) for v in column]
         return out
 
     def _bad_event_error(self, batch: EventBatch, parts: np.ndarray) -> EventError:
@@ -387,7 +389,9 @@ class Matcher:
                              batch.source, line, self.partition, int(index))
         else:
             name = self.pattern.predicates.columns[col]
-            err = EventError(f"attribute {name!r}, needed by a predicate, is missing",
+            value = batch.columns[name][local] if name in batch.columns else None
+            what = "is missing" if _missing(value) else f"is not a number: {value!r}"
+            err = EventError(f"attribute {name!r}, needed by a predicate, {what}",
                              batch.source, line, name, int(index))
         err.matches = self._take()
         return err
@@ -522,3 +526,14 @@ def match(pattern: str, events, window: float, k: int = 0, **options) -> MatchBa
     """One-shot convenience: ``match("a b c", events, window=10, k=1)``."""
     return Matcher(pattern, window, k, **options).match(events)
 
+
+def _number(value) -> float:
+    """``float(value)``, or NaN when it is not a number (a missing value is NaN too)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value))

@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from acep import EventBatch, EventError, Matcher, Pattern, match
 from acep.pattern import PatternError
@@ -48,6 +50,41 @@ def test_skip_mode_counts_bad_events_and_matches_the_rest():
     found = m.match(events)
     assert [x.events for x in found] == [(0, 3)]
     assert m.stats["skipped"] == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abz"),
+                          st.sampled_from([None, "n/a", "x1", "", 0.0, 1.5, 3.0, "2.5"])),
+                min_size=1, max_size=14))
+def test_a_value_that_is_not_a_number_is_a_bad_event_only_where_a_predicate_needs_it(rows):
+    """A non-numeric value is a missing one: the events of a type the predicate binds are bad
+    (named, with the value; skipped in skip mode, every other event matched as if they were
+    not there), an event of another type carrying it is fine. Oracle: the same stream with
+    those events removed."""
+    events = [{"type": ty, "t": float(i), "x": v} for i, (ty, v) in enumerate(rows)]
+    events = [{k: v for k, v in e.items() if v is not None} for e in events]
+
+    def number(v):
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            return None
+
+    bad = [i for i, e in enumerate(events) if e["type"] in "ab" and number(e.get("x")) is None]
+    args = ("a b", 5.0, 1)
+    m = Matcher(*args, where=["b.x > a.x"], on_bad_event="skip")
+    found = {(x.start, x.point, x.errors) for x in m.match(events)}
+    kept = [{**e, "x": number(e.get("x"))} for i, e in enumerate(events) if i not in bad]
+    oracle = Matcher(*args, where=["b.x > a.x"]).match(kept) if kept else []
+    assert found == {(x.start, x.point, x.errors) for x in oracle}
+    assert m.stats["skipped"] == len(bad)
+    if bad:
+        with pytest.raises(EventError) as info:
+            Matcher(*args, where=["b.x > a.x"]).match(events)
+        assert info.value.position == bad[0] and info.value.field == "x"
+        value = events[bad[0]].get("x")
+        assert ("is missing" if value is None else f"is not a number: {value!r}") \
+            in str(info.value)
 
 
 def test_predicates_are_checked_when_their_last_variable_is_bound():
