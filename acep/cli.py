@@ -266,7 +266,7 @@ def _summary(matcher: Matcher, n_events: int, out: _Printer, seconds: float,
     what = f"{out.n_bundles} bundles from {out.n_matches} matches" if out.bundles_only \
         else f"{out.n_matches} matches"
     print(f"acep: {n_events} events, {what} in {s['partitions']} partitions, "
-          f"{seconds:.2f} s ({rate:,.0f} events/s, {_backend_name()} kernel); match nodes: "
+          f"{seconds:.2f} s ({rate:,.0f} events/s, {matcher.kernel_name} kernel); match nodes: "
           f"{s['created']} created, {s['merged']} merged, {s['expired']} expired, "
           f"{s['peak_live']} live at peak; {s['skipped'] + unreadable} bad events skipped",
           file=sys.stderr)
@@ -616,7 +616,7 @@ def run_sample(args) -> int:
                           "events": [_tag(t, True) for t in m.tags]}))
     exact = sum(m.errors == 0 for m in matches)
     print(f"# {len(matches)} match points ({exact} exact, {len(matches) - exact} missing one "
-          f"event) in {len(bundles(found, DEMO['window']))} bundles; {_backend_name()} kernel, "
+          f"event) in {len(bundles(found, DEMO['window']))} bundles; {matcher.kernel_name} kernel, "
           f"{matcher.stats['created']} match nodes created")
     return 0
 

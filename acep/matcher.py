@@ -319,6 +319,11 @@ class Matcher:
         return s
 
     @property
+    def kernel_name(self) -> str:
+        """The kernel this matcher runs on: "compiled" or "python"."""
+        return "compiled" if _backend.is_compiled(self._kernel_module) else "python"
+
+    @property
     def bytes_per_node(self) -> int:
         """Bytes of one match node in the kernel's arrays."""
         fixed = 4 + 4 + 8 + 8 + 8 + 4 + 4 + 4 + 8  # state err start loc tag prev refc next bound

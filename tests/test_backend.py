@@ -51,3 +51,16 @@ def test_fallback_runs_without_cython_installed():
 def test_unknown_backend_is_refused():
     with pytest.raises(ValueError, match="unknown backend"):
         acep.Matcher("a b", 1, 0, backend="gpu")
+
+
+def test_the_match_summary_names_the_kernel_that_ran(tmp_path):
+    """`acep match --backend python` says "python kernel" even where the compiled one is the
+    default, so a user comparing speeds knows what they measured."""
+    events = tmp_path / "e.jsonl"
+    events.write_text('{"type": "a", "t": 1}\n{"type": "b", "t": 2}\n')
+    for name in ("python", *(["compiled"] if acep.backend() == "compiled" else [])):
+        r = subprocess.run([sys.executable, "-m", "acep.cli", "match", "-p", "a b", "-w", "5",
+                            "--backend", name, str(events)], capture_output=True, text=True,
+                           cwd=ROOT, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert f"{name} kernel" in r.stderr and r.stdout.count("\n") == 1
