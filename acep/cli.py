@@ -281,8 +281,10 @@ def _warn_unseen_types(pattern: Pattern, seen: set) -> None:
 
 
 def run_exact(args) -> int:
-    """``acep exact QUERY_FILE EVENTS_FILE``: the exact engine on one file (a finite window)."""
-    from .nfab import Engine, load_query
+    """``acep exact QUERY_FILE EVENTS_FILE``: the exact engine on one file (a finite window).
+    At a bad event, the matches of the events before it are printed first (a match depends
+    only on events up to its last one), then the error names the event."""
+    from .nfab import load_query
 
     try:
         query = load_query(args.query)
@@ -291,20 +293,8 @@ def run_exact(args) -> int:
         raise ValueError(f"query file {args.query}: {reason}") from None
     spec = EventSpec.load(args.spec) if args.spec else None
     started = time.perf_counter()
-    try:
-        batch = read_all(args.events, spec)
-    except EventError as exc:
-        if spec is None and exc.field == "type":  # e.g. Query 2's attribute called type
-            raise EventError(f"{exc.message} (the event type is read from column 'type'; for "
-                             "events with an attribute called type, pass --spec with "
-                             '{"type": "<type column>"})', exc.source, exc.line, exc.field,
-                             exc.position) from None
-        raise
-    engine = Engine(query, output=args.output, engine=args.engine)
-    try:
-        found = engine.run(batch)
-    except EventError as exc:  # positions are the file's accepted events: name the line
-        raise _located(exc, batch) from None
+    batch, bad = _read_accepted(args.events, spec)
+    engine, found, bad = _run_exact_until_bad(query, args, batch, bad)
     seconds = time.perf_counter() - started
     out = _ExactPrinter(query, batch)
     if args.output == "verbose":
@@ -313,6 +303,8 @@ def run_exact(args) -> int:
         lines = [json.dumps(out.record(r)) for r in found]
     if lines:
         sys.stdout.write("\n".join(lines) + "\n")
+    if bad is not None:
+        raise bad
     s = engine.stats
     what = f"{s['records']} records" if args.output == "compact" else f"{s['matches']} matches"
     work = f"{s['main_runs']} main runs" if engine.engine == "postpone" else \
@@ -320,12 +312,48 @@ def run_exact(args) -> int:
     print(f"acep: {s['events']} events, {what}, {work}, {seconds:.2f} s "
           f"({query.strategy.value}, {engine.engine} engine)", file=sys.stderr)
     seen = set(batch.type_names)
-    missing = [c.type for c in query.positive if c.type not in seen]
+    missing = sorted({c.type for c in query.positive if c.type not in seen})
     if missing:
         print(f"acep: warning: query types {missing} never occur in the input (types seen: "
               f"{sorted(seen)[:12]}); is the event type read from the right column (--spec)?",
               file=sys.stderr)
     return 0
+
+
+def _read_accepted(path: str, spec) -> tuple:
+    """The events of ``path`` up to the first unreadable one, and that error (or None)."""
+    from .events import EventBatch
+
+    batches, bad = [], None
+    try:
+        for part in read_events(path, spec):
+            batches.append(part)
+    except EventError as exc:
+        bad = exc
+        if spec is None and exc.field == "type":  # e.g. Query 2's attribute called type
+            bad = EventError(f"{exc.message} (the event type is read from column 'type'; for "
+                             "events with an attribute called type, pass --spec with "
+                             '{"type": "<type column>"})', exc.source, exc.line, exc.field,
+                             exc.position)
+    if batches or bad is not None:
+        return EventBatch.concat(batches), bad
+    return read_all(path, spec), None  # an empty input, named by its source
+
+
+def _run_exact_until_bad(query, args, batch, bad):
+    """The engine over ``batch``; when the engine refuses an event, it runs again over the
+    events before it. Returns (engine, outputs, the first bad event's error or None)."""
+    from .nfab import Engine
+
+    engine = Engine(query, output=args.output, engine=args.engine)
+    try:
+        return engine, engine.run(batch), bad
+    except EventError as exc:  # positions are the file's accepted events: name the line
+        located = _located(exc, batch)
+    engine = Engine(query, output=args.output, engine=args.engine)
+    if located.position is None:
+        return engine, [], located
+    return engine, engine.run(batch.slice(0, located.position)), located
 
 
 class _ExactPrinter:

@@ -277,6 +277,24 @@ def test_tag_going_back_names_file_line_and_field(tmp_path):
     assert "2008-06-10T01:00:00 goes back" in r.stderr
 
 
+@pytest.mark.parametrize("query, events, kind", [(Q3, E3, "unreadable"), (Q1, E1, "back")])
+def test_matches_before_a_bad_event_are_printed_first(tmp_path, query, events, kind):
+    """At a bad event on line k the matches of the first k - 1 events are printed (oracle:
+    the engine on that prefix through the API), then the error names line k."""
+    lines = events.read_text().splitlines()
+    accepted = read_all(events)
+    for k in range(2, len(lines) + 1):
+        bad = list(lines)
+        if kind == "unreadable":
+            bad[k - 1] = "{not json"
+        else:
+            bad[k - 1] = json.dumps({**json.loads(lines[k - 1]), "t": "2008-06-09T00:00:00"})
+        r = acep("exact", query, _copy_with(tmp_path, bad))
+        assert r.returncode == 1 and f"events.jsonl, line {k}" in r.stderr, r.stderr
+        expected = Engine(query.read_text()).run(accepted.slice(0, k - 1))
+        assert [_ids(x) for x in _lines(r)] == [m.positions for m in expected]
+
+
 def test_missing_attribute_names_file_line_and_field(tmp_path):
     lines = E1.read_text().splitlines()
     lines[5] = json.dumps({"type": "Exit", "t": "2008-06-10T05:00:00"})
