@@ -140,6 +140,17 @@ def _add_pattern_options(p: argparse.ArgumentParser) -> None:
                    help="predicate, e.g. 'd.price > a.price'; repeatable")
 
 
+def _at_least_one(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below 1")
+    return value
+
+
 def _backend_name() -> str:
     from . import backend
 
@@ -436,8 +447,9 @@ def _add_history_parser(sub) -> None:
     build.add_argument("file", help="events: .jsonl/.csv/.parquet/.msgpack, or - for stdin")
     _add_pattern_options(build)
     build.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
-    build.add_argument("--bins", type=int, default=8,
-                       help="bins per time of a match vector (quantiles of the data)")
+    build.add_argument("--bins", type=_at_least_one, default=8,
+                       help="bins per time of a match vector (quantiles of the data; "
+                            "1: no time bins)")
     build.add_argument("--output", "-o", required=True, help="the history file to write")
     build.add_argument("--sketch", help="also write the signed sketch here (needs --key-file)")
     build.add_argument("--key-file", help="the signing key of the sketch (a file)")

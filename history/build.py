@@ -127,6 +127,8 @@ def build_history(pattern: str | Pattern, events, window: float, k: int, *,
     tests compare with all trajectories; a device runs with merging, so histories should too).
     ``bad_events``: as for :func:`traced_run` (skip bad events and collect their errors).
     """
+    if bins is None and (isinstance(n_bins, bool) or not isinstance(n_bins, int) or n_bins < 1):
+        raise ValueError(f"n_bins must be an integer >= 1 (1: no time bins), got {n_bins!r}")
     if bins is None and not isinstance(events, (EventBatch, list, tuple)):
         events = list(events)
     common = {"where": where, "partition": partition, "backend": backend, "merge": merge,

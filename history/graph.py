@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from os import PathLike
+from os import PathLike, fspath
 
 import numpy as np
 
@@ -441,9 +441,14 @@ class HistoryGraph:
 
     @classmethod
     def load(cls, path: str | PathLike, max_bytes: int = 1 << 30) -> HistoryGraph:
+        """The history in file ``path``; a refused one raises :class:`HistoryFormatError`
+        naming the file and the problem."""
         with open(path, "rb") as f:
             data = f.read(max_bytes + 1)
-        return cls.from_bytes(data, max_bytes)
+        try:
+            return cls.from_bytes(data, max_bytes)
+        except HistoryFormatError as exc:
+            raise HistoryFormatError(f"{fspath(path)}: {exc}") from None
 
     def _invalid(self) -> str | None:
         """The first inconsistency between fields, named; None when the graph is sound."""

@@ -126,6 +126,14 @@ def test_choose_bins_at_quantiles_without_empty_low_bins():
     assert choose_bins(np.zeros(0), np.zeros(0)).rem_edges == ()
 
 
+@pytest.mark.parametrize("n_bins", [0, -3, 2.5, True])
+def test_a_bin_count_below_one_or_not_an_integer_is_refused(n_bins):
+    events = EventBatch.from_events([{"type": "a", "t": 0.0}, {"type": "b", "t": 1.0}])
+    with pytest.raises(ValueError, match=r"n_bins must be an integer >= 1 .* got"):
+        build_history("a b", events, 2.0, 0, n_bins=n_bins)
+    assert build_history("a b", events, 2.0, 0, n_bins=1).n_bundles == 1
+
+
 def test_chosen_bins_spread_the_visits():
     rng = np.random.default_rng(3)
     events = [{"type": t, "t": float(i)} for i, t in enumerate(rng.choice(list("abcd"), 400))]

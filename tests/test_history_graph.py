@@ -1,6 +1,7 @@
 """HistoryGraph ([L16] Definition 4) from hand-made node logs: counts, edges, bundles, maps."""
 
 import math
+import re
 
 import msgpack
 import numpy as np
@@ -300,3 +301,14 @@ def test_oversized_and_garbage_history_bytes_are_refused():
         HistoryGraph.from_bytes(data[: len(data) // 2])
     with pytest.raises(HistoryFormatError, match="not a map"):
         HistoryGraph.from_bytes(msgpack.packb([1, 2]))
+
+
+def test_a_refused_history_file_is_named(tmp_path):
+    """`acep history inspect/evaluate` pass on load's message: it names the file."""
+    data = _hand_graph().to_bytes()
+    for name, content in (("cut.history", data[: len(data) // 2]),
+                          ("list.history", msgpack.packb([1, 2]))):
+        path = tmp_path / name
+        path.write_bytes(content)
+        with pytest.raises(HistoryFormatError, match=f"^{re.escape(str(path))}: history[ :]"):
+            HistoryGraph.load(path)
