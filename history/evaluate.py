@@ -62,6 +62,8 @@ def evaluate(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
     if "completion" in policies and graph is None:
         raise ValueError("the completion policy needs the history graph the sketch was made "
                          "from")
+    if graph is not None:
+        _check_graph(sketch, graph)
     if len(events) == 0:
         raise ValueError("no events to evaluate on")
     args = matcher_args(sketch, partition)
@@ -88,6 +90,20 @@ def evaluate(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
             if on_row is not None:
                 on_row(row, summary)
     return {"truth": summary, "rows": rows}
+
+
+def _check_graph(sketch: Sketch, graph) -> None:
+    """Refuse a history graph whose cells are not the sketch's: the completion model would
+    rate other cells (or other runs) than the ones the matcher makes."""
+    why = sketch.mismatch(graph.pattern, graph.k, graph.window, graph.where,
+                          graph.partition_by if graph.partition_recorded else sketch.partition_by)
+    if why is None and (graph.n_states, tuple(graph.rem_edges), tuple(graph.gap_edges)) != (
+            sketch.n_states, tuple(sketch.rem_edges), tuple(sketch.gap_edges)):
+        why = ("its match-vector bins differ (another --bins, or another history of the same "
+               "pattern)")
+    if why is not None:
+        raise ValueError("the history graph does not go with the sketch: "
+                         + ("the sketch " + why[3:] if why.startswith("it ") else why))
 
 
 def _checked(ratios: Sequence[float], policies: Sequence[str], burst: float) -> list[float]:

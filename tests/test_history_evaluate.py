@@ -118,6 +118,26 @@ def test_bad_input_is_refused_by_name():
         evaluate(sketch, only_x, [0.1], partition="g")
 
 
+def test_a_history_graph_that_is_not_the_sketchs_is_refused_by_what_differs():
+    """The completion row rates the sketch's cells: a graph of other bins, another pattern
+    or another partition is refused, the graph the sketch was made from accepted."""
+    events = _stream(24, n=300)
+    graph = _graph(events)
+    sketch = _sketch(events, graph=graph)
+    others = {
+        "bins differ": build_history(PATTERN, events, W, K, partition="g", n_bins=2),
+        "pattern 'a b c d'": build_history("a b c", events, W, K, partition="g", n_bins=4),
+        "k=1": build_history(PATTERN, events, W, 0, partition="g", n_bins=4),
+        "partitioned by 'g'": build_history(PATTERN, events, W, K, n_bins=4),
+    }
+    for message, other in others.items():
+        with pytest.raises(ValueError, match=f"history graph does not go with the sketch: "
+                                             f".*{message}"):
+            evaluate(sketch, events, [0.1], policies=["completion"], graph=other)
+    rows = evaluate(sketch, events, [0.1], policies=["completion"], graph=graph)["rows"]
+    assert [r["policy"] for r in rows] == ["completion"]
+
+
 def test_the_partition_defaults_to_the_sketchs_and_another_is_refused():
     events = _stream(23, n=600)
     sketch = _sketch(events)
