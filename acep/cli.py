@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -44,6 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PatternError as exc:
         print(f"acep: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`acep match ... | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (EventError, ValueError, OSError) as exc:
         print(f"acep: error: {exc}", file=sys.stderr)
         return 1

@@ -470,8 +470,11 @@ def _partitioned(attribute: str | None) -> str:
 def read_key(path: str, what: str = "signing key") -> bytes:
     """The secret in the file ``path`` without surrounding whitespace (a trailing newline);
     an ``OSError`` naming the file when it cannot be read or holds nothing."""
-    with open(path, "rb") as f:
-        key = f.read().strip()
+    try:
+        with open(path, "rb") as f:
+            key = f.read().strip()
+    except OSError as exc:
+        raise OSError(f"{path}: cannot read the {what} file ({exc.strerror or exc})") from None
     if not key:
         raise OSError(f"{path}: the {what} file is empty")
     return key

@@ -103,6 +103,19 @@ def test_stdin_and_warning_for_types_never_seen(tmp_path):
     assert "never occur" in r.stderr and "'a b c', not 'abc'" in r.stderr
 
 
+def test_a_reader_that_stops_early_is_not_an_error(tmp_path):
+    """`acep match ... | head -1`: the matches the reader took are whole lines, and the
+    command stops quietly (exit 141, 128 + SIGPIPE, as a shell pipeline expects)."""
+    events = tmp_path / "many.jsonl"
+    events.write_text("".join(f'{{"type": "{"ab"[i % 2]}", "t": {i}}}\n' for i in range(20000)))
+    proc = subprocess.Popen([sys.executable, "-m", "acep.cli", "match", "-p", "a b", "-w", "1",
+                             str(events)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = json.loads(proc.stdout.readline())
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 141
+    assert first["events"] == [0, 1] and proc.stderr.read() == b""
+
+
 @pytest.mark.parametrize("window, seconds", [("90s", 90), ("15min", 900), ("2h", 7200),
                                              ("1d", 86400), ("10", 10), ("2.5", 2.5)])
 def test_window_units(window, seconds):
@@ -170,6 +183,10 @@ def test_an_empty_key_file_is_named_by_every_command_that_reads_one(tmp_path):
         assert f"{empty}: the signing key file is empty" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
     assert not (tmp_path / "x.history").exists() and not (tmp_path / "x.sketch").exists()
+    missing = tmp_path / "missing.key"
+    r = acep("history", "inspect", sketch, "--key-file", missing)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert f"{missing}: cannot read the signing key file (No such file or directory)" in r.stderr
 
 
 def test_history_build_search_ships_the_searched_tables_and_says_what_it_moved(tmp_path):
