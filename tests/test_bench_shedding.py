@@ -116,6 +116,10 @@ def test_pngs_and_tables(quick_run, results):
     text = markdown(results)
     assert "### Targets" in text and "bundles per partition-day" in text
     assert "### Drift: bundle recall before and after" in text
+    for given in (quick_run, quick_run / "shedding.json"):  # the --out directory or the JSON
+        shown = subprocess.run([sys.executable, "-m", "bench.shedding.table", str(given)],
+                               cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0 and shown.stdout == text + "\n", shown.stderr
 
 
 def test_the_drift_reference_is_a_history_of_the_drifted_regime(results):

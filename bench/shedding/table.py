@@ -147,8 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.shedding.table",
                                      description="The README's tables from a results JSON.")
     parser.add_argument("results", nargs="?", type=Path, default=RESULTS / "shedding.json",
-                        help="the JSON python -m bench.shedding wrote (default: %(default)s)")
+                        help="the JSON python -m bench.shedding wrote, or the --out directory "
+                             "it wrote it in (default: %(default)s)")
     path = parser.parse_args(argv).results
+    if path.is_dir():
+        path = path / "shedding.json"
     try:
         results = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
