@@ -37,8 +37,7 @@ def _table(rows: list[dict]) -> list[str]:
            f"{'gap':>19} {'visits':>9} {'successes':>9} {'rate':>6} {'bundles':>7}"
     lines = [head]
     for r in rows:
-        rem = f"[{r['rem'][0]:g}, {r['rem'][1]:g})"
-        gap = f"[{r['gap'][0]:g}, {r['gap'][1]:g})"
+        rem, gap = _interval(*r["rem"]), _interval(*r["gap"])
         lines.append(f"  {r['cell']:>6} {r['state']:>5} {r['err']:>3} {rem:>19} {gap:>19} "
                      f"{r['visits']:>9} {r['successes']:>9} {r['rate']:>6.3f} {r['bundles']:>7}")
     return lines
@@ -126,8 +125,7 @@ def plot_history(g: _graph.HistoryGraph, path: str | PathLike) -> Path:
     visits, successes = visits[states], successes[states]
     with np.errstate(invalid="ignore", divide="ignore"):
         rate = np.where(visits > 0, successes / np.maximum(visits, 1), np.nan)
-    labels = [f"{g.bin_range('rem', b)[0]:g}-{g.bin_range('rem', b)[1]:g}"
-              for b in range(g.n_rem)]
+    labels = [_interval(*g.bin_range("rem", b)) for b in range(g.n_rem)]
     fig, axes = plt.subplots(1, 2, figsize=(11, 1.5 + 0.45 * len(states)), squeeze=False)
     for ax, data, title, cmap in ((axes[0, 0], np.log10(np.maximum(visits, 1)),
                                    "visits (log10)", "viridis"),
@@ -146,6 +144,12 @@ def plot_history(g: _graph.HistoryGraph, path: str | PathLike) -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def _interval(lo: float, hi: float) -> str:
+    """A bin as text: [lo, hi), or the one value of a bin that holds only the window's end
+    (a new window start has all of its window left)."""
+    return f"= {lo:g}" if lo == hi else f"[{lo:g}, {hi:g})"
 
 
 def run(path: str, top: int = 10, plot: str | None = None, key_file: str | None = None) -> str:
