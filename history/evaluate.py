@@ -160,12 +160,13 @@ def format_header(truth: dict) -> list[str]:
             f"{truth['bundles']:,} bundles, {truth['ops_per_event']:.4g} operations per event "
             f"without a budget; {partition_text(truth.get('partition'))}",
             f"{'budget':>7}  {'policy':<13}{'bundles':>8}{'points':>8}{'precision':>10}"
-            f"{'ops/event':>11}{'decide ns':>10}  reserves"]
+            f"{'ops/event':>11}{'shed':>11}{'decide ns/ev':>13}{'wall us/ev':>11}  reserves"]
 
 
 def format_row(row: dict) -> str:
     """One (budget, policy) row: recalls and precision in %, operations spent per event,
-    time deciding per event, and which reserves a history policy used."""
+    operations shed, time deciding and wall time per event, and which reserves a history
+    policy used."""
     reserves = ""
     if row["fitted_ratio"] is not None:
         reserves = f"fitted at {row['fitted_ratio']:g}"
@@ -174,4 +175,5 @@ def format_row(row: dict) -> str:
     return (f"{100 * row['ratio']:>6.4g}%  {row['policy']:<13}"
             f"{100 * row['bundle_recall']:>7.1f}%{100 * row['point_recall']:>7.1f}%"
             f"{100 * row['precision']:>9.1f}%{row['ops_spent_per_event']:>11.4g}"
-            f"{row['decide_ns_per_event']:>10.0f}  {reserves}").rstrip()
+            f"{row['shed']:>11,}{row['decide_ns_per_event']:>13.0f}{row['us_per_event']:>11.3g}"
+            f"  {reserves}").rstrip()
