@@ -25,13 +25,30 @@ from .pattern import PatternError, symbols
 from .units import UNITS as _UNITS
 
 
-def parse_window(text: str) -> float:
+class Window(float):
+    """A window in seconds or tag units that remembers the text it was given as."""
+
+    text: str = ""
+    has_unit: bool = False
+
+
+def parse_window(text: str) -> Window:
     """``10`` (tag units), ``90s``, ``15min``, ``2h``, ``1d`` (seconds for timestamp tags)."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", text.lower())
     if not m or m.group(2) not in _UNITS:
         raise argparse.ArgumentTypeError(
             f"bad window {text!r}: a number, optionally with a unit (s, min, h, d)")
-    return float(m.group(1)) * _UNITS[m.group(2)]
+    window = Window(float(m.group(1)) * _UNITS[m.group(2)])
+    window.text, window.has_unit = text.strip(), bool(m.group(2))
+    return window
+
+
+def _warn_unit_on_numbers(window: float, batch) -> None:
+    """A duration such as 2h means seconds; on numeric tags that is rarely what was meant."""
+    if getattr(window, "has_unit", False) and len(batch) and not batch.tag_is_time:
+        print(f"acep: warning: the window {window.text!r} is a duration, but the tags are "
+              f"numbers, not timestamps: it is taken as {float(window):g} tag units",
+              file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -173,6 +190,8 @@ def run_match(args) -> int:
     try:
         for batch in read_events(args.file, spec, batch_size=args.batch_size,
                                  on_bad_event=args.on_bad_event, bad_events=unreadable):
+            if not n_events:
+                _warn_unit_on_numbers(args.window, batch)
             seen_types.update(batch.type_names)
             out.add(matcher.match_batch(batch))
             n_events += len(batch)

@@ -124,6 +124,20 @@ def test_window_units(window, seconds):
     assert parse_window(window) == seconds
 
 
+def test_a_duration_on_numeric_tags_is_warned_about(tmp_path):
+    """`-w 2h` on tags that are numbers means 7200 tag units: said once, matching goes on;
+    a plain number or a duration on timestamps says nothing."""
+    events = tmp_path / "n.jsonl"
+    _write_jsonl(events, [{"type": "a", "t": 1}, {"type": "b", "t": 2}])
+    warned = acep("match", "-p", "a b", "-w", "2h", events)
+    assert warned.returncode == 0 and warned.stdout.count("\n") == 1
+    assert warned.stderr.count("warning: the window '2h' is a duration") == 1
+    assert "7200 tag units" in warned.stderr
+    for args in (("-w", "5", events), ("-w", "2h", "--spec", "flights", FIXTURE)):
+        quiet = acep("match", "-p", "late verylate" if FIXTURE in args else "a b", *args)
+        assert quiet.returncode == 0 and "is a duration" not in quiet.stderr
+
+
 def test_sample_runs_on_the_embedded_sample():
     r = acep("sample", "--limit", "3")
     assert r.returncode == 0, r.stderr
