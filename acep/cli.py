@@ -274,12 +274,13 @@ def _json_default(value):
 
 
 def _progress(path: str, disabled: bool):
-    """A progress bar on stderr that appears only after a second of work."""
+    """A progress bar on stderr that appears only after a second of work, and only on a
+    terminal (a log file would fill with its redraws)."""
     try:
         from tqdm import tqdm
     except ImportError:
         disabled = True
-    if disabled or path == "-":
+    if disabled or path == "-" or not sys.stderr.isatty():
         return _NoProgress()
     return tqdm(total=file_size_hint(path), unit=" events", unit_scale=True, delay=1.0,
                 file=sys.stderr, leave=False)
@@ -299,11 +300,16 @@ def _summary(matcher: Matcher, n_events: int, out: _Printer, seconds: float,
     rate = n_events / seconds if seconds > 0 else math.inf
     what = f"{out.n_bundles} bundles from {out.n_matches} matches" if out.bundles_only \
         else f"{out.n_matches} matches"
-    print(f"acep: {n_events} events, {what} in {s['partitions']} partitions, "
+    print(f"acep: {n_events:,} events, {what} in {_count(s['partitions'], 'partition')}, "
           f"{seconds:.2f} s ({rate:,.0f} events/s, {matcher.kernel_name} kernel); match nodes: "
           f"{s['created']} created, {s['merged']} merged, {s['expired']} expired, "
-          f"{s['peak_live']} live at peak; {s['skipped'] + unreadable} bad events skipped",
+          f"{s['peak_live']} live at peak; "
+          f"{_count(s['skipped'] + unreadable, 'bad event')} skipped",
           file=sys.stderr)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _warn_unseen_types(pattern: Pattern, seen: set) -> None:

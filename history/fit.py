@@ -189,7 +189,7 @@ def describe(report: dict) -> list[str]:
             after = (f"; the search moved {searched['changed']} of {searched['cells']} cells of "
                      f"the {searched['from']} table: {100 * searched['bundle_recall']:.1f}%")
         lines.append(f"budget {ratio:g} x {report['ops_per_event']:.3f} ops/event: "
-                     f"{shipped} reserves (bundle recall {found}{after})")
+                     f"{shipped} reserves (training bundle recall {found}{after})")
     return lines
 
 

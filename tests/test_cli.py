@@ -75,7 +75,7 @@ def test_bad_event_names_file_line_and_field_after_printing_earlier_matches(tmp_
     assert "bad.jsonl" in r.stderr and "line 5" in r.stderr and "'t'" in r.stderr
     assert [json.loads(x)["point"] for x in r.stdout.splitlines()] == [4]
     r = acep("match", "-p", "a b", "-w", "5", "--on-bad-event", "skip", path)
-    assert r.returncode == 0 and "1 bad events skipped" in r.stderr
+    assert r.returncode == 0 and "1 bad event skipped" in r.stderr
 
 
 def test_skip_mode_also_skips_unreadable_lines(tmp_path):
@@ -236,7 +236,7 @@ def test_history_build_fits_the_sketch_to_budgets(tmp_path):
     from history.sketch import Sketch
 
     r, out, sketch, key = _history_build(tmp_path, "--fit", "0.1,0.5", "--burst", "32")
-    assert r.stderr.count("reserves (bundle recall history") == 2
+    assert r.stderr.count("reserves (training bundle recall history") == 2
     shipped = Sketch.load(sketch, b"a signing key")
     assert shipped.fitted_ratios.tolist() == [0.1, 0.5]
     from acep.events import EventBatch

@@ -120,7 +120,7 @@ def test_describe_names_the_table_the_sketch_ships(seed):
                                 min_visits=5, search=search)
         for line, row in zip(history.fit.describe(report), report["ratios"].values()):
             shipped = row["searched"]["from"] if search else row["chosen"]
-            assert line.split(": ", 1)[1].startswith(f"{shipped} reserves (bundle recall ")
+            assert line.split(": ", 1)[1].startswith(f"{shipped} reserves (training bundle recall ")
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])

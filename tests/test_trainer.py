@@ -303,7 +303,7 @@ def test_cli_trains_writes_and_publishes_a_signed_sketch(tmp_path):
         fitted, report = fit_budgets(Sketch.from_graph(graph), EventBatch.from_events(rows),
                                      [0.2, 0.5], partition="p", burst=16)
         assert sketch == fitted.to_bytes(KEY) and stats["fit"]["bundles"] == report["bundles"]
-        assert done.stderr.count(" reserves (bundle recall ") == 2
+        assert done.stderr.count(" reserves (training bundle recall ") == 2
         one = acep("history", "build", str(path), "-p", PATTERN.text, "-w", "5", "-k", "1",
                    "--where", PATTERN.where[0], "--partition", "p", "-o",
                    str(tmp_path / "one.history"), "--sketch", str(tmp_path / "one.sketch"),
