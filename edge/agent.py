@@ -61,7 +61,7 @@ from .wire import (
     encode_condensed,
 )
 
-__all__ = ["Agent", "main", "FALLBACK_POLICY"]
+__all__ = ["Agent", "main", "fresh_seq", "FALLBACK_POLICY"]
 
 log = logging.getLogger("edge.agent")
 FALLBACK_POLICY = "oldest-first"
@@ -84,7 +84,11 @@ class Agent:
                              backoff=Backoff(base_delay=ob.backoff_base, max_delay=ob.backoff_max))
         st = self.outbox.load_state()
         self.consumed = int(st.get("consumed", 0))
-        self.seq = int(st.get("seq", 0))
+        if "seq" in st:
+            self.seq = int(st["seq"])
+        else:
+            self.seq = fresh_seq()
+            self.outbox.save_state({"seq": self.seq})
         self.finished = bool(st.get("finished", False))
         self.resume_offset = st.get("offset", 0)
         self.replay_position = int(st.get("replay_position", 0))
@@ -114,8 +118,8 @@ class Agent:
                        "bytes_put": 0, "sketch_saves": 0}
         self.lag = 0.0
         self._since_save = 0
-        self._last_metrics = time.monotonic()
-        self._metrics_fh = None
+        # held while a chunk is processed, so the metrics thread reads a consistent state
+        self._loop_lock = threading.Lock()
 
     # ------------------------------------------------------------------ set-up
 
@@ -242,19 +246,26 @@ class Agent:
             uploader = Uploader(self.outbox, self.uplink)
             uploader.start()
         self.uploader = uploader
+        metrics_done = threading.Event()
+        metrics_thread = threading.Thread(target=self._metrics_loop, args=(source, metrics_done),
+                                          name="agent-metrics", daemon=True)
+        metrics_thread.start()
         try:
             if not self.finished:
                 for chunk in source.chunks(self.stop_event):
-                    self._process(chunk, source)
-                    self._maybe_metrics(source)
+                    with self._loop_lock:
+                        self._process(chunk, source)
                     if self.stop_event.is_set():
                         break
                 # only a source that has ended for good flushes the pending matches: a
                 # followed file read --once goes on next time, from the replay point
                 if source.eof and not self.stop_event.is_set() and self._finite():
-                    self._finish(source)
+                    with self._loop_lock:
+                        self._finish(source)
             self._wait_writes()
-            if uploader is not None and once:
+            # the loop ends without a stop only when the run is finite (--once or an ended
+            # source): deliver what it queued before exiting
+            if uploader is not None and not self.stop_event.is_set():
                 self._drain(uploader)
         finally:
             try:
@@ -263,8 +274,15 @@ class Agent:
                 self._writer.shutdown(wait=True)
                 if uploader is not None:
                     uploader.stop(self.cfg.timeout + 1)
+                metrics_done.set()
+                metrics_thread.join()
                 self._save_sketch()
                 final = self.metrics(source)
+                if uploader is not None and final["outbox_pending"]:
+                    log.warning("%d batches (%d bytes) are not acknowledged by the collector "
+                                "(last error: %s); they stay in %s and the next run sends "
+                                "them", final["outbox_pending"], final["outbox_pending_bytes"],
+                                final["upload_error"], self.cfg.outbox.path)
                 self._emit_metrics(final)
                 self.outbox.close()
         return final
@@ -273,14 +291,16 @@ class Agent:
         return self.cfg.source.kind != "file" or not self.cfg.source.follow
 
     def _drain(self, uploader: Uploader) -> None:
-        """``--once``: send what is due now, within the time of a few attempts."""
-        deadline = time.monotonic() + 3 * self.cfg.timeout
-        while time.monotonic() < deadline and not self.stop_event.is_set():
-            due = self.outbox.next_due_at()
-            if due is None or due > time.time() + 1:
+        """A finite run: wait until the uploader has sent every pending batch, at most
+        ``collector.drain_timeout`` seconds, and no longer than needed when the next retry
+        falls after that deadline."""
+        deadline = time.monotonic() + self.cfg.drain_timeout
+        while not self.stop_event.is_set():
+            at = uploader.next_attempt_at()
+            if at is None or time.monotonic() + (at - time.time()) > deadline:
                 return
             uploader.wake.set()
-            time.sleep(0.05)
+            time.sleep(0.02)
 
     def _to_batch(self, events: list[dict], position: int) -> tuple[EventBatch, list[int]]:
         """The good events as a batch, and the indices of those kept."""
@@ -469,8 +489,12 @@ class Agent:
                "policy_error": self.policy_error, "outbox_pending": ob["pending"],
                "outbox_pending_bytes": ob["pending_bytes"], "batches_sent": ob["sent"],
                "bytes_sent": ob["sent_bytes"], "batches_rejected": ob["rejected"],
-               "batches_dropped": ob["dropped"], "retained_events":
-               len(self.kept)}
+               "batches_dropped": ob["dropped"], "outbox_dead": ob["dead"],
+               "outbox_dead_bytes": ob["dead_bytes"], "retained_events": len(self.kept),
+               "uploads_unauthorized": 0, "upload_error": None}
+        if self.uploader is not None:
+            out["uploads_unauthorized"] = self.uploader.counts["unauthorized"]
+            out["upload_error"] = self.uploader.last_error
         if source is not None:
             out["bad_lines"] = source.bad_lines
             if isinstance(source, FileSource):
@@ -481,11 +505,12 @@ class Agent:
                        arrival_rate=self.wallclock.rate)
         return out
 
-    def _maybe_metrics(self, source: Source) -> None:
-        now = time.monotonic()
-        if now - self._last_metrics >= self.cfg.metrics.interval:
-            self._last_metrics = now
-            self._emit_metrics(self.metrics(source))
+    def _metrics_loop(self, source: Source, done: threading.Event) -> None:
+        """A metrics line every ``metrics.interval`` seconds, also while no event arrives."""
+        while not done.wait(self.cfg.metrics.interval):
+            with self._loop_lock:
+                doc = self.metrics(source)
+            self._emit_metrics(doc)
 
     def _emit_metrics(self, doc: dict) -> None:
         line = json.dumps(doc, sort_keys=True)
@@ -494,6 +519,14 @@ class Agent:
             return
         with open(self.cfg.metrics.path, "a") as fh:
             fh.write(line + "\n")
+
+
+def fresh_seq() -> int:
+    """The first ``seq`` of a new outbox: the Unix time in microseconds. An earlier outbox
+    of the same device id used one seq per batch from its own creation time, never one per
+    microsecond, so a new one starts above every batch id it uploaded (unless the clock went
+    back by more than that outbox's age) and the collector never sees a reused id."""
+    return time.time_ns() // 1000
 
 
 def _read_key(path: str | None, name: str) -> bytes:

@@ -113,6 +113,7 @@ class AgentConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     timeout: float = 10.0
     base_dir: str = "."
+    drain_timeout: float = 30.0
 
 
 def load_config(path: str | os.PathLike) -> AgentConfig:
@@ -209,6 +210,7 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
     if url is not None and not re.match(r"https?://", url):
         raise ConfigError(f"collector.url: {url!r} must start with http:// or https://")
     timeout = col.positive("timeout", float, 10.0)
+    drain_timeout = col.positive("drain_timeout", float, 30.0, zero=True)
     col.done()
     if url is not None and token is None:
         raise ConfigError("device.token: needed to upload to collector.url "
@@ -310,4 +312,4 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
     met.done()
 
     return AgentConfig(device_id, token, url, pattern, source, budget, sketch, outbox,
-                       condensed, metrics, timeout, base_dir)
+                       condensed, metrics, timeout, base_dir, drain_timeout)

@@ -14,27 +14,37 @@ Retry: after the n-th failure a batch is due again after
 ``[1 - jitter, 1 + jitter]``. With a ``seed`` the jitter is a hash of (seed, batch id, n),
 so the schedule is the same across runs and restarts.
 
-Cap: ``max_rows`` and ``max_bytes`` bound the pending batches. When a new batch does not
-fit, ``policy="drop-oldest"`` deletes the oldest pending batches until it fits and
-``policy="refuse-new"`` raises :class:`OutboxFull`; both are counted (:meth:`metrics`).
+Dead letters: a batch the collector refuses for good (:meth:`Outbox.reject`) is not
+deleted. It moves, with its reason, to the dead letters, where it is never sent again until
+:meth:`Outbox.requeue` puts it back; :meth:`Outbox.dead_letters`, :meth:`Outbox.dead_body`
+and ``python -m edge.outbox PATH list|export DIR|requeue|discard`` list, export, resend or
+delete them.
+
+Cap: ``max_rows`` and ``max_bytes`` bound the pending batches and the dead letters together.
+When a new batch does not fit, ``policy="drop-oldest"`` deletes the oldest dead letters,
+then the oldest pending batches, until it fits and ``policy="refuse-new"`` raises
+:class:`OutboxFull`; both are counted (:meth:`metrics`).
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
 import random
 import sqlite3
+import sys
 import threading
 import time
 from dataclasses import dataclass
 
-__all__ = ["Outbox", "OutboxFull", "Backoff", "Due", "POLICIES"]
+__all__ = ["Outbox", "OutboxFull", "Backoff", "Due", "DeadLetter", "POLICIES", "main"]
 
 POLICIES = ("drop-oldest", "refuse-new")
 _COUNTERS = ("put", "duplicate", "sent", "sent_bytes", "failed", "dropped", "dropped_bytes",
-             "refused", "refused_bytes", "rejected", "rejected_bytes")
+             "refused", "refused_bytes", "rejected", "rejected_bytes", "requeued",
+             "discarded", "discarded_bytes")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS pending (
@@ -55,6 +65,17 @@ CREATE TABLE IF NOT EXISTS done (
     n INTEGER PRIMARY KEY AUTOINCREMENT,
     batch_id TEXT NOT NULL UNIQUE,
     outcome TEXT NOT NULL,
+    at REAL NOT NULL
+);
+-- batches the collector refused for good, kept with the reason until an operator acts
+CREATE TABLE IF NOT EXISTS dead (
+    n INTEGER PRIMARY KEY AUTOINCREMENT,
+    batch_id TEXT NOT NULL UNIQUE,
+    body BLOB NOT NULL,
+    size INTEGER NOT NULL,
+    created REAL NOT NULL,
+    attempts INTEGER NOT NULL,
+    reason TEXT NOT NULL,
     at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -90,7 +111,19 @@ class Backoff:
         else:
             digest = hashlib.sha256(f"{self.seed}:{batch_id}:{attempts}".encode()).digest()
             u = int.from_bytes(digest[:8], "big") / 2.0 ** 64
-        return raw * (1 - self.jitter + 2 * self.jitter * u)
+        return min(self.max_delay, raw * (1 - self.jitter + 2 * self.jitter * u))
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A batch the collector refused for good, kept with its reason (without the body)."""
+
+    batch_id: str
+    size: int
+    created: float
+    attempts: int
+    reason: str
+    at: float
 
 
 @dataclass(frozen=True)
@@ -163,8 +196,9 @@ class Outbox:
         now = time.time() if now is None else now
         with self._tx() as db:
             known = db.execute("SELECT 1 FROM pending WHERE batch_id = ? UNION ALL "
+                               "SELECT 1 FROM dead WHERE batch_id = ? UNION ALL "
                                "SELECT 1 FROM done WHERE batch_id = ?",
-                               (batch_id, batch_id)).fetchone()
+                               (batch_id, batch_id, batch_id)).fetchone()
             if known:
                 self._bump(db, "duplicate")
                 self._write_state(db, state)
@@ -206,15 +240,20 @@ class Outbox:
         while True:
             rows, total = db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM pending"
                                      ).fetchone()
-            fits = ((self.max_rows is None or rows + 1 <= self.max_rows)
-                    and (self.max_bytes is None or total + size <= self.max_bytes))
+            dead_rows, dead_total = db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM dead").fetchone()
+            fits = ((self.max_rows is None or rows + dead_rows + 1 <= self.max_rows)
+                    and (self.max_bytes is None
+                         or total + dead_total + size <= self.max_bytes))
             if fits:
                 return True
-            if self.policy == "refuse-new" or rows == 0:
+            if self.policy == "refuse-new" or rows + dead_rows == 0:
                 return False
-            n, old_id, old_size = db.execute(
-                "SELECT n, batch_id, size FROM pending ORDER BY n LIMIT 1").fetchone()
-            self._settle(db, old_id, old_size, "dropped", time.time())
+            # a dead letter waits for an operator; a pending batch can still be delivered
+            table = "dead" if dead_rows else "pending"
+            old_id, old_size = db.execute(
+                f"SELECT batch_id, size FROM {table} ORDER BY n LIMIT 1").fetchone()
+            self._settle(db, old_id, old_size, "dropped", time.time(), table)
 
     def next_due(self, now: float | None = None) -> Due | None:
         """The oldest batch due at ``now``, or None. It stays pending until acked."""
@@ -251,9 +290,67 @@ class Outbox:
         return due
 
     def reject(self, batch_id: str, error: str, now: float | None = None) -> bool:
-        """The collector refused the batch for good (a permanent 4xx): forget it, counted as
-        ``rejected``. False when it was not pending."""
-        return self._finish(batch_id, "rejected", now)
+        """The collector refused the batch for good (a permanent 4xx): move it, with
+        ``error`` as its reason, to the dead letters, counted as ``rejected``. It is not sent
+        again unless :meth:`requeue` puts it back. False when it was not pending."""
+        now = time.time() if now is None else now
+        with self._tx() as db:
+            row = db.execute("SELECT size FROM pending WHERE batch_id = ?",
+                             (batch_id,)).fetchone()
+            if row is None:
+                return False
+            db.execute("INSERT INTO dead (batch_id, body, size, created, attempts, reason, at) "
+                       "SELECT batch_id, body, size, created, attempts + 1, ?, ? FROM pending "
+                       "WHERE batch_id = ?", (str(error)[:1000], now, batch_id))
+            db.execute("DELETE FROM pending WHERE batch_id = ?", (batch_id,))
+            self._bump(db, "rejected")
+            self._bump(db, "rejected_bytes", row[0])
+        return True
+
+    def dead_letters(self) -> list[DeadLetter]:
+        """The dead letters, oldest first (without their bodies: see :meth:`dead_body`)."""
+        with self._lock:
+            rows = self._db.execute("SELECT batch_id, size, created, attempts, reason, at "
+                                    "FROM dead ORDER BY n").fetchall()
+        return [DeadLetter(*r) for r in rows]
+
+    def dead_body(self, batch_id: str) -> bytes | None:
+        """The body of a dead letter, byte for byte as it was sent; None if there is none."""
+        with self._lock:
+            row = self._db.execute("SELECT body FROM dead WHERE batch_id = ?",
+                                   (batch_id,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def requeue(self, batch_ids: list[str] | None = None, now: float | None = None) -> int:
+        """Put dead letters (all when ``batch_ids`` is None) back as pending, due at once,
+        with their attempts reset; how many were moved."""
+        now = time.time() if now is None else now
+        with self._tx() as db:
+            ids = self._dead_ids(db, batch_ids)
+            for bid in ids:
+                db.execute("INSERT INTO pending (batch_id, body, size, created, due) "
+                           "SELECT batch_id, body, size, created, ? FROM dead "
+                           "WHERE batch_id = ?", (now, bid))
+                db.execute("DELETE FROM dead WHERE batch_id = ?", (bid,))
+            self._bump(db, "requeued", len(ids))
+        return len(ids)
+
+    def discard(self, batch_ids: list[str] | None = None, now: float | None = None) -> int:
+        """Delete dead letters (all when ``batch_ids`` is None) for good, remembered as
+        ``discarded``; how many were deleted."""
+        now = time.time() if now is None else now
+        with self._tx() as db:
+            ids = self._dead_ids(db, batch_ids)
+            for bid in ids:
+                size = db.execute("SELECT size FROM dead WHERE batch_id = ?", (bid,)).fetchone()[0]
+                self._settle(db, bid, size, "discarded", now, "dead")
+        return len(ids)
+
+    def _dead_ids(self, db, batch_ids: list[str] | None) -> list[str]:
+        if batch_ids is None:
+            return [r[0] for r in db.execute("SELECT batch_id FROM dead ORDER BY n")]
+        return [b for b in batch_ids
+                if db.execute("SELECT 1 FROM dead WHERE batch_id = ?", (b,)).fetchone()]
 
     def _finish(self, batch_id: str, outcome: str, now: float | None) -> bool:
         """Settle a pending batch as ``outcome`` in one transaction; False if not pending."""
@@ -266,20 +363,26 @@ class Outbox:
             self._settle(db, batch_id, row[0], outcome, now)
         return True
 
-    def _settle(self, db, batch_id: str, size: int, outcome: str, now: float) -> None:
-        """Forget a pending batch, remember its outcome and count it (and its bytes)."""
-        db.execute("DELETE FROM pending WHERE batch_id = ?", (batch_id,))
+    def _settle(self, db, batch_id: str, size: int, outcome: str, now: float,
+                table: str = "pending") -> None:
+        """Forget a pending batch (or a dead letter), remember its outcome and count it (and
+        its bytes)."""
+        db.execute(f"DELETE FROM {table} WHERE batch_id = ?", (batch_id,))
         self._remember(db, batch_id, outcome, now)
         self._bump(db, outcome)
         self._bump(db, f"{outcome}_bytes", size)
 
     def status(self, batch_id: str) -> str | None:
-        """``"pending"``, ``"sent"``, ``"dropped"``, ``"rejected"``, or None when unknown
-        (or forgotten)."""
+        """``"pending"``, ``"dead"`` (a dead letter), ``"sent"``, ``"dropped"``,
+        ``"discarded"``, or None when unknown (or forgotten). Outboxes written before dead
+        letters existed may also answer ``"rejected"``."""
         with self._lock:
             if self._db.execute("SELECT 1 FROM pending WHERE batch_id = ?",
                                 (batch_id,)).fetchone():
                 return "pending"
+            if self._db.execute("SELECT 1 FROM dead WHERE batch_id = ?",
+                                (batch_id,)).fetchone():
+                return "dead"
             row = self._db.execute("SELECT outcome FROM done WHERE batch_id = ?",
                                    (batch_id,)).fetchone()
         return None if row is None else row[0]
@@ -290,12 +393,16 @@ class Outbox:
             return [r[0] for r in self._db.execute("SELECT batch_id FROM pending ORDER BY n")]
 
     def metrics(self) -> dict[str, int]:
-        """Counters since the outbox file was created, plus the pending rows and bytes."""
+        """Counters since the outbox file was created, plus the pending rows and bytes and the
+        dead letters and their bytes."""
         with self._lock:
             out = dict(self._db.execute("SELECT name, value FROM counters"))
             rows, total = self._db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM pending").fetchone()
+            dead, dead_bytes = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM dead").fetchone()
         out["pending"], out["pending_bytes"] = rows, total
+        out["dead"], out["dead_bytes"] = dead, dead_bytes
         return out
 
     def close(self) -> None:
@@ -329,3 +436,49 @@ class _Transaction:
             self.db.execute("COMMIT" if kind is None else "ROLLBACK")
         finally:
             self.lock.release()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m edge.outbox PATH list | export DIR | requeue [ID ...] | discard (ID ... |
+    --all)``: the dead letters of an agent's outbox."""
+    ap = argparse.ArgumentParser(prog="python -m edge.outbox",
+                                 description="list, export, resend or delete the dead letters "
+                                             "(batches the collector refused) of an outbox")
+    ap.add_argument("path", help="the agent's outbox file (outbox.path)")
+    sub = ap.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="one JSON line per dead letter: id, bytes, reason, ...")
+    ex = sub.add_parser("export", help="write each body to DIR/<device>_<seq>.msgpack")
+    ex.add_argument("dir")
+    for name, text in (("requeue", "send these dead letters again (all without ids)"),
+                       ("discard", "delete these dead letters for good")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("ids", nargs="*")
+        if name == "discard":
+            p.add_argument("--all", action="store_true", help="every dead letter")
+    args = ap.parse_args(argv)
+    if not os.path.exists(args.path):
+        print(f"python -m edge.outbox: {args.path}: no such outbox", file=sys.stderr)
+        return 2
+    with Outbox(args.path) as box:
+        if args.command == "list":
+            for d in box.dead_letters():
+                print(json.dumps(d.__dict__))
+        elif args.command == "export":
+            os.makedirs(args.dir, exist_ok=True)
+            for d in box.dead_letters():
+                path = os.path.join(args.dir, d.batch_id.replace("/", "_") + ".msgpack")
+                with open(path, "wb") as fh:
+                    fh.write(box.dead_body(d.batch_id) or b"")
+                print(path)
+        elif args.command == "requeue":
+            print(f"requeued {box.requeue(args.ids or None)} dead letters")
+        else:
+            if not args.ids and not args.all:
+                print("python -m edge.outbox discard: name the ids, or --all", file=sys.stderr)
+                return 2
+            print(f"discarded {box.discard(None if args.all else args.ids)} dead letters")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,9 +1,12 @@
 """The agent's side of the collector's HTTP API (``docs/WIRE.md``, last sections).
 
 :class:`Uplink` posts one batch and classifies the answer; :class:`Uploader` is the thread
-that drains the outbox: ``200`` ("stored" or "duplicate") acks, ``5xx``, ``408``, ``429``,
-connection errors and timeouts are retried with the outbox's backoff, any other ``4xx`` is
-permanent (the batch is rejected, counted, and never sent again). Only ``urllib.request``.
+that drains the outbox: ``200`` ("stored" or "duplicate") acks; ``5xx``, ``408``, ``429``,
+connection errors and timeouts are retried with the outbox's backoff; ``401`` and ``403``
+(a wrong token or device id: the operator's problem, not the batch's) keep every batch and
+pause all uploads with the same backoff, logged once per streak; any other ``4xx`` moves the
+batch to the outbox's dead letters with the collector's reason (never sent again unless an
+operator requeues it). Only ``urllib.request``.
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ __all__ = ["Uplink", "Outcome", "Uploader", "download_sketch"]
 
 log = logging.getLogger("edge.agent")
 _RETRY_4XX = (408, 429)
+_AUTH_4XX = (401, 403)
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What became of one delivery attempt: ``"ack"``, ``"retry"`` or ``"reject"``."""
+    """What became of one delivery attempt: ``"ack"``, ``"retry"``, ``"auth"`` (401 or
+    403: retried, the batch is not at fault) or ``"reject"`` (refused for good)."""
 
     action: str
     status: int | None
@@ -68,6 +73,8 @@ class Uplink:
             return Outcome("retry", status, f"200 with status {answer.get('status')!r}")
         if status >= 500 or status in _RETRY_4XX:
             return Outcome("retry", status, detail)
+        if status in _AUTH_4XX:
+            return Outcome("auth", status, detail)
         if 400 <= status < 500:
             return Outcome("reject", status, detail)
         return Outcome("retry", status, detail)
@@ -114,7 +121,11 @@ def _error_text(text: bytes) -> str:
 
 
 class Uploader(threading.Thread):
-    """Sends due batches until stopped. ``drain()`` waits until nothing is due."""
+    """Sends due batches until stopped.
+
+    ``auth_streak`` counts the 401/403 answers in a row; while it is above 0 no batch is
+    sent before ``hold_until`` (Unix seconds). ``last_error`` is the last failed attempt's
+    error, None once a batch is acknowledged."""
 
     def __init__(self, outbox: Outbox, uplink: Uplink, idle_seconds: float = 0.5):
         super().__init__(name="acep-uploader", daemon=True)
@@ -122,8 +133,10 @@ class Uploader(threading.Thread):
         self.stop_event = threading.Event()
         self.wake = threading.Event()
         self.counts = {"attempts": 0, "acked": 0, "retried": 0, "rejected": 0,
-                       "bytes_sent": 0}
+                       "unauthorized": 0, "bytes_sent": 0}
         self.last_error: str | None = None
+        self.auth_streak = 0
+        self.hold_until = 0.0
 
     def run(self) -> None:
         while not self.stop_event.is_set():
@@ -131,12 +144,19 @@ class Uploader(threading.Thread):
                 self.wake.wait(self._sleep_for())
                 self.wake.clear()
 
-    def _sleep_for(self) -> float:
+    def next_attempt_at(self) -> float | None:
+        """When the next batch may be sent (Unix seconds); None when nothing is pending."""
         due = self.outbox.next_due_at()
-        return self.idle if due is None else min(max(due - time.time(), 0.01), self.idle)
+        return None if due is None else max(due, self.hold_until)
+
+    def _sleep_for(self) -> float:
+        at = self.next_attempt_at()
+        return self.idle if at is None else min(max(at - time.time(), 0.01), self.idle)
 
     def send_one(self) -> bool:
-        """Send the oldest due batch; False when none was due."""
+        """Send the oldest due batch; False when none was due (or uploads are on hold)."""
+        if time.time() < self.hold_until:
+            return False
         due = self.outbox.next_due()
         if due is None:
             return False
@@ -146,11 +166,31 @@ class Uploader(threading.Thread):
             self.outbox.ack(due.batch_id)
             self.counts["acked"] += 1
             self.counts["bytes_sent"] += len(due.body)
+            self.last_error = None
+            self._authorized()
+        elif out.action == "auth":
+            # the same token fails for every batch: pause them all, keep them, and say it once
+            self.auth_streak += 1
+            self.counts["unauthorized"] += 1
+            self.last_error = f"HTTP {out.status}: {out.detail}"
+            wait = self.outbox.backoff.delay("auth", self.auth_streak)
+            self.hold_until = time.time() + wait
+            if self.auth_streak == 1:
+                log.error("collector refused this device's credentials (HTTP %s: %s): check "
+                          "device.token and device.id; %d batches are kept and uploads are "
+                          "retried with backoff (up to %.0fs apart)", out.status, out.detail,
+                          self.outbox.metrics()["pending"], self.outbox.backoff.max_delay)
+            else:
+                log.debug("still refused (HTTP %s), attempt %d; next in %.1fs", out.status,
+                          self.auth_streak, wait)
         elif out.action == "reject":
+            self._authorized()  # the collector checks the token before anything else
             self.outbox.reject(due.batch_id, f"HTTP {out.status}: {out.detail}")
             self.counts["rejected"] += 1
-            log.error("collector refused batch %s for good (HTTP %s): %s", due.batch_id,
-                      out.status, out.detail)
+            self.last_error = f"HTTP {out.status}: {out.detail}"
+            log.error("collector refused batch %s (HTTP %s): %s; kept as a dead letter in %s "
+                      "(python -m edge.outbox %s list)", due.batch_id, out.status, out.detail,
+                      self.outbox.path, self.outbox.path)
         else:
             when = self.outbox.fail(due.batch_id, f"HTTP {out.status}: {out.detail}")
             self.counts["retried"] += 1
@@ -158,6 +198,12 @@ class Uploader(threading.Thread):
             log.warning("upload of %s failed (%s %s); retry in %.1fs", due.batch_id,
                         out.status, out.detail, (when or time.time()) - time.time())
         return True
+
+    def _authorized(self) -> None:
+        if self.auth_streak:
+            log.info("the collector accepts this device's token again (after %d refused "
+                        "attempts); uploading", self.auth_streak)
+            self.auth_streak, self.hold_until = 0, 0.0
 
     def stop(self, timeout: float | None = None) -> None:
         self.stop_event.set()

@@ -319,7 +319,7 @@ def test_sigkill_mid_stream_loses_and_duplicates_nothing(tmp_path):
     ids, rows = outbox_matches(db_path)
     assert len(ids) == len(set(ids))
     seqs = sorted(int(i.split("/")[1]) for i in ids)
-    assert seqs == list(range(len(seqs)))  # no gap, no repeat
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # no gap, no repeat
     assert len(rows) == len(set(rows))
     assert sorted(rows, key=repr) == sorted(direct(events, flush=False), key=repr)
 
@@ -379,22 +379,70 @@ def test_uploads_retry_5xx_then_ack(tmp_path):
     assert got == sorted((r[0], r[1]) for r in direct(events))
 
 
-def test_permanent_4xx_is_rejected_and_counted(tmp_path):
-    _Collector.bodies, _Collector.statuses = [], []
-    _Collector.fail_first = 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_finite_run_with_the_collector_down_waits_then_warns_and_keeps(tmp_path, caplog):
+    url = f"http://127.0.0.1:{_closed_port()}"
+    doc = config(tmp_path, collector={"url": url, "timeout": 1, "drain_timeout": 1.5},
+                 outbox={"backoff_base": 0.05, "backoff_max": 0.2})
+    doc["device"]["token"] = "tok-1"
+    t0 = time.monotonic()
+    final = Agent(parse_config(doc), events=stream(800)).run()
+    took = time.monotonic() - t0
+    assert 1.5 <= took < 8  # it tried for drain_timeout, then gave up
+    assert final["outbox_pending"] == final["batches_put"] > 0
+    assert final["batches_sent"] == final["batches_rejected"] == 0
+    assert "connection" in final["upload_error"]
+    warning = [r.getMessage() for r in caplog.records if "not acknowledged" in r.getMessage()]
+    assert len(warning) == 1 and warning[0].startswith(f"{final['batches_put']} batches")
+    with sqlite3.connect(tmp_path / "outbox.db") as db:  # kept for the next run
+        assert db.execute("SELECT COUNT(*) FROM pending").fetchone()[0] == final["batches_put"]
+
+
+def test_a_fresh_outbox_starts_its_seq_at_the_time_and_a_restart_keeps_it(tmp_path):
+    before = time.time_ns() // 1000
+    agent = Agent(parse_config(config(tmp_path)), events=stream(300))
+    first = agent.seq
+    assert before <= first <= time.time_ns() // 1000
+    final = agent.run()
+    ids, _ = outbox_matches(tmp_path / "outbox.db")
+    assert [int(i.split("/")[1]) for i in ids] == list(range(first, final["seq"]))
+    # a restart (no new events: the iterator was consumed) goes on from the stored seq
+    again = Agent(parse_config(config(tmp_path)), events=stream(300))
+    assert again.seq == final["seq"]
+    again.outbox.close()
+
+
+def test_metrics_are_written_every_interval_while_no_event_arrives(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_text("")
+    url = f"http://127.0.0.1:{_closed_port()}"
+    doc = config(tmp_path, source={"kind": "file", "path": str(path), "follow": True},
+                 metrics={"interval": 0.2}, collector={"url": url, "timeout": 1})
+    doc["device"]["token"] = "tok-1"
+    agent = Agent(parse_config(doc))
+    runner = threading.Thread(target=agent.run)
+    runner.start()
+    metrics = tmp_path / "metrics.jsonl"
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        doc = config(tmp_path, collector={"url": url, "timeout": 5})
-        doc["device"]["token"] = "wrong"
-        final = Agent(parse_config(doc), events=stream(300)).run(once=True)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 4:
+                break
+            time.sleep(0.05)
     finally:
-        server.shutdown()
-        _Collector.fail_first = 3
-    assert set(_Collector.statuses) == {401}
-    assert final["batches_rejected"] == final["batches_put"] > 0
-    assert final["outbox_pending"] == 0 and final["batches_sent"] == 0
+        agent.stop()
+        runner.join(30)
+    lines = [json.loads(x) for x in metrics.read_text().splitlines()]
+    assert len(lines) >= 5  # at least 4 while idle, and the final one
+    assert all(x["events_in"] == 0 and x["outbox_pending"] == 0 for x in lines)
+    assert all(b["time"] > a["time"] for a, b in zip(lines, lines[1:]))
 
 
 def test_example_config_parses():

@@ -146,7 +146,8 @@ class AgentRun:
     """A directory with ``agent.toml``, the followed events file and the agent's outbox."""
 
     def __init__(self, tmp: Path, url: str | None, token: str | None, *,
-                 budget: str = 'mode = "none"', sketch: str = "", outbox: str = "outbox.db"):
+                 budget: str = 'mode = "none"', sketch: str = "", outbox: str = "outbox.db",
+                 follow: bool = True, drain: float | None = None):
         self.tmp, self.events_path = tmp, tmp / "events.jsonl"
         self.outbox = tmp / outbox
         self.events_path.touch()
@@ -154,13 +155,15 @@ class AgentRun:
         self.proc: subprocess.Popen | None = None
         self.cfg = tmp / f"agent-{outbox}.toml"
         collector = "" if url is None else f'[collector]\nurl = "{url}"\ntimeout = 5.0\n'
+        if url is not None and drain is not None:
+            collector += f"drain_timeout = {drain}\n"
         token_line = "" if token is None else f'token = "{token}"\n'
         p = PATTERN
         self.cfg.write_text(
             f'[device]\nid = "{DEVICE}"\n{token_line}{collector}'
             f'[pattern]\nid = "{p["id"]}"\ntext = "{p["text"]}"\nwindow = {p["window"]}\n'
             f'k = {p["k"]}\npartition = "{p["partition"]}"\nwhere = {json.dumps(p["where"])}\n'
-            f'[source]\nkind = "file"\npath = "events.jsonl"\nfollow = true\n'
+            f'[source]\nkind = "file"\npath = "events.jsonl"\nfollow = {str(follow).lower()}\n'
             f'batch_events = 50\nbatch_seconds = 0.1\npoll_seconds = 0.02\n'
             f'[budget]\n{budget}\n{sketch}'
             f'[outbox]\npath = "{outbox}"\nbackoff_base = 0.05\nbackoff_max = 0.5\n'
@@ -196,8 +199,9 @@ class AgentRun:
 
     def caught_up(self, collector: Collector) -> bool:
         """Every event consumed, every batch acknowledged and in the collector's database."""
+        seqs = collector.seqs()
         return (self.state("consumed") == len(self.written) and self.pending() == 0
-                and collector.seqs() == list(range(self.state("seq"))))
+                and (not seqs or seqs == list(range(seqs[0], self.state("seq")))))
 
     def stop(self) -> dict:
         self.proc.send_signal(signal.SIGTERM)
@@ -222,7 +226,7 @@ def collector(tmp_path):
 
 def assert_nothing_lost_or_duplicated(c: Collector, run: AgentRun, budget=None) -> None:
     seqs = c.seqs()
-    assert seqs == list(range(len(seqs))), "a batch is missing or stored twice"
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "a batch missing or stored twice"
     stored = c.matches()
     assert len(stored) == len(set(stored)), "a match is stored twice"
     expect = direct(run.written, budget)
@@ -447,8 +451,7 @@ def test_tampered_sketch_from_the_collector_falls_back(tmp_path, collector):
     assert run.caught_up(collector)
     assert_nothing_lost_or_duplicated(collector, run, Budget(0.5, 8))
 
-    # the good sketch, published through the API, is used (by an agent with no events yet:
-    # its batches would reuse the seqs, hence the batch ids, of the first agent)
+    # the good sketch, published through the API, is used (by an agent with no events yet)
     assert put(good) == 200
     (tmp_path / "good").mkdir()
     ok = AgentRun(tmp_path / "good", collector.url, collector.token, budget=budget,
@@ -475,6 +478,110 @@ def test_example_agent_toml_against_the_collector(tmp_path, collector):
     assert final["events_in"] == len(events) and final["outbox_pending"] == 0
     assert "cost_per_op_ns" in final  # the wall-clock budget ran
     seqs = collector.seqs()
-    assert seqs == list(range(final["seq"])) and len(seqs) == final["batches_sent"] > 0
+    assert seqs == list(range(seqs[0], final["seq"])) and len(seqs) == final["batches_sent"] > 0
     stored = collector.matches()
     assert len(stored) == len(set(stored)) == final["matches"] > 0
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def _log_lines(run: AgentRun, words: str) -> list[str]:
+    return [line for line in run.log().splitlines() if words in line]
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_wrong_token_keeps_every_batch_until_it_is_fixed(tmp_path, collector, status):
+    """401 (unknown token) and 403 (another device's token) are the operator's problem: the
+    batches stay pending, it is logged once, uploads back off, and the metrics name it; with
+    the right token the next run delivers all of them."""
+    token = "replace-me" if status == 401 else collector.add("pi-other")
+    run = AgentRun(tmp_path, collector.url, token, drain=2.0)
+    run.append(stream(1500, seed=21))
+    assert run.start(once=True).wait(60) == 0, run.log()
+    final = run.last_metrics()
+    assert final["batches_put"] > 3 and run.pending() == final["batches_put"]
+    assert final["batches_rejected"] == final["outbox_dead"] == final["batches_sent"] == 0
+    assert final["uploads_unauthorized"] >= 2
+    assert final["upload_error"].startswith(f"HTTP {status}")
+    assert len(_log_lines(run, "refused this device's credentials")) == 1
+    assert len(_log_lines(run, "not acknowledged by the collector")) == 1
+    refused = json.loads(urllib.request.urlopen(collector.url + "/metrics", timeout=10).read())
+    # backed off: far fewer attempts than batches times attempts
+    assert refused["requests"][str(status)] == final["uploads_unauthorized"] < 40
+
+    run.cfg.write_text(run.cfg.read_text().replace(f'token = "{token}"',
+                                                   f'token = "{collector.token}"'))
+    assert run.start(once=True).wait(60) == 0, run.log()
+    assert run.caught_up(collector)
+    assert run.last_metrics()["batches_sent"] == final["batches_put"]
+    assert_nothing_lost_or_duplicated(collector, run)
+
+
+def test_a_fresh_outbox_under_a_known_device_id_collides_with_nothing(tmp_path, collector):
+    """A reflashed device (same id, new outbox) uploads after the old one: every batch of
+    both is stored, none is refused as a reused batch id."""
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    first = AgentRun(tmp_path / "old", collector.url, collector.token, follow=False)
+    first.append(stream(1500, seed=22))
+    assert first.start().wait(60) == 0, first.log()
+    old = first.last_metrics()
+    old_seqs = collector.seqs()
+    assert len(old_seqs) == old["batches_sent"] > 0
+
+    second = AgentRun(tmp_path / "new", collector.url, collector.token, follow=False)
+    second.append(stream(1500, seed=23))
+    assert second.start().wait(60) == 0, second.log()
+    new = second.last_metrics()
+    assert new["batches_sent"] == new["batches_put"] > 0
+    assert new["batches_rejected"] == new["outbox_dead"] == new["outbox_pending"] == 0
+    new_seqs = sorted(set(collector.seqs()) - set(old_seqs))
+    assert len(new_seqs) == new["batches_put"] and new_seqs[0] > old_seqs[-1]
+    assert collector.counts() == (old["batches_put"] + new["batches_put"],
+                                  old["matches"] + new["matches"])
+
+
+def test_refused_batches_are_dead_letters_with_their_reason(tmp_path, collector):
+    """A 409 (a batch id stored with another body) and a 400 (not a valid batch) keep the
+    body as a dead letter, counted and listed; the other batches are delivered."""
+    from edge.outbox import Outbox
+    from edge.wire import decode_batch
+
+    (tmp_path / "a").mkdir()
+    first = AgentRun(tmp_path / "a", collector.url, collector.token, follow=False)
+    first.append(stream(1500, seed=24))
+    assert first.start().wait(60) == 0, first.log()
+    taken = collector.seqs()[-2:]
+
+    run = AgentRun(tmp_path, collector.url, collector.token, follow=False)
+    with Outbox(run.outbox) as box:  # an outbox restored from an old backup: reused seqs
+        box.save_state({"seq": taken[0]})
+        box.put(b"\x81\xa3foo\x01", f"{DEVICE}/1")  # a map the reader refuses
+    run.append(stream(1500, seed=25))
+    assert run.start().wait(60) == 0, run.log()
+    final = run.last_metrics()
+    assert final["batches_rejected"] == final["outbox_dead"] == 3
+    assert final["batches_sent"] == final["batches_put"] - 2
+    assert final["outbox_pending"] == 0
+    with Outbox(run.outbox) as box:
+        dead = {d.batch_id: d for d in box.dead_letters()}
+        assert set(dead) == {f"{DEVICE}/1", *(f"{DEVICE}/{s}" for s in taken)}
+        assert dead[f"{DEVICE}/1"].reason.startswith("HTTP 400")
+        for s in taken:
+            assert dead[f"{DEVICE}/{s}"].reason.startswith("HTTP 409")
+            assert "already stored with another body" in dead[f"{DEVICE}/{s}"].reason
+            body = box.dead_body(f"{DEVICE}/{s}")
+            assert decode_batch(body).batch_id == f"{DEVICE}/{s}"  # the whole body, intact
+    assert len(_log_lines(run, "kept as a dead letter")) == 3
+
+
+def test_a_finite_run_delivers_what_it_queued_before_it_exits(tmp_path, collector):
+    """follow = false without --once: the run ends with every batch acknowledged."""
+    run = AgentRun(tmp_path, collector.url, collector.token, follow=False)
+    run.append(stream(3000, seed=26))
+    assert run.start().wait(60) == 0, run.log()
+    final = run.last_metrics()
+    assert final["batches_put"] > 5
+    assert final["outbox_pending"] == 0 and final["batches_sent"] == final["batches_put"]
+    assert len(collector.seqs()) == final["batches_put"]

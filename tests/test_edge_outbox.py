@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -213,3 +214,94 @@ def _deliveries(log: str) -> list[str]:
             return [line.strip() for line in fh if line.strip()]
     except FileNotFoundError:
         return []
+
+
+# --------------------------------------------------------------------------- dead letters
+
+
+def test_a_refused_batch_is_kept_as_a_dead_letter_until_requeued_or_discarded(tmp_path):
+    with Outbox(tmp_path / "o.db") as box:
+        box.put(b"body-1", "d/1", now=0)
+        box.put(b"body-2", "d/2", now=0)
+        assert box.reject("d/1", "HTTP 400: field 'seq': missing", now=5)
+        assert not box.reject("d/1", "again")
+        assert box.status("d/1") == "dead" and box.pending_ids() == ["d/2"]
+        [dead] = box.dead_letters()
+        assert (dead.batch_id, dead.size, dead.reason, dead.at, dead.attempts) == \
+            ("d/1", 6, "HTTP 400: field 'seq': missing", 5, 1)
+        assert box.dead_body("d/1") == b"body-1"
+        assert not box.put(b"other", "d/1")  # a dead id is known: a counted duplicate
+        assert box.next_due(now=100).batch_id == "d/2"
+        m = box.metrics()
+        assert (m["rejected"], m["rejected_bytes"], m["dead"], m["dead_bytes"],
+                m["pending"]) == (1, 6, 1, 6, 1)
+        box.ack("d/2")
+        assert box.requeue(now=10) == 1
+        due = box.next_due(now=10)
+        assert (due.batch_id, due.body, due.attempts) == ("d/1", b"body-1", 0)
+        box.reject("d/1", "HTTP 409: conflict")
+        assert box.discard(["d/1", "nope"]) == 1
+        assert box.status("d/1") == "discarded" and box.dead_body("d/1") is None
+        m = box.metrics()
+    assert (m["dead"], m["requeued"], m["discarded"], m["rejected"]) == (0, 1, 1, 2)
+    with Outbox(tmp_path / "o.db") as box:  # and it all survives reopening
+        assert box.status("d/2") == "sent" and box.status("d/1") == "discarded"
+
+
+def test_dead_letters_count_against_the_cap(tmp_path):
+    with Outbox(tmp_path / "o.db", max_rows=3) as box:
+        for i in range(3):
+            box.put(b"x", f"d/{i}")
+        box.reject("d/0", "HTTP 400")
+        box.reject("d/1", "HTTP 400")
+        box.put(b"x", "d/3")  # 3 rows with the dead letters: drops the oldest dead letter
+        assert box.status("d/0") == "dropped" and box.status("d/1") == "dead"
+        box.put(b"x", "d/4")
+        assert box.status("d/1") == "dropped"
+        assert box.pending_ids() == ["d/2", "d/3", "d/4"]  # the live batches are kept
+        assert box.metrics()["dropped"] == 2
+    with Outbox(tmp_path / "r.db", max_rows=2, policy="refuse-new") as box:
+        box.put(b"x", "d/0")
+        box.reject("d/0", "HTTP 409")
+        box.put(b"x", "d/1")
+        with pytest.raises(OutboxFull):
+            box.put(b"x", "d/2")
+        assert box.status("d/0") == "dead"
+
+
+def test_cli_lists_exports_requeues_and_discards_dead_letters(tmp_path):
+    path = tmp_path / "o.db"
+    with Outbox(path) as box:
+        box.put(b"\x81\xa1a\x01", "pi-1/7")
+        box.reject("pi-1/7", "HTTP 400: field 'format': missing")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+
+    def cli(*args):
+        out = subprocess.run([sys.executable, "-m", "edge.outbox", str(path), *args],
+                             capture_output=True, text=True, env=env, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    [line] = cli("list").splitlines()
+    doc = json.loads(line)
+    assert doc["batch_id"] == "pi-1/7" and "field 'format'" in doc["reason"]
+    cli("export", str(tmp_path / "dead"))
+    assert (tmp_path / "dead" / "pi-1_7.msgpack").read_bytes() == b"\x81\xa1a\x01"
+    assert "requeued 1" in cli("requeue")
+    with Outbox(path) as box:
+        assert box.pending_ids() == ["pi-1/7"]
+        box.reject("pi-1/7", "HTTP 400")
+    assert "discarded 1" in cli("discard", "--all")
+    assert cli("list") == ""
+    missing = subprocess.run([sys.executable, "-m", "edge.outbox", str(tmp_path / "no.db"),
+                              "list"], capture_output=True, text=True, env=env, timeout=60)
+    assert missing.returncode == 2 and "no such outbox" in missing.stderr
+    assert not (tmp_path / "no.db").exists()
+
+
+def test_backoff_jitter_never_goes_past_the_maximum():
+    for seed in range(20):
+        b = Backoff(base_delay=1.0, factor=2.0, max_delay=2.0, jitter=0.2, seed=seed)
+        delays = [b.delay("x", n) for n in range(1, 12)]
+        assert all(d <= 2.0 for d in delays)
+        assert 0.8 <= delays[0] <= 1.2
