@@ -49,7 +49,7 @@ from .budgeting import WallClockBudget
 from .config import AgentConfig, ConfigError, load_config
 from .outbox import Backoff, Outbox, OutboxFull
 from .retained import Retained
-from .sources import FileSource, IteratorSource, Source, StdinSource
+from .sources import FileSource, IteratorSource, LogLimiter, Source, StdinSource
 from .uplink import Uplink, Uploader, download_sketch
 from .wire import (
     Condenser,
@@ -89,6 +89,7 @@ class Agent:
         self.resume_offset = st.get("offset", 0)
         self.replay_position = int(st.get("replay_position", 0))
         self.replay_offset = st.get("replay_offset", 0)
+        self._check_progress(st)
         self.stop_event = threading.Event()
         # outbox transactions run in one writer thread, one at a time (see _write)
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-outbox")
@@ -116,6 +117,7 @@ class Agent:
         self._since_save = 0
         self._last_metrics = time.monotonic()
         self._metrics_fh = None
+        self._bad_log = LogLimiter(log)  # the source's, once there is one (one rate limit)
 
     # ------------------------------------------------------------------ set-up
 
@@ -128,8 +130,9 @@ class Agent:
             self.wallclock = WallClockBudget(b.ops_per_event or b.max_ops, b.target_utilization,
                                              b.max_lag, b.min_ops, b.max_ops)
             budget = Budget(self.wallclock.ops, b.burst)
+        # "error": the kernel stops at a bad event, so it can be named and logged (_match)
         common = dict(window=p.window, k=p.k, where=list(p.where), partition=p.partition,
-                      on_bad_event="skip", budget=budget)
+                      on_bad_event="error", budget=budget)
         sketch = self._load_sketch() if self.cfg.sketch is not None else None
         if sketch is not None:
             try:
@@ -205,6 +208,79 @@ class Agent:
         if problem is not None:
             raise SketchError(problem)
 
+    def _stream(self) -> tuple[dict, dict]:
+        """What the progress is progress of: the source (for a file its path, device and
+        inode) and the pattern definition, as JSON values."""
+        p, s = self.cfg.pattern, self.cfg.source
+        pattern = {"id": p.id, "text": p.text, "window": p.window, "k": p.k,
+                   "where": list(p.where), "partition": p.partition}
+        source: dict = {"kind": s.kind}
+        if s.kind == "file":
+            source["path"] = os.path.abspath(s.path)
+            try:
+                st = os.stat(s.path)
+                source.update(dev=st.st_dev, ino=st.st_ino)
+            except OSError:
+                pass  # a followed file that does not exist yet
+        return source, pattern
+
+    def _check_progress(self, st: dict) -> None:
+        """Resume the outbox's progress only on the stream it was made on; for another
+        source or pattern, log why and read the new one from its start (``consumed`` and
+        ``seq`` go on, so positions and batch ids stay unique)."""
+        self.source_id, self.pattern_def = self._stream()
+        self._generation, self._file_start = 0, self.replay_position
+        why = self._other_stream(st.get("source"), st.get("pattern")) if st else None
+        if why is None:
+            if self.cfg.source.kind == "stdin":
+                self.finished = False  # every run reads a new standard input
+            return
+        log.warning("the progress in %s (%d events consumed, next seq %d) is not of this "
+                    "stream: %s; reading %s from its start", self.cfg.outbox.path,
+                    self.consumed, self.seq, why, self.source_id.get("path", "the source"))
+        self.finished = False
+        self.resume_offset = self.replay_offset = 0
+        self.replay_position = self._file_start = self.consumed
+
+    def _other_stream(self, source: dict | None, pattern: dict | None) -> str | None:
+        """Why the progress of ``source``/``pattern`` is not this stream's (None: it is;
+        progress written before it named its stream is taken as this stream's)."""
+        if pattern is not None and pattern != self.pattern_def:
+            keys = [k for k in self.pattern_def if pattern.get(k) != self.pattern_def[k]]
+            return ", ".join(f"pattern.{k} was {pattern.get(k)!r}" for k in keys)
+        if source is None:
+            return None
+        now = self.source_id
+        if source.get("kind") != now["kind"]:
+            return f"source.kind was {source.get('kind')!r}"
+        if now["kind"] != "file":
+            return None
+        if source.get("path") != now["path"]:
+            return f"source.path was {source.get('path')}"
+        if "ino" in source and (source.get("dev"), source["ino"]) != (now.get("dev"),
+                                                                      now.get("ino")):
+            return (f"{now['path']} is another file now (it was inode {source['ino']}): "
+                    "rotated or replaced while the agent was stopped")
+        try:
+            if os.stat(now["path"]).st_size < int(self.resume_offset or 0):
+                return (f"{now['path']} is shorter than the progress' byte offset "
+                        f"{self.resume_offset}: truncated")
+        except OSError:
+            pass
+        return None
+
+    def _next_file(self, source: Source) -> None:
+        """A followed file was rotated or truncated: the chunk's events are a new file's,
+        from its start. A restart cannot read the old file again, so its replay starts
+        at the new file (the old file's events within a window are not replayed)."""
+        if not isinstance(source, FileSource) or source.identity is None:
+            return
+        if source.generation != self._generation:
+            self._generation, self._file_start = source.generation, self.position
+            self.resume_offset = 0
+            self.replay_position, self.replay_offset = self.position, 0
+        self.source_id = {**self.source_id, **source.identity}
+
     def _make_source(self) -> Source:
         s = self.cfg.source
         kw = dict(batch_events=s.batch_events, batch_seconds=s.batch_seconds)
@@ -217,6 +293,7 @@ class Agent:
             src = IteratorSource(self.events_iterable, start=int(self.replay_offset or 0), **kw)
         else:
             src = StdinSource(self.stdin, **kw)
+        self._bad_log = src.bad_log
         if src.replayable:
             self.position, self.resume_offset = self.replay_position, self.replay_offset
         else:  # nothing to replay: positions continue after the events consumed
@@ -282,34 +359,66 @@ class Agent:
             uploader.wake.set()
             time.sleep(0.05)
 
-    def _to_batch(self, events: list[dict], position: int) -> tuple[EventBatch, list[int]]:
-        """The good events as a batch, and the indices of those kept."""
+    def _to_batch(self, events: list[dict], position: int, starts: list, ends: list,
+                  source: Source) -> tuple[EventBatch, list[int]]:
+        """The good events as a batch, and the indices of those kept; each bad one is
+        counted and logged with where it is (``starts``/``ends``: its offsets), unless it
+        comes before ``consumed`` (a replay: it was counted when first read)."""
+        warm = self.consumed - position
         keep = list(range(len(events)))
         while True:
             try:
                 rows = events if len(keep) == len(events) else [events[i] for i in keep]
-                return EventBatch.from_events(rows, position, "<agent>"), keep
+                return EventBatch.from_events(rows, position, source.name), keep
             except EventError as e:
                 bad = (e.position if e.position is not None else position) - position
                 if not 0 <= bad < len(keep):
                     raise
-                log.warning("bad event skipped: %s", e)
-                self.counts["events_bad"] += 1
+                i = keep[bad]
+                if bad >= warm:  # the events before it in the chunk are good ones
+                    self._bad_event(e, source.where(starts[i], ends[i], position + bad))
                 del keep[bad]
+
+    def _match(self, batch: EventBatch, source: Source | None = None,
+               starts: list | None = None, ends: list | None = None) -> MatchBatch:
+        """``match_batch`` past the events the kernel refuses (a tag going back, a missing
+        partition or predicate attribute). With a ``source`` each is counted and logged;
+        without (a replay) they were counted when first read."""
+        found, base = [], batch.position
+        while True:
+            try:
+                found.append(self.matcher.match_batch(batch))
+                break
+            except EventError as e:
+                if e.position is None or not 0 <= e.position - batch.position < len(batch):
+                    raise
+                if getattr(e, "matches", None) is not None:
+                    found.append(e.matches)
+                if source is not None:
+                    i = e.position - base
+                    self._bad_event(e, source.where(starts[i], ends[i], e.position))
+                batch = batch.slice(e.position - batch.position + 1, len(batch))
+        return found[0] if len(found) == 1 else MatchBatch.concat(found)
+
+    def _bad_event(self, e: EventError, where: str) -> None:
+        field = f", field {e.field!r}" if e.field is not None else ""
+        self._bad_log.warning("%s%s: bad event skipped: %s", where, field, e.message)
+        self.counts["events_bad"] += 1
 
     def _process(self, chunk: list, source: Source) -> None:
         started = getattr(source, "chunk_started", time.monotonic())
         t0 = time.perf_counter()
+        self._next_file(source)
         events = [e for e, _ in chunk]
         ends = [o for _, o in chunk]
-        batch, kept = self._to_batch(events, self.position)
         starts = [self.resume_offset, *ends[:-1]]  # the offset before each event
+        batch, kept = self._to_batch(events, self.position, starts, ends, source)
         if len(kept) < len(starts):
-            starts = [starts[i] for i in kept]
-        self.resume_offset = ends[-1]
+            starts, ends = [starts[i] for i in kept], [ends[i] for i in kept]
+        self.resume_offset = chunk[-1][1]
         n_warm = min(max(self.consumed - self.position, 0), len(batch))
         if n_warm:  # replay after a restart: rebuild the state, the matches are committed
-            self.matcher.match_batch(batch.slice(0, n_warm))
+            self._match(batch.slice(0, n_warm))
             self.counts["events_replayed"] += n_warm
             self._retain(batch.slice(0, n_warm), starts[:n_warm])
             self._trim()
@@ -318,8 +427,9 @@ class Agent:
         if len(live) == 0 and n_warm:
             return
         stats0 = self.matcher.stats if self.wallclock is not None else None
-        found = self.matcher.match_batch(live)
-        self.counts["events_in"] += len(live)
+        bad0 = self.counts["events_bad"]
+        found = self._match(live, source, starts[n_warm:], ends[n_warm:])
+        self.counts["events_in"] += len(live) - (self.counts["events_bad"] - bad0)
         self._retain(live, starts[n_warm:])
         self._commit(found, self.kept.view(), len(live))
         self._trim()
@@ -342,7 +452,7 @@ class Agent:
         self.consumed += n_live
         state = {"consumed": self.consumed, "offset": self.resume_offset,
                  "replay_position": self.replay_position, "replay_offset": self.replay_offset,
-                 "finished": finished}
+                 "finished": finished, "source": self.source_id, "pattern": self.pattern_def}
         if len(found) and self.condenser is None:
             found = self._inside(found, events)
         if not len(found):
@@ -425,6 +535,8 @@ class Agent:
         self.kept.trim()
         self.replay_position = self.kept.position
         self.replay_offset = self.kept.first_offset(self.resume_offset)
+        if self.replay_position < self._file_start:  # kept events of a rotated file
+            self.replay_position, self.replay_offset = self._file_start, 0
 
     def _adapt(self, n: int, stats0: dict | None, seconds: float, source: Source) -> None:
         if self.wallclock is None or n == 0:
