@@ -18,12 +18,17 @@ so shedding decisions after a restart may differ from an uninterrupted run's.
 Sketch: loaded from ``sketch.path`` or downloaded from the collector, verified (HMAC, size,
 pattern) before use; a refused sketch is logged and the agent runs with the fallback policy
 ``oldest-first`` (named in the log and the metrics). The learned sketch (RL update) is saved
-signed, atomically, every ``sketch.save_every`` events and on exit.
+signed, atomically, every ``sketch.save_every`` events and on exit, with the ETag (SHA-256)
+of the sketch it was learned from beside it; it is used only while that sketch is the one
+published. A download that fails is retried with backoff, and the collector is asked for a
+newer sketch every ``sketch.check_interval`` seconds (``If-None-Match``); a new verified
+sketch replaces the running one between chunks.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
@@ -32,6 +37,9 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -99,6 +107,12 @@ class Agent:
             Uplink(config.collector_url, config.token or "", config.timeout)
         self.policy_name, self.policy_error = FALLBACK_POLICY, None
         self.wallclock: WallClockBudget | None = None
+        self.origin: str | None = None  # the ETag of the sketch the running one derives from
+        self._published: str | None = None  # the last published ETag seen (If-None-Match)
+        self._download_failed = False
+        self._offered: tuple | None = None  # a new verified sketch from _SketchWatch
+        self._offer_lock = threading.Lock()
+        self._stats_carry = {"candidates": 0, "shed": 0, "decide_ns": 0}
         self.matcher = self._build_matcher()
         self.pattern_ref = PatternRef(
             config.pattern.id, config.pattern.text, config.pattern.window, config.pattern.k,
@@ -112,12 +126,14 @@ class Agent:
         self.position = 0
         self.counts = {"events_in": 0, "events_bad": 0, "events_replayed": 0, "matches": 0,
                        "matches_orphaned": 0, "batches_put": 0, "batches_refused": 0,
-                       "bytes_put": 0, "sketch_saves": 0}
+                       "bytes_put": 0, "sketch_saves": 0, "sketch_updates": 0}
         self.lag = 0.0
         self._since_save = 0
         self._last_metrics = time.monotonic()
         self._metrics_fh = None
         self._bad_log = LogLimiter(log)  # the source's, once there is one (one rate limit)
+        if config.sketch is not None and config.sketch.download and self.uplink is not None:
+            _SketchWatch(self).start()
 
     # ------------------------------------------------------------------ set-up
 
@@ -136,10 +152,7 @@ class Agent:
         sketch = self._load_sketch() if self.cfg.sketch is not None else None
         if sketch is not None:
             try:
-                policy = HistoryPolicy(sketch, self.cfg.sketch.learning_rate,
-                                       self.cfg.sketch.explore, defer=self.cfg.sketch.defer,
-                                       budget=budget)
-                matcher = Matcher(p.text, policy=policy, bins=policy.bins, **common)
+                matcher, policy = self._history_matcher(sketch, budget)
             except (ValueError, TypeError) as e:
                 self._refuse_sketch(f"does not fit the pattern: {e}")
             else:
@@ -163,9 +176,20 @@ class Agent:
         self.policy_error = f"sketch refused: {why}"
         log.error("%s; using the fallback policy %s", self.policy_error, FALLBACK_POLICY)
 
+    def _history_matcher(self, sketch: Sketch, budget: Budget | None
+                         ) -> tuple[Matcher, HistoryPolicy]:
+        p, sk = self.cfg.pattern, self.cfg.sketch
+        policy = HistoryPolicy(sketch, sk.learning_rate, sk.explore, defer=sk.defer,
+                               budget=budget)
+        return Matcher(p.text, window=p.window, k=p.k, where=list(p.where),
+                       partition=p.partition, on_bad_event="error", budget=budget,
+                       policy=policy, bins=policy.bins), policy
+
     def _load_sketch(self) -> Sketch | None:
-        """The verified sketch, or None (logged) when it is missing, tampered or oversized.
-        A learned sketch saved by this device (``save_path``) is preferred when valid."""
+        """The verified sketch to start with, or None (logged) when it is missing, tampered
+        or oversized. The learned sketch saved by this device (``save_path``) is used when
+        it derives from the sketch published now (or, while a download fails, the last one
+        kept at ``sketch.path``)."""
         sk = self.cfg.sketch
         try:
             key = _read_key(sk.key_file, "sketch.key_file")
@@ -174,29 +198,161 @@ class Agent:
         except OSError as e:
             self._refuse_sketch(str(e))
             return None
-        if sk.save_path and os.path.exists(sk.save_path):
-            try:
-                sketch = Sketch.load(sk.save_path, device_key, sk.max_bytes)
-                self._check_sketch(sketch)
-                log.info("loaded the learned sketch %s", sk.save_path)
-                return sketch
-            except (SketchError, OSError) as e:
-                log.warning("learned sketch %s not used (%s); trying the original",
-                            sk.save_path, e)
+        learned = self._learned_sketch(device_key)
         try:
+            data = self._original_sketch()
+        except OSError as e:
+            if sk.download:  # _SketchWatch retries; a kept copy or a learned sketch serves
+                self._download_failed = True
+                log.warning("sketch download failed (%s); retrying with backoff", e)
+            if learned is not None:
+                log.info("using the learned sketch %s until the download succeeds",
+                         sk.save_path)
+                self.origin = learned[1]
+                return learned[0]
             if sk.download:
-                data = download_sketch(self.uplink, self.cfg.pattern.id, sk.max_bytes)
-                if sk.path:
-                    _atomic_write(sk.path, data)
+                self.policy_error = f"sketch download failed: {e}"
+                log.error("%s; using the fallback policy %s until it succeeds",
+                          self.policy_error, FALLBACK_POLICY)
             else:
-                with open(sk.path, "rb") as fh:
-                    data = fh.read(sk.max_bytes + 1)
+                self._refuse_sketch(str(e))
+            return None
+        etag = self._published = _etag(data)
+        if learned is not None:
+            if learned[1] == etag:
+                log.info("loaded the learned sketch %s", sk.save_path)
+                self.origin = etag
+                return learned[0]
+            log.info("the learned sketch %s derives from sketch %s, not from the sketch "
+                     "now published (%s): starting from the published one", sk.save_path,
+                     (learned[1] or "unrecorded")[:16], etag[:16])
+        try:
             sketch = Sketch.from_bytes(data, key, sk.max_bytes)
             self._check_sketch(sketch)
-        except (SketchError, OSError) as e:
+        except SketchError as e:
             self._refuse_sketch(str(e))
             return None
+        self.origin = etag
         return sketch
+
+    def _original_sketch(self) -> bytes:
+        """The published sketch's bytes: downloaded (kept at ``sketch.path``, which a
+        ``304`` confirms) or read from ``sketch.path``. Raises OSError."""
+        sk = self.cfg.sketch
+        kept = None
+        if sk.path and os.path.exists(sk.path):
+            with open(sk.path, "rb") as fh:
+                kept = fh.read(sk.max_bytes + 1)
+        if not sk.download:
+            if kept is None:
+                raise OSError(f"sketch.path: {sk.path}: no such file")
+            return kept
+        try:
+            data = self._fetch_sketch(None if kept is None else _etag(kept))
+        except OSError:
+            if kept is None:
+                raise
+            self._download_failed = True
+            log.warning("sketch download failed; using the copy kept at %s until it "
+                        "succeeds", sk.path)
+            return kept
+        if data is None:
+            return kept
+        if sk.path:
+            _atomic_write(sk.path, data)
+        return data
+
+    def _learned_sketch(self, key: bytes) -> tuple[Sketch, str | None] | None:
+        """The learned sketch at ``save_path`` and the ETag of the sketch it was learned
+        from (None when not recorded), or None."""
+        sk = self.cfg.sketch
+        if not sk.save_path or not os.path.exists(sk.save_path):
+            return None
+        try:
+            sketch = Sketch.load(sk.save_path, key, sk.max_bytes)
+            self._check_sketch(sketch)
+        except (SketchError, OSError) as e:
+            log.warning("learned sketch %s not used (%s); trying the original",
+                        sk.save_path, e)
+            return None
+        try:
+            with open(sk.save_path + ".origin") as fh:
+                origin = fh.read().strip() or None
+        except OSError:
+            origin = None
+        return sketch, origin
+
+    def _fetch_sketch(self, etag: str | None) -> bytes | None:
+        """``GET /v1/sketches/{pattern.id}``, with ``If-None-Match: etag`` when given:
+        the bytes (not verified), or None when the published sketch is still ``etag``.
+        Raises OSError naming the problem."""
+        up, max_bytes = self.uplink, self.cfg.sketch.max_bytes
+        if etag is None:
+            return download_sketch(up, self.cfg.pattern.id, max_bytes)
+        # Uplink.get_sketch sends no If-None-Match; a 304 saves the sketch's bytes
+        path = "/v1/sketches/" + urllib.parse.quote(self.cfg.pattern.id, safe="")
+        req = up._request("GET", path, headers={"If-None-Match": f'"{etag}"'})
+        try:
+            with urllib.request.urlopen(req, timeout=up.timeout) as r:
+                data = r.read(max_bytes + 1)
+        except urllib.error.HTTPError as e:
+            if e.code == 304:
+                return None
+            raise OSError(f"GET {path}: HTTP {e.code}") from None
+        except (urllib.error.URLError, TimeoutError, OSError) as e:
+            raise OSError(f"GET {path}: {getattr(e, 'reason', e)}") from None
+        if len(data) > max_bytes:
+            raise OSError(f"GET {path}: more than sketch.max_bytes = {max_bytes} bytes")
+        log.info("downloaded sketch %s: %d bytes, sha256 %s", self.cfg.pattern.id, len(data),
+                 _etag(data)[:16])
+        return data
+
+    def _offer_sketch(self, data: bytes) -> None:
+        """A newly published sketch (from :class:`_SketchWatch`'s thread): verified here,
+        taken into use by the loop between chunks (:meth:`_take_offered_sketch`)."""
+        sk, etag = self.cfg.sketch, _etag(data)
+        self._published = etag
+        try:
+            sketch = Sketch.from_bytes(data, _read_key(sk.key_file, "sketch.key_file"),
+                                       sk.max_bytes)
+            self._check_sketch(sketch)
+        except (SketchError, OSError) as e:
+            log.error("the sketch published as %s is refused: %s; keeping the policy %s",
+                      etag[:16], e, self.policy_name)
+            return
+        with self._offer_lock:
+            self._offered = (sketch, etag, data)
+
+    def _take_offered_sketch(self) -> None:
+        with self._offer_lock:
+            offered, self._offered = self._offered, None
+        if offered is None:
+            return
+        sketch, etag, data = offered
+        try:
+            matcher, policy = self._history_matcher(sketch, self.matcher.budget)
+        except (ValueError, TypeError) as e:
+            log.error("the sketch published as %s does not fit the pattern: %s; keeping the "
+                      "policy %s", etag[:16], e, self.policy_name)
+            return
+        before, was = self.matcher.stats, self.policy_name
+        self.matcher, self.history = matcher, policy
+        kept = self.kept.view()
+        if kept is not None:  # the windows' state; their matches were committed before
+            self._match(kept)
+        after = matcher.stats
+        for name in self._stats_carry:
+            self._stats_carry[name] += before[name] - after[name]
+        self.policy_name, self.policy_error, self.origin = "history", None, etag
+        self._download_failed = False
+        self.counts["sketch_updates"] += 1
+        log.info("using the sketch published as %s (policy was %s)", etag[:16], was)
+        if self.cfg.sketch.path:
+            try:
+                _atomic_write(self.cfg.sketch.path, data)
+            except OSError as e:
+                log.error("could not keep the sketch at %s: %s", self.cfg.sketch.path, e)
+        self._save_sketch()
 
     def _check_sketch(self, sketch: Sketch) -> None:
         p = self.cfg.pattern
@@ -409,6 +565,7 @@ class Agent:
         started = getattr(source, "chunk_started", time.monotonic())
         t0 = time.perf_counter()
         self._next_file(source)
+        self._take_offered_sketch()
         events = [e for e, _ in chunk]
         ends = [o for _, o in chunk]
         starts = [self.resume_offset, *ends[:-1]]  # the offset before each event
@@ -566,13 +723,17 @@ class Agent:
         try:
             key = _read_key(sk.device_key_file or sk.key_file, "sketch.device_key_file")
             _atomic_write(sk.save_path, self.history.learned_sketch().to_bytes(key))
+            if self.origin is not None:  # after the sketch: a crash between keeps the old
+                _atomic_write(sk.save_path + ".origin", self.origin.encode())  # origin
             self.counts["sketch_saves"] += 1
         except (OSError, SketchError) as e:
             log.error("could not save the learned sketch to %s: %s", sk.save_path, e)
 
     def metrics(self, source: Source | None = None) -> dict:
         """The current metrics (one JSON object)."""
-        s = self.matcher.stats
+        s = {**self.matcher.stats}
+        for name, carried in self._stats_carry.items():  # from matchers before a new sketch
+            s[name] += carried
         ob = self.outbox.metrics()
         out = {"time": time.time(), "device": self.cfg.device_id, **self.counts,
                "consumed": self.consumed, "seq": self.seq, "candidates": s["candidates"],
@@ -606,6 +767,40 @@ class Agent:
             return
         with open(self.cfg.metrics.path, "a") as fh:
             fh.write(line + "\n")
+
+
+class _SketchWatch(threading.Thread):
+    """Asks the collector for the published sketch: after a failed download again with
+    the outbox's backoff, then every ``sketch.check_interval`` seconds (0: never) with
+    ``If-None-Match``. A new one goes to :meth:`Agent._offer_sketch`."""
+
+    def __init__(self, agent: Agent):
+        super().__init__(name="acep-sketch", daemon=True)
+        self.agent = agent
+
+    def run(self) -> None:
+        agent, ob = self.agent, self.agent.cfg.outbox
+        backoff = Backoff(base_delay=ob.backoff_base, max_delay=ob.backoff_max)
+        interval = agent.cfg.sketch.check_interval
+        failures = 1 if agent._download_failed else 0
+        while failures or interval > 0:
+            delay = backoff.delay("sketch", failures) if failures else interval
+            if agent.stop_event.wait(delay):
+                return
+            try:
+                data = agent._fetch_sketch(agent._published)
+            except OSError as e:
+                failures += 1
+                log.warning("sketch download failed (%s); retrying with backoff", e)
+                continue
+            failures = 0
+            if data is not None:
+                agent._offer_sketch(data)
+
+
+def _etag(data: bytes) -> str:
+    """What the collector's ETag is: the hex SHA-256 of the signed bytes."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def _read_key(path: str | None, name: str) -> bytes:
