@@ -18,12 +18,17 @@ so shedding decisions after a restart may differ from an uninterrupted run's.
 Sketch: loaded from ``sketch.path`` or downloaded from the collector, verified (HMAC, size,
 pattern) before use; a refused sketch is logged and the agent runs with the fallback policy
 ``oldest-first`` (named in the log and the metrics). The learned sketch (RL update) is saved
-signed, atomically, every ``sketch.save_every`` events and on exit.
+signed, atomically, every ``sketch.save_every`` events and on exit, with the ETag (SHA-256)
+of the sketch it was learned from beside it; it is used only while that sketch is the one
+published. A download that fails is retried with backoff, and the collector is asked for a
+newer sketch every ``sketch.check_interval`` seconds (``If-None-Match``); a new verified
+sketch replaces the running one between chunks.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
@@ -49,7 +54,7 @@ from .budgeting import WallClockBudget
 from .config import AgentConfig, ConfigError, load_config
 from .outbox import Backoff, Outbox, OutboxFull
 from .retained import Retained
-from .sources import FileSource, IteratorSource, Source, StdinSource
+from .sources import FileSource, IteratorSource, LogLimiter, Source, StdinSource
 from .uplink import Uplink, Uploader, download_sketch
 from .wire import (
     Condenser,
@@ -93,6 +98,7 @@ class Agent:
         self.resume_offset = st.get("offset", 0)
         self.replay_position = int(st.get("replay_position", 0))
         self.replay_offset = st.get("replay_offset", 0)
+        self._check_progress(st)
         self.stop_event = threading.Event()
         # outbox transactions run in one writer thread, one at a time (see _write)
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-outbox")
@@ -102,6 +108,12 @@ class Agent:
             Uplink(config.collector_url, config.token or "", config.timeout)
         self.policy_name, self.policy_error = FALLBACK_POLICY, None
         self.wallclock: WallClockBudget | None = None
+        self.origin: str | None = None  # the ETag of the sketch the running one derives from
+        self._published: str | None = None  # the last published ETag seen (If-None-Match)
+        self._download_failed = False
+        self._offered: tuple | None = None  # a new verified sketch from _SketchWatch
+        self._offer_lock = threading.Lock()
+        self._stats_carry = {"candidates": 0, "shed": 0, "decide_ns": 0}
         self.matcher = self._build_matcher()
         self.pattern_ref = PatternRef(
             config.pattern.id, config.pattern.text, config.pattern.window, config.pattern.k,
@@ -115,11 +127,14 @@ class Agent:
         self.position = 0
         self.counts = {"events_in": 0, "events_bad": 0, "events_replayed": 0, "matches": 0,
                        "matches_orphaned": 0, "batches_put": 0, "batches_refused": 0,
-                       "bytes_put": 0, "sketch_saves": 0}
+                       "bytes_put": 0, "sketch_saves": 0, "sketch_updates": 0}
         self.lag = 0.0
         self._since_save = 0
         # held while a chunk is processed, so the metrics thread reads a consistent state
         self._loop_lock = threading.Lock()
+        self._bad_log = LogLimiter(log)  # the source's, once there is one (one rate limit)
+        if config.sketch is not None and config.sketch.download and self.uplink is not None:
+            _SketchWatch(self).start()
 
     # ------------------------------------------------------------------ set-up
 
@@ -132,15 +147,13 @@ class Agent:
             self.wallclock = WallClockBudget(b.ops_per_event or b.max_ops, b.target_utilization,
                                              b.max_lag, b.min_ops, b.max_ops)
             budget = Budget(self.wallclock.ops, b.burst)
+        # "error": the kernel stops at a bad event, so it can be named and logged (_match)
         common = dict(window=p.window, k=p.k, where=list(p.where), partition=p.partition,
-                      on_bad_event="skip", budget=budget)
+                      on_bad_event="error", budget=budget)
         sketch = self._load_sketch() if self.cfg.sketch is not None else None
         if sketch is not None:
             try:
-                policy = HistoryPolicy(sketch, self.cfg.sketch.learning_rate,
-                                       self.cfg.sketch.explore, defer=self.cfg.sketch.defer,
-                                       budget=budget)
-                matcher = Matcher(p.text, policy=policy, bins=policy.bins, **common)
+                matcher, policy = self._history_matcher(sketch, budget)
             except (ValueError, TypeError) as e:
                 self._refuse_sketch(f"does not fit the pattern: {e}")
             else:
@@ -164,9 +177,20 @@ class Agent:
         self.policy_error = f"sketch refused: {why}"
         log.error("%s; using the fallback policy %s", self.policy_error, FALLBACK_POLICY)
 
+    def _history_matcher(self, sketch: Sketch, budget: Budget | None
+                         ) -> tuple[Matcher, HistoryPolicy]:
+        p, sk = self.cfg.pattern, self.cfg.sketch
+        policy = HistoryPolicy(sketch, sk.learning_rate, sk.explore, defer=sk.defer,
+                               budget=budget)
+        return Matcher(p.text, window=p.window, k=p.k, where=list(p.where),
+                       partition=p.partition, on_bad_event="error", budget=budget,
+                       policy=policy, bins=policy.bins), policy
+
     def _load_sketch(self) -> Sketch | None:
-        """The verified sketch, or None (logged) when it is missing, tampered or oversized.
-        A learned sketch saved by this device (``save_path``) is preferred when valid."""
+        """The verified sketch to start with, or None (logged) when it is missing, tampered
+        or oversized. The learned sketch saved by this device (``save_path``) is used when
+        it derives from the sketch published now (or, while a download fails, the last one
+        kept at ``sketch.path``)."""
         sk = self.cfg.sketch
         try:
             key = _read_key(sk.key_file, "sketch.key_file")
@@ -175,29 +199,143 @@ class Agent:
         except OSError as e:
             self._refuse_sketch(str(e))
             return None
-        if sk.save_path and os.path.exists(sk.save_path):
-            try:
-                sketch = Sketch.load(sk.save_path, device_key, sk.max_bytes)
-                self._check_sketch(sketch)
-                log.info("loaded the learned sketch %s", sk.save_path)
-                return sketch
-            except (SketchError, OSError) as e:
-                log.warning("learned sketch %s not used (%s); trying the original",
-                            sk.save_path, e)
+        learned = self._learned_sketch(device_key)
         try:
+            data = self._original_sketch()
+        except OSError as e:
+            if sk.download:  # _SketchWatch retries; a kept copy or a learned sketch serves
+                self._download_failed = True
+                log.warning("sketch download failed (%s); retrying with backoff", e)
+            if learned is not None:
+                log.info("using the learned sketch %s until the download succeeds",
+                         sk.save_path)
+                self.origin = learned[1]
+                return learned[0]
             if sk.download:
-                data = download_sketch(self.uplink, self.cfg.pattern.id, sk.max_bytes)
-                if sk.path:
-                    _atomic_write(sk.path, data)
+                self.policy_error = f"sketch download failed: {e}"
+                log.error("%s; using the fallback policy %s until it succeeds",
+                          self.policy_error, FALLBACK_POLICY)
             else:
-                with open(sk.path, "rb") as fh:
-                    data = fh.read(sk.max_bytes + 1)
+                self._refuse_sketch(str(e))
+            return None
+        etag = self._published = _etag(data)
+        if learned is not None:
+            if learned[1] == etag:
+                log.info("loaded the learned sketch %s", sk.save_path)
+                self.origin = etag
+                return learned[0]
+            log.info("the learned sketch %s derives from sketch %s, not from the sketch "
+                     "now published (%s): starting from the published one", sk.save_path,
+                     (learned[1] or "unrecorded")[:16], etag[:16])
+        try:
             sketch = Sketch.from_bytes(data, key, sk.max_bytes)
             self._check_sketch(sketch)
-        except (SketchError, OSError) as e:
+        except SketchError as e:
             self._refuse_sketch(str(e))
             return None
+        self.origin = etag
         return sketch
+
+    def _original_sketch(self) -> bytes:
+        """The published sketch's bytes: downloaded (kept at ``sketch.path``, which a
+        ``304`` confirms) or read from ``sketch.path``. Raises OSError."""
+        sk = self.cfg.sketch
+        kept = None
+        if sk.path and os.path.exists(sk.path):
+            with open(sk.path, "rb") as fh:
+                kept = fh.read(sk.max_bytes + 1)
+        if not sk.download:
+            if kept is None:
+                raise OSError(f"sketch.path: {sk.path}: no such file")
+            return kept
+        try:
+            data = self._fetch_sketch(None if kept is None else _etag(kept))
+        except OSError:
+            if kept is None:
+                raise
+            self._download_failed = True
+            log.warning("sketch download failed; using the copy kept at %s until it "
+                        "succeeds", sk.path)
+            return kept
+        if data is None:
+            return kept
+        if sk.path:
+            _atomic_write(sk.path, data)
+        return data
+
+    def _learned_sketch(self, key: bytes) -> tuple[Sketch, str | None] | None:
+        """The learned sketch at ``save_path`` and the ETag of the sketch it was learned
+        from (None when not recorded), or None."""
+        sk = self.cfg.sketch
+        if not sk.save_path or not os.path.exists(sk.save_path):
+            return None
+        try:
+            sketch = Sketch.load(sk.save_path, key, sk.max_bytes)
+            self._check_sketch(sketch)
+        except (SketchError, OSError) as e:
+            log.warning("learned sketch %s not used (%s); trying the original",
+                        sk.save_path, e)
+            return None
+        try:
+            with open(sk.save_path + ".origin") as fh:
+                origin = fh.read().strip() or None
+        except OSError:
+            origin = None
+        return sketch, origin
+
+    def _fetch_sketch(self, etag: str | None) -> bytes | None:
+        """``GET /v1/sketches/{pattern.id}``, with ``If-None-Match: etag`` when given:
+        the bytes (not verified), or None when the published sketch is still ``etag``.
+        Raises OSError naming the problem."""
+        return download_sketch(self.uplink, self.cfg.pattern.id, self.cfg.sketch.max_bytes,
+                               etag)
+
+    def _offer_sketch(self, data: bytes) -> None:
+        """A newly published sketch (from :class:`_SketchWatch`'s thread): verified here,
+        taken into use by the loop between chunks (:meth:`_take_offered_sketch`)."""
+        sk, etag = self.cfg.sketch, _etag(data)
+        self._published = etag
+        try:
+            sketch = Sketch.from_bytes(data, _read_key(sk.key_file, "sketch.key_file"),
+                                       sk.max_bytes)
+            self._check_sketch(sketch)
+        except (SketchError, OSError) as e:
+            log.error("the sketch published as %s is refused: %s; keeping the policy %s",
+                      etag[:16], e, self.policy_name)
+            return
+        with self._offer_lock:
+            self._offered = (sketch, etag, data)
+
+    def _take_offered_sketch(self) -> None:
+        with self._offer_lock:
+            offered, self._offered = self._offered, None
+        if offered is None:
+            return
+        sketch, etag, data = offered
+        try:
+            matcher, policy = self._history_matcher(sketch, self.matcher.budget)
+        except (ValueError, TypeError) as e:
+            log.error("the sketch published as %s does not fit the pattern: %s; keeping the "
+                      "policy %s", etag[:16], e, self.policy_name)
+            return
+        before, was = self.matcher.stats, self.policy_name
+        self.matcher, self.history = matcher, policy
+        kept = self.kept.view()
+        if kept is not None:  # the windows' state; their matches were committed before
+            self._match(kept)
+        after = matcher.stats
+        for name in self._stats_carry:
+            self._stats_carry[name] += before[name] - after[name]
+        self.policy_name, self.policy_error, self.origin = "history", None, etag
+        self._download_failed = False
+        self.counts["sketch_updates"] += 1
+        log.info("using the sketch published as %s (policy was %s)", etag[:16], was)
+        if self.cfg.sketch.path:
+            try:
+                _atomic_write(self.cfg.sketch.path, data)
+            except OSError as e:
+                log.error("could not keep the sketch at %s: %s", self.cfg.sketch.path, e)
+        self._save_sketch()
 
     def _check_sketch(self, sketch: Sketch) -> None:
         p = self.cfg.pattern
@@ -208,6 +346,79 @@ class Agent:
         problem = sketch.mismatch(p.text, p.k, p.window, p.where, partition)
         if problem is not None:
             raise SketchError(problem)
+
+    def _stream(self) -> tuple[dict, dict]:
+        """What the progress is progress of: the source (for a file its path, device and
+        inode) and the pattern definition, as JSON values."""
+        p, s = self.cfg.pattern, self.cfg.source
+        pattern = {"id": p.id, "text": p.text, "window": p.window, "k": p.k,
+                   "where": list(p.where), "partition": p.partition}
+        source: dict = {"kind": s.kind}
+        if s.kind == "file":
+            source["path"] = os.path.abspath(s.path)
+            try:
+                st = os.stat(s.path)
+                source.update(dev=st.st_dev, ino=st.st_ino)
+            except OSError:
+                pass  # a followed file that does not exist yet
+        return source, pattern
+
+    def _check_progress(self, st: dict) -> None:
+        """Resume the outbox's progress only on the stream it was made on; for another
+        source or pattern, log why and read the new one from its start (``consumed`` and
+        ``seq`` go on, so positions and batch ids stay unique)."""
+        self.source_id, self.pattern_def = self._stream()
+        self._generation, self._file_start = 0, self.replay_position
+        why = self._other_stream(st.get("source"), st.get("pattern")) if st else None
+        if why is None:
+            if self.cfg.source.kind == "stdin":
+                self.finished = False  # every run reads a new standard input
+            return
+        log.warning("the progress in %s (%d events consumed, next seq %d) is not of this "
+                    "stream: %s; reading %s from its start", self.cfg.outbox.path,
+                    self.consumed, self.seq, why, self.source_id.get("path", "the source"))
+        self.finished = False
+        self.resume_offset = self.replay_offset = 0
+        self.replay_position = self._file_start = self.consumed
+
+    def _other_stream(self, source: dict | None, pattern: dict | None) -> str | None:
+        """Why the progress of ``source``/``pattern`` is not this stream's (None: it is;
+        progress written before it named its stream is taken as this stream's)."""
+        if pattern is not None and pattern != self.pattern_def:
+            keys = [k for k in self.pattern_def if pattern.get(k) != self.pattern_def[k]]
+            return ", ".join(f"pattern.{k} was {pattern.get(k)!r}" for k in keys)
+        if source is None:
+            return None
+        now = self.source_id
+        if source.get("kind") != now["kind"]:
+            return f"source.kind was {source.get('kind')!r}"
+        if now["kind"] != "file":
+            return None
+        if source.get("path") != now["path"]:
+            return f"source.path was {source.get('path')}"
+        if "ino" in source and (source.get("dev"), source["ino"]) != (now.get("dev"),
+                                                                      now.get("ino")):
+            return (f"{now['path']} is another file now (it was inode {source['ino']}): "
+                    "rotated or replaced while the agent was stopped")
+        try:
+            if os.stat(now["path"]).st_size < int(self.resume_offset or 0):
+                return (f"{now['path']} is shorter than the progress' byte offset "
+                        f"{self.resume_offset}: truncated")
+        except OSError:
+            pass
+        return None
+
+    def _next_file(self, source: Source) -> None:
+        """A followed file was rotated or truncated: the chunk's events are a new file's,
+        from its start. A restart cannot read the old file again, so its replay starts
+        at the new file (the old file's events within a window are not replayed)."""
+        if not isinstance(source, FileSource) or source.identity is None:
+            return
+        if source.generation != self._generation:
+            self._generation, self._file_start = source.generation, self.position
+            self.resume_offset = 0
+            self.replay_position, self.replay_offset = self.position, 0
+        self.source_id = {**self.source_id, **source.identity}
 
     def _make_source(self) -> Source:
         s = self.cfg.source
@@ -221,6 +432,7 @@ class Agent:
             src = IteratorSource(self.events_iterable, start=int(self.replay_offset or 0), **kw)
         else:
             src = StdinSource(self.stdin, **kw)
+        self._bad_log = src.bad_log
         if src.replayable:
             self.position, self.resume_offset = self.replay_position, self.replay_offset
         else:  # nothing to replay: positions continue after the events consumed
@@ -302,34 +514,67 @@ class Agent:
             uploader.wake.set()
             time.sleep(0.02)
 
-    def _to_batch(self, events: list[dict], position: int) -> tuple[EventBatch, list[int]]:
-        """The good events as a batch, and the indices of those kept."""
+    def _to_batch(self, events: list[dict], position: int, starts: list, ends: list,
+                  source: Source) -> tuple[EventBatch, list[int]]:
+        """The good events as a batch, and the indices of those kept; each bad one is
+        counted and logged with where it is (``starts``/``ends``: its offsets), unless it
+        comes before ``consumed`` (a replay: it was counted when first read)."""
+        warm = self.consumed - position
         keep = list(range(len(events)))
         while True:
             try:
                 rows = events if len(keep) == len(events) else [events[i] for i in keep]
-                return EventBatch.from_events(rows, position, "<agent>"), keep
+                return EventBatch.from_events(rows, position, source.name), keep
             except EventError as e:
                 bad = (e.position if e.position is not None else position) - position
                 if not 0 <= bad < len(keep):
                     raise
-                log.warning("bad event skipped: %s", e)
-                self.counts["events_bad"] += 1
+                i = keep[bad]
+                if bad >= warm:  # the events before it in the chunk are good ones
+                    self._bad_event(e, source.where(starts[i], ends[i], position + bad))
                 del keep[bad]
+
+    def _match(self, batch: EventBatch, source: Source | None = None,
+               starts: list | None = None, ends: list | None = None) -> MatchBatch:
+        """``match_batch`` past the events the kernel refuses (a tag going back, a missing
+        partition or predicate attribute). With a ``source`` each is counted and logged;
+        without (a replay) they were counted when first read."""
+        found, base = [], batch.position
+        while True:
+            try:
+                found.append(self.matcher.match_batch(batch))
+                break
+            except EventError as e:
+                if e.position is None or not 0 <= e.position - batch.position < len(batch):
+                    raise
+                if getattr(e, "matches", None) is not None:
+                    found.append(e.matches)
+                if source is not None:
+                    i = e.position - base
+                    self._bad_event(e, source.where(starts[i], ends[i], e.position))
+                batch = batch.slice(e.position - batch.position + 1, len(batch))
+        return found[0] if len(found) == 1 else MatchBatch.concat(found)
+
+    def _bad_event(self, e: EventError, where: str) -> None:
+        field = f", field {e.field!r}" if e.field is not None else ""
+        self._bad_log.warning("%s%s: bad event skipped: %s", where, field, e.message)
+        self.counts["events_bad"] += 1
 
     def _process(self, chunk: list, source: Source) -> None:
         started = getattr(source, "chunk_started", time.monotonic())
         t0 = time.perf_counter()
+        self._next_file(source)
+        self._take_offered_sketch()
         events = [e for e, _ in chunk]
         ends = [o for _, o in chunk]
-        batch, kept = self._to_batch(events, self.position)
         starts = [self.resume_offset, *ends[:-1]]  # the offset before each event
+        batch, kept = self._to_batch(events, self.position, starts, ends, source)
         if len(kept) < len(starts):
-            starts = [starts[i] for i in kept]
-        self.resume_offset = ends[-1]
+            starts, ends = [starts[i] for i in kept], [ends[i] for i in kept]
+        self.resume_offset = chunk[-1][1]
         n_warm = min(max(self.consumed - self.position, 0), len(batch))
         if n_warm:  # replay after a restart: rebuild the state, the matches are committed
-            self.matcher.match_batch(batch.slice(0, n_warm))
+            self._match(batch.slice(0, n_warm))
             self.counts["events_replayed"] += n_warm
             self._retain(batch.slice(0, n_warm), starts[:n_warm])
             self._trim()
@@ -338,8 +583,9 @@ class Agent:
         if len(live) == 0 and n_warm:
             return
         stats0 = self.matcher.stats if self.wallclock is not None else None
-        found = self.matcher.match_batch(live)
-        self.counts["events_in"] += len(live)
+        bad0 = self.counts["events_bad"]
+        found = self._match(live, source, starts[n_warm:], ends[n_warm:])
+        self.counts["events_in"] += len(live) - (self.counts["events_bad"] - bad0)
         self._retain(live, starts[n_warm:])
         self._commit(found, self.kept.view(), len(live))
         self._trim()
@@ -362,7 +608,7 @@ class Agent:
         self.consumed += n_live
         state = {"consumed": self.consumed, "offset": self.resume_offset,
                  "replay_position": self.replay_position, "replay_offset": self.replay_offset,
-                 "finished": finished}
+                 "finished": finished, "source": self.source_id, "pattern": self.pattern_def}
         if len(found) and self.condenser is None:
             found = self._inside(found, events)
         if not len(found):
@@ -445,6 +691,8 @@ class Agent:
         self.kept.trim()
         self.replay_position = self.kept.position
         self.replay_offset = self.kept.first_offset(self.resume_offset)
+        if self.replay_position < self._file_start:  # kept events of a rotated file
+            self.replay_position, self.replay_offset = self._file_start, 0
 
     def _adapt(self, n: int, stats0: dict | None, seconds: float, source: Source) -> None:
         if self.wallclock is None or n == 0:
@@ -474,13 +722,17 @@ class Agent:
         try:
             key = _read_key(sk.device_key_file or sk.key_file, "sketch.device_key_file")
             _atomic_write(sk.save_path, self.history.learned_sketch().to_bytes(key))
+            if self.origin is not None:  # after the sketch: a crash between keeps the old
+                _atomic_write(sk.save_path + ".origin", self.origin.encode())  # origin
             self.counts["sketch_saves"] += 1
         except (OSError, SketchError) as e:
             log.error("could not save the learned sketch to %s: %s", sk.save_path, e)
 
     def metrics(self, source: Source | None = None) -> dict:
         """The current metrics (one JSON object)."""
-        s = self.matcher.stats
+        s = {**self.matcher.stats}
+        for name, carried in self._stats_carry.items():  # from matchers before a new sketch
+            s[name] += carried
         ob = self.outbox.metrics()
         out = {"time": time.time(), "device": self.cfg.device_id, **self.counts,
                "consumed": self.consumed, "seq": self.seq, "candidates": s["candidates"],
@@ -527,6 +779,40 @@ def fresh_seq() -> int:
     microsecond, so a new one starts above every batch id it uploaded (unless the clock went
     back by more than that outbox's age) and the collector never sees a reused id."""
     return time.time_ns() // 1000
+
+
+class _SketchWatch(threading.Thread):
+    """Asks the collector for the published sketch: after a failed download again with
+    the outbox's backoff, then every ``sketch.check_interval`` seconds (0: never) with
+    ``If-None-Match``. A new one goes to :meth:`Agent._offer_sketch`."""
+
+    def __init__(self, agent: Agent):
+        super().__init__(name="acep-sketch", daemon=True)
+        self.agent = agent
+
+    def run(self) -> None:
+        agent, ob = self.agent, self.agent.cfg.outbox
+        backoff = Backoff(base_delay=ob.backoff_base, max_delay=ob.backoff_max)
+        interval = agent.cfg.sketch.check_interval
+        failures = 1 if agent._download_failed else 0
+        while failures or interval > 0:
+            delay = backoff.delay("sketch", failures) if failures else interval
+            if agent.stop_event.wait(delay):
+                return
+            try:
+                data = agent._fetch_sketch(agent._published)
+            except OSError as e:
+                failures += 1
+                log.warning("sketch download failed (%s); retrying with backoff", e)
+                continue
+            failures = 0
+            if data is not None:
+                agent._offer_sketch(data)
+
+
+def _etag(data: bytes) -> str:
+    """What the collector's ETag is: the hex SHA-256 of the signed bytes."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def _read_key(path: str | None, name: str) -> bytes:

@@ -74,6 +74,7 @@ class SketchConfig:
     defer: int = DEFER  # deferred window starts per partition and state (SHEDDING.md 8)
     save_path: str | None = None
     save_every: int = 100_000
+    check_interval: float = 3600.0  # seconds between checks for a newly published sketch
 
 
 @dataclass
@@ -273,7 +274,8 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
             learning_rate=sk.get("learning_rate", float, LEARNING_RATE),
             explore=sk.get("explore", float, EXPLORE), defer=sk.get("defer", int, DEFER),
             save_path=path_of(sk.get("save_path", str)),
-            save_every=sk.positive("save_every", int, 100_000))
+            save_every=sk.positive("save_every", int, 100_000),
+            check_interval=sk.positive("check_interval", float, 3600.0, zero=True))
         for key in ("learning_rate", "explore"):
             if not 0.0 <= getattr(sketch, key) <= 1.0:
                 raise ConfigError(f"sketch.{key}: must be in [0, 1], not "

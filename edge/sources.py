@@ -4,8 +4,9 @@ Each source yields *chunks*: lists of ``(event dict, resume offset)`` where the 
 where reading resumes after that event (a byte offset for a file, an event count for an
 iterator, None for stdin, which cannot be re-read). A chunk ends after ``batch_events``
 events or ``batch_seconds`` after its first event, whichever comes first, so a slow
-stream still moves. Lines that are not JSON objects are skipped and counted in
-``bad_lines`` (a device must not stop on one bad line).
+stream still moves. Lines that are not JSON objects are skipped, counted in ``bad_lines``
+and logged with where they are (a device must not stop on one bad line; :class:`LogLimiter`
+keeps a flood of them from filling the log).
 """
 
 from __future__ import annotations
@@ -13,17 +14,42 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import logging
 import os
 import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
 
-__all__ = ["Source", "FileSource", "StdinSource", "IteratorSource", "parse_line",
-           "parse_lines"]
+__all__ = ["Source", "FileSource", "StdinSource", "IteratorSource", "LogLimiter",
+           "parse_line", "parse_lines"]
 
+log = logging.getLogger("edge.agent")
 Item = tuple[dict, "int | None"]
 _READ_BYTES = 1 << 16  # a file is read this much at a time (whole lines)
+_CUT = object()  # from _blocks: close the chunk here (the events after it are another file's)
+
+
+class LogLimiter:
+    """Warnings about bad input: at most ``burst`` per ``period`` seconds, then one line
+    saying how many were left out (the counts are in the metrics)."""
+
+    def __init__(self, logger: logging.Logger = log, burst: int = 20, period: float = 60.0):
+        self.log, self.burst, self.period = logger, int(burst), float(period)
+        self.started, self.logged, self.left_out = time.monotonic(), 0, 0
+
+    def warning(self, msg: str, *args) -> None:
+        now = time.monotonic()
+        if now - self.started >= self.period:
+            if self.left_out:
+                self.log.warning("%d more bad lines or events were not logged in the last "
+                                 "%.0f s", self.left_out, now - self.started)
+            self.started, self.logged, self.left_out = now, 0, 0
+        if self.logged < self.burst:
+            self.logged += 1
+            self.log.warning(msg, *args)
+        else:
+            self.left_out += 1
 
 
 def parse_line(line: bytes | str) -> dict | None:
@@ -59,10 +85,12 @@ class Source:
     """Base: :meth:`chunks` groups the events of :meth:`_items` by count and time."""
 
     replayable = False
+    name = "<source>"
 
     def __init__(self, batch_events: int = 1000, batch_seconds: float = 1.0):
         self.batch_events, self.batch_seconds = int(batch_events), float(batch_seconds)
         self.bad_lines = 0
+        self.bad_log = LogLimiter()
         self.eof = False  # the source has ended for good (never in follow mode)
         self.chunk_started = time.monotonic()  # when the last chunk's first event came
         self.chunk_rate = 0.0  # its events per second since the chunk before it
@@ -70,6 +98,11 @@ class Source:
     def _items(self, stop: threading.Event) -> Iterator[Item | None]:
         """Events, and None when nothing is available right now (lets a chunk close)."""
         raise NotImplementedError
+
+    def where(self, start: int | None, end: int | None, position: int) -> str:
+        """Where an event is, for a log line: ``start``/``end`` are the resume offsets
+        before and after it, ``position`` its stream position."""
+        return f"{self.name}, event {position}"
 
     def _blocks(self, stop: threading.Event) -> Iterator[list[Item] | None]:
         """Lists of events that were available together, and None when nothing is
@@ -87,6 +120,12 @@ class Source:
         started = 0.0
         previous = time.monotonic()
         for block in self._blocks(stop):
+            if block is _CUT:
+                if chunk:
+                    self.chunk_started = started
+                    yield chunk
+                    chunk = []
+                continue
             i, n = 0, 0 if block is None else len(block)
             while True:
                 if i < n:
@@ -114,11 +153,15 @@ class Source:
 
 
 class FileSource(Source):
-    """JSON Lines from a file; with ``follow`` it waits for more like ``tail -f``.
+    """JSON Lines from a file; with ``follow`` it waits for more like ``tail -F``.
 
     A last line without its newline is left unread until the newline arrives (a writer may
     be half-way through it); at the end of a file that is not followed it is read as is.
     ``start`` is the byte offset to resume from; the file may not exist yet when followed.
+    A followed file that is renamed away (log rotation) is read to its end, then the new
+    file at ``path`` is read from its start; one that shrinks below the offset (rotation by
+    truncation) is read again from its start. Each such switch adds one to ``generation``
+    and the chunks never mix events of two files.
     """
 
     replayable = True
@@ -127,18 +170,25 @@ class FileSource(Source):
                  poll_seconds: float = 0.1, **kw):
         super().__init__(**kw)
         self.path, self.follow, self.offset = os.fspath(path), follow, int(start)
+        self.name = self.path
         self.poll_seconds = float(poll_seconds)
+        self.generation = 0
+        self.identity: dict | None = None  # {"dev", "ino"} of the file being read
+        self._fh: io.BufferedReader | None = None
+        self._line_mark = (0, 1)  # (byte offset, 1-based line number there) of that file
 
     def _blocks(self, stop: threading.Event) -> Iterator[list[Item] | None]:
         fh = self._open(stop)
         if fh is None:
             return
-        with fh:
+        self._use(fh)
+        try:
             fh.seek(self.offset)
+            finishing = False  # the path names another file now: read this one to its end
             while True:
                 lines = fh.readlines(_READ_BYTES)
                 partial = bool(lines) and not lines[-1].endswith(b"\n")
-                if partial and self.follow:
+                if partial and self.follow and not finishing:
                     lines.pop()  # half a line: re-read it once its newline is there
                 if lines:
                     block = self._parse(lines)
@@ -149,24 +199,89 @@ class FileSource(Source):
                 if not self.follow:  # the last line of a finished file needs no newline
                     self.eof = True
                     return
+                if finishing:
+                    finishing = False
+                    try:
+                        new = open(self.path, "rb")
+                    except OSError:
+                        continue  # gone again: wait for the next file at the path
+                    yield _CUT
+                    log.info("%s was rotated: the old file is read to its end (byte %d); "
+                             "reading the new one from its start", self.path, self.offset)
+                    fh.close()
+                    fh, self.offset = new, 0
+                    self._use(fh, switched=True)
+                    continue
                 yield None  # nothing (or half a line) more for now: re-read it later
                 if stop.is_set():
                     return
                 if self._truncated(fh):
+                    yield _CUT
+                    log.warning("%s shrank below byte %d (truncated): reading it again from "
+                                "its start", self.path, self.offset)
                     self.offset = 0
-                stop.wait(self.poll_seconds)
+                    self._use(fh, switched=True)
+                elif self._replaced(fh):
+                    finishing = True  # read what was written before the rename, now
+                else:
+                    stop.wait(self.poll_seconds)
                 fh.seek(self.offset)
+        finally:
+            self._fh = None
+            fh.close()
+
+    def _use(self, fh: io.BufferedReader, switched: bool = False) -> None:
+        st = os.fstat(fh.fileno())
+        self._fh, self.identity = fh, {"dev": st.st_dev, "ino": st.st_ino}
+        self._line_mark = (0, 1)
+        self.generation += switched
 
     def _parse(self, lines: list[bytes]) -> list[Item]:
         """The events of whole lines read at ``self.offset``, each with the offset after
-        it; the offset moves past them. Blank lines are skipped, bad ones counted."""
+        it; the offset moves past them. Blank lines are skipped, bad ones counted and
+        logged."""
         ends = list(itertools.accumulate(map(len, lines), initial=self.offset))
         self.offset = ends[-1]
         kept = [(line, end) for line, end in zip(lines, ends[1:]) if line.strip()]
         docs = parse_lines([line for line, _ in kept])
         out = [(doc, end) for doc, (_, end) in zip(docs, kept) if doc is not None]
-        self.bad_lines += len(kept) - len(out)
+        if len(out) < len(kept):
+            self.bad_lines += len(kept) - len(out)
+            for doc, (line, end) in zip(docs, kept):
+                if doc is None:
+                    self.bad_log.warning("%s: not a JSON object, skipped: %.60r",
+                                         self.where(end - len(line), end, -1), line)
         return out
+
+    def where(self, start: int | None, end: int | None, position: int) -> str:
+        # the line holding the event's last byte: the offset before an event is the end of
+        # the event before it, which bad or blank lines may separate from it
+        line = self.line_at(end - 1) if end else None
+        return f"{self.path}, line {line}" if line is not None else \
+            f"{self.path}, event {position}"
+
+    def line_at(self, offset: int) -> int | None:
+        """The 1-based number of the line that holds byte ``offset`` of the file read
+        last. Counted from the last answer onwards, so a run counts each byte once."""
+        at, line = self._line_mark
+        if offset < at:
+            at, line = 0, 1
+        try:
+            fd = self._fh.fileno() if self._fh is not None else os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            while at < offset:
+                data = os.pread(fd, min(offset - at, 1 << 20), at)
+                if not data:
+                    break
+                line += data.count(b"\n")
+                at += len(data)
+        finally:
+            if self._fh is None:
+                os.close(fd)
+        self._line_mark = (at, line)
+        return line
 
     def _open(self, stop: threading.Event) -> io.BufferedReader | None:
         while True:
@@ -185,6 +300,15 @@ class FileSource(Source):
         except OSError:
             return False
 
+    def _replaced(self, fh) -> bool:
+        """The path names another file than the one open (rotation by rename); False while
+        no file is at the path (the new one is not created yet)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) != (self.identity["dev"], self.identity["ino"])
+
     def backlog(self) -> int | None:
         """Bytes written to the file but not read yet."""
         try:
@@ -196,19 +320,25 @@ class FileSource(Source):
 class StdinSource(Source):
     """JSON Lines from standard input (or any binary stream); not replayable."""
 
+    name = "<stdin>"
+
     def __init__(self, stream=None, **kw):
         super().__init__(**kw)
         self.stream = stream if stream is not None else sys.stdin.buffer
         self.offset = None
+        self.lines = 0  # read in this run
 
     def _items(self, stop: threading.Event) -> Iterator[Item | None]:
         # A blocking read: SIGTERM interrupts it in the main thread, and the agent stops at
         # the next line; stdin closing ends the source.
         for line in self.stream:
+            self.lines += 1
             if line.strip():
                 doc = parse_line(line)
                 if doc is None:
                     self.bad_lines += 1
+                    self.bad_log.warning("<stdin>, line %d of this run: not a JSON object, "
+                                         "skipped: %.60r", self.lines, line)
                 else:
                     yield doc, None
             if stop.is_set():
@@ -221,6 +351,7 @@ class IteratorSource(Source):
     replayable when the iterable gives the same events each time it is created."""
 
     replayable = True
+    name = "<iterator>"
 
     def __init__(self, events: Iterable[dict], start: int = 0, **kw):
         super().__init__(**kw)
@@ -234,6 +365,8 @@ class IteratorSource(Source):
                 continue
             if not isinstance(event, dict):
                 self.bad_lines += 1
+                self.bad_log.warning("<iterator>, item %d: not a dict, skipped: %.60r", n,
+                                     event)
                 self.offset = n
                 continue
             self.offset = n
@@ -241,3 +374,7 @@ class IteratorSource(Source):
             if stop.is_set():
                 return
         self.eof = True
+
+    def where(self, start: int | None, end: int | None, position: int) -> str:
+        return f"<iterator>, item {end}" if end is not None else super().where(
+            start, end, position)

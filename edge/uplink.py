@@ -79,14 +79,21 @@ class Uplink:
             return Outcome("reject", status, detail)
         return Outcome("retry", status, detail)
 
-    def get_sketch(self, pattern_id: str, max_bytes: int) -> bytes:
-        """``GET /v1/sketches/{pattern_id}``: the signed bytes (not verified here).
-        Raises ``OSError`` naming the problem."""
+    def get_sketch(self, pattern_id: str, max_bytes: int, etag: str | None = None
+                   ) -> bytes | None:
+        """``GET /v1/sketches/{pattern_id}``: the signed bytes (not verified here). With
+        ``etag`` (the ETag of the sketch held) it sends ``If-None-Match`` and returns None
+        when the collector answers 304 (still that sketch: no bytes sent). Raises
+        ``OSError`` naming the problem."""
         path = "/v1/sketches/" + urllib.parse.quote(pattern_id, safe="")
+        headers = {"If-None-Match": f'"{etag}"'} if etag else None
         try:
-            with urllib.request.urlopen(self._request("GET", path), timeout=self.timeout) as r:
+            with urllib.request.urlopen(self._request("GET", path, headers=headers),
+                                        timeout=self.timeout) as r:
                 data = r.read(max_bytes + 1)
         except urllib.error.HTTPError as e:
+            if e.code == 304 and etag:
+                return None
             raise OSError(f"GET {path}: HTTP {e.code} {_error_text(_read(e))}") from None
         except (urllib.error.URLError, TimeoutError) as e:
             raise OSError(f"GET {path}: {getattr(e, 'reason', e)}") from None
@@ -95,9 +102,13 @@ class Uplink:
         return data
 
 
-def download_sketch(uplink: Uplink, pattern_id: str, max_bytes: int) -> bytes:
-    """The sketch bytes for ``pattern_id`` (see :meth:`Uplink.get_sketch`)."""
-    data = uplink.get_sketch(pattern_id, max_bytes)
+def download_sketch(uplink: Uplink, pattern_id: str, max_bytes: int,
+                    etag: str | None = None) -> bytes | None:
+    """The sketch bytes for ``pattern_id``, or None when it is still ``etag`` (see
+    :meth:`Uplink.get_sketch`)."""
+    data = uplink.get_sketch(pattern_id, max_bytes, etag)
+    if data is None:
+        return None
     log.info("downloaded sketch %s: %d bytes, sha256 %s", pattern_id, len(data),
              hashlib.sha256(data).hexdigest()[:16])
     return data

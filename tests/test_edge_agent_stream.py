@@ -1,0 +1,172 @@
+"""The agent's progress belongs to one stream (source and pattern), a followed file rotated
+by rename is followed to the new file, and every bad line or event is counted once and
+logged with its file and line. Real files, the agent in-process."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import threading
+import time
+from pathlib import Path
+
+import acep
+from edge.agent import Agent
+from edge.config import parse_config
+
+PATTERN = {"id": "abc", "text": "a b c", "window": 5.0, "k": 1, "partition": "id"}
+
+
+def stream(n: int, seed: int = 1, t0: float = 0.0) -> list[dict]:
+    rng = random.Random(seed)
+    t, out = t0, []
+    for _ in range(n):
+        t += rng.random()
+        out.append({"type": rng.choice("abc"), "t": round(t, 3), "id": rng.randrange(6)})
+    return out
+
+
+def write(path: Path, events: list[dict], mode: str = "w") -> None:
+    with open(path, mode) as fh:
+        fh.write("".join(json.dumps(e) + "\n" for e in events))
+
+
+def config(tmp: Path, path: Path, follow: bool = False, **pattern) -> dict:
+    return {"device": {"id": "dev-s"}, "pattern": {**PATTERN, **pattern},
+            "source": {"kind": "file", "path": str(path), "follow": follow,
+                       "batch_events": 50, "batch_seconds": 0.05, "poll_seconds": 0.02},
+            "outbox": {"path": str(tmp / "outbox.db")},
+            "metrics": {"path": str(tmp / "metrics.jsonl"), "interval": 3600}}
+
+
+def direct(events: list[dict], flush: bool = True) -> int:
+    m = acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"], partition="id")
+    found = m.match(events) if flush else m.match_batch(acep.EventBatch.from_events(events))
+    return len(found)
+
+
+# --------------------------------------------------------------------------- progress
+
+
+def test_another_file_or_pattern_is_read_from_its_start(tmp_path, caplog):
+    f1, f2 = tmp_path / "f1.jsonl", tmp_path / "f2.jsonl"
+    write(f1, stream(400, seed=1))
+    write(f2, stream(300, seed=2))
+    first = Agent(parse_config(config(tmp_path, f1))).run()
+    assert first["events_in"] == 400 and first["seq"] > 0
+
+    caplog.set_level(logging.INFO, "edge.agent")
+    again = Agent(parse_config(config(tmp_path, f1))).run()  # the same stream: done
+    assert again["events_in"] == 0 and "nothing to do" in caplog.text
+
+    caplog.clear()
+    other = Agent(parse_config(config(tmp_path, f2))).run()
+    assert other["events_in"] == 300 and other["events_replayed"] == 0
+    assert other["matches"] == direct(stream(300, seed=2))
+    assert f"source.path was {f1}" in caplog.text and "reading" in caplog.text
+    assert other["consumed"] == 700 and other["seq"] > first["seq"]  # batch ids go on
+
+    caplog.clear()
+    changed = Agent(parse_config(config(tmp_path, f2, text="a c"))).run()
+    assert changed["events_in"] == 300
+    assert "pattern.text was 'a b c'" in caplog.text
+
+
+def test_followed_once_on_another_file_does_not_reuse_the_offset(tmp_path, caplog):
+    f1, f2 = tmp_path / "f1.jsonl", tmp_path / "f2.jsonl"
+    write(f1, stream(400, seed=1))
+    write(f2, stream(100, seed=2))
+    Agent(parse_config(config(tmp_path, f1, follow=True))).run(once=True)
+    final = Agent(parse_config(config(tmp_path, f2, follow=True))).run(once=True)
+    assert (final["events_in"], final["events_replayed"], final["bad_lines"]) == (100, 0, 0)
+
+
+def test_a_file_rotated_while_stopped_is_read_from_its_start(tmp_path, caplog):
+    path = tmp_path / "rot.jsonl"
+    write(path, stream(400, seed=1))
+    Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    os.rename(path, tmp_path / "rot.jsonl.1")
+    write(path, stream(50, seed=3, t0=1000))
+    final = Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    assert (final["events_in"], final["events_replayed"], final["bad_lines"]) == (50, 0, 0)
+    assert "is another file now" in caplog.text
+
+
+def test_a_followed_file_rotated_by_rename_is_followed_to_the_new_file(tmp_path, caplog):
+    caplog.set_level(logging.INFO, "edge.agent")
+    path = tmp_path / "rot.jsonl"
+    old, new = stream(1500, seed=4), stream(700, seed=5, t0=2000)
+    write(path, old[:1000])
+    agent = Agent(parse_config(config(tmp_path, path, follow=True)))
+    result: dict = {}
+    runner = threading.Thread(target=lambda: result.update(agent.run()))
+    runner.start()
+    try:
+        deadline = time.time() + 30
+        while agent.consumed < 1000 and time.time() < deadline:
+            time.sleep(0.02)
+        write(path, old[1000:], "a")  # written just before the rename: still read
+        os.rename(path, tmp_path / "rot.jsonl.1")
+        write(path, new[:300])
+        while agent.consumed < 1800 and time.time() < deadline:
+            time.sleep(0.02)
+        write(path, new[300:], "a")
+        while agent.consumed < 2200 and time.time() < deadline:
+            time.sleep(0.02)
+    finally:
+        agent.stop()
+        runner.join(30)
+    assert result["events_in"] == 2200 and result["bad_lines"] == 0
+    assert result["backlog_bytes"] == 0
+    assert result["matches"] == direct(old + new, flush=False)  # one stream across files
+    assert "was rotated" in caplog.text
+
+    # a restart resumes in the new file (its offsets), not the old one
+    write(path, stream(100, seed=6, t0=5000), "a")
+    final = Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    assert final["events_in"] == 100 and final["bad_lines"] == 0
+    assert final["events_replayed"] <= 700
+
+
+# --------------------------------------------------------------------------- bad events
+
+
+def test_every_bad_line_and_event_is_counted_once_and_named(tmp_path, caplog):
+    path = tmp_path / "events.jsonl"
+    lines = [
+        {"type": "a", "t": 1, "id": "x", "x": 1},
+        "not json",
+        {"type": "b", "id": "x"},                   # no tag: refused building the batch
+        {"type": "b", "t": 2, "id": "x", "x": 1},
+        {"type": "a", "t": 0.5, "id": "x", "x": 1},  # the tag goes back (kernel)
+        {"type": "c", "t": 3, "x": 1},              # no partition attribute (kernel)
+        {"type": "c", "t": 3.5, "id": "x"},         # no predicate attribute (kernel)
+        {"type": "c", "t": 4, "id": "x", "x": 2},
+    ]
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n"
+                            for x in lines))
+    doc = config(tmp_path, path, where=["c.x >= a.x"])
+    final = Agent(parse_config(doc)).run()
+    assert (final["events_in"], final["events_bad"], final["bad_lines"]) == (3, 4, 1)
+    assert final["events_in"] + final["events_bad"] + final["bad_lines"] == len(lines)
+    m = acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"], partition="id",
+                     where=["c.x >= a.x"], on_bad_event="skip")
+    good = [x for x in lines if isinstance(x, dict) and "t" in x]
+    assert final["matches"] == len(m.match(good)) > 0
+    for line, what in ((2, "not a JSON object"), (3, "field 't'"),
+                       (5, "goes back in time"), (6, "partition attribute 'id'"),
+                       (7, "attribute 'x', needed by a predicate")):
+        named = [r.getMessage() for r in caplog.records if f"{path}, line {line}" in
+                 r.getMessage()]
+        assert len(named) == 1 and what in named[0], (line, named)
+    assert "<agent>" not in caplog.text
+
+
+def test_many_bad_lines_are_logged_rate_limited(tmp_path, caplog):
+    path = tmp_path / "events.jsonl"
+    path.write_text("garbage\n" * 500 + json.dumps({"type": "a", "t": 1, "id": 1}) + "\n")
+    final = Agent(parse_config(config(tmp_path, path))).run()
+    assert final["bad_lines"] == 500 and final["events_in"] == 1
+    assert 1 <= caplog.text.count("not a JSON object") <= 20
