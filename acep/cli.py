@@ -144,10 +144,22 @@ def _add_edge_parsers(sub) -> None:
         p.set_defaults(run=lambda args, module=module: _edge_main(module, args.args))
 
 
+_EXTRAS = {"edge.collector": "server", "trainer.cli": "spark", "trainer.exact": "spark"}
+
+
 def _edge_main(module: str, argv: list[str]) -> int:
     import importlib
 
-    return importlib.import_module(module).main(argv)
+    try:
+        entry = importlib.import_module(module).main
+    except ImportError as exc:  # a device install has no server or Spark packages
+        if module not in _EXTRAS or not exc.name or exc.name.startswith(("acep", "edge",
+                                                                          "history", "trainer")):
+            raise
+        print(f"acep: {module} needs {exc.name!r}, which is not installed: pip install "
+              f"\"acep[{_EXTRAS[module]}]\"", file=sys.stderr)
+        return 2
+    return entry(argv)
 
 
 def _add_pattern_options(p: argparse.ArgumentParser) -> None:

@@ -313,5 +313,13 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
                             interval=met.positive("interval", float, 10.0))
     met.done()
 
+    written = [("outbox.path", outbox.path), ("metrics.path", metrics.path)]
+    if sketch is not None:
+        written.append(("sketch.save_path", sketch.save_path))
+    for key, path in written:
+        folder = None if path is None else os.path.dirname(path)
+        if folder and not os.path.isdir(folder):
+            raise ConfigError(f"{key}: the directory {folder} does not exist (the agent writes "
+                              f"{os.path.basename(path)} there)")
     return AgentConfig(device_id, token, url, pattern, source, budget, sketch, outbox,
                        condensed, metrics, timeout, base_dir, drain_timeout)

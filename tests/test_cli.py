@@ -263,3 +263,20 @@ def test_history_build_fits_the_sketch_to_budgets(tmp_path):
     refused = acep("history", "build", FIXTURE, "-p", "a b", "-w", "3", "-o", out,
                    "--sketch", sketch, "--key-file", key, "--fit", "0.5", "--search", "-2")
     assert refused.returncode != 0 and "cells to search must be >= 0" in refused.stderr
+
+
+def test_serve_on_a_device_install_says_which_extra_to_install():
+    """`acep serve` where aiohttp is missing (a device install): one line naming the extra,
+    exit 2, no traceback."""
+    code = ("import sys\n"
+            "class NoAiohttp:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] == 'aiohttp':\n"
+            "            raise ModuleNotFoundError(\"No module named 'aiohttp'\", name='aiohttp')\n"
+            "sys.meta_path.insert(0, NoAiohttp())\n"
+            "from acep.cli import main\n"
+            "sys.exit(main(['serve', '--help']))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "needs 'aiohttp'" in r.stderr and 'pip install "acep[server]"' in r.stderr

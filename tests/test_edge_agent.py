@@ -89,6 +89,11 @@ def direct(events, budget=None, flush: bool = True) -> list[tuple]:
     ({"sketch": {"path": "s.bin", "key_file": "k", "defer": "4"}}, "sketch.defer"),
     ({"outbox": {"polcy": "drop-oldest"}}, "outbox.polcy"),
     ({"outbox": {"policy": "keep-all"}}, "outbox.policy"),
+    ({"outbox": {"path": "/nonexistent/dir/o.db"}}, "outbox.path: the directory "
+                                                    "/nonexistent/dir does not exist"),
+    ({"metrics": {"path": "/nonexistent/m.jsonl"}}, "metrics.path: the directory"),
+    ({"sketch": {"path": "s.bin", "key_file": "k", "save_path": "/nonexistent/l.sketch"}},
+     "sketch.save_path: the directory"),
 ])
 def test_config_errors_name_the_key(tmp_path, change, key):
     doc = {"device": {"id": "d"}, "pattern": {"text": "a b", "window": 5},
