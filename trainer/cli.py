@@ -49,7 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--publish-unchecked", action="store_true",
                    help="publish even if no pattern definition the devices uploaded under "
                         "--pattern-id fits the sketch (e.g. a definition not deployed yet)")
-    p.add_argument("--quarantine", metavar="DIR", help="write bad rows here (Parquet)")
+    p.add_argument("--quarantine", metavar="DIR",
+                   help="write bad rows here (Parquet): a new or empty directory, or an "
+                        "earlier quarantine (replaced)")
     p.add_argument("--master", help="Spark master (default local[CORES])")
     p.add_argument("--cores", type=int, help="cores of the local session (default: all)")
     p.add_argument("--chunk", type=parse_window, help="time chunk length (default: chosen)")
@@ -154,11 +156,13 @@ def main(argv: list[str] | None = None) -> int:
     from acep.pattern import PatternError
     from history.graph import HistoryFormatError
 
+    from .outputs import OutputError
     from .sources import SourceError
     from .spark import run_command
 
     return run_command("acep train", run, _parser().parse_args(argv),
-                       (UsageError, SourceError, PatternError, EventError, HistoryFormatError))
+                       (UsageError, SourceError, OutputError, PatternError, EventError,
+                        HistoryFormatError))
 
 if __name__ == "__main__":
     sys.exit(main())

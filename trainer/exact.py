@@ -31,7 +31,9 @@ The job (docs/EXACT.md, section 12 "Batch matching on Spark"):
    ``stats["key_split"]`` says which and why.
 5. **Match** each (key group, chunk) unit in the executors (``mapInArrow``) with
    ``acep.nfab.Engine(query)`` (the ``auto`` engine), stream by stream.
-6. **Write** the matches as Parquet under ``output_dir``, one row per match:
+6. **Write** the matches as Parquet under ``output_dir``, one row per match. Spark
+   replaces the directory, so it must be new, empty or an earlier output of this job
+   (:mod:`trainer.outputs`; the same for ``quarantine``):
 
 =============  ==============  ============================================================
 column         type            meaning
@@ -74,6 +76,7 @@ import numpy as np
 from acep.events import EventBatch, EventSpec
 
 from .chunks import ChunkPlan, choose_plan
+from .outputs import OutputError, check_outputs
 from .sources import (
     QUARANTINE,
     SYSTEM,
@@ -163,6 +166,8 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
     query = parse_query(query_text)
     splittable, split_reason = key_split(query)
     plan = plan_archive(inputs[0], pattern_id) if archive else plan_files(inputs, spec)
+    check_outputs({"--out": output_dir, "--quarantine": quarantine}, inputs[:1] if archive
+                  else inputs, extra=("_query.json",))
     required = required_attributes(query)
     _check_columns(required, plan)
     spark = spark or session(master, cores, app="acep-exact-batch")
@@ -449,14 +454,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--pattern-id", help="the archive's pattern whose windows to read")
     p.add_argument("--spec", help="event spec of the files: a JSON/TOML file or a preset")
     p.add_argument("--out", "-o", required=True, metavar="DIR",
-                   help="write the matches here (Parquet; replaced)")
+                   help="write the matches here (Parquet): a new or empty directory, or an "
+                        "earlier --out of this command (replaced)")
     p.add_argument("--master", help="Spark master (default local[CORES])")
     p.add_argument("--cores", type=int, help="cores of the local session (default: all)")
     p.add_argument("--chunk", type=parse_window, help="time chunk length, e.g. 2h "
                                                      "(default: chosen)")
     p.add_argument("--key-groups", type=int, help="equivalence-key groups (default: chosen; "
                                                   "1 when the query forbids a key split)")
-    p.add_argument("--quarantine", metavar="DIR", help="write bad rows here (Parquet)")
+    p.add_argument("--quarantine", metavar="DIR", help="write bad rows here (Parquet; as "
+                                                       "--out, only a new, empty or earlier "
+                                                       "quarantine is replaced)")
     p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     return p
 
@@ -507,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .spark import run_command
 
     return run_command("acep exact-batch", run, _parser().parse_args(argv),
-                       (UsageError, SourceError, PatternError, EventError))
+                       (UsageError, SourceError, OutputError, PatternError, EventError))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -43,6 +43,7 @@ from history.graph import HistoryGraph
 from history.sketch import Sketch
 
 from .chunks import ChunkPlan, choose_plan
+from .outputs import check_outputs
 from .sources import SYSTEM, ReadPlan, arrow_schema, events_of, plan_archive, plan_files, read_task
 from .spark import progress, session
 
@@ -99,6 +100,7 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
     search (``history.fit``, step 4); the result's ``sketch`` has them."""
     started = time.perf_counter()
     plan = plan_archive(inputs[0], pattern_id) if archive else plan_files(inputs, spec)
+    check_outputs({"--quarantine": quarantine}, inputs[:1] if archive else inputs)
     pattern = pattern or _archived_pattern(plan)
     spark = spark or session(master, cores)
     stats: dict = {"read_tasks": len(plan.tasks)}
