@@ -31,6 +31,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--archive", metavar="DIR", help="the collector's Parquet archive instead")
     p.add_argument("--pattern-id", help="the archive's pattern to train (and the id to "
                                         "publish the sketch under)")
+    p.add_argument("--pattern-hash", metavar="PREFIX",
+                   help="the definition of the archived pattern to train, when devices "
+                        "uploaded several under its id (a prefix of the hash the refusal "
+                        "lists)")
     p.add_argument("--spec", help="event spec of the files: a JSON/TOML file or a preset")
     p.add_argument("--pattern", "-p", help="ACEP pattern (archives: the archived one)")
     p.add_argument("--window", "-w", type=parse_window, help="window, e.g. 3600 or 1h")
@@ -92,6 +96,8 @@ def _check(args) -> None:
         raise UsageError("--publish-unchecked goes with --publish")
     if args.archive and args.spec:
         raise UsageError("--spec is for event files; the archive has its own columns")
+    if args.pattern_hash and not args.archive:
+        raise UsageError("--pattern-hash goes with --archive")
 
 
 def _read_secret(path: str, what: str) -> bytes:
@@ -127,7 +133,8 @@ def run(args) -> int:
     bins = HistoryGraph.load(args.bins_from).bins() if args.bins_from else None
     spec = EventSpec.load(args.spec) if args.spec else None
     result = train([args.archive] if args.archive else args.inputs, pattern, spec=spec,
-                   archive=bool(args.archive), pattern_id=args.pattern_id, bins=bins,
+                   archive=bool(args.archive), pattern_id=args.pattern_id,
+                   pattern_hash=args.pattern_hash, bins=bins,
                    n_bins=args.bins, master=args.master, cores=args.cores, chunk=args.chunk,
                    key_groups=args.key_groups, quarantine=args.quarantine,
                    show_progress=not args.no_progress, fit=ratios, burst=args.burst,

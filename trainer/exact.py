@@ -145,7 +145,8 @@ def required_attributes(query) -> dict[str, set[str]]:
 
 
 def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | None = None,
-                archive: bool = False, pattern_id: str | None = None, output_dir: str,
+                archive: bool = False, pattern_id: str | None = None,
+                pattern_hash: str | None = None, output_dir: str,
                 master: str | None = None, cores: int | None = None,
                 chunk: float | None = None, key_groups: int | None = None,
                 quarantine: str | None = None, show_progress: bool = True,
@@ -153,8 +154,10 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
     """Run the exact engine over ``inputs`` on Spark; matches to ``output_dir`` (Parquet).
 
     ``archive=True`` reads the collector's archive directory ``inputs[0]`` (``pattern_id``
-    picks its pattern's windows when it holds several). ``quarantine``: a directory for the
-    bad rows (Parquet: source, line, position, field, reason). See the module docstring.
+    picks its pattern's windows when it holds several, ``pattern_hash`` the definition when
+    that id was uploaded with several: :func:`trainer.sources.plan_archive`).
+    ``quarantine``: a directory for the bad rows (Parquet: source, line, position, field,
+    reason). See the module docstring.
     """
     from pyspark.sql import functions as F
 
@@ -165,7 +168,8 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
     started = time.perf_counter()
     query = parse_query(query_text)
     splittable, split_reason = key_split(query)
-    plan = plan_archive(inputs[0], pattern_id) if archive else plan_files(inputs, spec)
+    plan = plan_archive(inputs[0], pattern_id, pattern_hash) if archive else \
+        plan_files(inputs, spec)
     check_outputs({"--out": output_dir, "--quarantine": quarantine}, inputs[:1] if archive
                   else inputs, extra=("_query.json",))
     required = required_attributes(query)
@@ -452,6 +456,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--archive", metavar="DIR",
                    help="the collector's Parquet archive instead (as acep train --archive)")
     p.add_argument("--pattern-id", help="the archive's pattern whose windows to read")
+    p.add_argument("--pattern-hash", metavar="PREFIX",
+                   help="the definition of that pattern to read, when devices uploaded "
+                        "several under its id (a prefix of the hash the refusal lists)")
     p.add_argument("--spec", help="event spec of the files: a JSON/TOML file or a preset")
     p.add_argument("--out", "-o", required=True, metavar="DIR",
                    help="write the matches here (Parquet): a new or empty directory, or an "
@@ -474,8 +481,8 @@ def _check(args) -> None:
         raise UsageError("give event files or --archive DIR (one of the two)")
     if args.archive and args.spec:
         raise UsageError("--spec is for event files; the archive has its own columns")
-    if args.pattern_id and not args.archive:
-        raise UsageError("--pattern-id goes with --archive")
+    if (args.pattern_id or args.pattern_hash) and not args.archive:
+        raise UsageError("--pattern-id and --pattern-hash go with --archive")
     if args.cores is not None and args.cores < 1:
         raise UsageError(f"--cores must be at least 1, got {args.cores}")
     if args.key_groups is not None and args.key_groups < 1:
@@ -498,7 +505,8 @@ def run(args) -> int:
     spec = EventSpec.load(args.spec) if args.spec else None
     result = exact_batch([args.archive] if args.archive else args.inputs, text, spec=spec,
                          archive=bool(args.archive),
-                         pattern_id=args.pattern_id, output_dir=args.out, master=args.master,
+                         pattern_id=args.pattern_id, pattern_hash=args.pattern_hash,
+                         output_dir=args.out, master=args.master,
                          cores=args.cores, chunk=args.chunk, key_groups=args.key_groups,
                          quarantine=args.quarantine, show_progress=not args.no_progress)
     stats = result.stats

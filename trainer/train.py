@@ -44,7 +44,15 @@ from history.sketch import Sketch
 
 from .chunks import ChunkPlan, choose_plan
 from .outputs import check_outputs
-from .sources import SYSTEM, ReadPlan, arrow_schema, events_of, plan_archive, plan_files, read_task
+from .sources import (
+    SYSTEM,
+    ReadPlan,
+    arrow_schema,
+    events_of,
+    plan_archive,
+    plan_files,
+    read_task,
+)
 from .spark import progress, session
 
 __all__ = ["PatternSpec", "TrainResult", "train", "publish_sketch", "events_dataframe",
@@ -88,18 +96,21 @@ class TrainResult:
 
 def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
           spec: EventSpec | None = None, archive: bool = False, pattern_id: str | None = None,
-          bins: VectorBins | None = None, n_bins: int = 8, master: str | None = None,
-          cores: int | None = None, chunk: float | None = None, key_groups: int | None = None,
-          quarantine: str | None = None, show_progress: bool = True, spark=None,
-          fit: Sequence[float] = (), burst: float = 64.0, search: int = 0) -> TrainResult:
+          pattern_hash: str | None = None, bins: VectorBins | None = None, n_bins: int = 8,
+          master: str | None = None, cores: int | None = None, chunk: float | None = None,
+          key_groups: int | None = None, quarantine: str | None = None,
+          show_progress: bool = True, spark=None, fit: Sequence[float] = (),
+          burst: float = 64.0, search: int = 0) -> TrainResult:
     """Train a history on Spark (see the module docstring). ``archive=True`` reads the
     collector's archive directory ``inputs[0]``; then ``pattern`` defaults to the archived
-    one. ``quarantine``: a directory for the bad rows (Parquet). ``fit``: budget ratios to
-    fit the sketch's reserves to (docs/SHEDDING.md 10), for devices whose bucket holds
+    one (``pattern_id`` and ``pattern_hash`` pick it: :func:`trainer.sources.plan_archive`).
+    ``quarantine``: a directory for the bad rows (Parquet). ``fit``: budget ratios to fit
+    the sketch's reserves to (docs/SHEDDING.md 10), for devices whose bucket holds
     ``burst`` events' worth of credit, tuning ``search`` cells per budget by coordinate
     search (``history.fit``, step 4); the result's ``sketch`` has them."""
     started = time.perf_counter()
-    plan = plan_archive(inputs[0], pattern_id) if archive else plan_files(inputs, spec)
+    plan = plan_archive(inputs[0], pattern_id, pattern_hash) if archive else \
+        plan_files(inputs, spec)
     check_outputs({"--quarantine": quarantine}, inputs[:1] if archive else inputs)
     pattern = pattern or _archived_pattern(plan)
     spark = spark or session(master, cores)
