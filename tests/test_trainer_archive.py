@@ -1,6 +1,7 @@
 """The trainer's archive: a pattern id uploaded with several definitions is refused with
-every definition named (and one is picked with ``--pattern-hash``), and a missing archive
-says so (real archive files, a real local Spark session)."""
+every definition named (and one is picked with ``--pattern-hash``), a missing archive says
+so, and an archive of many small batches is read in a few Spark tasks with the same result
+as a few big files (real archive files, a real local Spark session)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from edge.archive import Archive  # noqa: E402
 from edge.wire import PatternRef  # noqa: E402
 from trainer.cli import main as train_main  # noqa: E402
 from trainer.exact import main as exact_main  # noqa: E402
-from trainer.sources import plan_archive  # noqa: E402
+from trainer.sources import TASK_ROWS, ReadTask, plan_archive, task_groups  # noqa: E402
 from trainer.train import train  # noqa: E402
 
 OLD = PatternRef("abc", "a b c", 4.0, 1, (), None)
@@ -110,3 +111,38 @@ def test_a_missing_archive_says_so(tmp_path, capsys):
     assert exact_main([str(tmp_path / "q.sase"), "--archive", str(tmp_path / "nonexist"),
                        "--out", str(tmp_path / "m"), "--no-progress"]) == 2
     assert "no such directory" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- many small files
+
+
+def test_task_groups_pack_small_tasks_and_keep_big_or_unknown_ones_alone():
+    small = [ReadTask(f"f{i}", rows=10) for i in range(400)]
+    groups = task_groups(small, parallelism=2)
+    assert len(groups) == 4 and [i for g in groups for i in g] == list(range(400))
+    many = [ReadTask(f"f{i}", rows=100_000) for i in range(30)]
+    groups = task_groups(many, parallelism=2)
+    assert all(len(g) * 100_000 <= TASK_ROWS for g in groups)
+    assert [i for g in groups for i in g] == list(range(30))
+    mixed = [ReadTask("a", rows=5), ReadTask("b.csv"), ReadTask("c", rows=5),
+             ReadTask("d", rows=TASK_ROWS + 1), ReadTask("e", rows=5)]
+    assert task_groups(mixed, parallelism=1) == [[0], [1], [2], [3], [4]]
+    assert task_groups([], parallelism=4) == []
+
+
+def test_many_small_batches_train_as_the_same_events_in_few_files(spark, tmp_path):
+    rng = np.random.default_rng(9)
+    ref = PatternRef("ac", "a c", 4.0, 0, (), None)
+    for device in ("d1", "d2"):
+        types, values = rng.integers(0, 3, 300), rng.integers(0, 5, 300)
+        # a batch every few events, as an agent closes them; and the same in 2 batches
+        for root, size in ((tmp_path / "small", 5), (tmp_path / "big", 150)):
+            for seq in range(300 // size):
+                lo, hi = seq * size, (seq + 1) * size
+                upload(root, device, seq, ref, 1.7e9, range(lo, hi), rng, types[lo:hi],
+                       values[lo:hi])
+    small = train([str(tmp_path / "small")], archive=True, spark=spark, show_progress=False)
+    big = train([str(tmp_path / "big")], archive=True, spark=spark, show_progress=False)
+    assert small.stats["read_tasks"] == 120 and small.stats["events"] == 600
+    assert small.graph.to_bytes() == big.graph.to_bytes()
+    assert len(task_groups(plan_archive(tmp_path / "small").tasks, 2)) == 4

@@ -20,6 +20,8 @@ _field     string
 =========  ========  =====================================================================
 
 A Parquet file is split into tasks of whole row groups; other files are one task each.
+Consecutive small Parquet tasks (the archive has a file per batch) share a Spark task
+(:func:`task_groups`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import numpy as np
 from acep.events import EventBatch, EventError, EventSpec, read_chunks
 
 __all__ = ["ReadTask", "ReadPlan", "Definition", "SourceError", "plan_files", "plan_archive",
-           "read_task", "arrow_schema", "events_of", "print_quarantined",
+           "task_groups", "read_task", "arrow_schema", "events_of", "print_quarantined",
            "TASK_ROWS"]
 
 TASK_ROWS = 250_000  # rows per Parquet read task (whole row groups)
@@ -165,6 +167,25 @@ def _definition(root: Path, pattern_id: str, definitions: list[Definition],
                           f"definitions in the archive; choose one with --pattern-hash "
                           f"(its first digits):{listing}")
     return definitions[0]
+
+
+def task_groups(tasks: Sequence[ReadTask], parallelism: int) -> list[list[int]]:
+    """The read tasks packed into Spark tasks: runs of consecutive tasks of at most
+    ``TASK_ROWS`` rows, fewer when that still gives every core two. A task of unknown size
+    (not Parquet) stays alone. An archive holds a small file per batch, and a Spark task
+    costs far more than reading one."""
+    total = sum(t.rows for t in tasks)
+    target = max(1, min(TASK_ROWS, -(-total // max(1, 2 * parallelism))))
+    groups: list[list[int]] = []
+    rows = 0
+    for i, task in enumerate(tasks):
+        if not groups or not task.rows or not tasks[groups[-1][-1]].rows \
+                or rows + task.rows > target:
+            groups.append([])
+            rows = 0
+        groups[-1].append(i)
+        rows += task.rows
+    return groups
 
 
 def _expand(paths) -> list[str]:

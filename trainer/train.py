@@ -52,6 +52,7 @@ from .sources import (
     plan_archive,
     plan_files,
     read_task,
+    task_groups,
 )
 from .spark import progress, session
 
@@ -170,16 +171,19 @@ def _archived_pattern(plan: ReadPlan) -> PatternSpec:
 
 
 def events_dataframe(spark, plan: ReadPlan):
-    """The normalized rows of every read task (good and bad), one Spark task per read task."""
+    """The normalized rows of every read task (good and bad), one Spark task per group of
+    read tasks (:func:`trainer.sources.task_groups`)."""
     schema = arrow_schema(plan)
     tasks = plan.tasks
+    groups = task_groups(tasks, spark.sparkContext.defaultParallelism)
 
     def read(batches):
         for batch in batches:
-            for i in batch.column(0).to_pylist():
-                yield from read_task(tasks[i], plan).to_batches()
+            for g in batch.column(0).to_pylist():
+                for i in groups[g]:
+                    yield from read_task(tasks[i], plan).to_batches()
 
-    ids = spark.range(0, len(tasks), numPartitions=max(1, len(tasks)))
+    ids = spark.range(0, len(groups), numPartitions=max(1, len(groups)))
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return ids.mapInArrow(read, from_arrow_schema(schema))
