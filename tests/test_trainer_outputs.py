@@ -92,7 +92,9 @@ def test_train_refuses_a_quarantine_it_did_not_write(work, capsys, quarantine, m
 
 
 def test_an_earlier_output_is_replaced_and_one_with_a_stranger_is_not(work, capsys):
-    argv = ["q.sase", "e.jsonl", "--out", "m", "--quarantine", "bad", "--no-progress"]
+    # absolute paths: the module's Spark session may have started in another directory
+    argv = [str(work / "q.sase"), str(work / "e.jsonl"), "--out", str(work / "m"),
+            "--quarantine", str(work / "bad"), "--no-progress"]
     assert exact_main(argv) == 0
     first = json.loads(capsys.readouterr().out)
     assert first["matches"] > 0 and first["bad_rows"] == 1
