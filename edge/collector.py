@@ -53,6 +53,10 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message, "status": status}, status=status)
 
 
+def _internal_error(exc: Exception) -> tuple[int, dict]:
+    return 500, {"error": f"internal error: {type(exc).__name__}: {exc}", "status": 500}
+
+
 class Collector:
     """The state behind the HTTP handlers: store, archive, limits, metrics."""
 
@@ -122,12 +126,20 @@ class Collector:
             del self.queue[:MAX_GROUP]
             try:
                 answers = await self.run(self.ingest_group, [g[:3] for g in group])
-            except Exception as exc:  # a bug: every batch of the group gets a 500
-                answers = [(500, {"error": f"internal error: {type(exc).__name__}: {exc}",
-                                  "status": 500})] * len(group)
+            except Exception as exc:
+                # one batch failed (a bug, a full disk): the group's transaction was rolled
+                # back, so each batch is ingested again alone and only a failing one gets 500
+                answers = [await self._ingest_alone(g[:3]) for g in group] \
+                    if len(group) > 1 else [_internal_error(exc)]
             for g, answer in zip(group, answers):
                 if not g[3].done():
                     g[3].set_result(answer)
+
+    async def _ingest_alone(self, item: tuple) -> tuple[int, dict]:
+        try:
+            return (await self.run(self.ingest_group, [item]))[0]
+        except Exception as exc:
+            return _internal_error(exc)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)

@@ -38,6 +38,8 @@ VERSION = 1
 KINDS = ("matches", "summary")
 _DEVICE_RE = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
 _HASH_RE = re.compile(r"[0-9a-f]{64}\Z")
+# created_at names the archive's date=YYYY-MM-DD directory: 1970-01-01 .. 9999-12-31 UTC
+_CREATED_AT_MAX = 253402300800.0
 
 
 class WireError(ValueError):
@@ -419,6 +421,10 @@ def _decode_header(doc: dict, limits: Limits) -> dict:
     if bid != batch_id(device, seq):
         raise WireError(f"field 'batch_id': {bid!r} is not {batch_id(device, seq)!r}")
     created_at = _number(doc, "created_at")
+    if not 0.0 <= created_at < _CREATED_AT_MAX:
+        raise WireError(f"field 'created_at': {created_at:g} is outside [0, "
+                        f"{_CREATED_AT_MAX:.0f}): Unix seconds from 1970-01-01 to 9999-12-31 "
+                        "UTC (not milliseconds)")
     tag_is_time = _field(doc, "tag_is_time", bool)
     p = _map(doc, "pattern", {"id", "text", "window", "k", "where", "partition_by", "hash"})
     ref = PatternRef(

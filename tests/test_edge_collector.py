@@ -46,16 +46,17 @@ REF = PatternRef("p1", "a b c", 4.0, 1, ("c.x >= a.x",), "o")
 
 
 class Server:
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, *extra: str):
         self.tmp, self.db, self.archive = tmp, tmp / "collector.db", tmp / "archive"
         (tmp / "key").write_bytes(KEY + b"\n")
         self.proc: subprocess.Popen | None = None
+        self.extra = extra
 
     def start(self) -> Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "edge.collector", "--db", f"sqlite:///{self.db}",
              "--archive", str(self.archive), "--port", "0", "--max-body", str(MAX_BODY),
-             "--sketch-key-file", str(self.tmp / "key")],
+             "--sketch-key-file", str(self.tmp / "key"), *self.extra],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         assert "listening on http://" in line, self.proc.stderr.read()
@@ -120,9 +121,9 @@ def _length(data: bytes) -> int:
     return 1 << 30
 
 
-@pytest.fixture()
-def srv(tmp_path):
-    server = Server(tmp_path)
+@pytest.fixture(params=[()], ids=["workers"])
+def srv(tmp_path, request):
+    server = Server(tmp_path, *request.param)
     store = open_store(server.db)
     server.tokens = {d: store.add_device(d) for d in ("d1", "d2")}
     server.tokens["admin"] = store.add_device("admin", "admin")
@@ -146,12 +147,12 @@ def make_events(seed: int = 3, n: int = 80) -> list[Event]:
     return out
 
 
-def make_batch(device="d1", seq=0, events=None):
+def make_batch(device="d1", seq=0, events=None, created_at=None):
     events = EventBatch.from_events(events or make_events())
     m = acep.Matcher(REF.text, window=REF.window, k=REF.k, where=list(REF.where), partition="o")
     found = MatchBatch.concat([m.match_batch(events), m.flush()])
     return batch_from_matches(found, events, device=device, seq=seq, pattern=REF,
-                              created_at=1.7e9 + seq)
+                              created_at=1.7e9 + seq if created_at is None else created_at)
 
 
 # --------------------------------------------------------------------------- tests
@@ -446,3 +447,66 @@ def test_re_check_workers_exit_when_the_collector_is_killed(srv):
         time.sleep(0.1)
     assert not [p for p in children if Path(f"/proc/{p}").exists()]
     srv.start()  # for the fixture's clean stop
+
+
+# --------------------------------------------------------------------------- one bad batch
+
+
+NO_WORKERS = pytest.mark.parametrize("srv", [(), ("--recheck-workers", "0")],
+                                     ids=["workers", "no-workers"], indirect=True)
+
+
+@NO_WORKERS
+def test_created_at_out_of_range_is_400_naming_the_range(srv):
+    d1 = srv.tokens["d1"]
+    for seq, created in enumerate([1.7e12, 1e300, -1e12, -0.5, 253402300800.0]):
+        status, doc = post(srv, encode_batch(make_batch(seq=seq, created_at=created)), d1)
+        assert_error(status, doc, 400, "field 'created_at'", "[0, 253402300800)",
+                     "9999-12-31")
+    for seq, created in [(10, 0.0), (11, 253402300799.0)]:  # the ends of the range
+        status, doc = post(srv, encode_batch(make_batch(seq=seq, created_at=created)), d1)
+        assert status == 200 and doc["status"] == "stored", doc
+    paths = sorted(str(p.relative_to(srv.archive).parent) for p in srv.archive.rglob("*.parquet"))
+    assert paths == ["date=1970-01-01/device=d1", "date=9999-12-31/device=d1"]
+    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 2
+
+
+def _post_all(srv, bodies: list[tuple[bytes, str]]) -> list[tuple[int, dict]]:
+    """POST every body at once (one thread each), so they share commit groups."""
+    answers: list = [None] * len(bodies)
+    gate = threading.Barrier(len(bodies))
+
+    def send(i: int) -> None:
+        gate.wait()
+        answers[i] = post(srv, *bodies[i])
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return answers
+
+
+@NO_WORKERS
+def test_a_batch_that_fails_to_store_fails_no_other_batch_of_its_commit_group(srv):
+    # d2's archive directory cannot be made (a file is in its way): its batch fails
+    # inside the commit, which also holds d1's batches
+    day = srv.archive / "date=2023-11-14"
+    day.mkdir(parents=True)
+    (day / "device=d2").write_text("in the way")
+    bad = encode_batch(make_batch(device="d2", seq=0))
+    goods = [encode_batch(make_batch(seq=s, events=make_events(seed=s))) for s in range(30)]
+    bodies = [(b, srv.tokens["d1"]) for b in goods]
+    bodies.insert(10, (bad, srv.tokens["d2"]))
+    answers = _post_all(srv, bodies)
+    bad_answer = answers.pop(10)
+    assert_error(*bad_answer, 500, "internal error")
+    assert [a[0] for a in answers] == [200] * 30, [a for a in answers if a[0] != 200]
+    assert {a[1]["status"] for a in answers} == {"stored"}
+    assert srv.rows("SELECT count(*) FROM batches WHERE device = 'd1'")[0][0] == 30
+    assert srv.rows("SELECT count(*) FROM batches WHERE device = 'd2'")[0][0] == 0
+    # once the way is clear, the device's retry is stored
+    (day / "device=d2").unlink()
+    status, doc = post(srv, bad, srv.tokens["d2"])
+    assert status == 200 and doc["status"] == "stored", doc

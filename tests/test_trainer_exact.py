@@ -365,6 +365,7 @@ def test_only_bad_rows_gives_an_empty_result(spark, tmp_path):
     out = tmp_path / "m"
     out.mkdir()
     (out / "part-00000-old.parquet").write_bytes(b"stale")  # a previous run's output goes
+    (out / "_SUCCESS").write_bytes(b"")
     path = write_jsonl([{"type": "a", "t": i, "p": None, "v": 1} for i in range(5)],
                        tmp_path / "e.jsonl")  # every a event lacks the key p
     result = exact_batch([str(path)], SHAPES["strict"], output_dir=str(out), spark=spark,

@@ -31,6 +31,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--archive", metavar="DIR", help="the collector's Parquet archive instead")
     p.add_argument("--pattern-id", help="the archive's pattern to train (and the id to "
                                         "publish the sketch under)")
+    p.add_argument("--pattern-hash", metavar="PREFIX",
+                   help="the definition of the archived pattern to train, when devices "
+                        "uploaded several under its id (a prefix of the hash the refusal "
+                        "lists)")
     p.add_argument("--spec", help="event spec of the files: a JSON/TOML file or a preset")
     p.add_argument("--pattern", "-p", help="ACEP pattern (archives: the archived one)")
     p.add_argument("--window", "-w", type=parse_window, help="window, e.g. 3600 or 1h")
@@ -49,7 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--publish-unchecked", action="store_true",
                    help="publish even if no pattern definition the devices uploaded under "
                         "--pattern-id fits the sketch (e.g. a definition not deployed yet)")
-    p.add_argument("--quarantine", metavar="DIR", help="write bad rows here (Parquet)")
+    p.add_argument("--quarantine", metavar="DIR",
+                   help="write bad rows here (Parquet): a new or empty directory, or an "
+                        "earlier quarantine (replaced)")
     p.add_argument("--master", help="Spark master (default local[CORES])")
     p.add_argument("--cores", type=int, help="cores of the local session (default: all)")
     p.add_argument("--chunk", type=parse_window, help="time chunk length (default: chosen)")
@@ -90,6 +96,8 @@ def _check(args) -> None:
         raise UsageError("--publish-unchecked goes with --publish")
     if args.archive and args.spec:
         raise UsageError("--spec is for event files; the archive has its own columns")
+    if args.pattern_hash and not args.archive:
+        raise UsageError("--pattern-hash goes with --archive")
 
 
 def _read_secret(path: str, what: str) -> bytes:
@@ -125,7 +133,8 @@ def run(args) -> int:
     bins = HistoryGraph.load(args.bins_from).bins() if args.bins_from else None
     spec = EventSpec.load(args.spec) if args.spec else None
     result = train([args.archive] if args.archive else args.inputs, pattern, spec=spec,
-                   archive=bool(args.archive), pattern_id=args.pattern_id, bins=bins,
+                   archive=bool(args.archive), pattern_id=args.pattern_id,
+                   pattern_hash=args.pattern_hash, bins=bins,
                    n_bins=args.bins, master=args.master, cores=args.cores, chunk=args.chunk,
                    key_groups=args.key_groups, quarantine=args.quarantine,
                    show_progress=not args.no_progress, fit=ratios, burst=args.burst,
@@ -154,11 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     from acep.pattern import PatternError
     from history.graph import HistoryFormatError
 
+    from .outputs import OutputError
     from .sources import SourceError
     from .spark import run_command
 
     return run_command("acep train", run, _parser().parse_args(argv),
-                       (UsageError, SourceError, PatternError, EventError, HistoryFormatError))
+                       (UsageError, SourceError, OutputError, PatternError, EventError,
+                        HistoryFormatError))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -31,7 +31,9 @@ The job (docs/EXACT.md, section 12 "Batch matching on Spark"):
    ``stats["key_split"]`` says which and why.
 5. **Match** each (key group, chunk) unit in the executors (``mapInArrow``) with
    ``acep.nfab.Engine(query)`` (the ``auto`` engine), stream by stream.
-6. **Write** the matches as Parquet under ``output_dir``, one row per match:
+6. **Write** the matches as Parquet under ``output_dir``, one row per match. Spark
+   replaces the directory, so it must be new, empty or an earlier output of this job
+   (:mod:`trainer.outputs`; the same for ``quarantine``):
 
 =============  ==============  ============================================================
 column         type            meaning
@@ -74,6 +76,7 @@ import numpy as np
 from acep.events import EventBatch, EventSpec
 
 from .chunks import ChunkPlan, choose_plan
+from .outputs import OutputError, check_outputs
 from .sources import (
     QUARANTINE,
     SYSTEM,
@@ -142,7 +145,8 @@ def required_attributes(query) -> dict[str, set[str]]:
 
 
 def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | None = None,
-                archive: bool = False, pattern_id: str | None = None, output_dir: str,
+                archive: bool = False, pattern_id: str | None = None,
+                pattern_hash: str | None = None, output_dir: str,
                 master: str | None = None, cores: int | None = None,
                 chunk: float | None = None, key_groups: int | None = None,
                 quarantine: str | None = None, show_progress: bool = True,
@@ -150,8 +154,10 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
     """Run the exact engine over ``inputs`` on Spark; matches to ``output_dir`` (Parquet).
 
     ``archive=True`` reads the collector's archive directory ``inputs[0]`` (``pattern_id``
-    picks its pattern's windows when it holds several). ``quarantine``: a directory for the
-    bad rows (Parquet: source, line, position, field, reason). See the module docstring.
+    picks its pattern's windows when it holds several, ``pattern_hash`` the definition when
+    that id was uploaded with several: :func:`trainer.sources.plan_archive`).
+    ``quarantine``: a directory for the bad rows (Parquet: source, line, position, field,
+    reason). See the module docstring.
     """
     from pyspark.sql import functions as F
 
@@ -162,7 +168,10 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
     started = time.perf_counter()
     query = parse_query(query_text)
     splittable, split_reason = key_split(query)
-    plan = plan_archive(inputs[0], pattern_id) if archive else plan_files(inputs, spec)
+    plan = plan_archive(inputs[0], pattern_id, pattern_hash) if archive else \
+        plan_files(inputs, spec)
+    check_outputs({"--out": output_dir, "--quarantine": quarantine}, inputs[:1] if archive
+                  else inputs, extra=("_query.json",))
     required = required_attributes(query)
     _check_columns(required, plan)
     spark = spark or session(master, cores, app="acep-exact-batch")
@@ -447,16 +456,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--archive", metavar="DIR",
                    help="the collector's Parquet archive instead (as acep train --archive)")
     p.add_argument("--pattern-id", help="the archive's pattern whose windows to read")
+    p.add_argument("--pattern-hash", metavar="PREFIX",
+                   help="the definition of that pattern to read, when devices uploaded "
+                        "several under its id (a prefix of the hash the refusal lists)")
     p.add_argument("--spec", help="event spec of the files: a JSON/TOML file or a preset")
     p.add_argument("--out", "-o", required=True, metavar="DIR",
-                   help="write the matches here (Parquet; replaced)")
+                   help="write the matches here (Parquet): a new or empty directory, or an "
+                        "earlier --out of this command (replaced)")
     p.add_argument("--master", help="Spark master (default local[CORES])")
     p.add_argument("--cores", type=int, help="cores of the local session (default: all)")
     p.add_argument("--chunk", type=parse_window, help="time chunk length, e.g. 2h "
                                                      "(default: chosen)")
     p.add_argument("--key-groups", type=int, help="equivalence-key groups (default: chosen; "
                                                   "1 when the query forbids a key split)")
-    p.add_argument("--quarantine", metavar="DIR", help="write bad rows here (Parquet)")
+    p.add_argument("--quarantine", metavar="DIR", help="write bad rows here (Parquet; as "
+                                                       "--out, only a new, empty or earlier "
+                                                       "quarantine is replaced)")
     p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     return p
 
@@ -466,8 +481,8 @@ def _check(args) -> None:
         raise UsageError("give event files or --archive DIR (one of the two)")
     if args.archive and args.spec:
         raise UsageError("--spec is for event files; the archive has its own columns")
-    if args.pattern_id and not args.archive:
-        raise UsageError("--pattern-id goes with --archive")
+    if (args.pattern_id or args.pattern_hash) and not args.archive:
+        raise UsageError("--pattern-id and --pattern-hash go with --archive")
     if args.cores is not None and args.cores < 1:
         raise UsageError(f"--cores must be at least 1, got {args.cores}")
     if args.key_groups is not None and args.key_groups < 1:
@@ -490,7 +505,8 @@ def run(args) -> int:
     spec = EventSpec.load(args.spec) if args.spec else None
     result = exact_batch([args.archive] if args.archive else args.inputs, text, spec=spec,
                          archive=bool(args.archive),
-                         pattern_id=args.pattern_id, output_dir=args.out, master=args.master,
+                         pattern_id=args.pattern_id, pattern_hash=args.pattern_hash,
+                         output_dir=args.out, master=args.master,
                          cores=args.cores, chunk=args.chunk, key_groups=args.key_groups,
                          quarantine=args.quarantine, show_progress=not args.no_progress)
     stats = result.stats
@@ -507,7 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .spark import run_command
 
     return run_command("acep exact-batch", run, _parser().parse_args(argv),
-                       (UsageError, SourceError, PatternError, EventError))
+                       (UsageError, SourceError, OutputError, PatternError, EventError))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -20,6 +20,8 @@ _field     string
 =========  ========  =====================================================================
 
 A Parquet file is split into tasks of whole row groups; other files are one task each.
+Consecutive small Parquet tasks (the archive has a file per batch) share a Spark task
+(:func:`task_groups`).
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ import numpy as np
 
 from acep.events import EventBatch, EventError, EventSpec, read_chunks
 
-__all__ = ["ReadTask", "ReadPlan", "SourceError", "plan_files", "plan_archive", "read_task",
-           "arrow_schema", "events_of", "print_quarantined", "TASK_ROWS"]
+__all__ = ["ReadTask", "ReadPlan", "Definition", "SourceError", "plan_files", "plan_archive",
+           "task_groups", "read_task", "arrow_schema", "events_of", "print_quarantined",
+           "TASK_ROWS"]
 
 TASK_ROWS = 250_000  # rows per Parquet read task (whole row groups)
 FILE_STRIDE = 1 << 40  # _pos of file i's row r is i * FILE_STRIDE + r
@@ -55,6 +58,29 @@ class ReadTask:
     row_groups: tuple[int, ...] | None = None
     file_index: int = 0
     stream: str = ""
+    rows: int = 0  # rows to read, from the Parquet metadata (0: not known)
+
+
+@dataclass(frozen=True)
+class Definition:
+    """One definition of an archived pattern id and the archive files uploaded under it."""
+
+    pattern: dict  # id, text, window, k, where, partition_by, hash
+    files: list[Path]
+
+    @property
+    def short(self) -> str:
+        """The first 12 hex digits of the pattern hash (``--pattern-hash`` selects by it)."""
+        return str(self.pattern.get("hash") or "")[:12]
+
+    def describe(self) -> str:
+        p = self.pattern
+        dates = sorted(f.parent.parent.name.split("=", 1)[1] for f in self.files)
+        devices = {f.parent.name for f in self.files}
+        span = dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
+        return (f"{self.short}: pattern {p['text']!r}, k={p['k']}, window={p['window']:g}, "
+                f"where={list(p.get('where', ()))}, partition={p.get('partition_by')!r}: "
+                f"{len(self.files)} batch file(s) from {len(devices)} device(s), {span}")
 
 
 @dataclass
@@ -82,24 +108,31 @@ def plan_files(paths: Sequence[str | os.PathLike], spec: EventSpec) -> ReadPlan:
     tasks = []
     for i, path in enumerate(files):
         groups = _row_group_tasks(path)
-        tasks.extend(ReadTask(path, g, i) for g in groups) if groups else \
+        tasks.extend(ReadTask(path, g, i, rows=n) for g, n in groups) if groups else \
             tasks.append(ReadTask(path, None, i))
     attributes, is_time = _probe(files[0], spec)
     return ReadPlan(tasks, spec, attributes, is_time)
 
 
-def plan_archive(root: str | os.PathLike, pattern_id: str | None = None) -> ReadPlan:
+def plan_archive(root: str | os.PathLike, pattern_id: str | None = None,
+                 pattern_hash: str | None = None) -> ReadPlan:
     """Tasks for the collector's archive (``ROOT/date=*/device=*/part-*.parquet``).
 
     ``pattern_id`` picks the pattern when the archive holds more than one; the pattern's
-    text, window, k, where and partition come from the files' metadata.
+    text, window, k, where and partition come from the files' metadata. Devices may have
+    uploaded several definitions under one id (the pattern was changed, or a device runs an
+    old one): then ``pattern_hash`` (a prefix of the hex pattern hash, as the refusal lists
+    them) picks the definition whose files are read, and without it the archive is refused.
     """
     root = Path(root)
+    if not root.is_dir():
+        raise SourceError(f"{root}: " + ("not a directory" if root.exists() else
+                                         "no such directory"))
     files = sorted(p for p in root.glob("date=*/device=*/*.parquet")
                    if not p.name.startswith("."))
     if not files:
         raise SourceError(f"{root}: no archive files (date=*/device=*/*.parquet) under it")
-    patterns = _archive_patterns(files)
+    patterns, rows = _archive_patterns(files)
     if pattern_id is None:
         if len(patterns) > 1:
             raise SourceError(f"{root}: the archive holds patterns {sorted(patterns)}; "
@@ -108,13 +141,51 @@ def plan_archive(root: str | os.PathLike, pattern_id: str | None = None) -> Read
     if pattern_id not in patterns:
         raise SourceError(f"{root}: no archived windows of pattern {pattern_id!r} "
                           f"(patterns: {', '.join(sorted(patterns))})")
-    tasks = [ReadTask(str(p), None, i, p.parent.name.split("=", 1)[1])
-             for i, p in enumerate(files)]
+    chosen = _definition(root, pattern_id, patterns[pattern_id], pattern_hash)
+    tasks = [ReadTask(str(p), None, i, p.parent.name.split("=", 1)[1], rows[p])
+             for i, p in enumerate(chosen.files)]
     spec = EventSpec(tag="tag", type="type", attributes=None)
-    attributes, is_time = _probe(str(files[0]), spec)
+    attributes, is_time = _probe(str(chosen.files[0]), spec)
     attributes = {_archive_name(a): kind for a, kind in attributes.items()
                   if a not in ARCHIVE_RESERVED}
-    return ReadPlan(tasks, spec, attributes, is_time, pattern_id, patterns[pattern_id])
+    return ReadPlan(tasks, spec, attributes, is_time, pattern_id, chosen.pattern)
+
+
+def _definition(root: Path, pattern_id: str, definitions: list[Definition],
+                pattern_hash: str | None) -> Definition:
+    listing = "".join(f"\n  {d.describe()}" for d in definitions)
+    if pattern_hash is not None:
+        found = [d for d in definitions if d.short and
+                 str(d.pattern["hash"]).startswith(pattern_hash.lower())]
+        if len(found) != 1:
+            what = "matches none" if not found else "matches several"
+            raise SourceError(f"{root}: --pattern-hash {pattern_hash!r} {what} of the "
+                              f"definitions of pattern {pattern_id!r}:{listing}")
+        return found[0]
+    if len(definitions) > 1:
+        raise SourceError(f"{root}: pattern {pattern_id!r} has {len(definitions)} different "
+                          f"definitions in the archive; choose one with --pattern-hash "
+                          f"(its first digits):{listing}")
+    return definitions[0]
+
+
+def task_groups(tasks: Sequence[ReadTask], parallelism: int) -> list[list[int]]:
+    """The read tasks packed into Spark tasks: runs of consecutive tasks of at most
+    ``TASK_ROWS`` rows, fewer when that still gives every core two. A task of unknown size
+    (not Parquet) stays alone. An archive holds a small file per batch, and a Spark task
+    costs far more than reading one."""
+    total = sum(t.rows for t in tasks)
+    target = max(1, min(TASK_ROWS, -(-total // max(1, 2 * parallelism))))
+    groups: list[list[int]] = []
+    rows = 0
+    for i, task in enumerate(tasks):
+        if not groups or not task.rows or not tasks[groups[-1][-1]].rows \
+                or rows + task.rows > target:
+            groups.append([])
+            rows = 0
+        groups[-1].append(i)
+        rows += task.rows
+    return groups
 
 
 def _expand(paths) -> list[str]:
@@ -133,7 +204,8 @@ def _expand(paths) -> list[str]:
     return files
 
 
-def _row_group_tasks(path: str) -> list[tuple[int, ...]] | None:
+def _row_group_tasks(path: str) -> list[tuple[tuple[int, ...], int]] | None:
+    """A Parquet file's tasks: (row groups, rows) of about ``TASK_ROWS`` rows each."""
     if Path(path).suffix.lower() not in (".parquet", ".pq"):
         return None
     import pyarrow.parquet as pq
@@ -147,10 +219,10 @@ def _row_group_tasks(path: str) -> list[tuple[int, ...]] | None:
         current.append(i)
         rows += meta.row_group(i).num_rows
         if rows >= TASK_ROWS:
-            tasks.append(tuple(current))
+            tasks.append((tuple(current), rows))
             current, rows = [], 0
     if current:
-        tasks.append(tuple(current))
+        tasks.append((tuple(current), rows))
     return tasks
 
 
@@ -167,18 +239,35 @@ def _probe(path: str, spec: EventSpec) -> tuple[dict[str, str], bool]:
     raise SourceError(f"{path}: no readable event in its first rows")
 
 
-def _archive_patterns(files: list[Path]) -> dict[str, dict]:
+def _archive_patterns(files: list[Path]) -> tuple[dict[str, list[Definition]],
+                                                  dict[Path, int]]:
+    """{pattern id: its definitions, the most files first}, and each file's rows, from the
+    files' footers (read side by side: an archive holds a file per batch)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import pyarrow.parquet as pq
 
-    found: dict[str, dict] = {}
-    for path in files:
-        meta = pq.read_schema(path).metadata or {}
-        raw = meta.get(b"acep.pattern")
+    def footer(path: Path):
+        try:
+            meta = pq.read_metadata(path)
+        except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a bad file
+            raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
+        raw = (meta.metadata or {}).get(b"acep.pattern")
         if raw is None:
             raise SourceError(f"{path}: not an acep archive file (no acep.pattern metadata)")
-        pattern = json.loads(raw)
-        found.setdefault(pattern["id"], pattern)
-    return found
+        return json.loads(raw), meta.num_rows
+
+    with ThreadPoolExecutor(min(16, len(files))) as pool:
+        footers = list(pool.map(footer, files))
+    by_definition: dict[tuple, Definition] = {}
+    for path, (pattern, _) in zip(files, footers):
+        key = (pattern["id"], pattern["text"], float(pattern["window"]), int(pattern["k"]),
+               tuple(pattern.get("where", ())), pattern.get("partition_by"))
+        by_definition.setdefault(key, Definition(pattern, [])).files.append(path)
+    found: dict[str, list[Definition]] = {}
+    for d in sorted(by_definition.values(), key=lambda d: -len(d.files)):
+        found.setdefault(d.pattern["id"], []).append(d)
+    return found, {path: rows for path, (_, rows) in zip(files, footers)}
 
 
 def _archive_name(name: str) -> str:

@@ -43,7 +43,17 @@ from history.graph import HistoryGraph
 from history.sketch import Sketch
 
 from .chunks import ChunkPlan, choose_plan
-from .sources import SYSTEM, ReadPlan, arrow_schema, events_of, plan_archive, plan_files, read_task
+from .outputs import check_outputs
+from .sources import (
+    SYSTEM,
+    ReadPlan,
+    arrow_schema,
+    events_of,
+    plan_archive,
+    plan_files,
+    read_task,
+    task_groups,
+)
 from .spark import progress, session
 
 __all__ = ["PatternSpec", "TrainResult", "train", "publish_sketch", "events_dataframe",
@@ -87,18 +97,22 @@ class TrainResult:
 
 def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
           spec: EventSpec | None = None, archive: bool = False, pattern_id: str | None = None,
-          bins: VectorBins | None = None, n_bins: int = 8, master: str | None = None,
-          cores: int | None = None, chunk: float | None = None, key_groups: int | None = None,
-          quarantine: str | None = None, show_progress: bool = True, spark=None,
-          fit: Sequence[float] = (), burst: float = 64.0, search: int = 0) -> TrainResult:
+          pattern_hash: str | None = None, bins: VectorBins | None = None, n_bins: int = 8,
+          master: str | None = None, cores: int | None = None, chunk: float | None = None,
+          key_groups: int | None = None, quarantine: str | None = None,
+          show_progress: bool = True, spark=None, fit: Sequence[float] = (),
+          burst: float = 64.0, search: int = 0) -> TrainResult:
     """Train a history on Spark (see the module docstring). ``archive=True`` reads the
     collector's archive directory ``inputs[0]``; then ``pattern`` defaults to the archived
-    one. ``quarantine``: a directory for the bad rows (Parquet). ``fit``: budget ratios to
-    fit the sketch's reserves to (docs/SHEDDING.md 10), for devices whose bucket holds
+    one (``pattern_id`` and ``pattern_hash`` pick it: :func:`trainer.sources.plan_archive`).
+    ``quarantine``: a directory for the bad rows (Parquet). ``fit``: budget ratios to fit
+    the sketch's reserves to (docs/SHEDDING.md 10), for devices whose bucket holds
     ``burst`` events' worth of credit, tuning ``search`` cells per budget by coordinate
     search (``history.fit``, step 4); the result's ``sketch`` has them."""
     started = time.perf_counter()
-    plan = plan_archive(inputs[0], pattern_id) if archive else plan_files(inputs, spec)
+    plan = plan_archive(inputs[0], pattern_id, pattern_hash) if archive else \
+        plan_files(inputs, spec)
+    check_outputs({"--quarantine": quarantine}, inputs[:1] if archive else inputs)
     pattern = pattern or _archived_pattern(plan)
     spark = spark or session(master, cores)
     stats: dict = {"read_tasks": len(plan.tasks)}
@@ -157,16 +171,19 @@ def _archived_pattern(plan: ReadPlan) -> PatternSpec:
 
 
 def events_dataframe(spark, plan: ReadPlan):
-    """The normalized rows of every read task (good and bad), one Spark task per read task."""
+    """The normalized rows of every read task (good and bad), one Spark task per group of
+    read tasks (:func:`trainer.sources.task_groups`)."""
     schema = arrow_schema(plan)
     tasks = plan.tasks
+    groups = task_groups(tasks, spark.sparkContext.defaultParallelism)
 
     def read(batches):
         for batch in batches:
-            for i in batch.column(0).to_pylist():
-                yield from read_task(tasks[i], plan).to_batches()
+            for g in batch.column(0).to_pylist():
+                for i in groups[g]:
+                    yield from read_task(tasks[i], plan).to_batches()
 
-    ids = spark.range(0, len(tasks), numPartitions=max(1, len(tasks)))
+    ids = spark.range(0, len(groups), numPartitions=max(1, len(groups)))
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return ids.mapInArrow(read, from_arrow_schema(schema))

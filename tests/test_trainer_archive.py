@@ -1,0 +1,148 @@
+"""The trainer's archive: a pattern id uploaded with several definitions is refused with
+every definition named (and one is picked with ``--pattern-hash``), a missing archive says
+so, and an archive of many small batches is read in a few Spark tasks with the same result
+as a few big files (real archive files, a real local Spark session)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'acep[spark]')")
+
+from edge.archive import Archive  # noqa: E402
+from edge.wire import PatternRef  # noqa: E402
+from trainer.cli import main as train_main  # noqa: E402
+from trainer.exact import main as exact_main  # noqa: E402
+from trainer.sources import TASK_ROWS, ReadTask, plan_archive, task_groups  # noqa: E402
+from trainer.train import train  # noqa: E402
+
+OLD = PatternRef("abc", "a b c", 4.0, 1, (), None)
+NEW = PatternRef("abc", "a c", 4.0, 0, (), None)
+DAY = 86400.0
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from trainer.spark import session
+
+    return session(cores=2, shuffle_partitions=2)
+
+
+def upload(root: Path, device: str, seq: int, ref: PatternRef, created_at: float,
+           positions, rng, types=None, values=None) -> None:
+    """Write the archive file of one batch, as the collector does (random events unless
+    ``types`` and ``values`` are given)."""
+    positions = np.asarray(positions, np.int64)
+    n = len(positions)
+    types = rng.integers(0, 3, n) if types is None else types
+    values = rng.integers(0, 5, n) if values is None else values
+    Archive(root).write(SimpleNamespace(
+        event_position=positions, type_names=["a", "b", "c"],
+        event_type=np.asarray(types, np.int32), event_tag=positions.astype(float),
+        columns={"v": np.asarray(values, float)},
+        pattern=ref, created_at=created_at, device=device, seq=seq, batch_id=f"{device}/{seq}",
+        tag_is_time=False))
+
+
+@pytest.fixture()
+def changed(tmp_path, monkeypatch):
+    """d1 uploads two batches under 'abc' with the old definition (2020), then one with the
+    new (2023); d2 one with the new."""
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(5)
+    upload(tmp_path / "arch", "d1", 0, OLD, 18262 * DAY, range(0, 20), rng)
+    upload(tmp_path / "arch", "d1", 1, OLD, 18263 * DAY, range(20, 40), rng)
+    upload(tmp_path / "arch", "d1", 2, NEW, 19358 * DAY, range(40, 70), rng)
+    upload(tmp_path / "arch", "d2", 0, NEW, 19358 * DAY, range(0, 30), rng)
+    return tmp_path / "arch"
+
+
+def test_a_pattern_id_with_two_definitions_is_refused_naming_both(changed, capsys):
+    assert train_main(["--archive", "arch", "--pattern-id", "abc", "-o", "h.history",
+                       "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "pattern 'abc' has 2 different definitions" in err and "--pattern-hash" in err
+    assert (f"{NEW.hash[:12]}: pattern 'a c', k=0, window=4, where=[], partition=None: "
+            "2 batch file(s) from 2 device(s), 2023-01-01") in err
+    assert (f"{OLD.hash[:12]}: pattern 'a b c', k=1, window=4, where=[], partition=None: "
+            "2 batch file(s) from 1 device(s), 2020-01-01 to 2020-01-02") in err
+    assert "Traceback" not in err and not Path("h.history").exists()
+    # the same without --pattern-id (one id), and for exact-batch, which reads the same way
+    assert train_main(["--archive", "arch", "-o", "h.history", "--no-progress"]) == 2
+    assert "2 different definitions" in capsys.readouterr().err
+    Path("q.sase").write_text("PATTERN SEQ(a x, c z) WITHIN 4")
+    assert exact_main(["q.sase", "--archive", "arch", "--out", "m", "--no-progress"]) == 2
+    assert "2 different definitions" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("prefix, message", [("0" * 12 if not NEW.hash.startswith("0")
+                                               else "f" * 12, "matches none"),
+                                              ("", "matches several")])
+def test_a_pattern_hash_that_picks_no_single_definition_is_refused(changed, capsys, prefix,
+                                                                    message):
+    assert train_main(["--archive", "arch", "--pattern-hash", prefix, "-o", "h.history",
+                       "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and OLD.hash[:12] in err and NEW.hash[:12] in err
+
+
+def test_the_chosen_definition_alone_is_trained(changed, spark):
+    plan = plan_archive(changed, "abc", NEW.hash[:8].upper())
+    assert sorted(Path(t.source).name for t in plan.tasks) == \
+        ["part-00000000000000000000.parquet", "part-00000000000000000002.parquet"]
+    result = train([str(changed)], archive=True, pattern_hash=NEW.hash[:8], spark=spark,
+                   show_progress=False)
+    assert result.stats["events"] == 60  # d1/2 and d2/0, none of the old definition's 40
+    graph = result.graph
+    assert (graph.pattern, graph.k) == ("a c", 0)
+    old = train([str(changed)], archive=True, pattern_hash=OLD.hash[:8], spark=spark,
+                show_progress=False)
+    assert old.stats["events"] == 40 and (old.graph.pattern, old.graph.k) == ("a b c", 1)
+
+
+def test_a_missing_archive_says_so(tmp_path, capsys):
+    assert train_main(["--archive", str(tmp_path / "nonexist"), "-o", "h", "--no-progress"]) == 2
+    assert f"{tmp_path / 'nonexist'}: no such directory" in capsys.readouterr().err
+    (tmp_path / "q.sase").write_text("PATTERN SEQ(a x, c z) WITHIN 4")
+    assert exact_main([str(tmp_path / "q.sase"), "--archive", str(tmp_path / "nonexist"),
+                       "--out", str(tmp_path / "m"), "--no-progress"]) == 2
+    assert "no such directory" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- many small files
+
+
+def test_task_groups_pack_small_tasks_and_keep_big_or_unknown_ones_alone():
+    small = [ReadTask(f"f{i}", rows=10) for i in range(400)]
+    groups = task_groups(small, parallelism=2)
+    assert len(groups) == 4 and [i for g in groups for i in g] == list(range(400))
+    many = [ReadTask(f"f{i}", rows=100_000) for i in range(30)]
+    groups = task_groups(many, parallelism=2)
+    assert all(len(g) * 100_000 <= TASK_ROWS for g in groups)
+    assert [i for g in groups for i in g] == list(range(30))
+    mixed = [ReadTask("a", rows=5), ReadTask("b.csv"), ReadTask("c", rows=5),
+             ReadTask("d", rows=TASK_ROWS + 1), ReadTask("e", rows=5)]
+    assert task_groups(mixed, parallelism=1) == [[0], [1], [2], [3], [4]]
+    assert task_groups([], parallelism=4) == []
+
+
+def test_many_small_batches_train_as_the_same_events_in_few_files(spark, tmp_path):
+    rng = np.random.default_rng(9)
+    ref = PatternRef("ac", "a c", 4.0, 0, (), None)
+    for device in ("d1", "d2"):
+        types, values = rng.integers(0, 3, 300), rng.integers(0, 5, 300)
+        # a batch every few events, as an agent closes them; and the same in 2 batches
+        for root, size in ((tmp_path / "small", 5), (tmp_path / "big", 150)):
+            for seq in range(300 // size):
+                lo, hi = seq * size, (seq + 1) * size
+                upload(root, device, seq, ref, 1.7e9, range(lo, hi), rng, types[lo:hi],
+                       values[lo:hi])
+    small = train([str(tmp_path / "small")], archive=True, spark=spark, show_progress=False)
+    big = train([str(tmp_path / "big")], archive=True, spark=spark, show_progress=False)
+    assert small.stats["read_tasks"] == 120 and small.stats["events"] == 600
+    assert small.graph.to_bytes() == big.graph.to_bytes()
+    assert len(task_groups(plan_archive(tmp_path / "small").tasks, 2)) == 4

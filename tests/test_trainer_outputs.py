@@ -1,0 +1,109 @@
+"""The Spark jobs replace only what they wrote: ``acep exact-batch --out``/``--quarantine``
+and ``acep train --quarantine`` refuse a file, the input (or a directory inside or around
+it), each other, and a non-empty directory that is not an earlier output; an earlier output
+is replaced (real files, a real local Spark session for the runs that write)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'acep[spark]')")
+
+from trainer.cli import main as train_main  # noqa: E402
+from trainer.exact import main as exact_main  # noqa: E402
+
+QUERY = "PATTERN SEQ(a x, b y) WHERE skip_till_any_match(x, y) { x.v <= y.v } WITHIN 3"
+
+
+def _archive(root: Path) -> None:
+    from edge.archive import Archive
+
+    for seq in range(3):
+        rows = [{"type": "ab"[i % 2], "t": float(10 * seq + i), "v": float(i % 4)}
+                for i in range(8)]
+        Archive(root).write(SimpleNamespace(
+            event_position=np.arange(8 * seq, 8 * seq + 8), type_names=["a", "b"],
+            event_type=np.array([i % 2 for i in range(8)], np.int32),
+            event_tag=np.array([r["t"] for r in rows]),
+            columns={"v": np.array([r["v"] for r in rows])},
+            pattern=SimpleNamespace(id="ab", text="a b", window=3.0, k=0, where=[],
+                                    partition_by=None, hash="h"),
+            created_at=1.7e9, device="d1", seq=seq, batch_id=f"d1/{seq}", tag_is_time=False))
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.fixture()
+def work(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _archive(tmp_path / "archive")
+    (tmp_path / "q.sase").write_text(QUERY)
+    (tmp_path / "fleet.key").write_bytes(b"secret key bytes\n")
+    rows = [{"type": "ab"[i % 2], "t": i, "v": i % 4} for i in range(12)]
+    del rows[5]["t"]  # one bad row, for the quarantine
+    (tmp_path / "e.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("keep me")
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--archive", "archive", "--out", "archive"], "would replace the input archive"),
+    (["--archive", "archive", "--out", "archive/date=2023-11-14"], "would replace the input"),
+    (["--archive", "archive", "--out", "."], "would replace the input archive"),
+    (["e.jsonl", "--out", "."], "would replace the input e.jsonl"),
+    (["--archive", "archive", "--out", "fleet.key"], "fleet.key: an existing file"),
+    (["--archive", "archive", "--out", "q.sase"], "an existing file"),
+    (["--archive", "archive", "--out", "notes"], "holds 'todo.txt'"),
+    (["--archive", "archive", "--out", "m", "--quarantine", "m"], "overlaps --quarantine m"),
+    (["--archive", "archive", "--out", "m", "--quarantine", "archive"], "--quarantine archive"),
+    (["--archive", "archive", "--out", "m", "--quarantine", "fleet.key"], "an existing file"),
+])
+def test_exact_batch_refuses_an_output_it_did_not_write(work, capsys, argv, message):
+    before = {d: _tree(work / d) for d in ("archive", "notes")}
+    key = (work / "fleet.key").read_bytes()
+    assert exact_main(["q.sase", *argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+    assert {d: _tree(work / d) for d in ("archive", "notes")} == before
+    assert (work / "fleet.key").read_bytes() == key and not (work / "m").exists()
+
+
+@pytest.mark.parametrize("quarantine, message", [
+    ("archive", "would replace the input archive"), ("fleet.key", "an existing file"),
+    ("notes", "not an earlier output")])
+def test_train_refuses_a_quarantine_it_did_not_write(work, capsys, quarantine, message):
+    before = _tree(work / "archive")
+    assert train_main(["--archive", "archive", "-o", "h.history", "--quarantine", quarantine,
+                       "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+    assert _tree(work / "archive") == before and not (work / "h.history").exists()
+    assert (work / "fleet.key").read_bytes() == b"secret key bytes\n"
+
+
+def test_an_earlier_output_is_replaced_and_one_with_a_stranger_is_not(work, capsys):
+    # absolute paths: the module's Spark session may have started in another directory
+    argv = [str(work / "q.sase"), str(work / "e.jsonl"), "--out", str(work / "m"),
+            "--quarantine", str(work / "bad"), "--no-progress"]
+    assert exact_main(argv) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["matches"] > 0 and first["bad_rows"] == 1
+    assert (work / "m" / "_SUCCESS").exists() and (work / "bad" / "_SUCCESS").exists()
+    assert exact_main(argv) == 0  # the same command again replaces its own output
+    second = json.loads(capsys.readouterr().out)
+    assert second["matches"] == first["matches"]
+    assert pq.read_table(work / "bad").column("line").to_pylist() == [6]
+    (work / "m" / "mine.csv").write_text("a file the job did not write")
+    assert exact_main(argv) == 2
+    assert "holds 'mine.csv'" in capsys.readouterr().err
+    assert (work / "m" / "mine.csv").exists()

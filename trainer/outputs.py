@@ -1,0 +1,72 @@
+"""Output directories the Spark jobs replace: refuse any path that is not safe to replace.
+
+Spark's ``write.mode("overwrite")`` deletes whatever is at the path first. So an output
+directory (``acep exact-batch --out``, ``--quarantine`` of both commands) must be absent,
+empty, or an earlier output of the same kind: Spark's ``_SUCCESS`` beside nothing but part
+files, their ``.crc`` checksums and the job's own ``extra`` files. It may not be a file, an
+input, inside an input or contain one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+__all__ = ["OutputError", "check_outputs"]
+
+
+class OutputError(ValueError):
+    """An output path the job refuses to replace."""
+
+
+def check_outputs(outputs: dict[str, str | os.PathLike | None],
+                  inputs: Iterable[str | os.PathLike], extra: Iterable[str] = ()) -> None:
+    """Raise :class:`OutputError` unless every output directory of ``outputs`` (option name
+    -> path, None for not given) may be replaced: see the module docstring. Outputs may not
+    overlap each other either."""
+    given = {name: Path(p) for name, p in outputs.items() if p is not None}
+    sources = [Path(p) for p in inputs]
+    for name, path in given.items():
+        where = f"{name} {path}"
+        if path.exists() and not path.is_dir():
+            raise OutputError(f"{where}: an existing file; the output is a directory of "
+                              "Parquet files that would replace it")
+        for src in sources:
+            if _overlap(path, src):
+                raise OutputError(f"{where}: would replace the input {src} (give a "
+                                  "directory outside the input)")
+        for other, other_path in given.items():
+            if other != name and _overlap(path, other_path):
+                raise OutputError(f"{where}: overlaps {other} {other_path}")
+        why = _not_earlier_output(path, set(extra))
+        if why is not None:
+            raise OutputError(f"{where}: a directory that is not empty and not an earlier "
+                              f"output of this command ({why}); give a new or empty "
+                              "directory")
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    a, b = a.resolve(), b.resolve()
+    return a == b or a in b.parents or b in a.parents
+
+
+def _not_earlier_output(path: Path, extra: set[str]) -> str | None:
+    """None when ``path`` is absent, empty or a whole earlier output; else why not."""
+    if not path.is_dir():
+        return None
+    names = sorted(os.listdir(path))
+    if not names:
+        return None
+    for name in names:
+        if not (name in extra or name == "_SUCCESS" or _is_part(name)
+                or (name.startswith(".") and name.endswith(".crc") and
+                    (name[1:-4] == "_SUCCESS" or name[1:-4] in extra or _is_part(name[1:-4])))):
+            return f"it holds {name!r}"
+        if (path / name).is_dir():
+            return f"it holds the directory {name!r}"
+    return None if "_SUCCESS" in names else "it has no _SUCCESS"
+
+
+def _is_part(name: str) -> bool:
+    return name.startswith("part-") and name.endswith(".parquet")
