@@ -173,15 +173,18 @@ def _add_pattern_options(p: argparse.ArgumentParser) -> None:
                    help="predicate, e.g. 'd.price > a.price'; repeatable")
 
 
-def _at_least_one(text: str) -> int:
-    """An argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is below 1")
-    return value
+def _whole(minimum: int, what: str):
+    """An argparse type: a whole number of ``what``, at least ``minimum``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of {what}") \
+                from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"the {what} must be >= {minimum}, got {value}")
+        return value
+    return parse
 
 
 def _backend_name() -> str:
@@ -488,7 +491,7 @@ def _add_history_parser(sub) -> None:
     build.add_argument("file", help="events: .jsonl/.csv/.parquet/.msgpack, or - for stdin")
     _add_pattern_options(build)
     build.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
-    build.add_argument("--bins", type=_at_least_one, default=8,
+    build.add_argument("--bins", type=_whole(1, "bins"), default=8,
                        help="bins per time of a match vector (quantiles of the data; "
                             "1: no time bins)")
     build.add_argument("--output", "-o", required=True, help="the history file to write")
@@ -538,21 +541,11 @@ def add_fit_options(parser, events: str) -> None:
                              "per event, e.g. 0.1,0.25; docs/SHEDDING.md section 10)")
     parser.add_argument("--burst", type=float, default=64.0,
                         help="the devices' bucket depth in events, for --fit (default 64)")
-    parser.add_argument("--search", type=_cells, default=0, metavar="K",
+    parser.add_argument("--search", type=_whole(0, "cells to search"), default=0, metavar="K",
                         help="with --fit, also tune the K most visited cells of each budget's "
                              "two best tables by coordinate search on the training events and "
                              "keep the better (one replay per table, cell and value tried: "
                              "slower; more bundles found under tight budgets; default 0 = off)")
-
-
-def _cells(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of cells") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"the cells to search must be >= 0, got {value}")
-    return value
 
 
 def run_history_build(args) -> int:
