@@ -148,6 +148,7 @@ class Uploader(threading.Thread):
         self.last_error: str | None = None
         self.auth_streak = 0
         self.hold_until = 0.0
+        self.fail_streak = 0  # failed attempts (5xx, network) since the last batch sent
 
     def run(self) -> None:
         while not self.stop_event.is_set():
@@ -174,6 +175,10 @@ class Uploader(threading.Thread):
         self.counts["attempts"] += 1
         out = self.uplink.post_batch(due.body)
         if out.action == "ack":
+            if self.fail_streak:
+                log.info("uploads go through again (after %d failed attempts)",
+                         self.fail_streak)
+                self.fail_streak = 0
             self.outbox.ack(due.batch_id)
             self.counts["acked"] += 1
             self.counts["bytes_sent"] += len(due.body)
@@ -206,8 +211,12 @@ class Uploader(threading.Thread):
             when = self.outbox.fail(due.batch_id, f"HTTP {out.status}: {out.detail}")
             self.counts["retried"] += 1
             self.last_error = f"{out.status}: {out.detail}"
-            log.warning("upload of %s failed (%s %s); retry in %.1fs", due.batch_id,
-                        out.status, out.detail, (when or time.time()) - time.time())
+            self.fail_streak += 1
+            # a collector that is down fails every pending batch: say so once, not per batch
+            say = log.warning if self.fail_streak == 1 else log.debug
+            say("upload of %s failed (%s %s); retry in %.1fs (batches are kept and retried "
+                "with backoff; further failures are logged at debug level until one is sent)",
+                due.batch_id, out.status, out.detail, (when or time.time()) - time.time())
         return True
 
     def _authorized(self) -> None:

@@ -5,6 +5,7 @@ uploads with retry against a real HTTP server on loopback."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import signal
@@ -362,7 +363,11 @@ class _Collector(BaseHTTPRequestHandler):
         pass
 
 
-def test_uploads_retry_5xx_then_ack(tmp_path):
+def test_uploads_retry_5xx_then_ack(tmp_path, caplog):
+    """5xx answers are retried until acknowledged; a run of failures is logged once, and
+    so is the recovery (a collector that is down fails every batch: one line, not one per
+    batch and attempt)."""
+    caplog.set_level(logging.DEBUG, logger="edge")
     _Collector.bodies, _Collector.statuses = [], []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -382,6 +387,11 @@ def test_uploads_retry_5xx_then_ack(tmp_path):
     assert len({b.batch_id for b in stored}) == final["batches_put"]
     got = sorted((b.partition[i], float(b.point[i])) for b in stored for i in range(len(b)))
     assert got == sorted((r[0], r[1]) for r in direct(events))
+    failed = [r for r in caplog.records if r.getMessage().startswith("upload of ")]
+    assert len(failed) == _Collector.statuses.count(500) >= 3
+    assert [r.levelno for r in failed] == [logging.WARNING] + [logging.DEBUG] * (len(failed) - 1)
+    back = [r.getMessage() for r in caplog.records if "go through again" in r.getMessage()]
+    assert back == [f"uploads go through again (after {len(failed)} failed attempts)"]
 
 
 def _closed_port() -> int:
