@@ -381,3 +381,14 @@ def test_spec_files_are_read_as_acep_match_reads_them(spark, tmp_path):
                           where=list(pattern.where), partition="site").canonical()
     assert whole.n_bundles >= 5
     assert result.graph.to_bytes() == whole.to_bytes()
+
+
+def test_progress_off_a_terminal_is_one_line_per_step(capsys):
+    """Spark's task counts under a log file or CI: no redraws, one line when a step ends."""
+    from trainer.spark import _Bar
+
+    bar = _Bar("pass 1 (bins)")
+    for done in range(9):
+        bar.show(done, 8)
+    bar.close()
+    assert capsys.readouterr().err == "pass 1 (bins): 8 tasks\n"

@@ -104,16 +104,20 @@ def _poll(sc, label: str, stop: threading.Event) -> None:
 
 
 class _Bar:
-    """tqdm when installed, else one stderr line whenever the count changes."""
+    """On a terminal a tqdm bar (when installed; else a line whenever the count changes);
+    elsewhere (a log file, CI) one line when the step ends, not a redraw per update."""
 
     def __init__(self, label: str):
-        self.label, self.last = label, None
+        self.label, self.last, self.tqdm = label, None, None
+        self.live = sys.stderr.isatty()
         try:
             from tqdm import tqdm
 
-            self.tqdm = tqdm(desc=label, unit=" tasks", file=sys.stderr, leave=False, delay=1.0)
+            if self.live:
+                self.tqdm = tqdm(desc=label, unit=" tasks", file=sys.stderr, leave=False,
+                                 delay=1.0)
         except ImportError:
-            self.tqdm = None
+            pass
 
     def show(self, done: int, total: int) -> None:
         if (done, total) == self.last:
@@ -123,12 +127,14 @@ class _Bar:
             self.tqdm.total = total
             self.tqdm.n = done
             self.tqdm.refresh()
-        else:
+        elif self.live:
             print(f"{self.label}: {done}/{total} tasks", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.tqdm is not None:
             self.tqdm.close()
+        elif not self.live and self.last is not None:
+            print(f"{self.label}: {self.last[1]} tasks", file=sys.stderr, flush=True)
 
 
 def run_command(prog: str, run, args, usage_errors: tuple) -> int:
