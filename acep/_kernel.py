@@ -63,6 +63,16 @@ BAD_MISSING_ATTR = 2
 BAD_NO_PARTITION = 3
 
 
+class LimitExceeded(MemoryError):
+    """The node pool or the output would grow past ``Kernel.max_entries``; the kernel is left
+    mid-event and cannot go on."""
+
+    def __init__(self, what: str, entries: int, limit: int):
+        super().__init__(f"{what} would need {entries:,} entries, above the limit of "
+                         f"{limit:,}")
+        self.what, self.entries, self.limit = what, entries, limit
+
+
 @cython.cclass
 class Kernel:
     # pattern tables
@@ -220,8 +230,10 @@ class Kernel:
     lg_gap: cython.double[::1]
     lg_merged: cython.int[::1]
     n_part: cython.int[::1]
+    max_entries: cython.longlong  # 0: no limit on node slots and output entries
 
     def __init__(self, tables, k, w, merge, all_trajectories, capacity=1024):
+        self.max_entries = 0
         self.n_states = int(tables["n_states"])
         self.k, self.w = k, w
         self.merge, self.all_trajectories = merge, all_trajectories
@@ -280,6 +292,8 @@ class Kernel:
     # ------------------------------------------------------------------ storage
 
     def _alloc_nodes(self, new_cap):
+        if self.max_entries and new_cap > self.max_entries:
+            raise LimitExceeded("the live match nodes", new_cap, self.max_entries)
         old = self.capacity
         grown = old > 0  # the arrays exist only after the first allocation
         self.n_state = _resized(self.n_state if grown else None, new_cap, np.int32)
@@ -909,8 +923,15 @@ class Kernel:
         self.o_err = _grown(self.o_err, cap)
         self.o_tptr = _grown(self.o_tptr, cap + 1)
         tcap = max(2 * self.o_traj.shape[0], self.o_tn + length)
+        if self.max_entries and tcap > self.max_entries:
+            raise LimitExceeded("the matches of this batch", tcap, self.max_entries)
         self.o_traj = _grown(self.o_traj, tcap)
         self.o_ttag = _grown(self.o_ttag, tcap)
+
+    def set_limit(self, entries):
+        """At most ``entries`` node slots and output entries (0: no limit); past it the
+        kernel raises :class:`LimitExceeded` instead of growing."""
+        self.max_entries = int(entries)
 
     # ------------------------------------------------------------------ shedding (SHEDDING.md)
 

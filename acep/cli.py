@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`acep match ... | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except (EventError, ValueError, OSError) as exc:
+    except (EventError, ValueError, OSError, MemoryError) as exc:
         print(f"acep: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -84,6 +84,11 @@ def _parser() -> argparse.ArgumentParser:
     match.add_argument("--bundles", action="store_true", help="print match bundles instead")
     match.add_argument("--all-trajectories", action="store_true",
                        help="print every trajectory (small inputs; turns merging off)")
+    match.add_argument("--max-entries", type=_whole(1024, "entries"), default=10_000_000,
+                       help="with --all-trajectories or --no-merge: stop with an error "
+                            "rather than hold more match nodes, or matched events of one "
+                            "batch, than this (their number can multiply with every event "
+                            "without merging; default %(default)s)")
     match.add_argument("--no-merge", action="store_true",
                        help="turn dominance merging off (Algorithm 1 as written)")
     match.add_argument("--on-bad-event", choices=("error", "skip"), default="error")
@@ -197,7 +202,9 @@ def run_match(args) -> int:
     pattern = Pattern.compile(args.pattern, args.where)
     matcher = Matcher(pattern, args.window, args.k, partition=args.partition,
                       merge=not args.no_merge, all_trajectories=args.all_trajectories,
-                      on_bad_event=args.on_bad_event, backend=args.backend)
+                      on_bad_event=args.on_bad_event, backend=args.backend,
+                      max_entries=args.max_entries if args.no_merge or args.all_trajectories
+                      else None)
     spec = EventSpec.load(args.spec) if args.spec else None
     out = _Printer(args.bundles)
     started, n_events, seen_types, unreadable = time.perf_counter(), 0, set(), []

@@ -24,8 +24,8 @@ from .pattern import Node, Where, parse_regex, parse_where, symbols
 from .predicates import CompiledPredicates, compile_predicates
 from .shedding import Budget, OldestFirstPolicy, VectorBins
 
-__all__ = ["Pattern", "Matcher", "Match", "MatchBatch", "Bundle", "bundles", "bundles_table",
-           "best_per_point", "match"]
+__all__ = ["Pattern", "Matcher", "MatcherLimitError", "Match", "MatchBatch", "Bundle",
+           "bundles", "bundles_table", "best_per_point", "match"]
 
 
 @dataclass
@@ -174,6 +174,10 @@ class MatchBatch:
                    any(b.tag_is_time for b in batches))
 
 
+class MatcherLimitError(MemoryError):
+    """The matcher would grow past ``Matcher.max_entries``; it cannot go on."""
+
+
 @dataclass
 class Matcher:
     """Streaming ACEP matcher: feed event batches, collect matches.
@@ -181,7 +185,11 @@ class Matcher:
     ``merge`` enables dominance merging (exact for match points and bundles);
     ``all_trajectories`` reports every trajectory and implies ``merge=False``.
     ``backend`` picks the kernel: "compiled", "python" or None (the compiled one if built).
-    ``capacity`` is the initial number of match-node slots; the arrays grow when needed.
+    ``capacity`` is the initial number of match-node slots; the arrays grow when needed,
+    up to ``max_entries`` slots and output entries per batch (None: no limit). Past it
+    :meth:`match_batch` raises :class:`MatcherLimitError` and the matcher cannot go on: a
+    guard for ``all_trajectories`` and ``merge=False``, whose trajectories can multiply
+    with every event.
     ``on_bad_event``: "error" raises :class:`EventError` naming the event (matches found
     before it are in ``error.matches``); "skip" drops and counts it.
 
@@ -202,6 +210,7 @@ class Matcher:
     on_bad_event: str = "error"
     backend: str | None = None
     capacity: int = 1024
+    max_entries: int | None = None
     budget: Budget | None = None
     policy: object | None = None
     bins: VectorBins | None = None
@@ -212,6 +221,7 @@ class Matcher:
     _type_luts: dict = field(init=False, repr=False, default_factory=dict)
     _tag_is_time: bool = field(init=False, repr=False, default=False)
     _position: int = field(init=False, repr=False, default=0)
+    _broken: str | None = field(init=False, repr=False, default=None)  # why it cannot go on
 
     def __post_init__(self):
         if isinstance(self.pattern, str):
@@ -230,6 +240,11 @@ class Matcher:
         self._kernel = self._kernel_module.Kernel(
             self.pattern.kernel_tables(self.k), int(self.k), float(self.window),
             bool(self.merge), bool(self.all_trajectories), max(int(self.capacity), 16))
+        if self.max_entries is not None:
+            if int(self.max_entries) < max(int(self.capacity), 16):
+                raise ValueError(f"max_entries must be at least the capacity, got "
+                                 f"{self.max_entries!r}")
+            self._kernel.set_limit(int(self.max_entries))
         self._configure_shedding()
 
     def _configure_shedding(self) -> None:
@@ -285,8 +300,9 @@ class Matcher:
             load = np.zeros((0, 4), dtype=np.int64)
         elif load.shape != (n, 4) or load.dtype != np.int64:
             raise ValueError(f"load must be an int64 array of shape ({n}, 4)")
-        done = self._kernel.process(types, tags, parts, vals, batch.position,
-                                    self.on_bad_event == "skip", load)
+        done = self._guarded(f"events {batch.position:,}-{batch.position + n - 1:,}",
+                             self._kernel.process, types, tags, parts, vals, batch.position,
+                             self.on_bad_event == "skip", load)
         self._position = batch.position + done
         if done < n:
             raise self._bad_event_error(batch, parts)
@@ -297,7 +313,7 @@ class Matcher:
 
         With ``trace=True`` the nodes still alive are logged too (their outcomes are final).
         """
-        self._kernel.flush()
+        self._guarded("the end of the stream", self._kernel.flush)
         if self.trace:
             self._kernel.log_remaining()
         return self._take()
@@ -378,6 +394,18 @@ class Matcher:
             except (TypeError, ValueError):
                 out[:, j] = [_number(v) for v in column]
         return out
+
+    def _guarded(self, where: str, call, *args):
+        """``call(*args)`` on the kernel, which refuses to grow past ``max_entries``."""
+        if self._broken:
+            raise MatcherLimitError(self._broken)
+        try:
+            return call(*args)
+        except self._kernel_module.LimitExceeded as exc:
+            self._broken = (f"{exc} (max_entries), in {where}: without merging, trajectories "
+                            "multiply with the events of a window; match with merging (one "
+                            "match per point, the same points) or a higher limit")
+            raise MatcherLimitError(self._broken) from None
 
     def _bad_event_error(self, batch: EventBatch, parts: np.ndarray) -> EventError:
         """The kernel stopped at a bad event: name it; keep the matches found before it."""

@@ -280,3 +280,16 @@ def test_serve_on_a_device_install_says_which_extra_to_install():
                        cwd=Path(__file__).resolve().parents[1])
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "needs 'aiohttp'" in r.stderr and 'pip install "acep[server]"' in r.stderr
+
+
+def test_all_trajectories_on_an_input_that_is_not_small_stops_with_an_error(tmp_path):
+    """Without merging, trajectories multiply with every event: the command stops with an
+    error naming --max-entries instead of taking the machine's memory."""
+    events = _write_jsonl(tmp_path / "ab.jsonl",
+                          [{"type": "ab"[i % 2], "t": i * 0.01} for i in range(300)])
+    r = acep("match", "-p", "(a|b){2,} c?", "-w", "5", "-k", "2", "--all-trajectories",
+             "--max-entries", "200000", events)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "above the limit of 200,000 (max_entries)" in r.stderr
+    merged = acep("match", "-p", "(a|b){2,} c?", "-w", "5", "-k", "2", events)
+    assert merged.returncode == 0 and merged.stdout.count("\n") == 300  # one per point

@@ -6,6 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from acep import EventBatch, EventError, Matcher, Pattern, match
+from acep import backend as acep_backend
+from acep.matcher import MatcherLimitError
 from acep.pattern import PatternError
 
 
@@ -175,3 +177,38 @@ def test_compiled_pattern_can_be_reused():
     assert len(Matcher(p, 10, 0).match(_events("a1 b2"))) == 1
     with pytest.raises(ValueError, match="Pattern.compile"):
         Matcher(p, 10, 0, where=["b.x > 0"])
+
+
+def _multiplying(n: int) -> list[dict]:
+    """Events whose trajectories multiply without merging: every a/b can be taken or not."""
+    return [{"type": "ab"[i % 2], "t": i * 0.01} for i in range(n)]
+
+
+@pytest.mark.parametrize("backend", ["compiled", "python"])
+def test_max_entries_stops_a_multiplying_run_with_an_error_and_the_matcher_stays_stopped(
+        backend):
+    if backend == "compiled" and acep_backend() != "compiled":
+        pytest.skip("the compiled kernel is not built")
+    m = Matcher("(a|b){2,} c?", 5, 2, all_trajectories=True, max_entries=100_000,
+                backend=backend)
+    with pytest.raises(MatcherLimitError, match=r"above the limit of 100,000 \(max_entries\)"):
+        m.match_batch(EventBatch.from_events(_multiplying(120)))
+    with pytest.raises(MatcherLimitError):  # mid-event state: it cannot go on
+        m.flush()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from("abcx"), min_size=1, max_size=20), st.booleans())
+def test_a_limit_the_run_stays_under_changes_nothing(types, all_trajectories):
+    events = [{"type": ty, "t": float(i)} for i, ty in enumerate(types)]
+    args = ("a b* c", 4.0, 1)
+    free = Matcher(*args, all_trajectories=all_trajectories, merge=False).match(events)
+    capped = Matcher(*args, all_trajectories=all_trajectories, merge=False,
+                     max_entries=1 << 20).match(events)
+    assert sorted(map(repr, free.to_matches())) == sorted(map(repr, capped.to_matches()))
+    assert len(free) > 0 or "a" not in types
+
+
+def test_max_entries_below_the_capacity_is_refused():
+    with pytest.raises(ValueError, match="max_entries must be at least the capacity"):
+        Matcher("a b", 1, 0, max_entries=10)
