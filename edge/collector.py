@@ -38,7 +38,7 @@ from .archive import Archive, archive_path
 from .archive import encode as encode_archive
 from .recheck import recheck_batch
 from .store import Prepared, Store, open_store, prepare
-from .wire import Limits, UploadBatch, WireError, decode
+from .wire import ID_RULE, Limits, UploadBatch, WireError, decode, valid_id
 
 __all__ = ["Collector", "make_app", "main", "serve", "DEFAULT_PORT", "DEFAULT_MAX_BODY"]
 
@@ -319,6 +319,9 @@ class Collector:
         if isinstance(body, web.Response):
             return body
         pattern_id = request.match_info["pattern_id"]
+        if not valid_id(pattern_id):
+            return _error(400, f"pattern id {pattern_id!r} does not match {ID_RULE} (the "
+                               "agents' pattern.id)")
         unchecked = request.query.get("unchecked", "") in ("1", "true")
         status, doc = await self.run(self._put_sketch, pattern_id, body, unchecked)
         return web.json_response(doc, status=status)

@@ -230,6 +230,8 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
         window=pat.positive("window", float, required=True, zero=True), k=k,
         where=tuple(where), partition=pat.get("partition", str))
     pat.done()
+    if not _DEVICE_RE.match(pattern.id):
+        raise ConfigError(f"pattern.id: {pattern.id!r} must match [A-Za-z0-9._-]{{1,64}}")
 
     src = _Section(doc, "source")
     source = SourceConfig(

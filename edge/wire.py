@@ -36,7 +36,14 @@ __all__ = [
 FORMAT = "acep.upload"
 VERSION = 1
 KINDS = ("matches", "summary")
-_DEVICE_RE = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
+_DEVICE_RE = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")  # device and pattern ids alike
+ID_RULE = "[A-Za-z0-9._-]{1,64}"
+
+
+def valid_id(value: object) -> bool:
+    """Whether ``value`` is a device or pattern id: 1-64 letters, digits, '.', '_', '-'
+    (they name archive folders, batch ids and sketch URLs)."""
+    return isinstance(value, str) and _DEVICE_RE.match(value) is not None
 _HASH_RE = re.compile(r"[0-9a-f]{64}\Z")
 # created_at names the archive's date=YYYY-MM-DD directory: 1970-01-01 .. 9999-12-31 UTC
 _CREATED_AT_MAX = 253402300800.0
@@ -432,6 +439,8 @@ def _decode_header(doc: dict, limits: Limits) -> dict:
         window=_number(p, "window", "pattern"), k=_field(p, "k", int, "pattern"),
         where=tuple(_str_list(p, "where", "pattern", 64, unique=False)),
         partition_by=_field(p, "partition_by", (str, type(None)), "pattern"))
+    if not valid_id(ref.id):
+        raise WireError(f"field 'pattern.id': {ref.id!r} does not match {ID_RULE}")
     if ref.window < 0 or ref.k < 0:
         raise WireError("field 'pattern.window' or 'pattern.k': negative")
     digest = _field(p, "hash", str, "pattern")

@@ -89,6 +89,7 @@ def direct(events, budget=None, flush: bool = True) -> list[tuple]:
     ({"sketch": {"path": "s.bin", "key_file": "k", "defer": -1}}, "sketch.defer"),
     ({"sketch": {"path": "s.bin", "key_file": "k", "defer": "4"}}, "sketch.defer"),
     ({"outbox": {"polcy": "drop-oldest"}}, "outbox.polcy"),
+    ({"pattern": {"text": "a b", "window": 5, "id": "rising/v2"}}, "pattern.id"),
     ({"outbox": {"policy": "keep-all"}}, "outbox.policy"),
     ({"outbox": {"path": "/nonexistent/dir/o.db"}}, "outbox.path: the directory "
                                                     "/nonexistent/dir does not exist"),

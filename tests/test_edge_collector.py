@@ -307,6 +307,11 @@ def test_sketch_upload_must_fit_the_pattern_the_devices_upload(srv):
     assert status == 200 and doc["checked"] == 0
     assert request(url, token=srv.tokens["d1"])[1] == whole
     assert json.loads(request(srv.url + "/metrics")[1])["sketches_stored"] == 2
+    for bad in ("..%2F..%2Fetc", "a%20b", "x" * 65):  # no agent could ask for these
+        status, data, _ = request(srv.url + "/v1/sketches/" + bad, "PUT", good, admin,
+                                  "application/octet-stream")
+        assert_error(status, json.loads(data), 400, "does not match [A-Za-z0-9._-]{1,64}")
+    assert json.loads(request(srv.url + "/metrics")[1])["sketches_stored"] == 2
 
 
 def test_reused_batch_id_with_another_body_is_409_and_changes_nothing(srv):

@@ -80,7 +80,8 @@ def upload_batches(draw) -> UploadBatch:
     return UploadBatch(
         device=draw(st.from_regex(r"[A-Za-z0-9._-]{1,64}", fullmatch=True)),
         seq=draw(st.integers(0, 2**63 - 1)),
-        pattern=PatternRef(draw(st.text(max_size=10)), draw(st.text(max_size=20)), window,
+        pattern=PatternRef(draw(st.from_regex(r"[A-Za-z0-9._-]{1,10}", fullmatch=True)),
+                           draw(st.text(max_size=20)), window,
                            draw(st.integers(0, 9)),
                            tuple(draw(st.lists(st.text(max_size=10), max_size=3))),
                            draw(st.one_of(st.none(), st.text(max_size=5)))),
@@ -243,6 +244,8 @@ BAD = [
     ("pattern.where", "x", "field 'pattern.where'"),
     ("pattern.extra", 1, "unknown keys"),
     ("pattern", _DELETE, "field 'pattern': missing"),
+    ("pattern.id", "", "field 'pattern.id': '' does not match"),
+    ("pattern.id", "../../etc", "field 'pattern.id': '../../etc' does not match"),
     ("matches.point", [2.0, 8.0], "field 'matches.point'"),
     ("matches.point", b"\0" * 9, "not a multiple of 8"),
     ("matches.start", b"", "field 'matches.start'"),
