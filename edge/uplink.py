@@ -208,15 +208,16 @@ class Uploader(threading.Thread):
                       "(python -m edge.outbox %s list)", due.batch_id, out.status, out.detail,
                       self.outbox.path, self.outbox.path)
         else:
-            when = self.outbox.fail(due.batch_id, f"HTTP {out.status}: {out.detail}")
+            why = out.detail if out.status is None else f"HTTP {out.status}: {out.detail}"
+            when = self.outbox.fail(due.batch_id, why)
             self.counts["retried"] += 1
-            self.last_error = f"{out.status}: {out.detail}"
+            self.last_error = why
             self.fail_streak += 1
             # a collector that is down fails every pending batch: say so once, not per batch
             say = log.warning if self.fail_streak == 1 else log.debug
-            say("upload of %s failed (%s %s); retry in %.1fs (batches are kept and retried "
+            say("upload of %s failed (%s); retry in %.1fs (batches are kept and retried "
                 "with backoff; further failures are logged at debug level until one is sent)",
-                due.batch_id, out.status, out.detail, (when or time.time()) - time.time())
+                due.batch_id, why, (when or time.time()) - time.time())
         return True
 
     def _authorized(self) -> None:
