@@ -425,7 +425,8 @@ class Agent:
         kw = dict(batch_events=s.batch_events, batch_seconds=s.batch_seconds)
         if s.kind == "file":
             src = FileSource(s.path, follow=s.follow, start=int(self.replay_offset or 0),
-                             poll_seconds=s.poll_seconds, **kw)
+                             poll_seconds=s.poll_seconds, counted=int(self.resume_offset or 0),
+                             **kw)
         elif s.kind == "iterator":
             if self.events_iterable is None:
                 raise ConfigError("source.kind: \"iterator\" needs events passed to Agent")

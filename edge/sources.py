@@ -167,9 +167,12 @@ class FileSource(Source):
     replayable = True
 
     def __init__(self, path: str | os.PathLike, follow: bool = True, start: int = 0,
-                 poll_seconds: float = 0.1, **kw):
+                 poll_seconds: float = 0.1, counted: int = 0, **kw):
         super().__init__(**kw)
         self.path, self.follow, self.offset = os.fspath(path), follow, int(start)
+        # bad lines before this offset were counted and logged by an earlier run (a replay
+        # after a restart reads them again); only for the file read first
+        self.counted = int(counted)
         self.name = self.path
         self.poll_seconds = float(poll_seconds)
         self.generation = 0
@@ -235,6 +238,8 @@ class FileSource(Source):
         self._fh, self.identity = fh, {"dev": st.st_dev, "ino": st.st_ino}
         self._line_mark = (0, 1)
         self.generation += switched
+        if switched:
+            self.counted = 0
 
     def _parse(self, lines: list[bytes]) -> list[Item]:
         """The events of whole lines read at ``self.offset``, each with the offset after
@@ -246,9 +251,9 @@ class FileSource(Source):
         docs = parse_lines([line for line, _ in kept])
         out = [(doc, end) for doc, (_, end) in zip(docs, kept) if doc is not None]
         if len(out) < len(kept):
-            self.bad_lines += len(kept) - len(out)
             for doc, (line, end) in zip(docs, kept):
-                if doc is None:
+                if doc is None and end > self.counted:
+                    self.bad_lines += 1
                     self.bad_log.warning("%s: not a JSON object, skipped: %.60r",
                                          self.where(end - len(line), end, -1), line)
         return out

@@ -164,6 +164,25 @@ def test_every_bad_line_and_event_is_counted_once_and_named(tmp_path, caplog):
     assert "<agent>" not in caplog.text
 
 
+def test_a_restart_does_not_count_or_log_again_the_bad_lines_it_replays(tmp_path, caplog):
+    """A followed file read --once twice: the second run replays the kept window, bad line
+    included, and counts (and names) only the lines it reads for the first time."""
+    path = tmp_path / "events.jsonl"
+    with open(path, "w") as fh:
+        fh.write(json.dumps({"type": "a", "t": 1, "id": "x"}) + "\nnot json\n"
+                 + json.dumps({"type": "b", "t": 2, "id": "x"}) + "\n")
+    doc = config(tmp_path, path, follow=True)
+    first = Agent(parse_config(doc)).run(once=True)
+    assert (first["events_in"], first["bad_lines"]) == (2, 1)
+    with open(path, "a") as fh:
+        fh.write("still not json\n" + json.dumps({"type": "c", "t": 3, "id": "x"}) + "\n")
+    caplog.clear()
+    again = Agent(parse_config(doc)).run(once=True)
+    assert again["events_replayed"] == 2  # the window of the kept events, read again
+    assert (again["events_in"], again["bad_lines"]) == (1, 1)
+    assert f"{path}, line 4" in caplog.text and f"{path}, line 2" not in caplog.text
+
+
 def test_many_bad_lines_are_logged_rate_limited(tmp_path, caplog):
     path = tmp_path / "events.jsonl"
     path.write_text("garbage\n" * 500 + json.dumps({"type": "a", "t": 1, "id": 1}) + "\n")
