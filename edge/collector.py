@@ -490,11 +490,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"acep serve: {exc}", file=sys.stderr)
         return 2
     if args.add_device or args.add_admin:
-        import re
-
         name = args.add_device or args.add_admin
-        if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
-            print(f"acep serve: id {name!r} must match [A-Za-z0-9._-]{{1,64}}", file=sys.stderr)
+        if not valid_id(name):
+            print(f"acep serve: id {name!r} must match {ID_RULE}", file=sys.stderr)
             return 2
         print(store.add_device(name, "device" if args.add_device else "admin"))
         store.close()

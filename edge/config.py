@@ -16,11 +16,12 @@ import tomllib
 
 from history.policies import DEFER, EXPLORE, LEARNING_RATE
 
+from .wire import ID_RULE, valid_id
+
 __all__ = ["ConfigError", "AgentConfig", "PatternConfig", "SourceConfig", "BudgetConfig",
            "SketchConfig", "OutboxConfig", "CondensedConfig", "MetricsConfig", "load_config",
            "parse_config"]
 
-_DEVICE_RE = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
 SOURCES = ("file", "stdin", "iterator")
 BUDGET_MODES = ("none", "fixed", "wall-clock")
 CAP_POLICIES = ("drop-oldest", "refuse-new")
@@ -191,8 +192,8 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
 
     dev = _Section(doc, "device", required=True)
     device_id = dev.get("id", str, required=True)
-    if not _DEVICE_RE.match(device_id):
-        raise ConfigError(f"device.id: {device_id!r} must match [A-Za-z0-9._-]{{1,64}}")
+    if not valid_id(device_id):
+        raise ConfigError(f"device.id: {device_id!r} must match {ID_RULE}")
     token = dev.get("token", str)
     token_file = path_of(dev.get("token_file", str))
     dev.done()
@@ -230,8 +231,8 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
         window=pat.positive("window", float, required=True, zero=True), k=k,
         where=tuple(where), partition=pat.get("partition", str))
     pat.done()
-    if not _DEVICE_RE.match(pattern.id):
-        raise ConfigError(f"pattern.id: {pattern.id!r} must match [A-Za-z0-9._-]{{1,64}}")
+    if not valid_id(pattern.id):
+        raise ConfigError(f"pattern.id: {pattern.id!r} must match {ID_RULE}")
 
     src = _Section(doc, "source")
     source = SourceConfig(

@@ -36,14 +36,14 @@ __all__ = [
 FORMAT = "acep.upload"
 VERSION = 1
 KINDS = ("matches", "summary")
-_DEVICE_RE = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")  # device and pattern ids alike
-ID_RULE = "[A-Za-z0-9._-]{1,64}"
+ID_RULE = "[A-Za-z0-9._-]{1,64}"  # device and pattern ids alike
+_ID_RE = re.compile(ID_RULE + r"\Z")
 
 
 def valid_id(value: object) -> bool:
     """Whether ``value`` is a device or pattern id: 1-64 letters, digits, '.', '_', '-'
     (they name archive folders, batch ids and sketch URLs)."""
-    return isinstance(value, str) and _DEVICE_RE.match(value) is not None
+    return isinstance(value, str) and _ID_RE.match(value) is not None
 _HASH_RE = re.compile(r"[0-9a-f]{64}\Z")
 # created_at names the archive's date=YYYY-MM-DD directory: 1970-01-01 .. 9999-12-31 UTC
 _CREATED_AT_MAX = 253402300800.0
@@ -202,8 +202,8 @@ def _header_doc(h: _Header, kind: str) -> dict:
 
 
 def _check_header_values(h: _Header) -> None:
-    if not isinstance(h.device, str) or not _DEVICE_RE.match(h.device):
-        raise ValueError(f"device id {h.device!r} must match [A-Za-z0-9._-]{{1,64}}")
+    if not valid_id(h.device):
+        raise ValueError(f"device id {h.device!r} must match {ID_RULE}")
     if type(h.seq) is not int or not 0 <= h.seq < 1 << 63:
         raise ValueError(f"seq {h.seq!r} must be an int in [0, 2**63)")
 
@@ -419,8 +419,8 @@ def _decode_header(doc: dict, limits: Limits) -> dict:
     if set(doc) - allowed:
         raise WireError(f"body: unknown top-level keys {sorted(set(doc) - allowed)}")
     device = _field(doc, "device", str)
-    if not _DEVICE_RE.match(device):
-        raise WireError(f"field 'device': {device!r} does not match [A-Za-z0-9._-]{{1,64}}")
+    if not valid_id(device):
+        raise WireError(f"field 'device': {device!r} does not match {ID_RULE}")
     seq = _field(doc, "seq", int)
     if not 0 <= seq < 1 << 63:
         raise WireError(f"field 'seq': {seq} is outside [0, 2**63)")
