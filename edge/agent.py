@@ -28,7 +28,6 @@ sketch replaces the running one between chunks.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -64,6 +63,7 @@ from .wire import (
     batch_id,
     encode_batch,
     encode_condensed,
+    sketch_etag,
 )
 
 __all__ = ["Agent", "main", "fresh_seq", "FALLBACK_POLICY"]
@@ -218,7 +218,7 @@ class Agent:
             else:
                 self._refuse_sketch(str(e))
             return None
-        etag = self._published = _etag(data)
+        etag = self._published = sketch_etag(data)
         if learned is not None:
             if learned[1] == etag:
                 log.info("loaded the learned sketch %s", sk.save_path)
@@ -249,7 +249,7 @@ class Agent:
                 raise OSError(f"sketch.path: {sk.path}: no such file")
             return kept
         try:
-            data = self._fetch_sketch(None if kept is None else _etag(kept))
+            data = self._fetch_sketch(None if kept is None else sketch_etag(kept))
         except OSError:
             if kept is None:
                 raise
@@ -293,7 +293,7 @@ class Agent:
     def _offer_sketch(self, data: bytes) -> None:
         """A newly published sketch (from :class:`_SketchWatch`'s thread): verified here,
         taken into use by the loop between chunks (:meth:`_take_offered_sketch`)."""
-        sk, etag = self.cfg.sketch, _etag(data)
+        sk, etag = self.cfg.sketch, sketch_etag(data)
         self._published = etag
         try:
             sketch = Sketch.from_bytes(data, _read_key(sk.key_file, "sketch.key_file"),
@@ -809,11 +809,6 @@ class _SketchWatch(threading.Thread):
             failures = 0
             if data is not None:
                 agent._offer_sketch(data)
-
-
-def _etag(data: bytes) -> str:
-    """What the collector's ETag is: the hex SHA-256 of the signed bytes."""
-    return hashlib.sha256(data).hexdigest()
 
 
 def _read_key(path: str | None, name: str) -> bytes:

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .wire import sketch_etag
+
 __all__ = ["Store", "Prepared", "prepare", "open_store", "hash_token", "SUPPORTED_URLS"]
 
 SUPPORTED_URLS = "sqlite:///PATH (or a plain file path)"
@@ -303,7 +305,7 @@ class Store:
 
     def put_sketch(self, pattern_id: str, data: bytes) -> str:
         """Store a (verified) sketch; its ETag, the hex SHA-256 of the bytes."""
-        etag = hashlib.sha256(data).hexdigest()
+        etag = sketch_etag(data)
         self._db.execute("INSERT OR REPLACE INTO sketches VALUES (?, ?, ?, ?)",
                          (pattern_id, sqlite3.Binary(data), etag, time.time()))
         return etag

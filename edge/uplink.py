@@ -11,7 +11,6 @@ operator requeues it). Only ``urllib.request``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
@@ -22,6 +21,7 @@ import urllib.request
 from dataclasses import dataclass
 
 from .outbox import Outbox
+from .wire import sketch_etag
 
 __all__ = ["Uplink", "Outcome", "Uploader", "download_sketch"]
 
@@ -110,7 +110,7 @@ def download_sketch(uplink: Uplink, pattern_id: str, max_bytes: int,
     if data is None:
         return None
     log.info("downloaded sketch %s: %d bytes, sha256 %s", pattern_id, len(data),
-             hashlib.sha256(data).hexdigest()[:16])
+             sketch_etag(data)[:16])
     return data
 
 

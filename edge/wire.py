@@ -40,6 +40,12 @@ ID_RULE = "[A-Za-z0-9._-]{1,64}"  # device and pattern ids alike
 _ID_RE = re.compile(ID_RULE + r"\Z")
 
 
+def sketch_etag(data: bytes) -> str:
+    """The ETag of a published sketch (``GET /v1/sketches/{id}``): the hex SHA-256 of its
+    signed bytes. The collector sends it; an agent compares the sketch it holds with it."""
+    return hashlib.sha256(data).hexdigest()
+
+
 def valid_id(value: object) -> bool:
     """Whether ``value`` is a device or pattern id: 1-64 letters, digits, '.', '_', '-'
     (they name archive folders, batch ids and sketch URLs)."""
