@@ -228,8 +228,7 @@ class Agent:
                      "now published (%s): starting from the published one", sk.save_path,
                      (learned[1] or "unrecorded")[:16], etag[:16])
         try:
-            sketch = Sketch.from_bytes(data, key, sk.max_bytes)
-            self._check_sketch(sketch)
+            sketch = self._fitting(Sketch.from_bytes(data, key, sk.max_bytes))
         except SketchError as e:
             self._refuse_sketch(str(e))
             return None
@@ -270,8 +269,7 @@ class Agent:
         if not sk.save_path or not os.path.exists(sk.save_path):
             return None
         try:
-            sketch = Sketch.load(sk.save_path, key, sk.max_bytes)
-            self._check_sketch(sketch)
+            sketch = self._fitting(Sketch.load(sk.save_path, key, sk.max_bytes))
         except (SketchError, OSError) as e:
             log.warning("learned sketch %s not used (%s); trying the original",
                         sk.save_path, e)
@@ -296,9 +294,8 @@ class Agent:
         sk, etag = self.cfg.sketch, sketch_etag(data)
         self._published = etag
         try:
-            sketch = Sketch.from_bytes(data, _read_key(sk.key_file, "sketch.key_file"),
-                                       sk.max_bytes)
-            self._check_sketch(sketch)
+            sketch = self._fitting(Sketch.from_bytes(
+                data, _read_key(sk.key_file, "sketch.key_file"), sk.max_bytes))
         except (SketchError, OSError) as e:
             log.error("the sketch published as %s is refused: %s; keeping the policy %s",
                       etag[:16], e, self.policy_name)
@@ -337,7 +334,9 @@ class Agent:
                 log.error("could not keep the sketch at %s: %s", self.cfg.sketch.path, e)
         self._save_sketch()
 
-    def _check_sketch(self, sketch: Sketch) -> None:
+    def _fitting(self, sketch: Sketch) -> Sketch:
+        """``sketch`` if this agent's pattern can use it; else :class:`SketchError` naming
+        what differs."""
         p = self.cfg.pattern
         try:
             partition = partition_attribute(p.where, p.partition)
@@ -346,6 +345,7 @@ class Agent:
         problem = sketch.mismatch(p.text, p.k, p.window, p.where, partition)
         if problem is not None:
             raise SketchError(problem)
+        return sketch
 
     def _stream(self) -> tuple[dict, dict]:
         """What the progress is progress of: the source (for a file its path, device and
