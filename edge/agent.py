@@ -145,7 +145,8 @@ class Agent:
             budget = Budget(b.ops_per_event, b.burst)
         elif b.mode == "wall-clock":
             self.wallclock = WallClockBudget(b.ops_per_event or b.max_ops, b.target_utilization,
-                                             b.max_lag, b.min_ops, b.max_ops)
+                                             b.max_lag, b.min_ops, b.max_ops,
+                                             catch_up=b.catch_up)
             budget = Budget(self.wallclock.ops, b.burst)
         # "error": the kernel stops at a bad event, so it can be named and logged (_match)
         common = dict(window=p.window, k=p.k, where=list(p.where), partition=p.partition,
@@ -700,8 +701,8 @@ class Agent:
             return
         s = self.matcher.stats
         ops = (s["candidates"] - stats0["candidates"]) - (s["shed"] - stats0["shed"])
-        rate = getattr(source, "chunk_rate", 0.0)
-        new = self.wallclock.update(n, ops, seconds, rate, self.lag)
+        new = self.wallclock.update(n, ops, seconds, source.arrival_rate, self.lag,
+                                    backlog=source.backlog_events)
         b = self.cfg.budget
         # acep has no public setter yet; set_budget refills the bucket, so only on a change
         # that matters (a refill is at most one burst of credit).
@@ -755,7 +756,8 @@ class Agent:
         if self.wallclock is not None:
             out.update(cost_per_op_ns=self.wallclock.op_cost * 1e9,
                        cost_per_event_ns=self.wallclock.base_cost * 1e9,
-                       arrival_rate=self.wallclock.rate)
+                       arrival_rate=self.wallclock.rate,
+                       backlog_events=round(getattr(source, "backlog_events", 0.0)))
         return out
 
     def _metrics_loop(self, source: Source, done: threading.Event) -> None:

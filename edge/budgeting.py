@@ -1,17 +1,20 @@
 """The wall-clock budget: operations per event from the measured cost and the arrival rate.
 
 Per batch the agent reports ``n`` events, ``ops`` kept candidates and ``seconds`` it spent on
-the batch (decoding, matching, encoding, committing), and the arrival rate it saw.
-The cost model is ``seconds = a*n + c*ops`` (a per-event base cost and a cost per
-operation), fitted by least squares with exponential forgetting (``decay`` per batch), so it
-follows the device's speed. The rule is
+the batch (decoding, matching, encoding, committing), the arrival rate and the backlog (events
+waiting unread). The cost model is ``seconds = a*n + c*ops`` (a per-event base cost and a
+cost per operation), fitted by least squares with exponential forgetting (``decay`` per
+batch), so it follows the device's speed. The rule is
 
-    ops_per_event = (u / rate - a) / c         clamped to [min_ops, max_ops]
+    ops_per_event = (u / (rate + backlog / catch_up) - a) / c     clamped to [min_ops, max_ops]
 
 where ``u`` is the target utilisation (the share of each second the agent may use), and
 it is scaled down by ``max_lag / lag`` whenever the lag exceeds ``max_lag``. The agent keeps
-up as long as the model holds: at ``rate`` events per second it spends ``u`` seconds per
-second matching, and a backlog makes the budget shrink until it drains.
+up as long as the model holds: it processes the events arriving at ``rate`` per second, and
+a backlog (a followed file after an outage, a file read once) within ``catch_up`` seconds,
+spending ``u`` seconds per second. The rate is the arrivals, not the reading: a backlog read
+as fast as the device can would otherwise look like a flood and shrink the budget to
+``min_ops`` (a source that cannot tell the two, a pipe, reports what it reads).
 """
 
 from __future__ import annotations
@@ -25,17 +28,22 @@ class WallClockBudget:
     """Adapts ``ops_per_event`` once per batch (see the module docstring)."""
 
     def __init__(self, initial: float, utilization: float = 0.8, max_lag: float = 2.0,
-                 min_ops: float = 0.5, max_ops: float = 1e6, decay: float = 0.9):
+                 min_ops: float = 0.5, max_ops: float = 1e6, decay: float = 0.9,
+                 catch_up: float = 600.0):
         self.ops = float(min(max(initial, min_ops), max_ops))
         self.u, self.max_lag = float(utilization), float(max_lag)
+        self.catch_up = float(catch_up)
         self.min_ops, self.max_ops, self.decay = float(min_ops), float(max_ops), float(decay)
         self._s = [0.0] * 5  # sums of n*n, n*o, o*o, n*t, o*t (forgetting)
         self.base_cost = 0.0  # seconds per event
         self.op_cost = 0.0    # seconds per operation
         self.rate = 0.0       # events per second
+        self.measured = False  # a rate has been seen
 
-    def update(self, n: int, ops: int, seconds: float, rate: float, lag: float) -> float:
-        """Feed one batch; returns the new ``ops_per_event``."""
+    def update(self, n: int, ops: int, seconds: float, rate: float | None, lag: float,
+               backlog: float = 0.0) -> float:
+        """Feed one batch (``rate`` None: not measured yet, the budget stays); returns the
+        new ``ops_per_event``."""
         if n <= 0:
             return self.ops
         d = self.decay
@@ -50,12 +58,13 @@ class WallClockBudget:
         if c <= 0:  # noise made the fit useless; fall back to the conservative ratio
             a, c = 0.0, seconds / max(ops, 1)
         self.base_cost, self.op_cost = max(a, 0.0), max(c, 1e-12)
-        if rate > 0 and math.isfinite(rate):
-            self.rate = rate if self.rate == 0 else 0.7 * self.rate + 0.3 * rate
-        if self.rate > 0:
-            target = (self.u / self.rate - self.base_cost) / self.op_cost
-        else:
-            target = self.max_ops
+        if rate is None or not math.isfinite(rate) or rate < 0:
+            return self.ops
+        self.rate = 0.7 * self.rate + 0.3 * rate if self.measured else rate
+        self.measured = True
+        needed = self.rate + max(backlog, 0.0) / self.catch_up  # events per second
+        target = (self.u / needed - self.base_cost) / self.op_cost if needed > 0 \
+            else self.max_ops
         if lag > self.max_lag:
             target = min(target, self.ops) * self.max_lag / lag
         self.ops = float(min(max(target, self.min_ops), self.max_ops))

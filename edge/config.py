@@ -58,6 +58,7 @@ class BudgetConfig:
     burst: float = 64.0
     target_utilization: float = 0.8
     max_lag: float = 2.0
+    catch_up: float = 600.0
     min_ops: float = 0.5
     max_ops: float = 1e6
     policy: str = "oldest-first"
@@ -252,6 +253,7 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
         burst=bud.positive("burst", float, 64.0),
         target_utilization=bud.positive("target_utilization", float, 0.8),
         max_lag=bud.positive("max_lag", float, 2.0),
+        catch_up=bud.positive("catch_up", float, 600.0),
         min_ops=bud.positive("min_ops", float, 0.5, zero=True),
         max_ops=bud.positive("max_ops", float, 1e6),
         policy=bud.choice("policy", ("oldest-first", "random", "history"), "oldest-first"))

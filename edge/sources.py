@@ -93,11 +93,19 @@ class Source:
         self.bad_log = LogLimiter()
         self.eof = False  # the source has ended for good (never in follow mode)
         self.chunk_started = time.monotonic()  # when the last chunk's first event came
-        self.chunk_rate = 0.0  # its events per second since the chunk before it
+        # events per second arriving, and events waiting unread, as of the last chunk
+        # (:meth:`_measure`); None until measured
+        self.arrival_rate: float | None = None
+        self.backlog_events = 0.0
 
     def _items(self, stop: threading.Event) -> Iterator[Item | None]:
         """Events, and None when nothing is available right now (lets a chunk close)."""
         raise NotImplementedError
+
+    def _measure(self, chunk: list[Item], seconds: float) -> None:
+        """At each chunk (``seconds`` since the one before). An iterator or a pipe cannot
+        tell events that waited from new ones: what is read has arrived."""
+        self.arrival_rate = len(chunk) / seconds
 
     def where(self, start: int | None, end: int | None, position: int) -> str:
         """Where an event is, for a log line: ``start``/``end`` are the resume offsets
@@ -139,7 +147,7 @@ class Source:
                 if full or late or (chunk and stop.is_set()):
                     now = time.monotonic()
                     self.chunk_started = started
-                    self.chunk_rate = len(chunk) / max(now - previous, 1e-6)
+                    self._measure(chunk, max(now - previous, 1e-6))
                     previous = now
                     yield chunk
                     chunk = []
@@ -179,6 +187,8 @@ class FileSource(Source):
         self.identity: dict | None = None  # {"dev", "ino"} of the file being read
         self._fh: io.BufferedReader | None = None
         self._line_mark = (0, 1)  # (byte offset, 1-based line number there) of that file
+        self._sizes: tuple[int, int, int] | None = None  # (generation, size, offset) then
+        self._read = [0, 0]  # bytes and events read, for the bytes per event
 
     def _blocks(self, stop: threading.Event) -> Iterator[list[Item] | None]:
         fh = self._open(stop)
@@ -313,6 +323,30 @@ class FileSource(Source):
         except OSError:
             return False
         return (st.st_dev, st.st_ino) != (self.identity["dev"], self.identity["ino"])
+
+    def _measure(self, chunk: list[Item], seconds: float) -> None:
+        """Arrivals are the file's growth, not the reading: after an outage the reader
+        runs through a backlog far faster than the events came. Both are converted from
+        bytes with the mean line length read so far (from the chunks' end offsets); a
+        switch to another file (rotation) skips one measurement."""
+        try:
+            size = os.fstat(self._fh.fileno()).st_size if self._fh is not None else None
+        except OSError:
+            size = None
+        last, self._sizes = self._sizes, None
+        if size is None:
+            return
+        end = chunk[-1][1]
+        self._sizes = (self.generation, size, end)
+        if last is None or last[0] != self.generation:
+            return
+        self._read[0] += max(end - last[2], 0)
+        self._read[1] += len(chunk)
+        per_event = self._read[0] / max(self._read[1], 1)
+        if per_event <= 0:
+            return
+        self.arrival_rate = max(size - last[1], 0) / per_event / seconds
+        self.backlog_events = max(size - end, 0) / per_event
 
     def backlog(self) -> int | None:
         """Bytes written to the file but not read yet."""

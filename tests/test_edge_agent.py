@@ -482,6 +482,60 @@ def test_wall_clock_budget_adapts_and_keeps_matching(tmp_path):
     assert rows and len(ids) == len(set(ids))
 
 
+def _backlog_run(tmp_path, events, **budget) -> tuple[dict, list[tuple]]:
+    """A file written before the agent starts (an outage, or a file read once), read in
+    wall-clock mode; the final metrics and the matches."""
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    doc = config(tmp_path, source={"kind": "file", "path": str(path), "follow": False,
+                                   "batch_events": 500},
+                 budget={"mode": "wall-clock", "burst": 64.0, "max_ops": 1000.0, **budget})
+    final = Agent(parse_config(doc)).run()
+    return final, outbox_matches(tmp_path / "outbox.db")[1]
+
+
+def test_wall_clock_works_off_a_backlog_at_the_arrival_rate_not_the_reading_rate(tmp_path):
+    events = stream(30_000, seed=8)
+    final, rows = _backlog_run(tmp_path, events)
+    # read far faster than it arrived (it all came before the start): 30,000 events to
+    # work off in catch_up = 600 s is 50 per second, which the budget pays in full
+    assert final["arrival_rate"] < 100 and final["shed"] == 0
+    assert final["ops_per_event"] == 1000.0
+    assert sorted(rows) == sorted(direct(events))
+
+
+def test_wall_clock_sheds_when_the_backlog_must_be_worked_off_sooner(tmp_path):
+    events = stream(30_000, seed=8)
+    final, rows = _backlog_run(tmp_path, events, catch_up=1e-3, min_ops=0.2)
+    assert final["shed"] > 0  # (the budget is back at max_ops once the backlog is gone)
+    assert {r[:2] for r in rows} < {r[:2] for r in direct(events)}  # points missed
+
+
+def test_a_file_source_measures_arrivals_by_its_growth_and_the_unread_events(tmp_path):
+    path = tmp_path / "events.jsonl"
+    line = lambda e: json.dumps(e) + "\n"  # noqa: E731
+    events = stream(3000)
+    path.write_text("".join(map(line, events[:2000])))
+    source = FileSource(path, follow=True, batch_events=100, poll_seconds=0.01)
+    stop, seen = threading.Event(), []
+    for chunk in source.chunks(stop):
+        seen.append((len(chunk), source.arrival_rate, source.backlog_events))
+        if sum(n for n, _, _ in seen) == 1000:  # half read: 1000 more arrive
+            with open(path, "a") as fh:
+                fh.write("".join(map(line, events[2000:])))
+        if sum(n for n, _, _ in seen) == 3000:
+            stop.set()
+    assert seen[0][1] is None  # the first chunk has no growth to compare with yet
+    before = seen[1:10]  # nothing was written while they were read
+    assert all(rate == 0 for _, rate, _ in before)
+    # in events, from the mean line length read so far (the lines differ a little)
+    assert all(abs(b - unread) < 0.1 * unread
+               for (_, _, b), unread in zip(before, range(1800, 900, -100)))
+    grown = seen[10]  # the 1000 events written since the chunk before
+    assert grown[1] > 0 and abs(grown[2] - 1900) < 190
+    assert seen[-1][2] == 0
+
+
 def test_sigterm_finishes_the_batch_and_exits_cleanly(tmp_path):
     path, db_path = tmp_path / "events.jsonl", tmp_path / "outbox.db"
     path.write_text("".join(json.dumps(e) + "\n" for e in stream(2000)))
