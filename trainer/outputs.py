@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["OutputError", "check_outputs"]
+__all__ = ["OutputError", "check_outputs", "absolute"]
 
 
 class OutputError(ValueError):
@@ -44,6 +44,13 @@ def check_outputs(outputs: dict[str, str | os.PathLike | None],
             raise OutputError(f"{where}: a directory that is not empty and not an earlier "
                               f"output of this command ({why}); give a new or empty "
                               "directory")
+
+
+def absolute(path: str | os.PathLike | None) -> str | None:
+    """``path`` as an absolute path in the current directory (None stays None). Spark writes
+    an output in the JVM, which takes a relative path in the directory it started in: a
+    caller that changed directory since would find the output elsewhere."""
+    return None if path is None else os.path.abspath(path)
 
 
 def _overlap(a: Path, b: Path) -> bool:
