@@ -30,6 +30,7 @@ then the oldest pending batches, until it fits and ``policy="refuse-new"`` raise
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -483,6 +484,10 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.exists(args.path):
         print(f"{ap.prog}: {args.path}: no such outbox", file=sys.stderr)
         return 2
+    why = _not_an_outbox(args.path)
+    if why:  # Outbox() would add its tables to any SQLite file (and set it to WAL mode)
+        print(f"{ap.prog}: {args.path}: not an outbox ({why})", file=sys.stderr)
+        return 2
     with Outbox(args.path) as box:
         if args.command == "status":
             print(json.dumps(box.summary()))
@@ -504,6 +509,17 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             print(f"discarded {box.discard(None if args.all else args.ids)} dead letters")
     return 0
+
+
+def _not_an_outbox(path: str) -> str | None:
+    """Why the file at ``path`` is not an outbox, or None. Reads, never writes."""
+    try:
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            found = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                               "AND name = 'pending'").fetchone()
+    except sqlite3.DatabaseError as exc:  # not SQLite at all, or unreadable
+        return str(exc)
+    return None if found else "no table 'pending'"
 
 
 if __name__ == "__main__":

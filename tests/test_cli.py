@@ -352,6 +352,23 @@ def test_outbox_shows_what_is_stuck_and_lists_exports_requeues_and_discards(tmp_
         assert box.status("pi-1/7") == "discarded" and box.pending_ids() == ["pi-1/8", "pi-1/9"]
 
 
+def test_outbox_refuses_a_missing_file_or_one_that_is_not_an_outbox(tmp_path):
+    import sqlite3
+
+    r = acep("outbox", tmp_path / "no.db", "status")
+    assert r.returncode == 2 and "no.db: no such outbox" in r.stderr
+    assert not (tmp_path / "no.db").exists()
+    other = tmp_path / "collector.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE batches (id TEXT)")
+    before = other.read_bytes()
+    (tmp_path / "agent.toml").write_text("[device]\nid = \"pi-01\"\n")
+    for path in (other, tmp_path / "agent.toml"):
+        r = acep("outbox", path, "list")
+        assert r.returncode == 2 and "not an outbox" in r.stderr and "Traceback" not in r.stderr
+    assert other.read_bytes() == before and not list(tmp_path.glob("*-wal"))
+
+
 def test_outbox_help_lists_its_actions_and_a_device_install_runs_it(tmp_path):
     top = acep("--help")
     assert top.returncode == 0 and "outbox" in top.stdout
