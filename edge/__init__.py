@@ -7,7 +7,6 @@ control, uplink). The collector is :mod:`edge.collector` (server side: aiohttp, 
 
 import importlib
 
-from .outbox import Backoff, Due, Outbox, OutboxFull
 from .wire import (
     Condenser,
     Limits,
@@ -33,9 +32,11 @@ __all__ = [
     "encode_batch", "encode_condensed", "pattern_hash",
 ]
 
-# The agent's names load on first use: `python -m edge.agent` must not find edge.agent
-# already imported by its own package (runpy would then run a second copy of the module).
+# The agent's and the outbox's names load on first use: `python -m edge.agent` (or
+# edge.outbox) must not find the module already imported by its own package (runpy would
+# then run a second copy of it, and warns).
 _LAZY = {"Agent": "agent", "main": "agent", "WallClockBudget": "budgeting",
+         "Backoff": "outbox", "Due": "outbox", "Outbox": "outbox", "OutboxFull": "outbox",
          "AgentConfig": "config", "ConfigError": "config", "load_config": "config",
          "FileSource": "sources", "IteratorSource": "sources", "StdinSource": "sources",
          "Uplink": "uplink", "Uploader": "uplink"}

@@ -17,8 +17,9 @@ so the schedule is the same across runs and restarts.
 Dead letters: a batch the collector refuses for good (:meth:`Outbox.reject`) is not
 deleted. It moves, with its reason, to the dead letters, where it is never sent again until
 :meth:`Outbox.requeue` puts it back; :meth:`Outbox.dead_letters`, :meth:`Outbox.dead_body`
-and ``python -m edge.outbox PATH list|export DIR|requeue|discard`` list, export, resend or
-delete them.
+and ``acep outbox PATH list|export DIR|requeue|discard`` (or ``python -m edge.outbox``) list,
+export, resend or delete them; ``acep outbox PATH status`` sums up the pending batches and
+the dead letters (:meth:`Outbox.summary`).
 
 Cap: ``max_rows`` and ``max_bytes`` bound the pending batches and the dead letters together.
 When a new batch does not fit, ``policy="drop-oldest"`` deletes the oldest dead letters,
@@ -29,6 +30,7 @@ then the oldest pending batches, until it fits and ``policy="refuse-new"`` raise
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -392,6 +394,23 @@ class Outbox:
         with self._lock:
             return [r[0] for r in self._db.execute("SELECT batch_id FROM pending ORDER BY n")]
 
+    def summary(self) -> dict:
+        """What the outbox holds now: the pending batches (how many, their bytes, the oldest
+        by creation with its attempts and last error, when the next one is due) and the dead
+        letters (how many, their bytes). Times are seconds since the epoch."""
+        with self._lock:  # one query per index where there is one (see _SCHEMA)
+            rows, total = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM pending").fetchone()
+            next_due = self._db.execute("SELECT MIN(due) FROM pending").fetchone()[0]
+            oldest = self._db.execute("SELECT batch_id, created, attempts, last_error "
+                                      "FROM pending ORDER BY created, n LIMIT 1").fetchone()
+            dead, dead_bytes = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM dead").fetchone()
+        return {"pending": rows, "pending_bytes": total,
+                "oldest": None if oldest is None else dict(
+                    zip(("batch_id", "created", "attempts", "last_error"), oldest)),
+                "next_due": next_due, "dead": dead, "dead_bytes": dead_bytes}
+
     def metrics(self) -> dict[str, int]:
         """Counters since the outbox file was created, plus the pending rows and bytes and the
         dead letters and their bytes."""
@@ -439,15 +458,21 @@ class _Transaction:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m edge.outbox PATH list | export DIR | requeue [ID ...] | discard (ID ... |
-    --all)``: the dead letters of an agent's outbox."""
-    ap = argparse.ArgumentParser(prog="python -m edge.outbox",
-                                 description="list, export, resend or delete the dead letters "
-                                             "(batches the collector refused) of an outbox")
+    """``acep outbox PATH status | list | export DIR | requeue [ID ...] | discard (ID ... |
+    --all)`` (also ``python -m edge.outbox``): what an agent's outbox holds, and its dead
+    letters."""
+    ap = argparse.ArgumentParser(prog="acep outbox",
+                                 description="what is pending in an agent's outbox, and list, "
+                                             "export, resend or delete its dead letters "
+                                             "(batches the collector refused for good)")
     ap.add_argument("path", help="the agent's outbox file (outbox.path)")
-    sub = ap.add_subparsers(dest="command", required=True)
+    sub = ap.add_subparsers(dest="command", required=True, metavar="ACTION")
+    sub.add_parser("status", help="one JSON line: pending batches (count, bytes, the oldest "
+                                  "with its attempts and last error, next due) and dead "
+                                  "letters (count, bytes)")
     sub.add_parser("list", help="one JSON line per dead letter: id, bytes, reason, ...")
-    ex = sub.add_parser("export", help="write each body to DIR/<device>_<seq>.msgpack")
+    ex = sub.add_parser("export", help="write each dead letter's body to "
+                                       "DIR/<device>_<seq>.msgpack")
     ex.add_argument("dir")
     for name, text in (("requeue", "send these dead letters again (all without ids)"),
                        ("discard", "delete these dead letters for good")):
@@ -457,10 +482,16 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--all", action="store_true", help="every dead letter")
     args = ap.parse_args(argv)
     if not os.path.exists(args.path):
-        print(f"python -m edge.outbox: {args.path}: no such outbox", file=sys.stderr)
+        print(f"{ap.prog}: {args.path}: no such outbox", file=sys.stderr)
+        return 2
+    why = _not_an_outbox(args.path)
+    if why:  # Outbox() would add its tables to any SQLite file (and set it to WAL mode)
+        print(f"{ap.prog}: {args.path}: not an outbox ({why})", file=sys.stderr)
         return 2
     with Outbox(args.path) as box:
-        if args.command == "list":
+        if args.command == "status":
+            print(json.dumps(box.summary()))
+        elif args.command == "list":
             for d in box.dead_letters():
                 print(json.dumps(d.__dict__))
         elif args.command == "export":
@@ -474,10 +505,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"requeued {box.requeue(args.ids or None)} dead letters")
         else:
             if not args.ids and not args.all:
-                print("python -m edge.outbox discard: name the ids, or --all", file=sys.stderr)
+                print(f"{ap.prog} discard: name the ids, or --all", file=sys.stderr)
                 return 2
             print(f"discarded {box.discard(None if args.all else args.ids)} dead letters")
     return 0
+
+
+def _not_an_outbox(path: str) -> str | None:
+    """Why the file at ``path`` is not an outbox, or None. Reads, never writes."""
+    try:
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            found = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                               "AND name = 'pending'").fetchone()
+    except sqlite3.DatabaseError as exc:  # not SQLite at all, or unreadable
+        return str(exc)
+    return None if found else "no table 'pending'"
 
 
 if __name__ == "__main__":

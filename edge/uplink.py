@@ -205,7 +205,7 @@ class Uploader(threading.Thread):
             self.counts["rejected"] += 1
             self.last_error = f"HTTP {out.status}: {out.detail}"
             log.error("collector refused batch %s (HTTP %s): %s; kept as a dead letter in %s "
-                      "(python -m edge.outbox %s list)", due.batch_id, out.status, out.detail,
+                      "(acep outbox %s list)", due.batch_id, out.status, out.detail,
                       self.outbox.path, self.outbox.path)
         else:
             why = out.detail if out.status is None else f"HTTP {out.status}: {out.detail}"

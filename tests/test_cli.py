@@ -293,3 +293,96 @@ def test_all_trajectories_on_an_input_that_is_not_small_stops_with_an_error(tmp_
     assert "above the limit of 200,000 (max_entries)" in r.stderr
     merged = acep("match", "-p", "(a|b){2,} c?", "-w", "5", "-k", "2", events)
     assert merged.returncode == 0 and merged.stdout.count("\n") == 300  # one per point
+
+
+# --------------------------------------------------------------------------- acep outbox
+
+
+def _stuck_outbox(path):
+    """An agent's outbox with a batch refused for good (a dead letter), one failing to be
+    delivered and one never tried."""
+    from edge.outbox import Backoff, Outbox
+
+    with Outbox(path, backoff=Backoff(seed=3)) as box:
+        box.put(b"\x81\xa1a\x01", "pi-1/7", now=1000.0)
+        box.put(b"second body", "pi-1/8", now=1100.0)
+        box.put(b"third", "pi-1/9", now=1200.0)
+        box.reject("pi-1/7", "HTTP 400: field 'format': missing", now=1050.0)
+        return box.fail("pi-1/8", "cannot reach the collector: connection refused", now=1150.0)
+
+
+def test_outbox_shows_what_is_stuck_and_lists_exports_requeues_and_discards(tmp_path):
+    from edge.outbox import Outbox
+
+    path = tmp_path / "agent-outbox.db"
+    due = _stuck_outbox(path)
+    status = acep("outbox", path, "status")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout) == {
+        "pending": 2, "pending_bytes": 16,
+        "oldest": {"batch_id": "pi-1/8", "created": 1100.0, "attempts": 1,
+                   "last_error": "cannot reach the collector: connection refused"},
+        "next_due": due, "dead": 1, "dead_bytes": 4}
+    same = subprocess.run([sys.executable, "-m", "edge.outbox", str(path), "status"],
+                          capture_output=True, text=True, timeout=60)
+    assert (same.returncode, same.stdout, same.stderr) == (0, status.stdout, "")
+    listed = acep("outbox", path, "list")
+    assert [json.loads(x) for x in listed.stdout.splitlines()] == [
+        {"batch_id": "pi-1/7", "size": 4, "created": 1000.0, "attempts": 1,
+         "reason": "HTTP 400: field 'format': missing", "at": 1050.0}]
+    exported = acep("outbox", path, "export", tmp_path / "dead")
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stdout.splitlines() == [str(tmp_path / "dead" / "pi-1_7.msgpack")]
+    assert (tmp_path / "dead" / "pi-1_7.msgpack").read_bytes() == b"\x81\xa1a\x01"
+    refused = acep("outbox", path, "discard")
+    assert refused.returncode == 2 and "acep outbox discard: name the ids, or --all" in \
+        refused.stderr
+    requeued = acep("outbox", path, "requeue", "pi-1/7", "pi-1/99")
+    assert (requeued.returncode, requeued.stdout) == (0, "requeued 1 dead letters\n")
+    with Outbox(path) as box:
+        assert box.pending_ids() == ["pi-1/8", "pi-1/9", "pi-1/7"] and not box.dead_letters()
+        box.reject("pi-1/7", "HTTP 409: another body")
+        assert box.dead_body("pi-1/7") == b"\x81\xa1a\x01"  # byte for byte, both ways
+    status = json.loads(acep("outbox", path, "status").stdout)
+    assert (status["pending"], status["dead"], status["oldest"]["batch_id"]) == (2, 1, "pi-1/8")
+    discarded = acep("outbox", path, "discard", "--all")
+    assert (discarded.returncode, discarded.stdout) == (0, "discarded 1 dead letters\n")
+    assert acep("outbox", path, "list").stdout == ""
+    with Outbox(path) as box:
+        assert box.status("pi-1/7") == "discarded" and box.pending_ids() == ["pi-1/8", "pi-1/9"]
+
+
+def test_outbox_refuses_a_missing_file_or_one_that_is_not_an_outbox(tmp_path):
+    import sqlite3
+
+    r = acep("outbox", tmp_path / "no.db", "status")
+    assert r.returncode == 2 and "no.db: no such outbox" in r.stderr
+    assert not (tmp_path / "no.db").exists()
+    other = tmp_path / "collector.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE batches (id TEXT)")
+    before = other.read_bytes()
+    (tmp_path / "agent.toml").write_text("[device]\nid = \"pi-01\"\n")
+    for path in (other, tmp_path / "agent.toml"):
+        r = acep("outbox", path, "list")
+        assert r.returncode == 2 and "not an outbox" in r.stderr and "Traceback" not in r.stderr
+    assert other.read_bytes() == before and not list(tmp_path.glob("*-wal"))
+
+
+def test_outbox_help_lists_its_actions_and_a_device_install_runs_it(tmp_path):
+    top = acep("--help")
+    assert top.returncode == 0 and "outbox" in top.stdout
+    r = acep("outbox", "--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: acep outbox")
+    for action in ("status", "list", "export", "requeue", "discard"):
+        assert f"\n    {action} " in r.stdout
+    _stuck_outbox(tmp_path / "o.db")
+    code = ("import sys\n"  # only numpy and msgpack are installed on a device
+            "from acep.cli import main\n"
+            f"rc = main(['outbox', {str(tmp_path / 'o.db')!r}, 'status'])\n"
+            "heavy = {'pyarrow', 'pandas', 'pyspark', 'aiohttp'} & set(sys.modules)\n"
+            "print(sorted(heavy), file=sys.stderr)\n"
+            "sys.exit(rc)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and json.loads(r.stdout)["pending"] == 2
+    assert r.stderr.strip() == "[]"

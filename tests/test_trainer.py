@@ -175,6 +175,38 @@ def archived_events(root: Path) -> list[dict]:
     return [seen[k] for k in sorted(seen, key=lambda k: (seen[k]["t"], k))]
 
 
+def jvm_directory(spark) -> Path:
+    """The directory the session's JVM started in (where Spark takes relative paths)."""
+    return Path(spark.sparkContext._jvm.System.getProperty("user.dir")).resolve()
+
+
+def test_relative_paths_are_taken_in_the_callers_directory(spark, tmp_path, monkeypatch):
+    """A caller that changed directory after the session started: its relative inputs (a
+    directory of files, an archive) are read and its quarantine written in its directory,
+    not in the JVM's."""
+    assert jvm_directory(spark) != tmp_path.resolve()  # else the test would prove nothing
+    rows = events(300, 4)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:150]))
+    lines = [json.dumps(r) for r in rows[150:]]
+    lines.insert(3, "{not json")
+    (tmp_path / "in" / "1.jsonl").write_text("\n".join(lines) + "\n")
+    archive_from_devices(tmp_path / "arch", {"pi-1": rows})
+    monkeypatch.chdir(tmp_path)
+    result = train(["in"], PATTERN, spark=spark, show_progress=False, quarantine="bad")
+    assert result.stats["events"] == len(rows) and result.stats["bad_rows"] == 1
+    assert result.graph.to_bytes() == single_process(rows).to_bytes()
+    [bad] = pq.read_table(tmp_path / "bad").to_pylist()
+    assert bad["line"] == 4 and "JSON" in bad["reason"]
+    assert bad["source"] == str(tmp_path.resolve() / "in" / "1.jsonl")  # wherever it is read
+    archived = train(["arch"], archive=True, spark=spark, show_progress=False)
+    expect = archived_events(tmp_path / "arch")
+    assert archived.stats["events"] == len(expect) and archived.stats["bad_rows"] == 0
+    assert archived.graph.to_bytes() == \
+        replace(single_process(expect, partition="key"), partition_by="p").to_bytes()
+    assert not (jvm_directory(spark) / "bad").exists()
+
+
 def test_archive_of_two_devices_with_windows_uploaded_twice(spark, tmp_path):
     archive_from_devices(tmp_path / "archive", {"pi-1": events(500, 1), "pi-2": events(500, 2)})
     result = train([str(tmp_path / "archive")], archive=True, spark=spark, show_progress=False,

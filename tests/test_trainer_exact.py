@@ -223,6 +223,29 @@ def test_bad_rows_quarantined_and_the_rest_matched(spark, tmp_path):
     assert any(max(p for b in m[0] for p in b) >= FILE_STRIDE for m in found)
 
 
+def test_relative_paths_are_taken_in_the_callers_directory(spark, tmp_path, monkeypatch):
+    """A caller that changed directory after the session started: its relative input is
+    read, and the matches and the quarantine are written, in its directory (the part files
+    and _query.json together), not in the one the JVM started in."""
+    jvm = Path(spark.sparkContext._jvm.System.getProperty("user.dir")).resolve()
+    assert jvm != tmp_path.resolve()  # else the test would prove nothing
+    query = SHAPES["next-kleene"]
+    (tmp_path / "in").mkdir()
+    good = write_jsonl(stream(8, 150), tmp_path / "in" / "e.jsonl")
+    write_jsonl([{"t": 1000, "p": 0, "v": 1}], tmp_path / "in" / "f.jsonl")  # no type: bad
+    monkeypatch.chdir(tmp_path)
+    result = exact_batch(["in/e.jsonl", "in/f.jsonl"], query, output_dir="out/m",
+                         quarantine="out/bad", chunk=4.0, spark=spark, show_progress=False)
+    found, _ = batch_matches(tmp_path / "out" / "m")
+    assert found == single_process(good, query) and len(found) == result.stats["matches"] > 0
+    assert json.loads((tmp_path / "out" / "m" / "_query.json").read_text())["query"] == query
+    assert (tmp_path / "out" / "m" / "_SUCCESS").exists()
+    [bad] = pq.read_table(tmp_path / "out" / "bad").to_pylist()
+    assert bad["source"] == str(tmp_path.resolve() / "in" / "f.jsonl") and bad["line"] == 1
+    assert not (jvm / "out").exists()
+    assert result.output_dir == str(tmp_path.resolve() / "out" / "m")  # it stays valid
+
+
 # --------------------------------------------------------------------------- archive
 
 

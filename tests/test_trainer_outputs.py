@@ -17,6 +17,7 @@ pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'a
 
 from trainer.cli import main as train_main  # noqa: E402
 from trainer.exact import main as exact_main  # noqa: E402
+from trainer.outputs import absolute  # noqa: E402
 
 QUERY = "PATTERN SEQ(a x, b y) WHERE skip_till_any_match(x, y) { x.v <= y.v } WITHIN 3"
 
@@ -107,3 +108,13 @@ def test_an_earlier_output_is_replaced_and_one_with_a_stranger_is_not(work, caps
     assert exact_main(argv) == 2
     assert "holds 'mine.csv'" in capsys.readouterr().err
     assert (work / "m" / "mine.csv").exists()
+
+
+def test_outputs_are_made_absolute_in_the_current_directory_and_uris_are_kept(tmp_path,
+                                                                              monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert absolute("out/m") == str(tmp_path.resolve() / "out" / "m")
+    assert absolute(Path("bad")) == str(tmp_path.resolve() / "bad")
+    assert absolute("/srv/m") == "/srv/m" and absolute(None) is None
+    assert absolute("hdfs://namenode:8020/acep/bad") == "hdfs://namenode:8020/acep/bad"
+    assert absolute("file:///srv/m") == "file:///srv/m"

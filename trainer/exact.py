@@ -76,7 +76,7 @@ import numpy as np
 from acep.events import EventBatch, EventSpec
 
 from .chunks import ChunkPlan, choose_plan
-from .outputs import OutputError, check_outputs
+from .outputs import OutputError, absolute, check_outputs
 from .sources import (
     QUARANTINE,
     SYSTEM,
@@ -157,7 +157,8 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
     picks its pattern's windows when it holds several, ``pattern_hash`` the definition when
     that id was uploaded with several: :func:`trainer.sources.plan_archive`).
     ``quarantine``: a directory for the bad rows (Parquet: source, line, position, field,
-    reason). See the module docstring.
+    reason). Relative paths are taken in the current directory at the call; the result's
+    ``output_dir`` is absolute. See the module docstring.
     """
     from pyspark.sql import functions as F
 
@@ -172,6 +173,8 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
         plan_files(inputs, spec)
     check_outputs({"--out": output_dir, "--quarantine": quarantine}, inputs[:1] if archive
                   else inputs, extra=("_query.json",))
+    # the caller's directory, not the one the Spark JVM started in (it writes them)
+    output_dir, quarantine = absolute(output_dir), absolute(quarantine)
     required = required_attributes(query)
     _check_columns(required, plan)
     spark = spark or session(master, cores, app="acep-exact-batch")

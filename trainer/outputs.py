@@ -10,10 +10,14 @@ input, inside an input or contain one.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["OutputError", "check_outputs"]
+__all__ = ["OutputError", "check_outputs", "absolute"]
+
+
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 class OutputError(ValueError):
@@ -44,6 +48,17 @@ def check_outputs(outputs: dict[str, str | os.PathLike | None],
             raise OutputError(f"{where}: a directory that is not empty and not an earlier "
                               f"output of this command ({why}); give a new or empty "
                               "directory")
+
+
+def absolute(path: str | os.PathLike | None) -> str | None:
+    """``path`` as an absolute path in the current directory (None stays None; a URI such as
+    ``hdfs://...``, which only Spark can write, stays as it is). Spark writes an output in
+    the JVM, which takes a relative path in the directory it started in: a caller that
+    changed directory since would find the output elsewhere."""
+    if path is None:
+        return None
+    path = os.fspath(path)
+    return path if _URI.match(path) else os.path.abspath(path)
 
 
 def _overlap(a: Path, b: Path) -> bool:

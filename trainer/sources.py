@@ -103,13 +103,16 @@ class ReadPlan:
 
 
 def plan_files(paths: Sequence[str | os.PathLike], spec: EventSpec) -> ReadPlan:
-    """Tasks for event files (a directory stands for the event files under it, sorted)."""
+    """Tasks for event files (a directory stands for the event files under it, sorted).
+    The tasks name the files by absolute path: relative paths are taken in the current
+    directory now, not in the one the executors (and the Spark JVM) started in."""
     files = _expand(paths)
     tasks = []
     for i, path in enumerate(files):
         groups = _row_group_tasks(path)
-        tasks.extend(ReadTask(path, g, i, rows=n) for g, n in groups) if groups else \
-            tasks.append(ReadTask(path, None, i))
+        source = os.path.abspath(path)  # an executor opens it, in a directory of its own
+        tasks.extend(ReadTask(source, g, i, rows=n) for g, n in groups) if groups else \
+            tasks.append(ReadTask(source, None, i))
     attributes, is_time = _probe(files[0], spec)
     return ReadPlan(tasks, spec, attributes, is_time)
 
@@ -123,6 +126,7 @@ def plan_archive(root: str | os.PathLike, pattern_id: str | None = None,
     uploaded several definitions under one id (the pattern was changed, or a device runs an
     old one): then ``pattern_hash`` (a prefix of the hex pattern hash, as the refusal lists
     them) picks the definition whose files are read, and without it the archive is refused.
+    As for :func:`plan_files`, the tasks name the files by absolute path.
     """
     root = Path(root)
     if not root.is_dir():
@@ -142,7 +146,7 @@ def plan_archive(root: str | os.PathLike, pattern_id: str | None = None,
         raise SourceError(f"{root}: no archived windows of pattern {pattern_id!r} "
                           f"(patterns: {', '.join(sorted(patterns))})")
     chosen = _definition(root, pattern_id, patterns[pattern_id], pattern_hash)
-    tasks = [ReadTask(str(p), None, i, p.parent.name.split("=", 1)[1], rows[p])
+    tasks = [ReadTask(os.path.abspath(p), None, i, p.parent.name.split("=", 1)[1], rows[p])
              for i, p in enumerate(chosen.files)]
     spec = EventSpec(tag="tag", type="type", attributes=None)
     attributes, is_time = _probe(str(chosen.files[0]), spec)

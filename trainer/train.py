@@ -43,7 +43,7 @@ from history.graph import HistoryGraph
 from history.sketch import Sketch
 
 from .chunks import ChunkPlan, choose_plan
-from .outputs import check_outputs
+from .outputs import absolute, check_outputs
 from .sources import (
     SYSTEM,
     ReadPlan,
@@ -105,7 +105,8 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
     """Train a history on Spark (see the module docstring). ``archive=True`` reads the
     collector's archive directory ``inputs[0]``; then ``pattern`` defaults to the archived
     one (``pattern_id`` and ``pattern_hash`` pick it: :func:`trainer.sources.plan_archive`).
-    ``quarantine``: a directory for the bad rows (Parquet). ``fit``: budget ratios to fit
+    ``quarantine``: a directory for the bad rows (Parquet). Relative paths are taken in the
+    current directory at the call. ``fit``: budget ratios to fit
     the sketch's reserves to (docs/SHEDDING.md 10), for devices whose bucket holds
     ``burst`` events' worth of credit, tuning ``search`` cells per budget by coordinate
     search (``history.fit``, step 4); the result's ``sketch`` has them."""
@@ -113,6 +114,7 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
     plan = plan_archive(inputs[0], pattern_id, pattern_hash) if archive else \
         plan_files(inputs, spec)
     check_outputs({"--quarantine": quarantine}, inputs[:1] if archive else inputs)
+    quarantine = absolute(quarantine)  # the caller's directory, not the Spark JVM's
     pattern = pattern or _archived_pattern(plan)
     spark = spark or session(master, cores)
     stats: dict = {"read_tasks": len(plan.tasks)}
