@@ -53,7 +53,7 @@ from .budgeting import WallClockBudget
 from .config import AgentConfig, ConfigError, load_config
 from .outbox import Backoff, Outbox, OutboxFull
 from .retained import Retained
-from .sources import FileSource, IteratorSource, LogLimiter, Source, StdinSource
+from .sources import FileSource, IteratorSource, LogLimiter, Source, StdinSource, fingerprint
 from .uplink import Uplink, Uploader, download_sketch
 from .wire import (
     Condenser,
@@ -349,7 +349,8 @@ class Agent:
 
     def _stream(self) -> tuple[dict, dict]:
         """What the progress is progress of: the source (for a file its path, device and
-        inode) and the pattern definition, as JSON values."""
+        inode; the fingerprint of its first bytes joins them with the first chunk read) and
+        the pattern definition, as JSON values."""
         p, s = self.cfg.pattern, self.cfg.source
         pattern = {"id": p.id, "text": p.text, "window": p.window, "k": p.k,
                    "where": list(p.where), "partition": p.partition}
@@ -400,9 +401,20 @@ class Agent:
                                                                       now.get("ino")):
             return (f"{now['path']} is another file now (it was inode {source['ino']}): "
                     "rotated or replaced while the agent was stopped")
+        return self._other_bytes(source)
+
+    def _other_bytes(self, source: dict) -> str | None:
+        """Why the file at the path, with the progress' inode, is still not the progress'
+        file: its first bytes differ (progress without a fingerprint is taken as before)
+        or it is shorter than the offset."""
+        path = self.source_id["path"]
         try:
-            if os.stat(now["path"]).st_size < int(self.resume_offset or 0):
-                return (f"{now['path']} is shorter than the progress' byte offset "
+            if "fp" in source and fingerprint(path, source["fp_bytes"]) != source["fp"]:
+                return (f"{path} is another file now (inode {source.get('ino')} again, but its "
+                        f"first {source['fp_bytes']} bytes differ): re-created, or truncated "
+                        "and written again, while the agent was stopped")
+            if os.stat(path).st_size < int(self.resume_offset or 0):
+                return (f"{path} is shorter than the progress' byte offset "
                         f"{self.resume_offset}: truncated")
         except OSError:
             pass

@@ -11,6 +11,7 @@ keeps a flood of them from filling the log).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import itertools
 import json
@@ -22,12 +23,26 @@ import time
 from collections.abc import Iterable, Iterator
 
 __all__ = ["Source", "FileSource", "StdinSource", "IteratorSource", "LogLimiter",
-           "parse_line", "parse_lines"]
+           "parse_line", "parse_lines", "fingerprint", "FINGERPRINT_BYTES"]
 
 log = logging.getLogger("edge.agent")
 Item = tuple[dict, "int | None"]
 _READ_BYTES = 1 << 16  # a file is read this much at a time (whole lines)
 _CUT = object()  # from _blocks: close the chunk here (the events after it are another file's)
+FINGERPRINT_BYTES = 1024  # a file is told from another by the SHA-256 of its first bytes
+
+
+def fingerprint(file: int | str | os.PathLike, size: int) -> str | None:
+    """The SHA-256 (hex) of the first ``size`` bytes of a file (an open descriptor or a
+    path), or None when it has fewer: told apart by it, two files with the same inode
+    number (a deleted file's reused, a file truncated and written again) are not taken
+    for one."""
+    if isinstance(file, int):
+        data = os.pread(file, size, 0)
+    else:
+        with open(file, "rb") as fh:
+            data = fh.read(size)
+    return hashlib.sha256(data).hexdigest() if len(data) == size else None
 
 
 class LogLimiter:
@@ -160,8 +175,14 @@ class FileSource(Source):
     ``start`` is the byte offset to resume from; the file may not exist yet when followed.
     A followed file that is renamed away (log rotation) is read to its end, then the new
     file at ``path`` is read from its start; one that shrinks below the offset (rotation by
-    truncation) is read again from its start. Each such switch adds one to ``generation``
-    and the chunks never mix events of two files.
+    truncation) is read again from its start, and so is one whose first bytes change while
+    it is idle (truncated and written past the offset between two polls). Each such switch
+    adds one to ``generation`` and the chunks never mix events of two files.
+
+    ``identity`` names the file being read: its device, inode and ``fp``, the
+    :func:`fingerprint` of its first ``fp_bytes`` bytes, which are the bytes read so far up
+    to :data:`FINGERPRINT_BYTES` (a file shorter than that at first has its fingerprint
+    taken again, over more bytes, as it grows; then never again).
     """
 
     replayable = True
@@ -176,7 +197,7 @@ class FileSource(Source):
         self.name = self.path
         self.poll_seconds = float(poll_seconds)
         self.generation = 0
-        self.identity: dict | None = None  # {"dev", "ino"} of the file being read
+        self.identity: dict | None = None  # {"dev", "ino", "fp", "fp_bytes"}: see above
         self._fh: io.BufferedReader | None = None
         self._line_mark = (0, 1)  # (byte offset, 1-based line number there) of that file
 
@@ -216,18 +237,17 @@ class FileSource(Source):
                     self._use(fh, switched=True)
                     continue
                 yield None  # nothing (or half a line) more for now: re-read it later
-                if stop.is_set():
+                # checked after the wait, right before the next read: a file rewritten
+                # during the wait is not read from the old offset
+                if stop.wait(self.poll_seconds):
                     return
-                if self._truncated(fh):
+                if why := self._truncated(fh):
                     yield _CUT
-                    log.warning("%s shrank below byte %d (truncated): reading it again from "
-                                "its start", self.path, self.offset)
+                    log.warning("%s %s: reading it again from its start", self.path, why)
                     self.offset = 0
                     self._use(fh, switched=True)
                 elif self._replaced(fh):
                     finishing = True  # read what was written before the rename, now
-                else:
-                    stop.wait(self.poll_seconds)
                 fh.seek(self.offset)
         finally:
             self._fh = None
@@ -236,10 +256,21 @@ class FileSource(Source):
     def _use(self, fh: io.BufferedReader, switched: bool = False) -> None:
         st = os.fstat(fh.fileno())
         self._fh, self.identity = fh, {"dev": st.st_dev, "ino": st.st_ino}
+        self._fingerprint()
         self._line_mark = (0, 1)
         self.generation += switched
         if switched:
             self.counted = 0
+
+    def _fingerprint(self) -> None:
+        """Take the fingerprint of the bytes read, at most :data:`FINGERPRINT_BYTES` (a new
+        dict: the agent keeps the one of each chunk)."""
+        size = min(self.offset, FINGERPRINT_BYTES)
+        fp = fingerprint(self._fh.fileno(), size)
+        if fp is None:  # shorter than the start offset: the agent has said why
+            size = 0
+            fp = fingerprint(self._fh.fileno(), 0)
+        self.identity = {**self.identity, "fp": fp, "fp_bytes": size}
 
     def _parse(self, lines: list[bytes]) -> list[Item]:
         """The events of whole lines read at ``self.offset``, each with the offset after
@@ -247,6 +278,8 @@ class FileSource(Source):
         logged."""
         ends = list(itertools.accumulate(map(len, lines), initial=self.offset))
         self.offset = ends[-1]
+        if self.identity["fp_bytes"] < FINGERPRINT_BYTES:
+            self._fingerprint()
         kept = [(line, end) for line, end in zip(lines, ends[1:]) if line.strip()]
         docs = parse_lines([line for line, _ in kept])
         out = [(doc, end) for doc, (_, end) in zip(docs, kept) if doc is not None]
@@ -298,12 +331,19 @@ class FileSource(Source):
                 if stop.wait(self.poll_seconds):
                     return None
 
-    def _truncated(self, fh) -> bool:
-        """The file shrank below what we read (log rotation by truncation): start over."""
+    def _truncated(self, fh) -> str | None:
+        """Why the file open is not the one read until now (log rotation by truncation):
+        it shrank below the offset, or its first bytes changed (truncated and written
+        past the offset since the last poll). None when it is the same."""
         try:
-            return os.fstat(fh.fileno()).st_size < self.offset
+            if os.fstat(fh.fileno()).st_size < self.offset:
+                return f"shrank below byte {self.offset} (truncated)"
+            if fingerprint(fh.fileno(), self.identity["fp_bytes"]) != self.identity["fp"]:
+                return (f"changed in its first {self.identity['fp_bytes']} bytes (truncated "
+                        "and written again)")
         except OSError:
-            return False
+            pass
+        return None
 
     def _replaced(self, fh) -> bool:
         """The path names another file than the one open (rotation by rename); False while

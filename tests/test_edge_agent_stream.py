@@ -15,6 +15,7 @@ from pathlib import Path
 import acep
 from edge.agent import Agent
 from edge.config import parse_config
+from edge.outbox import Outbox
 
 PATTERN = {"id": "abc", "text": "a b c", "window": 5.0, "k": 1, "partition": "id"}
 
@@ -92,6 +93,95 @@ def test_a_file_rotated_while_stopped_is_read_from_its_start(tmp_path, caplog):
     final = Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
     assert (final["events_in"], final["events_replayed"], final["bad_lines"]) == (50, 0, 0)
     assert "is another file now" in caplog.text
+
+
+def test_a_file_rewritten_in_place_while_stopped_is_read_from_its_start(tmp_path, caplog):
+    # copytruncate with the writer going on past the offset: the inode and the size pass
+    path = tmp_path / "ct.jsonl"
+    write(path, stream(300, seed=1))
+    Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    ino = os.stat(path).st_ino
+    write(path, stream(500, seed=7, t0=1000))  # truncated and written again: same inode
+    assert os.stat(path).st_ino == ino
+    final = Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    assert (final["events_in"], final["events_replayed"], final["bad_lines"]) == (500, 0, 0)
+    assert "is another file now" in caplog.text and "first 1024 bytes" in caplog.text
+
+
+def test_a_file_re_created_while_stopped_is_read_from_its_start(tmp_path, caplog):
+    # ext4 and tmpfs hand a deleted file's inode to the next file created, mostly
+    path = tmp_path / "re.jsonl"
+    write(path, stream(300, seed=1))
+    Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    os.unlink(path)
+    write(path, stream(500, seed=8, t0=1000))
+    final = Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    assert (final["events_in"], final["events_replayed"], final["bad_lines"]) == (500, 0, 0)
+    assert "is another file now" in caplog.text
+
+
+def test_a_followed_file_rewritten_past_the_offset_is_read_from_its_start(tmp_path, caplog):
+    # truncated and written past the offset between two polls: the size alone passes
+    path = tmp_path / "live.jsonl"
+    old, new = stream(300, seed=1), stream(500, seed=12, t0=1000)
+    write(path, old)
+    agent = Agent(parse_config(config(tmp_path, path, follow=True)))
+    result: dict = {}
+    runner = threading.Thread(target=lambda: result.update(agent.run()))
+    runner.start()
+    try:
+        deadline = time.time() + 30
+        while agent.consumed < 300 and time.time() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.1)  # idle, polling
+        data = "".join(json.dumps(e) + "\n" for e in new).encode()
+        with open(path, "r+b") as fh:  # in place, in one write: never shorter meanwhile
+            fh.write(data)
+        while agent.consumed < 800 and time.time() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.1)
+    finally:
+        agent.stop()
+        runner.join(30)
+    assert (result["events_in"], result["bad_lines"]) == (800, 0)
+    assert result["matches"] == direct(old + new, flush=False)
+    assert "changed in its first" in caplog.text
+
+
+def test_a_short_file_that_grows_keeps_its_fingerprint(tmp_path, caplog):
+    # the fingerprint covers the bytes read (less than 1024 at first) and grows with them
+    path = tmp_path / "grow.jsonl"
+    events = stream(400, seed=9)
+    write(path, events[:3])
+    assert os.path.getsize(path) < 1024
+    for lo, hi in ((3, 10), (10, 400)):
+        Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+        with Outbox(str(tmp_path / "outbox.db")) as ob:
+            assert ob.load_state()["source"]["fp_bytes"] == os.path.getsize(path)
+        write(path, events[lo:hi], "a")
+    final = Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    assert final["events_in"] == 390 and final["consumed"] == 400
+    assert "another file" not in caplog.text
+    with Outbox(str(tmp_path / "outbox.db")) as ob:
+        assert ob.load_state()["source"]["fp_bytes"] == 1024
+    write(path, stream(300, seed=10, t0=1000))  # rewritten: the 1024 bytes differ
+    final = Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    assert final["events_in"] == 300 and "first 1024 bytes" in caplog.text
+
+
+def test_progress_without_a_fingerprint_is_resumed_and_gets_one(tmp_path, caplog):
+    path = tmp_path / "old.jsonl"
+    events = stream(400, seed=11)
+    write(path, events[:250])
+    Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    with Outbox(str(tmp_path / "outbox.db")) as ob:  # as an older agent wrote it
+        source = ob.load_state()["source"]
+        ob.save_state({"source": {k: source[k] for k in ("kind", "path", "dev", "ino")}})
+    write(path, events[250:], "a")
+    final = Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    assert final["events_in"] == 150 and "another file" not in caplog.text
+    with Outbox(str(tmp_path / "outbox.db")) as ob:
+        assert ob.load_state()["source"]["fp_bytes"] == 1024
 
 
 def test_a_followed_file_rotated_by_rename_is_followed_to_the_new_file(tmp_path, caplog):
