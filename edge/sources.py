@@ -16,6 +16,7 @@ import io
 import itertools
 import json
 import logging
+import math
 import os
 import sys
 import threading
@@ -23,7 +24,7 @@ import time
 from collections.abc import Iterable, Iterator
 
 __all__ = ["Source", "FileSource", "StdinSource", "IteratorSource", "LogLimiter",
-           "parse_line", "parse_lines", "fingerprint", "FINGERPRINT_BYTES"]
+           "parse_line", "parse_lines", "fingerprint", "find_file", "FINGERPRINT_BYTES"]
 
 log = logging.getLogger("edge.agent")
 Item = tuple[dict, "int | None"]
@@ -43,6 +44,38 @@ def fingerprint(file: int | str | os.PathLike, size: int) -> str | None:
         with open(file, "rb") as fh:
             data = fh.read(size)
     return hashlib.sha256(data).hexdigest() if len(data) == size else None
+
+
+def find_file(directory: str, identity: dict) -> str | None:
+    """The path of the file in ``directory`` with ``identity``'s device, inode and
+    fingerprint (``fp`` of its first ``fp_bytes`` bytes) and at least ``end`` bytes: where a
+    file renamed away by log rotation is now, or None (deleted, compressed, moved)."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            if entry.inode() != identity["ino"] or not entry.is_file():
+                continue
+            st = entry.stat()
+            if (st.st_dev == identity["dev"] and st.st_size >= identity["end"]
+                    and fingerprint(entry.path, identity["fp_bytes"]) == identity["fp"]):
+                return entry.path
+        except OSError:
+            continue
+    return None
+
+
+def _upto(lines: list[bytes], size: int) -> list[bytes]:
+    """The first ``size`` bytes of ``lines``, as lines (the last one cut)."""
+    out = []
+    for line in lines:
+        if size <= 0:
+            break
+        out.append(line[:size])
+        size -= len(line)
+    return out
 
 
 class LogLimiter:
@@ -179,6 +212,11 @@ class FileSource(Source):
     it is idle (truncated and written past the offset between two polls). Each such switch
     adds one to ``generation`` and the chunks never mix events of two files.
 
+    ``before`` lists files renamed away from ``path`` that a restart reads again first, as
+    ``(where it is now, end)``: each up to ``end``, the byte where the run before left it,
+    the first from ``start``; then the file at ``path`` is read from its start. Their bad
+    lines were counted by that run (``counted`` is an offset in the file at ``path``).
+
     ``identity`` names the file being read: its device, inode and ``fp``, the
     :func:`fingerprint` of its first ``fp_bytes`` bytes, which are the bytes read so far up
     to :data:`FINGERPRINT_BYTES` (a file shorter than that at first has its fingerprint
@@ -188,7 +226,8 @@ class FileSource(Source):
     replayable = True
 
     def __init__(self, path: str | os.PathLike, follow: bool = True, start: int = 0,
-                 poll_seconds: float = 0.1, counted: int = 0, **kw):
+                 poll_seconds: float = 0.1, counted: int = 0,
+                 before: Iterable[tuple[str, int]] = (), **kw):
         super().__init__(**kw)
         self.path, self.follow, self.offset = os.fspath(path), follow, int(start)
         # bad lines before this offset were counted and logged by an earlier run (a replay
@@ -196,16 +235,27 @@ class FileSource(Source):
         self.counted = int(counted)
         self.name = self.path
         self.poll_seconds = float(poll_seconds)
-        self.generation = 0
+        self.before = list(before)
+        # one per switch, in order: a file renamed away as its identity with "end", the
+        # byte where reading it stopped; None for a file truncated (its bytes are gone)
+        self.left: list[dict | None] = []
         self.identity: dict | None = None  # {"dev", "ino", "fp", "fp_bytes"}: see above
         self._fh: io.BufferedReader | None = None
         self._line_mark = (0, 1)  # (byte offset, 1-based line number there) of that file
 
+    @property
+    def generation(self) -> int:
+        return len(self.left)
+
     def _blocks(self, stop: threading.Event) -> Iterator[list[Item] | None]:
+        left = (yield from self._read_before()) if self.before else None
         fh = self._open(stop)
         if fh is None:
             return
-        self._use(fh)
+        if self.before:
+            self._switch(fh, left, counted=self.counted)
+        else:
+            self._use(fh)
         try:
             fh.seek(self.offset)
             finishing = False  # the path names another file now: read this one to its end
@@ -233,8 +283,8 @@ class FileSource(Source):
                     log.info("%s was rotated: the old file is read to its end (byte %d); "
                              "reading the new one from its start", self.path, self.offset)
                     fh.close()
-                    fh, self.offset = new, 0
-                    self._use(fh, switched=True)
+                    fh = new
+                    self._switch(fh, {**self.identity, "end": self.offset})
                     continue
                 yield None  # nothing (or half a line) more for now: re-read it later
                 # checked after the wait, right before the next read: a file rewritten
@@ -244,8 +294,7 @@ class FileSource(Source):
                 if why := self._truncated(fh):
                     yield _CUT
                     log.warning("%s %s: reading it again from its start", self.path, why)
-                    self.offset = 0
-                    self._use(fh, switched=True)
+                    self._switch(fh, None)
                 elif self._replaced(fh):
                     finishing = True  # read what was written before the rename, now
                 fh.seek(self.offset)
@@ -253,14 +302,38 @@ class FileSource(Source):
             self._fh = None
             fh.close()
 
-    def _use(self, fh: io.BufferedReader, switched: bool = False) -> None:
+    def _read_before(self) -> Iterator[list[Item] | object]:
+        """The events of the files in ``before`` (see the class); returns what is left of
+        the last one for :attr:`left`."""
+        counted, left = self.counted, None
+        for i, (path, end) in enumerate(self.before):
+            with open(path, "rb") as fh:
+                if i:
+                    self._switch(fh, left)
+                else:
+                    self._use(fh)
+                self.counted = math.inf  # read by the run before
+                fh.seek(self.offset)
+                while self.offset < end and (lines := fh.readlines(_READ_BYTES)):
+                    if block := self._parse(_upto(lines, end - self.offset)):
+                        yield block
+                yield _CUT
+                left = {**self.identity, "end": self.offset}
+        self._fh, self.counted = None, counted
+        return left
+
+    def _use(self, fh: io.BufferedReader) -> None:
         st = os.fstat(fh.fileno())
         self._fh, self.identity = fh, {"dev": st.st_dev, "ino": st.st_ino}
         self._fingerprint()
         self._line_mark = (0, 1)
-        self.generation += switched
-        if switched:
-            self.counted = 0
+
+    def _switch(self, fh: io.BufferedReader, left: dict | None, counted: float = 0) -> None:
+        """Go on with ``fh`` from its start: another file, or the same one truncated
+        (``left``: what is kept of the file read until now, see :attr:`left`)."""
+        self.left.append(left)
+        self.offset, self.counted = 0, counted
+        self._use(fh)
 
     def _fingerprint(self) -> None:
         """Take the fingerprint of the bytes read, at most :data:`FINGERPRINT_BYTES` (a new
