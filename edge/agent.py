@@ -53,7 +53,15 @@ from .budgeting import WallClockBudget
 from .config import AgentConfig, ConfigError, load_config
 from .outbox import Backoff, Outbox, OutboxFull
 from .retained import Retained
-from .sources import FileSource, IteratorSource, LogLimiter, Source, StdinSource
+from .sources import (
+    FileSource,
+    IteratorSource,
+    LogLimiter,
+    Source,
+    StdinSource,
+    find_file,
+    fingerprint,
+)
 from .uplink import Uplink, Uploader, download_sketch
 from .wire import (
     Condenser,
@@ -350,7 +358,8 @@ class Agent:
 
     def _stream(self) -> tuple[dict, dict]:
         """What the progress is progress of: the source (for a file its path, device and
-        inode) and the pattern definition, as JSON values."""
+        inode; the fingerprint of its first bytes joins them with the first chunk read) and
+        the pattern definition, as JSON values."""
         p, s = self.cfg.pattern, self.cfg.source
         pattern = {"id": p.id, "text": p.text, "window": p.window, "k": p.k,
                    "where": list(p.where), "partition": p.partition}
@@ -369,7 +378,11 @@ class Agent:
         source or pattern, log why and read the new one from its start (``consumed`` and
         ``seq`` go on, so positions and batch ids stay unique)."""
         self.source_id, self.pattern_def = self._stream()
-        self._generation, self._file_start = 0, self.replay_position
+        # _file_start: the position where the current file's events start; _rotated: the
+        # files renamed away before it that hold kept events, each from its "start"
+        self._generation = 0
+        self._file_start = int(st.get("file_start", self.replay_position))
+        self._rotated: list[dict] = st.get("rotated", [])
         why = self._other_stream(st.get("source"), st.get("pattern")) if st else None
         if why is None:
             if self.cfg.source.kind == "stdin":
@@ -381,6 +394,7 @@ class Agent:
         self.finished = False
         self.resume_offset = self.replay_offset = 0
         self.replay_position = self._file_start = self.consumed
+        self._rotated = []
 
     def _other_stream(self, source: dict | None, pattern: dict | None) -> str | None:
         """Why the progress of ``source``/``pattern`` is not this stream's (None: it is;
@@ -401,9 +415,20 @@ class Agent:
                                                                       now.get("ino")):
             return (f"{now['path']} is another file now (it was inode {source['ino']}): "
                     "rotated or replaced while the agent was stopped")
+        return self._other_bytes(source)
+
+    def _other_bytes(self, source: dict) -> str | None:
+        """Why the file at the path, with the progress' inode, is still not the progress'
+        file: its first bytes differ (progress without a fingerprint is taken as before)
+        or it is shorter than the offset."""
+        path = self.source_id["path"]
         try:
-            if os.stat(now["path"]).st_size < int(self.resume_offset or 0):
-                return (f"{now['path']} is shorter than the progress' byte offset "
+            if "fp" in source and fingerprint(path, source["fp_bytes"]) != source["fp"]:
+                return (f"{path} is another file now (inode {source.get('ino')} again, but its "
+                        f"first {source['fp_bytes']} bytes differ): re-created, or truncated "
+                        "and written again, while the agent was stopped")
+            if os.stat(path).st_size < int(self.resume_offset or 0):
+                return (f"{path} is shorter than the progress' byte offset "
                         f"{self.resume_offset}: truncated")
         except OSError:
             pass
@@ -411,23 +436,51 @@ class Agent:
 
     def _next_file(self, source: Source) -> None:
         """A followed file was rotated or truncated: the chunk's events are a new file's,
-        from its start. A restart cannot read the old file again, so its replay starts
-        at the new file (the old file's events within a window are not replayed)."""
+        from its start. A file renamed away joins the ones a restart replays from while
+        it holds kept events; a truncated file's bytes are gone, so a replay starts after
+        them."""
         if not isinstance(source, FileSource) or source.identity is None:
             return
-        if source.generation != self._generation:
-            self._generation, self._file_start = source.generation, self.position
-            self.resume_offset = 0
-            self.replay_position, self.replay_offset = self.position, 0
+        for left in source.left[self._generation:]:
+            if left is None:
+                self._rotated = []
+                self.replay_position, self.replay_offset = self.position, 0
+            else:
+                self._rotated = [*self._rotated, {**left, "start": self._file_start}]
+            self._file_start, self.resume_offset = self.position, 0
+        self._generation = source.generation
         self.source_id = {**self.source_id, **source.identity}
+
+    def _rotated_files(self) -> list[tuple[str, int]]:
+        """Where the files renamed away that hold the replay's first events are now (in
+        the directory of the path, by device, inode and fingerprint), each with the byte
+        where it was left. When one is not found, the replay starts at the current file."""
+        rotated, self._rotated = self._rotated, []  # the replay builds it again
+        if not rotated:
+            return []
+        path = self.source_id["path"]
+        found = [find_file(os.path.dirname(path), f) for f in rotated]
+        if None in found:
+            gone = rotated[found.index(None)]
+            log.warning("a file rotated away from %s holds events of windows still open "
+                        "(inode %d, read to byte %d) and is not in its directory any more: "
+                        "the replay starts at %s, so a match spanning the rotation may be "
+                        "missed", path, gone["ino"], gone["end"], path)
+            self.replay_position, self.replay_offset = self._file_start, 0
+            return []
+        log.info("replaying the events of windows still open from %s, byte %s, then %s",
+                 ", ".join(found), self.replay_offset, path)
+        self._file_start = self.replay_position
+        return [(where, f["end"]) for where, f in zip(found, rotated)]
 
     def _make_source(self) -> Source:
         s = self.cfg.source
         kw = dict(batch_events=s.batch_events, batch_seconds=s.batch_seconds)
         if s.kind == "file":
+            before = self._rotated_files()
             src = FileSource(s.path, follow=s.follow, start=int(self.replay_offset or 0),
                              poll_seconds=s.poll_seconds, counted=int(self.resume_offset or 0),
-                             **kw)
+                             before=before, **kw)
         elif s.kind == "iterator":
             if self.events_iterable is None:
                 raise ConfigError("source.kind: \"iterator\" needs events passed to Agent")
@@ -610,7 +663,8 @@ class Agent:
         self.consumed += n_live
         state = {"consumed": self.consumed, "offset": self.resume_offset,
                  "replay_position": self.replay_position, "replay_offset": self.replay_offset,
-                 "finished": finished, "source": self.source_id, "pattern": self.pattern_def}
+                 "finished": finished, "source": self.source_id, "pattern": self.pattern_def,
+                 "file_start": self._file_start, "rotated": self._rotated}
         if len(found) and self.condenser is None:
             found = self._inside(found, events)
         if not len(found):
@@ -693,8 +747,13 @@ class Agent:
         self.kept.trim()
         self.replay_position = self.kept.position
         self.replay_offset = self.kept.first_offset(self.resume_offset)
-        if self.replay_position < self._file_start:  # kept events of a rotated file
-            self.replay_position, self.replay_offset = self._file_start, 0
+        if self._rotated:  # keep the files renamed away that hold kept events
+            ends = [f["start"] for f in self._rotated[1:]] + [self._file_start]
+            self._rotated = [f for f, end in zip(self._rotated, ends)
+                             if end > self.replay_position]
+        floor = self._rotated[0]["start"] if self._rotated else self._file_start
+        if self.replay_position < floor:  # kept events of a truncated file
+            self.replay_position, self.replay_offset = floor, 0
 
     def _adapt(self, n: int, stats0: dict | None, seconds: float, source: Source) -> None:
         if self.wallclock is None or n == 0:

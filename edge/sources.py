@@ -11,10 +11,12 @@ keeps a flood of them from filling the log).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import itertools
 import json
 import logging
+import math
 import os
 import sys
 import threading
@@ -22,12 +24,58 @@ import time
 from collections.abc import Iterable, Iterator
 
 __all__ = ["Source", "FileSource", "StdinSource", "IteratorSource", "LogLimiter",
-           "parse_line", "parse_lines"]
+           "parse_line", "parse_lines", "fingerprint", "find_file", "FINGERPRINT_BYTES"]
 
 log = logging.getLogger("edge.agent")
 Item = tuple[dict, "int | None"]
 _READ_BYTES = 1 << 16  # a file is read this much at a time (whole lines)
 _CUT = object()  # from _blocks: close the chunk here (the events after it are another file's)
+FINGERPRINT_BYTES = 1024  # a file is told from another by the SHA-256 of its first bytes
+
+
+def fingerprint(file: int | str | os.PathLike, size: int) -> str | None:
+    """The SHA-256 (hex) of the first ``size`` bytes of a file (an open descriptor or a
+    path), or None when it has fewer: told apart by it, two files with the same inode
+    number (a deleted file's reused, a file truncated and written again) are not taken
+    for one."""
+    if isinstance(file, int):
+        data = os.pread(file, size, 0)
+    else:
+        with open(file, "rb") as fh:
+            data = fh.read(size)
+    return hashlib.sha256(data).hexdigest() if len(data) == size else None
+
+
+def find_file(directory: str, identity: dict) -> str | None:
+    """The path of the file in ``directory`` with ``identity``'s device, inode and
+    fingerprint (``fp`` of its first ``fp_bytes`` bytes) and at least ``end`` bytes: where a
+    file renamed away by log rotation is now, or None (deleted, compressed, moved)."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            if entry.inode() != identity["ino"] or not entry.is_file():
+                continue
+            st = entry.stat()
+            if (st.st_dev == identity["dev"] and st.st_size >= identity["end"]
+                    and fingerprint(entry.path, identity["fp_bytes"]) == identity["fp"]):
+                return entry.path
+        except OSError:
+            continue
+    return None
+
+
+def _upto(lines: list[bytes], size: int) -> list[bytes]:
+    """The first ``size`` bytes of ``lines``, as lines (the last one cut)."""
+    out = []
+    for line in lines:
+        if size <= 0:
+            break
+        out.append(line[:size])
+        size -= len(line)
+    return out
 
 
 class LogLimiter:
@@ -168,14 +216,26 @@ class FileSource(Source):
     ``start`` is the byte offset to resume from; the file may not exist yet when followed.
     A followed file that is renamed away (log rotation) is read to its end, then the new
     file at ``path`` is read from its start; one that shrinks below the offset (rotation by
-    truncation) is read again from its start. Each such switch adds one to ``generation``
-    and the chunks never mix events of two files.
+    truncation) is read again from its start, and so is one whose first bytes change while
+    it is idle (truncated and written past the offset between two polls). Each such switch
+    adds one to ``generation`` and the chunks never mix events of two files.
+
+    ``before`` lists files renamed away from ``path`` that a restart reads again first, as
+    ``(where it is now, end)``: each up to ``end``, the byte where the run before left it,
+    the first from ``start``; then the file at ``path`` is read from its start. Their bad
+    lines were counted by that run (``counted`` is an offset in the file at ``path``).
+
+    ``identity`` names the file being read: its device, inode and ``fp``, the
+    :func:`fingerprint` of its first ``fp_bytes`` bytes, which are the bytes read so far up
+    to :data:`FINGERPRINT_BYTES` (a file shorter than that at first has its fingerprint
+    taken again, over more bytes, as it grows; then never again).
     """
 
     replayable = True
 
     def __init__(self, path: str | os.PathLike, follow: bool = True, start: int = 0,
-                 poll_seconds: float = 0.1, counted: int = 0, **kw):
+                 poll_seconds: float = 0.1, counted: int = 0,
+                 before: Iterable[tuple[str, int]] = (), **kw):
         super().__init__(**kw)
         self.path, self.follow, self.offset = os.fspath(path), follow, int(start)
         # bad lines before this offset were counted and logged by an earlier run (a replay
@@ -183,18 +243,29 @@ class FileSource(Source):
         self.counted = int(counted)
         self.name = self.path
         self.poll_seconds = float(poll_seconds)
-        self.generation = 0
-        self.identity: dict | None = None  # {"dev", "ino"} of the file being read
+        self.before = list(before)
+        # one per switch, in order: a file renamed away as its identity with "end", the
+        # byte where reading it stopped; None for a file truncated (its bytes are gone)
+        self.left: list[dict | None] = []
+        self.identity: dict | None = None  # {"dev", "ino", "fp", "fp_bytes"}: see above
         self._fh: io.BufferedReader | None = None
         self._line_mark = (0, 1)  # (byte offset, 1-based line number there) of that file
         self._sizes: tuple[int, int, int] | None = None  # (generation, size, offset) then
         self._read = [0, 0]  # bytes and events read, for the bytes per event
 
+    @property
+    def generation(self) -> int:
+        return len(self.left)
+
     def _blocks(self, stop: threading.Event) -> Iterator[list[Item] | None]:
+        left = (yield from self._read_before()) if self.before else None
         fh = self._open(stop)
         if fh is None:
             return
-        self._use(fh)
+        if self.before:
+            self._switch(fh, left, counted=self.counted)
+        else:
+            self._use(fh)
         try:
             fh.seek(self.offset)
             finishing = False  # the path names another file now: read this one to its end
@@ -222,34 +293,67 @@ class FileSource(Source):
                     log.info("%s was rotated: the old file is read to its end (byte %d); "
                              "reading the new one from its start", self.path, self.offset)
                     fh.close()
-                    fh, self.offset = new, 0
-                    self._use(fh, switched=True)
+                    fh = new
+                    self._switch(fh, {**self.identity, "end": self.offset})
                     continue
                 yield None  # nothing (or half a line) more for now: re-read it later
-                if stop.is_set():
+                # checked after the wait, right before the next read: a file rewritten
+                # during the wait is not read from the old offset
+                if stop.wait(self.poll_seconds):
                     return
-                if self._truncated(fh):
+                if why := self._truncated(fh):
                     yield _CUT
-                    log.warning("%s shrank below byte %d (truncated): reading it again from "
-                                "its start", self.path, self.offset)
-                    self.offset = 0
-                    self._use(fh, switched=True)
+                    log.warning("%s %s: reading it again from its start", self.path, why)
+                    self._switch(fh, None)
                 elif self._replaced(fh):
                     finishing = True  # read what was written before the rename, now
-                else:
-                    stop.wait(self.poll_seconds)
                 fh.seek(self.offset)
         finally:
             self._fh = None
             fh.close()
 
-    def _use(self, fh: io.BufferedReader, switched: bool = False) -> None:
+    def _read_before(self) -> Iterator[list[Item] | object]:
+        """The events of the files in ``before`` (see the class); returns what is left of
+        the last one for :attr:`left`."""
+        counted, left = self.counted, None
+        for i, (path, end) in enumerate(self.before):
+            with open(path, "rb") as fh:
+                if i:
+                    self._switch(fh, left)
+                else:
+                    self._use(fh)
+                self.counted = math.inf  # read by the run before
+                fh.seek(self.offset)
+                while self.offset < end and (lines := fh.readlines(_READ_BYTES)):
+                    if block := self._parse(_upto(lines, end - self.offset)):
+                        yield block
+                yield _CUT
+                left = {**self.identity, "end": self.offset}
+        self._fh, self.counted = None, counted
+        return left
+
+    def _use(self, fh: io.BufferedReader) -> None:
         st = os.fstat(fh.fileno())
         self._fh, self.identity = fh, {"dev": st.st_dev, "ino": st.st_ino}
+        self._fingerprint()
         self._line_mark = (0, 1)
-        self.generation += switched
-        if switched:
-            self.counted = 0
+
+    def _switch(self, fh: io.BufferedReader, left: dict | None, counted: float = 0) -> None:
+        """Go on with ``fh`` from its start: another file, or the same one truncated
+        (``left``: what is kept of the file read until now, see :attr:`left`)."""
+        self.left.append(left)
+        self.offset, self.counted = 0, counted
+        self._use(fh)
+
+    def _fingerprint(self) -> None:
+        """Take the fingerprint of the bytes read, at most :data:`FINGERPRINT_BYTES` (a new
+        dict: the agent keeps the one of each chunk)."""
+        size = min(self.offset, FINGERPRINT_BYTES)
+        fp = fingerprint(self._fh.fileno(), size)
+        if fp is None:  # shorter than the start offset: the agent has said why
+            size = 0
+            fp = fingerprint(self._fh.fileno(), 0)
+        self.identity = {**self.identity, "fp": fp, "fp_bytes": size}
 
     def _parse(self, lines: list[bytes]) -> list[Item]:
         """The events of whole lines read at ``self.offset``, each with the offset after
@@ -257,6 +361,8 @@ class FileSource(Source):
         logged."""
         ends = list(itertools.accumulate(map(len, lines), initial=self.offset))
         self.offset = ends[-1]
+        if self.identity["fp_bytes"] < FINGERPRINT_BYTES:
+            self._fingerprint()
         kept = [(line, end) for line, end in zip(lines, ends[1:]) if line.strip()]
         docs = parse_lines([line for line, _ in kept])
         out = [(doc, end) for doc, (_, end) in zip(docs, kept) if doc is not None]
@@ -308,12 +414,19 @@ class FileSource(Source):
                 if stop.wait(self.poll_seconds):
                     return None
 
-    def _truncated(self, fh) -> bool:
-        """The file shrank below what we read (log rotation by truncation): start over."""
+    def _truncated(self, fh) -> str | None:
+        """Why the file open is not the one read until now (log rotation by truncation):
+        it shrank below the offset, or its first bytes changed (truncated and written
+        past the offset since the last poll). None when it is the same."""
         try:
-            return os.fstat(fh.fileno()).st_size < self.offset
+            if os.fstat(fh.fileno()).st_size < self.offset:
+                return f"shrank below byte {self.offset} (truncated)"
+            if fingerprint(fh.fileno(), self.identity["fp_bytes"]) != self.identity["fp"]:
+                return (f"changed in its first {self.identity['fp_bytes']} bytes (truncated "
+                        "and written again)")
         except OSError:
-            return False
+            pass
+        return None
 
     def _replaced(self, fh) -> bool:
         """The path names another file than the one open (rotation by rename); False while
