@@ -383,6 +383,9 @@ class Agent:
         self._generation = 0
         self._file_start = int(st.get("file_start", self.replay_position))
         self._rotated: list[dict] = st.get("rotated", [])
+        # where the progress' file is now when it was renamed away while the agent was
+        # stopped (see _other_stream): a restart reads its rest before the file at the path
+        self._renamed: str | None = None
         why = self._other_stream(st.get("source"), st.get("pattern")) if st else None
         if why is None:
             if self.cfg.source.kind == "stdin":
@@ -413,9 +416,47 @@ class Agent:
             return f"source.path was {source.get('path')}"
         if "ino" in source and (source.get("dev"), source["ino"]) != (now.get("dev"),
                                                                       now.get("ino")):
-            return (f"{now['path']} is another file now (it was inode {source['ino']}): "
-                    "rotated or replaced while the agent was stopped")
+            why = (f"{now['path']} is another file now (it was inode {source['ino']}): "
+                   "rotated or replaced while the agent was stopped")
+            if self.finished or "fp" not in source or "dev" not in source:
+                return why  # read to its end / an older agent's progress: not looked for
+            if self._find_renamed(source):
+                return None
+            return (f"{why}; the old file is not in {os.path.dirname(now['path'])} any more "
+                    "(deleted, compressed or moved)" + self._lost())
         return self._other_bytes(source)
+
+    def _lost(self) -> str:
+        """For a log line: the old file's bytes never read (none for a finished stream)."""
+        if self.finished:
+            return ""
+        return (f", so its unread rest, from byte {int(self.resume_offset or 0)} to its end, "
+                "may be lost")
+
+    def _find_renamed(self, source: dict) -> bool:
+        """Whether the progress' file, renamed away while the agent was stopped, is in the
+        directory of the path (by device, inode, fingerprint, and at least the resume
+        offset's bytes): then a restart replays from it as usual, reads its rest (the
+        events written before the rotation), then the file at the path from its start."""
+        path = self.source_id["path"]
+        offset = int(self.resume_offset or 0)
+        found = find_file(os.path.dirname(path), {**source, "end": offset})
+        if found is None or os.path.abspath(found) == path:
+            return False
+        self._renamed = found
+        log.info("%s was rotated while the agent was stopped; reading its rest from %s byte "
+                 "%d first (after replaying the windows still open), then %s from its start",
+                 path, found, offset, path)
+        between = _changed_after(path, found, [f["ino"] for f in self._rotated])
+        if between:
+            log.warning("%s also holds %s, changed after %s was last written: a file rotated "
+                        "in between (while the agent was stopped) is not known to the "
+                        "progress and its events are not read", os.path.dirname(path),
+                        ", ".join(between), found)
+        # the progress is of that file until the source reaches the one at the path
+        self.source_id = {**self.source_id, **{k: source[k] for k in
+                                               ("dev", "ino", "fp", "fp_bytes") if k in source}}
+        return True
 
     def _other_bytes(self, source: dict) -> str | None:
         """Why the file at the path, with the progress' inode, is still not the progress'
@@ -426,10 +467,10 @@ class Agent:
             if "fp" in source and fingerprint(path, source["fp_bytes"]) != source["fp"]:
                 return (f"{path} is another file now (inode {source.get('ino')} again, but its "
                         f"first {source['fp_bytes']} bytes differ): re-created, or truncated "
-                        "and written again, while the agent was stopped")
+                        "and written again, while the agent was stopped" + self._lost())
             if os.stat(path).st_size < int(self.resume_offset or 0):
                 return (f"{path} is shorter than the progress' byte offset "
-                        f"{self.resume_offset}: truncated")
+                        f"{self.resume_offset}: truncated" + self._lost())
         except OSError:
             pass
         return None
@@ -456,22 +497,25 @@ class Agent:
         the directory of the path, by device, inode and fingerprint), each with the byte
         where it was left. When one is not found, the replay starts at the current file."""
         rotated, self._rotated = self._rotated, []  # the replay builds it again
+        # the progress' own file, renamed away while the agent was stopped: to its end
+        renamed = [(self._renamed, None)] if self._renamed else []
         if not rotated:
-            return []
+            return renamed
         path = self.source_id["path"]
         found = [find_file(os.path.dirname(path), f) for f in rotated]
+        current = self._renamed or path
         if None in found:
             gone = rotated[found.index(None)]
             log.warning("a file rotated away from %s holds events of windows still open "
                         "(inode %d, read to byte %d) and is not in its directory any more: "
                         "the replay starts at %s, so a match spanning the rotation may be "
-                        "missed", path, gone["ino"], gone["end"], path)
+                        "missed", path, gone["ino"], gone["end"], current)
             self.replay_position, self.replay_offset = self._file_start, 0
-            return []
+            return renamed
         log.info("replaying the events of windows still open from %s, byte %s, then %s",
-                 ", ".join(found), self.replay_offset, path)
+                 ", ".join(found), self.replay_offset, current)
         self._file_start = self.replay_position
-        return [(where, f["end"]) for where, f in zip(found, rotated)]
+        return [(where, f["end"]) for where, f in zip(found, rotated)] + renamed
 
     def _make_source(self) -> Source:
         s = self.cfg.source
@@ -870,6 +914,31 @@ class _SketchWatch(threading.Thread):
             failures = 0
             if data is not None:
                 agent._offer_sketch(data)
+
+
+def _changed_after(path: str, found: str, known: list[int]) -> list[str]:
+    """The names of the files beside ``path`` whose names start with its name and that
+    were changed after ``found`` (neither of them, nor a file of inode in ``known``): the
+    files a rotation renamed away after ``found`` and before the file at ``path``, most
+    likely. Sorted; empty when the directory cannot be read."""
+    base = os.path.basename(path)
+    try:
+        since = os.stat(found).st_mtime_ns
+        entries = list(os.scandir(os.path.dirname(path)))
+    except OSError:
+        return []
+    out = []
+    for entry in entries:
+        if entry.name == base or not entry.name.startswith(base) \
+                or os.path.abspath(entry.path) == os.path.abspath(found):
+            continue
+        try:
+            if entry.is_file() and entry.inode() not in known \
+                    and entry.stat().st_mtime_ns > since:
+                out.append(entry.name)
+        except OSError:
+            continue
+    return sorted(out)
 
 
 def _read_key(path: str | None, name: str) -> bytes:

@@ -223,7 +223,10 @@ class FileSource(Source):
     ``before`` lists files renamed away from ``path`` that a restart reads again first, as
     ``(where it is now, end)``: each up to ``end``, the byte where the run before left it,
     the first from ``start``; then the file at ``path`` is read from its start. Their bad
-    lines were counted by that run (``counted`` is an offset in the file at ``path``).
+    lines were counted by that run (``counted`` is an offset in the file at ``path``). The
+    last one may have ``end`` None: the file the progress is of, renamed away while the
+    agent was stopped; it is read to its end (its rest was never read), ``counted`` is an
+    offset in it, and the file at ``path`` after it is new (nothing in it counted).
 
     ``identity`` names the file being read: its device, inode and ``fp``, the
     :func:`fingerprint` of its first ``fp_bytes`` bytes, which are the bytes read so far up
@@ -244,6 +247,9 @@ class FileSource(Source):
         self.name = self.path
         self.poll_seconds = float(poll_seconds)
         self.before = list(before)
+        if any(end is None for _, end in self.before[:-1]):
+            raise ValueError("before: only the last file may be read to its end")
+        self.reading = self.path  # the file read now (a renamed one while reading before)
         # one per switch, in order: a file renamed away as its identity with "end", the
         # byte where reading it stopped; None for a file truncated (its bytes are gone)
         self.left: list[dict | None] = []
@@ -322,14 +328,20 @@ class FileSource(Source):
                     self._switch(fh, left)
                 else:
                     self._use(fh)
-                self.counted = math.inf  # read by the run before
+                self.reading = path
+                # read by the run before up to ``end``; the progress' own file up to counted
+                self.counted = math.inf if end is not None else counted
                 fh.seek(self.offset)
-                while self.offset < end and (lines := fh.readlines(_READ_BYTES)):
-                    if block := self._parse(_upto(lines, end - self.offset)):
+                while (end is None or self.offset < end) and \
+                        (lines := fh.readlines(_READ_BYTES)):
+                    if block := self._parse(lines if end is None else
+                                            _upto(lines, end - self.offset)):
                         yield block
                 yield _CUT
                 left = {**self.identity, "end": self.offset}
-        self._fh, self.counted = None, counted
+        self._fh, self.reading = None, self.path
+        # after the progress' own file, the file at the path is a new one
+        self.counted = 0 if self.before[-1][1] is None else counted
         return left
 
     def _use(self, fh: io.BufferedReader) -> None:
@@ -378,8 +390,8 @@ class FileSource(Source):
         # the line holding the event's last byte: the offset before an event is the end of
         # the event before it, which bad or blank lines may separate from it
         line = self.line_at(end - 1) if end else None
-        return f"{self.path}, line {line}" if line is not None else \
-            f"{self.path}, event {position}"
+        return f"{self.reading}, line {line}" if line is not None else \
+            f"{self.reading}, event {position}"
 
     def line_at(self, offset: int) -> int | None:
         """The 1-based number of the line that holds byte ``offset`` of the file read

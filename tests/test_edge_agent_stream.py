@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import random
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ import acep
 from edge.agent import Agent
 from edge.config import parse_config
 from edge.outbox import Outbox
+from edge.wire import decode_batch
 
 PATTERN = {"id": "abc", "text": "a b c", "window": 5.0, "k": 1, "partition": "id"}
 
@@ -48,6 +50,26 @@ def direct(events: list[dict], flush: bool = True) -> int:
     m = acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"], partition="id")
     found = m.match(events) if flush else m.match_batch(acep.EventBatch.from_events(events))
     return len(found)
+
+
+def direct_rows(events: list[dict]) -> list[tuple]:
+    """(partition, point, errors, trajectory positions) of an uninterrupted run's matches."""
+    m = acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"], partition="id")
+    found = m.match_batch(acep.EventBatch.from_events(events))
+    return sorted(((x.partition, x.point, x.errors, tuple(x.events)) for x in found), key=repr)
+
+
+def outbox_rows(tmp: Path) -> list[tuple]:
+    """The same of every match in the outbox (no collector: every batch is pending)."""
+    db = sqlite3.connect(tmp / "outbox.db")
+    rows = []
+    for (body,) in db.execute("SELECT body FROM pending ORDER BY n"):
+        b = decode_batch(body)
+        for i in range(len(b)):
+            traj = b.trajectory[b.trajectory_ptr[i]:b.trajectory_ptr[i + 1]].tolist()
+            rows.append((b.partition[i], float(b.point[i]), int(b.errors[i]), tuple(traj)))
+    db.close()
+    return sorted(rows, key=repr)
 
 
 # --------------------------------------------------------------------------- progress
@@ -86,15 +108,79 @@ def test_followed_once_on_another_file_does_not_reuse_the_offset(tmp_path, caplo
     assert (final["events_in"], final["events_replayed"], final["bad_lines"]) == (100, 0, 0)
 
 
-def test_a_file_rotated_while_stopped_is_read_from_its_start(tmp_path, caplog):
+def test_a_file_rotated_while_stopped_is_finished_from_its_renamed_file(tmp_path, caplog):
+    # the events written before the rotation, after the agent stopped, are read from the
+    # renamed file, then the new file: the matches are an uninterrupted run's
+    caplog.set_level(logging.INFO, "edge.agent")
+    path = tmp_path / "rot.jsonl"
+    events = stream(1600, seed=21)
+    write(path, [*events[:995], "not json", *events[995:1000]])
+    first = Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    assert (first["events_in"], first["bad_lines"]) == (1000, 1)
+    offset = os.path.getsize(path)
+    write(path, [*events[1000:1100], "still not json", *events[1100:1200]], "a")  # unread
+    os.rename(path, tmp_path / "rot.jsonl.1")
+    write(path, events[1200:1203])
+    final = Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    assert (final["events_in"], final["bad_lines"], final["consumed"]) == (203, 1, 1203)
+    assert final["events_replayed"] > 0  # the windows still open, from rot.jsonl.1
+    assert f"rotated while the agent was stopped; reading its rest from " \
+           f"{tmp_path / 'rot.jsonl.1'} byte {offset} first" in caplog.text
+    assert "another file" not in caplog.text and "may be" not in caplog.text
+    assert f"{tmp_path / 'rot.jsonl.1'}, line 1102: not a JSON object" in caplog.text
+    assert outbox_rows(tmp_path) == direct_rows(events[:1203])
+    with Outbox(str(tmp_path / "outbox.db")) as ob:  # the progress: as after a live rotation
+        st = ob.load_state()
+    assert st["source"]["ino"] == os.stat(path).st_ino and st["file_start"] == 1200
+    assert [(f["ino"], f["end"]) for f in st["rotated"]] == \
+        [(os.stat(f"{path}.1").st_ino, os.path.getsize(f"{path}.1"))]
+
+    # the next restart goes on in the new file, replaying from the renamed one
+    caplog.clear()
+    write(path, events[1203:], "a")
+    last = Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    assert (last["events_in"], last["bad_lines"], last["consumed"]) == (397, 0, 1600)
+    assert "replaying the events of windows still open from" in caplog.text
+    rows = outbox_rows(tmp_path)
+    assert rows == direct_rows(events)
+    assert any(min(t) < 1200 <= max(t) for *_, t in rows)  # old file's tail + new's head
+
+
+def test_a_file_rotated_twice_while_stopped_skips_the_file_in_between(tmp_path, caplog):
+    # the progress knows its own file only: rot.jsonl.2 is finished, .1 is skipped (named)
+    caplog.set_level(logging.INFO, "edge.agent")
+    path = tmp_path / "rot.jsonl"
+    old, between, new = stream(700, seed=22), stream(50, seed=23, t0=900), \
+        stream(300, seed=24, t0=1000)
+    write(path, old[:600])
+    Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    write(path, old[600:], "a")
+    os.rename(path, f"{path}.1")
+    write(path, between)
+    time.sleep(0.01)  # a later mtime, even on a coarse clock
+    os.rename(f"{path}.1", f"{path}.2")
+    os.rename(path, f"{path}.1")
+    write(path, new)
+    final = Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    assert (final["events_in"], final["consumed"]) == (400, 1000)
+    assert outbox_rows(tmp_path) == direct_rows(old + new)
+    assert f"reading its rest from {path}.2 byte" in caplog.text
+    assert "holds rot.jsonl.1, changed after" in caplog.text
+
+
+def test_a_file_rotated_while_stopped_and_deleted_says_what_may_be_lost(tmp_path, caplog):
     path = tmp_path / "rot.jsonl"
     write(path, stream(400, seed=1))
     Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    offset = os.path.getsize(path)
+    write(path, stream(20, seed=2, t0=500), "a")  # never read: lost with the file
     os.rename(path, tmp_path / "rot.jsonl.1")
     write(path, stream(50, seed=3, t0=1000))
+    os.unlink(tmp_path / "rot.jsonl.1")  # compressed or deleted
     final = Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
     assert (final["events_in"], final["events_replayed"], final["bad_lines"]) == (50, 0, 0)
     assert "is another file now" in caplog.text
+    assert f"its unread rest, from byte {offset} to its end, may be lost" in caplog.text
 
 
 def test_a_file_rewritten_in_place_while_stopped_is_read_from_its_start(tmp_path, caplog):
