@@ -495,7 +495,9 @@ class Agent:
     def _rotated_files(self) -> list[tuple[str, int]]:
         """Where the files renamed away that hold the replay's first events are now (in
         the directory of the path, by device, inode and fingerprint), each with the byte
-        where it was left. When one is not found, the replay starts at the current file."""
+        where it was left, then the progress' own file when it was renamed away while the
+        agent was stopped (``_renamed``; end None: read to its end). When one of the
+        rotated files is not found, the replay starts at the current file."""
         rotated, self._rotated = self._rotated, []  # the replay builds it again
         # the progress' own file, renamed away while the agent was stopped: to its end
         renamed = [(self._renamed, None)] if self._renamed else []

@@ -146,6 +146,34 @@ def test_a_file_rotated_while_stopped_is_finished_from_its_renamed_file(tmp_path
     assert any(min(t) < 1200 <= max(t) for *_, t in rows)  # old file's tail + new's head
 
 
+def test_a_stop_while_reading_the_renamed_files_rest_resumes_in_it(tmp_path, caplog):
+    # stopped again half-way through the old file's rest: the progress names the renamed
+    # file (not the one at the path), so the next restart finds it and goes on in it
+    path = tmp_path / "rot.jsonl"
+    events = stream(1600, seed=25)
+    write(path, events[:1000])
+    Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    write(path, events[1000:1300], "a")
+    os.rename(path, f"{path}.1")
+    write(path, events[1300:1400])
+    agent = Agent(parse_config(config(tmp_path, path, follow=True)))
+    process = agent._process
+
+    def process_then_stop(chunk, source):
+        process(chunk, source)
+        if agent.consumed >= 1100:
+            agent.stop()
+    agent._process = process_then_stop
+    agent.run(once=True)
+    assert 1100 <= agent.consumed < 1300
+    with Outbox(str(tmp_path / "outbox.db")) as ob:
+        assert ob.load_state()["source"]["ino"] == os.stat(f"{path}.1").st_ino
+    write(path, events[1400:], "a")
+    final = Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    assert final["consumed"] == 1600 and "another file" not in caplog.text
+    assert outbox_rows(tmp_path) == direct_rows(events)
+
+
 def test_a_file_rotated_twice_while_stopped_skips_the_file_in_between(tmp_path, caplog):
     # the progress knows its own file only: rot.jsonl.2 is finished, .1 is skipped (named)
     caplog.set_level(logging.INFO, "edge.agent")
