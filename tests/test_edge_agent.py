@@ -511,6 +511,36 @@ def test_wall_clock_sheds_when_the_backlog_must_be_worked_off_sooner(tmp_path):
     assert {r[:2] for r in rows} < {r[:2] for r in direct(events)}  # points missed
 
 
+def test_wall_clock_after_an_outage_catches_up_on_a_followed_file_without_shedding(tmp_path):
+    # 30,000 events written while the agent was down, then 1,000 per second while it
+    # catches up: the arrivals are the 1,000, the backlog is worked off within catch_up
+    events = stream(33_000, seed=9)
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events[:30_000]))
+    doc = config(tmp_path, source={"kind": "file", "path": str(path), "follow": True},
+                 budget={"mode": "wall-clock", "ops_per_event": 4.0, "burst": 64.0,
+                         "max_ops": 1000.0})
+    agent = Agent(parse_config(doc))
+    runner = threading.Thread(target=agent.run)
+    runner.start()
+    try:
+        with open(path, "a") as fh:
+            for i in range(30_000, 33_000, 100):
+                fh.write("".join(json.dumps(e) + "\n" for e in events[i:i + 100]))
+                fh.flush()
+                time.sleep(0.1)
+        deadline = time.time() + 30
+        while agent.consumed < 33_000 and time.time() < deadline:
+            time.sleep(0.05)
+    finally:
+        agent.stop()
+        runner.join(30)
+    assert agent.consumed == 33_000 and agent.matcher.stats["shed"] == 0
+    assert 0 < agent.wallclock.rate < 5_000  # the writer's pace, not the reading's
+    _, rows = outbox_matches(tmp_path / "outbox.db")
+    assert sorted(rows) == sorted(direct(events, flush=False))
+
+
 def test_a_file_source_measures_arrivals_by_its_growth_and_the_unread_events(tmp_path):
     path = tmp_path / "events.jsonl"
     line = lambda e: json.dumps(e) + "\n"  # noqa: E731
