@@ -147,7 +147,7 @@ class Agent:
     # ------------------------------------------------------------------ set-up
 
     def _build_matcher(self) -> Matcher:
-        p, b = self.cfg.pattern, self.cfg.budget
+        b = self.cfg.budget
         budget = None
         if b.mode == "fixed":
             budget = Budget(b.ops_per_event, b.burst)
@@ -156,9 +156,6 @@ class Agent:
                                              b.max_lag, b.min_ops, b.max_ops,
                                              catch_up=b.catch_up)
             budget = Budget(self.wallclock.ops, b.burst)
-        # "error": the kernel stops at a bad event, so it can be named and logged (_match)
-        common = dict(window=p.window, k=p.k, where=list(p.where), partition=p.partition,
-                      on_bad_event="error", budget=budget)
         sketch = self._load_sketch() if self.cfg.sketch is not None else None
         if sketch is not None:
             try:
@@ -171,7 +168,7 @@ class Agent:
         self.history = None
         if b.policy == "random":
             self.policy_name = "random"
-            return Matcher(p.text, policy=RandomPolicy(), **common)
+            return self._matcher(budget, RandomPolicy())
         if self.cfg.sketch is None:
             self.policy_name = b.policy if b.policy != "history" else FALLBACK_POLICY
             if b.policy == "history":
@@ -180,7 +177,7 @@ class Agent:
                           FALLBACK_POLICY)
         if budget is None and self.policy_error is None:
             self.policy_name = "none"  # nothing is ever shed
-        return Matcher(p.text, policy=OldestFirstPolicy() if budget else None, **common)
+        return self._matcher(budget, OldestFirstPolicy() if budget else None)
 
     def _refuse_sketch(self, why: str) -> None:
         self.policy_error = f"sketch refused: {why}"
@@ -188,12 +185,17 @@ class Agent:
 
     def _history_matcher(self, sketch: Sketch, budget: Budget | None
                          ) -> tuple[Matcher, HistoryPolicy]:
-        p, sk = self.cfg.pattern, self.cfg.sketch
+        sk = self.cfg.sketch
         policy = HistoryPolicy(sketch, sk.learning_rate, sk.explore, defer=sk.defer,
                                budget=budget)
+        return self._matcher(budget, policy, bins=policy.bins), policy
+
+    def _matcher(self, budget: Budget | None, policy, **kw) -> Matcher:
+        p = self.cfg.pattern
+        # "error": the kernel stops at a bad event, so it can be named and logged (_match)
         return Matcher(p.text, window=p.window, k=p.k, where=list(p.where),
                        partition=p.partition, on_bad_event="error", budget=budget,
-                       policy=policy, bins=policy.bins), policy
+                       policy=policy, **kw)
 
     def _load_sketch(self) -> Sketch | None:
         """The verified sketch to start with, or None (logged) when it is missing, tampered

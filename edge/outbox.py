@@ -240,10 +240,7 @@ class Outbox:
         if self.max_bytes is not None and size > self.max_bytes:
             return False
         while True:
-            rows, total = db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM pending"
-                                     ).fetchone()
-            dead_rows, dead_total = db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM dead").fetchone()
+            rows, total, dead_rows, dead_total = _held(db)
             fits = ((self.max_rows is None or rows + dead_rows + 1 <= self.max_rows)
                     and (self.max_bytes is None
                          or total + dead_total + size <= self.max_bytes))
@@ -399,13 +396,10 @@ class Outbox:
         by creation with its attempts and last error, when the next one is due) and the dead
         letters (how many, their bytes). Times are seconds since the epoch."""
         with self._lock:  # one query per index where there is one (see _SCHEMA)
-            rows, total = self._db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM pending").fetchone()
+            rows, total, dead, dead_bytes = _held(self._db)
             next_due = self._db.execute("SELECT MIN(due) FROM pending").fetchone()[0]
             oldest = self._db.execute("SELECT batch_id, created, attempts, last_error "
                                       "FROM pending ORDER BY created, n LIMIT 1").fetchone()
-            dead, dead_bytes = self._db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM dead").fetchone()
         return {"pending": rows, "pending_bytes": total,
                 "oldest": None if oldest is None else dict(
                     zip(("batch_id", "created", "attempts", "last_error"), oldest)),
@@ -416,10 +410,7 @@ class Outbox:
         dead letters and their bytes."""
         with self._lock:
             out = dict(self._db.execute("SELECT name, value FROM counters"))
-            rows, total = self._db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM pending").fetchone()
-            dead, dead_bytes = self._db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM dead").fetchone()
+            rows, total, dead, dead_bytes = _held(self._db)
         out["pending"], out["pending_bytes"] = rows, total
         out["dead"], out["dead_bytes"] = dead, dead_bytes
         return out
@@ -455,6 +446,12 @@ class _Transaction:
             self.db.execute("COMMIT" if kind is None else "ROLLBACK")
         finally:
             self.lock.release()
+
+
+def _held(db) -> tuple[int, int, int, int]:
+    """The pending batches and their bytes, the dead letters and their bytes."""
+    return (*db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM pending").fetchone(),
+            *db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM dead").fetchone())
 
 
 def main(argv: list[str] | None = None) -> int:

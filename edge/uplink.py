@@ -174,6 +174,7 @@ class Uploader(threading.Thread):
             return False
         self.counts["attempts"] += 1
         out = self.uplink.post_batch(due.body)
+        why = out.detail if out.status is None else f"HTTP {out.status}: {out.detail}"
         if out.action == "ack":
             if self.fail_streak:
                 log.info("uploads go through again (after %d failed attempts)",
@@ -188,7 +189,7 @@ class Uploader(threading.Thread):
             # the same token fails for every batch: pause them all, keep them, and say it once
             self.auth_streak += 1
             self.counts["unauthorized"] += 1
-            self.last_error = f"HTTP {out.status}: {out.detail}"
+            self.last_error = why
             wait = self.outbox.backoff.delay("auth", self.auth_streak)
             self.hold_until = time.time() + wait
             if self.auth_streak == 1:
@@ -201,14 +202,13 @@ class Uploader(threading.Thread):
                           self.auth_streak, wait)
         elif out.action == "reject":
             self._authorized()  # the collector checks the token before anything else
-            self.outbox.reject(due.batch_id, f"HTTP {out.status}: {out.detail}")
+            self.outbox.reject(due.batch_id, why)
             self.counts["rejected"] += 1
-            self.last_error = f"HTTP {out.status}: {out.detail}"
+            self.last_error = why
             log.error("collector refused batch %s (HTTP %s): %s; kept as a dead letter in %s "
                       "(acep outbox %s list)", due.batch_id, out.status, out.detail,
                       self.outbox.path, self.outbox.path)
         else:
-            why = out.detail if out.status is None else f"HTTP {out.status}: {out.detail}"
             when = self.outbox.fail(due.batch_id, why)
             self.counts["retried"] += 1
             self.last_error = why
@@ -223,7 +223,7 @@ class Uploader(threading.Thread):
     def _authorized(self) -> None:
         if self.auth_streak:
             log.info("the collector accepts this device's token again (after %d refused "
-                        "attempts); uploading", self.auth_streak)
+                     "attempts); uploading", self.auth_streak)
             self.auth_streak, self.hold_until = 0, 0.0
 
     def stop(self, timeout: float | None = None) -> None:

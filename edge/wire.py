@@ -38,6 +38,9 @@ VERSION = 1
 KINDS = ("matches", "summary")
 ID_RULE = "[A-Za-z0-9._-]{1,64}"  # device and pattern ids alike
 _ID_RE = re.compile(ID_RULE + r"\Z")
+_HASH_RE = re.compile(r"[0-9a-f]{64}\Z")
+# created_at names the archive's date=YYYY-MM-DD directory: 1970-01-01 .. 9999-12-31 UTC
+_CREATED_AT_MAX = 253402300800.0
 
 
 def sketch_etag(data: bytes) -> str:
@@ -50,9 +53,6 @@ def valid_id(value: object) -> bool:
     """Whether ``value`` is a device or pattern id: 1-64 letters, digits, '.', '_', '-'
     (they name archive folders, batch ids and sketch URLs)."""
     return isinstance(value, str) and _ID_RE.match(value) is not None
-_HASH_RE = re.compile(r"[0-9a-f]{64}\Z")
-# created_at names the archive's date=YYYY-MM-DD directory: 1970-01-01 .. 9999-12-31 UTC
-_CREATED_AT_MAX = 253402300800.0
 
 
 class WireError(ValueError):
