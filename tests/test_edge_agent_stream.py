@@ -5,6 +5,7 @@ and line. Real files, the agent in-process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -12,6 +13,7 @@ import random
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import acep
@@ -70,6 +72,26 @@ def outbox_rows(tmp: Path) -> list[tuple]:
             rows.append((b.partition[i], float(b.point[i]), int(b.errors[i]), tuple(traj)))
     db.close()
     return sorted(rows, key=repr)
+
+
+@contextlib.contextmanager
+def running(agent: Agent) -> Iterator[dict]:
+    """The agent's run in a thread, stopped on leaving; yields its final metrics (filled
+    once it has stopped)."""
+    result: dict = {}
+    runner = threading.Thread(target=lambda: result.update(agent.run()))
+    runner.start()
+    try:
+        yield result
+    finally:
+        agent.stop()
+        runner.join(30)
+
+
+def consumed(agent: Agent, n: int, deadline: float) -> None:
+    """Until the agent has consumed ``n`` events (or the deadline passed)."""
+    while agent.consumed < n and time.time() < deadline:
+        time.sleep(0.02)
 
 
 # --------------------------------------------------------------------------- progress
@@ -242,23 +264,15 @@ def test_a_followed_file_rewritten_past_the_offset_is_read_from_its_start(tmp_pa
     old, new = stream(300, seed=1), stream(500, seed=12, t0=1000)
     write(path, old)
     agent = Agent(parse_config(config(tmp_path, path, follow=True)))
-    result: dict = {}
-    runner = threading.Thread(target=lambda: result.update(agent.run()))
-    runner.start()
-    try:
+    with running(agent) as result:
         deadline = time.time() + 30
-        while agent.consumed < 300 and time.time() < deadline:
-            time.sleep(0.02)
+        consumed(agent, 300, deadline)
         time.sleep(0.1)  # idle, polling
         data = "".join(json.dumps(e) + "\n" for e in new).encode()
         with open(path, "r+b") as fh:  # in place, in one write: never shorter meanwhile
             fh.write(data)
-        while agent.consumed < 800 and time.time() < deadline:
-            time.sleep(0.02)
+        consumed(agent, 800, deadline)
         time.sleep(0.1)
-    finally:
-        agent.stop()
-        runner.join(30)
     assert (result["events_in"], result["bad_lines"]) == (800, 0)
     assert result["matches"] == direct(old + new, flush=False)
     assert "changed in its first" in caplog.text
@@ -306,24 +320,15 @@ def test_a_followed_file_rotated_by_rename_is_followed_to_the_new_file(tmp_path,
     old, new = stream(1500, seed=4), stream(700, seed=5, t0=2000)
     write(path, old[:1000])
     agent = Agent(parse_config(config(tmp_path, path, follow=True)))
-    result: dict = {}
-    runner = threading.Thread(target=lambda: result.update(agent.run()))
-    runner.start()
-    try:
+    with running(agent) as result:
         deadline = time.time() + 30
-        while agent.consumed < 1000 and time.time() < deadline:
-            time.sleep(0.02)
+        consumed(agent, 1000, deadline)
         write(path, old[1000:], "a")  # written just before the rename: still read
         os.rename(path, tmp_path / "rot.jsonl.1")
         write(path, new[:300])
-        while agent.consumed < 1800 and time.time() < deadline:
-            time.sleep(0.02)
+        consumed(agent, 1800, deadline)
         write(path, new[300:], "a")
-        while agent.consumed < 2200 and time.time() < deadline:
-            time.sleep(0.02)
-    finally:
-        agent.stop()
-        runner.join(30)
+        consumed(agent, 2200, deadline)
     assert result["events_in"] == 2200 and result["bad_lines"] == 0
     assert result["backlog_bytes"] == 0
     assert result["matches"] == direct(old + new, flush=False)  # one stream across files
@@ -342,15 +347,11 @@ def follow_rotation(tmp_path: Path, parts: list[list[dict | str]]) -> dict:
     path = tmp_path / "rot.jsonl"
     write(path, parts[0])
     agent = Agent(parse_config(config(tmp_path, path, follow=True)))
-    result: dict = {}
-    runner = threading.Thread(target=lambda: result.update(agent.run()))
-    runner.start()
-    try:
+    with running(agent) as result:
         deadline = time.time() + 30
         done = sum(isinstance(e, dict) for e in parts[0])
         for part in parts[1:]:
-            while agent.consumed < done and time.time() < deadline:
-                time.sleep(0.02)
+            consumed(agent, done, deadline)
             for k in range(len(parts), 0, -1):
                 if os.path.exists(f"{path}.{k}"):
                     os.rename(f"{path}.{k}", f"{path}.{k + 1}")
@@ -359,11 +360,7 @@ def follow_rotation(tmp_path: Path, parts: list[list[dict | str]]) -> dict:
             done += len(part)
             if not part:
                 time.sleep(0.3)  # until the agent has it open
-        while agent.consumed < done and time.time() < deadline:
-            time.sleep(0.02)
-    finally:
-        agent.stop()
-        runner.join(30)
+        consumed(agent, done, deadline)
     return result
 
 
