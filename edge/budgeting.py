@@ -42,8 +42,9 @@ class WallClockBudget:
 
     def update(self, n: int, ops: int, seconds: float, rate: float | None, lag: float,
                backlog: float = 0.0) -> float:
-        """Feed one batch (``rate`` None: not measured yet, the budget stays); returns the
-        new ``ops_per_event``."""
+        """Feed one batch; returns the new ``ops_per_event``. ``rate`` None: not measured
+        (yet); the last rate, if any, and the backlog count, and with neither the budget
+        stays."""
         if n <= 0:
             return self.ops
         d = self.decay
@@ -58,10 +59,11 @@ class WallClockBudget:
         if c <= 0:  # noise made the fit useless; fall back to the conservative ratio
             a, c = 0.0, seconds / max(ops, 1)
         self.base_cost, self.op_cost = max(a, 0.0), max(c, 1e-12)
-        if rate is None or not math.isfinite(rate) or rate < 0:
+        if rate is not None and math.isfinite(rate) and rate >= 0:
+            self.rate = 0.7 * self.rate + 0.3 * rate if self.measured else rate
+            self.measured = True
+        elif not self.measured and backlog <= 0:
             return self.ops
-        self.rate = 0.7 * self.rate + 0.3 * rate if self.measured else rate
-        self.measured = True
         needed = self.rate + max(backlog, 0.0) / self.catch_up  # events per second
         target = (self.u / needed - self.base_cost) / self.op_cost if needed > 0 \
             else self.max_ops

@@ -29,6 +29,7 @@ __all__ = ["Source", "FileSource", "StdinSource", "IteratorSource", "LogLimiter"
 log = logging.getLogger("edge.agent")
 Item = tuple[dict, "int | None"]
 _READ_BYTES = 1 << 16  # a file is read this much at a time (whole lines)
+RATE_WINDOW = 1.0  # seconds: a file's arrival rate is its growth over at least this long
 _CUT = object()  # from _blocks: close the chunk here (the events after it are another file's)
 FINGERPRINT_BYTES = 1024  # a file is told from another by the SHA-256 of its first bytes
 
@@ -257,6 +258,7 @@ class FileSource(Source):
         self._fh: io.BufferedReader | None = None
         self._line_mark = (0, 1)  # (byte offset, 1-based line number there) of that file
         self._sizes: tuple[int, int, int] | None = None  # (generation, size, offset) then
+        self._window: tuple[float, int] | None = None  # (time, size) the rate is taken from
         self._read = [0, 0]  # bytes and events read, for the bytes per event
 
     @property
@@ -451,9 +453,11 @@ class FileSource(Source):
 
     def _measure(self, chunk: list[Item], seconds: float) -> None:
         """Arrivals are the file's growth, not the reading: after an outage the reader
-        runs through a backlog far faster than the events came. Both are converted from
-        bytes with the mean line length read so far (from the chunks' end offsets); a
-        switch to another file (rotation) skips one measurement."""
+        runs through a backlog far faster than the events came. The growth is taken over
+        at least :data:`RATE_WINDOW` (chunks read from a backlog come milliseconds apart,
+        and a writer appends in bursts). Both are converted from bytes with the mean line
+        length read so far (from the chunks' end offsets); a switch to another file
+        (rotation) starts over."""
         try:
             size = os.fstat(self._fh.fileno()).st_size if self._fh is not None else None
         except OSError:
@@ -463,15 +467,20 @@ class FileSource(Source):
             return
         end = chunk[-1][1]
         self._sizes = (self.generation, size, end)
+        now = time.monotonic()
         if last is None or last[0] != self.generation:
+            self._window = (now, size)
             return
         self._read[0] += max(end - last[2], 0)
         self._read[1] += len(chunk)
         per_event = self._read[0] / max(self._read[1], 1)
         if per_event <= 0:
             return
-        self.arrival_rate = max(size - last[1], 0) / per_event / seconds
         self.backlog_events = max(size - end, 0) / per_event
+        since, at = self._window
+        if now - since >= RATE_WINDOW:
+            self.arrival_rate = max(size - at, 0) / per_event / (now - since)
+            self._window = (now, size)
 
     def backlog(self) -> int | None:
         """Bytes written to the file but not read yet."""

@@ -500,7 +500,6 @@ def test_wall_clock_works_off_a_backlog_at_the_arrival_rate_not_the_reading_rate
     # read far faster than it arrived (it all came before the start): 30,000 events to
     # work off in catch_up = 600 s is 50 per second, which the budget pays in full
     assert final["arrival_rate"] < 100 and final["shed"] == 0
-    assert final["ops_per_event"] == 1000.0
     assert sorted(rows) == sorted(direct(events))
 
 
@@ -512,9 +511,9 @@ def test_wall_clock_sheds_when_the_backlog_must_be_worked_off_sooner(tmp_path):
 
 
 def test_wall_clock_after_an_outage_catches_up_on_a_followed_file_without_shedding(tmp_path):
-    # 30,000 events written while the agent was down, then 1,000 per second while it
-    # catches up: the arrivals are the 1,000, the backlog is worked off within catch_up
-    events = stream(33_000, seed=9)
+    # 30,000 events written while the agent was down, then 200 per second while it
+    # catches up: the arrivals are the 200, the backlog is worked off within catch_up
+    events = stream(31_000, seed=9)
     path = tmp_path / "events.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in events[:30_000]))
     doc = config(tmp_path, source={"kind": "file", "path": str(path), "follow": True},
@@ -525,18 +524,18 @@ def test_wall_clock_after_an_outage_catches_up_on_a_followed_file_without_sheddi
     runner.start()
     try:
         with open(path, "a") as fh:
-            for i in range(30_000, 33_000, 100):
-                fh.write("".join(json.dumps(e) + "\n" for e in events[i:i + 100]))
+            for i in range(30_000, 31_000, 20):
+                fh.write("".join(json.dumps(e) + "\n" for e in events[i:i + 20]))
                 fh.flush()
                 time.sleep(0.1)
         deadline = time.time() + 30
-        while agent.consumed < 33_000 and time.time() < deadline:
+        while agent.consumed < 31_000 and time.time() < deadline:
             time.sleep(0.05)
     finally:
         agent.stop()
         runner.join(30)
-    assert agent.consumed == 33_000 and agent.matcher.stats["shed"] == 0
-    assert 0 < agent.wallclock.rate < 5_000  # the writer's pace, not the reading's
+    assert agent.consumed == 31_000 and agent.matcher.stats["shed"] == 0
+    assert 0 < agent.wallclock.rate < 1_000  # the writer's pace, not the reading's
     _, rows = outbox_matches(tmp_path / "outbox.db")
     assert sorted(rows) == sorted(direct(events, flush=False))
 
@@ -555,15 +554,19 @@ def test_a_file_source_measures_arrivals_by_its_growth_and_the_unread_events(tmp
                 fh.write("".join(map(line, events[2000:])))
         if sum(n for n, _, _ in seen) == 3000:
             stop.set()
-    assert seen[0][1] is None  # the first chunk has no growth to compare with yet
-    before = seen[1:10]  # nothing was written while they were read
-    assert all(rate == 0 for _, rate, _ in before)
+        time.sleep(0.15)  # a slow reader: a rate is taken over sources.RATE_WINDOW
+    rates = [rate for _, rate, _ in seen]
+    before, after = rates[:10], rates[10:]
+    # none until a second has passed, then 0 while nothing was written
+    assert before[0] is None and before[-1] == 0
+    assert all(r is None for r in before[:before.index(0)])
+    assert all(r == 0 for r in before[before.index(0):])
+    # the 1000 events written, over at least a second: not the reading's 667 per second
+    assert any(r > 0 for r in after) and all(r < 1000 for r in after)
     # in events, from the mean line length read so far (the lines differ a little)
-    assert all(abs(b - unread) < 0.1 * unread
-               for (_, _, b), unread in zip(before, range(1800, 900, -100)))
-    grown = seen[10]  # the 1000 events written since the chunk before
-    assert grown[1] > 0 and abs(grown[2] - 1900) < 190
-    assert seen[-1][2] == 0
+    unread = [b for _, _, b in seen[1:10]]
+    assert all(abs(b - n) < 0.1 * n for b, n in zip(unread, range(1800, 900, -100)))
+    assert abs(seen[10][2] - 1900) < 190 and seen[-1][2] == 0  # the 1000 written
 
 
 def test_sigterm_finishes_the_batch_and_exits_cleanly(tmp_path):
