@@ -217,8 +217,9 @@ class FileSource(Source):
     ``start`` is the byte offset to resume from; the file may not exist yet when followed.
     A followed file that is renamed away (log rotation) is read to its end, then the new
     file at ``path`` is read from its start; one that shrinks below the offset (rotation by
-    truncation) is read again from its start, and so is one whose first bytes change while
-    it is idle (truncated and written past the offset between two polls). Each such switch
+    truncation) is read again from its start, and so is one whose first bytes change
+    (truncated and written past the offset): checked at each poll and after each read, so
+    no line read from the middle of a rewritten file is taken. Each such switch
     adds one to ``generation`` and the chunks never mix events of two files.
 
     ``before`` lists files renamed away from ``path`` that a restart reads again first, as
@@ -279,6 +280,12 @@ class FileSource(Source):
             finishing = False  # the path names another file now: read this one to its end
             while True:
                 lines = fh.readlines(_READ_BYTES)
+                if lines and self.follow and (why := self._truncated(fh)):
+                    # rewritten while the reader was busy (no poll saw it short): the
+                    # lines may be the new file's from the middle; checked after the
+                    # read, so none of them is ever taken
+                    yield from self._restart(fh, why)
+                    continue
                 partial = bool(lines) and not lines[-1].endswith(b"\n")
                 if partial and self.follow and not finishing:
                     lines.pop()  # half a line: re-read it once its newline is there
@@ -310,15 +317,21 @@ class FileSource(Source):
                 if stop.wait(self.poll_seconds):
                     return
                 if why := self._truncated(fh):
-                    yield _CUT
-                    log.warning("%s %s: reading it again from its start", self.path, why)
-                    self._switch(fh, None)
+                    yield from self._restart(fh, why)
                 elif self._replaced(fh):
                     finishing = True  # read what was written before the rename, now
                 fh.seek(self.offset)
         finally:
             self._fh = None
             fh.close()
+
+    def _restart(self, fh: io.BufferedReader, why: str) -> Iterator[object]:
+        """The file open was truncated (and maybe written again): read it from its start,
+        in a chunk of its own."""
+        yield _CUT
+        log.warning("%s %s: reading it again from its start", self.path, why)
+        self._switch(fh, None)
+        fh.seek(0)
 
     def _read_before(self) -> Iterator[list[Item] | object]:
         """The events of the files in ``before`` (see the class); returns what is left of

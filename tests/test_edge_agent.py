@@ -156,6 +156,31 @@ def test_follow_source_reads_appends_and_partial_lines(tmp_path):
     assert src.offset == path.stat().st_size
 
 
+def test_a_file_rewritten_while_the_reader_is_busy_is_read_from_its_start(tmp_path, caplog):
+    # copytruncate under load: the writer passes the old offset before the reader is idle
+    # again, so no poll sees the file short; the next read must not start mid-file
+    path = tmp_path / "busy.jsonl"
+    old, new = stream(3000, seed=1), stream(2000, seed=2)
+    lines = [(json.dumps(e) + "\n").encode() for e in old]
+    path.write_bytes(b"".join(lines))
+    src = FileSource(path, follow=True, poll_seconds=0.01, batch_events=100, batch_seconds=5)
+    got: list[dict] = []
+    first: int | None = None
+    for chunk in src.chunks(threading.Event()):
+        got.extend(e for e, _ in chunk)
+        if first is None:  # one block is read; the rest of the file is not
+            ends = np.cumsum([len(line) for line in lines])
+            first = int(np.searchsorted(ends, src.offset, side="right"))
+            assert 100 <= first < len(old)
+            path.write_bytes(b"".join((json.dumps(e) + "\n").encode() for e in new))
+            assert path.stat().st_size > src.offset
+        if len(got) >= first + len(new):
+            break
+    assert got == old[:first] + new
+    assert (src.bad_lines, src.left, src.generation) == (0, [None], 1)
+    assert "changed in its first 1024 bytes" in caplog.text
+
+
 # --------------------------------------------------------------------------- matching
 
 @pytest.mark.parametrize("budget", [None, {"mode": "fixed", "ops_per_event": 0.6,
