@@ -474,29 +474,55 @@ def _parser() -> argparse.ArgumentParser:
                         "0: all ingest work in the database thread)")
     p.add_argument("--sketch-key-file", help="the key that signs sketches (PUT is refused "
                                              "without it)")
-    p.add_argument("--add-device", metavar="ID",
-                   help="register a device, print its new token once and exit")
-    p.add_argument("--add-admin", metavar="NAME",
-                   help="register an admin (may PUT sketches), print its token and exit")
+    fleet = p.add_mutually_exclusive_group()
+    fleet.add_argument("--add-device", metavar="ID",
+                       help="register a device, print its new token once and exit (a known "
+                            "device gets a new token; its old one is refused at once)")
+    fleet.add_argument("--add-admin", metavar="NAME",
+                       help="register an admin (may PUT sketches), print its token and exit")
+    fleet.add_argument("--revoke-device", metavar="ID",
+                       help="refuse the token of a device or admin from now on (also on the "
+                            "running collector) and exit; its stored batches stay")
+    fleet.add_argument("--list-devices", action="store_true",
+                       help="one JSON line per device: role, when its token was issued, its "
+                            "batches and when the last one arrived; exit")
     return p
+
+
+def _fleet(store: Store, args: argparse.Namespace) -> int:
+    """``--add-device``, ``--add-admin``, ``--revoke-device``, ``--list-devices``."""
+    if args.list_devices:
+        for device in store.devices():
+            print(json.dumps(device))
+        return 0
+    if args.revoke_device:
+        if not store.revoke_device(args.revoke_device):
+            print(f"acep serve: no device {args.revoke_device!r} is registered in {args.db}",
+                  file=sys.stderr)
+            return 1
+        print(f"revoked {args.revoke_device}: its token is refused from now on")
+        return 0
+    name = args.add_device or args.add_admin
+    if not valid_id(name):
+        print(f"acep serve: id {name!r} must match {ID_RULE}", file=sys.stderr)
+        return 2
+    print(store.add_device(name, "device" if args.add_device else "admin"))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m edge.collector`` / ``acep serve``."""
     args = _parser().parse_args(argv)
     try:
-        store = open_store(args.db)
+        store = open_store(args.db, create=not (args.revoke_device or args.list_devices))
     except ValueError as exc:
         print(f"acep serve: {exc}", file=sys.stderr)
         return 2
-    if args.add_device or args.add_admin:
-        name = args.add_device or args.add_admin
-        if not valid_id(name):
-            print(f"acep serve: id {name!r} must match {ID_RULE}", file=sys.stderr)
-            return 2
-        print(store.add_device(name, "device" if args.add_device else "admin"))
-        store.close()
-        return 0
+    if args.add_device or args.add_admin or args.revoke_device or args.list_devices:
+        try:
+            return _fleet(store, args)
+        finally:
+            store.close()
     if not args.archive:
         print("acep serve: --archive DIR is needed to serve", file=sys.stderr)
         return 2

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
 import sqlite3
 import time
@@ -96,9 +97,10 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def open_store(url: str | Path) -> Store:
+def open_store(url: str | Path, create: bool = True) -> Store:
     """A :class:`Store` for ``sqlite:///PATH`` or a plain path; other schemes are refused
-    with an error that names what is supported."""
+    with an error that names what is supported. ``create`` False: a missing file is an
+    error too (a tool that only reads or revokes must not leave an empty database)."""
     text = str(url)
     if "://" in text:
         scheme = text.split("://", 1)[0]
@@ -108,6 +110,8 @@ def open_store(url: str | Path) -> Store:
         text = text[len("sqlite:///"):]
         if not text:
             raise ValueError(f"database URL {str(url)!r} names no file; use {SUPPORTED_URLS}")
+    if not create and not os.path.exists(text):
+        raise ValueError(f"{text}: no collector database there")
     return Store(text)
 
 
@@ -202,6 +206,28 @@ class Store:
             "created_at = excluded.created_at",
             (device_id, role, hash_token(token), time.time()))
         return token
+
+    def revoke_device(self, device_id: str) -> bool:
+        """Forget the token of ``device_id`` (a device lost or retired): its next request is
+        ``401``, also on a running collector (it asks the database at every request). Its
+        stored batches stay. False when no such device is registered."""
+        return self._db.execute("DELETE FROM devices WHERE device_id = ?",
+                                (device_id,)).rowcount > 0
+
+    def devices(self) -> list[dict]:
+        """Each registered device and admin (``role``, ``token_issued``: when its token was
+        made) and each device id with stored batches that has no token any more
+        (``registered`` False), with its batches and when the last one arrived (seconds
+        since the epoch), by id."""
+        rows = self._db.execute(
+            "WITH seen AS (SELECT device, COUNT(*) AS n, MAX(received_at) AS last "
+            "FROM batches GROUP BY device) "
+            "SELECT d.device_id, d.role, d.created_at, COALESCE(s.n, 0), s.last, 1 "
+            "FROM devices d LEFT JOIN seen s ON s.device = d.device_id "
+            "UNION ALL SELECT s.device, NULL, NULL, s.n, s.last, 0 FROM seen s "
+            "WHERE s.device NOT IN (SELECT device_id FROM devices) ORDER BY 1").fetchall()
+        keys = ("device", "role", "token_issued", "batches", "last_batch", "registered")
+        return [{**dict(zip(keys, row)), "registered": bool(row[5])} for row in rows]
 
     def identify(self, token: str) -> tuple[str, str] | None:
         """``(id, role)`` of the holder of ``token``, or None for an unknown token."""

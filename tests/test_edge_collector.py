@@ -412,6 +412,50 @@ def test_cli_add_device_prints_a_token_once_and_bad_db_urls_are_named(tmp_path):
     assert f"{tmp_path / 'empty.key'}: the sketch key file is empty" in empty.stderr
 
 
+def fleet(srv: Server, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edge.collector", "--db", str(srv.db), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_a_revoked_device_is_refused_by_the_running_collector_and_its_batches_stay(srv):
+    assert post(srv, encode_batch(make_batch("d1", 0)), srv.tokens["d1"])[0] == 200
+    assert post(srv, encode_batch(make_batch("d2", 0)), srv.tokens["d2"])[0] == 200
+    done = fleet(srv, "--revoke-device", "d1")
+    assert done.returncode == 0 and "revoked d1" in done.stdout, done.stderr
+    status, doc = post(srv, encode_batch(make_batch("d1", 1)), srv.tokens["d1"])
+    assert status == 401, doc
+    assert post(srv, encode_batch(make_batch("d2", 1)), srv.tokens["d2"])[0] == 200
+    assert srv.rows("SELECT batch_id FROM batches WHERE device = 'd1'") == [("d1/0",)]
+
+    listed = [json.loads(line) for line in fleet(srv, "--list-devices").stdout.splitlines()]
+    assert [(d["device"], d["role"], d["registered"], d["batches"]) for d in listed] == [
+        ("admin", "admin", True, 0), ("d1", None, False, 1), ("d2", "device", True, 2)]
+    received = srv.rows("SELECT MAX(received_at) FROM batches WHERE device = 'd2'")[0][0]
+    assert listed[2]["last_batch"] == received and listed[0]["last_batch"] is None
+    assert listed[2]["token_issued"] <= received
+
+    unknown = fleet(srv, "--revoke-device", "pi-9")
+    assert unknown.returncode == 1 and "no device 'pi-9'" in unknown.stderr
+    token = fleet(srv, "--add-device", "d1").stdout.strip()  # back, with a new token
+    assert post(srv, encode_batch(make_batch("d1", 1)), token)[0] == 200
+    assert post(srv, encode_batch(make_batch("d1", 2)), srv.tokens["d1"])[0] == 401
+
+
+def test_a_new_token_for_a_known_device_refuses_the_old_one_at_once(srv):
+    token = fleet(srv, "--add-device", "d2").stdout.strip()
+    assert post(srv, encode_batch(make_batch("d2", 0)), srv.tokens["d2"])[0] == 401
+    assert post(srv, encode_batch(make_batch("d2", 0)), token)[0] == 200
+
+
+def test_listing_or_revoking_on_a_missing_database_creates_none(tmp_path):
+    for args in (["--list-devices"], ["--revoke-device", "d1"]):
+        out = subprocess.run([sys.executable, "-m", "edge.collector", "--db",
+                              str(tmp_path / "typo.db"), *args],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and "no collector database there" in out.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_database_from_before_the_body_digest_gets_the_column(tmp_path):
     db = sqlite3.connect(tmp_path / "old.db")
     db.execute("CREATE TABLE batches (batch_id TEXT PRIMARY KEY, device TEXT NOT NULL, "
