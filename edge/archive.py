@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -66,6 +67,17 @@ class Archive:
                 tmp.unlink()
         _fsync_dir(path.parent)
         return path
+
+
+    def prune(self, day: str) -> int:
+        """Delete the days before ``day`` (``YYYY-MM-DD``, UTC: the batches created before
+        it, as :meth:`Store.prune` does); how many files were removed."""
+        removed = 0
+        for folder in sorted(self.root.glob("date=*")):
+            if folder.is_dir() and folder.name[len("date="):] < day:
+                removed += sum(1 for f in folder.rglob("*") if f.is_file())
+                shutil.rmtree(folder)
+        return removed
 
 
 def encode(batch) -> bytes:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import gc
 import hashlib
 import json
@@ -474,23 +475,45 @@ def _parser() -> argparse.ArgumentParser:
                         "0: all ingest work in the database thread)")
     p.add_argument("--sketch-key-file", help="the key that signs sketches (PUT is refused "
                                              "without it)")
-    fleet = p.add_mutually_exclusive_group()
-    fleet.add_argument("--add-device", metavar="ID",
+    tools = p.add_mutually_exclusive_group()
+    tools.add_argument("--add-device", metavar="ID",
                        help="register a device, print its new token once and exit (a known "
                             "device gets a new token; its old one is refused at once)")
-    fleet.add_argument("--add-admin", metavar="NAME",
+    tools.add_argument("--add-admin", metavar="NAME",
                        help="register an admin (may PUT sketches), print its token and exit")
-    fleet.add_argument("--revoke-device", metavar="ID",
+    tools.add_argument("--revoke-device", metavar="ID",
                        help="refuse the token of a device or admin from now on (also on the "
                             "running collector) and exit; its stored batches stay")
-    fleet.add_argument("--list-devices", action="store_true",
+    tools.add_argument("--list-devices", action="store_true",
                        help="one JSON line per device: role, when its token was issued, its "
                             "batches and when the last one arrived; exit")
+    tools.add_argument("--prune-before", metavar="YYYY-MM-DD",
+                       help="delete the batches created before this UTC day, their matches "
+                            "and summaries, and with --archive its days before it; print "
+                            "how many; exit (the collector may be running)")
     return p
 
 
-def _fleet(store: Store, args: argparse.Namespace) -> int:
-    """``--add-device``, ``--add-admin``, ``--revoke-device``, ``--list-devices``."""
+def _prune(store: Store, args: argparse.Namespace) -> int:
+    try:
+        day = dt.date.fromisoformat(args.prune_before)
+    except ValueError:
+        print(f"acep serve: --prune-before {args.prune_before!r} is not a day (YYYY-MM-DD)",
+              file=sys.stderr)
+        return 2
+    before = dt.datetime.combine(day, dt.time(), dt.timezone.utc).timestamp()
+    gone = store.prune(before)
+    if args.archive:
+        gone["archive_files"] = Archive(args.archive).prune(day.isoformat())
+    print(json.dumps({"before": day.isoformat(), **gone}))
+    return 0
+
+
+def _maintain(store: Store, args: argparse.Namespace) -> int:
+    """``--add-device``, ``--add-admin``, ``--revoke-device``, ``--list-devices``,
+    ``--prune-before``."""
+    if args.prune_before:
+        return _prune(store, args)
     if args.list_devices:
         for device in store.devices():
             print(json.dumps(device))
@@ -514,13 +537,15 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m edge.collector`` / ``acep serve``."""
     args = _parser().parse_args(argv)
     try:
-        store = open_store(args.db, create=not (args.revoke_device or args.list_devices))
+        store = open_store(args.db, create=not (args.revoke_device or args.list_devices
+                                                or args.prune_before))
     except ValueError as exc:
         print(f"acep serve: {exc}", file=sys.stderr)
         return 2
-    if args.add_device or args.add_admin or args.revoke_device or args.list_devices:
+    if any((args.add_device, args.add_admin, args.revoke_device, args.list_devices,
+            args.prune_before)):
         try:
-            return _fleet(store, args)
+            return _maintain(store, args)
         finally:
             store.close()
     if not args.archive:

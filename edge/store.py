@@ -318,6 +318,28 @@ class Store:
             yield (batch.batch_id, i, batch.device, batch.pattern.id,
                    _json(_key(batch.partition[i])), batch.slot, batch.origin, j, m, b, f, la, e)
 
+    def prune(self, before: float, chunk: int = 500) -> dict[str, int]:
+        """Delete the batches created before ``before`` (seconds since the epoch) with their
+        matches and summaries; how many of each. In transactions of ``chunk`` batches, so a
+        running collector's writes wait for one short transaction at a time. A device
+        that sends a pruned batch again (its acknowledgement lost) has it stored anew."""
+        gone = {"batches": 0, "matches": 0, "summaries": 0}
+        db = self._db
+        while ids := [r[0] for r in db.execute(
+                "SELECT batch_id FROM batches WHERE created_at < ? LIMIT ?",
+                (before, chunk))]:
+            marks = ",".join("?" * len(ids))
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for table in ("matches", "summaries", "batches"):
+                    gone[table] += db.execute(
+                        f"DELETE FROM {table} WHERE batch_id IN ({marks})", ids).rowcount
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return gone
+
     def counts(self) -> dict:
         """Rows per table (for metrics and tests)."""
         return {t: self._db.execute(f"SELECT count(*) FROM {t}").fetchone()[0]

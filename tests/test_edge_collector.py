@@ -447,8 +447,31 @@ def test_a_new_token_for_a_known_device_refuses_the_old_one_at_once(srv):
     assert post(srv, encode_batch(make_batch("d2", 0)), token)[0] == 200
 
 
+def test_prune_deletes_the_days_before_a_date_from_the_database_and_the_archive(srv):
+    day = 86400.0
+    for seq, created in enumerate((1.7e9, 1.7e9 + 3 * day)):  # 2023-11-14 and 2023-11-17
+        assert post(srv, encode_batch(make_batch("d1", seq, created_at=created)),
+                    srv.tokens["d1"])[0] == 200
+    kept = srv.rows("SELECT COUNT(*) FROM matches WHERE batch_id = 'd1/1'")[0][0]
+    pruned = srv.rows("SELECT COUNT(*) FROM matches WHERE batch_id = 'd1/0'")[0][0]
+    assert kept > 0 and pruned > 0
+    done = fleet(srv, "--archive", str(srv.archive), "--prune-before", "2023-11-16")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"before": "2023-11-16", "batches": 1,
+                                       "matches": pruned, "summaries": 0, "archive_files": 1}
+    assert srv.rows("SELECT batch_id FROM batches") == [("d1/1",)]
+    assert srv.rows("SELECT COUNT(*) FROM matches")[0][0] == kept
+    assert sorted(p.name for p in srv.archive.iterdir()) == ["date=2023-11-17"]
+    # the running collector goes on: the kept batch is still a duplicate
+    status, doc = post(srv, encode_batch(make_batch("d1", 1, created_at=1.7e9 + 3 * day)),
+                       srv.tokens["d1"])
+    assert (status, doc["status"]) == (200, "duplicate")
+    bad = fleet(srv, "--prune-before", "16/11/2023")
+    assert bad.returncode == 2 and "is not a day (YYYY-MM-DD)" in bad.stderr
+
+
 def test_listing_or_revoking_on_a_missing_database_creates_none(tmp_path):
-    for args in (["--list-devices"], ["--revoke-device", "d1"]):
+    for args in (["--list-devices"], ["--revoke-device", "d1"], ["--prune-before", "2026-01-01"]):
         out = subprocess.run([sys.executable, "-m", "edge.collector", "--db",
                               str(tmp_path / "typo.db"), *args],
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
