@@ -112,6 +112,7 @@ class Agent:
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-outbox")
         self._pending: Future | None = None
         self.uploader: Uploader | None = None
+        self._beat_at = 0.0  # when the last heartbeat was handed to the uploader
         self.uplink = None if config.collector_url is None else \
             Uplink(config.collector_url, config.token or "", config.timeout)
         self.policy_name, self.policy_error = FALLBACK_POLICY, None
@@ -855,6 +856,7 @@ class Agent:
                "uploads_unauthorized": 0, "upload_error": None}
         if self.uploader is not None:
             out["uploads_unauthorized"] = self.uploader.counts["unauthorized"]
+            out["heartbeats"] = self.uploader.counts["heartbeats"]
             out["upload_error"] = self.uploader.last_error
         if source is not None:
             out["bad_lines"] = source.bad_lines
@@ -873,6 +875,17 @@ class Agent:
             with self._loop_lock:
                 doc = self.metrics(source)
             self._emit_metrics(doc)
+            self._heartbeat(doc)
+
+    def _heartbeat(self, doc: dict) -> None:
+        """Hand the collector the metrics every ``collector.heartbeat`` seconds, so that
+        ``acep serve --list-devices`` tells a device that is up with nothing to upload from
+        one that is down."""
+        every = self.cfg.heartbeat
+        if self.uploader is None or every <= 0 or doc["time"] - self._beat_at < every:
+            return
+        self._beat_at = doc["time"]
+        self.uploader.beat(doc)
 
     def _emit_metrics(self, doc: dict) -> None:
         line = json.dumps(doc, sort_keys=True)

@@ -47,11 +47,24 @@ DEFAULT_PORT = 8750
 DEFAULT_MAX_BODY = 16 << 20
 BODY_TIMEOUT = 60.0
 MAX_GROUP = 64  # batches committed in one transaction at most
+MAX_STATUS = 16 << 10  # bytes of a heartbeat's status (an agent's metrics: about 1 KiB)
 _MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
 
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message, "status": status}, status=status)
+
+
+def _status_doc(body: bytes) -> dict | web.Response:
+    """A heartbeat's body as a JSON object, or the 400 naming what is wrong with it."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        return _error(400, f"heartbeat: body is not JSON ({exc})")
+    if not isinstance(doc, dict):
+        return _error(400, f"heartbeat: body must be a JSON object (the agent's metrics), "
+                           f"not {type(doc).__name__}")
+    return doc
 
 
 def _internal_error(exc: Exception) -> tuple[int, dict]:
@@ -161,13 +174,16 @@ class Collector:
             return _error(401, "unknown token")
         return who
 
-    async def read_body(self, request: web.Request) -> bytes | web.Response:
-        """The body, refused with 413 above ``max_body`` by Content-Length before reading
-        and by the bytes actually received (chunked or lying clients), 408 when too slow."""
+    async def read_body(self, request: web.Request, limit: int | None = None
+                        ) -> bytes | web.Response:
+        """The body, refused with 413 above ``limit`` (default ``max_body``) by
+        Content-Length before reading and by the bytes actually received (chunked or lying
+        clients), 408 when too slow."""
+        limit = self.max_body if limit is None else limit
         length = request.content_length
-        if length is not None and length > self.max_body:
+        if length is not None and length > limit:
             return _error(413, f"body: Content-Length {length} is above the limit of "
-                               f"{self.max_body} bytes")
+                               f"{limit} bytes")
         parts, total = [], 0
         try:
             async with asyncio.timeout(BODY_TIMEOUT):
@@ -176,8 +192,8 @@ class Collector:
                     if not chunk:
                         break
                     total += len(chunk)
-                    if total > self.max_body:
-                        return _error(413, f"body: more than {self.max_body} bytes")
+                    if total > limit:
+                        return _error(413, f"body: more than {limit} bytes")
                     parts.append(chunk)
         except TimeoutError:
             return _error(408, f"body: not received within {BODY_TIMEOUT:g} s")
@@ -349,6 +365,24 @@ class Collector:
         return 200, {"pattern_id": pattern_id, "bytes": len(data), "etag": etag,
                      "checked": 0 if unchecked else len(definitions)}
 
+    async def post_heartbeat(self, request: web.Request) -> web.Response:
+        """A device says it is alive, with its metrics as ``status`` (``--list-devices``)."""
+        who = await self.identify(request)
+        if isinstance(who, web.Response):
+            return who
+        if request.content_type != "application/json":
+            return _error(415, f"Content-Type {request.content_type!r}: a heartbeat is "
+                               "'application/json'")
+        body = await self.read_body(request, MAX_STATUS)
+        if isinstance(body, web.Response):
+            return body
+        status = _status_doc(body)
+        if isinstance(status, web.Response):
+            return status
+        await self.run(self.store.heartbeat, who[0], status)
+        self.metrics["heartbeats"] += 1
+        return web.json_response({"device": who[0], "time": time.time()})
+
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
@@ -358,7 +392,7 @@ class Collector:
             "matches_stored",
             "summary_rows_stored",
             "exact_rechecks", "exact_matches", "rechecks_unsupported", "sketches_stored",
-            "bytes_in")}
+            "heartbeats", "bytes_in")}
         doc["requests"] = {str(k): v for k, v in sorted(self.status_counts.items())}
         doc["uptime_s"] = round(time.time() - self.started, 3)
         return web.json_response(doc)
@@ -434,6 +468,7 @@ def make_app(collector: Collector) -> web.Application:
         web.post("/v1/batches", collector.post_batch),
         web.get("/v1/sketches/{pattern_id}", collector.get_sketch),
         web.put("/v1/sketches/{pattern_id}", collector.put_sketch),
+        web.post("/v1/heartbeat", collector.post_heartbeat),
         web.get("/health", collector.health),
         web.get("/metrics", collector.metrics_view),
     ])
@@ -486,7 +521,8 @@ def _parser() -> argparse.ArgumentParser:
                             "running collector) and exit; its stored batches stay")
     tools.add_argument("--list-devices", action="store_true",
                        help="one JSON line per device: role, when its token was issued, its "
-                            "batches and when the last one arrived; exit")
+                            "batches, when the last one arrived, when it was last seen and "
+                            "its last heartbeat's status; exit")
     tools.add_argument("--prune-before", metavar="YYYY-MM-DD",
                        help="delete the batches created before this UTC day, their matches "
                             "and summaries, and with --archive its days before it; print "

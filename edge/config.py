@@ -117,6 +117,7 @@ class AgentConfig:
     timeout: float = 10.0
     base_dir: str = "."
     drain_timeout: float = 30.0
+    heartbeat: float = 300.0  # seconds between heartbeats to the collector (0: none)
 
 
 def load_config(path: str | os.PathLike) -> AgentConfig:
@@ -214,6 +215,7 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
         raise ConfigError(f"collector.url: {url!r} must start with http:// or https://")
     timeout = col.positive("timeout", float, 10.0)
     drain_timeout = col.positive("drain_timeout", float, 30.0, zero=True)
+    heartbeat = col.positive("heartbeat", float, 300.0, zero=True)
     col.done()
     if url is not None and token is None:
         raise ConfigError("device.token: needed to upload to collector.url "
@@ -327,4 +329,4 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
             raise ConfigError(f"{key}: the directory {folder} does not exist (the agent writes "
                               f"{os.path.basename(path)} there)")
     return AgentConfig(device_id, token, url, pattern, source, budget, sketch, outbox,
-                       condensed, metrics, timeout, base_dir, drain_timeout)
+                       condensed, metrics, timeout, base_dir, drain_timeout, heartbeat)

@@ -26,13 +26,16 @@ from .wire import sketch_etag
 __all__ = ["Store", "Prepared", "prepare", "open_store", "hash_token", "SUPPORTED_URLS"]
 
 SUPPORTED_URLS = "sqlite:///PATH (or a plain file path)"
+SEEN_EVERY = 30.0  # seconds between two writes of a device's last_seen
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS devices (
     device_id    TEXT PRIMARY KEY,
     role         TEXT NOT NULL,
     token_sha256 TEXT NOT NULL UNIQUE,
-    created_at   REAL NOT NULL
+    created_at   REAL NOT NULL,
+    last_seen    REAL,
+    status       TEXT
 );
 CREATE TABLE IF NOT EXISTS batches (
     batch_id     TEXT PRIMARY KEY,
@@ -183,10 +186,15 @@ class Store:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
-        columns = {r[1] for r in self._db.execute("PRAGMA table_info(batches)")}
-        if "body_sha256" not in columns:  # a database made before the column existed
-            self._db.execute("ALTER TABLE batches ADD COLUMN body_sha256 TEXT")
+        self._add_columns("batches", body_sha256="TEXT")  # databases made before them
+        self._add_columns("devices", last_seen="REAL", status="TEXT")
         self._db.execute("CREATE INDEX IF NOT EXISTS batches_by_body ON batches (body_sha256)")
+
+    def _add_columns(self, table: str, **types: str) -> None:
+        have = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
+        for name, sql_type in types.items():
+            if name not in have:
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type}")
 
     def close(self) -> None:
         self._db.close()
@@ -201,7 +209,8 @@ class Store:
             raise ValueError(f"role must be 'device' or 'admin', not {role!r}")
         token = secrets.token_urlsafe(32)
         self._db.execute(
-            "INSERT INTO devices VALUES (?, ?, ?, ?) ON CONFLICT(device_id) DO UPDATE SET "
+            "INSERT INTO devices (device_id, role, token_sha256, created_at) "
+            "VALUES (?, ?, ?, ?) ON CONFLICT(device_id) DO UPDATE SET "
             "role = excluded.role, token_sha256 = excluded.token_sha256, "
             "created_at = excluded.created_at",
             (device_id, role, hash_token(token), time.time()))
@@ -217,23 +226,40 @@ class Store:
     def devices(self) -> list[dict]:
         """Each registered device and admin (``role``, ``token_issued``: when its token was
         made) and each device id with stored batches that has no token any more
-        (``registered`` False), with its batches and when the last one arrived (seconds
-        since the epoch), by id."""
+        (``registered`` False), with its batches, when the last one arrived, when it last
+        made any authenticated request (``last_seen``) and its last heartbeat's status (the
+        agent's metrics, or None), by id; times in seconds since the epoch."""
         rows = self._db.execute(
             "WITH seen AS (SELECT device, COUNT(*) AS n, MAX(received_at) AS last "
             "FROM batches GROUP BY device) "
-            "SELECT d.device_id, d.role, d.created_at, COALESCE(s.n, 0), s.last, 1 "
-            "FROM devices d LEFT JOIN seen s ON s.device = d.device_id "
-            "UNION ALL SELECT s.device, NULL, NULL, s.n, s.last, 0 FROM seen s "
+            "SELECT d.device_id, d.role, d.created_at, COALESCE(s.n, 0), s.last, 1, "
+            "d.last_seen, d.status FROM devices d LEFT JOIN seen s ON s.device = d.device_id "
+            "UNION ALL SELECT s.device, NULL, NULL, s.n, s.last, 0, NULL, NULL FROM seen s "
             "WHERE s.device NOT IN (SELECT device_id FROM devices) ORDER BY 1").fetchall()
-        keys = ("device", "role", "token_issued", "batches", "last_batch", "registered")
-        return [{**dict(zip(keys, row)), "registered": bool(row[5])} for row in rows]
+        keys = ("device", "role", "token_issued", "batches", "last_batch", "registered",
+                "last_seen", "status")
+        return [{**dict(zip(keys, row)), "registered": bool(row[5]),
+                 "status": None if row[7] is None else json.loads(row[7])} for row in rows]
 
-    def identify(self, token: str) -> tuple[str, str] | None:
-        """``(id, role)`` of the holder of ``token``, or None for an unknown token."""
-        row = self._db.execute("SELECT device_id, role FROM devices WHERE token_sha256 = ?",
-                               (hash_token(token),)).fetchone()
-        return (row[0], row[1]) if row else None
+    def identify(self, token: str, now: float | None = None) -> tuple[str, str] | None:
+        """``(id, role)`` of the holder of ``token``, or None for an unknown token. Records
+        the request as the device's ``last_seen``, at most once per ``SEEN_EVERY`` seconds
+        (a write per request would be one per uploaded batch)."""
+        row = self._db.execute("SELECT device_id, role, last_seen FROM devices "
+                               "WHERE token_sha256 = ?", (hash_token(token),)).fetchone()
+        if row is None:
+            return None
+        now = time.time() if now is None else now
+        if row[2] is None or now - row[2] >= SEEN_EVERY:
+            self._db.execute("UPDATE devices SET last_seen = ? WHERE device_id = ?",
+                             (now, row[0]))
+        return row[0], row[1]
+
+    def heartbeat(self, device_id: str, status: dict, now: float | None = None) -> None:
+        """Record a device's heartbeat: seen now, with ``status`` (its metrics, a JSON
+        object already checked by the caller) as its latest status."""
+        self._db.execute("UPDATE devices SET last_seen = ?, status = ? WHERE device_id = ?",
+                         (time.time() if now is None else now, json.dumps(status), device_id))
 
     # ----------------------------------------------------------------- batches
 

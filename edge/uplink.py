@@ -51,18 +51,24 @@ class Uplink:
         h = {"Authorization": f"Bearer {self.token}", **(headers or {})}
         return urllib.request.Request(self.url + path, data=body, method=method, headers=h)
 
-    def post_batch(self, body: bytes) -> Outcome:
-        """``POST /v1/batches``; never raises for network or HTTP problems."""
-        req = self._request("POST", "/v1/batches", body,
-                            {"Content-Type": "application/msgpack"})
+    def _post(self, path: str, body: bytes, content_type: str
+              ) -> tuple[int, bytes] | Outcome:
+        """``(status, answer body)``, or a ``"retry"`` outcome when no answer came."""
+        req = self._request("POST", path, body, {"Content-Type": content_type})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                status, text = resp.status, resp.read(1 << 16)
+                return resp.status, resp.read(1 << 16)
         except urllib.error.HTTPError as e:
-            status, text = e.code, _read(e)
+            return e.code, _read(e)
         except (urllib.error.URLError, OSError, TimeoutError) as e:
             return Outcome("retry", None, f"connection: {getattr(e, 'reason', e)}")
-        detail = _error_text(text)
+
+    def post_batch(self, body: bytes) -> Outcome:
+        """``POST /v1/batches``; never raises for network or HTTP problems."""
+        answer = self._post("/v1/batches", body, "application/msgpack")
+        if isinstance(answer, Outcome):
+            return answer
+        status, text = answer
         if status == 200:
             try:
                 answer = json.loads(text)
@@ -71,13 +77,18 @@ class Uplink:
             if answer.get("status") in ("stored", "duplicate"):
                 return Outcome("ack", status, answer["status"])
             return Outcome("retry", status, f"200 with status {answer.get('status')!r}")
-        if status >= 500 or status in _RETRY_4XX:
-            return Outcome("retry", status, detail)
-        if status in _AUTH_4XX:
-            return Outcome("auth", status, detail)
-        if 400 <= status < 500:
-            return Outcome("reject", status, detail)
-        return Outcome("retry", status, detail)
+        return _classify(status, _error_text(text))
+
+    def post_heartbeat(self, status: dict) -> Outcome:
+        """``POST /v1/heartbeat`` with ``status`` (the agent's metrics) as JSON: ``"ack"``
+        on 200; never raises for network or HTTP problems."""
+        body = json.dumps(status, default=str).encode()
+        answer = self._post("/v1/heartbeat", body, "application/json")
+        if isinstance(answer, Outcome):
+            return answer
+        code, text = answer
+        return Outcome("ack", code, "seen") if code == 200 else _classify(code, _error_text(text))
+
 
     def get_sketch(self, pattern_id: str, max_bytes: int, etag: str | None = None
                    ) -> bytes | None:
@@ -114,6 +125,17 @@ def download_sketch(uplink: Uplink, pattern_id: str, max_bytes: int,
     return data
 
 
+def _classify(status: int, detail: str) -> Outcome:
+    """What to do about an answer other than 200."""
+    if status >= 500 or status in _RETRY_4XX:
+        return Outcome("retry", status, detail)
+    if status in _AUTH_4XX:
+        return Outcome("auth", status, detail)
+    if 400 <= status < 500:
+        return Outcome("reject", status, detail)
+    return Outcome("retry", status, detail)
+
+
 def _read(e: urllib.error.HTTPError) -> bytes:
     try:
         return e.read(1 << 16)
@@ -144,17 +166,53 @@ class Uploader(threading.Thread):
         self.stop_event = threading.Event()
         self.wake = threading.Event()
         self.counts = {"attempts": 0, "acked": 0, "retried": 0, "rejected": 0,
-                       "unauthorized": 0, "bytes_sent": 0}
+                       "unauthorized": 0, "bytes_sent": 0, "heartbeats": 0,
+                       "heartbeats_failed": 0}
         self.last_error: str | None = None
         self.auth_streak = 0
         self.hold_until = 0.0
         self.fail_streak = 0  # failed attempts (5xx, network) since the last batch sent
+        self._beat: dict | None = None
+        self._beat_streak = 0  # failed heartbeats in a row
+        self.beats_off = False  # the collector has no heartbeat endpoint (an older one)
 
     def run(self) -> None:
         while not self.stop_event.is_set():
-            if not self.send_one():
+            beat = self.send_beat()
+            if not self.send_one() and not beat:
                 self.wake.wait(self._sleep_for())
                 self.wake.clear()
+
+    def beat(self, status: dict) -> None:
+        """Have the thread send a heartbeat with ``status`` (the agent's metrics) before its
+        next batch; a newer status replaces one not sent yet."""
+        if not self.beats_off:
+            self._beat = status
+            self.wake.set()
+
+    def send_beat(self) -> bool:
+        """Send the heartbeat waiting, if any (not while uploads are on hold for a refused
+        token: it would be refused too); False when none was sent."""
+        status, self._beat = self._beat, None
+        if status is None or time.time() < self.hold_until:
+            return False
+        out = self.uplink.post_heartbeat(status)
+        if out.action == "ack":
+            if self._beat_streak:
+                log.info("heartbeats go through again")
+            self.counts["heartbeats"] += 1
+            self._beat_streak = 0
+        elif out.status == 404:
+            self.beats_off = True
+            log.info("the collector has no heartbeat endpoint (HTTP 404: an older version); "
+                     "heartbeats are off until the agent restarts")
+        else:
+            self.counts["heartbeats_failed"] += 1
+            self._beat_streak += 1
+            say = log.warning if self._beat_streak == 1 else log.debug
+            say("heartbeat failed (%s); the next one goes at the next interval",
+                out.detail if out.status is None else f"HTTP {out.status}: {out.detail}")
+        return True
 
     def next_attempt_at(self) -> float | None:
         """When the next batch may be sent (Unix seconds); None when nothing is pending."""

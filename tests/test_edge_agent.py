@@ -24,7 +24,9 @@ import acep
 from acep.shedding import Budget
 from edge.agent import Agent
 from edge.config import ConfigError, load_config, parse_config
+from edge.outbox import Outbox
 from edge.sources import FileSource
+from edge.uplink import Uplink, Uploader
 from edge.wire import decode_batch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,6 +87,8 @@ def direct(events, budget=None, flush: bool = True) -> list[tuple]:
     ({"source": {"kind": "file"}}, "source.path"),
     ({"collector": {"url": "http://x"}}, "device.token"),
     ({"collector": {"url": "ftp://x"}, "device": {"id": "d", "token": "t"}}, "collector.url"),
+    ({"collector": {"url": "http://x", "heartbeat": -5}, "device": {"id": "d", "token": "t"}},
+     "collector.heartbeat"),
     ({"sketch": {"path": "s.bin"}}, "sketch.key_file"),
     ({"sketch": {"path": "s.bin", "key_file": "k", "defer": -1}}, "sketch.defer"),
     ({"sketch": {"path": "s.bin", "key_file": "k", "defer": "4"}}, "sketch.defer"),
@@ -366,6 +370,8 @@ class _Collector(BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802 (http.server's naming)
         body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path != "/v1/batches":  # a collector from before heartbeats
+            return self._answer(404, {"error": "not found", "status": 404})
         with self.lock:
             if self.headers.get("Authorization") != "Bearer tok-1":
                 code, doc = 401, {"error": "bad token", "status": 401}
@@ -378,6 +384,9 @@ class _Collector(BaseHTTPRequestHandler):
                 code, doc = 200, {"status": "duplicate" if known else "stored",
                                   "batch_id": b.batch_id, "matches": len(b), "exact": None}
             self.statuses.append(code)
+        self._answer(code, doc)
+
+    def _answer(self, code: int, doc: dict) -> None:
         out = json.dumps(doc).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -418,6 +427,34 @@ def test_uploads_retry_5xx_then_ack(tmp_path, caplog):
     assert [r.levelno for r in failed] == [logging.WARNING] + [logging.DEBUG] * (len(failed) - 1)
     back = [r.getMessage() for r in caplog.records if "go through again" in r.getMessage()]
     assert back == [f"uploads go through again (after {len(failed)} failed attempts)"]
+
+
+def test_heartbeats_stop_quietly_at_an_older_collector_and_warn_once_when_it_is_down(
+        tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="edge")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    outbox = Outbox(tmp_path / "outbox.db")
+    try:
+        old = Uploader(outbox, Uplink(f"http://127.0.0.1:{server.server_address[1]}", "tok-1"))
+        old.beat({"consumed": 1})
+        assert old.send_beat() and old.beats_off
+        old.beat({"consumed": 2})
+        assert not old.send_beat() and old.counts["heartbeats_failed"] == 0
+    finally:
+        server.shutdown()
+    down = Uploader(outbox, Uplink(f"http://127.0.0.1:{_closed_port()}", "tok-1", timeout=1))
+    for n in range(3):
+        down.beat({"consumed": n})
+        assert down.send_beat() and not down.beats_off
+    assert down.counts["heartbeats_failed"] == 3 and down.counts["heartbeats"] == 0
+    outbox.close()
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if "heartbeat" in r.getMessage()]
+    assert said[0] == (logging.INFO, "the collector has no heartbeat endpoint (HTTP 404: an "
+                                     "older version); heartbeats are off until the agent "
+                                     "restarts")
+    assert [level for level, _ in said[1:]] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
+    assert said[1][1].startswith("heartbeat failed (connection: ")
 
 
 def _closed_port() -> int:

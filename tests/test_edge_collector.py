@@ -26,7 +26,7 @@ from acep import EventBatch
 from acep.events import Event
 from acep.matcher import MatchBatch
 from edge.archive import Archive, archive_path
-from edge.store import open_store
+from edge.store import hash_token, open_store
 from edge.wire import (
     Condenser,
     PatternRef,
@@ -468,6 +468,59 @@ def test_prune_deletes_the_days_before_a_date_from_the_database_and_the_archive(
     assert (status, doc["status"]) == (200, "duplicate")
     bad = fleet(srv, "--prune-before", "16/11/2023")
     assert bad.returncode == 2 and "is not a day (YYYY-MM-DD)" in bad.stderr
+
+
+def beat(srv: Server, body: bytes, token: str | None, ctype="application/json"):
+    status, data, _ = request(srv.url + "/v1/heartbeat", "POST", body, token, ctype)
+    return status, json.loads(data)
+
+
+def test_heartbeats_and_requests_tell_when_a_device_was_last_seen(srv):
+    before = time.time()
+    status, doc = beat(srv, json.dumps({"consumed": 7, "outbox_pending": 2}).encode(),
+                       srv.tokens["d1"])
+    assert status == 200 and doc["device"] == "d1" and doc["time"] >= before
+    assert post(srv, encode_batch(make_batch("d2", 0)), srv.tokens["d2"])[0] == 200
+    bad = [(b"{not json", "application/json", 400, "heartbeat: body is not JSON"),
+           (b"[1, 2]", "application/json", 400, "must be a JSON object"),
+           (b"[" * 5000 + b"]" * 5000, "application/json", 400, "heartbeat: body is not JSON"),
+           (b"{}", "application/msgpack", 415, "a heartbeat is 'application/json'"),
+           (json.dumps({"x": "y" * 20000}).encode(), "application/json", 413, "limit of 16384")]
+    for body, ctype, code, message in bad:
+        status, doc = beat(srv, body, srv.tokens["d1"], ctype)
+        assert (status, message in doc["error"]) == (code, True), doc
+    assert beat(srv, b"{}", None)[0] == 401 and beat(srv, b"{}", "wrong")[0] == 401
+
+    listed = {d["device"]: d for d in map(json.loads, fleet(srv, "--list-devices")
+                                          .stdout.splitlines())}
+    assert listed["d1"]["status"] == {"consumed": 7, "outbox_pending": 2}  # the bad ones: none
+    assert listed["d1"]["last_seen"] >= before and listed["d1"]["batches"] == 0
+    assert listed["d2"]["last_seen"] >= before and listed["d2"]["status"] is None
+    assert listed["admin"]["last_seen"] is None and listed["admin"]["status"] is None
+    metrics = json.loads(request(srv.url + "/metrics")[1])
+    assert metrics["heartbeats"] == 1
+
+
+def test_a_database_from_before_heartbeats_and_digests_is_upgraded_in_place(tmp_path):
+    db = tmp_path / "old.db"
+    with sqlite3.connect(db) as old:  # the first schema's two tables, one device in it
+        old.execute("CREATE TABLE devices (device_id TEXT PRIMARY KEY, role TEXT NOT NULL, "
+                    "token_sha256 TEXT NOT NULL UNIQUE, created_at REAL NOT NULL)")
+        old.execute("CREATE TABLE batches (batch_id TEXT PRIMARY KEY, device TEXT NOT NULL, "
+                    "seq INTEGER NOT NULL, kind TEXT NOT NULL, pattern_id TEXT NOT NULL, "
+                    "pattern TEXT NOT NULL, created_at REAL NOT NULL, received_at REAL NOT "
+                    "NULL, n_rows INTEGER NOT NULL, n_events INTEGER NOT NULL, bytes INTEGER "
+                    "NOT NULL, archive TEXT)")
+        old.execute("INSERT INTO devices VALUES ('d1', 'device', ?, 1.0)", (hash_token("t"),))
+    store = open_store(db)
+    assert store.identify("t", now=100.0) == ("d1", "device")
+    store.identify("t", now=110.0)  # within SEEN_EVERY: not written again
+    assert store.devices()[0]["last_seen"] == 100.0
+    store.heartbeat("d1", {"consumed": 3}, now=120.0)
+    assert store.devices()[0] == {
+        "device": "d1", "role": "device", "token_issued": 1.0, "batches": 0,
+        "last_batch": None, "registered": True, "last_seen": 120.0, "status": {"consumed": 3}}
+    store.close()
 
 
 def test_listing_or_revoking_on_a_missing_database_creates_none(tmp_path):

@@ -147,7 +147,8 @@ class AgentRun:
 
     def __init__(self, tmp: Path, url: str | None, token: str | None, *,
                  budget: str = 'mode = "none"', sketch: str = "", outbox: str = "outbox.db",
-                 follow: bool = True, drain: float | None = None):
+                 follow: bool = True, drain: float | None = None,
+                 heartbeat: float | None = None):
         self.tmp, self.events_path = tmp, tmp / "events.jsonl"
         self.outbox = tmp / outbox
         self.events_path.touch()
@@ -157,6 +158,8 @@ class AgentRun:
         collector = "" if url is None else f'[collector]\nurl = "{url}"\ntimeout = 5.0\n'
         if url is not None and drain is not None:
             collector += f"drain_timeout = {drain}\n"
+        if url is not None and heartbeat is not None:
+            collector += f"heartbeat = {heartbeat}\n"
         token_line = "" if token is None else f'token = "{token}"\n'
         p = PATTERN
         self.cfg.write_text(
@@ -289,6 +292,29 @@ def test_agent_to_collector_matches_archive_and_exact_flags(tmp_path, collector)
     assert metrics["matches_stored"] == len(rows)
     assert metrics["exact_matches"] == sum(ex for _, ex, _, _, _, _ in rows)
     assert collector.kill(signal.SIGTERM) == 0
+
+
+def test_heartbeats_show_a_device_that_is_up_with_nothing_to_upload(tmp_path, collector):
+    run = AgentRun(tmp_path, collector.url, collector.token, heartbeat=0.5)
+    run.start()
+
+    def status():
+        run.alive()
+        rows = query(collector.db, "SELECT last_seen, status FROM devices WHERE device_id = ?",
+                     (DEVICE,))
+        return rows[0] if rows[0][1] is not None else None
+
+    seen, doc = wait_for(status, "a heartbeat with nothing to upload")
+    assert collector.seqs() == []  # no batch: the heartbeat alone says the device is up
+    assert json.loads(doc)["device"] == DEVICE and json.loads(doc)["consumed"] == 0
+    run.append(stream(300, seed=4))
+    wait_for(lambda: json.loads(status()[1])["consumed"] == 300, "a heartbeat after events")
+    final = run.stop()
+    assert final["heartbeats"] >= 2
+    listed = subprocess.run(collector._cmd("--list-devices"), cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+    (device,) = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert device["last_seen"] > seen and device["status"]["consumed"] == 300
 
 
 # --------------------------------------------------------------------------- faults
