@@ -383,6 +383,16 @@ class Collector:
         self.metrics["heartbeats"] += 1
         return web.json_response({"device": who[0], "time": time.time()})
 
+    async def get_devices(self, request: web.Request) -> web.Response:
+        """What ``--list-devices`` prints, for an admin away from the collector's host."""
+        who = await self.identify(request)
+        if isinstance(who, web.Response):
+            return who
+        if who[1] != "admin":
+            return _error(403, f"{who[0]!r} may not list the devices (admin only)")
+        devices = await self.run(self.store.devices)
+        return web.json_response({"time": time.time(), "devices": devices})
+
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
@@ -469,6 +479,7 @@ def make_app(collector: Collector) -> web.Application:
         web.get("/v1/sketches/{pattern_id}", collector.get_sketch),
         web.put("/v1/sketches/{pattern_id}", collector.put_sketch),
         web.post("/v1/heartbeat", collector.post_heartbeat),
+        web.get("/v1/devices", collector.get_devices),
         web.get("/health", collector.health),
         web.get("/metrics", collector.metrics_view),
     ])

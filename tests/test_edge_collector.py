@@ -499,6 +499,14 @@ def test_heartbeats_and_requests_tell_when_a_device_was_last_seen(srv):
     assert listed["admin"]["last_seen"] is None and listed["admin"]["status"] is None
     metrics = json.loads(request(srv.url + "/metrics")[1])
     assert metrics["heartbeats"] == 1
+    status, data, _ = request(srv.url + "/v1/devices", token=srv.tokens["admin"])
+    remote = json.loads(data)
+    assert status == 200 and remote["time"] >= listed["d1"]["last_seen"]
+    assert {d["device"]: d for d in remote["devices"]} == listed | {
+        "admin": {**listed["admin"], "last_seen": remote["devices"][0]["last_seen"]}}
+    assert remote["devices"][0]["last_seen"] >= before  # the admin's own request: seen
+    assert request(srv.url + "/v1/devices", token=srv.tokens["d1"])[0] == 403
+    assert request(srv.url + "/v1/devices")[0] == 401
 
 
 def test_a_database_from_before_heartbeats_and_digests_is_upgraded_in_place(tmp_path):
