@@ -191,8 +191,12 @@ def _outbox(cfg: AgentConfig) -> Check:
         return Check("FAIL", what, f"cannot be read: {e}")
     consumed = s["state"].get("consumed")
     done = "" if consumed is None else f", {consumed} events consumed"
-    return Check("ok", what, f"{s['pending']} batches pending ({s['pending_bytes']} bytes), "
-                             f"{s['dead']} dead letters{done}")
+    return Check("ok", what, f"{_n(s['pending'], 'batch')} pending ({s['pending_bytes']} "
+                             f"bytes), {_n(s['dead'], 'dead letter')}{done}")
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 'es' if noun.endswith('ch') else 's'}"
 
 
 def _written(cfg: AgentConfig) -> Iterator[Check]:
