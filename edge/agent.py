@@ -990,7 +990,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--once", action="store_true",
                     help="process what the source holds now, upload what is due, exit")
     ap.add_argument("--log-level", default="INFO")
+    ap.add_argument("--check", action="store_true",
+                    help="check the config, files, keys, sketch and collector; print one line "
+                         "each (ok/WARN/FAIL), write nothing, exit 1 if any failed")
     args = ap.parse_args(argv)
+    if args.check:  # edge/preflight.py: reads only
+        from .preflight import check
+        return check(args.config)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

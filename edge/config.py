@@ -118,6 +118,8 @@ class AgentConfig:
     base_dir: str = "."
     drain_timeout: float = 30.0
     heartbeat: float = 300.0  # seconds between heartbeats to the collector (0: none)
+    token_file: str | None = None  # where device.token was read from (None: in agent.toml)
+    config_path: str | None = None  # the file load_config read (None: parse_config alone)
 
 
 def load_config(path: str | os.PathLike) -> AgentConfig:
@@ -130,7 +132,9 @@ def load_config(path: str | os.PathLike) -> AgentConfig:
         raise ConfigError(f"{path}: no such config file") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
-    return parse_config(doc, base_dir=str(path.parent.resolve()))
+    cfg = parse_config(doc, base_dir=str(path.parent.resolve()))
+    cfg.config_path = str(path.resolve())
+    return cfg
 
 
 class _Section:
@@ -329,4 +333,5 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
             raise ConfigError(f"{key}: the directory {folder} does not exist (the agent writes "
                               f"{os.path.basename(path)} there)")
     return AgentConfig(device_id, token, url, pattern, source, budget, sketch, outbox,
-                       condensed, metrics, timeout, base_dir, drain_timeout, heartbeat)
+                       condensed, metrics, timeout, base_dir, drain_timeout, heartbeat,
+                       token_file=token_file)

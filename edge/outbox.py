@@ -39,9 +39,11 @@ import sqlite3
 import sys
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass
 
-__all__ = ["Outbox", "OutboxFull", "Backoff", "Due", "DeadLetter", "POLICIES", "main"]
+__all__ = ["Outbox", "OutboxFull", "Backoff", "Due", "DeadLetter", "POLICIES", "main",
+           "read_summary"]
 
 POLICIES = ("drop-oldest", "refuse-new")
 _COUNTERS = ("put", "duplicate", "sent", "sent_bytes", "failed", "dropped", "dropped_bytes",
@@ -506,6 +508,29 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             print(f"discarded {box.discard(None if args.all else args.ids)} dead letters")
     return 0
+
+
+def read_summary(path: str | os.PathLike) -> dict:
+    """What the outbox at ``path`` holds, read without writing anything: the pending batches
+    and their bytes, the dead letters and their bytes, and the progress saved with them
+    (``state``, JSON values by name). Opened read-only (``mode=ro``); while no ``-wal`` file
+    is beside it (no process has it open) also ``immutable=1``, since a read-only open of a
+    WAL database would create its ``-wal`` and ``-shm`` files. Raises ``ValueError`` when
+    the file is not an outbox and ``sqlite3.Error`` or ``OSError`` when it cannot be read."""
+    path = os.path.abspath(os.fspath(path))
+    with open(path, "rb"):  # FileNotFoundError/PermissionError by name, before SQLite's
+        pass
+    flags = "mode=ro" if os.path.exists(path + "-wal") else "mode=ro&immutable=1"
+    uri = "file:" + urllib.parse.quote(path) + "?" + flags
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+        found = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                           "AND name = 'pending'").fetchone()
+        if not found:
+            raise ValueError(f"{path}: not an outbox (no table 'pending')")
+        rows, total, dead, dead_bytes = _held(db)
+        state = {k: json.loads(v) for k, v in db.execute("SELECT name, value FROM state")}
+    return {"pending": rows, "pending_bytes": total, "dead": dead, "dead_bytes": dead_bytes,
+            "state": state}
 
 
 def _not_an_outbox(path: str) -> str | None:

@@ -1,0 +1,393 @@
+"""``acep agent --config agent.toml --check``: is this device ready to run the agent?
+
+What a person installing the agent (on a Raspberry Pi, say) runs before enabling the
+service, and what the systemd unit runs as ``ExecStartPre`` (``examples/systemd``). It loads
+the config as the agent does (a config error: the message, exit 2) and prints one line per
+check on stdout::
+
+    ok  <what>
+    WARN <what>: <why>
+    FAIL <what>: <why>
+
+then exits 1 if any check failed, else 0. A warning is something the agent runs with (a
+source file not created yet, a key file every user can read, no sketch published yet).
+
+The checks: the pattern compiles; the source (a file that exists and can be read, or the
+directory it will appear in); the outbox (its directory writable, and an existing outbox
+read without writing: its pending batches); the directories of the other files the agent
+writes (``metrics.path``, ``sketch.save_path``, a downloaded sketch's ``sketch.path``); the
+key files (readable, not readable by every user); the collector (``GET /health``) and the
+device token (an authenticated ``GET /v1/sketches/{pattern.id}``: ``401``/``403`` is a
+refused token, ``404`` an accepted one with no sketch published); the sketch (read from
+``sketch.path`` or downloaded, not kept) verified with the agent's checks: signature and
+size, then that it fits the pattern.
+
+Nothing is written: no outbox is created (an existing one is opened read-only, see
+:func:`edge.outbox.read_summary`), no sketch is kept, no state or metrics file is touched.
+Under ``ProtectSystem=strict`` the checks see the same read-only file system the agent will,
+so a missing ``ReadWritePaths=`` shows as a directory that is not writable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .config import AgentConfig, ConfigError, load_config
+from .outbox import read_summary
+
+__all__ = ["Check", "checks", "check", "HTTP_TIMEOUT"]
+
+HTTP_TIMEOUT = 5.0  # seconds at most per request (collector.timeout when smaller)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report: ``level`` is ``"ok"``, ``"WARN"`` or ``"FAIL"``."""
+
+    level: str
+    what: str
+    why: str = ""
+
+    def line(self) -> str:
+        if self.level == "ok":
+            return f"ok  {self.what}" + (f" ({self.why})" if self.why else "")
+        return f"{self.level} {self.what}: {self.why}"
+
+
+def check(config_path: str, out=None) -> int:
+    """Run every check on the config at ``config_path`` and print one line each on ``out``
+    (stdout): 0 when none failed, 1 when one did, 2 for a config error (on stderr)."""
+    out = out or sys.stdout
+    try:
+        cfg = load_config(config_path)
+    except ConfigError as e:
+        print(f"acep agent: config error: {e}", file=sys.stderr)
+        return 2
+    failed = False
+    for c in checks(cfg):
+        print(c.line(), file=out, flush=True)
+        failed = failed or c.level == "FAIL"
+    return 1 if failed else 0
+
+
+def checks(cfg: AgentConfig) -> Iterator[Check]:
+    """The checks of a loaded config, in the order they are printed (see the module
+    docstring). Reads only."""
+    yield Check("ok", f"config {cfg.config_path or '(parsed)'}",
+                f"device {cfg.device_id}, pattern {cfg.pattern.id}")
+    matcher = None
+    for c in _pattern(cfg):
+        if isinstance(c, Check):
+            yield c
+        else:
+            matcher = c
+    yield _source(cfg)
+    yield _outbox(cfg)
+    yield from _written(cfg)
+    keys: dict[str, bytes | None] = {}
+    yield from _keys(cfg, keys)
+    published = None
+    if cfg.collector_url is not None:
+        for c in _collector(cfg):
+            if isinstance(c, Check):
+                yield c
+            else:
+                published = c
+    if cfg.sketch is not None:
+        yield from _sketch(cfg, matcher, keys, published)
+
+
+# --------------------------------------------------------------------------- the checks
+
+
+def _pattern(cfg: AgentConfig):
+    from acep import Matcher
+
+    p = cfg.pattern
+    what = f"pattern {p.id}"
+    try:
+        m = Matcher(p.text, window=p.window, k=p.k, where=list(p.where), partition=p.partition)
+    except (ValueError, TypeError) as e:
+        yield Check("FAIL", what, f"does not compile: {e}")
+        return
+    yield Check("ok", what, f"{p.text!r}, window {p.window:g}, k {p.k}, "
+                            f"{'partition ' + m.partition if m.partition else 'one partition'}")
+    yield m
+
+
+def _source(cfg: AgentConfig) -> Check:
+    s = cfg.source
+    if s.kind == "stdin":
+        return Check("ok", "source standard input")
+    if s.kind == "iterator":
+        return Check("FAIL", "source", 'source.kind = "iterator" is for the Python API '
+                                       "(Agent(config, events=...)); acep agent cannot run it")
+    what, path = f"source {s.path}", s.path
+    folder = os.path.dirname(path) or "."
+    if os.path.exists(path):
+        if os.path.isdir(path):
+            return Check("FAIL", what, "is a directory, not a file")
+        if not os.access(path, os.R_OK):
+            return Check("FAIL", what, "cannot be read by this user")
+        try:
+            with open(path, "rb") as fh:
+                fh.read(1)
+        except OSError as e:
+            return Check("FAIL", what, f"cannot be read: {e.strerror or e}")
+        return Check("ok", what, f"readable, {os.path.getsize(path)} bytes")
+    if not os.path.isdir(folder):
+        return Check("FAIL", what, f"the directory {folder} does not exist")
+    if not os.access(folder, os.R_OK | os.X_OK):
+        return Check("FAIL", what, f"does not exist, and this user cannot read its directory "
+                                   f"{folder} to see it appear")
+    if not s.follow:
+        return Check("FAIL", what, "does not exist (source.follow = false: the agent would "
+                                   "have nothing to read)")
+    return Check("WARN", what, "does not exist yet; the agent waits for it to appear "
+                               "(source.follow = true)")
+
+
+def _dir_writable(folder: str) -> str | None:
+    """Why the agent could not create files in ``folder`` (None: it can)."""
+    if not os.path.isdir(folder):
+        return f"the directory {folder} does not exist"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        why = "read-only file system" if _read_only_fs(folder) else "no write permission"
+        return f"the directory {folder} is not writable ({why})"
+    return None
+
+
+def _read_only_fs(folder: str) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _outbox(cfg: AgentConfig) -> Check:
+    path = cfg.outbox.path
+    what = f"outbox {path}"
+    why = _dir_writable(os.path.dirname(path) or ".")
+    if why:  # SQLite writes the -wal and -shm files beside the database
+        return Check("FAIL", what, why)
+    if not os.path.exists(path):
+        return Check("ok", what, "not created yet; the agent creates it, its directory is "
+                                 "writable")
+    if not os.access(path, os.R_OK | os.W_OK):
+        return Check("FAIL", what, "exists but this user cannot read and write it")
+    try:
+        s = read_summary(path)
+    except ValueError as e:
+        return Check("FAIL", what, str(e).removeprefix(path + ": "))
+    except Exception as e:  # sqlite3.Error, OSError: not SQLite, unreadable
+        return Check("FAIL", what, f"cannot be read: {e}")
+    consumed = s["state"].get("consumed")
+    done = "" if consumed is None else f", {consumed} events consumed"
+    return Check("ok", what, f"{_n(s['pending'], 'batch')} pending ({s['pending_bytes']} "
+                             f"bytes), {_n(s['dead'], 'dead letter')}{done}")
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 'es' if noun.endswith('ch') else 's'}"
+
+
+def _written(cfg: AgentConfig) -> Iterator[Check]:
+    """The directories of the other files the agent writes."""
+    files = [("metrics.path", cfg.metrics.path)]
+    if cfg.sketch is not None:
+        files.append(("sketch.save_path", cfg.sketch.save_path))
+        if cfg.sketch.download:
+            files.append(("sketch.path", cfg.sketch.path))
+    for key, path in files:
+        if path is None:
+            continue
+        what = f"{key} {path}"
+        why = _dir_writable(os.path.dirname(path) or ".")
+        if why is None and os.path.exists(path) and not os.access(path, os.W_OK):
+            why = "exists but this user cannot write it"
+        yield Check("FAIL", what, why) if why else Check("ok", what, "writable")
+
+
+def _keys(cfg: AgentConfig, keys: dict) -> Iterator[Check]:
+    """The secrets: readable, and not by every user. Fills ``keys`` (path: bytes or None)."""
+    from history.sketch import read_key
+
+    files = [("device.token_file", cfg.token_file)]
+    if cfg.sketch is not None:
+        files += [("sketch.key_file", cfg.sketch.key_file),
+                  ("sketch.device_key_file", cfg.sketch.device_key_file)]
+    for key, path in files:
+        if path is None:
+            continue
+        what = f"{key} {path}"
+        try:
+            keys[path] = read_key(path, "key" if key.startswith("sketch") else "token")
+        except OSError as e:
+            keys[path] = None
+            yield Check("FAIL", what, str(e).removeprefix(path + ": "))
+            continue
+        yield _private(what, path)
+    if cfg.token is not None and cfg.token_file is None and cfg.config_path:
+        c = _private(f"device.token in {cfg.config_path}", cfg.config_path)
+        if c.level == "WARN":
+            yield Check("WARN", c.what, c.why + ", or move the token to device.token_file")
+
+
+def _private(what: str, path: str) -> Check:
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if mode & stat.S_IROTH:
+        return Check("WARN", what, f"every user can read it (mode {mode:04o}); "
+                                   f"chmod o-r {path}")
+    return Check("ok", what, f"readable, mode {mode:04o}")
+
+
+def _get(url: str, token: str | None, timeout: float, limit: int
+         ) -> tuple[int | None, bytes, str]:
+    """``GET url``: (HTTP status, body up to ``limit`` + 1 bytes, error); status None when
+    no answer came (the error says why)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    req = urllib.request.Request(url, headers=headers, method="GET")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read(limit + 1), ""
+    except urllib.error.HTTPError as e:
+        try:
+            body = e.read(1 << 16)
+        except OSError:
+            body = b""
+        return e.code, body, _error_text(body)
+    except (urllib.error.URLError, OSError, TimeoutError) as e:
+        return None, b"", str(getattr(e, "reason", e))
+
+
+def _error_text(body: bytes) -> str:
+    try:
+        doc = json.loads(body)
+        if isinstance(doc, dict) and "error" in doc:
+            return str(doc["error"])[:300]
+    except ValueError:
+        pass
+    return body[:200].decode("utf-8", "replace")
+
+
+def _collector(cfg: AgentConfig):
+    """``/health``, then the token; yields Checks and, last, what ``GET
+    /v1/sketches/{pattern.id}`` answered: (status, body) or None."""
+    base = cfg.collector_url.rstrip("/")
+    timeout = min(cfg.timeout, HTTP_TIMEOUT)
+    status, body, error = _get(base + "/health", None, timeout, 1 << 16)
+    if status != 200:
+        why = f"not reachable: {error}" if status is None else f"/health answered HTTP " \
+                                                                f"{status} {error}".rstrip()
+        yield Check("FAIL", f"collector {base}", why)
+        yield Check("FAIL", f"device token ({cfg.device_id})", "not checked: the collector "
+                                                                "did not answer")
+        return
+    yield Check("ok", f"collector {base}", "/health answers")
+    path = "/v1/sketches/" + urllib.parse.quote(cfg.pattern.id, safe="")
+    limit = cfg.sketch.max_bytes if cfg.sketch is not None else 1 << 16
+    status, body, error = _get(base + path, cfg.token, timeout, limit)
+    what = f"device token ({cfg.device_id})"
+    if status in (401, 403):
+        yield Check("FAIL", what, f"token refused (GET {path}: HTTP {status} {error}); check "
+                                  "device.token or device.token_file, and that the device is "
+                                  "registered (acep serve --add-device)")
+    elif status in (200, 404):
+        yield Check("ok", what, f"accepted (GET {path}: {status}"
+                                f"{', no sketch published' if status == 404 else ''})")
+    elif status is None:
+        yield Check("FAIL", what, f"not checked: GET {path}: {error}")
+    else:
+        yield Check("FAIL", what, f"GET {path}: HTTP {status} {error}".rstrip())
+    yield status, body
+
+
+def _sketch(cfg: AgentConfig, matcher, keys: dict, published) -> Iterator[Check]:
+    sk = cfg.sketch
+    key = keys.get(sk.key_file)
+    if key is None:
+        yield Check("FAIL", "sketch", "cannot be verified: sketch.key_file cannot be read "
+                                      "(the agent would run oldest-first)")
+        return
+    if sk.download:
+        status, body = published if published is not None else (None, b"")
+        what = f"sketch {cfg.pattern.id} published by the collector"
+        if status == 200:
+            yield _verified(what, body, key, cfg, matcher)
+        elif status == 404:
+            yield Check("WARN", what, "none published yet; the agent runs oldest-first until "
+                                      "one is")
+        if status != 200 and sk.path and os.path.exists(sk.path):
+            yield _verified(f"sketch {sk.path} (the copy kept)", _read(sk.path, sk.max_bytes),
+                            key, cfg, matcher)
+    else:
+        what = f"sketch {sk.path}"
+        if not os.path.exists(sk.path):
+            yield Check("FAIL", what, "no such file (the agent would run oldest-first)")
+        else:
+            try:
+                data = _read(sk.path, sk.max_bytes)
+            except OSError as e:
+                yield Check("FAIL", what, f"cannot be read: {e.strerror or e}")
+            else:
+                yield _verified(what, data, key, cfg, matcher)
+    if sk.save_path and os.path.exists(sk.save_path):
+        device_key = keys.get(sk.device_key_file) if sk.device_key_file else key
+        what = f"learned sketch {sk.save_path}"
+        if device_key is None:
+            yield Check("WARN", what, "not verified: sketch.device_key_file cannot be read")
+            return
+        try:
+            data = _read(sk.save_path, sk.max_bytes)
+        except OSError as e:
+            yield Check("WARN", what, f"cannot be read ({e.strerror or e}); the agent starts "
+                                      "from the original sketch")
+            return
+        c = _verified(what, data, device_key, cfg, matcher)
+        yield c if c.level == "ok" else Check("WARN", what, c.why + "; the agent starts from "
+                                                                    "the original sketch")
+
+
+def _read(path: str, max_bytes: int) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read(max_bytes + 1)
+
+
+def _verified(what: str, data: bytes, key: bytes, cfg: AgentConfig, matcher) -> Check:
+    """The agent's checks of a sketch: signature, size and format (``Sketch.from_bytes``),
+    that it fits the pattern (``Sketch.mismatch`` with the matcher's partition), and that a
+    history policy and its matcher can be built from it."""
+    from acep import Matcher
+    from acep.shedding import Budget
+    from history.policies import HistoryPolicy
+    from history.sketch import Sketch, SketchError
+
+    sk, p = cfg.sketch, cfg.pattern
+    try:
+        sketch = Sketch.from_bytes(data, key, sk.max_bytes)
+    except SketchError as e:
+        return Check("FAIL", what, f"refused: {e} (the agent would run oldest-first)")
+    if matcher is None:
+        return Check("FAIL", what, "signature verified, but the pattern does not compile")
+    problem = sketch.mismatch(p.text, p.k, p.window, p.where, matcher.partition)
+    if problem is not None:
+        return Check("FAIL", what, f"refused: {problem} (the agent would run oldest-first)")
+    b = cfg.budget
+    budget = None if b.mode == "none" else Budget(b.ops_per_event or b.max_ops, b.burst)
+    try:
+        policy = HistoryPolicy(sketch, sk.learning_rate, sk.explore, defer=sk.defer,
+                               budget=budget)
+        Matcher(p.text, window=p.window, k=p.k, where=list(p.where), partition=p.partition,
+                budget=budget, policy=policy, bins=policy.bins)
+    except (ValueError, TypeError) as e:
+        return Check("FAIL", what, f"refused: does not fit the pattern: {e}")
+    return Check("ok", what, f"signature verified, fits pattern {p.id}, "
+                             f"{sketch.n_cells} cells, {len(data)} bytes")

@@ -1,0 +1,245 @@
+"""``acep agent --config agent.toml --check`` (edge/preflight.py) on real files and the real
+collector (``python -m edge.collector``) on loopback: a good setup passes every check; a
+missing source directory, a tampered sketch, a sketch for another pattern, a revoked or
+wrong token and a collector that is down each fail by name; a config error exits 2; and the
+checks write nothing (no outbox created, an existing one read without a -wal or -shm file
+appearing, nothing else touched)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_edge_agent_sketch import publish, sketch_bytes
+from test_edge_e2e import DEVICE, PATTERN, ROOT, SKETCH_KEY, Collector, stream
+
+from edge.agent import main as agent_main
+from edge.outbox import Outbox, read_summary
+
+
+@pytest.fixture(scope="module")
+def collector(tmp_path_factory):
+    c = Collector(tmp_path_factory.mktemp("collector"))
+    c.token = c.add(DEVICE)
+    c.admin = c.add("ops", "--add-admin")
+    c.revoked = c.add("pi-lost")
+    c.add("pi-lost", "--revoke-device")
+    c.start()
+    yield c
+    c.kill()
+
+
+def write_config(d: Path, url: str | None, token: str, *, source: str = "events.jsonl",
+                 sketch: str | None = "abc.sketch", download: bool = False) -> Path:
+    """A device directory like an install's: agent.toml, the token and the sketch key in
+    files only their owner reads, the events file and (if named) a signed sketch."""
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "token").write_text(token + "\n")
+    (d / "sketch.key").write_bytes(SKETCH_KEY + b"\n")
+    for name in ("token", "sketch.key"):
+        os.chmod(d / name, 0o600)
+    p = PATTERN
+    collector = "" if url is None else f'[collector]\nurl = "{url}"\ntimeout = 5.0\n'
+    section = "" if sketch is None and not download else (
+        "[sketch]\n" + (f'path = "{sketch}"\n' if sketch else "")
+        + f"download = {str(download).lower()}\n"
+        + 'key_file = "sketch.key"\nsave_path = "learned.sketch"\n')
+    cfg = d / "agent.toml"
+    cfg.write_text(
+        f'[device]\nid = "{DEVICE}"\ntoken_file = "token"\n{collector}'
+        f'[pattern]\nid = "{p["id"]}"\ntext = "{p["text"]}"\nwindow = {p["window"]}\n'
+        f'k = {p["k"]}\npartition = "{p["partition"]}"\nwhere = {p["where"]!r}\n'
+        f'[source]\npath = "{source}"\n'
+        '[budget]\nmode = "fixed"\nops_per_event = 0.5\n'
+        f'{section}[outbox]\npath = "outbox.db"\n[metrics]\npath = "metrics.jsonl"\n'
+        .replace("'", '"'))
+    os.chmod(cfg, 0o600)
+    with open(d / "events.jsonl", "w") as fh:
+        fh.writelines(f'{{"type": "{e["type"]}", "t": {e["t"]}, "id": {e["id"]}, '
+                      f'"x": {e["x"]}}}\n' for e in stream(50, 3))
+    if sketch:
+        (d / sketch).write_bytes(sketch_bytes(0.5))
+    return cfg
+
+
+def snapshot(d: Path) -> dict:
+    """Every file under ``d`` with its size, mode and modification time."""
+    out = {}
+    for root, dirs, files in os.walk(d):
+        for name in dirs + files:
+            st = os.stat(os.path.join(root, name))
+            out[os.path.relpath(os.path.join(root, name), d)] = (st.st_size, st.st_mode,
+                                                                st.st_mtime_ns)
+    return out
+
+
+def run_check(cfg: Path, capsys) -> tuple[int, list[str]]:
+    code = agent_main(["--config", str(cfg), "--check"])
+    return code, capsys.readouterr().out.splitlines()
+
+
+def levels(lines: list[str]) -> dict[str, str]:
+    """The first word of each line by the second (``ok  source /x`` -> source: ok)."""
+    return {line.split()[1]: line.split()[0] for line in lines}
+
+
+def test_a_good_setup_passes_every_check_and_nothing_is_written(tmp_path, collector, capsys):
+    d = tmp_path / "dev"
+    cfg = write_config(d, collector.url, collector.token)
+    before = snapshot(tmp_path)
+    code, lines = run_check(cfg, capsys)
+    assert code == 0, lines
+    assert lines and all(line.startswith("ok  ") for line in lines), lines
+    assert [w for w in levels(lines)] == ["config", "pattern", "source", "outbox",
+                                          "metrics.path", "sketch.save_path",
+                                          "device.token_file", "sketch.key_file",
+                                          "collector", "device", "sketch"]
+    text = "\n".join(lines)
+    assert "outbox.db (not created yet" in text
+    assert f"device token ({DEVICE}) (accepted (GET /v1/sketches/abc: 404" in text
+    assert "abc.sketch (signature verified, fits pattern abc" in text
+    assert snapshot(tmp_path) == before  # no outbox, no metrics, no learned sketch
+
+    # an outbox with batches (the agent stopped: no -wal file) is read, not written
+    with Outbox(d / "outbox.db") as box:
+        box.put(b"x" * 10, "pi-e2e/1", state={"consumed": 42})
+        box.put(b"y" * 5, "pi-e2e/2")
+    assert not (d / "outbox.db-wal").exists()
+    before = snapshot(tmp_path)
+    code, lines = run_check(cfg, capsys)
+    assert code == 0, lines
+    assert f"ok  outbox {d / 'outbox.db'} (2 batches pending (15 bytes), 0 dead letters, " \
+           "42 events consumed)" in lines
+    assert snapshot(tmp_path) == before
+
+    # the same through the acep command, as the service runs it
+    out = subprocess.run([sys.executable, "-m", "acep.cli", "agent", "--config", str(cfg),
+                          "--check"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines() == lines
+    assert snapshot(tmp_path) == before
+
+
+def test_an_outbox_open_in_a_running_agent_is_read_beside_it(tmp_path):
+    with Outbox(tmp_path / "outbox.db") as box:
+        box.put(b"abc", "d/1", state={"consumed": 7})
+        assert (tmp_path / "outbox.db-wal").exists()
+        before = sorted(os.listdir(tmp_path))
+        s = read_summary(tmp_path / "outbox.db")
+        assert (s["pending"], s["pending_bytes"], s["dead"], s["state"]["consumed"]) == \
+            (1, 3, 0, 7)
+        assert sorted(os.listdir(tmp_path)) == before
+        box.put(b"de", "d/2")  # the reader held nothing
+    (tmp_path / "other.db").write_bytes(b"SQLite format 3\0" + bytes(100))
+    with pytest.raises(sqlite3.DatabaseError):
+        read_summary(tmp_path / "other.db")
+    sqlite3.connect(tmp_path / "plain.db").execute("CREATE TABLE t (x)").connection.close()
+    with pytest.raises(ValueError, match="not an outbox"):
+        read_summary(tmp_path / "plain.db")
+
+
+def test_a_missing_source_directory_fails(tmp_path, collector, capsys):
+    cfg = write_config(tmp_path, collector.url, collector.token,
+                       source="not-mounted/events.jsonl")
+    code, lines = run_check(cfg, capsys)
+    assert code == 1
+    assert f"FAIL source {tmp_path / 'not-mounted/events.jsonl'}: the directory " \
+           f"{tmp_path / 'not-mounted'} does not exist" in lines
+    assert levels(lines)["sketch"] == "ok"  # the other checks still run
+
+
+def test_a_source_file_not_created_yet_is_a_warning(tmp_path, collector, capsys):
+    cfg = write_config(tmp_path, collector.url, collector.token, source="later.jsonl")
+    code, lines = run_check(cfg, capsys)
+    assert code == 0, lines
+    assert levels(lines)["source"] == "WARN"
+    assert "does not exist yet; the agent waits for it" in "\n".join(lines)
+
+
+def test_a_tampered_sketch_fails_naming_the_reason(tmp_path, collector, capsys):
+    cfg = write_config(tmp_path, collector.url, collector.token)
+    data = bytearray((tmp_path / "abc.sketch").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (tmp_path / "abc.sketch").write_bytes(bytes(data))
+    code, lines = run_check(cfg, capsys)
+    assert code == 1
+    fail = [line for line in lines if line.startswith("FAIL")]
+    assert fail == [f"FAIL sketch {tmp_path / 'abc.sketch'}: refused: signature check failed: "
+                    "the sketch was tampered with or the key is wrong (the agent would run "
+                    "oldest-first)"], lines
+
+
+def test_a_sketch_for_another_pattern_and_a_missing_one_fail(tmp_path, collector, capsys):
+    from history.sketch import Sketch
+
+    cfg = write_config(tmp_path, collector.url, collector.token)
+    good = Sketch.from_bytes((tmp_path / "abc.sketch").read_bytes(), SKETCH_KEY)
+    other = Sketch(good.pattern, (), good.k, good.window, good.n_states, good.rem_edges,
+                   good.gap_edges, good.score, good.minhash, partition_by="id")
+    (tmp_path / "abc.sketch").write_bytes(other.to_bytes(SKETCH_KEY))
+    code, lines = run_check(cfg, capsys)
+    assert code == 1
+    assert "refused: it is for pattern 'a b c' (k=1, window=5, where=[]), not 'a b c' (k=1, " \
+           "window=5, where=['c.x >= a.x'])" in "\n".join(lines)
+    (tmp_path / "abc.sketch").unlink()
+    code, lines = run_check(cfg, capsys)
+    assert code == 1
+    assert f"FAIL sketch {tmp_path / 'abc.sketch'}: no such file" in "\n".join(lines)
+
+
+def test_a_revoked_or_wrong_token_is_refused(tmp_path, collector, capsys):
+    for name, token in (("revoked", collector.revoked), ("wrong", "not-a-token")):
+        cfg = write_config(tmp_path / name, collector.url, token)
+        code, lines = run_check(cfg, capsys)
+        assert code == 1, name
+        fail = [line for line in lines if line.startswith("FAIL")]
+        assert len(fail) == 1 and fail[0].startswith(
+            f"FAIL device token ({DEVICE}): token refused (GET /v1/sketches/abc: HTTP 401 "
+            "unknown token)"), (name, lines)
+        assert levels(lines)["collector"] == "ok"
+
+
+def test_a_collector_that_is_down_fails(tmp_path, capsys):
+    from test_edge_agent import _closed_port
+
+    url = f"http://127.0.0.1:{_closed_port()}"
+    cfg = write_config(tmp_path, url, "some-token")
+    code, lines = run_check(cfg, capsys)
+    assert code == 1
+    assert f"FAIL collector {url}: not reachable: [Errno 111] Connection refused" in lines
+    assert levels(lines)["device"] == "FAIL"
+
+
+def test_a_published_sketch_is_downloaded_and_verified_not_kept(tmp_path, collector, capsys):
+    publish(collector, collector.admin, sketch_bytes(0.5))
+    cfg = write_config(tmp_path, collector.url, collector.token, sketch=None, download=True)
+    before = snapshot(tmp_path)
+    code, lines = run_check(cfg, capsys)
+    assert code == 0, lines
+    assert "ok  sketch abc published by the collector (signature verified, fits pattern " \
+           "abc" in "\n".join(lines)
+    assert "accepted (GET /v1/sketches/abc: 200)" in "\n".join(lines)
+    assert snapshot(tmp_path) == before
+
+
+def test_key_files_every_user_can_read_are_a_warning(tmp_path, capsys):
+    cfg = write_config(tmp_path, None, "t")
+    os.chmod(tmp_path / "sketch.key", 0o644)
+    code, lines = run_check(cfg, capsys)
+    assert code == 0, lines
+    assert f"WARN sketch.key_file {tmp_path / 'sketch.key'}: every user can read it (mode " \
+           f"0644); chmod o-r {tmp_path / 'sketch.key'}" in lines
+    assert "collector" not in levels(lines)  # no collector.url: nothing to ask
+
+
+def test_a_config_error_exits_2_with_the_message(tmp_path, capsys):
+    (tmp_path / "agent.toml").write_text('[device]\nid = "pi"\n[pattern]\ntext = "a b"\n')
+    assert agent_main(["--config", str(tmp_path / "agent.toml"), "--check"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "acep agent: config error: pattern.window: missing" in captured.err
