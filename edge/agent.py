@@ -28,6 +28,7 @@ sketch replaces the running one between chunks.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
@@ -59,8 +60,8 @@ from .sources import (
     LogLimiter,
     Source,
     StdinSource,
-    find_file,
     fingerprint,
+    open_file,
 )
 from .uplink import Uplink, Uploader, download_sketch
 from .wire import (
@@ -387,7 +388,7 @@ class Agent:
         self._rotated: list[dict] = st.get("rotated", [])
         # where the progress' file is now when it was renamed away while the agent was
         # stopped (see _other_stream): a restart reads its rest before the file at the path
-        self._renamed: str | None = None
+        self._renamed: io.BufferedReader | None = None
         why = self._other_stream(st.get("source"), st.get("pattern")) if st else None
         if why is None:
             if self.cfg.source.kind == "stdin":
@@ -442,10 +443,12 @@ class Agent:
         events written before the rotation), then the file at the path from its start."""
         path = self.source_id["path"]
         offset = int(self.resume_offset or 0)
-        found = find_file(os.path.dirname(path), {**source, "end": offset})
-        if found is None or os.path.abspath(found) == path:
+        fh = open_file(os.path.dirname(path), {**source, "end": offset})
+        if fh is None or os.path.abspath(fh.name) == path:
+            if fh is not None:
+                fh.close()
             return False
-        self._renamed = found
+        self._renamed, found = fh, fh.name
         log.info("%s was rotated while the agent was stopped; reading its rest from %s byte "
                  "%d first (after replaying the windows still open), then %s from its start",
                  path, found, offset, path)
@@ -494,10 +497,10 @@ class Agent:
         self._generation = source.generation
         self.source_id = {**self.source_id, **source.identity}
 
-    def _rotated_files(self) -> list[tuple[str, int]]:
-        """Where the files renamed away that hold the replay's first events are now (in
-        the directory of the path, by device, inode and fingerprint), each with the byte
-        where it was left, then the progress' own file when it was renamed away while the
+    def _rotated_files(self) -> list[tuple[io.BufferedReader, int | None]]:
+        """The files renamed away that hold the replay's first events, found (in the
+        directory of the path, by device, inode and fingerprint) and opened, each with the
+        byte where it was left, then the progress' own file when it was renamed away while the
         agent was stopped (``_renamed``; end None: read to its end). When one of the
         rotated files is not found, the replay starts at the current file."""
         rotated, self._rotated = self._rotated, []  # the replay builds it again
@@ -506,9 +509,12 @@ class Agent:
         if not rotated:
             return renamed
         path = self.source_id["path"]
-        found = [find_file(os.path.dirname(path), f) for f in rotated]
-        current = self._renamed or path
+        found = [open_file(os.path.dirname(path), f) for f in rotated]
+        current = self._renamed.name if self._renamed else path
         if None in found:
+            for fh in found:
+                if fh is not None:
+                    fh.close()
             gone = rotated[found.index(None)]
             log.warning("a file rotated away from %s holds events of windows still open "
                         "(inode %d, read to byte %d) and is not in its directory any more: "
@@ -517,7 +523,7 @@ class Agent:
             self.replay_position, self.replay_offset = self._file_start, 0
             return renamed
         log.info("replaying the events of windows still open from %s, byte %s, then %s",
-                 ", ".join(found), self.replay_offset, current)
+                 ", ".join(fh.name for fh in found), self.replay_offset, current)
         self._file_start = self.replay_position
         return [(where, f["end"]) for where, f in zip(found, rotated)] + renamed
 
