@@ -7,22 +7,20 @@ events of their windows, or a per-slot summary in condensed mode); the batch is 
 outbox **in the same transaction as the agent's progress** (events consumed, next seq, where
 to resume). An :class:`edge.uplink.Uploader` thread sends due batches to the collector.
 
-Restart (including after SIGKILL): the agent resumes from its last committed progress. The
-matcher's state is rebuilt by replaying, without emitting, the events it kept for the
-windows (every partition's last ``window`` of events, from ``replay_offset``), so a
-replayable source (a file, a re-created iterator) yields after a restart exactly the
-matches an uninterrupted run would, none twice. Standard input cannot be replayed: the agent
-resumes with an empty matcher. Under a binding budget the replay starts with a full credit,
-so shedding decisions after a restart may differ from an uninterrupted run's.
+Restart (including after SIGKILL): the agent resumes from its last committed progress
+(:class:`edge.resume.Progress`: where to resume and replay, and the stream it belongs to,
+including files log rotation renamed away). The matcher's state is rebuilt by replaying,
+without emitting, the events it kept for the windows (every partition's last ``window`` of
+events, from ``replay_offset``), so a replayable source (a file, a re-created iterator)
+yields after a restart exactly the matches an uninterrupted run would, none twice. Standard
+input cannot be replayed: the agent resumes with an empty matcher. Under a binding budget
+the replay starts with a full credit, so shedding decisions after a restart may differ from
+an uninterrupted run's.
 
-Sketch: loaded from ``sketch.path`` or downloaded from the collector, verified (HMAC, size,
-pattern) before use; a refused sketch is logged and the agent runs with the fallback policy
-``oldest-first`` (named in the log and the metrics). The learned sketch (RL update) is saved
-signed, atomically, every ``sketch.save_every`` events and on exit, with the ETag (SHA-256)
-of the sketch it was learned from beside it; it is used only while that sketch is the one
-published. A download that fails is retried with backoff, and the collector is asked for a
-newer sketch every ``sketch.check_interval`` seconds (``If-None-Match``); a new verified
-sketch replaces the running one between chunks.
+Sketch (:class:`edge.sketches.Sketches`): loaded or downloaded, verified before use, saved
+as it is learned; a new sketch the collector publishes replaces the running one between
+chunks, with a new matcher whose state is rebuilt from the kept events. Without a usable
+sketch the agent runs with the fallback policy ``oldest-first``.
 """
 
 from __future__ import annotations
@@ -30,10 +28,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterable
@@ -44,25 +40,18 @@ import numpy as np
 from acep import Matcher
 from acep.events import EventBatch, EventError
 from acep.matcher import MatchBatch
-from acep.pattern import partition_attribute
 from acep.shedding import Budget, OldestFirstPolicy, RandomPolicy
 from history.policies import HistoryPolicy
-from history.sketch import Sketch, SketchError, read_key
+from history.sketch import Sketch
 
 from .budgeting import WallClockBudget
 from .config import AgentConfig, ConfigError, load_config
 from .outbox import Backoff, Outbox, OutboxFull
+from .resume import Progress
 from .retained import Retained
-from .sources import (
-    FileSource,
-    IteratorSource,
-    LogLimiter,
-    Source,
-    StdinSource,
-    find_file,
-    fingerprint,
-)
-from .uplink import Uplink, Uploader, download_sketch
+from .sketches import FALLBACK_POLICY, Sketches
+from .sources import FileSource, IteratorSource, LogLimiter, Source, StdinSource
+from .uplink import Uplink, Uploader
 from .wire import (
     Condenser,
     PatternRef,
@@ -71,13 +60,11 @@ from .wire import (
     batch_id,
     encode_batch,
     encode_condensed,
-    sketch_etag,
 )
 
 __all__ = ["Agent", "main", "fresh_seq", "FALLBACK_POLICY"]
 
 log = logging.getLogger("edge.agent")
-FALLBACK_POLICY = "oldest-first"
 
 
 class Agent:
@@ -102,11 +89,7 @@ class Agent:
         else:
             self.seq = fresh_seq()
             self.outbox.save_state({"seq": self.seq})
-        self.finished = bool(st.get("finished", False))
-        self.resume_offset = st.get("offset", 0)
-        self.replay_position = int(st.get("replay_position", 0))
-        self.replay_offset = st.get("replay_offset", 0)
-        self._check_progress(st)
+        self.progress = Progress(config, st, self.consumed, self.seq)
         self.stop_event = threading.Event()
         # outbox transactions run in one writer thread, one at a time (see _write)
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-outbox")
@@ -115,13 +98,8 @@ class Agent:
         self._beat_at = 0.0  # when the last heartbeat was handed to the uploader
         self.uplink = None if config.collector_url is None else \
             Uplink(config.collector_url, config.token or "", config.timeout)
-        self.policy_name, self.policy_error = FALLBACK_POLICY, None
+        self.sketches = Sketches(config, self.uplink)
         self.wallclock: WallClockBudget | None = None
-        self.origin: str | None = None  # the ETag of the sketch the running one derives from
-        self._published: str | None = None  # the last published ETag seen (If-None-Match)
-        self._download_failed = False
-        self._offered: tuple | None = None  # a new verified sketch from _SketchWatch
-        self._offer_lock = threading.Lock()
         self._stats_carry = {"candidates": 0, "shed": 0, "decide_ns": 0}
         self.matcher = self._build_matcher()
         self.pattern_ref = PatternRef(
@@ -136,14 +114,17 @@ class Agent:
         self.position = 0
         self.counts = {"events_in": 0, "events_bad": 0, "events_replayed": 0, "matches": 0,
                        "matches_orphaned": 0, "batches_put": 0, "batches_refused": 0,
-                       "bytes_put": 0, "sketch_saves": 0, "sketch_updates": 0}
+                       "bytes_put": 0}
         self.lag = 0.0
-        self._since_save = 0
         # held while a chunk is processed, so the metrics thread reads a consistent state
         self._loop_lock = threading.Lock()
         self._bad_log = LogLimiter(log)  # the source's, once there is one (one rate limit)
-        if config.sketch is not None and config.sketch.download and self.uplink is not None:
-            _SketchWatch(self).start()
+        self.sketches.watch(self.stop_event)
+
+    @property
+    def history(self) -> HistoryPolicy | None:
+        """The running history policy (None without a sketch)."""
+        return self.sketches.history
 
     # ------------------------------------------------------------------ set-up
 
@@ -157,32 +138,28 @@ class Agent:
                                              b.max_lag, b.min_ops, b.max_ops,
                                              catch_up=b.catch_up)
             budget = Budget(self.wallclock.ops, b.burst)
-        sketch = self._load_sketch() if self.cfg.sketch is not None else None
+        sk = self.sketches
+        sketch = sk.load() if self.cfg.sketch is not None else None
         if sketch is not None:
             try:
                 matcher, policy = self._history_matcher(sketch, budget)
             except (ValueError, TypeError) as e:
-                self._refuse_sketch(f"does not fit the pattern: {e}")
+                sk.refuse(f"does not fit the pattern: {e}")
             else:
-                self.policy_name, self.history = "history", policy
+                sk.policy_name, sk.history = "history", policy
                 return matcher
-        self.history = None
         if b.policy == "random":
-            self.policy_name = "random"
+            sk.policy_name = "random"
             return self._matcher(budget, RandomPolicy())
         if self.cfg.sketch is None:
-            self.policy_name = b.policy if b.policy != "history" else FALLBACK_POLICY
+            sk.policy_name = b.policy if b.policy != "history" else FALLBACK_POLICY
             if b.policy == "history":
-                self.policy_error = "budget.policy = \"history\" needs a [sketch]"
-                log.error("%s; using the fallback policy %s", self.policy_error,
+                sk.policy_error = "budget.policy = \"history\" needs a [sketch]"
+                log.error("%s; using the fallback policy %s", sk.policy_error,
                           FALLBACK_POLICY)
-        if budget is None and self.policy_error is None:
-            self.policy_name = "none"  # nothing is ever shed
+        if budget is None and sk.policy_error is None:
+            sk.policy_name = "none"  # nothing is ever shed
         return self._matcher(budget, OldestFirstPolicy() if budget else None)
-
-    def _refuse_sketch(self, why: str) -> None:
-        self.policy_error = f"sketch refused: {why}"
-        log.error("%s; using the fallback policy %s", self.policy_error, FALLBACK_POLICY)
 
     def _history_matcher(self, sketch: Sketch, budget: Budget | None
                          ) -> tuple[Matcher, HistoryPolicy]:
@@ -198,126 +175,10 @@ class Agent:
                        partition=p.partition, on_bad_event="error", budget=budget,
                        policy=policy, **kw)
 
-    def _load_sketch(self) -> Sketch | None:
-        """The verified sketch to start with, or None (logged) when it is missing, tampered
-        or oversized. The learned sketch saved by this device (``save_path``) is used when
-        it derives from the sketch published now (or, while a download fails, the last one
-        kept at ``sketch.path``)."""
-        sk = self.cfg.sketch
-        try:
-            key = _read_key(sk.key_file, "sketch.key_file")
-            device_key = _read_key(sk.device_key_file, "sketch.device_key_file") \
-                if sk.device_key_file else key
-        except OSError as e:
-            self._refuse_sketch(str(e))
-            return None
-        learned = self._learned_sketch(device_key)
-        try:
-            data = self._original_sketch()
-        except OSError as e:
-            if sk.download:  # _SketchWatch retries; a kept copy or a learned sketch serves
-                self._download_failed = True
-                log.warning("sketch download failed (%s); retrying with backoff", e)
-            if learned is not None:
-                log.info("using the learned sketch %s until the download succeeds",
-                         sk.save_path)
-                self.origin = learned[1]
-                return learned[0]
-            if sk.download:
-                self.policy_error = f"sketch download failed: {e}"
-                log.error("%s; using the fallback policy %s until it succeeds",
-                          self.policy_error, FALLBACK_POLICY)
-            else:
-                self._refuse_sketch(str(e))
-            return None
-        etag = self._published = sketch_etag(data)
-        if learned is not None:
-            if learned[1] == etag:
-                log.info("loaded the learned sketch %s", sk.save_path)
-                self.origin = etag
-                return learned[0]
-            log.info("the learned sketch %s derives from sketch %s, not from the sketch "
-                     "now published (%s): starting from the published one", sk.save_path,
-                     (learned[1] or "unrecorded")[:16], etag[:16])
-        try:
-            sketch = self._fitting(Sketch.from_bytes(data, key, sk.max_bytes))
-        except SketchError as e:
-            self._refuse_sketch(str(e))
-            return None
-        self.origin = etag
-        return sketch
-
-    def _original_sketch(self) -> bytes:
-        """The published sketch's bytes: downloaded (kept at ``sketch.path``, which a
-        ``304`` confirms) or read from ``sketch.path``. Raises OSError."""
-        sk = self.cfg.sketch
-        kept = None
-        if sk.path and os.path.exists(sk.path):
-            with open(sk.path, "rb") as fh:
-                kept = fh.read(sk.max_bytes + 1)
-        if not sk.download:
-            if kept is None:
-                raise OSError(f"sketch.path: {sk.path}: no such file")
-            return kept
-        try:
-            data = self._fetch_sketch(None if kept is None else sketch_etag(kept))
-        except OSError:
-            if kept is None:
-                raise
-            self._download_failed = True
-            log.warning("sketch download failed; using the copy kept at %s until it "
-                        "succeeds", sk.path)
-            return kept
-        if data is None:
-            return kept
-        if sk.path:
-            _atomic_write(sk.path, data)
-        return data
-
-    def _learned_sketch(self, key: bytes) -> tuple[Sketch, str | None] | None:
-        """The learned sketch at ``save_path`` and the ETag of the sketch it was learned
-        from (None when not recorded), or None."""
-        sk = self.cfg.sketch
-        if not sk.save_path or not os.path.exists(sk.save_path):
-            return None
-        try:
-            sketch = self._fitting(Sketch.load(sk.save_path, key, sk.max_bytes))
-        except (SketchError, OSError) as e:
-            log.warning("learned sketch %s not used (%s); trying the original",
-                        sk.save_path, e)
-            return None
-        try:
-            with open(sk.save_path + ".origin") as fh:
-                origin = fh.read().strip() or None
-        except OSError:
-            origin = None
-        return sketch, origin
-
-    def _fetch_sketch(self, etag: str | None) -> bytes | None:
-        """``GET /v1/sketches/{pattern.id}``, with ``If-None-Match: etag`` when given:
-        the bytes (not verified), or None when the published sketch is still ``etag``.
-        Raises OSError naming the problem."""
-        return download_sketch(self.uplink, self.cfg.pattern.id, self.cfg.sketch.max_bytes,
-                               etag)
-
-    def _offer_sketch(self, data: bytes) -> None:
-        """A newly published sketch (from :class:`_SketchWatch`'s thread): verified here,
-        taken into use by the loop between chunks (:meth:`_take_offered_sketch`)."""
-        sk, etag = self.cfg.sketch, sketch_etag(data)
-        self._published = etag
-        try:
-            sketch = self._fitting(Sketch.from_bytes(
-                data, _read_key(sk.key_file, "sketch.key_file"), sk.max_bytes))
-        except (SketchError, OSError) as e:
-            log.error("the sketch published as %s is refused: %s; keeping the policy %s",
-                      etag[:16], e, self.policy_name)
-            return
-        with self._offer_lock:
-            self._offered = (sketch, etag, data)
-
     def _take_offered_sketch(self) -> None:
-        with self._offer_lock:
-            offered, self._offered = self._offered, None
+        """A new sketch the collector published (:meth:`Sketches.offer`), taken into use
+        between chunks: a new matcher whose state is rebuilt from the kept events."""
+        offered = self.sketches.take_offered()
         if offered is None:
             return
         sketch, etag, data = offered
@@ -325,222 +186,38 @@ class Agent:
             matcher, policy = self._history_matcher(sketch, self.matcher.budget)
         except (ValueError, TypeError) as e:
             log.error("the sketch published as %s does not fit the pattern: %s; keeping the "
-                      "policy %s", etag[:16], e, self.policy_name)
+                      "policy %s", etag[:16], e, self.sketches.policy_name)
             return
-        before, was = self.matcher.stats, self.policy_name
-        self.matcher, self.history = matcher, policy
+        before = self.matcher.stats
+        self.matcher = matcher
         kept = self.kept.view()
         if kept is not None:  # the windows' state; their matches were committed before
             self._match(kept)
         after = matcher.stats
         for name in self._stats_carry:
             self._stats_carry[name] += before[name] - after[name]
-        self.policy_name, self.policy_error, self.origin = "history", None, etag
-        self._download_failed = False
-        self.counts["sketch_updates"] += 1
-        log.info("using the sketch published as %s (policy was %s)", etag[:16], was)
-        if self.cfg.sketch.path:
-            try:
-                _atomic_write(self.cfg.sketch.path, data)
-            except OSError as e:
-                log.error("could not keep the sketch at %s: %s", self.cfg.sketch.path, e)
-        self._save_sketch()
-
-    def _fitting(self, sketch: Sketch) -> Sketch:
-        """``sketch`` if this agent's pattern can use it; else :class:`SketchError` naming
-        what differs."""
-        p = self.cfg.pattern
-        try:
-            partition = partition_attribute(p.where, p.partition)
-        except ValueError:
-            partition = p.partition  # the matcher will name what is wrong with the pattern
-        problem = sketch.mismatch(p.text, p.k, p.window, p.where, partition)
-        if problem is not None:
-            raise SketchError(problem)
-        return sketch
-
-    def _stream(self) -> tuple[dict, dict]:
-        """What the progress is progress of: the source (for a file its path, device and
-        inode; the fingerprint of its first bytes joins them with the first chunk read) and
-        the pattern definition, as JSON values."""
-        p, s = self.cfg.pattern, self.cfg.source
-        pattern = {"id": p.id, "text": p.text, "window": p.window, "k": p.k,
-                   "where": list(p.where), "partition": p.partition}
-        source: dict = {"kind": s.kind}
-        if s.kind == "file":
-            source["path"] = os.path.abspath(s.path)
-            try:
-                st = os.stat(s.path)
-                source.update(dev=st.st_dev, ino=st.st_ino)
-            except OSError:
-                pass  # a followed file that does not exist yet
-        return source, pattern
-
-    def _check_progress(self, st: dict) -> None:
-        """Resume the outbox's progress only on the stream it was made on; for another
-        source or pattern, log why and read the new one from its start (``consumed`` and
-        ``seq`` go on, so positions and batch ids stay unique)."""
-        self.source_id, self.pattern_def = self._stream()
-        # _file_start: the position where the current file's events start; _rotated: the
-        # files renamed away before it that hold kept events, each from its "start"
-        self._generation = 0
-        self._file_start = int(st.get("file_start", self.replay_position))
-        self._rotated: list[dict] = st.get("rotated", [])
-        # where the progress' file is now when it was renamed away while the agent was
-        # stopped (see _other_stream): a restart reads its rest before the file at the path
-        self._renamed: str | None = None
-        why = self._other_stream(st.get("source"), st.get("pattern")) if st else None
-        if why is None:
-            if self.cfg.source.kind == "stdin":
-                self.finished = False  # every run reads a new standard input
-            return
-        log.warning("the progress in %s (%d events consumed, next seq %d) is not of this "
-                    "stream: %s; reading %s from its start", self.cfg.outbox.path,
-                    self.consumed, self.seq, why, self.source_id.get("path", "the source"))
-        self.finished = False
-        self.resume_offset = self.replay_offset = 0
-        self.replay_position = self._file_start = self.consumed
-        self._rotated = []
-
-    def _other_stream(self, source: dict | None, pattern: dict | None) -> str | None:
-        """Why the progress of ``source``/``pattern`` is not this stream's (None: it is;
-        progress written before it named its stream is taken as this stream's)."""
-        if pattern is not None and pattern != self.pattern_def:
-            keys = [k for k in self.pattern_def if pattern.get(k) != self.pattern_def[k]]
-            return ", ".join(f"pattern.{k} was {pattern.get(k)!r}" for k in keys)
-        if source is None:
-            return None
-        now = self.source_id
-        if source.get("kind") != now["kind"]:
-            return f"source.kind was {source.get('kind')!r}"
-        if now["kind"] != "file":
-            return None
-        if source.get("path") != now["path"]:
-            return f"source.path was {source.get('path')}"
-        if "ino" in source and (source.get("dev"), source["ino"]) != (now.get("dev"),
-                                                                      now.get("ino")):
-            why = (f"{now['path']} is another file now (it was inode {source['ino']}): "
-                   "rotated or replaced while the agent was stopped")
-            if self.finished or "fp" not in source or "dev" not in source:
-                return why  # read to its end / an older agent's progress: not looked for
-            if self._find_renamed(source):
-                return None
-            return (f"{why}; the old file is not in {os.path.dirname(now['path'])} any more "
-                    "(deleted, compressed or moved)" + self._lost())
-        return self._other_bytes(source)
-
-    def _lost(self) -> str:
-        """For a log line: the old file's bytes never read (none for a finished stream)."""
-        if self.finished:
-            return ""
-        return (f", so its unread rest, from byte {int(self.resume_offset or 0)} to its end, "
-                "may be lost")
-
-    def _find_renamed(self, source: dict) -> bool:
-        """Whether the progress' file, renamed away while the agent was stopped, is in the
-        directory of the path (by device, inode, fingerprint, and at least the resume
-        offset's bytes): then a restart replays from it as usual, reads its rest (the
-        events written before the rotation), then the file at the path from its start."""
-        path = self.source_id["path"]
-        offset = int(self.resume_offset or 0)
-        found = find_file(os.path.dirname(path), {**source, "end": offset})
-        if found is None or os.path.abspath(found) == path:
-            return False
-        self._renamed = found
-        log.info("%s was rotated while the agent was stopped; reading its rest from %s byte "
-                 "%d first (after replaying the windows still open), then %s from its start",
-                 path, found, offset, path)
-        between = _changed_after(path, found, [f["ino"] for f in self._rotated])
-        if between:
-            log.warning("%s also holds %s, changed after %s was last written: a file rotated "
-                        "in between (while the agent was stopped) is not known to the "
-                        "progress and its events are not read", os.path.dirname(path),
-                        ", ".join(between), found)
-        # the progress is of that file until the source reaches the one at the path
-        self.source_id = {**self.source_id, **{k: source[k] for k in
-                                               ("dev", "ino", "fp", "fp_bytes") if k in source}}
-        return True
-
-    def _other_bytes(self, source: dict) -> str | None:
-        """Why the file at the path, with the progress' inode, is still not the progress'
-        file: its first bytes differ (progress without a fingerprint is taken as before)
-        or it is shorter than the offset."""
-        path = self.source_id["path"]
-        try:
-            if "fp" in source and fingerprint(path, source["fp_bytes"]) != source["fp"]:
-                return (f"{path} is another file now (inode {source.get('ino')} again, but its "
-                        f"first {source['fp_bytes']} bytes differ): re-created, or truncated "
-                        "and written again, while the agent was stopped" + self._lost())
-            if os.stat(path).st_size < int(self.resume_offset or 0):
-                return (f"{path} is shorter than the progress' byte offset "
-                        f"{self.resume_offset}: truncated" + self._lost())
-        except OSError:
-            pass
-        return None
-
-    def _next_file(self, source: Source) -> None:
-        """A followed file was rotated or truncated: the chunk's events are a new file's,
-        from its start. A file renamed away joins the ones a restart replays from while
-        it holds kept events; a truncated file's bytes are gone, so a replay starts after
-        them."""
-        if not isinstance(source, FileSource) or source.identity is None:
-            return
-        for left in source.left[self._generation:]:
-            if left is None:
-                self._rotated = []
-                self.replay_position, self.replay_offset = self.position, 0
-            else:
-                self._rotated = [*self._rotated, {**left, "start": self._file_start}]
-            self._file_start, self.resume_offset = self.position, 0
-        self._generation = source.generation
-        self.source_id = {**self.source_id, **source.identity}
-
-    def _rotated_files(self) -> list[tuple[str, int]]:
-        """Where the files renamed away that hold the replay's first events are now (in
-        the directory of the path, by device, inode and fingerprint), each with the byte
-        where it was left, then the progress' own file when it was renamed away while the
-        agent was stopped (``_renamed``; end None: read to its end). When one of the
-        rotated files is not found, the replay starts at the current file."""
-        rotated, self._rotated = self._rotated, []  # the replay builds it again
-        # the progress' own file, renamed away while the agent was stopped: to its end
-        renamed = [(self._renamed, None)] if self._renamed else []
-        if not rotated:
-            return renamed
-        path = self.source_id["path"]
-        found = [find_file(os.path.dirname(path), f) for f in rotated]
-        current = self._renamed or path
-        if None in found:
-            gone = rotated[found.index(None)]
-            log.warning("a file rotated away from %s holds events of windows still open "
-                        "(inode %d, read to byte %d) and is not in its directory any more: "
-                        "the replay starts at %s, so a match spanning the rotation may be "
-                        "missed", path, gone["ino"], gone["end"], current)
-            self.replay_position, self.replay_offset = self._file_start, 0
-            return renamed
-        log.info("replaying the events of windows still open from %s, byte %s, then %s",
-                 ", ".join(found), self.replay_offset, current)
-        self._file_start = self.replay_position
-        return [(where, f["end"]) for where, f in zip(found, rotated)] + renamed
+        self.sketches.adopt(policy, etag, data)
 
     def _make_source(self) -> Source:
         s = self.cfg.source
         kw = dict(batch_events=s.batch_events, batch_seconds=s.batch_seconds)
+        pr = self.progress
         if s.kind == "file":
-            before = self._rotated_files()
-            src = FileSource(s.path, follow=s.follow, start=int(self.replay_offset or 0),
-                             poll_seconds=s.poll_seconds, counted=int(self.resume_offset or 0),
+            before = pr.rotated_files()
+            src = FileSource(s.path, follow=s.follow, start=int(pr.replay_offset or 0),
+                             poll_seconds=s.poll_seconds, counted=int(pr.resume_offset or 0),
                              before=before, **kw)
         elif s.kind == "iterator":
             if self.events_iterable is None:
                 raise ConfigError("source.kind: \"iterator\" needs events passed to Agent")
-            src = IteratorSource(self.events_iterable, start=int(self.replay_offset or 0), **kw)
+            src = IteratorSource(self.events_iterable, start=int(pr.replay_offset or 0), **kw)
         else:
             src = StdinSource(self.stdin, **kw)
         self._bad_log = src.bad_log
         if src.replayable:
-            self.position, self.resume_offset = self.replay_position, self.replay_offset
+            self.position, pr.resume_offset = pr.replay_position, pr.replay_offset
         else:  # nothing to replay: positions continue after the events consumed
-            self.position = self.replay_position = self.consumed
+            self.position = pr.replay_position = self.consumed
         return src
 
     # ------------------------------------------------------------------ the loop
@@ -552,7 +229,7 @@ class Agent:
     def run(self, once: bool = False) -> dict:
         """Process the source until it ends (``once`` or a non-followed file) or
         :meth:`stop`; returns the final metrics."""
-        if self.finished:
+        if self.progress.finished:
             log.info("the stream was already processed to its end; nothing to do")
         source = self._make_source()
         if once and isinstance(source, FileSource):
@@ -567,7 +244,7 @@ class Agent:
                                           name="agent-metrics", daemon=True)
         metrics_thread.start()
         try:
-            if not self.finished:
+            if not self.progress.finished:
                 for chunk in source.chunks(self.stop_event):
                     with self._loop_lock:
                         self._process(chunk, source)
@@ -592,7 +269,7 @@ class Agent:
                     uploader.stop(self.cfg.timeout + 1)
                 metrics_done.set()
                 metrics_thread.join()
-                self._save_sketch()
+                self.sketches.save()
                 final = self.metrics(source)
                 if uploader is not None and final["outbox_pending"]:
                     log.warning("%d batches (%d bytes) are not acknowledged by the collector "
@@ -667,15 +344,15 @@ class Agent:
     def _process(self, chunk: list, source: Source) -> None:
         started = getattr(source, "chunk_started", time.monotonic())
         t0 = time.perf_counter()
-        self._next_file(source)
+        self.progress.next_file(source, self.position)
         self._take_offered_sketch()
         events = [e for e, _ in chunk]
         ends = [o for _, o in chunk]
-        starts = [self.resume_offset, *ends[:-1]]  # the offset before each event
+        starts = [self.progress.resume_offset, *ends[:-1]]  # the offset before each event
         batch, kept = self._to_batch(events, self.position, starts, ends, source)
         if len(kept) < len(starts):
             starts, ends = [starts[i] for i in kept], [ends[i] for i in kept]
-        self.resume_offset = chunk[-1][1]
+        self.progress.resume_offset = chunk[-1][1]
         n_warm = min(max(self.consumed - self.position, 0), len(batch))
         if n_warm:  # replay after a restart: rebuild the state, the matches are committed
             self._match(batch.slice(0, n_warm))
@@ -697,23 +374,18 @@ class Agent:
         # the whole chunk's time, not the matcher's alone: decoding, encoding and the
         # commit are what the per-event base cost of the model absorbs
         self._adapt(len(live), stats0, time.perf_counter() - t0, source)
-        self._since_save += len(live)
-        if self.cfg.sketch and self._since_save >= self.cfg.sketch.save_every:
-            self._save_sketch()
+        self.sketches.learned(len(live))
 
     def _finish(self, source: Source) -> None:
         """End of a finite stream: the pending matches of every partition."""
         found = self.matcher.flush()
         self._commit(found, self.kept.view(), 0, finished=True)
-        self.finished = True
+        self.progress.finished = True
 
     def _commit(self, found: MatchBatch, events: EventBatch | None, n_live: int,
                 finished: bool = False) -> None:
         self.consumed += n_live
-        state = {"consumed": self.consumed, "offset": self.resume_offset,
-                 "replay_position": self.replay_position, "replay_offset": self.replay_offset,
-                 "finished": finished, "source": self.source_id, "pattern": self.pattern_def,
-                 "file_start": self._file_start, "rotated": self._rotated}
+        state = {"consumed": self.consumed, **self.progress.state(), "finished": finished}
         if len(found) and self.condenser is None:
             found = self._inside(found, events)
         if not len(found):
@@ -794,15 +466,8 @@ class Agent:
         if not len(self.kept):
             return
         self.kept.trim()
-        self.replay_position = self.kept.position
-        self.replay_offset = self.kept.first_offset(self.resume_offset)
-        if self._rotated:  # keep the files renamed away that hold kept events
-            ends = [f["start"] for f in self._rotated[1:]] + [self._file_start]
-            self._rotated = [f for f, end in zip(self._rotated, ends)
-                             if end > self.replay_position]
-        floor = self._rotated[0]["start"] if self._rotated else self._file_start
-        if self.replay_position < floor:  # kept events of a truncated file
-            self.replay_position, self.replay_offset = floor, 0
+        self.progress.trimmed(self.kept.position,
+                              self.kept.first_offset(self.progress.resume_offset))
 
     def _adapt(self, n: int, stats0: dict | None, seconds: float, source: Source) -> None:
         if self.wallclock is None or n == 0:
@@ -821,22 +486,7 @@ class Agent:
     def _ops_now(self) -> float:
         return self.matcher.budget.ops_per_event if self.matcher.budget else 0.0
 
-    # ------------------------------------------------------------------ sketch, metrics
-
-    def _save_sketch(self) -> None:
-        self._since_save = 0
-        sk = self.cfg.sketch
-        if sk is None or self.history is None or not sk.save_path \
-                or self.history.learning_rate == 0:
-            return
-        try:
-            key = _read_key(sk.device_key_file or sk.key_file, "sketch.device_key_file")
-            _atomic_write(sk.save_path, self.history.learned_sketch().to_bytes(key))
-            if self.origin is not None:  # after the sketch: a crash between keeps the old
-                _atomic_write(sk.save_path + ".origin", self.origin.encode())  # origin
-            self.counts["sketch_saves"] += 1
-        except (OSError, SketchError) as e:
-            log.error("could not save the learned sketch to %s: %s", sk.save_path, e)
+    # ------------------------------------------------------------------ metrics
 
     def metrics(self, source: Source | None = None) -> dict:
         """The current metrics (one JSON object)."""
@@ -844,11 +494,12 @@ class Agent:
         for name, carried in self._stats_carry.items():  # from matchers before a new sketch
             s[name] += carried
         ob = self.outbox.metrics()
-        out = {"time": time.time(), "device": self.cfg.device_id, **self.counts,
+        sk = self.sketches
+        out = {"time": time.time(), "device": self.cfg.device_id, **self.counts, **sk.counts,
                "consumed": self.consumed, "seq": self.seq, "candidates": s["candidates"],
                "shed": s["shed"], "decide_ns": s["decide_ns"], "lag_s": round(self.lag, 4),
-               "ops_per_event": self._ops_now(), "policy": self.policy_name,
-               "policy_error": self.policy_error, "outbox_pending": ob["pending"],
+               "ops_per_event": self._ops_now(), "policy": sk.policy_name,
+               "policy_error": sk.policy_error, "outbox_pending": ob["pending"],
                "outbox_pending_bytes": ob["pending_bytes"], "batches_sent": ob["sent"],
                "bytes_sent": ob["sent_bytes"], "batches_rejected": ob["rejected"],
                "batches_dropped": ob["dropped"], "outbox_dead": ob["dead"],
@@ -902,85 +553,6 @@ def fresh_seq() -> int:
     microsecond, so a new one starts above every batch id it uploaded (unless the clock went
     back by more than that outbox's age) and the collector never sees a reused id."""
     return time.time_ns() // 1000
-
-
-class _SketchWatch(threading.Thread):
-    """Asks the collector for the published sketch: after a failed download again with
-    the outbox's backoff, then every ``sketch.check_interval`` seconds (0: never) with
-    ``If-None-Match``. A new one goes to :meth:`Agent._offer_sketch`."""
-
-    def __init__(self, agent: Agent):
-        super().__init__(name="acep-sketch", daemon=True)
-        self.agent = agent
-
-    def run(self) -> None:
-        agent, ob = self.agent, self.agent.cfg.outbox
-        backoff = Backoff(base_delay=ob.backoff_base, max_delay=ob.backoff_max)
-        interval = agent.cfg.sketch.check_interval
-        failures = 1 if agent._download_failed else 0
-        while failures or interval > 0:
-            delay = backoff.delay("sketch", failures) if failures else interval
-            if agent.stop_event.wait(delay):
-                return
-            try:
-                data = agent._fetch_sketch(agent._published)
-            except OSError as e:
-                failures += 1
-                log.warning("sketch download failed (%s); retrying with backoff", e)
-                continue
-            failures = 0
-            if data is not None:
-                agent._offer_sketch(data)
-
-
-def _changed_after(path: str, found: str, known: list[int]) -> list[str]:
-    """The names of the files beside ``path`` whose names start with its name and that
-    were changed after ``found`` (neither of them, nor a file of inode in ``known``): the
-    files a rotation renamed away after ``found`` and before the file at ``path``, most
-    likely. Sorted; empty when the directory cannot be read."""
-    base = os.path.basename(path)
-    try:
-        since = os.stat(found).st_mtime_ns
-        entries = list(os.scandir(os.path.dirname(path)))
-    except OSError:
-        return []
-    out = []
-    for entry in entries:
-        if entry.name == base or not entry.name.startswith(base) \
-                or os.path.abspath(entry.path) == os.path.abspath(found):
-            continue
-        try:
-            if entry.is_file() and entry.inode() not in known \
-                    and entry.stat().st_mtime_ns > since:
-                out.append(entry.name)
-        except OSError:
-            continue
-    return sorted(out)
-
-
-def _read_key(path: str | None, name: str) -> bytes:
-    if path is None:
-        raise OSError(f"{name}: not set")
-    try:
-        return read_key(path)
-    except OSError as e:
-        raise OSError(f"{name}: {e}") from None
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    """Write to a temporary file beside ``path``, fsync, rename: never half a file."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,8 @@ import time
 from collections.abc import Iterable, Iterator
 
 __all__ = ["Source", "FileSource", "StdinSource", "IteratorSource", "LogLimiter",
-           "parse_line", "parse_lines", "fingerprint", "find_file", "FINGERPRINT_BYTES"]
+           "parse_line", "parse_lines", "fingerprint", "find_file", "open_file",
+           "FINGERPRINT_BYTES"]
 
 log = logging.getLogger("edge.agent")
 Item = tuple[dict, "int | None"]
@@ -65,6 +66,26 @@ def find_file(directory: str, identity: dict) -> str | None:
                 return entry.path
         except OSError:
             continue
+    return None
+
+
+def open_file(directory: str, identity: dict) -> io.BufferedReader | None:
+    """The file :func:`find_file` finds, open (held open, it is read whatever becomes of
+    its name), or None. One that moves between being found and being opened (logrotate
+    renaming ``.1`` to ``.2``, or deleting the oldest) is looked for once more."""
+    for _ in range(2):
+        path = find_file(directory, identity)
+        if path is None:
+            return None
+        try:
+            fh = open(path, "rb")
+        except OSError:
+            continue
+        st = os.fstat(fh.fileno())
+        if (st.st_dev, st.st_ino) == (identity["dev"], identity["ino"]) and \
+                fingerprint(fh.fileno(), identity["fp_bytes"]) == identity["fp"]:
+            return fh
+        fh.close()  # another file took the name meanwhile
     return None
 
 
@@ -223,12 +244,14 @@ class FileSource(Source):
     adds one to ``generation`` and the chunks never mix events of two files.
 
     ``before`` lists files renamed away from ``path`` that a restart reads again first, as
-    ``(where it is now, end)``: each up to ``end``, the byte where the run before left it,
-    the first from ``start``; then the file at ``path`` is read from its start. Their bad
-    lines were counted by that run (``counted`` is an offset in the file at ``path``). The
-    last one may have ``end`` None: the file the progress is of, renamed away while the
-    agent was stopped; it is read to its end (its rest was never read), ``counted`` is an
-    offset in it, and the file at ``path`` after it is new (nothing in it counted).
+    ``(the file, open for reading, end)``: open since they were found (:func:`open_file`),
+    so a rotation that renames or deletes them meanwhile takes nothing; closed once read.
+    Each is read up to ``end``, the byte where the run before left it, the first from
+    ``start``; then the file at ``path`` is read from its start. Their bad lines were
+    counted by that run (``counted`` is an offset in the file at ``path``). The last one
+    may have ``end`` None: the file the progress is of, renamed away while the agent was
+    stopped; it is read to its end (its rest was never read), ``counted`` is an offset in
+    it, and the file at ``path`` after it is new (nothing in it counted).
 
     ``identity`` names the file being read: its device, inode and ``fp``, the
     :func:`fingerprint` of its first ``fp_bytes`` bytes, which are the bytes read so far up
@@ -240,7 +263,7 @@ class FileSource(Source):
 
     def __init__(self, path: str | os.PathLike, follow: bool = True, start: int = 0,
                  poll_seconds: float = 0.1, counted: int = 0,
-                 before: Iterable[tuple[str, int]] = (), **kw):
+                 before: Iterable[tuple[io.BufferedReader, int | None]] = (), **kw):
         super().__init__(**kw)
         self.path, self.follow, self.offset = os.fspath(path), follow, int(start)
         # bad lines before this offset were counted and logged by an earlier run (a replay
@@ -337,13 +360,13 @@ class FileSource(Source):
         """The events of the files in ``before`` (see the class); returns what is left of
         the last one for :attr:`left`."""
         counted, left = self.counted, None
-        for i, (path, end) in enumerate(self.before):
-            with open(path, "rb") as fh:
+        try:
+            for i, (fh, end) in enumerate(self.before):
                 if i:
                     self._switch(fh, left)
                 else:
                     self._use(fh)
-                self.reading = path
+                self.reading = fh.name
                 # read by the run before up to ``end``; the progress' own file up to counted
                 self.counted = math.inf if end is not None else counted
                 fh.seek(self.offset)
@@ -354,6 +377,10 @@ class FileSource(Source):
                         yield block
                 yield _CUT
                 left = {**self.identity, "end": self.offset}
+                fh.close()
+        finally:
+            for fh, _ in self.before:
+                fh.close()
         self._fh, self.reading = None, self.path
         # after the progress' own file, the file at the path is a new one
         self.counted = 0 if self.before[-1][1] is None else counted

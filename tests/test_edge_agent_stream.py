@@ -464,3 +464,82 @@ def test_many_bad_lines_are_logged_rate_limited(tmp_path, caplog):
     final = Agent(parse_config(config(tmp_path, path))).run()
     assert final["bad_lines"] == 500 and final["events_in"] == 1
     assert 1 <= caplog.text.count("not a JSON object") <= 20
+
+
+# ------------------------------------------------------------------ files that move at once
+
+
+def moving_after_find(monkeypatch, move) -> list[str]:
+    """Every ``find_file`` in edge.* answers as before, then ``move(found)`` runs once, on its
+    first answer: logrotate renaming or deleting the file between the agent finding it and
+    opening it. Returns the paths ``move`` was given."""
+    import sys
+
+    import edge.sources
+    original, moved = edge.sources.find_file, []
+
+    def find_then_move(directory, identity):
+        found = original(directory, identity)
+        if found is not None and not moved:
+            moved.append(found)
+            move(found)
+        return found
+    for name, module in list(sys.modules.items()):
+        if name.startswith("edge") and getattr(module, "find_file", None) is original:
+            monkeypatch.setattr(module, "find_file", find_then_move)
+    return moved
+
+
+def test_a_rotated_file_deleted_as_a_restart_finds_it_is_missed_not_a_crash(
+        tmp_path, caplog, monkeypatch):
+    events = stream(1600, seed=13)
+    first = follow_rotation(tmp_path, [events[:1000], events[1000:1003]])
+    moved = moving_after_find(monkeypatch, os.unlink)  # the oldest rotated file, deleted
+    final = restart(tmp_path, events[1003:])
+    assert moved == [f"{tmp_path / 'rot.jsonl'}.1"]
+    assert final["events_in"] == 597 and final["events_replayed"] == 3
+    assert first["matches"] + final["matches"] < direct(events, flush=False)
+    assert "may be missed" in caplog.text
+    assert outbox_rows(tmp_path)  # the first run's batches are all there
+
+
+def test_a_rotated_file_renamed_as_a_restart_finds_it_is_found_again(
+        tmp_path, caplog, monkeypatch):
+    events = stream(1600, seed=13)
+    first = follow_rotation(tmp_path, [events[:1000], events[1000:1003]])
+    moving_after_find(monkeypatch, lambda found: os.rename(found, found[:-1] + "2"))
+    final = restart(tmp_path, events[1003:])
+    assert final["events_in"] == 597 and final["events_replayed"] > 3
+    assert first["matches"] + final["matches"] == direct(events, flush=False)
+    assert "may be missed" not in caplog.text
+
+
+def test_a_file_rotated_while_stopped_and_deleted_as_it_is_found_is_not_a_crash(
+        tmp_path, caplog, monkeypatch):
+    path = tmp_path / "rot.jsonl"
+    write(path, stream(400, seed=1))
+    Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    offset = os.path.getsize(path)
+    write(path, stream(20, seed=2, t0=500), "a")
+    os.rename(path, f"{path}.1")
+    write(path, stream(50, seed=3, t0=1000))
+    moving_after_find(monkeypatch, os.unlink)
+    final = Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    assert (final["events_in"], final["events_replayed"], final["bad_lines"]) == (50, 0, 0)
+    assert f"its unread rest, from byte {offset} to its end, may be lost" in caplog.text
+
+
+def test_a_file_rotated_while_stopped_and_renamed_as_it_is_found_is_read(
+        tmp_path, caplog, monkeypatch):
+    path = tmp_path / "rot.jsonl"
+    events = stream(1600, seed=21)
+    write(path, events[:1000])
+    Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    write(path, events[1000:1200], "a")
+    os.rename(path, f"{path}.1")
+    write(path, events[1200:])
+    moving_after_find(monkeypatch, lambda found: os.rename(found, found[:-1] + "2"))
+    final = Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
+    assert (final["events_in"], final["consumed"]) == (600, 1600)
+    assert outbox_rows(tmp_path) == direct_rows(events)
+    assert "may be lost" not in caplog.text

@@ -1,0 +1,294 @@
+"""The agent's history sketch: where it comes from, whether it may be used, and where the
+learned one goes.
+
+:class:`Sketches` loads the sketch from ``sketch.path`` or downloads it from the collector,
+verifies it (HMAC, size, pattern) and, when it is refused or missing, names the fallback
+policy ``oldest-first`` and why (for the log and the metrics). It prefers the learned
+sketch this device saved, while that one derives from the sketch published now (its ETag,
+the SHA-256 of the signed bytes, is kept beside it). :class:`_SketchWatch` retries a failed
+download with backoff and asks for a newer sketch every ``sketch.check_interval`` seconds
+(``If-None-Match``); a new verified sketch is offered to the agent, which takes it into use
+between chunks (:meth:`Sketches.take_offered`, then :meth:`Sketches.adopt`). The learned
+sketch is saved signed and atomically every ``sketch.save_every`` events and on exit.
+
+The agent owns the matcher: it builds one with the sketch this gives it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+
+from acep.pattern import partition_attribute
+from history.policies import HistoryPolicy
+from history.sketch import Sketch, SketchError, read_key
+
+from .config import AgentConfig
+from .outbox import Backoff
+from .uplink import Uplink, download_sketch
+from .wire import sketch_etag
+
+__all__ = ["Sketches", "FALLBACK_POLICY"]
+
+log = logging.getLogger("edge.agent")
+FALLBACK_POLICY = "oldest-first"
+
+
+class Sketches:
+    """The sketch side of one agent (``cfg.sketch`` may be None: no sketch).
+
+    ``policy_name``/``policy_error`` are what the metrics show; ``history`` is the running
+    :class:`HistoryPolicy` (None without one), ``origin`` the ETag of the sketch it was
+    learned from and ``published`` the last published ETag seen (``If-None-Match``)."""
+
+    def __init__(self, cfg: AgentConfig, uplink: Uplink | None):
+        self.cfg, self.uplink = cfg, uplink
+        self.policy_name, self.policy_error = FALLBACK_POLICY, None
+        self.history: HistoryPolicy | None = None
+        self.origin: str | None = None
+        self.published: str | None = None
+        self.download_failed = False
+        self.counts = {"sketch_saves": 0, "sketch_updates": 0}
+        self._since_save = 0
+        self._offered: tuple | None = None  # a new verified sketch from _SketchWatch
+        self._offer_lock = threading.Lock()
+
+    def refuse(self, why: str) -> None:
+        self.policy_error = f"sketch refused: {why}"
+        log.error("%s; using the fallback policy %s", self.policy_error, FALLBACK_POLICY)
+
+    def watch(self, stop: threading.Event) -> None:
+        """Start the thread that retries a failed download and asks for new sketches
+        (only with ``sketch.download`` and a collector)."""
+        if self.cfg.sketch is not None and self.cfg.sketch.download and self.uplink is not None:
+            _SketchWatch(self, stop).start()
+
+    def load(self) -> Sketch | None:
+        """The verified sketch to start with, or None (logged) when it is missing, tampered
+        or oversized. The learned sketch saved by this device (``save_path``) is used when
+        it derives from the sketch published now (or, while a download fails, the last one
+        kept at ``sketch.path``)."""
+        sk = self.cfg.sketch
+        try:
+            key = _read_key(sk.key_file, "sketch.key_file")
+            device_key = _read_key(sk.device_key_file, "sketch.device_key_file") \
+                if sk.device_key_file else key
+        except OSError as e:
+            self.refuse(str(e))
+            return None
+        learned = self._learned(device_key)
+        try:
+            data = self._original()
+        except OSError as e:
+            if sk.download:  # _SketchWatch retries; a kept copy or a learned sketch serves
+                self.download_failed = True
+                log.warning("sketch download failed (%s); retrying with backoff", e)
+            if learned is not None:
+                log.info("using the learned sketch %s until the download succeeds",
+                         sk.save_path)
+                self.origin = learned[1]
+                return learned[0]
+            if sk.download:
+                self.policy_error = f"sketch download failed: {e}"
+                log.error("%s; using the fallback policy %s until it succeeds",
+                          self.policy_error, FALLBACK_POLICY)
+            else:
+                self.refuse(str(e))
+            return None
+        etag = self.published = sketch_etag(data)
+        if learned is not None:
+            if learned[1] == etag:
+                log.info("loaded the learned sketch %s", sk.save_path)
+                self.origin = etag
+                return learned[0]
+            log.info("the learned sketch %s derives from sketch %s, not from the sketch "
+                     "now published (%s): starting from the published one", sk.save_path,
+                     (learned[1] or "unrecorded")[:16], etag[:16])
+        try:
+            sketch = self.fitting(Sketch.from_bytes(data, key, sk.max_bytes))
+        except SketchError as e:
+            self.refuse(str(e))
+            return None
+        self.origin = etag
+        return sketch
+
+    def _original(self) -> bytes:
+        """The published sketch's bytes: downloaded (kept at ``sketch.path``, which a
+        ``304`` confirms) or read from ``sketch.path``. Raises OSError."""
+        sk = self.cfg.sketch
+        kept = None
+        if sk.path and os.path.exists(sk.path):
+            with open(sk.path, "rb") as fh:
+                kept = fh.read(sk.max_bytes + 1)
+        if not sk.download:
+            if kept is None:
+                raise OSError(f"sketch.path: {sk.path}: no such file")
+            return kept
+        try:
+            data = self.fetch(None if kept is None else sketch_etag(kept))
+        except OSError:
+            if kept is None:
+                raise
+            self.download_failed = True
+            log.warning("sketch download failed; using the copy kept at %s until it "
+                        "succeeds", sk.path)
+            return kept
+        if data is None:
+            return kept
+        if sk.path:
+            _atomic_write(sk.path, data)
+        return data
+
+    def _learned(self, key: bytes) -> tuple[Sketch, str | None] | None:
+        """The learned sketch at ``save_path`` and the ETag of the sketch it was learned
+        from (None when not recorded), or None."""
+        sk = self.cfg.sketch
+        if not sk.save_path or not os.path.exists(sk.save_path):
+            return None
+        try:
+            sketch = self.fitting(Sketch.load(sk.save_path, key, sk.max_bytes))
+        except (SketchError, OSError) as e:
+            log.warning("learned sketch %s not used (%s); trying the original",
+                        sk.save_path, e)
+            return None
+        try:
+            with open(sk.save_path + ".origin") as fh:
+                origin = fh.read().strip() or None
+        except OSError:
+            origin = None
+        return sketch, origin
+
+    def fetch(self, etag: str | None) -> bytes | None:
+        """``GET /v1/sketches/{pattern.id}``, with ``If-None-Match: etag`` when given:
+        the bytes (not verified), or None when the published sketch is still ``etag``.
+        Raises OSError naming the problem."""
+        return download_sketch(self.uplink, self.cfg.pattern.id, self.cfg.sketch.max_bytes,
+                               etag)
+
+    def offer(self, data: bytes) -> None:
+        """A newly published sketch (from :class:`_SketchWatch`'s thread): verified here,
+        taken into use by the agent's loop between chunks (:meth:`take_offered`)."""
+        sk, etag = self.cfg.sketch, sketch_etag(data)
+        self.published = etag
+        try:
+            sketch = self.fitting(Sketch.from_bytes(
+                data, _read_key(sk.key_file, "sketch.key_file"), sk.max_bytes))
+        except (SketchError, OSError) as e:
+            log.error("the sketch published as %s is refused: %s; keeping the policy %s",
+                      etag[:16], e, self.policy_name)
+            return
+        with self._offer_lock:
+            self._offered = (sketch, etag, data)
+
+    def take_offered(self) -> tuple[Sketch, str, bytes] | None:
+        """The sketch offered since the last call (sketch, ETag, bytes), or None."""
+        with self._offer_lock:
+            offered, self._offered = self._offered, None
+        return offered
+
+    def adopt(self, policy: HistoryPolicy, etag: str, data: bytes) -> None:
+        """The agent runs ``policy`` now, made of the sketch published as ``etag``: keep
+        its bytes at ``sketch.path`` and save the learned sketch with its new origin."""
+        was = self.policy_name
+        self.history, self.policy_name, self.policy_error = policy, "history", None
+        self.origin, self.download_failed = etag, False
+        self.counts["sketch_updates"] += 1
+        log.info("using the sketch published as %s (policy was %s)", etag[:16], was)
+        if self.cfg.sketch.path:
+            try:
+                _atomic_write(self.cfg.sketch.path, data)
+            except OSError as e:
+                log.error("could not keep the sketch at %s: %s", self.cfg.sketch.path, e)
+        self.save()
+
+    def fitting(self, sketch: Sketch) -> Sketch:
+        """``sketch`` if this agent's pattern can use it; else :class:`SketchError` naming
+        what differs."""
+        p = self.cfg.pattern
+        try:
+            partition = partition_attribute(p.where, p.partition)
+        except ValueError:
+            partition = p.partition  # the matcher will name what is wrong with the pattern
+        problem = sketch.mismatch(p.text, p.k, p.window, p.where, partition)
+        if problem is not None:
+            raise SketchError(problem)
+        return sketch
+
+    def learned(self, n: int) -> None:
+        """``n`` more events were matched: save the learned sketch every
+        ``sketch.save_every`` events."""
+        self._since_save += n
+        if self.cfg.sketch and self._since_save >= self.cfg.sketch.save_every:
+            self.save()
+
+    def save(self) -> None:
+        """Save the learned sketch (signed, atomically) and then its origin beside it."""
+        self._since_save = 0
+        sk = self.cfg.sketch
+        if sk is None or self.history is None or not sk.save_path \
+                or self.history.learning_rate == 0:
+            return
+        try:
+            key = _read_key(sk.device_key_file or sk.key_file, "sketch.device_key_file")
+            _atomic_write(sk.save_path, self.history.learned_sketch().to_bytes(key))
+            if self.origin is not None:  # after the sketch: a crash between keeps the old
+                _atomic_write(sk.save_path + ".origin", self.origin.encode())  # origin
+            self.counts["sketch_saves"] += 1
+        except (OSError, SketchError) as e:
+            log.error("could not save the learned sketch to %s: %s", sk.save_path, e)
+
+
+class _SketchWatch(threading.Thread):
+    """Asks the collector for the published sketch: after a failed download again with
+    the outbox's backoff, then every ``sketch.check_interval`` seconds (0: never) with
+    ``If-None-Match``. A new one goes to :meth:`Sketches.offer`."""
+
+    def __init__(self, sketches: Sketches, stop: threading.Event):
+        super().__init__(name="acep-sketch", daemon=True)
+        self.sketches, self.stop_event = sketches, stop
+
+    def run(self) -> None:
+        sketches, ob = self.sketches, self.sketches.cfg.outbox
+        backoff = Backoff(base_delay=ob.backoff_base, max_delay=ob.backoff_max)
+        interval = sketches.cfg.sketch.check_interval
+        failures = 1 if sketches.download_failed else 0
+        while failures or interval > 0:
+            delay = backoff.delay("sketch", failures) if failures else interval
+            if self.stop_event.wait(delay):
+                return
+            try:
+                data = sketches.fetch(sketches.published)
+            except OSError as e:
+                failures += 1
+                log.warning("sketch download failed (%s); retrying with backoff", e)
+                continue
+            failures = 0
+            if data is not None:
+                sketches.offer(data)
+
+
+def _read_key(path: str | None, name: str) -> bytes:
+    if path is None:
+        raise OSError(f"{name}: not set")
+    try:
+        return read_key(path)
+    except OSError as e:
+        raise OSError(f"{name}: {e}") from None
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    """Write to a temporary file beside ``path``, fsync, rename: never half a file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
