@@ -79,8 +79,11 @@ def open_file(directory: str, identity: dict) -> io.BufferedReader | None:
             return None
         try:
             fh = open(path, "rb")
-        except OSError:
+        except FileNotFoundError:
             continue
+        except OSError as e:  # not a move: say what it is, not "not found"
+            log.warning("cannot open %s (%s)", path, e)
+            return None
         st = os.fstat(fh.fileno())
         if (st.st_dev, st.st_ino) == (identity["dev"], identity["ino"]) and \
                 fingerprint(fh.fileno(), identity["fp_bytes"]) == identity["fp"]:

@@ -503,6 +503,20 @@ def test_a_rotated_file_deleted_as_a_restart_finds_it_is_missed_not_a_crash(
     assert outbox_rows(tmp_path)  # the first run's batches are all there
 
 
+def test_a_rotated_file_that_cannot_be_opened_is_named_with_the_reason(
+        tmp_path, caplog, monkeypatch):
+    events = stream(1600, seed=13)
+    follow_rotation(tmp_path, [events[:1000], events[1000:1003]])
+
+    def unreadable(found):  # its name now holds something open() refuses, not a move
+        os.unlink(found)
+        os.mkdir(found)
+    moved = moving_after_find(monkeypatch, unreadable)
+    final = restart(tmp_path, events[1003:])
+    assert final["events_in"] == 597 and final["events_replayed"] == 3
+    assert f"cannot open {moved[0]} ([Errno 21] Is a directory" in caplog.text
+
+
 def test_a_rotated_file_renamed_as_a_restart_finds_it_is_found_again(
         tmp_path, caplog, monkeypatch):
     events = stream(1600, seed=13)
