@@ -65,6 +65,7 @@ from .wire import (
 __all__ = ["Agent", "main", "fresh_seq", "FALLBACK_POLICY"]
 
 log = logging.getLogger("edge.agent")
+LAST_BEAT_TIMEOUT = 2.0  # seconds the final heartbeat may take at exit
 
 
 class Agent:
@@ -271,6 +272,7 @@ class Agent:
                 metrics_thread.join()
                 self.sketches.save()
                 final = self.metrics(source)
+                self._last_heartbeat(final)
                 if uploader is not None and final["outbox_pending"]:
                     log.warning("%d batches (%d bytes) are not acknowledged by the collector "
                                 "(last error: %s); they stay in %s and the next run sends "
@@ -537,6 +539,14 @@ class Agent:
             return
         self._beat_at = doc["time"]
         self.uploader.beat(doc)
+
+    def _last_heartbeat(self, final: dict) -> None:
+        """The final metrics with ``"stopped": true``, so that the collector tells an agent
+        that stopped from one that died or lost its link. A collector that does not answer
+        within ``LAST_BEAT_TIMEOUT`` does not hold the exit up for long."""
+        if self.uploader is not None and self.cfg.heartbeat > 0:
+            self.uploader.beat({**final, "stopped": True})
+            self.uploader.send_beat(LAST_BEAT_TIMEOUT)
 
     def _emit_metrics(self, doc: dict) -> None:
         line = json.dumps(doc, sort_keys=True)

@@ -51,12 +51,12 @@ class Uplink:
         h = {"Authorization": f"Bearer {self.token}", **(headers or {})}
         return urllib.request.Request(self.url + path, data=body, method=method, headers=h)
 
-    def _post(self, path: str, body: bytes, content_type: str
+    def _post(self, path: str, body: bytes, content_type: str, timeout: float | None = None
               ) -> tuple[int, bytes] | Outcome:
         """``(status, answer body)``, or a ``"retry"`` outcome when no answer came."""
         req = self._request("POST", path, body, {"Content-Type": content_type})
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
                 return resp.status, resp.read(1 << 16)
         except urllib.error.HTTPError as e:
             return e.code, _read(e)
@@ -79,11 +79,11 @@ class Uplink:
             return Outcome("retry", status, f"200 with status {answer.get('status')!r}")
         return _classify(status, _error_text(text))
 
-    def post_heartbeat(self, status: dict) -> Outcome:
+    def post_heartbeat(self, status: dict, timeout: float | None = None) -> Outcome:
         """``POST /v1/heartbeat`` with ``status`` (the agent's metrics) as JSON: ``"ack"``
         on 200; never raises for network or HTTP problems."""
         body = json.dumps(status, default=str).encode()
-        answer = self._post("/v1/heartbeat", body, "application/json")
+        answer = self._post("/v1/heartbeat", body, "application/json", timeout)
         if isinstance(answer, Outcome):
             return answer
         code, text = answer
@@ -190,13 +190,13 @@ class Uploader(threading.Thread):
             self._beat = status
             self.wake.set()
 
-    def send_beat(self) -> bool:
+    def send_beat(self, timeout: float | None = None) -> bool:
         """Send the heartbeat waiting, if any (not while uploads are on hold for a refused
         token: it would be refused too); False when none was sent."""
         status, self._beat = self._beat, None
         if status is None or time.time() < self.hold_until:
             return False
-        out = self.uplink.post_heartbeat(status)
+        out = self.uplink.post_heartbeat(status, timeout)
         if out.action == "ack":
             if self._beat_streak:
                 log.info("heartbeats go through again")

@@ -309,12 +309,14 @@ def test_heartbeats_show_a_device_that_is_up_with_nothing_to_upload(tmp_path, co
     assert json.loads(doc)["device"] == DEVICE and json.loads(doc)["consumed"] == 0
     run.append(stream(300, seed=4))
     wait_for(lambda: json.loads(status()[1])["consumed"] == 300, "a heartbeat after events")
+    assert "stopped" not in json.loads(status()[1])
     final = run.stop()
     assert final["heartbeats"] >= 2
     listed = subprocess.run(collector._cmd("--list-devices"), cwd=ROOT, capture_output=True,
                             text=True, timeout=60)
     (device,) = [json.loads(line) for line in listed.stdout.splitlines()]
-    assert device["last_seen"] > seen and device["status"]["consumed"] == 300
+    assert device["last_seen"] > seen  # the last heartbeat: the final metrics, at the stop
+    assert device["status"] == {**final, "stopped": True}
 
 
 # --------------------------------------------------------------------------- faults
