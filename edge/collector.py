@@ -35,6 +35,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from aiohttp import web
 
+from . import exposition
 from .archive import Archive, archive_path
 from .archive import encode as encode_archive
 from .recheck import recheck_batch
@@ -56,9 +57,11 @@ def _error(status: int, message: str) -> web.Response:
 
 
 def _status_doc(body: bytes) -> dict | web.Response:
-    """A heartbeat's body as a JSON object, or the 400 naming what is wrong with it."""
+    """A heartbeat's body as a JSON object, or the 400 naming what is wrong with it.
+    ``NaN`` and ``Infinity`` (Python's ``json`` writes them) become null: what
+    ``--list-devices`` prints stays JSON."""
     try:
-        doc = json.loads(body)
+        doc = json.loads(body, parse_constant=lambda _: None)
     except (ValueError, RecursionError) as exc:
         return _error(400, f"heartbeat: body is not JSON ({exc})")
     if not isinstance(doc, dict):
@@ -397,14 +400,18 @@ class Collector:
         return web.json_response({"status": "ok"})
 
     async def metrics_view(self, request: web.Request) -> web.Response:
-        doc = {name: self.metrics.get(name, 0) for name in (
-            "batches_stored", "batches_duplicate", "batches_conflict", "batches_decoded",
-            "matches_stored",
-            "summary_rows_stored",
-            "exact_rechecks", "exact_matches", "rechecks_unsupported", "sketches_stored",
-            "heartbeats", "bytes_in")}
+        """The counters as JSON, or for Prometheus (``Accept: text/plain`` or OpenMetrics,
+        or ``?format=prometheus``) with each device's last request and heartbeat."""
+        uptime = time.time() - self.started
+        accept = request.headers.get("Accept", "")
+        if exposition.wants_prometheus(accept, request.query):
+            devices = await self.run(self.store.devices)
+            body, content_type = exposition.render(self.metrics, self.status_counts, uptime,
+                                                   devices, accept)
+            return web.Response(body=body, headers={"Content-Type": content_type})
+        doc = {name: self.metrics.get(name, 0) for name in exposition.COUNTERS}
         doc["requests"] = {str(k): v for k, v in sorted(self.status_counts.items())}
-        doc["uptime_s"] = round(time.time() - self.started, 3)
+        doc["uptime_s"] = round(uptime, 3)
         return web.json_response(doc)
 
 

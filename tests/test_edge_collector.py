@@ -509,6 +509,48 @@ def test_heartbeats_and_requests_tell_when_a_device_was_last_seen(srv):
     assert request(srv.url + "/v1/devices")[0] == 401
 
 
+def test_metrics_for_prometheus_say_what_the_json_says_and_when_each_device_was_seen(srv):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    assert post(srv, encode_batch(make_batch("d1", 0)), srv.tokens["d1"])[0] == 200
+    assert beat(srv, json.dumps({"outbox_pending": 4, "outbox_dead": 1, "lag_s": 0.25}).encode(),
+                srv.tokens["d1"])[0] == 200
+    assert beat(srv, b'{"outbox_pending": "many", "outbox_dead": true, "lag_s": NaN}',
+                srv.tokens["d2"])[0] == 200  # a device's numbers are not trusted
+    assert post(srv, b"not msgpack", srv.tokens["d2"])[0] == 400
+    listed = {d["device"]: d for d in map(json.loads, fleet(srv, "--list-devices")
+                                          .stdout.splitlines())}
+    assert listed["d2"]["status"] == {"outbox_pending": "many", "outbox_dead": True,
+                                      "lag_s": None}  # NaN is not JSON: stored as null
+    as_json = json.loads(request(srv.url + "/metrics")[1])
+    status, text, headers = request(srv.url + "/metrics",
+                                    headers={"Accept": "text/plain;version=0.0.4"})
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text.decode())
+               for s in family.samples}
+    for name in ("batches_stored", "batches_decoded", "matches_stored", "heartbeats",
+                 "bytes_in"):
+        assert samples[(f"acep_collector_{name}_total", ())] == as_json[name], name
+    for code, n in as_json["requests"].items():  # without the JSON request itself
+        assert samples[("acep_collector_requests_total", (("status", code),))] >= n
+    assert samples[("acep_collector_requests_total", (("status", "400"),))] == 1
+    seen = {labels[0][1]: v for (name, labels), v in samples.items()
+            if name == "acep_device_last_seen_timestamp_seconds"}
+    assert seen == {d: listed[d]["last_seen"] for d in ("d1", "d2")}  # admin: never seen
+    gauges = {(name, labels[0][1]): v for (name, labels), v in samples.items()
+              if name in ("acep_device_outbox_pending", "acep_device_outbox_dead",
+                          "acep_device_lag_s")}
+    assert gauges == {("acep_device_outbox_pending", "d1"): 4.0,
+                      ("acep_device_outbox_dead", "d1"): 1.0, ("acep_device_lag_s", "d1"): 0.25}
+    status, text, headers = request(srv.url + "/metrics", headers={
+        "Accept": "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"})
+    assert headers["Content-Type"].startswith("application/openmetrics-text")
+    assert text.decode().endswith("# EOF\n")
+    assert request(srv.url + "/metrics?format=prometheus")[2]["Content-Type"].startswith(
+        "text/plain")
+
+
 def test_a_database_from_before_heartbeats_and_digests_is_upgraded_in_place(tmp_path):
     db = tmp_path / "old.db"
     with sqlite3.connect(db) as old:  # the first schema's two tables, one device in it

@@ -1,0 +1,96 @@
+"""The collector's ``GET /metrics`` for Prometheus (``docs/WIRE.md``, HTTP API).
+
+The counters since the server started, as ``acep_collector_*_total``, and per device its
+last request (``acep_device_last_seen_timestamp_seconds``, to alert on ``time() - x``) and
+a few numbers of its last heartbeat (outbox backlog, dead letters, lag). A heartbeat's
+status comes from a device, so only finite numbers are taken from it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+
+__all__ = ["wants_prometheus", "render", "COUNTERS", "DEVICE_GAUGES"]
+
+COUNTERS = {
+    "batches_stored": "batches stored",
+    "batches_duplicate": "batches answered as duplicates (stored before)",
+    "batches_conflict": "batches refused: their id is stored with another body (409)",
+    "batches_decoded": "batches decoded (resent bodies are answered without decoding)",
+    "matches_stored": "match rows stored",
+    "summary_rows_stored": "condensed summary rows stored",
+    "exact_rechecks": "uploaded matches re-checked by the exact engine",
+    "exact_matches": "re-checked matches the exact engine confirmed",
+    "rechecks_unsupported": "uploaded matches whose pattern the exact engine cannot check",
+    "sketches_stored": "sketches published",
+    "heartbeats": "device heartbeats received",
+    "bytes_in": "request body bytes received",
+}
+DEVICE_GAUGES = {
+    "outbox_pending": "batches waiting in the device's outbox, at its last heartbeat",
+    "outbox_dead": "dead letters in the device's outbox, at its last heartbeat",
+    "lag_s": "seconds the device's matching lagged behind its input, at its last heartbeat",
+}
+
+
+def wants_prometheus(accept: str, query: Mapping[str, str]) -> bool:
+    """Prometheus asks for text or OpenMetrics; a browser or ``curl`` gets the JSON."""
+    if query.get("format") == "prometheus":
+        return True
+    return "text/plain" in accept or "application/openmetrics-text" in accept
+
+
+def render(counters: Mapping[str, int], requests: Mapping[int, int], uptime: float,
+           devices: list[dict], accept: str) -> tuple[bytes, str]:
+    """The exposition body and its Content-Type, in the format ``accept`` prefers."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(counters, requests, uptime, devices))
+    encoder, content_type = choose_encoder(accept)
+    return encoder(registry), content_type
+
+
+class _Families:
+    """A prometheus_client collector over numbers already counted."""
+
+    def __init__(self, counters, requests, uptime, devices):
+        self.counters, self.requests = counters, requests
+        self.uptime, self.devices = uptime, devices
+
+    def collect(self) -> Iterator[Metric]:
+        for name, doc in COUNTERS.items():
+            yield CounterMetricFamily(f"acep_collector_{name}", doc,
+                                      value=self.counters.get(name, 0))
+        by_status = CounterMetricFamily("acep_collector_requests", "HTTP requests answered",
+                                        labels=["status"])
+        for status, n in sorted(self.requests.items()):
+            by_status.add_metric([str(status)], n)
+        yield by_status
+        yield GaugeMetricFamily("acep_collector_uptime_seconds", "seconds since the start",
+                                value=self.uptime)
+        yield from self._devices()
+
+    def _devices(self) -> Iterator[Metric]:
+        seen = GaugeMetricFamily("acep_device_last_seen_timestamp_seconds",
+                                 "when the device last made an authenticated request or "
+                                 "heartbeat (Unix time)", labels=["device"])
+        gauges = {k: GaugeMetricFamily(f"acep_device_{k}", doc, labels=["device"])
+                  for k, doc in DEVICE_GAUGES.items()}
+        for d in self.devices:
+            if d["last_seen"] is not None:
+                seen.add_metric([d["device"]], d["last_seen"])
+            for key, family in gauges.items():
+                value = (d["status"] or {}).get(key)
+                if _finite(value):
+                    family.add_metric([d["device"]], float(value))
+        yield seen
+        yield from gauges.values()
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        math.isfinite(value)
