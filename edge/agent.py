@@ -98,7 +98,7 @@ class Agent:
         self.uploader: Uploader | None = None
         self._beat_at = 0.0  # when the last heartbeat was handed to the uploader
         self.uplink = None if config.collector_url is None else \
-            Uplink(config.collector_url, config.token or "", config.timeout)
+            Uplink(config.collector_url, config.token or "", config.timeout, config.ca_file)
         self.sketches = Sketches(config, self.uplink)
         self.wallclock: WallClockBudget | None = None
         self._stats_carry = {"candidates": 0, "shed": 0, "decide_ns": 0}

@@ -27,6 +27,7 @@ import json
 import multiprocessing
 import os
 import signal
+import ssl
 import sys
 import time
 from collections import Counter
@@ -493,22 +494,43 @@ def make_app(collector: Collector) -> web.Application:
     return app
 
 
-async def serve(collector: Collector, host: str, port: int, ready=print) -> None:
-    """Serve until SIGTERM or SIGINT, then finish the requests in flight and return."""
+async def serve(collector: Collector, host: str, port: int, ready=print,
+                tls: ssl.SSLContext | None = None) -> None:
+    """Serve until SIGTERM or SIGINT, then finish the requests in flight and return;
+    HTTPS with ``tls`` (:func:`server_tls`)."""
     runner = web.AppRunner(make_app(collector), handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=tls)
     await site.start()
     bound = runner.addresses[0]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # before "listening": a client may stop it
         loop.add_signal_handler(sig, stop.set)
-    ready(f"acep collector listening on http://{bound[0]}:{bound[1]}")
+    scheme = "http" if tls is None else "https"
+    ready(f"acep collector listening on {scheme}://{bound[0]}:{bound[1]}")
     try:
         await stop.wait()
     finally:
         await runner.cleanup()
+
+
+def server_tls(cert: str | None, key: str | None) -> ssl.SSLContext | None:
+    """The TLS context of ``--tls-cert``/``--tls-key`` (PEM; TLS 1.2 or later), None for
+    plain HTTP. Raises ``ValueError`` naming the file and the problem."""
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise ValueError("--tls-cert and --tls-key go together (the certificate chain and "
+                         "its private key, PEM)")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"--tls-cert {cert} / --tls-key {key}: cannot load them as a PEM "
+                         f"certificate chain and its key ({exc})") from None
+    return context
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -521,6 +543,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT,
                    help=f"port (default {DEFAULT_PORT}; 0 picks a free one, printed)")
+    p.add_argument("--tls-cert", metavar="PEM",
+                   help="serve HTTPS with this certificate chain (with --tls-key); the "
+                        "agents set collector.ca_file to the CA that signed it")
+    p.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
     p.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY,
                    help="largest request body in bytes (default 16 MiB)")
     p.add_argument("--recheck-workers", type=int, default=2,
@@ -620,11 +646,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.recheck_workers < 0:
         print("acep serve: --recheck-workers must be 0 or more", file=sys.stderr)
         return 2
+    try:
+        tls = server_tls(args.tls_cert, args.tls_key)
+    except ValueError as exc:
+        print(f"acep serve: {exc}", file=sys.stderr)
+        return 2
+    if tls is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"acep serve: warning: plain HTTP on {args.host}: device tokens travel in "
+              "clear; give --tls-cert and --tls-key, or put a TLS proxy in front",
+              file=sys.stderr)
     collector = Collector(store, Archive(args.archive), max_body=args.max_body,
                           sketch_key=key, recheck_workers=args.recheck_workers)
     try:
         asyncio.run(serve(collector, args.host, args.port,
-                          ready=lambda line: print(line, flush=True)))
+                          ready=lambda line: print(line, flush=True), tls=tls))
     finally:
         collector.close()
     print(json.dumps({"stopped": True, **{k: v for k, v in collector.metrics.items()}}),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,8 +119,21 @@ class AgentConfig:
     base_dir: str = "."
     drain_timeout: float = 30.0
     heartbeat: float = 300.0  # seconds between heartbeats to the collector (0: none)
+    ca_file: str | None = None  # the CA the collector's certificate is verified with
     token_file: str | None = None  # where device.token was read from (None: in agent.toml)
     config_path: str | None = None  # the file load_config read (None: parse_config alone)
+
+
+def _check_ca_file(ca_file: str, url: str | None) -> None:
+    """``collector.ca_file`` is for an https collector, and must load as certificates."""
+    if url is None or not url.lower().startswith("https://"):
+        raise ConfigError(f"collector.ca_file: verifies an https collector, but collector.url "
+                          f"is {url!r}")
+    try:
+        ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(f"collector.ca_file: {ca_file} is not a readable PEM certificate "
+                          f"file ({e})") from None
 
 
 def load_config(path: str | os.PathLike) -> AgentConfig:
@@ -220,10 +234,13 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
     timeout = col.positive("timeout", float, 10.0)
     drain_timeout = col.positive("drain_timeout", float, 30.0, zero=True)
     heartbeat = col.positive("heartbeat", float, 300.0, zero=True)
+    ca_file = path_of(col.get("ca_file", str))
     col.done()
     if url is not None and token is None:
         raise ConfigError("device.token: needed to upload to collector.url "
                           "(or give device.token_file)")
+    if ca_file is not None:
+        _check_ca_file(ca_file, url)
 
     pat = _Section(doc, "pattern", required=True)
     where = pat.get("where", (list, str), [])
@@ -334,4 +351,4 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
                               f"{os.path.basename(path)} there)")
     return AgentConfig(device_id, token, url, pattern, source, budget, sketch, outbox,
                        condensed, metrics, timeout, base_dir, drain_timeout, heartbeat,
-                       token_file=token_file)
+                       token_file=token_file, ca_file=ca_file)

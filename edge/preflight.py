@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import stat
 import sys
 import urllib.error
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 
 from .config import AgentConfig, ConfigError, load_config
 from .outbox import read_summary
+from .uplink import tls_context
 
 __all__ = ["Check", "checks", "check", "HTTP_TIMEOUT"]
 
@@ -249,14 +251,14 @@ def _private(what: str, path: str) -> Check:
     return Check("ok", what, f"readable, mode {mode:04o}")
 
 
-def _get(url: str, token: str | None, timeout: float, limit: int
-         ) -> tuple[int | None, bytes, str]:
+def _get(url: str, token: str | None, timeout: float, limit: int,
+         context: ssl.SSLContext | None = None) -> tuple[int | None, bytes, str]:
     """``GET url``: (HTTP status, body up to ``limit`` + 1 bytes, error); status None when
-    no answer came (the error says why)."""
+    no answer came (the error says why: a certificate the CA does not vouch for, too)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     req = urllib.request.Request(url, headers=headers, method="GET")
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
             return r.status, r.read(limit + 1), ""
     except urllib.error.HTTPError as e:
         try:
@@ -283,7 +285,13 @@ def _collector(cfg: AgentConfig):
     /v1/sketches/{pattern.id}`` answered: (status, body) or None."""
     base = cfg.collector_url.rstrip("/")
     timeout = min(cfg.timeout, HTTP_TIMEOUT)
-    status, body, error = _get(base + "/health", None, timeout, 1 << 16)
+    context = tls_context(base, cfg.ca_file)
+    host = urllib.parse.urlsplit(base).hostname or ""
+    if context is None and host not in ("localhost", "127.0.0.1", "::1"):
+        yield Check("WARN", f"collector {base}", "plain http: the device token travels in "
+                                                 "clear (acep serve --tls-cert/--tls-key, "
+                                                 "then https:// and collector.ca_file)")
+    status, body, error = _get(base + "/health", None, timeout, 1 << 16, context)
     if status != 200:
         why = f"not reachable: {error}" if status is None else f"/health answered HTTP " \
                                                                 f"{status} {error}".rstrip()
@@ -294,7 +302,7 @@ def _collector(cfg: AgentConfig):
     yield Check("ok", f"collector {base}", "/health answers")
     path = "/v1/sketches/" + urllib.parse.quote(cfg.pattern.id, safe="")
     limit = cfg.sketch.max_bytes if cfg.sketch is not None else 1 << 16
-    status, body, error = _get(base + path, cfg.token, timeout, limit)
+    status, body, error = _get(base + path, cfg.token, timeout, limit, context)
     what = f"device token ({cfg.device_id})"
     if status in (401, 403):
         yield Check("FAIL", what, f"token refused (GET {path}: HTTP {status} {error}); check "

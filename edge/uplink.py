@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 import threading
 import time
 import urllib.error
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from .outbox import Outbox
 from .wire import sketch_etag
 
-__all__ = ["Uplink", "Outcome", "Uploader", "download_sketch"]
+__all__ = ["Uplink", "Outcome", "Uploader", "download_sketch", "tls_context"]
 
 log = logging.getLogger("edge.agent")
 _RETRY_4XX = (408, 429)
@@ -43,8 +44,10 @@ class Outcome:
 class Uplink:
     """HTTP to the collector at ``url`` with a device's bearer token."""
 
-    def __init__(self, url: str, token: str, timeout: float = 10.0):
+    def __init__(self, url: str, token: str, timeout: float = 10.0,
+                 ca_file: str | None = None):
         self.url, self.token, self.timeout = url.rstrip("/"), token, float(timeout)
+        self.context = tls_context(url, ca_file)
 
     def _request(self, method: str, path: str, body: bytes | None = None,
                  headers: dict | None = None) -> urllib.request.Request:
@@ -56,7 +59,8 @@ class Uplink:
         """``(status, answer body)``, or a ``"retry"`` outcome when no answer came."""
         req = self._request("POST", path, body, {"Content-Type": content_type})
         try:
-            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout,
+                                        context=self.context) as resp:
                 return resp.status, resp.read(1 << 16)
         except urllib.error.HTTPError as e:
             return e.code, _read(e)
@@ -100,7 +104,7 @@ class Uplink:
         headers = {"If-None-Match": f'"{etag}"'} if etag else None
         try:
             with urllib.request.urlopen(self._request("GET", path, headers=headers),
-                                        timeout=self.timeout) as r:
+                                        timeout=self.timeout, context=self.context) as r:
                 data = r.read(max_bytes + 1)
         except urllib.error.HTTPError as e:
             if e.code == 304 and etag:
@@ -111,6 +115,14 @@ class Uplink:
         if len(data) > max_bytes:
             raise OSError(f"GET {path}: more than sketch.max_bytes = {max_bytes} bytes")
         return data
+
+
+def tls_context(url: str, ca_file: str | None = None) -> ssl.SSLContext | None:
+    """How an https ``url`` is verified: by the system's trusted CAs, or with ``ca_file``
+    (a private CA's certificates, PEM) by those alone; None for http."""
+    if not url.lower().startswith("https://"):
+        return None
+    return ssl.create_default_context(cafile=ca_file)
 
 
 def download_sketch(uplink: Uplink, pattern_id: str, max_bytes: int,

@@ -92,6 +92,7 @@ class Collector:
         self.tmp, self.db, self.archive = tmp, tmp / "collector.db", tmp / "archive"
         (tmp / "sketch.key").write_bytes(SKETCH_KEY + b"\n")
         self.port, self.proc, self.starts = 0, None, 0
+        self.extra: tuple[str, ...] = ()  # more arguments of acep serve (e.g. TLS)
 
     def _cmd(self, *extra: str) -> list[str]:
         return [sys.executable, "-m", "edge.collector", "--db", f"sqlite:///{self.db}", *extra]
@@ -108,13 +109,13 @@ class Collector:
         with open(out, "w") as o, open(self.tmp / "collector.err", "a") as e:
             self.proc = subprocess.Popen(
                 self._cmd("--archive", str(self.archive), "--port", str(self.port),
-                          "--sketch-key-file", str(self.tmp / "sketch.key")),
+                          "--sketch-key-file", str(self.tmp / "sketch.key"), *self.extra),
                 cwd=ROOT, stdout=o, stderr=e)
 
         def listening():
             assert self.proc.poll() is None, self.log()
             text = out.read_text()
-            return "listening on http://" in text and text.splitlines()[0]
+            return "listening on http" in text and text.splitlines()[0]
 
         line = wait_for(listening, "the collector to listen")
         self.url = line.strip().rsplit(" ", 1)[1]

@@ -50,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--key-file", help="the key that signs the sketch")
     p.add_argument("--publish", metavar="URL", help="PUT the sketch to this collector")
     p.add_argument("--token-file", help="an admin token of the collector (for --publish)")
+    p.add_argument("--ca-file", help="for an https --publish URL: the CA certificate (PEM) "
+                                     "that signed the collector's (default: the system's CAs)")
     p.add_argument("--publish-unchecked", action="store_true",
                    help="publish even if no pattern definition the devices uploaded under "
                         "--pattern-id fits the sketch (e.g. a definition not deployed yet)")
@@ -94,10 +96,25 @@ def _check(args) -> None:
         raise UsageError("--publish needs --token-file and --pattern-id")
     if args.publish_unchecked and not args.publish:
         raise UsageError("--publish-unchecked goes with --publish")
+    if args.ca_file and not (args.publish or "").lower().startswith("https://"):
+        raise UsageError("--ca-file verifies an https:// --publish URL")
+    if args.ca_file:
+        _check_ca_file(args.ca_file)
     if args.archive and args.spec:
         raise UsageError("--spec is for event files; the archive has its own columns")
     if args.pattern_hash and not args.archive:
         raise UsageError("--pattern-hash goes with --archive")
+
+
+def _check_ca_file(path: str) -> None:
+    """Before the job, not after it: the sketch is published last."""
+    import ssl
+
+    try:
+        ssl.create_default_context(cafile=path)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"--ca-file {path}: not a readable PEM certificate file ({exc})"
+                         ) from None
 
 
 def _read_secret(path: str, what: str) -> bytes:
@@ -149,7 +166,8 @@ def run(args) -> int:
             Path(args.sketch).write_bytes(data)
         if args.publish:
             stats["published"] = publish_sketch(args.publish, args.pattern_id, data, token,
-                                                unchecked=args.publish_unchecked)
+                                                unchecked=args.publish_unchecked,
+                                                ca_file=args.ca_file)
     if ratios:
         for line in describe(stats["fit"]):
             print(f"acep train: {line}", file=sys.stderr)

@@ -361,11 +361,21 @@ def _quarantine(spark, bad, matcher_bad: list[dict], directory: str | None) -> d
 
 
 def publish_sketch(url: str, pattern_id: str, data: bytes, token: str,
-                   timeout: float = 30.0, unchecked: bool = False) -> dict:
+                   timeout: float = 30.0, unchecked: bool = False,
+                   ca_file: str | None = None) -> dict:
     """``PUT`` a signed sketch to the collector at ``url``; its JSON answer. The collector
     refuses a sketch that no pattern definition its devices uploaded under ``pattern_id``
-    could use, unless ``unchecked``."""
+    could use, unless ``unchecked``. An https collector is verified by the system's CAs,
+    or by ``ca_file`` alone (the private CA that signed its certificate)."""
     import json
+    import ssl
+
+    try:
+        context = ssl.create_default_context(cafile=ca_file) \
+            if url.lower().startswith("https://") else None
+    except (OSError, ssl.SSLError) as e:
+        raise RuntimeError(f"--ca-file {ca_file}: not a readable PEM certificate file "
+                           f"({e})") from None
 
     path = "/v1/sketches/" + urllib.parse.quote(pattern_id, safe="")
     query = "?unchecked=1" if unchecked else ""
@@ -374,7 +384,7 @@ def publish_sketch(url: str, pattern_id: str, data: bytes, token: str,
                                      "Authorization": f"Bearer {token}",
                                      "Content-Type": "application/octet-stream"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
             return json.loads(resp.read())
     except urllib.error.HTTPError as e:
         detail = e.read().decode("utf-8", "replace")[:2000]

@@ -1,0 +1,127 @@
+"""HTTPS between the agents, the trainer and the collector, with certificates of a private
+CA made for the test (trustme): the collector serves ``--tls-cert``/``--tls-key``, an agent
+with ``collector.ca_file`` uploads, heartbeats and passes ``--check``; without the CA it
+refuses the certificate and keeps its batches; bad TLS settings are refused by name before
+anything runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trustme
+from test_edge_agent import config, stream
+from test_edge_agent_sketch import sketch_bytes
+from test_edge_e2e import ROOT, Collector, query
+from test_edge_preflight import write_config
+
+from edge.agent import Agent
+from edge.config import ConfigError, load_config, parse_config
+from edge.preflight import checks
+from trainer.train import publish_sketch
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> dict[str, Path]:
+    """A CA, the collector's certificate chain and key for 127.0.0.1, and another CA."""
+    d = tmp_path_factory.mktemp("pki")
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    server.cert_chain_pems[0].write_to_path(d / "server.pem")
+    server.private_key_pem.write_to_path(d / "server.key")
+    ca.cert_pem.write_to_path(d / "ca.pem")
+    trustme.CA().cert_pem.write_to_path(d / "other-ca.pem")
+    return {name: d / name for name in ("server.pem", "server.key", "ca.pem", "other-ca.pem")}
+
+
+@pytest.fixture(scope="module")
+def collector(tmp_path_factory, pki):
+    c = Collector(tmp_path_factory.mktemp("collector"))
+    c.extra = ("--tls-cert", str(pki["server.pem"]), "--tls-key", str(pki["server.key"]))
+    c.token = c.add("dev-1")
+    c.admin = c.add("ops", "--add-admin")
+    c.start()
+    assert c.url.startswith("https://127.0.0.1:")
+    yield c
+    c.kill()
+
+
+def agent_doc(tmp: Path, collector: Collector, ca_file: Path | None) -> dict:
+    col = {"url": collector.url, "timeout": 5, "drain_timeout": 1.0}
+    if ca_file is not None:
+        col["ca_file"] = str(ca_file)
+    doc = config(tmp, collector=col, outbox={"backoff_base": 0.05, "backoff_max": 0.2})
+    doc["device"]["token"] = collector.token
+    return doc
+
+
+def test_an_agent_with_the_ca_uploads_over_https_and_says_it_stopped(tmp_path, collector, pki):
+    final = Agent(parse_config(agent_doc(tmp_path, collector, pki["ca.pem"])),
+                  events=stream(800)).run()
+    assert final["batches_put"] > 0 and final["outbox_pending"] == 0
+    stored = query(collector.db, "SELECT batch_id FROM batches WHERE device = 'dev-1'")
+    assert len(stored) >= final["batches_sent"] == final["batches_put"]
+    (status,) = query(collector.db, "SELECT status FROM devices WHERE device_id = 'dev-1'")
+    assert json.loads(status[0])["stopped"] is True  # the final heartbeat went over TLS too
+
+
+@pytest.mark.parametrize("ca", [None, "other-ca.pem"], ids=["system CAs", "another CA"])
+def test_a_collector_certificate_the_ca_does_not_vouch_for_is_refused(tmp_path, collector, pki,
+                                                                      ca):
+    doc = agent_doc(tmp_path, collector, None if ca is None else pki[ca])
+    final = Agent(parse_config(doc), events=stream(300)).run()
+    assert final["batches_put"] > 0 and final["outbox_pending"] == final["batches_put"]
+    assert "CERTIFICATE_VERIFY_FAILED" in final["upload_error"]
+
+
+def test_check_verifies_the_collector_with_the_ca_and_warns_about_plain_http(tmp_path,
+                                                                              collector, pki):
+    cfg = write_config(tmp_path / "good", collector.url, collector.token, sketch=None)
+    cfg.write_text(cfg.read_text().replace("timeout = 5.0\n",
+                                           f'timeout = 5.0\nca_file = "{pki["ca.pem"]}"\n'))
+    lines = [(c.level, c.what, c.why) for c in checks(load_config(cfg))]
+    assert ("ok", f"collector {collector.url}", "/health answers") in lines
+    assert [level for level, what, _ in lines if what.startswith("device token")] == ["ok"]
+    plain = write_config(tmp_path / "plain", "http://192.0.2.1:9", "t", sketch=None)
+    plain.write_text(plain.read_text().replace("timeout = 5.0", "timeout = 0.3"))
+    warned = [c for c in checks(load_config(plain)) if c.level == "WARN"]
+    assert any("plain http: the device token travels in clear" in c.why for c in warned)
+
+
+def test_the_trainer_publishes_over_https_with_the_ca(collector, pki):
+    body = sketch_bytes(0.5)
+    answer = publish_sketch(collector.url, "abc", body, collector.admin, unchecked=True,
+                            ca_file=str(pki["ca.pem"]))
+    assert answer["bytes"] == len(body)
+    with pytest.raises(RuntimeError, match="CERTIFICATE_VERIFY_FAILED"):
+        publish_sketch(collector.url, "abc", body, collector.admin, unchecked=True,
+                       ca_file=str(pki["other-ca.pem"]))
+
+
+def test_bad_tls_settings_are_refused_by_name(tmp_path, pki):
+    serve = [sys.executable, "-m", "edge.collector", "--db", str(tmp_path / "c.db"),
+             "--archive", str(tmp_path / "a"), "--port", "0"]
+    half = subprocess.run(serve + ["--tls-cert", str(pki["server.pem"])], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert half.returncode == 2 and "--tls-cert and --tls-key go together" in half.stderr
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
+    junk = subprocess.run(serve + ["--tls-cert", str(tmp_path / "junk.pem"), "--tls-key",
+                                   str(pki["server.key"])],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert junk.returncode == 2 and f"--tls-cert {tmp_path / 'junk.pem'}" in junk.stderr
+    doc = config(tmp_path, collector={"url": "http://127.0.0.1:1", "ca_file": str(pki["ca.pem"])})
+    doc["device"]["token"] = "t"
+    with pytest.raises(ConfigError, match="collector.ca_file: verifies an https collector"):
+        parse_config(doc)
+    doc["collector"] = {"url": "https://127.0.0.1:1", "ca_file": str(tmp_path / "junk.pem")}
+    with pytest.raises(ConfigError, match="collector.ca_file: .*junk.pem is not a readable PEM"):
+        parse_config(doc)
+    train = subprocess.run([sys.executable, "-m", "trainer.cli", "x.jsonl", "--pattern", "a b",
+                            "--window", "1", "--sketch", "s", "--key-file", "k",
+                            "--ca-file", str(pki["ca.pem"])],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert train.returncode == 2 and "--ca-file verifies an https:// --publish URL" in \
+        train.stderr
