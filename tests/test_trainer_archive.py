@@ -5,6 +5,7 @@ as a few big files (real archive files, a real local Spark session)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,7 +18,13 @@ from edge.archive import Archive  # noqa: E402
 from edge.wire import PatternRef  # noqa: E402
 from trainer.cli import main as train_main  # noqa: E402
 from trainer.exact import main as exact_main  # noqa: E402
-from trainer.sources import TASK_ROWS, ReadTask, plan_archive, task_groups  # noqa: E402
+from trainer.sources import (  # noqa: E402
+    TASK_ROWS,
+    ReadTask,
+    SourceError,
+    plan_archive,
+    task_groups,
+)
 from trainer.train import train  # noqa: E402
 
 OLD = PatternRef("abc", "a b c", 4.0, 1, (), None)
@@ -102,6 +109,33 @@ def test_the_chosen_definition_alone_is_trained(changed, spark):
     old = train([str(changed)], archive=True, pattern_hash=OLD.hash[:8], spark=spark,
                 show_progress=False)
     assert old.stats["events"] == 40 and (old.graph.pattern, old.graph.k) == ("a b c", 1)
+
+
+def test_since_and_before_read_those_days_alone(changed, spark, capsys):
+    names = [(Path(t.source).parent.parent.name, Path(t.source).name)
+             for t in plan_archive(changed, days=(None, "2020-01-02")).tasks]
+    assert names == [("date=2020-01-01", "part-00000000000000000000.parquet")]
+    # the definition changed in 2021: training on the days since needs no --pattern-hash
+    recent = train([str(changed)], archive=True, days=("2021-01-01", None), spark=spark,
+                   show_progress=False)
+    assert recent.stats["events"] == 60 and recent.graph.pattern == "a c"
+    Path("q.sase").write_text("PATTERN SEQ(a x, c z) WITHIN 4")
+    assert exact_main(["q.sase", "--archive", "arch", "--since", "2020-01-02", "--before",
+                       "2021-01-01", "--out", "m", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["events"] == 20  # d1/1
+
+    with pytest.raises(SourceError, match=r"no archive files from 2021-01-01 to before "
+                                          r"2022-01-01 \(it holds 2020-01-01 to 2023-01-01\)"):
+        plan_archive(changed, days=("2021-01-01", "2022-01-01"))
+    for args, message in [(["--since", "2020-13-01"], "--since '2020-13-01' is not a day"),
+                          (["--since", "2021-01-01", "--before", "2021-01-01"],
+                           "--since 2021-01-01 is not before --before 2021-01-01")]:
+        assert train_main(["--archive", "arch", "-o", "h.history", "--no-progress", *args]) == 2
+        assert message in capsys.readouterr().err
+    assert train_main(["x.jsonl", "-p", "a b", "-w", "4", "-o", "h.history", "--since",
+                       "2021-01-01"]) == 2
+    assert "--since and --before pick days of an --archive" in capsys.readouterr().err
+    assert not Path("h.history").exists()
 
 
 def test_a_missing_archive_says_so(tmp_path, capsys):

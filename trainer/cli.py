@@ -22,6 +22,8 @@ __all__ = ["main"]
 def _parser() -> argparse.ArgumentParser:
     from acep.cli import add_fit_options, parse_window
 
+    from .sources import add_day_options
+
     p = argparse.ArgumentParser(
         prog="acep train",
         description="Train a history graph and a signed sketch on Spark from event files or "
@@ -63,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk", type=parse_window, help="time chunk length (default: chosen)")
     p.add_argument("--key-groups", type=int, help="equivalence-key groups (default: chosen)")
     p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
+    add_day_options(p)
     return p
 
 
@@ -86,8 +89,11 @@ def _pattern(args, archived: bool):
 
 
 def _check(args) -> None:
+    from .sources import archive_days
+
     if bool(args.inputs) == bool(args.archive):
         raise UsageError("give event files or --archive DIR (one of the two)")
+    archive_days(args.archive, args.since, args.before)
     if not (args.output or args.sketch or args.publish):
         raise UsageError("nothing to write: give --output, --sketch or --publish")
     if (args.sketch or args.publish) and not args.key_file:
@@ -155,7 +161,7 @@ def run(args) -> int:
                    n_bins=args.bins, master=args.master, cores=args.cores, chunk=args.chunk,
                    key_groups=args.key_groups, quarantine=args.quarantine,
                    show_progress=not args.no_progress, fit=ratios, burst=args.burst,
-                   search=args.search)
+                   search=args.search, days=(args.since, args.before))
     graph, stats = result.graph, dict(result.stats)
     if args.output:
         stats["history_bytes"] = graph.save(args.output)

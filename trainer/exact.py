@@ -82,6 +82,8 @@ from .sources import (
     SYSTEM,
     ReadPlan,
     SourceError,
+    add_day_options,
+    archive_days,
     events_of,
     plan_archive,
     plan_files,
@@ -150,12 +152,14 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
                 master: str | None = None, cores: int | None = None,
                 chunk: float | None = None, key_groups: int | None = None,
                 quarantine: str | None = None, show_progress: bool = True,
-                spark=None) -> ExactBatchResult:
+                spark=None, days: tuple[str | None, str | None] = (None, None)
+                ) -> ExactBatchResult:
     """Run the exact engine over ``inputs`` on Spark; matches to ``output_dir`` (Parquet).
 
     ``archive=True`` reads the collector's archive directory ``inputs[0]`` (``pattern_id``
     picks its pattern's windows when it holds several, ``pattern_hash`` the definition when
-    that id was uploaded with several: :func:`trainer.sources.plan_archive`).
+    that id was uploaded with several, ``days`` = (since, before) the days read:
+    :func:`trainer.sources.plan_archive`).
     ``quarantine``: a directory for the bad rows (Parquet: source, line, position, field,
     reason). Relative paths are taken in the current directory at the call; the result's
     ``output_dir`` is absolute. See the module docstring.
@@ -169,7 +173,7 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
     started = time.perf_counter()
     query = parse_query(query_text)
     splittable, split_reason = key_split(query)
-    plan = plan_archive(inputs[0], pattern_id, pattern_hash) if archive else \
+    plan = plan_archive(inputs[0], pattern_id, pattern_hash, days) if archive else \
         plan_files(inputs, spec)
     check_outputs({"--out": output_dir, "--quarantine": quarantine}, inputs[:1] if archive
                   else inputs, extra=("_query.json",))
@@ -476,12 +480,14 @@ def _parser() -> argparse.ArgumentParser:
                                                        "--out, only a new, empty or earlier "
                                                        "quarantine is replaced)")
     p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
+    add_day_options(p)
     return p
 
 
 def _check(args) -> None:
     if bool(args.inputs) == bool(args.archive):
         raise UsageError("give event files or --archive DIR (one of the two)")
+    archive_days(args.archive, args.since, args.before)
     if args.archive and args.spec:
         raise UsageError("--spec is for event files; the archive has its own columns")
     if (args.pattern_id or args.pattern_hash) and not args.archive:
@@ -511,7 +517,8 @@ def run(args) -> int:
                          pattern_id=args.pattern_id, pattern_hash=args.pattern_hash,
                          output_dir=args.out, master=args.master,
                          cores=args.cores, chunk=args.chunk, key_groups=args.key_groups,
-                         quarantine=args.quarantine, show_progress=not args.no_progress)
+                         quarantine=args.quarantine, show_progress=not args.no_progress,
+                         days=(args.since, args.before))
     stats = result.stats
     print_quarantined("acep exact-batch", result.quarantined, stats["bad_rows"],
                       args.quarantine)

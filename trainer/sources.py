@@ -26,6 +26,7 @@ Consecutive small Parquet tasks (the archive has a file per batch) share a Spark
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 from collections.abc import Sequence
@@ -117,9 +118,38 @@ def plan_files(paths: Sequence[str | os.PathLike], spec: EventSpec) -> ReadPlan:
     return ReadPlan(tasks, spec, attributes, is_time)
 
 
+def add_day_options(parser) -> None:
+    """``--since``/``--before``: which archive days a job reads."""
+    parser.add_argument("--since", metavar="YYYY-MM-DD",
+                        help="archive: only the days from this one (UTC; the day a batch was "
+                             "made on its device, the archive's date= folders)")
+    parser.add_argument("--before", metavar="YYYY-MM-DD",
+                        help="archive: only the days before this one (UTC)")
+
+
+def archive_days(archive: str | None, since: str | None, before: str | None
+                 ) -> tuple[str | None, str | None]:
+    """``(since, before)`` as ISO days, checked: real days, in order, for an archive."""
+    if (since or before) and not archive:
+        raise SourceError("--since and --before pick days of an --archive")
+    for flag, day in (("--since", since), ("--before", before)):
+        if day is not None:
+            try:
+                dt.date.fromisoformat(day)
+            except ValueError:
+                raise SourceError(f"{flag} {day!r} is not a day (YYYY-MM-DD)") from None
+    if since and before and since >= before:
+        raise SourceError(f"--since {since} is not before --before {before}: no day between")
+    return since, before
+
+
 def plan_archive(root: str | os.PathLike, pattern_id: str | None = None,
-                 pattern_hash: str | None = None) -> ReadPlan:
+                 pattern_hash: str | None = None,
+                 days: tuple[str | None, str | None] = (None, None)) -> ReadPlan:
     """Tasks for the collector's archive (``ROOT/date=*/device=*/part-*.parquet``).
+
+    ``days``: ``(since, before)``, ISO days (None: open), the ``date=`` folders read;
+    definitions uploaded only outside them do not count.
 
     ``pattern_id`` picks the pattern when the archive holds more than one; the pattern's
     text, window, k, where and partition come from the files' metadata. Devices may have
@@ -136,6 +166,7 @@ def plan_archive(root: str | os.PathLike, pattern_id: str | None = None,
                    if not p.name.startswith("."))
     if not files:
         raise SourceError(f"{root}: no archive files (date=*/device=*/*.parquet) under it")
+    files = _on_days(root, files, *days)
     patterns, rows = _archive_patterns(files)
     if pattern_id is None:
         if len(patterns) > 1:
@@ -153,6 +184,19 @@ def plan_archive(root: str | os.PathLike, pattern_id: str | None = None,
     attributes = {_archive_name(a): kind for a, kind in attributes.items()
                   if a not in ARCHIVE_RESERVED}
     return ReadPlan(tasks, spec, attributes, is_time, pattern_id, chosen.pattern)
+
+
+def _on_days(root: Path, files: list[Path], since: str | None, before: str | None
+             ) -> list[Path]:
+    def day(p: Path) -> str:
+        return p.parent.parent.name.split("=", 1)[1]
+    kept = [p for p in files if (since is None or day(p) >= since)
+            and (before is None or day(p) < before)]
+    if not kept:
+        held = sorted({day(p) for p in files})
+        raise SourceError(f"{root}: no archive files from {since or 'the first day'} to "
+                          f"before {before or 'the end'} (it holds {held[0]} to {held[-1]})")
+    return kept
 
 
 def _definition(root: Path, pattern_id: str, definitions: list[Definition],

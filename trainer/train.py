@@ -101,17 +101,19 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
           master: str | None = None, cores: int | None = None, chunk: float | None = None,
           key_groups: int | None = None, quarantine: str | None = None,
           show_progress: bool = True, spark=None, fit: Sequence[float] = (),
-          burst: float = 64.0, search: int = 0) -> TrainResult:
+          burst: float = 64.0, search: int = 0,
+          days: tuple[str | None, str | None] = (None, None)) -> TrainResult:
     """Train a history on Spark (see the module docstring). ``archive=True`` reads the
     collector's archive directory ``inputs[0]``; then ``pattern`` defaults to the archived
-    one (``pattern_id`` and ``pattern_hash`` pick it: :func:`trainer.sources.plan_archive`).
+    one (``pattern_id`` and ``pattern_hash`` pick it, ``days`` = (since, before) the days
+    read: :func:`trainer.sources.plan_archive`).
     ``quarantine``: a directory for the bad rows (Parquet). Relative paths are taken in the
     current directory at the call. ``fit``: budget ratios to fit
     the sketch's reserves to (docs/SHEDDING.md 10), for devices whose bucket holds
     ``burst`` events' worth of credit, tuning ``search`` cells per budget by coordinate
     search (``history.fit``, step 4); the result's ``sketch`` has them."""
     started = time.perf_counter()
-    plan = plan_archive(inputs[0], pattern_id, pattern_hash) if archive else \
+    plan = plan_archive(inputs[0], pattern_id, pattern_hash, days) if archive else \
         plan_files(inputs, spec)
     check_outputs({"--quarantine": quarantine}, inputs[:1] if archive else inputs)
     quarantine = absolute(quarantine)  # the caller's directory, not the Spark JVM's
