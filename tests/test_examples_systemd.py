@@ -1,12 +1,13 @@
-"""examples/systemd: the units' command lines are ones ``acep agent`` and ``acep serve``
-accept (parsed by their real argparse parsers, through ``acep.cli``; nothing is run), their
-hardening keeps the files they write writable, and ``systemd-analyze verify`` accepts them
-where it is installed."""
+"""examples/systemd: the units' command lines are ones ``acep agent``, ``acep serve`` and
+``acep train`` accept (parsed by their real argparse parsers, through ``acep.cli``; nothing
+is run), their hardening keeps the files they write writable, and ``systemd-analyze
+verify`` accepts them where it is installed."""
 
 from __future__ import annotations
 
 import argparse
 import configparser
+import datetime as dt
 import shlex
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ import pytest
 from acep import cli
 
 UNITS = Path(__file__).resolve().parents[1] / "examples" / "systemd"
-PROGS = {"acep agent", "acep serve"}
+PROGS = {"acep agent", "acep serve", "acep train"}
 
 
 def service(name: str) -> configparser.SectionProxy:
@@ -84,6 +85,28 @@ def test_the_collector_unit_serves_from_its_state_directory(monkeypatch):
     assert s["User"] and s["User"] != "root" and s["NoNewPrivileges"] == "yes"
 
 
+def test_the_trainer_unit_retrains_on_the_last_weeks_and_publishes(monkeypatch):
+    from trainer.cli import _check
+    from trainer.sources import archive_days
+
+    s = service("acep-train.service")
+    run = parse(command(s["ExecStart"])[1:], monkeypatch)
+    assert run.prog == "acep train" and run.ns.archive and run.ns.pattern_id
+    monkeypatch.undo()
+    assert run.ns.ca_file.startswith("/etc/acep/")  # there on the host, not here:
+    _check(argparse.Namespace(**{**vars(run.ns), "ca_file": None}))  # the job's other checks
+    state = f"/var/lib/{s['StateDirectory']}"
+    assert run.ns.archive.startswith(state + "/") and run.ns.sketch.startswith(state + "/")
+    assert run.ns.publish.startswith("https://") and run.ns.ca_file.endswith(".pem")
+    today = dt.date(2026, 11, 22)
+    assert archive_days(run.ns.archive, run.ns.since, None, today) == ("2026-10-25", None)
+    assert s["User"] == service("acep-collector.service")["User"]
+    assert s["Type"] == "oneshot" and state in s["ReadWritePaths"].split()
+    timer = configparser.ConfigParser(strict=False, interpolation=None)
+    timer.read_string((UNITS / "acep-train.timer").read_text())
+    assert timer["Timer"]["OnCalendar"] and timer["Timer"]["Persistent"] == "true"
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
 def test_systemd_analyze_verify_accepts_the_units(tmp_path):
     """With /opt/acep/bin/acep standing for an executable that exists here (verify checks
@@ -91,11 +114,13 @@ def test_systemd_analyze_verify_accepts_the_units(tmp_path):
     fake = tmp_path / "acep"
     fake.write_text("#!/bin/sh\nexit 0\n")
     fake.chmod(0o755)
-    names = ["acep-agent.service", "acep-collector.service"]
+    names = ["acep-agent.service", "acep-collector.service", "acep-train.service"]
     for name in names:
         text = (UNITS / name).read_text()
         assert "/opt/acep/bin/acep " in text
         (tmp_path / name).write_text(text.replace("/opt/acep/bin/acep ", f"{fake} "))
+    (tmp_path / "acep-train.timer").write_text((UNITS / "acep-train.timer").read_text())
+    names.append("acep-train.timer")
     out = subprocess.run(["systemd-analyze", "verify", *names], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and not out.stderr.strip(), out.stdout + out.stderr

@@ -5,6 +5,7 @@ as a few big files (real archive files, a real local Spark session)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,6 +23,7 @@ from trainer.sources import (  # noqa: E402
     TASK_ROWS,
     ReadTask,
     SourceError,
+    archive_days,
     plan_archive,
     task_groups,
 )
@@ -124,10 +126,14 @@ def test_since_and_before_read_those_days_alone(changed, spark, capsys):
                        "2021-01-01", "--out", "m", "--no-progress"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["events"] == 20  # d1/1
 
+    today = dt.date(2023, 1, 11)  # "Nd": N days before today, UTC
+    assert archive_days("arch", "10d", "0d", today) == ("2023-01-01", "2023-01-11")
+    assert archive_days("arch", "20230101", None, today) == ("2023-01-01", None)
     with pytest.raises(SourceError, match=r"no archive files from 2021-01-01 to before "
                                           r"2022-01-01 \(it holds 2020-01-01 to 2023-01-01\)"):
         plan_archive(changed, days=("2021-01-01", "2022-01-01"))
     for args, message in [(["--since", "2020-13-01"], "--since '2020-13-01' is not a day"),
+                          (["--before", "3days"], "--before '3days' is not a day"),
                           (["--since", "2021-01-01", "--before", "2021-01-01"],
                            "--since 2021-01-01 is not before --before 2021-01-01")]:
         assert train_main(["--archive", "arch", "-o", "h.history", "--no-progress", *args]) == 2

@@ -93,7 +93,7 @@ def _check(args) -> None:
 
     if bool(args.inputs) == bool(args.archive):
         raise UsageError("give event files or --archive DIR (one of the two)")
-    archive_days(args.archive, args.since, args.before)
+    args.since, args.before = archive_days(args.archive, args.since, args.before)
     if not (args.output or args.sketch or args.publish):
         raise UsageError("nothing to write: give --output, --sketch or --publish")
     if (args.sketch or args.publish) and not args.key_file:

@@ -487,7 +487,7 @@ def _parser() -> argparse.ArgumentParser:
 def _check(args) -> None:
     if bool(args.inputs) == bool(args.archive):
         raise UsageError("give event files or --archive DIR (one of the two)")
-    archive_days(args.archive, args.since, args.before)
+    args.since, args.before = archive_days(args.archive, args.since, args.before)
     if args.archive and args.spec:
         raise UsageError("--spec is for event files; the archive has its own columns")
     if (args.pattern_id or args.pattern_hash) and not args.archive:

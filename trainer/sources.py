@@ -120,27 +120,36 @@ def plan_files(paths: Sequence[str | os.PathLike], spec: EventSpec) -> ReadPlan:
 
 def add_day_options(parser) -> None:
     """``--since``/``--before``: which archive days a job reads."""
-    parser.add_argument("--since", metavar="YYYY-MM-DD",
-                        help="archive: only the days from this one (UTC; the day a batch was "
-                             "made on its device, the archive's date= folders)")
-    parser.add_argument("--before", metavar="YYYY-MM-DD",
-                        help="archive: only the days before this one (UTC)")
+    parser.add_argument("--since", metavar="DAY",
+                        help="archive: only the days from this one: YYYY-MM-DD (UTC; the day "
+                             "a batch was made on its device, the archive's date= folders), "
+                             "or Nd, N days before today (a timer's --since 28d)")
+    parser.add_argument("--before", metavar="DAY",
+                        help="archive: only the days before this one (YYYY-MM-DD or Nd)")
 
 
-def archive_days(archive: str | None, since: str | None, before: str | None
-                 ) -> tuple[str | None, str | None]:
-    """``(since, before)`` as ISO days, checked: real days, in order, for an archive."""
+def archive_days(archive: str | None, since: str | None, before: str | None,
+                 today: dt.date | None = None) -> tuple[str | None, str | None]:
+    """``(since, before)`` as ISO days, checked: real days, in order, for an archive.
+    ``Nd`` is ``N`` days before ``today`` (default: today, UTC)."""
     if (since or before) and not archive:
         raise SourceError("--since and --before pick days of an --archive")
-    for flag, day in (("--since", since), ("--before", before)):
-        if day is not None:
-            try:
-                dt.date.fromisoformat(day)
-            except ValueError:
-                raise SourceError(f"{flag} {day!r} is not a day (YYYY-MM-DD)") from None
+    today = today or dt.datetime.now(dt.timezone.utc).date()
+    since, before = (None if day is None else _day(flag, day, today)
+                     for flag, day in (("--since", since), ("--before", before)))
     if since and before and since >= before:
         raise SourceError(f"--since {since} is not before --before {before}: no day between")
     return since, before
+
+
+def _day(flag: str, text: str, today: dt.date) -> str:
+    if text[:-1].isdigit() and text.endswith("d"):
+        return (today - dt.timedelta(days=int(text[:-1]))).isoformat()
+    try:
+        return dt.date.fromisoformat(text).isoformat()
+    except ValueError:
+        raise SourceError(f"{flag} {text!r} is not a day (YYYY-MM-DD, or Nd: N days ago)"
+                          ) from None
 
 
 def plan_archive(root: str | os.PathLike, pattern_id: str | None = None,
