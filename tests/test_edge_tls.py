@@ -21,6 +21,7 @@ from test_edge_preflight import write_config
 from edge.agent import Agent
 from edge.config import ConfigError, load_config, parse_config
 from edge.preflight import checks
+from edge.uplink import Uplink
 from trainer.train import publish_sketch
 
 
@@ -91,11 +92,14 @@ def test_check_verifies_the_collector_with_the_ca_and_warns_about_plain_http(tmp
     assert any("plain http: the device token travels in clear" in c.why for c in warned)
 
 
-def test_the_trainer_publishes_over_https_with_the_ca(collector, pki):
+def test_the_trainer_publishes_and_agents_download_over_https_with_the_ca(collector, pki):
     body = sketch_bytes(0.5)
     answer = publish_sketch(collector.url, "abc", body, collector.admin, unchecked=True,
                             ca_file=str(pki["ca.pem"]))
     assert answer["bytes"] == len(body)
+    # and the agents download it the same way (sketch.download)
+    assert Uplink(collector.url, collector.token, ca_file=str(pki["ca.pem"])).get_sketch(
+        "abc", 1 << 20) == body
     with pytest.raises(RuntimeError, match="CERTIFICATE_VERIFY_FAILED"):
         publish_sketch(collector.url, "abc", body, collector.admin, unchecked=True,
                        ca_file=str(pki["other-ca.pem"]))
