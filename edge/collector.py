@@ -27,6 +27,7 @@ import json
 import multiprocessing
 import os
 import signal
+import sqlite3
 import ssl
 import sys
 import time
@@ -571,6 +572,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="delete the batches created before this UTC day, their matches "
                             "and summaries, and with --archive its days before it; print "
                             "how many; exit (the collector may be running)")
+    tools.add_argument("--backup", metavar="FILE",
+                       help="copy the database to FILE, a new file, consistent also while "
+                            "the collector runs (SQLite's online backup; not cp); print its "
+                            "size and batches; exit")
     return p
 
 
@@ -591,9 +596,16 @@ def _prune(store: Store, args: argparse.Namespace) -> int:
 
 def _maintain(store: Store, args: argparse.Namespace) -> int:
     """``--add-device``, ``--add-admin``, ``--revoke-device``, ``--list-devices``,
-    ``--prune-before``."""
+    ``--prune-before``, ``--backup``."""
     if args.prune_before:
         return _prune(store, args)
+    if args.backup:
+        try:
+            print(json.dumps(store.backup(args.backup)))
+        except (OSError, sqlite3.Error) as exc:
+            print(f"acep serve: --backup: {exc}", file=sys.stderr)
+            return 2
+        return 0
     if args.list_devices:
         for device in store.devices():
             print(json.dumps(device))
@@ -618,12 +630,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         store = open_store(args.db, create=not (args.revoke_device or args.list_devices
-                                                or args.prune_before))
+                                                or args.prune_before or args.backup))
     except ValueError as exc:
         print(f"acep serve: {exc}", file=sys.stderr)
         return 2
     if any((args.add_device, args.add_admin, args.revoke_device, args.list_devices,
-            args.prune_before)):
+            args.prune_before, args.backup)):
         try:
             return _maintain(store, args)
         finally:

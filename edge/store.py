@@ -11,6 +11,7 @@ by :func:`prepare`, which the collector runs in its worker processes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -343,6 +344,23 @@ class Store:
         for i, (j, m, b, f, la, e) in enumerate(zip(*cols)):
             yield (batch.batch_id, i, batch.device, batch.pattern.id,
                    _json(_key(batch.partition[i])), batch.slot, batch.origin, j, m, b, f, la, e)
+
+    def backup(self, path: str | Path) -> dict:
+        """A consistent copy of the database at ``path`` (a new file), also while a
+        collector writes to it: SQLite's online backup, page by page, restarted when a
+        write lands in between. Written beside ``path`` and renamed, so ``path`` is whole
+        or absent. Its size in bytes and the batches it holds."""
+        path = Path(path)
+        if path.exists():
+            raise FileExistsError(f"{path}: exists (a backup never overwrites)")
+        partial = path.with_name(f".{path.name}.partial")
+        partial.unlink(missing_ok=True)
+        with contextlib.closing(sqlite3.connect(partial)) as copy:
+            self._db.backup(copy, pages=4096)
+            batches = copy.execute("SELECT COUNT(*) FROM batches").fetchone()[0]
+            copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
+        os.replace(partial, path)
+        return {"backup": str(path), "bytes": path.stat().st_size, "batches": batches}
 
     def prune(self, before: float, chunk: int = 500) -> dict[str, int]:
         """Delete the batches created before ``before`` (seconds since the epoch) with their

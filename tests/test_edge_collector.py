@@ -573,8 +573,48 @@ def test_a_database_from_before_heartbeats_and_digests_is_upgraded_in_place(tmp_
     store.close()
 
 
+def test_a_backup_taken_while_devices_upload_is_whole_and_consistent(srv, tmp_path):
+    for seq in range(5):
+        assert post(srv, encode_batch(make_batch("d1", seq)), srv.tokens["d1"])[0] == 200
+    stop, posted = threading.Event(), []
+
+    def upload():
+        while not stop.is_set():
+            seq = 100 + len(posted)
+            assert post(srv, encode_batch(make_batch("d2", seq)), srv.tokens["d2"])[0] == 200
+            posted.append(seq)
+    uploader = threading.Thread(target=upload)
+    uploader.start()
+    try:
+        while len(posted) < 3:
+            time.sleep(0.01)
+        done = fleet(srv, "--backup", str(tmp_path / "copy.db"))
+    finally:
+        stop.set()
+        uploader.join()
+    assert done.returncode == 0, done.stderr
+    with sqlite3.connect(tmp_path / "copy.db") as copy:
+        assert copy.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        batches = {b for (b,) in copy.execute("SELECT batch_id FROM batches")}
+        per_batch = dict(copy.execute("SELECT batch_id, COUNT(*) FROM matches GROUP BY 1"))
+    assert {f"d1/{i}" for i in range(5)} | {f"d2/{s}" for s in posted[:3]} <= batches
+    assert batches <= {b for (b,) in srv.rows("SELECT batch_id FROM batches")}
+    assert per_batch == {b: n for b, n in srv.rows("SELECT batch_id, COUNT(*) FROM matches "
+                                                   "GROUP BY 1") if b in batches}
+    assert json.loads(done.stdout) == {"backup": str(tmp_path / "copy.db"), "batches":
+                                       len(batches), "bytes": (tmp_path / "copy.db").stat()
+                                       .st_size}
+    restored = open_store(tmp_path / "copy.db")  # a collector database as it was
+    assert {d["device"] for d in restored.devices()} == {"admin", "d1", "d2"}
+    restored.close()
+    again = fleet(srv, "--backup", str(tmp_path / "copy.db"))
+    assert again.returncode == 2 and "exists (a backup never overwrites)" in again.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if "copy" in p.name) == ["copy.db"]
+
+
 def test_listing_or_revoking_on_a_missing_database_creates_none(tmp_path):
-    for args in (["--list-devices"], ["--revoke-device", "d1"], ["--prune-before", "2026-01-01"]):
+    for args in (["--list-devices"], ["--revoke-device", "d1"], ["--prune-before", "2026-01-01"],
+                 ["--backup", str(tmp_path / "copy.db")]):
         out = subprocess.run([sys.executable, "-m", "edge.collector", "--db",
                               str(tmp_path / "typo.db"), *args],
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
