@@ -26,9 +26,11 @@ sketch the agent runs with the fallback policy ``oldest-first``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -46,7 +48,7 @@ from history.sketch import Sketch
 
 from .budgeting import WallClockBudget
 from .config import AgentConfig, ConfigError, load_config
-from .outbox import Backoff, Outbox, OutboxFull
+from .outbox import Backoff, Outbox, OutboxFull, out_of_space
 from .resume import Progress
 from .retained import Retained
 from .sketches import FALLBACK_POLICY, Sketches
@@ -66,6 +68,7 @@ __all__ = ["Agent", "main", "fresh_seq", "FALLBACK_POLICY"]
 
 log = logging.getLogger("edge.agent")
 LAST_BEAT_TIMEOUT = 2.0  # seconds the final heartbeat may take at exit
+DISK_FULL_RETRY = 5.0  # seconds between two tries of an outbox write refused for room
 
 
 class Agent:
@@ -97,6 +100,9 @@ class Agent:
         self._pending: Future | None = None
         self.uploader: Uploader | None = None
         self._beat_at = 0.0  # when the last heartbeat was handed to the uploader
+        self.disk_full = False  # an outbox write waits for room (_until_written)
+        self._metrics_lost = 0  # metrics lines not written in a row
+        self._gave_up = False  # a write was given up on at a stop: no later one commits
         self.uplink = None if config.collector_url is None else \
             Uplink(config.collector_url, config.token or "", config.timeout, config.ca_file)
         self.sketches = Sketches(config, self.uplink)
@@ -425,13 +431,48 @@ class Agent:
         the progress after it, so a kill leaves a consistent outbox as before; the next
         chunk is decoded and matched while the commit (its fsync) is under way."""
         self._wait_writes()
-        self._pending = self._writer.submit(fn, *args)
+        self._pending = self._writer.submit(self._until_written, fn, *args)
 
     def _wait_writes(self) -> None:
-        """Until the last outbox transaction is committed (its error is raised here)."""
+        """Until the last outbox transaction is committed (its error is raised here; one
+        given up on a full disk at a stop is not an error: it was never committed)."""
         pending, self._pending = self._pending, None
         if pending is not None:
-            pending.result()
+            try:
+                pending.result()
+            except _Unwritten:
+                pass
+
+    def _until_written(self, fn, *args) -> None:
+        """``fn(*args)`` (writer thread); a transaction refused for want of space (a full
+        SD card) is tried again every ``DISK_FULL_RETRY`` seconds until it commits. The
+        loop waits behind it and reads no input meanwhile, so nothing is lost; uploads go
+        on, and each batch acknowledged frees room in the outbox. A stop gives it up, and
+        every transaction after it, so the progress never passes an uncommitted chunk:
+        the next start reads that chunk again."""
+        for attempt in itertools.count():
+            if self._gave_up:
+                raise _Unwritten
+            try:
+                fn(*args)
+            except (OSError, sqlite3.Error) as exc:
+                if not out_of_space(exc):
+                    raise
+                if attempt == 0:
+                    log.error("the outbox's disk is full (%s): the agent holds its input "
+                              "(nothing is lost) and tries the write again every %gs until "
+                              "there is room", exc, DISK_FULL_RETRY)
+                self.disk_full = True
+                if self.stop_event.wait(DISK_FULL_RETRY):
+                    self._gave_up = True
+                    log.warning("stopped while the outbox's disk is full: the last chunk "
+                                "is not committed, and the next start reads it again")
+                    raise _Unwritten from None
+                continue
+            if attempt:
+                log.warning("the outbox is written again (after %d attempts)", attempt + 1)
+            self.disk_full = False
+            return
 
     def _inside(self, found: MatchBatch, events: EventBatch | None) -> MatchBatch:
         """Drop (and count) matches whose trajectory reaches before the kept events: only
@@ -505,7 +546,8 @@ class Agent:
                "outbox_pending_bytes": ob["pending_bytes"], "batches_sent": ob["sent"],
                "bytes_sent": ob["sent_bytes"], "batches_rejected": ob["rejected"],
                "batches_dropped": ob["dropped"], "outbox_dead": ob["dead"],
-               "outbox_dead_bytes": ob["dead_bytes"], "retained_events": len(self.kept),
+               "outbox_dead_bytes": ob["dead_bytes"], "outbox_disk_full": self.disk_full,
+               "retained_events": len(self.kept),
                "uploads_unauthorized": 0, "upload_error": None}
         if self.uploader is not None:
             out["uploads_unauthorized"] = self.uploader.counts["unauthorized"]
@@ -525,10 +567,22 @@ class Agent:
     def _metrics_loop(self, source: Source, done: threading.Event) -> None:
         """A metrics line every ``metrics.interval`` seconds, also while no event arrives."""
         while not done.wait(self.cfg.metrics.interval):
-            with self._loop_lock:
-                doc = self.metrics(source)
+            doc = self._metrics_now(source)
+            if doc is None:
+                continue
             self._emit_metrics(doc)
             self._heartbeat(doc)
+
+    def _metrics_now(self, source: Source) -> dict | None:
+        """The metrics between two chunks; while the loop waits for room on a full disk
+        (it holds the lock but changes nothing), without the lock, so the metrics and the
+        heartbeats say so. None when a chunk takes longer than the interval."""
+        locked = self._loop_lock.acquire(timeout=self.cfg.metrics.interval)
+        try:
+            return self.metrics(source) if locked or self.disk_full else None
+        finally:
+            if locked:
+                self._loop_lock.release()
 
     def _heartbeat(self, doc: dict) -> None:
         """Hand the collector the metrics every ``collector.heartbeat`` seconds, so that
@@ -553,8 +607,20 @@ class Agent:
         if self.cfg.metrics.path is None:
             print(line, file=sys.stderr, flush=True)
             return
-        with open(self.cfg.metrics.path, "a") as fh:
-            fh.write(line + "\n")
+        try:
+            with open(self.cfg.metrics.path, "a") as fh:
+                fh.write(line + "\n")
+        except OSError as exc:  # a full disk must not stop the matching
+            self._metrics_lost += 1
+            if self._metrics_lost == 1:
+                log.error("cannot write metrics.path %s (%s); metrics lines are dropped "
+                          "until it can", self.cfg.metrics.path, exc)
+            return
+        self._metrics_lost = 0
+
+
+class _Unwritten(Exception):
+    """An outbox transaction given up on: the disk was full when the agent stopped."""
 
 
 def fresh_seq() -> int:

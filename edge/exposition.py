@@ -2,8 +2,9 @@
 
 The counters since the server started, as ``acep_collector_*_total``, and per device its
 last request (``acep_device_last_seen_timestamp_seconds``, to alert on ``time() - x``) and
-a few numbers of its last heartbeat (outbox backlog, dead letters, lag). A heartbeat's
-status comes from a device, so only finite numbers are taken from it.
+a few numbers of its last heartbeat (outbox backlog, dead letters, lag, a full disk). A
+heartbeat's status comes from a device, so only finite numbers (and true/false as 1/0) are
+taken from it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ DEVICE_GAUGES = {
     "outbox_pending": "batches waiting in the device's outbox, at its last heartbeat",
     "outbox_dead": "dead letters in the device's outbox, at its last heartbeat",
     "lag_s": "seconds the device's matching lagged behind its input, at its last heartbeat",
+    "outbox_disk_full": "1 while the device's outbox waits for room on a full disk, at its "
+                        "last heartbeat",
 }
 
 
@@ -85,6 +88,7 @@ class _Families:
                 seen.add_metric([d["device"]], d["last_seen"])
             for key, family in gauges.items():
                 value = (d["status"] or {}).get(key)
+                value = float(value) if isinstance(value, bool) else value
                 if _finite(value):
                     family.add_metric([d["device"]], float(value))
         yield seen

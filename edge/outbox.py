@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -43,7 +44,7 @@ import urllib.parse
 from dataclasses import dataclass
 
 __all__ = ["Outbox", "OutboxFull", "Backoff", "Due", "DeadLetter", "POLICIES", "main",
-           "read_summary"]
+           "read_summary", "out_of_space"]
 
 POLICIES = ("drop-oldest", "refuse-new")
 _COUNTERS = ("put", "duplicate", "sent", "sent_bytes", "failed", "dropped", "dropped_bytes",
@@ -428,6 +429,15 @@ class Outbox:
         self.close()
 
 
+def out_of_space(exc: BaseException) -> bool:
+    """A write refused for want of space: SQLite's ``SQLITE_FULL`` ("database or disk is
+    full": the disk, or the database's page limit) or ``ENOSPC``."""
+    if isinstance(exc, sqlite3.OperationalError):
+        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or \
+            "disk is full" in str(exc)
+    return isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+
+
 class _Transaction:
     """``BEGIN IMMEDIATE`` .. ``COMMIT`` (``ROLLBACK`` on error) under the outbox lock."""
 
@@ -445,9 +455,16 @@ class _Transaction:
 
     def __exit__(self, kind, exc, tb) -> None:
         try:
-            self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+            if kind is None:
+                self.db.execute("COMMIT")
         finally:
-            self.lock.release()
+            try:
+                # after an error, or a COMMIT that failed (a full disk): the transaction
+                # must not stay open, and SQLite may have rolled it back already
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+            finally:
+                self.lock.release()
 
 
 def _held(db) -> tuple[int, int, int, int]:

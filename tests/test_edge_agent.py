@@ -360,6 +360,74 @@ def test_sigkill_mid_stream_loses_and_duplicates_nothing(tmp_path):
     assert sorted(rows, key=repr) == sorted(direct(events, flush=False), key=repr)
 
 
+def limit_pages(outbox: Outbox, room: int) -> None:
+    """SQLite's page limit on the outbox's own connection, ``room`` pages above what it
+    holds: its writes then fail as on a full SD card (SQLITE_FULL, "database or disk is
+    full"), which a test cannot make by filling a disk."""
+    with outbox._lock:
+        pages = outbox._db.execute("PRAGMA page_count").fetchone()[0]
+        outbox._db.execute(f"PRAGMA max_page_count = {pages + room}")
+
+
+def run_in_thread(agent: Agent) -> tuple[threading.Thread, list]:
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(agent.run()))
+    thread.start()
+    return thread, out
+
+
+def wait_until(condition, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_a_full_disk_holds_the_input_until_there_is_room_and_loses_nothing(
+        tmp_path, caplog, monkeypatch):
+    import edge.agent
+    monkeypatch.setattr(edge.agent, "DISK_FULL_RETRY", 0.05)
+    events = stream(3000)
+    agent = Agent(parse_config(config(tmp_path, metrics={"interval": 0.05})), events=events)
+    limit_pages(agent.outbox, 2)
+    thread, result = run_in_thread(agent)
+    wait_until(lambda: agent.disk_full, "the disk to be full")
+    held = agent.consumed
+    metrics = tmp_path / "metrics.jsonl"
+    wait_until(lambda: metrics.exists() and '"outbox_disk_full": true' in metrics.read_text(),
+               "a metrics line saying so")
+    assert agent.consumed == held < 3000  # no input is taken meanwhile
+    limit_pages(agent.outbox, 1 << 20)  # room again
+    thread.join(60)
+    final = result[0]
+    assert final["events_in"] == 3000 and not final["outbox_disk_full"]
+    ids, rows = outbox_matches(tmp_path / "outbox.db")
+    assert sorted(rows, key=repr) == sorted(direct(events), key=repr)
+    assert len(ids) == len(set(ids)) == final["batches_put"]
+    said = [r.getMessage() for r in caplog.records if "outbox" in r.getMessage()]
+    assert [m[:26] for m in said] == ["the outbox's disk is full ", "the outbox is written agai"]
+
+
+def test_a_stop_while_the_disk_is_full_leaves_the_chunk_to_the_next_start(
+        tmp_path, caplog, monkeypatch):
+    import edge.agent
+    monkeypatch.setattr(edge.agent, "DISK_FULL_RETRY", 0.05)
+    events = stream(3000)
+    agent = Agent(parse_config(config(tmp_path)), events=events)
+    limit_pages(agent.outbox, 2)
+    thread, result = run_in_thread(agent)
+    wait_until(lambda: agent.disk_full, "the disk to be full")
+    agent.stop()
+    thread.join(60)
+    assert result and result[0]["events_in"] < 3000  # stopped cleanly, not by an exception
+    assert "the next start reads it again" in caplog.text
+    again = Agent(parse_config(config(tmp_path)), events=events)  # room again
+    again.run()
+    ids, rows = outbox_matches(tmp_path / "outbox.db")
+    assert sorted(rows, key=repr) == sorted(direct(events), key=repr)  # none lost, none twice
+    assert len(ids) == len(set(ids))
+
+
 # --------------------------------------------------------------------------- uploads
 
 class _Collector(BaseHTTPRequestHandler):

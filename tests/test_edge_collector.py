@@ -513,14 +513,14 @@ def test_metrics_for_prometheus_say_what_the_json_says_and_when_each_device_was_
     from prometheus_client.parser import text_string_to_metric_families
 
     assert post(srv, encode_batch(make_batch("d1", 0)), srv.tokens["d1"])[0] == 200
-    assert beat(srv, json.dumps({"outbox_pending": 4, "outbox_dead": 1, "lag_s": 0.25}).encode(),
-                srv.tokens["d1"])[0] == 200
-    assert beat(srv, b'{"outbox_pending": "many", "outbox_dead": true, "lag_s": NaN}',
+    assert beat(srv, json.dumps({"outbox_pending": 4, "outbox_dead": 1, "lag_s": 0.25,
+                                 "outbox_disk_full": True}).encode(), srv.tokens["d1"])[0] == 200
+    assert beat(srv, b'{"outbox_pending": "many", "outbox_dead": [1], "lag_s": NaN}',
                 srv.tokens["d2"])[0] == 200  # a device's numbers are not trusted
     assert post(srv, b"not msgpack", srv.tokens["d2"])[0] == 400
     listed = {d["device"]: d for d in map(json.loads, fleet(srv, "--list-devices")
                                           .stdout.splitlines())}
-    assert listed["d2"]["status"] == {"outbox_pending": "many", "outbox_dead": True,
+    assert listed["d2"]["status"] == {"outbox_pending": "many", "outbox_dead": [1],
                                       "lag_s": None}  # NaN is not JSON: stored as null
     as_json = json.loads(request(srv.url + "/metrics")[1])
     status, text, headers = request(srv.url + "/metrics",
@@ -539,10 +539,10 @@ def test_metrics_for_prometheus_say_what_the_json_says_and_when_each_device_was_
             if name == "acep_device_last_seen_timestamp_seconds"}
     assert seen == {d: listed[d]["last_seen"] for d in ("d1", "d2")}  # admin: never seen
     gauges = {(name, labels[0][1]): v for (name, labels), v in samples.items()
-              if name in ("acep_device_outbox_pending", "acep_device_outbox_dead",
-                          "acep_device_lag_s")}
+              if name.startswith("acep_device_") and "last_seen" not in name}
     assert gauges == {("acep_device_outbox_pending", "d1"): 4.0,
-                      ("acep_device_outbox_dead", "d1"): 1.0, ("acep_device_lag_s", "d1"): 0.25}
+                      ("acep_device_outbox_dead", "d1"): 1.0, ("acep_device_lag_s", "d1"): 0.25,
+                      ("acep_device_outbox_disk_full", "d1"): 1.0}
     status, text, headers = request(srv.url + "/metrics", headers={
         "Accept": "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"})
     assert headers["Content-Type"].startswith("application/openmetrics-text")
