@@ -2,7 +2,8 @@
 
 The wire format (:mod:`edge.wire`, ``docs/WIRE.md``), the durable outbox
 (:mod:`edge.outbox`) and the device agent (:mod:`edge.agent`: config, sources, budget
-control, uplink; its sketch in :mod:`edge.sketches`, its progress in :mod:`edge.resume`).
+control, uplink; its sketch in :mod:`edge.sketches`, its progress in :mod:`edge.resume`,
+its outbox writes in :mod:`edge.commits`).
 The collector is :mod:`edge.collector` (server side: aiohttp, pyarrow).
 """
 

@@ -26,16 +26,13 @@ sketch the agent runs with the fallback policy ``oldest-first``.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import logging
 import signal
-import sqlite3
 import sys
 import threading
 import time
 from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -47,8 +44,9 @@ from history.policies import HistoryPolicy
 from history.sketch import Sketch
 
 from .budgeting import WallClockBudget
+from .commits import Commits
 from .config import AgentConfig, ConfigError, load_config
-from .outbox import Backoff, Outbox, OutboxFull, out_of_space
+from .outbox import Backoff, Outbox, OutboxFull
 from .resume import Progress
 from .retained import Retained
 from .sketches import FALLBACK_POLICY, Sketches
@@ -95,14 +93,11 @@ class Agent:
             self.outbox.save_state({"seq": self.seq})
         self.progress = Progress(config, st, self.consumed, self.seq)
         self.stop_event = threading.Event()
-        # outbox transactions run in one writer thread, one at a time (see _write)
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-outbox")
-        self._pending: Future | None = None
+        # outbox transactions: in order, in a thread of their own (edge/commits.py)
+        self.commits = Commits(self.stop_event, DISK_FULL_RETRY)
         self.uploader: Uploader | None = None
         self._beat_at = 0.0  # when the last heartbeat was handed to the uploader
-        self.disk_full = False  # an outbox write waits for room (_until_written)
         self._metrics_lost = 0  # metrics lines not written in a row
-        self._gave_up = False  # a write was given up on at a stop: no later one commits
         self.uplink = None if config.collector_url is None else \
             Uplink(config.collector_url, config.token or "", config.timeout, config.ca_file)
         self.sketches = Sketches(config, self.uplink)
@@ -262,16 +257,15 @@ class Agent:
                 if source.eof and not self.stop_event.is_set() and self._finite():
                     with self._loop_lock:
                         self._finish(source)
-            self._wait_writes()
+            self.commits.wait()
             # the loop ends without a stop only when the run is finite (--once or an ended
             # source): deliver what it queued before exiting
             if uploader is not None and not self.stop_event.is_set():
                 self._drain(uploader)
         finally:
             try:
-                self._wait_writes()
+                self.commits.close()
             finally:
-                self._writer.shutdown(wait=True)
                 if uploader is not None:
                     uploader.stop(self.cfg.timeout + 1)
                 metrics_done.set()
@@ -397,7 +391,7 @@ class Agent:
         if len(found) and self.condenser is None:
             found = self._inside(found, events)
         if not len(found):
-            self._write(self.outbox.save_state, {**state, "seq": self.seq})
+            self.commits.submit(self.outbox.save_state, {**state, "seq": self.seq})
             return
         seq = self.seq
         if self.condenser is not None:
@@ -410,7 +404,7 @@ class Agent:
                                                    groups=groups))
         self.seq += 1
         self.counts["matches"] += len(found)
-        self._write(self._put, body, batch_id(self.cfg.device_id, seq),
+        self.commits.submit(self._put, body, batch_id(self.cfg.device_id, seq),
                     {**state, "seq": self.seq})
 
     def _put(self, body: bytes, bid: str, state: dict) -> None:
@@ -424,55 +418,6 @@ class Agent:
             log.error("%s", e)
         if self.uploader is not None:
             self.uploader.wake.set()
-
-    def _write(self, fn, *args) -> None:
-        """Run an outbox transaction in the writer thread once the one before it is
-        committed. The transactions keep their order and each holds a chunk's batch with
-        the progress after it, so a kill leaves a consistent outbox as before; the next
-        chunk is decoded and matched while the commit (its fsync) is under way."""
-        self._wait_writes()
-        self._pending = self._writer.submit(self._until_written, fn, *args)
-
-    def _wait_writes(self) -> None:
-        """Until the last outbox transaction is committed (its error is raised here; one
-        given up on a full disk at a stop is not an error: it was never committed)."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            try:
-                pending.result()
-            except _Unwritten:
-                pass
-
-    def _until_written(self, fn, *args) -> None:
-        """``fn(*args)`` (writer thread); a transaction refused for want of space (a full
-        SD card) is tried again every ``DISK_FULL_RETRY`` seconds until it commits. The
-        loop waits behind it and reads no input meanwhile, so nothing is lost; uploads go
-        on, and each batch acknowledged frees room in the outbox. A stop gives it up, and
-        every transaction after it, so the progress never passes an uncommitted chunk:
-        the next start reads that chunk again."""
-        for attempt in itertools.count():
-            if self._gave_up:
-                raise _Unwritten
-            try:
-                fn(*args)
-            except (OSError, sqlite3.Error) as exc:
-                if not out_of_space(exc):
-                    raise
-                if attempt == 0:
-                    log.error("the outbox's disk is full (%s): the agent holds its input "
-                              "(nothing is lost) and tries the write again every %gs until "
-                              "there is room", exc, DISK_FULL_RETRY)
-                self.disk_full = True
-                if self.stop_event.wait(DISK_FULL_RETRY):
-                    self._gave_up = True
-                    log.warning("stopped while the outbox's disk is full: the last chunk "
-                                "is not committed, and the next start reads it again")
-                    raise _Unwritten from None
-                continue
-            if attempt:
-                log.warning("the outbox is written again (after %d attempts)", attempt + 1)
-            self.disk_full = False
-            return
 
     def _inside(self, found: MatchBatch, events: EventBatch | None) -> MatchBatch:
         """Drop (and count) matches whose trajectory reaches before the kept events: only
@@ -546,7 +491,7 @@ class Agent:
                "outbox_pending_bytes": ob["pending_bytes"], "batches_sent": ob["sent"],
                "bytes_sent": ob["sent_bytes"], "batches_rejected": ob["rejected"],
                "batches_dropped": ob["dropped"], "outbox_dead": ob["dead"],
-               "outbox_dead_bytes": ob["dead_bytes"], "outbox_disk_full": self.disk_full,
+               "outbox_dead_bytes": ob["dead_bytes"], "outbox_disk_full": self.commits.disk_full,
                "retained_events": len(self.kept),
                "uploads_unauthorized": 0, "upload_error": None}
         if self.uploader is not None:
@@ -579,7 +524,7 @@ class Agent:
         heartbeats say so. None when a chunk takes longer than the interval."""
         locked = self._loop_lock.acquire(timeout=self.cfg.metrics.interval)
         try:
-            return self.metrics(source) if locked or self.disk_full else None
+            return self.metrics(source) if locked or self.commits.disk_full else None
         finally:
             if locked:
                 self._loop_lock.release()
@@ -617,10 +562,6 @@ class Agent:
                           "until it can", self.cfg.metrics.path, exc)
             return
         self._metrics_lost = 0
-
-
-class _Unwritten(Exception):
-    """An outbox transaction given up on: the disk was full when the agent stopped."""
 
 
 def fresh_seq() -> int:

@@ -391,7 +391,7 @@ def test_a_full_disk_holds_the_input_until_there_is_room_and_loses_nothing(
     agent = Agent(parse_config(config(tmp_path, metrics={"interval": 0.05})), events=events)
     limit_pages(agent.outbox, 2)
     thread, result = run_in_thread(agent)
-    wait_until(lambda: agent.disk_full, "the disk to be full")
+    wait_until(lambda: agent.commits.disk_full, "the disk to be full")
     held = agent.consumed
     metrics = tmp_path / "metrics.jsonl"
     wait_until(lambda: metrics.exists() and '"outbox_disk_full": true' in metrics.read_text(),
@@ -416,7 +416,7 @@ def test_a_stop_while_the_disk_is_full_leaves_the_chunk_to_the_next_start(
     agent = Agent(parse_config(config(tmp_path)), events=events)
     limit_pages(agent.outbox, 2)
     thread, result = run_in_thread(agent)
-    wait_until(lambda: agent.disk_full, "the disk to be full")
+    wait_until(lambda: agent.commits.disk_full, "the disk to be full")
     agent.stop()
     thread.join(60)
     assert result and result[0]["events_in"] < 3000  # stopped cleanly, not by an exception
