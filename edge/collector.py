@@ -561,6 +561,10 @@ def _parser() -> argparse.ArgumentParser:
                             "device gets a new token; its old one is refused at once)")
     tools.add_argument("--add-admin", metavar="NAME",
                        help="register an admin (may PUT sketches), print its token and exit")
+    tools.add_argument("--rotate-token", metavar="ID",
+                       help="print a new token for a registered device or admin; its current "
+                            "one stays valid until the new one is first used (7 days at "
+                            "most), so the device is never refused meanwhile; exit")
     tools.add_argument("--revoke-device", metavar="ID",
                        help="refuse the token of a device or admin from now on (also on the "
                             "running collector) and exit; its stored batches stay")
@@ -595,8 +599,8 @@ def _prune(store: Store, args: argparse.Namespace) -> int:
 
 
 def _maintain(store: Store, args: argparse.Namespace) -> int:
-    """``--add-device``, ``--add-admin``, ``--revoke-device``, ``--list-devices``,
-    ``--prune-before``, ``--backup``."""
+    """``--add-device``, ``--add-admin``, ``--rotate-token``, ``--revoke-device``,
+    ``--list-devices``, ``--prune-before``, ``--backup``."""
     if args.prune_before:
         return _prune(store, args)
     if args.backup:
@@ -609,6 +613,14 @@ def _maintain(store: Store, args: argparse.Namespace) -> int:
     if args.list_devices:
         for device in store.devices():
             print(json.dumps(device))
+        return 0
+    if args.rotate_token:
+        token = store.rotate_token(args.rotate_token)
+        if token is None:
+            print(f"acep serve: no device {args.rotate_token!r} is registered in {args.db}",
+                  file=sys.stderr)
+            return 1
+        print(token)
         return 0
     if args.revoke_device:
         if not store.revoke_device(args.revoke_device):
@@ -630,12 +642,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         store = open_store(args.db, create=not (args.revoke_device or args.list_devices
-                                                or args.prune_before or args.backup))
+                                                or args.prune_before or args.backup
+                                                or args.rotate_token))
     except ValueError as exc:
         print(f"acep serve: {exc}", file=sys.stderr)
         return 2
     if any((args.add_device, args.add_admin, args.revoke_device, args.list_devices,
-            args.prune_before, args.backup)):
+            args.prune_before, args.backup, args.rotate_token)):
         try:
             return _maintain(store, args)
         finally:

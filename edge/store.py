@@ -28,6 +28,7 @@ __all__ = ["Store", "Prepared", "prepare", "open_store", "hash_token", "SUPPORTE
 
 SUPPORTED_URLS = "sqlite:///PATH (or a plain file path)"
 SEEN_EVERY = 30.0  # seconds between two writes of a device's last_seen
+ROTATION_GRACE = 7 * 86400.0  # seconds a rotated token stays valid at most
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS devices (
@@ -36,7 +37,9 @@ CREATE TABLE IF NOT EXISTS devices (
     token_sha256 TEXT NOT NULL UNIQUE,
     created_at   REAL NOT NULL,
     last_seen    REAL,
-    status       TEXT
+    status       TEXT,
+    old_token_sha256 TEXT,  -- a rotated token, valid until old_until or the new one's use
+    old_until    REAL
 );
 CREATE TABLE IF NOT EXISTS batches (
     batch_id     TEXT PRIMARY KEY,
@@ -188,7 +191,8 @@ class Store:
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
         self._add_columns("batches", body_sha256="TEXT")  # databases made before them
-        self._add_columns("devices", last_seen="REAL", status="TEXT")
+        self._add_columns("devices", last_seen="REAL", status="TEXT", old_token_sha256="TEXT",
+                          old_until="REAL")
         self._db.execute("CREATE INDEX IF NOT EXISTS batches_by_body ON batches (body_sha256)")
 
     def _add_columns(self, table: str, **types: str) -> None:
@@ -213,9 +217,23 @@ class Store:
             "INSERT INTO devices (device_id, role, token_sha256, created_at) "
             "VALUES (?, ?, ?, ?) ON CONFLICT(device_id) DO UPDATE SET "
             "role = excluded.role, token_sha256 = excluded.token_sha256, "
-            "created_at = excluded.created_at",
+            "created_at = excluded.created_at, old_token_sha256 = NULL, old_until = NULL",
             (device_id, role, hash_token(token), time.time()))
         return token
+
+    def rotate_token(self, device_id: str, grace: float = ROTATION_GRACE,
+                     now: float | None = None) -> str | None:
+        """A new token for a registered ``device_id`` while its current one stays valid
+        until the device first uses the new one, ``grace`` seconds at most: the new token
+        can be put on the device without a window in which it is refused. None for an
+        unknown id."""
+        now = time.time() if now is None else now
+        token = secrets.token_urlsafe(32)
+        done = self._db.execute(
+            "UPDATE devices SET old_token_sha256 = token_sha256, old_until = ?, "
+            "token_sha256 = ?, created_at = ? WHERE device_id = ?",
+            (now + grace, hash_token(token), now, device_id)).rowcount
+        return token if done else None
 
     def revoke_device(self, device_id: str) -> bool:
         """Forget the token of ``device_id`` (a device lost or retired): its next request is
@@ -226,7 +244,8 @@ class Store:
 
     def devices(self) -> list[dict]:
         """Each registered device and admin (``role``, ``token_issued``: when its token was
-        made) and each device id with stored batches that has no token any more
+        made; ``old_token_until``: until when its rotated token stays valid, None when there
+        is none) and each device id with stored batches that has no token any more
         (``registered`` False), with its batches, when the last one arrived, when it last
         made any authenticated request (``last_seen``) and its last heartbeat's status (the
         agent's metrics, or None), by id; times in seconds since the epoch."""
@@ -234,11 +253,12 @@ class Store:
             "WITH seen AS (SELECT device, COUNT(*) AS n, MAX(received_at) AS last "
             "FROM batches GROUP BY device) "
             "SELECT d.device_id, d.role, d.created_at, COALESCE(s.n, 0), s.last, 1, "
-            "d.last_seen, d.status FROM devices d LEFT JOIN seen s ON s.device = d.device_id "
-            "UNION ALL SELECT s.device, NULL, NULL, s.n, s.last, 0, NULL, NULL FROM seen s "
+            "d.last_seen, d.status, d.old_until FROM devices d "
+            "LEFT JOIN seen s ON s.device = d.device_id "
+            "UNION ALL SELECT s.device, NULL, NULL, s.n, s.last, 0, NULL, NULL, NULL FROM seen s "
             "WHERE s.device NOT IN (SELECT device_id FROM devices) ORDER BY 1").fetchall()
         keys = ("device", "role", "token_issued", "batches", "last_batch", "registered",
-                "last_seen", "status")
+                "last_seen", "status", "old_token_until")
         return [{**dict(zip(keys, row)), "registered": bool(row[5]),
                  "status": None if row[7] is None else json.loads(row[7])} for row in rows]
 
@@ -246,11 +266,18 @@ class Store:
         """``(id, role)`` of the holder of ``token``, or None for an unknown token. Records
         the request as the device's ``last_seen``, at most once per ``SEEN_EVERY`` seconds
         (a write per request would be one per uploaded batch)."""
-        row = self._db.execute("SELECT device_id, role, last_seen FROM devices "
-                               "WHERE token_sha256 = ?", (hash_token(token),)).fetchone()
+        digest, now = hash_token(token), time.time() if now is None else now
+        row = self._db.execute("SELECT device_id, role, last_seen, old_token_sha256 "
+                               "FROM devices WHERE token_sha256 = ?", (digest,)).fetchone()
+        if row is not None and row[3] is not None:  # the new token is in use: the old ends
+            self._db.execute("UPDATE devices SET old_token_sha256 = NULL, old_until = NULL "
+                             "WHERE device_id = ?", (row[0],))
+        if row is None:
+            row = self._db.execute("SELECT device_id, role, last_seen FROM devices WHERE "
+                                   "old_token_sha256 = ? AND old_until > ?",
+                                   (digest, now)).fetchone()
         if row is None:
             return None
-        now = time.time() if now is None else now
         if row[2] is None or now - row[2] >= SEEN_EVERY:
             self._db.execute("UPDATE devices SET last_seen = ? WHERE device_id = ?",
                              (now, row[0]))

@@ -441,6 +441,37 @@ def test_a_revoked_device_is_refused_by_the_running_collector_and_its_batches_st
     assert post(srv, encode_batch(make_batch("d1", 2)), srv.tokens["d1"])[0] == 401
 
 
+def test_a_rotated_token_is_accepted_beside_the_new_one_until_the_new_one_is_used(srv):
+    new = fleet(srv, "--rotate-token", "d1").stdout.strip()
+    assert new and new != srv.tokens["d1"]
+    (listed,) = [d for d in map(json.loads, fleet(srv, "--list-devices").stdout.splitlines())
+                 if d["device"] == "d1"]
+    assert listed["old_token_until"] > time.time() + 6 * 86400  # a week at most
+    # the device still holds the old token: it goes on uploading (a running collector)
+    assert post(srv, encode_batch(make_batch("d1", 0)), srv.tokens["d1"])[0] == 200
+    assert post(srv, encode_batch(make_batch("d1", 1)), new)[0] == 200  # now the new one
+    assert post(srv, encode_batch(make_batch("d1", 2)), srv.tokens["d1"])[0] == 401
+    unknown = fleet(srv, "--rotate-token", "pi-9")
+    assert unknown.returncode == 1 and "no device 'pi-9'" in unknown.stderr
+
+
+def test_a_rotated_token_ends_after_its_grace_or_at_another_new_token(tmp_path):
+    store = open_store(tmp_path / "c.db")
+    first = store.add_device("d1")
+    second = store.rotate_token("d1", grace=60.0, now=1000.0)
+    assert store.identify(first, now=1059.0) == ("d1", "device")  # within its grace
+    assert store.identify(first, now=1061.0) is None  # past it
+    third = store.rotate_token("d1", grace=60.0, now=2000.0)  # second never used
+    assert store.identify(second, now=2001.0) == ("d1", "device")  # rotated out: still valid
+    assert store.identify(third, now=2002.0) == ("d1", "device")  # the new one used ...
+    assert store.identify(second, now=2003.0) is None  # ... ends the old one at once
+    fourth = store.rotate_token("d1", grace=60.0, now=3000.0)
+    store.add_device("d1")  # a new token the plain way: every other one ends at once
+    assert store.identify(third, now=3001.0) is store.identify(fourth, now=3001.0) is None
+    assert store.rotate_token("nobody") is None
+    store.close()
+
+
 def test_a_new_token_for_a_known_device_refuses_the_old_one_at_once(srv):
     token = fleet(srv, "--add-device", "d2").stdout.strip()
     assert post(srv, encode_batch(make_batch("d2", 0)), srv.tokens["d2"])[0] == 401
@@ -569,7 +600,8 @@ def test_a_database_from_before_heartbeats_and_digests_is_upgraded_in_place(tmp_
     store.heartbeat("d1", {"consumed": 3}, now=120.0)
     assert store.devices()[0] == {
         "device": "d1", "role": "device", "token_issued": 1.0, "batches": 0,
-        "last_batch": None, "registered": True, "last_seen": 120.0, "status": {"consumed": 3}}
+        "last_batch": None, "registered": True, "last_seen": 120.0, "status": {"consumed": 3},
+        "old_token_until": None}
     store.close()
 
 
