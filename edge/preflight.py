@@ -48,6 +48,7 @@ from .uplink import tls_context
 __all__ = ["Check", "checks", "check", "HTTP_TIMEOUT"]
 
 HTTP_TIMEOUT = 5.0  # seconds at most per request (collector.timeout when smaller)
+MIN_FREE = 64 << 20  # bytes free beside the outbox below which the check warns
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ def checks(cfg: AgentConfig) -> Iterator[Check]:
             matcher = c
     yield _source(cfg)
     yield _outbox(cfg)
+    yield _room(cfg)
     yield from _written(cfg)
     keys: dict[str, bytes | None] = {}
     yield from _keys(cfg, keys)
@@ -195,6 +197,24 @@ def _outbox(cfg: AgentConfig) -> Check:
     done = "" if consumed is None else f", {consumed} events consumed"
     return Check("ok", what, f"{_n(s['pending'], 'batch')} pending ({s['pending_bytes']} "
                              f"bytes), {_n(s['dead'], 'dead letter')}{done}")
+
+
+def _room(cfg: AgentConfig, least: int | None = None) -> Check:
+    """Free space where the outbox is: a full disk holds the agent's input (WIRE.md, Agent,
+    "Full disk") until there is room."""
+    least = MIN_FREE if least is None else least
+    folder = os.path.dirname(os.path.abspath(cfg.outbox.path))
+    what = f"free space ({folder})"
+    try:
+        st = os.statvfs(folder)
+    except OSError as e:
+        return Check("WARN", what, f"cannot be read: {e.strerror or e}")
+    free = st.f_bavail * st.f_frsize
+    if free < least:
+        return Check("WARN", what, f"{free / 2**20:.0f} MiB (under {least / 2**20:.0f} MiB): "
+                                   "when it fills, the agent holds its input until there is "
+                                   "room; caps on the outbox: outbox.max_bytes")
+    return Check("ok", what, f"{free / 2**20:,.0f} MiB")
 
 
 def _n(count: int, noun: str) -> str:

@@ -94,7 +94,7 @@ def test_a_good_setup_passes_every_check_and_nothing_is_written(tmp_path, collec
     code, lines = run_check(cfg, capsys)
     assert code == 0, lines
     assert lines and all(line.startswith("ok  ") for line in lines), lines
-    assert [w for w in levels(lines)] == ["config", "pattern", "source", "outbox",
+    assert [w for w in levels(lines)] == ["config", "pattern", "source", "outbox", "free",
                                           "metrics.path", "sketch.save_path",
                                           "device.token_file", "sketch.key_file",
                                           "collector", "device", "sketch"]
@@ -104,6 +104,8 @@ def test_a_good_setup_passes_every_check_and_nothing_is_written(tmp_path, collec
     assert "abc.sketch (signature verified, fits pattern abc" in text
     assert snapshot(tmp_path) == before  # no outbox, no metrics, no learned sketch
 
+    assert any(line.startswith(f"ok  free space ({d}) (") and line.endswith(" MiB)")
+               for line in lines)
     # an outbox with batches (the agent stopped: no -wal file) is read, not written
     with Outbox(d / "outbox.db") as box:
         box.put(b"x" * 10, "pi-e2e/1", state={"consumed": 42})
@@ -243,3 +245,14 @@ def test_a_config_error_exits_2_with_the_message(tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "acep agent: config error: pattern.window: missing" in captured.err
+
+
+def test_little_free_space_beside_the_outbox_is_a_warning(tmp_path, monkeypatch):
+    import edge.preflight
+    from edge.config import load_config
+    from edge.preflight import checks
+
+    cfg = load_config(write_config(tmp_path / "dev", None, "t", sketch=None))
+    monkeypatch.setattr(edge.preflight, "MIN_FREE", 1 << 60)  # more than any disk here
+    (room,) = [c for c in checks(cfg) if c.what.startswith("free space")]
+    assert room.level == "WARN" and "the agent holds its input until there is room" in room.why
