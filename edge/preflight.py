@@ -30,7 +30,6 @@ so a missing ``ReadWritePaths=`` shows as a directory that is not writable.
 
 from __future__ import annotations
 
-import json
 import os
 import ssl
 import stat
@@ -43,7 +42,7 @@ from dataclasses import dataclass
 
 from .config import AgentConfig, ConfigError, load_config
 from .outbox import read_summary
-from .uplink import tls_context
+from .uplink import error_body, error_text, tls_context
 
 __all__ = ["Check", "checks", "check", "HTTP_TIMEOUT"]
 
@@ -281,23 +280,10 @@ def _get(url: str, token: str | None, timeout: float, limit: int,
         with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
             return r.status, r.read(limit + 1), ""
     except urllib.error.HTTPError as e:
-        try:
-            body = e.read(1 << 16)
-        except OSError:
-            body = b""
-        return e.code, body, _error_text(body)
+        body = error_body(e)
+        return e.code, body, error_text(body)
     except (urllib.error.URLError, OSError, TimeoutError) as e:
         return None, b"", str(getattr(e, "reason", e))
-
-
-def _error_text(body: bytes) -> str:
-    try:
-        doc = json.loads(body)
-        if isinstance(doc, dict) and "error" in doc:
-            return str(doc["error"])[:300]
-    except ValueError:
-        pass
-    return body[:200].decode("utf-8", "replace")
 
 
 def _collector(cfg: AgentConfig):

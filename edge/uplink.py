@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from .outbox import Outbox
 from .wire import sketch_etag
 
-__all__ = ["Uplink", "Outcome", "Uploader", "download_sketch", "tls_context"]
+__all__ = ["Uplink", "Outcome", "Uploader", "download_sketch", "tls_context", "error_body",
+           "error_text"]
 
 log = logging.getLogger("edge.agent")
 _RETRY_4XX = (408, 429)
@@ -39,6 +40,11 @@ class Outcome:
     action: str
     status: int | None
     detail: str
+
+    @property
+    def why(self) -> str:
+        """The detail, after the HTTP status when an answer came."""
+        return self.detail if self.status is None else f"HTTP {self.status}: {self.detail}"
 
 
 class Uplink:
@@ -63,7 +69,7 @@ class Uplink:
                                         context=self.context) as resp:
                 return resp.status, resp.read(1 << 16)
         except urllib.error.HTTPError as e:
-            return e.code, _read(e)
+            return e.code, error_body(e)
         except (urllib.error.URLError, OSError, TimeoutError) as e:
             return Outcome("retry", None, f"connection: {getattr(e, 'reason', e)}")
 
@@ -81,7 +87,7 @@ class Uplink:
             if answer.get("status") in ("stored", "duplicate"):
                 return Outcome("ack", status, answer["status"])
             return Outcome("retry", status, f"200 with status {answer.get('status')!r}")
-        return _classify(status, _error_text(text))
+        return _classify(status, error_text(text))
 
     def post_heartbeat(self, status: dict, timeout: float | None = None) -> Outcome:
         """``POST /v1/heartbeat`` with ``status`` (the agent's metrics) as JSON: ``"ack"``
@@ -91,8 +97,7 @@ class Uplink:
         if isinstance(answer, Outcome):
             return answer
         code, text = answer
-        return Outcome("ack", code, "seen") if code == 200 else _classify(code, _error_text(text))
-
+        return Outcome("ack", code, "seen") if code == 200 else _classify(code, error_text(text))
 
     def get_sketch(self, pattern_id: str, max_bytes: int, etag: str | None = None
                    ) -> bytes | None:
@@ -109,7 +114,7 @@ class Uplink:
         except urllib.error.HTTPError as e:
             if e.code == 304 and etag:
                 return None
-            raise OSError(f"GET {path}: HTTP {e.code} {_error_text(_read(e))}") from None
+            raise OSError(f"GET {path}: HTTP {e.code} {error_text(error_body(e))}") from None
         except (urllib.error.URLError, TimeoutError) as e:
             raise OSError(f"GET {path}: {getattr(e, 'reason', e)}") from None
         if len(data) > max_bytes:
@@ -148,14 +153,16 @@ def _classify(status: int, detail: str) -> Outcome:
     return Outcome("retry", status, detail)
 
 
-def _read(e: urllib.error.HTTPError) -> bytes:
+def error_body(e: urllib.error.HTTPError) -> bytes:
+    """The body of an HTTP error answer (64 KiB at most; empty when it cannot be read)."""
     try:
         return e.read(1 << 16)
     except OSError:
         return b""
 
 
-def _error_text(text: bytes) -> str:
+def error_text(text: bytes) -> str:
+    """The collector's ``error`` message in an answer body, else its first bytes."""
     try:
         doc = json.loads(text)
         if isinstance(doc, dict) and "error" in doc:
@@ -222,8 +229,7 @@ class Uploader(threading.Thread):
             self.counts["heartbeats_failed"] += 1
             self._beat_streak += 1
             say = log.warning if self._beat_streak == 1 else log.debug
-            say("heartbeat failed (%s); the next one goes at the next interval",
-                out.detail if out.status is None else f"HTTP {out.status}: {out.detail}")
+            say("heartbeat failed (%s); the next one goes at the next interval", out.why)
         return True
 
     def next_attempt_at(self) -> float | None:
@@ -244,7 +250,7 @@ class Uploader(threading.Thread):
             return False
         self.counts["attempts"] += 1
         out = self.uplink.post_batch(due.body)
-        why = out.detail if out.status is None else f"HTTP {out.status}: {out.detail}"
+        why = out.why
         if out.action == "ack":
             if self.fail_streak:
                 log.info("uploads go through again (after %d failed attempts)",
