@@ -169,7 +169,10 @@ class Collector:
 
     # ----------------------------------------------------------------- helpers
 
-    async def identify(self, request: web.Request) -> tuple[str, str] | web.Response:
+    async def identify(self, request: web.Request, admin: str | None = None
+                       ) -> tuple[str, str] | web.Response:
+        """``(id, role)`` of the bearer token's holder, or the 401 to answer; with
+        ``admin`` (what the request does), a token that is not an admin's is 403."""
         auth = request.headers.get("Authorization", "")
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
@@ -177,6 +180,8 @@ class Collector:
         who = await self.run(self.store.identify, token.strip())
         if who is None:
             return _error(401, "unknown token")
+        if admin is not None and who[1] != "admin":
+            return _error(403, f"{who[0]!r} may not {admin} (admin only)")
         return who
 
     async def read_body(self, request: web.Request, limit: int | None = None
@@ -329,11 +334,9 @@ class Collector:
                             headers={"ETag": quoted})
 
     async def put_sketch(self, request: web.Request) -> web.Response:
-        who = await self.identify(request)
+        who = await self.identify(request, admin="publish sketches")
         if isinstance(who, web.Response):
             return who
-        if who[1] != "admin":
-            return _error(403, f"{who[0]!r} may not publish sketches (admin only)")
         if self.sketch_key is None:
             return _error(403, "no sketch key is configured (--sketch-key-file), so no "
                                "signature can be checked")
@@ -390,11 +393,9 @@ class Collector:
 
     async def get_devices(self, request: web.Request) -> web.Response:
         """What ``--list-devices`` prints, for an admin away from the collector's host."""
-        who = await self.identify(request)
+        who = await self.identify(request, admin="list the devices")
         if isinstance(who, web.Response):
             return who
-        if who[1] != "admin":
-            return _error(403, f"{who[0]!r} may not list the devices (admin only)")
         devices = await self.run(self.store.devices)
         return web.json_response({"time": time.time(), "devices": devices})
 
@@ -583,6 +584,11 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+# the maintenance tools (a mutually exclusive group); the first two may create the database
+_TOOLS = ("add_device", "add_admin", "rotate_token", "revoke_device", "list_devices",
+          "prune_before", "backup")
+
+
 def _prune(store: Store, args: argparse.Namespace) -> int:
     try:
         day = dt.date.fromisoformat(args.prune_before)
@@ -596,6 +602,11 @@ def _prune(store: Store, args: argparse.Namespace) -> int:
         gone["archive_files"] = Archive(args.archive).prune(day.isoformat())
     print(json.dumps({"before": day.isoformat(), **gone}))
     return 0
+
+
+def _unknown(device_id: str, db: str) -> int:
+    print(f"acep serve: no device {device_id!r} is registered in {db}", file=sys.stderr)
+    return 1
 
 
 def _maintain(store: Store, args: argparse.Namespace) -> int:
@@ -617,16 +628,12 @@ def _maintain(store: Store, args: argparse.Namespace) -> int:
     if args.rotate_token:
         token = store.rotate_token(args.rotate_token)
         if token is None:
-            print(f"acep serve: no device {args.rotate_token!r} is registered in {args.db}",
-                  file=sys.stderr)
-            return 1
+            return _unknown(args.rotate_token, args.db)
         print(token)
         return 0
     if args.revoke_device:
         if not store.revoke_device(args.revoke_device):
-            print(f"acep serve: no device {args.revoke_device!r} is registered in {args.db}",
-                  file=sys.stderr)
-            return 1
+            return _unknown(args.revoke_device, args.db)
         print(f"revoked {args.revoke_device}: its token is refused from now on")
         return 0
     name = args.add_device or args.add_admin
@@ -640,15 +647,13 @@ def _maintain(store: Store, args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """``python -m edge.collector`` / ``acep serve``."""
     args = _parser().parse_args(argv)
+    tool = next((name for name in _TOOLS if getattr(args, name)), None)
     try:
-        store = open_store(args.db, create=not (args.revoke_device or args.list_devices
-                                                or args.prune_before or args.backup
-                                                or args.rotate_token))
+        store = open_store(args.db, create=tool in (None, "add_device", "add_admin"))
     except ValueError as exc:
         print(f"acep serve: {exc}", file=sys.stderr)
         return 2
-    if any((args.add_device, args.add_admin, args.revoke_device, args.list_devices,
-            args.prune_before, args.backup, args.rotate_token)):
+    if tool is not None:
         try:
             return _maintain(store, args)
         finally:
