@@ -536,7 +536,13 @@ def test_heartbeats_and_requests_tell_when_a_device_was_last_seen(srv):
     assert {d["device"]: d for d in remote["devices"]} == listed | {
         "admin": {**listed["admin"], "last_seen": remote["devices"][0]["last_seen"]}}
     assert remote["devices"][0]["last_seen"] >= before  # the admin's own request: seen
-    assert request(srv.url + "/v1/devices", token=srv.tokens["d1"])[0] == 403
+    status, data, _ = request(srv.url + "/v1/devices", token=srv.tokens["d1"])
+    assert (status, json.loads(data)["error"]) == (403, "'d1' may not list the devices "
+                                                        "(admin only)")
+    status, data, _ = request(srv.url + "/v1/sketches/p1", "PUT", b"x", srv.tokens["d1"],
+                              "application/octet-stream")
+    assert (status, json.loads(data)["error"]) == (403, "'d1' may not publish sketches "
+                                                        "(admin only)")
     assert request(srv.url + "/v1/devices")[0] == 401
 
 
