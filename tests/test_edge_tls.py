@@ -129,3 +129,12 @@ def test_bad_tls_settings_are_refused_by_name(tmp_path, pki):
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert train.returncode == 2 and "--ca-file verifies an https:// --publish URL" in \
         train.stderr
+    junk_ca = subprocess.run([sys.executable, "-m", "trainer.cli", "x.jsonl", "--pattern", "a b",
+                              "--window", "1", "--key-file", "k", "--publish",
+                              "https://127.0.0.1:1", "--token-file", "t", "--pattern-id", "p",
+                              "--ca-file", str(tmp_path / "junk.pem")],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert junk_ca.returncode == 2 and \
+        f"--ca-file {tmp_path / 'junk.pem'}: not a readable PEM certificate file" in junk_ca.stderr
+    with pytest.raises(RuntimeError, match="not a readable PEM certificate file"):
+        publish_sketch("https://127.0.0.1:1", "p", b"", "t", ca_file=str(tmp_path / "junk.pem"))

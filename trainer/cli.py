@@ -105,22 +105,16 @@ def _check(args) -> None:
     if args.ca_file and not (args.publish or "").lower().startswith("https://"):
         raise UsageError("--ca-file verifies an https:// --publish URL")
     if args.ca_file:
-        _check_ca_file(args.ca_file)
+        from .train import collector_tls
+
+        try:
+            collector_tls(args.publish, args.ca_file)  # before the job: it publishes last
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     if args.archive and args.spec:
         raise UsageError("--spec is for event files; the archive has its own columns")
     if args.pattern_hash and not args.archive:
         raise UsageError("--pattern-hash goes with --archive")
-
-
-def _check_ca_file(path: str) -> None:
-    """Before the job, not after it: the sketch is published last."""
-    import ssl
-
-    try:
-        ssl.create_default_context(cafile=path)
-    except (OSError, ssl.SSLError) as exc:
-        raise UsageError(f"--ca-file {path}: not a readable PEM certificate file ({exc})"
-                         ) from None
 
 
 def _read_secret(path: str, what: str) -> bytes:

@@ -362,6 +362,20 @@ def _quarantine(spark, bad, matcher_bad: list[dict], directory: str | None) -> d
 # --------------------------------------------------------------------------- publishing
 
 
+def collector_tls(url: str, ca_file: str | None):
+    """The ``ssl.SSLContext`` an https ``url`` is verified with (the system's CAs, or
+    ``ca_file`` alone), None for http; ``ValueError`` when ``ca_file`` does not load."""
+    import ssl
+
+    if not url.lower().startswith("https://"):
+        return None
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"--ca-file {ca_file}: not a readable PEM certificate file "
+                         f"({e})") from None
+
+
 def publish_sketch(url: str, pattern_id: str, data: bytes, token: str,
                    timeout: float = 30.0, unchecked: bool = False,
                    ca_file: str | None = None) -> dict:
@@ -370,14 +384,11 @@ def publish_sketch(url: str, pattern_id: str, data: bytes, token: str,
     could use, unless ``unchecked``. An https collector is verified by the system's CAs,
     or by ``ca_file`` alone (the private CA that signed its certificate)."""
     import json
-    import ssl
 
     try:
-        context = ssl.create_default_context(cafile=ca_file) \
-            if url.lower().startswith("https://") else None
-    except (OSError, ssl.SSLError) as e:
-        raise RuntimeError(f"--ca-file {ca_file}: not a readable PEM certificate file "
-                           f"({e})") from None
+        context = collector_tls(url, ca_file)
+    except ValueError as e:
+        raise RuntimeError(str(e)) from None
 
     path = "/v1/sketches/" + urllib.parse.quote(pattern_id, safe="")
     query = "?unchecked=1" if unchecked else ""
