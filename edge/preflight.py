@@ -198,10 +198,9 @@ def _outbox(cfg: AgentConfig) -> Check:
                              f"bytes), {_n(s['dead'], 'dead letter')}{done}")
 
 
-def _room(cfg: AgentConfig, least: int | None = None) -> Check:
+def _room(cfg: AgentConfig) -> Check:
     """Free space where the outbox is: a full disk holds the agent's input (WIRE.md, Agent,
     "Full disk") until there is room."""
-    least = MIN_FREE if least is None else least
     folder = os.path.dirname(os.path.abspath(cfg.outbox.path))
     what = f"free space ({folder})"
     try:
@@ -209,8 +208,8 @@ def _room(cfg: AgentConfig, least: int | None = None) -> Check:
     except OSError as e:
         return Check("WARN", what, f"cannot be read: {e.strerror or e}")
     free = st.f_bavail * st.f_frsize
-    if free < least:
-        return Check("WARN", what, f"{free / 2**20:.0f} MiB (under {least / 2**20:.0f} MiB): "
+    if free < MIN_FREE:
+        return Check("WARN", what, f"{free / 2**20:.0f} MiB (under {MIN_FREE / 2**20:.0f} MiB): "
                                    "when it fills, the agent holds its input until there is "
                                    "room; caps on the outbox: outbox.max_bytes")
     return Check("ok", what, f"{free / 2**20:,.0f} MiB")
