@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from .config import AgentConfig, ConfigError, load_config
 from .outbox import read_summary
+from .sketches import fitting
 from .uplink import error_body, error_text, tls_context
 
 __all__ = ["Check", "checks", "check", "HTTP_TIMEOUT"]
@@ -390,9 +391,10 @@ def _verified(what: str, data: bytes, key: bytes, cfg: AgentConfig, matcher) -> 
         return Check("FAIL", what, f"refused: {e} (the agent would run oldest-first)")
     if matcher is None:
         return Check("FAIL", what, "signature verified, but the pattern does not compile")
-    problem = sketch.mismatch(p.text, p.k, p.window, p.where, matcher.partition)
-    if problem is not None:
-        return Check("FAIL", what, f"refused: {problem} (the agent would run oldest-first)")
+    try:
+        fitting(sketch, p)  # the agent's own check
+    except SketchError as e:
+        return Check("FAIL", what, f"refused: {e} (the agent would run oldest-first)")
     b = cfg.budget
     budget = None if b.mode == "none" else Budget(b.ops_per_event or b.max_ops, b.burst)
     try:

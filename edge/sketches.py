@@ -25,12 +25,12 @@ from acep.pattern import partition_attribute
 from history.policies import HistoryPolicy
 from history.sketch import Sketch, SketchError, read_key
 
-from .config import AgentConfig
+from .config import AgentConfig, PatternConfig
 from .outbox import Backoff
 from .uplink import Uplink, download_sketch
 from .wire import sketch_etag
 
-__all__ = ["Sketches", "FALLBACK_POLICY"]
+__all__ = ["Sketches", "FALLBACK_POLICY", "fitting"]
 
 log = logging.getLogger("edge.agent")
 FALLBACK_POLICY = "oldest-first"
@@ -204,17 +204,7 @@ class Sketches:
         self.save()
 
     def fitting(self, sketch: Sketch) -> Sketch:
-        """``sketch`` if this agent's pattern can use it; else :class:`SketchError` naming
-        what differs."""
-        p = self.cfg.pattern
-        try:
-            partition = partition_attribute(p.where, p.partition)
-        except ValueError:
-            partition = p.partition  # the matcher will name what is wrong with the pattern
-        problem = sketch.mismatch(p.text, p.k, p.window, p.where, partition)
-        if problem is not None:
-            raise SketchError(problem)
-        return sketch
+        return fitting(sketch, self.cfg.pattern)
 
     def learned(self, n: int) -> None:
         """``n`` more events were matched: save the learned sketch every
@@ -267,6 +257,19 @@ class _SketchWatch(threading.Thread):
             failures = 0
             if data is not None:
                 sketches.offer(data)
+
+
+def fitting(sketch: Sketch, p: PatternConfig) -> Sketch:
+    """``sketch`` if an agent of pattern ``p`` can use it; else :class:`SketchError` naming
+    what differs."""
+    try:
+        partition = partition_attribute(p.where, p.partition)
+    except ValueError:
+        partition = p.partition  # the matcher will name what is wrong with the pattern
+    problem = sketch.mismatch(p.text, p.k, p.window, p.where, partition)
+    if problem is not None:
+        raise SketchError(problem)
+    return sketch
 
 
 def _read_key(path: str | None, name: str) -> bytes:
