@@ -40,6 +40,20 @@ def write(path: Path, events: list[dict | str], mode: str = "w") -> None:
         fh.write("".join((e if isinstance(e, str) else json.dumps(e)) + "\n" for e in events))
 
 
+def rotated_while_stopped(tmp: Path, read: list, unread: list, new: list) -> tuple[Path, int]:
+    """A run reads ``read`` and stops; ``unread`` is appended, logrotate renames the file to
+    ``.1`` and a new file at the path holds ``new``. The path, and the byte the run stopped
+    at in the renamed file."""
+    path = tmp / "rot.jsonl"
+    write(path, read)
+    Agent(parse_config(config(tmp, path, follow=True))).run(once=True)
+    stopped_at = os.path.getsize(path)
+    write(path, unread, "a")
+    os.rename(path, f"{path}.1")
+    write(path, new)
+    return path, stopped_at
+
+
 def config(tmp: Path, path: Path, follow: bool = False, **pattern) -> dict:
     return {"device": {"id": "dev-s"}, "pattern": {**PATTERN, **pattern},
             "source": {"kind": "file", "path": str(path), "follow": follow,
@@ -171,13 +185,9 @@ def test_a_file_rotated_while_stopped_is_finished_from_its_renamed_file(tmp_path
 def test_a_stop_while_reading_the_renamed_files_rest_resumes_in_it(tmp_path, caplog):
     # stopped again half-way through the old file's rest: the progress names the renamed
     # file (not the one at the path), so the next restart finds it and goes on in it
-    path = tmp_path / "rot.jsonl"
     events = stream(1600, seed=25)
-    write(path, events[:1000])
-    Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
-    write(path, events[1000:1300], "a")
-    os.rename(path, f"{path}.1")
-    write(path, events[1300:1400])
+    path, _ = rotated_while_stopped(tmp_path, events[:1000], events[1000:1300],
+                                    events[1300:1400])
     agent = Agent(parse_config(config(tmp_path, path, follow=True)))
     process = agent._process
 
@@ -530,13 +540,8 @@ def test_a_rotated_file_renamed_as_a_restart_finds_it_is_found_again(
 
 def test_a_file_rotated_while_stopped_and_deleted_as_it_is_found_is_not_a_crash(
         tmp_path, caplog, monkeypatch):
-    path = tmp_path / "rot.jsonl"
-    write(path, stream(400, seed=1))
-    Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
-    offset = os.path.getsize(path)
-    write(path, stream(20, seed=2, t0=500), "a")
-    os.rename(path, f"{path}.1")
-    write(path, stream(50, seed=3, t0=1000))
+    path, offset = rotated_while_stopped(tmp_path, stream(400, seed=1),
+                                         stream(20, seed=2, t0=500), stream(50, seed=3, t0=1000))
     moving_after_find(monkeypatch, os.unlink)
     final = Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
     assert (final["events_in"], final["events_replayed"], final["bad_lines"]) == (50, 0, 0)
@@ -545,13 +550,8 @@ def test_a_file_rotated_while_stopped_and_deleted_as_it_is_found_is_not_a_crash(
 
 def test_a_file_rotated_while_stopped_and_renamed_as_it_is_found_is_read(
         tmp_path, caplog, monkeypatch):
-    path = tmp_path / "rot.jsonl"
     events = stream(1600, seed=21)
-    write(path, events[:1000])
-    Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
-    write(path, events[1000:1200], "a")
-    os.rename(path, f"{path}.1")
-    write(path, events[1200:])
+    path, _ = rotated_while_stopped(tmp_path, events[:1000], events[1000:1200], events[1200:])
     moving_after_find(monkeypatch, lambda found: os.rename(found, found[:-1] + "2"))
     final = Agent(parse_config(config(tmp_path, path, follow=True))).run(once=True)
     assert (final["events_in"], final["consumed"]) == (600, 1600)
