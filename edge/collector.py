@@ -21,11 +21,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import errno
 import gc
 import hashlib
 import json
+import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import sqlite3
 import ssl
@@ -40,14 +43,20 @@ from aiohttp import web
 from . import exposition
 from .archive import Archive, archive_path
 from .archive import encode as encode_archive
+from .logs import LogLimiter
 from .recheck import recheck_batch
 from .store import Prepared, Store, open_store, prepare
 from .wire import ID_RULE, Limits, UploadBatch, WireError, decode, valid_id
 
 __all__ = ["Collector", "make_app", "main", "serve", "DEFAULT_PORT", "DEFAULT_MAX_BODY"]
 
+log = logging.getLogger("acep.collector")
+
 DEFAULT_PORT = 8750
 DEFAULT_MAX_BODY = 16 << 20
+DEFAULT_MIN_FREE = 64 << 20  # bytes: below it uploads are refused (507) before SQLite fills up
+RETRY_AFTER = 60  # seconds, sent with 507: the agents hold their uploads that long
+PRUNE_EVERY = 3600.0  # seconds between --retain-days passes
 BODY_TIMEOUT = 60.0
 MAX_GROUP = 64  # batches committed in one transaction at most
 MAX_STATUS = 16 << 10  # bytes of a heartbeat's status (an agent's metrics: about 1 KiB)
@@ -72,7 +81,19 @@ def _status_doc(body: bytes) -> dict | web.Response:
     return doc
 
 
-def _internal_error(exc: Exception) -> tuple[int, dict]:
+def _no_space(exc: BaseException) -> bool:
+    """A write refused for want of room: SQLite's SQLITE_FULL, or ENOSPC/EDQUOT."""
+    if isinstance(exc, sqlite3.OperationalError):
+        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _failure(exc: Exception) -> tuple[int, dict]:
+    """The answer to a request that failed inside: ``507`` when the disk is full (send it
+    again later: nothing of it was stored), else ``500``."""
+    if _no_space(exc):
+        return 507, {"error": f"collector: no space left to store it ({exc}); nothing of it "
+                              f"was stored: send it again later", "status": 507}
     return 500, {"error": f"internal error: {type(exc).__name__}: {exc}", "status": 500}
 
 
@@ -81,8 +102,13 @@ class Collector:
 
     def __init__(self, store: Store, archive: Archive, *, max_body: int = DEFAULT_MAX_BODY,
                  sketch_key: bytes | None = None, limits: Limits | None = None,
-                 recheck_workers: int = 0):
+                 recheck_workers: int = 0, min_free: int = DEFAULT_MIN_FREE,
+                 retain_days: int | None = None):
         self.store, self.archive = store, archive
+        self.min_free, self.retain_days = int(min_free), retain_days
+        self.low_space: str | None = None  # why uploads are refused (507), while they are
+        self.errors = LogLimiter(log, what="failed requests")
+        self.refusals = LogLimiter(log, what="refused requests")
         self.max_body = int(max_body)
         self.sketch_key = sketch_key
         self.limits = limits or Limits(max_bytes=self.max_body)
@@ -147,9 +173,9 @@ class Collector:
                 answers = await self.run(self.ingest_group, [g[:3] for g in group])
             except Exception as exc:
                 # one batch failed (a bug, a full disk): the group's transaction was rolled
-                # back, so each batch is ingested again alone and only a failing one gets 500
+                # back, so each batch is ingested again alone and only a failing one fails
                 answers = [await self._ingest_alone(g[:3]) for g in group] \
-                    if len(group) > 1 else [_internal_error(exc)]
+                    if len(group) > 1 else [self.failed(exc, group[0][1])]
             for g, answer in zip(group, answers):
                 if not g[3].done():
                     g[3].set_result(answer)
@@ -158,7 +184,7 @@ class Collector:
         try:
             return (await self.run(self.ingest_group, [item]))[0]
         except Exception as exc:
-            return _internal_error(exc)
+            return self.failed(exc, item[1])
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
@@ -168,6 +194,43 @@ class Collector:
         self.store.close()
 
     # ----------------------------------------------------------------- helpers
+
+    def failed(self, exc: Exception, device: str, what: str = "batch") -> tuple[int, dict]:
+        """Log a request that failed inside (with its traceback, unless the disk is full);
+        its answer (:func:`_failure`)."""
+        status, doc = _failure(exc)
+        if status == 507:
+            self.metrics["refused_no_space"] += 1
+            self.errors.error("%s from %s not stored: no space left (%s); answered 507",
+                              what, device, exc)
+        else:
+            self.errors.error("%s from %s failed: %s: %s", what, device, type(exc).__name__,
+                              exc, exc_info=exc)
+        return status, doc
+
+    def free_bytes(self) -> int:
+        """The free space of the fuller of the file systems of the database and archive."""
+        return min(shutil.disk_usage(path).free
+                   for path in (self.store.path.parent, self.archive.root))
+
+    def room_left(self) -> web.Response | None:
+        """None while the free space is above ``min_free``; else the 507 that refuses an
+        upload before its body is read (SQLite must never find a full disk: the agents
+        keep the batch and send it after ``Retry-After``). Logged when it starts and ends."""
+        free = self.free_bytes()
+        if free >= self.min_free:
+            if self.low_space is not None:
+                log.warning("free space is %.0f MiB again: uploads are accepted", free / 2**20)
+                self.low_space = None
+            return None
+        why = (f"collector: {free / 2**20:.0f} MiB free beside its database or archive, "
+               f"below --min-free {self.min_free / 2**20:.0f} MiB; uploads are refused until "
+               f"there is room: send it again later")
+        if self.low_space is None:
+            log.error("%s (%s, %s)", why, self.store.path.parent, self.archive.root)
+        self.low_space = why
+        self.metrics["refused_no_space"] += 1
+        return _error(507, why)
 
     async def identify(self, request: web.Request, admin: str | None = None
                        ) -> tuple[str, str] | web.Response:
@@ -180,6 +243,7 @@ class Collector:
         who = await self.run(self.store.identify, token.strip())
         if who is None:
             return _error(401, "unknown token")
+        request["device"] = who[0]
         if admin is not None and who[1] != "admin":
             return _error(403, f"{who[0]!r} may not {admin} (admin only)")
         return who
@@ -209,6 +273,36 @@ class Collector:
             return _error(408, f"body: not received within {BODY_TIMEOUT:g} s")
         self.metrics["bytes_in"] += total
         return b"".join(parts)
+
+    # ----------------------------------------------------------------- retention
+
+    async def keep_days(self) -> None:
+        """``--retain-days``: a retention pass at the start, then every ``PRUNE_EVERY``."""
+        while True:
+            try:
+                await self.prune_pass()
+            except Exception as exc:
+                self.errors.error("retention pass failed (tried again in %.0f s): %s: %s",
+                                  PRUNE_EVERY, type(exc).__name__, exc, exc_info=exc)
+            await asyncio.sleep(PRUNE_EVERY)
+
+    async def prune_pass(self, today: dt.date | None = None) -> dict[str, int]:
+        """Delete what was uploaded before the day ``retain_days`` before ``today`` (UTC),
+        as ``--prune-before`` that day does, one short transaction at a time between the
+        uploads' commits; how much of each."""
+        day = (today or dt.datetime.now(dt.timezone.utc).date()) \
+            - dt.timedelta(days=self.retain_days)
+        gone = {"batches": 0, "matches": 0, "summaries": 0}
+        while some := await self.run(self.store.prune_chunk, _midnight(day)):
+            for table, n in some.items():
+                gone[table] += n
+        gone["archive_files"] = await self.run(self.archive.prune, day.isoformat())
+        for name, n in gone.items():
+            self.metrics[f"pruned_{name}"] += n
+        if any(gone.values()):
+            log.info("retention (--retain-days %d): deleted what was uploaded before %s: %s",
+                     self.retain_days, day.isoformat(), json.dumps(gone))
+        return gone
 
     # ----------------------------------------------------------------- ingest
 
@@ -305,6 +399,9 @@ class Collector:
         if request.content_type not in _MSGPACK_TYPES:
             return _error(415, f"Content-Type {request.content_type!r}: an upload batch is "
                                "'application/msgpack'")
+        full = self.room_left()
+        if full is not None:
+            return full
         body = await self.read_body(request)
         if isinstance(body, web.Response):
             return body
@@ -410,11 +507,13 @@ class Collector:
         if exposition.wants_prometheus(accept, request.query):
             devices = await self.run(self.store.devices)
             body, content_type = exposition.render(self.metrics, self.status_counts, uptime,
-                                                   devices, accept)
+                                                   devices, accept, self.free_bytes())
             return web.Response(body=body, headers={"Content-Type": content_type})
         doc = {name: self.metrics.get(name, 0) for name in exposition.COUNTERS}
         doc["requests"] = {str(k): v for k, v in sorted(self.status_counts.items())}
         doc["uptime_s"] = round(uptime, 3)
+        doc["free_bytes"] = self.free_bytes()
+        doc["min_free_bytes"] = self.min_free
         return web.json_response(doc)
 
 
@@ -468,6 +567,14 @@ def _warm(parent: int) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
+def _message(response: web.Response) -> str:
+    """The ``error`` of a JSON error answer (for the log)."""
+    try:
+        return str(json.loads(response.body)["error"])
+    except (TypeError, ValueError, KeyError):
+        return ""
+
+
 def make_app(collector: Collector) -> web.Application:
     """The aiohttp application of ``collector``: routes, JSON errors, request counting."""
 
@@ -478,7 +585,15 @@ def make_app(collector: Collector) -> web.Application:
         except web.HTTPException as exc:  # routing: 404, 405, and aiohttp's own 413
             response = _error(exc.status, exc.reason or "error")
         except Exception as exc:  # a bug must answer 500, not drop the connection
-            response = _error(500, f"internal error: {type(exc).__name__}: {exc}")
+            status, doc = collector.failed(exc, request.get("device", request.remote),
+                                           f"{request.method} {request.path}")
+            response = web.json_response(doc, status=status)
+        if response.status == 507:
+            response.headers["Retry-After"] = str(RETRY_AFTER)
+        elif 400 <= response.status < 500 and response.status != 404:
+            collector.refusals.warning("%s %s from %s: %d %s", request.method, request.path,
+                                       request.get("device", request.remote), response.status,
+                                       _message(response))
         collector.status_counts[response.status] += 1
         return response
 
@@ -497,10 +612,12 @@ def make_app(collector: Collector) -> web.Application:
 
 
 async def serve(collector: Collector, host: str, port: int, ready=print,
-                tls: ssl.SSLContext | None = None) -> None:
+                tls: ssl.SSLContext | None = None, access_log: bool = False) -> None:
     """Serve until SIGTERM or SIGINT, then finish the requests in flight and return;
-    HTTPS with ``tls`` (:func:`server_tls`)."""
-    runner = web.AppRunner(make_app(collector), handle_signals=False)
+    HTTPS with ``tls`` (:func:`server_tls`); one log line per request with ``access_log``
+    (logger ``aiohttp.access``, level INFO)."""
+    runner = web.AppRunner(make_app(collector), handle_signals=False,
+                           access_log=logging.getLogger("aiohttp.access") if access_log else None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=tls)
     await site.start()
@@ -511,9 +628,12 @@ async def serve(collector: Collector, host: str, port: int, ready=print,
         loop.add_signal_handler(sig, stop.set)
     scheme = "http" if tls is None else "https"
     ready(f"acep collector listening on {scheme}://{bound[0]}:{bound[1]}")
+    pruning = asyncio.create_task(collector.keep_days()) if collector.retain_days else None
     try:
         await stop.wait()
     finally:
+        if pruning is not None:
+            pruning.cancel()
         await runner.cleanup()
 
 
@@ -556,6 +676,19 @@ def _parser() -> argparse.ArgumentParser:
                         "0: all ingest work in the database thread)")
     p.add_argument("--sketch-key-file", help="the key that signs sketches (PUT is refused "
                                              "without it)")
+    p.add_argument("--min-free", type=int, default=DEFAULT_MIN_FREE >> 20, metavar="MIB",
+                   help="refuse uploads (507, Retry-After: the agents keep them) while the "
+                        "database's or the archive's file system has less free space than "
+                        f"this (default {DEFAULT_MIN_FREE >> 20} MiB; 0: until it is full)")
+    p.add_argument("--retain-days", type=int, metavar="N",
+                   help="while serving, delete what was uploaded before the day N days ago "
+                        "(UTC; as --prune-before that day), at the start and every hour; "
+                        "acep train --since Nd reads the days kept")
+    p.add_argument("--log-level", default="INFO",
+                   help="DEBUG, INFO (default: start, retention, refused and failed "
+                        "requests), WARNING or ERROR; logged on stderr")
+    p.add_argument("--access-log", action="store_true",
+                   help="also log one line per request (at INFO)")
     tools = p.add_mutually_exclusive_group()
     tools.add_argument("--add-device", metavar="ID",
                        help="register a device, print its new token once and exit (a known "
@@ -596,12 +729,16 @@ def _prune(store: Store, args: argparse.Namespace) -> int:
         print(f"acep serve: --prune-before {args.prune_before!r} is not a day (YYYY-MM-DD)",
               file=sys.stderr)
         return 2
-    before = dt.datetime.combine(day, dt.time(), dt.timezone.utc).timestamp()
-    gone = store.prune(before)
+    gone = store.prune(_midnight(day))
     if args.archive:
         gone["archive_files"] = Archive(args.archive).prune(day.isoformat())
     print(json.dumps({"before": day.isoformat(), **gone}))
     return 0
+
+
+def _midnight(day: dt.date) -> float:
+    """The start of ``day`` (UTC), in seconds since the epoch."""
+    return dt.datetime.combine(day, dt.time(), dt.timezone.utc).timestamp()
 
 
 def _unknown(device_id: str, db: str) -> int:
@@ -673,9 +810,12 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             print(f"acep serve: {exc}", file=sys.stderr)
             return 2
-    if args.recheck_workers < 0:
-        print("acep serve: --recheck-workers must be 0 or more", file=sys.stderr)
-        return 2
+    for flag, value, least in (("--recheck-workers", args.recheck_workers, 0),
+                               ("--min-free", args.min_free, 0),
+                               ("--retain-days", args.retain_days, 1)):
+        if value is not None and value < least:
+            print(f"acep serve: {flag} must be {least} or more", file=sys.stderr)
+            return 2
     try:
         tls = server_tls(args.tls_cert, args.tls_key)
     except ValueError as exc:
@@ -685,11 +825,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"acep serve: warning: plain HTTP on {args.host}: device tokens travel in "
               "clear; give --tls-cert and --tls-key, or put a TLS proxy in front",
               file=sys.stderr)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     collector = Collector(store, Archive(args.archive), max_body=args.max_body,
-                          sketch_key=key, recheck_workers=args.recheck_workers)
+                          sketch_key=key, recheck_workers=args.recheck_workers,
+                          min_free=args.min_free << 20, retain_days=args.retain_days)
+    log.info("database %s, archive %s, %d re-check workers, uploads refused below %d MiB "
+             "free, %s", store.path, collector.archive.root, args.recheck_workers,
+             args.min_free, f"keeping {args.retain_days} days" if args.retain_days
+             else "keeping everything (no --retain-days)")
     try:
         asyncio.run(serve(collector, args.host, args.port,
-                          ready=lambda line: print(line, flush=True), tls=tls))
+                          ready=lambda line: print(line, flush=True), tls=tls,
+                          access_log=args.access_log))
     finally:
         collector.close()
     print(json.dumps({"stopped": True, **{k: v for k, v in collector.metrics.items()}}),

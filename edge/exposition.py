@@ -31,6 +31,11 @@ COUNTERS = {
     "sketches_stored": "sketches published",
     "heartbeats": "device heartbeats received",
     "bytes_in": "request body bytes received",
+    "refused_no_space": "uploads refused (507) for want of free space",
+    "pruned_batches": "batches deleted by --retain-days",
+    "pruned_matches": "match rows deleted by --retain-days",
+    "pruned_summaries": "summary rows deleted by --retain-days",
+    "pruned_archive_files": "archive files deleted by --retain-days",
 }
 DEVICE_GAUGES = {
     "outbox_pending": "batches waiting in the device's outbox, at its last heartbeat",
@@ -49,10 +54,10 @@ def wants_prometheus(accept: str, query: Mapping[str, str]) -> bool:
 
 
 def render(counters: Mapping[str, int], requests: Mapping[int, int], uptime: float,
-           devices: list[dict], accept: str) -> tuple[bytes, str]:
+           devices: list[dict], accept: str, free_bytes: int) -> tuple[bytes, str]:
     """The exposition body and its Content-Type, in the format ``accept`` prefers."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(counters, requests, uptime, devices))
+    registry.register(_Families(counters, requests, uptime, devices, free_bytes))
     encoder, content_type = choose_encoder(accept)
     return encoder(registry), content_type
 
@@ -60,9 +65,9 @@ def render(counters: Mapping[str, int], requests: Mapping[int, int], uptime: flo
 class _Families:
     """A prometheus_client collector over numbers already counted."""
 
-    def __init__(self, counters, requests, uptime, devices):
+    def __init__(self, counters, requests, uptime, devices, free_bytes):
         self.counters, self.requests = counters, requests
-        self.uptime, self.devices = uptime, devices
+        self.uptime, self.devices, self.free_bytes = uptime, devices, free_bytes
 
     def collect(self) -> Iterator[Metric]:
         for name, doc in COUNTERS.items():
@@ -75,6 +80,10 @@ class _Families:
         yield by_status
         yield GaugeMetricFamily("acep_collector_uptime_seconds", "seconds since the start",
                                 value=self.uptime)
+        yield GaugeMetricFamily("acep_collector_free_bytes",
+                                "free space of the fuller file system of the database and "
+                                "archive (uploads are refused below --min-free)",
+                                value=self.free_bytes)
         yield from self._devices()
 
     def _devices(self) -> Iterator[Metric]:

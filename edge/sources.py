@@ -23,6 +23,8 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 
+from .logs import LogLimiter
+
 __all__ = ["Source", "FileSource", "StdinSource", "IteratorSource", "LogLimiter",
            "parse_line", "parse_lines", "fingerprint", "find_file", "open_file",
            "FINGERPRINT_BYTES"]
@@ -103,28 +105,6 @@ def _upto(lines: list[bytes], size: int) -> list[bytes]:
     return out
 
 
-class LogLimiter:
-    """Warnings about bad input: at most ``burst`` per ``period`` seconds, then one line
-    saying how many were left out (the counts are in the metrics)."""
-
-    def __init__(self, logger: logging.Logger = log, burst: int = 20, period: float = 60.0):
-        self.log, self.burst, self.period = logger, int(burst), float(period)
-        self.started, self.logged, self.left_out = time.monotonic(), 0, 0
-
-    def warning(self, msg: str, *args) -> None:
-        now = time.monotonic()
-        if now - self.started >= self.period:
-            if self.left_out:
-                self.log.warning("%d more bad lines or events were not logged in the last "
-                                 "%.0f s", self.left_out, now - self.started)
-            self.started, self.logged, self.left_out = now, 0, 0
-        if self.logged < self.burst:
-            self.logged += 1
-            self.log.warning(msg, *args)
-        else:
-            self.left_out += 1
-
-
 def parse_line(line: bytes | str) -> dict | None:
     """An event dict from one JSON Lines line, or None when it is not a JSON object."""
     try:
@@ -163,7 +143,7 @@ class Source:
     def __init__(self, batch_events: int = 1000, batch_seconds: float = 1.0):
         self.batch_events, self.batch_seconds = int(batch_events), float(batch_seconds)
         self.bad_lines = 0
-        self.bad_log = LogLimiter()
+        self.bad_log = LogLimiter(log)
         self.eof = False  # the source has ended for good (never in follow mode)
         self.chunk_started = time.monotonic()  # when the last chunk's first event came
         # events per second arriving, and events waiting unread, as of the last chunk

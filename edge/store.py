@@ -194,6 +194,7 @@ class Store:
         self._add_columns("devices", last_seen="REAL", status="TEXT", old_token_sha256="TEXT",
                           old_until="REAL")
         self._db.execute("CREATE INDEX IF NOT EXISTS batches_by_body ON batches (body_sha256)")
+        self._db.execute("CREATE INDEX IF NOT EXISTS batches_by_created ON batches (created_at)")
 
     def _add_columns(self, table: str, **types: str) -> None:
         have = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
@@ -391,24 +392,35 @@ class Store:
 
     def prune(self, before: float, chunk: int = 500) -> dict[str, int]:
         """Delete the batches created before ``before`` (seconds since the epoch) with their
-        matches and summaries; how many of each. In transactions of ``chunk`` batches, so a
-        running collector's writes wait for one short transaction at a time. A device
-        that sends a pruned batch again (its acknowledgement lost) has it stored anew."""
+        matches and summaries; how many of each. In transactions of ``chunk`` batches
+        (:meth:`prune_chunk`), so a running collector's writes wait for one short
+        transaction at a time. A device that sends a pruned batch again (its
+        acknowledgement lost) has it stored anew."""
         gone = {"batches": 0, "matches": 0, "summaries": 0}
+        while some := self.prune_chunk(before, chunk):
+            for table, n in some.items():
+                gone[table] += n
+        return gone
+
+    def prune_chunk(self, before: float, chunk: int = 500) -> dict[str, int] | None:
+        """One transaction of :meth:`prune`: at most ``chunk`` batches; None when no batch
+        created before ``before`` is left."""
         db = self._db
-        while ids := [r[0] for r in db.execute(
-                "SELECT batch_id FROM batches WHERE created_at < ? LIMIT ?",
-                (before, chunk))]:
-            marks = ",".join("?" * len(ids))
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                for table in ("matches", "summaries", "batches"):
-                    gone[table] += db.execute(
-                        f"DELETE FROM {table} WHERE batch_id IN ({marks})", ids).rowcount
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        ids = [r[0] for r in db.execute(
+            "SELECT batch_id FROM batches WHERE created_at < ? LIMIT ?", (before, chunk))]
+        if not ids:
+            return None
+        marks = ",".join("?" * len(ids))
+        gone = {}
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for table in ("matches", "summaries", "batches"):
+                gone[table] = db.execute(
+                    f"DELETE FROM {table} WHERE batch_id IN ({marks})", ids).rowcount
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
         return gone
 
     def counts(self) -> dict:

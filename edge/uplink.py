@@ -2,7 +2,9 @@
 
 :class:`Uplink` posts one batch and classifies the answer; :class:`Uploader` is the thread
 that drains the outbox: ``200`` ("stored" or "duplicate") acks; ``5xx``, ``408``, ``429``,
-connection errors and timeouts are retried with the outbox's backoff; ``401`` and ``403``
+connection errors and timeouts are retried with the outbox's backoff (an answer with
+``Retry-After``, such as the collector's ``507`` on a full disk, also holds every other
+batch that long, up to the backoff's maximum); ``401`` and ``403``
 (a wrong token or device id: the operator's problem, not the batch's) keep every batch and
 pause all uploads with the same backoff, logged once per streak; any other ``4xx`` moves the
 batch to the outbox's dead letters with the collector's reason (never sent again unless an
@@ -11,6 +13,7 @@ operator requeues it). Only ``urllib.request``.
 
 from __future__ import annotations
 
+import email.utils
 import json
 import logging
 import ssl
@@ -40,6 +43,7 @@ class Outcome:
     action: str
     status: int | None
     detail: str
+    retry_after: float | None = None  # seconds, from the answer's Retry-After
 
     @property
     def why(self) -> str:
@@ -61,15 +65,16 @@ class Uplink:
         return urllib.request.Request(self.url + path, data=body, method=method, headers=h)
 
     def _post(self, path: str, body: bytes, content_type: str, timeout: float | None = None
-              ) -> tuple[int, bytes] | Outcome:
-        """``(status, answer body)``, or a ``"retry"`` outcome when no answer came."""
+              ) -> tuple[int, bytes, float | None] | Outcome:
+        """``(status, answer body, Retry-After seconds)``, or a ``"retry"`` outcome when no
+        answer came."""
         req = self._request("POST", path, body, {"Content-Type": content_type})
         try:
             with urllib.request.urlopen(req, timeout=timeout or self.timeout,
                                         context=self.context) as resp:
-                return resp.status, resp.read(1 << 16)
+                return resp.status, resp.read(1 << 16), None
         except urllib.error.HTTPError as e:
-            return e.code, error_body(e)
+            return e.code, error_body(e), retry_after(e.headers.get("Retry-After"))
         except (urllib.error.URLError, OSError, TimeoutError) as e:
             return Outcome("retry", None, f"connection: {getattr(e, 'reason', e)}")
 
@@ -78,7 +83,7 @@ class Uplink:
         answer = self._post("/v1/batches", body, "application/msgpack")
         if isinstance(answer, Outcome):
             return answer
-        status, text = answer
+        status, text, wait = answer
         if status == 200:
             try:
                 answer = json.loads(text)
@@ -87,7 +92,7 @@ class Uplink:
             if answer.get("status") in ("stored", "duplicate"):
                 return Outcome("ack", status, answer["status"])
             return Outcome("retry", status, f"200 with status {answer.get('status')!r}")
-        return _classify(status, error_text(text))
+        return _classify(status, error_text(text), wait)
 
     def post_heartbeat(self, status: dict, timeout: float | None = None) -> Outcome:
         """``POST /v1/heartbeat`` with ``status`` (the agent's metrics) as JSON: ``"ack"``
@@ -96,8 +101,9 @@ class Uplink:
         answer = self._post("/v1/heartbeat", body, "application/json", timeout)
         if isinstance(answer, Outcome):
             return answer
-        code, text = answer
-        return Outcome("ack", code, "seen") if code == 200 else _classify(code, error_text(text))
+        code, text, wait = answer
+        return Outcome("ack", code, "seen") if code == 200 else \
+            _classify(code, error_text(text), wait)
 
     def get_sketch(self, pattern_id: str, max_bytes: int, etag: str | None = None
                    ) -> bytes | None:
@@ -142,10 +148,25 @@ def download_sketch(uplink: Uplink, pattern_id: str, max_bytes: int,
     return data
 
 
-def _classify(status: int, detail: str) -> Outcome:
+def retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delay-seconds or an HTTP date);
+    None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(when - (time.time() if now is None else now), 0.0)
+
+
+def _classify(status: int, detail: str, wait: float | None = None) -> Outcome:
     """What to do about an answer other than 200."""
     if status >= 500 or status in _RETRY_4XX:
-        return Outcome("retry", status, detail)
+        return Outcome("retry", status, detail, wait)
     if status in _AUTH_4XX:
         return Outcome("auth", status, detail)
     if 400 <= status < 500:
@@ -175,9 +196,9 @@ def error_text(text: bytes) -> str:
 class Uploader(threading.Thread):
     """Sends due batches until stopped.
 
-    ``auth_streak`` counts the 401/403 answers in a row; while it is above 0 no batch is
-    sent before ``hold_until`` (Unix seconds). ``last_error`` is the last failed attempt's
-    error, None once a batch is acknowledged."""
+    No batch (and no heartbeat) is sent before ``hold_until`` (Unix seconds): set after a
+    401/403 (``auth_streak`` counts them in a row) and by an answer's ``Retry-After``.
+    ``last_error`` is the last failed attempt's error, None once a batch is acknowledged."""
 
     def __init__(self, outbox: Outbox, uplink: Uplink, idle_seconds: float = 0.5):
         super().__init__(name="acep-uploader", daemon=True)
@@ -289,12 +310,21 @@ class Uploader(threading.Thread):
             self.counts["retried"] += 1
             self.last_error = why
             self.fail_streak += 1
+            if out.retry_after is not None:
+                when = self._hold(out)
             # a collector that is down fails every pending batch: say so once, not per batch
             say = log.warning if self.fail_streak == 1 else log.debug
             say("upload of %s failed (%s); retry in %.1fs (batches are kept and retried "
                 "with backoff; further failures are logged at debug level until one is sent)",
                 due.batch_id, why, (when or time.time()) - time.time())
         return True
+
+    def _hold(self, out: Outcome) -> float:
+        """Hold every upload for the answer's ``Retry-After`` (a collector with a full disk
+        would refuse each batch in turn), at most the backoff's maximum; until when."""
+        wait = min(out.retry_after, self.outbox.backoff.max_delay)
+        self.hold_until = max(self.hold_until, time.time() + wait)
+        return self.hold_until
 
     def _authorized(self) -> None:
         if self.auth_streak:

@@ -26,7 +26,7 @@ from edge.agent import Agent
 from edge.config import ConfigError, load_config, parse_config
 from edge.outbox import Outbox
 from edge.sources import FileSource
-from edge.uplink import Uplink, Uploader
+from edge.uplink import Uplink, Uploader, retry_after
 from edge.wire import decode_batch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -716,3 +716,14 @@ def test_sigterm_finishes_the_batch_and_exits_cleanly(tmp_path):
     assert proc.wait(20) == 0
     last = json.loads((tmp_path / "m.jsonl").read_text().splitlines()[-1])
     assert last["consumed"] == 2000 and last["events_in"] == 2000
+
+
+def test_retry_after_reads_seconds_and_http_dates_and_ignores_junk():
+    import email.utils
+
+    now = 1_700_000_000.0
+    assert retry_after("120", now) == 120.0 and retry_after(" 0 ", now) == 0.0
+    assert retry_after(email.utils.formatdate(now + 30, usegmt=True), now) == 30.0
+    assert retry_after(email.utils.formatdate(now - 30, usegmt=True), now) == 0.0  # past
+    for junk in (None, "", "soon", "-5", "1.5e3", "Mon, 99 Foo 2023"):
+        assert retry_after(junk, now) is None, junk

@@ -51,15 +51,18 @@ class Server:
         (tmp / "key").write_bytes(KEY + b"\n")
         self.proc: subprocess.Popen | None = None
         self.extra = extra
+        self.err = tmp / "collector.err"
 
     def start(self) -> Server:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edge.collector", "--db", f"sqlite:///{self.db}",
-             "--archive", str(self.archive), "--port", "0", "--max-body", str(MAX_BODY),
-             "--sketch-key-file", str(self.tmp / "key"), *self.extra],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # its log goes to a file: a pipe nobody reads would stop a collector that logs a lot
+        with open(self.err, "a") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "edge.collector", "--db", f"sqlite:///{self.db}",
+                 "--archive", str(self.archive), "--port", "0", "--max-body", str(MAX_BODY),
+                 "--sketch-key-file", str(self.tmp / "key"), *self.extra],
+                cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
         line = self.proc.stdout.readline()
-        assert "listening on http://" in line, self.proc.stderr.read()
+        assert "listening on http://" in line, self.log()
         self.url = line.strip().rsplit(" ", 1)[1]
         self.port = int(self.url.rsplit(":", 1)[1])
         return self
@@ -68,8 +71,10 @@ class Server:
         self.proc.send_signal(sig)
         rc = self.proc.wait(timeout=20)
         self.proc.stdout.close()
-        self.proc.stderr.close()
         return rc
+
+    def log(self) -> str:
+        return self.err.read_text()
 
     def rows(self, sql: str, params=()) -> list:
         with sqlite3.connect(self.db) as db:
@@ -269,6 +274,11 @@ def test_bad_requests_get_clear_4xx_and_the_server_stays_up(srv):
     assert status == 200 and doc["status"] == "stored"
     status, data, _ = request(srv.url + "/nowhere")
     assert_error(status, json.loads(data), 404, "Not Found")
+    # the operator sees who was refused and why (a device's own log is elsewhere)
+    log = srv.log()
+    assert "POST /v1/batches from 127.0.0.1: 401 unknown token" in log
+    assert "POST /v1/batches from d2: 403" in log and "POST /v1/batches from d1: 400" in log
+    assert "/nowhere" not in log  # a 404 is not a refusal
 
 
 def _sketch_for(partition, **kw) -> bytes:
@@ -755,6 +765,8 @@ def test_a_batch_that_fails_to_store_fails_no_other_batch_of_its_commit_group(sr
     answers = _post_all(srv, bodies)
     bad_answer = answers.pop(10)
     assert_error(*bad_answer, 500, "internal error")
+    log = srv.log()
+    assert "ERROR acep.collector: batch from d2 failed: " in log and "Traceback" in log, log
     assert [a[0] for a in answers] == [200] * 30, [a for a in answers if a[0] != 200]
     assert {a[1]["status"] for a in answers} == {"stored"}
     assert srv.rows("SELECT count(*) FROM batches WHERE device = 'd1'")[0][0] == 30
@@ -763,3 +775,154 @@ def test_a_batch_that_fails_to_store_fails_no_other_batch_of_its_commit_group(sr
     (day / "device=d2").unlink()
     status, doc = post(srv, bad, srv.tokens["d2"])
     assert status == 200 and doc["status"] == "stored", doc
+
+
+# --------------------------------------------------------------------------- disk space
+
+
+FULL = pytest.mark.parametrize("srv", [("--min-free", str(1 << 40))], ids=["min-free"],
+                               indirect=True)
+
+
+@FULL
+def test_below_min_free_an_upload_is_507_with_retry_after_and_nothing_is_stored(srv):
+    body, d1 = encode_batch(make_batch(seq=0)), srv.tokens["d1"]
+    for _ in range(3):
+        status, data, headers = request(srv.url + "/v1/batches", "POST", body, d1)
+        assert_error(status, json.loads(data), 507, "below --min-free 1099511627776 MiB",
+                     "send it again later")
+        assert headers["Retry-After"] == "60"
+    assert beat(srv, b'{"outbox_pending": 1}', d1)[0] == 200  # small: still taken
+    metrics = json.loads(request(srv.url + "/metrics")[1])
+    assert metrics["refused_no_space"] == 3 and metrics["requests"]["507"] == 3
+    assert 0 < metrics["free_bytes"] < metrics["min_free_bytes"] == 1 << 60
+    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 0
+    assert not list(srv.archive.rglob("*.parquet"))
+    assert srv.log().count("uploads are refused until there is room") == 1  # once per spell
+    assert srv.stop() == 0
+    srv.extra = ()  # room again (the default --min-free): the device's retry is stored
+    srv.start()
+    status, doc = post(srv, body, d1)
+    assert (status, doc["status"]) == (200, "stored")
+    assert json.loads(request(srv.url + "/metrics")[1])["min_free_bytes"] == 64 << 20
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 3 MiB tmpfs: a real file system that fills up (mounting needs root)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def test_a_full_disk_is_507_for_the_batch_that_did_not_fit_and_spoils_nothing(small_disk):
+    server = Server(small_disk, "--min-free", "0")  # no margin: SQLite meets the full disk
+    server.err = small_disk.parent / "collector.err"
+    store = open_store(server.db)
+    token = store.add_device("d1")
+    store.close()
+    (small_disk / "ballast").write_bytes(b"\0" * (1 << 20))  # deleted to make room later
+    server.start()
+    answers = {}
+    try:
+        for seq in range(3000):
+            body = encode_batch(make_batch(seq=seq, events=make_events(seed=seq, n=200)))
+            status, data, headers = request(server.url + "/v1/batches", "POST", body, token)
+            answers[seq] = (status, json.loads(data), body)
+            assert status in (200, 507), data
+            if status == 507 and sum(a[0] == 507 for a in answers.values()) >= 5:
+                break
+        refused = [seq for seq, a in answers.items() if a[0] == 507]
+        assert len(refused) >= 5, "the disk never filled up"
+        assert "no space left" in answers[refused[0]][1]["error"]
+        stored = [seq for seq, a in answers.items() if a[0] == 200]
+        assert set(range(refused[0])) <= set(stored)  # all fitted until the disk was full
+        log = server.log()
+        assert "not stored: no space left" in log and "Traceback" not in log
+        (small_disk / "ballast").unlink()
+        for seq in refused:  # the devices' retries, once there is room
+            status, doc = post(server, answers[seq][2], token)
+            assert (status, doc["status"]) == (200, "stored"), doc
+    finally:
+        assert server.stop() == 0
+    assert server.rows("PRAGMA integrity_check") == [("ok",)]
+    want = sum(a[1].get("matches", 0) for a in answers.values() if a[0] == 200)
+    want += sum(len(decode_batch(answers[seq][2])) for seq in refused)
+    assert server.rows("SELECT count(*) FROM batches")[0][0] == len(answers)
+    assert server.rows("SELECT count(*) FROM matches")[0][0] == want
+    files = list(server.archive.rglob("*.parquet"))
+    assert len(files) == len(answers) and all(pq.read_metadata(f).num_rows for f in files)
+
+
+# --------------------------------------------------------------------------- retention
+
+
+def test_retain_days_prunes_the_old_days_while_the_collector_serves(srv):
+    now = time.time()
+    day = 86400.0
+    d1 = srv.tokens["d1"]
+    for seq, age in enumerate((10, 1)):
+        assert post(srv, encode_batch(make_batch(seq=seq, created_at=now - age * day)),
+                    d1)[0] == 200
+    kept = srv.rows("SELECT COUNT(*) FROM matches WHERE batch_id = 'd1/1'")[0][0]
+    pruned = srv.rows("SELECT COUNT(*) FROM matches WHERE batch_id = 'd1/0'")[0][0]
+    assert srv.stop() == 0
+    srv.extra = ("--retain-days", "3")
+    srv.start()
+    deadline = time.time() + 30
+    while json.loads(request(srv.url + "/metrics")[1])["pruned_batches"] < 1:
+        assert time.time() < deadline, srv.log()
+        time.sleep(0.05)
+    metrics = json.loads(request(srv.url + "/metrics")[1])
+    assert (metrics["pruned_matches"], metrics["pruned_archive_files"]) == (pruned, 1)
+    assert srv.rows("SELECT batch_id FROM batches") == [("d1/1",)]
+    assert srv.rows("SELECT COUNT(*) FROM matches")[0][0] == kept
+    assert len(list(srv.archive.rglob("*.parquet"))) == 1
+    assert "retention (--retain-days 3): deleted what was uploaded before" in srv.log()
+    status, doc = post(srv, encode_batch(make_batch(seq=1, created_at=now - day)), d1)
+    assert (status, doc["status"]) == (200, "duplicate")
+
+
+def test_a_retention_pass_keeps_the_days_acep_train_since_reads(tmp_path):
+    """``--retain-days N`` keeps the days from N days before today: ``--since Nd``'s."""
+    import asyncio
+    import datetime as dt
+
+    from edge.collector import Collector
+    from trainer.sources import archive_days
+
+    store = open_store(tmp_path / "c.db")
+    store.add_device("d1")
+    collector = Collector(store, Archive(tmp_path / "archive"), retain_days=3)
+    today = dt.date(2023, 11, 20)
+    noon = dt.datetime(2023, 11, 14, 12, tzinfo=dt.timezone.utc).timestamp()
+    try:
+        for seq in range(7):  # one batch a day, 11-14 .. 11-20
+            status, doc = collector.ingest(encode_batch(make_batch(
+                seq=seq, events=make_events(seed=seq), created_at=noon + seq * 86400.0)), "d1")
+            assert status == 200, doc
+        gone = asyncio.run(collector.prune_pass(today=today))
+        since, _ = archive_days(str(tmp_path / "archive"), "3d", None, today=today)
+        assert since == "2023-11-17" and gone["batches"] == gone["archive_files"] == 3
+        days = sorted(p.name for p in (tmp_path / "archive").iterdir())
+        assert days == ["date=2023-11-17", "date=2023-11-18", "date=2023-11-19",
+                        "date=2023-11-20"]
+        assert [r[0] for r in store.query("SELECT seq FROM batches ORDER BY seq")] == [3, 4, 5, 6]
+        assert asyncio.run(collector.prune_pass(today=today))["batches"] == 0
+    finally:
+        collector.close()
+
+
+def test_bad_retention_and_space_options_exit_2_naming_them(tmp_path):
+    for flag, value, want in (("--retain-days", "0", "--retain-days must be 1 or more"),
+                              ("--min-free", "-1", "--min-free must be 0 or more")):
+        done = subprocess.run([sys.executable, "-m", "edge.collector", "--db",
+                               str(tmp_path / "c.db"), "--archive", str(tmp_path / "a"),
+                               flag, value], cwd=ROOT, capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 2 and want in done.stderr, done.stderr

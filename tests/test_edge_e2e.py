@@ -354,6 +354,35 @@ def test_collector_sigkilled_and_restarted_while_the_agent_runs(tmp_path, collec
     assert "failed" in run.log() and "retry in" in run.log()  # it did retry with backoff
 
 
+def test_a_collector_out_of_space_holds_every_upload_for_its_retry_after(tmp_path, collector):
+    """A collector short of space answers 507 with Retry-After: the agent then waits that
+    long (at most outbox.backoff_max, 0.5 s here) before it sends any batch, instead of
+    sending each pending batch in turn to be refused; nothing is lost once there is room."""
+    collector.kill(signal.SIGTERM)
+    collector.extra = ("--min-free", str(1 << 40))
+    collector.start()
+    run = AgentRun(tmp_path, collector.url, collector.token)
+    run.append(stream(3000, seed=21))
+    run.start()
+    wait_for(lambda: run.alive() or run.pending() >= 20, "20 batches waiting")
+
+    def refused() -> int:
+        metrics = urllib.request.urlopen(collector.url + "/metrics", timeout=10).read()
+        return json.loads(metrics)["requests"].get("507", 0)
+
+    first, started = refused(), time.time()
+    time.sleep(3.0)
+    sent, seconds = refused() - first, time.time() - started
+    assert run.pending() >= 20 and 1 <= sent <= seconds / 0.5 + 2, (sent, seconds)
+    assert "HTTP 507" in run.log()
+    collector.kill(signal.SIGTERM)
+    collector.extra = ()
+    collector.start()
+    wait_for(lambda: run.alive() or run.caught_up(collector), "the agent to catch up")
+    run.stop()
+    assert_nothing_lost_or_duplicated(collector, run)
+
+
 def _soon(condition, seconds: float) -> bool:
     """Poll ``condition`` for a while without failing (for events that usually follow)."""
     deadline = time.time() + seconds

@@ -83,6 +83,9 @@ def test_the_collector_unit_serves_from_its_state_directory(monkeypatch):
     assert s["ProtectSystem"] == "strict" and state in s["ReadWritePaths"].split()
     assert (s["Type"], s["Restart"], s["KillSignal"]) == ("simple", "on-failure", "SIGTERM")
     assert s["User"] and s["User"] != "root" and s["NoNewPrivileges"] == "yes"
+    train = parse(command(service("acep-train.service")["ExecStart"])[1:], monkeypatch)
+    assert run.ns.retain_days >= int(train.ns.since.removesuffix("d"))  # it keeps what
+    # the weekly retraining reads
 
 
 def test_the_trainer_unit_retrains_on_the_last_weeks_and_publishes(monkeypatch):
