@@ -496,6 +496,13 @@ class Collector:
         devices = await self.run(self.store.devices)
         return web.json_response({"time": time.time(), "devices": devices})
 
+    async def whoami(self, request: web.Request) -> web.Response:
+        """Whose token this is (``acep agent --check`` compares it with ``device.id``)."""
+        who = await self.identify(request)
+        if isinstance(who, web.Response):
+            return who
+        return web.json_response({"device": who[0], "role": who[1]})
+
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
@@ -605,6 +612,7 @@ def make_app(collector: Collector) -> web.Application:
         web.put("/v1/sketches/{pattern_id}", collector.put_sketch),
         web.post("/v1/heartbeat", collector.post_heartbeat),
         web.get("/v1/devices", collector.get_devices),
+        web.get("/v1/whoami", collector.whoami),
         web.get("/health", collector.health),
         web.get("/metrics", collector.metrics_view),
     ])

@@ -18,7 +18,8 @@ read without writing: its pending batches); the directories of the other files t
 writes (``metrics.path``, ``sketch.save_path``, a downloaded sketch's ``sketch.path``); the
 key files (readable, not readable by every user); the collector (``GET /health``) and the
 device token (an authenticated ``GET /v1/sketches/{pattern.id}``: ``401``/``403`` is a
-refused token, ``404`` an accepted one with no sketch published); the sketch (read from
+refused token, ``404`` an accepted one with no sketch published; then ``GET /v1/whoami``:
+the token must be ``device.id``'s, else every batch would be refused); the sketch (read from
 ``sketch.path`` or downloaded, not kept) verified with the agent's checks: signature and
 size, then that it fits the pattern.
 
@@ -30,6 +31,7 @@ so a missing ``ReadWritePaths=`` shows as a directory that is not writable.
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
 import stat
@@ -315,13 +317,32 @@ def _collector(cfg: AgentConfig):
                                   "device.token or device.token_file, and that the device is "
                                   "registered (acep serve --add-device)")
     elif status in (200, 404):
-        yield Check("ok", what, f"accepted (GET {path}: {status}"
-                                f"{', no sketch published' if status == 404 else ''})")
+        yield _whose(base, cfg, timeout, context, f"GET {path}: {status}"
+                     f"{', no sketch published' if status == 404 else ''}")
     elif status is None:
         yield Check("FAIL", what, f"not checked: GET {path}: {error}")
     else:
         yield Check("FAIL", what, f"GET {path}: HTTP {status} {error}".rstrip())
     yield status, body
+
+
+def _whose(base: str, cfg: AgentConfig, timeout: float, context, seen: str) -> Check:
+    """An accepted token: is it ``device.id``'s (``GET /v1/whoami``)? A token copied from
+    another device is accepted, and then every batch is refused (403)."""
+    what = f"device token ({cfg.device_id})"
+    status, body, _ = _get(base + "/v1/whoami", cfg.token, timeout, 1 << 16, context)
+    try:
+        who = json.loads(body) if status == 200 else {}
+    except ValueError:
+        who = {}
+    if not isinstance(who, dict) or "device" not in who:  # a collector without /v1/whoami
+        return Check("ok", what, f"accepted ({seen})")
+    if who["device"] != cfg.device_id:
+        return Check("FAIL", what, f"the collector knows this token as {who['device']!r}, "
+                                   f"not device.id {cfg.device_id!r}: it would refuse every "
+                                   "batch (HTTP 403); use this device's own token")
+    return Check("ok", what, f"accepted as {who['device']!r}, role {who.get('role')} "
+                             f"({seen})")
 
 
 def _sketch(cfg: AgentConfig, matcher, keys: dict, published) -> Iterator[Check]:

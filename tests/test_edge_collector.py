@@ -554,6 +554,10 @@ def test_heartbeats_and_requests_tell_when_a_device_was_last_seen(srv):
     assert (status, json.loads(data)["error"]) == (403, "'d1' may not publish sketches "
                                                         "(admin only)")
     assert request(srv.url + "/v1/devices")[0] == 401
+    for name, role in (("d1", "device"), ("admin", "admin")):
+        status, data, _ = request(srv.url + "/v1/whoami", token=srv.tokens[name])
+        assert (status, json.loads(data)) == (200, {"device": name, "role": role})
+    assert request(srv.url + "/v1/whoami", token="wrong")[0] == 401
 
 
 def test_metrics_for_prometheus_say_what_the_json_says_and_when_each_device_was_seen(srv):

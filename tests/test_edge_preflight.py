@@ -100,7 +100,8 @@ def test_a_good_setup_passes_every_check_and_nothing_is_written(tmp_path, collec
                                           "collector", "device", "sketch"]
     text = "\n".join(lines)
     assert "outbox.db (not created yet" in text
-    assert f"device token ({DEVICE}) (accepted (GET /v1/sketches/abc: 404" in text
+    assert f"device token ({DEVICE}) (accepted as '{DEVICE}', role device (GET " \
+           "/v1/sketches/abc: 404" in text
     assert "abc.sketch (signature verified, fits pattern abc" in text
     assert snapshot(tmp_path) == before  # no outbox, no metrics, no learned sketch
 
@@ -206,6 +207,20 @@ def test_a_revoked_or_wrong_token_is_refused(tmp_path, collector, capsys):
         assert levels(lines)["collector"] == "ok"
 
 
+def test_another_devices_token_is_accepted_by_the_collector_but_fails_the_check(
+        tmp_path, collector, capsys):
+    # a token file copied from another device: the collector takes it, then refuses
+    # every batch this device uploads under its own id (403)
+    other = collector.add("pi-other")
+    cfg = write_config(tmp_path, collector.url, other)
+    code, lines = run_check(cfg, capsys)
+    assert code == 1
+    fail = [line for line in lines if line.startswith("FAIL")]
+    assert fail == [f"FAIL device token ({DEVICE}): the collector knows this token as "
+                    f"'pi-other', not device.id '{DEVICE}': it would refuse every batch "
+                    "(HTTP 403); use this device's own token"], lines
+
+
 def test_a_collector_that_is_down_fails(tmp_path, capsys):
     from test_edge_agent import _closed_port
 
@@ -225,7 +240,7 @@ def test_a_published_sketch_is_downloaded_and_verified_not_kept(tmp_path, collec
     assert code == 0, lines
     assert "ok  sketch abc published by the collector (signature verified, fits pattern " \
            "abc" in "\n".join(lines)
-    assert "accepted (GET /v1/sketches/abc: 200)" in "\n".join(lines)
+    assert "role device (GET /v1/sketches/abc: 200)" in "\n".join(lines)
     assert snapshot(tmp_path) == before
 
 
