@@ -46,11 +46,12 @@ from history.sketch import Sketch
 from .budgeting import WallClockBudget
 from .commits import Commits
 from .config import AgentConfig, ConfigError, load_config
+from .logs import LOG_LEVELS, LogLimiter
 from .outbox import Backoff, Outbox, OutboxFull
 from .resume import Progress
 from .retained import Retained
 from .sketches import FALLBACK_POLICY, Sketches
-from .sources import FileSource, IteratorSource, LogLimiter, Source, StdinSource
+from .sources import FileSource, IteratorSource, Source, StdinSource
 from .uplink import Uplink, Uploader
 from .wire import (
     Condenser,
@@ -578,7 +579,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", required=True, help="the agent.toml")
     ap.add_argument("--once", action="store_true",
                     help="process what the source holds now, upload what is due, exit")
-    ap.add_argument("--log-level", default="INFO")
+    ap.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
+                    help="DEBUG, INFO (default), WARNING or ERROR; logged on stderr")
     ap.add_argument("--check", action="store_true",
                     help="check the config, files, keys, sketch and collector; print one line "
                          "each (ok/WARN/FAIL), write nothing, exit 1 if any failed")
@@ -586,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:  # edge/preflight.py: reads only
         from .preflight import check
         return check(args.config)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         agent = Agent(load_config(args.config))

@@ -43,7 +43,7 @@ from aiohttp import web
 from . import exposition
 from .archive import Archive, archive_path
 from .archive import encode as encode_archive
-from .logs import LogLimiter
+from .logs import LOG_LEVELS, LogLimiter
 from .recheck import recheck_batch
 from .store import Prepared, Store, open_store, prepare
 from .wire import ID_RULE, Limits, UploadBatch, WireError, decode, valid_id
@@ -692,7 +692,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="while serving, delete what was uploaded before the day N days ago "
                         "(UTC; as --prune-before that day), at the start and every hour; "
                         "acep train --since Nd reads the days kept")
-    p.add_argument("--log-level", default="INFO",
+    p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
                    help="DEBUG, INFO (default: start, retention, refused and failed "
                         "requests), WARNING or ERROR; logged on stderr")
     p.add_argument("--access-log", action="store_true",
@@ -833,7 +833,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"acep serve: warning: plain HTTP on {args.host}: device tokens travel in "
               "clear; give --tls-cert and --tls-key, or put a TLS proxy in front",
               file=sys.stderr)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     collector = Collector(store, Archive(args.archive), max_body=args.max_body,
                           sketch_key=key, recheck_workers=args.recheck_workers,

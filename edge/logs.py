@@ -6,7 +6,9 @@ from __future__ import annotations
 import logging
 import time
 
-__all__ = ["LogLimiter"]
+__all__ = ["LogLimiter", "LOG_LEVELS"]
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # --log-level of acep agent and acep serve
 
 
 class LogLimiter:

@@ -922,9 +922,10 @@ def test_a_retention_pass_keeps_the_days_acep_train_since_reads(tmp_path):
         collector.close()
 
 
-def test_bad_retention_and_space_options_exit_2_naming_them(tmp_path):
+def test_bad_retention_space_and_log_options_exit_2_naming_them(tmp_path):
     for flag, value, want in (("--retain-days", "0", "--retain-days must be 1 or more"),
-                              ("--min-free", "-1", "--min-free must be 0 or more")):
+                              ("--min-free", "-1", "--min-free must be 0 or more"),
+                              ("--log-level", "loud", "--log-level: invalid choice: 'LOUD'")):
         done = subprocess.run([sys.executable, "-m", "edge.collector", "--db",
                                str(tmp_path / "c.db"), "--archive", str(tmp_path / "a"),
                                flag, value], cwd=ROOT, capture_output=True, text=True,
