@@ -10,6 +10,12 @@ A file is written to a temporary name in its directory, fsynced and renamed into
 a killed collector leaves either no file or a whole one; readers skip ``*.tmp`` names
 (pyarrow's dataset discovery ignores files starting with ``.``, and the temporary file
 starts with one).
+
+Compaction (:meth:`Archive.compact`, ``acep serve --compact``) merges a closed day's small
+files of one device into ``compact-<ns>.parquet`` files of up to ``COMPACT_ROWS`` rows, one
+per pattern definition and column schema, each naming the files it replaced in its
+metadata (``acep.compacted``). The database says which file holds a batch; a file no batch
+refers to is not live (see the collector's compaction pass).
 """
 
 from __future__ import annotations
@@ -19,11 +25,17 @@ import json
 import os
 import shutil
 import threading
+import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Archive", "archive_path", "encode"]
+__all__ = ["Archive", "archive_path", "encode", "COMPACT_ROWS", "COMPACTED"]
+
+COMPACT_ROWS = 1 << 20  # rows of a compacted file at most (about 4 Spark read tasks)
+ROW_GROUP_ROWS = 1 << 16  # rows per row group of a compacted file
+COMPACTED = b"acep.compacted"  # metadata key: the names of the files a compacted one replaced
 
 
 def archive_path(root: str | Path, batch) -> Path:
@@ -68,6 +80,66 @@ class Archive:
         _fsync_dir(path.parent)
         return path
 
+
+    def device_folders(self, before: str) -> list[Path]:
+        """The ``date=D/device=X`` folders of the days before ``before`` (ISO day)."""
+        return sorted(f for f in self.root.glob("date=*/device=*")
+                      if f.is_dir() and f.parent.name[len("date="):] < before)
+
+    def compact(self, files: list[Path]) -> list[tuple[Path, list[Path]]]:
+        """Merge the small ones among ``files`` (live files of one device folder, below
+        ``COMPACT_ROWS // 2`` rows) into compacted files: per pattern definition and
+        schema, in name order, each of at most ``COMPACT_ROWS`` rows. Writes them (fsynced,
+        renamed into place) and deletes nothing; ``[(new file, the files it holds)]``. A
+        run of one file is left as it is."""
+        import pyarrow.parquet as pq
+
+        groups: dict[tuple, list] = defaultdict(list)
+        for path in sorted(files):
+            meta = pq.ParquetFile(path)
+            if meta.metadata.num_rows >= COMPACT_ROWS // 2:
+                continue
+            schema = meta.schema_arrow
+            kept = {k: v for k, v in (schema.metadata or {}).items() if k != COMPACTED}
+            key = (tuple(sorted(kept.items())), schema.remove_metadata().to_string())
+            groups[key].append((path, meta.metadata.num_rows, schema.with_metadata(kept)))
+        done = []
+        for members in groups.values():
+            for run in _runs(members):
+                if len(run) > 1:
+                    done.append((self._merge([p for p, _, _ in run], run[0][2]),
+                                 [p for p, _, _ in run]))
+        return done
+
+    def _merge(self, paths: list[Path], schema) -> Path:
+        """One compacted file of ``paths`` (same schema), beside them."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        folder = paths[0].parent
+        path = folder / f"compact-{time.time_ns()}.parquet"
+        while path.exists():
+            path = folder / f"compact-{time.time_ns()}.parquet"
+        tmp = folder / f".{path.name}.tmp"
+        schema = schema.with_metadata({**(schema.metadata or {}),
+                                       COMPACTED: json.dumps([p.name for p in paths])})
+        try:
+            with pq.ParquetWriter(tmp, schema) as writer:
+                pending, rows = [], 0
+                for p in paths:
+                    pending.append(pq.read_table(p))
+                    rows += pending[-1].num_rows
+                    if rows >= ROW_GROUP_ROWS or p is paths[-1]:
+                        table = pa.concat_tables(pending).unify_dictionaries()
+                        writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+                        pending, rows = [], 0
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        _fsync_dir(folder)
+        return path
 
     def prune(self, day: str) -> int:
         """Delete the days before ``day`` (``YYYY-MM-DD``, UTC: the batches created before
@@ -123,6 +195,26 @@ def warm_up() -> None:
 
     pq.write_table(pa.table({"tag": pa.array([0.0]), "type": pa.array(["a"])}),
                    pa.BufferOutputStream())
+
+
+def _runs(members: list[tuple]) -> list[list[tuple]]:
+    """``(path, rows, schema)`` in order, cut into runs of at most ``COMPACT_ROWS`` rows."""
+    runs, rows = [[]], 0
+    for m in members:
+        if runs[-1] and rows + m[1] > COMPACT_ROWS:
+            runs.append([])
+            rows = 0
+        runs[-1].append(m)
+        rows += m[1]
+    return runs
+
+
+def compacted_names(path: Path) -> list[str]:
+    """The names of the files a compacted file replaced (none for a batch's file)."""
+    import pyarrow.parquet as pq
+
+    raw = (pq.read_schema(path).metadata or {}).get(COMPACTED)
+    return json.loads(raw) if raw else []
 
 
 def _fsync_dir(path: Path) -> None:

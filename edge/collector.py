@@ -41,7 +41,7 @@ from concurrent.futures.process import BrokenProcessPool
 from aiohttp import web
 
 from . import exposition
-from .archive import Archive, archive_path
+from .archive import Archive, archive_path, compacted_names
 from .archive import encode as encode_archive
 from .logs import LOG_LEVELS, LogLimiter
 from .recheck import recheck_batch
@@ -56,7 +56,7 @@ DEFAULT_PORT = 8750
 DEFAULT_MAX_BODY = 16 << 20
 DEFAULT_MIN_FREE = 64 << 20  # bytes: below it uploads are refused (507) before SQLite fills up
 RETRY_AFTER = 60  # seconds, sent with 507: the agents hold their uploads that long
-PRUNE_EVERY = 3600.0  # seconds between --retain-days passes
+MAINTAIN_EVERY = 3600.0  # seconds between --retain-days and --compact passes
 BODY_TIMEOUT = 60.0
 MAX_GROUP = 64  # batches committed in one transaction at most
 MAX_STATUS = 16 << 10  # bytes of a heartbeat's status (an agent's metrics: about 1 KiB)
@@ -103,9 +103,9 @@ class Collector:
     def __init__(self, store: Store, archive: Archive, *, max_body: int = DEFAULT_MAX_BODY,
                  sketch_key: bytes | None = None, limits: Limits | None = None,
                  recheck_workers: int = 0, min_free: int = DEFAULT_MIN_FREE,
-                 retain_days: int | None = None):
+                 retain_days: int | None = None, compact: bool = False):
         self.store, self.archive = store, archive
-        self.min_free, self.retain_days = int(min_free), retain_days
+        self.min_free, self.retain_days, self.compact = int(min_free), retain_days, compact
         self.low_space: str | None = None  # why uploads are refused (507), while they are
         self.errors = LogLimiter(log, what="failed requests")
         self.refusals = LogLimiter(log, what="refused requests")
@@ -274,17 +274,22 @@ class Collector:
         self.metrics["bytes_in"] += total
         return b"".join(parts)
 
-    # ----------------------------------------------------------------- retention
+    # ----------------------------------------------------------------- maintenance
 
-    async def keep_days(self) -> None:
-        """``--retain-days``: a retention pass at the start, then every ``PRUNE_EVERY``."""
-        while True:
-            try:
-                await self.prune_pass()
-            except Exception as exc:
-                self.errors.error("retention pass failed (tried again in %.0f s): %s: %s",
-                                  PRUNE_EVERY, type(exc).__name__, exc, exc_info=exc)
-            await asyncio.sleep(PRUNE_EVERY)
+    async def maintain(self) -> None:
+        """``--retain-days`` and ``--compact``: their passes at the start, then every
+        ``MAINTAIN_EVERY`` seconds, between the uploads."""
+        passes = [(name, step) for name, step, on in (
+            ("retention", self.prune_pass, self.retain_days),
+            ("compaction", self.compact_pass, self.compact)) if on]
+        while passes:
+            for name, step in passes:
+                try:
+                    await step()
+                except Exception as exc:
+                    self.errors.error("%s pass failed (tried again in %.0f s): %s: %s", name,
+                                      MAINTAIN_EVERY, type(exc).__name__, exc, exc_info=exc)
+            await asyncio.sleep(MAINTAIN_EVERY)
 
     async def prune_pass(self, today: dt.date | None = None) -> dict[str, int]:
         """Delete what was uploaded before the day ``retain_days`` before ``today`` (UTC),
@@ -303,6 +308,46 @@ class Collector:
             log.info("retention (--retain-days %d): deleted what was uploaded before %s: %s",
                      self.retain_days, day.isoformat(), json.dumps(gone))
         return gone
+
+    async def compact_pass(self, today: dt.date | None = None) -> dict[str, int]:
+        """Merge the small archive files of the days before ``today`` (UTC), device folder
+        by device folder (:meth:`edge.archive.Archive.compact`): the merge in a thread of
+        its own while uploads go on, then in the database thread the batches moved to the
+        new files (one transaction) and the old files deleted. An interrupted pass leaves
+        files no batch is in; the next pass deletes them. How many files of each kind."""
+        before = (today or dt.datetime.now(dt.timezone.utc).date()).isoformat()
+        done: Counter = Counter()
+        for folder in await asyncio.to_thread(self.archive.device_folders, before):
+            done.update(await self._compact_folder(folder))
+        for name in ("merged", "written", "leftovers"):
+            self.metrics[f"compaction_{name}"] += done[name]
+        if done["merged"] or done["leftovers"]:
+            log.info("compaction (days before %s): %d files merged into %d, %d leftovers of "
+                     "an interrupted pass deleted", before, done["merged"], done["written"],
+                     done["leftovers"])
+        return {name: done[name] for name in ("merged", "written", "leftovers")}
+
+    async def _compact_folder(self, folder) -> Counter:
+        rel = folder.relative_to(self.archive.root).as_posix()
+        live = await self.run(self.store.archive_files, rel)
+        files = [p for p in folder.glob("*.parquet") if not p.name.startswith(".")]
+        held = [p for p in files if f"{rel}/{p.name}" in live]
+        stale = await asyncio.to_thread(_leftovers, files, held)
+        merged = await asyncio.to_thread(self.archive.compact, held) if len(held) > 1 else []
+        moves = [([f"{rel}/{p.name}" for p in olds], f"{rel}/{new.name}") for new, olds in merged]
+        gone = stale + [p for _, olds in merged for p in olds]
+        await self.run(self._swap_files, rel, moves, gone)
+        return Counter(merged=sum(len(olds) for _, olds in merged), written=len(merged),
+                       leftovers=len(stale))
+
+    def _swap_files(self, rel: str, moves: list, gone: list) -> None:
+        """The batches into their compacted files, then the files none is in deleted
+        (database thread: no upload is stored in between)."""
+        self.store.move_archive(moves)
+        live = self.store.archive_files(rel)
+        for path in gone:
+            if f"{rel}/{path.name}" not in live:
+                path.unlink(missing_ok=True)
 
     # ----------------------------------------------------------------- ingest
 
@@ -636,12 +681,11 @@ async def serve(collector: Collector, host: str, port: int, ready=print,
         loop.add_signal_handler(sig, stop.set)
     scheme = "http" if tls is None else "https"
     ready(f"acep collector listening on {scheme}://{bound[0]}:{bound[1]}")
-    pruning = asyncio.create_task(collector.keep_days()) if collector.retain_days else None
+    upkeep = asyncio.create_task(collector.maintain())
     try:
         await stop.wait()
     finally:
-        if pruning is not None:
-            pruning.cancel()
+        upkeep.cancel()
         await runner.cleanup()
 
 
@@ -692,6 +736,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="while serving, delete what was uploaded before the day N days ago "
                         "(UTC; as --prune-before that day), at the start and every hour; "
                         "acep train --since Nd reads the days kept")
+    p.add_argument("--compact", action="store_true",
+                   help="while serving, merge each device's small archive files of the days "
+                        "before today into files of up to a million rows, at the start and "
+                        "every hour (the trainer reads far fewer files)")
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
                    help="DEBUG, INFO (default: start, retention, refused and failed "
                         "requests), WARNING or ERROR; logged on stderr")
@@ -742,6 +790,19 @@ def _prune(store: Store, args: argparse.Namespace) -> int:
         gone["archive_files"] = Archive(args.archive).prune(day.isoformat())
     print(json.dumps({"before": day.isoformat(), **gone}))
     return 0
+
+
+def _leftovers(files: list, held: list) -> list:
+    """Files of an interrupted compaction: a compacted file no batch is in (written, then
+    the collector stopped), and a file a compacted file that batches are in replaced (the
+    batches moved, then it stopped before the deletion)."""
+    held_names = {p.name for p in held}
+    unheld = [p for p in files if p.name not in held_names]
+    if not unheld:
+        return []
+    replaced = {name for p in held if p.name.startswith("compact-")
+                for name in compacted_names(p)}
+    return [p for p in unheld if p.name.startswith("compact-") or p.name in replaced]
 
 
 def _midnight(day: dt.date) -> float:
@@ -837,11 +898,13 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     collector = Collector(store, Archive(args.archive), max_body=args.max_body,
                           sketch_key=key, recheck_workers=args.recheck_workers,
-                          min_free=args.min_free << 20, retain_days=args.retain_days)
+                          min_free=args.min_free << 20, retain_days=args.retain_days,
+                          compact=args.compact)
     log.info("database %s, archive %s, %d re-check workers, uploads refused below %d MiB "
-             "free, %s", store.path, collector.archive.root, args.recheck_workers,
+             "free, %s, %s", store.path, collector.archive.root, args.recheck_workers,
              args.min_free, f"keeping {args.retain_days} days" if args.retain_days
-             else "keeping everything (no --retain-days)")
+             else "keeping everything (no --retain-days)",
+             "compacting closed days" if args.compact else "no compaction")
     try:
         asyncio.run(serve(collector, args.host, args.port,
                           ready=lambda line: print(line, flush=True), tls=tls,

@@ -36,6 +36,9 @@ COUNTERS = {
     "pruned_matches": "match rows deleted by --retain-days",
     "pruned_summaries": "summary rows deleted by --retain-days",
     "pruned_archive_files": "archive files deleted by --retain-days",
+    "compaction_merged": "small archive files merged by --compact",
+    "compaction_written": "compacted archive files written by --compact",
+    "compaction_leftovers": "files of an interrupted compaction deleted",
 }
 DEVICE_GAUGES = {
     "outbox_pending": "batches waiting in the device's outbox, at its last heartbeat",

@@ -195,6 +195,7 @@ class Store:
                           old_until="REAL")
         self._db.execute("CREATE INDEX IF NOT EXISTS batches_by_body ON batches (body_sha256)")
         self._db.execute("CREATE INDEX IF NOT EXISTS batches_by_created ON batches (created_at)")
+        self._db.execute("CREATE INDEX IF NOT EXISTS batches_by_archive ON batches (archive)")
 
     def _add_columns(self, table: str, **types: str) -> None:
         have = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
@@ -422,6 +423,35 @@ class Store:
             db.execute("ROLLBACK")
             raise
         return gone
+
+    def archive_files(self, folder: str) -> dict[str, int]:
+        """The archive files under ``folder`` (``date=D/device=X``) that stored batches
+        are in: {path under the archive: batches}."""
+        low = folder.rstrip("/") + "/"
+        high = low[:-1] + chr(ord("/") + 1)  # every path that starts with ``low`` sorts below
+        return dict(self._db.execute(
+            "SELECT archive, COUNT(*) FROM batches WHERE archive >= ? AND archive < ? "
+            "GROUP BY archive", (low, high)))
+
+    def move_archive(self, moves: Sequence[tuple[Sequence[str], str]]) -> int:
+        """After a compaction: the batches in each move's files are now in its new file
+        (paths under the archive), in one transaction; how many batches moved."""
+        db = self._db
+        moved = 0
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for olds, new in moves:
+                for i in range(0, len(olds), 500):
+                    part = list(olds[i:i + 500])
+                    moved += db.execute(
+                        f"UPDATE batches SET archive = ? WHERE archive IN "
+                        f"({','.join('?' * len(part))})", (new, *part)).rowcount
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return moved
 
     def counts(self) -> dict:
         """Rows per table (for metrics and tests)."""

@@ -152,11 +152,11 @@ def make_events(seed: int = 3, n: int = 80) -> list[Event]:
     return out
 
 
-def make_batch(device="d1", seq=0, events=None, created_at=None):
+def make_batch(device="d1", seq=0, events=None, created_at=None, ref=REF):
     events = EventBatch.from_events(events or make_events())
-    m = acep.Matcher(REF.text, window=REF.window, k=REF.k, where=list(REF.where), partition="o")
+    m = acep.Matcher(ref.text, window=ref.window, k=ref.k, where=list(ref.where), partition="o")
     found = MatchBatch.concat([m.match_batch(events), m.flush()])
-    return batch_from_matches(found, events, device=device, seq=seq, pattern=REF,
+    return batch_from_matches(found, events, device=device, seq=seq, pattern=ref,
                               created_at=1.7e9 + seq if created_at is None else created_at)
 
 
@@ -892,6 +892,26 @@ def test_retain_days_prunes_the_old_days_while_the_collector_serves(srv):
     assert (status, doc["status"]) == (200, "duplicate")
 
 
+def test_compact_merges_the_closed_days_while_the_collector_serves(srv):
+    now, d1 = time.time(), srv.tokens["d1"]
+    for seq, age in enumerate((2, 2, 2, 0)):
+        batch = make_batch(seq=seq, events=make_events(seed=seq), created_at=now - age * 86400)
+        assert post(srv, encode_batch(batch), d1)[0] == 200
+    assert srv.stop() == 0
+    srv.extra = ("--compact",)
+    srv.start()
+    deadline = time.time() + 30
+    while json.loads(request(srv.url + "/metrics")[1])["compaction_written"] < 1:
+        assert time.time() < deadline, srv.log()
+        time.sleep(0.05)
+    assert json.loads(request(srv.url + "/metrics")[1])["compaction_merged"] == 3
+    held = dict(srv.rows("SELECT batch_id, archive FROM batches"))
+    assert len(set(held.values())) == 2 and "/compact-" in held["d1/0"]
+    assert {str(p.relative_to(srv.archive)) for p in srv.archive.rglob("*.parquet")} == \
+        set(held.values())
+    assert "compaction (days before" in srv.log()
+
+
 def test_a_retention_pass_keeps_the_days_acep_train_since_reads(tmp_path):
     """``--retain-days N`` keeps the days from N days before today: ``--since Nd``'s."""
     import asyncio
@@ -931,3 +951,116 @@ def test_bad_retention_space_and_log_options_exit_2_naming_them(tmp_path):
                                flag, value], cwd=ROOT, capture_output=True, text=True,
                               timeout=60)
         assert done.returncode == 2 and want in done.stderr, done.stderr
+
+
+# --------------------------------------------------------------------------- compaction
+
+
+def _batch_rows(archive: Path, store, batch_id: str):
+    """The archived rows of one batch, from the file the database says holds it."""
+    import pyarrow.compute as pc
+
+    (path,) = store.query("SELECT archive FROM batches WHERE batch_id = ?", (batch_id,))[0]
+    table = pq.read_table(archive / path)
+    rows = table.filter(pc.equal(table["batch_id"], batch_id))
+    return path, sorted(map(repr, rows.to_pylist()))
+
+
+def test_compaction_merges_closed_days_and_every_batch_stays_where_the_database_says(tmp_path):
+    import asyncio
+    import datetime as dt
+
+    from edge.collector import Collector
+
+    store = open_store(tmp_path / "c.db")
+    for d in ("d1", "d2"):
+        store.add_device(d)
+    root = tmp_path / "archive"
+    collector = Collector(store, Archive(root), compact=True)
+    other = PatternRef("p1", "a c", 4.0, 0, (), "o")  # the pattern changed on the device
+    noon = dt.datetime(2023, 11, 14, 12, tzinfo=dt.timezone.utc).timestamp()
+    wide = [Event(e.type, e.t, {**e.attrs, "y": 1.0}) for e in make_events(seed=99)]
+    plan = [("d1", day, {}) for day in (0, 0, 0, 1, 1, 2, 2)] + \
+        [("d1", 0, {"ref": other}), ("d1", 0, {"ref": other}), ("d1", 0, {"events": wide}),
+         ("d1", 0, {"events": wide})] + [("d2", 0, {}) for _ in range(4)]
+    bodies: dict = {}
+    try:
+        for k, (device, day, kw) in enumerate(plan):
+            seq = sum(key[0] == device for key in bodies)
+            batch = make_batch(device, seq, **{"events": make_events(seed=k), **kw},
+                               created_at=noon + day * 86400 + k)
+            bodies[device, seq] = encode_batch(batch)
+            assert collector.ingest(bodies[device, seq], device)[0] == 200
+        before = {f"{d}/{q}": _batch_rows(root, store, f"{d}/{q}") for d, q in bodies}
+        assert len(list(root.rglob("*.parquet"))) == len(plan)
+
+        done = asyncio.run(collector.compact_pass(today=dt.date(2023, 11, 16)))
+        # 11-14 d1: 3 plain + 2 of the other definition + 2 with another column; d2: 4;
+        # 11-15 d1: 2; today's (11-16) stay as they are
+        assert done == {"merged": 13, "written": 5, "leftovers": 0}
+        after = {b: _batch_rows(root, store, b) for b in before}
+        assert {b: rows for b, (_, rows) in after.items()} == \
+            {b: rows for b, (_, rows) in before.items()}
+        names = {b: path.rsplit("/", 1)[1] for b, (path, _) in after.items()}
+        assert sum(n.startswith("compact-") for n in names.values()) == 13
+        assert [names["d1/5"], names["d1/6"]] == [before["d1/5"][0].rsplit("/", 1)[1],
+                                                   before["d1/6"][0].rsplit("/", 1)[1]]
+        files = {str(p.relative_to(root)) for p in root.rglob("*.parquet")}
+        assert files == {path for path, _ in after.values()}  # each holds batches
+        assert len(files) == 5 + 2
+
+        # a batch sent again is a duplicate (nothing rewritten); a late one for a closed
+        # day is a new file, merged by the next pass with the day's compacted file
+        assert collector.ingest(bodies["d2", 0], "d2")[1]["status"] == "duplicate"
+        late = encode_batch(make_batch("d2", 9, created_at=noon + 9))
+        assert collector.ingest(late, "d2")[1]["status"] == "stored"
+        folder = root / "date=2023-11-14" / "device=d2"
+        assert len(list(folder.iterdir())) == 2
+        done = asyncio.run(collector.compact_pass(today=dt.date(2023, 11, 16)))
+        assert done == {"merged": 2, "written": 1, "leftovers": 0}
+        (only,) = folder.iterdir()
+        for b in ("d2/0", "d2/1", "d2/2", "d2/3", "d2/9"):
+            path, rows = _batch_rows(root, store, b)
+            assert root / path == only and rows == (after[b][1] if b in after else rows)
+        assert pq.read_metadata(only).num_rows == sum(
+            len(_batch_rows(root, store, f"d2/{q}")[1]) for q in (0, 1, 2, 3, 9))
+        assert asyncio.run(collector.compact_pass(today=dt.date(2023, 11, 16))) == \
+            {"merged": 0, "written": 0, "leftovers": 0}
+        assert collector.metrics["compaction_merged"] == 15
+    finally:
+        collector.close()
+
+
+def test_an_interrupted_compaction_leaves_files_the_next_pass_deletes(tmp_path):
+    import asyncio
+    import datetime as dt
+
+    from edge.collector import Collector
+
+    store = open_store(tmp_path / "c.db")
+    store.add_device("d1")
+    root = tmp_path / "archive"
+    collector = Collector(store, Archive(root), compact=True)
+    noon = dt.datetime(2023, 11, 14, 12, tzinfo=dt.timezone.utc).timestamp()
+    try:
+        for seq in range(6):
+            batch = make_batch("d1", seq, events=make_events(seed=seq), created_at=noon + seq)
+            assert collector.ingest(encode_batch(batch), "d1")[0] == 200
+        folder = root / "date=2023-11-14" / "device=d1"
+        rows = {b: _batch_rows(root, store, b)[1] for b in (f"d1/{s}" for s in range(6))}
+        parts = sorted(folder.iterdir())
+        # stopped after writing a compacted file, before the database said so
+        (unused, _), = collector.archive.compact(parts[:3])
+        # stopped after the database moved the batches, before the old files were deleted
+        (moved, olds), = collector.archive.compact(parts[3:])
+        store.move_archive([([f"date=2023-11-14/device=d1/{p.name}" for p in olds],
+                             f"date=2023-11-14/device=d1/{moved.name}")])
+        assert len(list(folder.iterdir())) == 8
+        done = asyncio.run(collector.compact_pass(today=dt.date(2023, 11, 15)))
+        assert done["leftovers"] == 1 + 3 and not unused.exists()
+        assert not any(p.exists() for p in olds)
+        (left,) = folder.iterdir()  # the three batches still in part files, with the moved
+        assert left.name.startswith("compact-")  # three's compacted file, merged into one
+        assert {b: _batch_rows(root, store, b)[1] for b in rows} == rows
+    finally:
+        collector.close()

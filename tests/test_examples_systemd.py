@@ -86,6 +86,7 @@ def test_the_collector_unit_serves_from_its_state_directory(monkeypatch):
     train = parse(command(service("acep-train.service")["ExecStart"])[1:], monkeypatch)
     assert run.ns.retain_days >= int(train.ns.since.removesuffix("d"))  # it keeps what
     # the weekly retraining reads
+    assert run.ns.compact
 
 
 def test_the_trainer_unit_retrains_on_the_last_weeks_and_publishes(monkeypatch):

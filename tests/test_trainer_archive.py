@@ -76,9 +76,9 @@ def test_a_pattern_id_with_two_definitions_is_refused_naming_both(changed, capsy
     err = capsys.readouterr().err
     assert "pattern 'abc' has 2 different definitions" in err and "--pattern-hash" in err
     assert (f"{NEW.hash[:12]}: pattern 'a c', k=0, window=4, where=[], partition=None: "
-            "2 batch file(s) from 2 device(s), 2023-01-01") in err
+            "2 file(s) from 2 device(s), 2023-01-01") in err
     assert (f"{OLD.hash[:12]}: pattern 'a b c', k=1, window=4, where=[], partition=None: "
-            "2 batch file(s) from 1 device(s), 2020-01-01 to 2020-01-02") in err
+            "2 file(s) from 1 device(s), 2020-01-01 to 2020-01-02") in err
     assert "Traceback" not in err and not Path("h.history").exists()
     # the same without --pattern-id (one id), and for exact-batch, which reads the same way
     assert train_main(["--archive", "arch", "-o", "h.history", "--no-progress"]) == 2
@@ -186,3 +186,36 @@ def test_many_small_batches_train_as_the_same_events_in_few_files(spark, tmp_pat
     assert small.stats["read_tasks"] == 120 and small.stats["events"] == 600
     assert small.graph.to_bytes() == big.graph.to_bytes()
     assert len(task_groups(plan_archive(tmp_path / "small").tasks, 2)) == 4
+
+
+def test_a_compacted_archive_trains_the_same_history_in_big_files_split_by_row_group(
+        spark, tmp_path, monkeypatch):
+    """``acep serve --compact`` merges a day's small files of a device (the collector's
+    own merge, edge.archive.Archive.compact); a compacted file above TASK_ROWS is read in
+    tasks of whole row groups."""
+    import edge.archive as archive_module
+    import trainer.sources as sources
+
+    rng = np.random.default_rng(11)
+    root, ref = tmp_path / "arch", PatternRef("ac", "a c", 4.0, 0, (), None)
+    for device in ("d1", "d2"):
+        for seq in range(80):  # three days of small batches
+            upload(root, device, seq, ref, 1.7e9 + seq * 2000, range(seq * 5, seq * 5 + 5), rng)
+    before = train([str(root)], archive=True, spark=spark, show_progress=False)
+    monkeypatch.setattr(archive_module, "ROW_GROUP_ROWS", 40)
+    monkeypatch.setattr(sources, "TASK_ROWS", 100)
+    archive = Archive(root)
+    folders = archive.device_folders("9999-12-31")
+    for folder in folders:
+        for _new, olds in archive.compact(sorted(folder.iterdir())):
+            for old in olds:
+                old.unlink()
+    files = sorted(root.rglob("*.parquet"))
+    assert len(files) == len(folders) == 6 and all(f.name.startswith("compact-") for f in files)
+    tasks = plan_archive(root).tasks
+    assert all(t.rows <= 100 + 40 for t in tasks)  # a whole row group past TASK_ROWS at most
+    assert sum(t.row_groups is not None for t in tasks) > len(files)  # some files split
+    assert sum(t.rows for t in tasks) == 800 and len(tasks) >= 8
+    after = train([str(root)], archive=True, spark=spark, show_progress=False)
+    assert after.stats["events"] == before.stats["events"] == 800
+    assert after.graph.to_bytes() == before.graph.to_bytes()

@@ -81,7 +81,7 @@ class Definition:
         span = dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
         return (f"{self.short}: pattern {p['text']!r}, k={p['k']}, window={p['window']:g}, "
                 f"where={list(p.get('where', ()))}, partition={p.get('partition_by')!r}: "
-                f"{len(self.files)} batch file(s) from {len(devices)} device(s), {span}")
+                f"{len(self.files)} file(s) from {len(devices)} device(s), {span}")
 
 
 @dataclass
@@ -186,8 +186,11 @@ def plan_archive(root: str | os.PathLike, pattern_id: str | None = None,
         raise SourceError(f"{root}: no archived windows of pattern {pattern_id!r} "
                           f"(patterns: {', '.join(sorted(patterns))})")
     chosen = _definition(root, pattern_id, patterns[pattern_id], pattern_hash)
-    tasks = [ReadTask(os.path.abspath(p), None, i, p.parent.name.split("=", 1)[1], rows[p])
-             for i, p in enumerate(chosen.files)]
+    tasks = []
+    for i, p in enumerate(chosen.files):  # a compacted file: about TASK_ROWS rows a task
+        device, source = p.parent.name.split("=", 1)[1], os.path.abspath(p)
+        groups = _row_group_tasks(source) if rows[p] > TASK_ROWS else [(None, rows[p])]
+        tasks.extend(ReadTask(source, g, i, device, n) for g, n in groups)
     spec = EventSpec(tag="tag", type="type", attributes=None)
     attributes, is_time = _probe(str(chosen.files[0]), spec)
     attributes = {_archive_name(a): kind for a, kind in attributes.items()
