@@ -1,0 +1,1 @@
+"""``python -m bench.archive``: the collector's archive before and after ``--compact``."""

@@ -1,0 +1,210 @@
+"""The collector's archive as a fleet of quiet devices leaves it, before and after compaction.
+
+An agent closes a batch every second or every ``batch_events`` events, so a device with few
+events a second uploads many small batches, and the collector's archive holds a Parquet
+file per batch. This benchmark makes such an archive from the flights stream and measures
+what the trainer pays for it, then compacts it as ``acep serve --compact`` does and
+measures again:
+
+1. **Batches.** The real agent (``edge.agent.Agent``, no budget, outbox only) over the first
+   ``events`` flights as JSON Lines, closing a batch every ``batch_events`` events: its
+   outbox's batches, as it would upload them. They are dealt round-robin to ``devices``
+   device ids and their ``created_at`` spread over ``days`` days, so the archive has a
+   folder per device and day, as a fleet's has.
+2. **Archive.** The batches go through the collector's own ingest (``Collector.ingest_group``,
+   64 to a commit: decode, exact re-check, archive file, SQLite), into a real archive and
+   database.
+3. **What the trainer pays**, before and after: the files and bytes; ``plan_archive`` (list
+   the files, read every footer: the driver's part of ``acep train --archive``); reading
+   every task with ``read_task`` in this process, one after the other (the executors'
+   part); and, unless ``--quick``, ``acep train`` itself on a local Spark session
+   (``trainer.train.train``, after one untimed job that warms the JVM up), whose history
+   must come out byte for byte the same.
+4. **Compaction**: ``Collector.compact_pass`` over the days before the last one, timed.
+
+Each read is timed ``repeats`` times and the fastest kept (the files are in the page
+cache: a trainer reading them cold, or over a network file system, pays more per file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .. import data
+from ..common import bench_parser, machine, publish
+from ..edge import streams
+from ..edge.ingest import outbox_bodies
+from ..edge.procs import agent_config
+
+RESULTS = Path(__file__).with_name("results")
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    events: int
+    batch_events: int
+    devices: int
+    days: int
+    repeats: int
+    spark: bool
+
+
+FULL = Sizes(events=300_000, batch_events=20, devices=4, days=7, repeats=3, spark=True)
+QUICK = Sizes(events=20_000, batch_events=20, devices=2, days=3, repeats=1, spark=False)
+
+
+def make_batches(work: Path, data_path: str | None, quick: bool, sizes: Sizes) -> tuple:
+    """The agent's batches over the stream, dealt to devices and days (encoded bodies)."""
+    from edge.agent import Agent
+    from edge.config import load_config
+    from edge.wire import decode_batch, encode_batch
+
+    stream = work / "stream.jsonl"
+    if quick and data_path is None:
+        described = {"source": streams.SAMPLE.name,
+                     "events": streams.write_sample_jsonl(stream, sizes.events)}
+    else:
+        parquet = data.flights_path(data_path)
+        described = {"source": parquet.name,
+                     "events": streams.write_flights_jsonl(parquet, stream, sizes.events)}
+    cfg = agent_config(work / "agent", stream, batch_events=sizes.batch_events)
+    Agent(load_config(cfg)).run()
+    bodies = outbox_bodies(work / "agent" / "outbox.db", None)
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc).timestamp()
+    dealt = []
+    for i, body in enumerate(bodies):
+        batch = decode_batch(body)
+        batch.device, batch.seq = f"dev-{i % sizes.devices}", i // sizes.devices
+        batch.created_at = start + sizes.days * DAY * i / len(bodies)
+        dealt.append((encode_batch(batch), batch.device))
+    return dealt, described, start
+
+
+def build_archive(work: Path, bodies: list[tuple[bytes, str]]):
+    """The collector (store, archive) with every batch ingested, 64 to a commit."""
+    from edge.archive import Archive
+    from edge.collector import Collector
+    from edge.store import open_store
+
+    collector = Collector(open_store(work / "collector.db"), Archive(work / "archive"))
+    for i in range(0, len(bodies), 64):
+        answers = collector.ingest_group([(b, d, None) for b, d in bodies[i:i + 64]])
+        assert all(status == 200 for status, _ in answers), answers
+    return collector
+
+
+def trainer_cost(root: Path, repeats: int, spark) -> dict:
+    """Files, bytes, plan and read seconds (fastest of ``repeats``), events read, and
+    with ``spark`` the training run."""
+    from trainer.sources import plan_archive, read_task
+
+    files = [p for p in root.rglob("*.parquet")]
+    out = {"files": len(files), "bytes": sum(p.stat().st_size for p in files)}
+    plan_s, read_s = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        plan = plan_archive(root)
+        plan_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        rows = sum(read_task(task, plan).num_rows for task in plan.tasks)
+        read_s.append(time.perf_counter() - t0)
+    out.update(tasks=len(plan.tasks), rows=rows, plan_s=min(plan_s), read_s=min(read_s))
+    if spark is not None:
+        from trainer.train import train
+
+        t0 = time.perf_counter()
+        trained = train([str(root)], archive=True, spark=spark, show_progress=False)
+        out.update(train_s=time.perf_counter() - t0, train_events=trained.stats["events"],
+                   history_bytes=trained.graph.to_bytes())
+    return out
+
+
+def benchmark(work: Path, data_path: str | None, quick: bool, sizes: Sizes) -> dict:
+    _say(f"agent batches over {sizes.events:,} events ...")
+    bodies, described, start = make_batches(work, data_path, quick, sizes)
+    _say(f"collector ingest of {len(bodies):,} batches ...")
+    t0 = time.perf_counter()
+    collector = build_archive(work, bodies)
+    ingest_s = time.perf_counter() - t0
+    spark = None
+    if sizes.spark:
+        from trainer.spark import session
+
+        spark = session(cores=2, shuffle_partitions=2)
+    try:
+        if spark is not None:  # the first job of a session also warms up the JVM
+            _say("a Spark job to warm up ...")
+            from trainer.train import train
+
+            train([str(collector.archive.root)], archive=True, spark=spark, show_progress=False)
+        _say("the trainer's reads before compaction ...")
+        before = trainer_cost(collector.archive.root, sizes.repeats, spark)
+        last_day = (dt.datetime.fromtimestamp(start, dt.timezone.utc).date()
+                    + dt.timedelta(days=sizes.days - 1))
+        _say("compaction ...")
+        t0 = time.perf_counter()
+        done = asyncio.run(collector.compact_pass(today=last_day))
+        compact_s = time.perf_counter() - t0
+        _say("the trainer's reads after compaction ...")
+        after = trainer_cost(collector.archive.root, sizes.repeats, spark)
+    finally:
+        collector.close()
+        if spark is not None:
+            spark.stop()
+    same = None
+    if spark is not None:
+        same = before.pop("history_bytes") == after.pop("history_bytes")
+    return {"benchmark": "archive", "machine": machine(), "sizes": asdict(sizes),
+            "pattern": streams.PATTERN, "stream": described, "batches": len(bodies),
+            "ingest_s": ingest_s, "before": before, "after": after,
+            "compaction": {**done, "seconds": compact_s, "days_compacted": sizes.days - 1},
+            "same_rows": before["rows"] == after["rows"], "same_history": same}
+
+
+def _say(message: str) -> None:
+    print(f"[bench.archive] {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .plot import plot
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = bench_parser("archive", __doc__, RESULTS, "archive.json and archive.png",
+                        "20,000 events (the embedded sample without --data), no Spark"
+                        ).parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    started = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory(prefix="acep-bench-archive-") as tmp:
+            results = {"command": " ".join(["python -m bench.archive", *argv]),
+                       **benchmark(Path(tmp), args.data, args.quick, sizes)}
+    except data.DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    results["settings"] = {"quick": args.quick,
+                           "wall_seconds": round(time.perf_counter() - started, 1)}
+    publish(results, args.out, "archive", plot, summary(results))
+    return 0
+
+
+def summary(results: dict) -> str:
+    """Before and after, one line each."""
+    lines = []
+    for name in ("before", "after"):
+        r = results[name]
+        train = f", train {r['train_s']:.1f} s" if "train_s" in r else ""
+        lines.append(f"{name:6}  {r['files']:,} files, {r['bytes'] / 2**20:.1f} MiB, "
+                     f"{r['tasks']:,} tasks, plan {r['plan_s']:.2f} s, read {r['read_s']:.2f} s"
+                     f"{train}")
+    c = results["compaction"]
+    lines.append(f"compaction: {c['merged']:,} files into {c['written']:,} in "
+                 f"{c['seconds']:.1f} s; same rows: {results['same_rows']}, same history: "
+                 f"{results['same_history']}")
+    return "\n".join(lines)

@@ -1,0 +1,55 @@
+"""The archive benchmark in quick mode: the embedded flights sample, the real agent's
+batches, the collector's ingest and compaction, the trainer's planning and reads (no Spark
+in quick mode; tests/test_trainer_archive.py trains on a compacted archive)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("matplotlib")
+
+from bench import data  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("archive")
+    env = {**os.environ, "HOME": str(out), "XDG_CACHE_HOME": str(out / "cache")}
+    env.pop(data.FLIGHTS_ENV, None)
+    subprocess.run([sys.executable, "-m", "bench.archive", "--quick", "--out", str(out)],
+                   cwd=ROOT, env=env, check=True, timeout=300, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def results(quick_run) -> dict:
+    return json.loads((quick_run / "archive.json").read_text())
+
+
+def test_compaction_keeps_every_row_in_fewer_files(results):
+    sizes, before, after = results["sizes"], results["before"], results["after"]
+    assert results["stream"]["events"] == sizes["events"] == 20_000
+    assert results["batches"] == before["files"] > 500  # a file per batch
+    c = results["compaction"]
+    # every folder of the compacted days became one file; the last day is left as it is
+    assert c["written"] == sizes["devices"] * (sizes["days"] - 1) and c["leftovers"] == 0
+    assert after["files"] == before["files"] - c["merged"] + c["written"]
+    assert results["same_rows"] and after["rows"] == before["rows"] > 0
+    assert after["tasks"] < before["tasks"] and after["bytes"] < before["bytes"]
+    assert results["same_history"] is None and "train_s" not in before  # no Spark here
+    for side in (before, after):
+        assert side["plan_s"] > 0 and side["read_s"] > 0
+
+
+def test_png_is_written(quick_run):
+    assert (quick_run / "archive.png").read_bytes()[:8] == PNG_MAGIC
