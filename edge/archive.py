@@ -96,13 +96,13 @@ class Archive:
 
         groups: dict[tuple, list] = defaultdict(list)
         for path in sorted(files):
-            meta = pq.ParquetFile(path)
-            if meta.metadata.num_rows >= COMPACT_ROWS // 2:
+            with pq.ParquetFile(path) as parquet:
+                rows, schema = parquet.metadata.num_rows, parquet.schema_arrow
+            if rows >= COMPACT_ROWS // 2:
                 continue
-            schema = meta.schema_arrow
             kept = {k: v for k, v in (schema.metadata or {}).items() if k != COMPACTED}
             key = (tuple(sorted(kept.items())), schema.remove_metadata().to_string())
-            groups[key].append((path, meta.metadata.num_rows, schema.with_metadata(kept)))
+            groups[key].append((path, rows, schema.with_metadata(kept)))
         done = []
         for members in groups.values():
             for run in _runs(members):

@@ -318,14 +318,20 @@ class Collector:
         before = (today or dt.datetime.now(dt.timezone.utc).date()).isoformat()
         done: Counter = Counter()
         for folder in await asyncio.to_thread(self.archive.device_folders, before):
-            done.update(await self._compact_folder(folder))
-        for name in ("merged", "written", "leftovers"):
+            try:
+                done.update(await self._compact_folder(folder))
+            except Exception as exc:  # a bad file, a full disk: the other folders go on
+                done["failed"] += 1
+                self.errors.error("compaction of %s failed (tried again at the next pass): "
+                                  "%s: %s", folder, type(exc).__name__, exc)
+        names = ("merged", "written", "leftovers", "failed")
+        for name in names:
             self.metrics[f"compaction_{name}"] += done[name]
         if done["merged"] or done["leftovers"]:
             log.info("compaction (days before %s): %d files merged into %d, %d leftovers of "
                      "an interrupted pass deleted", before, done["merged"], done["written"],
                      done["leftovers"])
-        return {name: done[name] for name in ("merged", "written", "leftovers")}
+        return {name: done[name] for name in names}
 
     async def _compact_folder(self, folder) -> Counter:
         rel = folder.relative_to(self.archive.root).as_posix()

@@ -39,6 +39,7 @@ COUNTERS = {
     "compaction_merged": "small archive files merged by --compact",
     "compaction_written": "compacted archive files written by --compact",
     "compaction_leftovers": "files of an interrupted compaction deleted",
+    "compaction_failed": "device folders a compaction pass could not compact (logged)",
 }
 DEVICE_GAUGES = {
     "outbox_pending": "batches waiting in the device's outbox, at its last heartbeat",

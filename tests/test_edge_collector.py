@@ -997,7 +997,7 @@ def test_compaction_merges_closed_days_and_every_batch_stays_where_the_database_
         done = asyncio.run(collector.compact_pass(today=dt.date(2023, 11, 16)))
         # 11-14 d1: 3 plain + 2 of the other definition + 2 with another column; d2: 4;
         # 11-15 d1: 2; today's (11-16) stay as they are
-        assert done == {"merged": 13, "written": 5, "leftovers": 0}
+        assert done == {"merged": 13, "written": 5, "leftovers": 0, "failed": 0}
         after = {b: _batch_rows(root, store, b) for b in before}
         assert {b: rows for b, (_, rows) in after.items()} == \
             {b: rows for b, (_, rows) in before.items()}
@@ -1017,7 +1017,7 @@ def test_compaction_merges_closed_days_and_every_batch_stays_where_the_database_
         folder = root / "date=2023-11-14" / "device=d2"
         assert len(list(folder.iterdir())) == 2
         done = asyncio.run(collector.compact_pass(today=dt.date(2023, 11, 16)))
-        assert done == {"merged": 2, "written": 1, "leftovers": 0}
+        assert done == {"merged": 2, "written": 1, "leftovers": 0, "failed": 0}
         (only,) = folder.iterdir()
         for b in ("d2/0", "d2/1", "d2/2", "d2/3", "d2/9"):
             path, rows = _batch_rows(root, store, b)
@@ -1025,7 +1025,7 @@ def test_compaction_merges_closed_days_and_every_batch_stays_where_the_database_
         assert pq.read_metadata(only).num_rows == sum(
             len(_batch_rows(root, store, f"d2/{q}")[1]) for q in (0, 1, 2, 3, 9))
         assert asyncio.run(collector.compact_pass(today=dt.date(2023, 11, 16))) == \
-            {"merged": 0, "written": 0, "leftovers": 0}
+            {"merged": 0, "written": 0, "leftovers": 0, "failed": 0}
         assert collector.metrics["compaction_merged"] == 15
     finally:
         collector.close()
@@ -1062,5 +1062,34 @@ def test_an_interrupted_compaction_leaves_files_the_next_pass_deletes(tmp_path):
         (left,) = folder.iterdir()  # the three batches still in part files, with the moved
         assert left.name.startswith("compact-")  # three's compacted file, merged into one
         assert {b: _batch_rows(root, store, b)[1] for b in rows} == rows
+    finally:
+        collector.close()
+
+
+def test_a_folder_with_an_unreadable_file_is_skipped_and_the_others_compacted(tmp_path, caplog):
+    import asyncio
+    import datetime as dt
+
+    from edge.collector import Collector
+
+    store = open_store(tmp_path / "c.db")
+    root = tmp_path / "archive"
+    collector = Collector(store, Archive(root), compact=True)
+    noon = dt.datetime(2023, 11, 14, 12, tzinfo=dt.timezone.utc).timestamp()
+    try:
+        for device in ("d1", "d2"):
+            for seq in range(3):
+                batch = make_batch(device, seq, events=make_events(seed=seq),
+                                   created_at=noon + seq)
+                assert collector.ingest(encode_batch(batch), device)[0] == 200
+        broken = root / "date=2023-11-14" / "device=d1" / "part-00000000000000000001.parquet"
+        broken.write_bytes(b"not parquet at all")  # a disk error, a hand edit
+        with caplog.at_level("ERROR", logger="acep.collector"):
+            done = asyncio.run(collector.compact_pass(today=dt.date(2023, 11, 15)))
+        assert done == {"merged": 3, "written": 1, "leftovers": 0, "failed": 1}
+        assert "compaction of" in caplog.text and "device=d1 failed" in caplog.text
+        assert len(list(broken.parent.iterdir())) == 3  # d1 as it was
+        assert len(list((root / "date=2023-11-14" / "device=d2").iterdir())) == 1
+        assert collector.metrics["compaction_failed"] == 1
     finally:
         collector.close()

@@ -15,7 +15,7 @@ import pytest
 import trustme
 from test_edge_agent import config, stream
 from test_edge_agent_sketch import sketch_bytes
-from test_edge_e2e import ROOT, Collector, query
+from test_edge_e2e import DEVICE, ROOT, Collector, query
 from test_edge_preflight import write_config
 
 from edge.agent import Agent
@@ -80,7 +80,8 @@ def test_a_collector_certificate_the_ca_does_not_vouch_for_is_refused(tmp_path, 
 
 def test_check_verifies_the_collector_with_the_ca_and_warns_about_plain_http(tmp_path,
                                                                               collector, pki):
-    cfg = write_config(tmp_path / "good", collector.url, collector.token, sketch=None)
+    # write_config's device is DEVICE; collector.token is dev-1's (the check fails that)
+    cfg = write_config(tmp_path / "good", collector.url, collector.add(DEVICE), sketch=None)
     cfg.write_text(cfg.read_text().replace("timeout = 5.0\n",
                                            f'timeout = 5.0\nca_file = "{pki["ca.pem"]}"\n'))
     lines = [(c.level, c.what, c.why) for c in checks(load_config(cfg))]
