@@ -50,9 +50,9 @@ class Archive:
     def __init__(self, root: str | Path):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        # a collector killed mid-write leaves its temporary file; the batch was not
-        # stored, so the device sends it again and it is written anew
-        for stale in self.root.glob("date=*/device=*/.part-*.tmp"):
+        # a collector killed mid-write leaves its temporary file: a batch's (it was not
+        # stored, so the device sends it again and it is written anew) or a compaction's
+        for stale in self.root.glob("date=*/device=*/.*.tmp"):
             try:
                 stale.unlink()
             except OSError:

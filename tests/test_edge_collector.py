@@ -1062,6 +1062,10 @@ def test_an_interrupted_compaction_leaves_files_the_next_pass_deletes(tmp_path):
         (left,) = folder.iterdir()  # the three batches still in part files, with the moved
         assert left.name.startswith("compact-")  # three's compacted file, merged into one
         assert {b: _batch_rows(root, store, b)[1] for b in rows} == rows
+        # stopped while writing a compacted file: its temporary file goes at the next start
+        (folder / f".{left.name}.tmp").write_bytes(b"half a file")
+        Archive(root)
+        assert list(folder.iterdir()) == [left]
     finally:
         collector.close()
 
