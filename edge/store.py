@@ -326,10 +326,8 @@ class Store:
         """Store prepared batches (:func:`prepare`, each with its archive path) in one
         transaction: one commit, and one fsync, for them all. A batch whose id is already
         stored (or comes earlier in ``items``) is skipped: False at its place."""
-        db = self._db
         out = []
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction() as db:
             for prep, archive in items:
                 try:
                     db.execute(f"INSERT INTO batches ({_BATCH_COLUMNS}) VALUES "
@@ -343,12 +341,21 @@ class Store:
                 db.executemany(f"INSERT INTO {table} VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                                prep.rows)
                 out.append(True)
+        return out
+
+    @contextlib.contextmanager
+    def _transaction(self):
+        """One write transaction: committed at the end of the block, rolled back if it
+        raises (a full disk, a failed COMMIT)."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
-        return out
 
     @staticmethod
     def _match_rows(batch, checks):
@@ -406,23 +413,15 @@ class Store:
     def prune_chunk(self, before: float, chunk: int = 500) -> dict[str, int] | None:
         """One transaction of :meth:`prune`: at most ``chunk`` batches; None when no batch
         created before ``before`` is left."""
-        db = self._db
-        ids = [r[0] for r in db.execute(
+        ids = [r[0] for r in self._db.execute(
             "SELECT batch_id FROM batches WHERE created_at < ? LIMIT ?", (before, chunk))]
         if not ids:
             return None
         marks = ",".join("?" * len(ids))
-        gone = {}
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            for table in ("matches", "summaries", "batches"):
-                gone[table] = db.execute(
-                    f"DELETE FROM {table} WHERE batch_id IN ({marks})", ids).rowcount
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        return gone
+        with self._transaction() as db:
+            return {table: db.execute(f"DELETE FROM {table} WHERE batch_id IN ({marks})",
+                                      ids).rowcount
+                    for table in ("matches", "summaries", "batches")}
 
     def archive_files(self, folder: str) -> dict[str, int]:
         """The archive files under ``folder`` (``date=D/device=X``) that stored batches
@@ -436,21 +435,14 @@ class Store:
     def move_archive(self, moves: Sequence[tuple[Sequence[str], str]]) -> int:
         """After a compaction: the batches in each move's files are now in its new file
         (paths under the archive), in one transaction; how many batches moved."""
-        db = self._db
         moved = 0
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction() as db:
             for olds, new in moves:
                 for i in range(0, len(olds), 500):
                     part = list(olds[i:i + 500])
                     moved += db.execute(
                         f"UPDATE batches SET archive = ? WHERE archive IN "
                         f"({','.join('?' * len(part))})", (new, *part)).rowcount
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
         return moved
 
     def counts(self) -> dict:
