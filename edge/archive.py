@@ -20,6 +20,7 @@ refers to is not live (see the collector's compaction pass).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -67,17 +68,8 @@ class Archive:
         root: a temporary name, fsync, rename, fsync of the directory."""
         path = self.root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-        _fsync_dir(path.parent)
+        with _durably(path, f"{os.getpid()}.{threading.get_ident()}") as tmp:
+            tmp.write_bytes(data)
         return path
 
 
@@ -120,25 +112,17 @@ class Archive:
         path = folder / f"compact-{time.time_ns()}.parquet"
         while path.exists():
             path = folder / f"compact-{time.time_ns()}.parquet"
-        tmp = folder / f".{path.name}.tmp"
         schema = schema.with_metadata({**(schema.metadata or {}),
                                        COMPACTED: json.dumps([p.name for p in paths])})
-        try:
-            with pq.ParquetWriter(tmp, schema) as writer:
-                pending, rows = [], 0
-                for p in paths:
-                    pending.append(pq.read_table(p))
-                    rows += pending[-1].num_rows
-                    if rows >= ROW_GROUP_ROWS or p is paths[-1]:
-                        table = pa.concat_tables(pending).unify_dictionaries()
-                        writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
-                        pending, rows = [], 0
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-        _fsync_dir(folder)
+        with _durably(path) as tmp, pq.ParquetWriter(tmp, schema) as writer:
+            pending, rows = [], 0
+            for p in paths:
+                pending.append(pq.read_table(p))
+                rows += pending[-1].num_rows
+                if rows >= ROW_GROUP_ROWS or p is paths[-1]:
+                    table = pa.concat_tables(pending).unify_dictionaries()
+                    writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+                    pending, rows = [], 0
         return path
 
     def prune(self, day: str) -> int:
@@ -215,6 +199,22 @@ def compacted_names(path: Path) -> list[str]:
 
     raw = (pq.read_schema(path).metadata or {}).get(COMPACTED)
     return json.loads(raw) if raw else []
+
+
+@contextlib.contextmanager
+def _durably(path: Path, tag: str = ""):
+    """Write ``path`` whole or not at all: the block writes the temporary file it is given
+    (a ``.``-name beside ``path``); then it is fsynced, renamed to ``path`` and the rename
+    made durable. A block that raises leaves neither."""
+    tmp = path.with_name(f".{path.name}{'.' + tag if tag else ''}.tmp")
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
 
 
 def _fsync_dir(path: Path) -> None:
