@@ -46,7 +46,7 @@ from .archive import encode as encode_archive
 from .logs import LOG_LEVELS, LogLimiter
 from .recheck import recheck_batch
 from .store import Prepared, Store, open_store, prepare
-from .wire import ID_RULE, Limits, UploadBatch, WireError, decode, valid_id
+from .wire import ID_RULE, LOOPBACK, Limits, UploadBatch, WireError, decode, valid_id
 
 __all__ = ["Collector", "make_app", "main", "serve", "DEFAULT_PORT", "DEFAULT_MAX_BODY"]
 
@@ -896,7 +896,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"acep serve: {exc}", file=sys.stderr)
         return 2
-    if tls is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+    if tls is None and args.host not in LOOPBACK:
         print(f"acep serve: warning: plain HTTP on {args.host}: device tokens travel in "
               "clear; give --tls-cert and --tls-key, or put a TLS proxy in front",
               file=sys.stderr)

@@ -46,6 +46,7 @@ from .config import AgentConfig, ConfigError, load_config
 from .outbox import read_summary
 from .sketches import fitting
 from .uplink import error_body, error_text, tls_context
+from .wire import LOOPBACK
 
 __all__ = ["Check", "checks", "check", "HTTP_TIMEOUT"]
 
@@ -295,7 +296,7 @@ def _collector(cfg: AgentConfig):
     timeout = min(cfg.timeout, HTTP_TIMEOUT)
     context = tls_context(base, cfg.ca_file)
     host = urllib.parse.urlsplit(base).hostname or ""
-    if context is None and host not in ("localhost", "127.0.0.1", "::1"):
+    if context is None and host not in LOOPBACK:
         yield Check("WARN", f"collector {base}", "plain http: the device token travels in "
                                                  "clear (acep serve --tls-cert/--tls-key, "
                                                  "then https:// and collector.ca_file)")

@@ -37,6 +37,7 @@ FORMAT = "acep.upload"
 VERSION = 1
 KINDS = ("matches", "summary")
 ID_RULE = "[A-Za-z0-9._-]{1,64}"  # device and pattern ids alike
+LOOPBACK = ("127.0.0.1", "localhost", "::1")  # collector hosts plain HTTP never leaves
 _ID_RE = re.compile(ID_RULE + r"\Z")
 _HASH_RE = re.compile(r"[0-9a-f]{64}\Z")
 # created_at names the archive's date=YYYY-MM-DD directory: 1970-01-01 .. 9999-12-31 UTC
