@@ -6,12 +6,18 @@ import argparse
 import json
 import os
 import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
 import acep
+
+from . import data
 
 
 def machine() -> dict:
@@ -56,6 +62,22 @@ def bench_parser(name: str, doc: str, results: Path, outputs: str, quick_help: s
     parser.add_argument("--out", metavar="DIR", type=Path, default=results,
                         help=f"where {outputs} go (default: {results})")
     return parser
+
+
+def run_in_tempdir(name: str, argv: list[str], measure: Callable[[Path], dict]
+                   ) -> tuple[dict, float] | None:
+    """``measure(work)`` in a temporary directory it may fill: its results after the
+    command line (``command``), and the wall seconds; None, the reason printed, when the
+    flights cannot be had (the benchmark exits 2)."""
+    started = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"acep-bench-{name}-") as tmp:
+            results = {"command": " ".join([f"python -m bench.{name}", *argv]),
+                       **measure(Path(tmp))}
+    except data.DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None
+    return results, round(time.perf_counter() - started, 1)
 
 
 def publish(results: dict, out: Path, name: str, plot, summary: str) -> None:

@@ -31,13 +31,12 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import data
-from ..common import bench_parser, machine, publish
+from ..common import bench_parser, machine, publish, run_in_tempdir
 from ..edge import streams
 from ..edge.ingest import outbox_bodies
 from ..edge.procs import agent_config
@@ -180,16 +179,12 @@ def main(argv: list[str] | None = None) -> int:
                         "20,000 events (the embedded sample without --data), no Spark"
                         ).parse_args(argv)
     sizes = QUICK if args.quick else FULL
-    started = time.perf_counter()
-    try:
-        with tempfile.TemporaryDirectory(prefix="acep-bench-archive-") as tmp:
-            results = {"command": " ".join(["python -m bench.archive", *argv]),
-                       **benchmark(Path(tmp), args.data, args.quick, sizes)}
-    except data.DataError as e:
-        print(f"error: {e}", file=sys.stderr)
+    done = run_in_tempdir("archive", argv,
+                          lambda work: benchmark(work, args.data, args.quick, sizes))
+    if done is None:
         return 2
-    results["settings"] = {"quick": args.quick,
-                           "wall_seconds": round(time.perf_counter() - started, 1)}
+    results, seconds = done
+    results["settings"] = {"quick": args.quick, "wall_seconds": seconds}
     publish(results, args.out, "archive", plot, summary(results))
     return 0
 

@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import data
-from ..common import bench_parser, machine, publish
+from ..common import bench_parser, machine, publish, run_in_tempdir
 from . import ingest, soak, streams
 from .procs import agent_config, measured
 
@@ -185,16 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     sizes = QUICK if args.quick else FULL
-    started = time.perf_counter()
-    try:
-        with tempfile.TemporaryDirectory(prefix="acep-bench-edge-") as tmp:
-            results = {"command": " ".join(["python -m bench.edge", *argv]),
-                       **benchmark(Path(tmp), args.data, args.quick, sizes)}
-    except data.DataError as e:
-        print(f"error: {e}", file=sys.stderr)
+    done = run_in_tempdir("edge", argv,
+                          lambda work: benchmark(work, args.data, args.quick, sizes))
+    if done is None:
         return 2
-    results["settings"] = {"quick": args.quick,
-                           "wall_seconds": round(time.perf_counter() - started, 1)}
+    results, seconds = done
+    results["settings"] = {"quick": args.quick, "wall_seconds": seconds}
     publish(results, args.out, "edge", plot, summary(results))
     return 0
 

@@ -41,14 +41,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 from .. import data
-from ..common import bench_parser, machine, publish
+from ..common import bench_parser, machine, publish, run_in_tempdir
 from .worker import PATTERN
 
 RESULTS = Path(__file__).with_name("results")
@@ -350,16 +349,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     repeats = args.repeats or (1 if args.quick else FULL_REPEATS)
-    started = time.perf_counter()
-    try:
-        with tempfile.TemporaryDirectory(prefix="acep-bench-trainer-") as tmp:
-            results = {"command": " ".join(["python -m bench.trainer", *argv]),
-                       **benchmark(Path(tmp), args.data, args.quick, repeats)}
-    except data.DataError as e:
-        print(f"error: {e}", file=sys.stderr)
+    done = run_in_tempdir("trainer", argv,
+                          lambda work: benchmark(work, args.data, args.quick, repeats))
+    if done is None:
         return 2
-    results["settings"] = {"quick": args.quick, "repeats": repeats,
-                           "wall_seconds": round(time.perf_counter() - started, 1)}
+    results, seconds = done
+    results["settings"] = {"quick": args.quick, "repeats": repeats, "wall_seconds": seconds}
     publish(results, args.out, "trainer", plot, summary(results))
     ok = results["equality"]["all_equal"] and results["fit"]["sketches_equal"]
     return 0 if ok else 1
