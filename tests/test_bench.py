@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_runs import PNG_MAGIC, run_quick
 
 import acep
 from bench import data
-
-ROOT = Path(__file__).resolve().parents[1]
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 needs_compiled = pytest.mark.skipif(acep.backend() != "compiled",
                                     reason="the engine benchmark times the compiled kernel")
@@ -27,10 +22,7 @@ needs_compiled = pytest.mark.skipif(acep.backend() != "compiled",
 def quick_run(tmp_path_factory) -> Path:
     """Run ``python -m bench.engine --quick`` once; return its output directory."""
     out = tmp_path_factory.mktemp("engine")
-    env = {**os.environ, "HOME": str(out), "XDG_CACHE_HOME": str(out / "cache")}
-    env.pop(data.FLIGHTS_ENV, None)
-    subprocess.run([sys.executable, "-m", "bench.engine", "--quick", "--out", str(out)],
-                   cwd=ROOT, env=env, check=True, timeout=120, capture_output=True)
+    run_quick("engine", out, timeout=120)
     return out
 
 

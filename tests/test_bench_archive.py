@@ -5,9 +5,6 @@ in quick mode; tests/test_trainer_archive.py trains on a compacted archive)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,19 +12,13 @@ import pytest
 pytest.importorskip("pyarrow")
 pytest.importorskip("matplotlib")
 
-from bench import data  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+from bench_runs import PNG_MAGIC, run_quick  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("archive")
-    env = {**os.environ, "HOME": str(out), "XDG_CACHE_HOME": str(out / "cache")}
-    env.pop(data.FLIGHTS_ENV, None)
-    subprocess.run([sys.executable, "-m", "bench.archive", "--quick", "--out", str(out)],
-                   cwd=ROOT, env=env, check=True, timeout=300, capture_output=True)
+    run_quick("archive", out, timeout=300)
     return out
 
 

@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,20 +12,14 @@ pytest.importorskip("aiohttp")
 pytest.importorskip("pyarrow")
 pytest.importorskip("matplotlib")
 
-from bench import data  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+from bench_runs import PNG_MAGIC, run_quick  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory) -> Path:
     """Run ``python -m bench.edge --quick`` once; return its output directory."""
     out = tmp_path_factory.mktemp("edge")
-    env = {**os.environ, "HOME": str(out), "XDG_CACHE_HOME": str(out / "cache")}
-    env.pop(data.FLIGHTS_ENV, None)
-    subprocess.run([sys.executable, "-m", "bench.edge", "--quick", "--out", str(out)],
-                   cwd=ROOT, env=env, check=True, timeout=120, capture_output=True)
+    run_quick("edge", out, timeout=120)
     return out
 
 

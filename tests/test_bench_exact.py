@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_runs import PNG_MAGIC, run_quick
 
 from acep.nfab.query import parse_query
 from bench.exact import run
 from bench.exact.stock import stock_ticker
-
-ROOT = Path(__file__).resolve().parents[1]
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 needs_postpone = pytest.mark.skipif(run.match_postponed is None,
                                     reason="the postponing engine is not built yet")
@@ -26,8 +22,7 @@ needs_postpone = pytest.mark.skipif(run.match_postponed is None,
 def quick_run(tmp_path_factory) -> Path:
     """Run ``python -m bench.exact --quick`` once; return its output directory."""
     out = tmp_path_factory.mktemp("exact")
-    subprocess.run([sys.executable, "-m", "bench.exact", "--quick", "--out", str(out)],
-                   cwd=ROOT, check=True, timeout=120, capture_output=True)
+    run_quick("exact", out, timeout=120, offline=False)
     return out
 
 

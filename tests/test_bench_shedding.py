@@ -3,32 +3,25 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_runs import PNG_MAGIC, ROOT, run_quick
 
 from acep import Matcher, bundles
 from acep.shedding import Budget
-from bench import data
 from bench.shedding import policies, run
 from bench.shedding.workloads import WORKLOADS, flights_split
-
-ROOT = Path(__file__).resolve().parents[1]
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory) -> Path:
     """Run ``python -m bench.shedding --quick`` once; return its output directory."""
     out = tmp_path_factory.mktemp("shedding")
-    env = {**os.environ, "HOME": str(out), "XDG_CACHE_HOME": str(out / "cache")}
-    env.pop(data.FLIGHTS_ENV, None)
-    subprocess.run([sys.executable, "-m", "bench.shedding", "--quick", "--out", str(out)],
-                   cwd=ROOT, env=env, check=True, timeout=120, capture_output=True)
+    run_quick("shedding", out, timeout=120)
     return out
 
 

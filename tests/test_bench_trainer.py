@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from bench_runs import PNG_MAGIC, run_quick  # noqa: E402
 
 from history.fit import CANDIDATES
 
@@ -18,16 +17,13 @@ pytest.importorskip("pyspark", reason="the trainer benchmark needs PySpark")
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs Java", allow_module_level=True)
 
-ROOT = Path(__file__).resolve().parents[1]
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory) -> Path:
     """Run ``python -m bench.trainer --quick`` once; return its output directory."""
     out = tmp_path_factory.mktemp("trainer")
-    proc = subprocess.run([sys.executable, "-m", "bench.trainer", "--quick", "--out", str(out)],
-                          cwd=ROOT, timeout=900, capture_output=True, text=True)
+    proc = run_quick("trainer", out, timeout=900, offline=False, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Spark graph equals the single process" in proc.stdout
     return out

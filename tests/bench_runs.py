@@ -1,0 +1,27 @@
+"""A benchmark's quick mode as its test runs it: ``python -m bench.NAME --quick``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bench import data
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def run_quick(name: str, out: Path, timeout: float, *, offline: bool = True,
+              check: bool = True) -> subprocess.CompletedProcess:
+    """``python -m bench.NAME --quick --out OUT`` from the clone's root. ``offline``: with
+    a HOME and a cache of its own and no ``$ACEP_FLIGHTS``, so it reads only what ``acep``
+    embeds (no download, no shared file)."""
+    env = None
+    if offline:
+        env = {**os.environ, "HOME": str(out), "XDG_CACHE_HOME": str(out / "cache")}
+        env.pop(data.FLIGHTS_ENV, None)
+    return subprocess.run([sys.executable, "-m", f"bench.{name}", "--quick", "--out", str(out)],
+                          cwd=ROOT, env=env, check=check, timeout=timeout,
+                          capture_output=True, text=True)
