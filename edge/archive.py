@@ -98,9 +98,9 @@ class Archive:
         done = []
         for members in groups.values():
             for run in _runs(members):
-                if len(run) > 1:
-                    done.append((self._merge([p for p, _, _ in run], run[0][2]),
-                                 [p for p, _, _ in run]))
+                paths = [p for p, _, _ in run]
+                if len(paths) > 1:
+                    done.append((self._merge(paths, run[0][2]), paths))
         return done
 
     def _merge(self, paths: list[Path], schema) -> Path:
