@@ -275,9 +275,11 @@ class Outbox:
         """The collector has the batch: forget it for good. False when it was not pending."""
         return self._finish(batch_id, "sent", now)
 
-    def fail(self, batch_id: str, error: str, now: float | None = None) -> float | None:
-        """A delivery attempt failed: schedule the retry. Returns the new due time, or None
-        when the batch is not pending."""
+    def fail(self, batch_id: str, error: str, now: float | None = None,
+             delay: float | None = None) -> float | None:
+        """A delivery attempt failed: schedule the retry, after ``delay`` seconds when the
+        collector said when (its ``Retry-After``), else after the backoff's delay for the
+        attempts so far. Returns the new due time, or None when the batch is not pending."""
         now = time.time() if now is None else now
         with self._tx() as db:
             row = db.execute("SELECT attempts FROM pending WHERE batch_id = ?",
@@ -285,7 +287,8 @@ class Outbox:
             if row is None:
                 return None
             attempts = row[0] + 1
-            due = now + self.backoff.delay(batch_id, attempts)
+            due = now + (self.backoff.delay(batch_id, attempts) if delay is None
+                         else min(max(delay, 0.0), self.backoff.max_delay))
             db.execute("UPDATE pending SET attempts = ?, due = ?, last_error = ? "
                        "WHERE batch_id = ?", (attempts, due, str(error)[:1000], batch_id))
             self._bump(db, "failed")

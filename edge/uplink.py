@@ -306,7 +306,8 @@ class Uploader(threading.Thread):
                       "(acep outbox %s list)", due.batch_id, out.status, out.detail,
                       self.outbox.path, self.outbox.path)
         else:
-            when = self.outbox.fail(due.batch_id, why)
+            # the collector's Retry-After says when, in place of the backoff's guess
+            when = self.outbox.fail(due.batch_id, why, delay=out.retry_after)
             self.counts["retried"] += 1
             self.last_error = why
             self.fail_streak += 1

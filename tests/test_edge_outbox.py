@@ -58,6 +58,16 @@ def test_next_due_is_oldest_first_and_respects_the_retry_time(tmp_path):
         assert (due.batch_id, due.body, due.attempts) == ("d/0", b"x", 1)
 
 
+def test_a_retry_after_from_the_collector_replaces_the_backoff_delay(tmp_path):
+    with Outbox(tmp_path / "o.db", backoff=Backoff(1.0, 2.0, 100.0, 0.0)) as box:
+        box.put(b"x", "d/0", now=0)
+        assert [box.fail("d/0", "timeout", now=0) for _ in range(4)] == [1, 2, 4, 8]
+        assert box.fail("d/0", "HTTP 503", now=0, delay=3.0) == 3.0  # not 16
+        assert box.fail("d/0", "HTTP 503", now=0, delay=500.0) == 100.0  # at most the max
+        assert box.fail("d/0", "timeout", now=0) == 64.0  # the 7th attempt's backoff
+        assert box.next_due(63.9) is None and box.next_due(64).attempts == 7
+
+
 def test_backoff_schedule_is_exponential_capped_and_seeded(tmp_path):
     plain = Backoff(base_delay=0.5, factor=2.0, max_delay=10.0, jitter=0.0)
     assert [plain.delay("b", n) for n in range(1, 8)] == [0.5, 1, 2, 4, 8, 10, 10]
