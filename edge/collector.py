@@ -26,6 +26,7 @@ import gc
 import hashlib
 import json
 import logging
+import math
 import multiprocessing
 import os
 import shutil
@@ -41,6 +42,7 @@ from concurrent.futures.process import BrokenProcessPool
 from aiohttp import web
 
 from . import exposition
+from .admission import DEFAULT_MAX_WAIT, DEFAULT_PER_DEVICE, Admission, Refusal
 from .archive import Archive, archive_path, compacted_names
 from .archive import encode as encode_archive
 from .logs import LOG_LEVELS, LogLimiter
@@ -103,10 +105,12 @@ class Collector:
     def __init__(self, store: Store, archive: Archive, *, max_body: int = DEFAULT_MAX_BODY,
                  sketch_key: bytes | None = None, limits: Limits | None = None,
                  recheck_workers: int = 0, min_free: int = DEFAULT_MIN_FREE,
-                 retain_days: int | None = None, compact: bool = False):
+                 retain_days: int | None = None, compact: bool = False,
+                 max_wait: float = DEFAULT_MAX_WAIT, device_uploads: int = DEFAULT_PER_DEVICE):
         self.store, self.archive = store, archive
         self.min_free, self.retain_days, self.compact = int(min_free), retain_days, compact
         self.low_space: str | None = None  # why uploads are refused (507), while they are
+        self.busy: tuple[float, int] | None = None  # (since, how many) 503s, while refused
         self.errors = LogLimiter(log, what="failed requests")
         self.refusals = LogLimiter(log, what="refused requests")
         self.max_body = int(max_body)
@@ -114,6 +118,9 @@ class Collector:
         self.limits = limits or Limits(max_bytes=self.max_body)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collector-db")
         self.recheck_workers = int(recheck_workers)
+        # busy all the time from this many uploads on: one per re-check worker and the
+        # database thread's one
+        self.admission = Admission(max_wait, device_uploads, saturated=self.recheck_workers + 1)
         self.procs: ProcessPoolExecutor | None = None
         self._start_procs()
         # archive files of one group are written (and fsynced) side by side
@@ -231,6 +238,29 @@ class Collector:
         self.low_space = why
         self.metrics["refused_no_space"] += 1
         return _error(507, why)
+
+    def refuse(self, refused: Refusal) -> web.Response:
+        """The answer to an upload not admitted (:mod:`edge.admission`), counted; a spell of
+        503s is logged when it starts and when uploads are admitted again."""
+        if refused.status == 503:
+            self.metrics["refused_busy"] += 1
+            if self.busy is None:
+                log.warning("%s (%d uploads, %.1f MiB admitted; answered at %.0f KiB/s)",
+                            refused.reason, self.admission.pending,
+                            self.admission.backlog / 2**20, (self.admission.rate or 0) / 1024)
+                self.busy = (time.monotonic(), 0)
+            self.busy = (self.busy[0], self.busy[1] + 1)
+        else:
+            self.metrics["refused_device_busy"] += 1
+        response = _error(refused.status, refused.reason)
+        response.headers["Retry-After"] = str(refused.retry_after)
+        return response
+
+    def admitted(self) -> None:
+        if self.busy is not None:
+            log.info("uploads are admitted again, after %d refused in %.0f s", self.busy[1],
+                     time.monotonic() - self.busy[0])
+            self.busy = None
 
     async def identify(self, request: web.Request, admin: str | None = None
                        ) -> tuple[str, str] | web.Response:
@@ -453,17 +483,31 @@ class Collector:
         full = self.room_left()
         if full is not None:
             return full
-        body = await self.read_body(request)
-        if isinstance(body, web.Response):
-            return body
-        resent = await self.run(self.resent, body, who[0])
+        size = min(request.content_length or 0, self.max_body)  # more is refused: 413
+        refused = self.admission.admit(who[0], size)
+        if refused is not None:
+            return self.refuse(refused)
+        self.admitted()
+        try:
+            body = await self.read_body(request)
+            if isinstance(body, web.Response):
+                return body
+            self.admission.resize(size, len(body))
+            size = len(body)
+            return await self._upload(request, body, who[0])
+        finally:
+            self.admission.done(who[0], size, worked=request.get("decoded", False))
+
+    async def _upload(self, request: web.Request, body: bytes, device: str) -> web.Response:
+        resent = await self.run(self.resent, body, device)
         if resent is not None:
             return web.json_response(resent)
-        prepared = await self.prepare(body, who[0])
+        request["decoded"] = True
+        prepared = await self.prepare(body, device)
         self.metrics["batches_decoded"] += 1
         if prepared[0] == "error":
             return web.json_response(prepared[2], status=prepared[1])
-        status, doc = await self.commit(body, who[0], prepared[1])
+        status, doc = await self.commit(body, device, prepared[1])
         return web.json_response(doc, status=status)
 
     async def get_sketch(self, request: web.Request) -> web.Response:
@@ -565,14 +609,19 @@ class Collector:
         if exposition.wants_prometheus(accept, request.query):
             devices = await self.run(self.store.devices)
             body, content_type = exposition.render(self.metrics, self.status_counts, uptime,
-                                                   devices, accept, self.free_bytes())
+                                                   devices, accept, self.gauges())
             return web.Response(body=body, headers={"Content-Type": content_type})
         doc = {name: self.metrics.get(name, 0) for name in exposition.COUNTERS}
         doc["requests"] = {str(k): v for k, v in sorted(self.status_counts.items())}
         doc["uptime_s"] = round(uptime, 3)
-        doc["free_bytes"] = self.free_bytes()
-        doc["min_free_bytes"] = self.min_free
+        doc.update(self.gauges(), min_free_bytes=self.min_free,
+                   max_wait_s=self.admission.max_wait,
+                   device_uploads=self.admission.per_device)
         return web.json_response(doc)
+
+    def gauges(self) -> dict[str, float]:
+        """The values of :data:`edge.exposition.GAUGES`."""
+        return {"free_bytes": self.free_bytes(), **self.admission.gauges()}
 
 
 def _decode(body: bytes, limits: Limits, device: str):
@@ -647,7 +696,7 @@ def make_app(collector: Collector) -> web.Application:
                                            f"{request.method} {request.path}")
             response = web.json_response(doc, status=status)
         if response.status == 507:
-            response.headers["Retry-After"] = str(RETRY_AFTER)
+            response.headers.setdefault("Retry-After", str(RETRY_AFTER))
         elif 400 <= response.status < 500 and response.status != 404:
             collector.refusals.warning("%s %s from %s: %d %s", request.method, request.path,
                                        request.get("device", request.remote), response.status,
@@ -713,6 +762,16 @@ def server_tls(cert: str | None, key: str | None) -> ssl.SSLContext | None:
     return context
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="acep serve", description=(
         "The collector: devices POST msgpack batches; matches go to the database, "
@@ -738,6 +797,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="refuse uploads (507, Retry-After: the agents keep them) while the "
                         "database's or the archive's file system has less free space than "
                         f"this (default {DEFAULT_MIN_FREE >> 20} MiB; 0: until it is full)")
+    p.add_argument("--max-wait", type=_seconds, default=DEFAULT_MAX_WAIT, metavar="SECONDS",
+                   help="refuse an upload (503, Retry-After) before reading it when it would "
+                        "wait longer than this behind the uploads already admitted (default "
+                        f"{DEFAULT_MAX_WAIT:g}: half the agents' default timeout; 0: no limit)")
+    p.add_argument("--device-uploads", type=int, default=DEFAULT_PER_DEVICE, metavar="N",
+                   help="uploads of one device processed at a time; another one is refused "
+                        f"(429, Retry-After) (default {DEFAULT_PER_DEVICE}: the agent sends "
+                        "one at a time, so a second is its retry of one still queued)")
     p.add_argument("--retain-days", type=int, metavar="N",
                    help="while serving, delete what was uploaded before the day N days ago "
                         "(UTC; as --prune-before that day), at the start and every hour; "
@@ -887,6 +954,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     for flag, value, least in (("--recheck-workers", args.recheck_workers, 0),
                                ("--min-free", args.min_free, 0),
+                               ("--device-uploads", args.device_uploads, 1),
                                ("--retain-days", args.retain_days, 1)):
         if value is not None and value < least:
             print(f"acep serve: {flag} must be {least} or more", file=sys.stderr)
@@ -905,10 +973,13 @@ def main(argv: list[str] | None = None) -> int:
     collector = Collector(store, Archive(args.archive), max_body=args.max_body,
                           sketch_key=key, recheck_workers=args.recheck_workers,
                           min_free=args.min_free << 20, retain_days=args.retain_days,
-                          compact=args.compact)
+                          compact=args.compact, max_wait=args.max_wait,
+                          device_uploads=args.device_uploads)
     log.info("database %s, archive %s, %d re-check workers, uploads refused below %d MiB "
-             "free, %s, %s", store.path, collector.archive.root, args.recheck_workers,
-             args.min_free, f"keeping {args.retain_days} days" if args.retain_days
+             "free%s, %d at a time per device, %s, %s",
+             store.path, collector.archive.root, args.recheck_workers, args.min_free,
+             f" or when they would wait over {args.max_wait:g} s" if args.max_wait else "",
+             args.device_uploads, f"keeping {args.retain_days} days" if args.retain_days
              else "keeping everything (no --retain-days)",
              "compacting closed days" if args.compact else "no compaction")
     try:

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
-__all__ = ["wants_prometheus", "render", "COUNTERS", "DEVICE_GAUGES"]
+__all__ = ["wants_prometheus", "render", "COUNTERS", "GAUGES", "DEVICE_GAUGES"]
 
 COUNTERS = {
     "batches_stored": "batches stored",
@@ -32,6 +32,9 @@ COUNTERS = {
     "heartbeats": "device heartbeats received",
     "bytes_in": "request body bytes received",
     "refused_no_space": "uploads refused (507) for want of free space",
+    "refused_busy": "uploads refused (503) because they would wait longer than --max-wait",
+    "refused_device_busy": "uploads refused (429): the device had --device-uploads uploads "
+                           "being processed",
     "pruned_batches": "batches deleted by --retain-days",
     "pruned_matches": "match rows deleted by --retain-days",
     "pruned_summaries": "summary rows deleted by --retain-days",
@@ -40,6 +43,16 @@ COUNTERS = {
     "compaction_written": "compacted archive files written by --compact",
     "compaction_leftovers": "files of an interrupted compaction deleted",
     "compaction_failed": "device folders a compaction pass could not compact (logged)",
+}
+GAUGES = {
+    "free_bytes": "free space of the fuller file system of the database and archive "
+                  "(uploads are refused below --min-free)",
+    "uploads_pending": "uploads admitted and not yet answered",
+    "pending_bytes": "body bytes of the uploads admitted and not yet answered",
+    "expected_wait_seconds": "how long an upload admitted now can expect to wait (pending "
+                             "bytes / departure rate; refused above --max-wait)",
+    "departure_rate_bytes": "upload bytes answered per second while busy (moving average; "
+                            "0 before the first measurement)",
 }
 DEVICE_GAUGES = {
     "outbox_pending": "batches waiting in the device's outbox, at its last heartbeat",
@@ -58,10 +71,12 @@ def wants_prometheus(accept: str, query: Mapping[str, str]) -> bool:
 
 
 def render(counters: Mapping[str, int], requests: Mapping[int, int], uptime: float,
-           devices: list[dict], accept: str, free_bytes: int) -> tuple[bytes, str]:
-    """The exposition body and its Content-Type, in the format ``accept`` prefers."""
+           devices: list[dict], accept: str, gauges: Mapping[str, float]
+           ) -> tuple[bytes, str]:
+    """The exposition body and its Content-Type, in the format ``accept`` prefers;
+    ``gauges`` has the values of :data:`GAUGES`."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(counters, requests, uptime, devices, free_bytes))
+    registry.register(_Families(counters, requests, uptime, devices, gauges))
     encoder, content_type = choose_encoder(accept)
     return encoder(registry), content_type
 
@@ -69,9 +84,9 @@ def render(counters: Mapping[str, int], requests: Mapping[int, int], uptime: flo
 class _Families:
     """A prometheus_client collector over numbers already counted."""
 
-    def __init__(self, counters, requests, uptime, devices, free_bytes):
+    def __init__(self, counters, requests, uptime, devices, gauges):
         self.counters, self.requests = counters, requests
-        self.uptime, self.devices, self.free_bytes = uptime, devices, free_bytes
+        self.uptime, self.devices, self.gauges = uptime, devices, gauges
 
     def collect(self) -> Iterator[Metric]:
         for name, doc in COUNTERS.items():
@@ -84,10 +99,8 @@ class _Families:
         yield by_status
         yield GaugeMetricFamily("acep_collector_uptime_seconds", "seconds since the start",
                                 value=self.uptime)
-        yield GaugeMetricFamily("acep_collector_free_bytes",
-                                "free space of the fuller file system of the database and "
-                                "archive (uploads are refused below --min-free)",
-                                value=self.free_bytes)
+        for name, doc in GAUGES.items():
+            yield GaugeMetricFamily(f"acep_collector_{name}", doc, value=self.gauges[name])
         yield from self._devices()
 
     def _devices(self) -> Iterator[Metric]:

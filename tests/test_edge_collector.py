@@ -126,6 +126,10 @@ def _length(data: bytes) -> int:
     return 1 << 30
 
 
+# one device's many uploads at once: more than the default --device-uploads 1 allows
+MANY = ("--device-uploads", "64")
+
+
 @pytest.fixture(params=[()], ids=["workers"])
 def srv(tmp_path, request):
     server = Server(tmp_path, *request.param)
@@ -324,6 +328,7 @@ def test_sketch_upload_must_fit_the_pattern_the_devices_upload(srv):
     assert json.loads(request(srv.url + "/metrics")[1])["sketches_stored"] == 2
 
 
+@pytest.mark.parametrize("srv", [MANY], ids=["workers"], indirect=True)
 def test_reused_batch_id_with_another_body_is_409_and_changes_nothing(srv):
     d1 = srv.tokens["d1"]
     first = make_batch(seq=7)
@@ -755,7 +760,8 @@ def _post_all(srv, bodies: list[tuple[bytes, str]]) -> list[tuple[int, dict]]:
     return answers
 
 
-@NO_WORKERS
+@pytest.mark.parametrize("srv", [MANY, (*MANY, "--recheck-workers", "0")],
+                         ids=["workers", "no-workers"], indirect=True)
 def test_a_batch_that_fails_to_store_fails_no_other_batch_of_its_commit_group(srv):
     # d2's archive directory cannot be made (a file is in its way): its batch fails
     # inside the commit, which also holds d1's batches
@@ -861,6 +867,132 @@ def test_a_full_disk_is_507_for_the_batch_that_did_not_fit_and_spoils_nothing(sm
     assert server.rows("SELECT count(*) FROM matches")[0][0] == want
     files = list(server.archive.rglob("*.parquet"))
     assert len(files) == len(answers) and all(pq.read_metadata(f).num_rows for f in files)
+
+
+# --------------------------------------------------------------------------- overload
+
+
+def metrics(srv: Server) -> dict:
+    return json.loads(request(srv.url + "/metrics")[1])
+
+
+def until(check, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+    return found
+
+
+def held_upload(srv: Server, device: str, length: int) -> socket.socket:
+    """An upload announcing ``length`` bytes whose body is not sent yet, once the collector
+    has admitted it (it waits for the body)."""
+    before = metrics(srv)["uploads_pending"]
+    s = raw(srv, f"POST /v1/batches HTTP/1.1\nHost: x\nAuthorization: Bearer "
+                 f"{srv.tokens[device]}\nContent-Type: application/msgpack\n"
+                 f"Content-Length: {length}\n", wait_answer=False)
+    until(lambda: metrics(srv)["uploads_pending"] == before + 1)
+    return s
+
+
+def answer(s: socket.socket, body: bytes) -> tuple[int, dict]:
+    s.sendall(body)
+    data = b""
+    while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < _length(data):
+        data += s.recv(65536)
+    s.close()
+    head, _, payload = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(payload)
+
+
+def test_a_device_s_second_upload_while_its_first_is_processed_is_429_then_stored(srv):
+    first, second = (encode_batch(make_batch(seq=s, events=make_events(seed=s)))
+                     for s in (0, 1))
+    held = held_upload(srv, "d1", len(first))
+    status, data, headers = request(srv.url + "/v1/batches", "POST", second, srv.tokens["d1"])
+    assert_error(status, json.loads(data), 429, "'d1' has 1 upload(s) being processed",
+                 "at most 1 at a time")
+    assert 1 <= int(headers["Retry-After"]) <= 60
+    other = encode_batch(make_batch("d2", seq=0))
+    assert post(srv, other, srv.tokens["d2"])[1]["status"] == "stored"  # not held up
+    assert answer(held, first)[1]["status"] == "stored"
+    assert post(srv, second, srv.tokens["d1"])[1]["status"] == "stored"  # the agent's retry
+    m = metrics(srv)
+    assert (m["refused_device_busy"], m["requests"]["429"], m["uploads_pending"],
+            m["pending_bytes"]) == (1, 1, 0, 0)
+    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 3
+    assert "POST /v1/batches from d1: 429 device 'd1' has 1 upload(s)" in srv.log()
+
+
+# no re-check workers: one upload keeps the collector busy, so the next one may be refused
+BUSY = pytest.mark.parametrize("srv", [("--max-wait", "0.1", "--recheck-workers", "0")],
+                               ids=["max-wait"], indirect=True)
+
+
+@BUSY
+def test_an_upload_that_would_wait_over_max_wait_is_503_with_retry_after_before_its_body(
+        srv):
+    held = held_upload(srv, "d1", MAX_BODY)  # 256 KiB at the first guess of 1 MiB/s: 0.25 s
+    body = encode_batch(make_batch("d2", seq=0))
+    for _ in range(3):
+        status, data, headers = request(srv.url + "/v1/batches", "POST", body,
+                                        srv.tokens["d2"])
+        assert_error(status, json.loads(data), 503, "collector busy", "would wait about",
+                     "above --max-wait 0.1 s")
+        assert 1 <= int(headers["Retry-After"]) <= 60
+    assert beat(srv, b'{"outbox_pending": 1}', srv.tokens["d2"])[0] == 200  # still taken
+    m = metrics(srv)
+    assert (m["refused_busy"], m["requests"]["503"], m["uploads_pending"],
+            m["pending_bytes"], m["max_wait_s"], m["device_uploads"]) == (
+                3, 3, 1, MAX_BODY, 0.1, 1)
+    assert m["expected_wait_seconds"] == 0.25 and m["departure_rate_bytes"] == 0
+    prom = request(srv.url + "/metrics?format=prometheus")[1].decode()
+    for line in ("acep_collector_refused_busy_total 3.0", "acep_collector_uploads_pending 1.0",
+                 f"acep_collector_pending_bytes {float(MAX_BODY)}",
+                 "acep_collector_expected_wait_seconds 0.25"):
+        assert line in prom, prom
+    held.close()  # the device goes away without its body: its place is given back
+    until(lambda: metrics(srv)["uploads_pending"] == 0)
+    assert post(srv, body, srv.tokens["d2"])[1]["status"] == "stored"
+    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 1
+    log = srv.log()
+    assert log.count("collector busy: an upload now would wait about") == 1  # per spell
+    assert "uploads are admitted again, after 3 refused in" in log
+
+
+@BUSY
+def test_the_agent_s_uploader_retries_a_503_after_its_retry_after_not_its_backoff(
+        srv, tmp_path):
+    from edge.outbox import Backoff, Outbox
+    from edge.uplink import Uplink, Uploader
+
+    held = held_upload(srv, "d1", MAX_BODY)
+    body = encode_batch(make_batch("d2", seq=0))
+    with Outbox(tmp_path / "outbox.db", backoff=Backoff(60.0, 2.0, 300.0, 0.0)) as box:
+        box.put(body, "d2/0")
+        uploader = Uploader(box, Uplink(srv.url, srv.tokens["d2"]))
+        sent_at = time.time()
+        assert uploader.send_one()
+        assert uploader.counts["retried"] == 1 and "HTTP 503" in uploader.last_error
+        # the backoff would wait 60 s; the collector said 1 or 2
+        assert sent_at + 1 <= uploader.next_attempt_at() <= time.time() + 2
+        assert not uploader.send_one()  # held until then
+        held.close()
+        until(lambda: time.time() >= uploader.next_attempt_at())
+        assert uploader.send_one() and uploader.counts["acked"] == 1
+    assert srv.rows("SELECT batch_id FROM batches") == [("d2/0",)]
+
+
+def test_bad_overload_options_exit_2_naming_them(tmp_path):
+    for flag, value, want in (("--max-wait", "-1", "'-1' is not a number of seconds >= 0"),
+                              ("--max-wait", "nan", "'nan' is not a number of seconds"),
+                              ("--max-wait", "soon", "'soon' is not a number of seconds"),
+                              ("--device-uploads", "0", "--device-uploads must be 1 or more")):
+        done = subprocess.run([sys.executable, "-m", "edge.collector", "--db",
+                               str(tmp_path / "c.db"), "--archive", str(tmp_path / "a"),
+                               flag, value], cwd=ROOT, capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 2 and want in done.stderr, done.stderr
 
 
 # --------------------------------------------------------------------------- retention
