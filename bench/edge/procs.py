@@ -114,8 +114,9 @@ def add_device(db: Path) -> str:
 class Collector:
     """``python -m edge.collector`` on loopback at a fixed port (kept across restarts)."""
 
-    def __init__(self, db: Path, archive: Path, port: int | None = None):
-        self.db, self.archive = db, archive
+    def __init__(self, db: Path, archive: Path, port: int | None = None,
+                 options: tuple[str, ...] = ()):
+        self.db, self.archive, self.options = db, archive, tuple(options)
         self.port = port or free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -125,7 +126,8 @@ class Collector:
 
     def start(self, timeout: float = 30.0) -> None:
         args = [sys.executable, "-m", "edge.collector", "--db", str(self.db), "--archive",
-                str(self.archive), "--host", "127.0.0.1", "--port", str(self.port)]
+                str(self.archive), "--host", "127.0.0.1", "--port", str(self.port),
+                *self.options]
         deadline = time.monotonic() + timeout
         while True:
             self.proc = subprocess.Popen(args, cwd=ROOT, env=env(), stdout=subprocess.PIPE,
