@@ -3,7 +3,8 @@
 The batches are the agent's own (its outbox after the memory run: ``batch_from_matches``
 over a real matcher run, encoded, one per chunk of events with matches). The collector runs
 as ``python -m edge.collector`` on 127.0.0.1 (its default two re-check worker processes);
-``clients`` threads each keep one HTTP connection and POST their share. The rate is
+``clients`` threads each keep one HTTP connection and POST their share (one device's
+token, so ``--device-uploads`` is ``clients``). The rate is
 matches stored per second of wall time from the first request to the last answer. The
 exact re-check cannot be switched off in the collector, so the same batches are also run
 through the collector's ingest steps in this process, one at a time (one commit per batch,
@@ -91,7 +92,8 @@ def ingest_rate(bodies: list[bytes], work: Path, clients: int, repeats: int = 3)
 def _one_rate(bodies: list[bytes], work: Path, clients: int) -> dict:
     db, archive = work / "collector.db", work / "archive"
     token = add_device(db)
-    collector = Collector(db, archive)
+    # the clients share one device's token: let them upload side by side
+    collector = Collector(db, archive, options=("--device-uploads", str(clients)))
     collector.start()
     try:
         posted = post_all(collector.url, token, bodies, clients)
