@@ -64,11 +64,13 @@ def bench_parser(name: str, doc: str, results: Path, outputs: str, quick_help: s
     return parser
 
 
-def run_in_tempdir(name: str, argv: list[str], measure: Callable[[Path], dict]
-                   ) -> tuple[dict, float] | None:
-    """``measure(work)`` in a temporary directory it may fill: its results after the
-    command line (``command``), and the wall seconds; None, the reason printed, when the
-    flights cannot be had (the benchmark exits 2)."""
+def run_and_publish(name: str, argv: list[str], args: argparse.Namespace,
+                    measure: Callable[[Path], dict], plot, summary: Callable[[dict], str],
+                    **settings) -> dict | None:
+    """A benchmark's ``main``: ``measure(work)`` in a temporary directory it may fill, its
+    results after the command line (``command``) and before ``settings`` (``--quick``,
+    these, the wall seconds), published into ``args.out`` (:func:`publish`). None, the
+    reason printed, when the flights cannot be had (the benchmark exits 2)."""
     started = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory(prefix=f"acep-bench-{name}-") as tmp:
@@ -77,7 +79,10 @@ def run_in_tempdir(name: str, argv: list[str], measure: Callable[[Path], dict]
     except data.DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return None
-    return results, round(time.perf_counter() - started, 1)
+    results["settings"] = {"quick": args.quick, **settings,
+                           "wall_seconds": round(time.perf_counter() - started, 1)}
+    publish(results, args.out, name, plot, summary(results))
+    return results
 
 
 def publish(results: dict, out: Path, name: str, plot, summary: str) -> None:

@@ -35,11 +35,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .. import data
-from ..common import bench_parser, machine, publish, run_in_tempdir
+from ..common import bench_parser, machine, run_and_publish
 from ..edge import streams
-from ..edge.ingest import outbox_bodies
-from ..edge.procs import agent_config
+from ..edge.ingest import agent_bodies
 
 RESULTS = Path(__file__).with_name("results")
 DAY = 86400.0
@@ -61,21 +59,9 @@ QUICK = Sizes(events=20_000, batch_events=20, devices=2, days=3, repeats=1, spar
 
 def make_batches(work: Path, data_path: str | None, quick: bool, sizes: Sizes) -> tuple:
     """The agent's batches over the stream, dealt to devices and days (encoded bodies)."""
-    from edge.agent import Agent
-    from edge.config import load_config
     from edge.wire import decode_batch, encode_batch
 
-    stream = work / "stream.jsonl"
-    if quick and data_path is None:
-        described = {"source": streams.SAMPLE.name,
-                     "events": streams.write_sample_jsonl(stream, sizes.events)}
-    else:
-        parquet = data.flights_path(data_path)
-        described = {"source": parquet.name,
-                     "events": streams.write_flights_jsonl(parquet, stream, sizes.events)}
-    cfg = agent_config(work / "agent", stream, batch_events=sizes.batch_events)
-    Agent(load_config(cfg)).run()
-    bodies = outbox_bodies(work / "agent" / "outbox.db", None)
+    bodies, described = agent_bodies(work, data_path, quick, sizes.events, sizes.batch_events)
     start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc).timestamp()
     dealt = []
     for i, body in enumerate(bodies):
@@ -179,14 +165,9 @@ def main(argv: list[str] | None = None) -> int:
                         "20,000 events (the embedded sample without --data), no Spark"
                         ).parse_args(argv)
     sizes = QUICK if args.quick else FULL
-    done = run_in_tempdir("archive", argv,
-                          lambda work: benchmark(work, args.data, args.quick, sizes))
-    if done is None:
-        return 2
-    results, seconds = done
-    results["settings"] = {"quick": args.quick, "wall_seconds": seconds}
-    publish(results, args.out, "archive", plot, summary(results))
-    return 0
+    results = run_and_publish("archive", argv, args, lambda work: benchmark(
+        work, args.data, args.quick, sizes), plot, summary)
+    return 2 if results is None else 0
 
 
 def summary(results: dict) -> str:

@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .procs import Collector, add_device
+from .procs import Collector, add_device, agent_config
+from .streams import write_stream
 
 
 def outbox_bodies(outbox: Path, max_matches: int | None) -> list[bytes]:
@@ -38,6 +39,20 @@ def outbox_bodies(outbox: Path, max_matches: int | None) -> list[bytes]:
         total += len(decode(body))
     db.close()
     return bodies
+
+
+def agent_bodies(work: Path, data_path: str | None, quick: bool, events: int,
+                 batch_events: int = 1000) -> tuple[list[bytes], dict]:
+    """The real agent (no budget, outbox only) over the first ``events`` of the stream
+    (:func:`streams.write_stream`), closing a batch every ``batch_events`` events: its
+    outbox's batch bodies, and the stream's description."""
+    from edge.agent import Agent
+    from edge.config import load_config
+
+    stream = work / "stream.jsonl"
+    described = write_stream(stream, data_path, quick, events)
+    Agent(load_config(agent_config(work / "agent", stream, batch_events=batch_events))).run()
+    return outbox_bodies(work / "agent" / "outbox.db", None), described
 
 
 def post_all(url: str, token: str, bodies: list[bytes], clients: int) -> dict:

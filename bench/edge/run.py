@@ -30,8 +30,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .. import data
-from ..common import bench_parser, machine, publish, run_in_tempdir
+from ..common import bench_parser, machine, run_and_publish
 from . import ingest, soak, streams
 from .procs import agent_config, measured
 
@@ -58,17 +57,6 @@ FULL = Sizes(events=1_000_000, profile_events=200_000, ingest_matches=20_000, cl
              soak_events=700_000, cycles=100, soak_max_run=0.3)
 QUICK = Sizes(events=20_000, profile_events=10_000, ingest_matches=1_500, clients=4,
               soak_events=20_000, cycles=5, soak_max_run=0.2)
-
-
-def write_stream(dest: Path, data_path: str | None, quick: bool, n: int | None) -> dict:
-    """The stream as JSON Lines: flights (``--data`` or the cache) or, in quick mode without
-    ``--data``, the embedded sample."""
-    if quick and data_path is None:
-        count = streams.write_sample_jsonl(dest, n or 20_000)
-        return {"source": "acep/data/flights-sample.jsonl.gz", "events": count}
-    parquet = data.flights_path(data_path)
-    count = streams.write_flights_jsonl(parquet, dest, n)
-    return {"source": parquet.name, "events": count}
 
 
 def agent_side(work: Path, stream: Path, profile_stream: Path, device: bool,
@@ -144,8 +132,8 @@ def _target(name: str, value: float, threshold: float, ok: bool, unit: str,
 def benchmark(work: Path, data_path: str | None, quick: bool, sizes: Sizes) -> dict:
     """Every measurement, as one JSON-ready dict."""
     stream, prof = work / "stream.jsonl", work / "profile.jsonl"
-    described = write_stream(stream, data_path, quick, sizes.events)
-    write_stream(prof, data_path, quick, sizes.profile_events)
+    described = streams.write_stream(stream, data_path, quick, sizes.events)
+    streams.write_stream(prof, data_path, quick, sizes.profile_events)
     _say(f"agent and engine over {described['events']:,} events, as on a device ...")
     side = agent_side(work, stream, prof, device=True)
     _say("... and with pyarrow installed ...")
@@ -157,7 +145,7 @@ def benchmark(work: Path, data_path: str | None, quick: bool, sizes: Sizes) -> d
     steps = ingest.ingest_steps(bodies)
     _say(f"soak: {sizes.cycles} cycles ...")
     soak_stream = work / "soak.jsonl"
-    n_soak = write_stream(soak_stream, data_path, quick, sizes.soak_events)["events"]
+    n_soak = streams.write_stream(soak_stream, data_path, quick, sizes.soak_events)["events"]
     soaked = soak.soak(soak_stream, n_soak, work / "soak", sizes.cycles,
                        max_run=sizes.soak_max_run)
     return {"benchmark": "edge", "machine": machine(), "sizes": asdict(sizes),
@@ -183,14 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     sizes = QUICK if args.quick else FULL
-    done = run_in_tempdir("edge", argv,
-                          lambda work: benchmark(work, args.data, args.quick, sizes))
-    if done is None:
-        return 2
-    results, seconds = done
-    results["settings"] = {"quick": args.quick, "wall_seconds": seconds}
-    publish(results, args.out, "edge", plot, summary(results))
-    return 0
+    results = run_and_publish("edge", argv, args, lambda work: benchmark(
+        work, args.data, args.quick, sizes), plot, summary)
+    return 2 if results is None else 0
 
 
 def summary(results: dict) -> str:

@@ -18,7 +18,8 @@ import acep
 
 from .. import data
 
-__all__ = ["PATTERN", "SAMPLE", "write_flights_jsonl", "write_sample_jsonl", "pattern_table"]
+__all__ = ["PATTERN", "SAMPLE", "write_flights_jsonl", "write_sample_jsonl", "write_stream",
+           "pattern_table"]
 
 SAMPLE = Path(acep.__file__).with_name("data") / "flights-sample.jsonl.gz"
 
@@ -92,3 +93,14 @@ def flights_source(path: str | None) -> Path:
 
 
 _ = timezone  # timestamps are naive UTC, as in the Parquet file
+
+
+def write_stream(dest: Path, data_path: str | None, quick: bool, n: int | None) -> dict:
+    """The stream as JSON Lines: flights (``--data`` or the cache) or, in quick mode without
+    ``--data``, the embedded sample."""
+    if quick and data_path is None:
+        count = write_sample_jsonl(dest, n or 20_000)
+        return {"source": "acep/data/flights-sample.jsonl.gz", "events": count}
+    parquet = data.flights_path(data_path)
+    count = write_flights_jsonl(parquet, dest, n)
+    return {"source": parquet.name, "events": count}

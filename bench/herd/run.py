@@ -46,11 +46,10 @@ import urllib.request
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from .. import data
-from ..common import bench_parser, machine, publish, run_in_tempdir
+from ..common import bench_parser, machine, run_and_publish
 from ..edge import streams
-from ..edge.ingest import outbox_bodies
-from ..edge.procs import Collector, agent_config
+from ..edge.ingest import agent_bodies
+from ..edge.procs import Collector
 
 RESULTS = Path(__file__).with_name("results")
 
@@ -78,23 +77,6 @@ def limits(sizes: Sizes) -> dict[str, tuple[str, ...]]:
     return {"none": ("--max-wait", "0", "--device-uploads", "1000000"),
             "per-device": ("--max-wait", "0"),
             "both": ("--max-wait", f"{sizes.max_wait:g}")}
-
-
-def make_bodies(work: Path, data_path: str | None, quick: bool, sizes: Sizes) -> tuple:
-    """The agent's batch bodies over the stream, and the stream's description."""
-    from edge.agent import Agent
-    from edge.config import load_config
-
-    stream = work / "stream.jsonl"
-    if quick and data_path is None:
-        described = {"source": streams.SAMPLE.name,
-                     "events": streams.write_sample_jsonl(stream, sizes.events)}
-    else:
-        parquet = data.flights_path(data_path)
-        described = {"source": parquet.name,
-                     "events": streams.write_flights_jsonl(parquet, stream, sizes.events)}
-    Agent(load_config(agent_config(work / "agent", stream))).run()
-    return outbox_bodies(work / "agent" / "outbox.db", None), described
 
 
 class TimedUplink:
@@ -268,7 +250,7 @@ def _stop_all(uploaders) -> None:
 def benchmark(work: Path, data_path: str | None, quick: bool, sizes: Sizes) -> dict:
     logging.getLogger("edge.agent").setLevel(logging.ERROR)  # a warning per refused device
     _say(f"agent batches over {sizes.events:,} events ...")
-    bodies, described = make_bodies(work, data_path, quick, sizes)
+    bodies, described = agent_bodies(work, data_path, quick, sizes.events)
     runs = []
     for devices in sizes.fleets:
         for repeat in range(sizes.repeats):  # in turn: a slow spell hits every limit alike
@@ -319,14 +301,9 @@ def main(argv: list[str] | None = None) -> int:
                         "100 devices, the embedded sample without --data, timeouts scaled "
                         "down").parse_args(argv)
     sizes = QUICK if args.quick else FULL
-    done = run_in_tempdir("herd", argv,
-                          lambda work: benchmark(work, args.data, args.quick, sizes))
-    if done is None:
-        return 2
-    results, seconds = done
-    results["settings"] = {"quick": args.quick, "wall_seconds": seconds}
-    publish(results, args.out, "herd", plot, summary(results))
-    return 0
+    results = run_and_publish("herd", argv, args, lambda work: benchmark(
+        work, args.data, args.quick, sizes), plot, summary)
+    return 2 if results is None else 0
 
 
 def summary(results: dict) -> str:

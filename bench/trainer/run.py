@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import data
-from ..common import bench_parser, machine, publish, run_in_tempdir
+from ..common import bench_parser, machine, run_and_publish
 from .worker import PATTERN
 
 RESULTS = Path(__file__).with_name("results")
@@ -349,13 +349,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     repeats = args.repeats or (1 if args.quick else FULL_REPEATS)
-    done = run_in_tempdir("trainer", argv,
-                          lambda work: benchmark(work, args.data, args.quick, repeats))
-    if done is None:
+    results = run_and_publish("trainer", argv, args, lambda work: benchmark(
+        work, args.data, args.quick, repeats), plot, summary, repeats=repeats)
+    if results is None:
         return 2
-    results, seconds = done
-    results["settings"] = {"quick": args.quick, "repeats": repeats, "wall_seconds": seconds}
-    publish(results, args.out, "trainer", plot, summary(results))
     ok = results["equality"]["all_equal"] and results["fit"]["sketches_equal"]
     return 0 if ok else 1
 
