@@ -248,8 +248,8 @@ class Collector:
                 log.warning("%s (%d uploads, %.1f MiB admitted; answered at %.0f KiB/s)",
                             refused.reason, self.admission.pending,
                             self.admission.backlog / 2**20, (self.admission.rate or 0) / 1024)
-                self.busy = (time.monotonic(), 0)
-            self.busy = (self.busy[0], self.busy[1] + 1)
+            since, count = self.busy or (time.monotonic(), 0)
+            self.busy = (since, count + 1)
         else:
             self.metrics["refused_device_busy"] += 1
         response = _error(refused.status, refused.reason)
@@ -696,7 +696,7 @@ def make_app(collector: Collector) -> web.Application:
                                            f"{request.method} {request.path}")
             response = web.json_response(doc, status=status)
         if response.status == 507:
-            response.headers.setdefault("Retry-After", str(RETRY_AFTER))
+            response.headers["Retry-After"] = str(RETRY_AFTER)
         elif 400 <= response.status < 500 and response.status != 404:
             collector.refusals.warning("%s %s from %s: %d %s", request.method, request.path,
                                        request.get("device", request.remote), response.status,
