@@ -57,6 +57,7 @@ log = logging.getLogger("acep.collector")
 DEFAULT_PORT = 8750
 DEFAULT_MAX_BODY = 16 << 20
 DEFAULT_MIN_FREE = 64 << 20  # bytes: below it uploads are refused (507) before SQLite fills up
+CLIENT_GONE = 499  # nginx's status for a request its client closed, counted and logged so
 RETRY_AFTER = 60  # seconds, sent with 507: the agents hold their uploads that long
 MAINTAIN_EVERY = 3600.0  # seconds between --retain-days and --compact passes
 BODY_TIMEOUT = 60.0
@@ -288,6 +289,7 @@ class Collector:
         if length is not None and length > limit:
             return _error(413, f"body: Content-Length {length} is above the limit of "
                                f"{limit} bytes")
+        await send_continue(request)
         parts, total = [], 0
         try:
             async with asyncio.timeout(BODY_TIMEOUT):
@@ -301,6 +303,9 @@ class Collector:
                     parts.append(chunk)
         except TimeoutError:
             return _error(408, f"body: not received within {BODY_TIMEOUT:g} s")
+        except ConnectionResetError:  # a device that lost its link: nobody reads the answer
+            return _error(CLIENT_GONE, f"body: the client went away after {total} of "
+                                       f"{length if length is not None else '?'} bytes")
         self.metrics["bytes_in"] += total
         return b"".join(parts)
 
@@ -682,13 +687,31 @@ def _message(response: web.Response) -> str:
         return ""
 
 
+async def defer_continue(request: web.Request) -> None:
+    """The expect handler of the routes with a body: ``Expect: 100-continue`` is answered
+    by :func:`send_continue` when the handler is about to read the body, not on arrival
+    (aiohttp's default), so that a refusal (401, 413, 415, 429, 503, 507) comes before the
+    client sends it (RFC 9110 10.1.1). Another expectation gets 417 (:func:`make_app`)."""
+    if request.version >= (1, 1):  # an HTTP/1.0 client does not wait (RFC 9110 10.1.1)
+        request["expect"] = request.headers.get("Expect", "").lower()
+
+
+async def send_continue(request: web.Request) -> None:
+    """``100 Continue``, once, to a client that waits for it (:func:`defer_continue`)."""
+    if request.pop("expect", None) == "100-continue":
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the answer's size in the access log, as aiohttp's
+
+
 def make_app(collector: Collector) -> web.Application:
     """The aiohttp application of ``collector``: routes, JSON errors, request counting."""
 
     @web.middleware
     async def errors(request: web.Request, handler):
         try:
-            response = await handler(request)
+            expect = request.get("expect", "100-continue")
+            response = await handler(request) if expect == "100-continue" else \
+                _error(417, f"Expect: {expect!r}: only 100-continue is supported")
         except web.HTTPException as exc:  # routing: 404, 405, and aiohttp's own 413
             response = _error(exc.status, exc.reason or "error")
         except Exception as exc:  # a bug must answer 500, not drop the connection
@@ -707,10 +730,11 @@ def make_app(collector: Collector) -> web.Application:
     # client_max_size: aiohttp's own cap on request.read(); the handlers stream instead
     app = web.Application(middlewares=[errors], client_max_size=collector.max_body)
     app.add_routes([
-        web.post("/v1/batches", collector.post_batch),
+        web.post("/v1/batches", collector.post_batch, expect_handler=defer_continue),
         web.get("/v1/sketches/{pattern_id}", collector.get_sketch),
-        web.put("/v1/sketches/{pattern_id}", collector.put_sketch),
-        web.post("/v1/heartbeat", collector.post_heartbeat),
+        web.put("/v1/sketches/{pattern_id}", collector.put_sketch,
+                expect_handler=defer_continue),
+        web.post("/v1/heartbeat", collector.post_heartbeat, expect_handler=defer_continue),
         web.get("/v1/devices", collector.get_devices),
         web.get("/v1/whoami", collector.whoami),
         web.get("/health", collector.health),

@@ -109,9 +109,9 @@ def raw(srv: Server, head: str, body: bytes = b"", wait_answer: bool = True) -> 
     return read_answer(s) if wait_answer else s
 
 
-def read_answer(s: socket.socket) -> tuple[int, dict]:
-    """The status and JSON body of the answer on ``s``, which is then closed."""
-    data = b""
+def read_answer(s: socket.socket, data: bytes = b"") -> tuple[int, dict]:
+    """The status and JSON body of the answer on ``s`` (``data``: its start, already
+    read), which is then closed."""
     while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < _length(data):
         chunk = s.recv(65536)
         if not chunk:
@@ -918,6 +918,62 @@ def test_a_device_s_second_upload_while_its_first_is_processed_is_429_then_store
     assert "POST /v1/batches from d1: 429 device 'd1' has 1 upload(s)" in srv.log()
 
 
+def first_answer(s: socket.socket) -> bytes:
+    """The head of the first answer on ``s`` (an interim ``100 Continue`` or a final one)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(1)
+        assert chunk, data
+        data += chunk
+    return data
+
+
+def expecting(srv: Server, token: str, length: int, path="/v1/batches",
+              ctype="application/msgpack", expect="100-continue") -> socket.socket:
+    """A request whose client waits for ``100 Continue`` before sending its body."""
+    return raw(srv, f"POST {path} HTTP/1.1\nHost: x\nAuthorization: Bearer {token}\n"
+                    f"Content-Type: {ctype}\nContent-Length: {length}\n"
+                    f"Expect: {expect}\n", wait_answer=False)
+
+
+def test_expect_100_continue_is_answered_only_when_the_collector_will_read_the_body(srv):
+    """A client that waits for 100 Continue is refused (401, 413, 415, 429, 417) without
+    sending its body, and told to go on only when the collector will read it."""
+    body = encode_batch(make_batch())
+    d1 = srv.tokens["d1"]
+    s = expecting(srv, d1, len(body))
+    assert first_answer(s) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    s.sendall(body)
+    assert read_answer(s)[1]["status"] == "stored"
+
+    def refused(token, status, word, length=None, ctype="application/msgpack",
+                expect="100-continue"):
+        s = expecting(srv, token, length or len(body), ctype=ctype, expect=expect)
+        head = first_answer(s)
+        assert head.startswith(b"HTTP/1.1 %d " % status), (status, head)
+        got, doc = read_answer(s, head)
+        assert got == status and word in doc["error"], (status, doc)
+
+    refused("not-a-token", 401, "token")
+    refused(d1, 413, "Content-Length", length=MAX_BODY + 1)
+    refused(d1, 415, "msgpack", ctype="application/json")
+    refused(d1, 417, "something-else", expect="something-else")
+    held = held_upload(srv, "d1", len(body))
+    refused(d1, 429, "at most 1")
+    held.close()
+    until(lambda: metrics(srv)["uploads_pending"] == 0)
+
+    status = b'{"outbox_pending": 0}'
+    s = expecting(srv, d1, len(status), path="/v1/heartbeat", ctype="application/json")
+    assert first_answer(s) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    s.sendall(status)
+    assert read_answer(s)[0] == 200
+    m = metrics(srv)
+    assert m["requests"]["429"] == 1 and m["requests"]["417"] == 1
+    assert m["bytes_in"] == len(body) + len(status)  # no refused body was read
+    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 1
+
+
 # no re-check workers: one upload keeps the collector busy, so the next one may be refused
 BUSY = pytest.mark.parametrize("srv", [("--max-wait", "0.1", "--recheck-workers", "0")],
                                ids=["max-wait"], indirect=True)
@@ -947,6 +1003,9 @@ def test_an_upload_that_would_wait_over_max_wait_is_503_with_retry_after_before_
         assert line in prom, prom
     held.close()  # the device goes away without its body: its place is given back
     until(lambda: metrics(srv)["uploads_pending"] == 0)
+    assert metrics(srv)["requests"]["499"] == 1  # counted, as nginx does, and said plainly:
+    assert f"499 body: the client went away after 0 of {MAX_BODY} bytes" in srv.log()
+    assert "Traceback" not in srv.log()
     assert post(srv, body, srv.tokens["d2"])[1]["status"] == "stored"
     assert srv.rows("SELECT count(*) FROM batches")[0][0] == 1
     log = srv.log()
@@ -968,12 +1027,14 @@ def test_the_agent_s_uploader_retries_a_503_after_its_retry_after_not_its_backof
         sent_at = time.time()
         assert uploader.send_one()
         assert uploader.counts["retried"] == 1 and "HTTP 503" in uploader.last_error
+        assert uploader.uplink.bytes_on_wire == 0  # refused before its body was sent
         # the backoff would wait 60 s; the collector said 1 or 2
         assert sent_at + 1 <= uploader.next_attempt_at() <= time.time() + 2
         assert not uploader.send_one()  # held until then
         held.close()
         until(lambda: time.time() >= uploader.next_attempt_at())
         assert uploader.send_one() and uploader.counts["acked"] == 1
+    assert uploader.uplink.bytes_on_wire == len(body) == metrics(srv)["bytes_in"]
     assert srv.rows("SELECT batch_id FROM batches") == [("d2/0",)]
 
 
