@@ -100,7 +100,8 @@ class Agent:
         self._beat_at = 0.0  # when the last heartbeat was handed to the uploader
         self._metrics_lost = 0  # metrics lines not written in a row
         self.uplink = None if config.collector_url is None else \
-            Uplink(config.collector_url, config.token or "", config.timeout, config.ca_file)
+            Uplink(config.collector_url, config.token or "", config.timeout, config.ca_file,
+                   config.expect_continue)
         self.sketches = Sketches(config, self.uplink)
         self.wallclock: WallClockBudget | None = None
         self._stats_carry = {"candidates": 0, "shed": 0, "decide_ns": 0}
@@ -499,6 +500,7 @@ class Agent:
             out["uploads_unauthorized"] = self.uploader.counts["unauthorized"]
             out["heartbeats"] = self.uploader.counts["heartbeats"]
             out["upload_error"] = self.uploader.last_error
+            out["upload_bytes_on_wire"] = self.uploader.uplink.bytes_on_wire
         if source is not None:
             out["bad_lines"] = source.bad_lines
             if isinstance(source, FileSource):

@@ -120,6 +120,7 @@ class AgentConfig:
     drain_timeout: float = 30.0
     heartbeat: float = 300.0  # seconds between heartbeats to the collector (0: none)
     ca_file: str | None = None  # the CA the collector's certificate is verified with
+    expect_continue: bool = True  # batches wait for "100 Continue" before their body
     token_file: str | None = None  # where device.token was read from (None: in agent.toml)
     config_path: str | None = None  # the file load_config read (None: parse_config alone)
 
@@ -235,6 +236,7 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
     drain_timeout = col.positive("drain_timeout", float, 30.0, zero=True)
     heartbeat = col.positive("heartbeat", float, 300.0, zero=True)
     ca_file = path_of(col.get("ca_file", str))
+    expect_continue = col.get("expect_continue", bool, True)
     col.done()
     if url is not None and token is None:
         raise ConfigError("device.token: needed to upload to collector.url "
@@ -351,4 +353,5 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
                               f"{os.path.basename(path)} there)")
     return AgentConfig(device_id, token, url, pattern, source, budget, sketch, outbox,
                        condensed, metrics, timeout, base_dir, drain_timeout, heartbeat,
-                       token_file=token_file, ca_file=ca_file)
+                       token_file=token_file, ca_file=ca_file,
+                       expect_continue=expect_continue)

@@ -8,14 +8,25 @@ batch that long, up to the backoff's maximum); ``401`` and ``403``
 (a wrong token or device id: the operator's problem, not the batch's) keep every batch and
 pause all uploads with the same backoff, logged once per streak; any other ``4xx`` moves the
 batch to the outbox's dead letters with the collector's reason (never sent again unless an
-operator requeues it). Only ``urllib.request``.
+operator requeues it).
+
+A batch is posted with ``Expect: 100-continue`` (RFC 9110 10.1.1): its body goes only after
+the collector's ``100 Continue``, so a refusal (``429``, ``503``, ``507``, ``401``) costs a
+device on a metered link its headers, not its batch. Bodies go at once through a proxy from
+the environment (``http_proxy``, ``https_proxy``: urllib's way), with
+``collector.expect_continue = false``, and after a collector answered ``417`` or left the
+expectation unanswered for :data:`CONTINUE_WAIT` (then the body goes anyway). Only the
+standard library (``http.client``, ``urllib.request``).
 """
 
 from __future__ import annotations
 
 import email.utils
+import http.client
+import io
 import json
 import logging
+import socket
 import ssl
 import threading
 import time
@@ -31,6 +42,8 @@ __all__ = ["Uplink", "Outcome", "Uploader", "download_sketch", "tls_context", "e
            "error_text"]
 
 log = logging.getLogger("edge.agent")
+CONTINUE_WAIT = 1.0  # seconds a body waits for "100 Continue" before it goes anyway (as curl)
+EXPECT_MIN_BYTES = 1024  # smaller bodies go at once: a refusal would not save a round trip
 _RETRY_4XX = (408, 429)
 _AUTH_4XX = (401, 403)
 
@@ -52,12 +65,21 @@ class Outcome:
 
 
 class Uplink:
-    """HTTP to the collector at ``url`` with a device's bearer token."""
+    """HTTP to the collector at ``url`` with a device's bearer token.
+
+    ``bytes_on_wire`` counts the request body bytes sent, every attempt included (a body
+    refused before it was sent is not counted)."""
 
     def __init__(self, url: str, token: str, timeout: float = 10.0,
-                 ca_file: str | None = None):
+                 ca_file: str | None = None, expect_continue: bool = True):
         self.url, self.token, self.timeout = url.rstrip("/"), token, float(timeout)
         self.context = tls_context(url, ca_file)
+        # urllib's proxies are read from the environment here, as _proxied() reads them
+        self.opener = urllib.request.build_opener(urllib.request.HTTPSHandler(
+            context=self.context)) if self.context else urllib.request.build_opener()
+        self.target = urllib.parse.urlsplit(self.url)
+        self.expect_continue = expect_continue and not _proxied(self.target)
+        self.bytes_on_wire = 0
 
     def _request(self, method: str, path: str, body: bytes | None = None,
                  headers: dict | None = None) -> urllib.request.Request:
@@ -68,15 +90,61 @@ class Uplink:
               ) -> tuple[int, bytes, float | None] | Outcome:
         """``(status, answer body, Retry-After seconds)``, or a ``"retry"`` outcome when no
         answer came."""
+        if self.expect_continue and len(body) >= EXPECT_MIN_BYTES:
+            answer = self._post_expecting(path, body, content_type, timeout)
+            if not (isinstance(answer, tuple) and answer[0] == 417):
+                return answer
+            self.expect_continue = False
+            log.info("the collector (or a proxy before it) refused Expect: 100-continue "
+                     "(HTTP 417); bodies are sent at once from now on")
         req = self._request("POST", path, body, {"Content-Type": content_type})
+        self.bytes_on_wire += len(body)  # urllib sends the body whatever the answer
         try:
-            with urllib.request.urlopen(req, timeout=timeout or self.timeout,
-                                        context=self.context) as resp:
+            with self.opener.open(req, timeout=timeout or self.timeout) as resp:
                 return resp.status, resp.read(1 << 16), None
         except urllib.error.HTTPError as e:
             return e.code, error_body(e), retry_after(e.headers.get("Retry-After"))
         except (urllib.error.URLError, OSError, TimeoutError) as e:
             return Outcome("retry", None, f"connection: {getattr(e, 'reason', e)}")
+
+    def _post_expecting(self, path: str, body: bytes, content_type: str,
+                        timeout: float | None) -> tuple[int, bytes, float | None] | Outcome:
+        """:meth:`_post` with ``Expect: 100-continue``: the body is sent after the
+        collector's ``100 Continue``, or after :data:`CONTINUE_WAIT` without an answer; not
+        at all when the first answer is final (a refusal)."""
+        conn = self._connection(timeout or self.timeout)
+        try:
+            conn.putrequest("POST", (self.target.path or "") + path)
+            for name, value in (("Authorization", f"Bearer {self.token}"),
+                                ("Content-Type", content_type),
+                                ("Content-Length", str(len(body))),
+                                ("Expect", "100-continue")):
+                conn.putheader(name, value)
+            conn.endheaders()
+            first, head = _first_answer(conn.sock, conn.timeout)
+            if first != "final":
+                conn.send(body)
+                self.bytes_on_wire += len(body)
+            if first == "silent":  # it would cost every batch the wait
+                self.expect_continue = False
+                log.info("the collector did not answer Expect: 100-continue within %g s "
+                         "(an HTTP/1.0 server or proxy?); bodies are sent at once from now on",
+                         CONTINUE_WAIT)
+            answer = conn.response_class(_Replayed(conn.sock, head), method="POST")
+            answer.begin()
+            wait = None if answer.status == 200 else retry_after(answer.getheader("Retry-After"))
+            return answer.status, answer.read(1 << 16), wait
+        except (OSError, http.client.HTTPException) as e:
+            return Outcome("retry", None, f"connection: {e or type(e).__name__}")
+        finally:
+            conn.close()
+
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        host, port = self.target.hostname, self.target.port
+        if self.target.scheme == "https":
+            return http.client.HTTPSConnection(host, port, timeout=timeout,
+                                               context=self.context)
+        return http.client.HTTPConnection(host, port, timeout=timeout)
 
     def post_batch(self, body: bytes) -> Outcome:
         """``POST /v1/batches``; never raises for network or HTTP problems."""
@@ -114,8 +182,8 @@ class Uplink:
         path = "/v1/sketches/" + urllib.parse.quote(pattern_id, safe="")
         headers = {"If-None-Match": f'"{etag}"'} if etag else None
         try:
-            with urllib.request.urlopen(self._request("GET", path, headers=headers),
-                                        timeout=self.timeout, context=self.context) as r:
+            with self.opener.open(self._request("GET", path, headers=headers),
+                                  timeout=self.timeout) as r:
                 data = r.read(max_bytes + 1)
         except urllib.error.HTTPError as e:
             if e.code == 304 and etag:
@@ -126,6 +194,66 @@ class Uplink:
         if len(data) > max_bytes:
             raise OSError(f"GET {path}: more than sketch.max_bytes = {max_bytes} bytes")
         return data
+
+
+def _first_answer(sock: socket.socket, timeout: float) -> tuple[str, bytes]:
+    """Wait for the collector's first answer to headers sent with ``Expect: 100-continue``:
+    ``("continue", b"")`` after its ``100 Continue``; ``("final", bytes read)`` when the
+    first answer is final (a refusal: the body is not sent; the bytes are the answer's
+    start); ``("silent", b"")`` when none came within :data:`CONTINUE_WAIT`."""
+    sock.settimeout(CONTINUE_WAIT)
+    try:
+        data = sock.recv(1 << 16)
+    except TimeoutError:
+        return "silent", b""
+    finally:
+        sock.settimeout(timeout)
+    data = _read_until(sock, data, b"\r\n")
+    if data[9:12] != b"100":
+        return "final", data  # b"": closed, which reading the answer reports
+    return "continue", _read_until(sock, data, b"\r\n\r\n").partition(b"\r\n\r\n")[2]
+
+
+def _read_until(sock: socket.socket, data: bytes, end: bytes) -> bytes:
+    """``data`` and what follows it on ``sock`` up to ``end`` at least (or to the end)."""
+    while data and end not in data:
+        more = sock.recv(1 << 16)
+        if not more:
+            break
+        data += more
+    return data
+
+
+class _Replayed:
+    """``sock`` for :class:`http.client.HTTPResponse` when ``head``, its answer's first
+    bytes, were already read from it."""
+
+    def __init__(self, sock: socket.socket, head: bytes):
+        self.sock, self.head = sock, head
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(_HeadThenSocket(self.sock, self.head))
+
+
+class _HeadThenSocket(io.RawIOBase):
+    def __init__(self, sock: socket.socket, head: bytes):
+        self.sock, self.head = sock, head
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        if not self.head:
+            return self.sock.recv_into(buf)
+        n = min(len(buf), len(self.head))
+        buf[:n], self.head = self.head[:n], self.head[n:]
+        return n
+
+
+def _proxied(target: urllib.parse.SplitResult) -> bool:
+    """Whether urllib would reach ``target`` through a proxy from the environment."""
+    proxy = urllib.request.getproxies().get(target.scheme)
+    return bool(proxy) and not urllib.request.proxy_bypass(target.hostname or "")
 
 
 def tls_context(url: str, ca_file: str | None = None) -> ssl.SSLContext | None:

@@ -89,6 +89,8 @@ def direct(events, budget=None, flush: bool = True) -> list[tuple]:
     ({"collector": {"url": "ftp://x"}, "device": {"id": "d", "token": "t"}}, "collector.url"),
     ({"collector": {"url": "http://x", "heartbeat": -5}, "device": {"id": "d", "token": "t"}},
      "collector.heartbeat"),
+    ({"collector": {"url": "http://x", "expect_continue": "yes"},
+      "device": {"id": "d", "token": "t"}}, "collector.expect_continue"),
     ({"sketch": {"path": "s.bin"}}, "sketch.key_file"),
     ({"sketch": {"path": "s.bin", "key_file": "k", "defer": -1}}, "sketch.defer"),
     ({"sketch": {"path": "s.bin", "key_file": "k", "defer": "4"}}, "sketch.defer"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from test_edge_preflight import write_config
 from edge.agent import Agent
 from edge.config import ConfigError, load_config, parse_config
 from edge.preflight import checks
-from edge.uplink import Uplink
+from edge.uplink import CONTINUE_WAIT, Uplink
 from trainer.train import publish_sketch
 
 
@@ -67,6 +68,17 @@ def test_an_agent_with_the_ca_uploads_over_https_and_says_it_stopped(tmp_path, c
     assert len(stored) >= final["batches_sent"] == final["batches_put"]
     (status,) = query(collector.db, "SELECT status FROM devices WHERE device_id = 'dev-1'")
     assert json.loads(status[0])["stopped"] is True  # the final heartbeat went over TLS too
+    assert final["upload_bytes_on_wire"] >= final["bytes_sent"]
+
+
+def test_a_batch_over_https_waits_for_100_continue(collector, pki):
+    """TLS 1.3 sends session tickets after the handshake: they must not pass for an answer."""
+    uplink = Uplink(collector.url, collector.token, ca_file=str(pki["ca.pem"]))
+    start = time.monotonic()
+    out = uplink.post_batch(b"\xc1" * 4096)  # read after 100 Continue, then refused
+    assert (out.action, out.status) == ("reject", 400)
+    assert time.monotonic() - start < CONTINUE_WAIT / 2 and uplink.expect_continue
+    assert uplink.bytes_on_wire == 4096
 
 
 @pytest.mark.parametrize("ca", [None, "other-ca.pem"], ids=["system CAs", "another CA"])

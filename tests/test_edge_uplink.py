@@ -1,0 +1,180 @@
+"""Tests of the agent's uploads with ``Expect: 100-continue`` (edge.uplink) against real
+HTTP servers on loopback: the body goes after ``100 Continue``, not at all after a refusal,
+and at once where the server (or a proxy) cannot take the expectation. The collector's side
+is in test_edge_collector.py."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edge.uplink import CONTINUE_WAIT, EXPECT_MIN_BYTES, Uplink, _first_answer, _Replayed
+
+BIG = b"x" * (4 * EXPECT_MIN_BYTES)
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """Records each request that reached its handler: (target, Expect, body bytes); answers
+    ``stored``, or ``503`` to each body while ``busy``. ``protocol_version`` HTTP/1.1
+    answers ``100 Continue`` (http.server's own), HTTP/1.0 ignores the expectation;
+    ``refuse_expect`` answers it ``417``."""
+
+    seen: list = []
+    refuse_expect = False
+    busy = False
+
+    def handle_expect_100(self):
+        if self.refuse_expect:
+            self.send_response(417)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return False
+        if self.busy:  # a refusal before the body, as the collector's 503
+            self._answer(503, {"error": "busy", "status": 503}, retry_after="2")
+            return False
+        return super().handle_expect_100()
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.seen.append((self.path, self.headers.get("Expect"), len(body)))
+        self._answer(200, {"status": "stored"})
+
+    def _answer(self, code: int, doc: dict, retry_after: str | None = None) -> None:
+        out = json.dumps(doc).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        if retry_after:
+            self.send_header("Retry-After", retry_after)
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server(monkeypatch):
+    """A running recorder (class attributes set per test) at ``server.url``."""
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "no_proxy",
+                 "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    handler = type("Handler", (_Recorder,), {"seen": []})
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    srv.handler = handler
+    srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def timed_post(uplink: Uplink, body: bytes):
+    start = time.monotonic()
+    out = uplink.post_batch(body)
+    return out, time.monotonic() - start
+
+
+def test_a_batch_waits_for_100_continue_and_a_small_one_goes_at_once(server):
+    server.handler.protocol_version = "HTTP/1.1"
+    uplink = Uplink(server.url, "tok")
+    for body in (BIG, BIG, b"y" * (EXPECT_MIN_BYTES - 1)):
+        out, took = timed_post(uplink, body)
+        assert out.action == "ack" and took < CONTINUE_WAIT / 2, (out, took)
+    assert server.handler.seen == [("/v1/batches", "100-continue", len(BIG))] * 2 + [
+        ("/v1/batches", None, EXPECT_MIN_BYTES - 1)]
+    assert uplink.expect_continue
+    assert uplink.bytes_on_wire == 2 * len(BIG) + EXPECT_MIN_BYTES - 1
+
+
+def test_a_refusal_before_the_body_costs_no_body_bytes_and_keeps_its_retry_after(server):
+    server.handler.protocol_version = "HTTP/1.1"
+    server.handler.busy = True
+    uplink = Uplink(server.url, "tok")
+    out = uplink.post_batch(BIG)
+    assert (out.action, out.status, out.retry_after) == ("retry", 503, 2.0)
+    assert uplink.bytes_on_wire == 0 and server.handler.seen == []
+    server.handler.busy = False
+    assert uplink.post_batch(BIG).action == "ack"
+    assert uplink.bytes_on_wire == len(BIG)
+
+
+def test_a_server_that_ignores_expect_gets_the_body_after_the_wait_then_at_once(
+        server, caplog):
+    caplog.set_level(logging.INFO, logger="edge")
+    server.handler.protocol_version = "HTTP/1.0"
+    uplink = Uplink(server.url, "tok")
+    out, took = timed_post(uplink, BIG)
+    assert out.action == "ack" and took >= CONTINUE_WAIT
+    out, took = timed_post(uplink, BIG)
+    assert out.action == "ack" and took < CONTINUE_WAIT / 2
+    assert [e for _, e, _ in server.handler.seen] == ["100-continue", None]
+    assert not uplink.expect_continue and uplink.bytes_on_wire == 2 * len(BIG)
+    assert "did not answer Expect: 100-continue within 1 s" in caplog.text
+
+
+def test_a_417_sends_the_batch_again_at_once_in_the_same_attempt(server, caplog):
+    caplog.set_level(logging.INFO, logger="edge")
+    server.handler.protocol_version = "HTTP/1.1"
+    server.handler.refuse_expect = True
+    uplink = Uplink(server.url, "tok")
+    assert uplink.post_batch(BIG).action == "ack"
+    assert uplink.post_batch(BIG).action == "ack"
+    assert server.handler.seen == [("/v1/batches", None, len(BIG))] * 2
+    assert not uplink.expect_continue and uplink.bytes_on_wire == 2 * len(BIG)
+    assert "refused Expect: 100-continue (HTTP 417)" in caplog.text
+
+
+def test_through_a_proxy_from_the_environment_bodies_go_the_way_urllib_sends_them(
+        server, monkeypatch):
+    """The collector's name is not even resolvable here: only the proxy can reach it."""
+    monkeypatch.setenv("http_proxy", server.url)
+    uplink = Uplink("http://collector.invalid:8750", "tok")
+    assert not uplink.expect_continue
+    assert uplink.post_batch(BIG).action == "ack"
+    assert server.handler.seen == [("http://collector.invalid:8750/v1/batches", None,
+                                    len(BIG))]
+    monkeypatch.setenv("no_proxy", "collector.invalid")
+    assert Uplink("http://collector.invalid:8750", "tok").expect_continue
+    assert not Uplink(server.url, "tok", expect_continue=False).expect_continue
+
+
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+FINAL = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+         b"Content-Length: 17\r\nRetry-After: 3\r\n\r\n{\"status\": \"no\"}\n")
+
+
+@settings(max_examples=60, deadline=None)
+@given(interim=st.booleans(), cuts=st.lists(st.integers(1, len(CONTINUE + FINAL) - 1),
+                                            max_size=3, unique=True))
+def test_the_first_answer_is_read_right_however_the_network_cuts_it(interim, cuts):
+    """``_first_answer`` tells ``100 Continue`` from a final answer whatever segments its
+    bytes come in, and the final answer reads whole after it."""
+    data = (CONTINUE if interim else b"") + FINAL
+    bounds = [0, *sorted(c for c in cuts if c < len(data)), len(data)]
+    device, collector = socket.socketpair()
+    with device, collector:
+        def send():
+            for a, b in zip(bounds, bounds[1:]):
+                collector.sendall(data[a:b])
+                time.sleep(0.002)
+        sender = threading.Thread(target=send)
+        sender.start()
+        first, head = _first_answer(device, 5.0)
+        answer = http.client.HTTPResponse(_Replayed(device, head), method="POST")
+        answer.begin()
+        body = answer.read()
+        sender.join()
+    assert first == ("continue" if interim else "final")
+    assert (answer.status, answer.getheader("Retry-After"), body) == (
+        503, "3", b'{"status": "no"}\n')
