@@ -121,15 +121,17 @@ class Uplink:
                                 ("Expect", "100-continue")):
                 conn.putheader(name, value)
             conn.endheaders()
-            first, head = _first_answer(conn.sock, conn.timeout)
+            first, head = _first_answer(conn.sock, min(CONTINUE_WAIT, conn.timeout),
+                                        conn.timeout)
             if first != "final":
                 conn.send(body)
                 self.bytes_on_wire += len(body)
-            if first == "silent":  # it would cost every batch the wait
-                self.expect_continue = False
-                log.info("the collector did not answer Expect: 100-continue within %g s "
-                         "(an HTTP/1.0 server or proxy?); bodies are sent at once from now on",
-                         CONTINUE_WAIT)
+            if first == "silent":  # a busy collector says 100 late; an HTTP/1.0 one never
+                first, head = _first_answer(conn.sock, conn.timeout, conn.timeout)
+                if first == "silent":
+                    return Outcome("retry", None, "connection: timed out")
+                if first == "final":
+                    self._expect_ignored()
             answer = conn.response_class(_Replayed(conn.sock, head), method="POST")
             answer.begin()
             wait = None if answer.status == 200 else retry_after(answer.getheader("Retry-After"))
@@ -138,6 +140,12 @@ class Uplink:
             return Outcome("retry", None, f"connection: {e or type(e).__name__}")
         finally:
             conn.close()
+
+    def _expect_ignored(self) -> None:
+        self.expect_continue = False  # waiting would cost every batch CONTINUE_WAIT
+        log.info("the collector answered without 100 Continue, after %g s of silence (an "
+                 "HTTP/1.0 server or proxy?); bodies are sent at once from now on",
+                 CONTINUE_WAIT)
 
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
         host, port = self.target.hostname, self.target.port
@@ -196,12 +204,13 @@ class Uplink:
         return data
 
 
-def _first_answer(sock: socket.socket, timeout: float) -> tuple[str, bytes]:
-    """Wait for the collector's first answer to headers sent with ``Expect: 100-continue``:
-    ``("continue", b"")`` after its ``100 Continue``; ``("final", bytes read)`` when the
-    first answer is final (a refusal: the body is not sent; the bytes are the answer's
-    start); ``("silent", b"")`` when none came within :data:`CONTINUE_WAIT`."""
-    sock.settimeout(CONTINUE_WAIT)
+def _first_answer(sock: socket.socket, wait: float, timeout: float) -> tuple[str, bytes]:
+    """Wait up to ``wait`` seconds for the collector's first answer to headers sent with
+    ``Expect: 100-continue``: ``("continue", bytes after it)`` after its ``100 Continue``;
+    ``("final", bytes read)`` when the first answer is final (a refusal: the body is not
+    sent; the bytes are the answer's start); ``("silent", b"")`` when none came. The
+    socket's ``timeout`` is set again after."""
+    sock.settimeout(wait)
     try:
         data = sock.recv(1 << 16)
     except TimeoutError:

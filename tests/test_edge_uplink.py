@@ -26,13 +26,15 @@ class _Recorder(BaseHTTPRequestHandler):
     """Records each request that reached its handler: (target, Expect, body bytes); answers
     ``stored``, or ``503`` to each body while ``busy``. ``protocol_version`` HTTP/1.1
     answers ``100 Continue`` (http.server's own), HTTP/1.0 ignores the expectation;
-    ``refuse_expect`` answers it ``417``."""
+    ``refuse_expect`` answers it ``417``, after ``delay`` seconds."""
 
     seen: list = []
     refuse_expect = False
     busy = False
+    delay = 0.0  # seconds before answering the expectation
 
     def handle_expect_100(self):
+        time.sleep(self.delay)
         if self.refuse_expect:
             self.send_response(417)
             self.send_header("Content-Length", "0")
@@ -120,7 +122,21 @@ def test_a_server_that_ignores_expect_gets_the_body_after_the_wait_then_at_once(
     assert out.action == "ack" and took < CONTINUE_WAIT / 2
     assert [e for _, e, _ in server.handler.seen] == ["100-continue", None]
     assert not uplink.expect_continue and uplink.bytes_on_wire == 2 * len(BIG)
-    assert "did not answer Expect: 100-continue within 1 s" in caplog.text
+    assert "answered without 100 Continue, after 1 s of silence" in caplog.text
+
+
+def test_a_collector_that_says_100_continue_late_is_still_asked_to(server, caplog):
+    """A busy collector may answer the headers after the body went: the next batch waits
+    for it again (only a server that never says it makes the agent stop asking)."""
+    caplog.set_level(logging.INFO, logger="edge")
+    server.handler.protocol_version = "HTTP/1.1"
+    server.handler.delay = CONTINUE_WAIT + 0.3
+    uplink = Uplink(server.url, "tok")
+    out, took = timed_post(uplink, BIG)
+    assert out.action == "ack" and took >= CONTINUE_WAIT + 0.3
+    assert uplink.expect_continue and uplink.bytes_on_wire == len(BIG)
+    assert server.handler.seen == [("/v1/batches", "100-continue", len(BIG))]
+    assert "bodies are sent at once" not in caplog.text
 
 
 def test_a_417_sends_the_batch_again_at_once_in_the_same_attempt(server, caplog):
@@ -170,7 +186,7 @@ def test_the_first_answer_is_read_right_however_the_network_cuts_it(interim, cut
                 time.sleep(0.002)
         sender = threading.Thread(target=send)
         sender.start()
-        first, head = _first_answer(device, 5.0)
+        first, head = _first_answer(device, 5.0, 5.0)
         answer = http.client.HTTPResponse(_Replayed(device, head), method="POST")
         answer.begin()
         body = answer.read()
