@@ -1,5 +1,6 @@
 """The herd benchmark in quick mode: 100 devices with the real agent's uploader send their
-backlogs at once to a real collector, with its overload limits off, per device, and both."""
+backlogs at once to a real collector, with its overload limits off, per device, and both
+(with agents that wait for 100 Continue, and with agents that send each body at once)."""
 
 from __future__ import annotations
 
@@ -24,12 +25,12 @@ def quick_run(tmp_path_factory) -> Path:
 def runs(quick_run) -> dict:
     results = json.loads((quick_run / "herd.json").read_text())
     assert results["sizes"]["fleets"] == [100] and results["stream"]["events"] == 20_000
-    assert len(results["runs"]) == len(results["medians"]) == 3  # one run each
+    assert len(results["runs"]) == len(results["medians"]) == 4  # one run each
     return {r["limits"]: r for r in results["runs"]}
 
 
 def test_every_batch_is_stored_exactly_once_whatever_the_limits(runs):
-    assert set(runs) == {"none", "per-device", "both"}
+    assert set(runs) == {"none", "per-device", "both", "both-at-once"}
     for r in runs.values():
         assert r["stored_once"] and r["batches"] == 200
         assert r["collector"]["batches_stored"] == 200
@@ -44,17 +45,34 @@ def test_every_batch_is_stored_exactly_once_whatever_the_limits(runs):
 
 def test_with_a_limit_per_device_no_batch_is_decoded_twice(runs):
     # a retry while the first copy is queued is refused (429), not re-checked again
-    for name in ("per-device", "both"):
+    for name in ("per-device", "both", "both-at-once"):
         assert runs[name]["collector"]["batches_decoded"] == 200, runs[name]
     assert runs["none"]["collector"]["batches_decoded"] >= 200
     assert runs["none"]["collector"]["refused_device_busy"] == 0
 
 
 def test_only_max_wait_refuses_with_503_and_the_devices_come_back(runs):
-    assert runs["both"]["collector"]["refused_busy"] > 0
-    assert runs["both"]["answers"]["503"] == runs["both"]["collector"]["refused_busy"]
+    for name in ("both", "both-at-once"):
+        assert runs[name]["collector"]["refused_busy"] > 0
+        assert runs[name]["answers"]["503"] == runs[name]["collector"]["refused_busy"]
     for name in ("none", "per-device"):
         assert runs[name]["collector"]["refused_busy"] == 0 and "503" not in runs[name]["answers"]
+
+
+def test_agents_that_wait_for_100_continue_send_no_body_the_collector_refuses(runs):
+    """Every body they send is one the collector reads (whole, or cut off when the device
+    gave up on it: 499); agents that send at once also send every refused one."""
+    for name in ("none", "per-device", "both"):
+        r = runs[name]
+        cut = r["collector"]["requests"].get("499", 0)
+        assert r["expect_continue"] and r["expect_kept"] == 100
+        assert r["collector"]["bytes_in"] <= r["body_bytes_sent"] <= \
+            r["collector"]["bytes_in"] + cut * r["batch_bytes_range"][1], r
+    r = runs["both-at-once"]
+    assert not r["expect_continue"] and r["expect_kept"] == 0
+    refused = r["answers"].get("429", 0) + r["answers"]["503"]
+    assert r["body_bytes_sent"] >= r["collector"]["bytes_in"] + \
+        refused * r["batch_bytes_range"][0]
 
 
 def test_png_is_written(quick_run):

@@ -18,7 +18,9 @@ PANELS = [("seconds", "seconds until every batch is stored\n(median; bar: all ru
            "{:.2f}"),
           ("bytes_sent_per_byte", "body bytes the devices sent\nper byte of backlog", "{:.2f}"),
           ("collector_peak_rss_mib", "collector's peak memory (MiB)", "{:.0f}")]
-COLORS = {"none": "#fc9272", "per-device": "#fdae6b", "both": "#74c476"}
+COLORS = {"none": "#fc9272", "per-device": "#fdae6b", "both": "#74c476",
+          "both-at-once": "#9ecae1"}
+LABELS = {"both-at-once": "both, bodies sent at once\n(agents without Expect)"}
 
 
 def plot(results: dict, path: Path) -> None:
@@ -29,7 +31,7 @@ def plot(results: dict, path: Path) -> None:
     axes = grid.ravel()
     for ax, panel in zip(axes, PANELS):
         _bars(ax, panel, medians, fleets, names)
-    axes[0].legend(title="collector limits", fontsize=8)
+    axes[0].legend(title="collector limits", fontsize=7)
     _timeline(axes[-1], results, max(fleets), names)
     s = results["sizes"]
     fig.suptitle(f"bench.herd: each device sends its backlog ({s['per_device']} batches of "
@@ -49,7 +51,7 @@ def _bars(ax, panel, medians, fleets, names) -> None:
                 for n in fleets]
         values = [r[key] for r in rows]
         x = np.arange(len(fleets)) + (k - (len(names) - 1) / 2) * width
-        bars = ax.bar(x, values, width, label=name, color=COLORS.get(name))
+        bars = ax.bar(x, values, width, label=LABELS.get(name, name), color=COLORS.get(name))
         ax.bar_label(bars, labels=[fmt.format(v) for v in values], fontsize=7)
         if key == "seconds":
             spans = np.array([[v - min(r["runs_seconds"]), max(r["runs_seconds"]) - v]
@@ -67,7 +69,7 @@ def _timeline(ax, results: dict, fleet: int, names) -> None:
                    r["limits"] == name and r["seconds"] == median["seconds"])
         t = [p["t"] for p in run["timeline"]] + [run["seconds"]]
         stored = [p["batches_stored"] for p in run["timeline"]] + [run["batches"]]
-        ax.plot(t, stored, label=name, color=COLORS.get(name))
+        ax.plot(t, stored, label=LABELS.get(name, name), color=COLORS.get(name))
     ax.set_xlabel("seconds")
     ax.set_title(f"batches stored, {fleet:,} devices (median runs)", fontsize=10)
     ax.legend(fontsize=8)

@@ -19,10 +19,13 @@ real parts and measures what the limits of ``edge/admission.py`` (``--device-upl
    - ``none``: ``--max-wait 0 --device-uploads 1000000`` (as before the limits);
    - ``per-device``: ``--max-wait 0`` (one upload per device at a time);
    - ``both``: ``--max-wait {max_wait}`` and one upload per device (the defaults, 5 s
-     against the agents' 10 s, unless ``--quick``).
+     against the agents' 10 s, unless ``--quick``);
+   - ``both-at-once``: as ``both``, with agents that send each body at once
+     (``collector.expect_continue = false``; the others wait for ``100 Continue``).
 4. **Figures** per run: seconds until every batch is acknowledged; the devices' attempts,
-   what became of them (200, 429, 503, timeouts) and the body bytes they sent (urllib
-   sends the whole body also when the answer refuses it unread); the collector's
+   what became of them (200, 429, 503, timeouts) and the body bytes they put on the wire
+   (``Uplink.bytes_on_wire``: a body refused before ``100 Continue`` is not sent); the
+   collector's
    ``/metrics`` (batches decoded: each decode is a re-check; body bytes read), also once
    a second during the run (the timeline); its peak memory (``VmHWM`` of the server
    process, without its re-check workers); the batches in its database (every one
@@ -72,21 +75,22 @@ MAX_RUN = 600.0  # seconds a run may take to drain before it is called stuck
 SAMPLE_EVERY = 1.0  # seconds between two looks at the collector's /metrics
 
 
-def limits(sizes: Sizes) -> dict[str, tuple[str, ...]]:
-    """The collector options of each run."""
-    return {"none": ("--max-wait", "0", "--device-uploads", "1000000"),
-            "per-device": ("--max-wait", "0"),
-            "both": ("--max-wait", f"{sizes.max_wait:g}")}
+def limits(sizes: Sizes) -> dict[str, tuple[tuple[str, ...], bool]]:
+    """The collector options of each run, and whether its agents wait for 100 Continue."""
+    both = ("--max-wait", f"{sizes.max_wait:g}")
+    return {"none": (("--max-wait", "0", "--device-uploads", "1000000"), True),
+            "per-device": (("--max-wait", "0"), True),
+            "both": (both, True),
+            "both-at-once": (both, False)}
 
 
 class TimedUplink:
     """An ``Uplink`` that notes each upload's answer and how long it took."""
 
     def __init__(self, uplink):
-        self.uplink, self.answers, self.bytes_sent = uplink, [], 0
+        self.uplink, self.answers = uplink, []
 
     def post_batch(self, body: bytes):
-        self.bytes_sent += len(body)  # urllib sends the body whatever the answer
         t0 = time.perf_counter()
         out = self.uplink.post_batch(body)
         status = out.status if out.status is not None else (
@@ -99,9 +103,9 @@ class TimedUplink:
 
 
 def fleet(run: Path, bodies: list[bytes], devices: int, sizes: Sizes
-          ) -> tuple[list, dict, int]:
+          ) -> tuple[list, dict, list[int]]:
     """Each device's outbox with its backlog, the tokens (registered in the database) and
-    the backlogs' bytes."""
+    the size of every batch in the backlogs."""
     from edge.outbox import Outbox
     from edge.store import open_store
     from edge.wire import decode_batch, encode_batch
@@ -109,7 +113,7 @@ def fleet(run: Path, bodies: list[bytes], devices: int, sizes: Sizes
     store = open_store(run / "collector.db")
     tokens = {f"dev-{i:04d}": store.add_device(f"dev-{i:04d}") for i in range(devices)}
     store.close()
-    outboxes, backlog = [], 0
+    outboxes, batch_sizes = [], []
     for i, device in enumerate(tokens):
         outbox = Outbox(run / "outboxes" / f"{device}.db")
         for seq in range(sizes.per_device):
@@ -117,22 +121,24 @@ def fleet(run: Path, bodies: list[bytes], devices: int, sizes: Sizes
                             device=device, seq=seq)
             body = encode_batch(batch)
             outbox.put(body, batch.batch_id)
-            backlog += len(body)
+            batch_sizes.append(len(body))
         outboxes.append(outbox)
-    return outboxes, tokens, backlog
+    return outboxes, tokens, batch_sizes
 
 
 def one_run(run: Path, bodies: list[bytes], devices: int, sizes: Sizes,
-            options: tuple[str, ...]) -> dict:
+            options: tuple[str, ...], expect_continue: bool) -> dict:
     """The fleet drains its backlogs into a fresh collector with ``options``."""
     from edge.uplink import Uplink, Uploader
 
     (run / "outboxes").mkdir(parents=True)
-    outboxes, tokens, backlog = fleet(run, bodies, devices, sizes)
+    outboxes, tokens, batch_bytes = fleet(run, bodies, devices, sizes)
+    backlog = sum(batch_bytes)
     collector = Collector(run / "collector.db", run / "archive", options=options)
     collector.start()
     try:
-        uplinks = [TimedUplink(Uplink(collector.url, token, timeout=sizes.timeout))
+        uplinks = [TimedUplink(Uplink(collector.url, token, timeout=sizes.timeout,
+                                      expect_continue=expect_continue))
                    for token in tokens.values()]
         uploaders = [Uploader(outbox, uplink) for outbox, uplink in zip(outboxes, uplinks)]
         total = devices * sizes.per_device
@@ -161,7 +167,10 @@ def one_run(run: Path, bodies: list[bytes], devices: int, sizes: Sizes,
         stop_seconds = time.perf_counter() - t0
         for outbox in outboxes:
             outbox.close()
+    sent = sum(u.bytes_on_wire for u in uplinks)
     return {"devices": devices, "batches": total, "options": list(options),
+            "expect_continue": expect_continue, "expect_kept": sum(
+                u.expect_continue for u in uplinks),
             "seconds": seconds, "batches_per_s": total / seconds,
             **_answers([a for u in uplinks for a in u.answers]),
             "collector": {k: metrics[k] for k in (
@@ -169,7 +178,9 @@ def one_run(run: Path, bodies: list[bytes], devices: int, sizes: Sizes,
                 "refused_busy", "refused_device_busy", "requests")},
             "decoded_per_batch": metrics["batches_decoded"] / total,
             "bytes_read_per_byte": metrics["bytes_in"] / backlog,
-            "bytes_sent_per_byte": sum(u.bytes_sent for u in uplinks) / backlog,
+            "bytes_sent_per_byte": sent / backlog, "body_bytes_sent": sent,
+            "backlog_bytes": backlog, "batch_bytes_range": [min(batch_bytes),
+                                                            max(batch_bytes)],
             "collector_peak_rss_mib": peak_mib, "collector_stop_seconds": stop_seconds,
             "collector_cpu_s": collector_cpu, "fleet_cpu_s": fleet_cpu,
             "stored_once": _stored_once(run / "collector.db", set(tokens), sizes.per_device),
@@ -254,11 +265,11 @@ def benchmark(work: Path, data_path: str | None, quick: bool, sizes: Sizes) -> d
     runs = []
     for devices in sizes.fleets:
         for repeat in range(sizes.repeats):  # in turn: a slow spell hits every limit alike
-            for name, options in limits(sizes).items():
+            for name, (options, expect) in limits(sizes).items():
                 _say(f"{devices} devices x {sizes.per_device} batches, limits: {name}, "
                      f"run {repeat + 1} of {sizes.repeats} ...")
                 result = one_run(work / f"{devices}-{name}-{repeat}", bodies, devices, sizes,
-                                 options)
+                                 options, expect)
                 runs.append({"limits": name, "repeat": repeat, **result})
                 _say(_line(runs[-1]))
     return {"benchmark": "herd", "machine": machine(), "sizes": asdict(sizes),
@@ -283,7 +294,7 @@ def _say(message: str) -> None:
 
 
 def _line(r: dict) -> str:
-    return (f"{r['devices']:5} devices  {r['limits']:10}  {r['seconds']:6.1f} s  "
+    return (f"{r['devices']:5} devices  {r['limits']:12}  {r['seconds']:6.1f} s  "
             f"{r['batches_per_s']:6.1f} batches/s  attempts {r['attempts']:6,}  "
             f"timeouts {r['timeouts']:5,}  decoded/batch {r['decoded_per_batch']:.2f}  "
             f"read/backlog {r['bytes_read_per_byte']:.2f}  "
