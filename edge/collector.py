@@ -45,6 +45,7 @@ from . import exposition
 from .admission import DEFAULT_MAX_WAIT, DEFAULT_PER_DEVICE, Admission, Refusal
 from .archive import Archive, archive_path, compacted_names
 from .archive import encode as encode_archive
+from .codings import ACCEPT_ENCODING, BodyDecoder, CodingError
 from .logs import LOG_LEVELS, LogLimiter
 from .recheck import recheck_batch
 from .store import Prepared, Store, open_store, prepare
@@ -281,32 +282,40 @@ class Collector:
 
     async def read_body(self, request: web.Request, limit: int | None = None
                         ) -> bytes | web.Response:
-        """The body, refused with 413 above ``limit`` (default ``max_body``) by
-        Content-Length before reading and by the bytes actually received (chunked or lying
-        clients), 408 when too slow."""
+        """The body, decoded (gzip, deflate: :mod:`edge.codings`; another coding is 415, one
+        that does not decode 400), refused with 413 above ``limit`` (default ``max_body``)
+        by Content-Length before reading, by the bytes actually received (chunked or lying
+        clients) and by the bytes decoded (a zip bomb); 408 when too slow. The bytes as
+        received go to ``request["wire_bytes"]``."""
         limit = self.max_body if limit is None else limit
         length = request.content_length
         if length is not None and length > limit:
             return _error(413, f"body: Content-Length {length} is above the limit of "
                                f"{limit} bytes")
+        try:
+            decoder = BodyDecoder(request.headers.get("Content-Encoding"), limit)
+        except CodingError as e:
+            return _error(415, str(e))
         await send_continue(request)
-        parts, total = [], 0
+        parts, wire = [], 0
         try:
             async with asyncio.timeout(BODY_TIMEOUT):
-                while True:
-                    chunk = await request.content.read(1 << 16)
-                    if not chunk:
-                        break
-                    total += len(chunk)
-                    if total > limit:
+                while chunk := await request.content.read(1 << 16):
+                    wire += len(chunk)
+                    if wire > limit:
                         return _error(413, f"body: more than {limit} bytes")
-                    parts.append(chunk)
+                    parts += decoder.feed(chunk)
+                decoder.end()
+        except CodingError as e:
+            return _error(413 if e.too_large else 400, f"body: {e}")
         except TimeoutError:
             return _error(408, f"body: not received within {BODY_TIMEOUT:g} s")
         except ConnectionResetError:  # a device that lost its link: nobody reads the answer
-            return _error(CLIENT_GONE, f"body: the client went away after {total} of "
+            return _error(CLIENT_GONE, f"body: the client went away after {wire} of "
                                        f"{length if length is not None else '?'} bytes")
-        self.metrics["bytes_in"] += total
+        request["wire_bytes"] = wire
+        self.metrics["bytes_in"] += decoder.decoded
+        self.metrics["bytes_in_wire"] += wire
         return b"".join(parts)
 
     # ----------------------------------------------------------------- maintenance
@@ -497,8 +506,8 @@ class Collector:
             body = await self.read_body(request)
             if isinstance(body, web.Response):
                 return body
-            self.admission.resize(size, len(body))
-            size = len(body)
+            self.admission.resize(size, request["wire_bytes"])  # as admitted: still coded
+            size = request["wire_bytes"]
             return await self._upload(request, body, who[0])
         finally:
             self.admission.done(who[0], size, worked=request.get("decoded", False))
@@ -718,6 +727,7 @@ def make_app(collector: Collector) -> web.Application:
             status, doc = collector.failed(exc, request.get("device", request.remote),
                                            f"{request.method} {request.path}")
             response = web.json_response(doc, status=status)
+        response.headers["Accept-Encoding"] = ACCEPT_ENCODING
         if response.status == 507:
             response.headers["Retry-After"] = str(RETRY_AFTER)
         elif 400 <= response.status < 500 and response.status != 404:
@@ -748,7 +758,8 @@ async def serve(collector: Collector, host: str, port: int, ready=print,
     """Serve until SIGTERM or SIGINT, then finish the requests in flight and return;
     HTTPS with ``tls`` (:func:`server_tls`); one log line per request with ``access_log``
     (logger ``aiohttp.access``, level INFO)."""
-    runner = web.AppRunner(make_app(collector), handle_signals=False,
+    # bodies are decoded by edge.codings, bounded; aiohttp's decoding is not used
+    runner = web.AppRunner(make_app(collector), handle_signals=False, auto_decompress=False,
                            access_log=logging.getLogger("aiohttp.access") if access_log else None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=tls)

@@ -30,7 +30,8 @@ COUNTERS = {
     "rechecks_unsupported": "uploaded matches whose pattern the exact engine cannot check",
     "sketches_stored": "sketches published",
     "heartbeats": "device heartbeats received",
-    "bytes_in": "request body bytes received",
+    "bytes_in": "request body bytes received (decompressed)",
+    "bytes_in_wire": "request body bytes received as sent (compressed, when they were)",
     "refused_no_space": "uploads refused (507) for want of free space",
     "refused_busy": "uploads refused (503) because they would wait longer than --max-wait",
     "refused_device_busy": "uploads refused (429): the device had --device-uploads uploads "
