@@ -101,7 +101,7 @@ class Agent:
         self._metrics_lost = 0  # metrics lines not written in a row
         self.uplink = None if config.collector_url is None else \
             Uplink(config.collector_url, config.token or "", config.timeout, config.ca_file,
-                   config.expect_continue)
+                   config.expect_continue, config.compress)
         self.sketches = Sketches(config, self.uplink)
         self.wallclock: WallClockBudget | None = None
         self._stats_carry = {"candidates": 0, "shed": 0, "decide_ns": 0}

@@ -121,6 +121,7 @@ class AgentConfig:
     heartbeat: float = 300.0  # seconds between heartbeats to the collector (0: none)
     ca_file: str | None = None  # the CA the collector's certificate is verified with
     expect_continue: bool = True  # batches wait for "100 Continue" before their body
+    compress: bool = True  # gzip bodies once the collector says it takes them
     token_file: str | None = None  # where device.token was read from (None: in agent.toml)
     config_path: str | None = None  # the file load_config read (None: parse_config alone)
 
@@ -237,6 +238,7 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
     heartbeat = col.positive("heartbeat", float, 300.0, zero=True)
     ca_file = path_of(col.get("ca_file", str))
     expect_continue = col.get("expect_continue", bool, True)
+    compress = col.get("compress", bool, True)
     col.done()
     if url is not None and token is None:
         raise ConfigError("device.token: needed to upload to collector.url "
@@ -354,4 +356,4 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
     return AgentConfig(device_id, token, url, pattern, source, budget, sketch, outbox,
                        condensed, metrics, timeout, base_dir, drain_timeout, heartbeat,
                        token_file=token_file, ca_file=ca_file,
-                       expect_continue=expect_continue)
+                       expect_continue=expect_continue, compress=compress)

@@ -14,14 +14,21 @@ A batch is posted with ``Expect: 100-continue`` (RFC 9110 10.1.1): its body goes
 the collector's ``100 Continue``, so a refusal (``429``, ``503``, ``507``, ``401``) costs a
 device on a metered link its headers, not its batch. Bodies go at once through a proxy from
 the environment (``http_proxy``, ``https_proxy``: urllib's way), with
-``collector.expect_continue = false``, and after a collector answered ``417`` or left the
-expectation unanswered for :data:`CONTINUE_WAIT` (then the body goes anyway). Only the
-standard library (``http.client``, ``urllib.request``).
+``collector.expect_continue = false``, after a collector answered ``417``, and after one
+left the expectation unanswered for :data:`CONTINUE_WAIT` (the body then goes anyway) and
+answered without ``100 Continue`` (an HTTP/1.0 server). Only the
+standard library (``http.client``, ``urllib.request``, ``gzip``).
+
+Bodies of 1 KiB or more are gzipped (``Content-Encoding: gzip``) once an answer of the
+collector says it takes them (``Accept-Encoding``, RFC 7694), unless ``collector.compress =
+false``; after a ``415`` to a gzipped body the batch is sent again as it is, and so are all
+from then on.
 """
 
 from __future__ import annotations
 
 import email.utils
+import gzip
 import http.client
 import io
 import json
@@ -43,7 +50,8 @@ __all__ = ["Uplink", "Outcome", "Uploader", "download_sketch", "tls_context", "e
 
 log = logging.getLogger("edge.agent")
 CONTINUE_WAIT = 1.0  # seconds a body waits for "100 Continue" before it goes anyway (as curl)
-EXPECT_MIN_BYTES = 1024  # smaller bodies go at once: a refusal would not save a round trip
+EXPECT_MIN_BYTES = 1024  # smaller bodies go at once (and as they are): little to save
+GZIP_LEVEL = 6  # zlib's default
 _RETRY_4XX = (408, 429)
 _AUTH_4XX = (401, 403)
 
@@ -67,11 +75,12 @@ class Outcome:
 class Uplink:
     """HTTP to the collector at ``url`` with a device's bearer token.
 
-    ``bytes_on_wire`` counts the request body bytes sent, every attempt included (a body
-    refused before it was sent is not counted)."""
+    ``bytes_on_wire`` counts the request body bytes sent (gzipped, when they were), every
+    attempt included (a body refused before it was sent is not counted)."""
 
     def __init__(self, url: str, token: str, timeout: float = 10.0,
-                 ca_file: str | None = None, expect_continue: bool = True):
+                 ca_file: str | None = None, expect_continue: bool = True,
+                 compress: bool = True):
         self.url, self.token, self.timeout = url.rstrip("/"), token, float(timeout)
         self.context = tls_context(url, ca_file)
         # urllib's proxies are read from the environment here, as _proxied() reads them
@@ -79,6 +88,8 @@ class Uplink:
             context=self.context)) if self.context else urllib.request.build_opener()
         self.target = urllib.parse.urlsplit(self.url)
         self.expect_continue = expect_continue and not _proxied(self.target)
+        self.compress = compress
+        self.gzip_taken = False  # the collector's answers say it takes gzip (RFC 7694)
         self.bytes_on_wire = 0
 
     def _request(self, method: str, path: str, body: bytes | None = None,
@@ -89,25 +100,49 @@ class Uplink:
     def _post(self, path: str, body: bytes, content_type: str, timeout: float | None = None
               ) -> tuple[int, bytes, float | None] | Outcome:
         """``(status, answer body, Retry-After seconds)``, or a ``"retry"`` outcome when no
-        answer came."""
+        answer came. The body is gzipped when the collector takes it (RFC 7694)."""
+        if not (self.compress and self.gzip_taken and len(body) >= EXPECT_MIN_BYTES):
+            return self._send(path, body, content_type, None, timeout)
+        answer = self._send(path, gzip.compress(body, GZIP_LEVEL, mtime=0), content_type,
+                            "gzip", timeout)
+        if not (isinstance(answer, tuple) and answer[0] == 415):
+            return answer
+        self.compress = False
+        log.info("the collector refused a gzipped body (HTTP 415: %s); bodies are sent "
+                 "uncompressed from now on", error_text(answer[1]))
+        return self._send(path, body, content_type, None, timeout)
+
+    def _send(self, path: str, body: bytes, content_type: str, coding: str | None,
+              timeout: float | None) -> tuple[int, bytes, float | None] | Outcome:
+        """:meth:`_post` of ``body`` as it is (``coding``: its Content-Encoding)."""
+        headers = {"Content-Type": content_type}
+        if coding:
+            headers["Content-Encoding"] = coding
         if self.expect_continue and len(body) >= EXPECT_MIN_BYTES:
-            answer = self._post_expecting(path, body, content_type, timeout)
+            answer = self._post_expecting(path, body, headers, timeout)
             if not (isinstance(answer, tuple) and answer[0] == 417):
                 return answer
             self.expect_continue = False
             log.info("the collector (or a proxy before it) refused Expect: 100-continue "
                      "(HTTP 417); bodies are sent at once from now on")
-        req = self._request("POST", path, body, {"Content-Type": content_type})
+        req = self._request("POST", path, body, headers)
         self.bytes_on_wire += len(body)  # urllib sends the body whatever the answer
         try:
             with self.opener.open(req, timeout=timeout or self.timeout) as resp:
+                self._heard(resp.headers)
                 return resp.status, resp.read(1 << 16), None
         except urllib.error.HTTPError as e:
+            self._heard(e.headers)
             return e.code, error_body(e), retry_after(e.headers.get("Retry-After"))
         except (urllib.error.URLError, OSError, TimeoutError) as e:
             return Outcome("retry", None, f"connection: {getattr(e, 'reason', e)}")
 
-    def _post_expecting(self, path: str, body: bytes, content_type: str,
+    def _heard(self, headers) -> None:
+        """Note what the collector's answer says it takes (``Accept-Encoding``)."""
+        if "gzip" in (headers.get("Accept-Encoding") or "").lower():
+            self.gzip_taken = True
+
+    def _post_expecting(self, path: str, body: bytes, headers: dict,
                         timeout: float | None) -> tuple[int, bytes, float | None] | Outcome:
         """:meth:`_post` with ``Expect: 100-continue``: the body is sent after the
         collector's ``100 Continue``, or after :data:`CONTINUE_WAIT` without an answer; not
@@ -115,10 +150,9 @@ class Uplink:
         conn = self._connection(timeout or self.timeout)
         try:
             conn.putrequest("POST", (self.target.path or "") + path)
-            for name, value in (("Authorization", f"Bearer {self.token}"),
-                                ("Content-Type", content_type),
-                                ("Content-Length", str(len(body))),
-                                ("Expect", "100-continue")):
+            for name, value in {"Authorization": f"Bearer {self.token}", **headers,
+                                "Content-Length": str(len(body)),
+                                "Expect": "100-continue"}.items():
                 conn.putheader(name, value)
             conn.endheaders()
             first, head = _first_answer(conn.sock, min(CONTINUE_WAIT, conn.timeout),
@@ -134,10 +168,11 @@ class Uplink:
                     self._expect_ignored()
             answer = conn.response_class(_Replayed(conn.sock, head), method="POST")
             answer.begin()
+            self._heard(answer.headers)
             wait = None if answer.status == 200 else retry_after(answer.getheader("Retry-After"))
             return answer.status, answer.read(1 << 16), wait
         except (OSError, http.client.HTTPException) as e:
-            return Outcome("retry", None, f"connection: {e or type(e).__name__}")
+            return Outcome("retry", None, f"connection: {str(e) or type(e).__name__}")
         finally:
             conn.close()
 

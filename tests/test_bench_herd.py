@@ -61,18 +61,25 @@ def test_only_max_wait_refuses_with_503_and_the_devices_come_back(runs):
 
 def test_agents_that_wait_for_100_continue_send_no_body_the_collector_refuses(runs):
     """Every body they send is one the collector reads (whole, or cut off when the device
-    gave up on it: 499); agents that send at once also send every refused one."""
+    gave up on it: 499); agents that send at once send each refused one too."""
     for name in ("none", "per-device", "both"):
         r = runs[name]
         cut = r["collector"]["requests"].get("499", 0)
         assert r["expect_continue"] and r["expect_kept"] == 100
-        assert r["collector"]["bytes_in"] <= r["body_bytes_sent"] <= \
-            r["collector"]["bytes_in"] + cut * r["batch_bytes_range"][1], r
+        assert r["refusals_with_body"] == 0
+        assert r["collector"]["bytes_in_wire"] <= r["body_bytes_sent"] <= \
+            r["collector"]["bytes_in_wire"] + cut * r["batch_bytes_range"][1], r
     r = runs["both-at-once"]
     assert not r["expect_continue"] and r["expect_kept"] == 0
-    refused = r["answers"].get("429", 0) + r["answers"]["503"]
-    assert r["body_bytes_sent"] >= r["collector"]["bytes_in"] + \
-        refused * r["batch_bytes_range"][0]
+    assert r["refusals_with_body"] == r["answers"].get("429", 0) + r["answers"]["503"] > 0
+
+
+def test_the_agents_gzip_what_they_send_once_the_collector_said_it_takes_gzip(runs):
+    for r in runs.values():
+        assert r["gzip_taken"] == 100  # every device heard an answer
+        # bodies sent after a device's first answer are gzipped (the exact byte counts are
+        # checked in test_edge_collector.py)
+        assert r["collector"]["bytes_in_wire"] < r["collector"]["bytes_in"], r
 
 
 def test_png_is_written(quick_run):

@@ -91,6 +91,8 @@ def direct(events, budget=None, flush: bool = True) -> list[tuple]:
      "collector.heartbeat"),
     ({"collector": {"url": "http://x", "expect_continue": "yes"},
       "device": {"id": "d", "token": "t"}}, "collector.expect_continue"),
+    ({"collector": {"url": "http://x", "compress": 1},
+      "device": {"id": "d", "token": "t"}}, "collector.compress"),
     ({"sketch": {"path": "s.bin"}}, "sketch.key_file"),
     ({"sketch": {"path": "s.bin", "key_file": "k", "defer": -1}}, "sketch.defer"),
     ({"sketch": {"path": "s.bin", "key_file": "k", "defer": "4"}}, "sketch.defer"),

@@ -974,6 +974,44 @@ def test_expect_100_continue_is_answered_only_when_the_collector_will_read_the_b
     assert srv.rows("SELECT count(*) FROM batches")[0][0] == 1
 
 
+def test_a_gzipped_upload_is_the_same_batch_and_a_zip_bomb_is_413(srv):
+    import gzip
+    import zlib
+
+    from edge.uplink import Uplink
+
+    d1 = srv.tokens["d1"]
+    bodies = [encode_batch(make_batch(seq=s, events=make_events(seed=s))) for s in range(3)]
+
+    def send(body: bytes, coding: str):
+        status, data, headers = request(srv.url + "/v1/batches", "POST", body, d1,
+                                        headers={"Content-Encoding": coding})
+        assert headers["Accept-Encoding"] == "gzip, deflate"  # RFC 7694: what it takes
+        return status, json.loads(data)
+
+    assert send(gzip.compress(bodies[0]), "gzip")[1]["status"] == "stored"
+    assert post(srv, bodies[0], d1)[1]["status"] == "duplicate"  # one batch, however sent
+    assert send(zlib.compress(bodies[1]), "deflate")[1]["status"] == "stored"
+    assert_error(*send(bodies[2], "br"), 415, "'br'", "takes gzip, deflate")
+    assert_error(*send(b"\x1f\x8b\x08\x00" + bodies[2][:200], "gzip"), 400, "not valid gzip")
+    bomb = gzip.compress(b"\x00" * (64 * MAX_BODY))  # 16 MiB of zeros in 16 KiB
+    assert len(bomb) < MAX_BODY
+    assert_error(*send(bomb, "gzip"), 413, f"more than {MAX_BODY} bytes once decoded")
+    m = metrics(srv)
+    assert m["bytes_in"] == 2 * len(bodies[0]) + len(bodies[1])  # what was decoded whole
+    assert m["bytes_in_wire"] == len(gzip.compress(bodies[0])) + len(bodies[0]) + \
+        len(zlib.compress(bodies[1]))
+
+    # the agent's uplink sends its first body as it is, then gzipped: the answer said so
+    uplink = Uplink(srv.url, d1)
+    assert uplink.post_batch(bodies[2]).detail == "stored" and uplink.gzip_taken
+    assert uplink.post_batch(bodies[2]).detail == "duplicate"
+    sent = len(bodies[2]) + len(gzip.compress(bodies[2], 6, mtime=0))
+    assert uplink.bytes_on_wire == sent < 2 * len(bodies[2])
+    assert metrics(srv)["bytes_in_wire"] == m["bytes_in_wire"] + sent
+    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 3
+
+
 # no re-check workers: one upload keeps the collector busy, so the next one may be refused
 BUSY = pytest.mark.parametrize("srv", [("--max-wait", "0.1", "--recheck-workers", "0")],
                                ids=["max-wait"], indirect=True)
@@ -1034,7 +1072,8 @@ def test_the_agent_s_uploader_retries_a_503_after_its_retry_after_not_its_backof
         held.close()
         until(lambda: time.time() >= uploader.next_attempt_at())
         assert uploader.send_one() and uploader.counts["acked"] == 1
-    assert uploader.uplink.bytes_on_wire == len(body) == metrics(srv)["bytes_in"]
+    m = metrics(srv)  # the 503 said the collector takes gzip: the retry is gzipped
+    assert uploader.uplink.bytes_on_wire == m["bytes_in_wire"] < len(body) == m["bytes_in"]
     assert srv.rows("SELECT batch_id FROM batches") == [("d2/0",)]
 
 

@@ -1,10 +1,12 @@
-"""Tests of the agent's uploads with ``Expect: 100-continue`` (edge.uplink) against real
-HTTP servers on loopback: the body goes after ``100 Continue``, not at all after a refusal,
-and at once where the server (or a proxy) cannot take the expectation. The collector's side
-is in test_edge_collector.py."""
+"""Tests of the agent's uploads with ``Expect: 100-continue`` and gzip (edge.uplink) against
+real HTTP servers on loopback: the body goes after ``100 Continue``, not at all after a
+refusal, and at once where the server (or a proxy) cannot take the expectation; it is
+gzipped once the server says it takes gzip. The collector's side is in
+test_edge_collector.py."""
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import logging
@@ -32,6 +34,8 @@ class _Recorder(BaseHTTPRequestHandler):
     refuse_expect = False
     busy = False
     delay = 0.0  # seconds before answering the expectation
+    accept_encoding: str | None = None  # said in every answer
+    refuse_coding = False  # 415 to a body with a Content-Encoding
 
     def handle_expect_100(self):
         time.sleep(self.delay)
@@ -47,7 +51,12 @@ class _Recorder(BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802 (http.server's naming)
         body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.seen.append((self.path, self.headers.get("Expect"), len(body)))
+        coding = self.headers.get("Content-Encoding")
+        if coding and self.refuse_coding:
+            return self._answer(415, {"error": f"no {coding}", "status": 415})
+        decoded = gzip.decompress(body) if coding == "gzip" else body
+        self.seen.append((self.path, self.headers.get("Expect"), len(decoded)))
+        self.codings.append(coding)
         self._answer(200, {"status": "stored"})
 
     def _answer(self, code: int, doc: dict, retry_after: str | None = None) -> None:
@@ -57,6 +66,8 @@ class _Recorder(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(out)))
         if retry_after:
             self.send_header("Retry-After", retry_after)
+        if self.accept_encoding:
+            self.send_header("Accept-Encoding", self.accept_encoding)
         self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(out)
@@ -71,7 +82,7 @@ def server(monkeypatch):
     for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "no_proxy",
                  "NO_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
-    handler = type("Handler", (_Recorder,), {"seen": []})
+    handler = type("Handler", (_Recorder,), {"seen": [], "codings": []})
     srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     srv.handler = handler
     srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
@@ -163,6 +174,40 @@ def test_through_a_proxy_from_the_environment_bodies_go_the_way_urllib_sends_the
     monkeypatch.setenv("no_proxy", "collector.invalid")
     assert Uplink("http://collector.invalid:8750", "tok").expect_continue
     assert not Uplink(server.url, "tok", expect_continue=False).expect_continue
+
+
+@pytest.mark.parametrize("expect", [True, False], ids=["expect", "at once"])
+def test_bodies_are_gzipped_once_the_server_says_it_takes_gzip(server, expect):
+    server.handler.protocol_version = "HTTP/1.1"
+    uplink = Uplink(server.url, "tok", expect_continue=expect)
+    assert uplink.post_batch(BIG).action == "ack" and not uplink.gzip_taken
+    server.handler.accept_encoding = "gzip, deflate"
+    for _ in range(3):
+        assert uplink.post_batch(BIG).action == "ack"
+    assert server.handler.codings == [None, None, "gzip", "gzip"]
+    assert [n for _, _, n in server.handler.seen] == [len(BIG)] * 4  # the same bytes
+    assert uplink.bytes_on_wire == 2 * len(BIG) + 2 * len(gzip.compress(BIG, 6, mtime=0))
+    small = Uplink(server.url, "tok")
+    small.gzip_taken = True
+    assert small.post_batch(BIG[:EXPECT_MIN_BYTES - 1]).action == "ack"
+    assert server.handler.codings[-1] is None  # too small to be worth it
+    off = Uplink(server.url, "tok", compress=False)
+    off.post_batch(BIG), off.post_batch(BIG)
+    assert server.handler.codings[-2:] == [None, None]
+
+
+def test_a_415_to_a_gzipped_body_sends_it_again_as_it_is_and_all_from_then_on(server,
+                                                                              caplog):
+    caplog.set_level(logging.INFO, logger="edge")
+    server.handler.protocol_version = "HTTP/1.1"
+    server.handler.accept_encoding = "gzip"
+    server.handler.refuse_coding = True
+    uplink = Uplink(server.url, "tok")
+    for _ in range(3):
+        assert uplink.post_batch(BIG).action == "ack"
+    assert server.handler.codings == [None] * 3 and not uplink.compress
+    assert uplink.bytes_on_wire == 3 * len(BIG) + len(gzip.compress(BIG, 6, mtime=0))
+    assert "refused a gzipped body (HTTP 415: no gzip)" in caplog.text
 
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
