@@ -51,7 +51,7 @@ __all__ = ["Uplink", "Outcome", "Uploader", "download_sketch", "tls_context", "e
 log = logging.getLogger("edge.agent")
 CONTINUE_WAIT = 1.0  # seconds a body waits for "100 Continue" before it goes anyway (as curl)
 EXPECT_MIN_BYTES = 1024  # smaller bodies go at once (and as they are): little to save
-GZIP_LEVEL = 6  # zlib's default
+GZIP_LEVEL = 1  # bench/herd: 0.27 of the bytes at a sixth of level 6's CPU (0.24)
 _RETRY_4XX = (408, 429)
 _AUTH_4XX = (401, 403)
 

@@ -978,7 +978,7 @@ def test_a_gzipped_upload_is_the_same_batch_and_a_zip_bomb_is_413(srv):
     import gzip
     import zlib
 
-    from edge.uplink import Uplink
+    from edge.uplink import GZIP_LEVEL, Uplink
 
     d1 = srv.tokens["d1"]
     bodies = [encode_batch(make_batch(seq=s, events=make_events(seed=s))) for s in range(3)]
@@ -1006,7 +1006,7 @@ def test_a_gzipped_upload_is_the_same_batch_and_a_zip_bomb_is_413(srv):
     uplink = Uplink(srv.url, d1)
     assert uplink.post_batch(bodies[2]).detail == "stored" and uplink.gzip_taken
     assert uplink.post_batch(bodies[2]).detail == "duplicate"
-    sent = len(bodies[2]) + len(gzip.compress(bodies[2], 6, mtime=0))
+    sent = len(bodies[2]) + len(gzip.compress(bodies[2], GZIP_LEVEL, mtime=0))
     assert uplink.bytes_on_wire == sent < 2 * len(bodies[2])
     assert metrics(srv)["bytes_in_wire"] == m["bytes_in_wire"] + sent
     assert srv.rows("SELECT count(*) FROM batches")[0][0] == 3

@@ -19,7 +19,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge.uplink import CONTINUE_WAIT, EXPECT_MIN_BYTES, Uplink, _first_answer, _Replayed
+from edge.uplink import (
+    CONTINUE_WAIT,
+    EXPECT_MIN_BYTES,
+    GZIP_LEVEL,
+    Uplink,
+    _first_answer,
+    _Replayed,
+)
 
 BIG = b"x" * (4 * EXPECT_MIN_BYTES)
 
@@ -186,7 +193,7 @@ def test_bodies_are_gzipped_once_the_server_says_it_takes_gzip(server, expect):
         assert uplink.post_batch(BIG).action == "ack"
     assert server.handler.codings == [None, None, "gzip", "gzip"]
     assert [n for _, _, n in server.handler.seen] == [len(BIG)] * 4  # the same bytes
-    assert uplink.bytes_on_wire == 2 * len(BIG) + 2 * len(gzip.compress(BIG, 6, mtime=0))
+    assert uplink.bytes_on_wire == 2 * len(BIG) + 2 * len(gzip.compress(BIG, GZIP_LEVEL, mtime=0))
     small = Uplink(server.url, "tok")
     small.gzip_taken = True
     assert small.post_batch(BIG[:EXPECT_MIN_BYTES - 1]).action == "ack"
@@ -206,7 +213,7 @@ def test_a_415_to_a_gzipped_body_sends_it_again_as_it_is_and_all_from_then_on(se
     for _ in range(3):
         assert uplink.post_batch(BIG).action == "ack"
     assert server.handler.codings == [None] * 3 and not uplink.compress
-    assert uplink.bytes_on_wire == 3 * len(BIG) + len(gzip.compress(BIG, 6, mtime=0))
+    assert uplink.bytes_on_wire == 3 * len(BIG) + len(gzip.compress(BIG, GZIP_LEVEL, mtime=0))
     assert "refused a gzipped body (HTTP 415: no gzip)" in caplog.text
 
 
