@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 
 PANELS = [("seconds", "seconds until every batch is stored\n(median; bar: all runs)", "{:.1f}"),
           ("decoded_per_batch", "batches decoded and re-checked\nper batch stored", "{:.2f}"),
-          ("bytes_read_per_byte", "body bytes the collector read\nper byte of backlog",
+          ("bytes_read_per_byte", "body bytes the collector decoded\nper byte of backlog",
            "{:.2f}"),
           ("bytes_sent_per_byte", "body bytes the devices sent\nper byte of backlog", "{:.2f}"),
           ("collector_peak_rss_mib", "collector's peak memory (MiB)", "{:.0f}")]
