@@ -500,7 +500,10 @@ class Agent:
             out["uploads_unauthorized"] = self.uploader.counts["unauthorized"]
             out["heartbeats"] = self.uploader.counts["heartbeats"]
             out["upload_error"] = self.uploader.last_error
-            out["upload_bytes_on_wire"] = self.uploader.uplink.bytes_on_wire
+            up = self.uploader.uplink
+            out.update(upload_bytes_on_wire=up.bytes_on_wire,
+                       upload_expect_continue=up.expect_continue,
+                       upload_gzip=up.compress and up.gzip_taken)
         if source is not None:
             out["bad_lines"] = source.bad_lines
             if isinstance(source, FileSource):

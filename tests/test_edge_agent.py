@@ -490,6 +490,8 @@ def test_uploads_retry_5xx_then_ack(tmp_path, caplog):
     assert _Collector.statuses[:3] == [500, 500, 500]
     assert final["outbox_pending"] == 0
     assert final["batches_sent"] == final["batches_put"] > 0
+    # an HTTP/1.0 server: it never says 100 Continue, nor that it takes gzip
+    assert (final["upload_expect_continue"], final["upload_gzip"]) == (False, False)
     stored = [decode_batch(b) for b in _Collector.bodies]
     assert len({b.batch_id for b in stored}) == final["batches_put"]
     got = sorted((b.partition[i], float(b.point[i])) for b in stored for i in range(len(b)))

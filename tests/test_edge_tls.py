@@ -69,6 +69,7 @@ def test_an_agent_with_the_ca_uploads_over_https_and_says_it_stopped(tmp_path, c
     (status,) = query(collector.db, "SELECT status FROM devices WHERE device_id = 'dev-1'")
     assert json.loads(status[0])["stopped"] is True  # the final heartbeat went over TLS too
     assert 0 < final["upload_bytes_on_wire"] < final["bytes_sent"]  # gzipped, after the first
+    assert final["upload_expect_continue"] and final["upload_gzip"]
 
 
 def test_a_batch_over_https_waits_for_100_continue(collector, pki):
