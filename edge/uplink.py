@@ -92,10 +92,13 @@ class Uplink:
         self.gzip_taken = False  # the collector's answers say it takes gzip (RFC 7694)
         self.bytes_on_wire = 0
 
+    def _headers(self, headers: dict | None = None) -> dict:
+        return {"Authorization": f"Bearer {self.token}", **(headers or {})}
+
     def _request(self, method: str, path: str, body: bytes | None = None,
                  headers: dict | None = None) -> urllib.request.Request:
-        h = {"Authorization": f"Bearer {self.token}", **(headers or {})}
-        return urllib.request.Request(self.url + path, data=body, method=method, headers=h)
+        return urllib.request.Request(self.url + path, data=body, method=method,
+                                      headers=self._headers(headers))
 
     def _post(self, path: str, body: bytes, content_type: str, timeout: float | None = None
               ) -> tuple[int, bytes, float | None] | Outcome:
@@ -105,7 +108,7 @@ class Uplink:
             return self._send(path, body, content_type, None, timeout)
         answer = self._send(path, gzip.compress(body, GZIP_LEVEL, mtime=0), content_type,
                             "gzip", timeout)
-        if not (isinstance(answer, tuple) and answer[0] == 415):
+        if _status(answer) != 415:
             return answer
         self.compress = False
         log.info("the collector refused a gzipped body (HTTP 415: %s); bodies are sent "
@@ -120,7 +123,7 @@ class Uplink:
             headers["Content-Encoding"] = coding
         if self.expect_continue and len(body) >= EXPECT_MIN_BYTES:
             answer = self._post_expecting(path, body, headers, timeout)
-            if not (isinstance(answer, tuple) and answer[0] == 417):
+            if _status(answer) != 417:
                 return answer
             self.expect_continue = False
             log.info("the collector (or a proxy before it) refused Expect: 100-continue "
@@ -150,9 +153,8 @@ class Uplink:
         conn = self._connection(timeout or self.timeout)
         try:
             conn.putrequest("POST", (self.target.path or "") + path)
-            for name, value in {"Authorization": f"Bearer {self.token}", **headers,
-                                "Content-Length": str(len(body)),
-                                "Expect": "100-continue"}.items():
+            for name, value in self._headers({**headers, "Content-Length": str(len(body)),
+                                              "Expect": "100-continue"}).items():
                 conn.putheader(name, value)
             conn.endheaders()
             first, head = _first_answer(conn.sock, min(CONTINUE_WAIT, conn.timeout),
@@ -237,6 +239,11 @@ class Uplink:
         if len(data) > max_bytes:
             raise OSError(f"GET {path}: more than sketch.max_bytes = {max_bytes} bytes")
         return data
+
+
+def _status(answer: tuple[int, bytes, float | None] | Outcome) -> int | None:
+    """The HTTP status of :meth:`Uplink._post`'s answer; None when none came."""
+    return answer.status if isinstance(answer, Outcome) else answer[0]
 
 
 def _first_answer(sock: socket.socket, wait: float, timeout: float) -> tuple[str, bytes]:
