@@ -24,6 +24,9 @@ from .matcher import MatchBatch, Matcher, Pattern, bundles
 from .pattern import PatternError, symbols
 from .units import UNITS as _UNITS
 
+EVENTS_HELP = ("events: .jsonl/.csv/.parquet/.msgpack (a path, or a URI such as "
+               "s3://bucket/key), or - for stdin")
+
 
 class Window(float):
     """A window in seconds or tag units that remembers the text it was given as."""
@@ -78,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     match = sub.add_parser("match", help="find approximate matches of a pattern in a file",
                            description="Print one JSON line per match (or per bundle).")
-    match.add_argument("file", help="events: .jsonl/.csv/.parquet/.msgpack, or - for stdin")
+    match.add_argument("file", help=EVENTS_HELP)
     _add_pattern_options(match)
     match.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
     match.add_argument("--bundles", action="store_true", help="print match bundles instead")
@@ -100,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
                            description="Print one JSON line per match (verbose) or per group "
                                        "of matches that end at the same event (compact).")
     exact.add_argument("query", help="query file (SASE+ text, docs/EXACT.md section 2)")
-    exact.add_argument("events", help="events: .jsonl/.csv/.parquet/.msgpack, or - for stdin")
+    exact.add_argument("events", help=EVENTS_HELP)
     exact.add_argument("--engine", choices=("auto", "runs", "shared", "postpone"),
                        default="auto",
                        help="runs: the basic run algorithm; shared: the shared-buffer "
@@ -498,7 +501,7 @@ def _add_history_parser(sub) -> None:
                             description="Run the pattern without a budget over the events, "
                                         "record every match node's outcome and save the "
                                         "history graph (and, with --sketch, a signed sketch).")
-    build.add_argument("file", help="events: .jsonl/.csv/.parquet/.msgpack, or - for stdin")
+    build.add_argument("file", help=EVENTS_HELP)
     _add_pattern_options(build)
     build.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
     build.add_argument("--bins", type=_whole(1, "bins"), default=8,
@@ -521,7 +524,7 @@ def _add_evaluate_parser(hsub) -> None:
                                      "each policy, and print bundle recall, match-point "
                                      "recall, precision and the operations spent.")
     ev.add_argument("sketch", help="a signed sketch (acep history build --sketch, acep train)")
-    ev.add_argument("file", help="events: .jsonl/.csv/.parquet/.msgpack, or - for stdin")
+    ev.add_argument("file", help=EVENTS_HELP)
     ev.add_argument("--key-file", required=True, help="the sketch's signing key (a file)")
     ev.add_argument("--partition", help="the attribute to partition by (default: the one the "
                                         "sketch records; another is refused)")

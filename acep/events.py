@@ -36,6 +36,7 @@ one the next accepted event gets.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import numbers
@@ -47,6 +48,8 @@ from datetime import datetime, timezone
 
 import msgpack
 import numpy as np
+
+from . import storage
 
 __all__ = [
     "EventError", "Event", "EventBatch", "TypeClasses", "EventSpec", "PRESETS",
@@ -416,7 +419,7 @@ def file_size_hint(path: str | os.PathLike) -> int | None:
     try:
         import pyarrow.parquet as pq
 
-        return pq.ParquetFile(path).metadata.num_rows
+        return pq.ParquetFile(_arrow_source(os.fspath(path))).metadata.num_rows
     except Exception:  # noqa: BLE001 - only a hint (missing file, no pyarrow, ...)
         return None
 
@@ -424,7 +427,7 @@ def file_size_hint(path: str | os.PathLike) -> int | None:
 def _format_of(source: str) -> str | None:
     if source == "-":
         return "jsonl"
-    return _FORMATS.get(os.path.splitext(source)[1].lower())
+    return _FORMATS.get(storage.suffix(source))
 
 
 def _open_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chunk]:
@@ -433,7 +436,7 @@ def _open_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chu
     if fmt is None:
         raise EventError(f"unknown file type; accepted: {', '.join(_FORMATS)} or '-' (stdin)",
                          source)
-    if source != "-" and not os.path.isfile(source):
+    if source != "-" and _kind(source) != "file":
         raise EventError("no such file", source)
     if fmt == "jsonl":
         return _rows_chunks(_jsonl_records(source), spec, batch_size)
@@ -574,9 +577,27 @@ def _msgpack_records(source: str) -> Iterator[tuple[int | None, object]]:
 
 def _open_binary(source: str):
     try:
-        return open(source, "rb")
+        return storage.open_binary(source)
+    except storage.StorageError as e:
+        raise EventError(f"cannot read ({e})", source) from None
     except OSError as e:
         raise EventError(f"cannot read ({e.strerror})", source) from None
+
+
+def _kind(source: str) -> str | None:
+    try:
+        return storage.kind(source)
+    except storage.StorageError as e:
+        raise EventError(f"cannot read ({e})", source) from None
+
+
+def _arrow_source(source: str):
+    """What pyarrow's readers take for ``source``: the path, or a remote file opened (it
+    closes when the reader is done with it)."""
+    try:
+        return storage.open_arrow(source)
+    except OSError as e:
+        raise EventError(f"cannot read ({e})", source) from None
 
 
 def _rows_chunks(records: Iterator[tuple[int | None, object]], spec: EventSpec,
@@ -688,7 +709,7 @@ def _parquet_file(source: str, spec: EventSpec):
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(source)
+        pf = pq.ParquetFile(_arrow_source(source))
     except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a bad file
         raise EventError(f"not a readable Parquet file ({e})", source) from None
     _check_columns(spec, pf.schema_arrow.names, source)
@@ -705,14 +726,15 @@ def _csv_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chun
     pa = _pyarrow("CSV", source)
     import pyarrow.csv as pcsv
 
-    with open(source, newline="", encoding="utf-8-sig", errors="replace") as f:
+    with io.TextIOWrapper(_open_binary(source), newline="", encoding="utf-8-sig",
+                          errors="replace") as f:
         header = next(csv.reader(f), [])
     _check_columns(spec, header, source)
     types = {spec.type: pa.string()} if isinstance(spec.type, str) else {}
     convert = pcsv.ConvertOptions(column_types=types, strings_can_be_null=True,
                                   include_columns=_needed_columns(spec))
     try:
-        reader = pcsv.open_csv(source, convert_options=convert)
+        reader = pcsv.open_csv(_arrow_source(source), convert_options=convert)
     except pa.ArrowException as e:
         raise EventError(f"unreadable CSV ({e})", source) from None
     return _arrow_chunks(_csv_batches(reader, source), spec, 2, source, batch_size)

@@ -29,8 +29,11 @@ def _parser() -> argparse.ArgumentParser:
         description="Train a history graph and a signed sketch on Spark from event files or "
                     "the collector's archive (a local Spark session unless --master).")
     p.add_argument("inputs", nargs="*", help="event files (.parquet/.csv/.jsonl/.msgpack) or "
-                                             "directories of them")
-    p.add_argument("--archive", metavar="DIR", help="the collector's Parquet archive instead")
+                                             "directories of them; local, or URIs such as "
+                                             "s3://bucket/dir")
+    p.add_argument("--archive", metavar="DIR",
+                   help="the collector's Parquet archive instead (a directory, or a copy "
+                        "of it in object storage: s3://bucket/archive)")
     p.add_argument("--pattern-id", help="the archive's pattern to train (and the id to "
                                         "publish the sketch under)")
     p.add_argument("--pattern-hash", metavar="PREFIX",

@@ -459,7 +459,8 @@ def _parser() -> argparse.ArgumentParser:
                     "matches are written as Parquet.")
     p.add_argument("query", metavar="QUERY_FILE", help="query file (docs/EXACT.md section 2)")
     p.add_argument("inputs", metavar="INPUT", nargs="*",
-                   help="event files (.parquet/.csv/.jsonl/.msgpack) or directories of them")
+                   help="event files (.parquet/.csv/.jsonl/.msgpack) or directories of "
+                        "them; local, or URIs such as s3://bucket/dir")
     p.add_argument("--archive", metavar="DIR",
                    help="the collector's Parquet archive instead (as acep train --archive)")
     p.add_argument("--pattern-id", help="the archive's pattern whose windows to read")

@@ -10,14 +10,12 @@ input, inside an input or contain one.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+
+from acep import storage
 
 __all__ = ["OutputError", "check_outputs", "absolute"]
-
-
-_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 class OutputError(ValueError):
@@ -29,11 +27,11 @@ def check_outputs(outputs: dict[str, str | os.PathLike | None],
     """Raise :class:`OutputError` unless every output directory of ``outputs`` (option name
     -> path, None for not given) may be replaced: see the module docstring. Outputs may not
     overlap each other either."""
-    given = {name: Path(p) for name, p in outputs.items() if p is not None}
-    sources = [Path(p) for p in inputs]
+    given = {name: os.fspath(p) for name, p in outputs.items() if p is not None}
+    sources = [os.fspath(p) for p in inputs]
     for name, path in given.items():
         where = f"{name} {path}"
-        if path.exists() and not path.is_dir():
+        if os.path.exists(path) and not os.path.isdir(path):
             raise OutputError(f"{where}: an existing file; the output is a directory of "
                               "Parquet files that would replace it")
         for src in sources:
@@ -57,18 +55,22 @@ def absolute(path: str | os.PathLike | None) -> str | None:
     changed directory since would find the output elsewhere."""
     if path is None:
         return None
-    path = os.fspath(path)
-    return path if _URI.match(path) else os.path.abspath(path)
+    return storage.absolute(path)
 
 
-def _overlap(a: Path, b: Path) -> bool:
-    a, b = a.resolve(), b.resolve()
-    return a == b or a in b.parents or b in a.parents
+def _overlap(a: str, b: str) -> bool:
+    """One is the other or inside it (a URI, ``s3://bucket/dir``, against URIs alone)."""
+    uris = storage.is_uri(a) + storage.is_uri(b)
+    if uris == 1:
+        return False
+    pa, pb = (PurePosixPath(a), PurePosixPath(b)) if uris else \
+        (Path(a).resolve(), Path(b).resolve())
+    return pa == pb or pa in pb.parents or pb in pa.parents
 
 
-def _not_earlier_output(path: Path, extra: set[str]) -> str | None:
+def _not_earlier_output(path: str, extra: set[str]) -> str | None:
     """None when ``path`` is absent, empty or a whole earlier output; else why not."""
-    if not path.is_dir():
+    if storage.is_uri(path) or not os.path.isdir(path):  # a URI: only Spark looks there
         return None
     names = sorted(os.listdir(path))
     if not names:
@@ -78,7 +80,7 @@ def _not_earlier_output(path: Path, extra: set[str]) -> str | None:
                 or (name.startswith(".") and name.endswith(".crc") and
                     (name[1:-4] == "_SUCCESS" or name[1:-4] in extra or _is_part(name[1:-4])))):
             return f"it holds {name!r}"
-        if (path / name).is_dir():
+        if os.path.isdir(os.path.join(path, name)):
             return f"it holds the directory {name!r}"
     return None if "_SUCCESS" in names else "it has no _SUCCESS"
 

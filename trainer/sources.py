@@ -31,10 +31,10 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
+from acep import storage
 from acep.events import EventBatch, EventError, EventSpec, read_chunks
 
 __all__ = ["ReadTask", "ReadPlan", "Definition", "SourceError", "plan_files", "plan_archive",
@@ -67,7 +67,7 @@ class Definition:
     """One definition of an archived pattern id and the archive files uploaded under it."""
 
     pattern: dict  # id, text, window, k, where, partition_by, hash
-    files: list[Path]
+    files: list[str]
 
     @property
     def short(self) -> str:
@@ -76,8 +76,8 @@ class Definition:
 
     def describe(self) -> str:
         p = self.pattern
-        dates = sorted(f.parent.parent.name.split("=", 1)[1] for f in self.files)
-        devices = {f.parent.name for f in self.files}
+        dates = sorted(_day_of(f) for f in self.files)
+        devices = {_device_of(f) for f in self.files}
         span = dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
         return (f"{self.short}: pattern {p['text']!r}, k={p['k']}, window={p['window']:g}, "
                 f"where={list(p.get('where', ()))}, partition={p.get('partition_by')!r}: "
@@ -105,13 +105,15 @@ class ReadPlan:
 
 def plan_files(paths: Sequence[str | os.PathLike], spec: EventSpec) -> ReadPlan:
     """Tasks for event files (a directory stands for the event files under it, sorted).
-    The tasks name the files by absolute path: relative paths are taken in the current
-    directory now, not in the one the executors (and the Spark JVM) started in."""
+    Files and directories may be URIs that ``pyarrow.fs`` reads (``s3://bucket/dir``:
+    :mod:`acep.storage`). The tasks name local files by absolute path: relative paths are
+    taken in the current directory now, not in the one the executors (and the Spark JVM)
+    started in."""
     files = _expand(paths)
     tasks = []
     for i, path in enumerate(files):
         groups = _row_group_tasks(path)
-        source = os.path.abspath(path)  # an executor opens it, in a directory of its own
+        source = storage.absolute(path)  # an executor opens it, in a directory of its own
         tasks.extend(ReadTask(source, g, i, rows=n) for g, n in groups) if groups else \
             tasks.append(ReadTask(source, None, i))
     attributes, is_time = _probe(files[0], spec)
@@ -155,7 +157,9 @@ def _day(flag: str, text: str, today: dt.date) -> str:
 def plan_archive(root: str | os.PathLike, pattern_id: str | None = None,
                  pattern_hash: str | None = None,
                  days: tuple[str | None, str | None] = (None, None)) -> ReadPlan:
-    """Tasks for the collector's archive (``ROOT/date=*/device=*/part-*.parquet``).
+    """Tasks for the collector's archive (``ROOT/date=*/device=*/part-*.parquet``), a
+    local directory or a copy of it in object storage (``s3://bucket/archive``:
+    :mod:`acep.storage`).
 
     ``days``: ``(since, before)``, ISO days (None: open), the ``date=`` folders read;
     definitions uploaded only outside them do not count.
@@ -165,14 +169,14 @@ def plan_archive(root: str | os.PathLike, pattern_id: str | None = None,
     uploaded several definitions under one id (the pattern was changed, or a device runs an
     old one): then ``pattern_hash`` (a prefix of the hex pattern hash, as the refusal lists
     them) picks the definition whose files are read, and without it the archive is refused.
-    As for :func:`plan_files`, the tasks name the files by absolute path.
+    As for :func:`plan_files`, the tasks name local files by absolute path.
     """
-    root = Path(root)
-    if not root.is_dir():
-        raise SourceError(f"{root}: " + ("not a directory" if root.exists() else
-                                         "no such directory"))
-    files = sorted(p for p in root.glob("date=*/device=*/*.parquet")
-                   if not p.name.startswith("."))
+    root = storage.absolute(root)
+    found = _kind(root)
+    if found != "dir":
+        raise SourceError(f"{root}: " + ("not a directory" if found else "no such directory"))
+    files = sorted((source for source, rel in _listing(root) if _is_archive_file(rel)),
+                   key=storage.parts)
     if not files:
         raise SourceError(f"{root}: no archive files (date=*/device=*/*.parquet) under it")
     files = _on_days(root, files, *days)
@@ -187,31 +191,45 @@ def plan_archive(root: str | os.PathLike, pattern_id: str | None = None,
                           f"(patterns: {', '.join(sorted(patterns))})")
     chosen = _definition(root, pattern_id, patterns[pattern_id], pattern_hash)
     tasks = []
-    for i, p in enumerate(chosen.files):  # a compacted file: about TASK_ROWS rows a task
-        device, source = p.parent.name.split("=", 1)[1], os.path.abspath(p)
-        groups = _row_group_tasks(source) if rows[p] > TASK_ROWS else [(None, rows[p])]
-        tasks.extend(ReadTask(source, g, i, device, n) for g, n in groups)
+    for i, source in enumerate(chosen.files):  # a compacted file: about TASK_ROWS rows a task
+        groups = _row_group_tasks(source) if rows[source] > TASK_ROWS else \
+            [(None, rows[source])]
+        tasks.extend(ReadTask(source, g, i, _device_of(source), n) for g, n in groups)
     spec = EventSpec(tag="tag", type="type", attributes=None)
-    attributes, is_time = _probe(str(chosen.files[0]), spec)
+    attributes, is_time = _probe(chosen.files[0], spec)
     attributes = {_archive_name(a): kind for a, kind in attributes.items()
                   if a not in ARCHIVE_RESERVED}
     return ReadPlan(tasks, spec, attributes, is_time, pattern_id, chosen.pattern)
 
 
-def _on_days(root: Path, files: list[Path], since: str | None, before: str | None
-             ) -> list[Path]:
-    def day(p: Path) -> str:
-        return p.parent.parent.name.split("=", 1)[1]
-    kept = [p for p in files if (since is None or day(p) >= since)
-            and (before is None or day(p) < before)]
+def _is_archive_file(rel: str) -> bool:
+    """``date=*/device=*/*.parquet``, not a hidden file (a compaction's file in the making)."""
+    names = rel.split("/")
+    return (len(names) == 3 and names[0].startswith("date=") and
+            names[1].startswith("device=") and names[2].endswith(".parquet") and
+            not names[2].startswith("."))
+
+
+def _day_of(source: str) -> str:
+    return storage.parts(source)[-3].split("=", 1)[1]
+
+
+def _device_of(source: str) -> str:
+    return storage.parts(source)[-2].split("=", 1)[1]
+
+
+def _on_days(root: str, files: list[str], since: str | None, before: str | None
+             ) -> list[str]:
+    kept = [f for f in files if (since is None or _day_of(f) >= since)
+            and (before is None or _day_of(f) < before)]
     if not kept:
-        held = sorted({day(p) for p in files})
+        held = sorted({_day_of(f) for f in files})
         raise SourceError(f"{root}: no archive files from {since or 'the first day'} to "
                           f"before {before or 'the end'} (it holds {held[0]} to {held[-1]})")
     return kept
 
 
-def _definition(root: Path, pattern_id: str, definitions: list[Definition],
+def _definition(root: str, pattern_id: str, definitions: list[Definition],
                 pattern_hash: str | None) -> Definition:
     listing = "".join(f"\n  {d.describe()}" for d in definitions)
     if pattern_hash is not None:
@@ -250,30 +268,56 @@ def task_groups(tasks: Sequence[ReadTask], parallelism: int) -> list[list[int]]:
 
 def _expand(paths) -> list[str]:
     files: list[str] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(str(f) for f in p.rglob("*") if f.is_file()
-                           and f.suffix.lower() in EVENT_EXTENSIONS and not f.name.startswith("."))
-            if not found:
+    for p in map(os.fspath, paths):
+        found = _kind(p)
+        if found == "dir":
+            inside = sorted(source for source, rel in _listing(p)
+                            if storage.suffix(rel) in EVENT_EXTENSIONS
+                            and not rel.rsplit("/", 1)[-1].startswith("."))
+            if not inside:
                 raise SourceError(f"{p}: a directory with no event files in it")
-            files.extend(found)
-        elif p.is_file():
-            files.append(str(p))
+            files.extend(inside)
+        elif found == "file":
+            files.append(p)
         else:
             raise SourceError(f"{p}: no such file or directory")
     return files
 
 
-def _row_group_tasks(path: str) -> list[tuple[tuple[int, ...], int]] | None:
-    """A Parquet file's tasks: (row groups, rows) of about ``TASK_ROWS`` rows each."""
-    if Path(path).suffix.lower() not in (".parquet", ".pq"):
-        return None
+def _kind(source: str) -> str | None:
+    try:
+        return storage.kind(source)
+    except storage.StorageError as e:
+        raise SourceError(str(e)) from None
+
+
+def _listing(root: str) -> list[tuple[str, str]]:
+    try:
+        return list(storage.list_files(root))
+    except OSError as e:
+        raise SourceError(str(e)) from None
+
+
+def _metadata(source: str):
+    """A Parquet file's footer (``pyarrow.parquet.FileMetaData``)."""
     import pyarrow.parquet as pq
 
     try:
-        meta = pq.ParquetFile(path).metadata
+        opened = storage.open_arrow(source)
+        try:
+            return pq.read_metadata(opened)
+        finally:
+            if opened is not source:
+                opened.close()
     except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a bad file
-        raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
+        raise SourceError(f"{source}: not a readable Parquet file ({e})") from None
+
+
+def _row_group_tasks(path: str) -> list[tuple[tuple[int, ...], int]] | None:
+    """A Parquet file's tasks: (row groups, rows) of about ``TASK_ROWS`` rows each."""
+    if storage.suffix(path) not in (".parquet", ".pq"):
+        return None
+    meta = _metadata(path)
     tasks, current, rows = [], [], 0
     for i in range(meta.num_row_groups):
         current.append(i)
@@ -299,19 +343,14 @@ def _probe(path: str, spec: EventSpec) -> tuple[dict[str, str], bool]:
     raise SourceError(f"{path}: no readable event in its first rows")
 
 
-def _archive_patterns(files: list[Path]) -> tuple[dict[str, list[Definition]],
-                                                  dict[Path, int]]:
+def _archive_patterns(files: list[str]) -> tuple[dict[str, list[Definition]],
+                                                 dict[str, int]]:
     """{pattern id: its definitions, the most files first}, and each file's rows, from the
     files' footers (read side by side: an archive holds a file per batch)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import pyarrow.parquet as pq
-
-    def footer(path: Path):
-        try:
-            meta = pq.read_metadata(path)
-        except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a bad file
-            raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
+    def footer(path: str):
+        meta = _metadata(path)
         raw = (meta.metadata or {}).get(b"acep.pattern")
         if raw is None:
             raise SourceError(f"{path}: not an acep archive file (no acep.pattern metadata)")

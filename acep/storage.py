@@ -1,0 +1,165 @@
+"""Where input files live: local paths, or URIs of the filesystems pyarrow reads.
+
+A source that looks like ``scheme://...`` is opened with ``pyarrow.fs`` (``s3://``,
+``gs://``, ``hdfs://``, ``abfs://``, ``file://``; Hadoop's ``s3a://`` and ``s3n://``
+are read as ``s3://``, so a Spark user's archive URI works as written). Credentials and
+endpoints come from where pyarrow looks for them: for S3 the ``AWS_*`` environment
+variables (``AWS_ENDPOINT_URL`` for MinIO and other S3-compatible stores), the
+credentials file or the instance's role; or the URI's query, e.g.
+``s3://bucket/archive?region=eu-west-1``. Anything else is a local path, read with
+``open``: the device side never imports pyarrow.
+
+Listing and opening return sources in the caller's own spelling (the same scheme and
+query), so an error names what the user typed.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+import re
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+__all__ = ["StorageError", "is_uri", "kind", "open_binary", "open_arrow", "list_files",
+           "suffix", "parts", "absolute"]
+
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_ALIASES = {"s3a": "s3", "s3n": "s3"}  # Hadoop's names for S3, as Spark jobs spell them
+_PLAIN = ("s3", "gs", "gcs", "hdfs", "viewfs", "file")
+
+
+class StorageError(OSError):
+    """A source that cannot be reached: no pyarrow, an unknown scheme, a refused request."""
+
+
+def is_uri(source: str | os.PathLike) -> bool:
+    """True for ``scheme://...`` (read with pyarrow.fs), False for a local path."""
+    return bool(_URI.match(os.fspath(source)))
+
+
+def absolute(source: str | os.PathLike) -> str:
+    """A local path made absolute (an executor opens it in a directory of its own); a URI
+    as it is."""
+    source = os.fspath(source)
+    return source if is_uri(source) else os.path.abspath(source)
+
+
+def kind(source: str | os.PathLike) -> str | None:
+    """``"file"``, ``"dir"`` or None (nothing there)."""
+    source = os.fspath(source)
+    if not is_uri(source):
+        return "file" if os.path.isfile(source) else "dir" if os.path.isdir(source) else None
+    import pyarrow.fs as pafs
+
+    fs, path = _resolve(source)
+    info = _call(source, fs.get_file_info, path)
+    return {pafs.FileType.File: "file", pafs.FileType.Directory: "dir"}.get(info.type)
+
+
+def list_files(root: str | os.PathLike) -> Iterator[tuple[str, str]]:
+    """Every file under the directory ``root``: ``(source, path relative to root)``, with
+    ``/`` between the relative path's parts, in no set order."""
+    root = os.fspath(root)
+    if not is_uri(root):
+        for folder, _, names in os.walk(root):
+            for name in names:
+                full = os.path.join(folder, name)
+                yield full, os.path.relpath(full, root).replace(os.sep, "/")
+        return
+    import pyarrow.fs as pafs
+
+    fs, path = _resolve(root)
+    prefix, query = _spelling(root, path)
+    selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)
+    for info in _call(root, fs.get_file_info, selector):
+        if info.type == pafs.FileType.File:
+            yield prefix + info.path + query, info.path[len(path):].lstrip("/")
+
+
+def open_binary(source: str | os.PathLike):
+    """A buffered binary reader of the file (iterates by lines, as ``open(..., "rb")``)."""
+    source = os.fspath(source)
+    if not is_uri(source):
+        return open(source, "rb")
+    fs, path = _resolve(source)
+    return io.BufferedReader(_call(source, fs.open_input_stream, path, compression=None))
+
+
+def open_arrow(source: str | os.PathLike):
+    """What pyarrow's readers take: the local path itself, or a random-access file opened
+    on the source's filesystem (the caller closes it)."""
+    source = os.fspath(source)
+    if not is_uri(source):
+        return source
+    fs, path = _resolve(source)
+    return _call(source, fs.open_input_file, path)
+
+
+def suffix(source: str | os.PathLike) -> str:
+    """The file name's extension, lower case (a URI's query left out)."""
+    return os.path.splitext(_path_part(os.fspath(source)))[1].lower()
+
+
+def parts(source: str | os.PathLike) -> list[str]:
+    """The path's components (a URI's query left out), for ``date=``/``device=`` folders."""
+    return [p for p in re.split(r"[\\/]", _path_part(os.fspath(source))) if p]
+
+
+def _path_part(source: str) -> str:
+    return urlsplit(source).path if is_uri(source) else source
+
+
+def _spelling(source: str, path: str) -> tuple[str, str]:
+    """What goes before and after a filesystem path to spell it as ``source`` does:
+    ``s3://`` + ``bucket/key``, ``hdfs://host:8020`` + ``/dir/file``, then the query."""
+    base, _, query = source.partition("?")
+    base = base.rstrip("/")
+    if not base.endswith(path.rstrip("/")):
+        raise StorageError(f"{source}: cannot tell the filesystem path from the URI")
+    return base[:len(base) - len(path.rstrip("/"))], ("?" + query if query else "")
+
+
+def _resolve(source: str):
+    """``(filesystem, path)``. For the schemes whose paths are plain (S3, GCS, HDFS,
+    local), one filesystem per scheme, host and query: S3 credentials are looked up once,
+    not once per file. Others are pyarrow's to parse."""
+    split = urlsplit(source)
+    scheme = _ALIASES.get(split.scheme.lower(), split.scheme.lower())
+    if scheme not in _PLAIN:
+        try:
+            import pyarrow.fs as pafs
+        except ImportError:
+            raise StorageError(f"reading {split.scheme}:// needs pyarrow "
+                               "(pip install 'acep[files]')") from None
+        uri = scheme + source[len(split.scheme):]
+        return _call(source, pafs.FileSystem.from_uri, uri)
+    fs = _filesystem(scheme, split.netloc, split.query)
+    if scheme in ("s3", "gs", "gcs"):  # the bucket is the path's first part
+        return fs, (split.netloc.rpartition("@")[2] + split.path).rstrip("/")
+    return fs, split.path.rstrip("/") or "/"
+
+
+@functools.lru_cache(maxsize=64)
+def _filesystem(scheme: str, netloc: str, query: str):
+    try:
+        import pyarrow.fs as pafs
+    except ImportError:
+        raise StorageError(f"reading {scheme}:// needs pyarrow (pip install 'acep[files]')"
+                           ) from None
+    uri = f"{scheme}://{netloc}/" + (f"?{query}" if query else "")
+    try:
+        return pafs.FileSystem.from_uri(uri)[0]
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds
+        raise StorageError(f"{scheme}://{netloc}: cannot use this filesystem ({e})") from None
+
+
+def _call(source: str, fn, *args, **kw):
+    """``fn(*args)``, its failure said as a :class:`StorageError` naming ``source``."""
+    try:
+        return fn(*args, **kw)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{source}: no such file or directory") from None
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        raise StorageError(f"{source}: {e}") from None
