@@ -152,6 +152,19 @@ def test_missing_objects_and_unknown_filesystems_say_so(s3, capsys):
     assert "no such file" in err and "Traceback" not in err
 
 
+def test_the_endpoint_may_come_from_the_environment(s3, tmp_path, monkeypatch):
+    """AWS_ENDPOINT_URL, as for MinIO; the URI then is the plain s3://bucket/key."""
+    local = write_events(random_rows(50, 3), tmp_path / "env.jsonl")
+    s3.put(local, "files/env.jsonl")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{s3.endpoint}")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    storage._filesystem.cache_clear()
+    try:
+        same_batch(read_all(f"s3://{BUCKET}/files/env.jsonl"), read_all(local))
+    finally:
+        storage._filesystem.cache_clear()
+
+
 def test_listing_keeps_the_callers_spelling(s3, tmp_path):
     for name in ("a.jsonl", "sub/b.jsonl"):
         (tmp_path / name).parent.mkdir(exist_ok=True)
