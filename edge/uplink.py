@@ -168,6 +168,7 @@ class Uplink:
                     return Outcome("retry", None, "connection: timed out")
                 if first == "final":
                     self._expect_ignored()
+            head = _final_head(conn.sock, head)
             answer = conn.response_class(_Replayed(conn.sock, head), method="POST")
             answer.begin()
             self._heard(answer.headers)
@@ -250,19 +251,48 @@ def _first_answer(sock: socket.socket, wait: float, timeout: float) -> tuple[str
     """Wait up to ``wait`` seconds for the collector's first answer to headers sent with
     ``Expect: 100-continue``: ``("continue", bytes after it)`` after its ``100 Continue``;
     ``("final", bytes read)`` when the first answer is final (a refusal: the body is not
-    sent; the bytes are the answer's start); ``("silent", b"")`` when none came. The
-    socket's ``timeout`` is set again after."""
-    sock.settimeout(wait)
-    try:
-        data = sock.recv(1 << 16)
-    except TimeoutError:
-        return "silent", b""
-    finally:
-        sock.settimeout(timeout)
-    data = _read_until(sock, data, b"\r\n")
-    if data[9:12] != b"100":
-        return "final", data  # b"": closed, which reading the answer reports
-    return "continue", _read_until(sock, data, b"\r\n\r\n").partition(b"\r\n\r\n")[2]
+    sent; the bytes are the answer's start); ``("silent", b"")`` when none came. Other
+    interim answers (``103 Early Hints``) are skipped, as RFC 9110 15.2 asks of a client.
+    The socket's ``timeout`` is set again after."""
+    deadline = time.monotonic() + wait
+    data = b""
+    while True:
+        if not data:
+            sock.settimeout(max(deadline - time.monotonic(), 1e-3))
+            try:
+                data = sock.recv(1 << 16)
+            except TimeoutError:
+                return "silent", b""
+            finally:
+                sock.settimeout(timeout)
+            if not data:
+                return "final", b""  # closed, which reading the answer reports
+        data = _read_until(sock, data, b"\r\n")
+        if data[9:12] == b"100":
+            return "continue", _after_head(sock, data)
+        if not _interim(data):
+            return "final", data
+        data = _after_head(sock, data)
+
+
+def _final_head(sock: socket.socket, head: bytes) -> bytes:
+    """``head`` (an answer's first bytes, perhaps none) with the interim answers before the
+    final one taken off: :class:`http.client.HTTPResponse` skips ``100`` alone."""
+    while True:
+        head = _read_until(sock, head or sock.recv(1 << 16), b"\r\n")
+        if not (_interim(head) or head[9:12] == b"100"):
+            return head
+        head = _after_head(sock, head)
+
+
+def _interim(head: bytes) -> bool:
+    """An interim answer other than ``100`` (``101`` switches protocols: final here)."""
+    return head[9:10] == b"1" and head[9:12] not in (b"100", b"101")
+
+
+def _after_head(sock: socket.socket, data: bytes) -> bytes:
+    """The bytes after the head (status line and headers) that ``data`` starts with."""
+    return _read_until(sock, data, b"\r\n\r\n").partition(b"\r\n\r\n")[2]
 
 
 def _read_until(sock: socket.socket, data: bytes, end: bytes) -> bytes:

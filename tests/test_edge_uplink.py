@@ -24,6 +24,7 @@ from edge.uplink import (
     EXPECT_MIN_BYTES,
     GZIP_LEVEL,
     Uplink,
+    _final_head,
     _first_answer,
     _Replayed,
 )
@@ -43,9 +44,11 @@ class _Recorder(BaseHTTPRequestHandler):
     delay = 0.0  # seconds before answering the expectation
     accept_encoding: str | None = None  # said in every answer
     refuse_coding = False  # 415 to a body with a Content-Encoding
+    early_hints = 0  # "103 Early Hints" answers before each answer (as a CDN may send)
 
     def handle_expect_100(self):
         time.sleep(self.delay)
+        self._hints()
         if self.refuse_expect:
             self.send_response(417)
             self.send_header("Content-Length", "0")
@@ -64,7 +67,14 @@ class _Recorder(BaseHTTPRequestHandler):
         decoded = gzip.decompress(body) if coding == "gzip" else body
         self.seen.append((self.path, self.headers.get("Expect"), len(decoded)))
         self.codings.append(coding)
+        self._hints()
         self._answer(200, {"status": "stored"})
+
+    def _hints(self) -> None:
+        for _ in range(self.early_hints):
+            self.send_response_only(103)
+            self.send_header("Link", "</sketch.css>; rel=preload")
+            self.end_headers()
 
     def _answer(self, code: int, doc: dict, retry_after: str | None = None) -> None:
         out = json.dumps(doc).encode()
@@ -127,6 +137,24 @@ def test_a_refusal_before_the_body_costs_no_body_bytes_and_keeps_its_retry_after
     server.handler.busy = False
     assert uplink.post_batch(BIG).action == "ack"
     assert uplink.bytes_on_wire == len(BIG)
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_interim_answers_such_as_103_early_hints_are_skipped(server, busy):
+    """RFC 9110 15.2: a client skips 1xx answers it did not ask for; a 103 before the 100
+    (or before a refusal) and before the final answer neither stands for the final answer
+    nor sends the body early."""
+    server.handler.protocol_version = "HTTP/1.1"
+    server.handler.early_hints, server.handler.busy = 2, busy
+    uplink = Uplink(server.url, "tok")
+    out, took = timed_post(uplink, BIG)
+    assert took < CONTINUE_WAIT / 2 and uplink.expect_continue
+    if busy:
+        assert (out.action, out.status, out.retry_after) == ("retry", 503, 2.0)
+        assert uplink.bytes_on_wire == 0 and server.handler.seen == []
+    else:
+        assert (out.action, out.status) == ("ack", 200)
+        assert server.handler.seen == [("/v1/batches", "100-continue", len(BIG))]
 
 
 def test_a_server_that_ignores_expect_gets_the_body_after_the_wait_then_at_once(
@@ -220,15 +248,17 @@ def test_a_415_to_a_gzipped_body_sends_it_again_as_it_is_and_all_from_then_on(se
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 FINAL = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
          b"Content-Length: 17\r\nRetry-After: 3\r\n\r\n{\"status\": \"no\"}\n")
+EARLY = b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
 
 
 @settings(max_examples=60, deadline=None)
-@given(interim=st.booleans(), cuts=st.lists(st.integers(1, len(CONTINUE + FINAL) - 1),
-                                            max_size=3, unique=True))
-def test_the_first_answer_is_read_right_however_the_network_cuts_it(interim, cuts):
+@given(interim=st.booleans(), hints=st.tuples(st.integers(0, 2), st.integers(0, 2)),
+       cuts=st.lists(st.integers(1, 400), max_size=4, unique=True))
+def test_the_first_answer_is_read_right_however_the_network_cuts_it(interim, hints, cuts):
     """``_first_answer`` tells ``100 Continue`` from a final answer whatever segments its
-    bytes come in, and the final answer reads whole after it."""
-    data = (CONTINUE if interim else b"") + FINAL
+    bytes come in, skipping ``103`` answers before either, and the final answer reads whole
+    after it (the ``103`` answers after the ``100`` skipped too)."""
+    data = EARLY * hints[0] + (CONTINUE + EARLY * hints[1] if interim else b"") + FINAL
     bounds = [0, *sorted(c for c in cuts if c < len(data)), len(data)]
     device, collector = socket.socketpair()
     with device, collector:
@@ -239,6 +269,7 @@ def test_the_first_answer_is_read_right_however_the_network_cuts_it(interim, cut
         sender = threading.Thread(target=send)
         sender.start()
         first, head = _first_answer(device, 5.0, 5.0)
+        head = _final_head(device, head)
         answer = http.client.HTTPResponse(_Replayed(device, head), method="POST")
         answer.begin()
         body = answer.read()
