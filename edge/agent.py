@@ -240,7 +240,10 @@ class Agent:
             source.follow = False
         uploader = None
         if self.uplink is not None:
-            uploader = Uploader(self.outbox, self.uplink)
+            uploader = self.uploader = Uploader(self.outbox, self.uplink)
+            # before any batch: the collector lists the device at once, and its answer
+            # tells whether it takes gzip before the first batch goes
+            self._heartbeat(self.metrics(source))
             uploader.start()
         self.uploader = uploader
         metrics_done = threading.Event()

@@ -451,6 +451,9 @@ class Uploader(threading.Thread):
                 log.info("heartbeats go through again")
             self.counts["heartbeats"] += 1
             self._beat_streak = 0
+            self._authorized()
+        elif out.action == "auth":  # the first request of a run: a wrong token shows at once
+            self._unauthorized(out)
         elif out.status == 404:
             self.beats_off = True
             log.info("the collector has no heartbeat endpoint (HTTP 404: an older version); "
@@ -492,20 +495,7 @@ class Uploader(threading.Thread):
             self.last_error = None
             self._authorized()
         elif out.action == "auth":
-            # the same token fails for every batch: pause them all, keep them, and say it once
-            self.auth_streak += 1
-            self.counts["unauthorized"] += 1
-            self.last_error = why
-            wait = self.outbox.backoff.delay("auth", self.auth_streak)
-            self.hold_until = time.time() + wait
-            if self.auth_streak == 1:
-                log.error("collector refused this device's credentials (HTTP %s: %s): check "
-                          "device.token and device.id; %d batches are kept and uploads are "
-                          "retried with backoff (up to %.0fs apart)", out.status, out.detail,
-                          self.outbox.metrics()["pending"], self.outbox.backoff.max_delay)
-            else:
-                log.debug("still refused (HTTP %s), attempt %d; next in %.1fs", out.status,
-                          self.auth_streak, wait)
+            self._unauthorized(out)
         elif out.action == "reject":
             self._authorized()  # the collector checks the token before anything else
             self.outbox.reject(due.batch_id, why)
@@ -535,6 +525,23 @@ class Uploader(threading.Thread):
         wait = min(out.retry_after, self.outbox.backoff.max_delay)
         self.hold_until = max(self.hold_until, time.time() + wait)
         return self.hold_until
+
+    def _unauthorized(self, out: Outcome) -> None:
+        """A refused token (401/403) fails every request alike: hold them all (batches are
+        kept), back off, and say it once."""
+        self.auth_streak += 1
+        self.counts["unauthorized"] += 1
+        self.last_error = out.why
+        wait = self.outbox.backoff.delay("auth", self.auth_streak)
+        self.hold_until = time.time() + wait
+        if self.auth_streak == 1:
+            log.error("collector refused this device's credentials (HTTP %s: %s): check "
+                      "device.token and device.id; %d batches are kept and uploads are "
+                      "retried with backoff (up to %.0fs apart)", out.status, out.detail,
+                      self.outbox.metrics()["pending"], self.outbox.backoff.max_delay)
+        else:
+            log.debug("still refused (HTTP %s), attempt %d; next in %.1fs", out.status,
+                      self.auth_streak, wait)
 
     def _authorized(self) -> None:
         if self.auth_streak:

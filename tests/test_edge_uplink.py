@@ -45,6 +45,7 @@ class _Recorder(BaseHTTPRequestHandler):
     accept_encoding: str | None = None  # said in every answer
     refuse_coding = False  # 415 to a body with a Content-Encoding
     early_hints = 0  # "103 Early Hints" answers before each answer (as a CDN may send)
+    unauthorized = False  # 401 to every request
 
     def handle_expect_100(self):
         time.sleep(self.delay)
@@ -61,6 +62,8 @@ class _Recorder(BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802 (http.server's naming)
         body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.unauthorized:
+            return self._answer(401, {"error": "unknown token", "status": 401})
         coding = self.headers.get("Content-Encoding")
         if coding and self.refuse_coding:
             return self._answer(415, {"error": f"no {coding}", "status": 415})
@@ -277,3 +280,54 @@ def test_the_first_answer_is_read_right_however_the_network_cuts_it(interim, hin
     assert first == ("continue" if interim else "final")
     assert (answer.status, answer.getheader("Retry-After"), body) == (
         503, "3", b'{"status": "no"}\n')
+
+
+def test_an_agent_says_it_is_up_at_start_so_its_first_batch_is_gzipped(server, tmp_path):
+    """The first heartbeat goes as the agent starts, before any batch: the collector lists
+    the device at once, not a metrics interval later, and its answer tells the agent that
+    the collector takes gzip before the first batch goes."""
+    from test_edge_agent import config, stream
+
+    from edge.agent import Agent
+    from edge.config import parse_config
+
+    server.handler.protocol_version = "HTTP/1.1"
+    server.handler.accept_encoding = "gzip, deflate"
+    doc = config(tmp_path, collector={"url": server.url, "timeout": 5, "heartbeat": 300})
+    doc["device"]["token"] = "tok"
+    final = Agent(parse_config(doc), events=stream(800)).run(once=True)
+    sent = [(path, size, coding) for (path, _, size), coding
+            in zip(server.handler.seen, server.handler.codings)]
+    assert sent[0][0] == sent[-1][0] == "/v1/heartbeat"  # at start, and the "stopped" one
+    assert [path for path, _, _ in sent].count("/v1/heartbeat") == 2
+    batches = [(size, coding) for path, size, coding in sent if path == "/v1/batches"]
+    assert len(batches) == final["batches_sent"] > 0
+    assert any(size >= EXPECT_MIN_BYTES for size, _ in batches)
+    assert all(coding == "gzip" for size, coding in batches if size >= EXPECT_MIN_BYTES)
+
+
+def test_a_wrong_token_shows_at_the_first_heartbeat_and_holds_the_uploads(server, tmp_path,
+                                                                          caplog):
+    """A device with nothing to upload yet learns at start that its token is refused: the
+    error is logged (once) and every upload is held with the backoff, as after a batch's."""
+    from edge.outbox import Outbox
+    from edge.uplink import Uploader
+
+    caplog.set_level(logging.INFO, logger="edge")
+    server.handler.unauthorized = True
+    with Outbox(tmp_path / "outbox.db") as outbox:
+        uploader = Uploader(outbox, Uplink(server.url, "wrong"))
+        uploader.beat({"consumed": 0})
+        assert uploader.send_beat()
+        assert (uploader.counts["unauthorized"], uploader.counts["heartbeats_failed"]) == (1, 0)
+        assert uploader.hold_until > time.time() and uploader.last_error.startswith("HTTP 401")
+        uploader.beat({"consumed": 0})
+        assert not uploader.send_beat()  # held, as a batch would be
+        server.handler.unauthorized = False
+        uploader.hold_until = 0.0
+        uploader.beat({"consumed": 0})
+        assert uploader.send_beat() and uploader.auth_streak == 0
+    said = [r.getMessage() for r in caplog.records if "credentials" in r.getMessage()
+            or "token again" in r.getMessage()]
+    assert len(said) == 2 and said[0].startswith("collector refused this device's credentials")
+    assert said[1].startswith("the collector accepts this device's token again")
