@@ -578,17 +578,15 @@ def _msgpack_records(source: str) -> Iterator[tuple[int | None, object]]:
 def _open_binary(source: str):
     try:
         return storage.open_binary(source)
-    except storage.StorageError as e:
-        raise EventError(f"cannot read ({e})", source) from None
     except OSError as e:
-        raise EventError(f"cannot read ({e.strerror})", source) from None
+        raise EventError(f"cannot read ({_why(e)})", source) from None
 
 
 def _kind(source: str) -> str | None:
     try:
         return storage.kind(source)
-    except storage.StorageError as e:
-        raise EventError(f"cannot read ({e})", source) from None
+    except OSError as e:
+        raise EventError(f"cannot read ({_why(e)})", source) from None
 
 
 def _arrow_source(source: str):
@@ -597,7 +595,11 @@ def _arrow_source(source: str):
     try:
         return storage.open_arrow(source)
     except OSError as e:
-        raise EventError(f"cannot read ({e})", source) from None
+        raise EventError(f"cannot read ({_why(e)})", source) from None
+
+
+def _why(e: OSError) -> str:
+    return e.reason if isinstance(e, storage.StorageError) else e.strerror or str(e)
 
 
 def _rows_chunks(records: Iterator[tuple[int | None, object]], spec: EventSpec,

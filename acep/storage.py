@@ -15,6 +15,7 @@ query), so an error names what the user typed.
 
 from __future__ import annotations
 
+import errno
 import functools
 import io
 import os
@@ -28,10 +29,18 @@ __all__ = ["StorageError", "is_uri", "kind", "open_binary", "open_arrow", "list_
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _ALIASES = {"s3a": "s3", "s3n": "s3"}  # Hadoop's names for S3, as Spark jobs spell them
 _PLAIN = ("s3", "gs", "gcs", "hdfs", "viewfs", "file")
+_HINTS = {"hdfs": "; pyarrow reads HDFS through Hadoop's libhdfs: set JAVA_HOME, HADOOP_HOME "
+                  "and CLASSPATH (hadoop classpath --glob), or ARROW_LIBHDFS_DIR"}
+_HINTS["viewfs"] = _HINTS["hdfs"]
 
 
 class StorageError(OSError):
-    """A source that cannot be reached: no pyarrow, an unknown scheme, a refused request."""
+    """A source that cannot be reached: no pyarrow, an unknown scheme, a refused request.
+    ``reason`` says why, ``source`` names it."""
+
+    def __init__(self, source: str, reason: str):
+        super().__init__(f"{source}: {reason}")
+        self.source, self.reason = source, reason
 
 
 def is_uri(source: str | os.PathLike) -> bool:
@@ -117,7 +126,7 @@ def _spelling(source: str, path: str) -> tuple[str, str]:
     base, _, query = source.partition("?")
     base = base.rstrip("/")
     if not base.endswith(path.rstrip("/")):
-        raise StorageError(f"{source}: cannot tell the filesystem path from the URI")
+        raise StorageError(source, "cannot tell the filesystem path from the URI")
     return base[:len(base) - len(path.rstrip("/"))], ("?" + query if query else "")
 
 
@@ -131,11 +140,14 @@ def _resolve(source: str):
         try:
             import pyarrow.fs as pafs
         except ImportError:
-            raise StorageError(f"reading {split.scheme}:// needs pyarrow "
-                               "(pip install 'acep[files]')") from None
+            raise StorageError(source, f"reading {split.scheme}:// needs pyarrow "
+                                       "(pip install 'acep[files]')") from None
         uri = scheme + source[len(split.scheme):]
         return _call(source, pafs.FileSystem.from_uri, uri)
-    fs = _filesystem(scheme, split.netloc, split.query)
+    try:
+        fs = _filesystem(scheme, split.netloc, split.query)
+    except StorageError as e:
+        raise StorageError(source, e.reason) from None
     if scheme in ("s3", "gs", "gcs"):  # the bucket is the path's first part
         return fs, (split.netloc.rpartition("@")[2] + split.path).rstrip("/")
     return fs, split.path.rstrip("/") or "/"
@@ -146,13 +158,14 @@ def _filesystem(scheme: str, netloc: str, query: str):
     try:
         import pyarrow.fs as pafs
     except ImportError:
-        raise StorageError(f"reading {scheme}:// needs pyarrow (pip install 'acep[files]')"
-                           ) from None
+        raise StorageError(f"{scheme}://", f"reading {scheme}:// needs pyarrow "
+                                           "(pip install 'acep[files]')") from None
     uri = f"{scheme}://{netloc}/" + (f"?{query}" if query else "")
     try:
         return pafs.FileSystem.from_uri(uri)[0]
     except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds
-        raise StorageError(f"{scheme}://{netloc}: cannot use this filesystem ({e})") from None
+        hint = _HINTS.get(scheme, "")
+        raise StorageError(uri, f"cannot use this filesystem: {_first_line(e)}{hint}") from None
 
 
 def _call(source: str, fn, *args, **kw):
@@ -160,6 +173,13 @@ def _call(source: str, fn, *args, **kw):
     try:
         return fn(*args, **kw)
     except FileNotFoundError:
-        raise FileNotFoundError(f"{source}: no such file or directory") from None
+        raise FileNotFoundError(errno.ENOENT, "no such file or directory", source) from None
     except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
-        raise StorageError(f"{source}: {e}") from None
+        raise StorageError(source, _first_line(e)) from None
+
+
+def _first_line(error: Exception) -> str:
+    """pyarrow's message, first line: loading HDFS's JVM lists every path it tried."""
+    text = str(error).strip().splitlines()
+    more = " (and more)" if len(text) > 1 else ""
+    return (text[0] if text else type(error).__name__) + more

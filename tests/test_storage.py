@@ -147,6 +147,9 @@ def test_missing_objects_and_unknown_filesystems_say_so(s3, capsys):
     with pytest.raises(EventError, match="cannot read") as err:
         read_all("nosuchfs://host/events.jsonl")
     assert "nosuchfs" in str(err.value)
+    with pytest.raises(EventError, match="cannot use this filesystem") as err:
+        read_all("hdfs://namenode:8020/events.jsonl")  # no Hadoop here: one line, a hint
+    assert "\n" not in str(err.value) and "libhdfs" in str(err.value)
     assert acep_main(["match", "-p", "a b", "-w", "5", missing]) == 1
     err = capsys.readouterr().err
     assert "no such file" in err and "Traceback" not in err

@@ -309,6 +309,8 @@ def _metadata(source: str):
         finally:
             if opened is not source:
                 opened.close()
+    except storage.StorageError as e:
+        raise SourceError(str(e)) from None
     except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a bad file
         raise SourceError(f"{source}: not a readable Parquet file ({e})") from None
 
