@@ -1,8 +1,9 @@
 """Where input files live: local paths, or URIs of the filesystems pyarrow reads.
 
 A source that looks like ``scheme://...`` is opened with ``pyarrow.fs`` (``s3://``,
-``gs://``, ``hdfs://``, ``abfs://``, ``file://``; Hadoop's ``s3a://`` and ``s3n://``
-are read as ``s3://``, so a Spark user's archive URI works as written). Credentials and
+``gs://``, ``hdfs://``, ``file://``; Hadoop's ``s3a://`` and ``s3n://`` are read as
+``s3://``, so a Spark user's archive URI works as written; a file of another filesystem
+pyarrow knows opens too, but only those are listed). Credentials and
 endpoints come from where pyarrow looks for them: for S3 the ``AWS_*`` environment
 variables (``AWS_ENDPOINT_URL`` for MinIO and other S3-compatible stores), the
 credentials file or the instance's role; or the URI's query, e.g.
@@ -60,9 +61,9 @@ def kind(source: str | os.PathLike) -> str | None:
     source = os.fspath(source)
     if not is_uri(source):
         return "file" if os.path.isfile(source) else "dir" if os.path.isdir(source) else None
+    fs, path = _resolve(source)  # first: it says so when pyarrow is missing
     import pyarrow.fs as pafs
 
-    fs, path = _resolve(source)
     info = _call(source, fs.get_file_info, path)
     return {pafs.FileType.File: "file", pafs.FileType.Directory: "dir"}.get(info.type)
 
@@ -77,9 +78,9 @@ def list_files(root: str | os.PathLike) -> Iterator[tuple[str, str]]:
                 full = os.path.join(folder, name)
                 yield full, os.path.relpath(full, root).replace(os.sep, "/")
         return
+    fs, path = _resolve(root)
     import pyarrow.fs as pafs
 
-    fs, path = _resolve(root)
     prefix, query = _spelling(root, path)
     selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)
     for info in _call(root, fs.get_file_info, selector):
@@ -136,15 +137,10 @@ def _resolve(source: str):
     not once per file. Others are pyarrow's to parse."""
     split = urlsplit(source)
     scheme = _ALIASES.get(split.scheme.lower(), split.scheme.lower())
-    if scheme not in _PLAIN:
-        try:
-            import pyarrow.fs as pafs
-        except ImportError:
-            raise StorageError(source, f"reading {split.scheme}:// needs pyarrow "
-                                       "(pip install 'acep[files]')") from None
-        uri = scheme + source[len(split.scheme):]
-        return _call(source, pafs.FileSystem.from_uri, uri)
     try:
+        if scheme not in _PLAIN:
+            return _call(source, _pafs(scheme).FileSystem.from_uri,
+                         scheme + source[len(split.scheme):])
         fs = _filesystem(scheme, split.netloc, split.query)
     except StorageError as e:
         raise StorageError(source, e.reason) from None
@@ -153,13 +149,18 @@ def _resolve(source: str):
     return fs, split.path.rstrip("/") or "/"
 
 
-@functools.lru_cache(maxsize=64)
-def _filesystem(scheme: str, netloc: str, query: str):
+def _pafs(scheme: str):
     try:
-        import pyarrow.fs as pafs
+        import pyarrow.fs
     except ImportError:
         raise StorageError(f"{scheme}://", f"reading {scheme}:// needs pyarrow "
                                            "(pip install 'acep[files]')") from None
+    return pyarrow.fs
+
+
+@functools.lru_cache(maxsize=64)
+def _filesystem(scheme: str, netloc: str, query: str):
+    pafs = _pafs(scheme)
     uri = f"{scheme}://{netloc}/" + (f"?{query}" if query else "")
     try:
         return pafs.FileSystem.from_uri(uri)[0]

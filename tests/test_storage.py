@@ -155,6 +155,19 @@ def test_missing_objects_and_unknown_filesystems_say_so(s3, capsys):
     assert "no such file" in err and "Traceback" not in err
 
 
+def test_a_device_without_pyarrow_is_told_what_to_install(monkeypatch):
+    """The device side has numpy and msgpack alone: a URI says what it needs."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pyarrow.fs", None)  # as if not installed
+    storage._filesystem.cache_clear()
+    try:
+        with pytest.raises(EventError, match=r"needs pyarrow \(pip install 'acep\[files\]'\)"):
+            read_all(f"s3a://{BUCKET}/files/events.jsonl")
+    finally:
+        storage._filesystem.cache_clear()
+
+
 def test_the_endpoint_may_come_from_the_environment(s3, tmp_path, monkeypatch):
     """AWS_ENDPOINT_URL, as for MinIO; the URI then is the plain s3://bucket/key."""
     local = write_events(random_rows(50, 3), tmp_path / "env.jsonl")
