@@ -73,7 +73,7 @@ def list_files(root: str | os.PathLike) -> Iterator[tuple[str, str]]:
     ``/`` between the relative path's parts, in no set order."""
     root = os.fspath(root)
     if not is_uri(root):
-        for folder, _, names in os.walk(root):
+        for folder, _, names in os.walk(root, followlinks=True):  # as glob does
             for name in names:
                 full = os.path.join(folder, name)
                 yield full, os.path.relpath(full, root).replace(os.sep, "/")
