@@ -98,6 +98,7 @@ class Agent:
         self.commits = Commits(self.stop_event, DISK_FULL_RETRY)
         self.uploader: Uploader | None = None
         self._beat_at = 0.0  # when the last heartbeat was handed to the uploader
+        self.started_at = time.time()  # in every metrics line: restarts show in the fleet
         self._metrics_lost = 0  # metrics lines not written in a row
         self.uplink = None if config.collector_url is None else \
             Uplink(config.collector_url, config.token or "", config.timeout, config.ca_file,
@@ -488,7 +489,8 @@ class Agent:
             s[name] += carried
         ob = self.outbox.metrics()
         sk = self.sketches
-        out = {"time": time.time(), "device": self.cfg.device_id, **self.counts, **sk.counts,
+        out = {"time": time.time(), "started_at": self.started_at,
+               "device": self.cfg.device_id, **self.counts, **sk.counts,
                "consumed": self.consumed, "seq": self.seq, "candidates": s["candidates"],
                "shed": s["shed"], "decide_ns": s["decide_ns"], "lag_s": round(self.lag, 4),
                "ops_per_event": self._ops_now(), "policy": sk.policy_name,

@@ -2,7 +2,8 @@
 
 The counters since the server started, as ``acep_collector_*_total``, and per device its
 last request (``acep_device_last_seen_timestamp_seconds``, to alert on ``time() - x``) and
-a few numbers of its last heartbeat (outbox backlog, dead letters, lag, a full disk). A
+a few numbers of its last heartbeat (outbox backlog, dead letters, lag, a full disk, when
+its agent started: a device restarting over and over still looks seen). A
 heartbeat's status comes from a device, so only finite numbers (and true/false as 1/0) are
 taken from it.
 """
@@ -55,13 +56,15 @@ GAUGES = {
     "departure_rate_bytes": "upload bytes answered per second while busy (moving average; "
                             "0 before the first measurement)",
 }
-DEVICE_GAUGES = {
+DEVICE_GAUGES = {  # heartbeat key -> help (a metric acep_device_<key>, or as RENAMED)
     "outbox_pending": "batches waiting in the device's outbox, at its last heartbeat",
     "outbox_dead": "dead letters in the device's outbox, at its last heartbeat",
     "lag_s": "seconds the device's matching lagged behind its input, at its last heartbeat",
     "outbox_disk_full": "1 while the device's outbox waits for room on a full disk, at its "
                         "last heartbeat",
+    "started_at": "when the device's agent started (Unix time; changes(...) counts restarts)",
 }
+RENAMED = {"started_at": "started_timestamp_seconds"}  # Prometheus names a time's unit
 
 
 def wants_prometheus(accept: str, query: Mapping[str, str]) -> bool:
@@ -108,8 +111,8 @@ class _Families:
         seen = GaugeMetricFamily("acep_device_last_seen_timestamp_seconds",
                                  "when the device last made an authenticated request or "
                                  "heartbeat (Unix time)", labels=["device"])
-        gauges = {k: GaugeMetricFamily(f"acep_device_{k}", doc, labels=["device"])
-                  for k, doc in DEVICE_GAUGES.items()}
+        gauges = {k: GaugeMetricFamily(f"acep_device_{RENAMED.get(k, k)}", doc,
+                                       labels=["device"]) for k, doc in DEVICE_GAUGES.items()}
         for d in self.devices:
             if d["last_seen"] is not None:
                 seen.add_metric([d["device"]], d["last_seen"])

@@ -573,7 +573,8 @@ def test_metrics_for_prometheus_say_what_the_json_says_and_when_each_device_was_
 
     assert post(srv, encode_batch(make_batch("d1", 0)), srv.tokens["d1"])[0] == 200
     assert beat(srv, json.dumps({"outbox_pending": 4, "outbox_dead": 1, "lag_s": 0.25,
-                                 "outbox_disk_full": True}).encode(), srv.tokens["d1"])[0] == 200
+                                 "outbox_disk_full": True, "started_at": 1.7e9}).encode(),
+                srv.tokens["d1"])[0] == 200
     assert beat(srv, b'{"outbox_pending": "many", "outbox_dead": [1], "lag_s": NaN}',
                 srv.tokens["d2"])[0] == 200  # a device's numbers are not trusted
     assert post(srv, b"not msgpack", srv.tokens["d2"])[0] == 400
@@ -601,7 +602,8 @@ def test_metrics_for_prometheus_say_what_the_json_says_and_when_each_device_was_
               if name.startswith("acep_device_") and "last_seen" not in name}
     assert gauges == {("acep_device_outbox_pending", "d1"): 4.0,
                       ("acep_device_outbox_dead", "d1"): 1.0, ("acep_device_lag_s", "d1"): 0.25,
-                      ("acep_device_outbox_disk_full", "d1"): 1.0}
+                      ("acep_device_outbox_disk_full", "d1"): 1.0,
+                      ("acep_device_started_timestamp_seconds", "d1"): 1.7e9}
     status, text, headers = request(srv.url + "/metrics", headers={
         "Accept": "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"})
     assert headers["Content-Type"].startswith("application/openmetrics-text")

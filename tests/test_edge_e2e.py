@@ -413,11 +413,15 @@ def test_agent_sigkilled_mid_batch_and_restarted(tmp_path, collector):
     assert kills == 6 and mid_stream >= 1, "no kill landed mid-stream"
     run.append(events[3000:])  # the last restart always has new events, however fast the last run
     left = len(run.written) - run.state("consumed")
+    restarted = time.time()
     run.start()
     wait_for(lambda: run.alive() or run.caught_up(collector), "the agent to catch up")
     final = run.stop()
     assert final["events_in"] == left  # it resumes where the killed run committed
     assert_nothing_lost_or_duplicated(collector, run)
+    # the fleet sees the restart: the last start's time, from its heartbeats
+    (status,) = query(collector.db, "SELECT status FROM devices WHERE device_id = ?", (DEVICE,))
+    assert json.loads(status[0])["started_at"] == final["started_at"] > restarted
 
 
 def test_duplicate_deliveries_store_nothing_new(tmp_path, collector):
