@@ -628,14 +628,14 @@ class Collector:
         doc = {name: self.metrics.get(name, 0) for name in exposition.COUNTERS}
         doc["requests"] = {str(k): v for k, v in sorted(self.status_counts.items())}
         doc["uptime_s"] = round(uptime, 3)
-        doc.update(self.gauges(), min_free_bytes=self.min_free,
-                   max_wait_s=self.admission.max_wait,
-                   device_uploads=self.admission.per_device)
+        doc.update(self.gauges())
         return web.json_response(doc)
 
     def gauges(self) -> dict[str, float]:
-        """The values of :data:`edge.exposition.GAUGES`."""
-        return {"free_bytes": self.free_bytes(), **self.admission.gauges()}
+        """The values of :data:`edge.exposition.GAUGES` (the limits too, for alerts)."""
+        return {"free_bytes": self.free_bytes(), "min_free_bytes": self.min_free,
+                **self.admission.gauges(), "max_wait_s": self.admission.max_wait,
+                "device_uploads": self.admission.per_device}
 
 
 def _decode(body: bytes, limits: Limits, device: str):

@@ -55,6 +55,9 @@ GAUGES = {
                              "bytes / departure rate; refused above --max-wait)",
     "departure_rate_bytes": "upload bytes answered per second while busy (moving average; "
                             "0 before the first measurement)",
+    "min_free_bytes": "--min-free: below this much free space uploads are refused (507)",
+    "max_wait_s": "--max-wait: uploads that would wait longer are refused (503)",
+    "device_uploads": "--device-uploads: uploads taken at once from one device (more: 429)",
 }
 DEVICE_GAUGES = {  # heartbeat key -> help (a metric acep_device_<key>, or as RENAMED)
     "outbox_pending": "batches waiting in the device's outbox, at its last heartbeat",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import signal
 import socket
 import sqlite3
@@ -610,6 +611,48 @@ def test_metrics_for_prometheus_say_what_the_json_says_and_when_each_device_was_
     assert text.decode().endswith("# EOF\n")
     assert request(srv.url + "/metrics?format=prometheus")[2]["Content-Type"].startswith(
         "text/plain")
+
+
+ALERTS = ROOT / "examples" / "prometheus"
+
+
+def test_the_example_alert_rules_name_metrics_the_collector_exports(srv):
+    """examples/prometheus/acep-alerts.yml: every acep_* series its expressions read is one
+    a real collector exports (after a heartbeat with every device number); a renamed
+    metric would silence an alert without a word."""
+    import re
+
+    import yaml
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from edge.exposition import DEVICE_GAUGES
+
+    status = {key: 1.0 for key in DEVICE_GAUGES}
+    assert beat(srv, json.dumps(status).encode(), srv.tokens["d1"])[0] == 200
+    text = request(srv.url + "/metrics?format=prometheus")[1].decode()
+    exported = {s.name for family in text_string_to_metric_families(text)
+                for s in family.samples}
+    rules = [r for g in yaml.safe_load((ALERTS / "acep-alerts.yml").read_text())["groups"]
+             for r in g["rules"]]
+    assert len(rules) >= 8 and len({r["alert"] for r in rules}) == len(rules)
+    read = set()
+    for rule in rules:
+        assert rule["labels"]["severity"] in ("info", "warning", "critical"), rule["alert"]
+        assert rule["annotations"]["summary"], rule["alert"]
+        read |= set(re.findall(r"\bacep_[a-z0-9_]+", rule["expr"]))
+    assert read and read <= exported, read - exported
+    assert {f"acep_device_{k}" for k in ("outbox_pending", "outbox_dead", "lag_s",
+                                         "outbox_disk_full")} <= read
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None,
+                    reason="promtool (Debian's prometheus package; .ci/run installs it)")
+def test_the_example_alert_rules_pass_promtool_and_their_unit_tests():
+    for args in (["check", "rules", "acep-alerts.yml"], ["test", "rules",
+                                                         "acep-alerts.test.yml"]):
+        done = subprocess.run(["promtool", *args], cwd=ALERTS, capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_a_database_from_before_heartbeats_and_digests_is_upgraded_in_place(tmp_path):
