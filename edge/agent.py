@@ -239,14 +239,13 @@ class Agent:
         source = self._make_source()
         if once and isinstance(source, FileSource):
             source.follow = False
-        uploader = None
-        if self.uplink is not None:
-            uploader = self.uploader = Uploader(self.outbox, self.uplink)
+        uploader = self.uploader = None if self.uplink is None else \
+            Uploader(self.outbox, self.uplink)
+        if uploader is not None:
             # before any batch: the collector lists the device at once, and its answer
             # tells whether it takes gzip before the first batch goes
             self._heartbeat(self.metrics(source))
             uploader.start()
-        self.uploader = uploader
         metrics_done = threading.Event()
         metrics_thread = threading.Thread(target=self._metrics_loop, args=(source, metrics_done),
                                           name="agent-metrics", daemon=True)
