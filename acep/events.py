@@ -64,7 +64,7 @@ class EventError(ValueError):
                  field: str | None = None, position: int | None = None):
         self.message, self.source, self.line = message, source, line
         self.field, self.position = field, position
-        where = [str(source)]
+        where = [storage.redact(str(source))]  # no credentials of a URI in messages
         if line is not None:
             where.append(f"line {line}")
         elif position is not None:

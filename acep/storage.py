@@ -1,4 +1,5 @@
-"""Where input files live: local paths, or URIs of the filesystems pyarrow reads.
+"""Where input files live: local paths, or URIs of the filesystems pyarrow reads; and
+where the collector's archive is mirrored to (:func:`put_file`, :func:`delete_file`).
 
 A source that looks like ``scheme://...`` is opened with ``pyarrow.fs`` (``s3://``,
 ``gs://``, ``hdfs://``, ``file://``; Hadoop's ``s3a://`` and ``s3n://`` are read as
@@ -25,14 +26,17 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 __all__ = ["StorageError", "is_uri", "kind", "open_binary", "open_arrow", "list_files",
-           "suffix", "parts", "absolute"]
+           "suffix", "parts", "absolute", "join", "sizes", "put_file", "delete_file",
+           "check_scheme", "redact"]
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _ALIASES = {"s3a": "s3", "s3n": "s3"}  # Hadoop's names for S3, as Spark jobs spell them
 _PLAIN = ("s3", "gs", "gcs", "hdfs", "viewfs", "file")
+_WHOLE = ("s3", "gs", "gcs")  # an object shows once its upload completes: no rename needed
 _HINTS = {"hdfs": "; pyarrow reads HDFS through Hadoop's libhdfs: set JAVA_HOME, HADOOP_HOME "
                   "and CLASSPATH (hadoop classpath --glob), or ARROW_LIBHDFS_DIR"}
 _HINTS["viewfs"] = _HINTS["hdfs"]
+_SECRET = re.compile(r"(?i)(secret|token|password|credential|(^|_)key)")
 
 
 class StorageError(OSError):
@@ -40,8 +44,23 @@ class StorageError(OSError):
     ``reason`` says why, ``source`` names it."""
 
     def __init__(self, source: str, reason: str):
-        super().__init__(f"{source}: {reason}")
+        super().__init__(f"{redact(source)}: {reason}")
         self.source, self.reason = source, reason
+
+
+def redact(source: str | os.PathLike) -> str:
+    """``source`` as messages and logs show it: a URI's user part (S3 takes
+    ``s3://KEY:SECRET@bucket``) and the values of query keys that look secret masked."""
+    source = os.fspath(source)
+    if not is_uri(source):
+        return source
+    split = urlsplit(source)
+    netloc = split.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    query = "&".join(f"{k}=***" if _SECRET.search(k) and sep else k + sep + v
+                     for k, sep, v in (p.partition("=") for p in split.query.split("&") if p))
+    return split._replace(netloc=netloc, query=query).geturl()
 
 
 def is_uri(source: str | os.PathLike) -> bool:
@@ -71,12 +90,23 @@ def kind(source: str | os.PathLike) -> str | None:
 def list_files(root: str | os.PathLike) -> Iterator[tuple[str, str]]:
     """Every file under the directory ``root``: ``(source, path relative to root)``, with
     ``/`` between the relative path's parts, in no set order."""
-    root = os.fspath(root)
+    for source, rel, _ in _entries(os.fspath(root)):
+        yield source, rel
+
+
+def sizes(root: str | os.PathLike) -> dict[str, int]:
+    """Every file under the directory ``root`` (none when there is none): its size by its
+    path relative to ``root`` (``/`` between parts)."""
+    return {rel: size for _, rel, size in _entries(os.fspath(root))}
+
+
+def _entries(root: str) -> Iterator[tuple[str, str, int]]:
     if not is_uri(root):
         for folder, _, names in os.walk(root, followlinks=True):  # as glob does
             for name in names:
                 full = os.path.join(folder, name)
-                yield full, os.path.relpath(full, root).replace(os.sep, "/")
+                yield (full, os.path.relpath(full, root).replace(os.sep, "/"),
+                       os.path.getsize(full))
         return
     fs, path = _resolve(root)
     import pyarrow.fs as pafs
@@ -85,7 +115,90 @@ def list_files(root: str | os.PathLike) -> Iterator[tuple[str, str]]:
     selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)
     for info in _call(root, fs.get_file_info, selector):
         if info.type == pafs.FileType.File:
-            yield prefix + info.path + query, info.path[len(path):].lstrip("/")
+            yield prefix + info.path + query, info.path[len(path):].lstrip("/"), info.size
+
+
+def join(root: str | os.PathLike, rel: str) -> str:
+    """The file at ``rel`` (``/`` between parts) under the directory ``root``: a URI keeps
+    its query at the end."""
+    root = os.fspath(root)
+    if not is_uri(root):
+        return os.path.join(root, *rel.split("/"))
+    base, sep, query = root.partition("?")
+    return f"{base.rstrip('/')}/{rel}{sep}{query}"
+
+
+def put_file(local: str | os.PathLike, dest: str | os.PathLike) -> int:
+    """Copy the local file to ``dest`` (a path or URI), whole or not at all: S3 and GCS
+    show an object once its upload completes; elsewhere it is written under a hidden name
+    beside ``dest`` (``.name.tmp``, which readers skip) and renamed. Its size."""
+    dest = os.fspath(dest)
+    if not is_uri(dest):
+        return _put_local(os.fspath(local), dest)
+    fs, path = _resolve(dest)
+    scheme = urlsplit(dest).scheme.lower()
+    whole = _ALIASES.get(scheme, scheme) in _WHOLE
+    folder, _, name = path.rpartition("/")
+    target = path if whole else f"{folder}/.{name}.tmp"
+    if not whole:
+        _call(dest, fs.create_dir, folder, recursive=True)
+    with open(local, "rb") as src:
+        def copy() -> int:
+            with fs.open_output_stream(target) as out:
+                return _copy(src, out)
+        size = _call(dest, copy)
+    if not whole:
+        _call(dest, fs.move, target, path)
+    return size
+
+
+def _put_local(local: str, dest: str) -> int:
+    folder, name = os.path.split(os.path.abspath(dest))
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{name}.tmp")
+    try:
+        with open(local, "rb") as src, open(tmp, "wb") as out:
+            size = _copy(src, out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return size
+
+
+def _copy(src, out) -> int:
+    size = 0
+    while chunk := src.read(1 << 20):
+        out.write(chunk)
+        size += len(chunk)
+    return size
+
+
+def delete_file(dest: str | os.PathLike) -> bool:
+    """Delete the file ``dest`` (a path or URI); False when there was none."""
+    dest = os.fspath(dest)
+    if not is_uri(dest):
+        try:
+            os.unlink(dest)
+        except FileNotFoundError:
+            return False
+        return True
+    fs, path = _resolve(dest)
+    try:
+        _call(dest, fs.delete_file, path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def check_scheme(root: str | os.PathLike) -> None:
+    """Raise :class:`StorageError` when ``root`` names no filesystem this process can use
+    (an unknown scheme, no pyarrow); reaching it is not tried."""
+    root = os.fspath(root)
+    if is_uri(root):
+        _resolve(root)
 
 
 def open_binary(source: str | os.PathLike):
@@ -174,7 +287,8 @@ def _call(source: str, fn, *args, **kw):
     try:
         return fn(*args, **kw)
     except FileNotFoundError:
-        raise FileNotFoundError(errno.ENOENT, "no such file or directory", source) from None
+        raise FileNotFoundError(errno.ENOENT, "no such file or directory",
+                                redact(source)) from None
     except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
         raise StorageError(source, _first_line(e)) from None
 

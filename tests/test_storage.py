@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import csv
 import json
-import logging
-import os
 from pathlib import Path
 
 import msgpack
@@ -19,60 +17,20 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("moto.server", reason="needs moto's S3 server (pip install -e '.[test]')")
 
-import pyarrow.fs as pafs  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
+from s3_server import BUCKET, S3, credentials  # noqa: E402
 
 from acep import storage  # noqa: E402
 from acep.cli import main as acep_main  # noqa: E402
 from acep.events import EventError, read_all, read_chunks  # noqa: E402
 
-BUCKET = "fleet"
-
-
-class S3:
-    """A bucket on a moto server on loopback, and URIs into it as a user writes them."""
-
-    def __init__(self):
-        from moto.server import ThreadedMotoServer
-
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)
-        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        self.server.start()
-        host, port = self.server.get_host_and_port()
-        self.endpoint = f"{host}:{port}"
-        self.fs = pafs.S3FileSystem(endpoint_override=self.endpoint, scheme="http",
-                                    region="us-east-1", access_key="test", secret_key="test",
-                                    allow_bucket_creation=True)
-        self.fs.create_dir(BUCKET)
-
-    def uri(self, key: str, scheme: str = "s3") -> str:
-        return (f"{scheme}://{BUCKET}/{key}?endpoint_override={self.endpoint}&scheme=http"
-                f"&region=us-east-1")
-
-    def put(self, local: Path, key: str) -> str:
-        """Copy a local file or directory tree to ``key``; its URI."""
-        if local.is_dir():
-            pafs.copy_files(str(local), f"{BUCKET}/{key}",
-                            source_filesystem=pafs.LocalFileSystem(),
-                            destination_filesystem=self.fs)
-        else:
-            with self.fs.open_output_stream(f"{BUCKET}/{key}") as out:
-                out.write(local.read_bytes())
-        return self.uri(key)
-
 
 @pytest.fixture(scope="module")
 def s3():
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                                           "AWS_EC2_METADATA_DISABLED")}
-    os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test",
-                      AWS_EC2_METADATA_DISABLED="true")
-    server = S3()
-    yield server
-    server.server.stop()
-    storage._filesystem.cache_clear()
-    for k, v in saved.items():
-        os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    with credentials():
+        server = S3()
+        yield server
+        server.stop()
 
 
 def random_rows(n: int, seed: int) -> list[dict]:
@@ -153,6 +111,11 @@ def test_missing_objects_and_unknown_filesystems_say_so(s3, capsys):
     assert acep_main(["match", "-p", "a b", "-w", "5", missing]) == 1
     err = capsys.readouterr().err
     assert "no such file" in err and "Traceback" not in err
+    # credentials in the URI (S3 takes KEY:SECRET@) are not shown
+    with pytest.raises(EventError, match="no such file") as err:
+        read_all(s3.uri("files/none.jsonl", user="AKIDSHOWN:s3cr3tvalue@"))
+    assert "s3://***@fleet/files/none.jsonl" in str(err.value)
+    assert "s3cr3t" not in str(err.value) and "AKIDSHOWN" not in str(err.value)
 
 
 def test_a_device_without_pyarrow_is_told_what_to_install(monkeypatch):
@@ -284,3 +247,15 @@ def test_outputs_beside_an_input_uri(s3):
     check_outputs({"--out": "s3://fleet/out"}, ["s3://fleet/in"])
     with pytest.raises(OutputError, match="would replace the input"):
         check_outputs({"--out": "s3://fleet/in/out"}, ["s3://fleet/in"])
+
+
+@pytest.mark.parametrize("source, shown", [
+    ("s3://KEY:SECRET@fleet/a.parquet?region=eu-west-1", "s3://***@fleet/a.parquet?region=eu-west-1"),
+    ("gs://fleet/a?access_token=SECRET&scheme=http", "gs://fleet/a?access_token=***&scheme=http"),
+    ("s3://fleet/a?endpoint_override=minio:9000", "s3://fleet/a?endpoint_override=minio:9000"),
+    ("hdfs://namenode:8020/archive", "hdfs://namenode:8020/archive"),
+    ("/data/user@host/events.jsonl", "/data/user@host/events.jsonl"),
+])
+def test_messages_show_uris_without_their_credentials(source, shown):
+    assert storage.redact(source) == shown
+    assert str(storage.StorageError(source, "refused")) == f"{shown}: refused"
