@@ -14,8 +14,9 @@ starts with one).
 Compaction (:meth:`Archive.compact`, ``acep serve --compact``) merges a closed day's small
 files of one device into ``compact-<ns>.parquet`` files of up to ``COMPACT_ROWS`` rows, one
 per pattern definition and column schema, each naming the files it replaced in its
-metadata (``acep.compacted``). The database says which file holds a batch; a file no batch
-refers to is not live (see the collector's compaction pass).
+metadata (``acep.compacted``; a compacted file merged again passes its list on, so the
+batch files of every generation are named). The database says which file holds a batch;
+a file no batch refers to is not live (see the collector's compaction pass).
 """
 
 from __future__ import annotations
@@ -73,10 +74,11 @@ class Archive:
         return path
 
 
-    def device_folders(self, before: str) -> list[Path]:
-        """The ``date=D/device=X`` folders of the days before ``before`` (ISO day)."""
+    def device_folders(self, before: str, since: str = "") -> list[Path]:
+        """The ``date=D/device=X`` folders of the days from ``since`` to before ``before``
+        (ISO days)."""
         return sorted(f for f in self.root.glob("date=*/device=*")
-                      if f.is_dir() and f.parent.name[len("date="):] < before)
+                      if f.is_dir() and since <= f.parent.name[len("date="):] < before)
 
     def compact(self, files: list[Path]) -> list[tuple[Path, list[Path]]]:
         """Merge the small ones among ``files`` (live files of one device folder, below
@@ -112,8 +114,10 @@ class Archive:
         path = folder / f"compact-{time.time_ns()}.parquet"
         while path.exists():
             path = folder / f"compact-{time.time_ns()}.parquet"
+        replaced = [name for p in paths for name in [p.name, *(
+            compacted_names(p) if p.name.startswith("compact-") else [])]]
         schema = schema.with_metadata({**(schema.metadata or {}),
-                                       COMPACTED: json.dumps([p.name for p in paths])})
+                                       COMPACTED: json.dumps(replaced)})
         with _durably(path) as tmp, pq.ParquetWriter(tmp, schema) as writer:
             pending, rows = [], 0
             for p in paths:
@@ -125,12 +129,14 @@ class Archive:
                     pending, rows = [], 0
         return path
 
-    def prune(self, day: str) -> int:
+    def prune(self, day: str, keep: frozenset[str] | set[str] = frozenset()) -> int:
         """Delete the days before ``day`` (``YYYY-MM-DD``, UTC: the batches created before
-        it, as :meth:`Store.prune` does); how many files were removed."""
+        it, as :meth:`Store.prune` does) but those in ``keep``; how many files were
+        removed."""
         removed = 0
         for folder in sorted(self.root.glob("date=*")):
-            if folder.is_dir() and folder.name[len("date="):] < day:
+            if folder.is_dir() and folder.name[len("date="):] < day and \
+                    folder.name[len("date="):] not in keep:
                 removed += sum(1 for f in folder.rglob("*") if f.is_file())
                 shutil.rmtree(folder)
         return removed
@@ -193,8 +199,9 @@ def _runs(members: list[tuple]) -> list[list[tuple]]:
     return runs
 
 
-def compacted_names(path: Path) -> list[str]:
-    """The names of the files a compacted file replaced (none for a batch's file)."""
+def compacted_names(path) -> list[str]:
+    """The names of the files a compacted file replaced, and of those they replaced in
+    turn (none for a batch's file); ``path`` as pyarrow's readers take it."""
     import pyarrow.parquet as pq
 
     raw = (pq.read_schema(path).metadata or {}).get(COMPACTED)

@@ -35,11 +35,14 @@ import sqlite3
 import ssl
 import sys
 import time
+import urllib.parse
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from aiohttp import web
+
+from acep import storage
 
 from . import exposition
 from .admission import DEFAULT_MAX_WAIT, DEFAULT_PER_DEVICE, Admission, Refusal
@@ -47,6 +50,7 @@ from .archive import Archive, archive_path, compacted_names
 from .archive import encode as encode_archive
 from .codings import ACCEPT_ENCODING, BodyDecoder, CodingError
 from .logs import LOG_LEVELS, LogLimiter
+from .mirror import Mirror
 from .recheck import recheck_batch
 from .store import Prepared, Store, open_store, prepare
 from .wire import ID_RULE, LOOPBACK, Limits, UploadBatch, WireError, decode, valid_id
@@ -108,7 +112,8 @@ class Collector:
                  sketch_key: bytes | None = None, limits: Limits | None = None,
                  recheck_workers: int = 0, min_free: int = DEFAULT_MIN_FREE,
                  retain_days: int | None = None, compact: bool = False,
-                 max_wait: float = DEFAULT_MAX_WAIT, device_uploads: int = DEFAULT_PER_DEVICE):
+                 max_wait: float = DEFAULT_MAX_WAIT, device_uploads: int = DEFAULT_PER_DEVICE,
+                 mirror: str | None = None):
         self.store, self.archive = store, archive
         self.min_free, self.retain_days, self.compact = int(min_free), retain_days, compact
         self.low_space: str | None = None  # why uploads are refused (507), while they are
@@ -132,6 +137,8 @@ class Collector:
         self.metrics: Counter = Counter()
         self.status_counts: Counter = Counter()
         self.started = time.time()
+        # a copy of the archive in object storage (edge/mirror.py), started by serve()
+        self.mirror = None if mirror is None else Mirror(archive.root, mirror, self.metrics)
 
     async def run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
@@ -196,6 +203,8 @@ class Collector:
             return self.failed(exc, item[1])
 
     def close(self) -> None:
+        if self.mirror is not None:
+            self.mirror.stop()
         self.pool.shutdown(wait=True)
         self.io.shutdown(wait=True)
         if self.procs is not None:
@@ -345,7 +354,7 @@ class Collector:
         while some := await self.run(self.store.prune_chunk, _midnight(day)):
             for table, n in some.items():
                 gone[table] += n
-        gone["archive_files"] = await self.run(self.archive.prune, day.isoformat())
+        gone["archive_files"] = await self.run(self._prune_archive, day.isoformat())
         for name, n in gone.items():
             self.metrics[f"pruned_{name}"] += n
         if any(gone.values()):
@@ -353,15 +362,32 @@ class Collector:
                      self.retain_days, day.isoformat(), json.dumps(gone))
         return gone
 
+    def _prune_archive(self, day: str) -> int:
+        """The archive's days before ``day``, but those with a file the mirror has not
+        copied yet (database thread: no upload adds one meanwhile)."""
+        held = set() if self.mirror is None else self.mirror.held_days()
+        if held is None:
+            log.info("retention: the archive's days are kept until the mirror is compared "
+                     "with the archive")
+            return 0
+        if any(d < day for d in held):
+            log.info("retention: the archive's days %s are kept until the mirror has them",
+                     ", ".join(sorted(d for d in held if d < day)))
+        return self.archive.prune(day, keep=held)
+
     async def compact_pass(self, today: dt.date | None = None) -> dict[str, int]:
         """Merge the small archive files of the days before ``today`` (UTC), device folder
         by device folder (:meth:`edge.archive.Archive.compact`): the merge in a thread of
         its own while uploads go on, then in the database thread the batches moved to the
         new files (one transaction) and the old files deleted. An interrupted pass leaves
         files no batch is in; the next pass deletes them. How many files of each kind."""
-        before = (today or dt.datetime.now(dt.timezone.utc).date()).isoformat()
+        today = today or dt.datetime.now(dt.timezone.utc).date()
+        before = today.isoformat()
+        # not the days retention deletes (a day the mirror holds back included)
+        since = "" if self.retain_days is None else \
+            (today - dt.timedelta(days=self.retain_days)).isoformat()
         done: Counter = Counter()
-        for folder in await asyncio.to_thread(self.archive.device_folders, before):
+        for folder in await asyncio.to_thread(self.archive.device_folders, before, since):
             try:
                 done.update(await self._compact_folder(folder))
             except Exception as exc:  # a bad file, a full disk: the other folders go on
@@ -395,9 +421,12 @@ class Collector:
         (database thread: no upload is stored in between)."""
         self.store.move_archive(moves)
         live = self.store.archive_files(rel)
-        for path in gone:
-            if f"{rel}/{path.name}" not in live:
-                path.unlink(missing_ok=True)
+        deleted = [f"{rel}/{path.name}" for path in gone if f"{rel}/{path.name}" not in live]
+        for name in deleted:
+            (self.archive.root / name).unlink(missing_ok=True)
+        if self.mirror is not None:  # the new files first: the mirror never lacks a batch
+            self.mirror.put([new for _, new in moves])
+            self.mirror.delete(deleted)
 
     # ----------------------------------------------------------------- ingest
 
@@ -438,6 +467,8 @@ class Collector:
                 repeats.append((k, prep))
         paths = list(self.io.map(self._archive, [(body, prep) for _, body, prep in new]))
         done = self.store.store_prepared([(prep, path) for (_, _, prep), path in zip(new, paths)])
+        if self.mirror is not None:
+            self.mirror.put([path for path, stored in zip(paths, done) if stored and path])
         for (k, _, prep), stored in zip(new, done):
             if not stored:  # cannot happen (checked above); the database has the last word
                 repeats.append((k, prep))
@@ -635,7 +666,8 @@ class Collector:
         """The values of :data:`edge.exposition.GAUGES` (the limits too, for alerts)."""
         return {"free_bytes": self.free_bytes(), "min_free_bytes": self.min_free,
                 **self.admission.gauges(), "max_wait_s": self.admission.max_wait,
-                "device_uploads": self.admission.per_device}
+                "device_uploads": self.admission.per_device,
+                **(self.mirror.gauges() if self.mirror is not None else {})}
 
 
 def _decode(body: bytes, limits: Limits, device: str):
@@ -771,6 +803,8 @@ async def serve(collector: Collector, host: str, port: int, ready=print,
         loop.add_signal_handler(sig, stop.set)
     scheme = "http" if tls is None else "https"
     ready(f"acep collector listening on {scheme}://{bound[0]}:{bound[1]}")
+    if collector.mirror is not None:
+        collector.mirror.start()
     upkeep = asyncio.create_task(collector.maintain())
     try:
         await stop.wait()
@@ -848,6 +882,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="while serving, merge each device's small archive files of the days "
                         "before today into files of up to a million rows, at the start and "
                         "every hour (the trainer reads far fewer files)")
+    p.add_argument("--mirror", metavar="URI",
+                   help="keep a copy of the archive here while serving, for a cluster's "
+                        "trainer to read: s3://bucket/prefix (also gs://, hdfs://, a path); "
+                        "each stored batch's file is copied, compactions follow, retention "
+                        "leaves it alone; what is missing is copied at the start")
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
                    help="DEBUG, INFO (default: start, retention, refused and failed "
                         "requests), WARNING or ERROR; logged on stderr")
@@ -900,17 +939,40 @@ def _prune(store: Store, args: argparse.Namespace) -> int:
     return 0
 
 
+def _bad_mirror(mirror: str, archive: str) -> str | None:
+    """Why ``--mirror`` cannot be used (None: it can be tried): a filesystem this
+    collector cannot write, or a folder that holds the archive or is inside it."""
+    try:
+        storage.check_scheme(mirror)
+    except storage.StorageError as exc:
+        return exc.reason
+    local = urllib.parse.urlsplit(mirror).path if mirror.startswith("file://") else \
+        None if storage.is_uri(mirror) else mirror
+    if local is not None:
+        a, m = os.path.realpath(archive), os.path.realpath(local)
+        if os.path.commonpath([a, m]) in (a, m):
+            where = "the archive itself" if m == a else "inside the archive" \
+                if os.path.commonpath([a, m]) == a else "a folder the archive is in"
+            return f"is {where} ({archive}); the mirror must be another place"
+    return None
+
+
 def _leftovers(files: list, held: list) -> list:
-    """Files of an interrupted compaction: a compacted file no batch is in (written, then
-    the collector stopped), and a file a compacted file that batches are in replaced (the
-    batches moved, then it stopped before the deletion)."""
+    """Files of an interrupted compaction: a compacted file no batch is in while files it
+    replaced are still there (written, then the collector stopped: they hold its
+    batches), and a file a compacted file that batches are in replaced (the batches
+    moved, then it stopped before the deletion). A compacted file no batch is in whose
+    files are all gone holds batches retention deleted from the database (the files kept
+    on disk for the mirror, ``--mirror``): not a leftover; retention deletes it."""
     held_names = {p.name for p in held}
     unheld = [p for p in files if p.name not in held_names]
     if not unheld:
         return []
     replaced = {name for p in held if p.name.startswith("compact-")
                 for name in compacted_names(p)}
-    return [p for p in unheld if p.name.startswith("compact-") or p.name in replaced]
+    present = {p.name for p in files}
+    return [p for p in unheld if p.name in replaced or (
+        p.name.startswith("compact-") and not present.isdisjoint(compacted_names(p)))]
 
 
 def _midnight(day: dt.date) -> float:
@@ -994,6 +1056,9 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and value < least:
             print(f"acep serve: {flag} must be {least} or more", file=sys.stderr)
             return 2
+    if args.mirror is not None and (why := _bad_mirror(args.mirror, args.archive)):
+        print(f"acep serve: --mirror {storage.redact(args.mirror)}: {why}", file=sys.stderr)
+        return 2
     try:
         tls = server_tls(args.tls_cert, args.tls_key)
     except ValueError as exc:
@@ -1009,7 +1074,7 @@ def main(argv: list[str] | None = None) -> int:
                           sketch_key=key, recheck_workers=args.recheck_workers,
                           min_free=args.min_free << 20, retain_days=args.retain_days,
                           compact=args.compact, max_wait=args.max_wait,
-                          device_uploads=args.device_uploads)
+                          device_uploads=args.device_uploads, mirror=args.mirror)
     log.info("database %s, archive %s, %d re-check workers, uploads refused below %d MiB "
              "free%s, %d at a time per device, %s, %s",
              store.path, collector.archive.root, args.recheck_workers, args.min_free,
@@ -1017,6 +1082,8 @@ def main(argv: list[str] | None = None) -> int:
              args.device_uploads, f"keeping {args.retain_days} days" if args.retain_days
              else "keeping everything (no --retain-days)",
              "compacting closed days" if args.compact else "no compaction")
+    if args.mirror:
+        log.info("mirroring the archive to %s", storage.redact(args.mirror))
     try:
         asyncio.run(serve(collector, args.host, args.port,
                           ready=lambda line: print(line, flush=True), tls=tls,

@@ -45,6 +45,10 @@ COUNTERS = {
     "compaction_written": "compacted archive files written by --compact",
     "compaction_leftovers": "files of an interrupted compaction deleted",
     "compaction_failed": "device folders a compaction pass could not compact (logged)",
+    "mirror_files_copied": "archive files copied to the --mirror",
+    "mirror_bytes_copied": "bytes of the archive files copied to the --mirror",
+    "mirror_files_deleted": "files deleted from the --mirror (replaced by a compacted one)",
+    "mirror_failures": "steps of the --mirror that failed and were tried again (logged)",
 }
 GAUGES = {
     "free_bytes": "free space of the fuller file system of the database and archive "
@@ -58,6 +62,11 @@ GAUGES = {
     "min_free_bytes": "--min-free: below this much free space uploads are refused (507)",
     "max_wait_s": "--max-wait: uploads that would wait longer are refused (503)",
     "device_uploads": "--device-uploads: uploads taken at once from one device (more: 429)",
+    # with --mirror only
+    "mirror_pending_files": "archive changes not yet made in the --mirror",
+    "mirror_lag_seconds": "how long the oldest archive change not yet in the --mirror has "
+                          "waited (0: up to date; counted from the start until the first "
+                          "comparison of the two is done)",
 }
 DEVICE_GAUGES = {  # heartbeat key -> help (a metric acep_device_<key>, or as RENAMED)
     "outbox_pending": "batches waiting in the device's outbox, at its last heartbeat",
@@ -81,7 +90,7 @@ def render(counters: Mapping[str, int], requests: Mapping[int, int], uptime: flo
            devices: list[dict], accept: str, gauges: Mapping[str, float]
            ) -> tuple[bytes, str]:
     """The exposition body and its Content-Type, in the format ``accept`` prefers;
-    ``gauges`` has the values of :data:`GAUGES`."""
+    ``gauges`` has the values of :data:`GAUGES` (those of a feature not in use left out)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Families(counters, requests, uptime, devices, gauges))
     encoder, content_type = choose_encoder(accept)
@@ -107,7 +116,8 @@ class _Families:
         yield GaugeMetricFamily("acep_collector_uptime_seconds", "seconds since the start",
                                 value=self.uptime)
         for name, doc in GAUGES.items():
-            yield GaugeMetricFamily(f"acep_collector_{name}", doc, value=self.gauges[name])
+            if name in self.gauges:
+                yield GaugeMetricFamily(f"acep_collector_{name}", doc, value=self.gauges[name])
         yield from self._devices()
 
     def _devices(self) -> Iterator[Metric]:

@@ -26,7 +26,7 @@ import acep
 from acep import EventBatch
 from acep.events import Event
 from acep.matcher import MatchBatch
-from edge.archive import Archive, archive_path
+from edge.archive import Archive, archive_path, compacted_names
 from edge.store import hash_token, open_store
 from edge.wire import (
     Condenser,
@@ -618,8 +618,8 @@ ALERTS = ROOT / "examples" / "prometheus"
 
 def test_the_example_alert_rules_name_metrics_the_collector_exports(srv):
     """examples/prometheus/acep-alerts.yml: every acep_* series its expressions read is one
-    a real collector exports (after a heartbeat with every device number); a renamed
-    metric would silence an alert without a word."""
+    a real collector exports (mirroring its archive, after a heartbeat with every device
+    number); a renamed metric would silence an alert without a word."""
     import re
 
     import yaml
@@ -627,6 +627,9 @@ def test_the_example_alert_rules_name_metrics_the_collector_exports(srv):
 
     from edge.exposition import DEVICE_GAUGES
 
+    assert srv.stop() == 0
+    srv.extra = ("--mirror", str(srv.tmp / "mirror"))
+    srv.start()
     status = {key: 1.0 for key in DEVICE_GAUGES}
     assert beat(srv, json.dumps(status).encode(), srv.tokens["d1"])[0] == 200
     text = request(srv.url + "/metrics?format=prometheus")[1].decode()
@@ -1329,6 +1332,18 @@ def test_an_interrupted_compaction_leaves_files_the_next_pass_deletes(tmp_path):
         (folder / f".{left.name}.tmp").write_bytes(b"half a file")
         Archive(root)
         assert list(folder.iterdir()) == [left]
+        # a second generation stopped after its write: its list names the files of both
+        # (edge/mirror.py needs them), and it is a leftover all the same
+        late = make_batch("d1", 9, events=make_events(seed=9), created_at=noon + 9)
+        assert collector.ingest(encode_batch(late), "d1")[0] == 200
+        (again, _), = collector.archive.compact(sorted(folder.iterdir()))
+        assert {left.name, parts[0].name, parts[5].name, f"part-{9:020d}.parquet"} <= \
+            set(compacted_names(again))
+        done = asyncio.run(collector.compact_pass(today=dt.date(2023, 11, 15)))
+        assert (done["leftovers"], done["written"]) == (1, 1) and not again.exists()
+        (last,) = folder.iterdir()
+        assert {b: _batch_rows(root, store, b)[1] for b in rows} == rows
+        assert _batch_rows(root, store, "d1/9")[0].endswith(last.name)
     finally:
         collector.close()
 

@@ -1,0 +1,243 @@
+"""A copy of the archive in object storage, kept up to date while the collector serves
+(``acep serve --archive archive --mirror s3://bucket/archive``): what a cluster's executors
+read (``acep train --archive s3a://bucket/archive``).
+
+The collector's own archive stays on its disk (fsync, rename, compaction and retention work
+there); the mirror follows it file by file, in a thread of its own, so a slow or unreachable
+store never holds an upload:
+
+- a batch's archive file is copied once its batch is stored;
+- a compaction's new file is copied, then the files it replaced are deleted from the mirror,
+  in that order: a reader of the mirror finds every batch at every moment (a batch read
+  twice meanwhile is counted once: the trainer reads an archive per batch id);
+- retention (``--retain-days``, ``--prune-before``) leaves the mirror alone: it keeps the
+  history the collector's disk cannot (a bucket's lifecycle rule can expire it). A day
+  with a file not copied yet stays on the collector's disk until it is (``--retain-days``;
+  ``--prune-before`` runs in a process of its own and does not know);
+- at start the two are compared, a listing of each: a file missing from the mirror or of
+  another size is copied, a file a compacted one replaced is deleted. What changed while
+  the collector was stopped, or the store unreachable, is caught up.
+
+A copy appears whole or not at all (:func:`acep.storage.put_file`). A failed step is tried
+again after 1, 2, 4 ... 60 seconds, logged (rate-limited) and counted (``mirror_*`` in the
+collector's metrics, :mod:`edge.exposition`); ``mirror_lag_seconds`` says how long the
+oldest change not yet mirrored has waited.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from acep import storage
+
+from .archive import compacted_names
+from .logs import LogLimiter
+
+__all__ = ["Mirror", "MAX_BACKOFF"]
+
+log = logging.getLogger("acep.collector.mirror")
+
+MAX_BACKOFF = 60.0  # seconds between two tries of a step that keeps failing, at most
+
+
+class Mirror:
+    """Keeps ``uri`` (a URI or a path) a copy of the archive under ``root``.
+
+    :meth:`put` and :meth:`delete` take paths relative to the root (``date=D/device=X/
+    name``) and return at once; :meth:`start` runs the thread that makes them, after the
+    comparison at start; :meth:`step` makes one (the thread's loop, or a test's)."""
+
+    def __init__(self, root: str | Path, uri: str, metrics: Counter | None = None):
+        self.root, self.uri = Path(root), uri
+        self.shown = storage.redact(uri)  # in the log: no credentials of the URI
+        self.metrics = metrics if metrics is not None else Counter()
+        self.errors = LogLimiter(log, what="mirror failures")
+        self._todo: dict[str, tuple[str, int, float]] = {}  # rel -> (op, number, since)
+        self._numbers = itertools.count()
+        self._cond = threading.Condition()
+        self._compared = False
+        self._stopping = False
+        self._since = time.time()
+        self._thread: threading.Thread | None = None
+
+    # ----------------------------------------------------------------- the collector's side
+
+    def put(self, rels: list[str]) -> None:
+        """Copy these archive files (after those asked before)."""
+        self._add("put", rels)
+
+    def delete(self, rels: list[str]) -> None:
+        """Delete these files from the mirror (after what was asked before)."""
+        self._add("delete", rels)
+
+    def _add(self, op: str, rels: list[str], *, keep: bool = False) -> None:
+        now = time.time()
+        with self._cond:
+            for rel in rels:
+                if keep and rel in self._todo:
+                    continue
+                self._todo.pop(rel, None)  # the latest word on a file goes last
+                self._todo[rel] = (op, next(self._numbers), now)
+            self._cond.notify_all()
+
+    def gauges(self) -> dict[str, float]:
+        with self._cond:
+            since = [t for _, _, t in self._todo.values()]
+            if not self._compared:
+                since.append(self._since)
+            return {"mirror_pending_files": len(self._todo),
+                    "mirror_lag_seconds": time.time() - min(since) if since else 0.0}
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="collector-mirror",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop after the step under way (at most ``timeout`` seconds); what is left is
+        found again by the comparison at the next start."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if not self._compared:
+            log.warning("mirror %s: not compared with the archive yet; the next start "
+                        "does it", self.shown)
+        elif self._todo:
+            log.warning("mirror %s: %d archive changes not made yet; the next start makes "
+                        "them", self.shown, len(self._todo))
+
+    def held_days(self) -> set[str] | None:
+        """The archive's days (``YYYY-MM-DD``) with a file not copied yet, which retention
+        keeps until it is; None before the first comparison (every day)."""
+        with self._cond:
+            if not self._compared:
+                return None
+            return {rel.split("/", 1)[0][len("date="):]
+                    for rel, (op, _, _) in self._todo.items() if op == "put"}
+
+    def idle(self) -> bool:
+        """True when the mirror is up to date with every change asked for."""
+        with self._cond:
+            return self._compared and not self._todo
+
+    # ----------------------------------------------------------------- the thread
+
+    def _run(self) -> None:
+        failures = 0
+        while True:
+            with self._cond:
+                while self._compared and not self._todo and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+            if self.step():
+                failures = 0
+                continue
+            failures += 1
+            with self._cond:
+                self._cond.wait_for(lambda: self._stopping,
+                                    min(MAX_BACKOFF, 2.0 ** (failures - 1)))
+
+    def step(self) -> bool:
+        """Make the comparison (first) or the oldest change asked for; False when it
+        failed (counted and logged; it is tried again)."""
+        with self._cond:
+            todo = None if not self._compared else next(iter(self._todo.items()), None)
+        what = "comparing the archive with it" if todo is None else f"{todo[1][0]} {todo[0]}"
+        try:
+            if todo is None:
+                self._compare()
+            else:
+                self._make(todo[0], todo[1][0])
+        except (OSError, ValueError) as exc:  # StorageError; pyarrow's ArrowInvalid
+            self.metrics["mirror_failures"] += 1
+            self.errors.error("mirror %s: %s failed (tried again): %s", self.shown, what, exc)
+            return False
+        with self._cond:
+            if todo is None:
+                self._compared = True
+            elif self._todo.get(todo[0]) == todo[1]:  # not asked again meanwhile
+                del self._todo[todo[0]]
+        return True
+
+    def _make(self, rel: str, op: str) -> None:
+        local, dest = self.root / rel, storage.join(self.uri, rel)
+        if op == "put":
+            try:
+                size = storage.put_file(local, dest)
+            except FileNotFoundError:
+                if local.exists():  # the mirror's side is missing (a bucket, say)
+                    raise
+                return  # compacted or pruned since: nothing to copy
+            self.metrics["mirror_files_copied"] += 1
+            self.metrics["mirror_bytes_copied"] += size
+            return
+        if rel.rpartition("/")[2].startswith("compact-"):
+            self._forget_replaced(rel, dest)
+        if storage.delete_file(dest):
+            self.metrics["mirror_files_deleted"] += 1
+
+    def _forget_replaced(self, rel: str, dest: str) -> None:
+        """A compacted file about to be deleted from the mirror: the files it replaced go
+        too (a copy left over when the collector stopped between a compaction's copy and
+        its deletions, then compacted again)."""
+        folder = rel.rpartition("/")[0]
+        try:
+            source = storage.open_arrow(dest)  # a local path as it is, else an open file
+            try:
+                names = compacted_names(source)
+            finally:
+                if not isinstance(source, str):
+                    source.close()
+        except FileNotFoundError:  # not copied (it was replaced before its turn came)
+            return
+        self._add("delete", [f"{folder}/{n}" for n in names
+                             if not (self.root / folder / n).exists()], keep=True)
+
+    def _compare(self) -> None:
+        """Queue what the mirror lacks (missing, or another size) and the files it holds
+        that a local compacted file replaced."""
+        remote = storage.sizes(self.uri)
+        local = {p.relative_to(self.root).as_posix(): p
+                 for p in self.root.glob("date=*/device=*/*.parquet")
+                 if not p.name.startswith(".")}
+        puts = sorted(rel for rel, p in local.items() if remote.get(rel) != _size(p))
+        deletes = []
+        for rel in sorted(local):
+            folder, _, name = rel.rpartition("/")
+            if name.startswith("compact-"):
+                deletes += [f"{folder}/{n}" for n in _replaced(local[rel])
+                            if f"{folder}/{n}" in remote and f"{folder}/{n}" not in local]
+        deletes += [rel for rel in remote if _archive_shaped(rel)
+                    and rel.rpartition("/")[2].startswith(".")]  # a copy that was under way
+        self._add("put", puts, keep=True)
+        self._add("delete", deletes, keep=True)
+        if puts or deletes:
+            log.info("mirror %s: %d archive files to copy, %d to delete", self.shown,
+                     len(puts), len(deletes))
+
+
+def _archive_shaped(rel: str) -> bool:
+    names = rel.split("/")
+    return len(names) == 3 and names[0].startswith("date=") and names[1].startswith("device=")
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return None
+
+
+def _replaced(path: Path) -> list[str]:
+    try:
+        return compacted_names(path)
+    except FileNotFoundError:
+        return []
