@@ -156,9 +156,12 @@ class Mirror:
                 self._compare()
             else:
                 self._make(todo[0], todo[1][0])
-        except (OSError, ValueError) as exc:  # StorageError; pyarrow's ArrowInvalid
+        except Exception as exc:  # noqa: BLE001 - the thread must live: a bug is retried too
             self.metrics["mirror_failures"] += 1
-            self.errors.error("mirror %s: %s failed (tried again): %s", self.shown, what, exc)
+            known = isinstance(exc, (OSError, ValueError))  # StorageError, ArrowInvalid
+            self.errors.error("mirror %s: %s failed (tried again): %s", self.shown, what,
+                              exc if known else f"{type(exc).__name__}: {exc}",
+                              exc_info=None if known else exc)
             return False
         with self._cond:
             if todo is None:

@@ -44,3 +44,10 @@ def test_compaction_keeps_every_row_in_fewer_files(results):
 
 def test_png_is_written(quick_run):
     assert (quick_run / "archive.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_a_mirrored_ingest_copies_every_file_byte_for_byte(results):
+    m = results["mirror"]
+    assert m["same_files"] and m["failures"] == 0
+    assert m["files_copied"] == results["batches"] and m["bytes_copied"] > 0
+    assert m["ingest_plain_s"] > 0 and m["ingest_mirrored_s"] > 0 and m["catch_up_s"] >= 0

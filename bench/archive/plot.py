@@ -1,5 +1,5 @@
 """The archive benchmark's figure: files, the trainer's plan and read, training, before and
-after compaction."""
+after compaction; and the collector's ingest without and with ``--mirror``."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ PANELS = [("files", "archive files", "files"), ("plan_s", "plan (list, read foot
 def plot(results: dict, path: Path) -> None:
     """One bar pair per panel (before, after) into ``path``."""
     panels = [p for p in PANELS if p[0] in results["before"]]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.8))
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(4 * (len(panels) + 1), 3.8))
+    _mirror(axes[-1], results["mirror"])
     for ax, (key, title, unit) in zip(axes, panels):
         values = [results["before"][key], results["after"][key]]
         bars = ax.bar(["before", "after"], values, color=["#fc9272", "#74c476"])
@@ -32,3 +33,12 @@ def plot(results: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _mirror(ax, m: dict) -> None:
+    values = [m["ingest_plain_s"], m["ingest_mirrored_s"], m["catch_up_s"]]
+    bars = ax.bar(["ingest", "ingest\n--mirror", "mirror\ncatch-up"], values,
+                  color=["#9ecae1", "#3182bd", "#bdbdbd"])
+    ax.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=8)
+    ax.set_title("collector ingest, mirrored to a folder")
+    ax.set_ylabel("s")

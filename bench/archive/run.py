@@ -21,6 +21,12 @@ measures again:
    (``trainer.train.train``, after one untimed job that warms the JVM up), whose history
    must come out byte for byte the same.
 4. **Compaction**: ``Collector.compact_pass`` over the days before the last one, timed.
+5. **Mirror** (``acep serve --mirror``): the same ingest into fresh archives, once plain
+   and once with the mirror's thread copying to a local folder (``repeats`` times each,
+   alternating, fastest kept), then the wait until the copy has caught up, and the copy
+   compared with the archive byte for byte. A local folder measures the mirror's own cost
+   in the collector's process (reading, writing, the GIL); a network store adds waiting in
+   the mirror's thread, not in the ingest.
 
 Each read is timed ``repeats`` times and the fastest kept (the files are in the page
 cache: a trainer reading them cold, or over a network file system, pays more per file).
@@ -72,17 +78,53 @@ def make_batches(work: Path, data_path: str | None, quick: bool, sizes: Sizes) -
     return dealt, described, start
 
 
-def build_archive(work: Path, bodies: list[tuple[bytes, str]]):
-    """The collector (store, archive) with every batch ingested, 64 to a commit."""
+def build_archive(work: Path, bodies: list[tuple[bytes, str]], mirror: str | None = None):
+    """The collector (store, archive) with every batch ingested, 64 to a commit; with
+    ``mirror``, its mirror's thread running meanwhile."""
     from edge.archive import Archive
     from edge.collector import Collector
     from edge.store import open_store
 
-    collector = Collector(open_store(work / "collector.db"), Archive(work / "archive"))
+    collector = Collector(open_store(work / "collector.db"), Archive(work / "archive"),
+                          mirror=mirror)
+    if collector.mirror is not None:
+        collector.mirror.start()
     for i in range(0, len(bodies), 64):
         answers = collector.ingest_group([(b, d, None) for b, d in bodies[i:i + 64]])
         assert all(status == 200 for status, _ in answers), answers
     return collector
+
+
+def mirror_cost(work: Path, bodies: list[tuple[bytes, str]], repeats: int) -> dict:
+    """Ingest seconds without and with a mirror (fastest of ``repeats``, alternating), the
+    seconds the mirror then needed to catch up, what it copied, and whether the copy is the
+    archive byte for byte."""
+    import shutil
+
+    plain_s, mirrored_s, catch_up_s = [], [], []
+    for k in range(repeats):
+        for mirrored in ((False, True) if k % 2 == 0 else (True, False)):
+            run = work / f"mirror-run-{k}-{int(mirrored)}"
+            copy = run / "copy"
+            t0 = time.perf_counter()
+            collector = build_archive(run, bodies, str(copy) if mirrored else None)
+            (mirrored_s if mirrored else plain_s).append(time.perf_counter() - t0)
+            if mirrored:
+                t0 = time.perf_counter()
+                while not collector.mirror.idle():
+                    time.sleep(0.01)
+                catch_up_s.append(time.perf_counter() - t0)
+                copied = {n: collector.metrics[f"mirror_{n}"]
+                          for n in ("files_copied", "bytes_copied", "failures")}
+                same = _tree(copy) == _tree(collector.archive.root)
+            collector.close()
+            shutil.rmtree(run)
+    return {"ingest_plain_s": min(plain_s), "ingest_mirrored_s": min(mirrored_s),
+            "catch_up_s": min(catch_up_s), **copied, "same_files": same}
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*.parquet")}
 
 
 def trainer_cost(root: Path, repeats: int, spark) -> dict:
@@ -139,6 +181,8 @@ def benchmark(work: Path, data_path: str | None, quick: bool, sizes: Sizes) -> d
         compact_s = time.perf_counter() - t0
         _say("the trainer's reads after compaction ...")
         after = trainer_cost(collector.archive.root, sizes.repeats, spark)
+        _say("ingest without and with a mirror ...")
+        mirror = mirror_cost(work, bodies, sizes.repeats)
     finally:
         collector.close()
         if spark is not None:
@@ -150,6 +194,7 @@ def benchmark(work: Path, data_path: str | None, quick: bool, sizes: Sizes) -> d
             "pattern": streams.PATTERN, "stream": described, "batches": len(bodies),
             "ingest_s": ingest_s, "before": before, "after": after,
             "compaction": {**done, "seconds": compact_s, "days_compacted": sizes.days - 1},
+            "mirror": mirror,
             "same_rows": before["rows"] == after["rows"], "same_history": same}
 
 
@@ -183,4 +228,10 @@ def summary(results: dict) -> str:
     lines.append(f"compaction: {c['merged']:,} files into {c['written']:,} in "
                  f"{c['seconds']:.1f} s; same rows: {results['same_rows']}, same history: "
                  f"{results['same_history']}")
+    m = results["mirror"]
+    lines.append(f"mirror: ingest {m['ingest_plain_s']:.1f} s plain, "
+                 f"{m['ingest_mirrored_s']:.1f} s mirrored "
+                 f"({m['ingest_mirrored_s'] / m['ingest_plain_s']:.2f}x), caught up "
+                 f"{m['catch_up_s']:.2f} s later; {m['files_copied']:,} files copied, same "
+                 f"files: {m['same_files']}")
     return "\n".join(lines)
