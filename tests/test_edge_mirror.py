@@ -51,14 +51,6 @@ NOON = dt.datetime(2023, 11, 14, 12, tzinfo=dt.timezone.utc).timestamp()
 DAY = 86400.0
 
 
-@pytest.fixture(scope="module")
-def s3():
-    with credentials():
-        server = S3()
-        yield server
-        server.stop()
-
-
 def local_files(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*.parquet")}
 

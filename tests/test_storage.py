@@ -18,19 +18,11 @@ pa = pytest.importorskip("pyarrow")
 pytest.importorskip("moto.server", reason="needs moto's S3 server (pip install -e '.[test]')")
 
 import pyarrow.parquet as pq  # noqa: E402
-from s3_server import BUCKET, S3, credentials  # noqa: E402
+from s3_server import BUCKET  # noqa: E402
 
 from acep import storage  # noqa: E402
 from acep.cli import main as acep_main  # noqa: E402
 from acep.events import EventError, read_all, read_chunks  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def s3():
-    with credentials():
-        server = S3()
-        yield server
-        server.stop()
 
 
 def random_rows(n: int, seed: int) -> list[dict]:
