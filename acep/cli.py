@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from . import __version__
+from . import __version__, storage
 from .events import EventError, EventSpec, file_size_hint, read_all, read_events
 from .matcher import MatchBatch, Matcher, Pattern, bundles
 from .pattern import PatternError, symbols
@@ -63,13 +63,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except PatternError as exc:
-        print(f"acep: {exc}", file=sys.stderr)
+        print(f"acep: {storage.redact_text(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (`acep match ... | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except (EventError, ValueError, OSError, MemoryError) as exc:
-        print(f"acep: error: {exc}", file=sys.stderr)
+        print(f"acep: error: {storage.redact_text(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

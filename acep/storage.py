@@ -27,9 +27,10 @@ from urllib.parse import urlsplit
 
 __all__ = ["StorageError", "is_uri", "kind", "open_binary", "open_arrow", "list_files",
            "suffix", "parts", "absolute", "join", "sizes", "put_file", "delete_file",
-           "check_scheme", "redact"]
+           "check_scheme", "redact", "redact_text"]
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_URI_IN_TEXT = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()\[\]{},]+")
 _ALIASES = {"s3a": "s3", "s3n": "s3"}  # Hadoop's names for S3, as Spark jobs spell them
 _PLAIN = ("s3", "gs", "gcs", "hdfs", "viewfs", "file")
 _WHOLE = ("s3", "gs", "gcs")  # an object shows once its upload completes: no rename needed
@@ -54,13 +55,22 @@ def redact(source: str | os.PathLike) -> str:
     source = os.fspath(source)
     if not is_uri(source):
         return source
-    split = urlsplit(source)
+    try:
+        split = urlsplit(source)
+    except ValueError:  # e.g. an unbalanced [ in the host: show the scheme alone
+        return source.partition("://")[0] + "://***"
     netloc = split.netloc
     if "@" in netloc:
         netloc = "***@" + netloc.rpartition("@")[2]
     query = "&".join(f"{k}=***" if _SECRET.search(k) and sep else k + sep + v
                      for k, sep, v in (p.partition("=") for p in split.query.split("&") if p))
     return split._replace(netloc=netloc, query=query).geturl()
+
+
+def redact_text(text: str) -> str:
+    """``text`` (an error message, a line of a log) with every URI in it redacted: the one
+    place a command's last line passes, whatever library wrote the message."""
+    return _URI_IN_TEXT.sub(lambda m: redact(m.group(0)), text)
 
 
 def is_uri(source: str | os.PathLike) -> bool:

@@ -160,7 +160,8 @@ class Mirror:
             self.metrics["mirror_failures"] += 1
             known = isinstance(exc, (OSError, ValueError))  # StorageError, ArrowInvalid
             self.errors.error("mirror %s: %s failed (tried again): %s", self.shown, what,
-                              exc if known else f"{type(exc).__name__}: {exc}",
+                              storage.redact_text(str(exc) if known
+                                                  else f"{type(exc).__name__}: {exc}"),
                               exc_info=None if known else exc)
             return False
         with self._cond:

@@ -232,6 +232,43 @@ def test_archive_definitions_days_and_refusals_read_in_s3(s3, tmp_path, capsys):
     assert f"{s3.uri('nothing')}: no such directory" in capsys.readouterr().err
 
 
+def test_credentials_in_a_uri_stay_out_of_the_quarantine_and_the_messages(
+        s3, spark, tmp_path, capsys):
+    from test_trainer import events
+
+    from trainer.cli import main as train_main
+
+    lines = [json.dumps(r) for r in events(200, 4)]
+    lines[9] = json.dumps({"type": "a", "t": "soon", "p": "x", "v": 1.0})
+    (tmp_path / "bad.jsonl").write_text("\n".join(lines) + "\n")
+    s3.put(tmp_path / "bad.jsonl", "secret/bad.jsonl")
+    uri = s3.uri("secret/bad.jsonl", user="AKIDSHOWN:s3cr3tvalue@")
+    quarantine = tmp_path / "quarantine"
+    assert train_main([uri, "-p", "a b+ c", "-w", "5", "-k", "1", "--partition", "p",
+                       "-o", str(tmp_path / "h"), "--quarantine", str(quarantine),
+                       "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "quarantined s3://***@fleet/secret/bad.jsonl?" in err
+    assert ", line 10, position 9, field 't'" in err
+    rows = pq.read_table(quarantine).to_pylist()
+    assert [r["source"] for r in rows] == [storage.redact(uri)]
+    assert train_main(["--archive", s3.uri("nothing", user="AKIDSHOWN:s3cr3tvalue@"),
+                       "-o", str(tmp_path / "h2"), "--no-progress"]) == 2
+    err += capsys.readouterr().err
+    assert "s3://***@fleet/nothing?" in err and "no such directory" in err
+    assert "s3cr3t" not in err and "AKIDSHOWN" not in err
+
+
+def test_messages_of_any_library_are_redacted_where_a_command_prints_them():
+    text = ("ListObjects failed for 's3://K:S@fleet/a?region=x': (s3a://K2:S2@other/b, "
+            "gs://g/c?access_token=T) beside /data/user@host/x and email user@host")
+    assert storage.redact_text(text) == (
+        "ListObjects failed for 's3://***@fleet/a?region=x': (s3a://***@other/b, "
+        "gs://g/c?access_token=***) beside /data/user@host/x and email user@host")
+    assert storage.redact_text("s3://K:S@fleet/x: no such directory") == \
+        "s3://***@fleet/x: no such directory"
+
+
 def test_outputs_beside_an_input_uri(s3):
     from trainer.outputs import OutputError, check_outputs
 

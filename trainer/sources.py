@@ -441,7 +441,7 @@ def _good_rows(chunk, task: ReadTask, plan: ReadPlan, schema):
     arrays["_bad"] = pa.array(bad, pa.string())
     failed = field_of != None  # noqa: E711 - elementwise on an object array
     lines = None if chunk.events.lines is None else chunk.events.lines
-    arrays["_source"] = pa.array(np.where(failed, task.source, None), pa.string())
+    arrays["_source"] = pa.array(np.where(failed, storage.redact(task.source), None), pa.string())
     arrays["_line"] = pa.array([int(lines[i]) if failed[i] and lines is not None else None
                                 for i in range(n)], pa.int64()) if failed.any() else \
         pa.nulls(n, pa.int64())
@@ -482,7 +482,7 @@ def _bad_rows(bad: list, task: ReadTask, plan: ReadPlan, schema):
     arrays["_pos"] = pa.array([task.file_index * FILE_STRIDE + max(r, 0) for r, *_ in bad],
                               pa.int64())
     arrays["_bad"] = pa.array([reason for *_, reason in bad], pa.string())
-    arrays["_source"] = pa.array([task.source] * n, pa.string())
+    arrays["_source"] = pa.array([storage.redact(task.source)] * n, pa.string())
     arrays["_line"] = pa.array([line for _, line, _, _ in bad], pa.int64())
     arrays["_field"] = pa.array([f for _, _, f, _ in bad], pa.string())
     return pa.table(arrays, schema=schema)

@@ -14,6 +14,8 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+from acep.storage import redact_text
+
 _LOG4J = Path(__file__).with_name("log4j2.properties").as_uri()
 
 __all__ = ["SparkUnavailable", "check_installed", "session", "progress", "run_command"]
@@ -143,8 +145,8 @@ def run_command(prog: str, run, args, usage_errors: tuple) -> int:
     try:
         return run(args)
     except (*usage_errors, SparkUnavailable) as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
+        print(f"{prog}: {redact_text(str(exc))}", file=sys.stderr)
         return 2
     except (ValueError, OSError, RuntimeError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {redact_text(str(exc))}", file=sys.stderr)
         return 1
