@@ -17,17 +17,19 @@ query), so an error names what the user typed.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import io
 import os
 import re
+import threading
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 __all__ = ["StorageError", "is_uri", "kind", "open_binary", "open_arrow", "list_files",
            "suffix", "parts", "absolute", "join", "sizes", "put_file", "delete_file",
-           "check_scheme", "redact", "redact_text"]
+           "check_scheme", "redact", "redact_text", "durably", "write_durably"]
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _URI_IN_TEXT = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()\[\]{},]+")
@@ -163,19 +165,48 @@ def put_file(local: str | os.PathLike, dest: str | os.PathLike) -> int:
 
 
 def _put_local(local: str, dest: str) -> int:
-    folder, name = os.path.split(os.path.abspath(dest))
-    os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".{name}.tmp")
+    os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+    with durably(dest) as tmp, open(local, "rb") as src, open(tmp, "wb") as out:
+        return _copy(src, out)
+
+
+@contextlib.contextmanager
+def durably(path: str | os.PathLike) -> Iterator[str]:
+    """Write the local file ``path`` whole or not at all, even across a power cut: the block
+    writes the temporary file it is given (``.NAME.PID.THREAD.tmp`` beside ``path``: a
+    dotted name, which every reader here skips); then it is fsynced, renamed to ``path``
+    and the rename made durable (the directory fsynced). A block that raises leaves
+    neither, and an older ``path`` as it was."""
+    folder, name = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        with open(local, "rb") as src, open(tmp, "wb") as out:
-            size = _copy(src, out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, dest)
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return size
+    _fsync_dir(folder)
+
+
+def write_durably(path: str | os.PathLike, data: bytes) -> int:
+    """Write ``data`` to the local file ``path`` with :func:`durably`; its size."""
+    with durably(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+    return len(data)
+
+
+def _fsync_dir(path: str) -> None:
+    """Make a rename durable (POSIX); a no-op where directories cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _copy(src, out) -> int:

@@ -6,8 +6,9 @@ columns) with ``batch_id`` and ``pattern_id``. The date is the UTC day of the ba
 ``created_at``, so a redelivered batch maps to the same path whatever day it arrives
 (idempotent: the file is rewritten with the same content, never added twice).
 
-A file is written to a temporary name in its directory, fsynced and renamed into place, so
-a killed collector leaves either no file or a whole one; readers skip ``*.tmp`` names
+A file is written to a temporary name in its directory, fsynced and renamed into place
+(``acep.storage.durably``), so a killed collector leaves either no file or a whole one;
+readers skip ``*.tmp`` names
 (pyarrow's dataset discovery ignores files starting with ``.``, and the temporary file
 starts with one).
 
@@ -21,17 +22,16 @@ a file no batch refers to is not live (see the collector's compaction pass).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
-import os
 import shutil
-import threading
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+
+from acep import storage
 
 __all__ = ["Archive", "archive_path", "encode", "COMPACT_ROWS", "COMPACTED"]
 
@@ -69,8 +69,7 @@ class Archive:
         root: a temporary name, fsync, rename, fsync of the directory."""
         path = self.root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
-        with _durably(path, f"{os.getpid()}.{threading.get_ident()}") as tmp:
-            tmp.write_bytes(data)
+        storage.write_durably(path, data)
         return path
 
 
@@ -118,7 +117,7 @@ class Archive:
             compacted_names(p) if p.name.startswith("compact-") else [])]]
         schema = schema.with_metadata({**(schema.metadata or {}),
                                        COMPACTED: json.dumps(replaced)})
-        with _durably(path) as tmp, pq.ParquetWriter(tmp, schema) as writer:
+        with storage.durably(path) as tmp, pq.ParquetWriter(tmp, schema) as writer:
             pending, rows = [], 0
             for p in paths:
                 pending.append(pq.read_table(p))
@@ -206,31 +205,3 @@ def compacted_names(path) -> list[str]:
 
     raw = (pq.read_schema(path).metadata or {}).get(COMPACTED)
     return json.loads(raw) if raw else []
-
-
-@contextlib.contextmanager
-def _durably(path: Path, tag: str = ""):
-    """Write ``path`` whole or not at all: the block writes the temporary file it is given
-    (a ``.``-name beside ``path``); then it is fsynced, renamed to ``path`` and the rename
-    made durable. A block that raises leaves neither."""
-    tmp = path.with_name(f".{path.name}{'.' + tag if tag else ''}.tmp")
-    try:
-        yield tmp
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make the rename durable (POSIX); a no-op where directories cannot be opened."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import threading
 
+from acep import storage
 from acep.pattern import partition_attribute
 from history.policies import HistoryPolicy
 from history.sketch import Sketch, SketchError, read_key
@@ -138,7 +138,7 @@ class Sketches:
         if data is None:
             return kept
         if sk.path:
-            _atomic_write(sk.path, data)
+            storage.write_durably(sk.path, data)
         return data
 
     def _learned(self, key: bytes) -> tuple[Sketch, str | None] | None:
@@ -198,7 +198,7 @@ class Sketches:
         log.info("using the sketch published as %s (policy was %s)", etag[:16], was)
         if self.cfg.sketch.path:
             try:
-                _atomic_write(self.cfg.sketch.path, data)
+                storage.write_durably(self.cfg.sketch.path, data)
             except OSError as e:
                 log.error("could not keep the sketch at %s: %s", self.cfg.sketch.path, e)
         self.save()
@@ -222,9 +222,9 @@ class Sketches:
             return
         try:
             key = _read_key(sk.device_key_file or sk.key_file, "sketch.device_key_file")
-            _atomic_write(sk.save_path, self.history.learned_sketch().to_bytes(key))
+            storage.write_durably(sk.save_path, self.history.learned_sketch().to_bytes(key))
             if self.origin is not None:  # after the sketch: a crash between keeps the old
-                _atomic_write(sk.save_path + ".origin", self.origin.encode())  # origin
+                storage.write_durably(sk.save_path + ".origin", self.origin.encode())  # origin
             self.counts["sketch_saves"] += 1
         except (OSError, SketchError) as e:
             log.error("could not save the learned sketch to %s: %s", sk.save_path, e)
@@ -279,19 +279,3 @@ def _read_key(path: str | None, name: str) -> bytes:
         return read_key(path)
     except OSError as e:
         raise OSError(f"{name}: {e}") from None
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    """Write to a temporary file beside ``path``, fsync, rename: never half a file."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -19,6 +19,7 @@ from os import PathLike, fspath
 
 import numpy as np
 
+from acep import storage
 from acep.shedding import cell_index, cell_parts
 
 from . import _format
@@ -433,11 +434,8 @@ class HistoryGraph:
         return g
 
     def save(self, path: str | PathLike) -> int:
-        """Write the history file; returns its size in bytes."""
-        data = self.to_bytes()
-        with open(path, "wb") as f:
-            f.write(data)
-        return len(data)
+        """Write the history file, whole or not at all; returns its size in bytes."""
+        return storage.write_durably(path, self.to_bytes())
 
     @classmethod
     def load(cls, path: str | PathLike, max_bytes: int = 1 << 30) -> HistoryGraph:

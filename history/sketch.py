@@ -22,8 +22,8 @@ False and its partition is not checked.
 
 Wire format: a msgpack envelope ``{"format": "acep-sketch", "version": 2, "signature":
 "HMAC-SHA256", "payload": <bytes>, "mac": <32 bytes>}``; the MAC covers format, version and
-payload, and is checked before the payload is decoded. This module imports only numpy and
-msgpack (device side).
+payload, and is checked before the payload is decoded. This module imports only numpy,
+msgpack and ``acep.storage`` (the standard library until a URI is read): device side.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from acep import storage
 
 from . import _format
 
@@ -387,10 +389,8 @@ class Sketch:
                    seed, need, span, ops, ratios, fitted, partition_by, recorded)
 
     def save(self, path, key: bytes) -> int:
-        data = self.to_bytes(key)
-        with open(path, "wb") as fh:
-            fh.write(data)
-        return len(data)
+        """Write the signed sketch file, whole or not at all; returns its size in bytes."""
+        return storage.write_durably(path, self.to_bytes(key))
 
     @classmethod
     def load(cls, path, key: bytes, max_bytes: int = MAX_BYTES) -> Sketch:

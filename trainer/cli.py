@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
+
+from acep import storage
 
 __all__ = ["main"]
 
@@ -166,7 +167,7 @@ def run(args) -> int:
         data = (result.sketch or Sketch.from_graph(graph)).to_bytes(key)
         stats["sketch_bytes"] = len(data)
         if args.sketch:
-            Path(args.sketch).write_bytes(data)
+            storage.write_durably(args.sketch, data)
         if args.publish:
             stats["published"] = publish_sketch(args.publish, args.pattern_id, data, token,
                                                 unchecked=args.publish_unchecked,
