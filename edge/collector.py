@@ -351,6 +351,10 @@ class Collector:
         day = (today or dt.datetime.now(dt.timezone.utc).date()) \
             - dt.timedelta(days=self.retain_days)
         gone = {"batches": 0, "matches": 0, "summaries": 0}
+        if self.mirror is not None:  # while the database still says which files are live
+            for folder in await asyncio.to_thread(self.archive.device_folders, day.isoformat()):
+                done = await self._compact_folder(folder, merge=False)
+                self.metrics["compaction_leftovers"] += done["leftovers"]
         while some := await self.run(self.store.prune_chunk, _midnight(day)):
             for table, n in some.items():
                 gone[table] += n
@@ -403,13 +407,17 @@ class Collector:
                      done["leftovers"])
         return {name: done[name] for name in names}
 
-    async def _compact_folder(self, folder) -> Counter:
+    async def _compact_folder(self, folder, merge: bool = True) -> Counter:
+        """Merge a device folder's files (``merge``) and delete the leftovers of a pass cut
+        off there. Retention does the latter alone before it deletes a day (``--mirror``:
+        a leftover the mirror copied would stay there, beside the files it merged)."""
         rel = folder.relative_to(self.archive.root).as_posix()
         live = await self.run(self.store.archive_files, rel)
         files = [p for p in folder.glob("*.parquet") if not p.name.startswith(".")]
         held = [p for p in files if f"{rel}/{p.name}" in live]
         stale = await asyncio.to_thread(_leftovers, files, held)
-        merged = await asyncio.to_thread(self.archive.compact, held) if len(held) > 1 else []
+        merged = await asyncio.to_thread(self.archive.compact, held) \
+            if merge and len(held) > 1 else []
         moves = [([f"{rel}/{p.name}" for p in olds], f"{rel}/{new.name}") for new, olds in merged]
         gone = stale + [p for _, olds in merged for p in olds]
         await self.run(self._swap_files, rel, moves, gone)

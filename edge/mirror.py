@@ -12,11 +12,13 @@ store never holds an upload:
   twice meanwhile is counted once: the trainer reads an archive per batch id);
 - retention (``--retain-days``, ``--prune-before``) leaves the mirror alone: it keeps the
   history the collector's disk cannot (a bucket's lifecycle rule can expire it). A day
-  with a file not copied yet stays on the collector's disk until it is (``--retain-days``;
-  ``--prune-before`` runs in a process of its own and does not know);
+  with a change not made yet in the mirror stays on the collector's disk until it is
+  (``--retain-days``; ``--prune-before`` runs in a process of its own and does not know);
 - at start the two are compared, a listing of each: a file missing from the mirror or of
-  another size is copied, a file a compacted one replaced is deleted. What changed while
-  the collector was stopped, or the store unreachable, is caught up.
+  another size is copied, a file a compacted one replaced is deleted, and so is a compacted
+  file the collector deleted as a leftover of a compaction cut off (every file it lists is
+  still on the disk, or replaced there). What changed while the collector was stopped, or
+  the store unreachable, is caught up.
 
 A copy appears whole or not at all (:func:`acep.storage.put_file`). A failed step is tried
 again after 1, 2, 4 ... 60 seconds, logged (rate-limited) and counted (``mirror_*`` in the
@@ -75,14 +77,17 @@ class Mirror:
         """Delete these files from the mirror (after what was asked before)."""
         self._add("delete", rels)
 
-    def _add(self, op: str, rels: list[str], *, keep: bool = False) -> None:
+    def _add(self, op: str, rels: list[str], *, keep: bool = False,
+             first: bool = False) -> None:
         now = time.time()
         with self._cond:
+            new = {}
             for rel in rels:
                 if keep and rel in self._todo:
                     continue
                 self._todo.pop(rel, None)  # the latest word on a file goes last
-                self._todo[rel] = (op, next(self._numbers), now)
+                new[rel] = (op, next(self._numbers), now)
+            self._todo = {**new, **self._todo} if first else {**self._todo, **new}
             self._cond.notify_all()
 
     def gauges(self) -> dict[str, float]:
@@ -114,13 +119,14 @@ class Mirror:
                         "them", self.shown, len(self._todo))
 
     def held_days(self) -> set[str] | None:
-        """The archive's days (``YYYY-MM-DD``) with a file not copied yet, which retention
-        keeps until it is; None before the first comparison (every day)."""
+        """The archive's days (``YYYY-MM-DD``) with a change not made yet, which retention
+        keeps until it is (a file to copy; a file to delete, whose day on the disk tells
+        the next start to delete it if this one is lost); None before the first
+        comparison (every day)."""
         with self._cond:
             if not self._compared:
                 return None
-            return {rel.split("/", 1)[0][len("date="):]
-                    for rel, (op, _, _) in self._todo.items() if op == "put"}
+            return {rel.split("/", 1)[0][len("date="):] for rel in self._todo}
 
     def idle(self) -> bool:
         """True when the mirror is up to date with every change asked for."""
@@ -189,43 +195,66 @@ class Mirror:
             self.metrics["mirror_files_deleted"] += 1
 
     def _forget_replaced(self, rel: str, dest: str) -> None:
-        """A compacted file about to be deleted from the mirror: the files it replaced go
-        too (a copy left over when the collector stopped between a compaction's copy and
-        its deletions, then compacted again)."""
+        """A compacted file about to be deleted from the mirror: the files it lists go too
+        when a local compacted file replaced them (a copy left over when the collector
+        stopped between a compaction's copy and its deletions, then compacted again); not
+        those retention deleted from the disk, nor those still there."""
         folder = rel.rpartition("/")[0]
+        replaced = {n for p in (self.root / folder).glob("compact-*.parquet")
+                    for n in _replaced(p)}
+        self._add("delete", [f"{folder}/{n}" for n in self._remote_names(dest) or ()
+                             if n in replaced and not (self.root / folder / n).exists()],
+                  keep=True)
+
+    @staticmethod
+    def _remote_names(dest: str) -> list[str] | None:
+        """The names the mirror's compacted file ``dest`` lists; None when it is gone."""
         try:
             source = storage.open_arrow(dest)  # a local path as it is, else an open file
             try:
-                names = compacted_names(source)
+                return compacted_names(source)
             finally:
                 if not isinstance(source, str):
                     source.close()
         except FileNotFoundError:  # not copied (it was replaced before its turn came)
-            return
-        self._add("delete", [f"{folder}/{n}" for n in names
-                             if not (self.root / folder / n).exists()], keep=True)
+            return None
 
     def _compare(self) -> None:
-        """Queue what the mirror lacks (missing, or another size) and the files it holds
-        that a local compacted file replaced."""
+        """Queue what the mirror lacks (missing, or another size), then the deletions of
+        the files it holds whose batches are all in local files (a local compacted file
+        replaced it; or it is a compacted file of a compaction cut off, deleted here,
+        every file it lists still here or replaced here) and of copies cut off."""
         remote = storage.sizes(self.uri)
         local = {p.relative_to(self.root).as_posix(): p
                  for p in self.root.glob("date=*/device=*/*.parquet")
                  if not p.name.startswith(".")}
         puts = sorted(rel for rel, p in local.items() if remote.get(rel) != _size(p))
-        deletes = []
-        for rel in sorted(local):
+        here: dict[str, set[str]] = {}  # folder -> the names whose batches are in local files
+        for rel, path in local.items():
             folder, _, name = rel.rpartition("/")
-            if name.startswith("compact-"):
-                deletes += [f"{folder}/{n}" for n in _replaced(local[rel])
-                            if f"{folder}/{n}" in remote and f"{folder}/{n}" not in local]
-        deletes += [rel for rel in remote if _archive_shaped(rel)
-                    and rel.rpartition("/")[2].startswith(".")]  # a copy that was under way
-        self._add("put", puts, keep=True)
+            here.setdefault(folder, set()).update(
+                [name, *(_replaced(path) if name.startswith("compact-") else ())])
+        deletes = []
+        for rel in sorted(set(remote) - set(local)):
+            folder, _, name = rel.rpartition("/")
+            if not _archive_shaped(rel):
+                continue
+            if name.startswith(".") or name in here.get(folder, ()):  # cut off; replaced
+                deletes.append(rel)
+            elif name.startswith("compact-") and folder in here and _within(
+                    self._remote_names(storage.join(self.uri, rel)), here[folder]):
+                deletes.append(rel)  # a compaction cut off: its batches are in files here
+        # its copies before the changes asked since the start: a deletion asked then (a
+        # leftover of a compaction cut off) may count on a copy only it knows is missing
+        self._add("put", puts, keep=True, first=True)
         self._add("delete", deletes, keep=True)
         if puts or deletes:
             log.info("mirror %s: %d archive files to copy, %d to delete", self.shown,
                      len(puts), len(deletes))
+
+
+def _within(names: list[str] | None, here: set[str]) -> bool:
+    return bool(names) and here.issuperset(names)
 
 
 def _archive_shaped(rel: str) -> bool:

@@ -202,6 +202,21 @@ def ingest(collector: Collector, device: str, seq: int, day: int) -> None:
     assert collector.ingest(encode_batch(batch), device)[1]["status"] == "stored"
 
 
+def cut_compaction(collector: Collector, today: dt.date) -> set[str]:
+    """A compaction pass stopped before its database transaction: the compacted files
+    written (their paths returned), no batch moved into them, the files they replace still
+    there."""
+    since = (today - dt.timedelta(days=collector.retain_days)).isoformat()
+    written = set()
+    for folder in collector.archive.device_folders(today.isoformat(), since):
+        rel = folder.relative_to(collector.archive.root).as_posix()
+        live = collector.store.archive_files(rel)
+        held = [p for p in folder.glob("*.parquet") if f"{rel}/{p.name}" in live]
+        if len(held) > 1:
+            written |= {f"{rel}/{new.name}" for new, _ in collector.archive.compact(held)}
+    return written
+
+
 def drain(mirror: Mirror) -> None:
     for _ in range(1000):
         if mirror.idle():
@@ -288,6 +303,31 @@ def test_a_compaction_cut_off_before_the_mirror_deletes_is_finished_at_the_next_
         collector.close()
 
 
+def test_a_compaction_cut_off_before_its_commit_leaves_the_mirror_with_its_leftover(
+        tmp_path):
+    """The collector stopped in a compaction's merge; the next start copied the file it
+    wrote, then deleted it as a leftover and stopped before the mirror did: the start
+    after that deletes it there (its batches are all in files the collector has)."""
+    root, copy = tmp_path / "archive", tmp_path / "copy"
+    collector = collector_with(tmp_path, str(copy))
+    try:
+        for seq in range(4):
+            ingest(collector, "d1", seq, 0)
+        drain(collector.mirror)
+        cut_compaction(collector, dt.date(2023, 11, 16))
+        collector.mirror = Mirror(root, str(copy), collector.metrics)  # the next start
+        drain(collector.mirror)  # the comparison copies the leftover too
+        assert len(local_files(copy)) == 5
+        done = asyncio.run(collector.compact_pass(today=dt.date(2023, 11, 16)))
+        assert (done["leftovers"], done["merged"], done["written"]) == (1, 4, 1)
+        collector.mirror = Mirror(root, str(copy), collector.metrics)  # its deletions lost
+        drain(collector.mirror)
+        assert local_files(copy) == local_files(root) and len(local_files(copy)) == 1
+        assert batch_ids(local_files(copy)) == Counter({f"d1/{q}": 1 for q in range(4)})
+    finally:
+        collector.close()
+
+
 # --------------------------------------------------------------------------- any order
 
 
@@ -295,6 +335,7 @@ ACTIONS = st.one_of(
     st.tuples(st.just("ingest"), st.sampled_from(["d1", "d2"]), st.integers(0, 3),
               st.integers(1, 3)),
     st.tuples(st.just("compact"), st.integers(1, 4)),
+    st.tuples(st.just("cut"), st.integers(1, 4)),
     st.tuples(st.just("prune"), st.integers(4, 7)),
     st.tuples(st.just("step"), st.integers(1, 4)),
     st.tuples(st.just("restart")),
@@ -311,15 +352,30 @@ ACTIONS = st.one_of(
 # reached the mirror, so only a list passed on from it names the batch file to delete
 @example(actions=[("ingest", "d2", 1, 2), ("step", 2), ("compact", 2), ("restart",),
                   ("ingest", "d2", 1, 1), ("compact", 2)])
+# a compaction cut off, its file copied by the next start's comparison, then deleted as a
+# leftover and the collector stopped before the mirror deleted it too
+@example(actions=[("ingest", "d1", 1, 2), ("cut", 3), ("restart",), ("step", 4), ("compact", 3),
+                  ("restart",)])
+# a cut-off compaction's file copied, then its day deleted by retention: the mirror kept it
+# beside the batch files it merged
+@example(actions=[("ingest", "d1", 0, 2), ("cut", 1)])
+# a cut-off compaction's file copied, deleted as a leftover after a restart, before the
+# comparison: the deletion went ahead of the copies of the files holding its batches
+@example(actions=[("ingest", "d1", 0, 2), ("cut", 1), ("restart",), ("step", 2), ("restart",),
+                  ("prune", 4), ("step", 2)])
+# retention deleted the day of a leftover's deletion not made yet, then a restart lost it
+@example(actions=[("ingest", "d1", 0, 2), ("cut", 1), ("step", 4), ("prune", 4),
+                  ("restart",)])
 def test_a_batch_once_in_the_mirror_stays_and_ends_there_once(tmp_path_factory, actions):
-    """Whatever the order of uploads, compactions, retention passes, the mirror's steps
-    and restarts (its queue lost), no batch leaves the mirror once in it, and once the
-    mirror caught up it holds every batch ever stored exactly once, each file it shares
-    with the archive byte for byte."""
+    """Whatever the order of uploads, compactions (some cut off before their commit),
+    retention passes, the mirror's steps and restarts (its queue lost), no batch leaves the
+    mirror once in it; once the mirror caught up it holds every batch ever stored, each file
+    it shares with the archive byte for byte; and once retention deleted every day from the
+    collector's disk, the mirror holds every batch exactly once."""
     tmp = tmp_path_factory.mktemp("mirror")
     root, copy = tmp / "archive", tmp / "copy"
     collector = collector_with(tmp, str(copy))
-    seqs, stored, seen = Counter(), set(), set()
+    seqs, stored, seen, cut = Counter(), set(), set(), set()
     try:
         for action in actions + [("drain",)]:
             if action[0] == "ingest":
@@ -335,6 +391,9 @@ def test_a_batch_once_in_the_mirror_stays_and_ends_there_once(tmp_path_factory, 
                 done = asyncio.run(step(today=today))
                 event(f"{action[0]} changed files" if done.get("merged") or
                       done.get("archive_files") else f"{action[0]} changed nothing")
+            elif action[0] == "cut":
+                cut |= cut_compaction(collector,
+                                      dt.date(2023, 11, 14) + dt.timedelta(days=action[1]))
             elif action[0] == "step":
                 for _ in range(action[1]):
                     assert collector.mirror.step()
@@ -347,8 +406,15 @@ def test_a_batch_once_in_the_mirror_stays_and_ends_there_once(tmp_path_factory, 
             now = batch_ids(local_files(copy)) if copy.exists() else Counter()
             assert seen <= set(now), (action, seen - set(now))
             seen = set(now)
-        assert now == Counter(dict.fromkeys(stored, 1))
+        assert set(now) == stored
         mirrored, local = local_files(copy), local_files(root)
-        assert {rel: mirrored[rel] for rel in local} == local
+        assert set(local) - cut <= set(mirrored)  # a cut-off file: copied at the next start
+        assert {rel: mirrored[rel] for rel in local if rel in mirrored} == \
+            {rel: local[rel] for rel in local if rel in mirrored}
+        for _ in range(2):  # every day retained out: the copy alone holds the batches
+            asyncio.run(collector.prune_pass(today=dt.date(2023, 11, 30)))
+            drain(collector.mirror)
+        assert local_files(root) == {}
+        assert batch_ids(local_files(copy)) == Counter(dict.fromkeys(stored, 1))
     finally:
         collector.close()
