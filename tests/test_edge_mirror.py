@@ -279,17 +279,24 @@ def test_retention_keeps_a_day_on_disk_until_the_mirror_has_it(tmp_path, caplog)
         collector.close()
 
 
+def four_batches_mirrored(tmp: Path) -> tuple[Path, Path, Collector]:
+    """A collector mirroring to a folder, with 4 batches of one day copied: the archive's
+    root, the copy, the collector."""
+    root, copy = tmp / "archive", tmp / "copy"
+    collector = collector_with(tmp, str(copy))
+    for seq in range(4):
+        ingest(collector, "d1", seq, 0)
+    drain(collector.mirror)
+    return root, copy, collector
+
+
 def test_a_compaction_cut_off_before_the_mirror_deletes_is_finished_at_the_next_start(
         tmp_path):
     """The collector stopped after copying a compacted file and before deleting what it
     replaced; the next start compacted again (a late batch) before the mirror compared:
     the files of both generations leave the mirror."""
-    root, copy = tmp_path / "archive", tmp_path / "copy"
-    collector = collector_with(tmp_path, str(copy))
+    root, copy, collector = four_batches_mirrored(tmp_path)
     try:
-        for seq in range(4):
-            ingest(collector, "d1", seq, 0)
-        drain(collector.mirror)
         asyncio.run(collector.compact_pass(today=dt.date(2023, 11, 16)))
         assert collector.mirror.step()  # the compacted file, not the deletions: then it stops
         collector.mirror = Mirror(root, str(copy), collector.metrics)  # the next start
@@ -303,17 +310,13 @@ def test_a_compaction_cut_off_before_the_mirror_deletes_is_finished_at_the_next_
         collector.close()
 
 
-def test_a_compaction_cut_off_before_its_commit_leaves_the_mirror_with_its_leftover(
+def test_a_compaction_cut_off_before_its_commit_leaves_no_duplicate_in_the_mirror(
         tmp_path):
     """The collector stopped in a compaction's merge; the next start copied the file it
     wrote, then deleted it as a leftover and stopped before the mirror did: the start
     after that deletes it there (its batches are all in files the collector has)."""
-    root, copy = tmp_path / "archive", tmp_path / "copy"
-    collector = collector_with(tmp_path, str(copy))
+    root, copy, collector = four_batches_mirrored(tmp_path)
     try:
-        for seq in range(4):
-            ingest(collector, "d1", seq, 0)
-        drain(collector.mirror)
         cut_compaction(collector, dt.date(2023, 11, 16))
         collector.mirror = Mirror(root, str(copy), collector.metrics)  # the next start
         drain(collector.mirror)  # the comparison copies the leftover too
