@@ -27,12 +27,14 @@ import threading
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
-__all__ = ["StorageError", "is_uri", "kind", "open_binary", "open_arrow", "list_files",
+__all__ = ["StorageError", "is_uri", "kind", "open_binary", "open_arrow", "arrow_file",
+           "list_files",
            "suffix", "parts", "absolute", "join", "sizes", "put_file", "delete_file",
            "check_scheme", "redact", "redact_text", "durably", "write_durably"]
 
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-_URI_IN_TEXT = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()\[\]{},]+")
+_SCHEME = r"[A-Za-z][A-Za-z0-9+.-]*://"
+_URI = re.compile("^" + _SCHEME)
+_URI_IN_TEXT = re.compile(r"(?<![A-Za-z0-9+.-])" + _SCHEME + r"[^\s'\"<>()\[\]{},]+")
 _ALIASES = {"s3a": "s3", "s3n": "s3"}  # Hadoop's names for S3, as Spark jobs spell them
 _PLAIN = ("s3", "gs", "gcs", "hdfs", "viewfs", "file")
 _WHOLE = ("s3", "gs", "gcs")  # an object shows once its upload completes: no rename needed
@@ -143,7 +145,8 @@ def join(root: str | os.PathLike, rel: str) -> str:
 def put_file(local: str | os.PathLike, dest: str | os.PathLike) -> int:
     """Copy the local file to ``dest`` (a path or URI), whole or not at all: S3 and GCS
     show an object once its upload completes; elsewhere it is written under a hidden name
-    beside ``dest`` (``.name.tmp``, which readers skip) and renamed. Its size."""
+    beside ``dest`` (``.name.tmp``, which readers skip; a local ``dest``: :func:`durably`)
+    and renamed. Its size."""
     dest = os.fspath(dest)
     if not is_uri(dest):
         return _put_local(os.fspath(local), dest)
@@ -259,6 +262,17 @@ def open_arrow(source: str | os.PathLike):
         return source
     fs, path = _resolve(source)
     return _call(source, fs.open_input_file, path)
+
+
+@contextlib.contextmanager
+def arrow_file(source: str | os.PathLike):
+    """:func:`open_arrow` for the block, the file it opened (if any) closed after."""
+    opened = open_arrow(source)
+    try:
+        yield opened
+    finally:
+        if not isinstance(opened, str):
+            opened.close()
 
 
 def suffix(source: str | os.PathLike) -> str:

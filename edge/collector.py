@@ -367,8 +367,8 @@ class Collector:
         return gone
 
     def _prune_archive(self, day: str) -> int:
-        """The archive's days before ``day``, but those with a file the mirror has not
-        copied yet (database thread: no upload adds one meanwhile)."""
+        """The archive's days before ``day``, but those with a change the mirror has not
+        made yet (database thread: no upload adds one meanwhile)."""
         held = set() if self.mirror is None else self.mirror.held_days()
         if held is None:
             log.info("retention: the archive's days are kept until the mirror is compared "

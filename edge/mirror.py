@@ -210,12 +210,8 @@ class Mirror:
     def _remote_names(dest: str) -> list[str] | None:
         """The names the mirror's compacted file ``dest`` lists; None when it is gone."""
         try:
-            source = storage.open_arrow(dest)  # a local path as it is, else an open file
-            try:
+            with storage.arrow_file(dest) as source:
                 return compacted_names(source)
-            finally:
-                if not isinstance(source, str):
-                    source.close()
         except FileNotFoundError:  # not copied (it was replaced before its turn came)
             return None
 

@@ -303,12 +303,8 @@ def _metadata(source: str):
     import pyarrow.parquet as pq
 
     try:
-        opened = storage.open_arrow(source)
-        try:
+        with storage.arrow_file(source) as opened:
             return pq.read_metadata(opened)
-        finally:
-            if opened is not source:
-                opened.close()
     except storage.StorageError as e:
         raise SourceError(str(e)) from None
     except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a bad file
