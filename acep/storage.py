@@ -8,7 +8,9 @@ pyarrow knows opens too, but only those are listed). Credentials and
 endpoints come from where pyarrow looks for them: for S3 the ``AWS_*`` environment
 variables (``AWS_ENDPOINT_URL`` for MinIO and other S3-compatible stores), the
 credentials file or the instance's role; or the URI's query, e.g.
-``s3://bucket/archive?region=eu-west-1``. Anything else is a local path, read with
+``s3://bucket/archive?region=eu-west-1``; for GCS, Google's default credentials, or
+``gs://anonymous@bucket`` for a public bucket, retried for a bounded time
+(``?retry_limit_seconds=``, 30 s by default). Anything else is a local path, read with
 ``open``: the device side never imports pyarrow.
 
 Listing and opening return sources in the caller's own spelling (the same scheme and
@@ -25,7 +27,7 @@ import os
 import re
 import threading
 from collections.abc import Iterator
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 __all__ = ["StorageError", "is_uri", "kind", "open_binary", "open_arrow", "arrow_file",
            "list_files",
@@ -41,6 +43,12 @@ _WHOLE = ("s3", "gs", "gcs")  # an object shows once its upload completes: no re
 _HINTS = {"hdfs": "; pyarrow reads HDFS through Hadoop's libhdfs: set JAVA_HOME, HADOOP_HOME "
                   "and CLASSPATH (hadoop classpath --glob), or ARROW_LIBHDFS_DIR"}
 _HINTS["viewfs"] = _HINTS["hdfs"]
+# google-cloud-cpp retries for 15 minutes by default: without credentials a read looked hung
+_GCS_RETRY_SECONDS = 30
+_GCS_STATUS = re.compile(r"google::cloud::Status\((\w+): (.*?)(?: error_info=|\)?$)", re.S)
+_GCS_NO_CREDENTIALS = ("no usable Google Cloud credentials: set GOOGLE_APPLICATION_CREDENTIALS "
+                       "to a service-account key file or run `gcloud auth application-default "
+                       "login`; a public bucket reads with anonymous@ before its name")
 _SECRET = re.compile(r"(?i)(secret|token|password|credential|(^|_)key)")
 
 
@@ -329,12 +337,25 @@ def _pafs(scheme: str):
 @functools.lru_cache(maxsize=64)
 def _filesystem(scheme: str, netloc: str, query: str):
     pafs = _pafs(scheme)
+    if scheme in ("gs", "gcs"):
+        query = _gcs_query(netloc, query)
     uri = f"{scheme}://{netloc}/" + (f"?{query}" if query else "")
     try:
         return pafs.FileSystem.from_uri(uri)[0]
     except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds
         hint = _HINTS.get(scheme, "")
-        raise StorageError(uri, f"cannot use this filesystem: {_first_line(e)}{hint}") from None
+        raise StorageError(uri, f"cannot use this filesystem: {_reason(e)}{hint}") from None
+
+
+def _gcs_query(netloc: str, query: str) -> str:
+    """The query with a bounded retry time unless it sets one, and HTTPS for a public
+    bucket's ``anonymous@`` (pyarrow would speak plain HTTP)."""
+    given = dict(parse_qsl(query))
+    extra = {"retry_limit_seconds": str(_GCS_RETRY_SECONDS)}
+    if netloc.partition("@")[0] == "anonymous" and "@" in netloc:
+        extra["scheme"] = "https"
+    extra = {k: v for k, v in extra.items() if k not in given}
+    return "&".join(filter(None, [query, urlencode(extra)]))
 
 
 def _call(source: str, fn, *args, **kw):
@@ -345,11 +366,25 @@ def _call(source: str, fn, *args, **kw):
         raise FileNotFoundError(errno.ENOENT, "no such file or directory",
                                 redact(source)) from None
     except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
-        raise StorageError(source, _first_line(e)) from None
+        raise StorageError(source, _reason(e)) from None
 
 
-def _first_line(error: Exception) -> str:
-    """pyarrow's message, first line: loading HDFS's JVM lists every path it tried."""
-    text = str(error).strip().splitlines()
-    more = " (and more)" if len(text) > 1 else ""
-    return (text[0] if text else type(error).__name__) + more
+def _reason(error: Exception) -> str:
+    """pyarrow's message in one line: loading HDFS's JVM lists every path it tried, and
+    Google's client wraps its reason in a status dump."""
+    text = str(error).strip()
+    gcs = _GCS_STATUS.search(text)
+    if gcs:
+        return _gcs_reason(gcs[1], gcs[2])
+    lines = text.splitlines()
+    more = " (and more)" if len(lines) > 1 else ""
+    return (lines[0] if lines else type(error).__name__) + more
+
+
+def _gcs_reason(code: str, message: str) -> str:
+    if "OAuth2 access token" in message:
+        return _GCS_NO_CREDENTIALS
+    message = message.replace("Retry policy exhausted, with a last message of ", "")
+    retried = (" (retried for the URI's retry_limit_seconds, "
+               f"{_GCS_RETRY_SECONDS} s unless given)" if code == "UNAVAILABLE" else "")
+    return f"Google Cloud Storage: {code}: {' '.join(message.split())}{retried}"

@@ -110,6 +110,37 @@ def test_missing_objects_and_unknown_filesystems_say_so(s3, capsys):
     assert "s3cr3t" not in str(err.value) and "AKIDSHOWN" not in str(err.value)
 
 
+def test_gcs_without_credentials_says_what_to_set_instead_of_hanging(
+        tmp_path, monkeypatch, capsys):
+    """Google's client retries for 15 minutes by default, so a machine without Google
+    credentials looked hung; the retry time is bounded and the refusal says what to set."""
+    for name in ("GOOGLE_APPLICATION_CREDENTIALS", "GCE_METADATA_HOST", "GCE_METADATA_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    storage._filesystem.cache_clear()
+    try:
+        uri = "gs://acep-no-such-bucket/events.jsonl?retry_limit_seconds=1"
+        assert acep_main(["match", "-p", "a b", "-w", "5", uri]) == 1
+        err = capsys.readouterr().err
+        assert "GOOGLE_APPLICATION_CREDENTIALS" in err and "anonymous@" in err
+        assert len(err.strip().splitlines()) == 1 and "google::cloud" not in err
+    finally:
+        storage._filesystem.cache_clear()
+
+
+@pytest.mark.parametrize("netloc, query, retry, scheme", [
+    ("bucket", "", 30, "https"),
+    ("bucket", "retry_limit_seconds=600", 600, "https"),
+    ("anonymous@public", "", 30, "https"),  # pyarrow alone would speak plain HTTP
+    ("anonymous@public", "scheme=http&endpoint_override=localhost:4443", 30, "http"),
+])
+def test_gcs_filesystems_retry_for_a_bounded_time(netloc, query, retry, scheme):
+    options = storage._filesystem("gs", netloc, query).__reduce__()[1][0]
+    assert options["retry_time_limit"].total_seconds() == retry
+    assert options["scheme"] == scheme
+
+
 def test_a_device_without_pyarrow_is_told_what_to_install(monkeypatch):
     """The device side has numpy and msgpack alone: a URI says what it needs."""
     import sys
