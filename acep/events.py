@@ -419,7 +419,8 @@ def file_size_hint(path: str | os.PathLike) -> int | None:
     try:
         import pyarrow.parquet as pq
 
-        return pq.ParquetFile(_arrow_source(os.fspath(path))).metadata.num_rows
+        with storage.arrow_file(os.fspath(path)) as source:
+            return pq.ParquetFile(source).metadata.num_rows
     except Exception:  # noqa: BLE001 - only a hint (missing file, no pyarrow, ...)
         return None
 
