@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import tarfile
@@ -117,6 +118,16 @@ def test_flights_path_prefers_the_given_path(tmp_path, monkeypatch):
 def test_flights_path_names_a_missing_file(tmp_path):
     with pytest.raises(data.DataError, match="does not exist"):
         data.flights_path(tmp_path / "nowhere.parquet")
+
+
+@pytest.mark.parametrize("name", ["engine", "shedding", "trainer", "archive", "edge", "herd"])
+def test_every_benchmark_refuses_a_missing_data_file_in_one_line(name, tmp_path, capsys):
+    main = importlib.import_module(f"bench.{name}.run").main
+    missing = tmp_path / "nowhere.parquet"
+    assert main(["--data", str(missing), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"error: flights data {missing} does not exist" in err and "Traceback" not in err
+    assert not (tmp_path / "out" / f"{name}.json").exists()
 
 
 def test_without_npm_the_error_says_to_pass_data(tmp_path, monkeypatch):

@@ -430,12 +430,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .. import data
+
     args = parse_args(argv)
     sizes = QUICK if args.quick else FULL
-    if not args.quick and args.data is None:
-        from .. import data
-
-        args.data = str(data.flights_path())
+    try:
+        if not args.quick or args.data is not None:
+            args.data = str(data.flights_path(args.data))
+    except data.DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     results = {"benchmark": "shedding", "command": command(args), "machine": machine(),
                "settings": {"quick": args.quick, "fractions": list(FRACTIONS), "burst": BURST,
