@@ -295,9 +295,10 @@ class Agent:
         ``collector.drain_timeout`` seconds, and no longer than needed when the next retry
         falls after that deadline."""
         deadline = time.monotonic() + self.cfg.drain_timeout
-        while not self.stop_event.is_set():
+        while not self.stop_event.is_set() and uploader.is_alive():
             at = uploader.next_attempt_at()
-            if at is None or time.monotonic() + (at - time.time()) > deadline:
+            now = time.monotonic()
+            if at is None or now >= deadline or now + (at - time.time()) > deadline:
                 return
             uploader.wake.set()
             time.sleep(0.02)
@@ -555,7 +556,10 @@ class Agent:
         within ``LAST_BEAT_TIMEOUT`` does not hold the exit up for long."""
         if self.uploader is not None and self.cfg.heartbeat > 0:
             self.uploader.beat({**final, "stopped": True})
-            self.uploader.send_beat(LAST_BEAT_TIMEOUT)
+            try:
+                self.uploader.send_beat(LAST_BEAT_TIMEOUT)
+            except Exception as e:  # the exit must go on (the uploader logged the like)
+                log.warning("the last heartbeat failed: %s: %s", type(e).__name__, e)
 
     def _emit_metrics(self, doc: dict) -> None:
         line = json.dumps(doc, sort_keys=True)

@@ -87,6 +87,19 @@ def direct(events, budget=None, flush: bool = True) -> list[tuple]:
     ({"source": {"kind": "file"}}, "source.path"),
     ({"collector": {"url": "http://x"}}, "device.token"),
     ({"collector": {"url": "ftp://x"}, "device": {"id": "d", "token": "t"}}, "collector.url"),
+    ({"collector": {"url": "http://exa mple.com"}, "device": {"id": "d", "token": "t"}},
+     "collector.url: 'http://exa mple.com' contains a space"),
+    ({"collector": {"url": "http://"}, "device": {"id": "d", "token": "t"}},
+     "collector.url: 'http://' has no host"),
+    ({"collector": {"url": "http://x:99999"}, "device": {"id": "d", "token": "t"}},
+     "collector.url: 'http://x:99999' has a bad port"),
+    ({"collector": {"url": "http://x/#top"}, "device": {"id": "d", "token": "t"}},
+     "collector.url: 'http://x/#top' must not have a query"),
+    ({"collector": {"url": "http://x", "timeout": float("inf")},
+      "device": {"id": "d", "token": "t"}}, "collector.timeout: must be a finite number"),
+    ({"collector": {"url": "http://x", "timeout": 1e8}, "device": {"id": "d", "token": "t"}},
+     "collector.timeout: 100,000,000 seconds is more than a year"),
+    ({"budget": {"max_ops": float("nan")}}, "budget.max_ops: must be a finite"),
     ({"collector": {"url": "http://x", "heartbeat": -5}, "device": {"id": "d", "token": "t"}},
      "collector.heartbeat"),
     ({"collector": {"url": "http://x", "expect_continue": "yes"},
@@ -557,6 +570,25 @@ def test_a_finite_run_with_the_collector_down_waits_then_warns_and_keeps(tmp_pat
     assert len(warning) == 1 and warning[0].startswith(f"{final['batches_put']} batches")
     with sqlite3.connect(tmp_path / "outbox.db") as db:  # kept for the next run
         assert db.execute("SELECT COUNT(*) FROM pending").fetchone()[0] == final["batches_put"]
+
+
+def test_an_unexpected_upload_error_keeps_the_batches_and_a_finite_run_still_ends(
+        tmp_path, caplog):
+    """A URL that http.client refuses (one config validation would now stop) raises inside
+    the uploader: it must not die and leave the agent draining forever."""
+    doc = config(tmp_path, collector={"url": "http://x", "timeout": 1, "drain_timeout": 1},
+                 outbox={"backoff_base": 0.05, "backoff_max": 0.2})
+    doc["device"]["token"] = "tok-1"
+    cfg = parse_config(doc)
+    cfg.collector_url = "http://exa mple.com"
+    thread, out = run_in_thread(Agent(cfg, events=stream(800)))
+    thread.join(20)
+    assert not thread.is_alive(), "the agent hangs after an unexpected upload error"
+    final = out[0]
+    assert final["outbox_pending"] == final["batches_put"] > 0
+    assert final["upload_error"].startswith("unexpected error: InvalidURL: ")
+    said = [r for r in caplog.records if r.getMessage().startswith("uploads failed")]
+    assert len(said) == 1 and said[0].levelno == logging.ERROR  # once, not per attempt
 
 
 def test_a_fresh_outbox_starts_its_seq_at_the_time_and_a_restart_keeps_it(tmp_path):
