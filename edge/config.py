@@ -1,8 +1,9 @@
 """The agent's configuration: ``agent.toml`` read with tomllib and checked key by key.
 
 Every problem raises :class:`ConfigError` whose message names the key (``budget.mode``,
-``source.path``, ...). Relative paths are taken relative to the config file's directory.
-``examples/agent.toml`` shows every key with its default.
+``source.path``, ...), after the file's path when :func:`load_config` read it; the
+``[pattern]`` is compiled as the agent's matcher will be. Relative paths are taken relative
+to the config file's directory. ``examples/agent.toml`` shows every key with its default.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import tomllib
 
+from acep import Matcher
+from acep.pattern import PatternError
 from history.policies import DEFER, EXPLORE, LEARNING_RATE
 
 from .wire import ID_RULE, valid_id
@@ -165,6 +168,21 @@ def _check_url(url: str) -> None:
         raise bad("must not have a query or a fragment (the agent appends /v1/... to it)")
 
 
+def _check_pattern(p: PatternConfig) -> None:
+    """The matcher the agent builds from ``[pattern]``, built once here, so that a mistake
+    is named by its key."""
+    try:
+        Matcher(p.text, window=p.window, k=p.k, where=list(p.where), partition=p.partition)
+    except PatternError as e:
+        key = "pattern.text" if e.what == "pattern" else "pattern.where"
+        raise ConfigError(f"{key}: {e.what} error at position {e.pos}: {e.message} "
+                          f"(in {e.text!r})") from None
+    except (ValueError, TypeError) as e:
+        key = next((f"pattern.{k}" for k in ("partition", "window") if k in str(e)),
+                   "pattern")
+        raise ConfigError(f"{key}: {e}") from None
+
+
 def load_config(path: str | os.PathLike) -> AgentConfig:
     """Read and check ``agent.toml``."""
     path = Path(path)
@@ -175,7 +193,10 @@ def load_config(path: str | os.PathLike) -> AgentConfig:
         raise ConfigError(f"{path}: no such config file") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
-    cfg = parse_config(doc, base_dir=str(path.parent.resolve()))
+    try:
+        cfg = parse_config(doc, base_dir=str(path.parent.resolve()))
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
     cfg.config_path = str(path.resolve())
     return cfg
 
@@ -296,6 +317,7 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
     pat.done()
     if not valid_id(pattern.id):
         raise ConfigError(f"pattern.id: {pattern.id!r} must match {ID_RULE}")
+    _check_pattern(pattern)
 
     src = _Section(doc, "source")
     source = SourceConfig(

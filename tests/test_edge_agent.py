@@ -99,6 +99,7 @@ def direct(events, budget=None, flush: bool = True) -> list[tuple]:
       "device": {"id": "d", "token": "t"}}, "collector.timeout: must be a finite number"),
     ({"collector": {"url": "http://x", "timeout": 1e8}, "device": {"id": "d", "token": "t"}},
      "collector.timeout: 100,000,000 seconds is more than a year"),
+    ({"pattern": {"text": "a b", "window": float("inf")}}, "pattern.window: must be a finite"),
     ({"budget": {"max_ops": float("nan")}}, "budget.max_ops: must be a finite"),
     ({"collector": {"url": "http://x", "heartbeat": -5}, "device": {"id": "d", "token": "t"}},
      "collector.heartbeat"),
@@ -125,6 +126,35 @@ def test_config_errors_name_the_key(tmp_path, change, key):
         doc[name] = value if name in ("device", "pattern") else {**doc.get(name, {}), **value}
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         parse_config(doc)
+
+
+def _agent_toml(tmp: Path, **sections: str) -> Path:
+    """agent.toml with a stdin source and an outbox beside it, ``sections`` added as TOML
+    lines by table name."""
+    parts = {"device": 'id = "pi-1"', "pattern": 'text = "a b"\nwindow = 10',
+             "source": 'kind = "stdin"', "outbox": 'path = "outbox.db"', **sections}
+    path = tmp / "agent.toml"
+    path.write_text("".join(f"[{name}]\n{body}\n" for name, body in parts.items()))
+    return path
+
+
+@pytest.mark.parametrize("pattern, said", [
+    ('text = "a b ("\nwindow = 10', "pattern.text: pattern error at position 5: expected "
+                                     "an event type or '(', found end of input (in 'a b (')"),
+    ('text = "a b"\nwindow = 10\nwhere = ["b.x >"]',
+     "pattern.where: predicate error at position 5: "),
+    ('text = "a b"\nwindow = inf', "pattern.window: must be a finite number >= 0, not inf"),
+])
+def test_pattern_errors_are_config_errors_naming_the_file_and_the_key(tmp_path, capsys,
+                                                                      pattern, said):
+    from edge.agent import main
+
+    cfg = _agent_toml(tmp_path, pattern=pattern)
+    for check in ([], ["--check"]):
+        assert main(["--config", str(cfg), *check]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"acep agent: config error: {cfg}: {said}")
+        assert err.count("\n") == 1
 
 
 def test_config_file_relative_paths_and_token_file(tmp_path):
