@@ -47,7 +47,7 @@ from .budgeting import WallClockBudget
 from .commits import Commits
 from .config import AgentConfig, ConfigError, load_config
 from .logs import LOG_LEVELS, LogLimiter
-from .outbox import Backoff, Outbox, OutboxFull
+from .outbox import Backoff, Outbox, OutboxError, OutboxFull
 from .resume import Progress
 from .retained import Retained
 from .sketches import FALLBACK_POLICY, Sketches
@@ -82,9 +82,13 @@ class Agent:
         self.cfg = config
         self.events_iterable, self.stdin = events, stdin
         ob = config.outbox
-        self.outbox = Outbox(ob.path, max_rows=ob.max_rows, max_bytes=ob.max_bytes,
-                             policy=ob.policy,
-                             backoff=Backoff(base_delay=ob.backoff_base, max_delay=ob.backoff_max))
+        try:
+            self.outbox = Outbox(ob.path, max_rows=ob.max_rows, max_bytes=ob.max_bytes,
+                                 policy=ob.policy, backoff=Backoff(base_delay=ob.backoff_base,
+                                                                   max_delay=ob.backoff_max))
+        except OutboxError as e:
+            where = f"{config.config_path}: " if config.config_path else ""
+            raise ConfigError(f"{where}outbox.path: {e}") from None
         st = self.outbox.load_state()
         self.consumed = int(st.get("consumed", 0))
         if "seq" in st:

@@ -157,6 +157,21 @@ def test_pattern_errors_are_config_errors_naming_the_file_and_the_key(tmp_path, 
         assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize("make, why", [
+    (lambda p: p.mkdir(), "is a directory, not a file"),
+    (lambda p: p.write_text("not sqlite\n" * 200), "is not an outbox (not an SQLite database)"),
+])
+def test_an_outbox_that_cannot_be_opened_is_one_line_naming_it_and_its_key(
+        tmp_path, capsys, make, why):
+    from edge.agent import main
+
+    cfg = _agent_toml(tmp_path)
+    make(tmp_path / "outbox.db")
+    assert main(["--config", str(cfg)]) == 2
+    assert capsys.readouterr().err == (f"acep agent: config error: {cfg}: outbox.path: "
+                                       f"{tmp_path / 'outbox.db'}: {why}\n")
+
+
 def test_config_file_relative_paths_and_token_file(tmp_path):
     (tmp_path / "token").write_text("s3cret\n")
     (tmp_path / "agent.toml").write_text(
