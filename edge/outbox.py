@@ -556,13 +556,35 @@ def main(argv: list[str] | None = None) -> int:
                     fh.write(box.dead_body(d.batch_id) or b"")
                 print(path)
         elif args.command == "requeue":
+            unknown = _not_dead(box, args.ids)
             print(f"requeued {box.requeue(args.ids or None)} dead letters")
+            return _say_not_dead(ap.prog, unknown)
         else:
             if not args.ids and not args.all:
                 print(f"{ap.prog} discard: name the ids, or --all", file=sys.stderr)
                 return 2
+            unknown = [] if args.all else _not_dead(box, args.ids)
             print(f"discarded {box.discard(None if args.all else args.ids)} dead letters")
+            return _say_not_dead(ap.prog, unknown)
     return 0
+
+
+def _not_dead(box: Outbox, ids: list[str]) -> list[str]:
+    """The ``ids`` that are not dead letters, each with what it is instead."""
+    out = []
+    for bid in ids:
+        status = box.status(bid)
+        if status != "dead":
+            out.append(f"{bid} ({status or 'unknown'})")
+    return out
+
+
+def _say_not_dead(prog: str, unknown: list[str]) -> int:
+    """1 (after saying which) when some ids named were not dead letters, else 0."""
+    if not unknown:
+        return 0
+    print(f"{prog}: not dead letters, left alone: {', '.join(unknown)}", file=sys.stderr)
+    return 1
 
 
 def read_summary(path: str | os.PathLike) -> dict:

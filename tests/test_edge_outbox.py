@@ -315,6 +315,23 @@ def _outbox_cli(path, *args):
                           capture_output=True, text=True, env=env, timeout=60)
 
 
+@pytest.mark.parametrize("action", ["discard", "requeue"])
+def test_cli_names_ids_that_are_not_dead_letters_and_fails_but_acts_on_the_others(
+        tmp_path, action):
+    path = tmp_path / "o.db"
+    with Outbox(path) as box:
+        for bid in ("pi-1/1", "pi-1/2"):
+            box.put(b"x", bid)
+        box.reject("pi-1/1", "HTTP 400")
+    out = _outbox_cli(path, action, "nope/123", "pi-1/1", "pi-1/2")
+    assert out.returncode == 1
+    assert out.stderr == "acep outbox: not dead letters, left alone: nope/123 (unknown), " \
+                         "pi-1/2 (pending)\n"
+    with Outbox(path) as box:
+        assert box.dead_letters() == []  # pi-1/1 was acted on all the same
+        assert box.status("pi-1/1") == ("discarded" if action == "discard" else "pending")
+
+
 @pytest.mark.parametrize("make, why", [
     (lambda p: p.mkdir(), "not an outbox (unable to open database file)"),
     (lambda p: p.write_text("hello\n"), "not an outbox (file is not a database)"),
