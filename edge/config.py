@@ -168,6 +168,34 @@ def _check_url(url: str) -> None:
         raise bad("must not have a query or a fragment (the agent appends /v1/... to it)")
 
 
+# what the agent's file source cannot read, by suffix and by the first bytes of the file
+_NOT_JSONL = {".parquet": "Parquet", ".pq": "Parquet", ".csv": "CSV", ".msgpack": "msgpack",
+              ".mpk": "msgpack", ".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd",
+              ".zip": "zip"}
+_MAGIC = {b"PAR1": "Parquet", b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ": "xz",
+          b"\x28\xb5\x2f\xfd": "zstd", b"PK\x03\x04": "zip"}
+
+
+def _check_jsonl(path: str) -> None:
+    """``source.path`` must be JSON Lines: the agent reads a file by byte offsets (to follow
+    it and resume), so it neither decompresses nor reads the columnar formats."""
+    kind = _NOT_JSONL.get(os.path.splitext(path)[1].lower())
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError:  # not there yet (followed) or unreadable: --check says which
+        head = b""
+    kind = kind or next((k for magic, k in _MAGIC.items() if head.startswith(magic)), None)
+    if kind is None:
+        return
+    how = ("decompress it first, or pipe it in with source.kind = \"stdin\" (zcat, ...)"
+           if kind in ("gzip", "bzip2", "xz", "zstd", "zip") else
+           "convert it to JSON Lines first (acep match reads CSV, Parquet and msgpack as "
+           "they are)")
+    raise ConfigError(f"source.path: {path} is {kind}, but the agent reads JSON Lines only "
+                      f"(one JSON object per line, from a file or standard input): {how}")
+
+
 def _check_pattern(p: PatternConfig) -> None:
     """The matcher the agent builds from ``[pattern]``, built once here, so that a mistake
     is named by its key."""
@@ -329,6 +357,8 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
     src.done()
     if source.kind == "file" and source.path is None:
         raise ConfigError("source.path: missing (needed for source.kind = \"file\")")
+    if source.kind == "file":
+        _check_jsonl(source.path)
 
     bud = _Section(doc, "budget")
     budget = BudgetConfig(

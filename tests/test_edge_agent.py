@@ -4,6 +4,7 @@ uploads with retry against a real HTTP server on loopback."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
@@ -155,6 +156,23 @@ def test_pattern_errors_are_config_errors_naming_the_file_and_the_key(tmp_path, 
         err = capsys.readouterr().err
         assert err.startswith(f"acep agent: config error: {cfg}: {said}")
         assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name, body, kind", [
+    ("events.parquet", None, "Parquet"),  # not there yet: its name says it
+    ("events.jsonl.gz", None, "gzip"),
+    ("events.jsonl", gzip.compress(b'{"type": "a", "t": 1}\n'), "gzip"),  # its bytes say it
+    ("events.log", b"PAR1\x15\x04", "Parquet"),
+])
+def test_a_source_file_the_agent_cannot_read_as_json_lines_is_refused_by_name(
+        tmp_path, name, body, kind):
+    if body is not None:
+        (tmp_path / name).write_bytes(body)
+    doc = config(tmp_path, source={"kind": "file", "path": name, "follow": False})
+    with pytest.raises(ConfigError) as refused:
+        parse_config(doc, base_dir=str(tmp_path))
+    assert str(refused.value).startswith(
+        f"source.path: {tmp_path / name} is {kind}, but the agent reads JSON Lines only")
 
 
 @pytest.mark.parametrize("make, why", [
