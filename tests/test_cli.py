@@ -146,6 +146,23 @@ def test_sample_runs_on_the_embedded_sample():
     assert "bundles" in r.stdout.splitlines()[-1]
 
 
+@pytest.mark.parametrize("args, option", [
+    (["sample", "--limit", "-1"], "--limit: the matches to print must be >= 0, got -1"),
+    (["match", "e.jsonl", "-p", "a b", "-w", "5", "-k", "-1"], "-k: the letters that may "
+                                                               "be missing must be >= 0"),
+    (["match", "e.jsonl", "-p", "a b", "-w", "5", "-k", "65"], "-k: the letters that may "
+                                                               "be missing must be <= 64"),
+    (["match", "e.jsonl", "-p", "a b", "-w", "5", "--batch-size", "0"], "--batch-size: "),
+    (["history", "inspect", "h.history", "--top", "-2"], "--top: "),
+    (["demo", "--cores", "0"], "--cores: the cores must be >= 1, got 0"),
+    (["sample", "--limit", "ten"], "--limit: 'ten' is not a whole number of matches"),
+])
+def test_a_negative_count_or_size_is_refused_naming_the_option(args, option):
+    r = acep(*args)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert f"error: argument {option}" in r.stderr
+
+
 def _history_build(tmp_path, *extra):
     """`acep history build` of the fixture with a signed sketch: (result, history, sketch,
     key file)."""
