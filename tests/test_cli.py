@@ -355,7 +355,8 @@ def test_outbox_shows_what_is_stuck_and_lists_exports_requeues_and_discards(tmp_
     assert refused.returncode == 2 and "acep outbox discard: name the ids, or --all" in \
         refused.stderr
     requeued = acep("outbox", path, "requeue", "pi-1/7", "pi-1/99")
-    assert (requeued.returncode, requeued.stdout) == (0, "requeued 1 dead letters\n")
+    assert (requeued.returncode, requeued.stdout) == (1, "requeued 1 dead letters\n")
+    assert requeued.stderr == "acep outbox: not dead letters, left alone: pi-1/99 (unknown)\n"
     with Outbox(path) as box:
         assert box.pending_ids() == ["pi-1/8", "pi-1/9", "pi-1/7"] and not box.dead_letters()
         box.reject("pi-1/7", "HTTP 409: another body")
