@@ -95,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     match.add_argument("--no-merge", action="store_true",
                        help="turn dominance merging off (Algorithm 1 as written)")
     match.add_argument("--on-bad-event", choices=("error", "skip"), default="error")
-    match.add_argument("--batch-size", type=int, default=65536)
+    match.add_argument("--batch-size", type=_whole(1, "events per batch"), default=65536)
     match.add_argument("--backend", choices=("compiled", "python"), default=None)
     match.add_argument("--no-progress", action="store_true")
     match.set_defaults(run=run_match)
@@ -126,11 +126,12 @@ def _parser() -> argparse.ArgumentParser:
                       help="days of the stream to train on (default 4)")
     demo.add_argument("--budget", type=float, default=0.10,
                       help="the agent's share of the unconstrained operations (default 0.10)")
-    demo.add_argument("--cores", type=int, help="cores of the local Spark session")
+    demo.add_argument("--cores", type=_whole(1, "cores"), help="cores of the local Spark session")
     demo.set_defaults(run=run_demo)
     sample = sub.add_parser("sample", help="match a pattern on the embedded flights sample "
                                            "(the device side alone)")
-    sample.add_argument("--limit", type=int, default=10, help="matches to print")
+    sample.add_argument("--limit", type=_whole(0, "matches to print"), default=10,
+                        help="matches to print")
     sample.set_defaults(run=run_sample)
     backend = sub.add_parser("backend", help="say which matcher kernel runs")
     backend.set_defaults(run=lambda args: print(_backend_name()) or 0)
@@ -178,14 +179,16 @@ def _add_pattern_options(p: argparse.ArgumentParser) -> None:
                    help="regular expression over event types, e.g. 'a (b|c) d b'")
     p.add_argument("--window", "-w", required=True, type=parse_window,
                    help="window: tag units, or a duration like 2h for timestamp tags")
-    p.add_argument("-k", type=int, default=0, help="error bound (letters that may be missing)")
+    p.add_argument("-k", type=_whole(0, "letters that may be missing", 64), default=0,
+                   help="error bound (letters that may be missing, 0..64)")
     p.add_argument("--partition", help="attribute to partition by (equivalence test)")
     p.add_argument("--where", action="append", default=[],
                    help="predicate, e.g. 'd.price > a.price'; repeatable")
 
 
-def _whole(minimum: int, what: str):
-    """An argparse type: a whole number of ``what``, at least ``minimum``."""
+def _whole(minimum: int, what: str, maximum: int | None = None):
+    """An argparse type: a whole number of ``what``, at least ``minimum`` (and at most
+    ``maximum``). Every count or size option uses it: ``int`` alone takes -1."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -194,6 +197,8 @@ def _whole(minimum: int, what: str):
                 from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"the {what} must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"the {what} must be <= {maximum}, got {value}")
         return value
     return parse
 
@@ -492,7 +497,8 @@ def _add_history_parser(sub) -> None:
                                           "edges, bytes on disk and as a sketch) and its top "
                                           "match vectors; a signed sketch with --key-file.")
     inspect.add_argument("file", help="a history graph file (or a sketch, with --key-file)")
-    inspect.add_argument("--top", type=int, default=10, help="match vectors to list")
+    inspect.add_argument("--top", type=_whole(0, "match vectors to list"), default=10,
+                         help="match vectors to list")
     inspect.add_argument("--plot", metavar="PNG", help="write visits and success rate by "
                                                        "state and remaining window")
     inspect.add_argument("--key-file", help="the sketch's signing key (a file)")

@@ -47,7 +47,7 @@ from .budgeting import WallClockBudget
 from .commits import Commits
 from .config import AgentConfig, ConfigError, load_config
 from .logs import LOG_LEVELS, LogLimiter
-from .outbox import Backoff, Outbox, OutboxFull
+from .outbox import Backoff, Outbox, OutboxError, OutboxFull
 from .resume import Progress
 from .retained import Retained
 from .sketches import FALLBACK_POLICY, Sketches
@@ -82,9 +82,13 @@ class Agent:
         self.cfg = config
         self.events_iterable, self.stdin = events, stdin
         ob = config.outbox
-        self.outbox = Outbox(ob.path, max_rows=ob.max_rows, max_bytes=ob.max_bytes,
-                             policy=ob.policy,
-                             backoff=Backoff(base_delay=ob.backoff_base, max_delay=ob.backoff_max))
+        try:
+            self.outbox = Outbox(ob.path, max_rows=ob.max_rows, max_bytes=ob.max_bytes,
+                                 policy=ob.policy, backoff=Backoff(base_delay=ob.backoff_base,
+                                                                   max_delay=ob.backoff_max))
+        except OutboxError as e:
+            where = f"{config.config_path}: " if config.config_path else ""
+            raise ConfigError(f"{where}outbox.path: {e}") from None
         st = self.outbox.load_state()
         self.consumed = int(st.get("consumed", 0))
         if "seq" in st:
@@ -295,9 +299,10 @@ class Agent:
         ``collector.drain_timeout`` seconds, and no longer than needed when the next retry
         falls after that deadline."""
         deadline = time.monotonic() + self.cfg.drain_timeout
-        while not self.stop_event.is_set():
+        while not self.stop_event.is_set() and uploader.is_alive():
             at = uploader.next_attempt_at()
-            if at is None or time.monotonic() + (at - time.time()) > deadline:
+            now = time.monotonic()
+            if at is None or now >= deadline or now + (at - time.time()) > deadline:
                 return
             uploader.wake.set()
             time.sleep(0.02)
@@ -555,7 +560,10 @@ class Agent:
         within ``LAST_BEAT_TIMEOUT`` does not hold the exit up for long."""
         if self.uploader is not None and self.cfg.heartbeat > 0:
             self.uploader.beat({**final, "stopped": True})
-            self.uploader.send_beat(LAST_BEAT_TIMEOUT)
+            try:
+                self.uploader.send_beat(LAST_BEAT_TIMEOUT)
+            except Exception as e:  # the exit must go on (the uploader logged the like)
+                log.warning("the last heartbeat failed: %s: %s", type(e).__name__, e)
 
     def _emit_metrics(self, doc: dict) -> None:
         line = json.dumps(doc, sort_keys=True)

@@ -1,20 +1,24 @@
 """The agent's configuration: ``agent.toml`` read with tomllib and checked key by key.
 
 Every problem raises :class:`ConfigError` whose message names the key (``budget.mode``,
-``source.path``, ...). Relative paths are taken relative to the config file's directory.
-``examples/agent.toml`` shows every key with its default.
+``source.path``, ...), after the file's path when :func:`load_config` read it; the
+``[pattern]`` is compiled as the agent's matcher will be. Relative paths are taken relative
+to the config file's directory. ``examples/agent.toml`` shows every key with its default.
 """
 
 from __future__ import annotations
 
+import math
 import os
-import re
 import ssl
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import tomllib
 
+from acep import Matcher
+from acep.pattern import PatternError
 from history.policies import DEFER, EXPLORE, LEARNING_RATE
 
 from .wire import ID_RULE, valid_id
@@ -26,6 +30,9 @@ __all__ = ["ConfigError", "AgentConfig", "PatternConfig", "SourceConfig", "Budge
 SOURCES = ("file", "stdin", "iterator")
 BUDGET_MODES = ("none", "fixed", "wall-clock")
 CAP_POLICIES = ("drop-oldest", "refuse-new")
+# the longest wait a key may ask for: a year is more than any device needs, and far below
+# what a socket or a thread's wait overflows at (about 292 years in seconds)
+MAX_SECONDS = 365 * 86400.0
 
 
 class ConfigError(ValueError):
@@ -138,6 +145,72 @@ def _check_ca_file(ca_file: str, url: str | None) -> None:
                           f"file ({e})") from None
 
 
+def _check_url(url: str) -> None:
+    """``collector.url``: an http(s) URL with a host (and a valid port), nothing the agent
+    could not put in a request line, and no query or fragment (paths are appended to it)."""
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"collector.url: {url!r} {why}")
+
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        raise bad("contains a space or a control character")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https"):
+        raise bad("must start with http:// or https://")
+    try:
+        port = parts.port
+    except ValueError as e:
+        raise bad(f"has a bad port ({e})") from None
+    if port == 0:
+        raise bad("has a bad port (0)")
+    if not parts.hostname:
+        raise bad("has no host")
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise bad("must not have a query or a fragment (the agent appends /v1/... to it)")
+
+
+# what the agent's file source cannot read, by suffix and by the first bytes of the file
+_NOT_JSONL = {".parquet": "Parquet", ".pq": "Parquet", ".csv": "CSV", ".msgpack": "msgpack",
+              ".mpk": "msgpack", ".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd",
+              ".zip": "zip"}
+_MAGIC = {b"PAR1": "Parquet", b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ": "xz",
+          b"\x28\xb5\x2f\xfd": "zstd", b"PK\x03\x04": "zip"}
+
+
+def _check_jsonl(path: str) -> None:
+    """``source.path`` must be JSON Lines: the agent reads a file by byte offsets (to follow
+    it and resume), so it neither decompresses nor reads the columnar formats."""
+    kind = _NOT_JSONL.get(os.path.splitext(path)[1].lower())
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError:  # not there yet (followed) or unreadable: --check says which
+        head = b""
+    kind = kind or next((k for magic, k in _MAGIC.items() if head.startswith(magic)), None)
+    if kind is None:
+        return
+    how = ("decompress it first, or pipe it in with source.kind = \"stdin\" (zcat, ...)"
+           if kind in ("gzip", "bzip2", "xz", "zstd", "zip") else
+           "convert it to JSON Lines first (acep match reads CSV, Parquet and msgpack as "
+           "they are)")
+    raise ConfigError(f"source.path: {path} is {kind}, but the agent reads JSON Lines only "
+                      f"(one JSON object per line, from a file or standard input): {how}")
+
+
+def _check_pattern(p: PatternConfig) -> None:
+    """The matcher the agent builds from ``[pattern]``, built once here, so that a mistake
+    is named by its key."""
+    try:
+        Matcher(p.text, window=p.window, k=p.k, where=list(p.where), partition=p.partition)
+    except PatternError as e:
+        key = "pattern.text" if e.what == "pattern" else "pattern.where"
+        raise ConfigError(f"{key}: {e.what} error at position {e.pos}: {e.message} "
+                          f"(in {e.text!r})") from None
+    except (ValueError, TypeError) as e:
+        key = next((f"pattern.{k}" for k in ("partition", "window") if k in str(e)),
+                   "pattern")
+        raise ConfigError(f"{key}: {e}") from None
+
+
 def load_config(path: str | os.PathLike) -> AgentConfig:
     """Read and check ``agent.toml``."""
     path = Path(path)
@@ -148,7 +221,10 @@ def load_config(path: str | os.PathLike) -> AgentConfig:
         raise ConfigError(f"{path}: no such config file") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
-    cfg = parse_config(doc, base_dir=str(path.parent.resolve()))
+    try:
+        cfg = parse_config(doc, base_dir=str(path.parent.resolve()))
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
     cfg.config_path = str(path.resolve())
     return cfg
 
@@ -184,9 +260,17 @@ class _Section:
     def positive(self, key: str, kinds, default=None, required: bool = False, zero=False):
         value = self.get(key, kinds, default, required)
         if value is not None and not (value >= 0 if zero else value > 0) \
-                or value is not None and value != value:
-            raise ConfigError(f"{self.name}.{key}: must be {'>= 0' if zero else '> 0'}, "
-                              f"not {value!r}")
+                or value is not None and not math.isfinite(value):
+            raise ConfigError(f"{self.name}.{key}: must be a finite number "
+                              f"{'>= 0' if zero else '> 0'}, not {value!r}")
+        return value
+
+    def seconds(self, key: str, default: float, zero: bool = False) -> float:
+        """A wait in seconds: :meth:`positive`, and at most :data:`MAX_SECONDS`."""
+        value = self.positive(key, float, default, zero=zero)
+        if value > MAX_SECONDS:
+            raise ConfigError(f"{self.name}.{key}: {value:,.0f} seconds is more than a year "
+                              f"({MAX_SECONDS:,.0f})")
         return value
 
     def choice(self, key: str, choices, default):
@@ -231,11 +315,11 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
 
     col = _Section(doc, "collector")
     url = col.get("url", str)
-    if url is not None and not re.match(r"https?://", url):
-        raise ConfigError(f"collector.url: {url!r} must start with http:// or https://")
-    timeout = col.positive("timeout", float, 10.0)
-    drain_timeout = col.positive("drain_timeout", float, 30.0, zero=True)
-    heartbeat = col.positive("heartbeat", float, 300.0, zero=True)
+    if url is not None:
+        _check_url(url)
+    timeout = col.seconds("timeout", 10.0)
+    drain_timeout = col.seconds("drain_timeout", 30.0, zero=True)
+    heartbeat = col.seconds("heartbeat", 300.0, zero=True)
     ca_file = path_of(col.get("ca_file", str))
     expect_continue = col.get("expect_continue", bool, True)
     compress = col.get("compress", bool, True)
@@ -261,17 +345,20 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
     pat.done()
     if not valid_id(pattern.id):
         raise ConfigError(f"pattern.id: {pattern.id!r} must match {ID_RULE}")
+    _check_pattern(pattern)
 
     src = _Section(doc, "source")
     source = SourceConfig(
         kind=src.choice("kind", SOURCES, "file"), path=path_of(src.get("path", str)),
         follow=src.get("follow", bool, True),
         batch_events=src.positive("batch_events", int, 1000),
-        batch_seconds=src.positive("batch_seconds", float, 1.0),
-        poll_seconds=src.positive("poll_seconds", float, 0.1))
+        batch_seconds=src.seconds("batch_seconds", 1.0),
+        poll_seconds=src.seconds("poll_seconds", 0.1))
     src.done()
     if source.kind == "file" and source.path is None:
         raise ConfigError("source.path: missing (needed for source.kind = \"file\")")
+    if source.kind == "file":
+        _check_jsonl(source.path)
 
     bud = _Section(doc, "budget")
     budget = BudgetConfig(
@@ -307,7 +394,7 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
             explore=sk.get("explore", float, EXPLORE), defer=sk.get("defer", int, DEFER),
             save_path=path_of(sk.get("save_path", str)),
             save_every=sk.positive("save_every", int, 100_000),
-            check_interval=sk.positive("check_interval", float, 3600.0, zero=True))
+            check_interval=sk.seconds("check_interval", 3600.0, zero=True))
         for key in ("learning_rate", "explore"):
             if not 0.0 <= getattr(sketch, key) <= 1.0:
                 raise ConfigError(f"sketch.{key}: must be in [0, 1], not "
@@ -328,8 +415,8 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
         path=path_of(ob.get("path", str, "agent-outbox.db")),
         max_rows=ob.positive("max_rows", int), max_bytes=ob.positive("max_bytes", int),
         policy=ob.choice("policy", CAP_POLICIES, "drop-oldest"),
-        backoff_base=ob.positive("backoff_base", float, 1.0),
-        backoff_max=ob.positive("backoff_max", float, 300.0),
+        backoff_base=ob.seconds("backoff_base", 1.0),
+        backoff_max=ob.seconds("backoff_max", 300.0),
         max_retained_events=ob.positive("max_retained_events", int, 200_000))
     ob.done()
     if outbox.backoff_max < outbox.backoff_base:
@@ -342,7 +429,7 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
 
     met = _Section(doc, "metrics")
     metrics = MetricsConfig(path=path_of(met.get("path", str)),
-                            interval=met.positive("interval", float, 10.0))
+                            interval=met.seconds("interval", 10.0))
     met.done()
 
     written = [("outbox.path", outbox.path), ("metrics.path", metrics.path)]

@@ -43,8 +43,8 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 
-__all__ = ["Outbox", "OutboxFull", "Backoff", "Due", "DeadLetter", "POLICIES", "main",
-           "read_summary", "out_of_space"]
+__all__ = ["Outbox", "OutboxFull", "OutboxError", "Backoff", "Due", "DeadLetter", "POLICIES",
+           "main", "read_summary", "out_of_space"]
 
 POLICIES = ("drop-oldest", "refuse-new")
 _COUNTERS = ("put", "duplicate", "sent", "sent_bytes", "failed", "dropped", "dropped_bytes",
@@ -90,6 +90,10 @@ CREATE TABLE IF NOT EXISTS state (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 class OutboxFull(Exception):
     """The outbox is at its cap and the policy is ``refuse-new``."""
+
+
+class OutboxError(Exception):
+    """The outbox file cannot be opened (or created); the message starts with its path."""
 
 
 @dataclass(frozen=True)
@@ -156,11 +160,22 @@ class Outbox:
         self.backoff = backoff or Backoff()
         self.keep_done = keep_done
         self._lock = threading.Lock()
+        self._db = None
+        try:
+            self._open(synchronous)
+        except (sqlite3.Error, OutboxError) as e:
+            if self._db is not None:
+                self._db.close()
+            if isinstance(e, OutboxError):
+                raise
+            raise OutboxError(f"{self.path}: {_open_problem(self.path, e)}") from None
+
+    def _open(self, synchronous: str) -> None:
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                    timeout=30.0)
         mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if mode.lower() != "wal":
-            raise RuntimeError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
+            raise OutboxError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
         # FULL: an acknowledged commit also survives power loss, not only a killed process.
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         self._db.executescript(_SCHEMA)
@@ -432,6 +447,21 @@ class Outbox:
         self.close()
 
 
+def _open_problem(path: str, exc: sqlite3.Error) -> str:
+    """Why the outbox at ``path`` could not be opened, in words (SQLite says "unable to open
+    database file" for most of it)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return "is a directory, not a file"
+    if not os.access(folder, os.W_OK | os.X_OK):  # SQLite writes -wal and -shm beside it
+        return f"cannot be opened: the directory {folder} is not writable"
+    if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
+        return "cannot be opened: this user cannot read and write it"
+    if isinstance(exc, sqlite3.DatabaseError) and "not a database" in str(exc):
+        return "is not an outbox (not an SQLite database)"
+    return f"cannot be opened as an outbox ({exc})"
+
+
 def out_of_space(exc: BaseException) -> bool:
     """A write refused for want of space: SQLite's ``SQLITE_FULL`` ("database or disk is
     full": the disk, or the database's page limit) or ``ENOSPC``."""
@@ -507,7 +537,12 @@ def main(argv: list[str] | None = None) -> int:
     if why:  # Outbox() would add its tables to any SQLite file (and set it to WAL mode)
         print(f"{ap.prog}: {args.path}: not an outbox ({why})", file=sys.stderr)
         return 2
-    with Outbox(args.path) as box:
+    try:
+        box = Outbox(args.path)
+    except OutboxError as e:
+        print(f"{ap.prog}: {e}", file=sys.stderr)
+        return 2
+    with box:
         if args.command == "status":
             print(json.dumps(box.summary()))
         elif args.command == "list":
@@ -521,13 +556,35 @@ def main(argv: list[str] | None = None) -> int:
                     fh.write(box.dead_body(d.batch_id) or b"")
                 print(path)
         elif args.command == "requeue":
+            unknown = _not_dead(box, args.ids)
             print(f"requeued {box.requeue(args.ids or None)} dead letters")
+            return _say_not_dead(ap.prog, unknown)
         else:
             if not args.ids and not args.all:
                 print(f"{ap.prog} discard: name the ids, or --all", file=sys.stderr)
                 return 2
+            unknown = [] if args.all else _not_dead(box, args.ids)
             print(f"discarded {box.discard(None if args.all else args.ids)} dead letters")
+            return _say_not_dead(ap.prog, unknown)
     return 0
+
+
+def _not_dead(box: Outbox, ids: list[str]) -> list[str]:
+    """The ``ids`` that are not dead letters, each with what it is instead."""
+    out = []
+    for bid in ids:
+        status = box.status(bid)
+        if status != "dead":
+            out.append(f"{bid} ({status or 'unknown'})")
+    return out
+
+
+def _say_not_dead(prog: str, unknown: list[str]) -> int:
+    """1 (after saying which) when some ids named were not dead letters, else 0."""
+    if not unknown:
+        return 0
+    print(f"{prog}: not dead letters, left alone: {', '.join(unknown)}", file=sys.stderr)
+    return 1
 
 
 def read_summary(path: str | os.PathLike) -> dict:

@@ -31,6 +31,7 @@ so a missing ``ReadWritePaths=`` shows as a directory that is not writable.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import ssl
@@ -287,6 +288,8 @@ def _get(url: str, token: str | None, timeout: float, limit: int,
         return e.code, body, error_text(body)
     except (urllib.error.URLError, OSError, TimeoutError) as e:
         return None, b"", str(getattr(e, "reason", e))
+    except (http.client.HTTPException, ValueError) as e:  # a URL http.client refuses
+        return None, b"", f"{type(e).__name__}: {e}"
 
 
 def _collector(cfg: AgentConfig):

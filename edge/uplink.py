@@ -421,16 +421,38 @@ class Uploader(threading.Thread):
         self.auth_streak = 0
         self.hold_until = 0.0
         self.fail_streak = 0  # failed attempts (5xx, network) since the last batch sent
+        self.crash_streak = 0  # unexpected errors in a row (_crashed)
         self._beat: dict | None = None
         self._beat_streak = 0  # failed heartbeats in a row
         self.beats_off = False  # the collector has no heartbeat endpoint (an older one)
 
     def run(self) -> None:
         while not self.stop_event.is_set():
-            beat = self.send_beat()
-            if not self.send_one() and not beat:
-                self.wake.wait(self._sleep_for())
-                self.wake.clear()
+            try:
+                self._round()
+            except Exception as e:  # a bug must not end uploads: the batches stay, retried
+                self._crashed(e)
+
+    def _round(self) -> None:
+        beat = self.send_beat()
+        if not self.send_one() and not beat:
+            self.wake.wait(self._sleep_for())
+            self.wake.clear()
+
+    def _crashed(self, e: Exception) -> None:
+        """An unexpected error in an upload: hold every upload with the outbox's backoff
+        (its batches are kept) and log it, with its traceback, once per streak."""
+        self.crash_streak += 1
+        self.last_error = f"unexpected error: {type(e).__name__}: {e}"
+        wait = self.outbox.backoff.delay("crash", self.crash_streak)
+        self.hold_until = max(self.hold_until, time.time() + wait)
+        if self.crash_streak == 1:
+            log.error("uploads failed (%s); batches are kept and uploads are retried with "
+                      "backoff (up to %gs apart)", self.last_error,
+                      self.outbox.backoff.max_delay, exc_info=True)
+        else:
+            log.debug("uploads still fail (%s); next try in %.1fs", self.last_error, wait)
+        self.stop_event.wait(wait)
 
     def beat(self, status: dict) -> None:
         """Have the thread send a heartbeat with ``status`` (the agent's metrics) before its
@@ -446,6 +468,7 @@ class Uploader(threading.Thread):
         if status is None or time.time() < self.hold_until:
             return False
         out = self.uplink.post_heartbeat(status, timeout)
+        self.crash_streak = 0
         if out.action == "ack":
             if self._beat_streak:
                 log.info("heartbeats go through again")
@@ -483,6 +506,7 @@ class Uploader(threading.Thread):
             return False
         self.counts["attempts"] += 1
         out = self.uplink.post_batch(due.body)
+        self.crash_streak = 0
         why = out.why
         if out.action == "ack":
             if self.fail_streak:

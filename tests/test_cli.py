@@ -146,6 +146,23 @@ def test_sample_runs_on_the_embedded_sample():
     assert "bundles" in r.stdout.splitlines()[-1]
 
 
+@pytest.mark.parametrize("args, option", [
+    (["sample", "--limit", "-1"], "--limit: the matches to print must be >= 0, got -1"),
+    (["match", "e.jsonl", "-p", "a b", "-w", "5", "-k", "-1"], "-k: the letters that may "
+                                                               "be missing must be >= 0"),
+    (["match", "e.jsonl", "-p", "a b", "-w", "5", "-k", "65"], "-k: the letters that may "
+                                                               "be missing must be <= 64"),
+    (["match", "e.jsonl", "-p", "a b", "-w", "5", "--batch-size", "0"], "--batch-size: "),
+    (["history", "inspect", "h.history", "--top", "-2"], "--top: "),
+    (["demo", "--cores", "0"], "--cores: the cores must be >= 1, got 0"),
+    (["sample", "--limit", "ten"], "--limit: 'ten' is not a whole number of matches"),
+])
+def test_a_negative_count_or_size_is_refused_naming_the_option(args, option):
+    r = acep(*args)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert f"error: argument {option}" in r.stderr
+
+
 def _history_build(tmp_path, *extra):
     """`acep history build` of the fixture with a signed sketch: (result, history, sketch,
     key file)."""
@@ -338,7 +355,8 @@ def test_outbox_shows_what_is_stuck_and_lists_exports_requeues_and_discards(tmp_
     assert refused.returncode == 2 and "acep outbox discard: name the ids, or --all" in \
         refused.stderr
     requeued = acep("outbox", path, "requeue", "pi-1/7", "pi-1/99")
-    assert (requeued.returncode, requeued.stdout) == (0, "requeued 1 dead letters\n")
+    assert (requeued.returncode, requeued.stdout) == (1, "requeued 1 dead letters\n")
+    assert requeued.stderr == "acep outbox: not dead letters, left alone: pi-1/99 (unknown)\n"
     with Outbox(path) as box:
         assert box.pending_ids() == ["pi-1/8", "pi-1/9", "pi-1/7"] and not box.dead_letters()
         box.reject("pi-1/7", "HTTP 409: another body")

@@ -4,6 +4,7 @@ uploads with retry against a real HTTP server on loopback."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
@@ -87,6 +88,20 @@ def direct(events, budget=None, flush: bool = True) -> list[tuple]:
     ({"source": {"kind": "file"}}, "source.path"),
     ({"collector": {"url": "http://x"}}, "device.token"),
     ({"collector": {"url": "ftp://x"}, "device": {"id": "d", "token": "t"}}, "collector.url"),
+    ({"collector": {"url": "http://exa mple.com"}, "device": {"id": "d", "token": "t"}},
+     "collector.url: 'http://exa mple.com' contains a space"),
+    ({"collector": {"url": "http://"}, "device": {"id": "d", "token": "t"}},
+     "collector.url: 'http://' has no host"),
+    ({"collector": {"url": "http://x:99999"}, "device": {"id": "d", "token": "t"}},
+     "collector.url: 'http://x:99999' has a bad port"),
+    ({"collector": {"url": "http://x/#top"}, "device": {"id": "d", "token": "t"}},
+     "collector.url: 'http://x/#top' must not have a query"),
+    ({"collector": {"url": "http://x", "timeout": float("inf")},
+      "device": {"id": "d", "token": "t"}}, "collector.timeout: must be a finite number"),
+    ({"collector": {"url": "http://x", "timeout": 1e8}, "device": {"id": "d", "token": "t"}},
+     "collector.timeout: 100,000,000 seconds is more than a year"),
+    ({"pattern": {"text": "a b", "window": float("inf")}}, "pattern.window: must be a finite"),
+    ({"budget": {"max_ops": float("nan")}}, "budget.max_ops: must be a finite"),
     ({"collector": {"url": "http://x", "heartbeat": -5}, "device": {"id": "d", "token": "t"}},
      "collector.heartbeat"),
     ({"collector": {"url": "http://x", "expect_continue": "yes"},
@@ -112,6 +127,67 @@ def test_config_errors_name_the_key(tmp_path, change, key):
         doc[name] = value if name in ("device", "pattern") else {**doc.get(name, {}), **value}
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         parse_config(doc)
+
+
+def _agent_toml(tmp: Path, **sections: str) -> Path:
+    """agent.toml with a stdin source and an outbox beside it, ``sections`` added as TOML
+    lines by table name."""
+    parts = {"device": 'id = "pi-1"', "pattern": 'text = "a b"\nwindow = 10',
+             "source": 'kind = "stdin"', "outbox": 'path = "outbox.db"', **sections}
+    path = tmp / "agent.toml"
+    path.write_text("".join(f"[{name}]\n{body}\n" for name, body in parts.items()))
+    return path
+
+
+@pytest.mark.parametrize("pattern, said", [
+    ('text = "a b ("\nwindow = 10', "pattern.text: pattern error at position 5: expected "
+                                     "an event type or '(', found end of input (in 'a b (')"),
+    ('text = "a b"\nwindow = 10\nwhere = ["b.x >"]',
+     "pattern.where: predicate error at position 5: "),
+    ('text = "a b"\nwindow = inf', "pattern.window: must be a finite number >= 0, not inf"),
+])
+def test_pattern_errors_are_config_errors_naming_the_file_and_the_key(tmp_path, capsys,
+                                                                      pattern, said):
+    from edge.agent import main
+
+    cfg = _agent_toml(tmp_path, pattern=pattern)
+    for check in ([], ["--check"]):
+        assert main(["--config", str(cfg), *check]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"acep agent: config error: {cfg}: {said}")
+        assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name, body, kind", [
+    ("events.parquet", None, "Parquet"),  # not there yet: its name says it
+    ("events.jsonl.gz", None, "gzip"),
+    ("events.jsonl", gzip.compress(b'{"type": "a", "t": 1}\n'), "gzip"),  # its bytes say it
+    ("events.log", b"PAR1\x15\x04", "Parquet"),
+])
+def test_a_source_file_the_agent_cannot_read_as_json_lines_is_refused_by_name(
+        tmp_path, name, body, kind):
+    if body is not None:
+        (tmp_path / name).write_bytes(body)
+    doc = config(tmp_path, source={"kind": "file", "path": name, "follow": False})
+    with pytest.raises(ConfigError) as refused:
+        parse_config(doc, base_dir=str(tmp_path))
+    assert str(refused.value).startswith(
+        f"source.path: {tmp_path / name} is {kind}, but the agent reads JSON Lines only")
+
+
+@pytest.mark.parametrize("make, why", [
+    (lambda p: p.mkdir(), "is a directory, not a file"),
+    (lambda p: p.write_text("not sqlite\n" * 200), "is not an outbox (not an SQLite database)"),
+])
+def test_an_outbox_that_cannot_be_opened_is_one_line_naming_it_and_its_key(
+        tmp_path, capsys, make, why):
+    from edge.agent import main
+
+    cfg = _agent_toml(tmp_path)
+    make(tmp_path / "outbox.db")
+    assert main(["--config", str(cfg)]) == 2
+    assert capsys.readouterr().err == (f"acep agent: config error: {cfg}: outbox.path: "
+                                       f"{tmp_path / 'outbox.db'}: {why}\n")
 
 
 def test_config_file_relative_paths_and_token_file(tmp_path):
@@ -557,6 +633,25 @@ def test_a_finite_run_with_the_collector_down_waits_then_warns_and_keeps(tmp_pat
     assert len(warning) == 1 and warning[0].startswith(f"{final['batches_put']} batches")
     with sqlite3.connect(tmp_path / "outbox.db") as db:  # kept for the next run
         assert db.execute("SELECT COUNT(*) FROM pending").fetchone()[0] == final["batches_put"]
+
+
+def test_an_unexpected_upload_error_keeps_the_batches_and_a_finite_run_still_ends(
+        tmp_path, caplog):
+    """A URL that http.client refuses (one config validation would now stop) raises inside
+    the uploader: it must not die and leave the agent draining forever."""
+    doc = config(tmp_path, collector={"url": "http://x", "timeout": 1, "drain_timeout": 1},
+                 outbox={"backoff_base": 0.05, "backoff_max": 0.2})
+    doc["device"]["token"] = "tok-1"
+    cfg = parse_config(doc)
+    cfg.collector_url = "http://exa mple.com"
+    thread, out = run_in_thread(Agent(cfg, events=stream(800)))
+    thread.join(20)
+    assert not thread.is_alive(), "the agent hangs after an unexpected upload error"
+    final = out[0]
+    assert final["outbox_pending"] == final["batches_put"] > 0
+    assert final["upload_error"].startswith("unexpected error: InvalidURL: ")
+    said = [r for r in caplog.records if r.getMessage().startswith("uploads failed")]
+    assert len(said) == 1 and said[0].levelno == logging.ERROR  # once, not per attempt
 
 
 def test_a_fresh_outbox_starts_its_seq_at_the_time_and_a_restart_keeps_it(tmp_path):

@@ -309,6 +309,49 @@ def test_cli_lists_exports_requeues_and_discards_dead_letters(tmp_path):
     assert not (tmp_path / "no.db").exists()
 
 
+def _outbox_cli(path, *args):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.run([sys.executable, "-m", "edge.outbox", str(path), *args],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.mark.parametrize("action", ["discard", "requeue"])
+def test_cli_names_ids_that_are_not_dead_letters_and_fails_but_acts_on_the_others(
+        tmp_path, action):
+    path = tmp_path / "o.db"
+    with Outbox(path) as box:
+        for bid in ("pi-1/1", "pi-1/2"):
+            box.put(b"x", bid)
+        box.reject("pi-1/1", "HTTP 400")
+    out = _outbox_cli(path, action, "nope/123", "pi-1/1", "pi-1/2")
+    assert out.returncode == 1
+    assert out.stderr == "acep outbox: not dead letters, left alone: nope/123 (unknown), " \
+                         "pi-1/2 (pending)\n"
+    with Outbox(path) as box:
+        assert box.dead_letters() == []  # pi-1/1 was acted on all the same
+        assert box.status("pi-1/1") == ("discarded" if action == "discard" else "pending")
+
+
+@pytest.mark.parametrize("make, why", [
+    (lambda p: p.mkdir(), "not an outbox (unable to open database file)"),
+    (lambda p: p.write_text("hello\n"), "not an outbox (file is not a database)"),
+    (lambda p: p.write_bytes(bytes(range(256)) * 8), "not an outbox (file is not a database)"),
+    (lambda p: sqlite3.connect(p).execute("CREATE TABLE t (x)"),
+     "not an outbox (no table 'pending')"),
+    (lambda p: None, "no such outbox"),
+])
+@pytest.mark.parametrize("action", [["status"], ["list"], ["export", "dead"]])
+def test_cli_on_what_is_not_an_outbox_says_so_in_one_line_and_writes_nothing(
+        tmp_path, make, why, action):
+    path = tmp_path / "o.db"
+    make(path)
+    before = sorted(os.listdir(tmp_path))
+    out = _outbox_cli(path, *[tmp_path / a if a == "dead" else a for a in action])
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr == f"acep outbox: {path}: {why}\n"
+    assert sorted(os.listdir(tmp_path)) == before
+
+
 def test_backoff_jitter_never_goes_past_the_maximum():
     for seed in range(20):
         b = Backoff(base_delay=1.0, factor=2.0, max_delay=2.0, jitter=0.2, seed=seed)

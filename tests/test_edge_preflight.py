@@ -259,7 +259,8 @@ def test_a_config_error_exits_2_with_the_message(tmp_path, capsys):
     assert agent_main(["--config", str(tmp_path / "agent.toml"), "--check"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert "acep agent: config error: pattern.window: missing" in captured.err
+    assert captured.err == (f"acep agent: config error: {tmp_path / 'agent.toml'}: "
+                            "pattern.window: missing\n")
 
 
 def test_little_free_space_beside_the_outbox_is_a_warning(tmp_path, monkeypatch):

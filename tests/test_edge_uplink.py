@@ -331,3 +331,34 @@ def test_a_wrong_token_shows_at_the_first_heartbeat_and_holds_the_uploads(server
             or "token again" in r.getMessage()]
     assert len(said) == 2 and said[0].startswith("collector refused this device's credentials")
     assert said[1].startswith("the collector accepts this device's token again")
+
+
+def test_the_uploader_survives_an_unexpected_error_and_delivers_after_its_backoff(
+        server, tmp_path, caplog):
+    from edge.outbox import Backoff, Outbox
+    from edge.uplink import Uploader
+
+    with Outbox(tmp_path / "outbox.db", backoff=Backoff(0.05, max_delay=0.1)) as outbox:
+        outbox.put(b"x" * 10, "dev/1")
+        uplink = Uplink(server.url, "tok")
+        post, calls = uplink.post_batch, []
+
+        def once_broken(body):
+            calls.append(body)
+            if len(calls) == 1:
+                raise RuntimeError("a bug")
+            return post(body)
+
+        uplink.post_batch = once_broken
+        uploader = Uploader(outbox, uplink, idle_seconds=0.02)
+        uploader.start()
+        try:
+            deadline = time.monotonic() + 10
+            while outbox.metrics()["pending"] and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert uploader.is_alive()
+        finally:
+            uploader.stop(5)
+        assert outbox.metrics()["sent"] == 1 and len(calls) == 2
+    said = [r for r in caplog.records if "unexpected error" in r.getMessage()]
+    assert len(said) == 1 and "RuntimeError: a bug" in said[0].getMessage()
