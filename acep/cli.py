@@ -19,7 +19,14 @@ from datetime import datetime, timezone
 import numpy as np
 
 from . import __version__, storage
-from .events import EventError, EventSpec, file_size_hint, read_all, read_events
+from .events import (
+    EventError,
+    EventSpec,
+    file_size_hint,
+    not_an_attribute,
+    read_all,
+    read_events,
+)
 from .matcher import MatchBatch, Matcher, Pattern, bundles
 from .pattern import PatternError, symbols
 from .units import UNITS as _UNITS
@@ -212,6 +219,7 @@ def run_match(args) -> int:
                       max_entries=args.max_entries if args.no_merge or args.all_trajectories
                       else None)
     spec = EventSpec.load(args.spec) if args.spec else None
+    _check_predicate_attributes(pattern, spec or EventSpec())
     out = _Printer(args.bundles)
     started, n_events, seen_types, unreadable = time.perf_counter(), 0, set(), []
     progress = _progress(args.file, args.no_progress)
@@ -236,6 +244,13 @@ def run_match(args) -> int:
     _summary(matcher, n_events, out, time.perf_counter() - started, len(unreadable))
     _warn_unseen_types(pattern, seen_types)
     return 0
+
+
+def _check_predicate_attributes(pattern: Pattern, spec: EventSpec) -> None:
+    for name in pattern.predicates.columns:
+        why = not_an_attribute(spec, name)
+        if why is not None:
+            raise ValueError(f"--where: {why}")
 
 
 class _Printer:

@@ -232,7 +232,9 @@ class EventSpec:
     attributes: tuple[str, ...] | None = None
 
     def __post_init__(self):
-        if self.attributes is not None:
+        if isinstance(self.attributes, str):
+            object.__setattr__(self, "attributes", (self.attributes,))
+        elif self.attributes is not None:
             object.__setattr__(self, "attributes", tuple(self.attributes))
         if not (self.tag is None or isinstance(self.tag, str)):
             raise ValueError(f"event spec: tag must be a column name or None, not {self.tag!r}")
@@ -259,6 +261,11 @@ class EventSpec:
             kind = TypeClasses(kind["column"], tuple(_bin(b) for b in kind["bins"]),
                                tuple(kind["labels"]))
         attrs = d.get("attributes")
+        if isinstance(attrs, str):  # one column, not its letters
+            attrs = [attrs]
+        elif attrs is not None and not isinstance(attrs, (list, tuple)):
+            raise ValueError(f"event spec: attributes must be a list of column names, not "
+                             f"{attrs!r}")
         return cls(d.get("tag", "t"), kind, None if attrs is None else tuple(attrs))
 
     @classmethod
@@ -275,6 +282,22 @@ class EventSpec:
             return cls.from_dict(d)
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             raise ValueError(f"event spec {path_or_name}: {e}") from None
+
+
+def not_an_attribute(spec: EventSpec, name: str) -> str | None:
+    """Why ``name`` is never read as an attribute under ``spec`` (not in the spec's
+    attributes; without them, the tag or the type column), or None."""
+    if spec.attributes is not None:
+        if name in spec.attributes:
+            return None
+        return (f"{name!r} is not among the event spec's 'attributes' "
+                f"({', '.join(spec.attributes)})")
+    if name == spec.tag:
+        return f"{name!r} is the tag (the event spec's 'tag'), not an attribute"
+    if name == spec.type:
+        return (f"{name!r} is the column the event type is read from (the event spec's "
+                "'type'), not an attribute; a spec with another type column reads it")
+    return None
 
 
 def _type_column(spec: EventSpec) -> str:

@@ -521,3 +521,12 @@ def test_slice_keeps_positions_lines_and_columns():
     assert part.columns["x"].tolist() == [6, 8, 10, 12]
     assert [e.t for e in part.to_events()] == [3, 4, 5, 6]
     assert len(batch.slice(8, 50)) == 2
+
+
+def test_a_spec_attribute_written_as_one_string_is_one_attribute(tmp_path):
+    spec = EventSpec.from_dict({"attributes": "price"})
+    assert spec.attributes == ("price",)
+    batch = read_all(write(tmp_path / "ev.jsonl", [{"type": "a", "t": 1, "price": 3}]), spec)
+    assert list(batch.columns) == ["price"]
+    with pytest.raises(ValueError, match="attributes must be a list"):
+        EventSpec.from_dict({"attributes": 5})
