@@ -14,7 +14,6 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from datetime import datetime, timezone
 
 import numpy as np
 
@@ -298,16 +297,32 @@ class _Printer:
 def _tag(t: float, is_time: bool):
     """A tag as JSON output shows it: ISO text for timestamps, else the number."""
     if is_time:
-        return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        return _iso_texts(np.array([t], dtype=np.float64))[0]
     return int(t) if float(t).is_integer() else t
 
 
 def _tag_texts(tags: np.ndarray, is_time: bool) -> list[str]:
     """JSON texts of many tags at once (vectorized; the same text as :func:`_tag`)."""
     if is_time:
-        stamps = np.floor(tags).astype("datetime64[s]")
-        return ['"' + x + '"' for x in np.datetime_as_string(stamps, unit="s").tolist()]
+        return ['"' + x + '"' for x in _iso_texts(tags)]
     return [json.dumps(_tag(t, False)) for t in tags.tolist()]
+
+
+def _iso_texts(seconds: np.ndarray) -> list[str]:
+    """ISO 8601 UTC texts: whole seconds as before, a fraction in milliseconds or, when it
+    needs them, microseconds."""
+    micros = np.round(np.asarray(seconds, dtype=np.float64) * 1e6).astype(np.int64)
+    frac = micros % 1_000_000
+    stamps = micros.astype("datetime64[us]")
+    if not frac.any():
+        return np.datetime_as_string(stamps, unit="s").tolist()
+    unit = np.where(frac == 0, 0, np.where(frac % 1000 == 0, 1, 2))
+    out = np.datetime_as_string(stamps, unit="s").astype(object)
+    for code, name in ((1, "ms"), (2, "us")):
+        pick = unit == code
+        if pick.any():
+            out[pick] = np.datetime_as_string(stamps[pick], unit=name)
+    return out.tolist()
 
 
 def _json_default(value):

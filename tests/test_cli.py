@@ -413,3 +413,13 @@ def test_integral_partitions_print_as_integers_whatever_the_batch_size(tmp_path)
                  events)
         assert r.returncode == 0, r.stderr
         assert r.stdout.startswith('{"partition": 7, ') and len(r.stdout.splitlines()) == 1
+
+
+def test_sub_second_timestamps_keep_their_fraction_whole_seconds_print_as_before(tmp_path):
+    tags = ["2024-01-01T00:00:00.100", "2024-01-01T00:00:00.900", "2024-01-01T00:00:01.000001",
+            "2024-01-01T00:00:02"]
+    events = _write_jsonl(tmp_path / "sub.jsonl",
+                          [{"type": ty, "t": t} for ty, t in zip("abab", tags)])
+    r = acep("match", "-p", "a b", "-w", "5s", events)
+    assert r.returncode == 0, r.stderr
+    assert [x["events"] for x in map(json.loads, r.stdout.splitlines())] == [tags[:2], tags[2:]]
