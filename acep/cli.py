@@ -14,12 +14,18 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from datetime import datetime, timezone
 
 import numpy as np
 
 from . import __version__, storage
-from .events import EventError, EventSpec, file_size_hint, read_all, read_events
+from .events import (
+    EventError,
+    EventSpec,
+    file_size_hint,
+    not_an_attribute,
+    read_all,
+    read_events,
+)
 from .matcher import MatchBatch, Matcher, Pattern, bundles
 from .pattern import PatternError, symbols
 from .units import UNITS as _UNITS
@@ -217,6 +223,7 @@ def run_match(args) -> int:
                       max_entries=args.max_entries if args.no_merge or args.all_trajectories
                       else None)
     spec = EventSpec.load(args.spec) if args.spec else None
+    _check_predicate_attributes(pattern, spec or EventSpec())
     out = _Printer(args.bundles)
     started, n_events, seen_types, unreadable = time.perf_counter(), 0, set(), []
     progress = _progress(args.file, args.no_progress)
@@ -241,6 +248,13 @@ def run_match(args) -> int:
     _summary(matcher, n_events, out, time.perf_counter() - started, len(unreadable))
     _warn_unseen_types(pattern, seen_types)
     return 0
+
+
+def _check_predicate_attributes(pattern: Pattern, spec: EventSpec) -> None:
+    for name in pattern.predicates.columns:
+        why = not_an_attribute(spec, name)
+        if why is not None:
+            raise ValueError(f"--where: {why}")
 
 
 class _Printer:
@@ -288,16 +302,32 @@ class _Printer:
 def _tag(t: float, is_time: bool):
     """A tag as JSON output shows it: ISO text for timestamps, else the number."""
     if is_time:
-        return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        return _iso_texts(np.array([t], dtype=np.float64))[0]
     return int(t) if float(t).is_integer() else t
 
 
 def _tag_texts(tags: np.ndarray, is_time: bool) -> list[str]:
     """JSON texts of many tags at once (vectorized; the same text as :func:`_tag`)."""
     if is_time:
-        stamps = np.floor(tags).astype("datetime64[s]")
-        return ['"' + x + '"' for x in np.datetime_as_string(stamps, unit="s").tolist()]
+        return ['"' + x + '"' for x in _iso_texts(tags)]
     return [json.dumps(_tag(t, False)) for t in tags.tolist()]
+
+
+def _iso_texts(seconds: np.ndarray) -> list[str]:
+    """ISO 8601 UTC texts: whole seconds as before, a fraction in milliseconds or, when it
+    needs them, microseconds."""
+    micros = np.round(np.asarray(seconds, dtype=np.float64) * 1e6).astype(np.int64)
+    frac = micros % 1_000_000
+    stamps = micros.astype("datetime64[us]")
+    if not frac.any():
+        return np.datetime_as_string(stamps, unit="s").tolist()
+    unit = np.where(frac == 0, 0, np.where(frac % 1000 == 0, 1, 2))
+    out = np.datetime_as_string(stamps, unit="s").astype(object)
+    for code, name in ((1, "ms"), (2, "us")):
+        pick = unit == code
+        if pick.any():
+            out[pick] = np.datetime_as_string(stamps[pick], unit=name)
+    return out.tolist()
 
 
 def _json_default(value):

@@ -15,11 +15,13 @@ other column an attribute::
 
 Conversions: numeric (and boolean, as 1/0) columns become float64 with NaN for missing
 values, timestamps become float64 seconds since the Unix epoch (naive ones are taken as UTC),
-other columns become object arrays of ``str`` (``None`` when missing); in JSON Lines and
-msgpack a column mixing numbers and text is text. A tag may also be an ISO 8601 string
-(``"2001-01-01T00:05:00"``); the first good tag decides whether a stream's tags are
-timestamps or numbers. Type codes index the batch's own ``type_names``, which differ between
-batches; :meth:`EventBatch.concat` merges them.
+other columns become object arrays (``None`` when missing). A column mixing numbers and text
+(JSON Lines, msgpack) keeps each value's kind: numbers stay ``int``/``float``, text ``str``.
+Integers beyond 2**53, which a float64 cannot hold exactly, stay exact Python ``int`` in an
+object column (a tag or type-class column is converted to float64, lossy). A tag may also
+be an ISO 8601 string (``"2001-01-01T00:05:00"``); the first good tag decides whether a
+stream's tags are timestamps or numbers. Type codes index the batch's own ``type_names``,
+which differ between batches; :meth:`EventBatch.concat` merges them.
 
 Lines: JSON Lines count every line of the file; CSV row i is line i + 2 (a header, and no
 quoted line breaks); Parquet and msgpack have none (``lines`` is None). CSV column types are
@@ -53,7 +55,8 @@ from . import storage
 
 __all__ = [
     "EventError", "Event", "EventBatch", "TypeClasses", "EventSpec", "PRESETS",
-    "read_events", "read_all", "read_chunks", "RowChunk", "file_size_hint",
+    "read_events", "read_all", "read_chunks", "RowChunk", "file_size_hint", "partition_key",
+    "as_object_column",
 ]
 
 
@@ -145,7 +148,8 @@ class EventBatch:
     def concat(batches: list[EventBatch]) -> EventBatch:
         """One batch of all events; position/source of the first, columns unioned.
 
-        A column that is numeric in one batch and text in another becomes text.
+        A column that is numeric in one batch and objects in another becomes objects, its
+        numbers kept as numbers.
         """
         if not batches:
             return _empty_batch(0, "<events>", False)
@@ -174,13 +178,13 @@ def _merge_columns(batches: list[EventBatch]) -> dict[str, np.ndarray]:
     out = {}
     for name in dict.fromkeys(c for b in batches for c in b.columns):
         parts = [b.columns.get(name) for b in batches]
-        text = any(p is not None and p.dtype == object for p in parts)
+        mixed = any(p is not None and p.dtype == object for p in parts)
         filled = []
         for b, p in zip(batches, parts):
             if p is None:
-                p = np.full(len(b), None, dtype=object) if text else np.full(len(b), np.nan)
-            elif text and p.dtype != object:
-                p = _as_text_column(p)
+                p = np.full(len(b), None, dtype=object) if mixed else np.full(len(b), np.nan)
+            elif mixed and p.dtype != object:
+                p = as_object_column(p)
             filled.append(p)
         out[name] = np.concatenate(filled)
     return out
@@ -228,7 +232,9 @@ class EventSpec:
     attributes: tuple[str, ...] | None = None
 
     def __post_init__(self):
-        if self.attributes is not None:
+        if isinstance(self.attributes, str):
+            object.__setattr__(self, "attributes", (self.attributes,))
+        elif self.attributes is not None:
             object.__setattr__(self, "attributes", tuple(self.attributes))
         if not (self.tag is None or isinstance(self.tag, str)):
             raise ValueError(f"event spec: tag must be a column name or None, not {self.tag!r}")
@@ -255,6 +261,11 @@ class EventSpec:
             kind = TypeClasses(kind["column"], tuple(_bin(b) for b in kind["bins"]),
                                tuple(kind["labels"]))
         attrs = d.get("attributes")
+        if isinstance(attrs, str):  # one column, not its letters
+            attrs = [attrs]
+        elif attrs is not None and not isinstance(attrs, (list, tuple)):
+            raise ValueError(f"event spec: attributes must be a list of column names, not "
+                             f"{attrs!r}")
         return cls(d.get("tag", "t"), kind, None if attrs is None else tuple(attrs))
 
     @classmethod
@@ -271,6 +282,22 @@ class EventSpec:
             return cls.from_dict(d)
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             raise ValueError(f"event spec {path_or_name}: {e}") from None
+
+
+def not_an_attribute(spec: EventSpec, name: str) -> str | None:
+    """Why ``name`` is never read as an attribute under ``spec`` (not in the spec's
+    attributes; without them, the tag or the type column), or None."""
+    if spec.attributes is not None:
+        if name in spec.attributes:
+            return None
+        return (f"{name!r} is not among the event spec's 'attributes' "
+                f"({', '.join(spec.attributes)})")
+    if name == spec.tag:
+        return f"{name!r} is the tag (the event spec's 'tag'), not an attribute"
+    if name == spec.type:
+        return (f"{name!r} is the column the event type is read from (the event spec's "
+                "'type'), not an attribute; a spec with another type column reads it")
+    return None
 
 
 def _type_column(spec: EventSpec) -> str:
@@ -816,22 +843,58 @@ def _text(v: object) -> str:
     return str(v)
 
 
-def _as_text_column(values: np.ndarray) -> np.ndarray:
+def as_object_column(values: np.ndarray) -> np.ndarray:
+    """A float64 column as objects (floats, None for NaN), to join an object column."""
     out = np.empty(len(values), dtype=object)
-    out[:] = [None if math.isnan(v) else _text(float(v)) for v in values]
+    out[:] = [None if v != v else v for v in values.tolist()]
     return out
+
+
+_EXACT_INT = 2**53  # float64 holds every integer up to this exactly
+
+
+def _fits_float(v: object) -> bool:
+    return _is_number(v) and (not isinstance(v, numbers.Integral) or isinstance(v, bool)
+                              or -_EXACT_INT <= v <= _EXACT_INT)
+
+
+def _cell(v: object) -> object:
+    """One value of an object column: numbers as numbers (ints exact), the rest as text."""
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, numbers.Integral):
+        return int(v)
+    if _is_number(v):
+        return float(v)
+    return _text(v)
 
 
 def _column_from_values(values: list) -> np.ndarray:
-    """float64 (NaN = missing) when every present value is a number, else str/None objects."""
-    if all(v is None or _is_number(v) for v in values):
-        try:
-            return np.array([math.nan if v is None else float(v) for v in values], np.float64)
-        except OverflowError:
-            pass
+    """float64 (NaN = missing) when every present value is a number that float64 holds
+    exactly, else objects (see :func:`_cell`): a text value never turns the numbers of its
+    column into text, and a big integer id stays exact."""
+    if all(v is None or _fits_float(v) for v in values):
+        return np.array([math.nan if v is None else float(v) for v in values], np.float64)
     out = np.empty(len(values), dtype=object)
-    out[:] = [None if v is None else _text(v) for v in values]
+    out[:] = [_cell(v) for v in values]
     return out
+
+
+def partition_key(v: object) -> object:
+    """The key of a partition attribute's value: an integral number as ``int`` (7 and 7.0
+    are one key, printed as 7), other numbers as ``float``, text as itself; None when
+    missing (None, NaN)."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, float):
+        if v != v:
+            return None
+        return int(v) if v.is_integer() else v
+    return int(v) if isinstance(v, numbers.Integral) else v
 
 
 def _types_from_values(values: list) -> tuple[np.ndarray, list[str], dict[int, str]]:
@@ -954,9 +1017,24 @@ def _classes_from_arrow(arr, classes: TypeClasses, source: str):
 
 
 def _numeric_from_arrow(arr) -> np.ndarray:
+    """float64 of a numeric column; integers beyond 2**53 are rounded (tags, type classes)."""
     import pyarrow as pa
 
-    return arr.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)
+    return arr.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def _attribute_from_arrow(arr) -> np.ndarray:
+    """A numeric attribute: float64, or exact Python ints when an integer is beyond 2**53."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_integer(arr.type) and arr.null_count < len(arr):
+        bounds = pc.min_max(arr)
+        if bounds["min"].as_py() < -_EXACT_INT or bounds["max"].as_py() > _EXACT_INT:
+            out = np.empty(len(arr), dtype=object)
+            out[:] = arr.to_pylist()
+            return out
+    return _numeric_from_arrow(arr)
 
 
 def _seconds_from_arrow(arr) -> np.ndarray:
@@ -1017,7 +1095,7 @@ def _column_from_arrow(arr) -> np.ndarray:
     if _is_time(arr.type):
         return _seconds_from_arrow(arr)
     if _is_numeric(arr.type):
-        return _numeric_from_arrow(arr)
+        return _attribute_from_arrow(arr)
     if _is_text(arr.type):
         return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=object)
     out = np.empty(len(arr), dtype=object)

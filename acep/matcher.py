@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _backend
 from .automaton import Automaton, build_automaton
-from .events import Event, EventBatch, EventError
+from .events import Event, EventBatch, EventError, partition_key
 from .pattern import Node, Where, parse_regex, parse_where, symbols
 from .predicates import CompiledPredicates, compile_predicates
 from .shedding import Budget, OldestFirstPolicy, VectorBins
@@ -367,7 +367,8 @@ class Matcher:
             raise EventError(f"no attribute {self.partition!r} to partition by", batch.source,
                              batch.line_of(0) if n else None, self.partition, batch.position)
         keys, inverse = _factorize(column)
-        ids = np.array([-1 if _is_missing(key) else self._ensure_partition(_plain(key))
+        keys = [partition_key(key) for key in keys]  # one key per id, whatever the batch
+        ids = np.array([-1 if key is None else self._ensure_partition(key)
                         for key in keys], dtype=np.int32)  # -1: a bad event for the kernel
         return np.ascontiguousarray(ids[inverse]) if n else np.zeros(0, dtype=np.int32)
 
@@ -472,17 +473,11 @@ def _arrow_dictionary(column: np.ndarray):
     except ImportError:  # the device side: no pyarrow, plain dict encoding
         return None
     try:
-        return pa.array(column, from_pandas=True).dictionary_encode()
-    except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed key types
+        encoded = pa.array(column, from_pandas=True).dictionary_encode()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # mixed key types
         return None
-
-
-def _is_missing(key) -> bool:
-    return key is None or (isinstance(key, float) and key != key)
-
-
-def _plain(key):
-    return key.item() if isinstance(key, np.generic) else key
+    # numbers in an object column (big or mixed with text) are keyed exactly, by Python
+    return encoded if pa.types.is_string(encoded.dictionary.type) else None
 
 
 def _distinct_trajectories(found: MatchBatch) -> MatchBatch:

@@ -17,7 +17,7 @@ that have matches (:meth:`Retained.groups`).
 
 The view equals what ``EventBatch.concat`` of the kept run and the chunk gave before: the
 same positions, type names in first-seen order and the union of the columns (a column that
-is text in any kept chunk is text, numbers converted as ``concat`` converts them). Like the
+holds objects in any kept chunk holds objects, numbers kept as ``concat`` keeps them). Like the
 old concatenated run, the schema is only forgotten when the run becomes empty.
 """
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from acep.events import EventBatch, _as_text_column
+from acep.events import EventBatch, as_object_column, partition_key
 
 __all__ = ["Retained"]
 
@@ -132,7 +132,8 @@ class Retained:
         for v in col.tolist():
             code = index.get(v)
             if code is None:
-                code = -1 if v is None or v != v else index.setdefault(v, len(index))
+                key = partition_key(v)  # the matcher's key (7 and 7.0 are one)
+                code = -1 if key is None else index.setdefault(key, len(index))
             out.append(code)
         return np.array(out, dtype=np.int64)
 
@@ -146,18 +147,19 @@ class Retained:
         text = stored.dtype == object
         if col is None:
             stored[a:b] = None if text else np.nan
-        elif col.dtype == object and not text:  # text from now on, as concat makes it
+        elif col.dtype == object and not text:  # objects from now on, as concat makes it
             converted = np.empty(self._cap, dtype=object)
-            converted[self.lo:a] = _as_text_column(stored[self.lo:a])
+            converted[self.lo:a] = as_object_column(stored[self.lo:a])
             converted[a:b] = col
             self._columns[name] = converted
         elif text and col.dtype != object:
-            stored[a:b] = _as_text_column(col)
+            stored[a:b] = as_object_column(col)
         elif text and len(self._intern) < _MAX_INTERNED:
             # JSON gives every event its own copy of a repeated text value (an airport):
             # the kept run holds one per distinct value instead
             intern = self._intern
-            stored[a:b] = [v if v is None else intern.setdefault(v, v) for v in col.tolist()]
+            stored[a:b] = [intern.setdefault(v, v) if type(v) is str else v
+                           for v in col.tolist()]
         else:
             stored[a:b] = col
 

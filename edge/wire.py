@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import msgpack
 import numpy as np
 
+from acep.events import partition_key
 from acep.windows import partition_groups, window_mask
 
 __all__ = [
@@ -234,6 +235,14 @@ def encode_batch(batch: UploadBatch) -> bytes:
     return msgpack.packb(doc, use_bin_type=True)
 
 
+def wire_text(v) -> str:
+    """A value of a text column as sent: numbers of a mixed column as acep prints a
+    partition key (7.0 as "7", big integers exact), so a match's partition and its
+    events' attribute agree on the collector."""
+    key = partition_key(v)
+    return key if isinstance(key, str) else str(key)
+
+
 def _encode_column(name: str, col: np.ndarray) -> dict:
     col = np.asarray(col)
     if col.dtype != object:
@@ -246,7 +255,7 @@ def _encode_column(name: str, col: np.ndarray) -> dict:
     if not all(type(v) is str for v in index):
         index = {}
         codes = [-1 if v is None or (isinstance(v, float) and v != v)
-                 else index.setdefault(str(v), len(index)) for v in values]
+                 else index.setdefault(wire_text(v), len(index)) for v in values]
     return {"name": name, "kind": "text", "values": list(index),
             "codes": _bin(np.array(codes, dtype=np.int64), "<i4")}
 
@@ -619,10 +628,13 @@ def batch_from_matches(matches, events, *, device: str, seq: int, pattern: Patte
     points = np.asarray(matches.point, dtype=float)
     keys = _plain_list(matches.partition)
     keep = window_mask(events, keys, points, pattern.window, groups)
+    names = list(columns) if columns is not None else list(events.columns)
+    if pattern.partition_by in names and np.asarray(events.columns[pattern.partition_by]).dtype \
+            == object:  # the attribute goes as text: so does the partition
+        keys = [None if k is None else wire_text(k) for k in keys]
     keep[traj - base] = True
     local = np.flatnonzero(keep)
     used, codes = np.unique(np.asarray(events.type_codes)[local], return_inverse=True)
-    names = list(columns) if columns is not None else list(events.columns)
     return UploadBatch(
         device=device, seq=seq, pattern=pattern,
         created_at=time.time() if created_at is None else created_at,

@@ -404,3 +404,40 @@ def test_outbox_help_lists_its_actions_and_a_device_install_runs_it(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and json.loads(r.stdout)["pending"] == 2
     assert r.stderr.strip() == "[]"
+
+
+@pytest.mark.parametrize("where, spec, says", [
+    ("c.t > a.t", None, "'t' is the tag (the event spec's 'tag'), not an attribute"),
+    ("c.type > 1", None, "'type' is the column the event type is read from"),
+    ("c.price > a.price", {"attributes": ["x"]}, "'price' is not among the event spec's"),
+])
+def test_where_on_the_tag_type_or_an_unlisted_column_says_so(tmp_path, where, spec, says):
+    events = _write_jsonl(tmp_path / "ev.jsonl", [{"type": "a", "t": 1, "price": 3, "x": 0},
+                                                  {"type": "c", "t": 2, "price": 4, "x": 0}])
+    extra = []
+    if spec is not None:
+        (tmp_path / "spec.json").write_text(json.dumps(spec))
+        extra = ["--spec", tmp_path / "spec.json"]
+    r = acep("match", "-p", "a c", "-w", "5", "--where", where, *extra, events)
+    assert r.returncode != 0 and says in r.stderr and "line 1" not in r.stderr, r.stderr
+
+
+def test_integral_partitions_print_as_integers_whatever_the_batch_size(tmp_path):
+    rows = [{"type": "a", "t": 1, "id": 7}, {"type": "b", "t": 2, "id": 7},
+            {"type": "c", "t": 3, "id": 7}, {"type": "x", "t": 4, "id": "other"}]
+    events = _write_jsonl(tmp_path / "pb.jsonl", rows)
+    for size in (1, 2, 3, 4):
+        r = acep("match", "-p", "a b c", "-w", "5", "--partition", "id", "--batch-size", size,
+                 events)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith('{"partition": 7, ') and len(r.stdout.splitlines()) == 1
+
+
+def test_sub_second_timestamps_keep_their_fraction_whole_seconds_print_as_before(tmp_path):
+    tags = ["2024-01-01T00:00:00.100", "2024-01-01T00:00:00.900", "2024-01-01T00:00:01.000001",
+            "2024-01-01T00:00:02"]
+    events = _write_jsonl(tmp_path / "sub.jsonl",
+                          [{"type": ty, "t": t} for ty, t in zip("abab", tags)])
+    r = acep("match", "-p", "a b", "-w", "5s", events)
+    assert r.returncode == 0, r.stderr
+    assert [x["events"] for x in map(json.loads, r.stdout.splitlines())] == [tags[:2], tags[2:]]

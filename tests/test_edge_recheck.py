@@ -189,3 +189,20 @@ def test_missing_attribute_is_a_reason_not_a_crash():
     checks = recheck_batch(up)
     assert checks[0].exact is None and "x" in checks[0].reason
     assert recheck(ref, events)  # the plain interface on Event rows
+
+
+@pytest.mark.parametrize("ids", [(7, 7, 7, "other"), (12345678901234567, 12345678901234567,
+                                                      12345678901234567, 12345678901234568)])
+def test_a_match_whose_partition_column_mixes_kinds_is_rechecked_exact(ids):
+    # a text value (or an integer beyond 2**53) makes the column objects: it goes as text
+    # on the wire, and the match's partition with it, so the collector finds its events
+    rows = [{"type": ty, "t": float(i), "id": key} for i, (ty, key) in enumerate(zip("abcx", ids))]
+    m = acep.Matcher("a b c", window=5, k=0, partition="id")
+    first, second = EventBatch.from_events(rows[:2]), EventBatch.from_events(rows[2:], position=2)
+    found = MatchBatch.concat([m.match_batch(first), m.match_batch(second), m.flush()])
+    assert [type(p) for p in found.partition] == [int]
+    events = EventBatch.concat([first, second])
+    ref = PatternRef("p", "a b c", 5.0, 0, (), "id")
+    batch = decode_batch(encode_batch(batch_from_matches(found, events, device="pi", seq=0,
+                                                         pattern=ref)))
+    assert [c.exact for c in recheck_batch(batch)] == [True]

@@ -460,17 +460,35 @@ def test_concat_merges_type_names_and_promotes_columns():
                                position=1)
     c = EventBatch.concat([a, b])
     assert c.type_names == ["x", "y"] and list(c.types()) == ["x", "y", "x"]
-    assert list(c.columns["v"]) == ["1.5", "hi", None]  # text wins
+    assert list(c.columns["v"]) == [1.5, "hi", None]  # numbers stay numbers
     np.testing.assert_array_equal(c.columns["n"], [1, np.nan, np.nan])
     assert c.position == 0 and len(EventBatch.concat([])) == 0
 
 
-def test_mixed_value_kinds_in_one_column_become_text(tmp_path):
+def test_mixed_value_kinds_in_one_column_keep_each_value_kind(tmp_path):
     rows = [{"type": "a", "t": 1, "id": 7}, {"type": "a", "t": 2, "id": "b7"},
-            {"type": "a", "t": 3, "flag": True}]
+            {"type": "a", "t": 3, "flag": True}, {"type": "a", "t": 4, "id": 2.5}]
     batch = read_all(write(tmp_path / "ev.jsonl", rows))
-    assert list(batch.columns["id"]) == ["7", "b7", None]
-    np.testing.assert_array_equal(batch.columns["flag"], [np.nan, np.nan, 1.0])
+    values = list(batch.columns["id"])
+    assert values == [7, "b7", None, 2.5] and type(values[0]) is int
+    np.testing.assert_array_equal(batch.columns["flag"], [np.nan, np.nan, 1.0, np.nan])
+
+
+def test_integers_beyond_2_53_stay_exact(tmp_path):
+    rows = [{"type": "a", "t": 1, "id": 12345678901234567},
+            {"type": "a", "t": 2, "id": 12345678901234568}, {"type": "a", "t": 3, "id": 5}]
+    batch = read_all(write(tmp_path / "ev.jsonl", rows))
+    assert batch.columns["id"].tolist() == [12345678901234567, 12345678901234568, 5]
+
+
+@pytest.mark.parametrize("ext", [".parquet", ".csv"])
+def test_an_int64_column_beyond_2_53_is_read_exactly_not_refused(tmp_path, ext):
+    big = 1234567890123456789
+    rows = [{"type": "a", "t": 1, "id": big, "n": 1}, {"type": "a", "t": 2, "id": big + 1,
+                                                       "n": 2}]
+    batch = read_all(write(tmp_path / f"ev{ext}", rows))
+    assert batch.columns["id"].tolist() == [big, big + 1]
+    assert batch.columns["n"].dtype == np.float64  # small integers stay float64
 
 
 def test_stdin_is_json_lines(monkeypatch):
@@ -503,3 +521,12 @@ def test_slice_keeps_positions_lines_and_columns():
     assert part.columns["x"].tolist() == [6, 8, 10, 12]
     assert [e.t for e in part.to_events()] == [3, 4, 5, 6]
     assert len(batch.slice(8, 50)) == 2
+
+
+def test_a_spec_attribute_written_as_one_string_is_one_attribute(tmp_path):
+    spec = EventSpec.from_dict({"attributes": "price"})
+    assert spec.attributes == ("price",)
+    batch = read_all(write(tmp_path / "ev.jsonl", [{"type": "a", "t": 1, "price": 3}]), spec)
+    assert list(batch.columns) == ["price"]
+    with pytest.raises(ValueError, match="attributes must be a list"):
+        EventSpec.from_dict({"attributes": 5})

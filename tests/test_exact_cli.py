@@ -303,6 +303,47 @@ def test_missing_attribute_names_file_line_and_field(tmp_path):
     assert "events.jsonl, line 6, field 'tag_id'" in r.stderr and "Exit" in r.stderr
 
 
+def test_a_text_value_in_a_column_does_not_turn_its_numbers_into_text(tmp_path):
+    query = tmp_path / "cmp.sase"
+    query.write_text("PATTERN SEQ(Stock a, Stock b) WHERE b.price > a.price WITHIN 1 hour\n")
+    lines = [json.dumps({"type": "Stock", "t": 1, "price": 100}),
+             json.dumps({"type": "Stock", "t": 2, "price": 99})]
+    for extra in ([], [json.dumps({"type": "Other", "t": 3, "price": "n/a"})]):
+        r = acep("exact", query, _copy_with(tmp_path, lines + extra))
+        assert r.returncode == 0 and r.stdout == "", r.stderr  # 99 > 100 is false
+
+
+@pytest.mark.parametrize("engine", ["shared", "runs"])
+@pytest.mark.parametrize("volume", [5, 2000])  # as b, or beginning a run as a[1]
+def test_text_where_the_query_computes_with_a_number_names_file_line_and_field(
+        tmp_path, engine, volume):
+    lines = E3.read_text().splitlines()
+    lines.append(json.dumps({"type": "Stock", "t": "2008-06-10T00:09:00", "symbol": "IBM",
+                             "price": "abc", "volume": volume}))
+    r = acep("exact", Q3, _copy_with(tmp_path, lines), "--engine", engine)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"events.jsonl, line {len(lines)}, field 'price'" in r.stderr
+    assert "not a number ('abc')" in r.stderr
+    expected = Engine(Q3.read_text(), engine=engine).run(read_all(E3))
+    assert [_ids(x) for x in _lines(r)] == [m.positions for m in expected]
+
+
+def test_text_in_an_attribute_only_compared_follows_exact_md_3_2():
+    rows = [Event("S", 1, {"p": 100}), Event("S", 2, {"p": "abc"}), Event("S", 3, {"p": 101})]
+    found = match("PATTERN SEQ(S a, S b) WHERE b.p > a.p WITHIN 10", rows)
+    assert [m.positions for m in found] == [((0,), (2,))]  # number vs text: ordering false
+
+
+def test_engine_push_names_the_stream_position_of_a_text_value():
+    q = "PATTERN SEQ(S a, S b) WHERE b.p > a.p + 1 WITHIN 10"
+    eng = Engine(q, engine="shared")
+    assert eng.push([Event("S", 1, {"p": 1}), Event("S", 2, {"p": 5})]) != []
+    with pytest.raises(EventError) as info:
+        eng.push([Event("S", 3, {"p": 9}), Event("S", 4, {"p": "x"})])
+    assert info.value.position == 3 and info.value.field == "p"
+    assert [m.positions for m in info.value.matches] == [((0,), (2,)), ((1,), (2,))]
+
+
 def test_missing_attribute_of_an_earlier_component_of_the_same_type(tmp_path):
     lines = E3.read_text().splitlines()
     lines[1] = json.dumps({"type": "Stock", "t": "2008-06-10T00:02:00", "symbol": "IBM",

@@ -212,3 +212,49 @@ def test_a_limit_the_run_stays_under_changes_nothing(types, all_trajectories):
 def test_max_entries_below_the_capacity_is_refused():
     with pytest.raises(ValueError, match="max_entries must be at least the capacity"):
         Matcher("a b", 1, 0, max_entries=10)
+
+
+def _jsonl(path, rows):
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _matches_by_batches(path, batch_size: int) -> list:
+    from acep.events import read_events
+
+    m = Matcher("a b c", 5, 1, partition="id")
+    found = [m.match_batch(b) for b in read_events(path, batch_size=batch_size)]
+    found.append(m.flush())
+    return sorted((x.partition, x.point, x.errors, x.events) for f in found
+                  for x in f.to_matches())
+
+
+_IDS = st.sampled_from([7, 7.0, 8, "other", "7", 12345678901234567, 12345678901234568])
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from("abcx"), _IDS), min_size=1, max_size=14),
+       batch_size=st.integers(1, 15))
+def test_matches_do_not_depend_on_where_the_batches_are_cut(tmp_path_factory, rows,
+                                                            batch_size):
+    # a partition key is one key per id for the whole stream: 7 and 7.0 are one id,
+    # the text "7" is another, and integers beyond 2**53 are not rounded into each other
+    path = _jsonl(tmp_path_factory.mktemp("ev") / "ev.jsonl",
+                  [{"type": ty, "t": i, "id": key} for i, (ty, key) in enumerate(rows)])
+    whole = _matches_by_batches(path, 1000)
+    assert _matches_by_batches(path, batch_size) == whole
+    distinct = {7 if k == 7 and not isinstance(k, str) else k for _, k in rows}
+    assert {p for p, *_ in whole} <= distinct
+
+
+def test_integral_partition_keys_are_ints_and_big_ids_are_not_merged(tmp_path):
+    big = 12345678901234567
+    rows = [{"type": "a", "t": 1, "id": 24}, {"type": "b", "t": 2, "id": 24.0},
+            {"type": "a", "t": 3, "id": big}, {"type": "b", "t": 4, "id": big + 1}]
+    found = _matches_by_batches(_jsonl(tmp_path / "ev.jsonl", rows), 1)
+    keys = {p for p, *_ in found if p == 24}
+    assert keys == {24} and all(type(k) is int for k in keys)
+    # two ids that float64 would round to one: no match spans them
+    assert not [f for f in found if f[0] in (big, big + 1) and len(f[3]) > 1]

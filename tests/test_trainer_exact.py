@@ -384,6 +384,22 @@ def test_unit_events_match_read_all(tmp_path):
     assert got == read_all(path).to_events()
 
 
+def test_a_column_mixing_numbers_and_text_is_read_as_text(tmp_path):
+    """Columns keep numbers as numbers when they mix with text (acep.events); the executors
+    read such a column as text, numbers as acep prints them (7.0 is "7"), exact ids too."""
+    from trainer.exact import unit_events
+    from trainer.sources import plan_files, read_task
+
+    big = 12345678901234567
+    rows = [{"type": "a", "t": i, "id": v, "big": big + i}
+            for i, v in enumerate([7, "other", 7.0, 2.5])]
+    path = write_jsonl(rows, tmp_path / "e.jsonl")
+    plan = plan_files([str(path)], None)
+    events = unit_events(read_task(plan.tasks[0], plan), plan)
+    assert events.columns["id"].tolist() == ["7", "other", "7", "2.5"]
+    assert events.columns["big"].tolist() == [str(big + i) for i in range(4)]
+
+
 def test_only_bad_rows_gives_an_empty_result(spark, tmp_path):
     out = tmp_path / "m"
     out.mkdir()

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from acep import storage
-from acep.events import EventBatch, EventError, EventSpec, read_chunks
+from acep.events import EventBatch, EventError, EventSpec, partition_key, read_chunks
 
 __all__ = ["ReadTask", "ReadPlan", "Definition", "SourceError", "plan_files", "plan_archive",
            "task_groups", "read_task", "arrow_schema", "events_of", "print_quarantined",
@@ -452,10 +452,9 @@ def _attribute(col, kind: str, n: int):
 
     if col is None:
         return pa.nulls(n, pa.string() if kind == "text" else pa.float64()), None
-    if kind == "text":
-        if col.dtype == object:
-            return pa.array(col, pa.string(), from_pandas=True), None
-        text = np.array([None if v != v else repr(float(v)) for v in col.tolist()], object)
+    if kind == "text":  # numbers (a mixed or big-integer column) as acep prints them
+        text = np.array([v if v is None or isinstance(v, str) else _text_of(v)
+                         for v in col.tolist()], object)
         return pa.array(text, pa.string()), None
     if col.dtype != object:
         return pa.array(np.asarray(col, np.float64)), None
@@ -467,6 +466,11 @@ def _attribute(col, kind: str, n: int):
         except (TypeError, ValueError):
             failed.append(i)
     return pa.array(values), (np.array(failed, np.int64) if failed else None)
+
+
+def _text_of(number) -> str | None:
+    key = partition_key(number)  # 7 and 7.0 are "7", in every chunk alike
+    return None if key is None else str(key)
 
 
 def _bad_rows(bad: list, task: ReadTask, plan: ReadPlan, schema):

@@ -16,6 +16,7 @@ from .ast import (
     BinOp,
     Call,
     Component,
+    Const,
     Equiv,
     Expr,
     Index,
@@ -173,3 +174,52 @@ def _is_pure(conjunct: Expr, var: str) -> bool:
     return all(not (getattr(i, "var", None) == var)
                or (isinstance(i, Ref) and i.index is Index.I)
                for i in identifiers(conjunct))
+
+
+_ARITHMETIC = ("+", "-", "*", "/", "%")
+_ORDERING = ("<", "<=", ">", ">=")
+
+
+def numeric_attributes(query: Query) -> dict[str, set[str]]:
+    """{variable: attributes the query computes with}: operands of arithmetic, abs/min/max
+    and aggregates, and of an ordering against such a number or a numeric constant. A text
+    value there has no meaning (EXACT.md 3.2 compares text only with text)."""
+    out: dict[str, set[str]] = {}
+    exprs = [c for c in query.conjuncts if not isinstance(c, Equiv)]
+    for expr in exprs + [item.expr for item in query.returns]:
+        _numeric_refs(expr, False, out)
+    return out
+
+
+def _numeric_refs(expr: Expr, numeric: bool, out: dict[str, set[str]]) -> None:
+    if isinstance(expr, Ref):
+        if numeric and expr.attr != "t":
+            out.setdefault(expr.var, set()).add(expr.attr)
+    elif isinstance(expr, Agg):
+        if expr.attr not in (None, "t"):
+            out.setdefault(expr.var, set()).add(expr.attr)
+    elif isinstance(expr, BinOp):
+        if expr.op in _ARITHMETIC:
+            sides = (True, True)
+        elif expr.op in _ORDERING:
+            sides = (_is_number(expr.right), _is_number(expr.left))
+        else:
+            sides = (False, False)
+        _numeric_refs(expr.left, sides[0], out)
+        _numeric_refs(expr.right, sides[1], out)
+    elif isinstance(expr, UnaryOp):
+        _numeric_refs(expr.operand, expr.op == "-", out)
+    elif isinstance(expr, Call):
+        for arg in expr.args:
+            _numeric_refs(arg, True, out)
+
+
+def _is_number(expr: Expr) -> bool:
+    """Whether an expression is a number whatever the events hold."""
+    if isinstance(expr, Const):
+        return not isinstance(expr.value, str)
+    if isinstance(expr, (Agg, Len, Call)):
+        return True
+    if isinstance(expr, BinOp):
+        return expr.op in _ARITHMETIC
+    return isinstance(expr, UnaryOp) and expr.op == "-"

@@ -50,6 +50,7 @@ from functools import lru_cache
 
 from ..events import Event, EventBatch, EventError
 from .ast import Query, Strategy
+from .compile import numeric_attributes
 from .postpone import PostponeStats, match_postponed
 from .query import parse_query
 from .runs import ExactMatch, RunStats, match_runs
@@ -149,6 +150,13 @@ class Engine:
         ``ExactMatch`` objects, or compact records by increasing end position. Independent
         of any stream being pushed."""
         rows = _rows(events)
+        bad = _text_in_numbers(self.query, rows, 0)
+        if bad is None:
+            return self._run(rows)
+        bad.matches = self._run(rows[:bad.position])  # an earlier bad event raises there
+        raise bad
+
+    def _run(self, rows: list[Event]) -> list:
         if self.engine == "shared":
             stream = Stream(self.query, self.merge)
             raw = self._shared(stream, rows, final=True)
@@ -170,6 +178,14 @@ class Engine:
         """Feed the next events of the stream; the outputs finalized by them (verbose
         matches or compact records, each list in canonical order)."""
         rows = _rows(events)
+        offset = len(self._pending) if self._stream is None else self._stream.position
+        bad = _text_in_numbers(self.query, rows, offset)
+        if bad is not None:
+            bad.matches = self._push(rows[:bad.position - offset])
+            raise bad
+        return self._push(rows)
+
+    def _push(self, rows: list[Event]) -> list:
         if self.engine != "shared":
             self._pending.extend(rows)
             return []
@@ -246,6 +262,25 @@ def match(query: Query | str, events: Iterable[Event] | EventBatch,
 @lru_cache(maxsize=64)
 def _parse_cached(text: str) -> Query:
     return parse_query(text)
+
+
+def _text_in_numbers(query: Query, rows: list[Event], offset: int) -> EventError | None:
+    """The first event whose attribute holds text where the query computes with a number
+    (:func:`~acep.nfab.compile.numeric_attributes`), as a bad event; positions from
+    ``offset``."""
+    by_type: dict[str, set[str]] = {}
+    for var, attrs in numeric_attributes(query).items():
+        by_type.setdefault(query.component(var).type, set()).update(attrs)
+    if not by_type:
+        return None
+    for pos, event in enumerate(rows):
+        for attr in sorted(by_type.get(event.type, ())):
+            value = event.attrs.get(attr)
+            if isinstance(value, str):
+                return EventError(f"attribute {attr!r} of a {event.type} event is not a "
+                                  f"number ({value!r}), and the query computes with it",
+                                  position=offset + pos, field=attr)
+    return None
 
 
 def _rows(events: Iterable[Event] | EventBatch) -> list[Event]:
