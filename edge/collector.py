@@ -68,6 +68,9 @@ MAINTAIN_EVERY = 3600.0  # seconds between --retain-days and --compact passes
 BODY_TIMEOUT = 60.0
 MAX_GROUP = 64  # batches committed in one transaction at most
 MAX_STATUS = 16 << 10  # bytes of a heartbeat's status (an agent's metrics: about 1 KiB)
+# seconds a batch's created_at may be ahead of the collector's clock (Kafka refuses records
+# an hour ahead, KIP-937): a day, so time zones mistaken for UTC pass, a year 2100 does not
+DEFAULT_MAX_AHEAD = 86400.0
 _MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
 
 
@@ -113,8 +116,9 @@ class Collector:
                  recheck_workers: int = 0, min_free: int = DEFAULT_MIN_FREE,
                  retain_days: int | None = None, compact: bool = False,
                  max_wait: float = DEFAULT_MAX_WAIT, device_uploads: int = DEFAULT_PER_DEVICE,
-                 mirror: str | None = None):
+                 mirror: str | None = None, max_ahead: float = DEFAULT_MAX_AHEAD):
         self.store, self.archive = store, archive
+        self.max_ahead = float(max_ahead)
         self.min_free, self.retain_days, self.compact = int(min_free), retain_days, compact
         self.low_space: str | None = None  # why uploads are refused (507), while they are
         self.busy: tuple[float, int] | None = None  # (since, how many) 503s, while refused
@@ -163,7 +167,7 @@ class Collector:
             return ("ok", None)
         try:
             prep = await asyncio.get_running_loop().run_in_executor(
-                self.procs, prepare_rows, body, self.limits, device)
+                self.procs, prepare_rows, body, self.limits, device, self.max_ahead)
         except BrokenProcessPool:
             self.procs.shutdown(wait=False, cancel_futures=True)
             self._start_procs()
@@ -345,9 +349,9 @@ class Collector:
             await asyncio.sleep(MAINTAIN_EVERY)
 
     async def prune_pass(self, today: dt.date | None = None) -> dict[str, int]:
-        """Delete what was uploaded before the day ``retain_days`` before ``today`` (UTC),
-        as ``--prune-before`` that day does, one short transaction at a time between the
-        uploads' commits; how much of each."""
+        """Delete the batches created (``created_at``, the device's clock) before the day
+        ``retain_days`` before ``today`` (UTC), as ``--prune-before`` that day does, one
+        short transaction at a time between the uploads' commits; how much of each."""
         day = (today or dt.datetime.now(dt.timezone.utc).date()) \
             - dt.timedelta(days=self.retain_days)
         gone = {"batches": 0, "matches": 0, "summaries": 0}
@@ -362,8 +366,9 @@ class Collector:
         for name, n in gone.items():
             self.metrics[f"pruned_{name}"] += n
         if any(gone.values()):
-            log.info("retention (--retain-days %d): deleted what was uploaded before %s: %s",
-                     self.retain_days, day.isoformat(), json.dumps(gone))
+            log.info("retention (--retain-days %d): deleted the batches created before %s "
+                     "(by the devices' clocks): %s", self.retain_days, day.isoformat(),
+                     json.dumps(gone))
         return gone
 
     def _prune_archive(self, day: str) -> int:
@@ -452,7 +457,7 @@ class Collector:
         todo = []
         for k, (body, device, prep) in enumerate(items):
             if prep is None:
-                prep = prepare_rows(body, self.limits, device)
+                prep = prepare_rows(body, self.limits, device, self.max_ahead)
                 if isinstance(prep, tuple):
                     out[k] = prep
                     continue
@@ -678,8 +683,9 @@ class Collector:
                 **(self.mirror.gauges() if self.mirror is not None else {})}
 
 
-def _decode(body: bytes, limits: Limits, device: str):
-    """The decoded batch, or ``(status, error doc)`` for a bad body or another device."""
+def _decode(body: bytes, limits: Limits, device: str, max_ahead: float):
+    """The decoded batch, or ``(status, error doc)`` for a bad body, another device or a
+    ``created_at`` more than ``max_ahead`` seconds ahead of this clock."""
     try:
         batch = decode(body, limits)
     except WireError as exc:
@@ -688,13 +694,21 @@ def _decode(body: bytes, limits: Limits, device: str):
     if batch.device != device:
         return 403, {"error": f"field 'device': {batch.device!r} is not this token's "
                               f"device {device!r}", "status": 403}
+    ahead = batch.created_at - time.time()
+    if ahead > max_ahead:
+        when = dt.datetime.fromtimestamp(batch.created_at, dt.timezone.utc)
+        return 400, {"error": f"field 'created_at': {when:%Y-%m-%d %H:%M:%S} UTC is "
+                              f"{ahead / 86400:.2f} days ahead of the collector's clock "
+                              f"(more than --max-clock-ahead {max_ahead:g} s; is the device's "
+                              "clock set?)", "status": 400}
     return batch
 
 
-def prepare_rows(body: bytes, limits: Limits, device: str) -> Prepared | tuple[int, dict]:
+def prepare_rows(body: bytes, limits: Limits, device: str,
+                 max_ahead: float = DEFAULT_MAX_AHEAD) -> Prepared | tuple[int, dict]:
     """Decode, re-check and build the database rows of one batch (a worker process, or
     the database thread without workers); ``(status, error doc)`` for a refused body."""
-    batch = _decode(body, limits, device)
+    batch = _decode(body, limits, device, max_ahead)
     if isinstance(batch, tuple):
         return batch
     checks = recheck_batch(batch) if isinstance(batch, UploadBatch) else None
@@ -882,9 +896,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="uploads of one device processed at a time; another one is refused "
                         f"(429, Retry-After) (default {DEFAULT_PER_DEVICE}: the agent sends "
                         "one at a time, so a second is its retry of one still queued)")
+    p.add_argument("--max-clock-ahead", type=_seconds, default=DEFAULT_MAX_AHEAD,
+                   metavar="SECONDS",
+                   help="refuse (400) a batch created more than this far ahead of the "
+                        "collector's clock: a device whose clock is wrong; the agent keeps "
+                        f"it as a dead letter (default {DEFAULT_MAX_AHEAD:g}: a day)")
     p.add_argument("--retain-days", type=int, metavar="N",
-                   help="while serving, delete what was uploaded before the day N days ago "
-                        "(UTC; as --prune-before that day), at the start and every hour; "
+                   help="while serving, delete the batches created before the day N days "
+                        "ago (UTC, by the device's clock: the day of the archive's date= "
+                        "folder; as --prune-before that day), at the start and every hour; "
                         "acep train --since Nd reads the days kept")
     p.add_argument("--compact", action="store_true",
                    help="while serving, merge each device's small archive files of the days "
@@ -918,7 +938,8 @@ def _parser() -> argparse.ArgumentParser:
                             "batches, when the last one arrived, when it was last seen and "
                             "its last heartbeat's status; exit")
     tools.add_argument("--prune-before", metavar="YYYY-MM-DD",
-                       help="delete the batches created before this UTC day, their matches "
+                       help="delete the batches created before this UTC day (by the device's "
+                            "clock: the day of the archive's date= folder), their matches "
                             "and summaries, and with --archive its days before it; print "
                             "how many; exit (the collector may be running)")
     tools.add_argument("--backup", metavar="FILE",
@@ -1082,7 +1103,8 @@ def main(argv: list[str] | None = None) -> int:
                           sketch_key=key, recheck_workers=args.recheck_workers,
                           min_free=args.min_free << 20, retain_days=args.retain_days,
                           compact=args.compact, max_wait=args.max_wait,
-                          device_uploads=args.device_uploads, mirror=args.mirror)
+                          device_uploads=args.device_uploads, mirror=args.mirror,
+                          max_ahead=args.max_clock_ahead)
     log.info("database %s, archive %s, %d re-check workers, uploads refused below %d MiB "
              "free%s, %d at a time per device, %s, %s",
              store.path, collector.archive.root, args.recheck_workers, args.min_free,

@@ -76,6 +76,9 @@ DEVICE_GAUGES = {  # heartbeat key -> help (a metric acep_device_<key>, or as RE
                         "last heartbeat",
     "started_at": "when the device's agent started (Unix time; changes(...) counts restarts)",
 }
+CLOCK_AHEAD = ("how far the device's clock was ahead of the collector's at its last heartbeat "
+               "that said its time (negative: behind); batches created over --max-clock-ahead "
+               "ahead are refused, and retention goes by the device's clock")
 RENAMED = {"started_at": "started_timestamp_seconds"}  # Prometheus names a time's unit
 
 
@@ -126,15 +129,20 @@ class _Families:
                                  "heartbeat (Unix time)", labels=["device"])
         gauges = {k: GaugeMetricFamily(f"acep_device_{RENAMED.get(k, k)}", doc,
                                        labels=["device"]) for k, doc in DEVICE_GAUGES.items()}
+        ahead = GaugeMetricFamily("acep_device_clock_ahead_seconds", CLOCK_AHEAD,
+                                  labels=["device"])
         for d in self.devices:
             if d["last_seen"] is not None:
                 seen.add_metric([d["device"]], d["last_seen"])
+            if d.get("clock_ahead_s") is not None:
+                ahead.add_metric([d["device"]], d["clock_ahead_s"])
             for key, family in gauges.items():
                 value = (d["status"] or {}).get(key)
                 value = float(value) if isinstance(value, bool) else value
                 if _finite(value):
                     family.add_metric([d["device"]], float(value))
         yield seen
+        yield ahead
         yield from gauges.values()
 
 

@@ -677,7 +677,7 @@ def test_a_database_from_before_heartbeats_and_digests_is_upgraded_in_place(tmp_
     assert store.devices()[0] == {
         "device": "d1", "role": "device", "token_issued": 1.0, "batches": 0,
         "last_batch": None, "registered": True, "last_seen": 120.0, "status": {"consumed": 3},
-        "old_token_until": None}
+        "old_token_until": None, "clock_ahead_s": None}
     store.close()
 
 
@@ -786,12 +786,35 @@ def test_created_at_out_of_range_is_400_naming_the_range(srv):
         status, doc = post(srv, encode_batch(make_batch(seq=seq, created_at=created)), d1)
         assert_error(status, doc, 400, "field 'created_at'", "[0, 253402300800)",
                      "9999-12-31")
-    for seq, created in [(10, 0.0), (11, 253402300799.0)]:  # the ends of the range
-        status, doc = post(srv, encode_batch(make_batch(seq=seq, created_at=created)), d1)
-        assert status == 200 and doc["status"] == "stored", doc
+    status, doc = post(srv, encode_batch(make_batch(seq=10, created_at=0.0)), d1)
+    assert status == 200 and doc["status"] == "stored", doc  # the range's start
     paths = sorted(str(p.relative_to(srv.archive).parent) for p in srv.archive.rglob("*.parquet"))
-    assert paths == ["date=1970-01-01/device=d1", "date=9999-12-31/device=d1"]
-    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 2
+    assert paths == ["date=1970-01-01/device=d1"]
+    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 1
+
+
+def test_a_batch_from_a_clock_over_a_day_ahead_is_400_and_a_heartbeat_shows_the_offset(srv):
+    """Retention goes by created_at: a batch from a clock set years ahead would never be
+    deleted, so one over --max-clock-ahead (a day) ahead is refused; an hour ahead is
+    stored. The offset of a device's clock shows in its heartbeat's listing."""
+    d1, now = srv.tokens["d1"], time.time()
+    for seq, created in enumerate([now + 2 * 86400, 253402300799.0]):
+        status, doc = post(srv, encode_batch(make_batch(seq=seq, created_at=created)), d1)
+        assert_error(status, doc, 400, "field 'created_at'", "ahead of the collector's clock",
+                     "--max-clock-ahead 86400 s", "is the device's clock set?")
+    assert not list(srv.archive.rglob("*.parquet"))
+    status, doc = post(srv, encode_batch(make_batch(seq=2, created_at=now + 3600)), d1)
+    assert (status, doc["status"]) == (200, "stored")
+
+    assert beat(srv, json.dumps({"time": time.time() + 7200.0}).encode(), d1)[0] == 200
+    assert beat(srv, json.dumps({"consumed": 1}).encode(), srv.tokens["d2"])[0] == 200
+    listed = {d["device"]: d for d in map(json.loads, fleet(srv, "--list-devices")
+                                          .stdout.splitlines())}
+    assert 7190 < listed["d1"]["clock_ahead_s"] < 7201
+    assert listed["d2"]["clock_ahead_s"] is None  # its heartbeat did not say its time
+    text = request(srv.url + "/metrics?format=prometheus")[1].decode()
+    assert 'acep_device_clock_ahead_seconds{device="d1"} 7' in text
+    assert 'acep_device_clock_ahead_seconds{device="d2"}' not in text
 
 
 def _post_all(srv, bodies: list[tuple[bytes, str]]) -> list[tuple[int, dict]]:
@@ -1149,7 +1172,7 @@ def test_retain_days_prunes_the_old_days_while_the_collector_serves(srv):
     assert srv.rows("SELECT batch_id FROM batches") == [("d1/1",)]
     assert srv.rows("SELECT COUNT(*) FROM matches")[0][0] == kept
     assert len(list(srv.archive.rglob("*.parquet"))) == 1
-    assert "retention (--retain-days 3): deleted what was uploaded before" in srv.log()
+    assert "retention (--retain-days 3): deleted the batches created before" in srv.log()
     status, doc = post(srv, encode_batch(make_batch(seq=1, created_at=now - day)), d1)
     assert (status, doc["status"]) == (200, "duplicate")
 
