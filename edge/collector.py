@@ -46,7 +46,7 @@ from acep import storage
 
 from . import exposition
 from .admission import DEFAULT_MAX_WAIT, DEFAULT_PER_DEVICE, Admission, Refusal
-from .archive import Archive, archive_path, compacted_names
+from .archive import Archive, ArchiveMissing, archive_path, compacted_names
 from .archive import encode as encode_archive
 from .codings import ACCEPT_ENCODING, BodyDecoder, CodingError
 from .logs import LOG_LEVELS, LogLimiter
@@ -100,8 +100,12 @@ def _no_space(exc: BaseException) -> bool:
 
 
 def _failure(exc: Exception) -> tuple[int, dict]:
-    """The answer to a request that failed inside: ``507`` when the disk is full (send it
-    again later: nothing of it was stored), else ``500``."""
+    """The answer to a request that failed inside: ``507`` when the disk is full, ``503``
+    when the archive directory is gone (send it again later: nothing of it was stored),
+    else ``500``."""
+    if isinstance(exc, ArchiveMissing):
+        return 503, {"error": f"collector: {exc}; nothing was stored: send it again later",
+                     "status": 503}
     if _no_space(exc):
         return 507, {"error": f"collector: no space left to store it ({exc}); nothing of it "
                               f"was stored: send it again later", "status": 507}
@@ -121,6 +125,7 @@ class Collector:
         self.max_ahead = float(max_ahead)
         self.min_free, self.retain_days, self.compact = int(min_free), retain_days, compact
         self.low_space: str | None = None  # why uploads are refused (507), while they are
+        self.gone: str | None = None  # why uploads are refused (503: a directory missing)
         self.busy: tuple[float, int] | None = None  # (since, how many) 503s, while refused
         self.errors = LogLimiter(log, what="failed requests")
         self.refusals = LogLimiter(log, what="refused requests")
@@ -221,7 +226,10 @@ class Collector:
         """Log a request that failed inside (with its traceback, unless the disk is full);
         its answer (:func:`_failure`)."""
         status, doc = _failure(exc)
-        if status == 507:
+        if status == 503:
+            self.metrics["refused_unavailable"] += 1
+            self.errors.error("%s from %s not stored: %s", what, device, exc)
+        elif status == 507:
             self.metrics["refused_no_space"] += 1
             self.errors.error("%s from %s not stored: no space left (%s); answered 507",
                               what, device, exc)
@@ -230,16 +238,50 @@ class Collector:
                               exc, exc_info=exc)
         return status, doc
 
-    def free_bytes(self) -> int:
-        """The free space of the fuller of the file systems of the database and archive."""
-        return min(shutil.disk_usage(path).free
-                   for path in (self.store.path.parent, self.archive.root))
+    def free_bytes(self) -> int | None:
+        """The free space of the fuller of the file systems of the database and archive;
+        None when a directory of theirs is not there (:meth:`unusable`)."""
+        try:
+            return min(shutil.disk_usage(path).free
+                       for path in (self.store.path.parent, self.archive.root))
+        except OSError:
+            return None
+
+    def unusable(self) -> str | None:
+        """Why nothing can be stored (the archive or the database directory is gone), or
+        None. The collector never makes them again: it may be a disk not mounted."""
+        why = self.archive.missing()
+        if why is None and not self.store.path.parent.is_dir():
+            why = f"the database directory {self.store.path.parent} is missing"
+        return None if why is None else f"collector: {why}"
+
+    def available(self) -> web.Response | None:
+        """None while the archive and the database directories are there; else the 503
+        (with ``Retry-After``: the agents keep the batch) that refuses an upload before
+        its body is read. Logged when it starts and ends."""
+        why = self.unusable()
+        if why is None:
+            if self.gone is not None:
+                log.warning("the archive and database directories are back: uploads are "
+                            "accepted")
+                self.gone = None
+            return None
+        if self.gone is None:
+            log.error("%s; uploads are refused (503) until it is back", why)
+        self.gone = why
+        self.metrics["refused_unavailable"] += 1
+        response = _error(503, f"{why}; nothing was stored: send it again later")
+        response.headers["Retry-After"] = str(RETRY_AFTER)
+        return response
 
     def room_left(self) -> web.Response | None:
         """None while the free space is above ``min_free``; else the 507 that refuses an
         upload before its body is read (SQLite must never find a full disk: the agents
-        keep the batch and send it after ``Retry-After``). Logged when it starts and ends."""
+        keep the batch and send it after ``Retry-After``). Logged when it starts and ends.
+        A missing directory is :meth:`available`'s 503."""
         free = self.free_bytes()
+        if free is None:  # a directory went missing since available() looked
+            return self.available()
         if free >= self.min_free:
             if self.low_space is not None:
                 log.warning("free space is %.0f MiB again: uploads are accepted", free / 2**20)
@@ -538,9 +580,10 @@ class Collector:
         if request.content_type not in _MSGPACK_TYPES:
             return _error(415, f"Content-Type {request.content_type!r}: an upload batch is "
                                "'application/msgpack'")
-        full = self.room_left()
-        if full is not None:
-            return full
+        refusal = self.available()
+        refusal = self.room_left() if refusal is None else refusal
+        if refusal is not None:
+            return refusal
         size = min(request.content_length or 0, self.max_body)  # more is refused: 413
         refused = self.admission.admit(who[0], size)
         if refused is not None:
@@ -657,6 +700,10 @@ class Collector:
         return web.json_response({"device": who[0], "role": who[1]})
 
     async def health(self, request: web.Request) -> web.Response:
+        """``200 ok``, or ``503`` saying why nothing can be stored."""
+        why = self.unusable()
+        if why is not None:
+            return web.json_response({"status": "unavailable", "error": why}, status=503)
         return web.json_response({"status": "ok"})
 
     async def metrics_view(self, request: web.Request) -> web.Response:
@@ -677,7 +724,9 @@ class Collector:
 
     def gauges(self) -> dict[str, float]:
         """The values of :data:`edge.exposition.GAUGES` (the limits too, for alerts)."""
-        return {"free_bytes": self.free_bytes(), "min_free_bytes": self.min_free,
+        free = self.free_bytes()
+        return {**({} if free is None else {"free_bytes": free}),
+                "storage_ok": int(self.unusable() is None), "min_free_bytes": self.min_free,
                 **self.admission.gauges(), "max_wait_s": self.admission.max_wait,
                 "device_uploads": self.admission.per_device,
                 **(self.mirror.gauges() if self.mirror is not None else {})}
@@ -782,8 +831,8 @@ def make_app(collector: Collector) -> web.Application:
                                            f"{request.method} {request.path}")
             response = web.json_response(doc, status=status)
         response.headers["Accept-Encoding"] = ACCEPT_ENCODING
-        if response.status == 507:
-            response.headers["Retry-After"] = str(RETRY_AFTER)
+        if response.status in (503, 507):
+            response.headers.setdefault("Retry-After", str(RETRY_AFTER))
         elif 400 <= response.status < 500 and response.status != 404:
             collector.refusals.warning("%s %s from %s: %d %s", request.method, request.path,
                                        request.get("device", request.remote), response.status,

@@ -34,6 +34,8 @@ COUNTERS = {
     "bytes_in": "request body bytes received (decompressed)",
     "bytes_in_wire": "request body bytes received as sent (compressed, when they were)",
     "refused_no_space": "uploads refused (507) for want of free space",
+    "refused_unavailable": "uploads refused (503) while the archive or database directory "
+                           "was missing",
     "refused_busy": "uploads refused (503) because they would wait longer than --max-wait",
     "refused_device_busy": "uploads refused (429): the device had --device-uploads uploads "
                            "being processed",
@@ -52,7 +54,9 @@ COUNTERS = {
 }
 GAUGES = {
     "free_bytes": "free space of the fuller file system of the database and archive "
-                  "(uploads are refused below --min-free)",
+                  "(uploads are refused below --min-free; absent while one is missing)",
+    "storage_ok": "1 while the archive and database directories are there; 0: one is "
+                  "missing (moved, unmounted), uploads are refused (503) and /health says why",
     "uploads_pending": "uploads admitted and not yet answered",
     "pending_bytes": "body bytes of the uploads admitted and not yet answered",
     "expected_wait_seconds": "how long an upload admitted now can expect to wait (pending "

@@ -891,6 +891,54 @@ def test_below_min_free_an_upload_is_507_with_retry_after_and_nothing_is_stored(
     assert json.loads(request(srv.url + "/metrics")[1])["min_free_bytes"] == 64 << 20
 
 
+def test_a_vanished_archive_is_503_for_uploads_and_health_while_metrics_say_so(srv):
+    """The archive directory moved away (a disk unmounted): nothing is stored and it is
+    not made again; the agents keep their batches (503, Retry-After) until it is back."""
+    d1 = srv.tokens["d1"]
+    assert post(srv, encode_batch(make_batch(seq=0)), d1)[0] == 200
+    moved = srv.archive.rename(srv.tmp / "archive.moved")
+    body = encode_batch(make_batch(seq=1))
+    for _ in range(2):
+        status, data, headers = request(srv.url + "/v1/batches", "POST", body, d1)
+        assert_error(status, json.loads(data), 503, str(srv.archive), "is missing",
+                     "send it again later")
+        assert headers["Retry-After"] == "60"
+    status, data, _ = request(srv.url + "/health")
+    assert status == 503 and "archive directory" in json.loads(data)["error"]
+    status, data, _ = request(srv.url + "/metrics")
+    doc = json.loads(data)
+    assert status == 200 and doc["storage_ok"] == 0 and "free_bytes" not in doc
+    assert doc["refused_unavailable"] == 2
+    status, text, _ = request(srv.url + "/metrics?format=prometheus")
+    assert status == 200 and "acep_collector_storage_ok 0.0" in text.decode()
+    assert not srv.archive.exists()  # never made again: it may be a disk not mounted
+    assert srv.rows("SELECT batch_id FROM batches") == [("d1/0",)]
+    assert "Traceback" not in srv.log()
+    assert srv.log().count("uploads are refused (503) until it is back") == 1
+
+    moved.rename(srv.archive)
+    assert request(srv.url + "/health")[0] == 200
+    status, doc = post(srv, body, d1)
+    assert (status, doc["status"]) == (200, "stored")
+    assert json.loads(request(srv.url + "/metrics")[1])["storage_ok"] == 1
+
+
+def test_an_archive_gone_between_the_check_and_the_write_is_503_and_not_made_again(tmp_path):
+    import asyncio
+
+    from edge.collector import Collector
+
+    store = open_store(tmp_path / "c.db")
+    collector = Collector(store, Archive(tmp_path / "archive"))
+    try:
+        (tmp_path / "archive").rmdir()
+        status, doc = asyncio.run(collector.commit(encode_batch(make_batch()), "d1", None))
+        assert_error(status, doc, 503, "archive directory", "is missing")
+        assert not (tmp_path / "archive").exists() and store.counts()["batches"] == 0
+    finally:
+        collector.close()
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 3 MiB tmpfs: a real file system that fills up (mounting needs root)."""
