@@ -41,6 +41,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from acep import storage
 
@@ -856,6 +857,36 @@ def make_app(collector: Collector) -> web.Application:
     return app
 
 
+def _one_line(text: str, limit: int = 200) -> str:
+    """aiohttp's parser message on one line, without its caret line."""
+    parts = [p.strip() for p in text.splitlines() if p.strip().strip("^")]
+    return " ".join(parts)[:limit]
+
+
+class ServerLog:
+    """aiohttp's ``logger`` for the collector's connections. A request aiohttp cannot parse
+    (a bad Content-Length or chunk size, a header line too long) is a client's error: one
+    warning line through the collector's rate limit for refusals, no traceback; anything
+    else is logged as a failure, with its traceback, through that rate limit."""
+
+    def __init__(self, collector: Collector):
+        self.collector = collector
+
+    def debug(self, msg: str, *args, exc_info=None, **_) -> None:
+        log.debug(msg + (f": {exc_info!r}" if isinstance(exc_info, BaseException) else ""),
+                  *args)
+
+    def exception(self, msg: str, *args, exc_info=True, **_) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        if isinstance(exc, HttpProcessingError):
+            self.collector.status_counts[exc.code] += 1
+            self.collector.refusals.warning("malformed request from %s: %d %s",
+                                            args[0] if args else "?", exc.code,
+                                            _one_line(exc.message or type(exc).__name__))
+        else:
+            self.collector.errors.error(msg, *args, exc_info=exc_info)
+
+
 async def serve(collector: Collector, host: str, port: int, ready=print,
                 tls: ssl.SSLContext | None = None, access_log: bool = False) -> None:
     """Serve until SIGTERM or SIGINT, then finish the requests in flight and return;
@@ -863,7 +894,8 @@ async def serve(collector: Collector, host: str, port: int, ready=print,
     (logger ``aiohttp.access``, level INFO)."""
     # bodies are decoded by edge.codings, bounded; aiohttp's decoding is not used
     runner = web.AppRunner(make_app(collector), handle_signals=False, auto_decompress=False,
-                           access_log=logging.getLogger("aiohttp.access") if access_log else None)
+                           access_log=logging.getLogger("aiohttp.access") if access_log else None,
+                           logger=ServerLog(collector))
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=tls)
     await site.start()

@@ -289,6 +289,23 @@ def test_bad_requests_get_clear_4xx_and_the_server_stays_up(srv):
     assert "/nowhere" not in log  # a 404 is not a refusal
 
 
+def test_malformed_http_is_a_400_and_one_rate_limited_warning_line_without_traceback(srv):
+    malformed = ["GET /health HTTP/1.1\nContent-Length: -1\n",
+                 "POST /v1/heartbeat HTTP/1.1\nHost: x\nTransfer-Encoding: chunked\n\nzz\n",
+                 "GET /health HTTP/1.1\nX-Long: " + "a" * 9000 + "\n"]
+    for head in malformed * 10:
+        s = raw(srv, head, wait_answer=False)
+        assert first_answer(s).startswith(b"HTTP/1.0 400 Bad Request")
+        s.close()
+    assert request(srv.url + "/health")[0] == 200
+    log = srv.log()
+    assert "Traceback" not in log and "ERROR" not in log
+    assert "malformed request from 127.0.0.1: 400 Invalid character in Content-Length" in log
+    assert "400 Invalid character in chunk size" in log and "Got more than 8190 bytes" in log
+    assert log.count("malformed request from") == 20  # then the rate limit's count
+    assert json.loads(request(srv.url + "/metrics")[1])["requests"]["400"] == 30
+
+
 def _sketch_for(partition, **kw) -> bytes:
     from history.build import build_history
     from history.sketch import Sketch
