@@ -33,6 +33,8 @@ import numpy as np
 
 from acep import storage
 
+from .wire import ARCHIVE_RESERVED
+
 __all__ = ["Archive", "ArchiveMissing", "archive_path", "encode", "COMPACT_ROWS", "COMPACTED"]
 
 COMPACT_ROWS = 1 << 20  # rows of a compacted file at most (about 4 Spark read tasks)
@@ -178,8 +180,10 @@ def encode(batch) -> bytes:
         "type": types,
     }
     for name, col in batch.columns.items():
-        if name in arrays:
+        if name in ARCHIVE_RESERVED:
             name = f"attr_{name}"
+        if name in arrays:  # edge.wire refuses such a batch: never overwrite a column
+            raise ValueError(f"attribute {name!r} collides with an archive column")
         if col.dtype == object:
             arrays[name] = pa.array(col.tolist(), type=pa.string())
         else:

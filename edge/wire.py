@@ -29,8 +29,8 @@ from acep.windows import partition_groups, window_mask
 
 __all__ = [
     "FORMAT", "VERSION", "WireError", "Limits", "PatternRef", "UploadBatch", "SummaryBatch",
-    "Condenser", "pattern_hash", "batch_id", "encode_batch", "decode_batch", "encode_condensed",
-    "decode_condensed", "decode", "batch_from_matches",
+    "Condenser", "ARCHIVE_RESERVED", "pattern_hash", "batch_id", "encode_batch",
+    "decode_batch", "encode_condensed", "decode_condensed", "decode", "batch_from_matches",
 ]
 
 FORMAT = "acep.upload"
@@ -458,6 +458,9 @@ def _decode_header(doc: dict, limits: Limits) -> dict:
 
 
 _PARTITION_KINDS = (str, int, float, type(None))
+# the archive's own columns: an attribute of one of these names is archived as attr_<name>
+# (and the trainer reads it back as <name>), so an attribute named attr_<name> is refused
+ARCHIVE_RESERVED = ("batch_id", "pattern_id", "position", "tag", "type")
 
 
 def _decode_matches(doc: dict, header: dict, limits: Limits) -> UploadBatch:
@@ -513,6 +516,10 @@ def _decode_columns(e: dict, n_ev: int, limits: Limits) -> dict[str, np.ndarray]
         name = _field(c, "name", str, where)
         if name in out:
             raise WireError(f"field {where + '.name'!r}: duplicate column {name!r}")
+        if name.startswith("attr_") and name[len("attr_"):] in ARCHIVE_RESERVED:
+            raise WireError(f"field {where + '.name'!r}: attribute {name!r} is not taken: the "
+                            f"archive keeps attribute {name[len('attr_'):]!r} under that "
+                            "name (rename it on the device)")
         if kind == "f8":
             out[name] = _array(c, "data", "<f8", where, n_ev)
         else:

@@ -289,6 +289,20 @@ def test_bad_requests_get_clear_4xx_and_the_server_stays_up(srv):
     assert "/nowhere" not in log  # a 404 is not a refusal
 
 
+def test_an_attribute_that_would_overwrite_another_in_the_archive_is_400(srv):
+    import numpy as np
+
+    doc = msgpack.unpackb(encode_batch(make_batch()), raw=False)
+    n = len(np.frombuffer(doc["events"]["position"], "<i8"))
+    for name, value in (("attr_tag", 111.0), ("tag", 222.0)):
+        doc["events"]["columns"].append({"name": name, "kind": "f8",
+                                         "data": np.full(n, value).tobytes()})
+    status, answer = post(srv, msgpack.packb(doc, use_bin_type=True), srv.tokens["d1"])
+    assert_error(status, answer, 400, "attribute 'attr_tag'", "rename it")
+    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 0
+    assert not list(srv.archive.rglob("*.parquet"))
+
+
 def test_malformed_http_is_a_400_and_one_rate_limited_warning_line_without_traceback(srv):
     malformed = ["GET /health HTTP/1.1\nContent-Length: -1\n",
                  "POST /v1/heartbeat HTTP/1.1\nHost: x\nTransfer-Encoding: chunked\n\nzz\n",
