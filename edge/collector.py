@@ -39,6 +39,7 @@ import urllib.parse
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -65,6 +66,7 @@ DEFAULT_MAX_BODY = 16 << 20
 DEFAULT_MIN_FREE = 64 << 20  # bytes: below it uploads are refused (507) before SQLite fills up
 CLIENT_GONE = 499  # nginx's status for a request its client closed, counted and logged so
 RETRY_AFTER = 60  # seconds, sent with 507: the agents hold their uploads that long
+MAX_RETAIN_DAYS = 36500  # --retain-days at most: the day it names must be a date
 MAINTAIN_EVERY = 3600.0  # seconds between --retain-days and --compact passes
 BODY_TIMEOUT = 60.0
 MAX_GROUP = 64  # batches committed in one transaction at most
@@ -944,6 +946,29 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0 to 65535)")
+    return value
+
+
+def _unwritable(folder: str) -> str | None:
+    """Why the collector cannot write files in ``folder`` (made if missing), or None: a
+    hidden probe file is written and removed."""
+    probe = Path(folder) / f".acep-probe-{os.getpid()}"
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        return f"cannot write there ({exc.strerror or exc})"
+    return None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="acep serve", description=(
         "The collector: devices POST msgpack batches; matches go to the database, "
@@ -952,7 +977,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="database: a SQLite file path or sqlite:///PATH")
     p.add_argument("--archive", help="directory of the Parquet archive (needed to serve)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT,
+    p.add_argument("--port", type=_port, default=DEFAULT_PORT,
                    help=f"port (default {DEFAULT_PORT}; 0 picks a free one, printed)")
     p.add_argument("--tls-cert", metavar="PEM",
                    help="serve HTTPS with this certificate chain (with --tls-key); the "
@@ -1040,6 +1065,10 @@ def _prune(store: Store, args: argparse.Namespace) -> int:
         day = dt.date.fromisoformat(args.prune_before)
     except ValueError:
         print(f"acep serve: --prune-before {args.prune_before!r} is not a day (YYYY-MM-DD)",
+              file=sys.stderr)
+        return 2
+    if args.archive and not os.path.isdir(args.archive):  # a typo: prune nothing at all
+        print(f"acep serve: --archive {args.archive}: no such directory (nothing pruned)",
               file=sys.stderr)
         return 2
     gone = store.prune(_midnight(day))
@@ -1137,7 +1166,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         store = open_store(args.db, create=tool in (None, "add_device", "add_admin"))
     except ValueError as exc:
-        print(f"acep serve: {exc}", file=sys.stderr)
+        print(f"acep serve: --db: {exc}", file=sys.stderr)
         return 2
     if tool is not None:
         try:
@@ -1166,6 +1195,13 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and value < least:
             print(f"acep serve: {flag} must be {least} or more", file=sys.stderr)
             return 2
+    if args.retain_days is not None and args.retain_days > MAX_RETAIN_DAYS:
+        print(f"acep serve: --retain-days must be at most {MAX_RETAIN_DAYS} (100 years)",
+              file=sys.stderr)
+        return 2
+    if why := _unwritable(args.archive):
+        print(f"acep serve: --archive {args.archive}: {why}", file=sys.stderr)
+        return 2
     if args.mirror is not None and (why := _bad_mirror(args.mirror, args.archive)):
         print(f"acep serve: --mirror {storage.redact(args.mirror)}: {why}", file=sys.stderr)
         return 2

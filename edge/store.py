@@ -121,7 +121,10 @@ def open_store(url: str | Path, create: bool = True) -> Store:
             raise ValueError(f"database URL {str(url)!r} names no file; use {SUPPORTED_URLS}")
     if not create and not os.path.exists(text):
         raise ValueError(f"{text}: no collector database there")
-    return Store(text)
+    try:
+        return Store(text)
+    except (OSError, sqlite3.Error) as exc:
+        raise ValueError(f"{text}: cannot open it as a SQLite database ({exc})") from None
 
 
 _INT64_MAX = (1 << 63) - 1

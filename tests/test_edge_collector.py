@@ -1306,8 +1306,64 @@ def test_a_retention_pass_keeps_the_days_acep_train_since_reads(tmp_path):
         collector.close()
 
 
+def _serve(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edge.collector", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_database_or_archive_that_cannot_be_used_exits_2_in_one_line(tmp_path):
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "text").write_text("not a database, by far: some plain text\n" * 100)
+    archive = str(tmp_path / "a")
+    for args, want in (
+            (("--db", "/proc/x.db", "--archive", archive), "--db: /proc/x.db: cannot open"),
+            (("--db", "/proc/x.db", "--add-device", "d9"), "--db: /proc/x.db: cannot open"),
+            (("--db", str(tmp_path / "adir"), "--archive", archive),
+             f"--db: {tmp_path / 'adir'}: cannot open"),
+            (("--db", str(tmp_path / "text"), "--archive", archive),
+             f"--db: {tmp_path / 'text'}: cannot open it as a SQLite database"),
+            (("--db", str(tmp_path / "c.db"), "--archive", "/proc/archive"),
+             "--archive /proc/archive: cannot write there")):
+        done = _serve(*args)
+        assert done.returncode == 2, done.stderr
+        assert want in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_an_archive_that_exists_but_cannot_be_written_exits_2_naming_it(tmp_path):
+    import os
+
+    archive = tmp_path / "a"
+    archive.mkdir(mode=0o555)
+    mounted = os.geteuid() == 0  # root writes anywhere but on a read-only file system
+    if mounted:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs",
+                               str(archive)], capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a read-only tmpfs here: {done.stderr.strip()}")
+    try:
+        done = _serve("--db", str(tmp_path / "c.db"), "--archive", str(archive))
+        assert done.returncode == 2 and "listening" not in done.stdout
+        assert f"--archive {archive}: cannot write there (" in done.stderr, done.stderr
+        assert len(done.stderr.splitlines()) == 1 and list(archive.iterdir()) == []
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(archive)], check=True)
+
+
+def test_prune_before_with_an_archive_that_does_not_exist_prunes_nothing(srv):
+    assert post(srv, encode_batch(make_batch("d1", 0)), srv.tokens["d1"])[0] == 200
+    typo = srv.tmp / "archive-typo"
+    done = fleet(srv, "--archive", str(typo), "--prune-before", "2030-01-01")
+    assert done.returncode == 2 and f"--archive {typo}: no such directory" in done.stderr
+    assert not typo.exists() and srv.rows("SELECT count(*) FROM batches")[0][0] == 1
+    assert list(srv.archive.rglob("*.parquet"))
+
+
 def test_bad_serving_options_exit_2_naming_them(tmp_path):
     for flag, value, want in (("--retain-days", "0", "--retain-days must be 1 or more"),
+                              ("--retain-days", "1000000", "--retain-days must be at most"),
+                              ("--port", "99999", "'99999' is not a port (0 to 65535)"),
+                              ("--port", "-5", "'-5' is not a port"),
                               ("--min-free", "-1", "--min-free must be 0 or more"),
                               ("--log-level", "loud", "--log-level: invalid choice: 'LOUD'"),
                               ("--max-wait", "-1", "'-1' is not a number of seconds >= 0"),
