@@ -83,16 +83,21 @@ def _error(status: int, message: str) -> web.Response:
 
 def _status_doc(body: bytes) -> dict | web.Response:
     """A heartbeat's body as a JSON object, or the 400 naming what is wrong with it.
-    ``NaN`` and ``Infinity`` (Python's ``json`` writes them) become null: what
-    ``--list-devices`` prints stays JSON."""
+    ``NaN`` and ``Infinity`` (Python's ``json`` writes them), and numbers too large for a
+    float (``1e400``), become null: what ``--list-devices`` prints stays JSON."""
     try:
-        doc = json.loads(body, parse_constant=lambda _: None)
+        doc = json.loads(body, parse_constant=lambda _: None, parse_float=_finite_or_none)
     except (ValueError, RecursionError) as exc:
         return _error(400, f"heartbeat: body is not JSON ({exc})")
     if not isinstance(doc, dict):
         return _error(400, f"heartbeat: body must be a JSON object (the agent's metrics), "
                            f"not {type(doc).__name__}")
     return doc
+
+
+def _finite_or_none(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None
 
 
 def _no_space(exc: BaseException) -> bool:

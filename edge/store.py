@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import os
 import secrets
 import sqlite3
@@ -300,8 +299,9 @@ class Store:
         delivery; kept from the last heartbeat that said its time)."""
         now = time.time() if now is None else now
         sent = status.get("time")
-        ahead = sent - now if isinstance(sent, (int, float)) and not isinstance(sent, bool) \
-            and math.isfinite(sent) else None
+        timely = isinstance(sent, (int, float)) and not isinstance(sent, bool) and \
+            abs(sent) < 1e15  # seconds; not NaN, infinite or a 10**400
+        ahead = sent - now if timely else None
         self._db.execute("UPDATE devices SET last_seen = ?, status = ?, "
                          "clock_ahead = COALESCE(?, clock_ahead) WHERE device_id = ?",
                          (now, json.dumps(status), ahead, device_id))

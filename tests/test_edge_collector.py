@@ -600,6 +600,21 @@ def test_heartbeats_and_requests_tell_when_a_device_was_last_seen(srv):
     assert request(srv.url + "/v1/whoami", token="wrong")[0] == 401
 
 
+def test_a_heartbeat_s_numbers_beyond_a_float_are_listed_as_null(srv):
+    """--list-devices and GET /v1/devices print strict JSON whatever a device sends."""
+    body = b'{"outbox_pending": 1e400, "outbox_dead": -1e400, "lag_s": 1' + b"0" * 400 + \
+        b', "time": 1e400, "ok": 2.5}'
+    assert beat(srv, body, srv.tokens["d1"])[0] == 200
+    (line,) = [x for x in fleet(srv, "--list-devices").stdout.splitlines() if '"d1"' in x]
+    strict = json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in {line}"))
+    assert strict["status"]["outbox_pending"] is None and strict["status"]["outbox_dead"] is None
+    assert strict["status"]["ok"] == 2.5 and strict["clock_ahead_s"] is None
+    status, data, _ = request(srv.url + "/v1/devices", token=srv.tokens["admin"])
+    assert status == 200 and b"Infinity" not in data
+    status, text, _ = request(srv.url + "/metrics?format=prometheus")
+    assert status == 200 and 'acep_device_lag_s{device="d1"}' not in text.decode()
+
+
 def test_metrics_for_prometheus_say_what_the_json_says_and_when_each_device_was_seen(srv):
     from prometheus_client.parser import text_string_to_metric_families
 
