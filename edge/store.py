@@ -162,8 +162,9 @@ def prepare(batch, checks: Sequence | None = None, *, nbytes: int = 0,
     rows = list(Store._match_rows(batch, checks) if is_matches else Store._summary_rows(batch))
     n_exact = n_checked = None
     if is_matches and checks is not None:
-        n_exact = sum(1 for c in checks if c.exact)
         n_checked = sum(1 for c in checks if c.exact is not None)
+        # None when none was checked, as SQL's sum(exact) answers a resent batch
+        n_exact = sum(1 for c in checks if c.exact) if n_checked else None
     return Prepared(batch.batch_id, kind, (batch.batch_id, batch.device, batch.seq, kind, p.id,
                                            pattern, batch.created_at),
                     len(batch), len(batch.event_position) if is_matches else 0, nbytes,

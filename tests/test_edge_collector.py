@@ -303,6 +303,32 @@ def test_an_attribute_that_would_overwrite_another_in_the_archive_is_400(srv):
     assert not list(srv.archive.rglob("*.parquet"))
 
 
+@pytest.mark.parametrize("partitions", [[float("nan"), "SFO"], [1, 1.0], ["ATL", "LAX"]])
+def test_a_match_partition_no_event_has_is_400_naming_it(srv, partitions):
+    doc = msgpack.unpackb(encode_batch(make_batch()), raw=False)
+    assert sorted(doc["matches"]["partitions"]) == ["ATL", "SFO"]
+    doc["matches"]["partitions"] = partitions
+    status, answer = post(srv, msgpack.packb(doc, use_bin_type=True), srv.tokens["d1"])
+    assert_error(status, answer, 400, "field 'matches.partitions[", "is no value of the "
+                 "events' partition attribute 'o'")
+    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 0
+
+
+def test_a_batch_the_engine_cannot_check_says_exact_null_stored_and_resent(srv):
+    from edge.wire import pattern_hash
+
+    doc = msgpack.unpackb(encode_batch(make_batch()), raw=False)
+    p = doc["pattern"]
+    p["text"] = "a b ((("
+    p["hash"] = pattern_hash(p["text"], p["window"], p["k"], p["where"], p["partition_by"])
+    body = msgpack.packb(doc, use_bin_type=True)
+    first, again = post(srv, body, srv.tokens["d1"]), post(srv, body, srv.tokens["d1"])
+    assert (first[0], first[1]["status"], again[1]["status"]) == (200, "stored", "duplicate")
+    assert first[1]["exact"] is None and again[1]["exact"] is None
+    assert srv.rows("SELECT count(*) FROM matches WHERE exact IS NULL")[0][0] == \
+        first[1]["matches"] > 0
+
+
 def test_malformed_http_is_a_400_and_one_rate_limited_warning_line_without_traceback(srv):
     malformed = ["GET /health HTTP/1.1\nContent-Length: -1\n",
                  "POST /v1/heartbeat HTTP/1.1\nHost: x\nTransfer-Encoding: chunked\n\nzz\n",
