@@ -33,7 +33,9 @@ import numpy as np
 
 from acep import storage
 
-__all__ = ["Archive", "archive_path", "encode", "COMPACT_ROWS", "COMPACTED"]
+from .wire import ARCHIVE_RESERVED
+
+__all__ = ["Archive", "ArchiveMissing", "archive_path", "encode", "COMPACT_ROWS", "COMPACTED"]
 
 COMPACT_ROWS = 1 << 20  # rows of a compacted file at most (about 4 Spark read tasks)
 ROW_GROUP_ROWS = 1 << 16  # rows per row group of a compacted file
@@ -44,6 +46,10 @@ def archive_path(root: str | Path, batch) -> Path:
     """Where ``batch`` (an ``UploadBatch``) is archived under ``root``."""
     day = dt.datetime.fromtimestamp(batch.created_at, dt.timezone.utc).strftime("%Y-%m-%d")
     return Path(root) / f"date={day}" / f"device={batch.device}" / f"part-{batch.seq:020d}.parquet"
+
+
+class ArchiveMissing(FileNotFoundError):
+    """The archive's root directory is not there (moved, deleted, its disk unmounted)."""
 
 
 class Archive:
@@ -66,11 +72,26 @@ class Archive:
 
     def put(self, relative: str | Path, data: bytes) -> Path:
         """Write the bytes of an archive file (:func:`encode`) at ``relative`` under the
-        root: a temporary name, fsync, rename, fsync of the directory."""
+        root: a temporary name, fsync, rename, fsync of the directory. A root that is gone
+        is :class:`ArchiveMissing`, never made again: it may be a disk not mounted."""
         path = self.root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
+        why = self.missing()
+        if why is not None:
+            raise ArchiveMissing(why)
+        folder = self.root
+        for part in Path(relative).parent.parts:
+            folder = folder / part
+            folder.mkdir(exist_ok=True)
         storage.write_durably(path, data)
         return path
+
+    def missing(self) -> str | None:
+        """Why the root cannot be written to when it is not a directory any more; else
+        None."""
+        if self.root.is_dir():
+            return None
+        return (f"the archive directory {self.root} is missing (moved, deleted or its disk "
+                "not mounted); put it back")
 
 
     def device_folders(self, before: str, since: str = "") -> list[Path]:
@@ -159,8 +180,10 @@ def encode(batch) -> bytes:
         "type": types,
     }
     for name, col in batch.columns.items():
-        if name in arrays:
+        if name in ARCHIVE_RESERVED:
             name = f"attr_{name}"
+        if name in arrays:  # edge.wire refuses such a batch: never overwrite a column
+            raise ValueError(f"attribute {name!r} collides with an archive column")
         if col.dtype == object:
             arrays[name] = pa.array(col.tolist(), type=pa.string())
         else:

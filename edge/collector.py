@@ -39,14 +39,16 @@ import urllib.parse
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from acep import storage
 
 from . import exposition
 from .admission import DEFAULT_MAX_WAIT, DEFAULT_PER_DEVICE, Admission, Refusal
-from .archive import Archive, archive_path, compacted_names
+from .archive import Archive, ArchiveMissing, archive_path, compacted_names
 from .archive import encode as encode_archive
 from .codings import ACCEPT_ENCODING, BodyDecoder, CodingError
 from .logs import LOG_LEVELS, LogLimiter
@@ -64,10 +66,14 @@ DEFAULT_MAX_BODY = 16 << 20
 DEFAULT_MIN_FREE = 64 << 20  # bytes: below it uploads are refused (507) before SQLite fills up
 CLIENT_GONE = 499  # nginx's status for a request its client closed, counted and logged so
 RETRY_AFTER = 60  # seconds, sent with 507: the agents hold their uploads that long
+MAX_RETAIN_DAYS = 36500  # --retain-days at most: the day it names must be a date
 MAINTAIN_EVERY = 3600.0  # seconds between --retain-days and --compact passes
 BODY_TIMEOUT = 60.0
 MAX_GROUP = 64  # batches committed in one transaction at most
 MAX_STATUS = 16 << 10  # bytes of a heartbeat's status (an agent's metrics: about 1 KiB)
+# seconds a batch's created_at may be ahead of the collector's clock (Kafka refuses records
+# an hour ahead, KIP-937): a day, so time zones mistaken for UTC pass, a year 2100 does not
+DEFAULT_MAX_AHEAD = 86400.0
 _MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
 
 
@@ -77,16 +83,21 @@ def _error(status: int, message: str) -> web.Response:
 
 def _status_doc(body: bytes) -> dict | web.Response:
     """A heartbeat's body as a JSON object, or the 400 naming what is wrong with it.
-    ``NaN`` and ``Infinity`` (Python's ``json`` writes them) become null: what
-    ``--list-devices`` prints stays JSON."""
+    ``NaN`` and ``Infinity`` (Python's ``json`` writes them), and numbers too large for a
+    float (``1e400``), become null: what ``--list-devices`` prints stays JSON."""
     try:
-        doc = json.loads(body, parse_constant=lambda _: None)
+        doc = json.loads(body, parse_constant=lambda _: None, parse_float=_finite_or_none)
     except (ValueError, RecursionError) as exc:
         return _error(400, f"heartbeat: body is not JSON ({exc})")
     if not isinstance(doc, dict):
         return _error(400, f"heartbeat: body must be a JSON object (the agent's metrics), "
                            f"not {type(doc).__name__}")
     return doc
+
+
+def _finite_or_none(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None
 
 
 def _no_space(exc: BaseException) -> bool:
@@ -97,8 +108,12 @@ def _no_space(exc: BaseException) -> bool:
 
 
 def _failure(exc: Exception) -> tuple[int, dict]:
-    """The answer to a request that failed inside: ``507`` when the disk is full (send it
-    again later: nothing of it was stored), else ``500``."""
+    """The answer to a request that failed inside: ``507`` when the disk is full, ``503``
+    when the archive directory is gone (send it again later: nothing of it was stored),
+    else ``500``."""
+    if isinstance(exc, ArchiveMissing):
+        return 503, {"error": f"collector: {exc}; nothing was stored: send it again later",
+                     "status": 503}
     if _no_space(exc):
         return 507, {"error": f"collector: no space left to store it ({exc}); nothing of it "
                               f"was stored: send it again later", "status": 507}
@@ -113,10 +128,12 @@ class Collector:
                  recheck_workers: int = 0, min_free: int = DEFAULT_MIN_FREE,
                  retain_days: int | None = None, compact: bool = False,
                  max_wait: float = DEFAULT_MAX_WAIT, device_uploads: int = DEFAULT_PER_DEVICE,
-                 mirror: str | None = None):
+                 mirror: str | None = None, max_ahead: float = DEFAULT_MAX_AHEAD):
         self.store, self.archive = store, archive
+        self.max_ahead = float(max_ahead)
         self.min_free, self.retain_days, self.compact = int(min_free), retain_days, compact
         self.low_space: str | None = None  # why uploads are refused (507), while they are
+        self.gone: str | None = None  # why uploads are refused (503: a directory missing)
         self.busy: tuple[float, int] | None = None  # (since, how many) 503s, while refused
         self.errors = LogLimiter(log, what="failed requests")
         self.refusals = LogLimiter(log, what="refused requests")
@@ -163,7 +180,7 @@ class Collector:
             return ("ok", None)
         try:
             prep = await asyncio.get_running_loop().run_in_executor(
-                self.procs, prepare_rows, body, self.limits, device)
+                self.procs, prepare_rows, body, self.limits, device, self.max_ahead)
         except BrokenProcessPool:
             self.procs.shutdown(wait=False, cancel_futures=True)
             self._start_procs()
@@ -217,7 +234,10 @@ class Collector:
         """Log a request that failed inside (with its traceback, unless the disk is full);
         its answer (:func:`_failure`)."""
         status, doc = _failure(exc)
-        if status == 507:
+        if status == 503:
+            self.metrics["refused_unavailable"] += 1
+            self.errors.error("%s from %s not stored: %s", what, device, exc)
+        elif status == 507:
             self.metrics["refused_no_space"] += 1
             self.errors.error("%s from %s not stored: no space left (%s); answered 507",
                               what, device, exc)
@@ -226,16 +246,50 @@ class Collector:
                               exc, exc_info=exc)
         return status, doc
 
-    def free_bytes(self) -> int:
-        """The free space of the fuller of the file systems of the database and archive."""
-        return min(shutil.disk_usage(path).free
-                   for path in (self.store.path.parent, self.archive.root))
+    def free_bytes(self) -> int | None:
+        """The free space of the fuller of the file systems of the database and archive;
+        None when a directory of theirs is not there (:meth:`unusable`)."""
+        try:
+            return min(shutil.disk_usage(path).free
+                       for path in (self.store.path.parent, self.archive.root))
+        except OSError:
+            return None
+
+    def unusable(self) -> str | None:
+        """Why nothing can be stored (the archive or the database directory is gone), or
+        None. The collector never makes them again: it may be a disk not mounted."""
+        why = self.archive.missing()
+        if why is None and not self.store.path.parent.is_dir():
+            why = f"the database directory {self.store.path.parent} is missing"
+        return None if why is None else f"collector: {why}"
+
+    def available(self) -> web.Response | None:
+        """None while the archive and the database directories are there; else the 503
+        (with ``Retry-After``: the agents keep the batch) that refuses an upload before
+        its body is read. Logged when it starts and ends."""
+        why = self.unusable()
+        if why is None:
+            if self.gone is not None:
+                log.warning("the archive and database directories are back: uploads are "
+                            "accepted")
+                self.gone = None
+            return None
+        if self.gone is None:
+            log.error("%s; uploads are refused (503) until it is back", why)
+        self.gone = why
+        self.metrics["refused_unavailable"] += 1
+        response = _error(503, f"{why}; nothing was stored: send it again later")
+        response.headers["Retry-After"] = str(RETRY_AFTER)
+        return response
 
     def room_left(self) -> web.Response | None:
         """None while the free space is above ``min_free``; else the 507 that refuses an
         upload before its body is read (SQLite must never find a full disk: the agents
-        keep the batch and send it after ``Retry-After``). Logged when it starts and ends."""
+        keep the batch and send it after ``Retry-After``). Logged when it starts and ends.
+        A missing directory is :meth:`available`'s 503."""
         free = self.free_bytes()
+        if free is None:  # a directory went missing since available() looked
+            return self.available()
         if free >= self.min_free:
             if self.low_space is not None:
                 log.warning("free space is %.0f MiB again: uploads are accepted", free / 2**20)
@@ -345,9 +399,9 @@ class Collector:
             await asyncio.sleep(MAINTAIN_EVERY)
 
     async def prune_pass(self, today: dt.date | None = None) -> dict[str, int]:
-        """Delete what was uploaded before the day ``retain_days`` before ``today`` (UTC),
-        as ``--prune-before`` that day does, one short transaction at a time between the
-        uploads' commits; how much of each."""
+        """Delete the batches created (``created_at``, the device's clock) before the day
+        ``retain_days`` before ``today`` (UTC), as ``--prune-before`` that day does, one
+        short transaction at a time between the uploads' commits; how much of each."""
         day = (today or dt.datetime.now(dt.timezone.utc).date()) \
             - dt.timedelta(days=self.retain_days)
         gone = {"batches": 0, "matches": 0, "summaries": 0}
@@ -362,8 +416,9 @@ class Collector:
         for name, n in gone.items():
             self.metrics[f"pruned_{name}"] += n
         if any(gone.values()):
-            log.info("retention (--retain-days %d): deleted what was uploaded before %s: %s",
-                     self.retain_days, day.isoformat(), json.dumps(gone))
+            log.info("retention (--retain-days %d): deleted the batches created before %s "
+                     "(by the devices' clocks): %s", self.retain_days, day.isoformat(),
+                     json.dumps(gone))
         return gone
 
     def _prune_archive(self, day: str) -> int:
@@ -452,7 +507,7 @@ class Collector:
         todo = []
         for k, (body, device, prep) in enumerate(items):
             if prep is None:
-                prep = prepare_rows(body, self.limits, device)
+                prep = prepare_rows(body, self.limits, device, self.max_ahead)
                 if isinstance(prep, tuple):
                     out[k] = prep
                     continue
@@ -533,9 +588,10 @@ class Collector:
         if request.content_type not in _MSGPACK_TYPES:
             return _error(415, f"Content-Type {request.content_type!r}: an upload batch is "
                                "'application/msgpack'")
-        full = self.room_left()
-        if full is not None:
-            return full
+        refusal = self.available()
+        refusal = self.room_left() if refusal is None else refusal
+        if refusal is not None:
+            return refusal
         size = min(request.content_length or 0, self.max_body)  # more is refused: 413
         refused = self.admission.admit(who[0], size)
         if refused is not None:
@@ -652,6 +708,10 @@ class Collector:
         return web.json_response({"device": who[0], "role": who[1]})
 
     async def health(self, request: web.Request) -> web.Response:
+        """``200 ok``, or ``503`` saying why nothing can be stored."""
+        why = self.unusable()
+        if why is not None:
+            return web.json_response({"status": "unavailable", "error": why}, status=503)
         return web.json_response({"status": "ok"})
 
     async def metrics_view(self, request: web.Request) -> web.Response:
@@ -672,14 +732,17 @@ class Collector:
 
     def gauges(self) -> dict[str, float]:
         """The values of :data:`edge.exposition.GAUGES` (the limits too, for alerts)."""
-        return {"free_bytes": self.free_bytes(), "min_free_bytes": self.min_free,
+        free = self.free_bytes()
+        return {**({} if free is None else {"free_bytes": free}),
+                "storage_ok": int(self.unusable() is None), "min_free_bytes": self.min_free,
                 **self.admission.gauges(), "max_wait_s": self.admission.max_wait,
                 "device_uploads": self.admission.per_device,
                 **(self.mirror.gauges() if self.mirror is not None else {})}
 
 
-def _decode(body: bytes, limits: Limits, device: str):
-    """The decoded batch, or ``(status, error doc)`` for a bad body or another device."""
+def _decode(body: bytes, limits: Limits, device: str, max_ahead: float):
+    """The decoded batch, or ``(status, error doc)`` for a bad body, another device or a
+    ``created_at`` more than ``max_ahead`` seconds ahead of this clock."""
     try:
         batch = decode(body, limits)
     except WireError as exc:
@@ -688,13 +751,21 @@ def _decode(body: bytes, limits: Limits, device: str):
     if batch.device != device:
         return 403, {"error": f"field 'device': {batch.device!r} is not this token's "
                               f"device {device!r}", "status": 403}
+    ahead = batch.created_at - time.time()
+    if ahead > max_ahead:
+        when = dt.datetime.fromtimestamp(batch.created_at, dt.timezone.utc)
+        return 400, {"error": f"field 'created_at': {when:%Y-%m-%d %H:%M:%S} UTC is "
+                              f"{ahead / 86400:.2f} days ahead of the collector's clock "
+                              f"(more than --max-clock-ahead {max_ahead:g} s; is the device's "
+                              "clock set?)", "status": 400}
     return batch
 
 
-def prepare_rows(body: bytes, limits: Limits, device: str) -> Prepared | tuple[int, dict]:
+def prepare_rows(body: bytes, limits: Limits, device: str,
+                 max_ahead: float = DEFAULT_MAX_AHEAD) -> Prepared | tuple[int, dict]:
     """Decode, re-check and build the database rows of one batch (a worker process, or
     the database thread without workers); ``(status, error doc)`` for a refused body."""
-    batch = _decode(body, limits, device)
+    batch = _decode(body, limits, device, max_ahead)
     if isinstance(batch, tuple):
         return batch
     checks = recheck_batch(batch) if isinstance(batch, UploadBatch) else None
@@ -768,8 +839,8 @@ def make_app(collector: Collector) -> web.Application:
                                            f"{request.method} {request.path}")
             response = web.json_response(doc, status=status)
         response.headers["Accept-Encoding"] = ACCEPT_ENCODING
-        if response.status == 507:
-            response.headers["Retry-After"] = str(RETRY_AFTER)
+        if response.status in (503, 507):
+            response.headers.setdefault("Retry-After", str(RETRY_AFTER))
         elif 400 <= response.status < 500 and response.status != 404:
             collector.refusals.warning("%s %s from %s: %d %s", request.method, request.path,
                                        request.get("device", request.remote), response.status,
@@ -793,6 +864,36 @@ def make_app(collector: Collector) -> web.Application:
     return app
 
 
+def _one_line(text: str, limit: int = 200) -> str:
+    """aiohttp's parser message on one line, without its caret line."""
+    parts = [p.strip() for p in text.splitlines() if p.strip().strip("^")]
+    return " ".join(parts)[:limit]
+
+
+class ServerLog:
+    """aiohttp's ``logger`` for the collector's connections. A request aiohttp cannot parse
+    (a bad Content-Length or chunk size, a header line too long) is a client's error: one
+    warning line through the collector's rate limit for refusals, no traceback; anything
+    else is logged as a failure, with its traceback, through that rate limit."""
+
+    def __init__(self, collector: Collector):
+        self.collector = collector
+
+    def debug(self, msg: str, *args, exc_info=None, **_) -> None:
+        log.debug(msg + (f": {exc_info!r}" if isinstance(exc_info, BaseException) else ""),
+                  *args)
+
+    def exception(self, msg: str, *args, exc_info=True, **_) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        if isinstance(exc, HttpProcessingError):
+            self.collector.status_counts[exc.code] += 1
+            self.collector.refusals.warning("malformed request from %s: %d %s",
+                                            args[0] if args else "?", exc.code,
+                                            _one_line(exc.message or type(exc).__name__))
+        else:
+            self.collector.errors.error(msg, *args, exc_info=exc_info)
+
+
 async def serve(collector: Collector, host: str, port: int, ready=print,
                 tls: ssl.SSLContext | None = None, access_log: bool = False) -> None:
     """Serve until SIGTERM or SIGINT, then finish the requests in flight and return;
@@ -800,7 +901,8 @@ async def serve(collector: Collector, host: str, port: int, ready=print,
     (logger ``aiohttp.access``, level INFO)."""
     # bodies are decoded by edge.codings, bounded; aiohttp's decoding is not used
     runner = web.AppRunner(make_app(collector), handle_signals=False, auto_decompress=False,
-                           access_log=logging.getLogger("aiohttp.access") if access_log else None)
+                           access_log=logging.getLogger("aiohttp.access") if access_log else None,
+                           logger=ServerLog(collector))
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=tls)
     await site.start()
@@ -849,6 +951,29 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0 to 65535)")
+    return value
+
+
+def _unwritable(folder: str) -> str | None:
+    """Why the collector cannot write files in ``folder`` (made if missing), or None: a
+    hidden probe file is written and removed."""
+    probe = Path(folder) / f".acep-probe-{os.getpid()}"
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        return f"cannot write there ({exc.strerror or exc})"
+    return None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="acep serve", description=(
         "The collector: devices POST msgpack batches; matches go to the database, "
@@ -857,7 +982,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="database: a SQLite file path or sqlite:///PATH")
     p.add_argument("--archive", help="directory of the Parquet archive (needed to serve)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT,
+    p.add_argument("--port", type=_port, default=DEFAULT_PORT,
                    help=f"port (default {DEFAULT_PORT}; 0 picks a free one, printed)")
     p.add_argument("--tls-cert", metavar="PEM",
                    help="serve HTTPS with this certificate chain (with --tls-key); the "
@@ -882,9 +1007,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="uploads of one device processed at a time; another one is refused "
                         f"(429, Retry-After) (default {DEFAULT_PER_DEVICE}: the agent sends "
                         "one at a time, so a second is its retry of one still queued)")
+    p.add_argument("--max-clock-ahead", type=_seconds, default=DEFAULT_MAX_AHEAD,
+                   metavar="SECONDS",
+                   help="refuse (400) a batch created more than this far ahead of the "
+                        "collector's clock: a device whose clock is wrong; the agent keeps "
+                        f"it as a dead letter (default {DEFAULT_MAX_AHEAD:g}: a day)")
     p.add_argument("--retain-days", type=int, metavar="N",
-                   help="while serving, delete what was uploaded before the day N days ago "
-                        "(UTC; as --prune-before that day), at the start and every hour; "
+                   help="while serving, delete the batches created before the day N days "
+                        "ago (UTC, by the device's clock: the day of the archive's date= "
+                        "folder; as --prune-before that day), at the start and every hour; "
                         "acep train --since Nd reads the days kept")
     p.add_argument("--compact", action="store_true",
                    help="while serving, merge each device's small archive files of the days "
@@ -918,7 +1049,8 @@ def _parser() -> argparse.ArgumentParser:
                             "batches, when the last one arrived, when it was last seen and "
                             "its last heartbeat's status; exit")
     tools.add_argument("--prune-before", metavar="YYYY-MM-DD",
-                       help="delete the batches created before this UTC day, their matches "
+                       help="delete the batches created before this UTC day (by the device's "
+                            "clock: the day of the archive's date= folder), their matches "
                             "and summaries, and with --archive its days before it; print "
                             "how many; exit (the collector may be running)")
     tools.add_argument("--backup", metavar="FILE",
@@ -938,6 +1070,10 @@ def _prune(store: Store, args: argparse.Namespace) -> int:
         day = dt.date.fromisoformat(args.prune_before)
     except ValueError:
         print(f"acep serve: --prune-before {args.prune_before!r} is not a day (YYYY-MM-DD)",
+              file=sys.stderr)
+        return 2
+    if args.archive and not os.path.isdir(args.archive):  # a typo: prune nothing at all
+        print(f"acep serve: --archive {args.archive}: no such directory (nothing pruned)",
               file=sys.stderr)
         return 2
     gone = store.prune(_midnight(day))
@@ -1035,7 +1171,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         store = open_store(args.db, create=tool in (None, "add_device", "add_admin"))
     except ValueError as exc:
-        print(f"acep serve: {exc}", file=sys.stderr)
+        print(f"acep serve: --db: {exc}", file=sys.stderr)
         return 2
     if tool is not None:
         try:
@@ -1064,6 +1200,13 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and value < least:
             print(f"acep serve: {flag} must be {least} or more", file=sys.stderr)
             return 2
+    if args.retain_days is not None and args.retain_days > MAX_RETAIN_DAYS:
+        print(f"acep serve: --retain-days must be at most {MAX_RETAIN_DAYS} (100 years)",
+              file=sys.stderr)
+        return 2
+    if why := _unwritable(args.archive):
+        print(f"acep serve: --archive {args.archive}: {why}", file=sys.stderr)
+        return 2
     if args.mirror is not None and (why := _bad_mirror(args.mirror, args.archive)):
         print(f"acep serve: --mirror {storage.redact(args.mirror)}: {why}", file=sys.stderr)
         return 2
@@ -1082,7 +1225,8 @@ def main(argv: list[str] | None = None) -> int:
                           sketch_key=key, recheck_workers=args.recheck_workers,
                           min_free=args.min_free << 20, retain_days=args.retain_days,
                           compact=args.compact, max_wait=args.max_wait,
-                          device_uploads=args.device_uploads, mirror=args.mirror)
+                          device_uploads=args.device_uploads, mirror=args.mirror,
+                          max_ahead=args.max_clock_ahead)
     log.info("database %s, archive %s, %d re-check workers, uploads refused below %d MiB "
              "free%s, %d at a time per device, %s, %s",
              store.path, collector.archive.root, args.recheck_workers, args.min_free,

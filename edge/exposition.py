@@ -34,6 +34,8 @@ COUNTERS = {
     "bytes_in": "request body bytes received (decompressed)",
     "bytes_in_wire": "request body bytes received as sent (compressed, when they were)",
     "refused_no_space": "uploads refused (507) for want of free space",
+    "refused_unavailable": "uploads refused (503) while the archive or database directory "
+                           "was missing",
     "refused_busy": "uploads refused (503) because they would wait longer than --max-wait",
     "refused_device_busy": "uploads refused (429): the device had --device-uploads uploads "
                            "being processed",
@@ -52,7 +54,9 @@ COUNTERS = {
 }
 GAUGES = {
     "free_bytes": "free space of the fuller file system of the database and archive "
-                  "(uploads are refused below --min-free)",
+                  "(uploads are refused below --min-free; absent while one is missing)",
+    "storage_ok": "1 while the archive and database directories are there; 0: one is "
+                  "missing (moved, unmounted), uploads are refused (503) and /health says why",
     "uploads_pending": "uploads admitted and not yet answered",
     "pending_bytes": "body bytes of the uploads admitted and not yet answered",
     "expected_wait_seconds": "how long an upload admitted now can expect to wait (pending "
@@ -76,6 +80,9 @@ DEVICE_GAUGES = {  # heartbeat key -> help (a metric acep_device_<key>, or as RE
                         "last heartbeat",
     "started_at": "when the device's agent started (Unix time; changes(...) counts restarts)",
 }
+CLOCK_AHEAD = ("how far the device's clock was ahead of the collector's at its last heartbeat "
+               "that said its time (negative: behind); batches created over --max-clock-ahead "
+               "ahead are refused, and retention goes by the device's clock")
 RENAMED = {"started_at": "started_timestamp_seconds"}  # Prometheus names a time's unit
 
 
@@ -126,18 +133,27 @@ class _Families:
                                  "heartbeat (Unix time)", labels=["device"])
         gauges = {k: GaugeMetricFamily(f"acep_device_{RENAMED.get(k, k)}", doc,
                                        labels=["device"]) for k, doc in DEVICE_GAUGES.items()}
+        ahead = GaugeMetricFamily("acep_device_clock_ahead_seconds", CLOCK_AHEAD,
+                                  labels=["device"])
         for d in self.devices:
             if d["last_seen"] is not None:
                 seen.add_metric([d["device"]], d["last_seen"])
+            if d.get("clock_ahead_s") is not None:
+                ahead.add_metric([d["device"]], d["clock_ahead_s"])
             for key, family in gauges.items():
                 value = (d["status"] or {}).get(key)
                 value = float(value) if isinstance(value, bool) else value
                 if _finite(value):
                     family.add_metric([d["device"]], float(value))
         yield seen
+        yield ahead
         yield from gauges.values()
 
 
 def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
-        math.isfinite(value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond any float (a device's 10**400)
+        return False

@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS devices (
     last_seen    REAL,
     status       TEXT,
     old_token_sha256 TEXT,  -- a rotated token, valid until old_until or the new one's use
-    old_until    REAL
+    old_until    REAL,
+    clock_ahead  REAL  -- its last heartbeat's time minus the collector's, in seconds
 );
 CREATE TABLE IF NOT EXISTS batches (
     batch_id     TEXT PRIMARY KEY,
@@ -119,7 +120,10 @@ def open_store(url: str | Path, create: bool = True) -> Store:
             raise ValueError(f"database URL {str(url)!r} names no file; use {SUPPORTED_URLS}")
     if not create and not os.path.exists(text):
         raise ValueError(f"{text}: no collector database there")
-    return Store(text)
+    try:
+        return Store(text)
+    except (OSError, sqlite3.Error) as exc:
+        raise ValueError(f"{text}: cannot open it as a SQLite database ({exc})") from None
 
 
 _INT64_MAX = (1 << 63) - 1
@@ -158,8 +162,9 @@ def prepare(batch, checks: Sequence | None = None, *, nbytes: int = 0,
     rows = list(Store._match_rows(batch, checks) if is_matches else Store._summary_rows(batch))
     n_exact = n_checked = None
     if is_matches and checks is not None:
-        n_exact = sum(1 for c in checks if c.exact)
         n_checked = sum(1 for c in checks if c.exact is not None)
+        # None when none was checked, as SQL's sum(exact) answers a resent batch
+        n_exact = sum(1 for c in checks if c.exact) if n_checked else None
     return Prepared(batch.batch_id, kind, (batch.batch_id, batch.device, batch.seq, kind, p.id,
                                            pattern, batch.created_at),
                     len(batch), len(batch.event_position) if is_matches else 0, nbytes,
@@ -192,7 +197,7 @@ class Store:
         self._db.executescript(_SCHEMA)
         self._add_columns("batches", body_sha256="TEXT")  # databases made before them
         self._add_columns("devices", last_seen="REAL", status="TEXT", old_token_sha256="TEXT",
-                          old_until="REAL")
+                          old_until="REAL", clock_ahead="REAL")
         self._db.execute("CREATE INDEX IF NOT EXISTS batches_by_body ON batches (body_sha256)")
         self._db.execute("CREATE INDEX IF NOT EXISTS batches_by_created ON batches (created_at)")
         self._db.execute("CREATE INDEX IF NOT EXISTS batches_by_archive ON batches (archive)")
@@ -249,18 +254,21 @@ class Store:
         made; ``old_token_until``: until when its rotated token stays valid, None when there
         is none) and each device id with stored batches that has no token any more
         (``registered`` False), with its batches, when the last one arrived, when it last
-        made any authenticated request (``last_seen``) and its last heartbeat's status (the
-        agent's metrics, or None), by id; times in seconds since the epoch."""
+        made any authenticated request (``last_seen``), its last heartbeat's status (the
+        agent's metrics, or None) and how far its clock was ahead of the collector's then
+        (``clock_ahead_s``, negative: behind; None without a heartbeat that said its time),
+        by id; times in seconds since the epoch."""
         rows = self._db.execute(
             "WITH seen AS (SELECT device, COUNT(*) AS n, MAX(received_at) AS last "
             "FROM batches GROUP BY device) "
             "SELECT d.device_id, d.role, d.created_at, COALESCE(s.n, 0), s.last, 1, "
-            "d.last_seen, d.status, d.old_until FROM devices d "
+            "d.last_seen, d.status, d.old_until, d.clock_ahead FROM devices d "
             "LEFT JOIN seen s ON s.device = d.device_id "
-            "UNION ALL SELECT s.device, NULL, NULL, s.n, s.last, 0, NULL, NULL, NULL FROM seen s "
+            "UNION ALL SELECT s.device, NULL, NULL, s.n, s.last, 0, NULL, NULL, NULL, NULL "
+            "FROM seen s "
             "WHERE s.device NOT IN (SELECT device_id FROM devices) ORDER BY 1").fetchall()
         keys = ("device", "role", "token_issued", "batches", "last_batch", "registered",
-                "last_seen", "status", "old_token_until")
+                "last_seen", "status", "old_token_until", "clock_ahead_s")
         return [{**dict(zip(keys, row)), "registered": bool(row[5]),
                  "status": None if row[7] is None else json.loads(row[7])} for row in rows]
 
@@ -287,9 +295,17 @@ class Store:
 
     def heartbeat(self, device_id: str, status: dict, now: float | None = None) -> None:
         """Record a device's heartbeat: seen now, with ``status`` (its metrics, a JSON
-        object already checked by the caller) as its latest status."""
-        self._db.execute("UPDATE devices SET last_seen = ?, status = ? WHERE device_id = ?",
-                         (time.time() if now is None else now, json.dumps(status), device_id))
+        object already checked by the caller) as its latest status, and how far the
+        ``time`` it says is ahead of ``now`` (its clock's offset, to within the heartbeat's
+        delivery; kept from the last heartbeat that said its time)."""
+        now = time.time() if now is None else now
+        sent = status.get("time")
+        timely = isinstance(sent, (int, float)) and not isinstance(sent, bool) and \
+            abs(sent) < 1e15  # seconds; not NaN, infinite or a 10**400
+        ahead = sent - now if timely else None
+        self._db.execute("UPDATE devices SET last_seen = ?, status = ?, "
+                         "clock_ahead = COALESCE(?, clock_ahead) WHERE device_id = ?",
+                         (now, json.dumps(status), ahead, device_id))
 
     # ----------------------------------------------------------------- batches
 

@@ -30,8 +30,8 @@ from acep.windows import partition_groups, window_mask
 
 __all__ = [
     "FORMAT", "VERSION", "WireError", "Limits", "PatternRef", "UploadBatch", "SummaryBatch",
-    "Condenser", "pattern_hash", "batch_id", "encode_batch", "decode_batch", "encode_condensed",
-    "decode_condensed", "decode", "batch_from_matches",
+    "Condenser", "ARCHIVE_RESERVED", "pattern_hash", "batch_id", "encode_batch",
+    "decode_batch", "encode_condensed", "decode_condensed", "decode", "batch_from_matches",
 ]
 
 FORMAT = "acep.upload"
@@ -467,6 +467,9 @@ def _decode_header(doc: dict, limits: Limits) -> dict:
 
 
 _PARTITION_KINDS = (str, int, float, type(None))
+# the archive's own columns: an attribute of one of these names is archived as attr_<name>
+# (and the trainer reads it back as <name>), so an attribute named attr_<name> is refused
+ARCHIVE_RESERVED = ("batch_id", "pattern_id", "position", "tag", "type")
 
 
 def _decode_matches(doc: dict, header: dict, limits: Limits) -> UploadBatch:
@@ -498,6 +501,7 @@ def _decode_matches(doc: dict, header: dict, limits: Limits) -> UploadBatch:
 
     window = header["pattern"].window
     _check_matches(point, start, errors, ptr, traj, pos, tag, window)
+    _check_partitions(names, codes, columns, header["pattern"].partition_by)
     return UploadBatch(**header, partition=[names[c] for c in codes], point=point,
                        start=start, errors=errors, trajectory_ptr=ptr, trajectory=traj,
                        event_position=pos, event_tag=tag, event_type=types,
@@ -522,6 +526,10 @@ def _decode_columns(e: dict, n_ev: int, limits: Limits) -> dict[str, np.ndarray]
         name = _field(c, "name", str, where)
         if name in out:
             raise WireError(f"field {where + '.name'!r}: duplicate column {name!r}")
+        if name.startswith("attr_") and name[len("attr_"):] in ARCHIVE_RESERVED:
+            raise WireError(f"field {where + '.name'!r}: attribute {name!r} is not taken: the "
+                            f"archive keeps attribute {name[len('attr_'):]!r} under that "
+                            "name (rename it on the device)")
         if kind == "f8":
             out[name] = _array(c, "data", "<f8", where, n_ev)
         else:
@@ -549,6 +557,27 @@ def _check_matches(point, start, errors, ptr, traj, pos, tag, window) -> None:
             raise WireError("field 'matches.trajectory': positions of a match not increasing")
         if np.any(tag[idx_c[ptr[1:] - 1]] != point):
             raise WireError("field 'matches.point': not the tag of the trajectory's last event")
+
+
+def _check_partitions(names: list, codes: np.ndarray, columns: dict, attr: str | None
+                      ) -> None:
+    """Each match's partition is a value of the events' partition attribute (numbers by
+    value: 3 is 3.0), when the events carry it: else the re-check finds no events."""
+    col = None if attr is None else columns.get(attr)
+    if col is None or not len(codes):
+        return
+    present = {_value_key(v) for v in (np.unique(col) if col.dtype != object else col).tolist()}
+    for k in np.unique(codes).tolist():
+        if _value_key(names[k]) not in present:
+            raise WireError(f"field 'matches.partitions[{k}]': {names[k]!r} is no value of "
+                            f"the events' partition attribute {attr!r}")
+
+
+def _value_key(v):
+    """A partition value as the re-check groups it: numbers by value, NaN as one."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return ("num", float(v)) if v == v else ("nan",)
+    return (type(v).__name__, v)
 
 
 def _inside(ptr: np.ndarray, n: int) -> np.ndarray:

@@ -289,6 +289,63 @@ def test_bad_requests_get_clear_4xx_and_the_server_stays_up(srv):
     assert "/nowhere" not in log  # a 404 is not a refusal
 
 
+def test_an_attribute_that_would_overwrite_another_in_the_archive_is_400(srv):
+    import numpy as np
+
+    doc = msgpack.unpackb(encode_batch(make_batch()), raw=False)
+    n = len(np.frombuffer(doc["events"]["position"], "<i8"))
+    for name, value in (("attr_tag", 111.0), ("tag", 222.0)):
+        doc["events"]["columns"].append({"name": name, "kind": "f8",
+                                         "data": np.full(n, value).tobytes()})
+    status, answer = post(srv, msgpack.packb(doc, use_bin_type=True), srv.tokens["d1"])
+    assert_error(status, answer, 400, "attribute 'attr_tag'", "rename it")
+    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 0
+    assert not list(srv.archive.rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("partitions", [[float("nan"), "SFO"], [1, 1.0], ["ATL", "LAX"]])
+def test_a_match_partition_no_event_has_is_400_naming_it(srv, partitions):
+    doc = msgpack.unpackb(encode_batch(make_batch()), raw=False)
+    assert sorted(doc["matches"]["partitions"]) == ["ATL", "SFO"]
+    doc["matches"]["partitions"] = partitions
+    status, answer = post(srv, msgpack.packb(doc, use_bin_type=True), srv.tokens["d1"])
+    assert_error(status, answer, 400, "field 'matches.partitions[", "is no value of the "
+                 "events' partition attribute 'o'")
+    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 0
+
+
+def test_a_batch_the_engine_cannot_check_says_exact_null_stored_and_resent(srv):
+    from edge.wire import pattern_hash
+
+    doc = msgpack.unpackb(encode_batch(make_batch()), raw=False)
+    p = doc["pattern"]
+    p["text"] = "a b ((("
+    p["hash"] = pattern_hash(p["text"], p["window"], p["k"], p["where"], p["partition_by"])
+    body = msgpack.packb(doc, use_bin_type=True)
+    first, again = post(srv, body, srv.tokens["d1"]), post(srv, body, srv.tokens["d1"])
+    assert (first[0], first[1]["status"], again[1]["status"]) == (200, "stored", "duplicate")
+    assert first[1]["exact"] is None and again[1]["exact"] is None
+    assert srv.rows("SELECT count(*) FROM matches WHERE exact IS NULL")[0][0] == \
+        first[1]["matches"] > 0
+
+
+def test_malformed_http_is_a_400_and_one_rate_limited_warning_line_without_traceback(srv):
+    malformed = ["GET /health HTTP/1.1\nContent-Length: -1\n",
+                 "POST /v1/heartbeat HTTP/1.1\nHost: x\nTransfer-Encoding: chunked\n\nzz\n",
+                 "GET /health HTTP/1.1\nX-Long: " + "a" * 9000 + "\n"]
+    for head in malformed * 10:
+        s = raw(srv, head, wait_answer=False)
+        assert first_answer(s).startswith(b"HTTP/1.0 400 Bad Request")
+        s.close()
+    assert request(srv.url + "/health")[0] == 200
+    log = srv.log()
+    assert "Traceback" not in log and "ERROR" not in log
+    assert "malformed request from 127.0.0.1: 400 Invalid character in Content-Length" in log
+    assert "400 Invalid character in chunk size" in log and "Got more than 8190 bytes" in log
+    assert log.count("malformed request from") == 20  # then the rate limit's count
+    assert json.loads(request(srv.url + "/metrics")[1])["requests"]["400"] == 30
+
+
 def _sketch_for(partition, **kw) -> bytes:
     from history.build import build_history
     from history.sketch import Sketch
@@ -569,6 +626,21 @@ def test_heartbeats_and_requests_tell_when_a_device_was_last_seen(srv):
     assert request(srv.url + "/v1/whoami", token="wrong")[0] == 401
 
 
+def test_a_heartbeat_s_numbers_beyond_a_float_are_listed_as_null(srv):
+    """--list-devices and GET /v1/devices print strict JSON whatever a device sends."""
+    body = b'{"outbox_pending": 1e400, "outbox_dead": -1e400, "lag_s": 1' + b"0" * 400 + \
+        b', "time": 1e400, "ok": 2.5}'
+    assert beat(srv, body, srv.tokens["d1"])[0] == 200
+    (line,) = [x for x in fleet(srv, "--list-devices").stdout.splitlines() if '"d1"' in x]
+    strict = json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in {line}"))
+    assert strict["status"]["outbox_pending"] is None and strict["status"]["outbox_dead"] is None
+    assert strict["status"]["ok"] == 2.5 and strict["clock_ahead_s"] is None
+    status, data, _ = request(srv.url + "/v1/devices", token=srv.tokens["admin"])
+    assert status == 200 and b"Infinity" not in data
+    status, text, _ = request(srv.url + "/metrics?format=prometheus")
+    assert status == 200 and 'acep_device_lag_s{device="d1"}' not in text.decode()
+
+
 def test_metrics_for_prometheus_say_what_the_json_says_and_when_each_device_was_seen(srv):
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -677,7 +749,7 @@ def test_a_database_from_before_heartbeats_and_digests_is_upgraded_in_place(tmp_
     assert store.devices()[0] == {
         "device": "d1", "role": "device", "token_issued": 1.0, "batches": 0,
         "last_batch": None, "registered": True, "last_seen": 120.0, "status": {"consumed": 3},
-        "old_token_until": None}
+        "old_token_until": None, "clock_ahead_s": None}
     store.close()
 
 
@@ -786,12 +858,35 @@ def test_created_at_out_of_range_is_400_naming_the_range(srv):
         status, doc = post(srv, encode_batch(make_batch(seq=seq, created_at=created)), d1)
         assert_error(status, doc, 400, "field 'created_at'", "[0, 253402300800)",
                      "9999-12-31")
-    for seq, created in [(10, 0.0), (11, 253402300799.0)]:  # the ends of the range
-        status, doc = post(srv, encode_batch(make_batch(seq=seq, created_at=created)), d1)
-        assert status == 200 and doc["status"] == "stored", doc
+    status, doc = post(srv, encode_batch(make_batch(seq=10, created_at=0.0)), d1)
+    assert status == 200 and doc["status"] == "stored", doc  # the range's start
     paths = sorted(str(p.relative_to(srv.archive).parent) for p in srv.archive.rglob("*.parquet"))
-    assert paths == ["date=1970-01-01/device=d1", "date=9999-12-31/device=d1"]
-    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 2
+    assert paths == ["date=1970-01-01/device=d1"]
+    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 1
+
+
+def test_a_batch_from_a_clock_over_a_day_ahead_is_400_and_a_heartbeat_shows_the_offset(srv):
+    """Retention goes by created_at: a batch from a clock set years ahead would never be
+    deleted, so one over --max-clock-ahead (a day) ahead is refused; an hour ahead is
+    stored. The offset of a device's clock shows in its heartbeat's listing."""
+    d1, now = srv.tokens["d1"], time.time()
+    for seq, created in enumerate([now + 2 * 86400, 253402300799.0]):
+        status, doc = post(srv, encode_batch(make_batch(seq=seq, created_at=created)), d1)
+        assert_error(status, doc, 400, "field 'created_at'", "ahead of the collector's clock",
+                     "--max-clock-ahead 86400 s", "is the device's clock set?")
+    assert not list(srv.archive.rglob("*.parquet"))
+    status, doc = post(srv, encode_batch(make_batch(seq=2, created_at=now + 3600)), d1)
+    assert (status, doc["status"]) == (200, "stored")
+
+    assert beat(srv, json.dumps({"time": time.time() + 7200.0}).encode(), d1)[0] == 200
+    assert beat(srv, json.dumps({"consumed": 1}).encode(), srv.tokens["d2"])[0] == 200
+    listed = {d["device"]: d for d in map(json.loads, fleet(srv, "--list-devices")
+                                          .stdout.splitlines())}
+    assert 7190 < listed["d1"]["clock_ahead_s"] < 7201
+    assert listed["d2"]["clock_ahead_s"] is None  # its heartbeat did not say its time
+    text = request(srv.url + "/metrics?format=prometheus")[1].decode()
+    assert 'acep_device_clock_ahead_seconds{device="d1"} 7' in text
+    assert 'acep_device_clock_ahead_seconds{device="d2"}' not in text
 
 
 def _post_all(srv, bodies: list[tuple[bytes, str]]) -> list[tuple[int, dict]]:
@@ -866,6 +961,54 @@ def test_below_min_free_an_upload_is_507_with_retry_after_and_nothing_is_stored(
     status, doc = post(srv, body, d1)
     assert (status, doc["status"]) == (200, "stored")
     assert json.loads(request(srv.url + "/metrics")[1])["min_free_bytes"] == 64 << 20
+
+
+def test_a_vanished_archive_is_503_for_uploads_and_health_while_metrics_say_so(srv):
+    """The archive directory moved away (a disk unmounted): nothing is stored and it is
+    not made again; the agents keep their batches (503, Retry-After) until it is back."""
+    d1 = srv.tokens["d1"]
+    assert post(srv, encode_batch(make_batch(seq=0)), d1)[0] == 200
+    moved = srv.archive.rename(srv.tmp / "archive.moved")
+    body = encode_batch(make_batch(seq=1))
+    for _ in range(2):
+        status, data, headers = request(srv.url + "/v1/batches", "POST", body, d1)
+        assert_error(status, json.loads(data), 503, str(srv.archive), "is missing",
+                     "send it again later")
+        assert headers["Retry-After"] == "60"
+    status, data, _ = request(srv.url + "/health")
+    assert status == 503 and "archive directory" in json.loads(data)["error"]
+    status, data, _ = request(srv.url + "/metrics")
+    doc = json.loads(data)
+    assert status == 200 and doc["storage_ok"] == 0 and "free_bytes" not in doc
+    assert doc["refused_unavailable"] == 2
+    status, text, _ = request(srv.url + "/metrics?format=prometheus")
+    assert status == 200 and "acep_collector_storage_ok 0.0" in text.decode()
+    assert not srv.archive.exists()  # never made again: it may be a disk not mounted
+    assert srv.rows("SELECT batch_id FROM batches") == [("d1/0",)]
+    assert "Traceback" not in srv.log()
+    assert srv.log().count("uploads are refused (503) until it is back") == 1
+
+    moved.rename(srv.archive)
+    assert request(srv.url + "/health")[0] == 200
+    status, doc = post(srv, body, d1)
+    assert (status, doc["status"]) == (200, "stored")
+    assert json.loads(request(srv.url + "/metrics")[1])["storage_ok"] == 1
+
+
+def test_an_archive_gone_between_the_check_and_the_write_is_503_and_not_made_again(tmp_path):
+    import asyncio
+
+    from edge.collector import Collector
+
+    store = open_store(tmp_path / "c.db")
+    collector = Collector(store, Archive(tmp_path / "archive"))
+    try:
+        (tmp_path / "archive").rmdir()
+        status, doc = asyncio.run(collector.commit(encode_batch(make_batch()), "d1", None))
+        assert_error(status, doc, 503, "archive directory", "is missing")
+        assert not (tmp_path / "archive").exists() and store.counts()["batches"] == 0
+    finally:
+        collector.close()
 
 
 @pytest.fixture
@@ -1149,7 +1292,7 @@ def test_retain_days_prunes_the_old_days_while_the_collector_serves(srv):
     assert srv.rows("SELECT batch_id FROM batches") == [("d1/1",)]
     assert srv.rows("SELECT COUNT(*) FROM matches")[0][0] == kept
     assert len(list(srv.archive.rglob("*.parquet"))) == 1
-    assert "retention (--retain-days 3): deleted what was uploaded before" in srv.log()
+    assert "retention (--retain-days 3): deleted the batches created before" in srv.log()
     status, doc = post(srv, encode_batch(make_batch(seq=1, created_at=now - day)), d1)
     assert (status, doc["status"]) == (200, "duplicate")
 
@@ -1204,8 +1347,64 @@ def test_a_retention_pass_keeps_the_days_acep_train_since_reads(tmp_path):
         collector.close()
 
 
+def _serve(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edge.collector", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_database_or_archive_that_cannot_be_used_exits_2_in_one_line(tmp_path):
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "text").write_text("not a database, by far: some plain text\n" * 100)
+    archive = str(tmp_path / "a")
+    for args, want in (
+            (("--db", "/proc/x.db", "--archive", archive), "--db: /proc/x.db: cannot open"),
+            (("--db", "/proc/x.db", "--add-device", "d9"), "--db: /proc/x.db: cannot open"),
+            (("--db", str(tmp_path / "adir"), "--archive", archive),
+             f"--db: {tmp_path / 'adir'}: cannot open"),
+            (("--db", str(tmp_path / "text"), "--archive", archive),
+             f"--db: {tmp_path / 'text'}: cannot open it as a SQLite database"),
+            (("--db", str(tmp_path / "c.db"), "--archive", "/proc/archive"),
+             "--archive /proc/archive: cannot write there")):
+        done = _serve(*args)
+        assert done.returncode == 2, done.stderr
+        assert want in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_an_archive_that_exists_but_cannot_be_written_exits_2_naming_it(tmp_path):
+    import os
+
+    archive = tmp_path / "a"
+    archive.mkdir(mode=0o555)
+    mounted = os.geteuid() == 0  # root writes anywhere but on a read-only file system
+    if mounted:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs",
+                               str(archive)], capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a read-only tmpfs here: {done.stderr.strip()}")
+    try:
+        done = _serve("--db", str(tmp_path / "c.db"), "--archive", str(archive))
+        assert done.returncode == 2 and "listening" not in done.stdout
+        assert f"--archive {archive}: cannot write there (" in done.stderr, done.stderr
+        assert len(done.stderr.splitlines()) == 1 and list(archive.iterdir()) == []
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(archive)], check=True)
+
+
+def test_prune_before_with_an_archive_that_does_not_exist_prunes_nothing(srv):
+    assert post(srv, encode_batch(make_batch("d1", 0)), srv.tokens["d1"])[0] == 200
+    typo = srv.tmp / "archive-typo"
+    done = fleet(srv, "--archive", str(typo), "--prune-before", "2030-01-01")
+    assert done.returncode == 2 and f"--archive {typo}: no such directory" in done.stderr
+    assert not typo.exists() and srv.rows("SELECT count(*) FROM batches")[0][0] == 1
+    assert list(srv.archive.rglob("*.parquet"))
+
+
 def test_bad_serving_options_exit_2_naming_them(tmp_path):
     for flag, value, want in (("--retain-days", "0", "--retain-days must be 1 or more"),
+                              ("--retain-days", "1000000", "--retain-days must be at most"),
+                              ("--port", "99999", "'99999' is not a port (0 to 65535)"),
+                              ("--port", "-5", "'-5' is not a port"),
                               ("--min-free", "-1", "--min-free must be 0 or more"),
                               ("--log-level", "loud", "--log-level: invalid choice: 'LOUD'"),
                               ("--max-wait", "-1", "'-1' is not a number of seconds >= 0"),

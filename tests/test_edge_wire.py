@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import acep
 from acep import EventBatch
 from edge.wire import (
+    ARCHIVE_RESERVED,
     Condenser,
     Limits,
     PatternRef,
@@ -359,3 +360,38 @@ def test_summary_rows_outside_their_slot_are_refused():
 def test_limits_must_be_positive():
     with pytest.raises(ValueError, match="max_depth"):
         Limits(max_depth=0)
+
+
+def _with_columns(*names: str):
+    def change(doc):
+        n = len(np.frombuffer(doc["events"]["position"], "<i8"))
+        for k, name in enumerate(names):
+            doc["events"]["columns"].append(
+                {"name": name, "kind": "f8", "data": np.full(n, 111.0 * (k + 1)).tobytes()})
+    return change
+
+
+@pytest.mark.parametrize("names", [("attr_tag", "tag"), ("tag", "attr_tag"), ("attr_type",)])
+def test_an_attribute_named_like_an_archived_reserved_one_is_refused(names):
+    """The archive keeps attribute ``tag`` as ``attr_tag``: an attribute of that name
+    would overwrite it there (or be read back by the trainer as ``tag``)."""
+    bad = next(n for n in names if n.startswith("attr_"))
+    with pytest.raises(WireError, match=_re(f"attribute {bad!r} is not taken")):
+        decode_batch(mutated(_with_columns(*names)))
+
+
+def test_a_reserved_attribute_is_archived_apart_and_read_back_by_its_name():
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from edge.archive import encode
+    from trainer import sources
+
+    assert sources.ARCHIVE_RESERVED == ARCHIVE_RESERVED  # the trainer reads what is written
+    batch = decode_batch(mutated(_with_columns("tag", "type")))
+    table = pq.read_table(pa.BufferReader(encode(batch)))
+    assert set(table.column("attr_tag").to_pylist()) == {111.0}
+    assert set(table.column("attr_type").to_pylist()) == {222.0}
+    assert table.column("tag").to_pylist() == batch.event_tag.tolist()
+    assert [sources._archive_name(n) for n in ("attr_tag", "attr_type", "v")] == \
+        ["tag", "type", "v"]
