@@ -28,7 +28,8 @@ from .events import (
 )
 from .matcher import MatchBatch, Matcher, Pattern, bundles
 from .pattern import PatternError, symbols
-from .units import UNITS as _UNITS
+from .units import WITHIN_UNITS as _UNITS
+from .units import within_seconds
 
 EVENTS_HELP = ("events: .jsonl/.csv/.parquet/.msgpack (a path, or a URI such as "
                "s3://bucket/key), or - for stdin")
@@ -42,12 +43,13 @@ class Window(float):
 
 
 def parse_window(text: str) -> Window:
-    """``10`` (tag units), ``90s``, ``15min``, ``2h``, ``1d`` (seconds for timestamp tags)."""
+    """``10`` (tag units), ``500ms``, ``90s``, ``15min``, ``2h``, ``1d`` (seconds for timestamp
+    tags); the units of the query language's ``WITHIN``."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", text.lower())
     if not m or m.group(2) not in _UNITS:
         raise argparse.ArgumentTypeError(
-            f"bad window {text!r}: a number, optionally with a unit (s, min, h, d)")
-    window = Window(float(m.group(1)) * _UNITS[m.group(2)])
+            f"bad window {text!r}: a number, optionally with a unit (ms, s, min, h, d)")
+    window = Window(within_seconds(m.group(1), m.group(2)))
     window.text, window.has_unit = text.strip(), bool(m.group(2))
     return window
 

@@ -117,7 +117,8 @@ def test_a_reader_that_stops_early_is_not_an_error(tmp_path):
 
 
 @pytest.mark.parametrize("window, seconds", [("90s", 90), ("15min", 900), ("2h", 7200),
-                                             ("1d", 86400), ("10", 10), ("2.5", 2.5)])
+                                             ("1d", 86400), ("10", 10), ("2.5", 2.5),
+                                             ("500ms", 0.5), ("1500 milliseconds", 1.5)])
 def test_window_units(window, seconds):
     from acep.cli import parse_window
 
