@@ -288,6 +288,7 @@ class _Printer:
                          f'"errors": {found.errors[i]}, "events": [{", ".join(tags[a:b])}], '
                          f'"positions": {positions[a:b]}}}')
         sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()  # a reader of a live pipe sees each batch's matches at once
 
     def finish(self, window: float) -> None:
         if not self.bundles_only:
@@ -408,6 +409,7 @@ def run_exact(args) -> int:
         lines = [json.dumps(out.record(r)) for r in found]
     if lines:
         sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()  # a reader of a live pipe sees each batch's matches at once
     if bad is not None:
         raise bad
     s = engine.stats

@@ -571,11 +571,24 @@ class _Undecodable:
         self.reason = reason
 
 
-def _jsonl_records(source: str) -> Iterator[tuple[int | None, object]]:
-    """(line, parsed object) for each non-blank line."""
+# What stdin has sent so far goes on as a batch once it stays this long without a line:
+# a live pipe (tail -f | acep match -) shows matches as they come, not at 65,536 events.
+STDIN_IDLE_SECONDS = 0.2
+_PAUSE = object()
+
+
+def _jsonl_records(source: str) -> Iterator[tuple[int | None, object] | object]:
+    """(line, parsed object) for each non-blank line; on a live stdin also ``_PAUSE``
+    when it goes quiet (see :func:`_groups`)."""
     f = sys.stdin.buffer if source == "-" else _open_binary(source)
+    lines = _live_lines(f) if source == "-" and _is_live(f) else f
     try:
-        for line, raw in enumerate(f, 1):
+        line = 0
+        for raw in lines:
+            if raw is _PAUSE:
+                yield _PAUSE
+                continue
+            line += 1
             if raw.strip():
                 try:
                     yield line, json.loads(raw)
@@ -584,6 +597,37 @@ def _jsonl_records(source: str) -> Iterator[tuple[int | None, object]]:
     finally:
         if f is not sys.stdin.buffer:
             f.close()
+
+
+def _is_live(f) -> bool:
+    """A pipe, socket or terminal that ``select`` can wait on (not a file: it never waits)."""
+    try:
+        import select  # noqa: F401 - POSIX; elsewhere stdin is read in whole batches
+        import stat
+
+        return not stat.S_ISREG(os.fstat(f.fileno()).st_mode) and os.name == "posix"
+    except (OSError, ValueError, ImportError, io.UnsupportedOperation):
+        return False
+
+
+def _live_lines(f) -> Iterator[bytes | object]:
+    """The lines of ``f``'s descriptor as they arrive, ``_PAUSE`` after a quiet spell."""
+    import select
+
+    fd, rest, wait = f.fileno(), b"", STDIN_IDLE_SECONDS
+    while True:
+        if not select.select([fd], [], [], wait)[0]:
+            yield _PAUSE
+            wait = None  # nothing new to hand on until more comes
+            continue
+        data = os.read(fd, 1 << 16)
+        if not data:
+            break
+        wait = STDIN_IDLE_SECONDS
+        *complete, rest = (rest + data).split(b"\n")
+        yield from (raw + b"\n" for raw in complete)
+    if rest:
+        yield rest
 
 
 def _msgpack_records(source: str) -> Iterator[tuple[int | None, object]]:
@@ -639,10 +683,16 @@ def _rows_chunks(records: Iterator[tuple[int | None, object]], spec: EventSpec,
 
 
 def _groups(items: Iterator, size: int) -> Iterator[list]:
-    """Lists of up to ``size`` items; a stream error comes after the items read before it."""
+    """Lists of up to ``size`` items, cut short at a ``_PAUSE``; a stream error comes after
+    the items read before it."""
     group = []
     try:
         for item in items:
+            if item is _PAUSE:
+                if group:
+                    yield group
+                    group = []
+                continue
             group.append(item)
             if len(group) == size:
                 yield group

@@ -1,6 +1,7 @@
 """`acep match` and `acep sample` as a user runs them: a real process on real files."""
 
 import json
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -101,6 +102,30 @@ def test_stdin_and_warning_for_types_never_seen(tmp_path):
         json.dumps(e) + "\n" for e in EXAMPLE_2))
     assert r.returncode == 0 and r.stdout == ""
     assert "never occur" in r.stderr and "'a b c', not 'abc'" in r.stderr
+
+
+def test_a_live_pipe_shows_each_match_while_stdin_stays_open():
+    """`tail -f events.jsonl | acep match ... -`: a match is printed once stdin goes quiet,
+    not when 65,536 events have come or the pipe closes (a match point is final once a
+    later event has come: the last one waits for the next event or the end); the batches
+    it cut give the matches and positions of the whole input read at once."""
+    lines = [json.dumps({"type": t, "t": i}) + "\n" for i, t in enumerate("abab")]
+    proc = subprocess.Popen([sys.executable, "-m", "acep.cli", "match", "-p", "a b", "-w", "1",
+                             "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        proc.stdin.write("".join(lines).encode())
+        proc.stdin.flush()
+        assert select.select([proc.stdout], [], [], 30)[0], "nothing while stdin is open"
+        seen = [json.loads(proc.stdout.readline())]
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+        seen += [json.loads(line) for line in proc.stdout.read().splitlines()]
+    finally:
+        proc.kill()
+    whole = acep("match", "-p", "a b", "-w", "1", "-", stdin="".join(lines))
+    assert seen == [json.loads(line) for line in whole.stdout.splitlines()]
+    assert [m["positions"] for m in seen] == [[0, 1], [2, 3]]
 
 
 def test_a_reader_that_stops_early_is_not_an_error(tmp_path):
