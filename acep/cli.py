@@ -567,6 +567,10 @@ def run_history_build(args) -> int:
 
     if args.sketch and not args.key_file:
         raise ValueError("--sketch needs --key-file (sketches are signed)")
+    refused = _refused_outputs(args)
+    if refused:
+        print(f"acep history build: {refused}", file=sys.stderr)
+        return 2
     key = read_key(args.key_file) if args.sketch else None  # before the work, not after
     ratios = fit_options(args, bool(args.sketch), "it needs --sketch")
     spec = EventSpec.load(args.spec) if args.spec else None
@@ -586,6 +590,18 @@ def run_history_build(args) -> int:
         n = sketch.save(args.sketch, key)
         print(f"acep: signed sketch, {n:,} bytes -> {args.sketch}", file=sys.stderr)
     return 0
+
+
+def _refused_outputs(args) -> str | None:
+    """Why ``-o``/``--sketch`` may not be written (as ``acep train`` checks), or None."""
+    from trainer.outputs import OutputError, check_outputs
+
+    read = [f for f in (args.file, args.key_file) if f and f != "-"]
+    try:
+        check_outputs({}, read, files={"-o": args.output, "--sketch": args.sketch})
+    except OutputError as exc:
+        return str(exc)
+    return None
 
 
 def fit_options(args, writes_sketch: bool, missing: str) -> list[float]:

@@ -54,6 +54,26 @@ def test_inspect_refuses_other_and_corrupt_files(tmp_path, capsys):
     assert main(["history", "inspect", str(tmp_path / "missing")]) == 1
 
 
+def test_build_refuses_outputs_it_must_not_write_before_reading(tmp_path, capsys,
+                                                                monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    events = b'{"type": "a", "t": 1}\n{"type": "b", "t": 2}\n'
+    (tmp_path / "e.jsonl").write_bytes(events)
+    (tmp_path / "k").write_bytes(b"key")
+    build = ["history", "build", "e.jsonl", "-p", "a b", "-w", "3"]
+    for argv, message in [(["-o", "e.jsonl"], "-o e.jsonl: would replace the input e.jsonl"),
+                          (["-o", "h", "--sketch", "h", "--key-file", "k"],
+                           "-o h: overlaps --sketch h"),
+                          (["-o", "h", "--sketch", "k", "--key-file", "k"],
+                           "--sketch k: would replace the input k"),
+                          (["-o", "no/h"], "-o no/h: no such directory"),
+                          (["-o", "."], "-o .: a directory")]:
+        assert main([*build, *argv]) == 2
+        assert message in capsys.readouterr().err
+    assert (tmp_path / "e.jsonl").read_bytes() == events and not (tmp_path / "h").exists()
+    assert (tmp_path / "k").read_bytes() == b"key"
+
+
 def test_console_script_and_light_device_imports(tmp_path):
     path = tmp_path / "h.acephist"
     _hand_graph().save(path)

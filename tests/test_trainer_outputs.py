@@ -92,6 +92,28 @@ def test_train_refuses_a_quarantine_it_did_not_write(work, capsys, quarantine, m
     assert (work / "fleet.key").read_bytes() == b"secret key bytes\n"
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["-o", "e.jsonl"], "-o e.jsonl: would replace the input e.jsonl"),
+    (["-o", "link.history"], "-o link.history: would replace the input e.jsonl"),
+    (["-o", "same", "--sketch", "same", "--key-file", "fleet.key"],
+     "-o same: overlaps --sketch same"),
+    (["--sketch", "fleet.key", "--key-file", "fleet.key"], "would replace the input fleet.key"),
+    (["-o", "nowhere/h.history"], "-o nowhere/h.history: no such directory"),
+    (["--sketch", "nowhere/s", "--key-file", "fleet.key"], "--sketch nowhere/s: no such dir"),
+    (["-o", "notes"], "-o notes: a directory"),
+    (["-o", "bad/h", "--quarantine", "bad"], "-o bad/h: overlaps --quarantine bad"),
+])
+def test_train_refuses_output_files_before_the_job(work, capsys, argv, message):
+    (work / "link.history").symlink_to(work / "e.jsonl")
+    (work / "bad").mkdir()
+    events = (work / "e.jsonl").read_bytes()
+    assert train_main(["e.jsonl", "-p", "a b", "-w", "3", *argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and "reading" not in err, err
+    assert (work / "e.jsonl").read_bytes() == events
+    assert (work / "fleet.key").read_bytes() == b"secret key bytes\n"
+
+
 def test_an_earlier_output_is_replaced_and_one_with_a_stranger_is_not(work, capsys):
     # absolute paths: the module's Spark session may have started in another directory
     argv = [str(work / "q.sase"), str(work / "e.jsonl"), "--out", str(work / "m"),

@@ -121,6 +121,16 @@ def _check(args) -> None:
         raise UsageError("--pattern-hash goes with --archive")
 
 
+def _check_outputs(args) -> None:
+    """Every output, before Spark starts: the files are written after the whole job."""
+    from .outputs import check_outputs
+
+    read = [args.archive] if args.archive else list(args.inputs)
+    read += [f for f in (args.key_file, args.token_file, args.ca_file) if f]
+    check_outputs({"--quarantine": args.quarantine}, read,
+                  files={"-o": args.output, "--sketch": args.sketch})
+
+
 def _read_secret(path: str, what: str) -> bytes:
     from history.sketch import read_key
 
@@ -141,6 +151,7 @@ def run(args) -> int:
     from .train import publish_sketch, train
 
     _check(args)
+    _check_outputs(args)
     try:
         ratios = fit_options(args, bool(args.sketch or args.publish),
                              "give --sketch or --publish")
