@@ -574,7 +574,7 @@ def run_history_build(args) -> int:
     key = read_key(args.key_file) if args.sketch else None  # before the work, not after
     ratios = fit_options(args, bool(args.sketch), "it needs --sketch")
     spec = EventSpec.load(args.spec) if args.spec else None
-    batches = list(read_events(args.file, spec))
+    batches = _read_named(args.file, spec)
     started = time.perf_counter()
     # canonical: the bytes (and the sketch's min-hashes) of `acep train` on the same events
     graph = build_history(args.pattern, batches, args.window, args.k, where=args.where,
@@ -590,6 +590,18 @@ def run_history_build(args) -> int:
         n = sketch.save(args.sketch, key)
         print(f"acep: signed sketch, {n:,} bytes -> {args.sketch}", file=sys.stderr)
     return 0
+
+
+def _read_named(path: str, spec) -> list:
+    """The event batches of ``path``; pyarrow's errors on corrupt data gain the file name."""
+    try:
+        return list(read_events(path, spec))
+    except EventError:
+        raise
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, OSError) and exc.filename:
+            raise
+        raise ValueError(f"{path}: cannot be read ({' '.join(str(exc).split())})") from None
 
 
 def _refused_outputs(args) -> str | None:

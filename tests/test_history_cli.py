@@ -74,6 +74,22 @@ def test_build_refuses_outputs_it_must_not_write_before_reading(tmp_path, capsys
     assert (tmp_path / "k").read_bytes() == b"key"
 
 
+def test_build_names_a_corrupt_file(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from damaged import corrupt_parquet
+
+    path = tmp_path / "e.parquet"
+    pq.write_table(pa.Table.from_pylist([{"type": "ab"[i % 2], "t": i} for i in range(20)]),
+                   path)
+    corrupt_parquet(path)
+    assert main(["history", "build", str(path), "-p", "a b", "-w", "3",
+                 "-o", str(tmp_path / "h")]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}: cannot be read (Couldn't deserialize thrift" in err and "\n" not in \
+        err.strip() and not (tmp_path / "h").exists()
+
+
 def test_console_script_and_light_device_imports(tmp_path):
     path = tmp_path / "h.acephist"
     _hand_graph().save(path)

@@ -126,6 +126,11 @@ def test_an_earlier_output_is_replaced_and_one_with_a_stranger_is_not(work, caps
     second = json.loads(capsys.readouterr().out)
     assert second["matches"] == first["matches"]
     assert pq.read_table(work / "bad").column("line").to_pylist() == [6]
+    clean = (work / "e.jsonl").read_text().splitlines()
+    (work / "clean.jsonl").write_text("".join(line + "\n" for line in clean if '"t"' in line))
+    assert exact_main([argv[0], str(work / "clean.jsonl"), *argv[2:]]) == 0
+    assert json.loads(capsys.readouterr().out)["bad_rows"] == 0
+    assert pq.read_table(work / "bad").num_rows == 0  # the earlier quarantine is replaced
     (work / "m" / "mine.csv").write_text("a file the job did not write")
     assert exact_main(argv) == 2
     assert "holds 'mine.csv'" in capsys.readouterr().err

@@ -23,7 +23,7 @@ __all__ = ["main"]
 def _parser() -> argparse.ArgumentParser:
     from acep.cli import add_fit_options, parse_window
 
-    from .sources import add_day_options
+    from .sources import add_bad_file_option, add_day_options
 
     p = argparse.ArgumentParser(
         prog="acep train",
@@ -63,13 +63,15 @@ def _parser() -> argparse.ArgumentParser:
                         "--pattern-id fits the sketch (e.g. a definition not deployed yet)")
     p.add_argument("--quarantine", metavar="DIR",
                    help="write bad rows here (Parquet): a new or empty directory, or an "
-                        "earlier quarantine (replaced)")
+                        "earlier quarantine (replaced, by an empty one when there are no bad "
+                        "rows)")
     p.add_argument("--master", help="Spark master (default local[CORES])")
     p.add_argument("--cores", type=int, help="cores of the local session (default: all)")
     p.add_argument("--chunk", type=parse_window, help="time chunk length (default: chosen)")
     p.add_argument("--key-groups", type=int, help="equivalence-key groups (default: chosen)")
     p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     add_day_options(p)
+    add_bad_file_option(p)
     return p
 
 
@@ -170,7 +172,8 @@ def run(args) -> int:
                    n_bins=args.bins, master=args.master, cores=args.cores, chunk=args.chunk,
                    key_groups=args.key_groups, quarantine=args.quarantine,
                    show_progress=not args.no_progress, fit=ratios, burst=args.burst,
-                   search=args.search, days=(args.since, args.before))
+                   search=args.search, days=(args.since, args.before),
+                   skip_bad_files=args.skip_bad_files)
     graph, stats = result.graph, dict(result.stats)
     if args.output:
         stats["history_bytes"] = graph.save(args.output)
@@ -186,7 +189,8 @@ def run(args) -> int:
     if ratios:
         for line in describe(stats["fit"]):
             print(f"acep train: {line}", file=sys.stderr)
-    print_quarantined("acep train", result.quarantined, stats["bad_rows"], args.quarantine)
+    print_quarantined("acep train", result.quarantined, stats["bad_rows"], args.quarantine,
+                      result.skipped)
     print(json.dumps(stats))
     return 0
 

@@ -82,12 +82,14 @@ from .sources import (
     SYSTEM,
     ReadPlan,
     SourceError,
+    add_bad_file_option,
     add_day_options,
     archive_days,
     events_of,
     plan_archive,
     plan_files,
     print_quarantined,
+    unreadable_files,
 )
 from .spark import progress, session
 
@@ -101,6 +103,7 @@ class ExactBatchResult:
     output_dir: str
     stats: dict = field(default_factory=dict)
     quarantined: list[dict] = field(default_factory=list)  # the first bad rows, for messages
+    skipped: list[dict] = field(default_factory=list)  # unreadable files (skip_bad_files)
 
 
 def match_schema():
@@ -152,8 +155,8 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
                 master: str | None = None, cores: int | None = None,
                 chunk: float | None = None, key_groups: int | None = None,
                 quarantine: str | None = None, show_progress: bool = True,
-                spark=None, days: tuple[str | None, str | None] = (None, None)
-                ) -> ExactBatchResult:
+                spark=None, days: tuple[str | None, str | None] = (None, None),
+                skip_bad_files: bool = False) -> ExactBatchResult:
     """Run the exact engine over ``inputs`` on Spark; matches to ``output_dir`` (Parquet).
 
     ``archive=True`` reads the collector's archive directory ``inputs[0]`` (``pattern_id``
@@ -162,7 +165,9 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
     :func:`trainer.sources.plan_archive`).
     ``quarantine``: a directory for the bad rows (Parquet: source, line, position, field,
     reason). Relative paths are taken in the current directory at the call; the result's
-    ``output_dir`` is absolute. See the module docstring.
+    ``output_dir`` is absolute. A file that cannot be read raises
+    :class:`trainer.sources.SourceError` unless ``skip_bad_files``. See the module
+    docstring.
     """
     from pyspark.sql import functions as F
 
@@ -193,14 +198,17 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
         good = rows.filter(rows._bad.isNull()).drop("_bad", "_source", "_line", "_field")
         if plan.is_archive:
             good = good.dropDuplicates(["_stream", "_pos"])
-        ok = rows._bad.isNull()
-        counts = rows.agg(F.count(F.when(ok, 1)).alias("n"), F.count(F.when(~ok, 1)).alias("bad"),
+        ok, whole_file = rows._bad.isNull(), rows._pos.isNull()
+        counts = rows.agg(F.count(F.when(ok, 1)).alias("n"),
+                          F.count(F.when(~ok & ~whole_file, 1)).alias("bad"),
                           F.min(F.when(ok, rows._tag)).alias("lo"),
                           F.max(F.when(ok, rows._tag)).alias("hi")).collect()[0]
         summary = {"lo": counts["lo"], "hi": counts["hi"],
                    "n": good.count() if plan.is_archive else counts["n"]}
         n_bad = counts["bad"]
-    stats.update(events=int(summary["n"]), bad_rows=int(n_bad))
+        skipped = unreadable_files(rows, skip_bad_files)
+    stats.update(events=int(summary["n"]), bad_rows=int(n_bad),
+                 bad_files=len({f["source"] for f in skipped}))
     window = query.window
     if window is None and chunk is not None:
         stats["note"] = "one chunk: the query has no WITHIN"
@@ -237,7 +245,7 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
     quarantined = _quarantine(bad, n_bad, quarantine)
     stats["seconds"] = round(time.perf_counter() - started, 3)
     rows.unpersist()
-    return ExactBatchResult(output_dir, stats, quarantined)
+    return ExactBatchResult(output_dir, stats, quarantined, skipped)
 
 
 def _equivalence(query) -> tuple[str, ...]:
@@ -432,14 +440,15 @@ def _count_matches(output_dir: str) -> int:
 
 
 def _quarantine(bad, count: int, directory: str | None) -> list[dict]:
-    """Write the bad rows (with their reason) under ``directory``; the first five."""
-    if not count:
-        return []
+    """Write the bad rows (with their reason) under ``directory``, replacing an earlier
+    quarantine even with none; the first five."""
     out = bad.select("_source", "_line", "_pos", "_field", "_bad") \
         .toDF("source", "line", "position", "field", "reason")
     if directory:
         out.coalesce(1).write.mode("overwrite").parquet(directory)
-    return [r.asDict() for r in out.limit(5).collect()]
+    if not count:
+        return []
+    return [r.asDict() for r in out.filter(out.position.isNotNull()).limit(5).collect()]
 
 
 # --------------------------------------------------------------------------- command line
@@ -477,11 +486,13 @@ def _parser() -> argparse.ArgumentParser:
                                                      "(default: chosen)")
     p.add_argument("--key-groups", type=int, help="equivalence-key groups (default: chosen; "
                                                   "1 when the query forbids a key split)")
-    p.add_argument("--quarantine", metavar="DIR", help="write bad rows here (Parquet; as "
-                                                       "--out, only a new, empty or earlier "
-                                                       "quarantine is replaced)")
+    p.add_argument("--quarantine", metavar="DIR",
+                   help="write bad rows here (Parquet; as --out, only a new, empty or "
+                        "earlier quarantine is replaced, by an empty one when there are no "
+                        "bad rows)")
     p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     add_day_options(p)
+    add_bad_file_option(p)
     return p
 
 
@@ -519,10 +530,11 @@ def run(args) -> int:
                          output_dir=args.out, master=args.master,
                          cores=args.cores, chunk=args.chunk, key_groups=args.key_groups,
                          quarantine=args.quarantine, show_progress=not args.no_progress,
-                         days=(args.since, args.before))
+                         days=(args.since, args.before),
+                         skip_bad_files=args.skip_bad_files)
     stats = result.stats
     print_quarantined("acep exact-batch", result.quarantined, stats["bad_rows"],
-                      args.quarantine)
+                      args.quarantine, result.skipped)
     print(json.dumps(stats))
     return 0
 

@@ -53,6 +53,7 @@ from .sources import (
     plan_files,
     read_task,
     task_groups,
+    unreadable_files,
 )
 from .spark import progress, session
 
@@ -90,6 +91,7 @@ class TrainResult:
     stats: dict = field(default_factory=dict)
     quarantined: list[dict] = field(default_factory=list)  # the first bad rows, for messages
     sketch: Sketch | None = None  # with ``fit``: the sketch with its fitted reserves
+    skipped: list[dict] = field(default_factory=list)  # unreadable files (skip_bad_files)
 
 
 # --------------------------------------------------------------------------- the job
@@ -102,16 +104,19 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
           key_groups: int | None = None, quarantine: str | None = None,
           show_progress: bool = True, spark=None, fit: Sequence[float] = (),
           burst: float = 64.0, search: int = 0,
-          days: tuple[str | None, str | None] = (None, None)) -> TrainResult:
+          days: tuple[str | None, str | None] = (None, None),
+          skip_bad_files: bool = False) -> TrainResult:
     """Train a history on Spark (see the module docstring). ``archive=True`` reads the
     collector's archive directory ``inputs[0]``; then ``pattern`` defaults to the archived
     one (``pattern_id`` and ``pattern_hash`` pick it, ``days`` = (since, before) the days
     read: :func:`trainer.sources.plan_archive`).
-    ``quarantine``: a directory for the bad rows (Parquet). Relative paths are taken in the
-    current directory at the call. ``fit``: budget ratios to fit
-    the sketch's reserves to (docs/SHEDDING.md 10), for devices whose bucket holds
-    ``burst`` events' worth of credit, tuning ``search`` cells per budget by coordinate
-    search (``history.fit``, step 4); the result's ``sketch`` has them."""
+    ``quarantine``: a directory for the bad rows (Parquet), replaced even when there are
+    none. Relative paths are taken in the current directory at the call. A file that cannot
+    be read raises :class:`trainer.sources.SourceError` unless ``skip_bad_files``.
+    ``fit``: budget ratios to fit the sketch's reserves to (docs/SHEDDING.md 10), for
+    devices whose bucket holds ``burst`` events' worth of credit, tuning ``search`` cells
+    per budget by coordinate search (``history.fit``, step 4); the result's ``sketch`` has
+    them."""
     started = time.perf_counter()
     plan = plan_archive(inputs[0], pattern_id, pattern_hash, days) if archive else \
         plan_files(inputs, spec)
@@ -130,7 +135,8 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
 
         t_min, t_max, n_events = good.agg(F.min("_tag"), F.max("_tag"), F.count("_pos")) \
             .collect()[0]
-    stats["events"] = int(n_events)
+        skipped = unreadable_files(rows, skip_bad_files)
+    stats.update(events=int(n_events), bad_files=len({f["source"] for f in skipped}))
     if not n_events:
         raise ValueError("no good events to train on (see the quarantine)")
     cplan = choose_plan(t_min, t_max, pattern.window, before=0.0, after=pattern.window,
@@ -163,7 +169,7 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
                  bundles=graph.n_bundles, visits=int(graph.visits.sum()))
     for df in (pieces, units, rows):
         df.unpersist()
-    return TrainResult(graph, bins, stats, quarantined["first"], fitted)
+    return TrainResult(graph, bins, stats, quarantined["first"], fitted, skipped)
 
 
 def _archived_pattern(plan: ReadPlan) -> PatternSpec:
@@ -343,7 +349,8 @@ def _matcher_bad(pieces) -> list[dict]:
 
 
 def _quarantine(spark, bad, matcher_bad: list[dict], directory: str | None) -> dict:
-    """Count the bad rows, write them (with their reason) under ``directory`` as Parquet."""
+    """Count the bad rows, write them (with their reason, and the unreadable files) under
+    ``directory`` as Parquet, replacing an earlier quarantine even with none."""
     cols = ["_source", "_line", "_pos", "_field", "_bad"]
     reader_bad = bad.select(*cols).withColumnRenamed("_bad", "_reason")
     if matcher_bad:
@@ -352,10 +359,11 @@ def _quarantine(spark, bad, matcher_bad: list[dict], directory: str | None) -> d
             "_source string, _line long, _pos long, _field string, _reason string")
         reader_bad = reader_bad.unionByName(extra)
     out = reader_bad.toDF("source", "line", "position", "field", "reason")
-    count = out.count()
-    if directory and count:
+    rows = out.filter(out.position.isNotNull())  # a null position: a whole file
+    count = rows.count()
+    if directory:
         out.coalesce(1).write.mode("overwrite").parquet(directory)
-    first = [r.asDict() for r in out.limit(5).collect()] if count else []
+    first = [r.asDict() for r in rows.limit(5).collect()] if count else []
     return {"count": int(count), "first": first}
 
 
