@@ -17,7 +17,8 @@ pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'a
 
 from trainer.cli import main as train_main  # noqa: E402
 from trainer.exact import main as exact_main  # noqa: E402
-from trainer.outputs import absolute  # noqa: E402
+from trainer.outputs import absolute, replacing  # noqa: E402
+from trainer.spark import run_command  # noqa: E402
 
 QUERY = "PATTERN SEQ(a x, b y) WHERE skip_till_any_match(x, y) { x.v <= y.v } WITHIN 3"
 
@@ -145,3 +146,47 @@ def test_outputs_are_made_absolute_in_the_current_directory_and_uris_are_kept(tm
     assert absolute("/srv/m") == "/srv/m" and absolute(None) is None
     assert absolute("hdfs://namenode:8020/acep/bad") == "hdfs://namenode:8020/acep/bad"
     assert absolute("file:///srv/m") == "file:///srv/m"
+
+
+def test_an_interrupted_write_leaves_the_earlier_output_whole(tmp_path):
+    out = tmp_path / "m"
+    out.mkdir()
+    (out / "_SUCCESS").write_bytes(b"")
+    (out / "part-0.parquet").write_bytes(b"earlier")
+    with pytest.raises(KeyboardInterrupt), replacing(str(out)) as staging:
+        Path(staging).mkdir()
+        (Path(staging) / "part-1.parquet").write_bytes(b"half")
+        raise KeyboardInterrupt
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    assert _tree(out) == {"_SUCCESS": b"", "part-0.parquet": b"earlier"}
+    with replacing(str(out)) as staging:
+        Path(staging).mkdir()
+        (Path(staging) / "part-1.parquet").write_bytes(b"new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    assert _tree(out) == {"part-1.parquet": b"new"}
+
+
+def _interrupted_job(args):
+    from py4j.protocol import Py4JError
+
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:  # as pyspark's handler does: the cancelled call then fails
+        raise Py4JError("An error occurred while calling o412.getResult") from None
+
+
+def _failed_job(args):
+    from py4j.protocol import Py4JError
+
+    raise Py4JError("An error occurred while calling o9.collect.\n: org.apache.spark."
+                    "SparkException: Job aborted\n\tat org.apache.spark.Some(Some.scala:1)")
+
+
+@pytest.mark.parametrize("job, code, line", [
+    (_interrupted_job, 130, "acep train: interrupted"),
+    (lambda args: (_ for _ in ()).throw(KeyboardInterrupt), 130, "acep train: interrupted"),
+    (_failed_job, 1, "acep train: error: org.apache.spark.SparkException: Job aborted"),
+])
+def test_an_interrupt_or_a_spark_failure_is_one_line(capsys, job, code, line):
+    assert run_command("acep train", job, None, ()) == code
+    assert capsys.readouterr().err == line + "\n"

@@ -31,8 +31,9 @@ The job (docs/EXACT.md, section 12 "Batch matching on Spark"):
    ``stats["key_split"]`` says which and why.
 5. **Match** each (key group, chunk) unit in the executors (``mapInArrow``) with
    ``acep.nfab.Engine(query)`` (the ``auto`` engine), stream by stream.
-6. **Write** the matches as Parquet under ``output_dir``, one row per match. Spark
-   replaces the directory, so it must be new, empty or an earlier output of this job
+6. **Write** the matches as Parquet under ``output_dir``, one row per match, in a hidden
+   directory beside it that replaces it when complete (an interrupted job leaves the
+   earlier output whole). It must be new, empty or an earlier output of this job
    (:mod:`trainer.outputs`; the same for ``quarantine``):
 
 =============  ==============  ============================================================
@@ -76,7 +77,7 @@ import numpy as np
 from acep.events import EventBatch, EventSpec
 
 from .chunks import ChunkPlan, choose_plan
-from .outputs import OutputError, absolute, check_outputs
+from .outputs import OutputError, absolute, check_outputs, replacing
 from .sources import (
     QUARANTINE,
     SYSTEM,
@@ -222,25 +223,27 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
     if not key_cols:
         key_groups = 1
     stats["key_split"] = split_reason
-    if summary["n"]:
-        w = 0.0 if window is None else float(window)
-        cplan = choose_plan(summary["lo"], summary["hi"], w, before=w, after=w,
-                            parallelism=spark.sparkContext.defaultParallelism,
-                            chunk=None if window is None else chunk, key_groups=key_groups)
-        stats.update(chunks=cplan.n_chunks, key_groups=cplan.key_groups,
-                     chunk_length=cplan.length, origin=cplan.origin)
-        with progress(spark, "matching", show_progress):
-            units = _unit_frame(good, cplan, key_cols, plan)
-            matches = _run_units(units, query_text, plan, cplan)
-            matches.write.mode("overwrite").parquet(output_dir)
-    else:  # nothing to match: still replace the output, with an empty result
-        stats.update(chunks=0, key_groups=0)
-        from pyspark.sql.pandas.types import from_arrow_schema
+    with replacing(output_dir) as staging:
+        if summary["n"]:
+            w = 0.0 if window is None else float(window)
+            cplan = choose_plan(summary["lo"], summary["hi"], w, before=w, after=w,
+                                parallelism=spark.sparkContext.defaultParallelism,
+                                chunk=None if window is None else chunk,
+                                key_groups=key_groups)
+            stats.update(chunks=cplan.n_chunks, key_groups=cplan.key_groups,
+                         chunk_length=cplan.length, origin=cplan.origin)
+            with progress(spark, "matching", show_progress):
+                units = _unit_frame(good, cplan, key_cols, plan)
+                matches = _run_units(units, query_text, plan, cplan)
+                matches.write.mode("overwrite").parquet(staging)
+        else:  # nothing to match: still replace the output, with an empty result
+            stats.update(chunks=0, key_groups=0)
+            from pyspark.sql.pandas.types import from_arrow_schema
 
-        spark.createDataFrame([], from_arrow_schema(match_schema())).coalesce(1) \
-            .write.mode("overwrite").parquet(output_dir)
-    _ensure_part(output_dir)
-    _stamp(output_dir, query_text, plan.tag_is_time)
+            spark.createDataFrame([], from_arrow_schema(match_schema())).coalesce(1) \
+                .write.mode("overwrite").parquet(staging)
+        _ensure_part(staging)
+        _stamp(staging, query_text, plan.tag_is_time)
     stats["matches"] = _count_matches(output_dir)
     quarantined = _quarantine(bad, n_bad, quarantine)
     stats["seconds"] = round(time.perf_counter() - started, 3)
@@ -445,7 +448,8 @@ def _quarantine(bad, count: int, directory: str | None) -> list[dict]:
     out = bad.select("_source", "_line", "_pos", "_field", "_bad") \
         .toDF("source", "line", "position", "field", "reason")
     if directory:
-        out.coalesce(1).write.mode("overwrite").parquet(directory)
+        with replacing(directory) as staging:
+            out.coalesce(1).write.mode("overwrite").parquet(staging)
     if not count:
         return []
     return [r.asDict() for r in out.filter(out.position.isNotNull()).limit(5).collect()]

@@ -13,12 +13,14 @@ be a directory or an input (symbolic links followed). No two outputs may overlap
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import shutil
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from acep import storage
 
-__all__ = ["OutputError", "check_outputs", "absolute"]
+__all__ = ["OutputError", "check_outputs", "absolute", "replacing"]
 
 
 class OutputError(ValueError):
@@ -73,6 +75,27 @@ def _check_file(name: str, path: str, sources: list[str], outputs: dict[str, str
     for other, other_path in outputs.items():
         if other != name and _overlap(path, other_path):
             raise OutputError(f"{where}: overlaps {other} {other_path}")
+
+
+@contextmanager
+def replacing(directory: str) -> Iterator[str]:
+    """A new hidden directory beside ``directory`` for the block to write the output in;
+    when the block ends well it replaces ``directory``, so an interrupted or failed job
+    leaves an earlier output whole. A URI (only Spark writes there) is written in place."""
+    if storage.is_uri(directory):
+        yield directory
+        return
+    parent, name = os.path.split(os.path.abspath(directory))
+    staging, old = (os.path.join(parent, f".{name}.{os.getpid()}.{end}")
+                    for end in ("new", "old"))
+    try:
+        yield staging
+        if os.path.exists(directory):
+            os.rename(directory, old)
+        os.rename(staging, directory)
+    finally:
+        for leftover in (staging, old):
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def absolute(path: str | os.PathLike | None) -> str | None:

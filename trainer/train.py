@@ -43,7 +43,7 @@ from history.graph import HistoryGraph
 from history.sketch import Sketch
 
 from .chunks import ChunkPlan, choose_plan
-from .outputs import absolute, check_outputs
+from .outputs import absolute, check_outputs, replacing
 from .sources import (
     SYSTEM,
     ReadPlan,
@@ -362,7 +362,8 @@ def _quarantine(spark, bad, matcher_bad: list[dict], directory: str | None) -> d
     rows = out.filter(out.position.isNotNull())  # a null position: a whole file
     count = rows.count()
     if directory:
-        out.coalesce(1).write.mode("overwrite").parquet(directory)
+        with replacing(directory) as staging:
+            out.coalesce(1).write.mode("overwrite").parquet(staging)
     first = [r.asDict() for r in rows.limit(5).collect()] if count else []
     return {"count": int(count), "first": first}
 
