@@ -35,7 +35,7 @@ from history.build import build_history  # noqa: E402
 from history.fit import fit_budgets  # noqa: E402
 from history.graph import HistoryGraph  # noqa: E402
 from trainer.sources import SourceError, plan_files  # noqa: E402
-from trainer.train import PatternSpec, train  # noqa: E402
+from trainer.train import PatternSpec, bins_of, train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PATTERN = PatternSpec("a b+ c", 5.0, 1, ("c.v > a.v",), "p")
@@ -112,6 +112,16 @@ def test_chunk_edges_are_crossed_and_given_bins_are_kept(spark, tmp_path):
     assert again.bins == bins
     assert again.stats["bad_rows"] == 0 and pq.read_table(stale).num_rows == 0
     assert again.graph.to_bytes() == single_process(rows, bins=bins).to_bytes()
+
+
+def test_bins_from_a_history_of_another_definition_are_refused_naming_it():
+    history = single_process(events(300, 2))
+    assert bins_of(history, PATTERN) == history.bins()
+    with pytest.raises(SourceError, match=r"another definition: window 5\.0 \(here 6\.0\), "
+                                          r"partition 'p' \(here None\)$"):
+        bins_of(history, replace(PATTERN, window=6.0, partition=None))
+    with pytest.raises(SourceError, match=r"pattern 'a b\+ c' \(here 'a c'\), k 1 \(here 0\)"):
+        bins_of(history, replace(PATTERN, text="a c", k=0))
 
 
 def test_an_equivalence_test_partitions_like_partition_by(spark, tmp_path):
@@ -422,6 +432,8 @@ def _wait_url(out: Path, proc) -> str:
     (("x.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--pattern-hash", "ab"),
      "--pattern-hash goes with --archive"),
     (("x.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--fit", "0.1"), "--fit fits a sketch"),
+    (("x.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--bins", "4", "--bins-from", "x.jsonl"),
+     "argument --bins-from: not allowed with argument --bins"),
     (("x.jsonl", "-p", "a b", "-w", "3", "--sketch", "s", "--key-file", "x.jsonl",
       "--fit", "0.1,x"), "not a comma-separated list"),
     (("x.jsonl", "-p", "a b", "-w", "3", "--sketch", "s", "--key-file", "x.jsonl",

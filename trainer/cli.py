@@ -47,10 +47,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-k", type=int, default=None, help="error bound (default 0)")
     p.add_argument("--where", action="append", default=None, help="predicate (repeatable)")
     p.add_argument("--partition", help="attribute to partition by")
-    p.add_argument("--bins", type=int, default=8, help="bins per time of a match vector")
+    bins = p.add_mutually_exclusive_group()
+    bins.add_argument("--bins", type=int, default=8, help="bins per time of a match vector")
+    bins.add_argument("--bins-from", metavar="HISTORY",
+                      help="reuse the bins of a history file built for the same pattern, "
+                           "window, k, predicates and partition (one pass instead of two)")
     add_fit_options(p, "the training events, every device's stream under its own bucket")
-    p.add_argument("--bins-from", metavar="HISTORY",
-                   help="reuse the bins of a history file (one pass instead of two)")
     p.add_argument("--output", "-o", help="write the history graph here")
     p.add_argument("--sketch", help="write the signed sketch here")
     p.add_argument("--key-file", help="the key that signs the sketch")
@@ -164,11 +166,11 @@ def run(args) -> int:
         pattern.n_states  # noqa: B018 - compiles the pattern: a bad one fails before Spark
     key = _read_secret(args.key_file, "key") if args.key_file else None
     token = _read_secret(args.token_file, "token").decode() if args.token_file else None
-    bins = HistoryGraph.load(args.bins_from).bins() if args.bins_from else None
+    bins_from = HistoryGraph.load(args.bins_from) if args.bins_from else None
     spec = EventSpec.load(args.spec) if args.spec else None
     result = train([args.archive] if args.archive else args.inputs, pattern, spec=spec,
                    archive=bool(args.archive), pattern_id=args.pattern_id,
-                   pattern_hash=args.pattern_hash, bins=bins,
+                   pattern_hash=args.pattern_hash, bins_from=bins_from,
                    n_bins=args.bins, master=args.master, cores=args.cores, chunk=args.chunk,
                    key_groups=args.key_groups, quarantine=args.quarantine,
                    show_progress=not args.no_progress, fit=ratios, burst=args.burst,

@@ -47,6 +47,7 @@ from .outputs import absolute, check_outputs, replacing
 from .sources import (
     SYSTEM,
     ReadPlan,
+    SourceError,
     arrow_schema,
     events_of,
     plan_archive,
@@ -58,7 +59,7 @@ from .sources import (
 from .spark import progress, session
 
 __all__ = ["PatternSpec", "TrainResult", "train", "publish_sketch", "events_dataframe",
-           "unit_batches", "BAD"]
+           "unit_batches", "bins_of", "BAD"]
 
 _EQUIVALENCE = re.compile(r"\s*\[\s*\w+\s*\]\s*")
 BAD = 7  # piece rows of kind BAD carry a bad event met by the matcher (msgpack in `key`)
@@ -105,7 +106,7 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
           show_progress: bool = True, spark=None, fit: Sequence[float] = (),
           burst: float = 64.0, search: int = 0,
           days: tuple[str | None, str | None] = (None, None),
-          skip_bad_files: bool = False) -> TrainResult:
+          skip_bad_files: bool = False, bins_from: HistoryGraph | None = None) -> TrainResult:
     """Train a history on Spark (see the module docstring). ``archive=True`` reads the
     collector's archive directory ``inputs[0]``; then ``pattern`` defaults to the archived
     one (``pattern_id`` and ``pattern_hash`` pick it, ``days`` = (since, before) the days
@@ -113,6 +114,8 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
     ``quarantine``: a directory for the bad rows (Parquet), replaced even when there are
     none. Relative paths are taken in the current directory at the call. A file that cannot
     be read raises :class:`trainer.sources.SourceError` unless ``skip_bad_files``.
+    ``bins_from``: a history whose bins to use (instead of ``bins`` or pass 1), refused
+    unless built for the same pattern definition.
     ``fit``: budget ratios to fit the sketch's reserves to (docs/SHEDDING.md 10), for
     devices whose bucket holds ``burst`` events' worth of credit, tuning ``search`` cells
     per budget by coordinate search (``history.fit``, step 4); the result's ``sketch`` has
@@ -123,6 +126,8 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
     check_outputs({"--quarantine": quarantine}, inputs[:1] if archive else inputs)
     quarantine = absolute(quarantine)  # the caller's directory, not the Spark JVM's
     pattern = pattern or _archived_pattern(plan)
+    if bins_from is not None:
+        bins = bins_of(bins_from, pattern)
     spark = spark or session(master, cores)
     stats: dict = {"read_tasks": len(plan.tasks)}
     with progress(spark, "reading", show_progress):
@@ -170,6 +175,23 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
     for df in (pieces, units, rows):
         df.unpersist()
     return TrainResult(graph, bins, stats, quarantined["first"], fitted, skipped)
+
+
+def bins_of(history: HistoryGraph, pattern: PatternSpec) -> VectorBins:
+    """The bins of ``history`` (``--bins-from``); :class:`trainer.sources.SourceError`
+    naming what differs unless it was built for ``pattern``'s definition: bins of another
+    window or pattern would cut this one's match vectors in meaningless places."""
+    pairs = {"pattern": (history.pattern, pattern.text),
+             "window": (float(history.window), float(pattern.window)),
+             "k": (history.k, pattern.k), "where": (list(history.where), list(pattern.where))}
+    if history.partition_recorded:
+        pairs["partition"] = (history.partition_by, pattern.partition_by)
+    differ = [f"{name} {theirs!r} (here {ours!r})" for name, (theirs, ours) in pairs.items()
+              if theirs != ours]
+    if differ:
+        raise SourceError("--bins-from: the history was built for another definition: "
+                          + ", ".join(differ))
+    return history.bins()
 
 
 def _archived_pattern(plan: ReadPlan) -> PatternSpec:
