@@ -22,6 +22,7 @@ from . import __version__, storage
 from .events import EventError, EventSpec, file_size_hint, read_all, read_events
 from .matcher import MatchBatch, Matcher, Pattern, bundles
 from .pattern import PatternError, symbols
+from .shedding import MAX_BINS
 from .units import UNITS as _UNITS
 
 EVENTS_HELP = ("events: .jsonl/.csv/.parquet/.msgpack (a path, or a URI such as "
@@ -184,8 +185,9 @@ def _add_pattern_options(p: argparse.ArgumentParser) -> None:
                    help="predicate, e.g. 'd.price > a.price'; repeatable")
 
 
-def _whole(minimum: int, what: str):
-    """An argparse type: a whole number of ``what``, at least ``minimum``."""
+def _whole(minimum: int, what: str, maximum: int | None = None):
+    """An argparse type: a whole number of ``what``, at least ``minimum`` (and at most
+    ``maximum``)."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -194,6 +196,21 @@ def _whole(minimum: int, what: str):
                 from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"the {what} must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"the {what} must be <= {maximum}, got {value}")
+        return value
+    return parse
+
+
+def _positive(what: str):
+    """An argparse type: a number of ``what`` above 0."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {what}") from None
+        if not 0 < value < math.inf:
+            raise argparse.ArgumentTypeError(f"the {what} must be > 0, got {text}")
         return value
     return parse
 
@@ -492,7 +509,8 @@ def _add_history_parser(sub) -> None:
                                           "edges, bytes on disk and as a sketch) and its top "
                                           "match vectors; a signed sketch with --key-file.")
     inspect.add_argument("file", help="a history graph file (or a sketch, with --key-file)")
-    inspect.add_argument("--top", type=int, default=10, help="match vectors to list")
+    inspect.add_argument("--top", type=_whole(0, "vectors"), default=10,
+                         help="match vectors to list")
     inspect.add_argument("--plot", metavar="PNG", help="write visits and success rate by "
                                                        "state and remaining window")
     inspect.add_argument("--key-file", help="the sketch's signing key (a file)")
@@ -504,9 +522,8 @@ def _add_history_parser(sub) -> None:
     build.add_argument("file", help=EVENTS_HELP)
     _add_pattern_options(build)
     build.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
-    build.add_argument("--bins", type=_whole(1, "bins"), default=8,
-                       help="bins per time of a match vector (quantiles of the data; "
-                            "1: no time bins)")
+    build.add_argument("--bins", type=bins_type, default=8,
+                       help=BINS_HELP)
     build.add_argument("--output", "-o", required=True, help="the history file to write")
     build.add_argument("--sketch", help="also write the signed sketch here (needs --key-file)")
     build.add_argument("--key-file", help="the signing key of the sketch (a file)")
@@ -546,13 +563,18 @@ def _add_evaluate_parser(hsub) -> None:
     ev.set_defaults(run=run_history_evaluate)
 
 
+BINS_HELP = (f"bins per time of a match vector (quantiles of the data; 1: no time bins; "
+             f"at most {MAX_BINS}: the cells grow with its square; default 8)")
+bins_type = _whole(1, "bins", MAX_BINS)  # --bins of acep history build and acep train
+
+
 def add_fit_options(parser, events: str) -> None:
     """``--fit RATIOS`` and ``--burst N`` of ``acep history build`` and ``acep train``."""
     parser.add_argument("--fit", metavar="RATIOS",
                         help=f"fit the sketch's reserves to these budgets on {events} "
                              "(comma-separated fractions of their unconstrained operations "
                              "per event, e.g. 0.1,0.25; docs/SHEDDING.md section 10)")
-    parser.add_argument("--burst", type=float, default=64.0,
+    parser.add_argument("--burst", type=_positive("bucket depth (events)"), default=64.0,
                         help="the devices' bucket depth in events, for --fit (default 64)")
     parser.add_argument("--search", type=_whole(0, "cells to search"), default=0, metavar="K",
                         help="with --fit, also tune the K most visited cells of each budget's "

@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import pytest
 from test_history_graph import _hand_graph
 
 from acep.cli import main
@@ -72,6 +73,19 @@ def test_build_refuses_outputs_it_must_not_write_before_reading(tmp_path, capsys
         assert message in capsys.readouterr().err
     assert (tmp_path / "e.jsonl").read_bytes() == events and not (tmp_path / "h").exists()
     assert (tmp_path / "k").read_bytes() == b"key"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["build", "e.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--bins", "1000000"],
+     "argument --bins: the bins must be <= 64, got 1000000"),
+    (["build", "e.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--sketch", "s", "--key-file",
+      "k", "--fit", "0.1", "--burst", "0"], "argument --burst: the bucket depth (events) must"),
+    (["inspect", "h", "--top", "-3"], "argument --top: the vectors must be >= 0, got -3"),
+])
+def test_numeric_options_out_of_range_are_refused_by_the_parser(capsys, argv, message):
+    with pytest.raises(SystemExit) as exc:
+        main(["history", *argv])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_build_names_a_corrupt_file(tmp_path, capsys):

@@ -355,7 +355,9 @@ def test_an_unreadable_file_fails_the_job_unless_skipped(spark, tmp_path, capsys
     (["bad.sase", "e.jsonl", "--out", "m"], "query error"),
     (["q.sase", "nowhere.jsonl", "--out", "m"], "no such file"),
     (["q.sase", "e.jsonl", "--out", "m", "--chunk", "soon"], "bad window"),
-    (["q.sase", "e.jsonl", "--out", "m", "--key-groups", "0"], "at least 1"),
+    (["q.sase", "e.jsonl", "--out", "m", "--key-groups", "0"], "key groups must be >= 1"),
+    (["q.sase", "e.jsonl", "--out", "m", "--cores", "-2"], "cores must be >= 1, got -2"),
+    (["q.sase", "e.jsonl", "--out", "m", "--chunk", "0"], "chunk length must be > 0"),
     (["q.sase", "e.jsonl", "--out", "m", "--archive", "."], "one of the two"),
     (["q.sase", "--out", "m"], "one of the two"),
     (["q.sase", "--out", "m", "--archive", "."], "no archive files"),
@@ -368,7 +370,7 @@ def test_command_line_errors(tmp_path, monkeypatch, capsys, argv, message):
     (tmp_path / "q.sase").write_text(SHAPES["next-kleene"])
     (tmp_path / "bad.sase").write_text("PATTERN SEQ(a x, b y) WHERE x.v >")
     (tmp_path / "w.sase").write_text("PATTERN SEQ(a x, b y) WHERE x.weight > y.v WITHIN 2")
-    if "--chunk" in argv:
+    if any(o in argv for o in ("--chunk", "--key-groups", "--cores")):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2

@@ -20,8 +20,18 @@ from acep import storage
 __all__ = ["main"]
 
 
+def chunk_length(text: str) -> float:
+    """The argparse type of ``--chunk``: a window above 0 (``2h``, or tag units)."""
+    from acep.cli import parse_window
+
+    window = parse_window(text)
+    if window <= 0:
+        raise argparse.ArgumentTypeError(f"the chunk length must be > 0, got {text!r}")
+    return window
+
+
 def _parser() -> argparse.ArgumentParser:
-    from acep.cli import add_fit_options, parse_window
+    from acep.cli import BINS_HELP, _whole, add_fit_options, bins_type, parse_window
 
     from .sources import add_bad_file_option, add_day_options
 
@@ -44,11 +54,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", help="event spec of the files: a JSON/TOML file or a preset")
     p.add_argument("--pattern", "-p", help="ACEP pattern (archives: the archived one)")
     p.add_argument("--window", "-w", type=parse_window, help="window, e.g. 3600 or 1h")
-    p.add_argument("-k", type=int, default=None, help="error bound (default 0)")
+    p.add_argument("-k", type=_whole(0, "missing letters"), default=None,
+                   help="error bound (default 0)")
     p.add_argument("--where", action="append", default=None, help="predicate (repeatable)")
     p.add_argument("--partition", help="attribute to partition by")
     bins = p.add_mutually_exclusive_group()
-    bins.add_argument("--bins", type=int, default=8, help="bins per time of a match vector")
+    bins.add_argument("--bins", type=bins_type, default=8, help=BINS_HELP)
     bins.add_argument("--bins-from", metavar="HISTORY",
                       help="reuse the bins of a history file built for the same pattern, "
                            "window, k, predicates and partition (one pass instead of two)")
@@ -68,9 +79,11 @@ def _parser() -> argparse.ArgumentParser:
                         "earlier quarantine (replaced, by an empty one when there are no bad "
                         "rows)")
     p.add_argument("--master", help="Spark master (default local[CORES])")
-    p.add_argument("--cores", type=int, help="cores of the local session (default: all)")
-    p.add_argument("--chunk", type=parse_window, help="time chunk length (default: chosen)")
-    p.add_argument("--key-groups", type=int, help="equivalence-key groups (default: chosen)")
+    p.add_argument("--cores", type=_whole(1, "cores"),
+                   help="cores of the local session (default: all)")
+    p.add_argument("--chunk", type=chunk_length, help="time chunk length (default: chosen)")
+    p.add_argument("--key-groups", type=_whole(1, "key groups"),
+                   help="equivalence-key groups (default: chosen)")
     p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     add_day_options(p)
     add_bad_file_option(p)

@@ -463,7 +463,9 @@ class UsageError(ValueError):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from acep.cli import parse_window
+    from acep.cli import _whole
+
+    from .cli import chunk_length
 
     p = argparse.ArgumentParser(
         prog="acep exact-batch",
@@ -485,11 +487,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="write the matches here (Parquet): a new or empty directory, or an "
                         "earlier --out of this command (replaced)")
     p.add_argument("--master", help="Spark master (default local[CORES])")
-    p.add_argument("--cores", type=int, help="cores of the local session (default: all)")
-    p.add_argument("--chunk", type=parse_window, help="time chunk length, e.g. 2h "
+    p.add_argument("--cores", type=_whole(1, "cores"),
+                   help="cores of the local session (default: all)")
+    p.add_argument("--chunk", type=chunk_length, help="time chunk length, e.g. 2h "
                                                      "(default: chosen)")
-    p.add_argument("--key-groups", type=int, help="equivalence-key groups (default: chosen; "
-                                                  "1 when the query forbids a key split)")
+    p.add_argument("--key-groups", type=_whole(1, "key groups"),
+                   help="equivalence-key groups (default: chosen; 1 when the query forbids "
+                        "a key split)")
     p.add_argument("--quarantine", metavar="DIR",
                    help="write bad rows here (Parquet; as --out, only a new, empty or "
                         "earlier quarantine is replaced, by an empty one when there are no "
@@ -508,12 +512,6 @@ def _check(args) -> None:
         raise UsageError("--spec is for event files; the archive has its own columns")
     if (args.pattern_id or args.pattern_hash) and not args.archive:
         raise UsageError("--pattern-id and --pattern-hash go with --archive")
-    if args.cores is not None and args.cores < 1:
-        raise UsageError(f"--cores must be at least 1, got {args.cores}")
-    if args.key_groups is not None and args.key_groups < 1:
-        raise UsageError(f"--key-groups must be at least 1, got {args.key_groups}")
-    if args.chunk is not None and args.chunk <= 0:
-        raise UsageError(f"--chunk must be positive, got {args.chunk:g}")
 
 
 def run(args) -> int:
