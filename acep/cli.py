@@ -597,6 +597,8 @@ def run_history_build(args) -> int:
     ratios = fit_options(args, bool(args.sketch), "it needs --sketch")
     spec = EventSpec.load(args.spec) if args.spec else None
     batches = _read_named(args.file, spec)
+    if not sum(map(len, batches)):  # as acep train: an empty history is no use to a device
+        raise ValueError(f"{args.file}: no events to build a history from")
     started = time.perf_counter()
     # canonical: the bytes (and the sketch's min-hashes) of `acep train` on the same events
     graph = build_history(args.pattern, batches, args.window, args.k, where=args.where,

@@ -88,6 +88,14 @@ def test_numeric_options_out_of_range_are_refused_by_the_parser(capsys, argv, me
     assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_build_refuses_a_file_without_events(tmp_path, capsys):
+    (tmp_path / "e.jsonl").write_text("")
+    assert main(["history", "build", str(tmp_path / "e.jsonl"), "-p", "a b", "-w", "3",
+                 "-o", str(tmp_path / "h")]) == 1
+    assert "e.jsonl: no events to build a history from" in capsys.readouterr().err
+    assert not (tmp_path / "h").exists()
+
+
 def test_build_names_a_corrupt_file(tmp_path, capsys):
     import pyarrow as pa
     import pyarrow.parquet as pq
