@@ -28,6 +28,7 @@ from .events import (
 )
 from .matcher import MatchBatch, Matcher, Pattern, bundles
 from .pattern import PatternError, symbols
+from .shedding import MAX_BINS
 from .units import WITHIN_UNITS as _UNITS
 from .units import within_seconds
 
@@ -207,6 +208,19 @@ def _whole(minimum: int, what: str, maximum: int | None = None):
             raise argparse.ArgumentTypeError(f"the {what} must be >= {minimum}, got {value}")
         if maximum is not None and value > maximum:
             raise argparse.ArgumentTypeError(f"the {what} must be <= {maximum}, got {value}")
+        return value
+    return parse
+
+
+def _positive(what: str):
+    """An argparse type: a number of ``what`` above 0."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {what}") from None
+        if not 0 < value < math.inf:
+            raise argparse.ArgumentTypeError(f"the {what} must be > 0, got {text}")
         return value
     return parse
 
@@ -544,9 +558,8 @@ def _add_history_parser(sub) -> None:
     build.add_argument("file", help=EVENTS_HELP)
     _add_pattern_options(build)
     build.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
-    build.add_argument("--bins", type=_whole(1, "bins"), default=8,
-                       help="bins per time of a match vector (quantiles of the data; "
-                            "1: no time bins)")
+    build.add_argument("--bins", type=bins_type, default=8,
+                       help=BINS_HELP)
     build.add_argument("--output", "-o", required=True, help="the history file to write")
     build.add_argument("--sketch", help="also write the signed sketch here (needs --key-file)")
     build.add_argument("--key-file", help="the signing key of the sketch (a file)")
@@ -586,13 +599,18 @@ def _add_evaluate_parser(hsub) -> None:
     ev.set_defaults(run=run_history_evaluate)
 
 
+BINS_HELP = (f"bins per time of a match vector (quantiles of the data; 1: no time bins; "
+             f"at most {MAX_BINS}: the cells grow with its square; default 8)")
+bins_type = _whole(1, "bins", MAX_BINS)  # --bins of acep history build and acep train
+
+
 def add_fit_options(parser, events: str) -> None:
     """``--fit RATIOS`` and ``--burst N`` of ``acep history build`` and ``acep train``."""
     parser.add_argument("--fit", metavar="RATIOS",
                         help=f"fit the sketch's reserves to these budgets on {events} "
                              "(comma-separated fractions of their unconstrained operations "
                              "per event, e.g. 0.1,0.25; docs/SHEDDING.md section 10)")
-    parser.add_argument("--burst", type=float, default=64.0,
+    parser.add_argument("--burst", type=_positive("bucket depth (events)"), default=64.0,
                         help="the devices' bucket depth in events, for --fit (default 64)")
     parser.add_argument("--search", type=_whole(0, "cells to search"), default=0, metavar="K",
                         help="with --fit, also tune the K most visited cells of each budget's "
@@ -607,10 +625,16 @@ def run_history_build(args) -> int:
 
     if args.sketch and not args.key_file:
         raise ValueError("--sketch needs --key-file (sketches are signed)")
+    refused = _refused_outputs(args)
+    if refused:
+        print(f"acep history build: {refused}", file=sys.stderr)
+        return 2
     key = read_key(args.key_file) if args.sketch else None  # before the work, not after
     ratios = fit_options(args, bool(args.sketch), "it needs --sketch")
     spec = EventSpec.load(args.spec) if args.spec else None
-    batches = list(read_events(args.file, spec))
+    batches = _read_named(args.file, spec)
+    if not sum(map(len, batches)):  # as acep train: an empty history is no use to a device
+        raise ValueError(f"{args.file}: no events to build a history from")
     started = time.perf_counter()
     # canonical: the bytes (and the sketch's min-hashes) of `acep train` on the same events
     graph = build_history(args.pattern, batches, args.window, args.k, where=args.where,
@@ -626,6 +650,30 @@ def run_history_build(args) -> int:
         n = sketch.save(args.sketch, key)
         print(f"acep: signed sketch, {n:,} bytes -> {args.sketch}", file=sys.stderr)
     return 0
+
+
+def _read_named(path: str, spec) -> list:
+    """The event batches of ``path``; pyarrow's errors on corrupt data gain the file name."""
+    try:
+        return list(read_events(path, spec))
+    except EventError:
+        raise
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, OSError) and exc.filename:
+            raise
+        raise ValueError(f"{path}: cannot be read ({' '.join(str(exc).split())})") from None
+
+
+def _refused_outputs(args) -> str | None:
+    """Why ``-o``/``--sketch`` may not be written (as ``acep train`` checks), or None."""
+    from trainer.outputs import OutputError, check_outputs
+
+    read = [f for f in (args.file, args.key_file) if f and f != "-"]
+    try:
+        check_outputs({}, read, files={"-o": args.output, "--sketch": args.sketch})
+    except OutputError as exc:
+        return str(exc)
+    return None
 
 
 def fit_options(args, writes_sketch: bool, missing: str) -> list[float]:

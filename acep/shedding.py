@@ -47,6 +47,11 @@ class Budget:
         return self.ops_per_event * self.burst
 
 
+# bins per time of a match vector at most: cells grow with their square (remaining window x
+# gap), so 64 already make a history 4096 times one without time bins
+MAX_BINS = 64
+
+
 @dataclass(frozen=True)
 class VectorBins:
     """Bin edges of the two times of a match vector ([L16] Definition 4).

@@ -16,7 +16,7 @@ import numpy as np
 
 from acep import EventBatch, Matcher, Pattern
 from acep.events import EventError
-from acep.shedding import VectorBins
+from acep.shedding import MAX_BINS, VectorBins
 
 from .graph import HistoryGraph, _key_id
 
@@ -127,8 +127,10 @@ def build_history(pattern: str | Pattern, events, window: float, k: int, *,
     tests compare with all trajectories; a device runs with merging, so histories should too).
     ``bad_events``: as for :func:`traced_run` (skip bad events and collect their errors).
     """
-    if bins is None and (isinstance(n_bins, bool) or not isinstance(n_bins, int) or n_bins < 1):
-        raise ValueError(f"n_bins must be an integer >= 1 (1: no time bins), got {n_bins!r}")
+    if bins is None and (isinstance(n_bins, bool) or not isinstance(n_bins, int)
+                         or not 1 <= n_bins <= MAX_BINS):
+        raise ValueError(f"n_bins must be an integer >= 1 (1: no time bins) and <= "
+                         f"{MAX_BINS}, got {n_bins!r}")
     if bins is None and not isinstance(events, (EventBatch, list, tuple)):
         events = list(events)
     common = {"where": where, "partition": partition, "backend": backend, "merge": merge,

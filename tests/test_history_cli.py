@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import pytest
 from test_history_graph import _hand_graph
 
 from acep.cli import main
@@ -52,6 +53,63 @@ def test_inspect_refuses_other_and_corrupt_files(tmp_path, capsys):
     assert main(["history", "inspect", str(path)]) == 1
     assert "not valid msgpack" in capsys.readouterr().err
     assert main(["history", "inspect", str(tmp_path / "missing")]) == 1
+
+
+def test_build_refuses_outputs_it_must_not_write_before_reading(tmp_path, capsys,
+                                                                monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    events = b'{"type": "a", "t": 1}\n{"type": "b", "t": 2}\n'
+    (tmp_path / "e.jsonl").write_bytes(events)
+    (tmp_path / "k").write_bytes(b"key")
+    build = ["history", "build", "e.jsonl", "-p", "a b", "-w", "3"]
+    for argv, message in [(["-o", "e.jsonl"], "-o e.jsonl: would replace the input e.jsonl"),
+                          (["-o", "h", "--sketch", "h", "--key-file", "k"],
+                           "-o h: overlaps --sketch h"),
+                          (["-o", "h", "--sketch", "k", "--key-file", "k"],
+                           "--sketch k: would replace the input k"),
+                          (["-o", "no/h"], "-o no/h: no such directory"),
+                          (["-o", "."], "-o .: a directory")]:
+        assert main([*build, *argv]) == 2
+        assert message in capsys.readouterr().err
+    assert (tmp_path / "e.jsonl").read_bytes() == events and not (tmp_path / "h").exists()
+    assert (tmp_path / "k").read_bytes() == b"key"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["build", "e.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--bins", "1000000"],
+     "argument --bins: the bins must be <= 64, got 1000000"),
+    (["build", "e.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--sketch", "s", "--key-file",
+      "k", "--fit", "0.1", "--burst", "0"], "argument --burst: the bucket depth (events) must"),
+    (["inspect", "h", "--top", "-3"], "argument --top: the vectors must be >= 0, got -3"),
+])
+def test_numeric_options_out_of_range_are_refused_by_the_parser(capsys, argv, message):
+    with pytest.raises(SystemExit) as exc:
+        main(["history", *argv])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_build_refuses_a_file_without_events(tmp_path, capsys):
+    (tmp_path / "e.jsonl").write_text("")
+    assert main(["history", "build", str(tmp_path / "e.jsonl"), "-p", "a b", "-w", "3",
+                 "-o", str(tmp_path / "h")]) == 1
+    assert "e.jsonl: no events to build a history from" in capsys.readouterr().err
+    assert not (tmp_path / "h").exists()
+
+
+def test_build_names_a_corrupt_file(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from damaged import corrupt_parquet
+
+    path = tmp_path / "e.parquet"
+    pq.write_table(pa.Table.from_pylist([{"type": "ab"[i % 2], "t": i} for i in range(20)]),
+                   path)
+    corrupt_parquet(path)
+    assert main(["history", "build", str(path), "-p", "a b", "-w", "3",
+                 "-o", str(tmp_path / "h")]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}: cannot be read (Couldn't deserialize thrift" in err and "\n" not in \
+        err.strip() and not (tmp_path / "h").exists()
 
 
 def test_console_script_and_light_device_imports(tmp_path):

@@ -25,6 +25,8 @@ from hypothesis import strategies as st
 
 pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'acep[spark]')")
 
+from damaged import corrupt_parquet  # noqa: E402
+
 from acep import EventBatch, Matcher  # noqa: E402
 from acep.events import EventSpec, read_all  # noqa: E402
 from acep.matcher import _select as select_matches  # noqa: E402
@@ -32,7 +34,8 @@ from history import Sketch  # noqa: E402
 from history.build import build_history  # noqa: E402
 from history.fit import fit_budgets  # noqa: E402
 from history.graph import HistoryGraph  # noqa: E402
-from trainer.train import PatternSpec, train  # noqa: E402
+from trainer.sources import SourceError, plan_files  # noqa: E402
+from trainer.train import PatternSpec, bins_of, train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PATTERN = PatternSpec("a b+ c", 5.0, 1, ("c.v > a.v",), "p")
@@ -100,9 +103,25 @@ def test_chunk_edges_are_crossed_and_given_bins_are_kept(spark, tmp_path):
     assert sum(any(f < e <= last for e in edges)
                for f, last in zip(whole.bundle_first, whole.bundle_last)) > 20
     bins = whole.bins()
-    again = train([str(path)], PATTERN, spark=spark, show_progress=False, bins=bins)
+    stale = tmp_path / "quarantine"  # an earlier run's: replaced although none are bad now
+    stale.mkdir()
+    pq.write_table(pa.table({"reason": ["an old bad row"]}), stale / "part-00000.parquet")
+    (stale / "_SUCCESS").write_bytes(b"")
+    again = train([str(path)], PATTERN, spark=spark, show_progress=False, bins=bins,
+                  quarantine=str(stale))
     assert again.bins == bins
+    assert again.stats["bad_rows"] == 0 and pq.read_table(stale).num_rows == 0
     assert again.graph.to_bytes() == single_process(rows, bins=bins).to_bytes()
+
+
+def test_bins_from_a_history_of_another_definition_are_refused_naming_it():
+    history = single_process(events(300, 2))
+    assert bins_of(history, PATTERN) == history.bins()
+    with pytest.raises(SourceError, match=r"another definition: window 5\.0 \(here 6\.0\), "
+                                          r"partition 'p' \(here None\)$"):
+        bins_of(history, replace(PATTERN, window=6.0, partition=None))
+    with pytest.raises(SourceError, match=r"pattern 'a b\+ c' \(here 'a c'\), k 1 \(here 0\)"):
+        bins_of(history, replace(PATTERN, text="a c", k=0))
 
 
 def test_an_equivalence_test_partitions_like_partition_by(spark, tmp_path):
@@ -141,6 +160,39 @@ def test_bad_rows_are_quarantined_with_reasons_and_counted(spark, tmp_path):
     assert len(missing) == 1 and missing[0]["field"] == "p"
     assert "missing" in missing[0]["reason"]
     assert result.graph.to_bytes() == single_process(rows).to_bytes()
+
+
+def test_an_unreadable_file_fails_the_job_unless_skipped_and_then_is_listed(spark, tmp_path):
+    rows = events(300, 4)
+    spec = EventSpec(tag="t", type="type", attributes=("p", "v"))
+    (tmp_path / "in").mkdir()
+    write_parquet(rows, tmp_path / "in" / "a.parquet", 100)
+    write_parquet([{k: r[k] for k in ("type", "t", "v")} for r in events(50, 5)],
+                  tmp_path / "in" / "b.parquet", 50)  # no column p
+    corrupt_parquet(write_parquet(events(40, 6), tmp_path / "in" / "c.parquet", 40))
+    with pytest.raises(SourceError, match=r"b\.parquet, field 'p': no such column .*\(50 rows "
+                                          r"unread\) \(and 1 more .*--skip-bad-files"):
+        train([str(tmp_path / "in")], PATTERN, spec=spec, spark=spark, show_progress=False)
+    result = train([str(tmp_path / "in")], PATTERN, spec=spec, spark=spark,
+                   show_progress=False, skip_bad_files=True, quarantine=str(tmp_path / "q"))
+    assert result.stats["bad_files"] == 2 and result.stats["bad_rows"] == 0
+    assert result.stats["events"] == len(rows) and result.quarantined == []
+    assert [Path(f["source"]).name for f in result.skipped] == ["b.parquet", "c.parquet"]
+    q = sorted(pq.read_table(tmp_path / "q").to_pylist(), key=lambda r: r["source"])
+    assert [(Path(r["source"]).name, r["position"]) for r in q] == \
+        [("b.parquet", None), ("c.parquet", None)]
+    assert "\n" not in q[1]["reason"] and q[1]["reason"].endswith("(40 rows unread)")
+    assert result.graph.to_bytes() == single_process(rows).to_bytes()
+
+
+def test_a_first_file_without_a_readable_event_is_refused_naming_why(tmp_path):
+    (tmp_path / "w.jsonl").write_text('{"when": 1, "lateness": 3}\n' * 3)
+    with pytest.raises(SourceError, match=r"w\.jsonl: no readable event in its first rows "
+                                          r"\(the first, line 1, field 'type': "):
+        plan_files([tmp_path / "w.jsonl"], None)
+    corrupt_parquet(write_parquet(events(40, 6), tmp_path / "c.parquet", 40))
+    with pytest.raises(SourceError, match=r"c\.parquet: cannot be read \(Couldn't deserialize"):
+        plan_files([tmp_path / "c.parquet"], None)
 
 
 # --------------------------------------------------------------------------- the archive
@@ -380,6 +432,16 @@ def _wait_url(out: Path, proc) -> str:
     (("x.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--pattern-hash", "ab"),
      "--pattern-hash goes with --archive"),
     (("x.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--fit", "0.1"), "--fit fits a sketch"),
+    (("x.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--cores", "-2"), "cores must be >= 1"),
+    (("x.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--bins", "0"), "bins must be >= 1"),
+    (("x.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--bins", "65"), "bins must be <= 64"),
+    (("x.jsonl", "-p", "a b", "-w", "3", "--sketch", "s", "--key-file", "x.jsonl", "--fit",
+      "0.1", "--burst", "-5"), "bucket depth (events) must be > 0"),
+    (("x.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--chunk", "0"), "chunk length must be > 0"),
+    (("x.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--key-groups", "0"),
+     "key groups must be >= 1"),
+    (("x.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--bins", "4", "--bins-from", "x.jsonl"),
+     "argument --bins-from: not allowed with argument --bins"),
     (("x.jsonl", "-p", "a b", "-w", "3", "--sketch", "s", "--key-file", "x.jsonl",
       "--fit", "0.1,x"), "not a comma-separated list"),
     (("x.jsonl", "-p", "a b", "-w", "3", "--sketch", "s", "--key-file", "x.jsonl",

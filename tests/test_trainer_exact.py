@@ -18,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
@@ -326,12 +327,37 @@ def test_command_line(spark, tmp_path, capsys):
         SHAPES["any-middle-neg"]
 
 
+def test_an_unreadable_file_fails_the_job_unless_skipped(spark, tmp_path, capsys):
+    from damaged import corrupt_parquet
+
+    rows = [{"type": "abc"[i % 3], "t": i // 2, "p": i % 2, "v": i % 5} for i in range(30)]
+    (tmp_path / "in").mkdir()
+    path = write_jsonl(rows, tmp_path / "in" / "a.jsonl")
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in" / "b.parquet")
+    corrupt_parquet(tmp_path / "in" / "b.parquet")
+    qfile = tmp_path / "q.sase"
+    qfile.write_text(SHAPES["any-middle-neg"])
+    argv = [str(qfile), str(tmp_path / "in"), "--out", str(tmp_path / "m"), "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "b.parquet: Couldn't deserialize thrift" in err and "--skip-bad-files" in err
+    assert "Traceback" not in err and not (tmp_path / "m").exists()
+    assert main([*argv, "--skip-bad-files"]) == 0
+    out, err = capsys.readouterr()
+    stats = json.loads(out)
+    assert stats["bad_files"] == 1 and stats["bad_rows"] == 0 and stats["events"] == 30
+    assert "acep exact-batch: skipped file " in err and "(30 rows unread)" in err
+    assert batch_matches(tmp_path / "m")[0] == single_process(path, SHAPES["any-middle-neg"])
+
+
 @pytest.mark.parametrize("argv, message", [
     (["missing.sase", "e.jsonl", "--out", "m"], "query file missing.sase"),
     (["bad.sase", "e.jsonl", "--out", "m"], "query error"),
     (["q.sase", "nowhere.jsonl", "--out", "m"], "no such file"),
     (["q.sase", "e.jsonl", "--out", "m", "--chunk", "soon"], "bad window"),
-    (["q.sase", "e.jsonl", "--out", "m", "--key-groups", "0"], "at least 1"),
+    (["q.sase", "e.jsonl", "--out", "m", "--key-groups", "0"], "key groups must be >= 1"),
+    (["q.sase", "e.jsonl", "--out", "m", "--cores", "-2"], "cores must be >= 1, got -2"),
+    (["q.sase", "e.jsonl", "--out", "m", "--chunk", "0"], "chunk length must be > 0"),
     (["q.sase", "e.jsonl", "--out", "m", "--archive", "."], "one of the two"),
     (["q.sase", "--out", "m"], "one of the two"),
     (["q.sase", "--out", "m", "--archive", "."], "no archive files"),
@@ -344,7 +370,7 @@ def test_command_line_errors(tmp_path, monkeypatch, capsys, argv, message):
     (tmp_path / "q.sase").write_text(SHAPES["next-kleene"])
     (tmp_path / "bad.sase").write_text("PATTERN SEQ(a x, b y) WHERE x.v >")
     (tmp_path / "w.sase").write_text("PATTERN SEQ(a x, b y) WHERE x.weight > y.v WITHIN 2")
-    if "--chunk" in argv:
+    if any(o in argv for o in ("--chunk", "--key-groups", "--cores")):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2

@@ -17,7 +17,8 @@ pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'a
 
 from trainer.cli import main as train_main  # noqa: E402
 from trainer.exact import main as exact_main  # noqa: E402
-from trainer.outputs import absolute  # noqa: E402
+from trainer.outputs import absolute, replacing  # noqa: E402
+from trainer.spark import run_command  # noqa: E402
 
 QUERY = "PATTERN SEQ(a x, b y) WHERE skip_till_any_match(x, y) { x.v <= y.v } WITHIN 3"
 
@@ -92,6 +93,28 @@ def test_train_refuses_a_quarantine_it_did_not_write(work, capsys, quarantine, m
     assert (work / "fleet.key").read_bytes() == b"secret key bytes\n"
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["-o", "e.jsonl"], "-o e.jsonl: would replace the input e.jsonl"),
+    (["-o", "link.history"], "-o link.history: would replace the input e.jsonl"),
+    (["-o", "same", "--sketch", "same", "--key-file", "fleet.key"],
+     "-o same: overlaps --sketch same"),
+    (["--sketch", "fleet.key", "--key-file", "fleet.key"], "would replace the input fleet.key"),
+    (["-o", "nowhere/h.history"], "-o nowhere/h.history: no such directory"),
+    (["--sketch", "nowhere/s", "--key-file", "fleet.key"], "--sketch nowhere/s: no such dir"),
+    (["-o", "notes"], "-o notes: a directory"),
+    (["-o", "bad/h", "--quarantine", "bad"], "-o bad/h: overlaps --quarantine bad"),
+])
+def test_train_refuses_output_files_before_the_job(work, capsys, argv, message):
+    (work / "link.history").symlink_to(work / "e.jsonl")
+    (work / "bad").mkdir()
+    events = (work / "e.jsonl").read_bytes()
+    assert train_main(["e.jsonl", "-p", "a b", "-w", "3", *argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and "reading" not in err, err
+    assert (work / "e.jsonl").read_bytes() == events
+    assert (work / "fleet.key").read_bytes() == b"secret key bytes\n"
+
+
 def test_an_earlier_output_is_replaced_and_one_with_a_stranger_is_not(work, capsys):
     # absolute paths: the module's Spark session may have started in another directory
     argv = [str(work / "q.sase"), str(work / "e.jsonl"), "--out", str(work / "m"),
@@ -104,6 +127,11 @@ def test_an_earlier_output_is_replaced_and_one_with_a_stranger_is_not(work, caps
     second = json.loads(capsys.readouterr().out)
     assert second["matches"] == first["matches"]
     assert pq.read_table(work / "bad").column("line").to_pylist() == [6]
+    clean = (work / "e.jsonl").read_text().splitlines()
+    (work / "clean.jsonl").write_text("".join(line + "\n" for line in clean if '"t"' in line))
+    assert exact_main([argv[0], str(work / "clean.jsonl"), *argv[2:]]) == 0
+    assert json.loads(capsys.readouterr().out)["bad_rows"] == 0
+    assert pq.read_table(work / "bad").num_rows == 0  # the earlier quarantine is replaced
     (work / "m" / "mine.csv").write_text("a file the job did not write")
     assert exact_main(argv) == 2
     assert "holds 'mine.csv'" in capsys.readouterr().err
@@ -118,3 +146,47 @@ def test_outputs_are_made_absolute_in_the_current_directory_and_uris_are_kept(tm
     assert absolute("/srv/m") == "/srv/m" and absolute(None) is None
     assert absolute("hdfs://namenode:8020/acep/bad") == "hdfs://namenode:8020/acep/bad"
     assert absolute("file:///srv/m") == "file:///srv/m"
+
+
+def test_an_interrupted_write_leaves_the_earlier_output_whole(tmp_path):
+    out = tmp_path / "m"
+    out.mkdir()
+    (out / "_SUCCESS").write_bytes(b"")
+    (out / "part-0.parquet").write_bytes(b"earlier")
+    with pytest.raises(KeyboardInterrupt), replacing(str(out)) as staging:
+        Path(staging).mkdir()
+        (Path(staging) / "part-1.parquet").write_bytes(b"half")
+        raise KeyboardInterrupt
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    assert _tree(out) == {"_SUCCESS": b"", "part-0.parquet": b"earlier"}
+    with replacing(str(out)) as staging:
+        Path(staging).mkdir()
+        (Path(staging) / "part-1.parquet").write_bytes(b"new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    assert _tree(out) == {"part-1.parquet": b"new"}
+
+
+def _interrupted_job(args):
+    from py4j.protocol import Py4JError
+
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:  # as pyspark's handler does: the cancelled call then fails
+        raise Py4JError("An error occurred while calling o412.getResult") from None
+
+
+def _failed_job(args):
+    from py4j.protocol import Py4JError
+
+    raise Py4JError("An error occurred while calling o9.collect.\n: org.apache.spark."
+                    "SparkException: Job aborted\n\tat org.apache.spark.Some(Some.scala:1)")
+
+
+@pytest.mark.parametrize("job, code, line", [
+    (_interrupted_job, 130, "acep train: interrupted"),
+    (lambda args: (_ for _ in ()).throw(KeyboardInterrupt), 130, "acep train: interrupted"),
+    (_failed_job, 1, "acep train: error: org.apache.spark.SparkException: Job aborted"),
+])
+def test_an_interrupt_or_a_spark_failure_is_one_line(capsys, job, code, line):
+    assert run_command("acep train", job, None, ()) == code
+    assert capsys.readouterr().err == line + "\n"

@@ -20,10 +20,20 @@ from acep import storage
 __all__ = ["main"]
 
 
-def _parser() -> argparse.ArgumentParser:
-    from acep.cli import add_fit_options, parse_window
+def chunk_length(text: str) -> float:
+    """The argparse type of ``--chunk``: a window above 0 (``2h``, or tag units)."""
+    from acep.cli import parse_window
 
-    from .sources import add_day_options
+    window = parse_window(text)
+    if window <= 0:
+        raise argparse.ArgumentTypeError(f"the chunk length must be > 0, got {text!r}")
+    return window
+
+
+def _parser() -> argparse.ArgumentParser:
+    from acep.cli import BINS_HELP, _whole, add_fit_options, bins_type, parse_window
+
+    from .sources import add_bad_file_option, add_day_options
 
     p = argparse.ArgumentParser(
         prog="acep train",
@@ -44,13 +54,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", help="event spec of the files: a JSON/TOML file or a preset")
     p.add_argument("--pattern", "-p", help="ACEP pattern (archives: the archived one)")
     p.add_argument("--window", "-w", type=parse_window, help="window, e.g. 3600 or 1h")
-    p.add_argument("-k", type=int, default=None, help="error bound (default 0)")
+    p.add_argument("-k", type=_whole(0, "missing letters"), default=None,
+                   help="error bound (default 0)")
     p.add_argument("--where", action="append", default=None, help="predicate (repeatable)")
     p.add_argument("--partition", help="attribute to partition by")
-    p.add_argument("--bins", type=int, default=8, help="bins per time of a match vector")
+    bins = p.add_mutually_exclusive_group()
+    bins.add_argument("--bins", type=bins_type, default=8, help=BINS_HELP)
+    bins.add_argument("--bins-from", metavar="HISTORY",
+                      help="reuse the bins of a history file built for the same pattern, "
+                           "window, k, predicates and partition (one pass instead of two)")
     add_fit_options(p, "the training events, every device's stream under its own bucket")
-    p.add_argument("--bins-from", metavar="HISTORY",
-                   help="reuse the bins of a history file (one pass instead of two)")
     p.add_argument("--output", "-o", help="write the history graph here")
     p.add_argument("--sketch", help="write the signed sketch here")
     p.add_argument("--key-file", help="the key that signs the sketch")
@@ -63,13 +76,17 @@ def _parser() -> argparse.ArgumentParser:
                         "--pattern-id fits the sketch (e.g. a definition not deployed yet)")
     p.add_argument("--quarantine", metavar="DIR",
                    help="write bad rows here (Parquet): a new or empty directory, or an "
-                        "earlier quarantine (replaced)")
+                        "earlier quarantine (replaced, by an empty one when there are no bad "
+                        "rows)")
     p.add_argument("--master", help="Spark master (default local[CORES])")
-    p.add_argument("--cores", type=int, help="cores of the local session (default: all)")
-    p.add_argument("--chunk", type=parse_window, help="time chunk length (default: chosen)")
-    p.add_argument("--key-groups", type=int, help="equivalence-key groups (default: chosen)")
+    p.add_argument("--cores", type=_whole(1, "cores"),
+                   help="cores of the local session (default: all)")
+    p.add_argument("--chunk", type=chunk_length, help="time chunk length (default: chosen)")
+    p.add_argument("--key-groups", type=_whole(1, "key groups"),
+                   help="equivalence-key groups (default: chosen)")
     p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     add_day_options(p)
+    add_bad_file_option(p)
     return p
 
 
@@ -121,6 +138,16 @@ def _check(args) -> None:
         raise UsageError("--pattern-hash goes with --archive")
 
 
+def _check_outputs(args) -> None:
+    """Every output, before Spark starts: the files are written after the whole job."""
+    from .outputs import check_outputs
+
+    read = [args.archive] if args.archive else list(args.inputs)
+    read += [f for f in (args.key_file, args.token_file, args.ca_file) if f]
+    check_outputs({"--quarantine": args.quarantine}, read,
+                  files={"-o": args.output, "--sketch": args.sketch})
+
+
 def _read_secret(path: str, what: str) -> bytes:
     from history.sketch import read_key
 
@@ -141,6 +168,7 @@ def run(args) -> int:
     from .train import publish_sketch, train
 
     _check(args)
+    _check_outputs(args)
     try:
         ratios = fit_options(args, bool(args.sketch or args.publish),
                              "give --sketch or --publish")
@@ -151,15 +179,16 @@ def run(args) -> int:
         pattern.n_states  # noqa: B018 - compiles the pattern: a bad one fails before Spark
     key = _read_secret(args.key_file, "key") if args.key_file else None
     token = _read_secret(args.token_file, "token").decode() if args.token_file else None
-    bins = HistoryGraph.load(args.bins_from).bins() if args.bins_from else None
+    bins_from = HistoryGraph.load(args.bins_from) if args.bins_from else None
     spec = EventSpec.load(args.spec) if args.spec else None
     result = train([args.archive] if args.archive else args.inputs, pattern, spec=spec,
                    archive=bool(args.archive), pattern_id=args.pattern_id,
-                   pattern_hash=args.pattern_hash, bins=bins,
+                   pattern_hash=args.pattern_hash, bins_from=bins_from,
                    n_bins=args.bins, master=args.master, cores=args.cores, chunk=args.chunk,
                    key_groups=args.key_groups, quarantine=args.quarantine,
                    show_progress=not args.no_progress, fit=ratios, burst=args.burst,
-                   search=args.search, days=(args.since, args.before))
+                   search=args.search, days=(args.since, args.before),
+                   skip_bad_files=args.skip_bad_files)
     graph, stats = result.graph, dict(result.stats)
     if args.output:
         stats["history_bytes"] = graph.save(args.output)
@@ -175,7 +204,8 @@ def run(args) -> int:
     if ratios:
         for line in describe(stats["fit"]):
             print(f"acep train: {line}", file=sys.stderr)
-    print_quarantined("acep train", result.quarantined, stats["bad_rows"], args.quarantine)
+    print_quarantined("acep train", result.quarantined, stats["bad_rows"], args.quarantine,
+                      result.skipped)
     print(json.dumps(stats))
     return 0
 

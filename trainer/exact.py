@@ -31,8 +31,9 @@ The job (docs/EXACT.md, section 12 "Batch matching on Spark"):
    ``stats["key_split"]`` says which and why.
 5. **Match** each (key group, chunk) unit in the executors (``mapInArrow``) with
    ``acep.nfab.Engine(query)`` (the ``auto`` engine), stream by stream.
-6. **Write** the matches as Parquet under ``output_dir``, one row per match. Spark
-   replaces the directory, so it must be new, empty or an earlier output of this job
+6. **Write** the matches as Parquet under ``output_dir``, one row per match, in a hidden
+   directory beside it that replaces it when complete (an interrupted job leaves the
+   earlier output whole). It must be new, empty or an earlier output of this job
    (:mod:`trainer.outputs`; the same for ``quarantine``):
 
 =============  ==============  ============================================================
@@ -76,18 +77,20 @@ import numpy as np
 from acep.events import EventBatch, EventSpec
 
 from .chunks import ChunkPlan, choose_plan
-from .outputs import OutputError, absolute, check_outputs
+from .outputs import OutputError, absolute, check_outputs, replacing
 from .sources import (
     QUARANTINE,
     SYSTEM,
     ReadPlan,
     SourceError,
+    add_bad_file_option,
     add_day_options,
     archive_days,
     events_of,
     plan_archive,
     plan_files,
     print_quarantined,
+    unreadable_files,
 )
 from .spark import progress, session
 
@@ -101,6 +104,7 @@ class ExactBatchResult:
     output_dir: str
     stats: dict = field(default_factory=dict)
     quarantined: list[dict] = field(default_factory=list)  # the first bad rows, for messages
+    skipped: list[dict] = field(default_factory=list)  # unreadable files (skip_bad_files)
 
 
 def match_schema():
@@ -152,8 +156,8 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
                 master: str | None = None, cores: int | None = None,
                 chunk: float | None = None, key_groups: int | None = None,
                 quarantine: str | None = None, show_progress: bool = True,
-                spark=None, days: tuple[str | None, str | None] = (None, None)
-                ) -> ExactBatchResult:
+                spark=None, days: tuple[str | None, str | None] = (None, None),
+                skip_bad_files: bool = False) -> ExactBatchResult:
     """Run the exact engine over ``inputs`` on Spark; matches to ``output_dir`` (Parquet).
 
     ``archive=True`` reads the collector's archive directory ``inputs[0]`` (``pattern_id``
@@ -162,7 +166,9 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
     :func:`trainer.sources.plan_archive`).
     ``quarantine``: a directory for the bad rows (Parquet: source, line, position, field,
     reason). Relative paths are taken in the current directory at the call; the result's
-    ``output_dir`` is absolute. See the module docstring.
+    ``output_dir`` is absolute. A file that cannot be read raises
+    :class:`trainer.sources.SourceError` unless ``skip_bad_files``. See the module
+    docstring.
     """
     from pyspark.sql import functions as F
 
@@ -193,14 +199,17 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
         good = rows.filter(rows._bad.isNull()).drop("_bad", "_source", "_line", "_field")
         if plan.is_archive:
             good = good.dropDuplicates(["_stream", "_pos"])
-        ok = rows._bad.isNull()
-        counts = rows.agg(F.count(F.when(ok, 1)).alias("n"), F.count(F.when(~ok, 1)).alias("bad"),
+        ok, whole_file = rows._bad.isNull(), rows._pos.isNull()
+        counts = rows.agg(F.count(F.when(ok, 1)).alias("n"),
+                          F.count(F.when(~ok & ~whole_file, 1)).alias("bad"),
                           F.min(F.when(ok, rows._tag)).alias("lo"),
                           F.max(F.when(ok, rows._tag)).alias("hi")).collect()[0]
         summary = {"lo": counts["lo"], "hi": counts["hi"],
                    "n": good.count() if plan.is_archive else counts["n"]}
         n_bad = counts["bad"]
-    stats.update(events=int(summary["n"]), bad_rows=int(n_bad))
+        skipped = unreadable_files(rows, skip_bad_files)
+    stats.update(events=int(summary["n"]), bad_rows=int(n_bad),
+                 bad_files=len({f["source"] for f in skipped}))
     window = query.window
     if window is None and chunk is not None:
         stats["note"] = "one chunk: the query has no WITHIN"
@@ -214,30 +223,32 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
     if not key_cols:
         key_groups = 1
     stats["key_split"] = split_reason
-    if summary["n"]:
-        w = 0.0 if window is None else float(window)
-        cplan = choose_plan(summary["lo"], summary["hi"], w, before=w, after=w,
-                            parallelism=spark.sparkContext.defaultParallelism,
-                            chunk=None if window is None else chunk, key_groups=key_groups)
-        stats.update(chunks=cplan.n_chunks, key_groups=cplan.key_groups,
-                     chunk_length=cplan.length, origin=cplan.origin)
-        with progress(spark, "matching", show_progress):
-            units = _unit_frame(good, cplan, key_cols, plan)
-            matches = _run_units(units, query_text, plan, cplan)
-            matches.write.mode("overwrite").parquet(output_dir)
-    else:  # nothing to match: still replace the output, with an empty result
-        stats.update(chunks=0, key_groups=0)
-        from pyspark.sql.pandas.types import from_arrow_schema
+    with replacing(output_dir) as staging:
+        if summary["n"]:
+            w = 0.0 if window is None else float(window)
+            cplan = choose_plan(summary["lo"], summary["hi"], w, before=w, after=w,
+                                parallelism=spark.sparkContext.defaultParallelism,
+                                chunk=None if window is None else chunk,
+                                key_groups=key_groups)
+            stats.update(chunks=cplan.n_chunks, key_groups=cplan.key_groups,
+                         chunk_length=cplan.length, origin=cplan.origin)
+            with progress(spark, "matching", show_progress):
+                units = _unit_frame(good, cplan, key_cols, plan)
+                matches = _run_units(units, query_text, plan, cplan)
+                matches.write.mode("overwrite").parquet(staging)
+        else:  # nothing to match: still replace the output, with an empty result
+            stats.update(chunks=0, key_groups=0)
+            from pyspark.sql.pandas.types import from_arrow_schema
 
-        spark.createDataFrame([], from_arrow_schema(match_schema())).coalesce(1) \
-            .write.mode("overwrite").parquet(output_dir)
-    _ensure_part(output_dir)
-    _stamp(output_dir, query_text, plan.tag_is_time)
+            spark.createDataFrame([], from_arrow_schema(match_schema())).coalesce(1) \
+                .write.mode("overwrite").parquet(staging)
+        _ensure_part(staging)
+        _stamp(staging, query_text, plan.tag_is_time)
     stats["matches"] = _count_matches(output_dir)
     quarantined = _quarantine(bad, n_bad, quarantine)
     stats["seconds"] = round(time.perf_counter() - started, 3)
     rows.unpersist()
-    return ExactBatchResult(output_dir, stats, quarantined)
+    return ExactBatchResult(output_dir, stats, quarantined, skipped)
 
 
 def _equivalence(query) -> tuple[str, ...]:
@@ -432,14 +443,16 @@ def _count_matches(output_dir: str) -> int:
 
 
 def _quarantine(bad, count: int, directory: str | None) -> list[dict]:
-    """Write the bad rows (with their reason) under ``directory``; the first five."""
-    if not count:
-        return []
+    """Write the bad rows (with their reason) under ``directory``, replacing an earlier
+    quarantine even with none; the first five."""
     out = bad.select("_source", "_line", "_pos", "_field", "_bad") \
         .toDF("source", "line", "position", "field", "reason")
     if directory:
-        out.coalesce(1).write.mode("overwrite").parquet(directory)
-    return [r.asDict() for r in out.limit(5).collect()]
+        with replacing(directory) as staging:
+            out.coalesce(1).write.mode("overwrite").parquet(staging)
+    if not count:
+        return []
+    return [r.asDict() for r in out.filter(out.position.isNotNull()).limit(5).collect()]
 
 
 # --------------------------------------------------------------------------- command line
@@ -450,7 +463,9 @@ class UsageError(ValueError):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from acep.cli import parse_window
+    from acep.cli import _whole
+
+    from .cli import chunk_length
 
     p = argparse.ArgumentParser(
         prog="acep exact-batch",
@@ -472,16 +487,20 @@ def _parser() -> argparse.ArgumentParser:
                    help="write the matches here (Parquet): a new or empty directory, or an "
                         "earlier --out of this command (replaced)")
     p.add_argument("--master", help="Spark master (default local[CORES])")
-    p.add_argument("--cores", type=int, help="cores of the local session (default: all)")
-    p.add_argument("--chunk", type=parse_window, help="time chunk length, e.g. 2h "
+    p.add_argument("--cores", type=_whole(1, "cores"),
+                   help="cores of the local session (default: all)")
+    p.add_argument("--chunk", type=chunk_length, help="time chunk length, e.g. 2h "
                                                      "(default: chosen)")
-    p.add_argument("--key-groups", type=int, help="equivalence-key groups (default: chosen; "
-                                                  "1 when the query forbids a key split)")
-    p.add_argument("--quarantine", metavar="DIR", help="write bad rows here (Parquet; as "
-                                                       "--out, only a new, empty or earlier "
-                                                       "quarantine is replaced)")
+    p.add_argument("--key-groups", type=_whole(1, "key groups"),
+                   help="equivalence-key groups (default: chosen; 1 when the query forbids "
+                        "a key split)")
+    p.add_argument("--quarantine", metavar="DIR",
+                   help="write bad rows here (Parquet; as --out, only a new, empty or "
+                        "earlier quarantine is replaced, by an empty one when there are no "
+                        "bad rows)")
     p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     add_day_options(p)
+    add_bad_file_option(p)
     return p
 
 
@@ -493,12 +512,6 @@ def _check(args) -> None:
         raise UsageError("--spec is for event files; the archive has its own columns")
     if (args.pattern_id or args.pattern_hash) and not args.archive:
         raise UsageError("--pattern-id and --pattern-hash go with --archive")
-    if args.cores is not None and args.cores < 1:
-        raise UsageError(f"--cores must be at least 1, got {args.cores}")
-    if args.key_groups is not None and args.key_groups < 1:
-        raise UsageError(f"--key-groups must be at least 1, got {args.key_groups}")
-    if args.chunk is not None and args.chunk <= 0:
-        raise UsageError(f"--chunk must be positive, got {args.chunk:g}")
 
 
 def run(args) -> int:
@@ -519,10 +532,11 @@ def run(args) -> int:
                          output_dir=args.out, master=args.master,
                          cores=args.cores, chunk=args.chunk, key_groups=args.key_groups,
                          quarantine=args.quarantine, show_progress=not args.no_progress,
-                         days=(args.since, args.before))
+                         days=(args.since, args.before),
+                         skip_bad_files=args.skip_bad_files)
     stats = result.stats
     print_quarantined("acep exact-batch", result.quarantined, stats["bad_rows"],
-                      args.quarantine)
+                      args.quarantine, result.skipped)
     print(json.dumps(stats))
     return 0
 

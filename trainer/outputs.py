@@ -1,21 +1,26 @@
-"""Output directories the Spark jobs replace: refuse any path that is not safe to replace.
+"""What the jobs write: refuse, before the work, any output that is not safe to write.
 
 Spark's ``write.mode("overwrite")`` deletes whatever is at the path first. So an output
 directory (``acep exact-batch --out``, ``--quarantine`` of both commands) must be absent,
 empty, or an earlier output of the same kind: Spark's ``_SUCCESS`` beside nothing but part
 files, their ``.crc`` checksums and the job's own ``extra`` files. It may not be a file, an
 input, inside an input or contain one.
+
+An output file (``-o``, ``--sketch``) goes in an existing, writable directory; it may not
+be a directory or an input (symbolic links followed). No two outputs may overlap.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import shutil
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from acep import storage
 
-__all__ = ["OutputError", "check_outputs", "absolute"]
+__all__ = ["OutputError", "check_outputs", "absolute", "replacing"]
 
 
 class OutputError(ValueError):
@@ -23,12 +28,16 @@ class OutputError(ValueError):
 
 
 def check_outputs(outputs: dict[str, str | os.PathLike | None],
-                  inputs: Iterable[str | os.PathLike], extra: Iterable[str] = ()) -> None:
+                  inputs: Iterable[str | os.PathLike], extra: Iterable[str] = (),
+                  files: dict[str, str | os.PathLike | None] | None = None) -> None:
     """Raise :class:`OutputError` unless every output directory of ``outputs`` (option name
-    -> path, None for not given) may be replaced: see the module docstring. Outputs may not
-    overlap each other either."""
+    -> path, None for not given) may be replaced and every output file of ``files`` may be
+    written: see the module docstring. Outputs may not overlap each other either."""
     given = {name: os.fspath(p) for name, p in outputs.items() if p is not None}
     sources = [os.fspath(p) for p in inputs]
+    written = {name: os.fspath(p) for name, p in (files or {}).items() if p is not None}
+    for name, path in written.items():
+        _check_file(name, path, sources, {**given, **written})
     for name, path in given.items():
         where = f"{name} {path}"
         if os.path.exists(path) and not os.path.isdir(path):
@@ -46,6 +55,47 @@ def check_outputs(outputs: dict[str, str | os.PathLike | None],
             raise OutputError(f"{where}: a directory that is not empty and not an earlier "
                               f"output of this command ({why}); give a new or empty "
                               "directory")
+
+
+def _check_file(name: str, path: str, sources: list[str], outputs: dict[str, str]) -> None:
+    where = f"{name} {path}"
+    if storage.is_uri(path):
+        raise OutputError(f"{where}: a local path is needed (the file is written here, "
+                          "not by Spark)")
+    if os.path.isdir(path):
+        raise OutputError(f"{where}: a directory; give a file name")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise OutputError(f"{where}: no such directory {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{where}: the directory {parent} is not writable")
+    for src in sources:
+        if not storage.is_uri(src) and Path(path).resolve() == Path(src).resolve():
+            raise OutputError(f"{where}: would replace the input {src}")
+    for other, other_path in outputs.items():
+        if other != name and _overlap(path, other_path):
+            raise OutputError(f"{where}: overlaps {other} {other_path}")
+
+
+@contextmanager
+def replacing(directory: str) -> Iterator[str]:
+    """A new hidden directory beside ``directory`` for the block to write the output in;
+    when the block ends well it replaces ``directory``, so an interrupted or failed job
+    leaves an earlier output whole. A URI (only Spark writes there) is written in place."""
+    if storage.is_uri(directory):
+        yield directory
+        return
+    parent, name = os.path.split(os.path.abspath(directory))
+    staging, old = (os.path.join(parent, f".{name}.{os.getpid()}.{end}")
+                    for end in ("new", "old"))
+    try:
+        yield staging
+        if os.path.exists(directory):
+            os.rename(directory, old)
+        os.rename(staging, directory)
+    finally:
+        for leftover in (staging, old):
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def absolute(path: str | os.PathLike | None) -> str | None:

@@ -39,7 +39,7 @@ from acep.events import EventBatch, EventError, EventSpec, partition_key, read_c
 
 __all__ = ["ReadTask", "ReadPlan", "Definition", "SourceError", "plan_files", "plan_archive",
            "task_groups", "read_task", "arrow_schema", "events_of", "print_quarantined",
-           "TASK_ROWS"]
+           "describe_row", "unreadable_files", "add_bad_file_option", "TASK_ROWS"]
 
 TASK_ROWS = 250_000  # rows per Parquet read task (whole row groups)
 FILE_STRIDE = 1 << 40  # _pos of file i's row r is i * FILE_STRIDE + r
@@ -330,14 +330,25 @@ def _row_group_tasks(path: str) -> list[tuple[tuple[int, ...], int]] | None:
 
 def _probe(path: str, spec: EventSpec) -> tuple[dict[str, str], bool]:
     """Attribute kinds and tag kind from the first rows of the first file."""
+    first_bad = None
     try:
         for chunk in read_chunks(path, spec, batch_size=4096):
             if len(chunk.events):
                 cols = chunk.events.columns
                 return ({name: "text" if col.dtype == object else "number"
                          for name, col in cols.items()}, chunk.events.tag_is_time)
+            first_bad = first_bad or (chunk.bad[0] if chunk.bad else None)
     except EventError as e:
         raise SourceError(str(e)) from None
+    except (OSError, ValueError) as e:  # pyarrow's errors on corrupt data name no file
+        raise SourceError(f"{storage.redact(path)}: cannot be read ({' '.join(str(e).split())})"
+                          ) from None
+    if first_bad is not None:
+        row, line, field_, reason = first_bad
+        where = f"line {line}" if line is not None else f"row {row + 1}"
+        where += "" if field_ is None else f", field {field_!r}"
+        raise SourceError(f"{path}: no readable event in its first rows (the first, "
+                          f"{where}: {reason})")
     raise SourceError(f"{path}: no readable event in its first rows")
 
 
@@ -391,7 +402,9 @@ def arrow_schema(plan: ReadPlan):
 
 
 def read_task(task: ReadTask, plan: ReadPlan):
-    """One task's rows as a normalized pyarrow table (good and bad rows)."""
+    """One task's rows as a normalized pyarrow table (good and bad rows). A file that
+    cannot be read on (a missing or mistyped column, corrupt data) adds one row for the
+    whole file: its ``_pos`` is null (:func:`unreadable_files`)."""
     import pyarrow as pa
 
     schema = arrow_schema(plan)
@@ -400,10 +413,54 @@ def read_task(task: ReadTask, plan: ReadPlan):
         for chunk in read_chunks(task.source, plan.spec, row_groups=task.row_groups):
             parts.append(_good_rows(chunk, task, plan, schema))
             parts.append(_bad_rows(chunk.bad, task, plan, schema))
-    except EventError as e:  # the file breaks off: keep what was read, quarantine the rest
-        parts.append(_bad_rows([(-1, e.line, e.field, e.message)], task, plan, schema))
+    except EventError as e:
+        parts.append(_file_row(task, schema, e.message, e.line, e.field,
+                               sum(p.num_rows for p in parts)))
+    except (OSError, ValueError) as e:  # pyarrow's errors on corrupt data name no file
+        parts.append(_file_row(task, schema, " ".join(str(e).split()), None, None,
+                               sum(p.num_rows for p in parts)))
     parts = [p for p in parts if p.num_rows]
     return pa.concat_tables(parts) if parts else schema.empty_table()
+
+
+def _file_row(task: ReadTask, schema, reason: str, line: int | None, field_: str | None,
+              read: int):
+    """The quarantine row of a file that broke off after ``read`` rows of this task."""
+    import pyarrow as pa
+
+    if read:
+        reason += f" (after {read:,} rows, which were kept; the rest unread)"
+    elif task.rows:
+        reason += f" ({task.rows:,} rows unread)"
+    arrays = {name: pa.nulls(1, schema.field(name).type) for name in schema.names}
+    arrays.update(_stream=pa.array([task.stream], pa.string()),
+                  _bad=pa.array([reason], pa.string()),
+                  _source=pa.array([storage.redact(task.source)], pa.string()),
+                  _line=pa.array([line], pa.int64()), _field=pa.array([field_], pa.string()))
+    return pa.table(arrays, schema=schema)
+
+
+def unreadable_files(rows, skip: bool) -> list[dict]:
+    """The files :func:`read_task` could not read, from its rows (a Spark DataFrame): a dict
+    each (source, line, field, reason). Raises :class:`SourceError` naming the first unless
+    ``skip`` (``--skip-bad-files``): a job does not quietly run on part of its input."""
+    found = rows.filter(rows._bad.isNotNull() & rows._pos.isNull()) \
+        .select("_source", "_line", "_field", "_bad").collect()
+    files = [{"source": r["_source"], "line": r["_line"], "field": r["_field"],
+              "reason": r["_bad"]} for r in found]
+    if files and not skip:
+        more = f" (and {len(files) - 1} more unreadable file(s))" if len(files) > 1 else ""
+        raise SourceError(f"{describe_row(files[0])}{more}; --skip-bad-files skips "
+                          "unreadable files")
+    return files
+
+
+def add_bad_file_option(parser) -> None:
+    """``--skip-bad-files``: a file that cannot be read is skipped instead of failing."""
+    parser.add_argument("--skip-bad-files", action="store_true",
+                        help="skip an input file that cannot be read (a missing or mistyped "
+                             "column, corrupt data) instead of failing; it is listed, "
+                             "counted in bad_files and quarantined with a null position")
 
 
 def _good_rows(chunk, task: ReadTask, plan: ReadPlan, schema):
@@ -503,16 +560,25 @@ def events_of(table, plan: ReadPlan) -> EventBatch:
                       columns, 0, "<chunk>", None, plan.tag_is_time)
 
 
-def print_quarantined(prog: str, first: list[dict], count: int, directory: str | None) -> None:
-    """The first quarantined rows on stderr, one line each, and how many there were."""
+def describe_row(row: dict) -> str:
+    """A quarantined row (or unreadable file) as a line: file, line, position, field: why."""
+    return (f"{row['source'] or 'event'}"
+            f"{'' if row['line'] is None else ', line ' + str(row['line'])}"
+            f"{'' if row.get('position') is None else ', position ' + str(row['position'])}"
+            f"{'' if row['field'] is None else ', field ' + repr(row['field'])}: "
+            f"{row['reason']}")
+
+
+def print_quarantined(prog: str, first: list[dict], count: int, directory: str | None,
+                      files: Sequence[dict] = ()) -> None:
+    """The skipped files and the first quarantined rows on stderr, one line each, and how
+    many rows there were."""
     import sys
 
+    for row in files:
+        print(f"{prog}: skipped file {describe_row(row)}", file=sys.stderr)
     for row in first:
-        print(f"{prog}: quarantined {row['source'] or 'event'}"
-              f"{'' if row['line'] is None else ', line ' + str(row['line'])}"
-              f"{'' if row.get('position') is None else ', position ' + str(row['position'])}"
-              f"{'' if row['field'] is None else ', field ' + repr(row['field'])}: "
-              f"{row['reason']}", file=sys.stderr)
+        print(f"{prog}: quarantined {describe_row(row)}", file=sys.stderr)
     if count > len(first):
         where = f" (all in {directory})" if directory else ""
         print(f"{prog}: {count} bad rows quarantined{where}", file=sys.stderr)

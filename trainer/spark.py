@@ -141,12 +141,46 @@ class _Bar:
 
 def run_command(prog: str, run, args, usage_errors: tuple) -> int:
     """A job's command line around ``run(args)``: bad input (``usage_errors``, a missing
-    Spark or Java) is one line and exit 2, other failures one line and exit 1."""
+    Spark or Java) is one line and exit 2, Ctrl-C one line and exit 130, other failures
+    (Spark's too) one line and exit 1."""
+    import logging
+
+    if not logging.getLogger().handlers:
+        # py4j logs a traceback to the root logger for each call an interrupt breaks
+        logging.getLogger().addHandler(logging.NullHandler())
     try:
         return run(args)
-    except (*usage_errors, SparkUnavailable) as exc:
-        print(f"{prog}: {redact_text(str(exc))}", file=sys.stderr)
-        return 2
-    except (ValueError, OSError, RuntimeError) as exc:
-        print(f"{prog}: error: {redact_text(str(exc))}", file=sys.stderr)
+    except (KeyboardInterrupt, Exception) as exc:
+        if _interrupted(exc):  # Spark's cancelled jobs fail while the interrupt unwinds
+            print(f"{prog}: interrupted", file=sys.stderr)
+            return 130
+        if isinstance(exc, (*usage_errors, SparkUnavailable)):
+            print(f"{prog}: {redact_text(str(exc))}", file=sys.stderr)
+            return 2
+        if not isinstance(exc, (ValueError, OSError, RuntimeError)) and not _is_py4j(exc):
+            raise
+        print(f"{prog}: error: {redact_text(_summary(exc))}", file=sys.stderr)
         return 1
+
+
+def _interrupted(exc: BaseException | None) -> bool:
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def _is_py4j(exc: BaseException) -> bool:
+    return type(exc).__module__.startswith("py4j")
+
+
+def _summary(exc: BaseException) -> str:
+    """The message without a Java stack: Py4J's first line names only the call, the
+    Java exception's own message follows on a line starting with ': '."""
+    if not _is_py4j(exc):
+        return str(exc)
+    lines = str(exc).splitlines() or [type(exc).__name__]
+    java = [line[2:] for line in lines if line.startswith(": ")]
+    return java[0] if java else lines[0]

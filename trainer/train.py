@@ -43,21 +43,23 @@ from history.graph import HistoryGraph
 from history.sketch import Sketch
 
 from .chunks import ChunkPlan, choose_plan
-from .outputs import absolute, check_outputs
+from .outputs import absolute, check_outputs, replacing
 from .sources import (
     SYSTEM,
     ReadPlan,
+    SourceError,
     arrow_schema,
     events_of,
     plan_archive,
     plan_files,
     read_task,
     task_groups,
+    unreadable_files,
 )
 from .spark import progress, session
 
 __all__ = ["PatternSpec", "TrainResult", "train", "publish_sketch", "events_dataframe",
-           "unit_batches", "BAD"]
+           "unit_batches", "bins_of", "BAD"]
 
 _EQUIVALENCE = re.compile(r"\s*\[\s*\w+\s*\]\s*")
 BAD = 7  # piece rows of kind BAD carry a bad event met by the matcher (msgpack in `key`)
@@ -90,6 +92,7 @@ class TrainResult:
     stats: dict = field(default_factory=dict)
     quarantined: list[dict] = field(default_factory=list)  # the first bad rows, for messages
     sketch: Sketch | None = None  # with ``fit``: the sketch with its fitted reserves
+    skipped: list[dict] = field(default_factory=list)  # unreadable files (skip_bad_files)
 
 
 # --------------------------------------------------------------------------- the job
@@ -102,22 +105,29 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
           key_groups: int | None = None, quarantine: str | None = None,
           show_progress: bool = True, spark=None, fit: Sequence[float] = (),
           burst: float = 64.0, search: int = 0,
-          days: tuple[str | None, str | None] = (None, None)) -> TrainResult:
+          days: tuple[str | None, str | None] = (None, None),
+          skip_bad_files: bool = False, bins_from: HistoryGraph | None = None) -> TrainResult:
     """Train a history on Spark (see the module docstring). ``archive=True`` reads the
     collector's archive directory ``inputs[0]``; then ``pattern`` defaults to the archived
     one (``pattern_id`` and ``pattern_hash`` pick it, ``days`` = (since, before) the days
     read: :func:`trainer.sources.plan_archive`).
-    ``quarantine``: a directory for the bad rows (Parquet). Relative paths are taken in the
-    current directory at the call. ``fit``: budget ratios to fit
-    the sketch's reserves to (docs/SHEDDING.md 10), for devices whose bucket holds
-    ``burst`` events' worth of credit, tuning ``search`` cells per budget by coordinate
-    search (``history.fit``, step 4); the result's ``sketch`` has them."""
+    ``quarantine``: a directory for the bad rows (Parquet), replaced even when there are
+    none. Relative paths are taken in the current directory at the call. A file that cannot
+    be read raises :class:`trainer.sources.SourceError` unless ``skip_bad_files``.
+    ``bins_from``: a history whose bins to use (instead of ``bins`` or pass 1), refused
+    unless built for the same pattern definition.
+    ``fit``: budget ratios to fit the sketch's reserves to (docs/SHEDDING.md 10), for
+    devices whose bucket holds ``burst`` events' worth of credit, tuning ``search`` cells
+    per budget by coordinate search (``history.fit``, step 4); the result's ``sketch`` has
+    them."""
     started = time.perf_counter()
     plan = plan_archive(inputs[0], pattern_id, pattern_hash, days) if archive else \
         plan_files(inputs, spec)
     check_outputs({"--quarantine": quarantine}, inputs[:1] if archive else inputs)
     quarantine = absolute(quarantine)  # the caller's directory, not the Spark JVM's
     pattern = pattern or _archived_pattern(plan)
+    if bins_from is not None:
+        bins = bins_of(bins_from, pattern)
     spark = spark or session(master, cores)
     stats: dict = {"read_tasks": len(plan.tasks)}
     with progress(spark, "reading", show_progress):
@@ -130,7 +140,8 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
 
         t_min, t_max, n_events = good.agg(F.min("_tag"), F.max("_tag"), F.count("_pos")) \
             .collect()[0]
-    stats["events"] = int(n_events)
+        skipped = unreadable_files(rows, skip_bad_files)
+    stats.update(events=int(n_events), bad_files=len({f["source"] for f in skipped}))
     if not n_events:
         raise ValueError("no good events to train on (see the quarantine)")
     cplan = choose_plan(t_min, t_max, pattern.window, before=0.0, after=pattern.window,
@@ -163,7 +174,24 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
                  bundles=graph.n_bundles, visits=int(graph.visits.sum()))
     for df in (pieces, units, rows):
         df.unpersist()
-    return TrainResult(graph, bins, stats, quarantined["first"], fitted)
+    return TrainResult(graph, bins, stats, quarantined["first"], fitted, skipped)
+
+
+def bins_of(history: HistoryGraph, pattern: PatternSpec) -> VectorBins:
+    """The bins of ``history`` (``--bins-from``); :class:`trainer.sources.SourceError`
+    naming what differs unless it was built for ``pattern``'s definition: bins of another
+    window or pattern would cut this one's match vectors in meaningless places."""
+    pairs = {"pattern": (history.pattern, pattern.text),
+             "window": (float(history.window), float(pattern.window)),
+             "k": (history.k, pattern.k), "where": (list(history.where), list(pattern.where))}
+    if history.partition_recorded:
+        pairs["partition"] = (history.partition_by, pattern.partition_by)
+    differ = [f"{name} {theirs!r} (here {ours!r})" for name, (theirs, ours) in pairs.items()
+              if theirs != ours]
+    if differ:
+        raise SourceError("--bins-from: the history was built for another definition: "
+                          + ", ".join(differ))
+    return history.bins()
 
 
 def _archived_pattern(plan: ReadPlan) -> PatternSpec:
@@ -343,7 +371,8 @@ def _matcher_bad(pieces) -> list[dict]:
 
 
 def _quarantine(spark, bad, matcher_bad: list[dict], directory: str | None) -> dict:
-    """Count the bad rows, write them (with their reason) under ``directory`` as Parquet."""
+    """Count the bad rows, write them (with their reason, and the unreadable files) under
+    ``directory`` as Parquet, replacing an earlier quarantine even with none."""
     cols = ["_source", "_line", "_pos", "_field", "_bad"]
     reader_bad = bad.select(*cols).withColumnRenamed("_bad", "_reason")
     if matcher_bad:
@@ -352,10 +381,12 @@ def _quarantine(spark, bad, matcher_bad: list[dict], directory: str | None) -> d
             "_source string, _line long, _pos long, _field string, _reason string")
         reader_bad = reader_bad.unionByName(extra)
     out = reader_bad.toDF("source", "line", "position", "field", "reason")
-    count = out.count()
-    if directory and count:
-        out.coalesce(1).write.mode("overwrite").parquet(directory)
-    first = [r.asDict() for r in out.limit(5).collect()] if count else []
+    rows = out.filter(out.position.isNotNull())  # a null position: a whole file
+    count = rows.count()
+    if directory:
+        with replacing(directory) as staging:
+            out.coalesce(1).write.mode("overwrite").parquet(staging)
+    first = [r.asDict() for r in rows.limit(5).collect()] if count else []
     return {"count": int(count), "first": first}
 
 
