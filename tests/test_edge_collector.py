@@ -702,7 +702,7 @@ def test_the_example_alert_rules_name_metrics_the_collector_exports(srv):
     assert srv.stop() == 0
     srv.extra = ("--mirror", str(srv.tmp / "mirror"))
     srv.start()
-    status = {key: 1.0 for key in DEVICE_GAUGES}
+    status = {**{key: 1.0 for key in DEVICE_GAUGES}, "time": time.time()}
     assert beat(srv, json.dumps(status).encode(), srv.tokens["d1"])[0] == 200
     text = request(srv.url + "/metrics?format=prometheus")[1].decode()
     exported = {s.name for family in text_string_to_metric_families(text)
@@ -717,7 +717,8 @@ def test_the_example_alert_rules_name_metrics_the_collector_exports(srv):
         read |= set(re.findall(r"\bacep_[a-z0-9_]+", rule["expr"]))
     assert read and read <= exported, read - exported
     assert {f"acep_device_{k}" for k in ("outbox_pending", "outbox_dead", "lag_s",
-                                         "outbox_disk_full")} <= read
+                                         "outbox_disk_full", "clock_ahead_seconds")} <= read
+    assert "acep_collector_storage_ok" in read
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None,

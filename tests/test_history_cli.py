@@ -80,7 +80,8 @@ def test_build_refuses_outputs_it_must_not_write_before_reading(tmp_path, capsys
      "argument --bins: the bins must be <= 64, got 1000000"),
     (["build", "e.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--sketch", "s", "--key-file",
       "k", "--fit", "0.1", "--burst", "0"], "argument --burst: the bucket depth (events) must"),
-    (["inspect", "h", "--top", "-3"], "argument --top: the match vectors to list must be >= 0, got -3"),
+    (["inspect", "h", "--top", "-3"],
+     "argument --top: the match vectors to list must be >= 0, got -3"),
 ])
 def test_numeric_options_out_of_range_are_refused_by_the_parser(capsys, argv, message):
     with pytest.raises(SystemExit) as exc:
