@@ -227,8 +227,8 @@ def _matches_by_batches(path, batch_size: int) -> list:
     m = Matcher("a b c", 5, 1, partition="id")
     found = [m.match_batch(b) for b in read_events(path, batch_size=batch_size)]
     found.append(m.flush())
-    return sorted((x.partition, x.point, x.errors, x.events) for f in found
-                  for x in f.to_matches())
+    rows = [(x.partition, x.point, x.errors, x.events) for f in found for x in f.to_matches()]
+    return sorted(rows, key=lambda r: (type(r[0]).__name__, str(r[0]), r[1:]))  # 7 and "a"
 
 
 _IDS = st.sampled_from([7, 7.0, 8, "other", "7", 12345678901234567, 12345678901234568])

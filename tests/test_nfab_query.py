@@ -313,10 +313,10 @@ def test_within_units_in_seconds(within, seconds):
 
 def test_the_cli_keeps_its_unit_table():
     from acep.cli import _UNITS, parse_window
-    from acep.units import UNITS
+    from acep.units import UNITS, WITHIN_UNITS
 
-    assert _UNITS is UNITS and "ms" not in UNITS and UNITS["m"] == 60
-    assert parse_window("2m") == 120
+    assert _UNITS is WITHIN_UNITS and UNITS["m"] == 60
+    assert parse_window("2m") == 120 and parse_window("500ms") == 0.5
 
 
 # --------------------------------------------------------------------------- errors (2.4)

@@ -267,7 +267,16 @@ def _stop_all(uploaders) -> None:
 
 
 def benchmark(work: Path, data_path: str | None, quick: bool, sizes: Sizes) -> dict:
-    logging.getLogger("edge.agent").setLevel(logging.ERROR)  # a warning per refused device
+    agent_log = logging.getLogger("edge.agent")
+    level = agent_log.level
+    agent_log.setLevel(logging.ERROR)  # a warning per refused device
+    try:
+        return _benchmark(work, data_path, quick, sizes)
+    finally:
+        agent_log.setLevel(level)  # a caller in the same process logs as before
+
+
+def _benchmark(work: Path, data_path: str | None, quick: bool, sizes: Sizes) -> dict:
     _say(f"agent batches over {sizes.events:,} events ...")
     bodies, described = agent_bodies(work, data_path, quick, sizes.events)
     packed = gzip_figures(bodies)
