@@ -25,7 +25,9 @@ which differ between batches; :meth:`EventBatch.concat` merges them.
 
 Lines: JSON Lines count every line of the file; CSV row i is line i + 2 (a header, and no
 quoted line breaks); Parquet and msgpack have none (``lines`` is None). CSV column types are
-inferred by pyarrow from the first block of rows (the type column is always text).
+inferred by pyarrow from the first block of rows (the type column is always text); from a
+later block on where a value does not fit, the file is read as text and each block cast back
+where it fits, so that value is one value of text (a bad event where a number is needed).
 
 Bad events (a record that is not an object, an undecodable line, a missing type, a missing or
 non-numeric tag, a value outside every type class) raise :class:`EventError` naming the file,
@@ -813,23 +815,73 @@ def _csv_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chun
     types = {spec.type: pa.string()} if isinstance(spec.type, str) else {}
     convert = pcsv.ConvertOptions(column_types=types, strings_can_be_null=True,
                                   include_columns=_needed_columns(spec))
+    return _arrow_chunks(_csv_batches(source, convert), spec, 2, source, batch_size)
+
+
+def _open_csv(source: str, convert):
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
     try:
-        reader = pcsv.open_csv(_arrow_source(source), convert_options=convert)
+        return pcsv.open_csv(_arrow_source(source), convert_options=convert)
     except pa.ArrowException as e:
         raise EventError(f"unreadable CSV ({e})", source) from None
-    return _arrow_chunks(_csv_batches(reader, source), spec, 2, source, batch_size)
 
 
-def _csv_batches(reader, source: str):
+_INFERRED = b"acep.inferred"  # a text column's type before a value did not fit it
+
+
+def _csv_batches(source: str, convert):
+    """The CSV's record batches. pyarrow infers each column's type from the first rows
+    (about 1 MB), and a later value that does not fit ends its read: the rest is then read
+    again as text, cast back batch by batch where it fits, so such a value is one bad event
+    (``--on-bad-event skip`` goes on), not the end of the file."""
     import pyarrow as pa
 
+    reader, done = _open_csv(source, convert), 0
     try:
-        yield from reader
+        for rb in reader:
+            done += rb.num_rows
+            yield rb
+        return
     except pa.ArrowException as e:
-        hint = ""
-        if "conversion error" in str(e):
-            hint = "; a column's type is inferred from the first rows (about 1 MB)"
-        raise EventError(f"unreadable CSV ({e}){hint}", source) from None
+        if "conversion error" not in str(e):
+            raise EventError(f"unreadable CSV ({e})", source) from None
+    yield from _csv_as_text(source, reader.schema, done)
+
+
+def _csv_as_text(source: str, inferred, skip: int):
+    """The CSV's batches after its first ``skip`` rows, every column read as text and cast
+    back to its ``inferred`` type where the batch's values fit it."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    as_text = pcsv.ConvertOptions(column_types={f.name: pa.string() for f in inferred},
+                                  strings_can_be_null=True, include_columns=inferred.names)
+    try:
+        for rb in _open_csv(source, as_text):
+            if skip >= rb.num_rows:
+                skip -= rb.num_rows
+                continue
+            yield _cast_back(rb.slice(skip), inferred)
+            skip = 0
+    except pa.ArrowException as e:
+        raise EventError(f"unreadable CSV ({e})", source) from None
+
+
+def _cast_back(rb, inferred):
+    import pyarrow as pa
+
+    fields, arrays = [], []
+    for name, text in zip(rb.schema.names, rb.columns):
+        target = inferred.field(name).type
+        try:
+            arrays.append(text.cast(target))
+            fields.append(pa.field(name, target))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            arrays.append(text)
+            fields.append(pa.field(name, pa.string(), metadata={_INFERRED: str(target)}))
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def _arrow_chunks(batches, spec: EventSpec, first_line: int | None, source: str,
@@ -852,13 +904,15 @@ def _arrow_chunk(rb, spec: EventSpec, first_line: int | None, kind: _TagKind,
     if isinstance(spec.type, str):
         codes, names, bad = _types_from_arrow(cols[spec.type])
     else:
-        codes, names, bad = _classes_from_arrow(cols[spec.type.column], spec.type, source)
+        column = spec.type.column
+        codes, names, bad = _classes_from_arrow(cols[column], spec.type, source,
+                                                rb.schema.field(column).metadata)
     _add(problems, _type_column(spec), bad)
     tags, is_time = None, False
     if spec.tag is not None:
         tags, is_time, bad = _tags_from_arrow(cols[spec.tag], kind, spec.tag, source)
         _add(problems, spec.tag, bad)
-    columns = {a: _column_from_arrow(cols[a]) for a in _attribute_names(spec, cols)}
+    columns = {a: _attribute_column(rb, a) for a in _attribute_names(spec, cols)}
     lines = None if first_line is None else np.arange(first_line, first_line + n, dtype=np.int64)
     return _Chunk(n, lines, tags, is_time, codes, names, columns, problems)
 
@@ -1058,8 +1112,11 @@ def _types_from_arrow(arr):
     return codes, names, bad
 
 
-def _classes_from_arrow(arr, classes: TypeClasses, source: str):
+def _classes_from_arrow(arr, classes: TypeClasses, source: str, field_metadata=None):
     arr = _plain_arrow(arr)
+    if _is_text(arr.type) and _INFERRED in (field_metadata or {}):
+        raw = arr.to_pylist()
+        return _classify(np.array([_float_or_nan(v) for v in raw]), classes, raw)
     if not _is_numeric(arr.type):
         raise EventError(f"type classes need a numeric column, not {arr.type}", source,
                          field=classes.column)
@@ -1138,6 +1195,24 @@ def _tags_from_arrow(arr, kind: _TagKind, column: str, source: str):
     for i in np.flatnonzero(~np.isfinite(tags)).tolist():
         bad[i] = "tag is missing" if raw[i] is None else f"tag is not a finite number ({raw[i]})"
     return tags, is_time, bad
+
+
+def _attribute_column(rb, name: str) -> np.ndarray:
+    """An attribute of a record batch; a CSV column read as text where its inferred type
+    did not fit keeps its numbers as numbers, value by value, as JSON Lines do."""
+    metadata = rb.schema.field(name).metadata or {}
+    if _INFERRED not in metadata:
+        return _column_from_arrow(rb.column(name))
+    return _column_from_values([_number_or_text(v) for v in rb.column(name).to_pylist()])
+
+
+def _number_or_text(v: str | None) -> object:
+    for number in (int, float):
+        try:
+            return number(v)
+        except (TypeError, ValueError):
+            pass
+    return v
 
 
 def _column_from_arrow(arr) -> np.ndarray:

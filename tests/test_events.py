@@ -340,12 +340,41 @@ def test_malformed_csv_is_an_error_after_the_rows_before_it(tmp_path):
     path.write_text("type,t,v\na,1,2\nb,2\n")
     with pytest.raises(EventError, match="Expected 3 columns, got 2"):
         read_all(path, on_bad_event="skip")
-    path.write_text("type,t,v\n" + "".join(f"a,{i},{i}\n" for i in range(200_000)) + "a,1,x\n")
-    got = 0
-    with pytest.raises(EventError, match="invalid value 'x'.*inferred from the first rows"):
-        for batch in read_events(path):
-            got += len(batch)
-    assert got > 65536  # blocks before the bad one were yielded
+
+
+def test_a_value_past_the_rows_types_are_inferred_from_is_one_value_not_the_end(tmp_path):
+    """pyarrow infers a CSV column's type from about its first megabyte; a later value that
+    does not fit it used to end the read. Now the rest is read all the same: its numbers
+    stay numbers, the value stays text, and each row keeps its line."""
+    n = 200_000
+    path = tmp_path / "late.csv"
+    path.write_text("type,t,v,note\n" + "".join(f"a,{i},{i % 7},{i}\n" for i in range(n))
+                    + f"a,{n},x,oops\nb,{n + 1},3,{n + 1}\n")
+    batch = read_all(path)
+    assert len(batch) == n + 2 and list(batch.lines[-3:]) == [n + 1, n + 2, n + 3]
+    v, note = batch.columns["v"].tolist(), batch.columns["note"].tolist()
+    assert v[:n] == [i % 7 for i in range(n)] and v[n:] == ["x", 3]
+    assert note[n - 1:] == [n - 1, "oops", n + 1]
+    assert list(batch.tags[-2:]) == [n, n + 1]
+
+
+def test_a_late_value_that_is_no_number_is_one_bad_event_for_acep_match(tmp_path, capsys):
+    from acep.cli import main
+
+    n = 200_000
+    rows = "".join(f"{'ab'[i % 2]},{i},{i % 7}\n" for i in range(n))
+    good, late = tmp_path / "good.csv", tmp_path / "late.csv"
+    good.write_text("type,t,v\n" + rows)
+    late.write_text("type,t,v\n" + rows + f"b,{n},oops\n")
+    argv = ["match", "-p", "a b", "-w", "1", "--where", "b.v > a.v", "--no-progress"]
+    assert main([*argv, str(good)]) == 0
+    expected = capsys.readouterr().out
+    assert main([*argv, "--on-bad-event", "skip", str(late)]) == 0
+    out, err = capsys.readouterr()
+    assert out == expected and expected.count("\n") > 1000
+    assert main([*argv, str(late)]) == 1
+    out, err = capsys.readouterr()
+    assert out == expected and f"{late}, line {n + 2}, field 'v'" in err and "'oops'" in err
 
 
 def test_bad_parquet_rows_name_their_position(tmp_path):
