@@ -958,6 +958,11 @@ _EXACT_INT = 2**53  # float64 holds every integer up to this exactly
 
 
 def _fits_float(v: object) -> bool:
+    kind = type(v)  # JSON's own kinds first: the ABC checks cost a device ~8% of a read
+    if kind is float:
+        return True
+    if kind is int:
+        return -_EXACT_INT <= v <= _EXACT_INT
     return _is_number(v) and (not isinstance(v, numbers.Integral) or isinstance(v, bool)
                               or -_EXACT_INT <= v <= _EXACT_INT)
 
