@@ -313,6 +313,31 @@ def test_a_text_value_in_a_column_does_not_turn_its_numbers_into_text(tmp_path):
         assert r.returncode == 0 and r.stdout == "", r.stderr  # 99 > 100 is false
 
 
+@pytest.mark.parametrize("engine", ["runs", "shared", "postpone"])
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_64_bit_ids_are_never_one_partition_by_rounding(tmp_path, engine, fmt):
+    """Two ids beyond 2**53 that a float64 rounds to one value (snowflake-style ids) stay
+    two partitions and two values: no match spans them, each id matches alone."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    big = 12345678901234567  # float(big) == float(big + 1)
+    rows = [{"type": "A", "t": 1, "id": big}, {"type": "B", "t": 2, "id": big + 1},
+            {"type": "A", "t": 3, "id": big + 1}, {"type": "B", "t": 4, "id": big + 1}]
+    events = tmp_path / f"ids.{fmt}"
+    if fmt == "parquet":
+        pq.write_table(pa.Table.from_pylist(rows), events)
+    else:
+        events.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    query = tmp_path / "ids.sase"
+    query.write_text("PATTERN SEQ(A a, B b) WHERE [id] AND b.id = a.id WITHIN 10\n")
+    r = acep("exact", "--engine", engine, query, events)
+    assert r.returncode == 0, r.stderr
+    found = _lines(r)  # rounded, the ids matched (1, 2) and (1, 4) too
+    assert [(m["events"]["a"], m["events"]["b"], m["partition"]) for m in found] == [
+        (3, 4, big + 1)]
+
+
 @pytest.mark.parametrize("engine", ["shared", "runs"])
 @pytest.mark.parametrize("volume", [5, 2000])  # as b, or beginning a run as a[1]
 def test_text_where_the_query_computes_with_a_number_names_file_line_and_field(

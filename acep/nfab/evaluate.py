@@ -1,8 +1,8 @@
 """Evaluate query expressions over bound events (``docs/EXACT.md`` section 3.2).
 
-Numbers are floats; ``x / 0`` and ``x % 0`` are NaN; comparisons with NaN are false
-except ``!=``; a number and a string are never equal and never ordered; aggregates fold
-left in position order. ``v.t`` reads the tag.
+Numbers are floats (integers beyond 2**53 stay exact ints); ``x / 0`` and ``x % 0`` are
+NaN; comparisons with NaN are false except ``!=``; a number and a string are never equal
+and never ordered; aggregates fold left in position order. ``v.t`` reads the tag.
 """
 
 from __future__ import annotations
@@ -23,11 +23,23 @@ class Binding:
         self.events, self.var, self.i = events, var, i
 
 
+_EXACT_INT = 2**53  # float64 holds every integer up to this
+
+
+def number(v: int | float) -> int | float:
+    """A number as the engines compute with it (EXACT.md 3.2): a float, except an integer
+    beyond 2**53, such as a 64-bit id, which stays exact, so that two such ids never
+    compare equal (nor route to one partition) by rounding."""
+    if type(v) is int and not -_EXACT_INT <= v <= _EXACT_INT:
+        return v
+    return float(v)
+
+
 def value_of(event: Event, attr: str):
     if attr == "t":
         return float(event.t)
     v = event.attrs[attr]
-    return float(v) if isinstance(v, (int, float)) else v
+    return number(v) if isinstance(v, (int, float)) else v
 
 
 def evaluate(expr, b: Binding):

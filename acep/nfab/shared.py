@@ -55,7 +55,7 @@ from .codegen import (
     updater,
 )
 from .compile import CompiledQuery, compile_query
-from .evaluate import Binding, evaluate, holds, value_of
+from .evaluate import Binding, evaluate, holds, number, value_of
 from .runs import Counters, ExactMatch, _needed_attributes
 
 __all__ = ["Stream", "SharedStats", "BufferGroup", "match_shared"]
@@ -562,13 +562,14 @@ class _Batch:
 
     def converted(self, attr: str) -> tuple[list, list[int]]:
         """The attribute as :func:`~acep.nfab.evaluate.value_of` reads it (numbers as
-        floats), and the indexes where it is undefined (missing) or NaN."""
+        floats, integers beyond 2**53 exact), and the indexes where it is undefined
+        (missing) or NaN."""
         raw = self.column(attr)
         arr = np.array(raw) if raw else np.zeros(0)
-        if arr.ndim == 1 and arr.dtype.kind in "biuf":
+        if arr.ndim == 1 and arr.dtype.kind in "biuf" and not _beyond_float(arr):
             values = arr.astype(float)
             return values.tolist(), np.flatnonzero(np.isnan(values)).tolist()
-        out = [float(v) if isinstance(v, (int, float)) else v for v in raw]
+        out = [number(v) if isinstance(v, (int, float)) else v for v in raw]
         if any(isinstance(v, str) for v in out):
             self.stream.numeric = False  # from now on, comparisons follow _compare (3.2)
         return out, [i for i, v in enumerate(out) if v is None or v != v]
@@ -721,3 +722,10 @@ def match_shared(query: Query, events: list[Event], output: str = "verbose",
     cq = stream.plan.cq
     return to_matches(cq, raw) if output == "verbose" else to_groups(cq, raw)
 
+
+def _beyond_float(arr: np.ndarray) -> bool:
+    """An integer column holding a value float64 cannot hold exactly (then read value by
+    value, as :func:`~acep.nfab.evaluate.number` does)."""
+    limit = 2**53
+    return arr.dtype.kind in "iu" and len(arr) > 0 and bool(
+        (arr.max() > limit) | (arr.min() < -limit))
