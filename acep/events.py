@@ -58,7 +58,7 @@ from . import storage
 __all__ = [
     "EventError", "Event", "EventBatch", "TypeClasses", "EventSpec", "PRESETS",
     "read_events", "read_all", "read_chunks", "RowChunk", "file_size_hint", "partition_key",
-    "as_object_column",
+    "as_object_column", "EXACT_INT",
 ]
 
 
@@ -954,7 +954,7 @@ def as_object_column(values: np.ndarray) -> np.ndarray:
     return out
 
 
-_EXACT_INT = 2**53  # float64 holds every integer up to this exactly
+EXACT_INT = 2**53  # float64 holds every integer up to this exactly: beyond, ids stay int
 
 
 def _fits_float(v: object) -> bool:
@@ -962,9 +962,9 @@ def _fits_float(v: object) -> bool:
     if kind is float:
         return True
     if kind is int:
-        return -_EXACT_INT <= v <= _EXACT_INT
+        return -EXACT_INT <= v <= EXACT_INT
     return _is_number(v) and (not isinstance(v, numbers.Integral) or isinstance(v, bool)
-                              or -_EXACT_INT <= v <= _EXACT_INT)
+                              or -EXACT_INT <= v <= EXACT_INT)
 
 
 def _cell(v: object) -> object:
@@ -1142,7 +1142,7 @@ def _attribute_from_arrow(arr) -> np.ndarray:
 
     if pa.types.is_integer(arr.type) and arr.null_count < len(arr):
         bounds = pc.min_max(arr)
-        if bounds["min"].as_py() < -_EXACT_INT or bounds["max"].as_py() > _EXACT_INT:
+        if bounds["min"].as_py() < -EXACT_INT or bounds["max"].as_py() > EXACT_INT:
             out = np.empty(len(arr), dtype=object)
             out[:] = arr.to_pylist()
             return out

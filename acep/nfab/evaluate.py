@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from ..events import Event
+from ..events import EXACT_INT, Event
 from .ast import Agg, BinOp, Call, Const, Index, Len, Ref, UnaryOp
 
 
@@ -23,14 +23,11 @@ class Binding:
         self.events, self.var, self.i = events, var, i
 
 
-_EXACT_INT = 2**53  # float64 holds every integer up to this
-
-
 def number(v: int | float) -> int | float:
     """A number as the engines compute with it (EXACT.md 3.2): a float, except an integer
     beyond 2**53, such as a 64-bit id, which stays exact, so that two such ids never
     compare equal (nor route to one partition) by rounding."""
-    if type(v) is int and not -_EXACT_INT <= v <= _EXACT_INT:
+    if type(v) is int and not -EXACT_INT <= v <= EXACT_INT:
         return v
     return float(v)
 

@@ -41,7 +41,7 @@ from operator import itemgetter
 
 import numpy as np
 
-from ..events import Event, EventError
+from ..events import EXACT_INT, Event, EventError
 from .ast import Query, Strategy
 from .codegen import (
     BEGIN,
@@ -726,6 +726,5 @@ def match_shared(query: Query, events: list[Event], output: str = "verbose",
 def _beyond_float(arr: np.ndarray) -> bool:
     """An integer column holding a value float64 cannot hold exactly (then read value by
     value, as :func:`~acep.nfab.evaluate.number` does)."""
-    limit = 2**53
     return arr.dtype.kind in "iu" and len(arr) > 0 and bool(
-        (arr.max() > limit) | (arr.min() < -limit))
+        (arr.max() > EXACT_INT) | (arr.min() < -EXACT_INT))
