@@ -130,6 +130,7 @@ class Engine:
             raise ValueError(f"the postponing engine needs skip_till_any_match, not "
                              f"{query.strategy.value} (EXACT.md 7)")
         self.query, self.output, self.merge = query, output, merge
+        self._numeric = _numeric_by_type(query)
         if engine == "auto":
             engine = "postpone" if any_match else "shared"
         self.engine = engine
@@ -150,7 +151,7 @@ class Engine:
         ``ExactMatch`` objects, or compact records by increasing end position. Independent
         of any stream being pushed."""
         rows = _rows(events)
-        bad = _text_in_numbers(self.query, rows, 0)
+        bad = _text_in_numbers(self._numeric, rows, 0)
         if bad is None:
             return self._run(rows)
         bad.matches = self._run(rows[:bad.position])  # an earlier bad event raises there
@@ -179,7 +180,7 @@ class Engine:
         matches or compact records, each list in canonical order)."""
         rows = _rows(events)
         offset = len(self._pending) if self._stream is None else self._stream.position
-        bad = _text_in_numbers(self.query, rows, offset)
+        bad = _text_in_numbers(self._numeric, rows, offset)
         if bad is not None:
             bad.matches = self._push(rows[:bad.position - offset])
             raise bad
@@ -264,17 +265,23 @@ def _parse_cached(text: str) -> Query:
     return parse_query(text)
 
 
-def _text_in_numbers(query: Query, rows: list[Event], offset: int) -> EventError | None:
-    """The first event whose attribute holds text where the query computes with a number
-    (:func:`~acep.nfab.compile.numeric_attributes`), as a bad event; positions from
-    ``offset``."""
+def _numeric_by_type(query: Query) -> dict[str, tuple[str, ...]]:
+    """{event type: the attributes the query computes with on it}
+    (:func:`~acep.nfab.compile.numeric_attributes`), worked out once per engine."""
     by_type: dict[str, set[str]] = {}
     for var, attrs in numeric_attributes(query).items():
         by_type.setdefault(query.component(var).type, set()).update(attrs)
-    if not by_type:
+    return {kind: tuple(sorted(attrs)) for kind, attrs in by_type.items()}
+
+
+def _text_in_numbers(numeric: dict[str, tuple[str, ...]], rows: list[Event],
+                     offset: int) -> EventError | None:
+    """The first event whose attribute holds text where the query computes with a number
+    (``numeric``: :func:`_numeric_by_type`), as a bad event; positions from ``offset``."""
+    if not numeric:
         return None
     for pos, event in enumerate(rows):
-        for attr in sorted(by_type.get(event.type, ())):
+        for attr in numeric.get(event.type, ()):
             value = event.attrs.get(attr)
             if isinstance(value, str):
                 return EventError(f"attribute {attr!r} of a {event.type} event is not a "
