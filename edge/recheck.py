@@ -50,6 +50,7 @@ from acep.windows import value_groups
 
 from . import fastcheck
 from .fastcheck import Fallback
+from .wire import partition_group_key
 
 __all__ = ["Unsupported", "MatchCheck", "translate", "recheck", "recheck_batch",
            "MAX_EXACT_PER_POINT", "MAX_ENUMERATION"]
@@ -347,7 +348,7 @@ def recheck_batch(batch, fast: bool = True) -> list[MatchCheck]:
     table = _BatchRows(batch, _read_attrs(query))
     by_key: dict = {}
     for i, key in enumerate(batch.partition):
-        by_key.setdefault(_key(key), []).append(i)
+        by_key.setdefault(partition_group_key(key), []).append(i)
     for key, rows in by_key.items():
         idx = groups.get(key, np.zeros(0, dtype=np.int64))
         try:
@@ -428,24 +429,17 @@ def _check_partition(batch, table: _BatchRows, query: Query, idx: np.ndarray,
     return checks
 
 
-def _key(v):
-    """A partition key that compares numbers by value (3 == 3.0), never a bool or text."""
-    if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
-        return ("num", float(v)) if v == v else ("nan",)
-    return (type(v).__name__, v)
-
-
 def _partition_groups(batch) -> dict:
     """{partition key: indices of its events in the batch, in stream order}."""
     n = len(batch.event_position)
     attr = batch.pattern.partition_by
     if attr is None:
-        return {_key(None): np.arange(n, dtype=np.int64)}
+        return {partition_group_key(None): np.arange(n, dtype=np.int64)}
     col = batch.columns.get(attr)
     if col is None:
         raise Unsupported(f"the events carry no attribute {attr!r} to partition by")
     groups: dict = {}
     for v, at in value_groups(col).items():  # values equal as keys (3 and 3.0) join, in order
-        key = _key(v)
+        key = partition_group_key(v)
         groups[key] = np.sort(np.concatenate([groups[key], at])) if key in groups else at
     return groups

@@ -30,8 +30,9 @@ from acep.windows import partition_groups, window_mask
 
 __all__ = [
     "FORMAT", "VERSION", "WireError", "Limits", "PatternRef", "UploadBatch", "SummaryBatch",
-    "Condenser", "ARCHIVE_RESERVED", "pattern_hash", "batch_id", "encode_batch",
-    "decode_batch", "encode_condensed", "decode_condensed", "decode", "batch_from_matches",
+    "Condenser", "ARCHIVE_RESERVED", "partition_group_key", "pattern_hash", "batch_id",
+    "encode_batch", "decode_batch", "encode_condensed", "decode_condensed", "decode",
+    "batch_from_matches",
 ]
 
 FORMAT = "acep.upload"
@@ -566,16 +567,18 @@ def _check_partitions(names: list, codes: np.ndarray, columns: dict, attr: str |
     col = None if attr is None else columns.get(attr)
     if col is None or not len(codes):
         return
-    present = {_value_key(v) for v in (np.unique(col) if col.dtype != object else col).tolist()}
+    values = np.unique(col) if col.dtype != object else col
+    present = {partition_group_key(v) for v in values.tolist()}
     for k in np.unique(codes).tolist():
-        if _value_key(names[k]) not in present:
+        if partition_group_key(names[k]) not in present:
             raise WireError(f"field 'matches.partitions[{k}]': {names[k]!r} is no value of "
                             f"the events' partition attribute {attr!r}")
 
 
-def _value_key(v):
-    """A partition value as the re-check groups it: numbers by value, NaN as one."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
+def partition_group_key(v):
+    """A partition value as the collector groups events by it (the re-check too): numbers
+    by value (3 == 3.0), NaN as one, never equal to a bool or text."""
+    if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
         return ("num", float(v)) if v == v else ("nan",)
     return (type(v).__name__, v)
 
