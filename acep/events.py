@@ -45,6 +45,7 @@ import json
 import math
 import numbers
 import os
+import stat
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -602,13 +603,13 @@ def _jsonl_records(source: str) -> Iterator[tuple[int | None, object] | object]:
 
 
 def _is_live(f) -> bool:
-    """A pipe, socket or terminal that ``select`` can wait on (not a file: it never waits)."""
+    """A pipe, socket or terminal that ``select`` can wait on (not a file: it never waits;
+    off POSIX, stdin is read in whole batches)."""
+    if os.name != "posix":
+        return False
     try:
-        import select  # noqa: F401 - POSIX; elsewhere stdin is read in whole batches
-        import stat
-
-        return not stat.S_ISREG(os.fstat(f.fileno()).st_mode) and os.name == "posix"
-    except (OSError, ValueError, ImportError, io.UnsupportedOperation):
+        return not stat.S_ISREG(os.fstat(f.fileno()).st_mode)
+    except (OSError, ValueError, io.UnsupportedOperation):
         return False
 
 
