@@ -577,8 +577,11 @@ def _check_partitions(names: list, codes: np.ndarray, columns: dict, attr: str |
 
 def partition_group_key(v):
     """A partition value as the collector groups events by it (the re-check too): numbers
-    by value (3 == 3.0), NaN as one, never equal to a bool or text."""
-    if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+    by value (3 == 3.0; integers exactly, so two 64-bit ids a float would round to one
+    stay two), NaN as one, never equal to a bool or text."""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return ("num", int(v))
+    if isinstance(v, (float, np.floating)):
         return ("num", float(v)) if v == v else ("nan",)
     return (type(v).__name__, v)
 

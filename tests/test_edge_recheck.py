@@ -8,6 +8,8 @@ import zlib
 
 import numpy as np
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 import acep
 from acep import EventBatch
@@ -21,7 +23,13 @@ from edge.recheck import (
     recheck_batch,
     translate,
 )
-from edge.wire import PatternRef, batch_from_matches, decode_batch, encode_batch
+from edge.wire import (
+    PatternRef,
+    batch_from_matches,
+    decode_batch,
+    encode_batch,
+    partition_group_key,
+)
 
 
 def acep_exact(text, window, where, events):
@@ -206,3 +214,22 @@ def test_a_match_whose_partition_column_mixes_kinds_is_rechecked_exact(ids):
     batch = decode_batch(encode_batch(batch_from_matches(found, events, device="pi", seq=0,
                                                          pattern=ref)))
     assert [c.exact for c in recheck_batch(batch)] == [True]
+
+
+NUMBERS = st.one_of(st.integers(-2**63, 2**64 - 1), st.floats(allow_nan=False),
+                    st.integers(-2**63, 2**63 - 1).map(np.int64), st.floats().map(np.float64))
+
+
+@given(NUMBERS, NUMBERS)
+@example(2**53, 2**53 + 1)
+@example(np.int64(12345678901234567), 12345678901234568)
+@example(2**64 - 1, float(2**64))
+@example(np.int64(7), 7.0)
+def test_partition_values_group_together_exactly_when_they_are_equal_numbers(a, b):
+    """The collector's re-check groups a batch's events by partition: 3 and 3.0 are one
+    partition, two 64-bit ids a float64 rounds to one value (2**53 and 2**53 + 1) are
+    two (one group would let a match take events of another partition). NaN is one."""
+    equal = (a == b) or (a != a and b != b)
+    assert (partition_group_key(a) == partition_group_key(b)) == equal
+    if equal:
+        assert hash(partition_group_key(a)) == hash(partition_group_key(b))
