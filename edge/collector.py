@@ -39,6 +39,7 @@ import urllib.parse
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
@@ -130,7 +131,7 @@ class Collector:
                  max_wait: float = DEFAULT_MAX_WAIT, device_uploads: int = DEFAULT_PER_DEVICE,
                  mirror: str | None = None, max_ahead: float = DEFAULT_MAX_AHEAD):
         self.store, self.archive = store, archive
-        self.max_ahead = float(max_ahead)
+        self.clock = ClockBounds(float(max_ahead), retain_days)
         self.min_free, self.retain_days, self.compact = int(min_free), retain_days, compact
         self.low_space: str | None = None  # why uploads are refused (507), while they are
         self.gone: str | None = None  # why uploads are refused (503: a directory missing)
@@ -180,7 +181,7 @@ class Collector:
             return ("ok", None)
         try:
             prep = await asyncio.get_running_loop().run_in_executor(
-                self.procs, prepare_rows, body, self.limits, device, self.max_ahead)
+                self.procs, prepare_rows, body, self.limits, device, self.clock)
         except BrokenProcessPool:
             self.procs.shutdown(wait=False, cancel_futures=True)
             self._start_procs()
@@ -507,7 +508,7 @@ class Collector:
         todo = []
         for k, (body, device, prep) in enumerate(items):
             if prep is None:
-                prep = prepare_rows(body, self.limits, device, self.max_ahead)
+                prep = prepare_rows(body, self.limits, device, self.clock)
                 if isinstance(prep, tuple):
                     out[k] = prep
                     continue
@@ -708,11 +709,18 @@ class Collector:
         return web.json_response({"device": who[0], "role": who[1]})
 
     async def health(self, request: web.Request) -> web.Response:
-        """``200 ok``, or ``503`` saying why nothing can be stored."""
+        """``200 ok``, or ``503`` saying why nothing can be stored; with the collector's
+        clock and the ``created_at`` it takes (``acep agent --check`` compares the device's
+        clock with them)."""
+        now = time.time()
+        first = self.clock.first_day(now)
+        clock = {"time": now, "max_clock_ahead": self.clock.max_ahead,
+                 "first_day_kept": None if first is None else first.isoformat()}
         why = self.unusable()
         if why is not None:
-            return web.json_response({"status": "unavailable", "error": why}, status=503)
-        return web.json_response({"status": "ok"})
+            return web.json_response({"status": "unavailable", "error": why, **clock},
+                                     status=503)
+        return web.json_response({"status": "ok", **clock})
 
     async def metrics_view(self, request: web.Request) -> web.Response:
         """The counters as JSON, or for Prometheus (``Accept: text/plain`` or OpenMetrics,
@@ -740,9 +748,42 @@ class Collector:
                 **(self.mirror.gauges() if self.mirror is not None else {})}
 
 
-def _decode(body: bytes, limits: Limits, device: str, max_ahead: float):
+@dataclass(frozen=True)
+class ClockBounds:
+    """The ``created_at`` a batch may have: at most ``max_ahead`` seconds ahead of the
+    collector's clock, and not before the first day ``--retain-days`` keeps (a batch
+    retention would delete at once: a device whose clock starts at 1970, a Raspberry Pi
+    without a real-time clock before NTP has set it)."""
+
+    max_ahead: float = DEFAULT_MAX_AHEAD
+    retain_days: int | None = None
+
+    def first_day(self, now: float) -> dt.date | None:
+        """The first day (UTC) retention keeps at ``now``; None: every day."""
+        if self.retain_days is None:
+            return None
+        return dt.datetime.fromtimestamp(now, dt.timezone.utc).date() \
+            - dt.timedelta(days=self.retain_days)
+
+    def refusal(self, created_at: float, now: float) -> str | None:
+        """What is wrong with ``created_at``, or None."""
+        when = f"{dt.datetime.fromtimestamp(created_at, dt.timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+        ahead = created_at - now
+        if ahead > self.max_ahead:
+            return (f"field 'created_at': {when} is {ahead / 86400:.2f} days ahead of the "
+                    f"collector's clock (more than --max-clock-ahead {self.max_ahead:g} s; "
+                    "is the device's clock set?)")
+        first = self.first_day(now)
+        if first is not None and created_at < _midnight(first):
+            return (f"field 'created_at': {when} is before {first.isoformat()}, the first "
+                    f"day the collector keeps (--retain-days {self.retain_days}): retention "
+                    "would delete the batch at once (is the device's clock set?)")
+        return None
+
+
+def _decode(body: bytes, limits: Limits, device: str, clock: ClockBounds):
     """The decoded batch, or ``(status, error doc)`` for a bad body, another device or a
-    ``created_at`` more than ``max_ahead`` seconds ahead of this clock."""
+    ``created_at`` out of ``clock``'s bounds."""
     try:
         batch = decode(body, limits)
     except WireError as exc:
@@ -751,21 +792,17 @@ def _decode(body: bytes, limits: Limits, device: str, max_ahead: float):
     if batch.device != device:
         return 403, {"error": f"field 'device': {batch.device!r} is not this token's "
                               f"device {device!r}", "status": 403}
-    ahead = batch.created_at - time.time()
-    if ahead > max_ahead:
-        when = dt.datetime.fromtimestamp(batch.created_at, dt.timezone.utc)
-        return 400, {"error": f"field 'created_at': {when:%Y-%m-%d %H:%M:%S} UTC is "
-                              f"{ahead / 86400:.2f} days ahead of the collector's clock "
-                              f"(more than --max-clock-ahead {max_ahead:g} s; is the device's "
-                              "clock set?)", "status": 400}
+    why = clock.refusal(batch.created_at, time.time())
+    if why is not None:
+        return 400, {"error": why, "status": 400}
     return batch
 
 
 def prepare_rows(body: bytes, limits: Limits, device: str,
-                 max_ahead: float = DEFAULT_MAX_AHEAD) -> Prepared | tuple[int, dict]:
+                 clock: ClockBounds = ClockBounds()) -> Prepared | tuple[int, dict]:
     """Decode, re-check and build the database rows of one batch (a worker process, or
     the database thread without workers); ``(status, error doc)`` for a refused body."""
-    batch = _decode(body, limits, device, max_ahead)
+    batch = _decode(body, limits, device, clock)
     if isinstance(batch, tuple):
         return batch
     checks = recheck_batch(batch) if isinstance(batch, UploadBatch) else None
@@ -1015,8 +1052,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--retain-days", type=int, metavar="N",
                    help="while serving, delete the batches created before the day N days "
                         "ago (UTC, by the device's clock: the day of the archive's date= "
-                        "folder; as --prune-before that day), at the start and every hour; "
-                        "acep train --since Nd reads the days kept")
+                        "folder; as --prune-before that day), at the start and every hour, "
+                        "and refuse (400) a batch created before it (a device whose clock "
+                        "is wrong; the agent keeps it as a dead letter); acep train --since "
+                        "Nd reads the days kept")
     p.add_argument("--compact", action="store_true",
                    help="while serving, merge each device's small archive files of the days "
                         "before today into files of up to a million rows, at the start and "

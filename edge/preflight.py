@@ -16,12 +16,13 @@ The checks: the pattern compiles; the source (a file that exists and can be read
 directory it will appear in); the outbox (its directory writable, and an existing outbox
 read without writing: its pending batches); the directories of the other files the agent
 writes (``metrics.path``, ``sketch.save_path``, a downloaded sketch's ``sketch.path``); the
-key files (readable, not readable by every user); the collector (``GET /health``) and the
-device token (an authenticated ``GET /v1/sketches/{pattern.id}``: ``401``/``403`` is a
-refused token, ``404`` an accepted one with no sketch published; then ``GET /v1/whoami``:
-the token must be ``device.id``'s, else every batch would be refused); the sketch (read from
-``sketch.path`` or downloaded, not kept) verified with the agent's checks: signature and
-size, then that it fits the pattern.
+key files (readable, not readable by every user); the collector (``GET /health``) and this
+device's clock against the collector's (a batch dated too far ahead, or before the first day
+the collector's retention keeps, is refused); the device token (an authenticated ``GET
+/v1/sketches/{pattern.id}``: ``401``/``403`` is a refused token, ``404`` an accepted one with
+no sketch published; then ``GET /v1/whoami``: the token must be ``device.id``'s, else every
+batch would be refused); the sketch (read from ``sketch.path`` or downloaded, not kept)
+verified with the agent's checks: signature and size, then that it fits the pattern.
 
 Nothing is written: no outbox is created (an existing one is opened read-only, see
 :func:`edge.outbox.read_summary`), no sketch is kept, no state or metrics file is touched.
@@ -31,12 +32,14 @@ so a missing ``ReadWritePaths=`` shows as a directory that is not writable.
 
 from __future__ import annotations
 
+import datetime as dt
 import http.client
 import json
 import os
 import ssl
 import stat
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -53,6 +56,7 @@ __all__ = ["Check", "checks", "check", "HTTP_TIMEOUT"]
 
 HTTP_TIMEOUT = 5.0  # seconds at most per request (collector.timeout when smaller)
 MIN_FREE = 64 << 20  # bytes free beside the outbox below which the check warns
+CLOCK_SLACK = 60.0  # seconds this clock may differ from the collector's without a warning
 
 
 @dataclass(frozen=True)
@@ -303,6 +307,7 @@ def _collector(cfg: AgentConfig):
         yield Check("WARN", f"collector {base}", "plain http: the device token travels in "
                                                  "clear (acep serve --tls-cert/--tls-key, "
                                                  "then https:// and collector.ca_file)")
+    sent = time.time()
     status, body, error = _get(base + "/health", None, timeout, 1 << 16, context)
     if status != 200:
         why = f"not reachable: {error}" if status is None else f"/health answered HTTP " \
@@ -312,6 +317,9 @@ def _collector(cfg: AgentConfig):
                                                                 "did not answer")
         return
     yield Check("ok", f"collector {base}", "/health answers")
+    clock = _clock(body, (sent + time.time()) / 2)
+    if clock is not None:
+        yield clock
     path = "/v1/sketches/" + urllib.parse.quote(cfg.pattern.id, safe="")
     limit = cfg.sketch.max_bytes if cfg.sketch is not None else 1 << 16
     status, body, error = _get(base + path, cfg.token, timeout, limit, context)
@@ -328,6 +336,40 @@ def _collector(cfg: AgentConfig):
     else:
         yield Check("FAIL", what, f"GET {path}: HTTP {status} {error}".rstrip())
     yield status, body
+
+
+def _clock(health: bytes, now: float) -> Check | None:
+    """This device's clock against the collector's (``/health``'s ``time``; None from a
+    collector that does not say): a batch is dated by the device's clock, and the
+    collector refuses one too far ahead or before the first day its retention keeps."""
+    try:
+        doc = json.loads(health)
+        theirs, ahead_max = float(doc["time"]), float(doc["max_clock_ahead"])
+        first = doc.get("first_day_kept")
+    except (ValueError, TypeError, KeyError):
+        return None
+    ahead = now - theirs
+    off = f"{_duration(abs(ahead))} {'ahead of' if ahead > 0 else 'behind'} the collector's"
+    mine = f"{dt.datetime.fromtimestamp(now, dt.timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+    if ahead > ahead_max:
+        return Check("FAIL", "clock", f"{mine}, {off} (more than its --max-clock-ahead): it "
+                                      "would refuse every batch; set the clock (NTP)")
+    if isinstance(first, str) and mine[:10] < first:
+        return Check("FAIL", "clock", f"{mine}, {off}: before {first}, the first day it "
+                                      "keeps (--retain-days), so it would refuse every "
+                                      "batch; set the clock (NTP)")
+    if abs(ahead) > CLOCK_SLACK:
+        return Check("WARN", "clock", f"{mine}, {off}: batches are dated by this clock "
+                                      "(retention goes by it); set it (NTP)")
+    return Check("ok", "clock", f"within {CLOCK_SLACK:g} s of the collector's")
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600),
+                       ("minutes", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
 
 
 def _whose(base: str, cfg: AgentConfig, timeout: float, context, seen: str) -> Check:

@@ -4,6 +4,7 @@ SIGKILL mid-upload and a restart lose and duplicate nothing."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import random
 import shutil
@@ -864,6 +865,32 @@ def test_created_at_out_of_range_is_400_naming_the_range(srv):
     paths = sorted(str(p.relative_to(srv.archive).parent) for p in srv.archive.rglob("*.parquet"))
     assert paths == ["date=1970-01-01/device=d1"]
     assert srv.rows("SELECT count(*) FROM batches")[0][0] == 1
+
+
+@pytest.mark.parametrize("srv", [("--retain-days", "3"),
+                                 ("--retain-days", "3", "--recheck-workers", "0")],
+                         ids=["workers", "no-workers"], indirect=True)
+def test_a_batch_retention_would_delete_at_once_is_400_not_stored_then_pruned(srv):
+    """A device whose clock is behind (a Raspberry Pi without a real-time clock says 1970
+    until NTP sets it) made batches before the first day --retain-days keeps: stored, the
+    next retention pass would delete them within the hour, and the agent would have
+    dropped them on the 200. Refused instead, the agent keeps them (a dead letter)."""
+    d1, now, day = srv.tokens["d1"], time.time(), 86400.0
+    first = (dt.datetime.fromtimestamp(now, dt.timezone.utc).date()
+             - dt.timedelta(days=3)).isoformat()
+    for seq, created in enumerate([0.0, 1.7e9, now - 4 * day]):
+        status, doc = post(srv, encode_batch(make_batch(seq=seq, created_at=created)), d1)
+        assert_error(status, doc, 400, "field 'created_at'", f"is before {first}",
+                     "the first day the collector keeps (--retain-days 3)",
+                     "is the device's clock set?")
+    assert not list(srv.archive.rglob("*.parquet"))
+    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 0
+    for seq, created in enumerate([now - 2 * day, now], start=3):
+        status, doc = post(srv, encode_batch(make_batch(seq=seq, created_at=created)), d1)
+        assert (status, doc["status"]) == (200, "stored")
+    health = json.loads(request(srv.url + "/health")[1])
+    assert health["first_day_kept"] == first and health["max_clock_ahead"] == 86400.0
+    assert abs(health["time"] - time.time()) < 60
 
 
 def test_a_batch_from_a_clock_over_a_day_ahead_is_400_and_a_heartbeat_shows_the_offset(srv):

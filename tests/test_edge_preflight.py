@@ -11,12 +11,15 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_edge_agent_sketch import publish, sketch_bytes
 from test_edge_e2e import DEVICE, PATTERN, ROOT, SKETCH_KEY, Collector, stream
 
+from edge import preflight
 from edge.agent import main as agent_main
 from edge.outbox import Outbox, read_summary
 
@@ -97,7 +100,7 @@ def test_a_good_setup_passes_every_check_and_nothing_is_written(tmp_path, collec
     assert [w for w in levels(lines)] == ["config", "pattern", "source", "outbox", "free",
                                           "metrics.path", "sketch.save_path",
                                           "device.token_file", "sketch.key_file",
-                                          "collector", "device", "sketch"]
+                                          "collector", "clock", "device", "sketch"]
     text = "\n".join(lines)
     assert "outbox.db (not created yet" in text
     assert f"device token ({DEVICE}) (accepted as '{DEVICE}', role device (GET " \
@@ -230,6 +233,38 @@ def test_a_collector_that_is_down_fails(tmp_path, capsys):
     assert code == 1
     assert f"FAIL collector {url}: not reachable: [Errno 111] Connection refused" in lines
     assert levels(lines)["device"] == "FAIL"
+
+
+def test_a_device_clock_the_collector_would_refuse_fails_and_one_off_warns(
+        tmp_path, capsys, monkeypatch):
+    """Batches are dated by the device's clock: one set too far ahead, or before the first
+    day the collector's --retain-days keeps (a Raspberry Pi without a real-time clock says
+    1970 until NTP sets it), has every batch refused; a few hours off is a warning."""
+    (tmp_path / "collector").mkdir()
+    c = Collector(tmp_path / "collector")
+    c.extra = ("--retain-days", "30")
+    token = c.add(DEVICE)
+    c.start()
+    try:
+        cfg = write_config(tmp_path / "dev", c.url, token)
+        real = time.time
+        for offset, level, words in [
+                (0.0, "ok", "within 60 s of the collector's"),
+                (-real() + 5.0, "FAIL", "1970-01-01 00:00:0"),
+                (-real() + 5.0, "FAIL", " years behind"),
+                (-40 * 86400.0, "FAIL", "40.0 days behind the collector's: before "),
+                (2 * 86400.0, "FAIL", "2.0 days ahead of the collector's (more than its "
+                                      "--max-clock-ahead)"),
+                (-3 * 3600.0, "WARN", "3.0 hours behind the collector's: batches are dated")]:
+            shifted = SimpleNamespace(time=lambda o=offset: real() + o)  # this device's clock
+            monkeypatch.setattr(preflight, "time", shifted)
+            code, lines = run_check(cfg, capsys)
+            clock = [line for line in lines if line.split()[1].rstrip(":") == "clock"]
+            assert len(clock) == 1 and clock[0].startswith(level), "\n".join(lines)
+            assert words in clock[0]
+            assert code == (1 if level == "FAIL" else 0), lines
+    finally:
+        c.kill()
 
 
 def test_a_published_sketch_is_downloaded_and_verified_not_kept(tmp_path, collector, capsys):
