@@ -41,6 +41,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["Outbox", "OutboxFull", "OutboxError", "Backoff", "Due", "DeadLetter", "POLICIES",
@@ -341,13 +342,20 @@ class Outbox:
                                    (batch_id,)).fetchone()
         return None if row is None else bytes(row[0])
 
-    def requeue(self, batch_ids: list[str] | None = None, now: float | None = None) -> int:
+    def requeue(self, batch_ids: list[str] | None = None, now: float | None = None,
+                rewrite: Callable[[str, bytes], bytes] | None = None) -> int:
         """Put dead letters (all when ``batch_ids`` is None) back as pending, due at once,
-        with their attempts reset; how many were moved."""
+        with their attempts reset, each body through ``rewrite(batch id, body)`` first if given (one
+        transaction: when it raises for one, none is moved); how many were moved."""
         now = time.time() if now is None else now
         with self._tx() as db:
             ids = self._dead_ids(db, batch_ids)
             for bid in ids:
+                if rewrite is not None:
+                    old = db.execute("SELECT body FROM dead WHERE batch_id = ?", (bid,))
+                    body = rewrite(bid, bytes(old.fetchone()[0]))
+                    db.execute("UPDATE dead SET body = ?, size = ? WHERE batch_id = ?",
+                               (body, len(body), bid))
                 db.execute("INSERT INTO pending (batch_id, body, size, created, due) "
                            "SELECT batch_id, body, size, created, ? FROM dead "
                            "WHERE batch_id = ?", (now, bid))
@@ -529,6 +537,12 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("ids", nargs="*")
         if name == "discard":
             p.add_argument("--all", action="store_true", help="every dead letter")
+        else:
+            p.add_argument("--redate", action="store_true",
+                           help="date them now first (their created_at: the collector "
+                                "refuses a batch dated far ahead or before the first day "
+                                "its retention keeps, as a device whose clock was wrong "
+                                "dates them); their events keep their own times")
     args = ap.parse_args(argv)
     if not os.path.exists(args.path):
         print(f"{ap.prog}: {args.path}: no such outbox", file=sys.stderr)
@@ -557,7 +571,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(path)
         elif args.command == "requeue":
             unknown = _not_dead(box, args.ids)
-            print(f"requeued {box.requeue(args.ids or None)} dead letters")
+            try:
+                n = box.requeue(args.ids or None, rewrite=_redating() if args.redate else None)
+            except OutboxError as e:
+                print(f"{ap.prog} requeue: {e}; nothing requeued", file=sys.stderr)
+                return 1
+            print(f"requeued {n} dead letters{' dated now' if args.redate else ''}")
             return _say_not_dead(ap.prog, unknown)
         else:
             if not args.ids and not args.all:
@@ -567,6 +586,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"discarded {box.discard(None if args.all else args.ids)} dead letters")
             return _say_not_dead(ap.prog, unknown)
     return 0
+
+
+def _redating() -> Callable[[str, bytes], bytes]:
+    """``requeue --redate``'s rewrite: each body dated now (:func:`edge.wire.redate`)."""
+    from .wire import WireError, redate
+
+    now = time.time()
+
+    def rewrite(batch_id: str, body: bytes) -> bytes:
+        try:
+            return redate(body, now)
+        except WireError as e:
+            raise OutboxError(f"{batch_id}: not a batch this version can date ({e})") from None
+    return rewrite
 
 
 def _not_dead(box: Outbox, ids: list[str]) -> list[str]:

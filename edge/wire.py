@@ -32,7 +32,7 @@ __all__ = [
     "FORMAT", "VERSION", "WireError", "Limits", "PatternRef", "UploadBatch", "SummaryBatch",
     "Condenser", "ARCHIVE_RESERVED", "partition_group_key", "pattern_hash", "batch_id",
     "encode_batch", "decode_batch", "encode_condensed", "decode_condensed", "decode",
-    "batch_from_matches",
+    "batch_from_matches", "redate",
 ]
 
 FORMAT = "acep.upload"
@@ -296,6 +296,20 @@ def decode_batch(data, limits: Limits | None = None) -> UploadBatch:
     if not isinstance(out, UploadBatch):
         raise WireError("field 'kind': 'summary' where 'matches' is expected")
     return out
+
+
+def redate(data, created_at: float, limits: Limits | None = None) -> bytes:
+    """The batch ``data`` with its ``created_at`` set to ``created_at`` and all else as it
+    was (``acep outbox requeue --redate``: a dead letter refused for the device's clock
+    when it was made; its events keep their own tags); :class:`WireError` for a body that
+    is not a valid batch."""
+    limits = limits or Limits()
+    decode(data, limits)
+    if not 0.0 <= created_at < _CREATED_AT_MAX:
+        raise WireError(f"created_at {created_at:g} is outside [0, {_CREATED_AT_MAX:.0f})")
+    doc = _unpack(data, limits)
+    doc["created_at"] = float(created_at)
+    return msgpack.packb(doc, use_bin_type=True)
 
 
 def decode_condensed(data, limits: Limits | None = None) -> SummaryBatch:

@@ -638,6 +638,61 @@ def test_refused_batches_are_dead_letters_with_their_reason(tmp_path, collector)
     assert len(_log_lines(run, "kept as a dead letter")) == 3
 
 
+def test_batches_dated_by_a_wrong_clock_are_dead_letters_until_requeued_redated(tmp_path):
+    """A device that made batches while its clock said 1970 (a Raspberry Pi before NTP):
+    a collector with --retain-days refuses them (its next pass would delete them), the
+    agent keeps them as dead letters with the reason, delivers the rest, and ``acep outbox
+    requeue --redate`` dates them now: the next run delivers them, archived under today."""
+    from test_edge_collector import make_batch
+
+    from edge.outbox import Outbox
+    from edge.wire import decode_batch, encode_batch
+
+    (tmp_path / "collector").mkdir()
+    c = Collector(tmp_path / "collector")
+    c.extra = ("--retain-days", "30")
+    token = c.add(DEVICE)
+    c.start()
+    try:
+        run = AgentRun(tmp_path, c.url, token, follow=False)
+        made = {f"{DEVICE}/{s}": encode_batch(make_batch(DEVICE, s, created_at=60.0 * s))
+                for s in (1000, 1001)}
+        with Outbox(run.outbox) as box:
+            for bid, body in made.items():
+                box.put(body, bid)
+        run.append(stream(600, seed=27))
+        assert run.start().wait(60) == 0, run.log()
+        final = run.last_metrics()
+        assert final["outbox_dead"] == 2 and final["outbox_pending"] == 0
+        assert final["batches_sent"] == final["batches_put"] > 0
+        assert final["batches_rejected"] == 2
+        with Outbox(run.outbox) as box:
+            reasons = {d.batch_id: d.reason for d in box.dead_letters()}
+        assert set(reasons) == set(made)
+        assert all("is before" in r and "--retain-days 30" in r for r in reasons.values())
+
+        out = subprocess.run([sys.executable, "-m", "acep.cli", "outbox", str(run.outbox),
+                              "requeue", "--redate"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert (out.returncode, out.stdout) == (0, "requeued 2 dead letters dated now\n")
+        pending = dict(query(run.outbox, "SELECT batch_id, body FROM pending"))
+        assert set(pending) == set(made)
+        for bid, body in made.items():  # dated now; the events and matches as they were
+            old, new = decode_batch(body), decode_batch(pending[bid])
+            assert old.created_at < 1e5 and abs(new.created_at - time.time()) < 60
+            assert new.event_tag.tolist() == old.event_tag.tolist()
+            assert new.point.tolist() == old.point.tolist() and new.pattern == old.pattern
+        assert run.start().wait(60) == 0, run.log()
+        assert run.last_metrics()["outbox_dead"] == 0
+        assert {1000, 1001} <= set(c.seqs())
+        today = time.strftime("%Y-%m-%d", time.gmtime())
+        for seq in (1000, 1001):
+            files = list(c.archive.glob(f"date=*/device={DEVICE}/*{seq}*"))
+            assert [f.parent.parent.name for f in files] == [f"date={today}"], files
+    finally:
+        c.kill()
+
+
 def test_a_finite_run_delivers_what_it_queued_before_it_exits(tmp_path, collector):
     """follow = false without --once: the run ends with every batch acknowledged."""
     run = AgentRun(tmp_path, collector.url, collector.token, follow=False)

@@ -358,3 +358,24 @@ def test_backoff_jitter_never_goes_past_the_maximum():
         delays = [b.delay("x", n) for n in range(1, 12)]
         assert all(d <= 2.0 for d in delays)
         assert 0.8 <= delays[0] <= 1.2
+
+
+def test_requeue_redate_refuses_a_body_that_is_no_batch_and_requeues_none(tmp_path):
+    """``--redate`` rewrites each body in one transaction: one it cannot read (an old
+    format, a foreign body) is named and none of them moves, each body left as it was."""
+    from test_edge_collector import make_batch
+
+    from edge.wire import encode_batch
+
+    path, good = tmp_path / "o.db", encode_batch(make_batch("pi-1", 1, created_at=5.0))
+    with Outbox(path) as box:
+        for bid, body in (("pi-1/1", good), ("pi-1/2", b"\x81\xa1a\x01")):
+            box.put(body, bid)
+            box.reject(bid, "HTTP 400")
+    out = _outbox_cli(path, "requeue", "--redate")
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.startswith("acep outbox requeue: pi-1/2: not a batch this version can "
+                                 "date (") and out.stderr.endswith("; nothing requeued\n")
+    with Outbox(path) as box:
+        assert box.pending_ids() == [] and len(box.dead_letters()) == 2
+        assert box.dead_body("pi-1/1") == good
