@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["Outbox", "OutboxFull", "OutboxError", "Backoff", "Due", "DeadLetter", "POLICIES",
-           "main", "read_summary", "out_of_space"]
+           "main", "read_summary", "out_of_space", "OutboxReader"]
 
 POLICIES = ("drop-oldest", "refuse-new")
 _COUNTERS = ("put", "duplicate", "sent", "sent_bytes", "failed", "dropped", "dropped_bytes",
@@ -145,7 +145,85 @@ class Due:
     attempts: int
 
 
-class Outbox:
+class _Reads:
+    """What an outbox holds, as :class:`Outbox` and :class:`OutboxReader` read it."""
+
+    path: str
+    _db: sqlite3.Connection
+    _lock: threading.Lock
+
+    def dead_letters(self) -> list[DeadLetter]:
+        """The dead letters, oldest first (without their bodies: see :meth:`dead_body`)."""
+        with self._lock:
+            rows = self._db.execute("SELECT batch_id, size, created, attempts, reason, at "
+                                    "FROM dead ORDER BY n").fetchall()
+        return [DeadLetter(*r) for r in rows]
+
+    def dead_body(self, batch_id: str) -> bytes | None:
+        """The body of a dead letter, byte for byte as it was sent; None if there is none."""
+        with self._lock:
+            row = self._db.execute("SELECT body FROM dead WHERE batch_id = ?",
+                                   (batch_id,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def status(self, batch_id: str) -> str | None:
+        """``"pending"``, ``"dead"`` (a dead letter), ``"sent"``, ``"dropped"``,
+        ``"discarded"``, or None when unknown (or forgotten). Outboxes written before dead
+        letters existed may also answer ``"rejected"``."""
+        with self._lock:
+            if self._db.execute("SELECT 1 FROM pending WHERE batch_id = ?",
+                                (batch_id,)).fetchone():
+                return "pending"
+            if self._db.execute("SELECT 1 FROM dead WHERE batch_id = ?",
+                                (batch_id,)).fetchone():
+                return "dead"
+            row = self._db.execute("SELECT outcome FROM done WHERE batch_id = ?",
+                                   (batch_id,)).fetchone()
+        return None if row is None else row[0]
+
+    def pending_ids(self) -> list[str]:
+        """Pending batch ids, oldest first."""
+        with self._lock:
+            return [r[0] for r in self._db.execute("SELECT batch_id FROM pending ORDER BY n")]
+
+    def summary(self) -> dict:
+        """What the outbox holds now: the pending batches (how many, their bytes, the oldest
+        by creation with its attempts and last error, when the next one is due) and the dead
+        letters (how many, their bytes). Times are seconds since the epoch."""
+        with self._lock:  # one query per index where there is one (see _SCHEMA)
+            rows, total, dead, dead_bytes = _held(self._db)
+            next_due = self._db.execute("SELECT MIN(due) FROM pending").fetchone()[0]
+            oldest = self._db.execute("SELECT batch_id, created, attempts, last_error "
+                                      "FROM pending ORDER BY created, n LIMIT 1").fetchone()
+        return {"pending": rows, "pending_bytes": total,
+                "oldest": None if oldest is None else dict(
+                    zip(("batch_id", "created", "attempts", "last_error"), oldest)),
+                "next_due": next_due, "dead": dead, "dead_bytes": dead_bytes}
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> Outbox:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class OutboxReader(_Reads):
+    """The outbox at ``path`` opened for reading only (``acep outbox status``, ``list``,
+    ``export``): nothing is written, beside an agent that has it open or not (see
+    :func:`read_summary`); ``ValueError`` when the file is not an outbox, ``sqlite3.Error``
+    or ``OSError`` when it cannot be read."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.path.abspath(os.fspath(path))
+        self._lock = threading.Lock()
+        self._db = _read_only(self.path)
+
+
+class Outbox(_Reads):
     """The durable outbox at ``path`` (created if missing). One uploader at a time."""
 
     def __init__(self, path: str | os.PathLike, *, max_rows: int | None = None,
@@ -328,20 +406,6 @@ class Outbox:
             self._bump(db, "rejected_bytes", row[0])
         return True
 
-    def dead_letters(self) -> list[DeadLetter]:
-        """The dead letters, oldest first (without their bodies: see :meth:`dead_body`)."""
-        with self._lock:
-            rows = self._db.execute("SELECT batch_id, size, created, attempts, reason, at "
-                                    "FROM dead ORDER BY n").fetchall()
-        return [DeadLetter(*r) for r in rows]
-
-    def dead_body(self, batch_id: str) -> bytes | None:
-        """The body of a dead letter, byte for byte as it was sent; None if there is none."""
-        with self._lock:
-            row = self._db.execute("SELECT body FROM dead WHERE batch_id = ?",
-                                   (batch_id,)).fetchone()
-        return None if row is None else bytes(row[0])
-
     def requeue(self, batch_ids: list[str] | None = None, now: float | None = None,
                 rewrite: Callable[[str, bytes], bytes] | None = None) -> int:
         """Put dead letters (all when ``batch_ids`` is None) back as pending, due at once,
@@ -400,40 +464,6 @@ class Outbox:
         self._bump(db, outcome)
         self._bump(db, f"{outcome}_bytes", size)
 
-    def status(self, batch_id: str) -> str | None:
-        """``"pending"``, ``"dead"`` (a dead letter), ``"sent"``, ``"dropped"``,
-        ``"discarded"``, or None when unknown (or forgotten). Outboxes written before dead
-        letters existed may also answer ``"rejected"``."""
-        with self._lock:
-            if self._db.execute("SELECT 1 FROM pending WHERE batch_id = ?",
-                                (batch_id,)).fetchone():
-                return "pending"
-            if self._db.execute("SELECT 1 FROM dead WHERE batch_id = ?",
-                                (batch_id,)).fetchone():
-                return "dead"
-            row = self._db.execute("SELECT outcome FROM done WHERE batch_id = ?",
-                                   (batch_id,)).fetchone()
-        return None if row is None else row[0]
-
-    def pending_ids(self) -> list[str]:
-        """Pending batch ids, oldest first."""
-        with self._lock:
-            return [r[0] for r in self._db.execute("SELECT batch_id FROM pending ORDER BY n")]
-
-    def summary(self) -> dict:
-        """What the outbox holds now: the pending batches (how many, their bytes, the oldest
-        by creation with its attempts and last error, when the next one is due) and the dead
-        letters (how many, their bytes). Times are seconds since the epoch."""
-        with self._lock:  # one query per index where there is one (see _SCHEMA)
-            rows, total, dead, dead_bytes = _held(self._db)
-            next_due = self._db.execute("SELECT MIN(due) FROM pending").fetchone()[0]
-            oldest = self._db.execute("SELECT batch_id, created, attempts, last_error "
-                                      "FROM pending ORDER BY created, n LIMIT 1").fetchone()
-        return {"pending": rows, "pending_bytes": total,
-                "oldest": None if oldest is None else dict(
-                    zip(("batch_id", "created", "attempts", "last_error"), oldest)),
-                "next_due": next_due, "dead": dead, "dead_bytes": dead_bytes}
-
     def metrics(self) -> dict[str, int]:
         """Counters since the outbox file was created, plus the pending rows and bytes and the
         dead letters and their bytes."""
@@ -444,15 +474,6 @@ class Outbox:
         out["dead"], out["dead_bytes"] = dead, dead_bytes
         return out
 
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def __enter__(self) -> Outbox:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def _open_problem(path: str, exc: sqlite3.Error) -> str:
@@ -544,17 +565,9 @@ def main(argv: list[str] | None = None) -> int:
                                 "its retention keeps, as a device whose clock was wrong "
                                 "dates them); their events keep their own times")
     args = ap.parse_args(argv)
-    if not os.path.exists(args.path):
-        print(f"{ap.prog}: {args.path}: no such outbox", file=sys.stderr)
-        return 2
-    why = _not_an_outbox(args.path)
-    if why:  # Outbox() would add its tables to any SQLite file (and set it to WAL mode)
-        print(f"{ap.prog}: {args.path}: not an outbox ({why})", file=sys.stderr)
-        return 2
-    try:
-        box = Outbox(args.path)
-    except OutboxError as e:
-        print(f"{ap.prog}: {e}", file=sys.stderr)
+    box = _opened(args.path, args.command in ("status", "list", "export"))
+    if isinstance(box, str):
+        print(f"{ap.prog}: {box}", file=sys.stderr)
         return 2
     with box:
         if args.command == "status":
@@ -586,6 +599,27 @@ def main(argv: list[str] | None = None) -> int:
             print(f"discarded {box.discard(None if args.all else args.ids)} dead letters")
             return _say_not_dead(ap.prog, unknown)
     return 0
+
+
+def _opened(path: str, read_only: bool) -> _Reads | str:
+    """The outbox at ``path`` (an :class:`OutboxReader` when ``read_only``: an agent that
+    has it open, or a user who may only read it, is not disturbed), or why it cannot be."""
+    if not os.path.exists(path):
+        return f"{path}: no such outbox"
+    if os.path.isdir(path):
+        return f"{path}: not an outbox (a directory)"
+    try:
+        if read_only:
+            return OutboxReader(path)
+        why = _not_an_outbox(path)
+        # else Outbox() would add its tables to any SQLite file (and set it to WAL mode)
+        return f"{path}: not an outbox ({why})" if why else Outbox(path)
+    except (ValueError, OutboxError) as e:
+        return str(e)
+    except sqlite3.Error as e:
+        return f"{path}: not an outbox ({e})"
+    except OSError as e:
+        return f"{path}: cannot be read ({e.strerror or e})"
 
 
 def _redating() -> Callable[[str, bytes], bytes]:
@@ -623,24 +657,35 @@ def _say_not_dead(prog: str, unknown: list[str]) -> int:
 def read_summary(path: str | os.PathLike) -> dict:
     """What the outbox at ``path`` holds, read without writing anything: the pending batches
     and their bytes, the dead letters and their bytes, and the progress saved with them
-    (``state``, JSON values by name). Opened read-only (``mode=ro``); while no ``-wal`` file
-    is beside it (no process has it open) also ``immutable=1``, since a read-only open of a
-    WAL database would create its ``-wal`` and ``-shm`` files. Raises ``ValueError`` when
-    the file is not an outbox and ``sqlite3.Error`` or ``OSError`` when it cannot be read."""
-    path = os.path.abspath(os.fspath(path))
-    with open(path, "rb"):  # FileNotFoundError/PermissionError by name, before SQLite's
-        pass
-    flags = "mode=ro" if os.path.exists(path + "-wal") else "mode=ro&immutable=1"
-    uri = "file:" + urllib.parse.quote(path) + "?" + flags
-    with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
-        found = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
-                           "AND name = 'pending'").fetchone()
-        if not found:
-            raise ValueError(f"{path}: not an outbox (no table 'pending')")
+    (``state``, JSON values by name), as :class:`OutboxReader` reads it. Raises ``ValueError``
+    when the file is not an outbox and ``sqlite3.Error`` or ``OSError`` when it cannot be
+    read."""
+    with contextlib.closing(_read_only(os.path.abspath(os.fspath(path)))) as db:
         rows, total, dead, dead_bytes = _held(db)
         state = {k: json.loads(v) for k, v in db.execute("SELECT name, value FROM state")}
     return {"pending": rows, "pending_bytes": total, "dead": dead, "dead_bytes": dead_bytes,
             "state": state}
+
+
+def _read_only(path: str) -> sqlite3.Connection:
+    """A read-only connection to the outbox at ``path``: ``mode=ro``, and while no ``-wal``
+    file is beside it (no process has it open) also ``immutable=1``, since a read-only open
+    of a WAL database would create its ``-wal`` and ``-shm`` files."""
+    with open(path, "rb"):  # FileNotFoundError/PermissionError by name, before SQLite's
+        pass
+    flags = "mode=ro" if os.path.exists(path + "-wal") else "mode=ro&immutable=1"
+    db = sqlite3.connect("file:" + urllib.parse.quote(path) + "?" + flags, uri=True,
+                         check_same_thread=False)
+    try:
+        found = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                           "AND name = 'pending'").fetchone()
+    except BaseException:
+        db.close()
+        raise
+    if not found:
+        db.close()
+        raise ValueError(f"{path}: not an outbox (no table 'pending')")
+    return db
 
 
 def _not_an_outbox(path: str) -> str | None:

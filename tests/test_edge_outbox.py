@@ -333,14 +333,15 @@ def test_cli_names_ids_that_are_not_dead_letters_and_fails_but_acts_on_the_other
 
 
 @pytest.mark.parametrize("make, why", [
-    (lambda p: p.mkdir(), "not an outbox (unable to open database file)"),
+    (lambda p: p.mkdir(), "not an outbox (a directory)"),
     (lambda p: p.write_text("hello\n"), "not an outbox (file is not a database)"),
     (lambda p: p.write_bytes(bytes(range(256)) * 8), "not an outbox (file is not a database)"),
     (lambda p: sqlite3.connect(p).execute("CREATE TABLE t (x)"),
      "not an outbox (no table 'pending')"),
     (lambda p: None, "no such outbox"),
 ])
-@pytest.mark.parametrize("action", [["status"], ["list"], ["export", "dead"]])
+@pytest.mark.parametrize("action", [["status"], ["list"], ["export", "dead"],
+                                    ["requeue"], ["discard", "--all"]])
 def test_cli_on_what_is_not_an_outbox_says_so_in_one_line_and_writes_nothing(
         tmp_path, make, why, action):
     path = tmp_path / "o.db"
@@ -379,3 +380,32 @@ def test_requeue_redate_refuses_a_body_that_is_no_batch_and_requeues_none(tmp_pa
     with Outbox(path) as box:
         assert box.pending_ids() == [] and len(box.dead_letters()) == 2
         assert box.dead_body("pi-1/1") == good
+
+
+def test_status_list_and_export_read_without_writing_beside_a_running_agent_or_not(tmp_path):
+    """The reading actions open the outbox read-only: on a stopped agent's outbox no file
+    appears or changes (a user who may only read it can run them; nothing owned by another
+    user is left beside it), and beside an agent holding it open they see its batches."""
+    path = tmp_path / "box" / "o.db"
+    path.parent.mkdir()
+    with Outbox(path) as box:
+        box.put(b"x" * 10, "pi-1/1")
+        box.put(b"y" * 5, "pi-1/2")
+        box.reject("pi-1/1", "HTTP 400")
+
+    def snapshot():
+        return {p.name: p.stat().st_mtime_ns for p in path.parent.iterdir()}, \
+            path.parent.stat().st_mtime_ns
+
+    before = snapshot()
+    for action in (["status"], ["list"], ["export", str(tmp_path / "dead")]):
+        out = _outbox_cli(path, *action)
+        assert out.returncode == 0 and out.stdout, out.stderr
+        assert snapshot() == before, action
+    assert (tmp_path / "dead" / "pi-1_1.msgpack").read_bytes() == b"x" * 10
+
+    with Outbox(path) as running:  # the agent: its -wal file beside the outbox
+        running.put(b"z" * 7, "pi-1/3")
+        status = json.loads(_outbox_cli(path, "status").stdout)
+        assert (status["pending"], status["pending_bytes"], status["dead"]) == (2, 12, 1)
+        running.put(b"w", "pi-1/4")  # the reader held no lock the agent waits for
