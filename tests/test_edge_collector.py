@@ -1351,12 +1351,13 @@ def test_a_retention_pass_keeps_the_days_acep_train_since_reads(tmp_path):
     import asyncio
     import datetime as dt
 
-    from edge.collector import Collector
+    from edge.collector import ClockBounds, Collector
     from trainer.sources import archive_days
 
     store = open_store(tmp_path / "c.db")
     store.add_device("d1")
     collector = Collector(store, Archive(tmp_path / "archive"), retain_days=3)
+    collector.clock = ClockBounds()  # the batches came in their day, when it was kept
     today = dt.date(2023, 11, 20)
     noon = dt.datetime(2023, 11, 14, 12, tzinfo=dt.timezone.utc).timestamp()
     try:

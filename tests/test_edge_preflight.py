@@ -127,7 +127,9 @@ def test_a_good_setup_passes_every_check_and_nothing_is_written(tmp_path, collec
                           "--check"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.splitlines() == lines
+    def steady(lines):  # the free space moves with whatever else the machine writes
+        return [line for line in lines if " free space (" not in line]
+    assert steady(out.stdout.splitlines()) == steady(lines)
     assert snapshot(tmp_path) == before
 
 
