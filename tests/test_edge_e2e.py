@@ -11,6 +11,7 @@ Every wait polls with a deadline; no fixed sleep is relied on for correctness.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -22,6 +23,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -141,6 +143,21 @@ class Collector:
     def counts(self) -> tuple[int, int]:
         return (query(self.db, "SELECT COUNT(*) FROM batches")[0][0],
                 query(self.db, "SELECT COUNT(*) FROM matches")[0][0])
+
+
+@contextlib.contextmanager
+def serving(tmp: Path, *extra: str) -> Iterator[Collector]:
+    """A collector of its own in ``tmp/collector`` (``acep serve`` with ``extra`` arguments),
+    DEVICE registered (``.token``); killed at the end."""
+    (tmp / "collector").mkdir()
+    c = Collector(tmp / "collector")
+    c.extra = extra
+    c.token = c.add(DEVICE)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.kill()
 
 
 class AgentRun:
@@ -648,12 +665,8 @@ def test_batches_dated_by_a_wrong_clock_are_dead_letters_until_requeued_redated(
     from edge.outbox import Outbox
     from edge.wire import decode_batch, encode_batch
 
-    (tmp_path / "collector").mkdir()
-    c = Collector(tmp_path / "collector")
-    c.extra = ("--retain-days", "30")
-    token = c.add(DEVICE)
-    c.start()
-    try:
+    with serving(tmp_path, "--retain-days", "30") as c:
+        token = c.token
         run = AgentRun(tmp_path, c.url, token, follow=False)
         made = {f"{DEVICE}/{s}": encode_batch(make_batch(DEVICE, s, created_at=60.0 * s))
                 for s in (1000, 1001)}
@@ -689,8 +702,6 @@ def test_batches_dated_by_a_wrong_clock_are_dead_letters_until_requeued_redated(
         for seq in (1000, 1001):
             files = list(c.archive.glob(f"date=*/device={DEVICE}/*{seq}*"))
             assert [f.parent.parent.name for f in files] == [f"date={today}"], files
-    finally:
-        c.kill()
 
 
 def test_a_finite_run_delivers_what_it_queued_before_it_exits(tmp_path, collector):

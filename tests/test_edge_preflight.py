@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 from test_edge_agent_sketch import publish, sketch_bytes
-from test_edge_e2e import DEVICE, PATTERN, ROOT, SKETCH_KEY, Collector, stream
+from test_edge_e2e import DEVICE, PATTERN, ROOT, SKETCH_KEY, Collector, serving, stream
 
 from edge import preflight
 from edge.agent import main as agent_main
@@ -242,12 +242,8 @@ def test_a_device_clock_the_collector_would_refuse_fails_and_one_off_warns(
     """Batches are dated by the device's clock: one set too far ahead, or before the first
     day the collector's --retain-days keeps (a Raspberry Pi without a real-time clock says
     1970 until NTP sets it), has every batch refused; a few hours off is a warning."""
-    (tmp_path / "collector").mkdir()
-    c = Collector(tmp_path / "collector")
-    c.extra = ("--retain-days", "30")
-    token = c.add(DEVICE)
-    c.start()
-    try:
+    with serving(tmp_path, "--retain-days", "30") as c:
+        token = c.token
         cfg = write_config(tmp_path / "dev", c.url, token)
         real = time.time
         for offset, level, words in [
@@ -265,8 +261,6 @@ def test_a_device_clock_the_collector_would_refuse_fails_and_one_off_warns(
             assert len(clock) == 1 and clock[0].startswith(level), "\n".join(lines)
             assert words in clock[0]
             assert code == (1 if level == "FAIL" else 0), lines
-    finally:
-        c.kill()
 
 
 def test_a_published_sketch_is_downloaded_and_verified_not_kept(tmp_path, collector, capsys):
