@@ -69,7 +69,14 @@ CLIENT_GONE = 499  # nginx's status for a request its client closed, counted and
 RETRY_AFTER = 60  # seconds, sent with 507: the agents hold their uploads that long
 MAX_RETAIN_DAYS = 36500  # --retain-days at most: the day it names must be a date
 MAINTAIN_EVERY = 3600.0  # seconds between --retain-days and --compact passes
-BODY_TIMEOUT = 60.0
+# a body is refused (408) when no byte of it arrives for DEFAULT_BODY_IDLE seconds
+# (nginx's client_body_timeout: between two reads, not for the whole body), or when, after
+# that long, it arrives at fewer than DEFAULT_BODY_MIN_RATE bytes/s (Apache's
+# RequestReadTimeout MinRate): a device on a thin link (2G, cellular: 100 kbit/s is 12,500
+# bytes/s) takes as long as its body needs, a client that trickles holds its upload's
+# admission a grace period at most
+DEFAULT_BODY_IDLE = 30.0
+DEFAULT_BODY_MIN_RATE = 1024  # bytes/s (8 kbit/s)
 MAX_GROUP = 64  # batches committed in one transaction at most
 MAX_STATUS = 16 << 10  # bytes of a heartbeat's status (an agent's metrics: about 1 KiB)
 # seconds a batch's created_at may be ahead of the collector's clock (Kafka refuses records
@@ -129,9 +136,16 @@ class Collector:
                  recheck_workers: int = 0, min_free: int = DEFAULT_MIN_FREE,
                  retain_days: int | None = None, compact: bool = False,
                  max_wait: float = DEFAULT_MAX_WAIT, device_uploads: int = DEFAULT_PER_DEVICE,
-                 mirror: str | None = None, max_ahead: float = DEFAULT_MAX_AHEAD):
+                 mirror: str | None = None, max_ahead: float = DEFAULT_MAX_AHEAD,
+                 body_idle: float = DEFAULT_BODY_IDLE,
+                 body_min_rate: float = DEFAULT_BODY_MIN_RATE):
+        if not body_idle > 0 or not math.isfinite(body_idle):
+            raise ValueError(f"body_idle must be a finite number of seconds > 0, not {body_idle}")
+        if not body_min_rate >= 0 or not math.isfinite(body_min_rate):
+            raise ValueError(f"body_min_rate must be a finite number >= 0, not {body_min_rate}")
         self.store, self.archive = store, archive
         self.clock = ClockBounds(float(max_ahead), retain_days)
+        self.body_idle, self.body_min_rate = float(body_idle), float(body_min_rate)
         self.min_free, self.retain_days, self.compact = int(min_free), retain_days, compact
         self.low_space: str | None = None  # why uploads are refused (507), while they are
         self.gone: str | None = None  # why uploads are refused (503: a directory missing)
@@ -349,8 +363,8 @@ class Collector:
         """The body, decoded (gzip, deflate: :mod:`edge.codings`; another coding is 415, one
         that does not decode 400), refused with 413 above ``limit`` (default ``max_body``)
         by Content-Length before reading, by the bytes actually received (chunked or lying
-        clients) and by the bytes decoded (a zip bomb); 408 when too slow. The bytes as
-        received go to ``request["wire_bytes"]``."""
+        clients) and by the bytes decoded (a zip bomb); 408 when too slow
+        (:meth:`_read_deadline`). The bytes as received go to ``request["wire_bytes"]``."""
         limit = self.max_body if limit is None else limit
         length = request.content_length
         if length is not None and length > limit:
@@ -361,19 +375,27 @@ class Collector:
         except CodingError as e:
             return _error(415, str(e))
         await send_continue(request)
+        clock = asyncio.get_running_loop().time
         parts, wire = [], 0
+        start = last = clock()
         try:
-            async with asyncio.timeout(BODY_TIMEOUT):
-                while chunk := await request.content.read(1 << 16):
-                    wire += len(chunk)
-                    if wire > limit:
-                        return _error(413, f"body: more than {limit} bytes")
-                    parts += decoder.feed(chunk)
-                decoder.end()
+            while True:
+                deadline, slow = self._read_deadline(start, last, wire)
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        chunk = await request.content.read(1 << 16)
+                except TimeoutError:
+                    return self._too_slow(slow, clock() - start, wire, length)
+                if not chunk:
+                    break
+                last = clock()
+                wire += len(chunk)
+                if wire > limit:
+                    return _error(413, f"body: more than {limit} bytes")
+                parts += decoder.feed(chunk)
+            decoder.end()
         except CodingError as e:
             return _error(413 if e.too_large else 400, f"body: {e}")
-        except TimeoutError:
-            return _error(408, f"body: not received within {BODY_TIMEOUT:g} s")
         except ConnectionResetError:  # a device that lost its link: nobody reads the answer
             return _error(CLIENT_GONE, f"body: the client went away after {wire} of "
                                        f"{length if length is not None else '?'} bytes")
@@ -381,6 +403,32 @@ class Collector:
         self.metrics["bytes_in"] += decoder.decoded
         self.metrics["bytes_in_wire"] += wire
         return b"".join(parts)
+
+    def _read_deadline(self, start: float, last: float, wire: int) -> tuple[float, bool]:
+        """Until when (the event loop's clock) the next read of a body may wait, begun at
+        ``start``, its last bytes read at ``last``, ``wire`` bytes so far; and whether the
+        minimum rate (not the idle timeout) sets it. No byte for ``body_idle`` seconds is
+        too slow; so is a body behind ``body_min_rate`` bytes/s after a grace of
+        ``body_idle`` seconds: each byte buys ``1/body_min_rate`` seconds more (Apache's
+        MinRate). So a body never takes longer than ``body_idle + bytes / body_min_rate``
+        seconds, and a steady one above the rate takes as long as it needs."""
+        idle_at = last + self.body_idle
+        if not self.body_min_rate:
+            return idle_at, False
+        rate_at = start + self.body_idle + wire / self.body_min_rate
+        return (rate_at, True) if rate_at < idle_at else (idle_at, False)
+
+    def _too_slow(self, slow: bool, seconds: float, wire: int, length: int | None
+                  ) -> web.Response:
+        """The 408 of a body that stopped (``slow`` False) or came too slowly, after
+        ``seconds`` with ``wire`` of ``length`` bytes."""
+        got = f"{wire} of {length if length is not None else '?'} bytes"
+        if slow:
+            return _error(408, f"body: {got} in {seconds:.0f} s, {wire / seconds:.0f} "
+                               f"bytes/s on average: below the collector's minimum of "
+                               f"{self.body_min_rate:g} bytes/s (--body-min-rate)")
+        return _error(408, f"body: no byte for {self.body_idle:g} s "
+                           f"(--body-idle-timeout), after {got}")
 
     # ----------------------------------------------------------------- maintenance
 
@@ -988,6 +1036,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes per second >= 0")
+    return value
+
+
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -1044,6 +1102,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="uploads of one device processed at a time; another one is refused "
                         f"(429, Retry-After) (default {DEFAULT_PER_DEVICE}: the agent sends "
                         "one at a time, so a second is its retry of one still queued)")
+    p.add_argument("--body-idle-timeout", type=_seconds, default=DEFAULT_BODY_IDLE,
+                   metavar="SECONDS",
+                   help="refuse a request body (408) when no byte of it arrives for this "
+                        "long: a pause between two reads, not the whole body (default "
+                        f"{DEFAULT_BODY_IDLE:g}; above 0)")
+    p.add_argument("--body-min-rate", type=_rate, default=DEFAULT_BODY_MIN_RATE,
+                   metavar="BYTES",
+                   help="refuse a request body (408) that arrives at fewer bytes per second "
+                        "than this, counted after a grace of --body-idle-timeout seconds "
+                        "(each byte buys 1/BYTES s more), so a device on a thin link takes "
+                        "as long as its body needs while a client that trickles gives its "
+                        f"upload's place back (default {DEFAULT_BODY_MIN_RATE}: 8 kbit/s; "
+                        "0: no minimum, the idle timeout alone)")
     p.add_argument("--max-clock-ahead", type=_seconds, default=DEFAULT_MAX_AHEAD,
                    metavar="SECONDS",
                    help="refuse (400) a batch created more than this far ahead of the "
@@ -1223,6 +1294,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_body < 1:
         print("acep serve: --max-body must be positive", file=sys.stderr)
         return 2
+    if args.body_idle_timeout <= 0:
+        print("acep serve: --body-idle-timeout must be above 0", file=sys.stderr)
+        return 2
     key = None
     if args.sketch_key_file:
         from history.sketch import read_key
@@ -1265,12 +1339,16 @@ def main(argv: list[str] | None = None) -> int:
                           min_free=args.min_free << 20, retain_days=args.retain_days,
                           compact=args.compact, max_wait=args.max_wait,
                           device_uploads=args.device_uploads, mirror=args.mirror,
-                          max_ahead=args.max_clock_ahead)
+                          max_ahead=args.max_clock_ahead, body_idle=args.body_idle_timeout,
+                          body_min_rate=args.body_min_rate)
     log.info("database %s, archive %s, %d re-check workers, uploads refused below %d MiB "
-             "free%s, %d at a time per device, %s, %s",
+             "free%s, %d at a time per device, bodies refused after %g s without a byte%s, "
+             "%s, %s",
              store.path, collector.archive.root, args.recheck_workers, args.min_free,
              f" or when they would wait over {args.max_wait:g} s" if args.max_wait else "",
-             args.device_uploads, f"keeping {args.retain_days} days" if args.retain_days
+             args.device_uploads, args.body_idle_timeout,
+             f" or below {args.body_min_rate:g} bytes/s" if args.body_min_rate else "",
+             f"keeping {args.retain_days} days" if args.retain_days
              else "keeping everything (no --retain-days)",
              "compacting closed days" if args.compact else "no compaction")
     if args.mirror:

@@ -19,6 +19,13 @@ left the expectation unanswered for :data:`CONTINUE_WAIT` (the body then goes an
 answered without ``100 Continue`` (an HTTP/1.0 server). Only the
 standard library (``http.client``, ``urllib.request``, ``gzip``).
 
+``collector.timeout`` bounds each wait of an upload, not the upload: connecting, each
+:data:`SEND_PIECE` bytes of a body leaving (``http.client`` sends a body with one
+``sendall``, whose timeout is the whole body's: a device on a thin link could never send a
+large batch), the body's last bytes, queued in the kernel, being acknowledged by the
+collector (Linux; :func:`_drain`), and the answer. So a slow but steady upload takes as
+long as its link needs, as at the collector (``--body-idle-timeout``, ``--body-min-rate``).
+
 Bodies of 1 KiB or more are gzipped (``Content-Encoding: gzip``) once an answer of the
 collector says it takes them (``Accept-Encoding``, RFC 7694), unless ``collector.compress =
 false``; after a ``415`` to a gzipped body the batch is sent again as it is, and so are all
@@ -33,8 +40,11 @@ import http.client
 import io
 import json
 import logging
+import select
 import socket
 import ssl
+import struct
+import sys
 import threading
 import time
 import urllib.error
@@ -52,6 +62,12 @@ log = logging.getLogger("edge.agent")
 CONTINUE_WAIT = 1.0  # seconds a body waits for "100 Continue" before it goes anyway (as curl)
 EXPECT_MIN_BYTES = 1024  # smaller bodies go at once (and as they are): little to save
 GZIP_LEVEL = 1  # bench/herd: 0.27 of the bytes at a sixth of level 6's CPU (0.24)
+# a body leaves in pieces of this many bytes, each within collector.timeout: 8 KiB per 10 s
+# is 6.6 kbit/s, below the collector's --body-min-rate (8 kbit/s), so it is the collector
+# that says a link is too slow, in a 408 naming its rate
+SEND_PIECE = 8 << 10
+DRAIN_POLL = 0.05  # seconds between two looks at the bytes not yet acknowledged
+_SIOCOUTQ = 0x5411  # Linux: the bytes of a TCP socket's send queue not yet acknowledged
 _RETRY_4XX = (408, 429)
 _AUTH_4XX = (401, 403)
 
@@ -84,8 +100,9 @@ class Uplink:
         self.url, self.token, self.timeout = url.rstrip("/"), token, float(timeout)
         self.context = tls_context(url, ca_file)
         # urllib's proxies are read from the environment here, as _proxied() reads them
-        self.opener = urllib.request.build_opener(urllib.request.HTTPSHandler(
-            context=self.context)) if self.context else urllib.request.build_opener()
+        self.opener = urllib.request.build_opener(
+            _PacedHTTPHandler(), *([_PacedHTTPSHandler(context=self.context)]
+                                   if self.context else []))
         self.target = urllib.parse.urlsplit(self.url)
         self.expect_continue = expect_continue and not _proxied(self.target)
         self.compress = compress
@@ -162,6 +179,7 @@ class Uplink:
             if first != "final":
                 conn.send(body)
                 self.bytes_on_wire += len(body)
+                _drain(conn.sock, conn.timeout)
             if first == "silent":  # a busy collector says 100 late; an HTTP/1.0 one never
                 first, head = _first_answer(conn.sock, conn.timeout, conn.timeout)
                 if first == "silent":
@@ -188,9 +206,8 @@ class Uplink:
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
         host, port = self.target.hostname, self.target.port
         if self.target.scheme == "https":
-            return http.client.HTTPSConnection(host, port, timeout=timeout,
-                                               context=self.context)
-        return http.client.HTTPConnection(host, port, timeout=timeout)
+            return _PacedHTTPS(host, port, timeout=timeout, context=self.context)
+        return _PacedHTTP(host, port, timeout=timeout)
 
     def post_batch(self, body: bytes) -> Outcome:
         """``POST /v1/batches``; never raises for network or HTTP problems."""
@@ -242,6 +259,80 @@ class Uplink:
         return data
 
 
+class _Paced:
+    """An ``http.client`` connection whose timeout bounds each wait, not a whole body: a
+    body goes in pieces of :data:`SEND_PIECE` bytes, each with the timeout, and the answer
+    is awaited once the body's last bytes got across (:func:`_drain`)."""
+
+    def send(self, data) -> None:
+        if isinstance(data, (bytes, bytearray)) and len(data) > SEND_PIECE:
+            view = memoryview(data)
+            for at in range(0, len(view), SEND_PIECE):
+                super().send(view[at:at + SEND_PIECE])
+        else:
+            super().send(data)
+
+    def getresponse(self):
+        if self.sock is not None:
+            _drain(self.sock, self.timeout)
+        return super().getresponse()
+
+
+class _PacedHTTP(_Paced, http.client.HTTPConnection):
+    pass
+
+
+class _PacedHTTPS(_Paced, http.client.HTTPSConnection):
+    pass
+
+
+class _PacedHTTPHandler(urllib.request.HTTPHandler):
+    def do_open(self, http_class, req, **kw):
+        return super().do_open(_PacedHTTP, req, **kw)
+
+
+class _PacedHTTPSHandler(urllib.request.HTTPSHandler):
+    def do_open(self, http_class, req, **kw):
+        return super().do_open(_PacedHTTPS, req, **kw)
+
+
+def _unacknowledged(sock: socket.socket) -> int | None:
+    """The bytes sent on ``sock`` that its peer has not acknowledged yet (Linux's
+    ``SIOCOUTQ``); None where that cannot be asked."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import fcntl
+
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), _SIOCOUTQ, b"\0" * 4))[0]
+    except (OSError, ValueError):
+        return None
+
+
+def _drain(sock: socket.socket, timeout: float | None) -> None:
+    """Wait while the bytes handed to the kernel cross the link: the last ones of a body
+    may be megabytes (the send buffer grows to 4 MiB), minutes on a thin link, and the
+    timeout of the wait for the answer must not count them. Returns when all are
+    acknowledged, when an answer (or the end) can be read, or where the queue cannot be
+    asked; ``TimeoutError`` when none was acknowledged for ``timeout`` seconds."""
+    left = _unacknowledged(sock)
+    if not left or timeout is None:
+        return
+    moved = time.monotonic()
+    while left:
+        if select.select([sock], [], [], DRAIN_POLL)[0]:
+            return
+        now_left = _unacknowledged(sock)
+        if now_left is None:
+            return
+        if now_left < left:
+            moved = time.monotonic()
+        elif time.monotonic() - moved >= timeout:
+            raise TimeoutError(f"timed out: the link took no byte of the body for "
+                               f"{timeout:g} s ({left} bytes still to go)")
+        left = now_left
+
+
 def _status(answer: tuple[int, bytes, float | None] | Outcome) -> int | None:
     """The HTTP status of :meth:`Uplink._post`'s answer; None when none came."""
     return answer.status if isinstance(answer, Outcome) else answer[0]
@@ -277,9 +368,14 @@ def _first_answer(sock: socket.socket, wait: float, timeout: float) -> tuple[str
 
 def _final_head(sock: socket.socket, head: bytes) -> bytes:
     """``head`` (an answer's first bytes, perhaps none) with the interim answers before the
-    final one taken off: :class:`http.client.HTTPResponse` skips ``100`` alone."""
+    final one taken off: :class:`http.client.HTTPResponse` skips ``100`` alone. Each wait
+    for an answer starts once the body's bytes got across (:func:`_drain`: a late ``100
+    Continue`` may come while the body is still on its way)."""
     while True:
-        head = _read_until(sock, head or sock.recv(1 << 16), b"\r\n")
+        if not head:
+            _drain(sock, sock.gettimeout())
+            head = sock.recv(1 << 16)
+        head = _read_until(sock, head, b"\r\n")
         if not (_interim(head) or head[9:12] == b"100"):
             return head
         head = _after_head(sock, head)

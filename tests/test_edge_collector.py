@@ -22,6 +22,7 @@ from pathlib import Path
 import msgpack
 import pyarrow.parquet as pq
 import pytest
+from links import ThinLink
 
 import acep
 from acep import EventBatch
@@ -1297,6 +1298,132 @@ def test_the_agent_s_uploader_retries_a_503_after_its_retry_after_not_its_backof
     assert srv.rows("SELECT batch_id FROM batches") == [("d2/0",)]
 
 
+# --------------------------------------------------------------------------- slow bodies
+
+
+# the body limits at a small scale: no byte for 1 s, or below 4000 bytes/s after 1 s, is 408
+SLOW = pytest.mark.parametrize("srv", [("--body-idle-timeout", "1", "--body-min-rate", "4000")],
+                               ids=["slow-bodies"], indirect=True)
+
+
+def send_paced(s: socket.socket, body: bytes, rate: float, step: float = 0.1) -> float:
+    """Send ``body`` on ``s`` at a steady ``rate`` (bytes/s), a piece every ``step``
+    seconds; how long it took."""
+    start, sent = time.monotonic(), 0
+    while sent < len(body):
+        piece = body[sent:sent + max(int(rate * step), 1)]
+        s.sendall(piece)
+        sent += len(piece)
+        time.sleep(max(start + sent / rate - time.monotonic(), 0.0))
+    return time.monotonic() - start
+
+
+def trickle(s: socket.socket, every: float, most: int) -> tuple[int, float, bytes]:
+    """Send one byte every ``every`` seconds (``most`` at most) until the collector
+    answers; the bytes sent, the seconds from the first to the answer, the answer's start."""
+    start, sent = time.monotonic(), 0
+    s.settimeout(every)
+    try:
+        while sent < most:
+            s.sendall(b"\x00")
+            sent += 1
+            try:
+                data = s.recv(65536)
+                return sent, time.monotonic() - start, data
+            except TimeoutError:
+                pass
+    finally:
+        s.settimeout(10)
+    raise AssertionError(f"no answer after {sent} bytes in {time.monotonic() - start:.1f} s")
+
+
+@SLOW
+def test_a_steady_body_slower_than_the_idle_timeout_above_the_minimum_rate_is_stored(srv):
+    """A device on a thin link: its body takes several times the idle timeout (the grace
+    of the minimum rate) at twice the minimum rate, and is stored (before, one total
+    limit refused any body that took longer than it: 60 s, 20 kB at 2G rates)."""
+    body = encode_batch(make_batch(events=make_events(n=600)))
+    assert len(body) > 3 * 8000
+    s = held_upload(srv, "d1", len(body))
+    took = send_paced(s, body, rate=8000)
+    status, doc = read_answer(s)
+    assert status == 200 and doc["status"] == "stored", doc
+    assert took > 3.0  # three times the idle timeout, the minimum rate's grace included
+    assert "408" not in metrics(srv)["requests"]
+
+
+@SLOW
+@pytest.mark.parametrize("every", [3.0, 0.2], ids=["pauses", "never-pauses"])
+def test_a_trickle_is_408_after_the_grace_naming_its_rate_and_gives_its_place_back(srv, every):
+    """Slowloris: headers, then a byte now and then. The upload was admitted (its device's
+    next one is 429 meanwhile); at the end of the grace (the idle timeout) it is far
+    behind the minimum rate, whether it pauses longer than the idle timeout or never: 408
+    naming its rate, and the device's next upload is admitted and stored."""
+    body = encode_batch(make_batch())
+    s = held_upload(srv, "d1", len(body))
+    status, data, _ = request(srv.url + "/v1/batches", "POST", body, srv.tokens["d1"])
+    assert_error(status, json.loads(data), 429, "'d1' has 1 upload(s) being processed")
+    sent, took, head = trickle(s, every=every, most=50)
+    status, doc = read_answer(s, head)
+    assert_error(status, doc, 408, f"of {len(body)} bytes in 1 s,", "bytes/s on average: "
+                 "below the collector's minimum of 4000 bytes/s (--body-min-rate)")
+    assert 0.8 <= took < 2.5, (sent, took)
+    assert metrics(srv)["uploads_pending"] == 0
+    assert post(srv, body, srv.tokens["d1"])[1]["status"] == "stored"
+    m = metrics(srv)
+    assert m["requests"]["408"] == 1 and m["uploads_pending"] == m["pending_bytes"] == 0
+    assert "POST /v1/batches from d1: 408 body: " in srv.log()
+
+
+@SLOW
+def test_a_body_that_stops_is_408_after_the_idle_timeout_and_gives_its_place_back(srv):
+    """A device whose link dies half-way, ahead of the minimum rate: 408 once no byte came
+    for the idle timeout, and its next upload is admitted."""
+    body = encode_batch(make_batch())
+    s = held_upload(srv, "d1", len(body))
+    half = len(body) // 2
+    s.sendall(body[:half])
+    start = time.monotonic()
+    status, doc = read_answer(s)
+    took = time.monotonic() - start
+    assert_error(status, doc, 408, "no byte for 1 s (--body-idle-timeout)",
+                 f"after {half} of {len(body)} bytes")
+    assert 0.8 <= took < 2.5, took
+    assert post(srv, body, srv.tokens["d1"])[1]["status"] == "stored"
+    assert metrics(srv)["requests"]["408"] == 1
+    assert "POST /v1/batches from d1: 408 body: no byte for 1 s" in srv.log()
+
+
+@SLOW
+def test_the_agent_finishes_an_upload_longer_than_its_timeout_on_a_thin_link(srv):
+    """The agent's collector.timeout bounds each wait, not the upload: a body that takes
+    three times it over a link above the collector's minimum rate is stored (before, it
+    timed out waiting for the answer while the kernel still sent the body); a link that
+    stops is given up after the timeout, and the collector gives the upload's place back."""
+    from edge.uplink import Uplink
+
+    body = encode_batch(make_batch(events=make_events(n=600)))
+    with ThinLink(srv.port, rate=8000) as link:
+        uplink = Uplink(f"http://127.0.0.1:{link.port}", srv.tokens["d1"], timeout=1.0)
+        start = time.monotonic()
+        out = uplink.post_batch(body)
+        took = time.monotonic() - start
+    assert (out.action, out.detail) == ("ack", "stored"), out
+    assert took > 3.0
+    other = encode_batch(make_batch(seq=1, events=make_events(seed=1, n=600)))
+    with ThinLink(srv.port, rate=8000, stall_after=len(other) // 2) as link:
+        uplink = Uplink(f"http://127.0.0.1:{link.port}", srv.tokens["d1"], timeout=1.0)
+        start = time.monotonic()
+        out = uplink.post_batch(other)
+        took = time.monotonic() - start
+        assert out.action == "retry" and "the link took no byte of the body for 1 s" in \
+            out.detail, out
+        assert 1.0 < took < 5.0
+        until(lambda: metrics(srv)["uploads_pending"] == 0)
+    assert metrics(srv)["requests"].get("408", 0) + metrics(srv)["requests"].get("499", 0) == 1
+    assert post(srv, other, srv.tokens["d1"])[1]["status"] == "stored"
+
+
 # --------------------------------------------------------------------------- retention
 
 
@@ -1440,7 +1567,11 @@ def test_bad_serving_options_exit_2_naming_them(tmp_path):
                               ("--max-wait", "-1", "'-1' is not a number of seconds >= 0"),
                               ("--max-wait", "nan", "'nan' is not a number of seconds"),
                               ("--max-wait", "soon", "'soon' is not a number of seconds"),
-                              ("--device-uploads", "0", "--device-uploads must be 1 or more")):
+                              ("--device-uploads", "0", "--device-uploads must be 1 or more"),
+                              ("--body-idle-timeout", "0", "--body-idle-timeout must be above 0"),
+                              ("--body-idle-timeout", "inf", "'inf' is not a number of seconds"),
+                              ("--body-min-rate", "-1",
+                               "'-1' is not a number of bytes per second >= 0")):
         done = subprocess.run([sys.executable, "-m", "edge.collector", "--db",
                                str(tmp_path / "c.db"), "--archive", str(tmp_path / "a"),
                                flag, value], cwd=ROOT, capture_output=True, text=True,

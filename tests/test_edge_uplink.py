@@ -18,14 +18,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from links import ThinLink
 
 from edge.uplink import (
     CONTINUE_WAIT,
     EXPECT_MIN_BYTES,
     GZIP_LEVEL,
+    SEND_PIECE,
     Uplink,
     _final_head,
     _first_answer,
+    _PacedHTTP,
     _Replayed,
 )
 
@@ -186,6 +189,21 @@ def test_a_collector_that_says_100_continue_late_is_still_asked_to(server, caplo
     assert uplink.expect_continue and uplink.bytes_on_wire == len(BIG)
     assert server.handler.seen == [("/v1/batches", "100-continue", len(BIG))]
     assert "bodies are sent at once" not in caplog.text
+
+
+def test_a_late_100_continue_on_a_thin_link_waits_for_the_body_to_get_across(server):
+    """The body went after CONTINUE_WAIT; the collector's 100 Continue comes while most of
+    it is still queued in the kernel: the wait for the final answer starts when the link
+    has taken it all, not at the 100 (the body takes 3 times the timeout)."""
+    server.handler.protocol_version = "HTTP/1.1"
+    server.handler.delay = CONTINUE_WAIT + 0.3
+    body = b"x" * 48000
+    with ThinLink(server.server_address[1], rate=16000) as link:
+        uplink = Uplink(f"http://127.0.0.1:{link.port}", "tok", timeout=1.0)
+        out, took = timed_post(uplink, body)
+    assert (out.action, out.status) == ("ack", 200), out
+    assert took > CONTINUE_WAIT + 2.5 and uplink.expect_continue
+    assert server.handler.seen == [("/v1/batches", "100-continue", len(body))]
 
 
 def test_a_417_sends_the_batch_again_at_once_in_the_same_attempt(server, caplog):
@@ -362,3 +380,45 @@ def test_the_uploader_survives_an_unexpected_error_and_delivers_after_its_backof
         assert outbox.metrics()["sent"] == 1 and len(calls) == 2
     said = [r for r in caplog.records if "unexpected error" in r.getMessage()]
     assert len(said) == 1 and "RuntimeError: a bug" in said[0].getMessage()
+
+
+def test_a_body_slower_than_the_timeout_goes_while_the_link_takes_it_piece_by_piece():
+    """``http.client`` sends a body with one ``sendall``, whose timeout is the whole body's
+    (Python 3.5 on): over a link slower than body / timeout it always timed out. The
+    agent's connections send it in pieces of SEND_PIECE bytes, each with the timeout."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)  # the least: no slack
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(2)
+    body = b"x" * (10 * SEND_PIECE)  # 2 s at 40 kB/s: four times the timeout
+
+    def slow_reader(peer: socket.socket, rate: float = 40000) -> None:
+        start, got = time.monotonic(), 0
+        while got < len(body) and (data := peer.recv(1000)):
+            got += len(data)
+            time.sleep(max(start + got / rate - time.monotonic(), 0.0))
+        peer.close()
+
+    try:
+        for paced in (False, True):
+            conn = (_PacedHTTP if paced else http.client.HTTPConnection)(
+                "127.0.0.1", listener.getsockname()[1], timeout=0.5)
+            conn.connect()
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # a thin link's
+            peer, _ = listener.accept()
+            reader = threading.Thread(target=slow_reader, args=(peer,))
+            reader.start()
+            start = time.monotonic()
+            try:
+                if paced:
+                    conn.send(body)
+                    assert time.monotonic() - start > 1.0
+                else:
+                    with pytest.raises(TimeoutError):
+                        conn.send(body)
+            finally:
+                conn.close()
+                reader.join(10)
+    finally:
+        listener.close()
+

@@ -1,0 +1,75 @@
+"""A thin link for tests: a TCP relay on loopback that passes a client's bytes on at a
+set rate (tests/test_edge_collector.py, tests/test_edge_uplink.py)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+
+class ThinLink:
+    """A TCP relay on loopback to ``port`` that passes the client's bytes on at ``rate``
+    bytes/s, and none after ``stall_after`` of them, nor any answer (a link that died).
+    Its receive buffer is the smallest (its window opens a little at a time, as a link's
+    acknowledgements come), so the client's kernel queues what the link has not taken."""
+
+    def __init__(self, port: int, rate: float, stall_after: int | None = None):
+        self.target, self.rate, self.stall_after = port, rate, stall_after
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(4)
+        self.port = self.listener.getsockname()[1]
+        self.closed, self.stalled = threading.Event(), threading.Event()
+        self.socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            self.socks += [client, upstream]
+            threading.Thread(target=self._up, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._down, args=(upstream, client), daemon=True).start()
+
+    def _up(self, client: socket.socket, upstream: socket.socket) -> None:
+        start, moved = time.monotonic(), 0
+        try:
+            while moved != self.stall_after and not self.closed.is_set():
+                room = max(int(self.rate / 20), 1)
+                if self.stall_after is not None:
+                    room = min(room, self.stall_after - moved)
+                data = client.recv(room)
+                if not data:
+                    upstream.shutdown(socket.SHUT_WR)
+                    return
+                # no credit for a time the client sent nothing: a link saves none up
+                start = max(start, time.monotonic() - moved / self.rate)
+                upstream.sendall(data)
+                moved += len(data)
+                time.sleep(max(start + moved / self.rate - time.monotonic(), 0.0))
+            self.stalled.set()  # take nothing more
+            self.closed.wait()
+        except OSError:
+            pass
+
+    def _down(self, upstream: socket.socket, client: socket.socket) -> None:
+        try:
+            while data := upstream.recv(65536):
+                if not self.stalled.is_set():
+                    client.sendall(data)
+            client.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def __enter__(self) -> ThinLink:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.closed.set()
+        for sock in [self.listener, *self.socks]:
+            sock.close()
