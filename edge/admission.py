@@ -58,7 +58,10 @@ class Admission:
     """The backlog of admitted uploads, its departure rate and the two limits.
 
     Call :meth:`admit` before reading an upload's body and, when it returns None,
-    :meth:`done` exactly once when the upload is answered (whatever the answer).
+    :meth:`arrived` once the body is in and :meth:`done` exactly once when the upload is
+    answered (whatever the answer). A body on its way (a device on a thin link takes
+    minutes) is not in the backlog: the collector has no work with it yet, and counted it
+    would hold up other devices' uploads for as long as it takes to arrive.
     ``saturated``: with this many uploads admitted the collector is busy all the time (one
     per re-check worker and one for the database thread). Fewer are always admitted (the
     collector has idle hands; PIE does not drop below two packets either), and the
@@ -77,7 +80,8 @@ class Admission:
         self.saturated = max(int(saturated), 1)
         self.clock, self.rng = clock, rng or random.Random()
         self.uploads = Counter()  # device -> its uploads admitted and not yet answered
-        self.pending = 0  # uploads admitted and not yet answered
+        self.arriving = 0  # uploads admitted whose bodies are on their way
+        self.pending = 0  # uploads whose bodies have arrived, not yet answered
         self.backlog = 0  # their bytes
         self.rate: float | None = None  # bytes/s, None before the first sample
         self._busy_since: float | None = None  # while saturated
@@ -104,26 +108,31 @@ class Admission:
                 f"collector busy: an upload now would wait about {wait:.1f} s (above "
                 f"--max-wait {self.max_wait:g} s); send it again after Retry-After"))
         self.uploads[device] += 1
+        self.arriving += 1
+        return None
+
+    def arrived(self, nbytes: int) -> None:
+        """The body of an admitted upload is in, ``nbytes`` as received: it waits for the
+        collector from now on (the backlog)."""
+        self.arriving -= 1
         self.pending += 1
         self.backlog += max(int(nbytes), 0)
         if self.pending == self.saturated:
             self._busy_since = self.clock()
-        return None
 
-    def resize(self, announced: int, received: int) -> None:
-        """The body turned out ``received`` bytes, not the ``announced`` ones."""
-        self.backlog += int(received) - int(announced)
-
-    def done(self, device: str, nbytes: int, worked: bool = True) -> None:
-        """An admitted upload of ``nbytes`` (as last announced or resized) was answered;
-        ``worked``: it was decoded and re-checked. One answered without that work (a
-        duplicate known by its digest, a body refused) left the backlog at once: counted
-        in the departure rate it would make the rate look far higher than the re-check's,
-        let in more than ``max_wait`` worth, and so cause the very timeouts and resent
-        duplicates that inflate it further."""
+    def done(self, device: str, nbytes: int | None, worked: bool = True) -> None:
+        """An admitted upload was answered: its body of ``nbytes`` had arrived (None: it
+        never did, a body refused or cut off); ``worked``: it was decoded and re-checked.
+        One answered without that work (a duplicate known by its digest, a body refused)
+        left the backlog at once: counted in the departure rate it would make the rate look
+        far higher than the re-check's, let in more than ``max_wait`` worth, and so cause
+        the very timeouts and resent duplicates that inflate it further."""
         self.uploads[device] -= 1
         if self.uploads[device] <= 0:
             del self.uploads[device]
+        if nbytes is None:
+            self.arriving -= 1
+            return
         self.backlog = max(self.backlog - int(nbytes), 0)
         if self._busy_since is not None and worked:
             self._sample_bytes += int(nbytes)
@@ -148,5 +157,6 @@ class Admission:
     def gauges(self) -> dict[str, float]:
         """The numbers ``/metrics`` shows."""
         return {"uploads_pending": self.pending, "pending_bytes": self.backlog,
+                "uploads_arriving": self.arriving,
                 "expected_wait_seconds": round(self.expected_wait(), 3),
                 "departure_rate_bytes": round(self.rate or 0.0, 1)}

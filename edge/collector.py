@@ -646,15 +646,16 @@ class Collector:
         if refused is not None:
             return self.refuse(refused)
         self.admitted()
+        arrived = None  # the body's bytes once in (still coded): then it is in the backlog
         try:
             body = await self.read_body(request)
             if isinstance(body, web.Response):
                 return body
-            self.admission.resize(size, request["wire_bytes"])  # as admitted: still coded
-            size = request["wire_bytes"]
+            arrived = request["wire_bytes"]
+            self.admission.arrived(arrived)
             return await self._upload(request, body, who[0])
         finally:
-            self.admission.done(who[0], size, worked=request.get("decoded", False))
+            self.admission.done(who[0], arrived, worked=request.get("decoded", False))
 
     async def _upload(self, request: web.Request, body: bytes, device: str) -> web.Response:
         resent = await self.run(self.resent, body, device)

@@ -57,8 +57,9 @@ GAUGES = {
                   "(uploads are refused below --min-free; absent while one is missing)",
     "storage_ok": "1 while the archive and database directories are there; 0: one is "
                   "missing (moved, unmounted), uploads are refused (503) and /health says why",
-    "uploads_pending": "uploads admitted and not yet answered",
-    "pending_bytes": "body bytes of the uploads admitted and not yet answered",
+    "uploads_pending": "uploads whose bodies have arrived, not yet answered",
+    "pending_bytes": "body bytes of the uploads arrived and not yet answered",
+    "uploads_arriving": "uploads admitted whose bodies are on their way (not in the wait)",
     "expected_wait_seconds": "how long an upload admitted now can expect to wait (pending "
                              "bytes / departure rate; refused above --max-wait)",
     "departure_rate_bytes": "upload bytes answered per second while busy (moving average; "

@@ -4,8 +4,10 @@ SIGKILL mid-upload and a restart lose and duplicate nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import os
 import random
 import shutil
 import signal
@@ -1111,12 +1113,39 @@ def until(check, timeout: float = 10.0):
 def held_upload(srv: Server, device: str, length: int) -> socket.socket:
     """An upload announcing ``length`` bytes whose body is not sent yet, once the collector
     has admitted it (it waits for the body)."""
-    before = metrics(srv)["uploads_pending"]
+    before = metrics(srv)["uploads_arriving"]
     s = raw(srv, f"POST /v1/batches HTTP/1.1\nHost: x\nAuthorization: Bearer "
                  f"{srv.tokens[device]}\nContent-Type: application/msgpack\n"
                  f"Content-Length: {length}\n", wait_answer=False)
+    until(lambda: metrics(srv)["uploads_arriving"] == before + 1)
+    return s
+
+
+def arrived_upload(srv: Server, device: str, body: bytes) -> socket.socket:
+    """An upload whose body has arrived and waits to be answered (read the answer on the
+    socket returned)."""
+    before = metrics(srv)["uploads_pending"]
+    s = raw(srv, f"POST /v1/batches HTTP/1.1\nHost: x\nAuthorization: Bearer "
+                 f"{srv.tokens[device]}\nContent-Type: application/msgpack\n"
+                 f"Content-Length: {len(body)}\n", body, wait_answer=False)
     until(lambda: metrics(srv)["uploads_pending"] == before + 1)
     return s
+
+
+@contextlib.contextmanager
+def rechecks_stopped(srv: Server):
+    """The collector's re-check workers stopped (SIGSTOP) meanwhile: a re-check that takes
+    long, so the uploads that arrive wait to be answered (the backlog)."""
+    with open(f"/proc/{srv.proc.pid}/task/{srv.proc.pid}/children") as fh:
+        workers = [int(p) for p in fh.read().split()]
+    assert workers
+    for pid in workers:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in workers:
+            os.kill(pid, signal.SIGCONT)
 
 
 def test_a_device_s_second_upload_while_its_first_is_processed_is_429_then_stored(srv):
@@ -1182,7 +1211,7 @@ def test_expect_100_continue_is_answered_only_when_the_collector_will_read_the_b
     held = held_upload(srv, "d1", len(body))
     refused(d1, 429, "at most 1")
     held.close()
-    until(lambda: metrics(srv)["uploads_pending"] == 0)
+    until(lambda: metrics(srv)["uploads_arriving"] == 0)
 
     status = b'{"outbox_pending": 0}'
     s = expecting(srv, d1, len(status), path="/v1/heartbeat", ctype="application/json")
@@ -1233,43 +1262,66 @@ def test_a_gzipped_upload_is_the_same_batch_and_a_zip_bomb_is_413(srv):
     assert srv.rows("SELECT count(*) FROM batches")[0][0] == 3
 
 
-# no re-check workers: one upload keeps the collector busy, so the next one may be refused
-BUSY = pytest.mark.parametrize("srv", [("--max-wait", "0.1", "--recheck-workers", "0")],
+# one re-check worker: two uploads keep the collector busy, so the next one may be refused
+BUSY = pytest.mark.parametrize("srv", [("--max-wait", "0.01", "--recheck-workers", "1")],
                                ids=["max-wait"], indirect=True)
+
+
+def backlog(srv: Server) -> list[socket.socket]:
+    """Two big uploads arrived (d1's, admin's) that wait for the stopped re-check."""
+    return [arrived_upload(srv, d, encode_batch(make_batch(d, seq=0, events=make_events(n=600))))
+            for d in ("d1", "admin")]
 
 
 @BUSY
 def test_an_upload_that_would_wait_over_max_wait_is_503_with_retry_after_before_its_body(
         srv):
-    held = held_upload(srv, "d1", MAX_BODY)  # 256 KiB at the first guess of 1 MiB/s: 0.25 s
     body = encode_batch(make_batch("d2", seq=0))
-    for _ in range(3):
-        status, data, headers = request(srv.url + "/v1/batches", "POST", body,
-                                        srv.tokens["d2"])
-        assert_error(status, json.loads(data), 503, "collector busy", "would wait about",
-                     "above --max-wait 0.1 s")
-        assert 1 <= int(headers["Retry-After"]) <= 60
-    assert beat(srv, b'{"outbox_pending": 1}', srv.tokens["d2"])[0] == 200  # still taken
-    m = metrics(srv)
-    assert (m["refused_busy"], m["requests"]["503"], m["uploads_pending"],
-            m["pending_bytes"], m["max_wait_s"], m["device_uploads"]) == (
-                3, 3, 1, MAX_BODY, 0.1, 1)
-    assert m["expected_wait_seconds"] == 0.25 and m["departure_rate_bytes"] == 0
-    prom = request(srv.url + "/metrics?format=prometheus")[1].decode()
-    for line in ("acep_collector_refused_busy_total 3.0", "acep_collector_uploads_pending 1.0",
-                 f"acep_collector_pending_bytes {float(MAX_BODY)}",
-                 "acep_collector_expected_wait_seconds 0.25"):
-        assert line in prom, prom
-    held.close()  # the device goes away without its body: its place is given back
-    until(lambda: metrics(srv)["uploads_pending"] == 0)
-    assert metrics(srv)["requests"]["499"] == 1  # counted, as nginx does, and said plainly:
-    assert f"499 body: the client went away after 0 of {MAX_BODY} bytes" in srv.log()
-    assert "Traceback" not in srv.log()
+    with rechecks_stopped(srv):
+        waiting = backlog(srv)
+        for _ in range(3):
+            status, data, headers = request(srv.url + "/v1/batches", "POST", body,
+                                            srv.tokens["d2"])
+            assert_error(status, json.loads(data), 503, "collector busy", "would wait about",
+                         "above --max-wait 0.01 s")
+            assert 1 <= int(headers["Retry-After"]) <= 60
+        assert beat(srv, b'{"outbox_pending": 1}', srv.tokens["d2"])[0] == 200  # still taken
+        m = metrics(srv)
+        queued = m["pending_bytes"]
+        assert (m["refused_busy"], m["requests"]["503"], m["uploads_pending"],
+                m["max_wait_s"], m["device_uploads"]) == (3, 3, 2, 0.01, 1)
+        assert queued > 0.01 * 2**20 and m["departure_rate_bytes"] == 0
+        assert m["expected_wait_seconds"] == round(queued / 2**20, 3)
+        prom = request(srv.url + "/metrics?format=prometheus")[1].decode()
+        for line in ("acep_collector_refused_busy_total 3.0",
+                     "acep_collector_uploads_pending 2.0",
+                     f"acep_collector_pending_bytes {float(queued)}"):
+            assert line in prom, prom
+    assert [read_answer(s)[1]["status"] for s in waiting] == ["stored", "stored"]
     assert post(srv, body, srv.tokens["d2"])[1]["status"] == "stored"
-    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 1
+    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 3
     log = srv.log()
     assert log.count("collector busy: an upload now would wait about") == 1  # per spell
     assert "uploads are admitted again, after 3 refused in" in log
+
+
+@pytest.mark.parametrize("srv", [("--max-wait", "0.01", "--recheck-workers", "0")],
+                         ids=["one-keeps-it-busy"], indirect=True)
+def test_a_body_on_its_way_is_no_backlog_and_a_device_gone_gives_its_place_back(srv):
+    """A device on a thin link: its upload is admitted, its body on its way holds up no
+    other device's upload (the collector has no work with it yet), and when the device
+    goes away without it the place is given back, counted as nginx does (499)."""
+    held = held_upload(srv, "d1", MAX_BODY)  # 0.25 s at the first guess of 1 MiB/s
+    m = metrics(srv)
+    assert (m["uploads_arriving"], m["uploads_pending"], m["pending_bytes"]) == (1, 0, 0)
+    body = encode_batch(make_batch("d2", seq=0))
+    assert post(srv, body, srv.tokens["d2"])[1]["status"] == "stored"  # before: 503
+    held.close()  # the device goes away without its body: its place is given back
+    until(lambda: metrics(srv)["uploads_arriving"] == 0)
+    assert metrics(srv)["requests"]["499"] == 1  # counted, as nginx does, and said plainly:
+    assert f"499 body: the client went away after 0 of {MAX_BODY} bytes" in srv.log()
+    assert "Traceback" not in srv.log()
+    assert "503" not in metrics(srv)["requests"]
 
 
 @BUSY
@@ -1278,24 +1330,26 @@ def test_the_agent_s_uploader_retries_a_503_after_its_retry_after_not_its_backof
     from edge.outbox import Backoff, Outbox
     from edge.uplink import Uplink, Uploader
 
-    held = held_upload(srv, "d1", MAX_BODY)
     body = encode_batch(make_batch("d2", seq=0))
     with Outbox(tmp_path / "outbox.db", backoff=Backoff(60.0, 2.0, 300.0, 0.0)) as box:
         box.put(body, "d2/0")
         uploader = Uploader(box, Uplink(srv.url, srv.tokens["d2"]))
-        sent_at = time.time()
-        assert uploader.send_one()
-        assert uploader.counts["retried"] == 1 and "HTTP 503" in uploader.last_error
-        assert uploader.uplink.bytes_on_wire == 0  # refused before its body was sent
-        # the backoff would wait 60 s; the collector said 1 or 2
-        assert sent_at + 1 <= uploader.next_attempt_at() <= time.time() + 2
-        assert not uploader.send_one()  # held until then
-        held.close()
+        with rechecks_stopped(srv):
+            waiting = backlog(srv)
+            sent_at = time.time()
+            assert uploader.send_one()
+            assert uploader.counts["retried"] == 1 and "HTTP 503" in uploader.last_error
+            assert uploader.uplink.bytes_on_wire == 0  # refused before its body was sent
+            # the backoff would wait 60 s; the collector said 1 or 2
+            assert sent_at + 1 <= uploader.next_attempt_at() <= time.time() + 2
+            assert not uploader.send_one()  # held until then
+        assert [read_answer(s)[1]["status"] for s in waiting] == ["stored", "stored"]
+        before = metrics(srv)["bytes_in_wire"]
         until(lambda: time.time() >= uploader.next_attempt_at())
         assert uploader.send_one() and uploader.counts["acked"] == 1
     m = metrics(srv)  # the 503 said the collector takes gzip: the retry is gzipped
-    assert uploader.uplink.bytes_on_wire == m["bytes_in_wire"] < len(body) == m["bytes_in"]
-    assert srv.rows("SELECT batch_id FROM batches") == [("d2/0",)]
+    assert uploader.uplink.bytes_on_wire == m["bytes_in_wire"] - before < len(body)
+    assert ("d2/0",) in srv.rows("SELECT batch_id FROM batches")
 
 
 # --------------------------------------------------------------------------- slow bodies
@@ -1368,7 +1422,7 @@ def test_a_trickle_is_408_after_the_grace_naming_its_rate_and_gives_its_place_ba
     assert_error(status, doc, 408, f"of {len(body)} bytes in 1 s,", "bytes/s on average: "
                  "below the collector's minimum of 4000 bytes/s (--body-min-rate)")
     assert 0.8 <= took < 2.5, (sent, took)
-    assert metrics(srv)["uploads_pending"] == 0
+    assert metrics(srv)["uploads_arriving"] == 0
     assert post(srv, body, srv.tokens["d1"])[1]["status"] == "stored"
     m = metrics(srv)
     assert m["requests"]["408"] == 1 and m["uploads_pending"] == m["pending_bytes"] == 0
@@ -1419,7 +1473,7 @@ def test_the_agent_finishes_an_upload_longer_than_its_timeout_on_a_thin_link(srv
         assert out.action == "retry" and "the link took no byte of the body for 1 s" in \
             out.detail, out
         assert 1.0 < took < 5.0
-        until(lambda: metrics(srv)["uploads_pending"] == 0)
+        until(lambda: metrics(srv)["uploads_arriving"] == 0)
     assert metrics(srv)["requests"].get("408", 0) + metrics(srv)["requests"].get("499", 0) == 1
     assert post(srv, other, srv.tokens["d1"])[1]["status"] == "stored"
 
