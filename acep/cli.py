@@ -36,6 +36,15 @@ EVENTS_HELP = ("events: .jsonl/.csv/.parquet/.msgpack (a path, or a URI such as 
                "s3://bucket/key), or - for stdin")
 
 
+class UsageError(ValueError):
+    """Input a command refuses before its work: one line naming the option, exit 2."""
+
+
+def _command(args) -> str:
+    """The command's name as the user typed it (``acep history build``)."""
+    return " ".join(filter(None, ("acep", args.command, getattr(args, "history_command", None))))
+
+
 class Window(float):
     """A window in seconds or tag units that remembers the text it was given as."""
 
@@ -73,6 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except PatternError as exc:
         print(f"acep: {storage.redact_text(str(exc))}", file=sys.stderr)
+        return 2
+    except UsageError as exc:
+        print(f"{_command(args)}: {storage.redact_text(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (`acep match ... | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -625,10 +637,8 @@ def run_history_build(args) -> int:
 
     if args.sketch and not args.key_file:
         raise ValueError("--sketch needs --key-file (sketches are signed)")
-    refused = _refused_outputs(args)
-    if refused:
-        print(f"acep history build: {refused}", file=sys.stderr)
-        return 2
+    _check_outputs({"-o": args.output, "--sketch": args.sketch}, args.file, args.key_file,
+                   _spec_file(args.spec))
     key = read_key(args.key_file) if args.sketch else None  # before the work, not after
     ratios = fit_options(args, bool(args.sketch), "it needs --sketch")
     spec = EventSpec.load(args.spec) if args.spec else None
@@ -664,16 +674,20 @@ def _read_named(path: str, spec) -> list:
         raise ValueError(f"{path}: cannot be read ({' '.join(str(exc).split())})") from None
 
 
-def _refused_outputs(args) -> str | None:
-    """Why ``-o``/``--sketch`` may not be written (as ``acep train`` checks), or None."""
+def _check_outputs(files: dict[str, str | None], *inputs: str | None) -> None:
+    """Refuse (:class:`UsageError`) an output file that may not be written (``files``: option
+    -> path or None), before the work: ``acep train``'s check (``trainer.outputs``)."""
     from trainer.outputs import OutputError, check_outputs
 
-    read = [f for f in (args.file, args.key_file) if f and f != "-"]
     try:
-        check_outputs({}, read, files={"-o": args.output, "--sketch": args.sketch})
+        check_outputs({}, [f for f in inputs if f and f != "-"], files=files)
     except OutputError as exc:
-        return str(exc)
-    return None
+        raise UsageError(str(exc)) from None
+
+
+def _spec_file(spec: str | None) -> str | None:
+    """``--spec`` when it names a file (an input), None for a preset or none."""
+    return spec if spec and os.path.isfile(spec) else None
 
 
 def fit_options(args, writes_sketch: bool, missing: str) -> list[float]:
@@ -723,6 +737,8 @@ def run_history_evaluate(args) -> int:
     from history.sketch import Sketch, read_key
 
     ratios = _ratios("--budgets", args.budgets)
+    _check_outputs({"--json": args.json}, args.sketch, args.file, args.key_file, args.history,
+                   _spec_file(args.spec))
     graph = HistoryGraph.load(args.history) if args.history else None
     policies = [p.strip() for p in args.policies.split(",") if p.strip()] \
         if args.policies else None
@@ -751,6 +767,7 @@ def run_history_evaluate(args) -> int:
 def run_history(args) -> int:
     from history import inspection  # the history package is not needed by the rest of acep
 
+    _check_outputs({"--plot": args.plot}, args.file, args.key_file)
     print(inspection.run(args.file, args.top, args.plot, args.key_file))
     return 0
 

@@ -1,9 +1,13 @@
 """``acep history inspect`` on files written here; the device-side imports stay light."""
 
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from test_cli import FIXTURE
 from test_history_graph import _hand_graph
 
 from acep.cli import main
@@ -125,3 +129,59 @@ def test_console_script_and_light_device_imports(tmp_path):
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "[]"
+
+
+BUILD = ["history", "build", "feb.parquet", "-p", "late verylate late", "-w", "1h", "-k", "1",
+         "--spec", "flights", "--partition", "origin"]
+EVALUATE = ["history", "evaluate", "jan.sketch", "feb.parquet", "--key-file", "fleet.key",
+            "--spec", "flights", "--policies", "random,history"]
+
+
+@pytest.fixture
+def built(tmp_path, monkeypatch, capsys):
+    """jan.history and its sketch (fitted at 0.1) of the 2,000 flights, here as feb.parquet."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(FIXTURE, "feb.parquet")
+    Path("fleet.key").write_bytes(b"a signing key\n")
+    assert main([*BUILD, "-o", "jan.history", "--sketch", "jan.sketch", "--key-file",
+                 "fleet.key", "--fit", "0.1", "--burst", "32"]) == 0
+    capsys.readouterr()
+    return tmp_path
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+@pytest.mark.parametrize("argv, option", [
+    ([*EVALUATE, "--history", "jan.history", "--json"], "--json"),
+    (["history", "inspect", "jan.history", "--key-file", "fleet.key", "--plot"], "--plot"),
+    ([*BUILD, "--sketch", "new.sketch", "--key-file", "fleet.key", "-o"], "-o"),
+])
+@pytest.mark.parametrize("target", ["fleet.key", "jan.sketch", "feb.parquet", "jan.history"])
+def test_no_output_option_replaces_an_input(built, capsys, argv, option, target):
+    if option == "--plot" and target in ("jan.sketch", "feb.parquet") or \
+            option == "-o" and target in ("jan.sketch", "jan.history"):
+        pytest.skip("not an input of the command")
+    before = _files(built)
+    assert main([*argv, target]) == 2
+    out, err = capsys.readouterr()
+    assert f"{option} {target}: would replace the input {target}" in err and out == "", err
+    assert _files(built) == before
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+@pytest.mark.parametrize("argv, option", [
+    ([*EVALUATE, "--json"], "--json"),
+    (["history", "inspect", "jan.history", "--plot"], "--plot"),
+    ([*BUILD, "-o"], "-o"),
+    ([*BUILD, "-o", "h", "--key-file", "fleet.key", "--sketch"], "--sketch"),
+])
+def test_an_output_where_nothing_can_be_written_is_refused_before_the_work(built, capsys,
+                                                                            argv, option):
+    """/proc: even root, whom os.access lets write anywhere, cannot make a file there."""
+    assert main([*argv, "/proc/x.out"]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"acep history {argv[1]}: {option} /proc/x.out: cannot write") \
+        and ".tmp" not in err and "\n" not in err.strip() and out == "", err
+    assert not Path("h").exists()
