@@ -224,17 +224,32 @@ def _whole(minimum: int, what: str, maximum: int | None = None):
     return parse
 
 
-def _positive(what: str):
-    """An argparse type: a number of ``what`` above 0."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {what}") from None
-        if not 0 < value < math.inf:
-            raise argparse.ArgumentTypeError(f"the {what} must be > 0, got {text}")
-        return value
-    return parse
+def burst_type(text: str) -> float:
+    """``--burst`` (``acep history build``, ``evaluate``, ``acep train``): the devices' bucket
+    depth in events, at least one (a :class:`acep.shedding.Budget`'s least)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 1 <= value < math.inf:
+        raise argparse.ArgumentTypeError(
+            f"the bucket depth must be a number of events >= 1, got {text!r}")
+    return value
+
+
+def ratios_type(text: str) -> list[float]:
+    """``--budgets`` and ``--fit``: comma-separated budget ratios, each in (0, 100]."""
+    items = text.split(",")
+    if any(not x.strip() for x in items):
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty item")
+    try:
+        ratios = [float(x) for x in items]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of numbers") from None
+    if not all(0 < r <= 100 for r in ratios):
+        raise argparse.ArgumentTypeError(f"budget ratios must be in (0, 100], got {text!r}")
+    return ratios
 
 
 def _backend_name() -> str:
@@ -594,10 +609,11 @@ def _add_evaluate_parser(hsub) -> None:
     ev.add_argument("--partition", help="the attribute to partition by (default: the one the "
                                         "sketch records; another is refused)")
     ev.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
-    ev.add_argument("--budgets", default="0.05,0.1,0.25,0.5,1", metavar="RATIOS",
+    ev.add_argument("--budgets", type=ratios_type, default="0.05,0.1,0.25,0.5,1",
+                    metavar="RATIOS",
                     help="comma-separated fractions of the events' unconstrained operations "
                          "per event (default 0.05,0.1,0.25,0.5,1)")
-    ev.add_argument("--burst", type=float, default=64.0,
+    ev.add_argument("--burst", type=burst_type, default=64.0,
                     help="the devices' bucket depth in events (default 64)")
     ev.add_argument("--policies", metavar="NAMES",
                     help="comma-separated, from keep-first, random, oldest-first, completion "
@@ -618,11 +634,11 @@ bins_type = _whole(1, "bins", MAX_BINS)  # --bins of acep history build and acep
 
 def add_fit_options(parser, events: str) -> None:
     """``--fit RATIOS`` and ``--burst N`` of ``acep history build`` and ``acep train``."""
-    parser.add_argument("--fit", metavar="RATIOS",
+    parser.add_argument("--fit", metavar="RATIOS", type=ratios_type,
                         help=f"fit the sketch's reserves to these budgets on {events} "
                              "(comma-separated fractions of their unconstrained operations "
                              "per event, e.g. 0.1,0.25; docs/SHEDDING.md section 10)")
-    parser.add_argument("--burst", type=_positive("bucket depth (events)"), default=64.0,
+    parser.add_argument("--burst", type=burst_type, default=64.0,
                         help="the devices' bucket depth in events, for --fit (default 64)")
     parser.add_argument("--search", type=_whole(0, "cells to search"), default=0, metavar="K",
                         help="with --fit, also tune the K most visited cells of each budget's "
@@ -693,26 +709,11 @@ def _spec_file(spec: str | None) -> str | None:
 def fit_options(args, writes_sketch: bool, missing: str) -> list[float]:
     """The ``--fit`` ratios of ``args`` (from :func:`add_fit_options`), checked against the
     sketch they fit (``missing``: what to say when none is written) and ``--search``."""
-    ratios = fit_ratios(args.fit) if args.fit else []
+    ratios = list(args.fit or [])
     if ratios and not writes_sketch:
         raise ValueError(f"--fit fits a sketch: {missing}")
     if args.search and not ratios:
         raise ValueError("--search tunes the fitted reserves: it needs --fit")
-    return ratios
-
-
-def fit_ratios(text: str) -> list[float]:
-    return _ratios("--fit", text)
-
-
-def _ratios(option: str, text: str) -> list[float]:
-    try:
-        ratios = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"{option}: {text!r} is not a comma-separated list of numbers") \
-            from None
-    if not ratios or not all(0 < r <= 100 for r in ratios):
-        raise ValueError(f"{option}: budget ratios must be in (0, 100], got {text!r}")
     return ratios
 
 
@@ -736,7 +737,6 @@ def run_history_evaluate(args) -> int:
     from history.graph import HistoryGraph
     from history.sketch import Sketch, read_key
 
-    ratios = _ratios("--budgets", args.budgets)
     _check_outputs({"--json": args.json}, args.sketch, args.file, args.key_file, args.history,
                    _spec_file(args.spec))
     graph = HistoryGraph.load(args.history) if args.history else None
@@ -754,7 +754,7 @@ def run_history_evaluate(args) -> int:
         print(format_row(row), flush=True)
 
     partition = SKETCH_PARTITION if args.partition is None else args.partition
-    result = evaluate(sketch, events, ratios, partition=partition, burst=args.burst,
+    result = evaluate(sketch, events, args.budgets, partition=partition, burst=args.burst,
                       policies=policies, graph=graph, on_row=show)
     if args.json:
         with open(args.json, "w") as f:

@@ -83,7 +83,7 @@ def test_build_refuses_outputs_it_must_not_write_before_reading(tmp_path, capsys
     (["build", "e.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--bins", "1000000"],
      "argument --bins: the bins must be <= 64, got 1000000"),
     (["build", "e.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--sketch", "s", "--key-file",
-      "k", "--fit", "0.1", "--burst", "0"], "argument --burst: the bucket depth (events) must"),
+      "k", "--fit", "0.1", "--burst", "0"], "argument --burst: the bucket depth must be"),
     (["inspect", "h", "--top", "-3"],
      "argument --top: the match vectors to list must be >= 0, got -3"),
 ])
@@ -185,3 +185,36 @@ def test_an_output_where_nothing_can_be_written_is_refused_before_the_work(built
     assert err.startswith(f"acep history {argv[1]}: {option} /proc/x.out: cannot write") \
         and ".tmp" not in err and "\n" not in err.strip() and out == "", err
     assert not Path("h").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "0.5", "-3", "inf", "nan", "x"])
+@pytest.mark.parametrize("command", [
+    ["evaluate", "s", "e.jsonl", "--key-file", "k"],
+    ["build", "e.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--sketch", "s", "--key-file", "k",
+     "--fit", "0.1"],
+])
+def test_burst_is_one_type_with_one_range_and_message(capsys, command, value):
+    with pytest.raises(SystemExit) as exc:
+        main(["history", *command, "--burst", value])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and (f"argument --burst: the bucket depth must be a number of "
+                                    f"events >= 1, got {value!r}") in err, err
+
+
+@pytest.mark.parametrize("option, command", [
+    ("--budgets", ["evaluate", "s", "e.jsonl", "--key-file", "k"]),
+    ("--fit", ["build", "e.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--sketch", "s",
+               "--key-file", "k"]),
+])
+@pytest.mark.parametrize("value, message", [
+    ("0.1,,0.2", "'0.1,,0.2' has an empty item"),
+    ("0.1,", "'0.1,' has an empty item"),
+    ("0.1,x", "'0.1,x' is not a comma-separated list of numbers"),
+    ("0", "budget ratios must be in (0, 100], got '0'"),
+])
+def test_budget_ratios_are_refused_by_the_parser_naming_the_option(capsys, option, command,
+                                                                   value, message):
+    with pytest.raises(SystemExit) as exc:
+        main(["history", *command, option, value])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"argument {option}: {message}" in err, err

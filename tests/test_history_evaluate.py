@@ -201,8 +201,6 @@ def test_cli_prints_and_writes_the_figures_of_evaluate(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--budgets", "0.1,x"], "--budgets: '0.1,x' is not a comma-separated list"),
-    (["--budgets", "0"], "--budgets: budget ratios must be in (0, 100]"),
     (["--policies", "history,best"], "unknown policies ['best']"),
     (["--partition", "dest"], "trained partitioned by 'origin', and this run is partitioned "
                               "by 'dest'"),
