@@ -28,7 +28,7 @@ from .events import (
 )
 from .matcher import MatchBatch, Matcher, Pattern, bundles
 from .pattern import PatternError, symbols
-from .shedding import MAX_BINS
+from .shedding import MAX_BINS, BudgetError
 from .units import WITHIN_UNITS as _UNITS
 from .units import within_seconds
 
@@ -83,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PatternError as exc:
         print(f"acep: {storage.redact_text(str(exc))}", file=sys.stderr)
         return 2
-    except UsageError as exc:
+    except (UsageError, BudgetError) as exc:
         print(f"{_command(args)}: {storage.redact_text(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (`acep match ... | head`): not an error

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from acep import EventBatch, MatchBatch, Matcher
-from acep.shedding import Budget
+from acep.shedding import Budget, check_buckets
 
 from .build import traced_run
 from .fit import SKETCH_PARTITION, _BundleTruth, _run, matcher_args
@@ -52,8 +52,9 @@ def evaluate(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
     the history ``graph`` the sketch was made from, ``hindsight`` the offline reference that
     knows the unconstrained run's node log: a Python call per shedding event).
     ``on_row(row, truth)`` is called with each row as it is done and the ground truth's
-    summary. Returns ``{"truth": summary, "rows": [row, ...]}``, the rows in budget order,
-    then policy order.
+    summary. A budget whose bucket cannot hold one operation is refused after the ground
+    truth, before any row (``acep.shedding.BudgetError``). Returns ``{"truth": summary,
+    "rows": [row, ...]}``, the rows in budget order, then policy order.
     """
     if policies is None:
         policies = [p for p in POLICIES if p in DEFAULT_POLICIES
@@ -81,6 +82,7 @@ def evaluate(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
     if not ops_per_event > 0:
         raise ValueError(f"the pattern {sketch.pattern!r} makes no operations on these "
                          "events: there is nothing to shed")
+    check_buckets(ratios, ops_per_event, burst)
     rows = []
     for ratio in ratios:
         budget = Budget(ratio * ops_per_event, burst)

@@ -187,6 +187,23 @@ def test_an_output_where_nothing_can_be_written_is_refused_before_the_work(built
     assert not Path("h").exists()
 
 
+def test_a_bucket_that_cannot_hold_one_operation_is_refused_naming_the_burst(built, capsys):
+    """0.363 operations per event: 0.02 x 8 events holds 0.058 (nothing could be kept), 0.5
+    x 8 holds 1.45; the smallest burst for 0.02 is ceil(1 / 0.00726) = 138 events."""
+    assert main([*EVALUATE, "--budgets", "0.5,0.02", "--burst", "8"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "budget 0.02 x 0.363 operations per event" in err, err
+    assert "holds 0.0581 operations" in err and "--burst 138" in err and "0.5" not in err
+    assert main([*EVALUATE, "--budgets", "0.5,0.02", "--burst", "138"]) == 0
+    capsys.readouterr()
+    before = _files(built)
+    assert main([*BUILD, "-o", "jan.history", "--sketch", "b.sketch", "--key-file",
+                 "fleet.key", "--fit", "0.1,0.5", "--burst", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "budgets 0.1, 0.5 x 0.363 operations per event" in err and "--burst 28" in err
+    assert not Path("b.sketch").exists() and _files(built) == before
+
+
 @pytest.mark.parametrize("value", ["0", "0.5", "-3", "inf", "nan", "x"])
 @pytest.mark.parametrize("command", [
     ["evaluate", "s", "e.jsonl", "--key-file", "k"],

@@ -11,7 +11,7 @@ from test_history_fit import _stream
 from test_history_sketch import KEY
 
 from acep import Matcher, bundles
-from acep.shedding import Budget, OldestFirstPolicy
+from acep.shedding import Budget, BudgetError, OldestFirstPolicy
 from history.build import build_history, traced_run
 from history.evaluate import DEFAULT_POLICIES, POLICIES, evaluate
 from history.fit import fit_budgets
@@ -49,7 +49,7 @@ def test_every_row_is_the_policys_own_run_scored_by_brute_force(seed):
     sketch = _sketch(train, graph=graph)
     ratios = [0.05, 0.2, 0.5]
     seen = []
-    result = evaluate(sketch, test, ratios, partition="g", burst=16, seed=seed,
+    result = evaluate(sketch, test, ratios, partition="g", burst=32, seed=seed,
                       policies=POLICIES, graph=graph,
                       on_row=lambda row, truth: seen.append((row, truth)))
     run = traced_run(PATTERN, test, W, K, partition="g", fields=None)
@@ -64,7 +64,7 @@ def test_every_row_is_the_policys_own_run_scored_by_brute_force(seed):
     assert set(DEFAULT_POLICIES) == set(POLICIES) - {"completion", "hindsight"}
     assert [r for r, _ in seen] == result["rows"] and all(x is t for _, x in seen)
     for row in result["rows"]:
-        budget = Budget(row["ratio"] * t["ops_per_event"], 16)
+        budget = Budget(row["ratio"] * t["ops_per_event"], 32)
         if row["policy"] == "oldest-first":
             options = {"policy": OldestFirstPolicy()}
         elif row["policy"] == "completion":
@@ -113,6 +113,8 @@ def test_bad_input_is_refused_by_name():
         evaluate(sketch, events.slice(0, 0), [0.1], partition="g")
     with pytest.raises(ValueError, match="burst"):
         evaluate(sketch, events, [0.1], partition="g", burst=0.5)
+    with pytest.raises(BudgetError, match="budget 0.001 x .* give --burst"):
+        evaluate(sketch, events, [2.0, 0.001], partition="g", burst=1)
     only_x = type(events).from_events([{"type": "x", "t": float(i), "g": 0} for i in range(5)])
     with pytest.raises(ValueError, match="no operations on these events"):
         evaluate(sketch, only_x, [0.1], partition="g")
