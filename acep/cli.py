@@ -757,9 +757,8 @@ def run_history_evaluate(args) -> int:
     result = evaluate(sketch, events, args.budgets, partition=partition, burst=args.burst,
                       policies=policies, graph=graph, on_row=show)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"sketch": args.sketch, "events": args.file, "burst": args.burst,
-                       **result}, f, indent=1)
+        figures = {"sketch": args.sketch, "events": args.file, "burst": args.burst, **result}
+        storage.write_durably(args.json, json.dumps(figures, indent=1).encode())
         print(f"acep: figures -> {args.json}", file=sys.stderr)
     return 0
 

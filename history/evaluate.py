@@ -6,7 +6,8 @@ budget): its match points and its match bundles (Definition 3). Each (budget, po
 then runs the events from an empty matcher under ``Budget(ratio * ops_per_event, burst)``,
 where ``ops_per_event`` is the unconstrained run's, and scores what it found: bundle recall
 (true bundles with at least one point found), match-point recall, precision, and what the
-budget did (operations spent, candidates shed, time spent deciding).
+budget did (operations spent, candidates shed, time spent deciding). Precision is None (n/a)
+for a row that found no match point.
 
 It is the measure of ``bench/shedding`` on a stream the benchmark does not know: to check a
 sketch on a later period before shipping it, to compare it with the baselines on one's own
@@ -145,7 +146,7 @@ def _row(name, ratio, budget, args, events, known, truth, points, seed) -> dict:
     return {"policy": name, "ratio": ratio, "budget_ops_per_event": budget.ops_per_event,
             "bundle_recall": bundles / truth.n if truth.n else 1.0,
             "point_recall": right / len(points) if points else 1.0,
-            "precision": right / len(got) if got else 1.0,
+            "precision": right / len(got) if got else None,
             "ops_spent_per_event": (s["candidates"] - s["shed"]) / n, "shed": int(s["shed"]),
             "decide_ns_per_event": s["decide_ns"] / n, "us_per_event": 1e6 * seconds / n,
             "fitted_ratio": sketch.fitted_ratio(budget.ops_per_event)
@@ -170,12 +171,13 @@ def format_row(row: dict) -> str:
     operations shed, time deciding and wall time per event, and which reserves a history
     policy used."""
     reserves = ""
+    precision = "n/a" if row["precision"] is None else f"{100 * row['precision']:.1f}%"
     if row["fitted_ratio"] is not None:
         reserves = f"fitted at {row['fitted_ratio']:g}"
     elif row["policy"].startswith("history"):
         reserves = "the sketch's scores"
     return (f"{100 * row['ratio']:>6.4g}%  {row['policy']:<13}"
             f"{100 * row['bundle_recall']:>7.1f}%{100 * row['point_recall']:>7.1f}%"
-            f"{100 * row['precision']:>9.1f}%{row['ops_spent_per_event']:>11.4g}"
+            f"{precision:>10}{row['ops_spent_per_event']:>11.4g}"
             f"{row['shed']:>11,}{row['decide_ns_per_event']:>13.0f}{row['us_per_event']:>11.3g}"
             f"  {reserves}").rstrip()

@@ -1,5 +1,6 @@
 """``acep history inspect`` on files written here; the device-side imports stay light."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -202,6 +203,18 @@ def test_a_bucket_that_cannot_hold_one_operation_is_refused_naming_the_burst(bui
     err = capsys.readouterr().err
     assert "budgets 0.1, 0.5 x 0.363 operations per event" in err and "--burst 28" in err
     assert not Path("b.sketch").exists() and _files(built) == before
+
+
+def test_precision_without_any_match_point_found_is_not_a_number(built, capsys):
+    """A budget that keeps too little to finish a match (history at 2%): no point found, no
+    precision (it was 100%), in the text and the JSON."""
+    assert main([*EVALUATE, "--budgets", "0.02", "--burst", "138", "--json", "e.json"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    written = json.loads(Path("e.json").read_text())["rows"]
+    assert [r["policy"] for r in written] == ["random", "history"]
+    assert written[1]["point_recall"] == 0 and written[1]["precision"] is None
+    assert written[0]["point_recall"] > 0 and written[0]["precision"] == 1.0
+    assert [r[4] for r in rows] == ["100.0%", "n/a"]
 
 
 @pytest.mark.parametrize("value", ["0", "0.5", "-3", "inf", "nan", "x"])
