@@ -732,17 +732,21 @@ def _fit(sketch, batches, ratios, args):
 
 
 def run_history_evaluate(args) -> int:
-    from history.evaluate import evaluate, format_header, format_row
+    from history.evaluate import evaluate, format_header, format_row, graph_mismatch
     from history.fit import SKETCH_PARTITION
     from history.graph import HistoryGraph
     from history.sketch import Sketch, read_key
 
     _check_outputs({"--json": args.json}, args.sketch, args.file, args.key_file, args.history,
                    _spec_file(args.spec))
+    sketch = Sketch.load(args.sketch, read_key(args.key_file))
     graph = HistoryGraph.load(args.history) if args.history else None
+    why = graph_mismatch(sketch, graph) if graph is not None else None
+    if why is not None:  # before the events are read
+        raise UsageError(f"--history {args.history} was built for another definition than "
+                         f"the sketch {args.sketch}: {why}")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()] \
         if args.policies else None
-    sketch = Sketch.load(args.sketch, read_key(args.key_file))
     spec = EventSpec.load(args.spec) if args.spec else None
     events = read_all(args.file, spec)
     shown = []

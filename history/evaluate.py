@@ -31,7 +31,8 @@ from .inspection import partition_text
 from .policies import POLICY_NAMES, policy_options
 from .sketch import Sketch
 
-__all__ = ["evaluate", "POLICIES", "DEFAULT_POLICIES", "format_header", "format_row"]
+__all__ = ["evaluate", "graph_mismatch", "POLICIES", "DEFAULT_POLICIES", "format_header",
+           "format_row"]
 
 POLICIES = POLICY_NAMES
 DEFAULT_POLICIES = ("keep-first", "random", "oldest-first", "history", "history+rl")
@@ -96,17 +97,27 @@ def evaluate(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
 
 
 def _check_graph(sketch: Sketch, graph) -> None:
-    """Refuse a history graph whose cells are not the sketch's: the completion model would
-    rate other cells (or other runs) than the ones the matcher makes."""
-    why = sketch.mismatch(graph.pattern, graph.k, graph.window, graph.where,
-                          graph.partition_by if graph.partition_recorded else sketch.partition_by)
-    if why is None and (graph.n_states, tuple(graph.rem_edges), tuple(graph.gap_edges)) != (
-            sketch.n_states, tuple(sketch.rem_edges), tuple(sketch.gap_edges)):
-        why = ("its match-vector bins differ (another --bins, or another history of the same "
-               "pattern)")
+    why = graph_mismatch(sketch, graph)
     if why is not None:
-        raise ValueError("the history graph does not go with the sketch: "
-                         + ("the sketch " + why[3:] if why.startswith("it ") else why))
+        raise ValueError(f"the history graph does not go with the sketch: {why}")
+
+
+def graph_mismatch(sketch: Sketch, graph) -> str | None:
+    """What differs between the history ``graph`` and ``sketch`` (None: nothing), as
+    ``name graph's (the sketch's: sketch's)``: the completion model would rate other cells
+    (or other runs) than the ones the matcher makes."""
+    pairs = {"pattern": (graph.pattern, sketch.pattern),
+             "window": (float(graph.window), float(sketch.window)), "k": (graph.k, sketch.k),
+             "where": (list(graph.where), list(sketch.where))}
+    if graph.partition_recorded and sketch.partition_recorded:
+        pairs["partition"] = (graph.partition_by, sketch.partition_by)
+    differ = [f"{name} {theirs!r} (the sketch's: {ours!r})"
+              for name, (theirs, ours) in pairs.items() if theirs != ours]
+    if not differ and (graph.n_states, tuple(graph.rem_edges), tuple(graph.gap_edges)) != (
+            sketch.n_states, tuple(sketch.rem_edges), tuple(sketch.gap_edges)):
+        differ.append("the match-vector bins (another --bins, or another history of the same "
+                      "pattern)")
+    return ", ".join(differ) or None
 
 
 def _checked(ratios: Sequence[float], policies: Sequence[str], burst: float) -> list[float]:

@@ -217,6 +217,16 @@ def test_precision_without_any_match_point_found_is_not_a_number(built, capsys):
     assert [r[4] for r in rows] == ["100.0%", "n/a"]
 
 
+def test_a_history_of_another_partition_is_named_with_what_differs(built, capsys):
+    assert main([*BUILD, "--partition", "destination", "-o", "dest.history"]) == 0
+    capsys.readouterr()
+    assert main([*EVALUATE, "--history", "dest.history"]) == 2
+    out, err = capsys.readouterr()
+    assert err.strip() == ("acep history evaluate: --history dest.history was built for "
+                           "another definition than the sketch jan.sketch: partition "
+                           "'destination' (the sketch's: 'origin')") and out == ""
+
+
 @pytest.mark.parametrize("value", ["0", "0.5", "-3", "inf", "nan", "x"])
 @pytest.mark.parametrize("command", [
     ["evaluate", "s", "e.jsonl", "--key-file", "k"],

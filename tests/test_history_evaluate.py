@@ -127,15 +127,17 @@ def test_a_history_graph_that_is_not_the_sketchs_is_refused_by_what_differs():
     graph = _graph(events)
     sketch = _sketch(events, graph=graph)
     others = {
-        "bins differ": build_history(PATTERN, events, W, K, partition="g", n_bins=2),
-        "pattern 'a b c d'": build_history("a b c", events, W, K, partition="g", n_bins=4),
-        "k=1": build_history(PATTERN, events, W, 0, partition="g", n_bins=4),
-        "partitioned by 'g'": build_history(PATTERN, events, W, K, n_bins=4),
+        "the match-vector bins": build_history(PATTERN, events, W, K, partition="g", n_bins=2),
+        "pattern 'a b c' (the sketch's: 'a b c d')":
+            build_history("a b c", events, W, K, partition="g", n_bins=4),
+        "k 0 (the sketch's: 1)": build_history(PATTERN, events, W, 0, partition="g", n_bins=4),
+        "partition None (the sketch's: 'g')": build_history(PATTERN, events, W, K, n_bins=4),
     }
     for message, other in others.items():
-        with pytest.raises(ValueError, match=f"history graph does not go with the sketch: "
-                                             f".*{message}"):
+        with pytest.raises(ValueError) as exc:
             evaluate(sketch, events, [0.1], policies=["completion"], graph=other)
+        assert str(exc.value).startswith("the history graph does not go with the sketch: "
+                                         + message)
     rows = evaluate(sketch, events, [0.1], policies=["completion"], graph=graph)["rows"]
     assert [r["policy"] for r in rows] == ["completion"]
 
