@@ -28,12 +28,21 @@ from .events import (
 )
 from .matcher import MatchBatch, Matcher, Pattern, bundles
 from .pattern import PatternError, symbols
-from .shedding import MAX_BINS
+from .shedding import MAX_BINS, BudgetError
 from .units import WITHIN_UNITS as _UNITS
 from .units import within_seconds
 
 EVENTS_HELP = ("events: .jsonl/.csv/.parquet/.msgpack (a path, or a URI such as "
                "s3://bucket/key), or - for stdin")
+
+
+class UsageError(ValueError):
+    """Input a command refuses before its work: one line naming the option, exit 2."""
+
+
+def _command(args) -> str:
+    """The command's name as the user typed it (``acep history build``)."""
+    return " ".join(filter(None, ("acep", args.command, getattr(args, "history_command", None))))
 
 
 class Window(float):
@@ -73,6 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except PatternError as exc:
         print(f"acep: {storage.redact_text(str(exc))}", file=sys.stderr)
+        return 2
+    except (UsageError, BudgetError) as exc:
+        print(f"{_command(args)}: {storage.redact_text(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (`acep match ... | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -212,17 +224,32 @@ def _whole(minimum: int, what: str, maximum: int | None = None):
     return parse
 
 
-def _positive(what: str):
-    """An argparse type: a number of ``what`` above 0."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {what}") from None
-        if not 0 < value < math.inf:
-            raise argparse.ArgumentTypeError(f"the {what} must be > 0, got {text}")
-        return value
-    return parse
+def burst_type(text: str) -> float:
+    """``--burst`` (``acep history build``, ``evaluate``, ``acep train``): the devices' bucket
+    depth in events, at least one (a :class:`acep.shedding.Budget`'s least)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 1 <= value < math.inf:
+        raise argparse.ArgumentTypeError(
+            f"the bucket depth must be a number of events >= 1, got {text!r}")
+    return value
+
+
+def ratios_type(text: str) -> list[float]:
+    """``--budgets`` and ``--fit``: comma-separated budget ratios, each in (0, 100]."""
+    items = text.split(",")
+    if any(not x.strip() for x in items):
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty item")
+    try:
+        ratios = [float(x) for x in items]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of numbers") from None
+    if not all(0 < r <= 100 for r in ratios):
+        raise argparse.ArgumentTypeError(f"budget ratios must be in (0, 100], got {text!r}")
+    return ratios
 
 
 def _backend_name() -> str:
@@ -582,10 +609,11 @@ def _add_evaluate_parser(hsub) -> None:
     ev.add_argument("--partition", help="the attribute to partition by (default: the one the "
                                         "sketch records; another is refused)")
     ev.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
-    ev.add_argument("--budgets", default="0.05,0.1,0.25,0.5,1", metavar="RATIOS",
+    ev.add_argument("--budgets", type=ratios_type, default="0.05,0.1,0.25,0.5,1",
+                    metavar="RATIOS",
                     help="comma-separated fractions of the events' unconstrained operations "
                          "per event (default 0.05,0.1,0.25,0.5,1)")
-    ev.add_argument("--burst", type=float, default=64.0,
+    ev.add_argument("--burst", type=burst_type, default=64.0,
                     help="the devices' bucket depth in events (default 64)")
     ev.add_argument("--policies", metavar="NAMES",
                     help="comma-separated, from keep-first, random, oldest-first, completion "
@@ -606,11 +634,11 @@ bins_type = _whole(1, "bins", MAX_BINS)  # --bins of acep history build and acep
 
 def add_fit_options(parser, events: str) -> None:
     """``--fit RATIOS`` and ``--burst N`` of ``acep history build`` and ``acep train``."""
-    parser.add_argument("--fit", metavar="RATIOS",
+    parser.add_argument("--fit", metavar="RATIOS", type=ratios_type,
                         help=f"fit the sketch's reserves to these budgets on {events} "
                              "(comma-separated fractions of their unconstrained operations "
                              "per event, e.g. 0.1,0.25; docs/SHEDDING.md section 10)")
-    parser.add_argument("--burst", type=_positive("bucket depth (events)"), default=64.0,
+    parser.add_argument("--burst", type=burst_type, default=64.0,
                         help="the devices' bucket depth in events, for --fit (default 64)")
     parser.add_argument("--search", type=_whole(0, "cells to search"), default=0, metavar="K",
                         help="with --fit, also tune the K most visited cells of each budget's "
@@ -625,10 +653,8 @@ def run_history_build(args) -> int:
 
     if args.sketch and not args.key_file:
         raise ValueError("--sketch needs --key-file (sketches are signed)")
-    refused = _refused_outputs(args)
-    if refused:
-        print(f"acep history build: {refused}", file=sys.stderr)
-        return 2
+    _check_outputs({"-o": args.output, "--sketch": args.sketch}, args.file, args.key_file,
+                   _spec_file(args.spec))
     key = read_key(args.key_file) if args.sketch else None  # before the work, not after
     ratios = fit_options(args, bool(args.sketch), "it needs --sketch")
     spec = EventSpec.load(args.spec) if args.spec else None
@@ -664,41 +690,30 @@ def _read_named(path: str, spec) -> list:
         raise ValueError(f"{path}: cannot be read ({' '.join(str(exc).split())})") from None
 
 
-def _refused_outputs(args) -> str | None:
-    """Why ``-o``/``--sketch`` may not be written (as ``acep train`` checks), or None."""
+def _check_outputs(files: dict[str, str | None], *inputs: str | None) -> None:
+    """Refuse (:class:`UsageError`) an output file that may not be written (``files``: option
+    -> path or None), before the work: ``acep train``'s check (``trainer.outputs``)."""
     from trainer.outputs import OutputError, check_outputs
 
-    read = [f for f in (args.file, args.key_file) if f and f != "-"]
     try:
-        check_outputs({}, read, files={"-o": args.output, "--sketch": args.sketch})
+        check_outputs({}, [f for f in inputs if f and f != "-"], files=files)
     except OutputError as exc:
-        return str(exc)
-    return None
+        raise UsageError(str(exc)) from None
+
+
+def _spec_file(spec: str | None) -> str | None:
+    """``--spec`` when it names a file (an input), None for a preset or none."""
+    return spec if spec and os.path.isfile(spec) else None
 
 
 def fit_options(args, writes_sketch: bool, missing: str) -> list[float]:
     """The ``--fit`` ratios of ``args`` (from :func:`add_fit_options`), checked against the
     sketch they fit (``missing``: what to say when none is written) and ``--search``."""
-    ratios = fit_ratios(args.fit) if args.fit else []
+    ratios = list(args.fit or [])
     if ratios and not writes_sketch:
         raise ValueError(f"--fit fits a sketch: {missing}")
     if args.search and not ratios:
         raise ValueError("--search tunes the fitted reserves: it needs --fit")
-    return ratios
-
-
-def fit_ratios(text: str) -> list[float]:
-    return _ratios("--fit", text)
-
-
-def _ratios(option: str, text: str) -> list[float]:
-    try:
-        ratios = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"{option}: {text!r} is not a comma-separated list of numbers") \
-            from None
-    if not ratios or not all(0 < r <= 100 for r in ratios):
-        raise ValueError(f"{option}: budget ratios must be in (0, 100], got {text!r}")
     return ratios
 
 
@@ -717,16 +732,21 @@ def _fit(sketch, batches, ratios, args):
 
 
 def run_history_evaluate(args) -> int:
-    from history.evaluate import evaluate, format_header, format_row
+    from history.evaluate import evaluate, format_header, format_row, graph_mismatch
     from history.fit import SKETCH_PARTITION
     from history.graph import HistoryGraph
     from history.sketch import Sketch, read_key
 
-    ratios = _ratios("--budgets", args.budgets)
+    _check_outputs({"--json": args.json}, args.sketch, args.file, args.key_file, args.history,
+                   _spec_file(args.spec))
+    sketch = Sketch.load(args.sketch, read_key(args.key_file))
     graph = HistoryGraph.load(args.history) if args.history else None
+    why = graph_mismatch(sketch, graph) if graph is not None else None
+    if why is not None:  # before the events are read
+        raise UsageError(f"--history {args.history} was built for another definition than "
+                         f"the sketch {args.sketch}: {why}")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()] \
         if args.policies else None
-    sketch = Sketch.load(args.sketch, read_key(args.key_file))
     spec = EventSpec.load(args.spec) if args.spec else None
     events = read_all(args.file, spec)
     shown = []
@@ -738,12 +758,11 @@ def run_history_evaluate(args) -> int:
         print(format_row(row), flush=True)
 
     partition = SKETCH_PARTITION if args.partition is None else args.partition
-    result = evaluate(sketch, events, ratios, partition=partition, burst=args.burst,
+    result = evaluate(sketch, events, args.budgets, partition=partition, burst=args.burst,
                       policies=policies, graph=graph, on_row=show)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"sketch": args.sketch, "events": args.file, "burst": args.burst,
-                       **result}, f, indent=1)
+        figures = {"sketch": args.sketch, "events": args.file, "burst": args.burst, **result}
+        storage.write_durably(args.json, json.dumps(figures, indent=1).encode())
         print(f"acep: figures -> {args.json}", file=sys.stderr)
     return 0
 
@@ -751,6 +770,7 @@ def run_history_evaluate(args) -> int:
 def run_history(args) -> int:
     from history import inspection  # the history package is not needed by the rest of acep
 
+    _check_outputs({"--plot": args.plot}, args.file, args.key_file)
     print(inspection.run(args.file, args.top, args.plot, args.key_file))
     return 0
 

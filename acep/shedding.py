@@ -16,12 +16,15 @@ imports ``history``: a policy is either
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Budget", "VectorBins", "Candidates", "ScorePolicy", "CallbackPolicy",
-           "RandomPolicy", "OldestFirstPolicy", "KeepFirstPolicy", "cell_index", "cell_parts"]
+__all__ = ["Budget", "BudgetError", "check_buckets", "VectorBins", "Candidates", "ScorePolicy",
+           "CallbackPolicy", "RandomPolicy", "OldestFirstPolicy", "KeepFirstPolicy", "cell_index",
+           "cell_parts"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,32 @@ class Budget:
     @property
     def depth(self) -> float:
         return self.ops_per_event * self.burst
+
+
+class BudgetError(ValueError):
+    """Budgets whose bucket cannot hold one operation: every policy would keep nothing."""
+
+
+def check_buckets(ratios: Sequence[float], ops_per_event: float, burst: float) -> None:
+    """Refuse (:class:`BudgetError`) the budget ``ratios`` of ``ops_per_event`` whose bucket
+    of ``burst`` events holds less than one operation. A candidate costs one, so such a
+    budget sheds every candidate (0% for any policy); the message names the budgets and the
+    smallest whole burst whose bucket holds one operation at each of them."""
+    short = sorted(r for r in ratios if Budget(r * ops_per_event, burst).depth < 1)
+    if not short:
+        return
+    low = Budget(short[0] * ops_per_event, burst)
+    need = math.ceil(1 / low.ops_per_event)
+    while low.ops_per_event * need < 1:  # 1 / x rounded down
+        need += 1
+    names = ", ".join(f"{r:g}" for r in short)
+    whose = f"the bucket of {short[0]:g}" if len(short) > 1 else "the bucket"
+    events = f"{burst:g} event{'' if burst == 1 else 's'}"
+    raise BudgetError(
+        f"budget{'s' if len(short) > 1 else ''} {names} x {ops_per_event:.4g} operations per "
+        f"event with a burst of {events}: {whose} holds {low.depth:.3g} operations, less "
+        "than the one a match node costs, so nothing would be kept; give --burst "
+        f"{need} or more (or a larger budget)")
 
 
 # bins per time of a match vector at most: cells grow with their square (remaining window x

@@ -32,7 +32,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 __all__ = ["StorageError", "is_uri", "kind", "open_binary", "open_arrow", "arrow_file",
            "list_files",
            "suffix", "parts", "absolute", "join", "sizes", "put_file", "delete_file",
-           "check_scheme", "redact", "redact_text", "durably", "write_durably"]
+           "check_scheme", "redact", "redact_text", "durably", "write_durably", "unwritable"]
 
 _SCHEME = r"[A-Za-z][A-Za-z0-9+.-]*://"
 _URI = re.compile("^" + _SCHEME)
@@ -206,6 +206,20 @@ def write_durably(path: str | os.PathLike, data: bytes) -> int:
     with durably(path) as tmp, open(tmp, "wb") as f:
         f.write(data)
     return len(data)
+
+
+def unwritable(folder: str | os.PathLike) -> str | None:
+    """Why no file can be made in the local directory ``folder`` (the system's reason, such
+    as "Permission denied"), or None. A hidden probe file is written and removed:
+    ``os.access`` says yes to root where the kernel says no, as in /proc."""
+    probe = os.path.join(folder, f".acep-probe-{os.getpid()}-{threading.get_ident()}")
+    try:
+        with open(probe, "xb"):
+            pass
+        os.unlink(probe)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def _fsync_dir(path: str) -> None:

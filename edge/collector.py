@@ -1058,16 +1058,13 @@ def _port(text: str) -> int:
 
 
 def _unwritable(folder: str) -> str | None:
-    """Why the collector cannot write files in ``folder`` (made if missing), or None: a
-    hidden probe file is written and removed."""
-    probe = Path(folder) / f".acep-probe-{os.getpid()}"
+    """Why the collector cannot write files in ``folder`` (made if missing), or None."""
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
-        probe.unlink()
     except OSError as exc:
         return f"cannot write there ({exc.strerror or exc})"
-    return None
+    why = storage.unwritable(folder)
+    return None if why is None else f"cannot write there ({why})"
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -6,7 +6,8 @@ budget): its match points and its match bundles (Definition 3). Each (budget, po
 then runs the events from an empty matcher under ``Budget(ratio * ops_per_event, burst)``,
 where ``ops_per_event`` is the unconstrained run's, and scores what it found: bundle recall
 (true bundles with at least one point found), match-point recall, precision, and what the
-budget did (operations spent, candidates shed, time spent deciding).
+budget did (operations spent, candidates shed, time spent deciding). Precision is None (n/a)
+for a row that found no match point.
 
 It is the measure of ``bench/shedding`` on a stream the benchmark does not know: to check a
 sketch on a later period before shipping it, to compare it with the baselines on one's own
@@ -21,7 +22,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from acep import EventBatch, MatchBatch, Matcher
-from acep.shedding import Budget
+from acep.shedding import Budget, check_buckets
 
 from .build import traced_run
 from .fit import SKETCH_PARTITION, _BundleTruth, _run, matcher_args
@@ -30,7 +31,8 @@ from .inspection import partition_text
 from .policies import POLICY_NAMES, policy_options
 from .sketch import Sketch
 
-__all__ = ["evaluate", "POLICIES", "DEFAULT_POLICIES", "format_header", "format_row"]
+__all__ = ["evaluate", "graph_mismatch", "POLICIES", "DEFAULT_POLICIES", "format_header",
+           "format_row"]
 
 POLICIES = POLICY_NAMES
 DEFAULT_POLICIES = ("keep-first", "random", "oldest-first", "history", "history+rl")
@@ -52,8 +54,9 @@ def evaluate(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
     the history ``graph`` the sketch was made from, ``hindsight`` the offline reference that
     knows the unconstrained run's node log: a Python call per shedding event).
     ``on_row(row, truth)`` is called with each row as it is done and the ground truth's
-    summary. Returns ``{"truth": summary, "rows": [row, ...]}``, the rows in budget order,
-    then policy order.
+    summary. A budget whose bucket cannot hold one operation is refused after the ground
+    truth, before any row (``acep.shedding.BudgetError``). Returns ``{"truth": summary,
+    "rows": [row, ...]}``, the rows in budget order, then policy order.
     """
     if policies is None:
         policies = [p for p in POLICIES if p in DEFAULT_POLICIES
@@ -81,6 +84,7 @@ def evaluate(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
     if not ops_per_event > 0:
         raise ValueError(f"the pattern {sketch.pattern!r} makes no operations on these "
                          "events: there is nothing to shed")
+    check_buckets(ratios, ops_per_event, burst)
     rows = []
     for ratio in ratios:
         budget = Budget(ratio * ops_per_event, burst)
@@ -93,17 +97,27 @@ def evaluate(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
 
 
 def _check_graph(sketch: Sketch, graph) -> None:
-    """Refuse a history graph whose cells are not the sketch's: the completion model would
-    rate other cells (or other runs) than the ones the matcher makes."""
-    why = sketch.mismatch(graph.pattern, graph.k, graph.window, graph.where,
-                          graph.partition_by if graph.partition_recorded else sketch.partition_by)
-    if why is None and (graph.n_states, tuple(graph.rem_edges), tuple(graph.gap_edges)) != (
-            sketch.n_states, tuple(sketch.rem_edges), tuple(sketch.gap_edges)):
-        why = ("its match-vector bins differ (another --bins, or another history of the same "
-               "pattern)")
+    why = graph_mismatch(sketch, graph)
     if why is not None:
-        raise ValueError("the history graph does not go with the sketch: "
-                         + ("the sketch " + why[3:] if why.startswith("it ") else why))
+        raise ValueError(f"the history graph does not go with the sketch: {why}")
+
+
+def graph_mismatch(sketch: Sketch, graph) -> str | None:
+    """What differs between the history ``graph`` and ``sketch`` (None: nothing), as
+    ``name graph's (the sketch's: sketch's)``: the completion model would rate other cells
+    (or other runs) than the ones the matcher makes."""
+    pairs = {"pattern": (graph.pattern, sketch.pattern),
+             "window": (float(graph.window), float(sketch.window)), "k": (graph.k, sketch.k),
+             "where": (list(graph.where), list(sketch.where))}
+    if graph.partition_recorded and sketch.partition_recorded:
+        pairs["partition"] = (graph.partition_by, sketch.partition_by)
+    differ = [f"{name} {theirs!r} (the sketch's: {ours!r})"
+              for name, (theirs, ours) in pairs.items() if theirs != ours]
+    if not differ and (graph.n_states, tuple(graph.rem_edges), tuple(graph.gap_edges)) != (
+            sketch.n_states, tuple(sketch.rem_edges), tuple(sketch.gap_edges)):
+        differ.append("the match-vector bins (another --bins, or another history of the same "
+                      "pattern)")
+    return ", ".join(differ) or None
 
 
 def _checked(ratios: Sequence[float], policies: Sequence[str], burst: float) -> list[float]:
@@ -143,7 +157,7 @@ def _row(name, ratio, budget, args, events, known, truth, points, seed) -> dict:
     return {"policy": name, "ratio": ratio, "budget_ops_per_event": budget.ops_per_event,
             "bundle_recall": bundles / truth.n if truth.n else 1.0,
             "point_recall": right / len(points) if points else 1.0,
-            "precision": right / len(got) if got else 1.0,
+            "precision": right / len(got) if got else None,
             "ops_spent_per_event": (s["candidates"] - s["shed"]) / n, "shed": int(s["shed"]),
             "decide_ns_per_event": s["decide_ns"] / n, "us_per_event": 1e6 * seconds / n,
             "fitted_ratio": sketch.fitted_ratio(budget.ops_per_event)
@@ -168,12 +182,13 @@ def format_row(row: dict) -> str:
     operations shed, time deciding and wall time per event, and which reserves a history
     policy used."""
     reserves = ""
+    precision = "n/a" if row["precision"] is None else f"{100 * row['precision']:.1f}%"
     if row["fitted_ratio"] is not None:
         reserves = f"fitted at {row['fitted_ratio']:g}"
     elif row["policy"].startswith("history"):
         reserves = "the sketch's scores"
     return (f"{100 * row['ratio']:>6.4g}%  {row['policy']:<13}"
             f"{100 * row['bundle_recall']:>7.1f}%{100 * row['point_recall']:>7.1f}%"
-            f"{100 * row['precision']:>9.1f}%{row['ops_spent_per_event']:>11.4g}"
+            f"{precision:>10}{row['ops_spent_per_event']:>11.4g}"
             f"{row['shed']:>11,}{row['decide_ns_per_event']:>13.0f}{row['us_per_event']:>11.3g}"
             f"  {reserves}").rstrip()

@@ -53,7 +53,7 @@ import numpy as np
 
 from acep import EventBatch, MatchBatch, Matcher
 from acep.pattern import partition_attribute
-from acep.shedding import Budget
+from acep.shedding import Budget, check_buckets
 from acep.windows import match_windows
 
 from .build import build_history
@@ -130,7 +130,8 @@ def fit_streams(sketch: Sketch, ratios: Sequence[float], map_streams: MapStreams
     independent (one per budget), so it may run them side by side. ``args``: the
     ``acep.Matcher`` keyword arguments of the unconstrained run (pattern, window, k, where,
     partition, and e.g. ``on_bad_event``). The budget ratio is of the operations per event
-    of all streams together, the recall of all their bundles together.
+    of all streams together, the recall of all their bundles together. A budget whose
+    bucket cannot hold one operation is refused (``acep.shedding.BudgetError``).
     """
     ratios = [float(r) for r in ratios]
     if not all(np.isfinite(r) and r > 0 for r in ratios):
@@ -143,6 +144,7 @@ def fit_streams(sketch: Sketch, ratios: Sequence[float], map_streams: MapStreams
     ops_per_event = counted["candidates"] / max(counted["events"], 1)
     if not ops_per_event > 0:
         raise ValueError("the training stream has no operations to fit a budget to")
+    check_buckets(ratios, ops_per_event, burst)  # a table fit to keep nothing: refuse it now
     budgets = [Budget(r * ops_per_event, burst) for r in ratios]
     plain = replace(sketch, ops_per_event=0.0, fitted_ratios=None, fitted=None)
     measured = [_sum(r) for r in map_streams(

@@ -1,9 +1,14 @@
 """``acep history inspect`` on files written here; the device-side imports stay light."""
 
+import json
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from test_cli import FIXTURE
 from test_history_graph import _hand_graph
 
 from acep.cli import main
@@ -79,7 +84,7 @@ def test_build_refuses_outputs_it_must_not_write_before_reading(tmp_path, capsys
     (["build", "e.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--bins", "1000000"],
      "argument --bins: the bins must be <= 64, got 1000000"),
     (["build", "e.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--sketch", "s", "--key-file",
-      "k", "--fit", "0.1", "--burst", "0"], "argument --burst: the bucket depth (events) must"),
+      "k", "--fit", "0.1", "--burst", "0"], "argument --burst: the bucket depth must be"),
     (["inspect", "h", "--top", "-3"],
      "argument --top: the match vectors to list must be >= 0, got -3"),
 ])
@@ -125,3 +130,131 @@ def test_console_script_and_light_device_imports(tmp_path):
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "[]"
+
+
+BUILD = ["history", "build", "feb.parquet", "-p", "late verylate late", "-w", "1h", "-k", "1",
+         "--spec", "flights", "--partition", "origin"]
+EVALUATE = ["history", "evaluate", "jan.sketch", "feb.parquet", "--key-file", "fleet.key",
+            "--spec", "flights", "--policies", "random,history"]
+
+
+@pytest.fixture
+def built(tmp_path, monkeypatch, capsys):
+    """jan.history and its sketch (fitted at 0.1) of the 2,000 flights, here as feb.parquet."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(FIXTURE, "feb.parquet")
+    Path("fleet.key").write_bytes(b"a signing key\n")
+    assert main([*BUILD, "-o", "jan.history", "--sketch", "jan.sketch", "--key-file",
+                 "fleet.key", "--fit", "0.1", "--burst", "32"]) == 0
+    capsys.readouterr()
+    return tmp_path
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+@pytest.mark.parametrize("argv, option", [
+    ([*EVALUATE, "--history", "jan.history", "--json"], "--json"),
+    (["history", "inspect", "jan.history", "--key-file", "fleet.key", "--plot"], "--plot"),
+    ([*BUILD, "--sketch", "new.sketch", "--key-file", "fleet.key", "-o"], "-o"),
+])
+@pytest.mark.parametrize("target", ["fleet.key", "jan.sketch", "feb.parquet", "jan.history"])
+def test_no_output_option_replaces_an_input(built, capsys, argv, option, target):
+    if option == "--plot" and target in ("jan.sketch", "feb.parquet") or \
+            option == "-o" and target in ("jan.sketch", "jan.history"):
+        pytest.skip("not an input of the command")
+    before = _files(built)
+    assert main([*argv, target]) == 2
+    out, err = capsys.readouterr()
+    assert f"{option} {target}: would replace the input {target}" in err and out == "", err
+    assert _files(built) == before
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+@pytest.mark.parametrize("argv, option", [
+    ([*EVALUATE, "--json"], "--json"),
+    (["history", "inspect", "jan.history", "--plot"], "--plot"),
+    ([*BUILD, "-o"], "-o"),
+    ([*BUILD, "-o", "h", "--key-file", "fleet.key", "--sketch"], "--sketch"),
+])
+def test_an_output_where_nothing_can_be_written_is_refused_before_the_work(built, capsys,
+                                                                            argv, option):
+    """/proc: even root, whom os.access lets write anywhere, cannot make a file there."""
+    assert main([*argv, "/proc/x.out"]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"acep history {argv[1]}: {option} /proc/x.out: cannot write") \
+        and ".tmp" not in err and "\n" not in err.strip() and out == "", err
+    assert not Path("h").exists()
+
+
+def test_a_bucket_that_cannot_hold_one_operation_is_refused_naming_the_burst(built, capsys):
+    """0.363 operations per event: 0.02 x 8 events holds 0.058 (nothing could be kept), 0.5
+    x 8 holds 1.45; the smallest burst for 0.02 is ceil(1 / 0.00726) = 138 events."""
+    assert main([*EVALUATE, "--budgets", "0.5,0.02", "--burst", "8"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "budget 0.02 x 0.363 operations per event" in err, err
+    assert "holds 0.0581 operations" in err and "--burst 138" in err and "0.5" not in err
+    assert main([*EVALUATE, "--budgets", "0.5,0.02", "--burst", "138"]) == 0
+    capsys.readouterr()
+    before = _files(built)
+    assert main([*BUILD, "-o", "jan.history", "--sketch", "b.sketch", "--key-file",
+                 "fleet.key", "--fit", "0.1,0.5", "--burst", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "budgets 0.1, 0.5 x 0.363 operations per event" in err and "--burst 28" in err
+    assert not Path("b.sketch").exists() and _files(built) == before
+
+
+def test_precision_without_any_match_point_found_is_not_a_number(built, capsys):
+    """A budget that keeps too little to finish a match (history at 2%): no point found, no
+    precision (it was 100%), in the text and the JSON."""
+    assert main([*EVALUATE, "--budgets", "0.02", "--burst", "138", "--json", "e.json"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    written = json.loads(Path("e.json").read_text())["rows"]
+    assert [r["policy"] for r in written] == ["random", "history"]
+    assert written[1]["point_recall"] == 0 and written[1]["precision"] is None
+    assert written[0]["point_recall"] > 0 and written[0]["precision"] == 1.0
+    assert [r[4] for r in rows] == ["100.0%", "n/a"]
+
+
+def test_a_history_of_another_partition_is_named_with_what_differs(built, capsys):
+    assert main([*BUILD, "--partition", "destination", "-o", "dest.history"]) == 0
+    capsys.readouterr()
+    assert main([*EVALUATE, "--history", "dest.history"]) == 2
+    out, err = capsys.readouterr()
+    assert err.strip() == ("acep history evaluate: --history dest.history was built for "
+                           "another definition than the sketch jan.sketch: partition "
+                           "'destination' (the sketch's: 'origin')") and out == ""
+
+
+@pytest.mark.parametrize("value", ["0", "0.5", "-3", "inf", "nan", "x"])
+@pytest.mark.parametrize("command", [
+    ["evaluate", "s", "e.jsonl", "--key-file", "k"],
+    ["build", "e.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--sketch", "s", "--key-file", "k",
+     "--fit", "0.1"],
+])
+def test_burst_is_one_type_with_one_range_and_message(capsys, command, value):
+    with pytest.raises(SystemExit) as exc:
+        main(["history", *command, "--burst", value])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and (f"argument --burst: the bucket depth must be a number of "
+                                    f"events >= 1, got {value!r}") in err, err
+
+
+@pytest.mark.parametrize("option, command", [
+    ("--budgets", ["evaluate", "s", "e.jsonl", "--key-file", "k"]),
+    ("--fit", ["build", "e.jsonl", "-p", "a b", "-w", "3", "-o", "h", "--sketch", "s",
+               "--key-file", "k"]),
+])
+@pytest.mark.parametrize("value, message", [
+    ("0.1,,0.2", "'0.1,,0.2' has an empty item"),
+    ("0.1,", "'0.1,' has an empty item"),
+    ("0.1,x", "'0.1,x' is not a comma-separated list of numbers"),
+    ("0", "budget ratios must be in (0, 100], got '0'"),
+])
+def test_budget_ratios_are_refused_by_the_parser_naming_the_option(capsys, option, command,
+                                                                   value, message):
+    with pytest.raises(SystemExit) as exc:
+        main(["history", *command, option, value])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"argument {option}: {message}" in err, err

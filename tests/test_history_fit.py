@@ -84,8 +84,8 @@ def test_search_only_improves_and_the_device_reproduces_what_it_reports(seed):
     events = _stream(seed)
     sketch = Sketch.from_graph(build_history(PATTERN, events, W, K, partition="g", n_bins=4))
     ratios = [0.05, 0.3, 0.6]
-    plain, before = fit_budgets(sketch, events, ratios, partition="g", burst=16, min_visits=5)
-    fitted, report = fit_budgets(sketch, events, ratios, partition="g", burst=16, min_visits=5,
+    plain, before = fit_budgets(sketch, events, ratios, partition="g", burst=32, min_visits=5)
+    fitted, report = fit_budgets(sketch, events, ratios, partition="g", burst=32, min_visits=5,
                                  search=6)
     truth = Matcher(PATTERN, W, K, partition="g").match(events)
     for i, ratio in enumerate(ratios):
@@ -102,7 +102,7 @@ def test_search_only_improves_and_the_device_reproduces_what_it_reports(seed):
         if chosen == 1.0:
             assert searched == {"cells": searched["cells"], "changed": 0, "bundle_recall": 1.0,
                                 "from": row["chosen"]}
-        budget = Budget(ratio * report["ops_per_event"], 16)
+        budget = Budget(ratio * report["ops_per_event"], 32)
         policy = HistoryPolicy(fitted, learning_rate=0.0, explore=0.0, budget=budget)
         found = Matcher(PATTERN, W, K, partition="g", bins=fitted.bins(), budget=budget,
                         policy=policy).match(events)
@@ -116,7 +116,7 @@ def test_describe_names_the_table_the_sketch_ships(seed):
     events = _stream(seed)
     sketch = Sketch.from_graph(build_history(PATTERN, events, W, K, partition="g", n_bins=4))
     for search in (0, 6):
-        _, report = fit_budgets(sketch, events, [0.05, 0.3], partition="g", burst=16,
+        _, report = fit_budgets(sketch, events, [0.05, 0.3], partition="g", burst=32,
                                 min_visits=5, search=search)
         for line, row in zip(history.fit.describe(report), report["ratios"].values()):
             shipped = row["searched"]["from"] if search else row["chosen"]

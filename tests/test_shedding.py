@@ -20,12 +20,14 @@ from acep.events import EventBatch
 from acep.matcher import Matcher, best_per_point
 from acep.shedding import (
     Budget,
+    BudgetError,
     CallbackPolicy,
     KeepFirstPolicy,
     OldestFirstPolicy,
     RandomPolicy,
     ScorePolicy,
     VectorBins,
+    check_buckets,
 )
 
 BACKENDS = ["compiled", "python"] if backend() == "compiled" else ["python"]
@@ -316,6 +318,27 @@ def test_learning_follows_a_drifting_stream():
 def test_bad_budgets_are_refused(bad):
     with pytest.raises(ValueError, match="budget"):
         Budget(**bad)
+
+
+def test_a_bucket_below_one_operation_keeps_nothing_and_is_refused_with_the_burst_needed():
+    """A candidate costs one operation: a bucket of 0.99 sheds them all, one of 1 does not;
+    check_buckets refuses the first and names the smallest whole burst that holds one."""
+    events = EventBatch.from_events([{"type": "ab"[i % 2], "t": float(i)} for i in range(200)])
+    for depth, kept in ((0.99, False), (1.0, True)):
+        m = Matcher("a b", window=4, k=0, budget=Budget(depth / 100, 100))
+        m.match_batch(events)
+        assert (m.stats["shed"] < m.stats["candidates"]) == kept
+    check_buckets([0.5, 1], 2.0, 1)
+    rng = np.random.default_rng(3)
+    for ratio, ops, burst in zip(rng.uniform(0.001, 0.5, 50), rng.uniform(0.01, 5, 50),
+                                 rng.uniform(1, 8, 50)):
+        if ratio * ops * burst >= 1:
+            check_buckets([ratio], ops, burst)
+            continue
+        with pytest.raises(BudgetError, match=f"budget {ratio:g} x") as exc:
+            check_buckets([ratio, 100.0], ops, burst)
+        need = int(str(exc.value).split("--burst ")[1].split()[0])
+        assert Budget(ratio * ops, need).depth >= 1 > Budget(ratio * ops, need - 1).depth
 
 
 def test_vector_bins_from_quantiles_and_decode_round_trip():

@@ -213,6 +213,7 @@ def run(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     from acep.events import EventError
     from acep.pattern import PatternError
+    from acep.shedding import BudgetError
     from history.graph import HistoryFormatError
 
     from .outputs import OutputError
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
 
     return run_command("acep train", run, _parser().parse_args(argv),
                        (UsageError, SourceError, OutputError, PatternError, EventError,
-                        HistoryFormatError))
+                        HistoryFormatError, BudgetError))
 
 if __name__ == "__main__":
     sys.exit(main())

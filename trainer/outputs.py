@@ -6,8 +6,9 @@ empty, or an earlier output of the same kind: Spark's ``_SUCCESS`` beside nothin
 files, their ``.crc`` checksums and the job's own ``extra`` files. It may not be a file, an
 input, inside an input or contain one.
 
-An output file (``-o``, ``--sketch``) goes in an existing, writable directory; it may not
-be a directory or an input (symbolic links followed). No two outputs may overlap.
+An output file (``-o``, ``--sketch``; ``--json`` and ``--plot`` of ``acep history``) goes in
+an existing directory a file can be made in (a probe file is written and removed); it may
+not be a directory or an input (symbolic links followed). No two outputs may overlap.
 """
 
 from __future__ import annotations
@@ -67,8 +68,9 @@ def _check_file(name: str, path: str, sources: list[str], outputs: dict[str, str
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise OutputError(f"{where}: no such directory {parent}")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"{where}: the directory {parent} is not writable")
+    why = storage.unwritable(parent)
+    if why is not None:
+        raise OutputError(f"{where}: cannot write in the directory {parent} ({why})")
     for src in sources:
         if not storage.is_uri(src) and Path(path).resolve() == Path(src).resolve():
             raise OutputError(f"{where}: would replace the input {src}")
