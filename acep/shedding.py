@@ -54,6 +54,14 @@ class BudgetError(ValueError):
     """Budgets whose bucket cannot hold one operation: every policy would keep nothing."""
 
 
+def smallest_burst(ops_per_event: float) -> int:
+    """The smallest whole burst (events) whose bucket holds one operation."""
+    need = math.ceil(1 / ops_per_event)
+    while ops_per_event * need < 1:  # 1 / x rounded down
+        need += 1
+    return need
+
+
 def check_buckets(ratios: Sequence[float], ops_per_event: float, burst: float) -> None:
     """Refuse (:class:`BudgetError`) the budget ``ratios`` of ``ops_per_event`` whose bucket
     of ``burst`` events holds less than one operation. A candidate costs one, so such a
@@ -63,9 +71,7 @@ def check_buckets(ratios: Sequence[float], ops_per_event: float, burst: float) -
     if not short:
         return
     low = Budget(short[0] * ops_per_event, burst)
-    need = math.ceil(1 / low.ops_per_event)
-    while low.ops_per_event * need < 1:  # 1 / x rounded down
-        need += 1
+    need = smallest_burst(low.ops_per_event)
     names = ", ".join(f"{r:g}" for r in short)
     whose = f"the bucket of {short[0]:g}" if len(short) > 1 else "the bucket"
     events = f"{burst:g} event{'' if burst == 1 else 's'}"

@@ -19,6 +19,7 @@ import tomllib
 
 from acep import Matcher
 from acep.pattern import PatternError
+from acep.shedding import Budget, smallest_burst
 from history.policies import DEFER, EXPLORE, LEARNING_RATE
 
 from .wire import ID_RULE, valid_id
@@ -174,6 +175,18 @@ _NOT_JSONL = {".parquet": "Parquet", ".pq": "Parquet", ".csv": "CSV", ".msgpack"
               ".zip": "zip"}
 _MAGIC = {b"PAR1": "Parquet", b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ": "xz",
           b"\x28\xb5\x2f\xfd": "zstd", b"PK\x03\x04": "zip"}
+
+
+def _check_bucket(budget: BudgetConfig) -> None:
+    """A fixed budget whose bucket holds less than one operation keeps no match node at all
+    (a node costs one): refused, naming the burst that would hold one."""
+    depth = Budget(budget.ops_per_event, budget.burst).depth
+    if depth < 1:
+        raise ConfigError(
+            f"budget.burst: a bucket of {budget.burst:g} events at budget.ops_per_event "
+            f"{budget.ops_per_event:g} holds {depth:.3g} operations, less than the one a match "
+            "node costs, so the agent would keep nothing; make budget.burst "
+            f"{smallest_burst(budget.ops_per_event)} or more")
 
 
 def _check_jsonl(path: str) -> None:
@@ -376,6 +389,8 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
         raise ConfigError("budget.ops_per_event: missing (needed for budget.mode = \"fixed\")")
     if budget.burst < 1:
         raise ConfigError(f"budget.burst: must be >= 1, not {budget.burst}")
+    if budget.mode == "fixed" and budget.ops_per_event > 0:
+        _check_bucket(budget)
     if budget.target_utilization > 1:
         raise ConfigError(f"budget.target_utilization: must be in (0, 1], "
                           f"not {budget.target_utilization}")

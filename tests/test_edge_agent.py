@@ -102,6 +102,10 @@ def direct(events, budget=None, flush: bool = True) -> list[tuple]:
      "collector.timeout: 100,000,000 seconds is more than a year"),
     ({"pattern": {"text": "a b", "window": float("inf")}}, "pattern.window: must be a finite"),
     ({"budget": {"max_ops": float("nan")}}, "budget.max_ops: must be a finite"),
+    ({"budget": {"mode": "fixed", "ops_per_event": 0.01, "burst": 64}},
+     "budget.burst: a bucket of 64 events at budget.ops_per_event 0.01 holds 0.64 "
+     "operations, less than the one a match node costs, so the agent would keep nothing; "
+     "make budget.burst 100 or more"),
     ({"collector": {"url": "http://x", "heartbeat": -5}, "device": {"id": "d", "token": "t"}},
      "collector.heartbeat"),
     ({"collector": {"url": "http://x", "expect_continue": "yes"},
