@@ -59,6 +59,7 @@ import msgpack
 import numpy as np
 
 from . import storage
+from ._csvlines import LineTap
 
 __all__ = [
     "EventError", "Event", "EventBatch", "TypeClasses", "EventSpec", "PRESETS",
@@ -829,8 +830,6 @@ def _open_csv(source: str, convert):
     knows the line each row starts on (the tap is closed after the block)."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
-
-    from ._csvlines import LineTap
 
     with contextlib.closing(LineTap(_open_binary(source))) as tap:
         try:  # a value may hold a line break: the reader must not cut a block inside it
