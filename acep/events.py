@@ -23,10 +23,13 @@ be an ISO 8601 string (``"2001-01-01T00:05:00"``); the first good tag decides wh
 stream's tags are timestamps or numbers. Type codes index the batch's own ``type_names``,
 which differ between batches; :meth:`EventBatch.concat` merges them.
 
-Lines: JSON Lines count every line of the file; CSV row i is line i + 2 (a header, and no
-quoted line breaks); Parquet and msgpack have none (``lines`` is None). CSV column types are
-inferred by pyarrow from the first block of rows (the type column is always text); from a
-later block on where a value does not fit, the file is read as text and each block cast back
+Lines: 1-based, as a text editor counts them. JSON Lines count every line of the file; a CSV
+row's line is the one it starts on, found in the bytes pyarrow reads (:mod:`acep._csvlines`:
+the header, blank lines and line breaks inside quoted values count; ``\\n``, ``\\r\\n`` and a
+lone ``\\r`` each end a line); Parquet and msgpack have none (``lines`` is None). A CSV value
+may hold line breaks (pyarrow's ``newlines_in_values``). CSV column types are inferred by
+pyarrow from the first block of rows (the type column is always text); from a later block on
+where a value does not fit, the file is read as text and each block cast back
 where it fits, so that value is one value of text (a bad event where a number is needed).
 
 Bad events (a record that is not an object, an undecodable line, a missing type, a missing or
@@ -39,6 +42,7 @@ one the next accepted event gets.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -55,6 +59,7 @@ import msgpack
 import numpy as np
 
 from . import storage
+from ._csvlines import LineTap
 
 __all__ = [
     "EventError", "Event", "EventBatch", "TypeClasses", "EventSpec", "PRESETS",
@@ -439,7 +444,7 @@ def _row_group_chunks(source: str, spec: EventSpec, batch_size: int,
     first = sum(pf.metadata.row_group(i).num_rows for i in range(min(row_groups, default=0)))
     batches = pf.iter_batches(batch_size=batch_size, row_groups=row_groups,
                               columns=_needed_columns(spec))
-    return _arrow_chunks(batches, spec, None, source, batch_size), first
+    return _arrow_chunks(((rb, None) for rb in batches), spec, source, batch_size), first
 
 
 def file_size_hint(path: str | os.PathLike) -> int | None:
@@ -802,7 +807,7 @@ def _parquet_file(source: str, spec: EventSpec):
 def _parquet_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chunk]:
     pf = _parquet_file(source, spec)
     batches = pf.iter_batches(batch_size=batch_size, columns=_needed_columns(spec))
-    return _arrow_chunks(batches, spec, None, source, batch_size)
+    return _arrow_chunks(((rb, None) for rb in batches), spec, source, batch_size)
 
 
 def _csv_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chunk]:
@@ -816,38 +821,46 @@ def _csv_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chun
     types = {spec.type: pa.string()} if isinstance(spec.type, str) else {}
     convert = pcsv.ConvertOptions(column_types=types, strings_can_be_null=True,
                                   include_columns=_needed_columns(spec))
-    return _arrow_chunks(_csv_batches(source, convert), spec, 2, source, batch_size)
+    return _arrow_chunks(_csv_batches(source, convert), spec, source, batch_size)
 
 
+@contextlib.contextmanager
 def _open_csv(source: str, convert):
+    """pyarrow's reader of the CSV and the :class:`LineTap` it reads the file through, which
+    knows the line each row starts on (the tap is closed after the block)."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
-    try:
-        return pcsv.open_csv(_arrow_source(source), convert_options=convert)
-    except pa.ArrowException as e:
-        raise EventError(f"unreadable CSV ({e})", source) from None
+    with contextlib.closing(LineTap(_open_binary(source))) as tap:
+        try:  # a value may hold a line break: the reader must not cut a block inside it
+            reader = pcsv.open_csv(tap, convert_options=convert,
+                                   parse_options=pcsv.ParseOptions(newlines_in_values=True))
+        except (pa.ArrowException, OSError) as e:  # OSError: the tap's reading of the file
+            raise EventError(f"unreadable CSV ({e})", source) from None
+        yield reader, tap
 
 
 _INFERRED = b"acep.inferred"  # a text column's type before a value did not fit it
 
 
 def _csv_batches(source: str, convert):
-    """The CSV's record batches. pyarrow infers each column's type from the first rows
-    (about 1 MB), and a later value that does not fit ends its read: the rest is then read
-    again as text, cast back batch by batch where it fits, so such a value is one bad event
-    (``--on-bad-event skip`` goes on), not the end of the file."""
+    """The CSV's record batches, each with the line of each row. pyarrow infers each
+    column's type from the first rows (about 1 MB), and a later value that does not fit
+    ends its read: the rest is then read again as text, cast back batch by batch where it
+    fits, so such a value is one bad event (``--on-bad-event skip`` goes on), not the end
+    of the file."""
     import pyarrow as pa
 
-    reader, done = _open_csv(source, convert), 0
-    try:
-        for rb in reader:
-            done += rb.num_rows
-            yield rb
-        return
-    except pa.ArrowException as e:
-        if "conversion error" not in str(e):
-            raise EventError(f"unreadable CSV ({e})", source) from None
+    done = 0
+    with _open_csv(source, convert) as (reader, tap):
+        try:
+            for rb in reader:
+                done += rb.num_rows
+                yield rb, tap.take(rb.num_rows)
+            return
+        except (pa.ArrowException, OSError) as e:
+            if "conversion error" not in str(e):
+                raise EventError(f"unreadable CSV ({e})", source) from None
     yield from _csv_as_text(source, reader.schema, done)
 
 
@@ -859,15 +872,18 @@ def _csv_as_text(source: str, inferred, skip: int):
 
     as_text = pcsv.ConvertOptions(column_types={f.name: pa.string() for f in inferred},
                                   strings_can_be_null=True, include_columns=inferred.names)
-    try:
-        for rb in _open_csv(source, as_text):
-            if skip >= rb.num_rows:
-                skip -= rb.num_rows
-                continue
-            yield _cast_back(rb.slice(skip), inferred)
-            skip = 0
-    except pa.ArrowException as e:
-        raise EventError(f"unreadable CSV ({e})", source) from None
+    with _open_csv(source, as_text) as (reader, tap):
+        try:
+            for rb in reader:
+                lines = tap.take(rb.num_rows)
+                if skip >= rb.num_rows:
+                    skip -= rb.num_rows
+                    continue
+                yield _cast_back(rb.slice(skip), inferred), None if lines is None \
+                    else lines[skip:]
+                skip = 0
+        except (pa.ArrowException, OSError) as e:
+            raise EventError(f"unreadable CSV ({e})", source) from None
 
 
 def _cast_back(rb, inferred):
@@ -885,19 +901,18 @@ def _cast_back(rb, inferred):
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def _arrow_chunks(batches, spec: EventSpec, first_line: int | None, source: str,
-                  batch_size: int) -> Iterator[_Chunk]:
-    """Chunks of Arrow record batches, sliced to at most ``batch_size`` rows."""
+def _arrow_chunks(batches, spec: EventSpec, source: str, batch_size: int) -> Iterator[_Chunk]:
+    """Chunks of Arrow record batches, each with its rows' lines (or None), sliced to at
+    most ``batch_size`` rows."""
     kind = _TagKind()
-    line = first_line
-    for rb in batches:
+    for rb, lines in batches:
         for start in range(0, rb.num_rows, batch_size):
-            part = rb.slice(start, batch_size)
-            yield _arrow_chunk(part, spec, line, kind, source)
-            line = None if line is None else line + part.num_rows
+            yield _arrow_chunk(rb.slice(start, batch_size), spec,
+                               None if lines is None else lines[start:start + batch_size],
+                               kind, source)
 
 
-def _arrow_chunk(rb, spec: EventSpec, first_line: int | None, kind: _TagKind,
+def _arrow_chunk(rb, spec: EventSpec, lines: np.ndarray | None, kind: _TagKind,
                  source: str) -> _Chunk:
     cols = dict(zip(rb.schema.names, rb.columns))
     n = rb.num_rows
@@ -914,7 +929,6 @@ def _arrow_chunk(rb, spec: EventSpec, first_line: int | None, kind: _TagKind,
         tags, is_time, bad = _tags_from_arrow(cols[spec.tag], kind, spec.tag, source)
         _add(problems, spec.tag, bad)
     columns = {a: _attribute_column(rb, a) for a in _attribute_names(spec, cols)}
-    lines = None if first_line is None else np.arange(first_line, first_line + n, dtype=np.int64)
     return _Chunk(n, lines, tags, is_time, codes, names, columns, problems)
 
 

@@ -89,6 +89,18 @@ def test_a_bad_event_in_s3_is_named_by_its_uri_line_and_field(s3, tmp_path, caps
     assert f"{uri}, line 5, field 't'" in capsys.readouterr().err
 
 
+def test_a_bad_csv_row_in_s3_is_named_by_the_line_it_starts_on(s3, tmp_path, capsys):
+    """The lines are counted in the bytes pyarrow reads: the object is read once."""
+    local = tmp_path / "bad.csv"
+    local.write_bytes(b'type,t,v\r\na,1,"two\r\nlines"\r\n\r\n\r\nb,soon,2\r\n')
+    uri = s3.put(local, "files/bad.csv")
+    with pytest.raises(EventError) as err:
+        read_all(uri)
+    assert (err.value.source, err.value.line, err.value.field) == (uri, 6, "t")
+    assert acep_main(["match", "-p", "a b", "-w", "5", uri]) == 1
+    assert f"{uri}, line 6, field 't'" in capsys.readouterr().err
+
+
 def test_missing_objects_and_unknown_filesystems_say_so(s3, capsys):
     missing = s3.uri("files/none.jsonl")
     with pytest.raises(EventError, match="no such file") as err:
