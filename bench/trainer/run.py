@@ -107,7 +107,7 @@ def write_inputs(work: Path, data_path: str | None, quick: bool,
         path = data.flights_path(data_path)
         meta = pq.ParquetFile(path).metadata
         group = meta.row_group(0).num_rows if meta.num_row_groups else None
-        table, source = pq.read_table(path), path.name
+        table, source = data.read_flights_table(path), path.name
     if max(sizes) > table.num_rows:
         raise data.DataError(f"{source} has {table.num_rows:,} rows, fewer than {max(sizes):,}")
     paths = {}
