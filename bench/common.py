@@ -93,3 +93,31 @@ def publish(results: dict, out: Path, name: str, plot, summary: str) -> None:
     print(summary)
     print(f"wrote {out / f'{name}.json'} and {out / f'{name}.png'}")
 
+
+def table_main(name: str, markdown: Callable[[dict], str], results: Path,
+               argv: list[str] | None, end: str = "\n") -> int:
+    """``python -m bench.<name>.table [JSON or DIR]``: the README's tables of a results JSON."""
+    parser = argparse.ArgumentParser(prog=f"python -m bench.{name}.table",
+                                     description="The README's tables from a results JSON.")
+    parser.add_argument("results", nargs="?", type=Path, default=results / f"{name}.json",
+                        help=f"the JSON python -m bench.{name} wrote, or the --out directory "
+                             "it wrote it in (default: %(default)s)")
+    path = parser.parse_args(argv).results
+    if path.is_dir():
+        path = path / f"{name}.json"
+    try:
+        shown = markdown(json.loads(path.read_text()))
+    except OSError as e:
+        return _table_error(f"{path}: {e.strerror or e}")
+    except ValueError as e:
+        return _table_error(f"{path}: not JSON ({e})")
+    except (KeyError, TypeError, IndexError) as e:
+        return _table_error(f"{path}: not the results of python -m bench.{name} "
+                            f"({type(e).__name__}: {e})")
+    print(shown, end=end)
+    return 0
+
+
+def _table_error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
-
 import numpy as np
 
+from ..common import table_main
 from .run import RESULTS
 
 
@@ -144,21 +140,7 @@ def markdown(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.shedding.table",
-                                     description="The README's tables from a results JSON.")
-    parser.add_argument("results", nargs="?", type=Path, default=RESULTS / "shedding.json",
-                        help="the JSON python -m bench.shedding wrote, or the --out directory "
-                             "it wrote it in (default: %(default)s)")
-    path = parser.parse_args(argv).results
-    if path.is_dir():
-        path = path / "shedding.json"
-    try:
-        results = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        print(f"bench.shedding.table: {path}: {exc}", file=sys.stderr)
-        return 1
-    print(markdown(results))
-    return 0
+    return table_main("shedding", markdown, RESULTS, argv)
 
 
 if __name__ == "__main__":
