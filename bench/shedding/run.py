@@ -30,8 +30,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from acep.cli import _whole, bins_type
 from acep.events import EventBatch
-from acep.shedding import Budget
+from acep.shedding import MAX_BINS, Budget
 from history.policies import EXPLORE, LEARNING_RATE
 
 from ..common import bench_parser, machine, write_json
@@ -63,6 +64,8 @@ QUICK = {"flights_days": 2.0, "synthetic_duration": 300.0, "hindsight_days": Non
 SEED = 2016
 N_BINS = 8  # time bins per dimension: history.build_history's default
 SEARCH = 32  # cells per budget the fit tunes by coordinate search (history.fit, step 4)
+MAX_DEFER = 1024
+JOBS = 2
 
 _STATE: dict = {}  # per workload, set before the worker pools fork
 
@@ -72,15 +75,20 @@ _STATE: dict = {}  # per workload, set before the worker pools fork
 def selected(args) -> list[Workload]:
     """The workloads ``--workloads`` names (all by default), in the benchmark's order."""
     names = getattr(args, "workloads", None)
-    if not names:
+    if names is None:
         return list(WORKLOADS)
-    wanted = [n.strip() for n in names.split(",") if n.strip()]
-    known = {w.name for w in WORKLOADS}
+    return [w for w in WORKLOADS if w.name in names]
+
+
+def workload_names(text: str) -> list[str]:
+    """An argparse type: ``--workloads``, a comma-separated list of known workloads."""
+    wanted = [n.strip() for n in text.split(",") if n.strip()]
+    known = [w.name for w in WORKLOADS]
     unknown = [n for n in wanted if n not in known]
-    if unknown:
-        raise SystemExit(f"unknown workload(s) {', '.join(unknown)}; "
-                         f"known: {', '.join(w.name for w in WORKLOADS)}")
-    return [w for w in WORKLOADS if w.name in wanted]
+    if unknown or not wanted:
+        what = f"unknown workload(s) {', '.join(unknown)}" if unknown else "no workload named"
+        raise argparse.ArgumentTypeError(f"{what}; known: {', '.join(known)}")
+    return wanted
 
 
 def streams(args, sizes: dict) -> dict[str, dict]:
@@ -402,31 +410,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = bench_parser("shedding", __doc__, RESULTS, "shedding.json and the PNGs",
                           "small streams, for tests (under a minute; the embedded sample "
                           "without --data)")
-    parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
-    parser.add_argument("--workloads", metavar="NAMES",
+    parser.add_argument("--jobs", type=_whole(1, "worker processes"), default=JOBS,
+                        help=f"worker processes (default {JOBS})")
+    parser.add_argument("--workloads", metavar="NAMES", type=workload_names,
                         help="comma-separated subset of the workloads (default: all of "
                              f"{', '.join(w.name for w in WORKLOADS)}); for quick "
                              "comparisons, not for the published figures")
-    parser.add_argument("--n-bins", type=int, default=N_BINS, metavar="N",
+    parser.add_argument("--n-bins", type=bins_type, default=N_BINS, metavar="N",
                         help="quantile bins per time (remaining window, gap) of the history "
-                             f"(default {N_BINS}); to compare binnings")
-    parser.add_argument("--defer", type=int, default=policies.DEFER, metavar="D",
+                             f"(default {N_BINS}, at most {MAX_BINS}); to compare binnings")
+    parser.add_argument("--defer", type=_whole(0, "deferred starts", MAX_DEFER),
+                        default=policies.DEFER, metavar="D",
                         help="deferred window starts per partition and state of the history "
                              f"policies (default {policies.DEFER}, 0 = off; "
                              "docs/SHEDDING.md section 8)")
     parser.add_argument("--no-fit", action="store_true",
                         help="use the plain sketch: no reserves fitted to the budgets on the "
                              "training stream (docs/SHEDDING.md section 10); to compare")
-    parser.add_argument("--search", type=int, default=SEARCH, metavar="K",
+    parser.add_argument("--search", type=_whole(0, "cells to search"), default=SEARCH,
+                        metavar="K",
                         help=f"cells per budget the fit tunes by coordinate search on the "
                              f"training stream (default {SEARCH}, 0 = off; docs/SHEDDING.md "
                              "section 10)")
-    args = parser.parse_args(argv)
-    if args.search < 0:
-        parser.error(f"--search must be >= 0, got {args.search}")
-    if not 0 <= args.defer <= 1024:
-        parser.error(f"--defer must be in 0..1024, got {args.defer}")
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -471,7 +477,7 @@ def command(args) -> str:
     if args.data and args.quick:
         parts.append("--data PATH")
     if getattr(args, "workloads", None):
-        parts.append(f"--workloads {args.workloads}")
+        parts.append(f"--workloads {','.join(args.workloads)}")
     if getattr(args, "n_bins", N_BINS) != N_BINS:
         parts.append(f"--n-bins {args.n_bins}")
     if getattr(args, "defer", policies.DEFER) != policies.DEFER:
