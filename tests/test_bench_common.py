@@ -1,12 +1,89 @@
-"""What every benchmark shares (bench/common.py): the tables' command line; option checks."""
+"""What every benchmark shares (bench/common.py): where the results go, checked before any
+measuring; the results written as one set; the tables' command line; option checks."""
 
 from __future__ import annotations
 
 import importlib
+import json
+from pathlib import Path
 
 import pytest
 
+from bench import common
+from bench.shedding import run as shedding
+
+BENCHMARKS = ["engine", "exact", "shedding", "trainer", "archive", "edge", "herd"]
 TABLES = ["engine", "exact", "shedding", "trainer"]
+
+
+@pytest.fixture
+def results_dir(tmp_path, monkeypatch):
+    """Every benchmark's default results/ moved to ``tmp_path/<name>``; the flights a tiny
+    file (a full run reads them before it measures, and must not download them here)."""
+    from test_bench import tiny_flights
+
+    for name in BENCHMARKS:
+        monkeypatch.setattr(importlib.import_module(f"bench.{name}.run"), "RESULTS",
+                            tmp_path / name)
+    monkeypatch.setenv("ACEP_FLIGHTS", str(tiny_flights(tmp_path / "flights.parquet")))
+    return tmp_path
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_a_quick_run_goes_to_results_quick_and_a_full_run_to_results(name, results_dir):
+    run = importlib.import_module(f"bench.{name}.run")
+    quick = run.parse_args(["--quick"])
+    assert common.ready(quick) and quick.out == results_dir / name / "quick"
+    assert quick.out.is_dir()
+    full = run.parse_args([])
+    assert common.ready(full) and full.out == results_dir / name
+    given = run.parse_args(["--quick", "--out", str(results_dir / "mine")])
+    assert common.ready(given) and given.out == results_dir / "mine"
+
+
+@pytest.mark.parametrize("options", [["--workloads", "sensors"], ["--n-bins", "4"],
+                                     ["--defer", "0"], ["--no-fit"], ["--search", "0"]])
+def test_a_shedding_run_of_other_figures_goes_to_results_quick(options, results_dir):
+    args = shedding.parse_args(options)
+    assert shedding.partial(args) and common.ready(args, partial=True)
+    assert args.out == results_dir / "shedding" / "quick"
+    assert not shedding.partial(shedding.parse_args(["--jobs", "1"]))
+    missing = results_dir / "nowhere.parquet"  # main refuses it after choosing the folder
+    assert shedding.main([*options, "--data", str(missing)]) == 2
+    assert sorted(p.name for p in (results_dir / "shedding").iterdir()) == ["quick"]
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+@pytest.mark.parametrize("out", ["a-file", "a-file/below"])
+def test_every_benchmark_refuses_an_unusable_out_before_measuring(name, out, tmp_path, capsys):
+    (tmp_path / "a-file").write_text("not a directory")
+    main = importlib.import_module(f"bench.{name}.run").main
+    assert main(["--quick", "--out", str(tmp_path / out)]) == 2
+    err = capsys.readouterr().err
+    assert err.lower() == f"error: --out {tmp_path / out}: not a directory\n".lower()
+    assert (tmp_path / "a-file").read_text() == "not a directory"
+
+
+def _plot(results: dict, path: Path) -> None:
+    path.write_bytes(b"png of " + results["run"].encode())
+
+
+def _broken_plot(results: dict, path: Path) -> None:
+    raise ZeroDivisionError("integer division or modulo by zero")
+
+
+def test_results_are_published_as_one_set(tmp_path, capsys):
+    common.publish({"run": "old"}, tmp_path, "x", {"x.png": _plot, "y.png": _plot}, "old")
+    with pytest.raises(ZeroDivisionError):
+        common.publish({"run": "new"}, tmp_path, "x", {"x.png": _plot, "y.png": _broken_plot},
+                       "new")
+    assert json.loads((tmp_path / "x.json").read_text()) == {"run": "old"}
+    assert (tmp_path / "x.png").read_bytes() == (tmp_path / "y.png").read_bytes() == b"png of old"
+    common.publish({"run": "new"}, tmp_path, "x", {"x.png": _plot}, "new", drop=("y.png",))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json", "x.png"]
+    assert (tmp_path / "x.png").read_bytes() == b"png of new"
+    assert capsys.readouterr().out.splitlines()[-1] == \
+        f"wrote {tmp_path / 'x.json'} and {tmp_path / 'x.png'}"
 
 
 @pytest.mark.parametrize("name", TABLES)
@@ -50,3 +127,14 @@ def test_the_trainer_runs_the_repeats_asked_for():
 
     assert run.parse_args(["--repeats", "3"]).repeats == 3
     assert run.parse_args([]).repeats is None  # the default: 2, or 1 with --quick
+
+
+def test_the_shedding_command_repeats_the_run():
+    args = shedding.parse_args(["--jobs", "1", "--data", "flights-3m.parquet"])
+    assert shedding.command(args, args.data) == \
+        "python -m bench.shedding --data flights-3m.parquet --jobs 1"
+    args = shedding.parse_args(["--quick", "--workloads", "sensors,delay-wave", "--search", "4"])
+    assert shedding.command(args) == \
+        "python -m bench.shedding --quick --workloads sensors,delay-wave --search 4"
+    assert shedding.command(shedding.parse_args(["--jobs", str(shedding.JOBS)])) == \
+        "python -m bench.shedding"

@@ -34,6 +34,7 @@ cache: a trainer reading them cold, or over a network file system, pays more per
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import datetime as dt
 import sys
@@ -202,13 +203,17 @@ def _say(message: str) -> None:
     print(f"[bench.archive] {message}", file=sys.stderr, flush=True)
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    return bench_parser("archive", __doc__, RESULTS, "archive.json and archive.png",
+                        "20,000 events (the embedded sample without --data), no Spark"
+                        ).parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .plot import plot
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = bench_parser("archive", __doc__, RESULTS, "archive.json and archive.png",
-                        "20,000 events (the embedded sample without --data), no Spark"
-                        ).parse_args(argv)
+    args = parse_args(argv)
     sizes = QUICK if args.quick else FULL
     results = run_and_publish("archive", argv, args, lambda work: benchmark(
         work, args.data, args.quick, sizes), plot, summary)

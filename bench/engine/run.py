@@ -36,7 +36,7 @@ from acep.matcher import Matcher
 from acep.reference import acep_match
 
 from .. import data
-from ..common import bench_parser, machine, publish
+from ..common import bench_parser, machine, publish, ready
 
 RESULTS = Path(__file__).with_name("results")
 
@@ -323,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     sizes = QUICK if args.quick else FULL
+    if not ready(args):
+        return 2
     try:
         streams = load_streams(args.data, args.quick, sizes)
     except data.DataError as e:
@@ -333,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
                **benchmark(streams, sizes)}
     results["settings"].update(quick=args.quick,
                                wall_seconds=round(time.perf_counter() - started, 1))
-    publish(results, args.out, "engine", plot, summary(results))
+    publish(results, args.out, "engine", {"engine.png": plot}, summary(results))
     return 0
 
 

@@ -35,7 +35,7 @@ from acep.events import EventBatch
 from acep.shedding import MAX_BINS, Budget
 from history.policies import EXPLORE, LEARNING_RATE
 
-from ..common import bench_parser, machine, write_json
+from ..common import bench_parser, machine, publish, ready
 from . import policies
 from .bound import min_trajectory_nodes, recall_bound
 from .measure import DAY, ground_truth, recall_over_time, run_matcher, score, shed_stats
@@ -435,19 +435,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def partial(args) -> bool:
+    """Whether the run's figures are not the published ones (a subset of the workloads, other
+    histories or policies): such a run, like --quick, goes to results/quick/ by default."""
+    return (args.workloads is not None or args.n_bins != N_BINS or args.no_fit
+            or args.defer != policies.DEFER or args.search != SEARCH)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .. import data
 
     args = parse_args(argv)
     sizes = QUICK if args.quick else FULL
-    try:
-        if not args.quick or args.data is not None:
-            args.data = str(data.flights_path(args.data))
-    except data.DataError as e:
-        print(f"error: {e}", file=sys.stderr)
+    given = args.data
+    if not ready(args, partial(args)):
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    results = {"benchmark": "shedding", "command": command(args), "machine": machine(),
+    results = {"benchmark": "shedding", "command": command(args, given), "machine": machine(),
                "settings": {"quick": args.quick, "fractions": list(FRACTIONS), "burst": BURST,
                             "learning_rate": LEARNING_RATE,
                             "explore": EXPLORE, "jobs": args.jobs, "seed": SEED,
@@ -456,34 +459,42 @@ def main(argv: list[str] | None = None) -> int:
                             "sizes": sizes, "policies": list(policies.POLICIES),
                             "baselines": list(policies.BASELINES),
                             "drift_workload": DRIFT_WORKLOAD}}
-    results.update(run_all(args, sizes))
+    try:
+        results.update(run_all(args, sizes))
+    except data.DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     results["settings"]["wall_seconds"] = results.pop("wall_seconds")
-    write_json(results, args.out / "shedding.json")
     from .plot import plot_drift, plot_recall
-
-    plot_recall(results, args.out / "shedding.png")
-    if DRIFT_WORKLOAD in {w["name"] for w in results["workloads"]}:
-        plot_drift(results, args.out / "drift.png")
     from .table import markdown
 
-    print(markdown(results))
+    plots = {"shedding.png": plot_recall}
+    drift = DRIFT_WORKLOAD in {w["name"] for w in results["workloads"]}
+    if drift:
+        plots["drift.png"] = plot_drift
+    publish(results, args.out, "shedding", plots, markdown(results),
+            drop=() if drift else ("drift.png",))
     return 0
 
 
-def command(args) -> str:
+def command(args, data: str | None = None) -> str:
+    """The command that repeats the run: every option that changes its figures or was given
+    (``data``: ``--data`` as given; the path in the JSON is where the flights were read)."""
     parts = ["python -m bench.shedding"]
     if args.quick:
         parts.append("--quick")
-    if args.data and args.quick:
-        parts.append("--data PATH")
-    if getattr(args, "workloads", None):
+    if data is not None:
+        parts.append(f"--data {data}")
+    if args.jobs != JOBS:
+        parts.append(f"--jobs {args.jobs}")
+    if args.workloads is not None:
         parts.append(f"--workloads {','.join(args.workloads)}")
-    if getattr(args, "n_bins", N_BINS) != N_BINS:
+    if args.n_bins != N_BINS:
         parts.append(f"--n-bins {args.n_bins}")
-    if getattr(args, "defer", policies.DEFER) != policies.DEFER:
+    if args.defer != policies.DEFER:
         parts.append(f"--defer {args.defer}")
-    if getattr(args, "no_fit", False):
+    if args.no_fit:
         parts.append("--no-fit")
-    if getattr(args, "search", SEARCH) != SEARCH:
+    if args.search != SEARCH:
         parts.append(f"--search {args.search}")
     return " ".join(parts)
