@@ -150,6 +150,11 @@ def publish(results: dict, out: Path, name: str, plots: dict[str, Callable[[dict
     print(f"wrote {' and '.join(str(out / file) for file in made)}")
 
 
+def ratio(x: float) -> str:
+    """A speed-up for a summary line: whole above 10, else two significant digits."""
+    return f"{x:,.0f}x" if x >= 10 else f"{x:.2g}x"
+
+
 def table_main(name: str, markdown: Callable[[dict], str], results: Path,
                argv: list[str] | None, end: str = "\n") -> int:
     """``python -m bench.<name>.table [JSON or DIR]``: the README's tables of a results JSON."""

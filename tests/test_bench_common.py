@@ -138,3 +138,21 @@ def test_the_shedding_command_repeats_the_run():
         "python -m bench.shedding --quick --workloads sensors,delay-wave --search 4"
     assert shedding.command(shedding.parse_args(["--jobs", str(shedding.JOBS)])) == \
         "python -m bench.shedding"
+
+
+def test_summaries_say_what_they_measured():
+    from bench.archive.run import summary as archive
+    from bench.engine.run import summary as engine
+
+    row = {"stream": "synthetic", "letters": 5, "k": 2, "window": 10, "events": 2000,
+           "speedup_vs_reference": {"reference": 1.0, "python_merge_off": 0.4237,
+                                    "compiled_merge_on": 61.8}}
+    assert engine({"targets": [], "comparison": [row]}).endswith(
+        "python_merge_off 0.42x, compiled_merge_on 62x")
+    side = {"files": 1, "bytes": 1, "tasks": 1, "plan_s": 0.1, "read_s": 0.1}
+    quick = {"before": side, "after": side, "same_rows": True, "same_history": None,
+             "compaction": {"merged": 2, "written": 1, "seconds": 0.1},
+             "mirror": {"ingest_plain_s": 1.0, "ingest_mirrored_s": 1.2, "catch_up_s": 0.1,
+                        "files_copied": 3, "same_files": True}}
+    assert "same history: not compared (no Spark in --quick)" in archive(quick)
+    assert "same history: True" in archive({**quick, "same_history": True})

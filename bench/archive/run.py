@@ -230,9 +230,11 @@ def summary(results: dict) -> str:
                      f"{r['tasks']:,} tasks, plan {r['plan_s']:.2f} s, read {r['read_s']:.2f} s"
                      f"{train}")
     c = results["compaction"]
+    same = results["same_history"]
+    history = "not compared (no Spark in --quick)" if same is None else same
     lines.append(f"compaction: {c['merged']:,} files into {c['written']:,} in "
                  f"{c['seconds']:.1f} s; same rows: {results['same_rows']}, same history: "
-                 f"{results['same_history']}")
+                 f"{history}")
     m = results["mirror"]
     lines.append(f"mirror: ingest {m['ingest_plain_s']:.1f} s plain, "
                  f"{m['ingest_mirrored_s']:.1f} s mirrored "

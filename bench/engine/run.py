@@ -36,7 +36,7 @@ from acep.matcher import Matcher
 from acep.reference import acep_match
 
 from .. import data
-from ..common import bench_parser, machine, publish, ready
+from ..common import bench_parser, machine, publish, ratio, ready
 
 RESULTS = Path(__file__).with_name("results")
 
@@ -347,7 +347,7 @@ def summary(results: dict) -> str:
         lines.append(f"{verdict}  {t['name']}: {t['value']:,.1f} ({t['config']})")
     for c in results["comparison"]:
         label = Config.of(c).label
-        ratios = ", ".join(f"{name} {x:,.0f}x" for name, x in c["speedup_vs_reference"].items()
+        ratios = ", ".join(f"{name} {ratio(x)}" for name, x in c["speedup_vs_reference"].items()
                            if name != "reference")
         lines.append(f"{label} ({c['events']:,} events): {ratios}")
     return "\n".join(lines)

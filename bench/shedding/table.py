@@ -8,6 +8,13 @@ from ..common import table_main
 from .run import RESULTS
 
 
+def on_prefix(results: dict, name: str | None = None) -> bool:
+    """Whether hindsight ran on a prefix of the test stream (of workload ``name``, or any):
+    the quick run gives it the whole stream."""
+    return any(w["hindsight_prefix"]["events"] < w["truth"]["events"]
+               for w in results["workloads"] if name in (None, w["name"]))
+
+
 def _pct(v) -> str:
     return "-" if v is None else f"{100 * v:.1f}"
 
@@ -43,7 +50,7 @@ def recall_table(results: dict, name: str) -> list[str]:
             continue
         cells = [f"{_pct(rows[f]['bundle_recall'])} / {_pct(rows[f]['point_recall'])}"
                  for f in fractions]
-        tag = " (prefix)" if policy == "hindsight" else ""
+        tag = " (prefix)" if policy == "hindsight" and on_prefix(results, name) else ""
         lines.append(f"| {policy}{tag} | " + " | ".join(cells) + " |")
     bound = next((w.get("recall_bound") for w in results["workloads"] if w["name"] == name),
                  None)
@@ -134,7 +141,8 @@ def markdown(results: dict) -> str:
         out += ["", "### Drift: bundle recall before and after (mean over time slices)", ""]
         out += drift
     s = results["settings"]
-    out += ["", f"Wall time {s['wall_seconds']:.0f} s with {s['jobs']} jobs on "
+    jobs = f"{s['jobs']} job" + ("" if s["jobs"] == 1 else "s")
+    out += ["", f"Wall time {s['wall_seconds']:.0f} s with {jobs} on "
                 f"{results['machine']['cpu_count']} CPUs ({results['machine']['cpu']})."]
     return "\n".join(out)
 
