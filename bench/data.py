@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,19 +20,21 @@ from pathlib import Path
 
 import numpy as np
 
-from acep.events import PRESETS, EventBatch, read_all
+from acep.events import PRESETS, EventBatch, EventError, read_all
 
-__all__ = ["DataError", "flights_path", "fetch_flights", "read_flights", "synthetic_uniform",
-           "prefix", "as_dicts"]
+__all__ = ["DataError", "flights_path", "check_flights", "fetch_flights", "read_flights",
+           "read_flights_table", "synthetic_uniform", "prefix", "as_dicts"]
 
 FLIGHTS_PACKAGE = "vega-datasets@3.2.1"
 FLIGHTS_MEMBER = "package/data/flights-3m.parquet"
 FLIGHTS_SHA256 = "dbeb920c90f59b6ccaff823dcc3d08f25a97fa1ce128d93f40be4e931f5900b0"
 FLIGHTS_ENV = "ACEP_FLIGHTS"
+FLIGHTS_COLUMNS = ("date", "delay", "distance", "origin", "destination")  # what they read
 
 
 class DataError(RuntimeError):
-    """A dataset is missing and cannot be obtained; the message says what to do."""
+    """A dataset is missing, unreadable or cannot be obtained; the message names the file and
+    says what to do."""
 
 
 # --------------------------------------------------------------------------- flights
@@ -53,12 +56,35 @@ def flights_path(path: str | os.PathLike | None = None) -> Path:
         found = Path(given).expanduser()
         if not found.is_file():
             origin = "" if path is not None else f" (from ${FLIGHTS_ENV})"
-            raise DataError(f"flights data {found}{origin} does not exist")
-        return found
+            what = "is not a file" if found.exists() else "does not exist"
+            raise DataError(f"flights data {found}{origin} {what}")
+        return check_flights(found)
     cached = default_cache()
     if not cached.is_file():
         fetch_flights(cached)
-    return cached
+    return check_flights(cached)
+
+
+def check_flights(path: Path) -> Path:
+    """``path`` if its footer reads as Parquet with the flights' columns, else DataError: a
+    benchmark checks this before any work, not minutes later in a worker."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowException) as e:
+        raise DataError(f"{path}: not a readable Parquet file ({_one_line(e)})") from None
+    missing = [c for c in FLIGHTS_COLUMNS if c not in schema.names]
+    if missing:
+        raise DataError(f"{path}: no column {', '.join(missing)} (it has "
+                        f"{', '.join(schema.names) or 'none'}; the flights have "
+                        f"{', '.join(FLIGHTS_COLUMNS)})")
+    return path
+
+
+def _one_line(error: Exception) -> str:
+    return " ".join(str(error).split())
 
 
 def fetch_flights(dest: Path) -> Path:
@@ -82,17 +108,28 @@ def fetch_flights(dest: Path) -> Path:
 
 
 def _npm_pack(npm: str, workdir: Path) -> Path:
-    try:
-        subprocess.run([npm, "pack", FLIGHTS_PACKAGE, "--silent"], cwd=workdir, check=True,
-                       capture_output=True, text=True)
+    try:  # --loglevel=error, not --silent: that hides the error too
+        subprocess.run([npm, "pack", FLIGHTS_PACKAGE, "--loglevel=error"], cwd=workdir,
+                       check=True, capture_output=True, text=True)
     except subprocess.CalledProcessError as e:
-        detail = (e.stderr or "").strip().splitlines()[-3:]
-        raise DataError(f"`npm pack {FLIGHTS_PACKAGE}` failed ({'; '.join(detail)}); pass "
+        raise DataError(f"`npm pack {FLIGHTS_PACKAGE}` failed ({_npm_reason(e)}); pass "
                         f"--data PATH to a local copy of flights-3m.parquet") from None
     tarballs = sorted(workdir.glob("*.tgz"))
     if not tarballs:
         raise DataError(f"`npm pack {FLIGHTS_PACKAGE}` made no tarball; pass --data PATH")
     return tarballs[0]
+
+
+def _npm_reason(failed: subprocess.CalledProcessError) -> str:
+    """npm's error code and first message line, without its stack trace, fields and advice
+    (``npm error code E404`` / ``npm error 404 Not Found - GET https://...``)."""
+    lines = [re.sub(r"^npm (error|ERR!) ?", "", line).rstrip()
+             for line in (failed.stderr or "").splitlines()]
+    code = next((line[5:] for line in lines if line.startswith("code ")), None)
+    message = next((line for line in lines if line and not line[0].isspace()
+                    and not re.match(r"(code|errno|syscall) |[{}]|A complete log", line)), None)
+    reason = ": ".join(x for x in (code, message) if x)
+    return reason or f"exit status {failed.returncode}, nothing on stderr"
 
 
 def _extract_member(tarball: Path, member: str, dest: Path) -> None:
@@ -126,7 +163,26 @@ def _say(message: str) -> None:
 
 def read_flights(path: str | os.PathLike) -> EventBatch:
     """The flights stream as one batch: types are delay classes, tags seconds since epoch."""
-    return read_all(path, PRESETS["flights"], batch_size=1 << 20)
+    import pyarrow as pa
+
+    try:
+        return read_all(path, PRESETS["flights"], batch_size=1 << 20)
+    except EventError as e:  # past the footer: a bad value
+        raise DataError(str(e)) from None
+    except (OSError, pa.ArrowException) as e:  # a corrupt page
+        raise DataError(f"{path}: cannot be read ({_one_line(e)})") from None
+
+
+def read_flights_table(path: str | os.PathLike, columns: list[str] | None = None):
+    """The flights as a pyarrow table (``columns``: only these); DataError names a file
+    whose pages cannot be read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path, columns=columns)
+    except (OSError, pa.ArrowException) as e:
+        raise DataError(f"{path}: cannot be read ({_one_line(e)})") from None
 
 
 # --------------------------------------------------------------------------- synthetic

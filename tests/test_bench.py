@@ -1,4 +1,5 @@
-"""The engine benchmark in quick mode (synthetic data only: no network, no shared files)."""
+"""The engine benchmark in quick mode (synthetic data only: no network, no shared files), and
+the flights data every benchmark reads (bench.data)."""
 
 from __future__ import annotations
 
@@ -107,9 +108,8 @@ def test_synthetic_uniform_counts_events():
 
 
 def test_flights_path_prefers_the_given_path(tmp_path, monkeypatch):
-    given, from_env = tmp_path / "given.parquet", tmp_path / "env.parquet"
-    given.touch()
-    from_env.touch()
+    given = tiny_flights(tmp_path / "given.parquet")
+    from_env = tiny_flights(tmp_path / "env.parquet")
     monkeypatch.setenv(data.FLIGHTS_ENV, str(from_env))
     assert data.flights_path(given) == given
     assert data.flights_path() == from_env
@@ -120,20 +120,106 @@ def test_flights_path_names_a_missing_file(tmp_path):
         data.flights_path(tmp_path / "nowhere.parquet")
 
 
-@pytest.mark.parametrize("name", ["engine", "shedding", "trainer", "archive", "edge", "herd"])
-def test_every_benchmark_refuses_a_missing_data_file_in_one_line(name, tmp_path, capsys):
+FLIGHTS_BENCHMARKS = ["engine", "shedding", "trainer", "archive", "edge", "herd"]
+
+
+def tiny_flights(path: Path, drop: str | None = None) -> Path:
+    """A few thousand rows shaped like flights-3m.parquet (without the column ``drop``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 3000
+    table = pa.table({"date": pa.array(np.arange(n) * 60_000_000, pa.timestamp("us")),
+                      "delay": pa.array(np.arange(n) % 90 - 10, pa.int64()),
+                      "distance": pa.array(np.full(n, 500), pa.int64()),
+                      "origin": pa.array(["ATL", "ORD", "SFO"] * (n // 3), pa.large_string()),
+                      "destination": pa.array(["LAX"] * n, pa.large_string())})
+    pq.write_table(table.drop([drop]) if drop else table, path)
+    return path
+
+
+@pytest.mark.parametrize("name", FLIGHTS_BENCHMARKS)
+@pytest.mark.parametrize("quick", [False, True])
+def test_every_benchmark_refuses_a_missing_data_file_in_one_line(name, quick, tmp_path, capsys):
     main = importlib.import_module(f"bench.{name}.run").main
     missing = tmp_path / "nowhere.parquet"
-    assert main(["--data", str(missing), "--out", str(tmp_path / "out")]) == 2
+    quick_flag = ["--quick"] if quick else []
+    assert main([*quick_flag, "--data", str(missing), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert f"error: flights data {missing} does not exist" in err and "Traceback" not in err
     assert not (tmp_path / "out" / f"{name}.json").exists()
+
+
+@pytest.mark.parametrize("name", FLIGHTS_BENCHMARKS)
+@pytest.mark.parametrize("damage", ["truncated", "no origin"])
+def test_every_benchmark_refuses_unreadable_flights_in_one_line_before_any_work(
+        name, damage, tmp_path, capsys):
+    flights = tmp_path / "flights.parquet"
+    if damage == "truncated":
+        whole = tiny_flights(tmp_path / "whole.parquet").read_bytes()
+        flights.write_bytes(whole[:len(whole) // 2])
+        expected = f"error: {flights}: not a readable Parquet file (Parquet magic bytes"
+    else:
+        tiny_flights(flights, drop="origin")
+        expected = f"error: {flights}: no column origin (it has date, delay, distance, dest"
+    main = importlib.import_module(f"bench.{name}.run").main
+    assert main(["--quick", "--data", str(flights), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out" / f"{name}.json").exists()
+
+
+def test_flights_past_the_footer_are_read_or_refused_with_the_file_named(tmp_path):
+    flights = tiny_flights(tmp_path / "flights.parquet")
+    assert len(data.read_flights(flights)) == 3000
+    assert data.read_flights_table(flights).num_rows == 3000
+    body = bytearray(flights.read_bytes())
+    body[4:400] = b"\0" * 396  # the first column's pages, the footer intact
+    flights.write_bytes(bytes(body))
+    assert data.check_flights(flights) == flights
+    with pytest.raises(data.DataError, match=f"^{flights}"):
+        data.read_flights(flights)
+    with pytest.raises(data.DataError, match=f"^{flights}: cannot be read"):
+        data.read_flights_table(flights)
 
 
 def test_without_npm_the_error_says_to_pass_data(tmp_path, monkeypatch):
     monkeypatch.setattr(data.shutil, "which", lambda name: None)
     with pytest.raises(data.DataError, match="--data PATH"):
         data.fetch_flights(tmp_path / "flights.parquet")
+
+
+NPM_REFUSED = """npm error code ECONNREFUSED
+npm error syscall connect
+npm error errno ECONNREFUSED
+npm error FetchError: request to http://127.0.0.1:9/vega-datasets failed, reason: connect \
+ECONNREFUSED 127.0.0.1:9
+npm error     at ClientRequest.<anonymous> (/usr/lib/node_modules/npm/index.js:130:14)
+npm error   code: 'ECONNREFUSED',
+npm error }
+npm error
+npm error If you are behind a proxy, please make sure that the 'proxy' config is set properly.
+npm error A complete log of this run can be found in: /root/.npm/_logs/debug-0.log
+"""  # what npm 11 says (npm_config_registry=http://127.0.0.1:9/ npm pack ...)
+
+
+@pytest.mark.parametrize("stderr, reason", [
+    (NPM_REFUSED, "(ECONNREFUSED: FetchError: request to http://127.0.0.1:9/vega-datasets "
+                  "failed, reason: connect ECONNREFUSED 127.0.0.1:9)"),
+    ("npm ERR! code E404\nnpm ERR! 404 Not Found - GET https://registry.npmjs.org/x\n",
+     "(E404: 404 Not Found - GET https://registry.npmjs.org/x)"),
+    ("", "(exit status 1, nothing on stderr)")])
+def test_a_failed_npm_pack_says_why(stderr, reason, tmp_path, monkeypatch):
+    npm = tmp_path / "npm"
+    (tmp_path / "stderr.txt").write_text(stderr)
+    npm.write_text(f"#!/bin/sh\ncase \" $* \" in *\" --silent \"*) exit 1;; esac\n"  # as npm
+                   f"cat {tmp_path / 'stderr.txt'} >&2\nexit 1\n")
+    npm.chmod(0o755)
+    monkeypatch.setattr(data.shutil, "which", lambda name: str(npm))
+    with pytest.raises(data.DataError) as refused:
+        data.fetch_flights(tmp_path / "cache" / "flights.parquet")
+    assert str(refused.value) == (f"`npm pack {data.FLIGHTS_PACKAGE}` failed {reason}; pass "
+                                  "--data PATH to a local copy of flights-3m.parquet")
 
 
 def test_only_the_parquet_member_is_extracted(tmp_path):

@@ -145,8 +145,8 @@ def test_workloads_option_selects_a_subset():
     assert [w.name for w in run.selected(args)] == ["delay-wave", "sensors"]
     assert run.selected(run.parse_args([])) == list(WORKLOADS)
     assert "--workloads sensors,delay-wave" in run.command(args)
-    with pytest.raises(SystemExit, match="unknown workload"):
-        run.selected(run.parse_args(["--workloads", "nope"]))
+    with pytest.raises(SystemExit):  # tests/test_bench_common.py checks the message
+        run.parse_args(["--workloads", "nope"])
 
 
 def test_n_bins_option_sets_the_history_bins():

@@ -34,6 +34,7 @@ cache: a trainer reading them cold, or over a network file system, pays more per
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import datetime as dt
 import sys
@@ -202,13 +203,17 @@ def _say(message: str) -> None:
     print(f"[bench.archive] {message}", file=sys.stderr, flush=True)
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    return bench_parser("archive", __doc__, RESULTS, "archive.json and archive.png",
+                        "20,000 events (the embedded sample without --data), no Spark"
+                        ).parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .plot import plot
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = bench_parser("archive", __doc__, RESULTS, "archive.json and archive.png",
-                        "20,000 events (the embedded sample without --data), no Spark"
-                        ).parse_args(argv)
+    args = parse_args(argv)
     sizes = QUICK if args.quick else FULL
     results = run_and_publish("archive", argv, args, lambda work: benchmark(
         work, args.data, args.quick, sizes), plot, summary)
@@ -225,9 +230,11 @@ def summary(results: dict) -> str:
                      f"{r['tasks']:,} tasks, plan {r['plan_s']:.2f} s, read {r['read_s']:.2f} s"
                      f"{train}")
     c = results["compaction"]
+    same = results["same_history"]
+    history = "not compared (no Spark in --quick)" if same is None else same
     lines.append(f"compaction: {c['merged']:,} files into {c['written']:,} in "
                  f"{c['seconds']:.1f} s; same rows: {results['same_rows']}, same history: "
-                 f"{results['same_history']}")
+                 f"{history}")
     m = results["mirror"]
     lines.append(f"mirror: ingest {m['ingest_plain_s']:.1f} s plain, "
                  f"{m['ingest_mirrored_s']:.1f} s mirrored "

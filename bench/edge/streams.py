@@ -39,11 +39,8 @@ def pattern_table() -> str:
 
 def write_flights_jsonl(parquet: Path, dest: Path, n: int | None) -> int:
     """The first ``n`` flights (all if None) of ``parquet`` as JSON Lines; returns the count."""
-    import pyarrow.parquet as pq
-
     names = ("early", "ontime", "late", "verylate")
-    table = pq.read_table(parquet, columns=["date", "delay", "distance", "origin",
-                                            "destination"])
+    table = data.read_flights_table(parquet, list(data.FLIGHTS_COLUMNS))
     if n is not None:
         table = table.slice(0, n)
     written = 0

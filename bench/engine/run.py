@@ -36,7 +36,7 @@ from acep.matcher import Matcher
 from acep.reference import acep_match
 
 from .. import data
-from ..common import bench_parser, machine, publish
+from ..common import bench_parser, machine, publish, ratio, ready
 
 RESULTS = Path(__file__).with_name("results")
 
@@ -323,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     sizes = QUICK if args.quick else FULL
+    if not ready(args):
+        return 2
     try:
         streams = load_streams(args.data, args.quick, sizes)
     except data.DataError as e:
@@ -333,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
                **benchmark(streams, sizes)}
     results["settings"].update(quick=args.quick,
                                wall_seconds=round(time.perf_counter() - started, 1))
-    publish(results, args.out, "engine", plot, summary(results))
+    publish(results, args.out, "engine", {"engine.png": plot}, summary(results))
     return 0
 
 
@@ -345,7 +347,7 @@ def summary(results: dict) -> str:
         lines.append(f"{verdict}  {t['name']}: {t['value']:,.1f} ({t['config']})")
     for c in results["comparison"]:
         label = Config.of(c).label
-        ratios = ", ".join(f"{name} {x:,.0f}x" for name, x in c["speedup_vs_reference"].items()
+        ratios = ", ".join(f"{name} {ratio(x)}" for name, x in c["speedup_vs_reference"].items()
                            if name != "reference")
         lines.append(f"{label} ({c['events']:,} events): {ratios}")
     return "\n".join(lines)

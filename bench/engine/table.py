@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
-
+from ..common import table_main
 from .run import RESULTS, Config
 
 ENGINE_NAMES = {
@@ -73,10 +70,7 @@ def markdown(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    path = Path(argv[0]) if argv else RESULTS / "engine.json"
-    print(markdown(json.loads(path.read_text())), end="")
-    return 0
+    return table_main("engine", markdown, RESULTS, argv, end="")
 
 
 if __name__ == "__main__":

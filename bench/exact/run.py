@@ -46,7 +46,7 @@ from acep.nfab.query import parse_query
 from acep.nfab.runs import RunStats, match_runs
 from acep.nfab.shared import SharedStats, Stream, match_shared
 
-from ..common import bench_parser, machine, publish
+from ..common import bench_parser, machine, publish, ratio, ready
 from .stock import PRICE_MAX, VOLUME_MAX, stock_ticker
 
 try:  # the shared engine for skip_till_any_match (EXACT.md 7); absent in older trees
@@ -513,12 +513,14 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    if not ready(args):
+        return 2
     sizes = QUICK if args.quick else FULL
     started = time.perf_counter()
     results = {"command": " ".join(["python -m bench.exact", *argv]), **benchmark(sizes)}
     results["settings"].update(quick=args.quick,
                                wall_seconds=round(time.perf_counter() - started, 1))
-    publish(results, args.out, "exact", plot, summary(results))
+    publish(results, args.out, "exact", {"exact.png": plot}, summary(results))
     return 0
 
 
@@ -532,7 +534,7 @@ def summary(results: dict) -> str:
         value = "n/a" if t["value"] is None else f"{t['value']:,.1f}"
         lines.append(f"{verdict}  {t['name']}: {value} ({t['config'] or t.get('note')})")
     for s in results["side_by_side"]:
-        ratios = ", ".join(f"{name} {x:,.0f}x" for name, x in s["speedup_vs_naive"].items()
+        ratios = ", ".join(f"{name} {ratio(x)}" for name, x in s["speedup_vs_naive"].items()
                            if name != "runs" and x is not None)
         naive = s["systems"]["runs"]
         rate = "timed out" if naive["events_per_s"] is None else \

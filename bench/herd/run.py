@@ -39,6 +39,7 @@ overload the collector.
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import logging
@@ -345,13 +346,17 @@ def _line(r: dict) -> str:
             f"once {r['stored_once']}")
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    return bench_parser("herd", __doc__, RESULTS, "herd.json and herd.png",
+                        "100 devices, the embedded sample without --data, timeouts scaled "
+                        "down").parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .plot import plot
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = bench_parser("herd", __doc__, RESULTS, "herd.json and herd.png",
-                        "100 devices, the embedded sample without --data, timeouts scaled "
-                        "down").parse_args(argv)
+    args = parse_args(argv)
     sizes = QUICK if args.quick else FULL
     results = run_and_publish("herd", argv, args, lambda work: benchmark(
         work, args.data, args.quick, sizes), plot, summary)

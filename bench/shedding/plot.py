@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 import numpy as np  # noqa: E402
 
 from .policies import RETRAINED  # noqa: E402
+from .table import on_prefix  # noqa: E402
 
 STYLE = {  # policy -> (colour, line, marker)
     "keep-first": ("0.6", ":", "v"), "random": ("#999999", "--", "x"),
@@ -35,12 +36,17 @@ def plot_recall(results: dict, path: Path) -> None:
     for ax in axes.ravel()[len(workloads):]:
         ax.axis("off")
     axes[0, 0].legend(fontsize=8, loc="lower right")
-    m = results["machine"]
-    fig.suptitle(f"Bundle recall against budget (share of the unconstrained run's ops per "
-                 f"event, burst {results['settings']['burst']:g}); hindsight on a prefix; "
-                 f"{m['cpu_count']} CPUs, {m['date'][:10]}", fontsize=12)
+    fig.suptitle(title(results), fontsize=12)
     fig.savefig(path, dpi=80)
     plt.close(fig)
+
+
+def title(results: dict) -> str:
+    m = results["machine"]
+    return (f"Bundle recall against budget (share of the unconstrained run's ops per event, "
+            f"burst {results['settings']['burst']:g}); hindsight on "
+            f"{'a prefix' if on_prefix(results) else 'the whole test stream'}; "
+            f"{m['cpu_count']} CPUs, {m['date'][:10]}")
 
 
 def _recall_panel(ax, results: dict, w: dict) -> None:
@@ -51,7 +57,8 @@ def _recall_panel(ax, results: dict, w: dict) -> None:
             continue
         x = [100 * r["fraction"] for r in rows]
         y = [r["bundle_recall"] for r in rows]
-        label = policy + (" (prefix)" if policy == "hindsight" else "")
+        label = policy + (" (prefix)" if policy == "hindsight" and on_prefix(results, w["name"])
+                          else "")
         ax.plot(x, y, linestyle=line, marker=marker, color=colour, label=label, linewidth=1.4)
     bound = w.get("recall_bound")
     if bound:

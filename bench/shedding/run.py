@@ -30,11 +30,12 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from acep.cli import _whole, bins_type
 from acep.events import EventBatch
-from acep.shedding import Budget
+from acep.shedding import MAX_BINS, Budget
 from history.policies import EXPLORE, LEARNING_RATE
 
-from ..common import bench_parser, machine, write_json
+from ..common import bench_parser, machine, publish, ready
 from . import policies
 from .bound import min_trajectory_nodes, recall_bound
 from .measure import DAY, ground_truth, recall_over_time, run_matcher, score, shed_stats
@@ -63,6 +64,8 @@ QUICK = {"flights_days": 2.0, "synthetic_duration": 300.0, "hindsight_days": Non
 SEED = 2016
 N_BINS = 8  # time bins per dimension: history.build_history's default
 SEARCH = 32  # cells per budget the fit tunes by coordinate search (history.fit, step 4)
+MAX_DEFER = 1024
+JOBS = 2
 
 _STATE: dict = {}  # per workload, set before the worker pools fork
 
@@ -72,15 +75,20 @@ _STATE: dict = {}  # per workload, set before the worker pools fork
 def selected(args) -> list[Workload]:
     """The workloads ``--workloads`` names (all by default), in the benchmark's order."""
     names = getattr(args, "workloads", None)
-    if not names:
+    if names is None:
         return list(WORKLOADS)
-    wanted = [n.strip() for n in names.split(",") if n.strip()]
-    known = {w.name for w in WORKLOADS}
+    return [w for w in WORKLOADS if w.name in names]
+
+
+def workload_names(text: str) -> list[str]:
+    """An argparse type: ``--workloads``, a comma-separated list of known workloads."""
+    wanted = [n.strip() for n in text.split(",") if n.strip()]
+    known = [w.name for w in WORKLOADS]
     unknown = [n for n in wanted if n not in known]
-    if unknown:
-        raise SystemExit(f"unknown workload(s) {', '.join(unknown)}; "
-                         f"known: {', '.join(w.name for w in WORKLOADS)}")
-    return [w for w in WORKLOADS if w.name in wanted]
+    if unknown or not wanted:
+        what = f"unknown workload(s) {', '.join(unknown)}" if unknown else "no workload named"
+        raise argparse.ArgumentTypeError(f"{what}; known: {', '.join(known)}")
+    return wanted
 
 
 def streams(args, sizes: dict) -> dict[str, dict]:
@@ -402,31 +410,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = bench_parser("shedding", __doc__, RESULTS, "shedding.json and the PNGs",
                           "small streams, for tests (under a minute; the embedded sample "
                           "without --data)")
-    parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
-    parser.add_argument("--workloads", metavar="NAMES",
+    parser.add_argument("--jobs", type=_whole(1, "worker processes"), default=JOBS,
+                        help=f"worker processes (default {JOBS})")
+    parser.add_argument("--workloads", metavar="NAMES", type=workload_names,
                         help="comma-separated subset of the workloads (default: all of "
                              f"{', '.join(w.name for w in WORKLOADS)}); for quick "
                              "comparisons, not for the published figures")
-    parser.add_argument("--n-bins", type=int, default=N_BINS, metavar="N",
+    parser.add_argument("--n-bins", type=bins_type, default=N_BINS, metavar="N",
                         help="quantile bins per time (remaining window, gap) of the history "
-                             f"(default {N_BINS}); to compare binnings")
-    parser.add_argument("--defer", type=int, default=policies.DEFER, metavar="D",
+                             f"(default {N_BINS}, at most {MAX_BINS}); to compare binnings")
+    parser.add_argument("--defer", type=_whole(0, "deferred starts", MAX_DEFER),
+                        default=policies.DEFER, metavar="D",
                         help="deferred window starts per partition and state of the history "
                              f"policies (default {policies.DEFER}, 0 = off; "
                              "docs/SHEDDING.md section 8)")
     parser.add_argument("--no-fit", action="store_true",
                         help="use the plain sketch: no reserves fitted to the budgets on the "
                              "training stream (docs/SHEDDING.md section 10); to compare")
-    parser.add_argument("--search", type=int, default=SEARCH, metavar="K",
+    parser.add_argument("--search", type=_whole(0, "cells to search"), default=SEARCH,
+                        metavar="K",
                         help=f"cells per budget the fit tunes by coordinate search on the "
                              f"training stream (default {SEARCH}, 0 = off; docs/SHEDDING.md "
                              "section 10)")
-    args = parser.parse_args(argv)
-    if args.search < 0:
-        parser.error(f"--search must be >= 0, got {args.search}")
-    if not 0 <= args.defer <= 1024:
-        parser.error(f"--defer must be in 0..1024, got {args.defer}")
-    return args
+    return parser.parse_args(argv)
+
+
+def partial(args) -> bool:
+    """Whether the run's figures are not the published ones (a subset of the workloads, other
+    histories or policies): such a run, like --quick, goes to results/quick/ by default."""
+    return (args.workloads is not None or args.n_bins != N_BINS or args.no_fit
+            or args.defer != policies.DEFER or args.search != SEARCH)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -434,14 +447,10 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     sizes = QUICK if args.quick else FULL
-    try:
-        if not args.quick or args.data is not None:
-            args.data = str(data.flights_path(args.data))
-    except data.DataError as e:
-        print(f"error: {e}", file=sys.stderr)
+    given = args.data
+    if not ready(args, partial(args)):
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    results = {"benchmark": "shedding", "command": command(args), "machine": machine(),
+    results = {"benchmark": "shedding", "command": command(args, given), "machine": machine(),
                "settings": {"quick": args.quick, "fractions": list(FRACTIONS), "burst": BURST,
                             "learning_rate": LEARNING_RATE,
                             "explore": EXPLORE, "jobs": args.jobs, "seed": SEED,
@@ -450,34 +459,42 @@ def main(argv: list[str] | None = None) -> int:
                             "sizes": sizes, "policies": list(policies.POLICIES),
                             "baselines": list(policies.BASELINES),
                             "drift_workload": DRIFT_WORKLOAD}}
-    results.update(run_all(args, sizes))
+    try:
+        results.update(run_all(args, sizes))
+    except data.DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     results["settings"]["wall_seconds"] = results.pop("wall_seconds")
-    write_json(results, args.out / "shedding.json")
     from .plot import plot_drift, plot_recall
-
-    plot_recall(results, args.out / "shedding.png")
-    if DRIFT_WORKLOAD in {w["name"] for w in results["workloads"]}:
-        plot_drift(results, args.out / "drift.png")
     from .table import markdown
 
-    print(markdown(results))
+    plots = {"shedding.png": plot_recall}
+    drift = DRIFT_WORKLOAD in {w["name"] for w in results["workloads"]}
+    if drift:
+        plots["drift.png"] = plot_drift
+    publish(results, args.out, "shedding", plots, markdown(results),
+            drop=() if drift else ("drift.png",))
     return 0
 
 
-def command(args) -> str:
+def command(args, data: str | None = None) -> str:
+    """The command that repeats the run: every option that changes its figures or was given
+    (``data``: ``--data`` as given; the path in the JSON is where the flights were read)."""
     parts = ["python -m bench.shedding"]
     if args.quick:
         parts.append("--quick")
-    if args.data and args.quick:
-        parts.append("--data PATH")
-    if getattr(args, "workloads", None):
-        parts.append(f"--workloads {args.workloads}")
-    if getattr(args, "n_bins", N_BINS) != N_BINS:
+    if data is not None:
+        parts.append(f"--data {data}")
+    if args.jobs != JOBS:
+        parts.append(f"--jobs {args.jobs}")
+    if args.workloads is not None:
+        parts.append(f"--workloads {','.join(args.workloads)}")
+    if args.n_bins != N_BINS:
         parts.append(f"--n-bins {args.n_bins}")
-    if getattr(args, "defer", policies.DEFER) != policies.DEFER:
+    if args.defer != policies.DEFER:
         parts.append(f"--defer {args.defer}")
-    if getattr(args, "no_fit", False):
+    if args.no_fit:
         parts.append("--no-fit")
-    if getattr(args, "search", SEARCH) != SEARCH:
+    if args.search != SEARCH:
         parts.append(f"--search {args.search}")
     return " ".join(parts)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
-
 import numpy as np
 
+from ..common import table_main
 from .run import RESULTS
+
+
+def on_prefix(results: dict, name: str | None = None) -> bool:
+    """Whether hindsight ran on a prefix of the test stream (of workload ``name``, or any):
+    the quick run gives it the whole stream."""
+    return any(w["hindsight_prefix"]["events"] < w["truth"]["events"]
+               for w in results["workloads"] if name in (None, w["name"]))
 
 
 def _pct(v) -> str:
@@ -47,7 +50,7 @@ def recall_table(results: dict, name: str) -> list[str]:
             continue
         cells = [f"{_pct(rows[f]['bundle_recall'])} / {_pct(rows[f]['point_recall'])}"
                  for f in fractions]
-        tag = " (prefix)" if policy == "hindsight" else ""
+        tag = " (prefix)" if policy == "hindsight" and on_prefix(results, name) else ""
         lines.append(f"| {policy}{tag} | " + " | ".join(cells) + " |")
     bound = next((w.get("recall_bound") for w in results["workloads"] if w["name"] == name),
                  None)
@@ -138,27 +141,14 @@ def markdown(results: dict) -> str:
         out += ["", "### Drift: bundle recall before and after (mean over time slices)", ""]
         out += drift
     s = results["settings"]
-    out += ["", f"Wall time {s['wall_seconds']:.0f} s with {s['jobs']} jobs on "
+    jobs = f"{s['jobs']} job" + ("" if s["jobs"] == 1 else "s")
+    out += ["", f"Wall time {s['wall_seconds']:.0f} s with {jobs} on "
                 f"{results['machine']['cpu_count']} CPUs ({results['machine']['cpu']})."]
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.shedding.table",
-                                     description="The README's tables from a results JSON.")
-    parser.add_argument("results", nargs="?", type=Path, default=RESULTS / "shedding.json",
-                        help="the JSON python -m bench.shedding wrote, or the --out directory "
-                             "it wrote it in (default: %(default)s)")
-    path = parser.parse_args(argv).results
-    if path.is_dir():
-        path = path / "shedding.json"
-    try:
-        results = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        print(f"bench.shedding.table: {path}: {exc}", file=sys.stderr)
-        return 1
-    print(markdown(results))
-    return 0
+    return table_main("shedding", markdown, RESULTS, argv)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
+from acep.cli import _whole
+
 from .. import data
 from ..common import bench_parser, machine, run_and_publish
 from .worker import PATTERN
@@ -107,7 +109,7 @@ def write_inputs(work: Path, data_path: str | None, quick: bool,
         path = data.flights_path(data_path)
         meta = pq.ParquetFile(path).metadata
         group = meta.row_group(0).num_rows if meta.num_row_groups else None
-        table, source = pq.read_table(path), path.name
+        table, source = data.read_flights_table(path), path.name
     if max(sizes) > table.num_rows:
         raise data.DataError(f"{source} has {table.num_rows:,} rows, fewer than {max(sizes):,}")
     paths = {}
@@ -337,7 +339,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = bench_parser("trainer", __doc__, RESULTS, "trainer.json and trainer.png",
                           "10,000 and 20,000 events (the embedded sample without --data), "
                           "one repeat")
-    parser.add_argument("--repeats", type=int, default=None,
+    parser.add_argument("--repeats", type=_whole(1, "repeats"), default=None,
                         help=f"runs of every size and variant (default: {FULL_REPEATS}; "
                              "1 with --quick)")
     return parser.parse_args(argv)
@@ -348,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    repeats = args.repeats or (1 if args.quick else FULL_REPEATS)
+    repeats = args.repeats if args.repeats is not None else 1 if args.quick else FULL_REPEATS
     results = run_and_publish("trainer", argv, args, lambda work: benchmark(
         work, args.data, args.quick, repeats), plot, summary, repeats=repeats)
     if results is None:

@@ -3,10 +3,7 @@
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
-
+from ..common import table_main
 from .run import RESULTS
 
 NAMES = {"single": "single process", "spark1": "Spark, 1 core", "spark2": "Spark, 2 cores",
@@ -64,6 +61,9 @@ def markdown(results: dict) -> str:
     return "\n".join(out)
 
 
+def main(argv: list[str] | None = None) -> int:
+    return table_main("trainer", markdown, RESULTS, argv)
+
+
 if __name__ == "__main__":
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS / "trainer.json"
-    print(markdown(json.loads(path.read_text())))
+    raise SystemExit(main())
