@@ -468,11 +468,14 @@ def _format_of(source: str) -> str | None:
 
 def _open_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chunk]:
     """Check the file and return its raw chunks (bad events not yet handled)."""
+    kind = "file" if source == "-" else _kind(source)
+    if kind == "dir":
+        raise EventError("a directory, not a file of events", source)
     fmt = _format_of(source)
     if fmt is None:
         raise EventError(f"unknown file type; accepted: {', '.join(_FORMATS)} or '-' (stdin)",
                          source)
-    if source != "-" and _kind(source) != "file":
+    if kind != "file":
         raise EventError("no such file", source)
     if fmt == "jsonl":
         return _rows_chunks(_jsonl_records(source), spec, batch_size)
@@ -638,6 +641,10 @@ def _live_lines(f) -> Iterator[bytes | object]:
         yield rest
 
 
+# a JSON text's first byte read as msgpack: a positive fixint ('{', '['), never a record
+_JSON_STARTS = (ord("{"), ord("["))
+
+
 def _msgpack_records(source: str) -> Iterator[tuple[int | None, object]]:
     """(None, decoded object) for each msgpack object of the stream."""
     with _open_binary(source) as f:
@@ -646,6 +653,9 @@ def _msgpack_records(source: str) -> Iterator[tuple[int | None, object]]:
         end = 0
         try:
             for obj in unpacker:
+                if end == 0 and obj in _JSON_STARTS:
+                    raise EventError(f"JSON text, not msgpack (it starts with {chr(obj)!r}); a "
+                                     "JSON Lines file's name ends in .jsonl", source)
                 end = unpacker.tell()
                 yield None, obj
         except (ValueError, msgpack.UnpackException) as e:

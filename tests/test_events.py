@@ -433,6 +433,26 @@ def test_bad_msgpack_record_and_stream(tmp_path):
     assert len(got) == 1
 
 
+@pytest.mark.parametrize("text", ['{"type": "a", "t": 1}\n', '[{"type": "a", "t": 1}]'])
+def test_json_text_named_msgpack_is_said_to_be_json(tmp_path, text):
+    """JSON's first byte reads as a msgpack integer (123 for '{'): without a word about it
+    the file would be 'event 0: record is not an object (int)'."""
+    path = tmp_path / "ev.msgpack"
+    path.write_text(text)
+    for skip in ("error", "skip"):
+        with pytest.raises(EventError) as info:
+            read_all(path, on_bad_event=skip)
+        assert str(info.value) == f"{path}: JSON text, not msgpack (it starts with " \
+                                  f"'{text[0]}'); a JSON Lines file's name ends in .jsonl"
+
+
+def test_a_directory_is_said_to_be_one(tmp_path):
+    for name in ("events", "events.jsonl", "events.parquet"):
+        (tmp_path / name).mkdir()
+        with pytest.raises(EventError, match="a directory, not a file of events"):
+            read_all(tmp_path / name)
+
+
 def test_unknown_extension_and_missing_file(tmp_path):
     with pytest.raises(EventError) as info:
         read_events(tmp_path / "ev.xml")
