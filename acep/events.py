@@ -658,6 +658,8 @@ def _msgpack_records(source: str) -> Iterator[tuple[int | None, object]]:
                                      "JSON Lines file's name ends in .jsonl", source)
                 end = unpacker.tell()
                 yield None, obj
+        except EventError:
+            raise
         except (ValueError, msgpack.UnpackException) as e:
             raise EventError(f"undecodable msgpack data after byte {end} "
                              f"({str(e) or type(e).__name__})", source) from None
