@@ -22,6 +22,7 @@ from .events import (
     EventError,
     EventSpec,
     file_size_hint,
+    iso_texts,
     not_an_attribute,
     read_all,
     read_events,
@@ -346,32 +347,15 @@ class _Printer:
 def _tag(t: float, is_time: bool):
     """A tag as JSON output shows it: ISO text for timestamps, else the number."""
     if is_time:
-        return _iso_texts(np.array([t], dtype=np.float64))[0]
+        return iso_texts(np.array([t], dtype=np.float64))[0]
     return int(t) if float(t).is_integer() else t
 
 
 def _tag_texts(tags: np.ndarray, is_time: bool) -> list[str]:
     """JSON texts of many tags at once (vectorized; the same text as :func:`_tag`)."""
     if is_time:
-        return ['"' + x + '"' for x in _iso_texts(tags)]
+        return ['"' + x + '"' for x in iso_texts(tags)]
     return [json.dumps(_tag(t, False)) for t in tags.tolist()]
-
-
-def _iso_texts(seconds: np.ndarray) -> list[str]:
-    """ISO 8601 UTC texts: whole seconds as before, a fraction in milliseconds or, when it
-    needs them, microseconds."""
-    micros = np.round(np.asarray(seconds, dtype=np.float64) * 1e6).astype(np.int64)
-    frac = micros % 1_000_000
-    stamps = micros.astype("datetime64[us]")
-    if not frac.any():
-        return np.datetime_as_string(stamps, unit="s").tolist()
-    unit = np.where(frac == 0, 0, np.where(frac % 1000 == 0, 1, 2))
-    out = np.datetime_as_string(stamps, unit="s").astype(object)
-    for code, name in ((1, "ms"), (2, "us")):
-        pick = unit == code
-        if pick.any():
-            out[pick] = np.datetime_as_string(stamps[pick], unit=name)
-    return out.tolist()
 
 
 def _json_default(value):
@@ -553,14 +537,14 @@ def _plain(value):
 
 def _located(exc: EventError, batch) -> EventError:
     """An engine's EventError (a position in the input) with the file and line of that event."""
-    pos, message = exc.position, exc.message
+    pos, message, field = exc.position, exc.message, exc.field
     known = pos is not None and 0 <= pos < len(batch)
-    if known and exc.field == "t" and pos > 0:
+    if known and field == "t" and pos > 0:  # the engines name the tag "t": the input may not
         tag, previous = (_tag(float(batch.tags[p]), batch.tag_is_time) for p in (pos, pos - 1))
         message = (f"tag {tag} goes back in time (the event before has {previous}; the exact "
                    "engine needs tags that never decrease over the whole input)")
-    return EventError(message, batch.source, batch.line_of(pos) if known else None, exc.field,
-                      pos)
+        field = batch.tag_field
+    return EventError(message, batch.source, batch.line_of(pos) if known else None, field, pos)
 
 
 def _add_history_parser(sub) -> None:

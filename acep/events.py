@@ -64,7 +64,7 @@ from ._csvlines import LineTap
 __all__ = [
     "EventError", "Event", "EventBatch", "TypeClasses", "EventSpec", "PRESETS",
     "read_events", "read_all", "read_chunks", "RowChunk", "file_size_hint", "partition_key",
-    "as_object_column", "EXACT_INT",
+    "as_object_column", "EXACT_INT", "iso_texts", "tag_text",
 ]
 
 
@@ -109,6 +109,7 @@ class EventBatch:
     source: str = "<events>"
     lines: np.ndarray | None = None
     tag_is_time: bool = False
+    tag_field: str = "t"  # the tag's name in the input, for messages
 
     def __len__(self) -> int:
         return len(self.type_codes)
@@ -123,7 +124,8 @@ class EventBatch:
         lines = None if self.lines is None else self.lines[start:stop]
         return EventBatch(self.type_codes[start:stop], self.type_names, self.tags[start:stop],
                           {k: v[start:stop] for k, v in self.columns.items()},
-                          self.position + start, self.source, lines, self.tag_is_time)
+                          self.position + start, self.source, lines, self.tag_is_time,
+                          self.tag_field)
 
     def types(self) -> np.ndarray:
         """The type name of each event (object array)."""
@@ -170,7 +172,7 @@ class EventBatch:
         first = batches[0]
         return EventBatch(codes, names, np.concatenate([b.tags for b in batches]),
                           _merge_columns(batches), first.position, first.source, lines,
-                          first.tag_is_time)
+                          first.tag_is_time, first.tag_field)
 
 
 def _merge_types(batches: list[EventBatch]) -> tuple[np.ndarray, list[str]]:
@@ -501,6 +503,7 @@ class _Chunk:
     type_names: list[str]
     columns: dict[str, np.ndarray]
     problems: dict[int, tuple[str | None, str]]
+    tag_field: str | None = None
 
 
 @dataclass
@@ -560,7 +563,8 @@ def _select(chunk: _Chunk, keep: np.ndarray, position: int, source: str) -> Even
         else take(chunk.tags).astype(np.float64)
     lines = None if chunk.lines is None else take(chunk.lines)
     columns = {k: take(v) for k, v in chunk.columns.items()}
-    return EventBatch(codes, names, tags, columns, position, source, lines, chunk.tag_is_time)
+    return EventBatch(codes, names, tags, columns, position, source, lines, chunk.tag_is_time,
+                      chunk.tag_field or "t")
 
 
 def _compact(codes: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[str]]:
@@ -776,7 +780,8 @@ def _rows_chunk(rows: list[tuple[int | None, tuple | str]], spec: EventSpec,
         keys = dict.fromkeys(k for a in attrs for k in a)
     columns = {k: _column_from_values([a.get(k) for a in attrs]) for k in keys}
     lines = None if not rows or rows[0][0] is None else np.array([r[0] for r in rows], np.int64)
-    return _Chunk(len(rows), lines, tags, bool(kind.is_time), codes, names, columns, problems)
+    return _Chunk(len(rows), lines, tags, bool(kind.is_time), codes, names, columns, problems,
+                  spec.tag)
 
 
 def _add(problems: dict, column: str, reasons: dict[int, str]) -> None:
@@ -941,7 +946,7 @@ def _arrow_chunk(rb, spec: EventSpec, lines: np.ndarray | None, kind: _TagKind,
         tags, is_time, bad = _tags_from_arrow(cols[spec.tag], kind, spec.tag, source)
         _add(problems, spec.tag, bad)
     columns = {a: _attribute_column(rb, a) for a in _attribute_names(spec, cols)}
-    return _Chunk(n, lines, tags, is_time, codes, names, columns, problems)
+    return _Chunk(n, lines, tags, is_time, codes, names, columns, problems, spec.tag)
 
 
 # --------------------------------------------------------------------------- value conversion
@@ -1016,6 +1021,28 @@ def _column_from_values(values: list) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
     out[:] = [_cell(v) for v in values]
     return out
+
+
+def iso_texts(seconds: np.ndarray) -> list[str]:
+    """ISO 8601 UTC texts: whole seconds as before, a fraction in milliseconds or, when it
+    needs them, microseconds."""
+    micros = np.round(np.asarray(seconds, dtype=np.float64) * 1e6).astype(np.int64)
+    frac = micros % 1_000_000
+    stamps = micros.astype("datetime64[us]")
+    if not frac.any():
+        return np.datetime_as_string(stamps, unit="s").tolist()
+    unit = np.where(frac == 0, 0, np.where(frac % 1000 == 0, 1, 2))
+    out = np.datetime_as_string(stamps, unit="s").astype(object)
+    for code, name in ((1, "ms"), (2, "us")):
+        pick = unit == code
+        if pick.any():
+            out[pick] = np.datetime_as_string(stamps[pick], unit=name)
+    return out.tolist()
+
+
+def tag_text(t: float, is_time: bool) -> str:
+    """A tag as messages show it: ISO 8601 UTC text for a timestamp, else the number."""
+    return iso_texts(np.array([t], dtype=np.float64))[0] if is_time else f"{t:g}"
 
 
 def partition_key(v: object) -> object:

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _backend
 from .automaton import Automaton, build_automaton
-from .events import Event, EventBatch, EventError, partition_key
+from .events import Event, EventBatch, EventError, partition_key, tag_text
 from .pattern import Node, Where, parse_regex, parse_where, symbols
 from .predicates import CompiledPredicates, compile_predicates
 from .shedding import Budget, OldestFirstPolicy, VectorBins
@@ -416,8 +416,9 @@ class Matcher:
         if code == self._kernel_module.BAD_TAG_BACK:
             part = self._partition_keys[parts[local]]
             where = f" in partition {part!r}" if self.partition else ""
-            err = EventError(f"tag {batch.tags[local]:g} goes back in time{where}",
-                             batch.source, line, "t", int(index))
+            tag = tag_text(float(batch.tags[local]), batch.tag_is_time)
+            err = EventError(f"tag {tag} goes back in time{where}", batch.source, line,
+                             batch.tag_field, int(index))
         elif code == self._kernel_module.BAD_NO_PARTITION:
             err = EventError(f"partition attribute {self.partition!r} is missing",
                              batch.source, line, self.partition, int(index))

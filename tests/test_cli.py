@@ -79,6 +79,20 @@ def test_bad_event_names_file_line_and_field_after_printing_earlier_matches(tmp_
     assert r.returncode == 0 and "1 bad event skipped" in r.stderr
 
 
+def test_a_tag_going_back_is_named_by_its_column_and_a_timestamp_as_text(tmp_path):
+    """The engines call the tag 't'; the message names the input's own column (the spec's
+    tag) and prints a timestamp as the matches do, for acep match and acep exact."""
+    (tmp_path / "spec.json").write_text('{"type": "kind", "tag": "when"}')
+    path = _write_jsonl(tmp_path / "back.jsonl", [{"kind": "a", "when": "2001-02-01T06:00:00Z"},
+                                                  {"kind": "b", "when": "2001-02-01T05:30:00Z"}])
+    (tmp_path / "q.sase").write_text("PATTERN SEQ(a x, b y) WITHIN 5 hours")
+    for args in (["match", "-p", "a b", "-w", "5h"], ["exact", tmp_path / "q.sase"]):
+        r = acep(*args, "--spec", tmp_path / "spec.json", path)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        assert f"{path}, line 2, field 'when': tag 2001-02-01T05:30:00 goes back in time" \
+            in r.stderr, r.stderr
+
+
 def test_skip_mode_also_skips_unreadable_lines(tmp_path):
     path = tmp_path / "mixed.jsonl"
     path.write_text('{"type": "a", "t": 1}\nnot json\n{"type": "b"}\n{"type": "b", "t": 2}\n')
