@@ -165,8 +165,9 @@ def run(path: str, top: int = 10, plot: str | None = None, key_file: str | None 
         key = _sketch.read_key(key_file)
         return describe_sketch(_sketch.Sketch.load(path, key), size, top)
     if kind != "history":
-        raise ValueError(f"{path} is neither a history graph nor a sketch "
-                         "(no 'format' field acep-history or acep-sketch)")
+        what = "an empty file" if size == 0 else \
+            "no 'format' field acep-history or acep-sketch"
+        raise ValueError(f"{path} is neither a history graph nor a sketch ({what})")
     g = _graph.HistoryGraph.load(path)
     text = describe_history(g, size, top)
     if plot:

@@ -51,7 +51,11 @@ def test_inspect_refuses_other_and_corrupt_files(tmp_path, capsys):
     other = tmp_path / "events.jsonl"
     other.write_text('{"type": "a", "t": 1}\n')
     assert main(["history", "inspect", str(other)]) == 1
-    assert "neither a history graph nor a sketch" in capsys.readouterr().err
+    assert "neither a history graph nor a sketch (no 'format' field" in capsys.readouterr().err
+    (tmp_path / "empty.history").write_bytes(b"")
+    assert main(["history", "inspect", str(tmp_path / "empty.history")]) == 1
+    assert "empty.history is neither a history graph nor a sketch (an empty file)" in \
+        capsys.readouterr().err
     path = tmp_path / "h.acephist"
     data = _hand_graph().to_bytes()
     path.write_bytes(data[: len(data) - 10])
