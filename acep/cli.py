@@ -716,7 +716,7 @@ def _fit(sketch, batches, ratios, args):
 
 
 def run_history_evaluate(args) -> int:
-    from history.evaluate import evaluate, format_header, format_row, graph_mismatch
+    from history.evaluate import POLICIES, evaluate, format_header, format_row, graph_mismatch
     from history.fit import SKETCH_PARTITION
     from history.graph import HistoryGraph
     from history.sketch import Sketch, read_key
@@ -731,6 +731,13 @@ def run_history_evaluate(args) -> int:
                          f"the sketch {args.sketch}: {why}")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()] \
         if args.policies else None
+    unknown = [p for p in policies or () if p not in POLICIES]
+    if unknown or policies == []:  # before the events are read
+        raise UsageError(f"--policies {args.policies!r}: unknown {', '.join(unknown) or '(none)'}"
+                         f"; choose from {', '.join(POLICIES)}")
+    if policies and "completion" in policies and graph is None:
+        raise UsageError("--policies completion needs --history (the history graph the "
+                         "sketch was made from)")
     spec = EventSpec.load(args.spec) if args.spec else None
     events = read_all(args.file, spec)
     shown = []

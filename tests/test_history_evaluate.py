@@ -204,16 +204,18 @@ def test_cli_prints_and_writes_the_figures_of_evaluate(tmp_path):
     assert [x.split()[:6] for x in same.stdout.splitlines()[2:]] == [x[:6] for x in rows]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--policies", "history,best"], "unknown policies ['best']"),
-    (["--partition", "dest"], "trained partitioned by 'origin', and this run is partitioned "
-                              "by 'dest'"),
+@pytest.mark.parametrize("args, code, message", [
+    (["--policies", "history,best"], 2, "--policies 'history,best': unknown best; choose from"),
+    (["--policies", ","], 2, "--policies ',': unknown (none); choose from"),
+    (["--policies", "completion"], 2, "--policies completion needs --history"),
+    (["--partition", "dest"], 1, "trained partitioned by 'origin', and this run is "
+                                 "partitioned by 'dest'"),
 ])
-def test_cli_refuses_bad_options_by_name(tmp_path, args, message):
+def test_cli_refuses_bad_options_by_name(tmp_path, args, code, message):
     sketch, key = _built(tmp_path)
     r = acep("history", "evaluate", sketch, FIXTURE, "--key-file", key, "--spec", "flights",
              "--partition", "origin", *args)
-    assert r.returncode == 1 and message in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == code and message in r.stderr and "Traceback" not in r.stderr
 
 
 def test_cli_refuses_a_sketch_signed_with_another_key(tmp_path):
