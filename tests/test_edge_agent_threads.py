@@ -86,6 +86,13 @@ class Peer(threading.Thread):
         self.join(10)
 
 
+def _end(proc: subprocess.Popen | None) -> None:
+    """Kill a process a failed test left running."""
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait(30)
+
+
 def _add_events_until(run: AgentRun, done, what: str):
     """Append events (a chunk lets the agent take a new sketch) until ``done()``."""
     t = [1000.0]
@@ -110,11 +117,11 @@ def test_a_malformed_answer_does_not_end_the_sketch_checks(tmp_path, kind):
     c = Collector(tmp_path)
     token, admin = c.add(DEVICE), c.add("ops", "--add-admin")
     c.start()
+    run = AgentRun(tmp_path, c.url, token, budget=BUDGET,
+                   sketch=sketch_section(tmp_path, check_interval=0.3))
     peer = None
     try:
         publish(c, admin, sketch_bytes(0.5))
-        run = AgentRun(tmp_path, c.url, token, budget=BUDGET,
-                       sketch=sketch_section(tmp_path, check_interval=0.3))
         run.append(stream(300, seed=23))
         run.start()
         wait_for(lambda: run.state("consumed") == 300, "the run")
@@ -132,8 +139,8 @@ def test_a_malformed_answer_does_not_end_the_sketch_checks(tmp_path, kind):
     finally:
         if peer is not None:
             peer.close()
-        if c.proc is not None and c.proc.poll() is None:
-            c.kill()
+        _end(run.proc)
+        _end(c.proc)
     log = run.log()
     assert "Exception in thread acep-sketch" not in log
     # a malformed answer is a failed download like any other: one line, retried
@@ -150,9 +157,9 @@ def test_an_agent_booting_on_a_malformed_answer_falls_back_and_takes_the_sketch_
     token, admin = c.add(DEVICE), c.add("ops", "--add-admin")
     peer = Peer(ANSWERS["not-http"])
     peer.start()
+    run = AgentRun(tmp_path, f"http://127.0.0.1:{peer.port}", token, budget=BUDGET,
+                   sketch=sketch_section(tmp_path))
     try:
-        run = AgentRun(tmp_path, f"http://127.0.0.1:{peer.port}", token, budget=BUDGET,
-                       sketch=sketch_section(tmp_path))
         run.append(stream(200, seed=21))
         run.start()
         wait_for(lambda: run.alive() or run.state("consumed") == 200, "the agent to run")
@@ -169,8 +176,8 @@ def test_an_agent_booting_on_a_malformed_answer_falls_back_and_takes_the_sketch_
         final = run.stop()
     finally:
         peer.close()
-        if c.proc is not None and c.proc.poll() is None:
-            c.kill()
+        _end(run.proc)
+        _end(c.proc)
     assert final["policy"] == "history" and final["policy_error"] is None
     assert final["sketch_updates"] == 1 and final["sketch_error"] is None
     assert "Exception in thread" not in run.log()
@@ -411,5 +418,8 @@ def test_heartbeats_go_on_when_the_metrics_cannot_be_written_to_stderr(tmp_path)
         wait_for(lambda: c.seqs(), "batches uploaded")
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
-        c.kill()
+        try:
+            proc.wait(60)
+        finally:
+            _end(proc)
+            _end(c.proc)
