@@ -46,7 +46,7 @@ from history.sketch import Sketch
 from .budgeting import WallClockBudget
 from .commits import Commits
 from .config import AgentConfig, ConfigError, load_config
-from .logs import LOG_LEVELS, LogLimiter
+from .logs import LOG_LEVELS, Crashes, LogLimiter
 from .outbox import Backoff, Outbox, OutboxError, OutboxFull
 from .resume import Progress
 from .retained import Retained
@@ -104,6 +104,10 @@ class Agent:
         self._beat_at = 0.0  # when the last heartbeat was handed to the uploader
         self.started_at = time.time()  # in every metrics line: restarts show in the fleet
         self._metrics_lost = 0  # metrics lines not written in a row
+        self.metrics_error: str | None = None  # why the last one was not written (or taken)
+        self._metrics_crashes = Crashes(
+            log, "metrics", "metrics lines and heartbeats are tried again every "
+            f"{config.metrics.interval:g}s")
         self.uplink = None if config.collector_url is None else \
             Uplink(config.collector_url, config.token or "", config.timeout, config.ca_file,
                    config.expect_continue, config.compress)
@@ -194,8 +198,10 @@ class Agent:
         try:
             matcher, policy = self._history_matcher(sketch, self.matcher.budget)
         except (ValueError, TypeError) as e:
-            log.error("the sketch published as %s does not fit the pattern: %s; keeping the "
-                      "policy %s", etag[:16], e, self.sketches.policy_name)
+            self.sketches.refused(etag, f"the sketch published as {etag[:16]} does not fit "
+                                        f"the pattern: {e}")
+            log.error("%s; keeping the policy %s", self.sketches.error,
+                      self.sketches.policy_name)
             return
         before = self.matcher.stats
         self.matcher = matcher
@@ -504,7 +510,8 @@ class Agent:
                "batches_dropped": ob["dropped"], "outbox_dead": ob["dead"],
                "outbox_dead_bytes": ob["dead_bytes"], "outbox_disk_full": self.commits.disk_full,
                "retained_events": len(self.kept),
-               "uploads_unauthorized": 0, "upload_error": None}
+               "uploads_unauthorized": 0, "upload_error": None, "sketch_error": sk.error,
+               "metrics_error": self.metrics_error}
         if self.uploader is not None:
             out["uploads_unauthorized"] = self.uploader.counts["unauthorized"]
             out["heartbeats"] = self.uploader.counts["heartbeats"]
@@ -525,13 +532,29 @@ class Agent:
         return out
 
     def _metrics_loop(self, source: Source, done: threading.Event) -> None:
-        """A metrics line every ``metrics.interval`` seconds, also while no event arrives."""
-        while not done.wait(self.cfg.metrics.interval):
-            doc = self._metrics_now(source)
-            if doc is None:
-                continue
+        """A metrics line every ``metrics.interval`` seconds, also while no event arrives.
+        An unexpected error (a bug, a failing read of the outbox) does not end it: it is
+        said once per streak (:class:`edge.logs.Crashes`) and tried at the next interval."""
+        every = self.cfg.metrics.interval
+        while not done.wait(every):
+            try:
+                written = self._metrics_once(source)
+            except Exception as e:  # the agent must not go on for days without metrics
+                self.metrics_error = self._metrics_crashes.failed(e, every)
+            else:
+                if written:
+                    self._metrics_crashes.ended()
+
+    def _metrics_once(self, source: Source) -> bool:
+        """One metrics line and heartbeat; False when a chunk took the whole interval."""
+        doc = self._metrics_now(source)
+        if doc is None:
+            return False
+        try:
             self._emit_metrics(doc)
+        finally:  # the collector hears from the device even when its line was not written
             self._heartbeat(doc)
+        return True
 
     def _metrics_now(self, source: Source) -> dict | None:
         """The metrics between two chunks; while the loop waits for room on a full disk
@@ -567,19 +590,24 @@ class Agent:
 
     def _emit_metrics(self, doc: dict) -> None:
         line = json.dumps(doc, sort_keys=True)
-        if self.cfg.metrics.path is None:
-            print(line, file=sys.stderr, flush=True)
-            return
+        path = self.cfg.metrics.path
         try:
-            with open(self.cfg.metrics.path, "a") as fh:
-                fh.write(line + "\n")
-        except OSError as exc:  # a full disk must not stop the matching
+            if path is None:
+                print(line, file=sys.stderr, flush=True)
+            else:
+                with open(path, "a") as fh:
+                    fh.write(line + "\n")
+        except OSError as exc:  # a full disk, a closed pipe must not stop the matching
             self._metrics_lost += 1
+            where = "the metrics to stderr" if path is None else f"metrics.path {path}"
+            self.metrics_error = f"cannot write {where}: {exc}"
             if self._metrics_lost == 1:
-                log.error("cannot write metrics.path %s (%s); metrics lines are dropped "
-                          "until it can", self.cfg.metrics.path, exc)
+                log.error("cannot write %s (%s); metrics lines are dropped until it can",
+                          where, exc)
             return
-        self._metrics_lost = 0
+        if self._metrics_lost:
+            log.info("metrics lines are written again (after %d dropped)", self._metrics_lost)
+        self._metrics_lost, self.metrics_error = 0, None
 
 
 def fresh_seq() -> int:

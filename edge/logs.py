@@ -1,12 +1,13 @@
 """Rate-limited logging, for messages one bad input (or one bad device) could repeat
-thousands of times a second."""
+thousands of times a second; and the unexpected errors of a background job of the agent
+said once per streak."""
 
 from __future__ import annotations
 
 import logging
 import time
 
-__all__ = ["LogLimiter", "LOG_LEVELS"]
+__all__ = ["LogLimiter", "Crashes", "LOG_LEVELS", "one_line"]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # --log-level of acep agent and acep serve
 
@@ -38,3 +39,43 @@ class LogLimiter:
             self.log.log(level, msg, *args, exc_info=exc_info)
         else:
             self.left_out += 1
+
+
+class Crashes:
+    """The unexpected errors in a row (a bug, an answer no code path expects) of one
+    background job of the agent: the uploads, the metrics, the sketch checks. Such an error
+    must not end the job's thread (the agent would go on for days without it, saying
+    nothing): the thread catches it, calls :meth:`failed`, waits and tries again.
+
+    The first error of a streak is logged at ERROR with its traceback and ``then`` (what
+    happens now); the next ones at debug level with when the job tries again, and the end
+    of the streak (:meth:`ended`) at info level. ``streak`` counts them; :meth:`failed`
+    returns ``"unexpected error: <type>: <message>"`` for the metrics (``upload_error``,
+    ``sketch_error``, ``metrics_error``)."""
+
+    def __init__(self, logger: logging.Logger, job: str, then: str):
+        self.log, self.job, self.then = logger, job, then
+        self.streak = 0
+
+    def failed(self, exc: BaseException, wait: float) -> str:
+        """Say ``exc`` (once per streak); the job tries again in ``wait`` seconds."""
+        self.streak += 1
+        error = f"unexpected error: {type(exc).__name__}: {one_line(exc)}"
+        if self.streak == 1:
+            self.log.error("%s failed (%s); %s", self.job, error, self.then, exc_info=exc)
+        else:
+            self.log.debug("%s still fail (%s); next try in %.1fs", self.job, error, wait)
+        return error
+
+    def ended(self) -> None:
+        """The job ran through without one: the streak is over (said at info level, if
+        there was one)."""
+        if self.streak:
+            self.log.info("%s no longer fail unexpectedly (after %d failed attempt%s)",
+                          self.job, self.streak, "s" if self.streak > 1 else "")
+            self.streak = 0
+
+
+def one_line(text) -> str:
+    """``str(text)`` on one line (an answer's bytes in an exception may hold CR LF)."""
+    return " ".join(str(text).split())

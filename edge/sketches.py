@@ -10,6 +10,9 @@ download with backoff and asks for a newer sketch every ``sketch.check_interval`
 (``If-None-Match``); a new verified sketch is offered to the agent, which takes it into use
 between chunks (:meth:`Sketches.take_offered`, then :meth:`Sketches.adopt`). The learned
 sketch is saved signed and atomically every ``sketch.save_every`` events and on exit.
+An unexpected error in the watch (a bug) does not end it: it is logged once per streak
+(:class:`edge.logs.Crashes`) and the check is tried again with the same backoff. ``error``
+(the metrics' ``sketch_error``) says why the checks fail, or None.
 
 The agent owns the matcher: it builds one with the sketch this gives it.
 """
@@ -26,6 +29,7 @@ from history.policies import HistoryPolicy
 from history.sketch import Sketch, SketchError, read_key
 
 from .config import AgentConfig, PatternConfig
+from .logs import Crashes
 from .outbox import Backoff
 from .uplink import Uplink, download_sketch
 from .wire import sketch_etag
@@ -41,7 +45,10 @@ class Sketches:
 
     ``policy_name``/``policy_error`` are what the metrics show; ``history`` is the running
     :class:`HistoryPolicy` (None without one), ``origin`` the ETag of the sketch it was
-    learned from and ``published`` the last published ETag seen (``If-None-Match``)."""
+    learned from and ``published`` the last published ETag seen (``If-None-Match``).
+    ``error`` is why the sketch checks fail (a download, an unexpected error, the published
+    sketch refused), None once a check gets an answer and the sketch published is not one
+    refused."""
 
     def __init__(self, cfg: AgentConfig, uplink: Uplink | None):
         self.cfg, self.uplink = cfg, uplink
@@ -50,6 +57,8 @@ class Sketches:
         self.origin: str | None = None
         self.published: str | None = None
         self.download_failed = False
+        self.error: str | None = None  # the metrics' sketch_error
+        self._refused: tuple[str, str] | None = None  # (ETag, why) of a published one refused
         self.counts = {"sketch_saves": 0, "sketch_updates": 0}
         self._since_save = 0
         self._offered: tuple | None = None  # a new verified sketch from _SketchWatch
@@ -84,6 +93,7 @@ class Sketches:
         except OSError as e:
             if sk.download:  # _SketchWatch retries; a kept copy or a learned sketch serves
                 self.download_failed = True
+                self.error = f"sketch download failed: {e}"
                 log.warning("sketch download failed (%s); retrying with backoff", e)
             if learned is not None:
                 log.info("using the learned sketch %s until the download succeeds",
@@ -128,10 +138,11 @@ class Sketches:
             return kept
         try:
             data = self.fetch(None if kept is None else sketch_etag(kept))
-        except OSError:
+        except OSError as e:
             if kept is None:
                 raise
             self.download_failed = True
+            self.error = f"sketch download failed: {e}"
             log.warning("sketch download failed; using the copy kept at %s until it "
                         "succeeds", sk.path)
             return kept
@@ -171,16 +182,28 @@ class Sketches:
         """A newly published sketch (from :class:`_SketchWatch`'s thread): verified here,
         taken into use by the agent's loop between chunks (:meth:`take_offered`)."""
         sk, etag = self.cfg.sketch, sketch_etag(data)
-        self.published = etag
         try:
             sketch = self.fitting(Sketch.from_bytes(
                 data, _read_key(sk.key_file, "sketch.key_file"), sk.max_bytes))
         except (SketchError, OSError) as e:
-            log.error("the sketch published as %s is refused: %s; keeping the policy %s",
-                      etag[:16], e, self.policy_name)
+            self.published = etag  # not asked for again until another one is published
+            self.refused(etag, f"the sketch published as {etag[:16]} is refused: {e}")
+            log.error("%s; keeping the policy %s", self.error, self.policy_name)
             return
+        # only now: after an unexpected error the next check downloads it again (no 304)
+        self.published = etag
         with self._offer_lock:
             self._offered = (sketch, etag, data)
+
+    def refused(self, etag: str, why: str) -> None:
+        """The sketch published as ``etag`` cannot be used: the checks say ``why`` until
+        another one is published."""
+        self._refused, self.error = (etag, why), why
+
+    def checked(self) -> None:
+        """A check got an answer: no error, unless the sketch published is one refused."""
+        refused = self._refused
+        self.error = refused[1] if refused and refused[0] == self.published else None
 
     def take_offered(self) -> tuple[Sketch, str, bytes] | None:
         """The sketch offered since the last call (sketch, ETag, bytes), or None."""
@@ -193,7 +216,7 @@ class Sketches:
         its bytes at ``sketch.path`` and save the learned sketch with its new origin."""
         was = self.policy_name
         self.history, self.policy_name, self.policy_error = policy, "history", None
-        self.origin, self.download_failed = etag, False
+        self.origin, self.download_failed, self.error = etag, False, None
         self.counts["sketch_updates"] += 1
         log.info("using the sketch published as %s (policy was %s)", etag[:16], was)
         if self.cfg.sketch.path:
@@ -233,30 +256,48 @@ class Sketches:
 class _SketchWatch(threading.Thread):
     """Asks the collector for the published sketch: after a failed download again with
     the outbox's backoff, then every ``sketch.check_interval`` seconds (0: never) with
-    ``If-None-Match``. A new one goes to :meth:`Sketches.offer`."""
+    ``If-None-Match``. A new one goes to :meth:`Sketches.offer`. An unexpected error is
+    retried with the same backoff, said once per streak: the thread never ends before the
+    agent stops."""
 
     def __init__(self, sketches: Sketches, stop: threading.Event):
         super().__init__(name="acep-sketch", daemon=True)
         self.sketches, self.stop_event = sketches, stop
+        ob = sketches.cfg.outbox
+        self.backoff = Backoff(base_delay=ob.backoff_base, max_delay=ob.backoff_max)
+        self.crashes = Crashes(log, "sketch checks", "the sketch is asked for again with "
+                               f"backoff (up to {ob.backoff_max:g}s apart)")
 
     def run(self) -> None:
-        sketches, ob = self.sketches, self.sketches.cfg.outbox
-        backoff = Backoff(base_delay=ob.backoff_base, max_delay=ob.backoff_max)
+        sketches = self.sketches
         interval = sketches.cfg.sketch.check_interval
         failures = 1 if sketches.download_failed else 0
+        wait = self.backoff.delay("sketch", 1) if failures else interval
         while failures or interval > 0:
-            delay = backoff.delay("sketch", failures) if failures else interval
-            if self.stop_event.wait(delay):
+            if self.stop_event.wait(wait):
                 return
             try:
-                data = sketches.fetch(sketches.published)
+                self._check()
             except OSError as e:
                 failures += 1
+                wait = self.backoff.delay("sketch", failures)
+                sketches.error = f"sketch download failed: {e}"
                 log.warning("sketch download failed (%s); retrying with backoff", e)
-                continue
-            failures = 0
-            if data is not None:
-                sketches.offer(data)
+            except Exception as e:  # a bug must not end the checks: the next one may do
+                failures += 1
+                wait = self.backoff.delay("sketch", failures)
+                sketches.error = self.crashes.failed(e, wait)
+            else:
+                failures, wait = 0, interval
+                self.crashes.ended()
+
+    def _check(self) -> None:
+        """One check: a new sketch is offered. Raises OSError when the download fails."""
+        sketches = self.sketches
+        data = sketches.fetch(sketches.published)
+        if data is not None:
+            sketches.offer(data)
+        sketches.checked()
 
 
 def fitting(sketch: Sketch, p: PatternConfig) -> Sketch:

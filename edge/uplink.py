@@ -52,6 +52,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
+from .logs import Crashes, one_line
 from .outbox import Outbox
 from .wire import sketch_etag
 
@@ -241,7 +242,8 @@ class Uplink:
         """``GET /v1/sketches/{pattern_id}``: the signed bytes (not verified here). With
         ``etag`` (the ETag of the sketch held) it sends ``If-None-Match`` and returns None
         when the collector answers 304 (still that sketch: no bytes sent). Raises
-        ``OSError`` naming the problem."""
+        ``OSError`` naming the problem: a refused connection, an HTTP error, and an answer
+        cut short or not HTTP alike."""
         path = "/v1/sketches/" + urllib.parse.quote(pattern_id, safe="")
         headers = {"If-None-Match": f'"{etag}"'} if etag else None
         try:
@@ -254,6 +256,11 @@ class Uplink:
             raise OSError(f"GET {path}: HTTP {e.code} {error_text(error_body(e))}") from None
         except (urllib.error.URLError, TimeoutError) as e:
             raise OSError(f"GET {path}: {getattr(e, 'reason', e)}") from None
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            # the connection cut within the body (IncompleteRead, a reset), an answer that
+            # is not HTTP (BadStatusLine), a redirect to a malformed URL (ValueError): a
+            # failed download like a refused connection, retried
+            raise OSError(f"GET {path}: {type(e).__name__}: {one_line(e)}") from None
         if len(data) > max_bytes:
             raise OSError(f"GET {path}: more than sketch.max_bytes = {max_bytes} bytes")
         return data
@@ -483,7 +490,7 @@ def error_body(e: urllib.error.HTTPError) -> bytes:
     """The body of an HTTP error answer (64 KiB at most; empty when it cannot be read)."""
     try:
         return e.read(1 << 16)
-    except OSError:
+    except (OSError, http.client.HTTPException):  # cut short (IncompleteRead)
         return b""
 
 
@@ -517,7 +524,8 @@ class Uploader(threading.Thread):
         self.auth_streak = 0
         self.hold_until = 0.0
         self.fail_streak = 0  # failed attempts (5xx, network) since the last batch sent
-        self.crash_streak = 0  # unexpected errors in a row (_crashed)
+        self.crashes = Crashes(log, "uploads", "batches are kept and uploads are retried with "
+                               f"backoff (up to {outbox.backoff.max_delay:g}s apart)")
         self._beat: dict | None = None
         self._beat_streak = 0  # failed heartbeats in a row
         self.beats_off = False  # the collector has no heartbeat endpoint (an older one)
@@ -537,17 +545,10 @@ class Uploader(threading.Thread):
 
     def _crashed(self, e: Exception) -> None:
         """An unexpected error in an upload: hold every upload with the outbox's backoff
-        (its batches are kept) and log it, with its traceback, once per streak."""
-        self.crash_streak += 1
-        self.last_error = f"unexpected error: {type(e).__name__}: {e}"
-        wait = self.outbox.backoff.delay("crash", self.crash_streak)
+        (its batches are kept) and say it, with its traceback, once per streak."""
+        wait = self.outbox.backoff.delay("crash", self.crashes.streak + 1)
+        self.last_error = self.crashes.failed(e, wait)
         self.hold_until = max(self.hold_until, time.time() + wait)
-        if self.crash_streak == 1:
-            log.error("uploads failed (%s); batches are kept and uploads are retried with "
-                      "backoff (up to %gs apart)", self.last_error,
-                      self.outbox.backoff.max_delay, exc_info=True)
-        else:
-            log.debug("uploads still fail (%s); next try in %.1fs", self.last_error, wait)
         self.stop_event.wait(wait)
 
     def beat(self, status: dict) -> None:
@@ -564,7 +565,7 @@ class Uploader(threading.Thread):
         if status is None or time.time() < self.hold_until:
             return False
         out = self.uplink.post_heartbeat(status, timeout)
-        self.crash_streak = 0
+        self.crashes.ended()  # an answer came: no bug on the way
         if out.action == "ack":
             if self._beat_streak:
                 log.info("heartbeats go through again")
@@ -602,7 +603,7 @@ class Uploader(threading.Thread):
             return False
         self.counts["attempts"] += 1
         out = self.uplink.post_batch(due.body)
-        self.crash_streak = 0
+        self.crashes.ended()  # an answer came: no bug on the way
         why = out.why
         if out.action == "ack":
             if self.fail_streak:

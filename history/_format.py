@@ -7,6 +7,7 @@ Every problem raises the caller's error class with the name of the bad field.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import msgpack
@@ -35,7 +36,7 @@ def unpack_array(doc: Mapping, name: str, error: type[FormatError], *, dtype: st
     if not isinstance(value, Mapping) or set(value) != {"dtype", "shape", "data"}:
         raise error(f"field {name!r}: not an array (dtype, shape, data)")
     kind, shape, data = value["dtype"], value["shape"], value["data"]
-    if kind not in DTYPES or (dtype is not None and kind != dtype):
+    if not isinstance(kind, str) or kind not in DTYPES or (dtype is not None and kind != dtype):
         raise error(f"field {name!r}: dtype {kind!r} where {dtype or sorted(DTYPES)} is expected")
     if (not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape)
             or (ndim is not None and len(shape) != ndim)):
@@ -43,7 +44,7 @@ def unpack_array(doc: Mapping, name: str, error: type[FormatError], *, dtype: st
     if not isinstance(data, bytes):
         raise error(f"field {name!r}: data is not bytes")
     item = np.dtype(kind).itemsize
-    expected = item * int(np.prod(shape, dtype=np.int64)) if shape else item
+    expected = item * math.prod(shape)  # exact: a product past int64 must not wrap to 0
     if len(data) != expected:
         raise error(f"field {name!r}: {len(data)} bytes of data for shape {shape} "
                     f"(expected {expected})")

@@ -356,6 +356,8 @@ def test_the_uploader_survives_an_unexpected_error_and_delivers_after_its_backof
     from edge.outbox import Backoff, Outbox
     from edge.uplink import Uploader
 
+    caplog.set_level(logging.INFO, logger="edge")
+
     with Outbox(tmp_path / "outbox.db", backoff=Backoff(0.05, max_delay=0.1)) as outbox:
         outbox.put(b"x" * 10, "dev/1")
         uplink = Uplink(server.url, "tok")
@@ -380,6 +382,8 @@ def test_the_uploader_survives_an_unexpected_error_and_delivers_after_its_backof
         assert outbox.metrics()["sent"] == 1 and len(calls) == 2
     said = [r for r in caplog.records if "unexpected error" in r.getMessage()]
     assert len(said) == 1 and "RuntimeError: a bug" in said[0].getMessage()
+    assert said[0].levelno == logging.ERROR and said[0].exc_info[0] is RuntimeError
+    assert "uploads no longer fail unexpectedly (after 1 failed attempt)" in caplog.messages
 
 
 def test_a_body_slower_than_the_timeout_goes_while_the_link_takes_it_piece_by_piece():

@@ -196,6 +196,10 @@ def _resigned(change):
      "'need': not finite or outside"),
     (lambda d: d.update(partition_by=["origin"]), "'partition_by'"),
     (lambda d: d.update(partition_by="x" * 300), "'partition_by'"),
+    # not a SketchError before: a TypeError (unhashable dtype), a ValueError (a shape whose
+    # int64 product wrapped to 0 bytes), which ended the agent's sketch watch
+    (lambda d: d["score"].update(dtype=["<f4"]), r"'score': dtype \['<f4'\]"),
+    (lambda d: d["minhash"].update(shape=[2**62, 4], data=b""), "'minhash': 0 bytes of data"),
 ])
 def test_malformed_signed_payload_names_the_field(change, message):
     with pytest.raises(SketchError, match=message):
