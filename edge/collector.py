@@ -1027,24 +1027,21 @@ def server_tls(cert: str | None, key: str | None) -> ssl.SSLContext | None:
     return context
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
-    return value
+def _at_least_zero(unit: str):
+    """An argparse type: a finite number >= 0 of ``unit``."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {unit} >= 0")
+        return value
+    return parse
 
 
-def _rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes per second >= 0")
-    return value
+_seconds = _at_least_zero("seconds")
+_rate = _at_least_zero("bytes per second")
 
 
 def _port(text: str) -> int:
