@@ -72,13 +72,23 @@ def ready(args: argparse.Namespace, partial: bool = False) -> bool:
     """Check what a run needs before it measures anything: ``args.out`` made a directory
     to write in, ``args.data`` a readable flights file (downloaded if need be; none for
     ``--quick`` without ``--data``, which uses the embedded sample). ``--out`` defaults to
-    ``results/`` (from :func:`bench_parser`), or ``results/quick/`` for ``--quick`` or a
-    ``partial`` run, so that neither replaces the published full-run figures. False, the
-    reason printed in one line, when the benchmark should exit 2."""
+    ``results/`` (from :func:`bench_parser`), or ``results/quick/`` for ``--quick``, a
+    ``partial`` run or data other than the published flights file, so that none replaces
+    the published full-run figures. False, the reason printed in one line, when the
+    benchmark should exit 2."""
+    partial = partial or args.quick
     try:
-        args.out = output_dir(args.out, args.results, args.quick or partial)
+        if args.out is not None:  # before a download
+            args.out = output_dir(args.out, args.results)
         if hasattr(args, "data") and (args.data is not None or not args.quick):
             args.data = str(data.flights_path(args.data))
+            if args.out is None and not partial and not data.is_published(args.data):
+                partial = True
+                print(f"note: {args.data} is not the flights file of the published figures "
+                      f"(SHA-256): the results go to {args.results / QUICK_DIR}",
+                      file=sys.stderr)
+        if args.out is None:
+            args.out = output_dir(None, args.results, partial)
     except (OutputError, data.DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return False

@@ -146,14 +146,25 @@ def _extract_member(tarball: Path, member: str, dest: Path) -> None:
             shutil.copyfileobj(source, out, length=1 << 20)
 
 
-def _check_digest(path: Path) -> None:
+def _sha256(path: str | os.PathLike) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
-    if digest.hexdigest() != FLIGHTS_SHA256:
+    return digest.hexdigest()
+
+
+def is_published(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is the flights file the published figures were measured on (its
+    SHA-256: a slice or another year is not)."""
+    return _sha256(path) == FLIGHTS_SHA256
+
+
+def _check_digest(path: Path) -> None:
+    found = _sha256(path)
+    if found != FLIGHTS_SHA256:
         path.unlink()
-        raise DataError(f"the downloaded flights data has SHA-256 {digest.hexdigest()}, "
+        raise DataError(f"the downloaded flights data has SHA-256 {found}, "
                         f"not {FLIGHTS_SHA256}; pass --data PATH to a trusted copy")
 
 

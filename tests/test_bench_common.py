@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from bench import common
+from bench import common, data
 from bench.shedding import run as shedding
 
 BENCHMARKS = ["engine", "exact", "shedding", "trainer", "archive", "edge", "herd"]
@@ -30,12 +31,18 @@ def results_dir(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", BENCHMARKS)
-def test_a_quick_run_goes_to_results_quick_and_a_full_run_to_results(name, results_dir):
+def test_a_quick_run_goes_to_results_quick_and_a_full_run_to_results(name, results_dir,
+                                                                    monkeypatch, capsys):
     run = importlib.import_module(f"bench.{name}.run")
     quick = run.parse_args(["--quick"])
     assert common.ready(quick) and quick.out == results_dir / name / "quick"
     assert quick.out.is_dir()
     full = run.parse_args([])
+    if hasattr(full, "data"):  # a full run on other data than the published figures' too
+        assert common.ready(full) and full.out == results_dir / name / "quick"
+        assert "is not the flights file of the published figures" in capsys.readouterr().err
+        monkeypatch.setattr(data, "FLIGHTS_SHA256", data._sha256(os.environ["ACEP_FLIGHTS"]))
+        full = run.parse_args([])
     assert common.ready(full) and full.out == results_dir / name
     given = run.parse_args(["--quick", "--out", str(results_dir / "mine")])
     assert common.ready(given) and given.out == results_dir / "mine"
