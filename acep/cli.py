@@ -717,7 +717,7 @@ def _fit(sketch, batches, ratios, args):
 
 def run_history_evaluate(args) -> int:
     from history.evaluate import POLICIES, evaluate, format_header, format_row, graph_mismatch
-    from history.fit import SKETCH_PARTITION
+    from history.fit import SKETCH_PARTITION, matcher_args
     from history.graph import HistoryGraph
     from history.sketch import Sketch, read_key
 
@@ -738,6 +738,11 @@ def run_history_evaluate(args) -> int:
     if policies and "completion" in policies and graph is None:
         raise UsageError("--policies completion needs --history (the history graph the "
                          "sketch was made from)")
+    partition = SKETCH_PARTITION if args.partition is None else args.partition
+    try:
+        matcher_args(sketch, partition)  # a --partition the sketch does not fit: now
+    except ValueError as e:
+        raise UsageError(f"--partition: {e}") from None
     spec = EventSpec.load(args.spec) if args.spec else None
     events = read_all(args.file, spec)
     shown = []
@@ -748,7 +753,6 @@ def run_history_evaluate(args) -> int:
         shown.append(row)
         print(format_row(row), flush=True)
 
-    partition = SKETCH_PARTITION if args.partition is None else args.partition
     result = evaluate(sketch, events, args.budgets, partition=partition, burst=args.burst,
                       policies=policies, graph=graph, on_row=show)
     if args.json:

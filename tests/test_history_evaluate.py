@@ -208,7 +208,8 @@ def test_cli_prints_and_writes_the_figures_of_evaluate(tmp_path):
     (["--policies", "history,best"], 2, "--policies 'history,best': unknown best; choose from"),
     (["--policies", ","], 2, "--policies ',': unknown (none); choose from"),
     (["--policies", "completion"], 2, "--policies completion needs --history"),
-    (["--partition", "dest"], 1, "trained partitioned by 'origin', and this run is "
+    (["--partition", "dest"], 2, "--partition: the sketch does not fit partition 'dest': it was "
+                                 "trained partitioned by 'origin', and this run is "
                                  "partitioned by 'dest'"),
 ])
 def test_cli_refuses_bad_options_by_name(tmp_path, args, code, message):
