@@ -157,6 +157,8 @@ class Uplink:
             return e.code, error_body(e), retry_after(e.headers.get("Retry-After"))
         except (urllib.error.URLError, OSError, TimeoutError) as e:
             return Outcome("retry", None, f"connection: {getattr(e, 'reason', e)}")
+        except http.client.HTTPException as e:  # cut short, not HTTP: as a large body's
+            return Outcome("retry", None, f"connection: {str(e) or type(e).__name__}")
 
     def _heard(self, headers) -> None:
         """Note what the collector's answer says it takes (``Accept-Encoding``)."""

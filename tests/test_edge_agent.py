@@ -640,20 +640,24 @@ def test_a_finite_run_with_the_collector_down_waits_then_warns_and_keeps(tmp_pat
 
 
 def test_an_unexpected_upload_error_keeps_the_batches_and_a_finite_run_still_ends(
-        tmp_path, caplog):
-    """A URL that http.client refuses (one config validation would now stop) raises inside
-    the uploader: it must not die and leave the agent draining forever."""
+        tmp_path, caplog, monkeypatch):
+    """A bug raising inside the uploader's send must not end it and leave the agent
+    draining forever."""
+    from edge.uplink import Uplink
+
+    def broken(self, body, timeout=None):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Uplink, "post_batch", broken)
     doc = config(tmp_path, collector={"url": "http://x", "timeout": 1, "drain_timeout": 1},
                  outbox={"backoff_base": 0.05, "backoff_max": 0.2})
     doc["device"]["token"] = "tok-1"
-    cfg = parse_config(doc)
-    cfg.collector_url = "http://exa mple.com"
-    thread, out = run_in_thread(Agent(cfg, events=stream(800)))
+    thread, out = run_in_thread(Agent(parse_config(doc), events=stream(800)))
     thread.join(20)
     assert not thread.is_alive(), "the agent hangs after an unexpected upload error"
     final = out[0]
     assert final["outbox_pending"] == final["batches_put"] > 0
-    assert final["upload_error"].startswith("unexpected error: InvalidURL: ")
+    assert final["upload_error"] == "unexpected error: RuntimeError: a bug"
     said = [r for r in caplog.records if r.getMessage().startswith("uploads failed")]
     assert len(said) == 1 and said[0].levelno == logging.ERROR  # once, not per attempt
 

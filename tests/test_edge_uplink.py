@@ -426,3 +426,33 @@ def test_a_body_slower_than_the_timeout_goes_while_the_link_takes_it_piece_by_pi
     finally:
         listener.close()
 
+
+
+@pytest.mark.parametrize("answer", [b"SSH-2.0-OpenSSH_9.6\r\n",  # another service
+                                    b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"st"])
+@pytest.mark.parametrize("size", [10, 1 << 16])  # a small body (urllib) and one that expects
+def test_an_answer_cut_short_or_not_http_is_a_retry_for_any_body(answer, size):
+    """Another service on the port, or an answer cut within its body: a failed connection
+    for a small body (urllib's way) as for a large one (Expect: 100-continue), not an
+    unexpected error with a traceback."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        for _ in range(2):
+            conn, _ = listener.accept()
+            with conn:
+                conn.settimeout(2)
+                try:
+                    conn.recv(1 << 20)
+                    conn.sendall(answer)
+                except OSError:
+                    pass
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=2.0)
+        out = uplink.post_batch(b"x" * size)
+        assert out.action == "retry", out
+        if answer.startswith(b"SSH"):
+            assert out.detail.startswith("connection: "), out
+    finally:
+        listener.close()
