@@ -446,7 +446,7 @@ def _row_group_chunks(source: str, spec: EventSpec, batch_size: int,
     first = sum(pf.metadata.row_group(i).num_rows for i in range(min(row_groups, default=0)))
     batches = pf.iter_batches(batch_size=batch_size, row_groups=row_groups,
                               columns=_needed_columns(spec))
-    return _arrow_chunks(((rb, None) for rb in batches), spec, source, batch_size), first
+    return _arrow_chunks(_parquet_batches(batches, source), spec, source, batch_size), first
 
 
 def file_size_hint(path: str | os.PathLike) -> int | None:
@@ -824,7 +824,20 @@ def _parquet_file(source: str, spec: EventSpec):
 def _parquet_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chunk]:
     pf = _parquet_file(source, spec)
     batches = pf.iter_batches(batch_size=batch_size, columns=_needed_columns(spec))
-    return _arrow_chunks(((rb, None) for rb in batches), spec, source, batch_size)
+    return _arrow_chunks(_parquet_batches(batches, source), spec, source, batch_size)
+
+
+def _parquet_batches(batches: Iterator, source: str) -> Iterator[tuple[object, None]]:
+    """``(record batch, None)`` of a Parquet file's reader; a page that does not decode (a
+    corrupt file, past its readable footer) is an EventError naming the file, in one line."""
+    import pyarrow as pa
+
+    try:
+        for rb in batches:
+            yield rb, None
+    except (OSError, pa.ArrowException) as e:
+        raise EventError(f"unreadable Parquet data ({' '.join(str(e).split())})",
+                         source) from None
 
 
 def _csv_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chunk]:

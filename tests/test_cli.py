@@ -93,6 +93,32 @@ def test_a_tag_going_back_is_named_by_its_column_and_a_timestamp_as_text(tmp_pat
             in r.stderr, r.stderr
 
 
+def test_a_corrupt_parquet_page_is_one_line_naming_the_file_after_the_matches_before_it(
+        tmp_path):
+    """The footer reads, a later page does not: the matches of the pages before it are
+    printed, then one line naming the file (pyarrow's two lines named none)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 4000
+    rows = {"type": ["a", "b"] * (n // 2), "t": [float(i) for i in range(n)]}
+    path = tmp_path / "ev.parquet"
+    pq.write_table(pa.table(rows), path, row_group_size=n // 2)
+    last = pq.read_metadata(path).row_group(1).column(1)
+    data = bytearray(path.read_bytes())
+    for i in range(last.data_page_offset, last.data_page_offset + 64):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+    (tmp_path / "q.sase").write_text("PATTERN SEQ(a x, b y) WITHIN 1")
+    for args in (["match", "-p", "a b", "-w", "1"], ["exact", tmp_path / "q.sase"]):
+        r = acep(*args, path)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.startswith(f"acep: error: {path}: unreadable Parquet data (")
+        assert len(r.stderr.splitlines()) == 1, r.stderr
+    r = acep("match", "-p", "a b", "-w", "1", "--batch-size", "2000", path)
+    assert len(r.stdout.splitlines()) == n // 4  # the first row group's matches
+
+
 def test_skip_mode_also_skips_unreadable_lines(tmp_path):
     path = tmp_path / "mixed.jsonl"
     path.write_text('{"type": "a", "t": 1}\nnot json\n{"type": "b"}\n{"type": "b", "t": 2}\n')

@@ -191,7 +191,8 @@ def test_a_first_file_without_a_readable_event_is_refused_naming_why(tmp_path):
                                           r"\(the first, line 1, field 'type': "):
         plan_files([tmp_path / "w.jsonl"], None)
     corrupt_parquet(write_parquet(events(40, 6), tmp_path / "c.parquet", 40))
-    with pytest.raises(SourceError, match=r"c\.parquet: cannot be read \(Couldn't deserialize"):
+    with pytest.raises(SourceError, match=r"c\.parquet: unreadable Parquet data \(Couldn't "
+                                          r"deserialize"):
         plan_files([tmp_path / "c.parquet"], None)
 
 
