@@ -470,13 +470,14 @@ def _format_of(source: str) -> str | None:
 
 def _open_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chunk]:
     """Check the file and return its raw chunks (bad events not yet handled)."""
-    kind = "file" if source == "-" else _kind(source)
-    if kind == "dir":
-        raise EventError("a directory, not a file of events", source)
+    local_dir = not storage.is_uri(source) and os.path.isdir(source)  # no remote call yet
     fmt = _format_of(source)
-    if fmt is None:
+    if fmt is None and not local_dir:
         raise EventError(f"unknown file type; accepted: {', '.join(_FORMATS)} or '-' (stdin)",
                          source)
+    kind = "file" if source == "-" else "dir" if local_dir else _kind(source)
+    if kind == "dir":
+        raise EventError("a directory, not a file of events", source)
     if kind != "file":
         raise EventError("no such file", source)
     if fmt == "jsonl":
