@@ -118,7 +118,7 @@ def test_build_names_a_corrupt_file(tmp_path, capsys):
     assert main(["history", "build", str(path), "-p", "a b", "-w", "3",
                  "-o", str(tmp_path / "h")]) == 1
     err = capsys.readouterr().err
-    assert f"{path}: cannot be read (Couldn't deserialize thrift" in err and "\n" not in \
+    assert f"{path}: unreadable Parquet data (Couldn't deserialize thrift" in err and "\n" not in \
         err.strip() and not (tmp_path / "h").exists()
 
 
