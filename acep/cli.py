@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import __version__, storage
+from ._text import one_line
 from .events import (
     EventError,
     EventSpec,
@@ -671,7 +672,7 @@ def _read_named(path: str, spec) -> list:
     except (OSError, ValueError) as exc:
         if isinstance(exc, OSError) and exc.filename:
             raise
-        raise ValueError(f"{path}: cannot be read ({' '.join(str(exc).split())})") from None
+        raise ValueError(f"{path}: cannot be read ({one_line(exc)})") from None
 
 
 def _check_outputs(files: dict[str, str | None], *inputs: str | None) -> None:

@@ -60,6 +60,7 @@ import numpy as np
 
 from . import storage
 from ._csvlines import LineTap
+from ._text import one_line
 
 __all__ = [
     "EventError", "Event", "EventBatch", "TypeClasses", "EventSpec", "PRESETS",
@@ -837,7 +838,7 @@ def _parquet_batches(batches: Iterator, source: str) -> Iterator[tuple[object, N
         for rb in batches:
             yield rb, None
     except (OSError, pa.ArrowException) as e:
-        raise EventError(f"unreadable Parquet data ({' '.join(str(e).split())})",
+        raise EventError(f"unreadable Parquet data ({one_line(e)})",
                          source) from None
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from acep._text import one_line
 from acep.events import PRESETS, EventBatch, EventError, read_all
 
 __all__ = ["DataError", "flights_path", "check_flights", "fetch_flights", "read_flights",
@@ -74,17 +75,13 @@ def check_flights(path: Path) -> Path:
     try:
         schema = pq.read_schema(path)
     except (OSError, pa.ArrowException) as e:
-        raise DataError(f"{path}: not a readable Parquet file ({_one_line(e)})") from None
+        raise DataError(f"{path}: not a readable Parquet file ({one_line(e)})") from None
     missing = [c for c in FLIGHTS_COLUMNS if c not in schema.names]
     if missing:
         raise DataError(f"{path}: no column {', '.join(missing)} (it has "
                         f"{', '.join(schema.names) or 'none'}; the flights have "
                         f"{', '.join(FLIGHTS_COLUMNS)})")
     return path
-
-
-def _one_line(error: Exception) -> str:
-    return " ".join(str(error).split())
 
 
 def fetch_flights(dest: Path) -> Path:
@@ -181,7 +178,7 @@ def read_flights(path: str | os.PathLike) -> EventBatch:
     except EventError as e:  # past the footer: a bad value
         raise DataError(str(e)) from None
     except (OSError, pa.ArrowException) as e:  # a corrupt page
-        raise DataError(f"{path}: cannot be read ({_one_line(e)})") from None
+        raise DataError(f"{path}: cannot be read ({one_line(e)})") from None
 
 
 def read_flights_table(path: str | os.PathLike, columns: list[str] | None = None):
@@ -193,7 +190,7 @@ def read_flights_table(path: str | os.PathLike, columns: list[str] | None = None
     try:
         return pq.read_table(path, columns=columns)
     except (OSError, pa.ArrowException) as e:
-        raise DataError(f"{path}: cannot be read ({_one_line(e)})") from None
+        raise DataError(f"{path}: cannot be read ({one_line(e)})") from None
 
 
 # --------------------------------------------------------------------------- synthetic

@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import time
 
+from acep._text import one_line
+
 __all__ = ["LogLimiter", "Crashes", "LOG_LEVELS", "one_line"]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # --log-level of acep agent and acep serve
@@ -76,6 +78,3 @@ class Crashes:
             self.streak = 0
 
 
-def one_line(text) -> str:
-    """``str(text)`` on one line (an answer's bytes in an exception may hold CR LF)."""
-    return " ".join(str(text).split())

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from acep import storage
+from acep._text import one_line
 from acep.events import EventBatch, EventError, EventSpec, partition_key, read_chunks
 
 __all__ = ["ReadTask", "ReadPlan", "Definition", "SourceError", "plan_files", "plan_archive",
@@ -341,7 +342,7 @@ def _probe(path: str, spec: EventSpec) -> tuple[dict[str, str], bool]:
     except EventError as e:
         raise SourceError(str(e)) from None
     except (OSError, ValueError) as e:  # pyarrow's errors on corrupt data name no file
-        raise SourceError(f"{storage.redact(path)}: cannot be read ({' '.join(str(e).split())})"
+        raise SourceError(f"{storage.redact(path)}: cannot be read ({one_line(e)})"
                           ) from None
     if first_bad is not None:
         row, line, field_, reason = first_bad
@@ -417,7 +418,7 @@ def read_task(task: ReadTask, plan: ReadPlan):
         parts.append(_file_row(task, schema, e.message, e.line, e.field,
                                sum(p.num_rows for p in parts)))
     except (OSError, ValueError) as e:  # pyarrow's errors on corrupt data name no file
-        parts.append(_file_row(task, schema, " ".join(str(e).split()), None, None,
+        parts.append(_file_row(task, schema, one_line(e), None, None,
                                sum(p.num_rows for p in parts)))
     parts = [p for p in parts if p.num_rows]
     return pa.concat_tables(parts) if parts else schema.empty_table()
