@@ -451,8 +451,7 @@ class Collector:
         """Delete the batches created (``created_at``, the device's clock) before the day
         ``retain_days`` before ``today`` (UTC), as ``--prune-before`` that day does, one
         short transaction at a time between the uploads' commits; how much of each."""
-        day = (today or dt.datetime.now(dt.timezone.utc).date()) \
-            - dt.timedelta(days=self.retain_days)
+        day = _first_day_kept(today or _utc_day(time.time()), self.retain_days)
         gone = {"batches": 0, "matches": 0, "summaries": 0}
         if self.mirror is not None:  # while the database still says which files are live
             for folder in await asyncio.to_thread(self.archive.device_folders, day.isoformat()):
@@ -489,11 +488,11 @@ class Collector:
         its own while uploads go on, then in the database thread the batches moved to the
         new files (one transaction) and the old files deleted. An interrupted pass leaves
         files no batch is in; the next pass deletes them. How many files of each kind."""
-        today = today or dt.datetime.now(dt.timezone.utc).date()
+        today = today or _utc_day(time.time())
         before = today.isoformat()
         # not the days retention deletes (a day the mirror holds back included)
-        since = "" if self.retain_days is None else \
-            (today - dt.timedelta(days=self.retain_days)).isoformat()
+        first = _first_day_kept(today, self.retain_days)
+        since = "" if first is None else first.isoformat()
         done: Counter = Counter()
         for folder in await asyncio.to_thread(self.archive.device_folders, before, since):
             try:
@@ -762,7 +761,7 @@ class Collector:
         clock and the ``created_at`` it takes (``acep agent --check`` compares the device's
         clock with them)."""
         now = time.time()
-        first = self.clock.first_day(now)
+        first = self.clock.first_day(_utc_day(now))
         clock = {"time": now, "max_clock_ahead": self.clock.max_ahead,
                  "first_day_kept": None if first is None else first.isoformat()}
         why = self.unusable()
@@ -807,12 +806,9 @@ class ClockBounds:
     max_ahead: float = DEFAULT_MAX_AHEAD
     retain_days: int | None = None
 
-    def first_day(self, now: float) -> dt.date | None:
-        """The first day (UTC) retention keeps at ``now``; None: every day."""
-        if self.retain_days is None:
-            return None
-        return dt.datetime.fromtimestamp(now, dt.timezone.utc).date() \
-            - dt.timedelta(days=self.retain_days)
+    def first_day(self, today: dt.date) -> dt.date | None:
+        """The first day (UTC) retention keeps on ``today``; None: every day."""
+        return _first_day_kept(today, self.retain_days)
 
     def refusal(self, created_at: float, now: float) -> str | None:
         """What is wrong with ``created_at``, or None."""
@@ -822,7 +818,7 @@ class ClockBounds:
             return (f"field 'created_at': {when} is {ahead / 86400:.2f} days ahead of the "
                     f"collector's clock (more than --max-clock-ahead {self.max_ahead:g} s; "
                     "is the device's clock set?)")
-        first = self.first_day(now)
+        first = self.first_day(_utc_day(now))
         if first is not None and created_at < _midnight(first):
             return (f"field 'created_at': {when} is before {first.isoformat()}, the first "
                     f"day the collector keeps (--retain-days {self.retain_days}): retention "
@@ -1227,6 +1223,16 @@ def _leftovers(files: list, held: list) -> list:
 def _midnight(day: dt.date) -> float:
     """The start of ``day`` (UTC), in seconds since the epoch."""
     return dt.datetime.combine(day, dt.time(), dt.timezone.utc).timestamp()
+
+
+def _first_day_kept(today: dt.date, retain_days: int | None) -> dt.date | None:
+    """The first day (UTC) ``--retain-days`` keeps on ``today``; None: every day."""
+    return None if retain_days is None else today - dt.timedelta(days=retain_days)
+
+
+def _utc_day(when: float) -> dt.date:
+    """The day (UTC) of ``when``, in seconds since the epoch."""
+    return dt.datetime.fromtimestamp(when, dt.timezone.utc).date()
 
 
 def _unknown(device_id: str, db: str) -> int:
