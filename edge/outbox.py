@@ -200,6 +200,12 @@ class _Reads:
                     zip(("batch_id", "created", "attempts", "last_error"), oldest)),
                 "next_due": next_due, "dead": dead, "dead_bytes": dead_bytes}
 
+    def load_state(self) -> dict:
+        """The progress saved with the batches: everything written by ``save_state`` and
+        ``put(..., state=)``."""
+        with self._lock:
+            return {k: json.loads(v) for k, v in self._db.execute("SELECT name, value FROM state")}
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
@@ -327,11 +333,6 @@ class Outbox(_Reads):
         """Write ``state`` (JSON values by name) in a transaction of its own."""
         with self._tx() as db:
             self._write_state(db, state)
-
-    def load_state(self) -> dict:
-        """Everything written by :meth:`save_state` and ``put(..., state=)``."""
-        with self._lock:
-            return {k: json.loads(v) for k, v in self._db.execute("SELECT name, value FROM state")}
 
     def _make_room(self, db, size: int, batch_id: str) -> bool:
         if self.max_bytes is not None and size > self.max_bytes:
@@ -655,16 +656,12 @@ def _say_not_dead(prog: str, unknown: list[str]) -> int:
 
 
 def read_summary(path: str | os.PathLike) -> dict:
-    """What the outbox at ``path`` holds, read without writing anything: the pending batches
-    and their bytes, the dead letters and their bytes, and the progress saved with them
-    (``state``, JSON values by name), as :class:`OutboxReader` reads it. Raises ``ValueError``
-    when the file is not an outbox and ``sqlite3.Error`` or ``OSError`` when it cannot be
-    read."""
-    with contextlib.closing(_read_only(os.path.abspath(os.fspath(path)))) as db:
-        rows, total, dead, dead_bytes = _held(db)
-        state = {k: json.loads(v) for k, v in db.execute("SELECT name, value FROM state")}
-    return {"pending": rows, "pending_bytes": total, "dead": dead, "dead_bytes": dead_bytes,
-            "state": state}
+    """What the outbox at ``path`` holds, read without writing anything (see
+    :class:`OutboxReader`): its :meth:`~OutboxReader.summary` and the progress saved with
+    the batches (``state``, JSON values by name). Raises ``ValueError`` when the file is not
+    an outbox and ``sqlite3.Error`` or ``OSError`` when it cannot be read."""
+    with OutboxReader(path) as outbox:
+        return {**outbox.summary(), "state": outbox.load_state()}
 
 
 def _read_only(path: str) -> sqlite3.Connection:
