@@ -767,6 +767,9 @@ def run_history(args) -> int:
     from history import inspection  # the history package is not needed by the rest of acep
 
     _check_outputs({"--plot": args.plot}, args.file, args.key_file)
+    why = args.plot and inspection.plot_problem(args.plot)
+    if why:
+        raise UsageError(f"--plot {why}")
     print(inspection.run(args.file, args.top, args.plot, args.key_file))
     return 0
 

@@ -141,9 +141,26 @@ def plot_history(g: _graph.HistoryGraph, path: str | PathLike) -> Path:
                  f"{int(g.visits.sum())} visits")
     fig.tight_layout()
     out = Path(path)
+    if not out.suffix:  # what matplotlib writes then
+        out = out.with_name(out.name + ".png")
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def plot_problem(path: str | PathLike) -> str | None:
+    """Why :func:`plot_history` could not write ``path`` (matplotlib missing, a file type it
+    does not write), or None: said before the history is read."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+    except ImportError:
+        return f"{path}: plots need matplotlib (pip install matplotlib)"
+    suffix = Path(path).suffix.lower().lstrip(".")
+    types = FigureCanvasAgg.get_supported_filetypes()
+    if suffix and suffix not in types:
+        return (f"{path}: matplotlib does not write .{suffix} files (it writes "
+                f"{', '.join('.' + t for t in sorted(types))})")
+    return None
 
 
 def _interval(lo: float, hi: float) -> str:

@@ -33,6 +33,27 @@ def test_inspect_prints_size_top_vectors_and_writes_a_plot(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.parametrize("name, written", [("h.svg", "h.svg"), ("h", "h.png")])
+def test_inspect_says_the_plot_file_it_wrote(tmp_path, capsys, name, written):
+    path = tmp_path / "h.acephist"
+    _hand_graph().save(path)
+    assert main(["history", "inspect", str(path), "--plot", str(tmp_path / name)]) == 0
+    assert capsys.readouterr().out.endswith(f"plot: {tmp_path / written}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["h.acephist", written])
+
+
+def test_a_plot_type_matplotlib_does_not_write_is_refused_before_the_history_is_read(
+        tmp_path, capsys):
+    path = tmp_path / "h.acephist"
+    path.write_bytes(b"not a history: it is never read")
+    assert main(["history", "inspect", str(path), "--plot", str(tmp_path / "h.parquet")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "\n" not in err.strip(), err
+    assert err.startswith(f"acep history inspect: --plot {tmp_path / 'h.parquet'}: matplotlib "
+                          "does not write .parquet files (it writes ") and ".png" in err, err
+    assert not (tmp_path / "h.parquet").exists()
+
+
 def test_inspect_a_sketch_needs_its_key(tmp_path, capsys):
     path, key = tmp_path / "s.sketch", tmp_path / "key"
     Sketch.from_graph(_hand_graph(), hashes=4).save(path, b"k3y")
