@@ -190,3 +190,19 @@ def _failed_job(args):
 def test_an_interrupt_or_a_spark_failure_is_one_line(capsys, job, code, line):
     assert run_command("acep train", job, None, ()) == code
     assert capsys.readouterr().err == line + "\n"
+
+
+def test_train_refuses_a_bucket_that_cannot_hold_one_operation_and_writes_nothing(work, capsys):
+    """The fit's budget check (acep.shedding.check_buckets) after Spark has counted the
+    operations: exit 2 naming the smallest --burst, as acep history build says it, and no
+    history or sketch written."""
+    rows = [{"type": "ab"[i % 2], "t": i, "v": i % 4} for i in range(40)]
+    (work / "good.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["good.jsonl", "-p", "a b", "-w", "3", "-o", "h.history", "--sketch", "h.sketch",
+            "--key-file", "fleet.key", "--fit", "0.01,0.5", "--burst", "1", "--no-progress"]
+    assert train_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("acep train: budgets 0.01, 0.5 x ") and err.count("\n") == 1, err
+    assert "the bucket of 0.01 holds 0.01 operations" in err and "bucket of 0.5" not in err
+    assert "give --burst 100 or more" in err, err
+    assert not (work / "h.history").exists() and not (work / "h.sketch").exists()
