@@ -32,3 +32,12 @@ def test_pip_install_installs_every_package():
 def test_the_bench_extra_has_what_the_benchmarks_start():
     extras = _project()["project"]["optional-dependencies"]
     assert set(extras["server"]) <= set(extras["bench"])  # edge, herd, archive run a collector
+
+
+def test_the_license_the_package_declares_ships_with_it():
+    """Apache-2.0 asks that its text goes with every copy: the wheel's License-File."""
+    project = _project()["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License\n                           Version 2.0, January 2004" in text
+    assert text.rstrip().endswith("limitations under the License.")
