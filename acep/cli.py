@@ -124,7 +124,8 @@ def _parser() -> argparse.ArgumentParser:
     match.set_defaults(run=run_match)
     exact = sub.add_parser("exact", help="run a SASE+ query with the exact engine on a file",
                            description="Print one JSON line per match (verbose) or per group "
-                                       "of matches that end at the same event (compact).")
+                                       "of matches that end at the same event (compact; the "
+                                       "postpone engine: per start and end event).")
     exact.add_argument("query", help="query file (SASE+ text, docs/EXACT.md section 2)")
     exact.add_argument("events", help=EVENTS_HELP)
     exact.add_argument("--engine", choices=("auto", "runs", "shared", "postpone"),
@@ -133,7 +134,8 @@ def _parser() -> argparse.ArgumentParser:
                             "runtime; postpone: postponing (skip_till_any_match); auto: "
                             "postpone for skip_till_any_match, shared otherwise")
     exact.add_argument("--output", choices=("verbose", "compact"), default="verbose",
-                       help="verbose: one line per match; compact: one line per end event")
+                       help="verbose: one line per match; compact: one line per end event "
+                            "(postpone: per start and end event, with the candidates)")
     exact.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
     exact.set_defaults(run=run_exact)
     demo = sub.add_parser(
