@@ -1,11 +1,13 @@
 """The public Python API refuses wrong arguments at its boundary, naming the parameter and
 what it expects (an error that is both a ValueError and a TypeError, as scikit-learn's), the
-same on the compiled and the pure-Python kernel; numpy scalars work where Python numbers
-do."""
+same on the compiled and the pure-Python kernel; numpy scalars work where Python numbers do;
+and the README's Python block runs as written."""
 
 from __future__ import annotations
 
 import decimal
+import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +41,7 @@ from acep.shedding import (
     check_buckets,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 BACKENDS = ["compiled", "python"] if backend() == "compiled" else ["python"]
 EVENTS = [{"type": "a", "t": 1.0, "x": 1.0}, {"type": "b", "t": 2.0, "x": 2.0},
           {"type": "c", "t": 3.0, "x": 3.0}]
@@ -401,3 +404,28 @@ def test_history_policies_check_their_arguments():
     _refused(lambda: EventSampler(True), "keep_every")
     _refused(lambda: EventSampler(2, offset="1"), "offset")
     _refused(lambda: EventSampler(2)(EVENTS), "batch")
+
+
+# ---------------------------------------------------------------------- the README
+
+def _readme_python_block(first_line: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)\n```", text, re.S)
+    return next(b for b in blocks if b.startswith(first_line))
+
+
+def test_the_readme_python_api_block_keeps_every_match(tmp_path, monkeypatch, capsys):
+    # it kept only the last batch's matches and the flush's: 26 of the week's 25,032
+    pytest.importorskip("pyarrow")
+    from acep.events import PRESETS, read_all
+
+    week = ROOT / "acep" / "data" / "flights-week.parquet"
+    shutil.copy(week, tmp_path / "flights-3m.parquet")
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(_readme_python_block("from acep import Matcher, MatchBatch"), scope)
+    whole = Matcher("late late+ verylate", window=7200, k=1, partition="origin",
+                    where=["verylate.delay > late.delay + 30"]).match(
+        read_all(week, PRESETS["flights"]))
+    assert len(scope["found"]) == len(whole) > 1000
+    assert f"{len(whole)} matches in {len(bundles(whole, 7200))} bundles" in capsys.readouterr().out
