@@ -66,6 +66,11 @@ def policy_options(name: str, *, sketch=None, graph=None, hindsight: Mapping | N
         policy = CompletionPolicy(graph)
         return {"policy": policy, "bins": policy.bins}
     if name == "hindsight":
+        if not isinstance(hindsight, Mapping) or not {"log", "matches"} <= set(hindsight) \
+                or sketch is None:
+            raise check.ParameterError("the hindsight row needs hindsight={'log': ..., "
+                                       "'matches': ...} (history.build.traced_run) and the "
+                                       "sketch (for its window)")
         return {"policy": HindsightPolicy(hindsight["log"], sketch.window, hindsight["matches"])}
     if name in ("history", "history+rl"):
         learning = {} if name == "history+rl" else {"learning_rate": 0.0, "explore": 0.0}

@@ -406,6 +406,14 @@ def test_history_policies_check_their_arguments():
     _refused(lambda: EventSampler(2)(EVENTS), "batch")
 
 
+def test_policy_options_names_what_a_row_needs():
+    from history.policies import policy_options
+
+    _refused(lambda: policy_options("hindsight"), "hindsight=")  # was 'NoneType' ... subscriptable
+    _refused(lambda: policy_options("history"), "sketch")
+    _refused(lambda: policy_options("completion"), "graph")
+
+
 # ---------------------------------------------------------------------- the README
 
 def _readme_python_block(first_line: str) -> str:
