@@ -58,6 +58,7 @@ from datetime import datetime, timezone
 import msgpack
 import numpy as np
 
+from . import _checks as check
 from . import storage
 from ._csvlines import LineTap
 from ._text import one_line
@@ -148,6 +149,8 @@ class EventBatch:
 
         A bad event raises :class:`EventError` (``position`` counts from ``position``).
         """
+        _check_rows(events)
+        position = check.whole(position, "position", 0)
         rows = [(None, _event_parts(e)) for e in events]
         chunk = _rows_chunk(rows, _DEFAULT, _TagKind())
         batch, error = _accept(chunk, _Sink(source, "error", None), position)
@@ -162,6 +165,12 @@ class EventBatch:
         A column that is numeric in one batch and objects in another becomes objects, its
         numbers kept as numbers.
         """
+        if isinstance(batches, EventBatch):
+            raise check.ParameterError("batches must be a list of EventBatch, got one "
+                                       "EventBatch (write concat([batch]))")
+        batches = list(batches)
+        for b in batches:
+            check.instance(b, "each of batches", EventBatch, "an acep.EventBatch")
         if not batches:
             return _empty_batch(0, "<events>", False)
         if len({b.tag_is_time for b in batches}) > 1:
@@ -174,6 +183,19 @@ class EventBatch:
         return EventBatch(codes, names, np.concatenate([b.tags for b in batches]),
                           _merge_columns(batches), first.position, first.source, lines,
                           first.tag_is_time, first.tag_field)
+
+
+def _check_rows(events: object) -> None:
+    """Row events: an iterable of :class:`Event` or dicts, not one row, a path or text."""
+    hint = ""
+    if isinstance(events, (str, bytes, os.PathLike)):
+        hint = " (to read a file, use acep.read_events or acep.events.read_all)"
+    elif isinstance(events, (dict, Event)):
+        hint = " (one event: put it in a list)"
+    elif isinstance(events, Iterable):
+        return
+    raise check.ParameterError(f"events must be an EventBatch or a list (any iterable) of "
+                               f"Event or dict rows, got {check.shown(events)}{hint}")
 
 
 def _merge_types(batches: list[EventBatch]) -> tuple[np.ndarray, list[str]]:
@@ -243,17 +265,14 @@ class EventSpec:
     attributes: tuple[str, ...] | None = None
 
     def __post_init__(self):
-        if isinstance(self.attributes, str):
-            object.__setattr__(self, "attributes", (self.attributes,))
-        elif self.attributes is not None:
-            object.__setattr__(self, "attributes", tuple(self.attributes))
+        if self.attributes is not None:
+            object.__setattr__(self, "attributes", check.texts(
+                self.attributes, "event spec: attributes", "column names"))
         if not (self.tag is None or isinstance(self.tag, str)):
             raise ValueError(f"event spec: tag must be a column name or None, not {self.tag!r}")
         if not isinstance(self.type, (str, TypeClasses)):
             raise ValueError(f"event spec: type must be a column name or TypeClasses, "
                              f"not {self.type!r}")
-        if self.attributes is not None and not all(isinstance(a, str) for a in self.attributes):
-            raise ValueError(f"event spec: attributes must be column names: {self.attributes}")
 
     @classmethod
     def from_dict(cls, d: dict) -> EventSpec:
@@ -261,6 +280,7 @@ class EventSpec:
 
         Bins may be written ``"-inf"`` / ``"inf"``; ``"tag": null`` means count windows.
         """
+        check.instance(d, "event spec", dict, 'a dict such as {"tag": "t", "type": "type"}')
         unknown = set(d) - {"tag", "type", "attributes"}
         if unknown:
             raise ValueError(f"event spec: unknown keys {sorted(unknown)}")
@@ -282,6 +302,7 @@ class EventSpec:
     @classmethod
     def load(cls, path_or_name: str) -> EventSpec:
         """A preset name (see ``PRESETS``) or a JSON (or TOML) file holding the dict form."""
+        path_or_name = check.path(path_or_name, "event spec", " (a preset name or a file)")
         if path_or_name in PRESETS:
             return PRESETS[path_or_name]
         if not os.path.isfile(path_or_name):
@@ -379,14 +400,23 @@ def read_events(path: str | os.PathLike, spec: EventSpec | None = None, *,
     iterating. ``on_bad_event="skip"`` drops them and appends ``(position, line, reason)``
     to ``bad_events`` (line is None for Parquet / msgpack).
     """
-    if on_bad_event not in ("error", "skip"):
-        raise ValueError(f"on_bad_event must be 'error' or 'skip', not {on_bad_event!r}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be positive, not {batch_size}")
-    spec = spec or EventSpec()
-    source = os.fspath(path)
+    source, spec, batch_size = _check_reading(path, spec, batch_size)
+    check.choice(on_bad_event, "on_bad_event", ("error", "skip"))
+    if bad_events is not None:
+        check.instance(bad_events, "bad_events", list, "a list or None")
     sink = _Sink("<stdin>" if source == "-" else source, on_bad_event, bad_events)
     return _accept_all(_open_chunks(source, spec, batch_size), sink)
+
+
+def _check_reading(path, spec, batch_size) -> tuple[str, EventSpec, int]:
+    """The arguments every reader takes: the path as text, the spec and the batch size."""
+    source = check.path(path, "path")
+    if spec is None:
+        spec = _DEFAULT
+    hint = (f" (EventSpec.load({spec!r}) or PRESETS[{spec!r}])" if isinstance(spec, str) else
+            " (EventSpec.from_dict(...))" if isinstance(spec, dict) else "")
+    check.instance(spec, "spec", EventSpec, "an acep.EventSpec or None", hint)
+    return source, spec, check.whole(batch_size, "batch_size", 1)
 
 
 def read_all(path: str | os.PathLike, spec: EventSpec | None = None, **kw) -> EventBatch:
@@ -420,8 +450,7 @@ def read_chunks(path: str | os.PathLike, spec: EventSpec | None = None, *,
     ``row_groups`` reads only those row groups of a Parquet file (sorted, contiguous row
     indices are counted from the file's first row, so pieces of a file read apart agree).
     """
-    spec = spec or EventSpec()
-    source = os.fspath(path)
+    source, spec, batch_size = _check_reading(path, spec, batch_size)
     if row_groups is None:
         chunks, row = _open_chunks(source, spec, batch_size), 0
     else:
@@ -746,7 +775,11 @@ def _record_parts(rec: object, spec: EventSpec) -> tuple | str:
 
 
 def _event_parts(e: object) -> tuple | str:
-    return (e.type, e.t, e.attrs) if isinstance(e, Event) else _record_parts(e, _DEFAULT)
+    if not isinstance(e, Event):
+        return _record_parts(e, _DEFAULT)
+    if not isinstance(e.attrs, dict):
+        return f"Event.attrs is not a dict ({type(e.attrs).__name__})"
+    return e.type, e.t, e.attrs
 
 
 @dataclass

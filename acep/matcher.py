@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import _backend
+from . import _checks as check
 from .automaton import Automaton, build_automaton
 from .events import Event, EventBatch, EventError, partition_key, tag_text
 from .pattern import Node, Where, parse_regex, parse_where, symbols
@@ -40,6 +41,10 @@ class Pattern:
 
     @classmethod
     def compile(cls, text: str, where: str | Sequence[str] = ()) -> Pattern:
+        check.instance(text, "pattern", str, "a pattern text such as 'a b+ c'")
+        if where is None or (isinstance(where, str) and not where):
+            where = ()
+        where = check.texts(where, "where", "predicates")
         node = parse_regex(text)
         parsed_where = parse_where(where) if where else Where()
         types = symbols(node)
@@ -130,7 +135,12 @@ class MatchBatch:
         return iter(self.to_matches())
 
     def events_of(self, i: int) -> np.ndarray:
-        return self.trajectory[self.trajectory_ptr[i]:self.trajectory_ptr[i + 1]]
+        """The positions of match ``i``'s events (``i`` may count from the end, as -1)."""
+        j, n = check.whole(i, "i (a match index)"), len(self)
+        if not -n <= j < n:
+            raise IndexError(f"match index {j} is out of range for {n} matches")
+        j %= n
+        return self.trajectory[self.trajectory_ptr[j]:self.trajectory_ptr[j + 1]]
 
     def to_matches(self) -> list[Match]:
         ptr = self.trajectory_ptr
@@ -161,6 +171,12 @@ class MatchBatch:
 
     @classmethod
     def concat(cls, batches: Sequence[MatchBatch]) -> MatchBatch:
+        if isinstance(batches, MatchBatch):
+            raise check.ParameterError("batches must be a list of MatchBatch, got one "
+                                       "MatchBatch (write concat([found]))")
+        batches = list(batches)
+        for b in batches:
+            _check_matches(b, "each of batches")
         batches = [b for b in batches if len(b)] or [cls.empty()]
         offsets = np.cumsum([0] + [len(b.trajectory) for b in batches[:-1]])
         ptr = np.concatenate([[0]] + [b.trajectory_ptr[1:] + o for b, o in zip(batches, offsets)])
@@ -222,13 +238,21 @@ class Matcher:
     _tag_is_time: bool = field(init=False, repr=False, default=False)
     _position: int = field(init=False, repr=False, default=0)
     _broken: str | None = field(init=False, repr=False, default=None)  # why it cannot go on
+    _flushed: bool = field(init=False, repr=False, default=False)  # the stream has ended
 
     def __post_init__(self):
         if isinstance(self.pattern, str):
             self.pattern = Pattern.compile(self.pattern, self.where)
+        elif not isinstance(self.pattern, Pattern):
+            check.instance(self.pattern, "pattern", (str, Pattern),
+                           "a pattern text such as 'a b+ c' or an acep.Pattern")
         elif self.where:
             raise ValueError("give `where` to Pattern.compile, not beside a compiled Pattern")
         _check_parameters(self.window, self.k, self.on_bad_event)
+        check.name_or_none(self.partition, "partition", "the attribute to partition by")
+        for name in ("merge", "all_trajectories", "trace"):
+            check.flag(getattr(self, name), name)
+        capacity = check.whole(self.capacity, "capacity", 1, _MAX_NODES)
         if self.partition is None:
             self.partition = self.pattern.where.partition
         elif self.pattern.where.partition not in (None, self.partition):
@@ -238,29 +262,33 @@ class Matcher:
             self.merge = False
         self._kernel_module = _backend.kernel(self.backend)
         self._kernel = self._kernel_module.Kernel(
-            self.pattern.kernel_tables(self.k), int(self.k), float(self.window),
-            bool(self.merge), bool(self.all_trajectories), max(int(self.capacity), 16))
+            self.pattern.kernel_tables(int(self.k)), int(self.k), float(self.window),
+            bool(self.merge), bool(self.all_trajectories), max(capacity, 16))
         if self.max_entries is not None:
-            if int(self.max_entries) < max(int(self.capacity), 16):
-                raise ValueError(f"max_entries must be at least the capacity, got "
-                                 f"{self.max_entries!r}")
-            self._kernel.set_limit(int(self.max_entries))
+            limit = check.whole(self.max_entries, "max_entries", what=" or None (no limit)")
+            if not max(capacity, 16) <= limit <= _MAX_LIMIT:
+                raise check.ParameterError(
+                    f"max_entries must be at least the capacity ({max(capacity, 16):,}) and "
+                    f"at most 2**63 - 1, got {check.shown(self.max_entries)}")
+            self._kernel.set_limit(limit)
         self._configure_shedding()
 
     def _configure_shedding(self) -> None:
         """Bins, budget, policy and tracing (docs/SHEDDING.md)."""
         if self.bins is not None:
+            check.instance(self.bins, "bins", VectorBins, "an acep.shedding.VectorBins")
             self._kernel.set_bins(np.asarray(self.bins.rem_edges), np.asarray(self.bins.gap_edges))
         if self.budget is not None:
-            if not isinstance(self.budget, Budget):
-                raise TypeError(f"budget must be an acep.shedding.Budget, got {self.budget!r}")
+            check.instance(self.budget, "budget", Budget, "an acep.shedding.Budget",
+                           " (e.g. Budget(ops_per_event=0.1))")
             self._kernel.set_budget(float(self.budget.ops_per_event), float(self.budget.depth))
         if self.policy is None and self.budget is not None:
             self.policy = OldestFirstPolicy()
         if self.policy is not None:
-            if not hasattr(self.policy, "attach"):
-                raise TypeError(f"policy {self.policy!r} is not a shedding policy "
-                                "(see acep.shedding)")
+            if isinstance(self.policy, type) or not hasattr(self.policy, "attach"):
+                raise check.ParameterError(
+                    f"policy must be a shedding policy instance (see acep.shedding), e.g. "
+                    f"OldestFirstPolicy(), got {check.shown(self.policy)}")
             self.policy.attach(self._kernel, self.n_cells)
         if self.trace:
             self._kernel.set_trace(True)
@@ -290,16 +318,18 @@ class Matcher:
         ``load``, if given, is an (n, 4) int64 array that receives per event the match
         nodes created, merged and expired and the live nodes after it.
         """
-        self._tag_is_time = self._tag_is_time or batch.tag_is_time
+        self._check_open("match_batch")
+        _check_batch(batch, self._position)
         n = len(batch)
+        if load is None:
+            load = np.zeros((0, 4), dtype=np.int64)
+        else:
+            _check_load(load, n)
+        self._tag_is_time = self._tag_is_time or batch.tag_is_time
         types = self._type_ids(batch)
         parts = self._partition_ids_of(batch)
         vals = self._value_columns(batch)
         tags = np.ascontiguousarray(batch.tags, dtype=np.float64)
-        if load is None:
-            load = np.zeros((0, 4), dtype=np.int64)
-        elif load.shape != (n, 4) or load.dtype != np.int64:
-            raise ValueError(f"load must be an int64 array of shape ({n}, 4)")
         done = self._guarded(f"events {batch.position:,}-{batch.position + n - 1:,}",
                              self._kernel.process, types, tags, parts, vals, batch.position,
                              self.on_bad_event == "skip", load)
@@ -314,15 +344,22 @@ class Matcher:
         With ``trace=True`` the nodes still alive are logged too (their outcomes are final).
         """
         self._guarded("the end of the stream", self._kernel.flush)
+        self._flushed = True
         if self.trace:
             self._kernel.log_remaining()
         return self._take()
 
     def match(self, events: EventBatch | Iterable[Event | dict]) -> MatchBatch:
         """Match a whole (small) input and flush: the convenience entry point."""
+        self._check_open("match")
         batch = events if isinstance(events, EventBatch) else EventBatch.from_events(events)
         found = self.match_batch(batch)
         return MatchBatch.concat([found, self.flush()])
+
+    def _check_open(self, call: str) -> None:
+        if self._flushed:
+            raise ValueError(f"Matcher.{call} after flush(): flush ends the stream (match() "
+                             "flushes too); use a new Matcher for another stream")
 
     @property
     def stats(self) -> dict:
@@ -441,13 +478,79 @@ class Matcher:
         return _distinct_trajectories(found) if self.all_trajectories else found
 
 
+# node slots are indexed by C ints in the kernel; its limit is a C long long
+_MAX_NODES, _MAX_LIMIT = 2**31 - 1, 2**63 - 1
+
+
 def _check_parameters(window, k, on_bad_event):
-    if not np.isfinite(window) or window < 0:
-        raise ValueError(f"window must be a finite number >= 0, got {window!r}")
-    if int(k) != k or not 0 <= k <= 64:
-        raise ValueError(f"k (error bound) must be a whole number in 0..64, got {k!r}")
-    if on_bad_event not in ("error", "skip"):
-        raise ValueError(f"on_bad_event must be 'error' or 'skip', got {on_bad_event!r}")
+    _check_window(window)
+    check.whole(k, "k (error bound)", 0, 64)
+    check.choice(on_bad_event, "on_bad_event", ("error", "skip"))
+
+
+def _check_window(window, name: str = "window") -> float:
+    """The window ``w`` as a float: a finite number >= 0, in tag units."""
+    return check.number(window, name, 0.0, what=" in tag units (seconds for timestamps: "
+                        "7200 for 2h)" if isinstance(window, str) else "")
+
+
+def _check_batch(batch: EventBatch, position: int) -> None:
+    """A batch the kernel can read: one entry per event in every array, type codes that
+    index ``type_names``, finite tags, and positions that do not go back (O(1) checks but
+    a min/max of the codes and tags: once per batch)."""
+    check.instance(batch, "batch", EventBatch, "an acep.EventBatch",
+                   " (EventBatch.from_events(rows) or read_events(path); Matcher.match "
+                   "takes a list of events)")
+    codes, tags, names = batch.type_codes, batch.tags, batch.type_names
+    _check_array(codes, "batch.type_codes", "iu", "integers", None)
+    n = len(codes)
+    _check_array(tags, "batch.tags", "iuf", "numbers (seconds for timestamps)", n)
+    if not isinstance(names, (list, tuple)) or not all(isinstance(t, str) for t in names):
+        raise check.ParameterError(f"batch.type_names must be a list of strings, got "
+                                   f"{check.shown(names)}")
+    check.instance(batch.columns, "batch.columns", dict, "a dict of attribute columns")
+    for name, column in batch.columns.items():
+        _check_array(column, f"batch.columns[{name!r}]", None, "values", n)
+    unsigned = codes.view(_UNSIGNED[codes.itemsize]) if codes.dtype.kind == "i" else codes
+    if n and np.maximum.reduce(unsigned) >= len(names):  # a negative code is a huge one
+        bad = int(np.flatnonzero((codes < 0) | (codes >= len(names)))[0])
+        raise check.ParameterError(f"batch.type_codes must index batch.type_names (0.."
+                                   f"{len(names) - 1}): event {bad} has {codes[bad]}")
+    if n and tags.dtype.kind == "f" and not np.logical_and.reduce(np.isfinite(tags)):
+        bad = int(np.flatnonzero(~np.isfinite(tags))[0])
+        raise check.ParameterError(f"batch.tags must be finite: event {bad} has {tags[bad]}")
+    if type(batch.position) is not int or batch.position < position:  # else: fine, at once
+        check.whole(batch.position, "batch.position", position, what=(
+            f" (positions go on across batches: this matcher has taken the events before "
+            f"{position:,}; e.g. EventBatch.from_events(rows, position={position}))"
+            if position else ""))
+
+
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _check_array(values, name: str, kinds: str | None, what: str, n: int | None) -> None:
+    """A 1-d numpy array (of dtype kinds ``kinds``) with ``n`` entries."""
+    if not isinstance(values, np.ndarray) or values.ndim != 1 or (
+            kinds is not None and values.dtype.kind not in kinds):
+        got = (f"an array of {values.dtype} and shape {values.shape}"
+               if isinstance(values, np.ndarray) else f"a {type(values).__name__}")
+        raise check.ParameterError(f"{name} must be a 1-d numpy array of {what}, got {got}")
+    if n is not None and len(values) != n:
+        raise check.ParameterError(f"{name} has {len(values)} entries for {n} events "
+                                   "(batch.type_codes)")
+
+
+def _check_load(load, n: int) -> None:
+    """``load``: the kernel writes in place, so it must be a writeable C-ordered int64 array."""
+    if not (isinstance(load, np.ndarray) and load.dtype == np.int64 and load.shape == (n, 4)
+            and load.flags.c_contiguous and load.flags.writeable):
+        got = (f"{load.dtype} of shape {load.shape}"
+               f"{'' if load.flags.c_contiguous else ', not C-contiguous'}"
+               f"{'' if load.flags.writeable else ', read-only'}"
+               if isinstance(load, np.ndarray) else f"a {type(load).__name__}")
+        raise check.ParameterError(f"load must be a writeable, C-contiguous int64 array of "
+                                   f"shape ({n}, 4) (np.zeros(({n}, 4), np.int64)), got {got}")
 
 
 def _factorize(column: np.ndarray):
@@ -484,8 +587,9 @@ def _arrow_dictionary(column: np.ndarray):
 def _distinct_trajectories(found: MatchBatch) -> MatchBatch:
     """All-trajectories mode: one row per distinct (partition, trajectory), least errors."""
     best: dict = {}
+    ptr, events = found.trajectory_ptr, found.trajectory.tolist()
     for i in range(len(found)):
-        key = (found.partition[i], tuple(found.events_of(i).tolist()))
+        key = (found.partition[i], tuple(events[ptr[i]:ptr[i + 1]]))
         if key not in best or found.errors[i] < found.errors[best[key]]:
             best[key] = i
     keep = sorted(best.values())
@@ -517,6 +621,8 @@ class Bundle:
 
 def bundles(found: MatchBatch, window: float) -> list[Bundle]:
     """The match bundles of a set of matches (one partition's points never mix with another's)."""
+    _check_matches(found, "found")
+    window = _check_window(window)
     out: list[Bundle] = []
     by_partition: dict = {}
     for key, point in zip(found.partition, found.point):
@@ -542,6 +648,7 @@ def bundles_table(found: MatchBatch, window: float):
 
 def best_per_point(found: MatchBatch) -> dict:
     """{(partition, point): (errors, start)}: least errors, then latest start."""
+    _check_matches(found, "found")
     best: dict = {}
     for key, point, err, start in zip(found.partition, found.point, found.errors, found.start):
         cand = (int(err), -float(start))
@@ -549,6 +656,11 @@ def best_per_point(found: MatchBatch) -> dict:
         if slot not in best or cand < best[slot]:
             best[slot] = cand
     return {slot: (e, -s) for slot, (e, s) in best.items()}
+
+
+def _check_matches(found, name: str) -> None:
+    check.instance(found, name, MatchBatch, "an acep.MatchBatch",
+                   " (what Matcher.match_batch, flush and match return)")
 
 
 def match(pattern: str, events, window: float, k: int = 0, **options) -> MatchBatch:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _checks as check
+
 __all__ = ["Budget", "BudgetError", "check_buckets", "VectorBins", "Candidates", "ScorePolicy",
            "CallbackPolicy", "RandomPolicy", "OldestFirstPolicy", "KeepFirstPolicy", "cell_index",
            "cell_parts"]
@@ -39,11 +41,9 @@ class Budget:
     burst: float = 64.0
 
     def __post_init__(self):
-        if not np.isfinite(self.ops_per_event) or self.ops_per_event < 0:
-            raise ValueError(f"budget ops_per_event must be a finite number >= 0, "
-                             f"got {self.ops_per_event!r}")
-        if not np.isfinite(self.burst) or self.burst < 1:
-            raise ValueError(f"budget burst must be a finite number >= 1, got {self.burst!r}")
+        object.__setattr__(self, "ops_per_event",
+                           check.number(self.ops_per_event, "budget ops_per_event", 0.0))
+        object.__setattr__(self, "burst", check.number(self.burst, "budget burst", 1.0))
 
     @property
     def depth(self) -> float:
@@ -67,6 +67,10 @@ def check_buckets(ratios: Sequence[float], ops_per_event: float, burst: float) -
     of ``burst`` events holds less than one operation. A candidate costs one, so such a
     budget sheds every candidate (0% for any policy); the message names the budgets and the
     smallest whole burst whose bucket holds one operation at each of them."""
+    if isinstance(ratios, str):
+        ratios = [ratios]  # refused below, by its name
+    ratios = [check.number(r, "budget ratios", 0.0, open_low=True) for r in ratios]
+    ops_per_event = check.number(ops_per_event, "ops_per_event", 0.0, open_low=True)
     short = sorted(r for r in ratios if Budget(r * ops_per_event, burst).depth < 1)
     if not short:
         return
@@ -100,21 +104,33 @@ class VectorBins:
 
     def __post_init__(self):
         for name in ("rem_edges", "gap_edges"):
-            edges = np.asarray(getattr(self, name), dtype=np.float64)
-            if edges.ndim != 1 or not np.all(np.isfinite(edges)) or np.any(np.diff(edges) <= 0):
-                raise ValueError(f"{name} must be finite and strictly increasing")
+            value = getattr(self, name)
+            try:
+                edges = np.asarray(value, dtype=np.float64)
+            except (TypeError, ValueError):
+                edges = None
+            if isinstance(value, (str, bytes)) or edges is None or edges.ndim != 1 or \
+                    not np.all(np.isfinite(edges)) or np.any(np.diff(edges) <= 0):
+                raise check.ParameterError(f"{name} must be a list of finite, strictly "
+                                           f"increasing numbers, got {check.shown(value)}")
             object.__setattr__(self, name, tuple(float(e) for e in edges))
 
     @classmethod
     def from_quantiles(cls, rem_values, gap_values, n_bins: int = 8) -> VectorBins:
-        """Edges at the quantiles of observed values (duplicates removed)."""
+        """Edges at the quantiles of observed values (duplicates removed); ``n_bins`` in
+        1..:data:`MAX_BINS`."""
+        n_bins = check.whole(n_bins, "n_bins", 1, MAX_BINS)
         qs = np.linspace(0, 1, n_bins + 1)[1:-1]
 
-        def edges(values):
-            values = np.asarray(values, dtype=np.float64)
+        def edges(values, name):
+            try:
+                values = np.asarray(values, dtype=np.float64).ravel()
+            except (TypeError, ValueError):
+                raise check.ParameterError(f"{name} must be numbers, got "
+                                           f"{check.shown(values)}") from None
             values = values[np.isfinite(values)]
             return tuple(np.unique(np.quantile(values, qs))) if len(values) else ()
-        return cls(edges(rem_values), edges(gap_values))
+        return cls(edges(rem_values, "rem_values"), edges(gap_values, "gap_values"))
 
     @property
     def n_rem(self) -> int:
@@ -230,31 +246,26 @@ class ScorePolicy:
                  advance_reserve: float = 0.0, reserve_power: float = 4.0,
                  cover: float | None = None, live_need=None, cover_slack: float = 0.0,
                  defer: int = 0, reserve_score=None):
-        if not 0.0 <= explore <= 1.0:
-            raise ValueError(f"explore must be in [0, 1], got {explore!r}")
-        if not 0.0 <= learning_rate <= 1.0:
-            raise ValueError(f"learning_rate must be in [0, 1], got {learning_rate!r}")
+        explore, learning_rate, ahead, seed_reserve, advance_reserve, cover_slack = (
+            check.number(value, name, 0.0, 1.0) for value, name in (
+                (explore, "explore"), (learning_rate, "learning_rate"), (ahead, "ahead"),
+                (seed_reserve, "seed_reserve"), (advance_reserve, "advance_reserve"),
+                (cover_slack, "cover_slack")))
+        reserve_power = check.number(reserve_power, "reserve_power", 0.0, 16.0, open_low=True)
         if learning_rate > 0 and score is None:
             raise ValueError("learning needs a score table to update")
         self.score = None if score is None else _float_table(score, "score")
-        self.proxy_class = None if proxy_class is None else \
-            np.ascontiguousarray(proxy_class, dtype=np.int64)
+        self.proxy_class = None if proxy_class is None else _int_table(proxy_class,
+                                                                       "proxy_class")
         if self.proxy_class is not None and self.score is not None \
                 and len(self.proxy_class) != len(self.score):
             raise ValueError("proxy_class and score must have one entry per cell")
-        self.explore, self.learning_rate, self.seed = float(explore), float(learning_rate), seed
-        self.min_score = -1.0 if min_score is None else float(min_score)
-        if not 0.0 <= ahead <= 1.0:
-            raise ValueError(f"ahead must be in [0, 1], got {ahead!r}")
-        self.proxy_live, self.ahead = bool(proxy_live), float(ahead)
-        if not 0.0 <= seed_reserve <= 1.0:
-            raise ValueError(f"seed_reserve must be in [0, 1], got {seed_reserve!r}")
-        self.seed_reserve = float(seed_reserve)
-        if not 0.0 <= advance_reserve <= 1.0:
-            raise ValueError(f"advance_reserve must be in [0, 1], got {advance_reserve!r}")
-        if not 0.0 < reserve_power <= 16.0:
-            raise ValueError(f"reserve_power must be in (0, 16], got {reserve_power!r}")
-        self.advance_reserve, self.reserve_power = float(advance_reserve), float(reserve_power)
+        self.explore, self.learning_rate = explore, learning_rate
+        self.seed = check.whole(seed, "seed")
+        self.min_score = -1.0 if min_score is None else check.number(min_score, "min_score")
+        self.proxy_live, self.ahead = check.flag(proxy_live, "proxy_live"), ahead
+        self.seed_reserve = seed_reserve
+        self.advance_reserve, self.reserve_power = advance_reserve, reserve_power
         # fixed when the policy is made: learning moves the scores, not the reserves
         if reserve_score is not None:
             reserve_score = _float_table(reserve_score, "reserve_score")
@@ -268,16 +279,11 @@ class ScorePolicy:
             self.seed_reserve * slack
         self.reserve_adv = None if self.advance_reserve == 0.0 or slack is None else \
             self.advance_reserve * slack
-        if cover is not None and not 0.0 <= cover <= 1.0:
-            raise ValueError(f"cover must be in [0, 1] or None, got {cover!r}")
-        self.cover = -1.0 if cover is None else float(cover)
-        if not 0.0 <= cover_slack <= 1.0:
-            raise ValueError(f"cover_slack must be in [0, 1], got {cover_slack!r}")
-        self.cover_slack = float(cover_slack)
+        self.cover = -1.0 if cover is None else check.number(cover, "cover", 0.0, 1.0,
+                                                             what=" or None")
+        self.cover_slack = cover_slack
         self.live_need = None if live_need is None else _float_table(live_need, "live_need")
-        if not (isinstance(defer, (int, np.integer)) and 0 <= defer <= 1024):
-            raise ValueError(f"defer must be an integer in [0, 1024], got {defer!r}")
-        self.defer = int(defer)
+        self.defer = check.whole(defer, "defer", 0, 1024)
         if self.live_need is not None and (self.score is None
                                            or len(self.live_need) != len(self.score)):
             raise ValueError("live_need needs a score table and one entry per cell")
@@ -341,7 +347,8 @@ class CallbackPolicy:
     every_event = False
 
     def select(self, candidates: Candidates) -> np.ndarray:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement select(candidates): "
+                                  "CallbackPolicy is a base class")
 
     def attach(self, kernel, n_cells: int | None) -> None:
         kernel.set_callback(self._call, bool(self.every_event))
@@ -369,11 +376,22 @@ class CallbackPolicy:
         return np.ascontiguousarray(keep, dtype=np.int32)
 
 
+def _int_table(values, name: str) -> np.ndarray:
+    """A 1-d table of whole numbers (integral floats taken) as C-ordered int64."""
+    table = np.asarray(values)
+    if table.ndim != 1 or table.dtype.kind not in "iuf" or (
+            table.dtype.kind == "f" and not np.all(np.mod(table, 1) == 0)):
+        raise check.ParameterError(f"{name} must be a 1-d array of whole numbers, got "
+                                   f"{check.shown(values)}")
+    return np.ascontiguousarray(table, dtype=np.int64)
+
+
 def _float_table(values, name: str) -> np.ndarray:
     table = np.asarray(values)
     if table.ndim != 1 or not np.issubdtype(table.dtype, np.floating):
-        raise ValueError(f"{name} must be a 1-d float array")
+        raise check.ParameterError(f"{name} must be a 1-d float array, got "
+                                   f"{check.shown(values)}")
     if not np.all(np.isfinite(table)):
-        raise ValueError(f"{name} must be finite")
+        raise check.ParameterError(f"{name} must be finite")
     return table if table.dtype == np.float64 and table.flags.c_contiguous \
         else np.ascontiguousarray(table, dtype=np.float64)

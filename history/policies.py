@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from acep import _checks as check
 from acep.events import EventBatch
 from acep.shedding import (
     Budget,
@@ -31,7 +32,8 @@ from acep.shedding import (
     ScorePolicy,
 )
 
-from .graph import bundle_index, compute_bundles
+from .graph import HistoryGraph, bundle_index, compute_bundles
+from .sketch import Sketch
 
 # the history policy's defaults (docs/SHEDDING.md 5 and 8); the agent's config uses them too
 LEARNING_RATE, EXPLORE, DEFER = 0.05, 0.01, 4
@@ -64,6 +66,11 @@ def policy_options(name: str, *, sketch=None, graph=None, hindsight: Mapping | N
         policy = CompletionPolicy(graph)
         return {"policy": policy, "bins": policy.bins}
     if name == "hindsight":
+        if not isinstance(hindsight, Mapping) or not {"log", "matches"} <= set(hindsight) \
+                or sketch is None:
+            raise check.ParameterError("the hindsight row needs hindsight={'log': ..., "
+                                       "'matches': ...} (history.build.traced_run) and the "
+                                       "sketch (for its window)")
         return {"policy": HindsightPolicy(hindsight["log"], sketch.window, hindsight["matches"])}
     if name in ("history", "history+rl"):
         learning = {} if name == "history+rl" else {"learning_rate": 0.0, "explore": 0.0}
@@ -122,18 +129,25 @@ class HistoryPolicy(ScorePolicy):
                  reserve_power: float = 2.0, cover: float | None = 0.5,
                  cover_slack: float | None = None, need: float = 1.0, defer: int = DEFER,
                  budget: Budget | float | None = None):
+        check.instance(sketch, "sketch", Sketch, "a history.Sketch",
+                       " (Sketch.load(path, key=...))")
+        proxy, need = check.flag(proxy, "proxy"), check.number(need, "need", 0.0)
+        if isinstance(budget, Budget):
+            budget = budget.ops_per_event
+        elif budget is not None:
+            budget = check.number(budget, "budget", 0.0, what=" (operations per event), a "
+                                  "Budget or None")
         if cover_slack is None:
             cover_slack = min(1.0, max(0.0, float(sketch.bundle_span)))
         live_need = None if need == 0.0 or not proxy else \
-            np.asarray(sketch.need, dtype=np.float64) * float(need)
+            np.asarray(sketch.need, dtype=np.float64) * need
         super().__init__(np.array(sketch.score, dtype=np.float64),
                          sketch.proxy_class.copy() if proxy else None,
                          explore=explore, learning_rate=learning_rate, seed=seed,
                          proxy_live=proxy, ahead=ahead, seed_reserve=seed_reserve,
                          advance_reserve=advance_reserve, reserve_power=reserve_power,
                          cover=cover, cover_slack=cover_slack, live_need=live_need,
-                         defer=defer, reserve_score=sketch.reserve_score(
-                             budget.ops_per_event if isinstance(budget, Budget) else budget))
+                         defer=defer, reserve_score=sketch.reserve_score(budget))
         self.sketch = sketch
         self.bins = sketch.bins()
 
@@ -156,6 +170,8 @@ class CompletionPolicy(ScorePolicy):
     name = "completion"
 
     def __init__(self, graph_or_counts, prior: float = 1.0, bins=None):
+        check.instance(graph_or_counts, "graph_or_counts", (HistoryGraph, Mapping),
+                       "a history.HistoryGraph or a mapping of 'visits' and 'successes'")
         if isinstance(graph_or_counts, Mapping):
             visits = np.asarray(graph_or_counts["visits"], dtype=np.float64)
             successes = np.asarray(graph_or_counts["successes"], dtype=np.float64)
@@ -261,17 +277,17 @@ class EventSampler:
     original positions."""
 
     def __init__(self, keep_every: int, partition: str | None = None, offset: int = 0):
-        if int(keep_every) != keep_every or keep_every < 1:
-            raise ValueError(f"keep_every must be a whole number >= 1, got {keep_every!r}")
-        if not 0 <= offset < keep_every:
-            raise ValueError(f"offset must be in 0..{keep_every - 1}, got {offset!r}")
-        self.keep_every, self.partition, self.offset = int(keep_every), partition, int(offset)
+        keep_every = check.whole(keep_every, "keep_every", 1)
+        offset = check.whole(offset, "offset", 0, keep_every - 1)
+        partition = check.name_or_none(partition, "partition", "the attribute to sample per")
+        self.keep_every, self.partition, self.offset = keep_every, partition, offset
         self._seen: dict = {}
         self._total = 0
         self.kept_positions = np.zeros(0, dtype=np.int64)
         self._out = 0
 
     def __call__(self, batch: EventBatch) -> EventBatch:
+        check.instance(batch, "batch", EventBatch, "an acep.EventBatch")
         n = len(batch)
         if self.partition is None:
             rank = self._total + np.arange(n)

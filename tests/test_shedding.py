@@ -309,7 +309,7 @@ def test_learning_follows_a_drifting_stream():
                       policy=ScorePolicy(score, learning_rate=0.1))
     learner.match_batch(EventBatch.from_events(events[:900]))
     assert score[cell["x"]] > 0.9 and score[cell["y"]] < 0.1
-    learner.match_batch(EventBatch.from_events(events[900:]))
+    learner.match_batch(EventBatch.from_events(events[900:], position=900))
     assert score[cell["y"]] > 0.9 and score[cell["x"]] < 0.1
 
 
