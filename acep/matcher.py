@@ -12,6 +12,7 @@ distinct trajectory with its least errors (small inputs; this also turns merging
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -23,10 +24,10 @@ from .automaton import Automaton, build_automaton
 from .events import Event, EventBatch, EventError, partition_key, tag_text
 from .pattern import Node, Where, parse_regex, parse_where, symbols
 from .predicates import CompiledPredicates, compile_predicates
-from .shedding import Budget, OldestFirstPolicy, VectorBins
+from .shedding import Budget, OldestFirstPolicy, VectorBins, smallest_burst
 
-__all__ = ["Pattern", "Matcher", "MatcherLimitError", "Match", "MatchBatch", "Bundle",
-           "bundles", "bundles_table", "best_per_point", "match"]
+__all__ = ["Pattern", "Matcher", "MatcherLimitError", "BucketWarning", "Match", "MatchBatch",
+           "Bundle", "bundles", "bundles_table", "best_per_point", "match"]
 
 
 @dataclass
@@ -282,6 +283,9 @@ class Matcher:
             check.instance(self.budget, "budget", Budget, "an acep.shedding.Budget",
                            " (e.g. Budget(ops_per_event=0.1))")
             self._kernel.set_budget(float(self.budget.ops_per_event), float(self.budget.depth))
+            if 0 < self.budget.depth < 1:
+                warnings.warn(_SMALL_BUCKET.format(b=self.budget, need=smallest_burst(
+                    self.budget.ops_per_event)), BucketWarning, stacklevel=4)
         if self.policy is None and self.budget is not None:
             self.policy = OldestFirstPolicy()
         if self.policy is not None:
@@ -476,6 +480,16 @@ class Matcher:
                            raw["trajectory_ptr"], raw["trajectory"], raw["trajectory_tags"],
                            self._tag_is_time)
         return _distinct_trajectories(found) if self.all_trajectories else found
+
+
+class BucketWarning(UserWarning):
+    """A budget whose bucket holds less than one operation: every candidate is shed."""
+
+
+_SMALL_BUCKET = ("budget: a bucket of {b.ops_per_event:g} operations per event x burst "
+                 "{b.burst:g} holds {b.depth:.3g} operations, less than the one a match node "
+                 "costs, so every candidate will be shed; give burst={need} or more (or a "
+                 "larger ops_per_event)")
 
 
 # node slots are indexed by C ints in the kernel; its limit is a C long long

@@ -8,6 +8,7 @@ numpy cell formula, the all-trajectories output, the log's own outcomes.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from test_engine_properties import case, stream
 
 from acep import backend
 from acep.events import EventBatch
-from acep.matcher import Matcher, best_per_point
+from acep.matcher import BucketWarning, Matcher, best_per_point
 from acep.shedding import (
     Budget,
     BudgetError,
@@ -325,9 +326,16 @@ def test_a_bucket_below_one_operation_keeps_nothing_and_is_refused_with_the_burs
     check_buckets refuses the first and names the smallest whole burst that holds one."""
     events = EventBatch.from_events([{"type": "ab"[i % 2], "t": float(i)} for i in range(200)])
     for depth, kept in ((0.99, False), (1.0, True)):
-        m = Matcher("a b", window=4, k=0, budget=Budget(depth / 100, 100))
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            m = Matcher("a b", window=4, k=0, budget=Budget(depth / 100, 100))
         m.match_batch(events)
         assert (m.stats["shed"] < m.stats["candidates"]) == kept
+        assert [str(w.message) for w in said if w.category is BucketWarning] == ([] if kept else [
+            "budget: a bucket of 0.0099 operations per event x burst 100 holds 0.99 operations,"
+            " less than the one a match node costs, so every candidate will be shed; give "
+            "burst=102 or more (or a larger ops_per_event)"])
+        assert all(w.filename == __file__ for w in said)  # the warning points at the caller
     check_buckets([0.5, 1], 2.0, 1)
     rng = np.random.default_rng(3)
     for ratio, ops, burst in zip(rng.uniform(0.001, 0.5, 50), rng.uniform(0.01, 5, 50),
