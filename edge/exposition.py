@@ -3,9 +3,10 @@
 The counters since the server started, as ``acep_collector_*_total``, and per device its
 last request (``acep_device_last_seen_timestamp_seconds``, to alert on ``time() - x``) and
 a few numbers of its last heartbeat (outbox backlog, dead letters, lag, a full disk, when
-its agent started: a device restarting over and over still looks seen). A
-heartbeat's status comes from a device, so only finite numbers (and true/false as 1/0) are
-taken from it.
+its agent started: a device restarting over and over still looks seen; which of its jobs
+fail and since when; what it shed, skipped as bad input and lost). A heartbeat's status
+comes from a device, so only finite numbers (and true/false as 1/0) are taken from it; its
+texts (why a job fails) are never a label, whose values must be few: each is a 0/1 gauge.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
-__all__ = ["wants_prometheus", "render", "COUNTERS", "GAUGES", "DEVICE_GAUGES"]
+__all__ = ["wants_prometheus", "render", "COUNTERS", "GAUGES", "DEVICE_GAUGES",
+           "DEVICE_COUNTERS", "DEVICE_FAILING"]
 
 COUNTERS = {
     "batches_stored": "batches stored",
@@ -81,6 +83,33 @@ DEVICE_GAUGES = {  # heartbeat key -> help (a metric acep_device_<key>, or as RE
                         "last heartbeat",
     "started_at": "when the device's agent started (Unix time; changes(...) counts restarts)",
 }
+DEVICE_COUNTERS = {  # heartbeat key -> help (acep_device_<key>_total); they start again at 0
+    # when the agent restarts (batches_dropped: when its outbox file is new), as a counter may
+    "events_in": "events the device's agent matched",
+    "events_bad": "events the device's agent skipped as bad (no type or tag, a tag that goes "
+                  "back, a missing attribute)",
+    "bad_lines": "input lines the device's agent skipped: not a JSON object",
+    "candidates": "match-node candidates of the device's matcher",
+    "shed": "match-node candidates the device's matcher shed under its budget",
+    "batches_refused": "batches the device's agent could not keep: its outbox was full "
+                       "(outbox.policy = \"refuse\")",
+    "batches_dropped": "batches the device's outbox dropped, unsent, to make room "
+                       "(outbox.policy = \"drop-oldest\")",
+}
+DEVICE_FAILING = {  # job -> (heartbeat key telling it fails, help of acep_device_<job>_failing)
+    # sketch_error and metrics_error say why, null when the job works (older agents too);
+    # upload_error stays after a dead letter until a batch is acknowledged: not "failing now"
+    "sketch": ("sketch_error", "1 while the device's sketch checks fail (a download, a sketch "
+                               "published it refuses, its key file unreadable): its "
+                               "sketch_error says why; at its last heartbeat"),
+    "metrics": ("metrics_error", "1 while the device's agent cannot write its metrics lines "
+                                 "(a full disk, a directory gone): its metrics_error says why; "
+                                 "at its last heartbeat"),
+    "upload": ("upload_failing_since", "1 while the device's uploads fail and its batches wait "
+                                       "to be sent again (no answer, or 5xx, 408, 429): its "
+                                       "upload_error says why; at its last heartbeat"),
+}
+FAILING_SINCE = "when the device's {job} began to fail (Unix time), from the agents that say it"
 CLOCK_AHEAD = ("how far the device's clock was ahead of the collector's at its last heartbeat "
                "that said its time (negative: behind); batches created over --max-clock-ahead "
                "ahead are refused, and retention goes by the device's clock")
@@ -136,19 +165,53 @@ class _Families:
                                        labels=["device"]) for k, doc in DEVICE_GAUGES.items()}
         ahead = GaugeMetricFamily("acep_device_clock_ahead_seconds", CLOCK_AHEAD,
                                   labels=["device"])
+        counters = {k: CounterMetricFamily(f"acep_device_{k}", doc, labels=["device"])
+                    for k, doc in DEVICE_COUNTERS.items()}
+        failing = {job: GaugeMetricFamily(f"acep_device_{job}_failing", doc, labels=["device"])
+                   for job, (_, doc) in DEVICE_FAILING.items()}
+        since = {job: GaugeMetricFamily(f"acep_device_{job}_failing_since_timestamp_seconds",
+                                        FAILING_SINCE.format(job=f"{job} job"),
+                                        labels=["device"]) for job in DEVICE_FAILING}
         for d in self.devices:
+            name, status = [d["device"]], d["status"] or {}
             if d["last_seen"] is not None:
-                seen.add_metric([d["device"]], d["last_seen"])
+                seen.add_metric(name, d["last_seen"])
             if d.get("clock_ahead_s") is not None:
-                ahead.add_metric([d["device"]], d["clock_ahead_s"])
+                ahead.add_metric(name, d["clock_ahead_s"])
             for key, family in gauges.items():
-                value = (d["status"] or {}).get(key)
+                value = status.get(key)
                 value = float(value) if isinstance(value, bool) else value
                 if _finite(value):
-                    family.add_metric([d["device"]], float(value))
+                    family.add_metric(name, float(value))
+            for key, family in counters.items():
+                if _finite(status.get(key)) and status[key] >= 0:
+                    family.add_metric(name, float(status[key]))
+            for job, (key, _) in DEVICE_FAILING.items():
+                flag = _failing(status, key)
+                if flag is not None:
+                    failing[job].add_metric(name, flag)
+                when = status.get(f"{job}_failing_since")
+                if _finite(when):
+                    since[job].add_metric(name, float(when))
         yield seen
         yield ahead
         yield from gauges.values()
+        yield from failing.values()
+        yield from since.values()
+        yield from counters.values()
+
+
+def _failing(status: Mapping, key: str) -> float | None:
+    """1.0 when ``status[key]`` says a job fails (a reason, or since when: a time), 0.0
+    when it is null; None when absent (an older agent) or of another type (a device's
+    junk)."""
+    if key not in status:
+        return None
+    value = status[key]
+    if value is None:
+        return 0.0
+    fails = _finite(value) if key.endswith("_since") else isinstance(value, str)
+    return 1.0 if fails else None
 
 
 def _finite(value) -> bool:

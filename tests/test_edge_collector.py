@@ -690,6 +690,73 @@ def test_metrics_for_prometheus_say_what_the_json_says_and_when_each_device_was_
         "text/plain")
 
 
+def _prometheus(srv: Server) -> tuple[str, dict, dict]:
+    """The Prometheus exposition: its text, {(name, device): value} of the device series
+    and {family: type}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = request(srv.url + "/metrics?format=prometheus")[1].decode()
+    families = list(text_string_to_metric_families(text))
+    samples = {(s.name, s.labels.get("device")): s.value for f in families for s in f.samples
+               if s.name.startswith("acep_device_")}
+    return text, samples, {f.name: f.type for f in families}
+
+
+def test_prometheus_says_which_jobs_of_a_device_fail_and_what_it_loses(srv):
+    """A heartbeat says why a job fails in text (sketch_error, metrics_error, upload_error).
+    Before, none of it reached /metrics: no alert could fire on a fleet whose sketch checks
+    had failed for a day. Now each device has a 0/1 gauge per job (the text is no label: its
+    values are unbounded), since when it fails (the agents that say it), and the counters
+    of what it sheds, skips as bad input and loses; an older agent's heartbeat, without the
+    *_failing_since fields, still gives the gauges its text fields tell."""
+    now = time.time()
+    assert beat(srv, json.dumps({
+        "time": now, "sketch_error": "sketch download failed: GET /v1/sketches/p1: HTTP 404",
+        "sketch_failing_since": now - 86400, "metrics_error": None,
+        "metrics_failing_since": None, "upload_error": "HTTP 408: body: no byte for 30 s",
+        "upload_failing_since": now - 600, "events_in": 1000, "events_bad": 3,
+        "bad_lines": 7, "candidates": 5000, "shed": 1200, "batches_refused": 0,
+        "batches_dropped": 2}).encode(), srv.tokens["d1"])[0] == 200
+    assert beat(srv, json.dumps({  # an agent from before the *_failing_since fields
+        "time": now, "sketch_error": None, "upload_error": "HTTP 503: busy",
+        "metrics_error": "cannot write metrics.path m.jsonl: [Errno 28] No space left on "
+                         "device"}).encode(), srv.tokens["d2"])[0] == 200
+    text, samples, types = _prometheus(srv)
+    assert "No space left" not in text and "HTTP 404" not in text  # no free text, anywhere
+    device = {k: v for k, v in samples.items() if "last_seen" not in k[0]
+              and "clock_ahead" not in k[0]}
+    assert device == {
+        ("acep_device_sketch_failing", "d1"): 1.0, ("acep_device_metrics_failing", "d1"): 0.0,
+        ("acep_device_upload_failing", "d1"): 1.0,
+        ("acep_device_sketch_failing_since_timestamp_seconds", "d1"): now - 86400,
+        ("acep_device_upload_failing_since_timestamp_seconds", "d1"): now - 600,
+        ("acep_device_events_in_total", "d1"): 1000.0,
+        ("acep_device_events_bad_total", "d1"): 3.0, ("acep_device_bad_lines_total", "d1"): 7.0,
+        ("acep_device_candidates_total", "d1"): 5000.0,
+        ("acep_device_shed_total", "d1"): 1200.0,
+        ("acep_device_batches_refused_total", "d1"): 0.0,
+        ("acep_device_batches_dropped_total", "d1"): 2.0,
+        # the older agent: its text fields say which jobs fail; it never said since when,
+        # nor whether its uploads fail now (its upload_error stays after a dead letter)
+        ("acep_device_sketch_failing", "d2"): 0.0, ("acep_device_metrics_failing", "d2"): 1.0}
+    assert types["acep_device_shed"] == types["acep_device_batches_dropped"] == "counter"
+    assert types["acep_device_sketch_failing"] == "gauge"
+
+    # a device's values are not trusted: what is not a number (or null) for a gauge, or
+    # not a finite count for a counter, is left out
+    assert beat(srv, json.dumps({
+        "sketch_error": 5, "metrics_error": ["x"], "upload_failing_since": "yesterday",
+        "sketch_failing_since": True, "events_in": -1, "shed": "many", "bad_lines": 1e300,
+        "candidates": 2.5}).encode(), srv.tokens["d2"])[0] == 200
+    assert beat(srv, b'{"events_bad": 1e400, "batches_dropped": NaN}', srv.tokens["d1"])[0] \
+        == 200
+    _, samples, _ = _prometheus(srv)
+    device = {k: v for k, v in samples.items() if "last_seen" not in k[0]
+              and "clock_ahead" not in k[0]}
+    assert device == {("acep_device_bad_lines_total", "d2"): 1e300,
+                      ("acep_device_candidates_total", "d2"): 2.5}
+
+
 ALERTS = ROOT / "examples" / "prometheus"
 
 
@@ -702,12 +769,14 @@ def test_the_example_alert_rules_name_metrics_the_collector_exports(srv):
     import yaml
     from prometheus_client.parser import text_string_to_metric_families
 
-    from edge.exposition import DEVICE_GAUGES
+    from edge.exposition import DEVICE_COUNTERS, DEVICE_FAILING, DEVICE_GAUGES
 
     assert srv.stop() == 0
     srv.extra = ("--mirror", str(srv.tmp / "mirror"))
     srv.start()
-    status = {**{key: 1.0 for key in DEVICE_GAUGES}, "time": time.time()}
+    status = {**{key: 1.0 for key in [*DEVICE_GAUGES, *DEVICE_COUNTERS]}, "time": time.time(),
+              **{f"{job}_failing_since": time.time() for job in DEVICE_FAILING},
+              "sketch_error": "why", "metrics_error": "why"}
     assert beat(srv, json.dumps(status).encode(), srv.tokens["d1"])[0] == 200
     text = request(srv.url + "/metrics?format=prometheus")[1].decode()
     exported = {s.name for family in text_string_to_metric_families(text)
@@ -723,6 +792,9 @@ def test_the_example_alert_rules_name_metrics_the_collector_exports(srv):
     assert read and read <= exported, read - exported
     assert {f"acep_device_{k}" for k in ("outbox_pending", "outbox_dead", "lag_s",
                                          "outbox_disk_full", "clock_ahead_seconds")} <= read
+    assert {f"acep_device_{job}_failing" for job in DEVICE_FAILING} <= read
+    assert {f"acep_device_{k}_total" for k in ("batches_dropped", "batches_refused",
+                                               "bad_lines", "events_bad", "shed")} <= read
     assert "acep_collector_storage_ok" in read
 
 
