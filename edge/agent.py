@@ -46,7 +46,7 @@ from history.sketch import Sketch
 from .budgeting import WallClockBudget
 from .commits import Commits
 from .config import AgentConfig, ConfigError, load_config
-from .logs import LOG_LEVELS, Crashes, LogLimiter
+from .logs import LOG_LEVELS, Crashes, Failing, LogLimiter
 from .outbox import Backoff, Outbox, OutboxError, OutboxFull
 from .resume import Progress
 from .retained import Retained
@@ -104,7 +104,7 @@ class Agent:
         self._beat_at = 0.0  # when the last heartbeat was handed to the uploader
         self.started_at = time.time()  # in every metrics line: restarts show in the fleet
         self._metrics_lost = 0  # metrics lines not written in a row
-        self.metrics_error: str | None = None  # why the last one was not written (or taken)
+        self._metrics_failing = Failing()  # why the last one was not written (or taken)
         self._metrics_crashes = Crashes(
             log, "metrics", "metrics lines and heartbeats are tried again every "
             f"{config.metrics.interval:g}s")
@@ -133,6 +133,15 @@ class Agent:
         self._loop_lock = threading.Lock()
         self._bad_log = LogLimiter(log)  # the source's, once there is one (one rate limit)
         self.sketches.watch(self.stop_event)
+
+    @property
+    def metrics_error(self) -> str | None:
+        """Why the last metrics line was not written (or the metrics not taken), or None."""
+        return self._metrics_failing.why
+
+    @metrics_error.setter
+    def metrics_error(self, why: str | None) -> None:
+        self._metrics_failing.set(why)
 
     @property
     def history(self) -> HistoryPolicy | None:
@@ -510,12 +519,15 @@ class Agent:
                "batches_dropped": ob["dropped"], "outbox_dead": ob["dead"],
                "outbox_dead_bytes": ob["dead_bytes"], "outbox_disk_full": self.commits.disk_full,
                "retained_events": len(self.kept),
-               "uploads_unauthorized": 0, "upload_error": None, "sketch_error": sk.error,
-               "metrics_error": self.metrics_error}
+               "uploads_unauthorized": 0, "upload_error": None, "upload_failing_since": None,
+               "sketch_error": sk.error, "sketch_failing_since": sk.failing_since,
+               "metrics_error": self.metrics_error,
+               "metrics_failing_since": self._metrics_failing.since}
         if self.uploader is not None:
             out["uploads_unauthorized"] = self.uploader.counts["unauthorized"]
             out["heartbeats"] = self.uploader.counts["heartbeats"]
             out["upload_error"] = self.uploader.last_error
+            out["upload_failing_since"] = self.uploader.failing_since
             up = self.uploader.uplink
             out.update(upload_bytes_on_wire=up.bytes_on_wire,
                        upload_expect_continue=up.expect_continue,

@@ -9,7 +9,7 @@ import time
 
 from acep._text import one_line
 
-__all__ = ["LogLimiter", "Crashes", "LOG_LEVELS", "one_line"]
+__all__ = ["LogLimiter", "Crashes", "Failing", "LOG_LEVELS", "one_line"]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # --log-level of acep agent and acep serve
 
@@ -78,3 +78,20 @@ class Crashes:
             self.streak = 0
 
 
+class Failing:
+    """Why a job of the agent fails now and since when: the metrics' ``<job>_error`` and
+    ``<job>_failing_since`` (the Unix time the streak of failures began; None while the
+    job works), which the collector's ``/metrics`` turns into a 0/1 gauge and a time to
+    alert on."""
+
+    def __init__(self):
+        self.why: str | None = None
+        self.since: float | None = None
+
+    def set(self, why: str | None) -> None:
+        """The job fails for ``why`` now (None: it works)."""
+        if why is None:
+            self.since = None
+        elif self.why is None:
+            self.since = time.time()
+        self.why = why

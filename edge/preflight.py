@@ -395,8 +395,10 @@ def _sketch(cfg: AgentConfig, matcher, keys: dict, published) -> Iterator[Check]
     sk = cfg.sketch
     key = keys.get(sk.key_file)
     if key is None:
+        then = " and try again at each sketch check, with backoff, until it can be" \
+            if sk.download and cfg.collector_url else ""
         yield Check("FAIL", "sketch", "cannot be verified: sketch.key_file cannot be read "
-                                      "(the agent would run oldest-first)")
+                                      f"(the agent would run oldest-first{then})")
         return
     if sk.download:
         status, body = published if published is not None else (None, b"")

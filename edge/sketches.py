@@ -11,8 +11,11 @@ download with backoff and asks for a newer sketch every ``sketch.check_interval`
 between chunks (:meth:`Sketches.take_offered`, then :meth:`Sketches.adopt`). The learned
 sketch is saved signed and atomically every ``sketch.save_every`` events and on exit.
 An unexpected error in the watch (a bug) does not end it: it is logged once per streak
-(:class:`edge.logs.Crashes`) and the check is tried again with the same backoff. ``error``
-(the metrics' ``sketch_error``) says why the checks fail, or None.
+(:class:`edge.logs.Crashes`) and the check is tried again with the same backoff. So is a
+key file that cannot be read (its permissions, a file not there yet): each check reads the
+keys first, and the first that can downloads the published sketch (a learned sketch that
+derives from it is resumed). ``error`` (the metrics' ``sketch_error``) says why the checks
+fail, or None; ``failing_since`` since when.
 
 The agent owns the matcher: it builds one with the sketch this gives it.
 """
@@ -29,15 +32,20 @@ from history.policies import HistoryPolicy
 from history.sketch import Sketch, SketchError, read_key
 
 from .config import AgentConfig, PatternConfig
-from .logs import Crashes
+from .logs import Crashes, Failing
 from .outbox import Backoff
 from .uplink import Uplink, download_sketch
 from .wire import sketch_etag
 
-__all__ = ["Sketches", "FALLBACK_POLICY", "fitting"]
+__all__ = ["Sketches", "FALLBACK_POLICY", "fitting", "KeyFileError"]
 
 log = logging.getLogger("edge.agent")
 FALLBACK_POLICY = "oldest-first"
+
+
+class KeyFileError(OSError):
+    """A key file of ``[sketch]`` that cannot be read (or is not set): no sketch can be
+    verified until it can."""
 
 
 class Sketches:
@@ -57,12 +65,37 @@ class Sketches:
         self.origin: str | None = None
         self.published: str | None = None
         self.download_failed = False
-        self.error: str | None = None  # the metrics' sketch_error
+        self.keys_unread = False  # the key files could not be read at start
+        self._failing = Failing()  # the metrics' sketch_error and sketch_failing_since
         self._refused: tuple[str, str] | None = None  # (ETag, why) of a published one refused
         self.counts = {"sketch_saves": 0, "sketch_updates": 0}
         self._since_save = 0
         self._offered: tuple | None = None  # a new verified sketch from _SketchWatch
         self._offer_lock = threading.Lock()
+
+    @property
+    def error(self) -> str | None:
+        """Why the sketch checks fail (the metrics' ``sketch_error``), or None."""
+        return self._failing.why
+
+    @error.setter
+    def error(self, why: str | None) -> None:
+        self._failing.set(why)
+
+    @property
+    def failing_since(self) -> float | None:
+        """When the sketch checks began to fail (Unix time), or None."""
+        return self._failing.since
+
+    def keys(self) -> tuple[bytes, bytes]:
+        """``(key, device_key)``: ``sketch.key_file`` verifies published sketches,
+        ``sketch.device_key_file`` (default the same) the learned one. Raises
+        :class:`KeyFileError` naming the file and why it cannot be read."""
+        sk = self.cfg.sketch
+        key = _read_key(sk.key_file, "sketch.key_file")
+        device_key = _read_key(sk.device_key_file, "sketch.device_key_file") \
+            if sk.device_key_file else key
+        return key, device_key
 
     def refuse(self, why: str) -> None:
         self.policy_error = f"sketch refused: {why}"
@@ -81,11 +114,17 @@ class Sketches:
         kept at ``sketch.path``)."""
         sk = self.cfg.sketch
         try:
-            key = _read_key(sk.key_file, "sketch.key_file")
-            device_key = _read_key(sk.device_key_file, "sketch.device_key_file") \
-                if sk.device_key_file else key
-        except OSError as e:
-            self.refuse(str(e))
+            key, device_key = self.keys()
+        except KeyFileError as e:
+            self.policy_error = f"sketch refused: {e}"
+            if not (sk.download and self.uplink is not None):
+                log.error("%s; using the fallback policy %s", self.policy_error,
+                          FALLBACK_POLICY)
+                return None
+            self.keys_unread, self.error = True, f"cannot verify sketches: {e}"
+            log.error("%s; using the fallback policy %s, and the sketch checks try again "
+                      "with backoff (up to %gs apart) until it can be read",
+                      self.policy_error, FALLBACK_POLICY, self.cfg.outbox.backoff_max)
             return None
         learned = self._learned(device_key)
         try:
@@ -178,20 +217,27 @@ class Sketches:
         return download_sketch(self.uplink, self.cfg.pattern.id, self.cfg.sketch.max_bytes,
                                etag)
 
-    def offer(self, data: bytes) -> None:
-        """A newly published sketch (from :class:`_SketchWatch`'s thread): verified here,
-        taken into use by the agent's loop between chunks (:meth:`take_offered`)."""
+    def offer(self, data: bytes, keys: tuple[bytes, bytes]) -> None:
+        """A newly published sketch (from :class:`_SketchWatch`'s thread): verified here
+        with ``keys`` (:meth:`keys`), taken into use by the agent's loop between chunks
+        (:meth:`take_offered`). An agent without a history policy since its start (its key
+        files could not be read then) resumes its learned sketch when that derives from
+        this one, as a start would."""
         sk, etag = self.cfg.sketch, sketch_etag(data)
         try:
-            sketch = self.fitting(Sketch.from_bytes(
-                data, _read_key(sk.key_file, "sketch.key_file"), sk.max_bytes))
-        except (SketchError, OSError) as e:
+            sketch = self.fitting(Sketch.from_bytes(data, keys[0], sk.max_bytes))
+        except SketchError as e:
             self.published = etag  # not asked for again until another one is published
             self.refused(etag, f"the sketch published as {etag[:16]} is refused: {e}")
             log.error("%s; keeping the policy %s", self.error, self.policy_name)
             return
         # only now: after an unexpected error the next check downloads it again (no 304)
         self.published = etag
+        learned = self._learned(keys[1]) if self.history is None else None
+        if learned is not None and learned[1] == etag:
+            log.info("the learned sketch %s derives from the sketch published as %s: "
+                     "resuming it", sk.save_path, etag[:16])
+            sketch = learned[0]
         with self._offer_lock:
             self._offered = (sketch, etag, data)
 
@@ -256,9 +302,9 @@ class Sketches:
 class _SketchWatch(threading.Thread):
     """Asks the collector for the published sketch: after a failed download again with
     the outbox's backoff, then every ``sketch.check_interval`` seconds (0: never) with
-    ``If-None-Match``. A new one goes to :meth:`Sketches.offer`. An unexpected error is
-    retried with the same backoff, said once per streak: the thread never ends before the
-    agent stops."""
+    ``If-None-Match``. A new one goes to :meth:`Sketches.offer`. A key file that cannot be
+    read and an unexpected error are retried with the same backoff, each said once per
+    streak: the thread never ends before the agent stops."""
 
     def __init__(self, sketches: Sketches, stop: threading.Event):
         super().__init__(name="acep-sketch", daemon=True)
@@ -267,17 +313,22 @@ class _SketchWatch(threading.Thread):
         self.backoff = Backoff(base_delay=ob.backoff_base, max_delay=ob.backoff_max)
         self.crashes = Crashes(log, "sketch checks", "the sketch is asked for again with "
                                f"backoff (up to {ob.backoff_max:g}s apart)")
+        self.unread = 1 if sketches.keys_unread else 0  # checks in a row a key file failed
 
     def run(self) -> None:
         sketches = self.sketches
         interval = sketches.cfg.sketch.check_interval
-        failures = 1 if sketches.download_failed else 0
+        failures = 1 if sketches.download_failed or sketches.keys_unread else 0
         wait = self.backoff.delay("sketch", 1) if failures else interval
         while failures or interval > 0:
             if self.stop_event.wait(wait):
                 return
             try:
                 self._check()
+            except KeyFileError as e:
+                failures += 1
+                wait = self.backoff.delay("sketch", failures)
+                self._unreadable(e, wait)
             except OSError as e:
                 failures += 1
                 wait = self.backoff.delay("sketch", failures)
@@ -292,12 +343,30 @@ class _SketchWatch(threading.Thread):
                 self.crashes.ended()
 
     def _check(self) -> None:
-        """One check: a new sketch is offered. Raises OSError when the download fails."""
+        """One check: a new sketch is offered. Raises :class:`KeyFileError` when a key file
+        cannot be read (before any download: nothing could be verified), OSError when the
+        download fails."""
         sketches = self.sketches
+        keys = sketches.keys()
+        if self.unread:
+            log.info("the sketch key files can be read again (after %d failed attempts): "
+                     "asking for the published sketch", self.unread)
+            self.unread = 0
         data = sketches.fetch(sketches.published)
         if data is not None:
-            sketches.offer(data)
+            sketches.offer(data, keys)
         sketches.checked()
+
+    def _unreadable(self, e: KeyFileError, wait: float) -> None:
+        """A key file cannot be read: said in ``sketch_error``, and logged once per streak
+        (a new sketch could not be verified, nor a learned one saved)."""
+        self.sketches.error = f"cannot verify sketches: {e}"
+        self.unread += 1
+        if self.unread == 1:
+            log.error("%s; the sketch checks try again with backoff (up to %gs apart) until "
+                      "it can be read", self.sketches.error, self.backoff.max_delay)
+        else:
+            log.debug("%s; next sketch check in %.1fs", self.sketches.error, wait)
 
 
 def fitting(sketch: Sketch, p: PatternConfig) -> Sketch:
@@ -315,8 +384,8 @@ def fitting(sketch: Sketch, p: PatternConfig) -> Sketch:
 
 def _read_key(path: str | None, name: str) -> bytes:
     if path is None:
-        raise OSError(f"{name}: not set")
+        raise KeyFileError(f"{name}: not set")
     try:
         return read_key(path)
     except OSError as e:
-        raise OSError(f"{name}: {e}") from None
+        raise KeyFileError(f"{name}: {e}") from None

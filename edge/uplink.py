@@ -512,7 +512,11 @@ class Uploader(threading.Thread):
 
     No batch (and no heartbeat) is sent before ``hold_until`` (Unix seconds): set after a
     401/403 (``auth_streak`` counts them in a row) and by an answer's ``Retry-After``.
-    ``last_error`` is the last failed attempt's error, None once a batch is acknowledged."""
+    ``last_error`` is the last failed attempt's error, None once a batch is acknowledged.
+    ``failing_since`` is when the uploads began to fail (no answer, an answer to retry
+    after, a refused token, an unexpected error), None once a batch is acknowledged or
+    refused for good, or a heartbeat is taken while no batch waits (the metrics'
+    ``upload_failing_since``)."""
 
     def __init__(self, outbox: Outbox, uplink: Uplink, idle_seconds: float = 0.5):
         super().__init__(name="acep-uploader", daemon=True)
@@ -526,6 +530,7 @@ class Uploader(threading.Thread):
         self.auth_streak = 0
         self.hold_until = 0.0
         self.fail_streak = 0  # failed attempts (5xx, network) since the last batch sent
+        self.failing_since: float | None = None
         self.crashes = Crashes(log, "uploads", "batches are kept and uploads are retried with "
                                f"backoff (up to {outbox.backoff.max_delay:g}s apart)")
         self._beat: dict | None = None
@@ -550,6 +555,7 @@ class Uploader(threading.Thread):
         (its batches are kept) and say it, with its traceback, once per streak."""
         wait = self.outbox.backoff.delay("crash", self.crashes.streak + 1)
         self.last_error = self.crashes.failed(e, wait)
+        self._failing()
         self.hold_until = max(self.hold_until, time.time() + wait)
         self.stop_event.wait(wait)
 
@@ -561,10 +567,16 @@ class Uploader(threading.Thread):
             self.wake.set()
 
     def send_beat(self, timeout: float | None = None) -> bool:
-        """Send the heartbeat waiting, if any (not while uploads are on hold for a refused
-        token: it would be refused too); False when none was sent."""
+        """Send the heartbeat waiting, if any; False when none was sent. While uploads are
+        on hold (a refused token, an answer's ``Retry-After``) it waits for the hold's end,
+        unless a newer one replaces it: dropped, a collector that answers every batch with
+        ``503`` and ``Retry-After`` (its disk missing) heard from no device meanwhile."""
         status, self._beat = self._beat, None
-        if status is None or time.time() < self.hold_until:
+        if status is None:
+            return False
+        if time.time() < self.hold_until:
+            if self._beat is None:  # not replaced by a newer one meanwhile
+                self._beat = status
             return False
         out = self.uplink.post_heartbeat(status, timeout)
         self.crashes.ended()  # an answer came: no bug on the way
@@ -574,6 +586,8 @@ class Uploader(threading.Thread):
             self.counts["heartbeats"] += 1
             self._beat_streak = 0
             self._authorized()
+            if self.outbox.next_due_at() is None:  # no batch waits: nothing fails now
+                self.failing_since = None
         elif out.action == "auth":  # the first request of a run: a wrong token shows at once
             self._unauthorized(out)
         elif out.status == 404:
@@ -583,6 +597,7 @@ class Uploader(threading.Thread):
         else:
             self.counts["heartbeats_failed"] += 1
             self._beat_streak += 1
+            self._failing()
             say = log.warning if self._beat_streak == 1 else log.debug
             say("heartbeat failed (%s); the next one goes at the next interval", out.why)
         return True
@@ -615,7 +630,7 @@ class Uploader(threading.Thread):
             self.outbox.ack(due.batch_id)
             self.counts["acked"] += 1
             self.counts["bytes_sent"] += len(due.body)
-            self.last_error = None
+            self.last_error = self.failing_since = None
             self._authorized()
         elif out.action == "auth":
             self._unauthorized(out)
@@ -623,7 +638,7 @@ class Uploader(threading.Thread):
             self._authorized()  # the collector checks the token before anything else
             self.outbox.reject(due.batch_id, why)
             self.counts["rejected"] += 1
-            self.last_error = why
+            self.last_error, self.failing_since = why, None
             log.error("collector refused batch %s (HTTP %s): %s; kept as a dead letter in %s "
                       "(acep outbox %s list)", due.batch_id, out.status, out.detail,
                       self.outbox.path, self.outbox.path)
@@ -633,6 +648,7 @@ class Uploader(threading.Thread):
             self.counts["retried"] += 1
             self.last_error = why
             self.fail_streak += 1
+            self._failing()
             if out.retry_after is not None:
                 when = self._hold(out)
             # a collector that is down fails every pending batch: say so once, not per batch
@@ -655,6 +671,7 @@ class Uploader(threading.Thread):
         self.auth_streak += 1
         self.counts["unauthorized"] += 1
         self.last_error = out.why
+        self._failing()
         wait = self.outbox.backoff.delay("auth", self.auth_streak)
         self.hold_until = time.time() + wait
         if self.auth_streak == 1:
@@ -665,6 +682,10 @@ class Uploader(threading.Thread):
         else:
             log.debug("still refused (HTTP %s), attempt %d; next in %.1fs", out.status,
                       self.auth_streak, wait)
+
+    def _failing(self) -> None:
+        if self.failing_since is None:
+            self.failing_since = time.time()
 
     def _authorized(self) -> None:
         if self.auth_streak:

@@ -160,6 +160,37 @@ def serving(tmp: Path, *extra: str) -> Iterator[Collector]:
         c.kill()
 
 
+def device_series(c: Collector, device: str = DEVICE) -> dict[str, float]:
+    """The collector's Prometheus series of ``device`` (``/metrics``): {name: value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(c.url + "/metrics?format=prometheus", timeout=10).read()
+    return {s.name: s.value for f in text_string_to_metric_families(text.decode())
+            for s in f.samples if s.labels.get("device") == device}
+
+
+_PR_CAPBSET_DROP, _CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH = 24, 1, 2  # linux/prctl.h
+
+
+def bound_by_modes() -> dict:
+    """Arguments of :class:`subprocess.Popen` under which a file's mode binds the process as
+    it binds any user on a device. CI runs as root, whose CAP_DAC_OVERRIDE reads a file of
+    mode 000: dropped (with CAP_DAC_READ_SEARCH) from the bounding set before the exec, the
+    program run has neither; as another user, nothing to do."""
+    if os.geteuid() != 0:
+        return {}
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def drop() -> None:
+        for cap in (_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH):
+            if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+    return {"preexec_fn": drop}
+
+
 class AgentRun:
     """A directory with ``agent.toml``, the followed events file and the agent's outbox."""
 
@@ -195,13 +226,14 @@ class AgentRun:
             fh.write("".join(json.dumps(e) + "\n" for e in events))
         self.written.extend(events)
 
-    def start(self, once: bool = False) -> subprocess.Popen:
+    def start(self, once: bool = False, **popen) -> subprocess.Popen:
+        """The agent as a process (``popen``: more arguments of :class:`subprocess.Popen`)."""
         with open(self.tmp / "agent.err", "a") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "edge.agent", "--config", str(self.cfg)]
                 + (["--once"] if once else []),
                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
-                env={**os.environ, "PYTHONPATH": str(ROOT)})
+                env={**os.environ, "PYTHONPATH": str(ROOT)}, **popen)
         return self.proc
 
     def log(self) -> str:
@@ -335,6 +367,37 @@ def test_heartbeats_show_a_device_that_is_up_with_nothing_to_upload(tmp_path, co
     (device,) = [json.loads(line) for line in listed.stdout.splitlines()]
     assert device["last_seen"] > seen  # the last heartbeat: the final metrics, at the stop
     assert device["status"] == {**final, "stopped": True}
+
+
+def test_the_fleet_s_metrics_say_whose_uploads_fail_and_since_when(tmp_path):
+    """An agent's uploads refused (503) while its heartbeats get through: before, /metrics
+    had nothing to alert on but a backlog of 1000 batches, which a quiet device takes days
+    to reach. Now its heartbeats say since when its uploads fail, the collector exports it
+    (acep_device_upload_failing, ..._since_timestamp_seconds), and both end with the first
+    batch acknowledged."""
+    with serving(tmp_path) as c:
+        run = AgentRun(tmp_path, c.url, c.token, heartbeat=0.3)
+        run.start()
+        run.append(stream(300, seed=43))
+        wait_for(lambda: run.alive() or run.caught_up(c), "every batch stored")
+        wait_for(lambda: device_series(c).get("acep_device_upload_failing") == 0,
+                 "a heartbeat after the batches")
+        c.archive.rename(c.archive.with_name("archive-unmounted"))  # uploads: 503
+        run.append([{**e, "t": e["t"] + 1000} for e in stream(300, seed=44)])
+        seen = wait_for(lambda: device_series(c).get("acep_device_upload_failing") == 1
+                        and device_series(c), "the collector's /metrics to say it")
+        since = seen["acep_device_upload_failing_since_timestamp_seconds"]
+        line = wait_for(lambda: run.alive() or run.last_metrics()["upload_failing_since"]
+                        and run.last_metrics(), "a metrics line saying it")
+        assert line["upload_failing_since"] == since
+        assert line["upload_error"].startswith("HTTP 503: ")
+        c.archive.with_name("archive-unmounted").rename(c.archive)
+        wait_for(lambda: run.alive() or run.caught_up(c), "every batch stored")
+        seen = wait_for(lambda: device_series(c).get("acep_device_upload_failing") == 0
+                        and device_series(c), "the end of it in /metrics")
+        assert "acep_device_upload_failing_since_timestamp_seconds" not in seen
+        final = run.stop()
+        assert final["upload_failing_since"] is None and final["upload_error"] is None
 
 
 # --------------------------------------------------------------------------- faults

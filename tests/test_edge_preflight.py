@@ -17,7 +17,16 @@ from types import SimpleNamespace
 
 import pytest
 from test_edge_agent_sketch import publish, sketch_bytes
-from test_edge_e2e import DEVICE, PATTERN, ROOT, SKETCH_KEY, Collector, serving, stream
+from test_edge_e2e import (
+    DEVICE,
+    PATTERN,
+    ROOT,
+    SKETCH_KEY,
+    Collector,
+    bound_by_modes,
+    serving,
+    stream,
+)
 
 from edge import preflight
 from edge.agent import main as agent_main
@@ -283,6 +292,23 @@ def test_key_files_every_user_can_read_are_a_warning(tmp_path, capsys):
     assert f"WARN sketch.key_file {tmp_path / 'sketch.key'}: every user can read it (mode " \
            f"0644); chmod o-r {tmp_path / 'sketch.key'}" in lines
     assert "collector" not in levels(lines)  # no collector.url: nothing to ask
+
+
+def test_a_key_file_the_agent_cannot_read_fails_naming_it(tmp_path, collector):
+    """A key file whose mode the agent's user does not pass (root, as CI, without its
+    capability to read any file): the file and why, and what the agent does about it."""
+    cfg = write_config(tmp_path, collector.url, collector.token, sketch=None, download=True)
+    os.chmod(tmp_path / "sketch.key", 0o200)
+    done = subprocess.run([sys.executable, "-m", "edge.agent", "--config", str(cfg), "--check"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, **bound_by_modes())
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert f"FAIL sketch.key_file {tmp_path / 'sketch.key'}: cannot read the key file " \
+           "(Permission denied)" in lines, lines
+    assert "FAIL sketch: cannot be verified: sketch.key_file cannot be read (the agent would " \
+           "run oldest-first and try again at each sketch check, with backoff, until it can " \
+           "be)" in lines, lines
 
 
 def test_a_config_error_exits_2_with_the_message(tmp_path, capsys):
