@@ -101,7 +101,9 @@ class Agent:
         # outbox transactions: in order, in a thread of their own (edge/commits.py)
         self.commits = Commits(self.stop_event, DISK_FULL_RETRY)
         self.uploader: Uploader | None = None
-        self._beat_at = 0.0  # when the last heartbeat was handed to the uploader
+        # when the last heartbeat was handed to the uploader (time.monotonic(): a clock set
+        # back by NTP must not hold the heartbeats until it is where it was)
+        self._beat_at: float | None = None
         self.started_at = time.time()  # in every metrics line: restarts show in the fleet
         self._metrics_lost = 0  # metrics lines not written in a row
         self._metrics_failing = Failing()  # why the last one was not written (or taken)
@@ -523,6 +525,8 @@ class Agent:
                "sketch_error": sk.error, "sketch_failing_since": sk.failing_since,
                "metrics_error": self.metrics_error,
                "metrics_failing_since": self._metrics_failing.since}
+        if self.uplink is not None:
+            out["clock_ahead_s"] = self.uplink.clock_ahead
         if self.uploader is not None:
             out["uploads_unauthorized"] = self.uploader.counts["unauthorized"]
             out["heartbeats"] = self.uploader.counts["heartbeats"]
@@ -584,9 +588,11 @@ class Agent:
         ``acep serve --list-devices`` tells a device that is up with nothing to upload from
         one that is down."""
         every = self.cfg.heartbeat
-        if self.uploader is None or every <= 0 or doc["time"] - self._beat_at < every:
+        now = time.monotonic()
+        if self.uploader is None or every <= 0 or \
+                (self._beat_at is not None and now - self._beat_at < every):
             return
-        self._beat_at = doc["time"]
+        self._beat_at = now
         self.uploader.beat(doc)
 
     def _last_heartbeat(self, final: dict) -> None:

@@ -9,7 +9,7 @@ import time
 
 from acep._text import one_line
 
-__all__ = ["LogLimiter", "Crashes", "Failing", "LOG_LEVELS", "one_line"]
+__all__ = ["LogLimiter", "Crashes", "Failing", "LOG_LEVELS", "one_line", "duration"]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # --log-level of acep agent and acep serve
 
@@ -95,3 +95,12 @@ class Failing:
         elif self.why is None:
             self.since = time.time()
         self.why = why
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` in the largest unit that fits: ``"2.0 hours"``, ``"45 s"``."""
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600),
+                       ("minutes", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"

@@ -47,16 +47,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .config import AgentConfig, ConfigError, load_config
+from .logs import duration
 from .outbox import read_summary
 from .sketches import fitting
-from .uplink import error_body, error_text, tls_context
+from .uplink import CLOCK_SLACK, error_body, error_text, tls_context
 from .wire import LOOPBACK
 
 __all__ = ["Check", "checks", "check", "HTTP_TIMEOUT"]
 
 HTTP_TIMEOUT = 5.0  # seconds at most per request (collector.timeout when smaller)
 MIN_FREE = 64 << 20  # bytes free beside the outbox below which the check warns
-CLOCK_SLACK = 60.0  # seconds this clock may differ from the collector's without a warning
 
 
 @dataclass(frozen=True)
@@ -349,7 +349,7 @@ def _clock(health: bytes, now: float) -> Check | None:
     except (ValueError, TypeError, KeyError):
         return None
     ahead = now - theirs
-    off = f"{_duration(abs(ahead))} {'ahead of' if ahead > 0 else 'behind'} the collector's"
+    off = f"{duration(abs(ahead))} {'ahead of' if ahead > 0 else 'behind'} the collector's"
     mine = f"{dt.datetime.fromtimestamp(now, dt.timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
     if ahead > ahead_max:
         return Check("FAIL", "clock", f"{mine}, {off} (more than its --max-clock-ahead): it "
@@ -362,14 +362,6 @@ def _clock(health: bytes, now: float) -> Check | None:
         return Check("WARN", "clock", f"{mine}, {off}: batches are dated by this clock "
                                       "(retention goes by it); set it (NTP)")
     return Check("ok", "clock", f"within {CLOCK_SLACK:g} s of the collector's")
-
-
-def _duration(seconds: float) -> str:
-    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600),
-                       ("minutes", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f} {unit}"
-    return f"{seconds:.0f} s"
 
 
 def _whose(base: str, cfg: AgentConfig, timeout: float, context, seen: str) -> Check:

@@ -30,6 +30,11 @@ Bodies of 1 KiB or more are gzipped (``Content-Encoding: gzip``) once an answer 
 collector says it takes them (``Accept-Encoding``, RFC 7694), unless ``collector.compress =
 false``; after a ``415`` to a gzipped body the batch is sent again as it is, and so are all
 from then on.
+
+Every answer tells the collector's time: its ``Date`` header (to the second), and a
+heartbeat's answer its ``time``. ``Uplink.clock_ahead`` is how far this device's clock is
+ahead of it (the metrics' ``clock_ahead_s``); beyond :data:`CLOCK_SLACK` it is logged as a
+warning once per streak, its end at info level. No request is made for it.
 """
 
 from __future__ import annotations
@@ -52,12 +57,12 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
-from .logs import Crashes, one_line
+from .logs import Crashes, duration, one_line
 from .outbox import Outbox
 from .wire import sketch_etag
 
 __all__ = ["Uplink", "Outcome", "Uploader", "download_sketch", "tls_context", "error_body",
-           "error_text"]
+           "error_text", "CLOCK_SLACK"]
 
 log = logging.getLogger("edge.agent")
 CONTINUE_WAIT = 1.0  # seconds a body waits for "100 Continue" before it goes anyway (as curl)
@@ -69,6 +74,9 @@ GZIP_LEVEL = 1  # bench/herd: 0.27 of the bytes at a sixth of level 6's CPU (0.2
 SEND_PIECE = 8 << 10
 DRAIN_POLL = 0.05  # seconds between two looks at the bytes not yet acknowledged
 _SIOCOUTQ = 0x5411  # Linux: the bytes of a TCP socket's send queue not yet acknowledged
+# seconds this clock may differ from the collector's without a warning (the agent's log and
+# acep agent --check); a streak of warnings ends within half of it (a Date is to the second)
+CLOCK_SLACK = 60.0
 _RETRY_4XX = (408, 429)
 _AUTH_4XX = (401, 403)
 
@@ -109,6 +117,9 @@ class Uplink:
         self.compress = compress
         self.gzip_taken = False  # the collector's answers say it takes gzip (RFC 7694)
         self.bytes_on_wire = 0
+        self.clock_ahead: float | None = None  # seconds this clock is ahead of the collector's
+        self._clock_off = False  # in a streak of offsets beyond CLOCK_SLACK (warned once)
+        self._clock_lock = threading.Lock()  # the uploads' and the sketch checks' answers
 
     def _headers(self, headers: dict | None = None) -> dict:
         return {"Authorization": f"Bearer {self.token}", **(headers or {})}
@@ -161,9 +172,32 @@ class Uplink:
             return Outcome("retry", None, f"connection: {str(e) or type(e).__name__}")
 
     def _heard(self, headers) -> None:
-        """Note what the collector's answer says it takes (``Accept-Encoding``)."""
+        """Note what the collector's answer says it takes (``Accept-Encoding``) and its
+        clock (``Date``)."""
         if "gzip" in (headers.get("Accept-Encoding") or "").lower():
             self.gzip_taken = True
+        theirs = http_date(headers.get("Date"))
+        if theirs is not None:  # a Date is to the second: the middle of it
+            self.clock_seen(time.time() - (theirs + 0.5))
+
+    def clock_seen(self, ahead: float) -> None:
+        """This device's clock is ``ahead`` seconds ahead of the collector's (negative:
+        behind): kept for the metrics; beyond :data:`CLOCK_SLACK` a warning, once per
+        streak, and its end (within half of it again) at info level."""
+        with self._clock_lock:
+            self.clock_ahead = round(ahead, 3)
+            off, way = duration(abs(ahead)), "ahead" if ahead > 0 else "behind"
+            if not self._clock_off and abs(ahead) > CLOCK_SLACK:
+                self._clock_off = True
+                log.warning("this device's clock is %s %s the collector's (more than %g s): "
+                            "batches are dated by it, and the collector's retention goes by "
+                            "their date (it refuses those too far ahead or too old); set "
+                            "the clock (NTP)", off, "ahead of" if ahead > 0 else way,
+                            CLOCK_SLACK)
+            elif self._clock_off and abs(ahead) <= CLOCK_SLACK / 2:
+                self._clock_off = False
+                log.info("this device's clock is within %g s of the collector's again (%s "
+                         "%s)", CLOCK_SLACK / 2, off, way)
 
     def _post_expecting(self, path: str, body: bytes, headers: dict,
                         timeout: float | None) -> tuple[int, bytes, float | None] | Outcome:
@@ -236,8 +270,20 @@ class Uplink:
         if isinstance(answer, Outcome):
             return answer
         code, text, wait = answer
-        return Outcome("ack", code, "seen") if code == 200 else \
-            _classify(code, error_text(text), wait)
+        if code != 200:
+            return _classify(code, error_text(text), wait)
+        self._their_time(text)
+        return Outcome("ack", code, "seen")
+
+    def _their_time(self, text: bytes) -> None:
+        """The collector's clock from a heartbeat's answer (``time``: finer than ``Date``)."""
+        try:
+            theirs = json.loads(text).get("time")
+        except (ValueError, AttributeError):
+            return
+        if isinstance(theirs, (int, float)) and not isinstance(theirs, bool) \
+                and abs(theirs) < 1e15:
+            self.clock_seen(time.time() - theirs)
 
     def get_sketch(self, pattern_id: str, max_bytes: int, etag: str | None = None
                    ) -> bytes | None:
@@ -251,8 +297,10 @@ class Uplink:
         try:
             with self.opener.open(self._request("GET", path, headers=headers),
                                   timeout=self.timeout) as r:
+                self._heard(r.headers)
                 data = r.read(max_bytes + 1)
         except urllib.error.HTTPError as e:
+            self._heard(e.headers)
             if e.code == 304 and etag:
                 return None
             raise OSError(f"GET {path}: HTTP {e.code} {error_text(error_body(e))}") from None
@@ -462,6 +510,17 @@ def download_sketch(uplink: Uplink, pattern_id: str, max_bytes: int,
     return data
 
 
+def http_date(value: str | None) -> float | None:
+    """The Unix time of an HTTP date (``Date``: ``Sun, 06 Nov 1994 08:49:37 GMT``); None
+    when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return email.utils.parsedate_to_datetime(value.strip()).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+
+
 def retry_after(value: str | None, now: float | None = None) -> float | None:
     """Seconds to wait from a ``Retry-After`` header (delay-seconds or an HTTP date);
     None when absent or unreadable."""
@@ -470,9 +529,8 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     value = value.strip()
     if value.isdigit():
         return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value).timestamp()
-    except (TypeError, ValueError, IndexError):
+    when = http_date(value)
+    if when is None:
         return None
     return max(when - (time.time() if now is None else now), 0.0)
 

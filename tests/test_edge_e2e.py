@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import sqlite3
@@ -398,6 +399,69 @@ def test_the_fleet_s_metrics_say_whose_uploads_fail_and_since_when(tmp_path):
         assert "acep_device_upload_failing_since_timestamp_seconds" not in seen
         final = run.stop()
         assert final["upload_failing_since"] is None and final["upload_error"] is None
+
+
+# The agent with its clock set off by the seconds in a file (re-read every 0.1 s): time.time
+# is what the agent dates its batches and metrics by, and a container cannot set its clock.
+OFF_CLOCK = """
+import runpy, sys, time
+offset_file, real, seen = sys.argv.pop(1), time.time, {"at": -1.0, "offset": 0.0}
+def off_clock():
+    if time.monotonic() - seen["at"] > 0.1:
+        with open(offset_file) as fh:
+            seen["offset"], seen["at"] = float(fh.read()), time.monotonic()
+    return real() + seen["offset"]
+time.time = off_clock
+runpy.run_module("edge.agent", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_an_agent_whose_clock_is_off_says_so_once_per_streak_from_the_answers(tmp_path):
+    """Before, only acep agent --check compared the clocks: an agent whose clock drifted (or
+    a Raspberry Pi whose clock NTP never set) dated its batches wrong without a word. Now the
+    agent reads the collector's time from the answers it gets anyway (Date, a heartbeat's
+    time: no request of its own), says clock_ahead_s in its metrics, and warns once per
+    streak beyond CLOCK_SLACK (60 s), its end at info level. Its heartbeats go on when the
+    clock is set back: their interval was counted on that clock, so none went for the two
+    hours it had been ahead."""
+    with serving(tmp_path, "--access-log") as c:
+        run = AgentRun(tmp_path, c.url, c.token, heartbeat=0.3)
+        offset = tmp_path / "clock-offset"
+        offset.write_text("7200")
+        with open(tmp_path / "agent.err", "a") as err:
+            run.proc = subprocess.Popen(
+                [sys.executable, "-c", OFF_CLOCK, str(offset), "--config", str(run.cfg)],
+                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
+                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        try:
+            def ahead(near: float) -> bool:
+                run.alive()
+                metrics = tmp_path / f"metrics-{run.outbox.name}.jsonl"
+                value = run.last_metrics().get("clock_ahead_s") if metrics.exists() else None
+                return value is not None and abs(value - near) < 5
+
+            run.append(stream(300, seed=41))
+            wait_for(lambda: ahead(7200) and c.seqs(), "batches and the offset measured")
+            offset.write_text("0")
+            wait_for(lambda: ahead(0), "the clock set")
+            offset.write_text("-7200")
+            wait_for(lambda: ahead(-7200), "the clock set back")
+            final = run.stop()
+        finally:
+            if run.proc.poll() is None:
+                run.proc.kill()
+        assert abs(final["clock_ahead_s"] + 7200) < 5
+        said = [line.split(" edge.agent: ", 1)[1] for line in run.log().splitlines()
+                if "this device's clock is" in line]
+        assert said == [
+            "this device's clock is 2.0 hours ahead of the collector's (more than 60 s): "
+            "batches are dated by it, and the collector's retention goes by their date (it "
+            "refuses those too far ahead or too old); set the clock (NTP)",
+            said[1], said[0].replace("2.0 hours ahead of", "2.0 hours behind")], said
+        assert re.fullmatch(r"this device's clock is within 30 s of the collector's again "
+                            r"\(\d s (ahead|behind)\)", said[1]), said[1]
+        assert " WARNING " in run.log() and "GET /health" not in c.log()  # no request of its own
+        assert "POST /v1/batches" in c.log()  # the access log is on
 
 
 # --------------------------------------------------------------------------- faults
