@@ -169,6 +169,9 @@ class Agent:
                 matcher, policy = self._history_matcher(sketch, budget)
             except (ValueError, TypeError) as e:
                 sk.refuse(f"does not fit the pattern: {e}")
+                if self.cfg.sketch.download and sk.origin is not None:
+                    sk.refused(sk.origin, f"the sketch published as {sk.origin[:16]} does not "
+                                          f"fit the pattern: {e}")
             else:
                 sk.policy_name, sk.history = "history", policy
                 return matcher

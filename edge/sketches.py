@@ -159,6 +159,8 @@ class Sketches:
             sketch = self.fitting(Sketch.from_bytes(data, key, sk.max_bytes))
         except SketchError as e:
             self.refuse(str(e))
+            if sk.download:  # as a check would say it, until another one is published
+                self.refused(etag, f"the sketch published as {etag[:16]} is refused: {e}")
             return None
         self.origin = etag
         return sketch

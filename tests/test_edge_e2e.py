@@ -12,6 +12,7 @@ Every wait polls with a deadline; no fixed sleep is relied on for correctness.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import random
@@ -654,6 +655,14 @@ def test_tampered_sketch_from_the_collector_falls_back(tmp_path, collector):
     assert "sketch refused" in run.log() and "fallback policy oldest-first" in run.log()
     final = run.last_metrics()
     assert final["policy"] == "oldest-first" and "sketch refused" in final["policy_error"]
+    # the sketch checks fail as long as this sketch is the one published: before, only a
+    # check after the start said it, so the fleet's /metrics showed nothing wrong
+    digest = hashlib.sha256(bytes(bad)).hexdigest()
+    assert final["sketch_error"] == f"the sketch published as {digest[:16]} is refused: " \
+                                    "signature check failed: the sketch was tampered with or " \
+                                    "the key is wrong"
+    assert final["sketch_failing_since"] <= final["time"]
+    assert device_series(collector)["acep_device_sketch_failing"] == 1
     assert run.caught_up(collector)
     assert_nothing_lost_or_duplicated(collector, run, Budget(0.5, 8))
 
@@ -664,6 +673,8 @@ def test_tampered_sketch_from_the_collector_falls_back(tmp_path, collector):
                   sketch=sketch)
     assert ok.start(once=True).wait(60) == 0, ok.log()
     assert ok.last_metrics()["policy"] == "history"
+    assert ok.last_metrics()["sketch_error"] is None
+    assert device_series(collector)["acep_device_sketch_failing"] == 0
 
 
 def test_example_agent_toml_against_the_collector(tmp_path, collector):
