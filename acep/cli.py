@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import __version__, storage
+from ._backend import KernelUnavailable
 from .events import (
     EventError,
     EventSpec,
@@ -90,10 +91,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`acep match ... | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except KernelUnavailable as exc:
+        print(f"{_command(args)}: {exc}", file=sys.stderr)
+        return 2
     except (EventError, ValueError, OSError, MemoryError) as exc:
         print(f"acep: error: {storage.redact_text(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        print(f"{_command(args)}: interrupted", file=sys.stderr)
         return 130
 
 
