@@ -190,3 +190,18 @@ def _failed_job(args):
 def test_an_interrupt_or_a_spark_failure_is_one_line(capsys, job, code, line):
     assert run_command("acep train", job, None, ()) == code
     assert capsys.readouterr().err == line + "\n"
+
+
+def test_java_home_without_java_is_refused_though_the_path_has_one(tmp_path, monkeypatch):
+    """Spark's launcher runs $JAVA_HOME/bin/java whatever the PATH holds: a JAVA_HOME
+    left pointing at nothing failed later, with a traceback from the gateway launch."""
+    pytest.importorskip("pyspark")
+    from trainer.spark import SparkUnavailable, check_installed
+
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    with pytest.raises(SparkUnavailable, match=f"^JAVA_HOME is {tmp_path}, which has no "
+                                                "bin/java: point it at a Java 17 or newer"):
+        check_installed()
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "java").write_text("#!/bin/sh\n")
+    check_installed()
