@@ -15,6 +15,11 @@ from types import ModuleType
 _PURE_NAME = "acep._kernel_pure"
 
 
+class KernelUnavailable(RuntimeError):
+    """The compiled kernel was asked for (``backend="compiled"``, ``ACEP_KERNEL=compiled``)
+    where it is not built."""
+
+
 def pure_kernel() -> ModuleType:
     """The kernel module run as plain Python from its source file."""
     module = sys.modules.get(_PURE_NAME)
@@ -29,16 +34,22 @@ def pure_kernel() -> ModuleType:
 
 def kernel(name: str | None = None) -> ModuleType:
     """The kernel module for ``name`` ("compiled", "python", or None for the default)."""
+    by_env = not name and bool(os.environ.get("ACEP_KERNEL"))
     name = name or os.environ.get("ACEP_KERNEL") or "auto"
     if name == "python":
         return pure_kernel()
+    if name not in ("auto", "compiled"):
+        if by_env:
+            raise ValueError(f"ACEP_KERNEL={name!r} is not a kernel: set it to compiled or "
+                             "python, or unset it")
+        raise ValueError(f"unknown backend {name!r}: use 'compiled' or 'python'")
     from . import _kernel
 
     if name == "compiled" and not is_compiled(_kernel):
-        raise RuntimeError("the compiled kernel is not built; reinstall with a C compiler "
-                           "and Cython (pip install .), or use backend='python'")
-    if name not in ("auto", "compiled"):
-        raise ValueError(f"unknown backend {name!r}: use 'compiled' or 'python'")
+        fallback = "ACEP_KERNEL=python" if by_env else "backend='python'"
+        raise KernelUnavailable(
+            f"{'ACEP_KERNEL=compiled, but ' if by_env else ''}the compiled kernel is not "
+            f"built; reinstall with a C compiler and Cython (pip install .), or use {fallback}")
     return _kernel
 
 

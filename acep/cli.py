@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import __version__, storage
+from ._backend import KernelUnavailable
 from ._text import one_line
 from .events import (
     EventError,
@@ -91,10 +92,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`acep match ... | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except KernelUnavailable as exc:
+        print(f"{_command(args)}: {exc}", file=sys.stderr)
+        return 2
     except (EventError, ValueError, OSError, MemoryError) as exc:
         print(f"acep: error: {storage.redact_text(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        print(f"{_command(args)}: interrupted", file=sys.stderr)
         return 130
 
 
@@ -147,10 +152,11 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--workdir", help="where everything is written (default: a new "
                                         "temporary directory, kept)")
     demo.add_argument("--data", help="a flights Parquet file instead of the embedded week")
-    demo.add_argument("--train-days", type=float, default=4.0,
+    demo.add_argument("--train-days", type=_days, default=4.0,
                       help="days of the stream to train on (default 4)")
-    demo.add_argument("--budget", type=float, default=0.10,
-                      help="the agent's share of the unconstrained operations (default 0.10)")
+    demo.add_argument("--budget", type=_share, default=0.10,
+                      help="the agent's share of the unconstrained operations, in (0, 1] "
+                           "(default 0.10)")
     demo.add_argument("--cores", type=_whole(1, "cores"), help="cores of the local Spark session")
     demo.set_defaults(run=run_demo)
     sample = sub.add_parser("sample", help="match a pattern on the embedded flights sample "
@@ -226,6 +232,28 @@ def _whole(minimum: int, what: str, maximum: int | None = None):
             raise argparse.ArgumentTypeError(f"the {what} must be <= {maximum}, got {value}")
         return value
     return parse
+
+
+def _share(text: str) -> float:
+    """``acep demo --budget``: a share of the unconstrained operations, in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"the share must be a number in (0, 1], got {text!r}")
+    return value
+
+
+def _days(text: str) -> float:
+    """``acep demo --train-days``: a number of days above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"the days must be a number > 0, got {text!r}")
+    return value
 
 
 def burst_type(text: str) -> float:
@@ -777,21 +805,26 @@ def run_history(args) -> int:
 
 
 def run_demo(args) -> int:
-    """The end-to-end loop (``trainer.demo``)."""
-    if not 0 < args.budget <= 1:
-        raise ValueError(f"--budget must be in (0, 1], got {args.budget}")
-    from trainer.spark import SparkUnavailable, check_installed
-
-    try:
-        check_installed()
-        import aiohttp  # noqa: F401 - the collector's server
-        import pyarrow  # noqa: F401
-    except (SparkUnavailable, ImportError) as exc:
-        raise ValueError(f"the demo needs pip install 'acep[demo]' and Java 17: {exc}") \
-            from None
+    """The end-to-end loop (``trainer.demo``): its input checked before any process starts,
+    Ctrl-C, SIGTERM and failures (Spark's too) one line."""
+    from trainer.demo import DemoInputError
     from trainer.demo import main as demo_main
+    from trainer.spark import check_installed, run_command, terminate_on_sigterm
 
-    return demo_main(args.workdir, args.data, args.budget, args.train_days, args.cores)
+    def run(args) -> int:
+        try:
+            import aiohttp  # noqa: F401 - the collector's server
+            import pyarrow  # noqa: F401
+            import pyspark  # noqa: F401
+        except ImportError as exc:
+            raise UsageError(f"the demo needs {exc.name!r}: pip install 'acep[demo]'") \
+                from None
+        check_installed()
+        with terminate_on_sigterm():
+            return demo_main(args.workdir, args.data, args.budget, args.train_days,
+                             args.cores)
+
+    return run_command("acep demo", run, args, (UsageError, DemoInputError))
 
 
 def run_sample(args) -> int:

@@ -64,3 +64,32 @@ def test_the_match_summary_names_the_kernel_that_ran(tmp_path):
                            cwd=ROOT, timeout=60)
         assert r.returncode == 0, r.stderr
         assert f"{name} kernel" in r.stderr and r.stdout.count("\n") == 1
+
+
+def _without_compiled_kernel(tmp_path: Path) -> Path:
+    """A copy of the acep package with its sources only, as on a device without a C
+    compiler at install time."""
+    import shutil
+
+    shutil.copytree(ROOT / "acep", tmp_path / "acep",
+                    ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
+    return tmp_path
+
+
+@pytest.mark.parametrize("kernel, code, line", [
+    ("", 0, "python"),
+    ("python", 0, "python"),
+    ("compiled", 2, "acep backend: ACEP_KERNEL=compiled, but the compiled kernel is not "
+                    "built; reinstall with a C compiler and Cython (pip install .), or use "
+                    "ACEP_KERNEL=python"),
+    ("gpu", 1, "acep: error: ACEP_KERNEL='gpu' is not a kernel: set it to compiled or "
+               "python, or unset it"),
+])
+def test_acep_backend_without_the_compiled_kernel(tmp_path, kernel, code, line):
+    """Forcing the compiled kernel where it is not built was a RuntimeError traceback."""
+    home = _without_compiled_kernel(tmp_path)
+    env = dict(os.environ, ACEP_KERNEL=kernel, PYTHONPATH=str(home))
+    r = subprocess.run([sys.executable, "-m", "acep.cli", "backend"], capture_output=True,
+                       text=True, cwd=home, env=env, timeout=60)
+    assert r.returncode == code
+    assert (r.stdout if code == 0 else r.stderr) == line + "\n"

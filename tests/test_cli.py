@@ -212,6 +212,22 @@ def test_sample_runs_on_the_embedded_sample():
     assert "bundles" in r.stdout.splitlines()[-1]
 
 
+def test_ctrl_c_is_one_line_and_exit_130():
+    """`acep sample` on the pure-Python kernel takes minutes: Ctrl-C ended it silently."""
+    import os
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "acep.cli", "sample"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "ACEP_KERNEL": "python"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out, err) == (130, "", "acep sample: interrupted\n")
+
+
 @pytest.mark.parametrize("args, option", [
     (["sample", "--limit", "-1"], "--limit: the matches to print must be >= 0, got -1"),
     (["match", "e.jsonl", "-p", "a b", "-w", "5", "-k", "-1"], "-k: the letters that may "

@@ -206,3 +206,18 @@ def test_train_refuses_a_bucket_that_cannot_hold_one_operation_and_writes_nothin
     assert "the bucket of 0.01 holds 0.01 operations" in err and "bucket of 0.5" not in err
     assert "give --burst 100 or more" in err, err
     assert not (work / "h.history").exists() and not (work / "h.sketch").exists()
+
+
+def test_java_home_without_java_is_refused_though_the_path_has_one(tmp_path, monkeypatch):
+    """Spark's launcher runs $JAVA_HOME/bin/java whatever the PATH holds: a JAVA_HOME
+    left pointing at nothing failed later, with a traceback from the gateway launch."""
+    pytest.importorskip("pyspark")
+    from trainer.spark import SparkUnavailable, check_installed
+
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    with pytest.raises(SparkUnavailable, match=f"^JAVA_HOME is {tmp_path}, which has no "
+                                                "bin/java: point it at a Java 17 or newer"):
+        check_installed()
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "java").write_text("#!/bin/sh\n")
+    check_installed()

@@ -17,12 +17,16 @@ The pattern is :data:`LOOP`; the budget a tenth of the unconstrained operations.
 
 Everything is written under a work directory (a new temporary one by default) that is kept
 for inspection: the collector's database and archive, the sketch, the agent's logs, the
-report as JSON and the plot.
+report as JSON and the plot. The options, the work directory and the data are checked
+before any process or Spark job starts (:class:`DemoInputError`): the matcher's
+unconstrained runs on both parts of the stream come first, so a split with nothing to learn
+or to score, or a budget whose bucket holds no operation, is said at once.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sqlite3
@@ -36,12 +40,12 @@ from pathlib import Path
 
 import numpy as np
 
-from acep import MatchBatch, Matcher, bundles
-from acep.events import PRESETS, EventBatch, read_all
+from acep import MatchBatch, Matcher, bundles, storage
+from acep.events import PRESETS, EventBatch, EventError, iso_texts, read_all
 from acep.shedding import Budget, OldestFirstPolicy
 from history.sketch import read_key
 
-__all__ = ["run", "main"]
+__all__ = ["run", "main", "DemoInputError"]
 
 WEEK = "flights-week.parquet"
 # a late departure, more late ones, then one at least 30 minutes later than the last late one,
@@ -56,13 +60,19 @@ DEVICE = "demo-pi"
 FIT_RATIOS = (0.025, 0.05, 0.1, 0.25)
 RUN_FILES = ("agent.toml", "agent.log", "agent-metrics.jsonl", "agent-outbox.db",
              "collector.db", "collector.log", "archive", "device.token", "downloaded.sketch",
-             "fleet.key", "learned.sketch", "report.json", "report.png", "test.jsonl",
-             "train.parquet")
+             "fleet.key", "learned.sketch", "learned.sketch.origin", "report.json",
+             "report.png", "test.jsonl", "train.parquet")
+# written first into a work directory: only where it is are RUN_FILES an earlier demo's
+MARK = ".acep-demo"
+
+
+class DemoInputError(ValueError):
+    """An option, the work directory or the data refused before any process starts."""
 
 
 @dataclass
 class Options:
-    workdir: Path
+    workdir: Path | None  # None: a new temporary directory, made once the checks pass
     data: Path
     train_days: float = 4.0
     budget: float = 0.10
@@ -75,6 +85,102 @@ def _say(text: str) -> None:
 
 
 # --------------------------------------------------------------------------- data
+
+
+def read_flights(path: Path) -> EventBatch:
+    """The flights of ``--data``, refused unless a Parquet file of flights in time order
+    (the trainer reads the first rows of the file itself)."""
+    if os.path.isfile(path) and storage.suffix(path) not in (".parquet", ".pq"):
+        raise DemoInputError(f"--data {path}: the demo takes a Parquet file of flights "
+                             f"(date, delay, distance, origin, destination); convert it first")
+    try:
+        events = read_all(path, PRESETS["flights"])
+    except (EventError, OSError) as exc:
+        raise DemoInputError(f"--data: {storage.redact_text(str(exc))}") from None
+    if not len(events):
+        raise DemoInputError(f"--data {path}: no flights in it")
+    back = np.flatnonzero(np.diff(events.tags) < 0)
+    if back.size:
+        i = int(back[0]) + 1
+        before, after = iso_texts(events.tags[i - 1:i + 1])
+        raise DemoInputError(f"--data {path}: the flights are not in time order (flight "
+                             f"{i + 1:,} departs at {after}, before flight {i:,} at "
+                             f"{before}): sort them by date first")
+    return events
+
+
+def check_split(events: EventBatch, train: EventBatch, test: EventBatch,
+                days: float) -> None:
+    """Both parts hold flights: the trainer learns from the first, the agent runs on the
+    rest."""
+    if not len(test):
+        span = (events.tags[-1] - events.tags[0]) / DAY
+        raise DemoInputError(f"--train-days {days:g} leaves no flights for the agent: the "
+                             f"data spans {span:.4g} days ({_dates(events)}); give fewer")
+
+
+def check_matches(train_found: MatchBatch, test_found: MatchBatch, days: float) -> None:
+    """The unconstrained runs found matches on both parts: something to learn, something
+    to score."""
+    if not len(train_found) and not len(test_found):
+        raise DemoInputError("--data: the flights hold no match of the demo's pattern "
+                             f"({LOOP['pattern']!r} where {' and '.join(LOOP['where'])})")
+    if not len(train_found):
+        raise DemoInputError(f"--train-days {days:g}: the first {days:g} days hold no match "
+                             "of the pattern, so there is no history to learn; give more")
+    if not len(test_found):
+        raise DemoInputError(f"--train-days {days:g}: the days after the first {days:g} hold "
+                             "no match of the pattern, so there is no recall to measure; "
+                             "give fewer")
+
+
+def check_budget(budget: float, per_event: float, burst: float) -> float:
+    """The agent's operations per event; refused when its bucket holds less than the one
+    operation a match node costs (it would keep nothing)."""
+    ops = budget * per_event
+    if ops * burst < 1:
+        least = _round_up(1 / (per_event * burst))
+        raise DemoInputError(f"--budget {budget:g}: {ops:.3g} operations per event, so the "
+                             f"agent's bucket of {burst:g} events holds {ops * burst:.3g}, "
+                             f"less than the one a match node costs; give --budget "
+                             f"{least:g} or more")
+    return ops
+
+
+def _round_up(x: float) -> float:
+    """``x`` rounded up to two significant digits."""
+    scale = 10.0 ** (math.floor(math.log10(x)) - 1)
+    return math.ceil(x / scale) * scale
+
+
+def machine_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def check_cores(cores: int | None) -> None:
+    have = machine_cores()
+    if cores is not None and cores > have:
+        raise DemoInputError(f"--cores {cores}: this machine has {have}; a local Spark "
+                             "session gains nothing from more (each core runs a Python "
+                             "worker)")
+
+
+def _dates(events: EventBatch) -> str:
+    """The days the flights span: ``Jan 1-7, 2001``."""
+    first, last = (np.datetime64(int(t), "s").item() for t in events.tags[[0, -1]])
+    if first.date() == last.date():
+        return f"{first:%b} {first.day}, {first.year}"
+    if (first.year, first.month) == (last.year, last.month):
+        return f"{first:%b} {first.day}-{last.day}, {first.year}"
+    if first.year == last.year:
+        return f"{first:%b} {first.day} - {last:%b} {last.day}, {first.year}"
+    return f"{first:%b} {first.day}, {first.year} - {last:%b} {last.day}, {last.year}"
+
+
+def _percent(share: float) -> str:
+    return f"{share * 100:.3g}%"
 
 
 def split(events: EventBatch, days: float) -> tuple[EventBatch, EventBatch]:
@@ -110,7 +216,10 @@ class Collector:
         return [sys.executable, "-m", "edge.collector", "--db", f"sqlite:///{self.db}", *extra]
 
     def token(self, flag: str, name: str) -> str:
-        done = subprocess.run(self._cmd(flag, name), capture_output=True, text=True, check=True)
+        done = subprocess.run(self._cmd(flag, name), capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"the collector could not add {name!r} (exit "
+                               f"{done.returncode}): {_last_line(done.stderr)}")
         return done.stdout.strip()
 
     def start(self) -> str:
@@ -198,13 +307,22 @@ def run_agent(work: Path, config: Path) -> dict:
     """``--once`` runs until the stream is matched and the outbox is empty; final metrics."""
     for _ in range(20):
         with open(work / "agent.log", "a") as log:
-            subprocess.run([sys.executable, "-m", "edge.agent", "--config", str(config),
-                            "--once"], stdout=log, stderr=log, cwd=work, check=True)
+            done = subprocess.run([sys.executable, "-m", "edge.agent", "--config", str(config),
+                                   "--once"], stdout=log, stderr=log, cwd=work)
+        if done.returncode:
+            raise RuntimeError(f"the agent exited with code {done.returncode}: "
+                               f"{_last_line((work / 'agent.log').read_text())} (see "
+                               f"{work / 'agent.log'})")
         metrics = json.loads((work / "agent-metrics.jsonl").read_text().splitlines()[-1])
         if metrics.get("outbox_pending", 0) == 0:
             return metrics
         time.sleep(0.5)
     raise RuntimeError(f"the agent could not empty its outbox: see {work / 'agent.log'}")
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "no message"
 
 
 # --------------------------------------------------------------------------- scoring
@@ -250,12 +368,13 @@ def run(opts: Options) -> dict:
     """The loop; returns the report (also written to ``workdir/report.json``)."""
     from .train import PatternSpec, publish_sketch, train
 
-    work = opts.workdir
-    work.mkdir(parents=True, exist_ok=True)
-    _clear_previous_run(work)
+    work = check_workdir(opts.workdir) if opts.workdir is not None else None
+    check_cores(opts.cores)
+    events, train_part, test_part, truth, stats = _checked_split(opts)
+    per_event = stats["candidates"] / len(test_part)
+    ops = check_budget(opts.budget, per_event, opts.burst)
+    work = claim_workdir(work)
     timings: dict = {}
-    events = read_all(opts.data, PRESETS["flights"])
-    train_part, test_part = split(events, opts.train_days)
     _say(f"{len(events):,} flights; training on the first {opts.train_days:g} days "
          f"({len(train_part):,}), testing on the rest ({len(test_part):,})")
     train_file = work / "train.parquet"
@@ -281,11 +400,9 @@ def run(opts: Options) -> dict:
              f"{trained.graph.n_bundles:,} bundles, {int(trained.graph.visits.sum()):,} match "
              f"nodes; signed sketch of {len(sketch):,} bytes published")
 
-        truth, stats = run_direct(test_part, budget=Budget(1e12, 1e12))
-        ops = opts.budget * stats["candidates"] / len(test_part)
         _say(f"unconstrained run: {len(truth):,} matches, {stats['candidates']:,} operations "
-             f"({stats['candidates'] / len(test_part):.2f} per event); "
-             f"agent budget {ops:.3f} per event ({opts.budget:.0%})")
+             f"({per_event:.2f} per event); agent budget {ops:.3f} per event "
+             f"({_percent(opts.budget)})")
         started = time.perf_counter()
         metrics = run_agent(work, agent_config(work, url, ops, opts.burst))
         timings["agent_s"] = time.perf_counter() - started
@@ -295,7 +412,8 @@ def run(opts: Options) -> dict:
     baseline, _ = run_direct(test_part, budget=Budget(ops, opts.burst),
                              policy=OldestFirstPolicy())
     report = {
-        "workdir": str(work), "events": len(events), "train_events": len(train_part),
+        "workdir": str(work), "events": len(events), "dates": _dates(events),
+        "train_events": len(train_part),
         "test_events": len(test_part), "budget_fraction": opts.budget,
         "ops_per_event": ops, "train": trained.stats, "sketch_bytes": len(sketch),
         "agent": {k: metrics.get(k) for k in ("events_in", "candidates", "shed", "matches",
@@ -310,6 +428,49 @@ def run(opts: Options) -> dict:
     report["plot"] = _plot(report, work / "report.png")
     (work / "report.json").write_text(json.dumps(report, indent=2))
     return report
+
+
+def _checked_split(opts: Options):
+    """The flights, their two parts, and the unconstrained run on the second (the truth and
+    its stats), refused when a part has no flights or no match."""
+    events = read_flights(opts.data)
+    train_part, test_part = split(events, opts.train_days)
+    check_split(events, train_part, test_part, opts.train_days)
+    truth, stats = run_direct(test_part, budget=Budget(1e12, 1e12))
+    check_matches(run_direct(train_part)[0], truth, opts.train_days)
+    return events, train_part, test_part, truth, stats
+
+
+def check_workdir(work: Path) -> Path:
+    """``--workdir`` as an absolute path (the agent runs inside it), refused when it is a
+    file, cannot be written, or holds files of the demo's names that no demo run wrote."""
+    work = work.expanduser().absolute()
+    there = next(p for p in (work, *work.parents) if os.path.lexists(p))
+    if not there.is_dir():
+        where = "" if there == work else f" ({there} is a file)"
+        raise DemoInputError(f"--workdir {work}: not a directory{where}")
+    why = storage.unwritable(there)
+    if why:
+        raise DemoInputError(f"--workdir {work}: cannot write in {there} ({why})")
+    if there == work and not (work / MARK).exists():
+        theirs = [name for name in RUN_FILES if os.path.lexists(work / name)]
+        if theirs:
+            names = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if theirs[3:] else "")
+            raise DemoInputError(
+                f"--workdir {work} holds {names}, which the demo would replace, and no {MARK} "
+                "file to say an earlier demo run wrote them; give a new or empty directory")
+    return work
+
+
+def claim_workdir(work: Path | None) -> Path:
+    """The work directory made (a new temporary one for None) and marked as the demo's,
+    with an earlier demo run's files removed."""
+    if work is None:
+        work = Path(tempfile.mkdtemp(prefix="acep-demo-"))
+    work.mkdir(parents=True, exist_ok=True)
+    (work / MARK).touch()
+    _clear_previous_run(work)
+    return work
 
 
 def _clear_previous_run(work: Path) -> None:
@@ -348,8 +509,8 @@ def _plot(report: dict, path: Path) -> str | None:
     ax.set_xticks(x, names)
     ax.set_ylim(0, 105)
     ax.set_ylabel("% of the unconstrained run")
-    ax.set_title(f"{report['test_events']:,} flights at {report['budget_fraction']:.0%} of the "
-                 f"unconstrained operations")
+    ax.set_title(f"{report['test_events']:,} flights at {_percent(report['budget_fraction'])} "
+                 "of the unconstrained operations")
     ax.legend(loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -360,11 +521,11 @@ def _plot(report: dict, path: Path) -> str | None:
 def print_report(report: dict) -> None:
     h, o = report["history_rl"], report["oldest_first"]
     a, c = report["agent"], report["collector"]
-    print(f"acep demo: the loop on {report['events']:,} flights (Jan 1-7, 2001)")
+    print(f"acep demo: the loop on {report['events']:,} flights ({report['dates']})")
     print(f"  trained on {report['train_events']:,} flights with Spark in "
           f"{report['seconds']['train_s']} s -> signed sketch of {report['sketch_bytes']:,} "
           f"bytes, published to the collector")
-    print(f"  agent: {a['events_in']:,} flights at {report['budget_fraction']:.0%} of the "
+    print(f"  agent: {a['events_in']:,} flights at {_percent(report['budget_fraction'])} of the "
           f"unconstrained operations ({report['ops_per_event']:.3f} per event), policy "
           f"{a['policy']}, {a['shed']:,} of {a['candidates']:,} candidates shed, "
           f"{a['matches']:,} matches uploaded in {a['batches_sent']} batches")
@@ -388,8 +549,7 @@ def default_data() -> Path:
 
 def main(workdir: str | None = None, data: str | None = None, budget: float = 0.10,
          train_days: float = 4.0, cores: int | None = None) -> int:
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="acep-demo-"))
-    opts = Options(work, Path(data) if data else default_data(), train_days, budget,
-                   cores=cores)
+    opts = Options(Path(workdir) if workdir else None, Path(data) if data else default_data(),
+                   train_days, budget, cores=cores)
     print_report(run(opts))
     return 0

@@ -18,11 +18,16 @@ from acep.storage import redact_text
 
 _LOG4J = Path(__file__).with_name("log4j2.properties").as_uri()
 
-__all__ = ["SparkUnavailable", "check_installed", "session", "progress", "run_command"]
+__all__ = ["SparkUnavailable", "Terminated", "check_installed", "session", "progress",
+           "run_command", "terminate_on_sigterm"]
 
 
 class SparkUnavailable(RuntimeError):
     """PySpark or Java is missing; the message says what to install."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as an interrupt so that ``finally`` blocks stop what a job started."""
 
 
 def check_installed() -> None:
@@ -32,12 +37,16 @@ def check_installed() -> None:
         raise SparkUnavailable("the trainer needs PySpark: pip install 'acep[spark]' "
                                "(and Java 17 or newer on the PATH or in JAVA_HOME)") from None
     java_home = os.environ.get("JAVA_HOME")
-    if not (java_home and os.path.isfile(os.path.join(java_home, "bin", "java"))):
-        from shutil import which
+    if java_home:  # Spark's launcher runs JAVA_HOME's java whatever the PATH holds
+        if not os.path.isfile(os.path.join(java_home, "bin", "java")):
+            raise SparkUnavailable(f"JAVA_HOME is {java_home}, which has no bin/java: point "
+                                   "it at a Java 17 or newer, or unset it to use the PATH's")
+        return
+    from shutil import which
 
-        if which("java") is None:
-            raise SparkUnavailable("Spark needs Java 17 or newer: none found on the PATH "
-                                   "or in JAVA_HOME")
+    if which("java") is None:
+        raise SparkUnavailable("Spark needs Java 17 or newer: none found on the PATH "
+                               "or in JAVA_HOME")
 
 
 def session(master: str | None = None, cores: int | None = None, *, app: str = "acep-train",
@@ -69,9 +78,43 @@ def session(master: str | None = None, cores: int | None = None, *, app: str = "
                .config("spark.python.worker.reuse", "true")
                .config("spark.driver.extraJavaOptions",
                        f"-Dlog4j.configurationFile={_LOG4J} -Dlog4j2.configurationFile={_LOG4J}"))
-    spark = builder.getOrCreate()
+    started = _children(os.getpid())
+    try:
+        spark = builder.getOrCreate()
+    except BaseException:
+        # interrupted before the JVM reads its stdin (its way to die with this process):
+        # it ignores SIGINT and would live on, orphaned
+        for pid in _children(os.getpid()) - started:
+            _terminate_tree(pid)
+        raise
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _children(pid: int) -> set[int]:
+    """The child processes of ``pid`` (Linux's /proc; none known elsewhere)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            found.update(int(c) for c in task.read_text().split())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _terminate_tree(pid: int) -> None:
+    """SIGTERM to ``pid`` and its descendants (spark-submit's launcher, then the JVM)."""
+    import signal
+
+    todo, seen = [pid], []
+    while todo:
+        seen.append(todo.pop())
+        todo += _children(seen[-1])
+    for each in seen:
+        try:
+            os.kill(each, signal.SIGTERM)
+        except OSError:
+            pass
 
 
 @contextmanager
@@ -141,8 +184,9 @@ class _Bar:
 
 def run_command(prog: str, run, args, usage_errors: tuple) -> int:
     """A job's command line around ``run(args)``: bad input (``usage_errors``, a missing
-    Spark or Java) is one line and exit 2, Ctrl-C one line and exit 130, other failures
-    (Spark's too) one line and exit 1."""
+    Spark or Java) is one line and exit 2, Ctrl-C one line and exit 130 (a
+    :class:`Terminated` one line and 143), other failures (Spark's too) one line and exit
+    1."""
     import logging
 
     if not logging.getLogger().handlers:
@@ -151,9 +195,11 @@ def run_command(prog: str, run, args, usage_errors: tuple) -> int:
     try:
         return run(args)
     except (KeyboardInterrupt, Exception) as exc:
-        if _interrupted(exc):  # Spark's cancelled jobs fail while the interrupt unwinds
-            print(f"{prog}: interrupted", file=sys.stderr)
-            return 130
+        cause = _interrupted(exc)  # Spark's cancelled jobs fail while the interrupt unwinds
+        if cause is not None:
+            term = isinstance(cause, Terminated)
+            print(f"{prog}: {'terminated' if term else 'interrupted'}", file=sys.stderr)
+            return 143 if term else 130
         if isinstance(exc, (*usage_errors, SparkUnavailable)):
             print(f"{prog}: {redact_text(str(exc))}", file=sys.stderr)
             return 2
@@ -163,13 +209,29 @@ def run_command(prog: str, run, args, usage_errors: tuple) -> int:
         return 1
 
 
-def _interrupted(exc: BaseException | None) -> bool:
+def _interrupted(exc: BaseException | None) -> KeyboardInterrupt | None:
     seen = 0
     while exc is not None and seen < 20:
         if isinstance(exc, KeyboardInterrupt):
-            return True
+            return exc
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
+    return None
+
+
+@contextmanager
+def terminate_on_sigterm():
+    """While the block runs (in the main thread), SIGTERM raises :class:`Terminated`: the
+    default action would end the process at once and leave its child processes running."""
+    import signal
+
+    def raise_terminated(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _is_py4j(exc: BaseException) -> bool:
