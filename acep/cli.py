@@ -93,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except KernelUnavailable as exc:
-        print(f"{_command(args)}: {exc}", file=sys.stderr)
+        said = str(exc).replace("backend='python'", "--backend python")  # as the CLI takes it
+        print(f"{_command(args)}: {said}", file=sys.stderr)
         return 2
     except (EventError, ValueError, OSError, MemoryError) as exc:
         print(f"acep: error: {storage.redact_text(str(exc))}", file=sys.stderr)

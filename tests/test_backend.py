@@ -93,3 +93,15 @@ def test_acep_backend_without_the_compiled_kernel(tmp_path, kernel, code, line):
                        text=True, cwd=home, env=env, timeout=60)
     assert r.returncode == code
     assert (r.stdout if code == 0 else r.stderr) == line + "\n"
+
+
+def test_acep_match_backend_compiled_without_the_kernel_names_the_option(tmp_path):
+    home = _without_compiled_kernel(tmp_path)
+    (home / "e.jsonl").write_text('{"type": "a", "t": 1}\n')
+    env = {k: v for k, v in os.environ.items() if k != "ACEP_KERNEL"}
+    r = subprocess.run([sys.executable, "-m", "acep.cli", "match", "-p", "a", "-w", "5",
+                        "--backend", "compiled", "e.jsonl"], capture_output=True, text=True,
+                       cwd=home, env={**env, "PYTHONPATH": str(home)}, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == ("acep match: the compiled kernel is not built; reinstall with a C "
+                        "compiler and Cython (pip install .), or use --backend python\n")
