@@ -71,6 +71,8 @@ def _policies(pattern, where, k, batch, w, seed):
     yield HindsightPolicy(run.log, w, {"partition": run.partition, "point": run.point}), {}
 
 
+# buckets below one operation are among the cases on purpose (the bound is 0 there too)
+@pytest.mark.filterwarnings("ignore::acep.matcher.BucketWarning")
 @settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(bound_case(), st.integers(0, 2**16))
