@@ -55,7 +55,7 @@ from .codings import ACCEPT_ENCODING, BodyDecoder, CodingError
 from .logs import LOG_LEVELS, LogLimiter
 from .mirror import Mirror
 from .recheck import recheck_batch
-from .store import Prepared, Store, open_store, prepare
+from .store import BackupError, Prepared, Store, open_store, prepare
 from .wire import ID_RULE, LOOPBACK, Limits, UploadBatch, WireError, decode, valid_id
 
 __all__ = ["Collector", "make_app", "main", "serve", "DEFAULT_PORT", "DEFAULT_MAX_BODY"]
@@ -1156,8 +1156,9 @@ def _parser() -> argparse.ArgumentParser:
                             "how many; exit (the collector may be running)")
     tools.add_argument("--backup", metavar="FILE",
                        help="copy the database to FILE, a new file, consistent also while "
-                            "the collector runs (SQLite's online backup; not cp); print its "
-                            "size and batches; exit")
+                            "the collector runs (SQLite's online backup; not cp), checked "
+                            "(a damaged database gives none); print its size and batches; "
+                            "exit")
     return p
 
 
@@ -1235,6 +1236,21 @@ def _utc_day(when: float) -> dt.date:
     return dt.datetime.fromtimestamp(when, dt.timezone.utc).date()
 
 
+def _backup(store: Store, target: str) -> int:
+    """``--backup``: the copy's size and batches, or one line naming what is wrong."""
+    try:
+        print(json.dumps(store.backup(target)))
+        return 0
+    except BackupError as exc:
+        why = str(exc)
+    except OSError as exc:  # the system's name the temporary file: name the target
+        why = f"{target}: {exc.strerror}" if exc.errno else str(exc)
+    except sqlite3.Error as exc:
+        why = f"{target}: {exc}"
+    print(f"acep serve: --backup: {why}", file=sys.stderr)
+    return 2
+
+
 def _unknown(device_id: str, db: str) -> int:
     print(f"acep serve: no device {device_id!r} is registered in {db}", file=sys.stderr)
     return 1
@@ -1246,12 +1262,7 @@ def _maintain(store: Store, args: argparse.Namespace) -> int:
     if args.prune_before:
         return _prune(store, args)
     if args.backup:
-        try:
-            print(json.dumps(store.backup(args.backup)))
-        except (OSError, sqlite3.Error) as exc:
-            print(f"acep serve: --backup: {exc}", file=sys.stderr)
-            return 2
-        return 0
+        return _backup(store, args.backup)
     if args.list_devices:
         for device in store.devices():
             print(json.dumps(device))

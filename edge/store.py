@@ -22,9 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from acep import storage
+
 from .wire import sketch_etag
 
-__all__ = ["Store", "Prepared", "prepare", "open_store", "hash_token", "SUPPORTED_URLS"]
+__all__ = ["Store", "Prepared", "prepare", "open_store", "hash_token", "BackupError",
+           "SUPPORTED_URLS"]
 
 SUPPORTED_URLS = "sqlite:///PATH (or a plain file path)"
 SEEN_EVERY = 30.0  # seconds between two writes of a device's last_seen
@@ -169,6 +172,26 @@ def prepare(batch, checks: Sequence | None = None, *, nbytes: int = 0,
                                            pattern, batch.created_at),
                     len(batch), len(batch.event_position) if is_matches else 0, nbytes,
                     digest, rows, n_exact, n_checked or 0)
+
+
+class BackupError(Exception):
+    """The database cannot be backed up (it is damaged); the message names it."""
+
+
+def _check_target(path: Path) -> None:
+    """Raise ``OSError`` naming ``path`` when a backup cannot be written there: it exists
+    (a backup never overwrites), is a directory, or its folder is missing or not
+    writable."""
+    if path.is_dir():
+        raise IsADirectoryError(f"{path}: is a directory; name the backup's file (a new one)")
+    if path.exists():
+        raise FileExistsError(f"{path}: exists (a backup never overwrites)")
+    folder = path.parent
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{path}: no such directory {folder}")
+    why = storage.unwritable(folder)
+    if why is not None:
+        raise PermissionError(f"{path}: cannot write there ({why})")
 
 
 def _json(value) -> str:
@@ -399,20 +422,41 @@ class Store:
 
     def backup(self, path: str | Path) -> dict:
         """A consistent copy of the database at ``path`` (a new file), also while a
-        collector writes to it: SQLite's online backup, page by page, restarted when a
-        write lands in between. Written beside ``path`` and renamed, so ``path`` is whole
-        or absent. Its size in bytes and the batches it holds."""
+        collector writes to it: SQLite's online backup in one step, one read transaction
+        (WAL: the writers go on meanwhile, and no write makes it start again, as a copy page
+        by page does on a busy database), checked (``PRAGMA quick_check``: a damaged
+        database gives no backup), fsynced and renamed, so ``path`` is whole or absent. Its
+        size in bytes and the batches it holds. Raises ``OSError`` (``path`` unusable) or
+        :class:`BackupError`, naming the file."""
         path = Path(path)
-        if path.exists():
-            raise FileExistsError(f"{path}: exists (a backup never overwrites)")
-        partial = path.with_name(f".{path.name}.partial")
-        partial.unlink(missing_ok=True)
-        with contextlib.closing(sqlite3.connect(partial)) as copy:
-            self._db.backup(copy, pages=4096)
-            batches = copy.execute("SELECT COUNT(*) FROM batches").fetchone()[0]
-            copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
-        os.replace(partial, path)
+        _check_target(path)
+        with storage.durably(path) as tmp:
+            try:
+                batches = self._copy_to(tmp)
+            finally:
+                for junk in (f"{tmp}-journal", f"{tmp}-wal", f"{tmp}-shm"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(junk)
         return {"backup": str(path), "bytes": path.stat().st_size, "batches": batches}
+
+    def _copy_to(self, target: str) -> int:
+        """Copy the database into the new file ``target`` and check the copy; its batches."""
+        with contextlib.closing(sqlite3.connect(target)) as copy:
+            self._db.backup(copy)  # pages=-1: all of it in one step
+            try:
+                problems = [r[0] for r in copy.execute("PRAGMA quick_check")]
+                batches = copy.execute("SELECT COUNT(*) FROM batches").fetchone()[0]
+            except sqlite3.DatabaseError as exc:
+                problems = [str(exc)]
+            if problems != ["ok"]:
+                lines = [p.strip() for text in problems for p in text.splitlines()
+                         if p.strip() and not p.startswith("***")] or ["?"]
+                more = f", and {len(lines) - 1} more" if len(lines) > 1 else ""
+                raise BackupError(f"{self.path}: damaged, no backup written (SQLite's "
+                                  f"quick_check of the copy: {lines[0]}{more}); the last "
+                                  "good backup is the one to restore")
+            copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
+        return batches
 
     def prune(self, before: float, chunk: int = 500) -> dict[str, int]:
         """Delete the batches created before ``before`` (seconds since the epoch) with their
