@@ -55,7 +55,7 @@ from .codings import ACCEPT_ENCODING, BodyDecoder, CodingError
 from .logs import LOG_LEVELS, LogLimiter
 from .mirror import Mirror
 from .recheck import recheck_batch
-from .store import BackupError, Prepared, Store, open_store, prepare
+from .store import RESTORE, BackupError, Prepared, Store, damaged, open_store, prepare
 from .wire import ID_RULE, LOOPBACK, Limits, UploadBatch, WireError, decode, valid_id
 
 __all__ = ["Collector", "make_app", "main", "serve", "DEFAULT_PORT", "DEFAULT_MAX_BODY"]
@@ -1259,37 +1259,37 @@ def _unknown(device_id: str, db: str) -> int:
 def _maintain(store: Store, args: argparse.Namespace) -> int:
     """``--add-device``, ``--add-admin``, ``--rotate-token``, ``--revoke-device``,
     ``--list-devices``, ``--prune-before``, ``--backup``."""
-    if args.prune_before:
+    if args.prune_before is not None:
         return _prune(store, args)
-    if args.backup:
+    if args.backup is not None:
         return _backup(store, args.backup)
     if args.list_devices:
         for device in store.devices():
             print(json.dumps(device))
         return 0
-    if args.rotate_token:
+    if args.rotate_token is not None:
         token = store.rotate_token(args.rotate_token)
         if token is None:
             return _unknown(args.rotate_token, args.db)
         print(token)
         return 0
-    if args.revoke_device:
+    if args.revoke_device is not None:
         if not store.revoke_device(args.revoke_device):
             return _unknown(args.revoke_device, args.db)
         print(f"revoked {args.revoke_device}: its token is refused from now on")
         return 0
-    name = args.add_device or args.add_admin
+    name = args.add_device if args.add_device is not None else args.add_admin
     if not valid_id(name):
         print(f"acep serve: id {name!r} must match {ID_RULE}", file=sys.stderr)
         return 2
-    print(store.add_device(name, "device" if args.add_device else "admin"))
+    print(store.add_device(name, "device" if args.add_device is not None else "admin"))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m edge.collector`` / ``acep serve``."""
     args = _parser().parse_args(argv)
-    tool = next((name for name in _TOOLS if getattr(args, name)), None)
+    tool = next((name for name in _TOOLS if getattr(args, name) not in (None, False)), None)
     try:
         store = open_store(args.db, create=tool in (None, "add_device", "add_admin"))
     except ValueError as exc:
@@ -1298,6 +1298,12 @@ def main(argv: list[str] | None = None) -> int:
     if tool is not None:
         try:
             return _maintain(store, args)
+        except sqlite3.DatabaseError as exc:
+            if not damaged(exc):
+                raise
+            print(f"acep serve: --db: {store.path}: damaged ({exc}); {RESTORE}",
+                  file=sys.stderr)
+            return 2
         finally:
             store.close()
     if not args.archive:

@@ -26,10 +26,12 @@ from acep import storage
 
 from .wire import sketch_etag
 
-__all__ = ["Store", "Prepared", "prepare", "open_store", "hash_token", "BackupError",
-           "SUPPORTED_URLS"]
+__all__ = ["Store", "Prepared", "prepare", "open_store", "hash_token", "damaged",
+           "BackupError", "SUPPORTED_URLS", "SCHEMA_VERSION"]
 
 SUPPORTED_URLS = "sqlite:///PATH (or a plain file path)"
+SCHEMA_VERSION = 1  # PRAGMA user_version of the database; a newer one is refused
+RESTORE = "restore it from a backup (docs/WIRE.md, Backup and restore)"
 SEEN_EVERY = 30.0  # seconds between two writes of a device's last_seen
 ROTATION_GRACE = 7 * 86400.0  # seconds a rotated token stays valid at most
 
@@ -123,12 +125,54 @@ def open_store(url: str | Path, create: bool = True) -> Store:
             raise ValueError(f"database URL {str(url)!r} names no file; use {SUPPORTED_URLS}")
     if not create and not os.path.exists(text):
         raise ValueError(f"{text}: no collector database there")
+    if not create and os.path.isfile(text) and os.path.getsize(text) == 0:
+        raise ValueError(f"{text}: an empty file, no collector database (a copy cut off? "
+                         f"{RESTORE})")
+    if why := _foreign_log(text):
+        raise ValueError(f"{text}: {why}")
     try:
         return Store(text)
-    except (OSError, sqlite3.Error) as exc:
+    except sqlite3.DatabaseError as exc:
+        if _code(exc) == sqlite3.SQLITE_CORRUPT:  # NOTADB: another kind of file, said so
+            raise ValueError(f"{text}: damaged ({exc}); {RESTORE}") from None
+        raise ValueError(f"{text}: cannot open it as a SQLite database ({exc})") from None
+    except OSError as exc:
         raise ValueError(f"{text}: cannot open it as a SQLite database ({exc})") from None
 
 
+def damaged(exc: BaseException) -> bool:
+    """SQLite found the file damaged (SQLITE_CORRUPT, SQLITE_NOTADB): pages that are not
+    what it wrote, found when they are read."""
+    return _code(exc) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
+def _code(exc: BaseException) -> int | None:
+    """The primary SQLite result code of an error (extended codes folded), or None."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(exc, sqlite3.Error) and code is not None else None
+
+
+def _foreign_log(path: str) -> str | None:
+    """Why ``path`` must not be opened: a database in rollback mode (a backup, which
+    :meth:`Store.backup` writes so) beside a write-ahead log, which can only be the log of
+    the database it replaced (a collector that was killed leaves its log). SQLite would
+    apply that log's pages to the backup: the restore undone, or a database of both."""
+    wal = f"{path}-wal"
+    try:
+        with open(path, "rb") as f:
+            header = f.read(100)
+        if os.path.getsize(wal) == 0:
+            return None
+    except OSError:
+        return None
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\0") or header[18] != 1:
+        return None
+    return (f"a database in rollback mode (a backup put in its place?), and {wal} is beside "
+            f"it: the write-ahead log of the database it replaced, which SQLite would apply "
+            f"to it; move {wal} and {path}-shm away (they belong to the replaced database)")
+
+
+_OURS = ("devices", "batches", "matches", "summaries", "sketches")  # the schema's tables
 _INT64_MAX = (1 << 63) - 1
 _BATCH_COLUMNS = ("batch_id, device, seq, kind, pattern_id, pattern, created_at, received_at, "
                   "n_rows, n_events, bytes, archive, body_sha256")
@@ -213,6 +257,18 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(self.path), isolation_level=None,
                                    check_same_thread=False)
+        try:
+            self._open()
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _open(self) -> None:
+        """Check that the file is a collector's database (or a new one) before anything is
+        written to it, then bring its schema up to date."""
+        why = self._not_ours()
+        if why is not None:
+            raise ValueError(f"{self.path}: {why}")
         self._db.execute("PRAGMA journal_mode=WAL")
         # FULL: a batch answered "stored" survives a power cut, not only a killed process
         self._db.execute("PRAGMA synchronous=FULL")
@@ -224,6 +280,24 @@ class Store:
         self._db.execute("CREATE INDEX IF NOT EXISTS batches_by_body ON batches (body_sha256)")
         self._db.execute("CREATE INDEX IF NOT EXISTS batches_by_created ON batches (created_at)")
         self._db.execute("CREATE INDEX IF NOT EXISTS batches_by_archive ON batches (archive)")
+        if self._db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _not_ours(self) -> str | None:
+        """Why the file is not a collector database this code may write: another
+        program's database (an agent's outbox), or a newer schema. None: ours, or empty."""
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            return (f"schema version {version}, written by a newer acep (this one knows up "
+                    f"to {SCHEMA_VERSION}); run the acep that wrote it")
+        tables = [r[0] for r in self._db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+            "ORDER BY name")]
+        if tables and not set(_OURS) & set(tables):
+            return (f"a SQLite database but not a collector's (its tables: "
+                    f"{', '.join(tables[:8])}{', ...' if len(tables) > 8 else ''}); "
+                    "an agent's outbox? --db names the collector's own database")
+        return None
 
     def _add_columns(self, table: str, **types: str) -> None:
         have = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}

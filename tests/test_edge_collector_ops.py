@@ -1,11 +1,13 @@
-"""The collector over months, as an operator runs it: backups of a database in use.
-Real collectors on loopback, real SQLite files (the helpers of
-tests/test_edge_collector.py)."""
+"""The collector over months, as an operator runs it: backups of a database in use, a
+damaged or mistaken database file, a restore from a backup. Real collectors on loopback,
+real SQLite files (the helpers of tests/test_edge_collector.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -23,7 +25,8 @@ from test_edge_collector import (
     post,
 )
 
-from edge.store import open_store
+from edge.outbox import Outbox
+from edge.store import SCHEMA_VERSION, open_store
 from edge.wire import encode_batch
 
 
@@ -145,3 +148,82 @@ def test_a_backup_that_fills_the_disk_names_it_and_leaves_nothing_behind(tmp_pat
         assert list(small.iterdir()) == []
     finally:
         subprocess.run(["umount", "-l", str(small)], check=True)
+
+
+# --------------------------------------------------------------------------- the --db file
+
+
+def test_a_damaged_database_is_one_line_for_the_tools_that_read_it(tmp_path):
+    db = tmp_path / "c.db"
+    filled_store(db, batches=200)
+    damage(db)
+    for args in (["--list-devices"], ["--prune-before", "2030-01-01"]):
+        before = digest(db)
+        done = collector("--db", str(db), *args)
+        one_line(done, 2, f"--db: {db}: damaged", "restore it from a backup")
+        assert "Traceback" not in done.stderr and digest(db) == before
+
+
+def test_a_sqlite_file_that_is_not_a_collector_s_database_is_refused_untouched(tmp_path):
+    outbox = tmp_path / "agent-outbox.db"  # an easy mistake: the agent's database
+    Outbox(outbox).close()
+    before = digest(outbox)
+    for args in (["--list-devices"], ["--add-device", "d1"],
+                 ["--archive", str(tmp_path / "a"), "--port", "0"]):
+        done = collector("--db", str(outbox), *args)
+        one_line(done, 2, f"--db: {outbox}: a SQLite database but not a collector's",
+                 "pending")
+        assert digest(outbox) == before
+    assert not (tmp_path / "a").exists()
+
+
+def test_a_database_of_a_newer_schema_is_refused_and_a_new_one_says_its_version(tmp_path):
+    db = tmp_path / "c.db"
+    filled_store(db, batches=1)
+    with sqlite3.connect(db) as c:
+        assert c.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        c.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    c.close()
+    before = digest(db)
+    for args in (["--list-devices"], ["--archive", str(tmp_path / "a"), "--port", "0"]):
+        done = collector("--db", str(db), *args)
+        one_line(done, 2, f"--db: {db}: schema version {SCHEMA_VERSION + 1}", "newer acep")
+        assert digest(db) == before
+
+
+def test_an_empty_file_is_no_database_for_the_tools_that_only_use_one(tmp_path):
+    db = tmp_path / "c.db"
+    db.touch()  # a copy that failed, a disk that filled up
+    for args in (["--list-devices"], ["--backup", str(tmp_path / "copy.db")],
+                 ["--prune-before", "2030-01-01"], ["--revoke-device", "d1"]):
+        done = collector("--db", str(db), *args)
+        one_line(done, 2, f"--db: {db}: an empty file")
+        assert db.stat().st_size == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.db"]
+
+
+# --------------------------------------------------------------------------- restore
+
+
+def test_a_backup_put_in_place_beside_the_old_database_s_log_is_refused(tmp_path):
+    server = Server(tmp_path)
+    server.tokens = filled_store(server.db, batches=0)
+    server.start()
+    assert post(server, encode_batch(make_batch("d1", 0)), server.tokens["d1"])[0] == 200
+    assert fleet(server, "--backup", str(tmp_path / "backup.db")).returncode == 0
+    for seq in range(1, 4):
+        assert post(server, encode_batch(make_batch("d1", seq)), server.tokens["d1"])[0] == 200
+    server.stop(signal.SIGKILL)  # the log of the killed collector stays beside its database
+    wal = tmp_path / "collector.db-wal"
+    assert wal.stat().st_size > 0
+    shutil.copy(tmp_path / "backup.db", server.db)
+    before = digest(server.db)
+    for args in (["--archive", str(server.archive), "--port", "0"], ["--list-devices"]):
+        done = collector("--db", str(server.db), *args)
+        one_line(done, 2, f"--db: {server.db}", f"{wal} is beside it", "move")
+        assert digest(server.db) == before
+    wal.rename(tmp_path / "old-collector.db-wal")
+    (tmp_path / "collector.db-shm").rename(tmp_path / "old-collector.db-shm")
+    server.start()  # the backup, as it was
+    assert server.rows("SELECT batch_id FROM batches") == [("d1/0",)]
+    assert server.stop() == 0
