@@ -149,6 +149,7 @@ class Collector:
         self.min_free, self.retain_days, self.compact = int(min_free), retain_days, compact
         self.low_space: str | None = None  # why uploads are refused (507), while they are
         self.gone: str | None = None  # why uploads are refused (503: a directory missing)
+        self.damage: str | None = None  # why nothing is written any more (503 until restored)
         self.busy: tuple[float, int] | None = None  # (since, how many) 503s, while refused
         self.errors = LogLimiter(log, what="failed requests")
         self.refusals = LogLimiter(log, what="refused requests")
@@ -248,6 +249,8 @@ class Collector:
     def failed(self, exc: Exception, device: str, what: str = "batch") -> tuple[int, dict]:
         """Log a request that failed inside (with its traceback, unless the disk is full);
         its answer (:func:`_failure`)."""
+        if damaged(exc):
+            return self.broken(exc)
         status, doc = _failure(exc)
         if status == 503:
             self.metrics["refused_unavailable"] += 1
@@ -261,6 +264,19 @@ class Collector:
                               exc, exc_info=exc)
         return status, doc
 
+    def broken(self, exc: Exception) -> tuple[int, dict]:
+        """The answer while the database is damaged (SQLite found a page that is not what it
+        wrote): ``503``, and every upload after it, until the collector is stopped and the
+        database restored; writing on could spread the damage. Logged once."""
+        if self.damage is None:
+            self.damage = (f"the database {self.store.path} is damaged ({exc}); stop the "
+                           f"collector and {RESTORE}")
+            self.gone = f"collector: {self.damage}"  # available() says it no more
+            log.error("%s; uploads are refused (503) until then", self.damage)
+        self.metrics["refused_unavailable"] += 1
+        return 503, {"error": f"collector: {self.damage}; nothing was stored: send it "
+                              "again later", "status": 503}
+
     def free_bytes(self) -> int | None:
         """The free space of the fuller of the file systems of the database and archive;
         None when a directory of theirs is not there (:meth:`unusable`)."""
@@ -272,7 +288,10 @@ class Collector:
 
     def unusable(self) -> str | None:
         """Why nothing can be stored (the archive or the database directory is gone), or
-        None. The collector never makes them again: it may be a disk not mounted."""
+        None. The collector never makes them again: it may be a disk not mounted. A
+        damaged database (:meth:`broken`) stays unusable."""
+        if self.damage is not None:
+            return f"collector: {self.damage}"
         why = self.archive.missing()
         if why is None and not self.store.path.parent.is_dir():
             why = f"the database directory {self.store.path.parent} is missing"
@@ -443,6 +462,9 @@ class Collector:
                 try:
                     await step()
                 except Exception as exc:
+                    if damaged(exc):
+                        self.broken(exc)
+                        continue
                     self.errors.error("%s pass failed (tried again in %.0f s): %s: %s", name,
                                       MAINTAIN_EVERY, type(exc).__name__, exc, exc_info=exc)
             await asyncio.sleep(MAINTAIN_EVERY)

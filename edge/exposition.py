@@ -58,7 +58,8 @@ GAUGES = {
     "free_bytes": "free space of the fuller file system of the database and archive "
                   "(uploads are refused below --min-free; absent while one is missing)",
     "storage_ok": "1 while the archive and database directories are there; 0: one is "
-                  "missing (moved, unmounted), uploads are refused (503) and /health says why",
+                  "missing (moved, unmounted) or the database is damaged, uploads are "
+                  "refused (503) and /health says why",
     "uploads_pending": "uploads whose bodies have arrived, not yet answered",
     "pending_bytes": "body bytes of the uploads arrived and not yet answered",
     "uploads_arriving": "uploads admitted whose bodies are on their way (not in the wait)",

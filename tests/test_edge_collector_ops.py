@@ -23,6 +23,7 @@ from test_edge_collector import (
     fleet,
     make_batch,
     post,
+    request,
 )
 
 from edge.outbox import Outbox
@@ -200,6 +201,26 @@ def test_an_empty_file_is_no_database_for_the_tools_that_only_use_one(tmp_path):
         one_line(done, 2, f"--db: {db}: an empty file")
         assert db.stat().st_size == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.db"]
+
+
+def test_a_database_damaged_under_a_serving_collector_is_503_and_said_once(tmp_path):
+    server = Server(tmp_path)
+    server.tokens = filled_store(server.db, batches=300)
+    damage(server.db)  # the pages of the matches: found by the first insert
+    server.start()
+    try:
+        status, doc = post(server, encode_batch(make_batch("d1", 300)), server.tokens["d1"])
+        assert status == 503 and "damaged" in doc["error"], doc
+        status, doc = post(server, encode_batch(make_batch("d1", 301)), server.tokens["d1"])
+        assert status == 503 and "restore it from a backup" in doc["error"], doc
+        status, body, headers = request(server.url + "/health")
+        assert status == 503 and "damaged" in json.loads(body)["error"]
+        assert "Retry-After" in headers
+        assert json.loads(request(server.url + "/metrics")[1])["storage_ok"] == 0
+    finally:
+        assert server.stop() == 0
+    log = server.log()
+    assert "Traceback" not in log and log.count("is damaged") == 1, log
 
 
 # --------------------------------------------------------------------------- restore
