@@ -1181,12 +1181,18 @@ def _parser() -> argparse.ArgumentParser:
                             "the collector runs (SQLite's online backup; not cp), checked "
                             "(a damaged database gives none); print its size and batches; "
                             "exit")
+    tools.add_argument("--check-archive", action="store_true",
+                       help="compare the database with --archive (after a restore from a "
+                            "backup): one JSON line per archive file no batch is in (with "
+                            "the batches the database lacks) and per file it names that is "
+                            "missing, then a summary; exit 0 when they agree, 1 when not; "
+                            "writes nothing (the collector may be running)")
     return p
 
 
 # the maintenance tools (a mutually exclusive group); the first two may create the database
 _TOOLS = ("add_device", "add_admin", "rotate_token", "revoke_device", "list_devices",
-          "prune_before", "backup")
+          "prune_before", "backup", "check_archive")
 
 
 def _prune(store: Store, args: argparse.Namespace) -> int:
@@ -1273,6 +1279,35 @@ def _backup(store: Store, target: str) -> int:
     return 2
 
 
+def _check_archive(store: Store, archive: str | None) -> int:
+    """``--check-archive``: the disagreements of the database and the archive, one JSON
+    line each, then the summary; 0 when there are none, 1 when there are."""
+    if not archive:
+        print("acep serve: --check-archive needs --archive DIR", file=sys.stderr)
+        return 2
+    if not os.path.isdir(archive):
+        print(f"acep serve: --archive {archive}: no such directory", file=sys.stderr)
+        return 2
+    from .consistency import compare
+
+    for line in compare(store, archive):
+        print(json.dumps(line), flush=True)
+    return 0 if line["ok"] else 1
+
+
+def _missing_archive(store: Store, archive: str) -> str | None:
+    """Why the collector must not make ``archive``: it is missing while the database names
+    files in it (a disk not mounted, a path mistyped or moved); None otherwise."""
+    if os.path.exists(archive):
+        return None
+    files = store.archive_file_count()
+    if not files:
+        return None
+    return (f"no such directory, but the database names {files} archive "
+            f"file{'s' if files != 1 else ''} in it (a disk not mounted? moved?); make it by "
+            "hand if the archive is lost, then --check-archive says what is missing")
+
+
 def _unknown(device_id: str, db: str) -> int:
     print(f"acep serve: no device {device_id!r} is registered in {db}", file=sys.stderr)
     return 1
@@ -1280,11 +1315,13 @@ def _unknown(device_id: str, db: str) -> int:
 
 def _maintain(store: Store, args: argparse.Namespace) -> int:
     """``--add-device``, ``--add-admin``, ``--rotate-token``, ``--revoke-device``,
-    ``--list-devices``, ``--prune-before``, ``--backup``."""
+    ``--list-devices``, ``--prune-before``, ``--backup``, ``--check-archive``."""
     if args.prune_before is not None:
         return _prune(store, args)
     if args.backup is not None:
         return _backup(store, args.backup)
+    if args.check_archive:
+        return _check_archive(store, args.archive)
     if args.list_devices:
         for device in store.devices():
             print(json.dumps(device))
@@ -1357,7 +1394,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"acep serve: --retain-days must be at most {MAX_RETAIN_DAYS} (100 years)",
               file=sys.stderr)
         return 2
-    if why := _unwritable(args.archive):
+    if why := _missing_archive(store, args.archive) or _unwritable(args.archive):
         print(f"acep serve: --archive {args.archive}: {why}", file=sys.stderr)
         return 2
     if args.mirror is not None and (why := _bad_mirror(args.mirror, args.archive)):

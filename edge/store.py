@@ -566,6 +566,34 @@ class Store:
             "SELECT archive, COUNT(*) FROM batches WHERE archive >= ? AND archive < ? "
             "GROUP BY archive", (low, high)))
 
+    def archive_names(self, names: Sequence[str] | None = None) -> dict[str, int]:
+        """{path under the archive: batches} of every file stored batches are in (of
+        ``names`` only, when given)."""
+        if names is None:
+            return dict(self._db.execute("SELECT archive, COUNT(*) FROM batches WHERE "
+                                         "archive IS NOT NULL GROUP BY archive"))
+        out: dict[str, int] = {}
+        for i in range(0, len(names), 500):
+            part = list(names[i:i + 500])
+            out.update(self._db.execute(
+                f"SELECT archive, COUNT(*) FROM batches WHERE archive IN "
+                f"({','.join('?' * len(part))}) GROUP BY archive", part))
+        return out
+
+    def known_batches(self, batch_ids: Sequence[str]) -> set[str]:
+        """Those of ``batch_ids`` that are stored."""
+        known: set[str] = set()
+        for i in range(0, len(batch_ids), 500):
+            part = list(batch_ids[i:i + 500])
+            known.update(r[0] for r in self._db.execute(
+                f"SELECT batch_id FROM batches WHERE batch_id IN "
+                f"({','.join('?' * len(part))})", part))
+        return known
+
+    def archive_file_count(self) -> int:
+        """How many archive files the stored batches are in."""
+        return self._db.execute("SELECT COUNT(DISTINCT archive) FROM batches").fetchone()[0]
+
     def move_archive(self, moves: Sequence[tuple[Sequence[str], str]]) -> int:
         """After a compaction: the batches in each move's files are now in its new file
         (paths under the archive), in one transaction; how many batches moved."""

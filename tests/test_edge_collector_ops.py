@@ -1,11 +1,13 @@
 """The collector over months, as an operator runs it: backups of a database in use, a
-damaged or mistaken database file, a restore from a backup. Real collectors on loopback,
-real SQLite files (the helpers of tests/test_edge_collector.py)."""
+damaged or mistaken database file, a restore from a backup and the archive files the
+database then does not know, a move to another path. Real collectors on loopback, real
+SQLite files and Parquet archives (the helpers of tests/test_edge_collector.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import signal
 import sqlite3
@@ -22,6 +24,7 @@ from test_edge_collector import (
     beat,
     fleet,
     make_batch,
+    make_events,
     post,
     request,
 )
@@ -29,6 +32,17 @@ from test_edge_collector import (
 from edge.outbox import Outbox
 from edge.store import SCHEMA_VERSION, open_store
 from edge.wire import encode_batch
+
+
+@pytest.fixture
+def srv(tmp_path):
+    """A serving collector with the devices d1 and d2."""
+    server = Server(tmp_path)
+    server.tokens = filled_store(server.db, batches=0)
+    server.start()
+    yield server
+    if server.proc.poll() is None:
+        assert server.stop() == 0
 
 
 def collector(*args: str) -> subprocess.CompletedProcess:
@@ -248,3 +262,112 @@ def test_a_backup_put_in_place_beside_the_old_database_s_log_is_refused(tmp_path
     server.start()  # the backup, as it was
     assert server.rows("SELECT batch_id FROM batches") == [("d1/0",)]
     assert server.stop() == 0
+
+
+def test_a_missing_archive_is_not_made_when_the_database_names_files_in_it(srv):
+    assert post(srv, encode_batch(make_batch("d1", 0)), srv.tokens["d1"])[0] == 200
+    assert srv.stop() == 0
+    moved = srv.tmp / "archive-on-the-new-disk"
+    srv.archive.rename(moved)
+    done = collector("--db", str(srv.db), "--archive", str(srv.archive), "--port", "0")
+    one_line(done, 2, f"--archive {srv.archive}: no such directory", "1 archive file")
+    assert not srv.archive.exists()
+    srv.archive = moved  # another path: the database's paths are relative to it
+    check = collector("--db", str(srv.db), "--archive", str(moved), "--check-archive")
+    assert check.returncode == 0, check.stdout + check.stderr
+    srv.start()
+    assert post(srv, encode_batch(make_batch("d1", 0)), srv.tokens["d1"])[1]["status"] == \
+        "duplicate"
+
+
+def test_check_archive_lists_what_a_restored_database_and_its_archive_disagree_on(tmp_path):
+    server = Server(tmp_path)
+    server.tokens = filled_store(server.db, batches=0)
+    server.start()
+    now = time.time()
+
+    def upload(seq: int, age_days: float = 2) -> None:
+        batch = make_batch("d1", seq, events=make_events(seed=seq),
+                           created_at=now - age_days * 86400)
+        assert post(server, encode_batch(batch), server.tokens["d1"])[0] == 200
+
+    for seq in range(3):
+        upload(seq)
+    done = fleet(server, "--archive", str(server.archive), "--check-archive")
+    assert done.returncode == 0 and json.loads(done.stdout.splitlines()[-1])["ok"], done.stdout
+    assert fleet(server, "--backup", str(tmp_path / "backup.db")).returncode == 0
+    for seq in range(3, 5):  # acknowledged after the backup: no device sends them again
+        upload(seq)
+    assert server.stop() == 0
+    server.extra = ("--compact",)
+    server.start()  # --compact at its start merges the closed day's five files into one
+    until = time.time() + 30
+    while json.loads(request(server.url + "/metrics")[1])["compaction_written"] < 1:
+        assert time.time() < until, server.log()
+        time.sleep(0.05)
+    assert server.stop() == 0
+    (compacted,) = server.archive.rglob("compact-*.parquet")
+    for name in ("collector.db", "collector.db-wal", "collector.db-shm"):
+        (tmp_path / name).unlink(missing_ok=True)
+    shutil.copy(tmp_path / "backup.db", server.db)
+    server.extra = ()
+
+    done = collector("--db", str(server.db), "--archive", str(server.archive), "--check-archive")
+    assert done.returncode == 1, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    rel = compacted.relative_to(server.archive).as_posix()
+    folder = rel.rsplit("/", 1)[0]
+    assert lines[0] == {"file": rel, "problem": "no batch of the database is in it",
+                        "batches": 5, "batches_not_in_database": ["d1/3", "d1/4"]}
+    assert lines[1:4] == [{"file": f"{folder}/part-{seq:020d}.parquet", "problem": "missing",
+                           "batches": 1, "rows_in": rel} for seq in range(3)]
+    assert lines[4] == {"ok": False, "files": 1, "files_named": 3, "not_named": 1,
+                        "missing": 3, "batches_not_in_database": 2}
+    assert done.stderr == ""
+
+    server.start()  # the restored collector serves on as before
+    upload(5, age_days=0)
+    assert server.stop() == 0
+    done = collector("--db", str(server.db), "--archive", str(server.archive), "--check-archive")
+    assert done.returncode == 1 and json.loads(done.stdout.splitlines()[-1])["files"] == 2
+
+
+def test_check_archive_beside_a_collector_that_stores_batches_finds_nothing(srv):
+    stop, seqs = threading.Event(), []
+
+    def upload():
+        while not stop.is_set():
+            seq = len(seqs)
+            assert post(srv, encode_batch(make_batch("d2", seq)), srv.tokens["d2"])[0] == 200
+            seqs.append(seq)
+    uploader = threading.Thread(target=upload)
+    uploader.start()
+    try:
+        while len(seqs) < 3:
+            time.sleep(0.01)
+        checks = [fleet(srv, "--archive", str(srv.archive), "--check-archive")
+                  for _ in range(3)]
+    finally:
+        stop.set()
+        uploader.join()
+    for done in checks:
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(checks[-1].stdout)["files"] >= 3
+
+
+def test_check_archive_names_a_file_that_is_not_parquet_and_a_missing_archive(srv):
+    assert post(srv, encode_batch(make_batch("d1", 0)), srv.tokens["d1"])[0] == 200
+    (part,) = srv.archive.rglob("*.parquet")
+    stray = part.with_name("part-00000000000000000099.parquet")
+    stray.write_text("not parquet")
+    done = fleet(srv, "--archive", str(srv.archive), "--check-archive")
+    assert done.returncode == 1
+    first = json.loads(done.stdout.splitlines()[0])
+    assert first["file"].endswith("part-00000000000000000099.parquet")
+    assert first["problem"].startswith("no batch of the database is in it; not readable")
+    done = fleet(srv, "--archive", str(srv.tmp / "typo"), "--check-archive")
+    one_line(done, 2, f"--archive {srv.tmp / 'typo'}: no such directory")
+    done = fleet(srv, "--check-archive")
+    one_line(done, 2, "--check-archive needs --archive DIR")
+    assert not (srv.tmp / "typo").exists()
+    os.unlink(stray)

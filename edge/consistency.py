@@ -1,0 +1,95 @@
+"""Does the database agree with the archive? (``acep serve --db DB --archive DIR
+--check-archive``, read-only.)
+
+They disagree after a restore: a database put back from a backup does not know the batches
+stored after the backup (their archive files are there, and the devices never send them
+again: they were acknowledged), and names the files that a compaction or a deletion took
+away since. Each disagreement is one JSON line:
+
+- an archive file no stored batch is in, with the batch ids in it the database does not
+  have (their events are in the archive, which the trainer reads; their matches are lost
+  with the database's rows) or does have in another file (a leftover of a compaction cut
+  off, which the next ``--compact`` pass deletes);
+- a file the database names that is missing, and the compacted file whose metadata lists
+  it, if any (its rows are there).
+
+A collector may serve meanwhile: what differs is looked at twice, so a batch stored or
+compacted between the listing and the query is not reported.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from .archive import compacted_names
+from .store import Store
+
+__all__ = ["compare"]
+
+UNNAMED = "no batch of the database is in it"
+SETTLE = 1.0  # seconds before what differs is looked at again (a batch in flight commits)
+
+
+def compare(store: Store, root: str | Path) -> Iterator[dict]:
+    """One dict per disagreement between ``store`` and the archive under ``root``, then a
+    summary (``ok``: none)."""
+    root = Path(root)
+    present = _listing(root)
+    named = store.archive_names()
+    unnamed = sorted(set(present) - set(named))
+    missing = sorted(set(named) - set(present))
+    if unnamed or missing:  # the second look, once a batch in flight has been committed
+        time.sleep(SETTLE)
+        unnamed = [rel for rel in unnamed if rel not in store.archive_names(unnamed)]
+        missing = [rel for rel in missing if not (root / rel).exists()]
+    found = [doc for doc in (_unnamed(store, root, rel) for rel in unnamed) if doc]
+    yield from found
+    holders = _holders(root, {rel.rpartition("/")[0] for rel in missing})
+    for rel in missing:
+        yield {"file": rel, "problem": "missing", "batches": named[rel],
+               "rows_in": holders.get(rel)}
+    lost = sum(len(doc.get("batches_not_in_database", ())) for doc in found)
+    yield {"ok": not found and not missing, "files": len(present), "files_named": len(named),
+           "not_named": len(found), "missing": len(missing), "batches_not_in_database": lost}
+
+
+def _listing(root: Path) -> list[str]:
+    """The archive's files (paths under ``root``), not the hidden ones being written."""
+    return [p.relative_to(root).as_posix() for p in root.glob("date=*/device=*/*.parquet")
+            if not p.name.startswith(".")]
+
+
+def _unnamed(store: Store, root: Path, rel: str) -> dict | None:
+    """What a file no stored batch is in holds: the batch ids the database lacks. None
+    when a batch is in it by now (stored meanwhile)."""
+    import pyarrow.parquet as pq
+
+    try:
+        ids = pq.read_table(root / rel, columns=["batch_id"]).column("batch_id").unique()
+    except FileNotFoundError:  # compacted or pruned meanwhile
+        return None
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is named with its reason
+        return {"file": rel, "problem": f"{UNNAMED}; not readable as an archive file "
+                                        f"({type(exc).__name__}: {exc})"}
+    ids = sorted(str(i) for i in ids.to_pylist())
+    known = store.known_batches(ids)
+    if store.archive_names([rel]):
+        return None
+    return {"file": rel, "problem": UNNAMED, "batches": len(ids),
+            "batches_not_in_database": [i for i in ids if i not in known]}
+
+
+def _holders(root: Path, folders: set[str]) -> dict[str, str]:
+    """{path: the compacted file that lists it} in ``folders``."""
+    out = {}
+    for folder in sorted(folders):
+        for path in sorted((root / folder).glob("compact-*.parquet")):
+            try:
+                names = compacted_names(path)
+            except Exception:  # noqa: BLE001 - unreadable: it holds nothing we can name
+                continue
+            rel = path.relative_to(root).as_posix()
+            out.update({f"{folder}/{name}": rel for name in names})
+    return out
