@@ -126,8 +126,8 @@ def open_store(url: str | Path, create: bool = True) -> Store:
     if not create and not os.path.exists(text):
         raise ValueError(f"{text}: no collector database there")
     if not create and os.path.isfile(text) and os.path.getsize(text) == 0:
-        raise ValueError(f"{text}: an empty file, no collector database (a copy cut off? "
-                         f"{RESTORE})")
+        raise ValueError(f"{text}: an empty file, no collector database (a copy cut off?); "
+                         f"{RESTORE}")
     if why := _foreign_log(text):
         raise ValueError(f"{text}: {why}")
     try:
