@@ -235,39 +235,25 @@ def _whole(minimum: int, what: str, maximum: int | None = None):
     return parse
 
 
-def _share(text: str) -> float:
-    """``acep demo --budget``: a share of the unconstrained operations, in (0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"the share must be a number in (0, 1], got {text!r}")
-    return value
+def _real(what: str, inside, bounds: str):
+    """An argparse type: a number of ``what`` for which ``inside(value)`` holds (said as
+    ``bounds``); NaN and text are refused with it."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not inside(value):
+            raise argparse.ArgumentTypeError(f"the {what} must be a number {bounds}, got {text!r}")
+        return value
+    return parse
 
 
-def _days(text: str) -> float:
-    """``acep demo --train-days``: a number of days above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"the days must be a number > 0, got {text!r}")
-    return value
-
-
-def burst_type(text: str) -> float:
-    """``--burst`` (``acep history build``, ``evaluate``, ``acep train``): the devices' bucket
-    depth in events, at least one (a :class:`acep.shedding.Budget`'s least)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 1 <= value < math.inf:
-        raise argparse.ArgumentTypeError(
-            f"the bucket depth must be a number of events >= 1, got {text!r}")
-    return value
+# acep demo --budget: a share of the unconstrained operations
+_share = _real("share", lambda v: 0 < v <= 1, "in (0, 1]")
+_days = _real("days", lambda v: 0 < v < math.inf, "> 0")  # acep demo --train-days
+# --burst (history build, evaluate, acep train): the devices' bucket depth, a Budget's least
+burst_type = _real("bucket depth", lambda v: 1 <= v < math.inf, "of events >= 1")
 
 
 def ratios_type(text: str) -> list[float]:

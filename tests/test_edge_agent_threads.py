@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 from test_edge_agent_sketch import (
     BUDGET,
+    chunks_until,
     metrics_lines,
     publish,
     sketch_bytes,
@@ -93,19 +94,6 @@ def _end(proc: subprocess.Popen | None) -> None:
         proc.wait(30)
 
 
-def _add_events_until(run: AgentRun, done, what: str):
-    """Append events (a chunk lets the agent take a new sketch) until ``done()``."""
-    t = [1000.0]
-
-    def step():
-        t[0] += 300
-        run.append(stream(50, seed=int(t[0]), t0=t[0]))
-        run.alive()
-        return done()
-
-    return wait_for(step, what, every=0.3)
-
-
 # --------------------------------------------------------------------------- sketch watch
 
 
@@ -133,7 +121,7 @@ def test_a_malformed_answer_does_not_end_the_sketch_checks(tmp_path, kind):
         peer.close()
         c.start()
         publish(c, admin, sketch_bytes(0.9))
-        _add_events_until(run, lambda: "using the sketch published as" in run.log(),
+        chunks_until(run, lambda: "using the sketch published as" in run.log(),
                           "the agent to take the newly published sketch")
         final = run.stop()
     finally:
@@ -163,7 +151,7 @@ def test_an_agent_booting_on_a_malformed_answer_falls_back_and_takes_the_sketch_
         run.append(stream(200, seed=21))
         run.start()
         wait_for(lambda: run.alive() or run.state("consumed") == 200, "the agent to run")
-        first = _add_events_until(run, lambda: metrics_lines(run), "a metrics line")[0]
+        first = chunks_until(run, lambda: metrics_lines(run), "a metrics line")[0]
         assert first["policy"] == "oldest-first"
         assert first["sketch_error"].startswith(
             "sketch download failed: GET /v1/sketches/abc: BadStatusLine: SSH-2.0")
@@ -171,7 +159,7 @@ def test_an_agent_booting_on_a_malformed_answer_falls_back_and_takes_the_sketch_
         c.port = peer.port
         c.start()  # the collector is back, on its port
         publish(c, admin, sketch_bytes(0.5))
-        _add_events_until(run, lambda: "using the sketch published as" in run.log(),
+        chunks_until(run, lambda: "using the sketch published as" in run.log(),
                           "the agent to take the sketch")
         final = run.stop()
     finally:
