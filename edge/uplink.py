@@ -62,7 +62,7 @@ from .outbox import Outbox
 from .wire import sketch_etag
 
 __all__ = ["Uplink", "Outcome", "Uploader", "download_sketch", "tls_context", "error_body",
-           "error_text", "CLOCK_SLACK"]
+           "error_text", "CLOCK_SLACK", "NoRedirects", "redirect_text"]
 
 log = logging.getLogger("edge.agent")
 CONTINUE_WAIT = 1.0  # seconds a body waits for "100 Continue" before it goes anyway (as curl)
@@ -77,6 +77,7 @@ _SIOCOUTQ = 0x5411  # Linux: the bytes of a TCP socket's send queue not yet ackn
 # seconds this clock may differ from the collector's without a warning (the agent's log and
 # acep agent --check); a streak of warnings ends within half of it (a Date is to the second)
 CLOCK_SLACK = 60.0
+_REDIRECTS = (301, 302, 303, 307, 308)
 _RETRY_4XX = (408, 429)
 _AUTH_4XX = (401, 403)
 
@@ -110,8 +111,8 @@ class Uplink:
         self.context = tls_context(url, ca_file)
         # urllib's proxies are read from the environment here, as _proxied() reads them
         self.opener = urllib.request.build_opener(
-            _PacedHTTPHandler(), *([_PacedHTTPSHandler(context=self.context)]
-                                   if self.context else []))
+            NoRedirects(), _PacedHTTPHandler(),
+            *([_PacedHTTPSHandler(context=self.context)] if self.context else []))
         self.target = urllib.parse.urlsplit(self.url)
         self.expect_continue = expect_continue and not _proxied(self.target)
         self.compress = compress
@@ -132,7 +133,8 @@ class Uplink:
     def _post(self, path: str, body: bytes, content_type: str, timeout: float | None = None
               ) -> tuple[int, bytes, float | None] | Outcome:
         """``(status, answer body, Retry-After seconds)``, or a ``"retry"`` outcome when no
-        answer came. The body is gzipped when the collector takes it (RFC 7694)."""
+        answer came or it was a redirect (never followed: :class:`NoRedirects`). The body
+        is gzipped when the collector takes it (RFC 7694)."""
         if not (self.compress and self.gzip_taken and len(body) >= EXPECT_MIN_BYTES):
             return self._send(path, body, content_type, None, timeout)
         answer = self._send(path, gzip.compress(body, GZIP_LEVEL, mtime=0), content_type,
@@ -165,6 +167,8 @@ class Uplink:
                 return resp.status, resp.read(1 << 16), None
         except urllib.error.HTTPError as e:
             self._heard(e.headers)
+            if e.code in _REDIRECTS:
+                return Outcome("retry", e.code, redirect_text(e.headers.get("Location")))
             return e.code, error_body(e), retry_after(e.headers.get("Retry-After"))
         except (urllib.error.URLError, OSError, TimeoutError) as e:
             return Outcome("retry", None, f"connection: {getattr(e, 'reason', e)}")
@@ -227,6 +231,8 @@ class Uplink:
             answer = conn.response_class(_Replayed(conn.sock, head), method="POST")
             answer.begin()
             self._heard(answer.headers)
+            if answer.status in _REDIRECTS:
+                return Outcome("retry", answer.status, redirect_text(answer.getheader("Location")))
             wait = None if answer.status == 200 else retry_after(answer.getheader("Retry-After"))
             return answer.status, answer.read(1 << 16), wait
         except (OSError, http.client.HTTPException) as e:
@@ -303,12 +309,15 @@ class Uplink:
             self._heard(e.headers)
             if e.code == 304 and etag:
                 return None
+            if e.code in _REDIRECTS:
+                raise OSError(f"GET {path}: HTTP {e.code}: "
+                              f"{redirect_text(e.headers.get('Location'))}") from None
             raise OSError(f"GET {path}: HTTP {e.code} {error_text(error_body(e))}") from None
         except (urllib.error.URLError, TimeoutError) as e:
             raise OSError(f"GET {path}: {getattr(e, 'reason', e)}") from None
         except (OSError, http.client.HTTPException, ValueError) as e:
             # the connection cut within the body (IncompleteRead, a reset), an answer that
-            # is not HTTP (BadStatusLine), a redirect to a malformed URL (ValueError): a
+            # is not HTTP (BadStatusLine), a URL http.client refuses (ValueError): a
             # failed download like a refused connection, retried
             raise OSError(f"GET {path}: {type(e).__name__}: {one_line(e)}") from None
         if len(data) > max_bytes:
@@ -351,6 +360,23 @@ class _PacedHTTPHandler(urllib.request.HTTPHandler):
 class _PacedHTTPSHandler(urllib.request.HTTPSHandler):
     def do_open(self, http_class, req, **kw):
         return super().do_open(_PacedHTTPS, req, **kw)
+
+
+class NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer like another (an ``HTTPError`` with its 3xx), never
+    followed: urllib would send it every header of the request, the bearer token too, to
+    whatever host and scheme its ``Location`` names (a captive portal, ``http://`` from
+    ``https://``). The collector's API never redirects."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+def redirect_text(location: str | None) -> str:
+    """What a redirect to ``location`` is taken as: not followed, and why."""
+    return (f"a redirect to {one_line(location or '(no Location)')[:200]}, not followed (the "
+            "collector's API never redirects, and the token would go along): set the "
+            "collector's URL to the address that answers")
 
 
 def _unacknowledged(sock: socket.socket) -> int | None:
@@ -436,6 +462,7 @@ def _final_head(sock: socket.socket, head: bytes) -> bytes:
         if not (_interim(head) or head[9:12] == b"100"):
             return head
         head = _after_head(sock, head)
+
 
 
 def _interim(head: bytes) -> bool:

@@ -25,11 +25,13 @@ from edge.uplink import (
     EXPECT_MIN_BYTES,
     GZIP_LEVEL,
     SEND_PIECE,
+    Outcome,
     Uplink,
     _final_head,
     _first_answer,
     _PacedHTTP,
     _Replayed,
+    redirect_text,
 )
 
 BIG = b"x" * (4 * EXPECT_MIN_BYTES)
@@ -456,3 +458,84 @@ def test_an_answer_cut_short_or_not_http_is_a_retry_for_any_body(answer, size):
             assert out.detail.startswith("connection: "), out
     finally:
         listener.close()
+
+
+# --------------------------------------------------------------------------- a hostile answer
+
+
+class _Elsewhere(BaseHTTPRequestHandler):
+    """Another host: records the method, path and Authorization of what reaches it."""
+
+    seen: list = []
+
+    def _record(self):
+        self.seen.append((self.command, self.path, self.headers.get("Authorization")))
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    do_GET = do_POST = do_PUT = _record  # noqa: N815 (http.server's naming)
+
+    def log_message(self, *args):
+        pass
+
+
+class _Redirector(BaseHTTPRequestHandler):
+    """Answers every request with ``code`` to the same path on ``to``, after its body."""
+
+    protocol_version = "HTTP/1.1"
+    code, to = 302, ""
+
+    def _redirect(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(self.code)
+        self.send_header("Location", self.to + self.path)
+        self.send_header("Content-Length", "0")
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+    do_GET = do_POST = do_PUT = _redirect  # noqa: N815
+
+    def log_message(self, *args):
+        pass
+
+
+def _serving(handler) -> ThreadingHTTPServer:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_a_redirect_is_not_followed_so_the_token_never_goes_to_another_host(server, code):
+    """urllib follows a redirect with every header of the request, the bearer token too,
+    to the host it names (a captive portal, a proxy's mistake): the agent follows none,
+    and says where it was sent. The ``server`` fixture clears the proxies."""
+    from edge.preflight import _get
+
+    elsewhere = _serving(type("Elsewhere", (_Elsewhere,), {"seen": []}))
+    to = f"http://localhost:{elsewhere.server_address[1]}"  # another host name
+    redirector = _serving(type("Redirector", (_Redirector,), {"code": code, "to": to}))
+    url = f"http://127.0.0.1:{redirector.server_address[1]}"
+    try:
+        uplink = Uplink(url, "device-secret", timeout=5)
+        try:
+            sketch = uplink.get_sketch("p1", 1 << 20)
+        except OSError as e:
+            sketch = str(e)
+        outs = [uplink.post_batch(b"x" * 10), uplink.post_batch(BIG),
+                uplink.post_heartbeat({"time": 1.0})]
+        status, _, error = _get(url + "/v1/whoami", "device-secret", 5, 1 << 16)
+        assert elsewhere.RequestHandlerClass.seen == []  # the token stayed home
+        assert sketch == (f"GET /v1/sketches/p1: HTTP {code}: "
+                          f"{redirect_text(to + '/v1/sketches/p1')}")
+        assert "not followed" in sketch
+        for out, path in zip(outs, ("batches", "batches", "heartbeat")):
+            assert out == Outcome("retry", code, redirect_text(f"{to}/v1/{path}")), out
+        assert status == code and error == redirect_text(f"{to}/v1/whoami")
+    finally:
+        for srv in (elsewhere, redirector):
+            srv.shutdown()
+            srv.server_close()
+

@@ -432,6 +432,8 @@ def publish_sketch(url: str, pattern_id: str, data: bytes, token: str,
             return json.loads(resp.read())
     except urllib.error.HTTPError as e:
         detail = e.read().decode("utf-8", "replace")[:2000]
+        if 300 <= e.code < 400:  # urllib follows no redirect of a PUT: the token stays
+            detail = f"a redirect to {e.headers.get('Location')}, not followed"
         raise RuntimeError(f"the collector refused the sketch: HTTP {e.code} {detail}") from None
     except urllib.error.URLError as e:
         raise RuntimeError(f"cannot reach the collector at {url}: {e.reason}") from None
