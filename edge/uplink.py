@@ -62,7 +62,7 @@ from .outbox import Outbox
 from .wire import sketch_etag
 
 __all__ = ["Uplink", "Outcome", "Uploader", "download_sketch", "tls_context", "error_body",
-           "error_text", "CLOCK_SLACK", "NoRedirects", "redirect_text"]
+           "error_text", "CLOCK_SLACK", "NoRedirects", "redirect_text", "MAX_HEAD"]
 
 log = logging.getLogger("edge.agent")
 CONTINUE_WAIT = 1.0  # seconds a body waits for "100 Continue" before it goes anyway (as curl)
@@ -77,6 +77,10 @@ _SIOCOUTQ = 0x5411  # Linux: the bytes of a TCP socket's send queue not yet ackn
 # seconds this clock may differ from the collector's without a warning (the agent's log and
 # acep agent --check); a streak of warnings ends within half of it (a Date is to the second)
 CLOCK_SLACK = 60.0
+# bytes of an answer's head the agent reads itself (an interim answer, the final one's status
+# line; http.client's own line limit): a server that sends no line end costs no more
+MAX_HEAD = 1 << 16
+MAX_INTERIM = 16  # interim answers (103 Early Hints) skipped before the final one, at most
 _REDIRECTS = (301, 302, 303, 307, 308)
 _RETRY_4XX = (408, 429)
 _AUTH_4XX = (401, 403)
@@ -429,7 +433,7 @@ def _first_answer(sock: socket.socket, wait: float, timeout: float) -> tuple[str
     interim answers (``103 Early Hints``) are skipped, as RFC 9110 15.2 asks of a client.
     The socket's ``timeout`` is set again after."""
     deadline = time.monotonic() + wait
-    data = b""
+    data, skipped = b"", 0
     while True:
         if not data:
             sock.settimeout(max(deadline - time.monotonic(), 1e-3))
@@ -446,6 +450,7 @@ def _first_answer(sock: socket.socket, wait: float, timeout: float) -> tuple[str
             return "continue", _after_head(sock, data)
         if not _interim(data):
             return "final", data
+        skipped = _skip_interim(skipped)
         data = _after_head(sock, data)
 
 
@@ -454,6 +459,7 @@ def _final_head(sock: socket.socket, head: bytes) -> bytes:
     final one taken off: :class:`http.client.HTTPResponse` skips ``100`` alone. Each wait
     for an answer starts once the body's bytes got across (:func:`_drain`: a late ``100
     Continue`` may come while the body is still on its way)."""
+    skipped = 0
     while True:
         if not head:
             _drain(sock, sock.gettimeout())
@@ -461,8 +467,17 @@ def _final_head(sock: socket.socket, head: bytes) -> bytes:
         head = _read_until(sock, head, b"\r\n")
         if not (_interim(head) or head[9:12] == b"100"):
             return head
+        skipped = _skip_interim(skipped)
         head = _after_head(sock, head)
 
+
+def _skip_interim(skipped: int) -> int:
+    """One more interim answer skipped; ``http.client.HTTPException`` past
+    :data:`MAX_INTERIM` (a server that sends them for ever)."""
+    if skipped >= MAX_INTERIM:
+        raise http.client.HTTPException(f"more than {MAX_INTERIM} interim (1xx) answers "
+                                        "before the final one: not the collector")
+    return skipped + 1
 
 
 def _interim(head: bytes) -> bool:
@@ -476,8 +491,13 @@ def _after_head(sock: socket.socket, data: bytes) -> bytes:
 
 
 def _read_until(sock: socket.socket, data: bytes, end: bytes) -> bytes:
-    """``data`` and what follows it on ``sock`` up to ``end`` at least (or to the end)."""
+    """``data`` and what follows it on ``sock`` up to ``end`` at least (or to the end);
+    ``http.client.HTTPException`` when :data:`MAX_HEAD` bytes came without it."""
     while data and end not in data:
+        if len(data) >= MAX_HEAD:
+            raise http.client.HTTPException(
+                f"an answer head of more than {MAX_HEAD} bytes without its end "
+                f"({end!r}): not HTTP, or not the collector")
         more = sock.recv(1 << 16)
         if not more:
             break

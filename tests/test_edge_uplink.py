@@ -6,6 +6,7 @@ test_edge_collector.py."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.client
 import json
@@ -538,4 +539,60 @@ def test_a_redirect_is_not_followed_so_the_token_never_goes_to_another_host(serv
         for srv in (elsewhere, redirector):
             srv.shutdown()
             srv.server_close()
+
+
+def _answering(answer, most: int) -> tuple[socket.socket, list]:
+    """A listener that reads each request's head (and a body of up to 1 KiB) and sends
+    ``answer`` over and over, ``most`` bytes at most, then closes; how many it could
+    send, per connection."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    sent: list = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                got = b""
+                while b"\r\n\r\n" not in got:
+                    got += conn.recv(1 << 16)
+                if b"Expect" not in got:
+                    conn.settimeout(0.2)
+                    with contextlib.suppress(TimeoutError):
+                        conn.recv(1 << 10)
+                    conn.settimeout(None)
+                sent.append(0)
+                try:
+                    while sent[-1] < most:
+                        conn.sendall(answer)
+                        sent[-1] += len(answer)
+                except OSError:  # the agent closed it
+                    pass
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, sent
+
+
+@pytest.mark.parametrize("flood, most, says", [
+    (b"H" * 65536, 32 << 20, "an answer head of more than 65536 bytes without its end"),
+    (b"HTTP/1.1 100 Continue\r\n" + b"X-Hint: " + b"h" * 1000 + b"\r\n", 32 << 20,
+     "an answer head of more than 65536 bytes without its end"),
+    (EARLY, 4 << 20, "more than 16 interim (1xx) answers before the final one"),
+])
+def test_an_answer_head_that_never_ends_is_given_up_after_a_bound(flood, most, says):
+    """A server at the collector's address (another service, a compromised collector) that
+    sends a head with no end, or interim answers for ever: the agent reads a bounded head,
+    gives up at once with a retry, and closes the connection (it read everything, copying
+    it again at each read, before: 32 MiB cost seconds, a stream without end its memory)."""
+    listener, sent = _answering(flood, most)
+    try:
+        uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=5)
+        out, took = timed_post(uplink, BIG)
+        assert (out.action, out.status) == ("retry", None) and says in out.detail, out
+        assert took < 2.0
+        time.sleep(0.2)
+        assert sent[0] < most  # the agent stopped reading: the server could not send it all
+    finally:
+        listener.close()
 
