@@ -574,7 +574,7 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # '²' is a digit to str.isdigit, not to float()
         return float(value)
     when = http_date(value)
     if when is None:

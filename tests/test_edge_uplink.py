@@ -33,6 +33,7 @@ from edge.uplink import (
     _PacedHTTP,
     _Replayed,
     redirect_text,
+    retry_after,
 )
 
 BIG = b"x" * (4 * EXPECT_MIN_BYTES)
@@ -595,4 +596,21 @@ def test_an_answer_head_that_never_ends_is_given_up_after_a_bound(flood, most, s
         assert sent[0] < most  # the agent stopped reading: the server could not send it all
     finally:
         listener.close()
+
+
+@pytest.mark.parametrize("size", [10, 4 * EXPECT_MIN_BYTES])
+def test_a_retry_after_that_is_not_ascii_digits_is_ignored_not_a_crash(size):
+    """``'²'.isdigit()`` is true and ``float('²')`` raises: a Retry-After of byte 0xB2 (read
+    as latin-1) ended the upload with an unexpected error (a traceback, the crash backoff)."""
+    answer = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 2\r\nRetry-After: \xb2\r\n"
+              b"Connection: close\r\n\r\n{}")
+    listener, _ = _answering(answer, len(answer))
+    try:
+        uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=5)
+        out = uplink.post_batch(b"x" * size)
+        assert (out.action, out.status, out.retry_after) == ("retry", 503, None), out
+    finally:
+        listener.close()
+    assert retry_after("\u00b2") is None and retry_after(" 12 ") == 12.0
+    assert retry_after("-5") is None and retry_after(str(10 ** 12)) == 1e12  # the outbox caps it
 
