@@ -614,3 +614,22 @@ def test_a_retry_after_that_is_not_ascii_digits_is_ignored_not_a_crash(size):
     assert retry_after("\u00b2") is None and retry_after(" 12 ") == 12.0
     assert retry_after("-5") is None and retry_after(str(10 ** 12)) == 1e12  # the outbox caps it
 
+
+@pytest.mark.parametrize("status", [200, 500])
+def test_acep_train_publish_reads_a_bounded_answer(status):
+    """``acep train --publish``: an answer without end (a server that is not the collector)
+    is read to 1 MiB, then refused in one line; it was read to its end before."""
+    from trainer.train import publish_sketch
+
+    head = f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n\r\n".encode()
+    listener, sent = _answering(head + b"[" * (1 << 16), 32 << 20)
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        with pytest.raises((ValueError, RuntimeError)) as refused:
+            publish_sketch(url, "p1", b"sketch", "admin-secret", timeout=5)
+        time.sleep(0.2)
+        assert sent[0] < 32 << 20  # it stopped reading
+        if status == 500:
+            assert str(refused.value).startswith("the collector refused the sketch: HTTP 500 [[[")
+    finally:
+        listener.close()
