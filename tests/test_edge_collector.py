@@ -1335,6 +1335,47 @@ def test_a_gzipped_upload_is_the_same_batch_and_a_zip_bomb_is_413(srv):
     assert srv.rows("SELECT count(*) FROM batches")[0][0] == 3
 
 
+def _peak_mib(pids: list[int]) -> dict[int, int]:
+    """The peak resident memory (VmHWM) of each of ``pids``, in MiB."""
+    out = {}
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                out[pid] = int(line.split()[1]) >> 10
+    return out
+
+
+def _empty_maps(size: int) -> bytes:
+    """A msgpack map of ``size`` bytes whose lists hold empty maps: one byte each."""
+    n = (size - 32) // 4
+    lists = b"".join(bytes([0xa1]) + key + b"\xdd" + n.to_bytes(4, "big") + b"\x80" * n
+                     for key in (b"a", b"b", b"c", b"d"))
+    return b"\x84" + lists
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+@pytest.mark.parametrize("srv", [("--max-body", str(4 << 20)),
+                                 ("--max-body", str(4 << 20), "--recheck-workers", "0")],
+                         ids=["workers", "no-workers"], indirect=True)
+def test_a_body_of_empty_maps_is_400_at_once_in_bounded_memory(srv):
+    """A byte of msgpack is an empty map, a dict of 64 bytes once decoded: 4 MiB of them
+    took a re-check worker (or the database thread) to 400 MB and seconds of CPU before the
+    answer (16 MiB, the default --max-body: 1.5 GB, 20 s). A batch holds 8 maps and lists
+    and 2 per column: the decoder stops at the one after; so does a sketch's (256)."""
+    pids = [srv.proc.pid, *_children(srv.proc.pid)]
+    before = _peak_mib(pids)
+    start = time.monotonic()
+    assert_error(*post(srv, _empty_maps(4 << 20), srv.tokens["d1"]), 400,
+                 "body: more than 520 maps and lists")
+    status, data, _ = request(srv.url + "/v1/sketches/p1", "PUT", _empty_maps(4 << 20),
+                              srv.tokens["admin"], "application/octet-stream")
+    assert_error(status, json.loads(data), 400, "sketch holds more than 256 maps and lists")
+    assert time.monotonic() - start < 3.0
+    grown = {pid: peak - before[pid] for pid, peak in _peak_mib(pids).items()}
+    assert max(grown.values()) < 64, grown  # MiB: the body's copies, not a dict per byte
+    assert post(srv, encode_batch(make_batch()), srv.tokens["d1"])[1]["status"] == "stored"
+
+
 # one re-check worker: two uploads keep the collector busy, so the next one may be refused
 BUSY = pytest.mark.parametrize("srv", [("--max-wait", "0.01", "--recheck-workers", "1")],
                                ids=["max-wait"], indirect=True)
