@@ -76,6 +76,11 @@ MAINTAIN_EVERY = 3600.0  # seconds between --retain-days and --compact passes
 # bytes/s) takes as long as its body needs, a client that trickles holds its upload's
 # admission a grace period at most
 DEFAULT_BODY_IDLE = 30.0
+# a connection is closed when no whole request head came this long after it opened or after
+# its last answer (aiohttp's keep-alive timer, 3630 s by default: a connection that sent
+# nothing, or half a head, held a file descriptor an hour). nginx's keepalive_timeout: above
+# the 60 s of the usual proxies in front, which close their idle connections first
+DEFAULT_IDLE_TIMEOUT = 75.0
 DEFAULT_BODY_MIN_RATE = 1024  # bytes/s (8 kbit/s)
 MAX_GROUP = 64  # batches committed in one transaction at most
 MAX_STATUS = 16 << 10  # bytes of a heartbeat's status (an agent's metrics: about 1 KiB)
@@ -977,14 +982,17 @@ class ServerLog:
 
 
 async def serve(collector: Collector, host: str, port: int, ready=print,
-                tls: ssl.SSLContext | None = None, access_log: bool = False) -> None:
+                tls: ssl.SSLContext | None = None, access_log: bool = False,
+                idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> None:
     """Serve until SIGTERM or SIGINT, then finish the requests in flight and return;
     HTTPS with ``tls`` (:func:`server_tls`); one log line per request with ``access_log``
-    (logger ``aiohttp.access``, level INFO)."""
+    (logger ``aiohttp.access``, level INFO). A connection without a whole request head
+    ``idle_timeout`` seconds after it opened or after its last answer is closed (a body
+    has its own limits: :meth:`Collector.read_body`)."""
     # bodies are decoded by edge.codings, bounded; aiohttp's decoding is not used
     runner = web.AppRunner(make_app(collector), handle_signals=False, auto_decompress=False,
                            access_log=logging.getLogger("aiohttp.access") if access_log else None,
-                           logger=ServerLog(collector))
+                           logger=ServerLog(collector), keepalive_timeout=idle_timeout)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=tls)
     await site.start()
@@ -1093,6 +1101,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="uploads of one device processed at a time; another one is refused "
                         f"(429, Retry-After) (default {DEFAULT_PER_DEVICE}: the agent sends "
                         "one at a time, so a second is its retry of one still queued)")
+    p.add_argument("--idle-timeout", type=_seconds, default=DEFAULT_IDLE_TIMEOUT,
+                   metavar="SECONDS",
+                   help="close a connection that has not sent a whole request head this "
+                        "long after it opened or after its last answer: one that sends "
+                        "nothing or trickles its headers, an idle keep-alive one (default "
+                        f"{DEFAULT_IDLE_TIMEOUT:g}; above 0)")
     p.add_argument("--body-idle-timeout", type=_seconds, default=DEFAULT_BODY_IDLE,
                    metavar="SECONDS",
                    help="refuse a request body (408) when no byte of it arrives for this "
@@ -1295,9 +1309,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_body < 1:
         print("acep serve: --max-body must be positive", file=sys.stderr)
         return 2
-    if args.body_idle_timeout <= 0:
-        print("acep serve: --body-idle-timeout must be above 0", file=sys.stderr)
-        return 2
+    for flag, value in (("--body-idle-timeout", args.body_idle_timeout),
+                        ("--idle-timeout", args.idle_timeout)):
+        if value <= 0:
+            print(f"acep serve: {flag} must be above 0", file=sys.stderr)
+            return 2
     key = None
     if args.sketch_key_file:
         from history.sketch import read_key
@@ -1357,7 +1373,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         asyncio.run(serve(collector, args.host, args.port,
                           ready=lambda line: print(line, flush=True), tls=tls,
-                          access_log=args.access_log))
+                          access_log=args.access_log, idle_timeout=args.idle_timeout))
     finally:
         collector.close()
     print(json.dumps({"stopped": True, **{k: v for k, v in collector.metrics.items()}}),

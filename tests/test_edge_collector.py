@@ -1562,6 +1562,56 @@ def test_a_body_that_stops_is_408_after_the_idle_timeout_and_gives_its_place_bac
     assert "POST /v1/batches from d1: 408 body: no byte for 1 s" in srv.log()
 
 
+def closed_within(s: socket.socket, seconds: float) -> float | None:
+    """How long until the collector closed ``s`` (None: not within ``seconds``)."""
+    start = time.monotonic()
+    s.settimeout(0.05)
+    while time.monotonic() - start < seconds:
+        try:
+            if not s.recv(65536):
+                return time.monotonic() - start
+        except TimeoutError:
+            continue
+        except ConnectionResetError:
+            return time.monotonic() - start
+    return None
+
+
+@pytest.mark.parametrize("srv", [("--idle-timeout", "1", "--body-idle-timeout", "5")],
+                         ids=["idle-timeout"], indirect=True)
+def test_a_connection_without_a_whole_request_head_is_closed_after_the_idle_timeout(srv):
+    """Slowloris: a connection that sends nothing, half a request line, or one header
+    line after another, never its end, held a file descriptor an hour (aiohttp's
+    keep-alive timer, 3630 s); so did an idle keep-alive connection. Closed after
+    --idle-timeout now; a body that takes longer than it is not cut (it has its own
+    limits, --body-idle-timeout and --body-min-rate)."""
+    def connection(first: bytes) -> socket.socket:
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        s.sendall(first)
+        return s
+
+    silent, half_line = connection(b""), connection(b"POST /v1/batc")
+    kept = connection(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert kept.recv(65536).startswith(b"HTTP/1.1 200 OK")  # then idle, kept alive
+    trickling = connection(b"POST /v1/batches HTTP/1.1\r\nHost: x\r\n")
+    start = time.monotonic()
+    for k in range(5):  # a header line every 0.4 s: the head never ends
+        time.sleep(0.4)
+        with contextlib.suppress(OSError):
+            trickling.sendall(b"X-Slow-%d: 1\r\n" % k)
+    assert closed_within(trickling, 1.0) is not None, "a trickled head is still open"
+    assert time.monotonic() - start < 3.0
+    for s in (silent, half_line, kept):
+        assert closed_within(s, 0.5) is not None
+        s.close()
+    body = encode_batch(make_batch())
+    s = held_upload(srv, "d1", len(body))
+    took = send_paced(s, body, rate=len(body) / 2.5)  # 2.5 s: over the idle timeout
+    status, doc = read_answer(s)
+    assert status == 200 and doc["status"] == "stored" and took > 2.0, (doc, took)
+    assert "Traceback" not in srv.log()
+
+
 @SLOW
 def test_the_agent_finishes_an_upload_longer_than_its_timeout_on_a_thin_link(srv):
     """The agent's collector.timeout bounds each wait, not the upload: a body that takes
