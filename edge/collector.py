@@ -29,6 +29,7 @@ import logging
 import math
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -355,6 +356,9 @@ class Collector:
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return _error(401, "missing bearer token (header 'Authorization: Bearer <token>')")
+        if not token.isascii():  # bytes beyond ASCII: no token (and no UTF-8 to hash)
+            return _error(401, "unknown token (not ASCII text: a token is 43 letters, digits, "
+                               "'-' and '_')")
         who = await self.run(self.store.identify, token.strip())
         if who is None:
             return _error(401, "unknown token")
@@ -937,24 +941,40 @@ def make_app(collector: Collector) -> web.Application:
 
     # client_max_size: aiohttp's own cap on request.read(); the handlers stream instead
     app = web.Application(middlewares=[errors], client_max_size=collector.max_body)
+    # every route's Expect goes through defer_continue: aiohttp's own handler answers an
+    # unknown expectation with a text it cannot encode when the header is not UTF-8 (a 500)
+    expecting = {"expect_handler": defer_continue}
     app.add_routes([
-        web.post("/v1/batches", collector.post_batch, expect_handler=defer_continue),
-        web.get("/v1/sketches/{pattern_id}", collector.get_sketch),
-        web.put("/v1/sketches/{pattern_id}", collector.put_sketch,
-                expect_handler=defer_continue),
-        web.post("/v1/heartbeat", collector.post_heartbeat, expect_handler=defer_continue),
-        web.get("/v1/devices", collector.get_devices),
-        web.get("/v1/whoami", collector.whoami),
-        web.get("/health", collector.health),
-        web.get("/metrics", collector.metrics_view),
+        web.post("/v1/batches", collector.post_batch, **expecting),
+        web.get("/v1/sketches/{pattern_id}", collector.get_sketch, **expecting),
+        web.put("/v1/sketches/{pattern_id}", collector.put_sketch, **expecting),
+        web.post("/v1/heartbeat", collector.post_heartbeat, **expecting),
+        web.get("/v1/devices", collector.get_devices, **expecting),
+        web.get("/v1/whoami", collector.whoami, **expecting),
+        web.get("/health", collector.health, **expecting),
+        web.get("/metrics", collector.metrics_view, **expecting),
     ])
     return app
 
 
 def _one_line(text: str, limit: int = 200) -> str:
-    """aiohttp's parser message on one line, without its caret line."""
+    """aiohttp's parser message on one line, without its caret line, and without the
+    token of an Authorization header it quotes (:func:`_redacted`)."""
     parts = [p.strip() for p in text.splitlines() if p.strip().strip("^")]
-    return " ".join(parts)[:limit]
+    return _redacted(" ".join(parts))[:limit]
+
+
+# aiohttp's parser quotes the line it refused: an Authorization header with a stray byte,
+# one too long, one with a space before its colon, shows the token it carries
+_AUTHORIZATION = re.compile(r"(?i)(authorization|bearer).*")
+
+
+def _redacted(text: str) -> str:
+    """``text`` cut after the first 'Authorization' or 'Bearer' it holds; a line too long
+    without what it quotes (a header's value alone: which header, it does not say)."""
+    if text.startswith("Got more than"):
+        return text.split(":", 1)[0] + ": ... (not logged: it may hold a token)"
+    return _AUTHORIZATION.sub(r"\1 ... (not logged: it may hold a token)", text, count=1)
 
 
 class ServerLog:
@@ -967,8 +987,8 @@ class ServerLog:
         self.collector = collector
 
     def debug(self, msg: str, *args, exc_info=None, **_) -> None:
-        log.debug(msg + (f": {exc_info!r}" if isinstance(exc_info, BaseException) else ""),
-                  *args)
+        log.debug(msg + (f": {_redacted(repr(exc_info))}"
+                         if isinstance(exc_info, BaseException) else ""), *args)
 
     def exception(self, msg: str, *args, exc_info=True, **_) -> None:
         exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]

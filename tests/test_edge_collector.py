@@ -351,6 +351,47 @@ def test_malformed_http_is_a_400_and_one_rate_limited_warning_line_without_trace
     assert json.loads(request(srv.url + "/metrics")[1])["requests"]["400"] == 30
 
 
+def raw_bytes(srv: Server, head: bytes) -> socket.socket:
+    """A connection on which ``head`` (bytes as they are, lines ending in LF) was sent."""
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    s.sendall(head.replace(b"\n", b"\r\n") + b"\r\n")
+    return s
+
+
+@pytest.mark.parametrize("srv", [("--access-log",)], ids=["access-log"], indirect=True)
+def test_a_token_is_never_logged_and_bytes_beyond_utf8_in_headers_are_4xx(srv):
+    """aiohttp's parser quotes the header line it refuses: the token of an Authorization
+    header with a stray byte, one too long or with a space before its colon went to the
+    log (its 400 answer, to the sender alone, still shows it). An Authorization or an
+    Expect header of bytes that are not UTF-8 was a 500 with a traceback (the token hashed
+    as UTF-8; aiohttp's own 417 text)."""
+    token = srv.tokens["d1"].encode()
+    for line in (b"Authorization: Bearer " + token + b"\x01",
+                 b"Authorization : Bearer " + token,
+                 b"Authorization: Bearer " + token + b"x" * 9000,
+                 b"Authorization: " + token + b"x" * 9000):  # the value quoted alone
+        s = raw_bytes(srv, b"GET /v1/whoami HTTP/1.1\nHost: x\n" + line + b"\n")
+        assert first_answer(s).startswith(b"HTTP/1.0 400 Bad Request")
+        s.close()
+    for target in (b"GET /v1/whoami", b"POST /v1/batches"):
+        s = raw_bytes(srv, target + b" HTTP/1.1\nHost: x\nContent-Length: 0\n"
+                      b"Authorization: Bearer \xff\xfe\n")
+        status, doc = read_answer(s)
+        assert (status, doc["error"]) == (401, "unknown token (not ASCII text: a token is 43 "
+                                               "letters, digits, '-' and '_')"), doc
+    for path in (b"/health", b"/metrics", b"/v1/whoami", b"/v1/sketches/p1", b"/v1/devices"):
+        s = raw_bytes(srv, b"GET " + path + b" HTTP/1.1\nHost: x\nAuthorization: Bearer "
+                      + token + b"\nExpect: \xb2\n")
+        status, doc = read_answer(s)
+        assert status == 417 and "only 100-continue is supported" in doc["error"], doc
+    assert request(srv.url + "/v1/whoami", token=srv.tokens["d1"])[0] == 200
+    log = srv.log()
+    assert srv.tokens["d1"] not in log and "Traceback" not in log and "ERROR" not in log
+    assert log.count("400 Invalid header value char: b'Authorization ... (not logged: it may "
+                     "hold a token)") == 1
+    assert "500" not in json.loads(request(srv.url + "/metrics")[1])["requests"]
+
+
 def _sketch_for(partition, **kw) -> bytes:
     from history.build import build_history
     from history.sketch import Sketch
