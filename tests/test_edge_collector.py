@@ -1417,6 +1417,47 @@ def test_a_body_of_empty_maps_is_400_at_once_in_bounded_memory(srv):
     assert post(srv, encode_batch(make_batch()), srv.tokens["d1"])[1]["status"] == "stored"
 
 
+def one_window(n: int, text: str) -> bytes:
+    """A batch of one match (the last three events) whose window holds ``n`` events of
+    types a, b, c in turn, one partition: the re-check's worst case."""
+    import numpy as np
+
+    from edge.wire import UploadBatch
+
+    tags = np.arange(n, dtype=float)
+    return encode_batch(UploadBatch(
+        device="d1", seq=0, pattern=PatternRef("p9", text, 1e9, 1), created_at=1.7e9,
+        tag_is_time=False, partition=[None], point=tags[-1:], start=tags[-3:-2],
+        errors=np.zeros(1, np.int32), trajectory_ptr=np.array([0, 3], np.int64),
+        trajectory=np.arange(n - 3, n, dtype=np.int64),
+        event_position=np.arange(n, dtype=np.int64), event_tag=tags,
+        event_type=(np.arange(n) % 3).astype(np.int32), type_names=["a", "b", "c"],
+        columns={"x": tags.copy()}))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+@pytest.mark.parametrize("srv", [("--max-body", str(1 << 20)),
+                                 ("--max-body", str(1 << 20), "--recheck-workers", "0")],
+                         ids=["workers", "no-workers"], indirect=True)
+def test_a_window_too_large_to_re_check_is_stored_unchecked_at_once(srv):
+    """The exact re-check multiplies a matrix per pair of components over a partition's
+    events: 3,000 events (84 KB) for 'a b+ c' took 50 s of a worker, 30,000 (840 KB) for
+    'a+ b+ c' 23 GB until the kernel killed it. Above edge.recheck.MAX_WORK the batch is
+    stored with exact null and the reason, at once, in bounded memory."""
+    pids = [srv.proc.pid, *_children(srv.proc.pid)]
+    before = _peak_mib(pids)
+    start = time.monotonic()
+    status, doc = post(srv, one_window(3000, "a b+ c"), srv.tokens["d1"])
+    assert status == 200 and doc["status"] == "stored" and doc["exact"] is None, doc
+    assert time.monotonic() - start < 5.0
+    grown = {pid: peak - before[pid] for pid, peak in _peak_mib(pids).items()}
+    assert max(grown.values()) < 100, grown  # MiB
+    (reason,) = srv.rows("SELECT exact_reason FROM matches")[0]
+    assert reason.startswith("not re-checked: 3000 events of the partition's windows for a "
+                             "pattern of 3 components are about 4.0e+09 steps"), reason
+    assert metrics(srv)["rechecks_unsupported"] == 1
+
+
 # one re-check worker: two uploads keep the collector busy, so the next one may be refused
 BUSY = pytest.mark.parametrize("srv", [("--max-wait", "0.01", "--recheck-workers", "1")],
                                ids=["max-wait"], indirect=True)
