@@ -29,6 +29,7 @@ import logging
 import math
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -76,6 +77,11 @@ MAINTAIN_EVERY = 3600.0  # seconds between --retain-days and --compact passes
 # bytes/s) takes as long as its body needs, a client that trickles holds its upload's
 # admission a grace period at most
 DEFAULT_BODY_IDLE = 30.0
+# a connection is closed when no whole request head came this long after it opened or after
+# its last answer (aiohttp's keep-alive timer, 3630 s by default: a connection that sent
+# nothing, or half a head, held a file descriptor an hour). nginx's keepalive_timeout: above
+# the 60 s of the usual proxies in front, which close their idle connections first
+DEFAULT_IDLE_TIMEOUT = 75.0
 DEFAULT_BODY_MIN_RATE = 1024  # bytes/s (8 kbit/s)
 MAX_GROUP = 64  # batches committed in one transaction at most
 MAX_STATUS = 16 << 10  # bytes of a heartbeat's status (an agent's metrics: about 1 KiB)
@@ -369,6 +375,9 @@ class Collector:
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return _error(401, "missing bearer token (header 'Authorization: Bearer <token>')")
+        if not token.isascii():  # bytes beyond ASCII: no token (and no UTF-8 to hash)
+            return _error(401, "unknown token (not ASCII text: a token is 43 letters, digits, "
+                               "'-' and '_')")
         who = await self.run(self.store.identify, token.strip())
         if who is None:
             return _error(401, "unknown token")
@@ -954,24 +963,40 @@ def make_app(collector: Collector) -> web.Application:
 
     # client_max_size: aiohttp's own cap on request.read(); the handlers stream instead
     app = web.Application(middlewares=[errors], client_max_size=collector.max_body)
+    # every route's Expect goes through defer_continue: aiohttp's own handler answers an
+    # unknown expectation with a text it cannot encode when the header is not UTF-8 (a 500)
+    expecting = {"expect_handler": defer_continue}
     app.add_routes([
-        web.post("/v1/batches", collector.post_batch, expect_handler=defer_continue),
-        web.get("/v1/sketches/{pattern_id}", collector.get_sketch),
-        web.put("/v1/sketches/{pattern_id}", collector.put_sketch,
-                expect_handler=defer_continue),
-        web.post("/v1/heartbeat", collector.post_heartbeat, expect_handler=defer_continue),
-        web.get("/v1/devices", collector.get_devices),
-        web.get("/v1/whoami", collector.whoami),
-        web.get("/health", collector.health),
-        web.get("/metrics", collector.metrics_view),
+        web.post("/v1/batches", collector.post_batch, **expecting),
+        web.get("/v1/sketches/{pattern_id}", collector.get_sketch, **expecting),
+        web.put("/v1/sketches/{pattern_id}", collector.put_sketch, **expecting),
+        web.post("/v1/heartbeat", collector.post_heartbeat, **expecting),
+        web.get("/v1/devices", collector.get_devices, **expecting),
+        web.get("/v1/whoami", collector.whoami, **expecting),
+        web.get("/health", collector.health, **expecting),
+        web.get("/metrics", collector.metrics_view, **expecting),
     ])
     return app
 
 
 def _one_line(text: str, limit: int = 200) -> str:
-    """aiohttp's parser message on one line, without its caret line."""
+    """aiohttp's parser message on one line, without its caret line, and without the
+    token of an Authorization header it quotes (:func:`_redacted`)."""
     parts = [p.strip() for p in text.splitlines() if p.strip().strip("^")]
-    return " ".join(parts)[:limit]
+    return _redacted(" ".join(parts))[:limit]
+
+
+# aiohttp's parser quotes the line it refused: an Authorization header with a stray byte,
+# one too long, one with a space before its colon, shows the token it carries
+_AUTHORIZATION = re.compile(r"(?i)(authorization|bearer).*")
+
+
+def _redacted(text: str) -> str:
+    """``text`` cut after the first 'Authorization' or 'Bearer' it holds; a line too long
+    without what it quotes (a header's value alone: which header, it does not say)."""
+    if text.startswith("Got more than"):
+        return text.split(":", 1)[0] + ": ... (not logged: it may hold a token)"
+    return _AUTHORIZATION.sub(r"\1 ... (not logged: it may hold a token)", text, count=1)
 
 
 class ServerLog:
@@ -984,8 +1009,8 @@ class ServerLog:
         self.collector = collector
 
     def debug(self, msg: str, *args, exc_info=None, **_) -> None:
-        log.debug(msg + (f": {exc_info!r}" if isinstance(exc_info, BaseException) else ""),
-                  *args)
+        log.debug(msg + (f": {_redacted(repr(exc_info))}"
+                         if isinstance(exc_info, BaseException) else ""), *args)
 
     def exception(self, msg: str, *args, exc_info=True, **_) -> None:
         exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
@@ -999,14 +1024,17 @@ class ServerLog:
 
 
 async def serve(collector: Collector, host: str, port: int, ready=print,
-                tls: ssl.SSLContext | None = None, access_log: bool = False) -> None:
+                tls: ssl.SSLContext | None = None, access_log: bool = False,
+                idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> None:
     """Serve until SIGTERM or SIGINT, then finish the requests in flight and return;
     HTTPS with ``tls`` (:func:`server_tls`); one log line per request with ``access_log``
-    (logger ``aiohttp.access``, level INFO)."""
+    (logger ``aiohttp.access``, level INFO). A connection without a whole request head
+    ``idle_timeout`` seconds after it opened or after its last answer is closed (a body
+    has its own limits: :meth:`Collector.read_body`)."""
     # bodies are decoded by edge.codings, bounded; aiohttp's decoding is not used
     runner = web.AppRunner(make_app(collector), handle_signals=False, auto_decompress=False,
                            access_log=logging.getLogger("aiohttp.access") if access_log else None,
-                           logger=ServerLog(collector))
+                           logger=ServerLog(collector), keepalive_timeout=idle_timeout)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=tls)
     await site.start()
@@ -1115,6 +1143,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="uploads of one device processed at a time; another one is refused "
                         f"(429, Retry-After) (default {DEFAULT_PER_DEVICE}: the agent sends "
                         "one at a time, so a second is its retry of one still queued)")
+    p.add_argument("--idle-timeout", type=_seconds, default=DEFAULT_IDLE_TIMEOUT,
+                   metavar="SECONDS",
+                   help="close a connection that has not sent a whole request head this "
+                        "long after it opened or after its last answer: one that sends "
+                        "nothing or trickles its headers, an idle keep-alive one (default "
+                        f"{DEFAULT_IDLE_TIMEOUT:g}; above 0)")
     p.add_argument("--body-idle-timeout", type=_seconds, default=DEFAULT_BODY_IDLE,
                    metavar="SECONDS",
                    help="refuse a request body (408) when no byte of it arrives for this "
@@ -1371,9 +1405,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_body < 1:
         print("acep serve: --max-body must be positive", file=sys.stderr)
         return 2
-    if args.body_idle_timeout <= 0:
-        print("acep serve: --body-idle-timeout must be above 0", file=sys.stderr)
-        return 2
+    for flag, value in (("--body-idle-timeout", args.body_idle_timeout),
+                        ("--idle-timeout", args.idle_timeout)):
+        if value <= 0:
+            print(f"acep serve: {flag} must be above 0", file=sys.stderr)
+            return 2
     key = None
     if args.sketch_key_file:
         from history.sketch import read_key
@@ -1433,7 +1469,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         asyncio.run(serve(collector, args.host, args.port,
                           ready=lambda line: print(line, flush=True), tls=tls,
-                          access_log=args.access_log))
+                          access_log=args.access_log, idle_timeout=args.idle_timeout))
     finally:
         collector.close()
     print(json.dumps({"stopped": True, **{k: v for k, v in collector.metrics.items()}}),

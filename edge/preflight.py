@@ -50,7 +50,7 @@ from .config import AgentConfig, ConfigError, load_config
 from .logs import duration
 from .outbox import read_summary
 from .sketches import fitting
-from .uplink import CLOCK_SLACK, error_body, error_text, tls_context
+from .uplink import CLOCK_SLACK, NoRedirects, error_body, error_text, redirect_text, tls_context
 from .wire import LOOPBACK
 
 __all__ = ["Check", "checks", "check", "HTTP_TIMEOUT"]
@@ -281,13 +281,18 @@ def _private(what: str, path: str) -> Check:
 def _get(url: str, token: str | None, timeout: float, limit: int,
          context: ssl.SSLContext | None = None) -> tuple[int | None, bytes, str]:
     """``GET url``: (HTTP status, body up to ``limit`` + 1 bytes, error); status None when
-    no answer came (the error says why: a certificate the CA does not vouch for, too)."""
+    no answer came (the error says why: a certificate the CA does not vouch for, too). A
+    redirect is not followed (the token would go along: :class:`edge.uplink.NoRedirects`)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     req = urllib.request.Request(url, headers=headers, method="GET")
+    opener = urllib.request.build_opener(
+        NoRedirects(), *([urllib.request.HTTPSHandler(context=context)] if context else []))
     try:
-        with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
+        with opener.open(req, timeout=timeout) as r:
             return r.status, r.read(limit + 1), ""
     except urllib.error.HTTPError as e:
+        if 300 <= e.code < 400 and e.headers.get("Location"):
+            return e.code, b"", redirect_text(e.headers["Location"])
         body = error_body(e)
         return e.code, body, error_text(body)
     except (urllib.error.URLError, OSError, TimeoutError) as e:

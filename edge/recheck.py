@@ -53,13 +53,19 @@ from .fastcheck import Fallback
 from .wire import partition_group_key
 
 __all__ = ["Unsupported", "MatchCheck", "translate", "recheck", "recheck_batch",
-           "MAX_EXACT_PER_POINT", "MAX_ENUMERATION"]
+           "MAX_EXACT_PER_POINT", "MAX_ENUMERATION", "MAX_WORK"]
 
 # Exact matches stored per match point; the count is always exact, the list may be cut.
 MAX_EXACT_PER_POINT = 100
 # A window whose Kleene candidates could give more matches than this is not enumerated
 # when a predicate forces enumeration (skip-till-any-match is exponential in Kleene+).
 MAX_ENUMERATION = 100_000
+# The re-check of one partition's windows builds a matrix per pair of components over their
+# candidate events and multiplies them (edge.fastcheck; the NFA^b engine grows alike): its
+# steps are about the products of three candidate counts. Above this the matches are
+# stored with exact = None, as for a pattern it cannot translate: a second or two and
+# 100 MB at most (a device's 850 KB batch of 30,000 events of one partition took 23 GB).
+MAX_WORK = 2 * 10 ** 8
 
 
 class Unsupported(ValueError):
@@ -349,8 +355,14 @@ def recheck_batch(batch, fast: bool = True) -> list[MatchCheck]:
     by_key: dict = {}
     for i, key in enumerate(batch.partition):
         by_key.setdefault(partition_group_key(key), []).append(i)
+    types = [c.type for c in query.components]
     for key, rows in by_key.items():
         idx = groups.get(key, np.zeros(0, dtype=np.int64))
+        too_large = _too_large(types, batch, idx)
+        if too_large is not None:
+            for i in rows:
+                out[i] = MatchCheck(None, reason=too_large)
+            continue
         try:
             checks = None
             if fplan is not None:
@@ -367,6 +379,22 @@ def recheck_batch(batch, fast: bool = True) -> list[MatchCheck]:
         for i, c in checks.items():
             out[i] = c
     return out  # type: ignore[return-value]
+
+
+def _too_large(types: list[str], batch, idx: np.ndarray) -> str | None:
+    """Why the windows of a partition (its events ``idx``) are too large to re-check for
+    a pattern of components of ``types``: its steps (:data:`MAX_WORK`), or None."""
+    names = batch.type_names
+    per_type = np.bincount(batch.event_type[idx], minlength=len(names)).tolist()
+    by_name = dict(zip(names, per_type))
+    n = [by_name.get(t, 0) for t in types]
+    # the products W_0 T_1 ... (rows: the first component) and the reach back from the ends
+    work = n[0] ** 2 + sum(n[j - 1] * n[j] * (n[0] + n[-1]) for j in range(1, len(n)))
+    if work <= MAX_WORK:
+        return None
+    return (f"not re-checked: {len(idx)} events of the partition's windows for a pattern "
+            f"of {len(n)} components are about {work:.1e} steps, above the re-check's "
+            f"limit of {MAX_WORK:.0e} (they grow with the cube of the events per component)")
 
 
 @lru_cache(maxsize=256)

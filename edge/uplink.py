@@ -62,7 +62,7 @@ from .outbox import Outbox
 from .wire import sketch_etag
 
 __all__ = ["Uplink", "Outcome", "Uploader", "download_sketch", "tls_context", "error_body",
-           "error_text", "CLOCK_SLACK"]
+           "error_text", "CLOCK_SLACK", "NoRedirects", "redirect_text", "MAX_HEAD"]
 
 log = logging.getLogger("edge.agent")
 CONTINUE_WAIT = 1.0  # seconds a body waits for "100 Continue" before it goes anyway (as curl)
@@ -77,6 +77,11 @@ _SIOCOUTQ = 0x5411  # Linux: the bytes of a TCP socket's send queue not yet ackn
 # seconds this clock may differ from the collector's without a warning (the agent's log and
 # acep agent --check); a streak of warnings ends within half of it (a Date is to the second)
 CLOCK_SLACK = 60.0
+# bytes of an answer's head the agent reads itself (an interim answer, the final one's status
+# line; http.client's own line limit): a server that sends no line end costs no more
+MAX_HEAD = 1 << 16
+MAX_INTERIM = 16  # interim answers (103 Early Hints) skipped before the final one, at most
+_REDIRECTS = (301, 302, 303, 307, 308)
 _RETRY_4XX = (408, 429)
 _AUTH_4XX = (401, 403)
 
@@ -110,8 +115,8 @@ class Uplink:
         self.context = tls_context(url, ca_file)
         # urllib's proxies are read from the environment here, as _proxied() reads them
         self.opener = urllib.request.build_opener(
-            _PacedHTTPHandler(), *([_PacedHTTPSHandler(context=self.context)]
-                                   if self.context else []))
+            NoRedirects(), _PacedHTTPHandler(),
+            *([_PacedHTTPSHandler(context=self.context)] if self.context else []))
         self.target = urllib.parse.urlsplit(self.url)
         self.expect_continue = expect_continue and not _proxied(self.target)
         self.compress = compress
@@ -132,7 +137,8 @@ class Uplink:
     def _post(self, path: str, body: bytes, content_type: str, timeout: float | None = None
               ) -> tuple[int, bytes, float | None] | Outcome:
         """``(status, answer body, Retry-After seconds)``, or a ``"retry"`` outcome when no
-        answer came. The body is gzipped when the collector takes it (RFC 7694)."""
+        answer came or it was a redirect (never followed: :class:`NoRedirects`). The body
+        is gzipped when the collector takes it (RFC 7694)."""
         if not (self.compress and self.gzip_taken and len(body) >= EXPECT_MIN_BYTES):
             return self._send(path, body, content_type, None, timeout)
         answer = self._send(path, gzip.compress(body, GZIP_LEVEL, mtime=0), content_type,
@@ -165,6 +171,8 @@ class Uplink:
                 return resp.status, resp.read(1 << 16), None
         except urllib.error.HTTPError as e:
             self._heard(e.headers)
+            if e.code in _REDIRECTS:
+                return Outcome("retry", e.code, redirect_text(e.headers.get("Location")))
             return e.code, error_body(e), retry_after(e.headers.get("Retry-After"))
         except (urllib.error.URLError, OSError, TimeoutError) as e:
             return Outcome("retry", None, f"connection: {getattr(e, 'reason', e)}")
@@ -227,6 +235,8 @@ class Uplink:
             answer = conn.response_class(_Replayed(conn.sock, head), method="POST")
             answer.begin()
             self._heard(answer.headers)
+            if answer.status in _REDIRECTS:
+                return Outcome("retry", answer.status, redirect_text(answer.getheader("Location")))
             wait = None if answer.status == 200 else retry_after(answer.getheader("Retry-After"))
             return answer.status, answer.read(1 << 16), wait
         except (OSError, http.client.HTTPException) as e:
@@ -303,12 +313,15 @@ class Uplink:
             self._heard(e.headers)
             if e.code == 304 and etag:
                 return None
+            if e.code in _REDIRECTS:
+                raise OSError(f"GET {path}: HTTP {e.code}: "
+                              f"{redirect_text(e.headers.get('Location'))}") from None
             raise OSError(f"GET {path}: HTTP {e.code} {error_text(error_body(e))}") from None
         except (urllib.error.URLError, TimeoutError) as e:
             raise OSError(f"GET {path}: {getattr(e, 'reason', e)}") from None
         except (OSError, http.client.HTTPException, ValueError) as e:
             # the connection cut within the body (IncompleteRead, a reset), an answer that
-            # is not HTTP (BadStatusLine), a redirect to a malformed URL (ValueError): a
+            # is not HTTP (BadStatusLine), a URL http.client refuses (ValueError): a
             # failed download like a refused connection, retried
             raise OSError(f"GET {path}: {type(e).__name__}: {one_line(e)}") from None
         if len(data) > max_bytes:
@@ -351,6 +364,23 @@ class _PacedHTTPHandler(urllib.request.HTTPHandler):
 class _PacedHTTPSHandler(urllib.request.HTTPSHandler):
     def do_open(self, http_class, req, **kw):
         return super().do_open(_PacedHTTPS, req, **kw)
+
+
+class NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer like another (an ``HTTPError`` with its 3xx), never
+    followed: urllib would send it every header of the request, the bearer token too, to
+    whatever host and scheme its ``Location`` names (a captive portal, ``http://`` from
+    ``https://``). The collector's API never redirects."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+def redirect_text(location: str | None) -> str:
+    """What a redirect to ``location`` is taken as: not followed, and why."""
+    return (f"a redirect to {one_line(location or '(no Location)')[:200]}, not followed (the "
+            "collector's API never redirects, and the token would go along): set the "
+            "collector's URL to the address that answers")
 
 
 def _unacknowledged(sock: socket.socket) -> int | None:
@@ -403,7 +433,7 @@ def _first_answer(sock: socket.socket, wait: float, timeout: float) -> tuple[str
     interim answers (``103 Early Hints``) are skipped, as RFC 9110 15.2 asks of a client.
     The socket's ``timeout`` is set again after."""
     deadline = time.monotonic() + wait
-    data = b""
+    data, skipped = b"", 0
     while True:
         if not data:
             sock.settimeout(max(deadline - time.monotonic(), 1e-3))
@@ -420,6 +450,7 @@ def _first_answer(sock: socket.socket, wait: float, timeout: float) -> tuple[str
             return "continue", _after_head(sock, data)
         if not _interim(data):
             return "final", data
+        skipped = _skip_interim(skipped)
         data = _after_head(sock, data)
 
 
@@ -428,6 +459,7 @@ def _final_head(sock: socket.socket, head: bytes) -> bytes:
     final one taken off: :class:`http.client.HTTPResponse` skips ``100`` alone. Each wait
     for an answer starts once the body's bytes got across (:func:`_drain`: a late ``100
     Continue`` may come while the body is still on its way)."""
+    skipped = 0
     while True:
         if not head:
             _drain(sock, sock.gettimeout())
@@ -435,7 +467,17 @@ def _final_head(sock: socket.socket, head: bytes) -> bytes:
         head = _read_until(sock, head, b"\r\n")
         if not (_interim(head) or head[9:12] == b"100"):
             return head
+        skipped = _skip_interim(skipped)
         head = _after_head(sock, head)
+
+
+def _skip_interim(skipped: int) -> int:
+    """One more interim answer skipped; ``http.client.HTTPException`` past
+    :data:`MAX_INTERIM` (a server that sends them for ever)."""
+    if skipped >= MAX_INTERIM:
+        raise http.client.HTTPException(f"more than {MAX_INTERIM} interim (1xx) answers "
+                                        "before the final one: not the collector")
+    return skipped + 1
 
 
 def _interim(head: bytes) -> bool:
@@ -449,8 +491,13 @@ def _after_head(sock: socket.socket, data: bytes) -> bytes:
 
 
 def _read_until(sock: socket.socket, data: bytes, end: bytes) -> bytes:
-    """``data`` and what follows it on ``sock`` up to ``end`` at least (or to the end)."""
+    """``data`` and what follows it on ``sock`` up to ``end`` at least (or to the end);
+    ``http.client.HTTPException`` when :data:`MAX_HEAD` bytes came without it."""
     while data and end not in data:
+        if len(data) >= MAX_HEAD:
+            raise http.client.HTTPException(
+                f"an answer head of more than {MAX_HEAD} bytes without its end "
+                f"({end!r}): not HTTP, or not the collector")
         more = sock.recv(1 << 16)
         if not more:
             break
@@ -527,7 +574,7 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # '²' is a digit to str.isdigit, not to float()
         return float(value)
     when = http_date(value)
     if when is None:

@@ -328,17 +328,20 @@ def _unpack(data, limits: Limits) -> dict:
         raise WireError(f"body: {len(data)} bytes, above the limit of {limits.max_bytes}")
     if not data:
         raise WireError("body: empty")
+    containers = _Containers(limits)
     unpacker = msgpack.Unpacker(
         raw=False, strict_map_key=True, use_list=True, max_buffer_size=limits.max_bytes,
         max_bin_len=limits.max_bytes, max_str_len=limits.max_str_len,
         max_array_len=max(limits.max_matches, limits.max_events, limits.max_types,
                           limits.max_partitions, limits.max_columns, limits.max_slots),
-        max_map_len=64, max_ext_len=0)
+        max_map_len=64, max_ext_len=0, object_hook=containers, list_hook=containers)
     unpacker.feed(data)
     try:
         doc = unpacker.unpack()
     except msgpack.OutOfData:
         raise WireError("body: truncated msgpack") from None
+    except WireError:
+        raise
     except Exception as exc:  # msgpack raises several unrelated types for malformed input
         raise WireError(f"body: not valid msgpack ({type(exc).__name__}: {exc})") from None
     if unpacker.tell() != len(data):
@@ -347,6 +350,25 @@ def _unpack(data, limits: Limits) -> dict:
     if not isinstance(doc, dict):
         raise WireError(f"body: top level is {type(doc).__name__}, not a map")
     return doc
+
+
+class _Containers:
+    """The msgpack hook of maps and lists: counts them as they are built and refuses the
+    document past the most a batch holds (the document, its pattern and ``where``, the
+    matches or summary and their partitions, the events, their type names and columns:
+    8; and a map and a list of values per column). A body of empty maps would otherwise
+    be a dict per byte: 16 MiB of them, 1.5 GB and 20 s of a re-check worker."""
+
+    def __init__(self, limits: Limits):
+        self.columns = limits.max_columns
+        self.most, self.seen = 8 + 2 * limits.max_columns, 0
+
+    def __call__(self, obj):
+        self.seen += 1
+        if self.seen > self.most:
+            raise WireError(f"body: more than {self.most} maps and lists (a batch has 8, and "
+                            f"2 per column: {self.columns} columns at most)")
+        return obj
 
 
 def _check_depth(doc, max_depth: int) -> None:

@@ -55,21 +55,42 @@ def dumps(doc: dict) -> bytes:
     return msgpack.packb(doc, use_bin_type=True)
 
 
-def loads(data: bytes, error: type[FormatError], what: str, max_bytes: int) -> dict:
-    """Unpack one msgpack map, refusing oversized input before reading it."""
+def loads(data: bytes, error: type[FormatError], what: str, max_bytes: int,
+          max_containers: int | None = None) -> dict:
+    """Unpack one msgpack map, refusing oversized input before reading it, and with
+    ``max_containers`` one of more maps and lists than that as they are built (a byte
+    of msgpack is an empty map: 1 MiB of them is 80 MB of dicts)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise error(f"{what}: expected bytes, got {type(data).__name__}")
     if len(data) > max_bytes:
         raise error(f"{what} is {len(data)} bytes, above the limit of {max_bytes} bytes")
+    hooks = {} if max_containers is None else dict.fromkeys(
+        ("object_hook", "list_hook"), _counter(max_containers, error, what))
     try:
         doc = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True, use_list=True,
                               max_bin_len=max_bytes, max_str_len=1 << 16,
-                              max_array_len=1 << 24, max_map_len=1 << 10, max_ext_len=0)
+                              max_array_len=1 << 24, max_map_len=1 << 10, max_ext_len=0,
+                              **hooks)
+    except FormatError:
+        raise
     except Exception as exc:  # msgpack raises several unrelated types for malformed input
         raise error(f"{what} is not valid msgpack ({type(exc).__name__}: {exc})") from None
     if not isinstance(doc, dict):
         raise error(f"{what}: top level is {type(doc).__name__}, not a map")
     return doc
+
+
+def _counter(most: int, error: type[FormatError], what: str):
+    """A msgpack hook that raises ``error`` at the map or list after the ``most``-th."""
+    seen = 0
+
+    def count(obj):
+        nonlocal seen
+        seen += 1
+        if seen > most:
+            raise error(f"{what} holds more than {most} maps and lists")
+        return obj
+    return count
 
 
 def check_header(doc: Mapping, fmt: str, version: int, error: type[FormatError]) -> None:

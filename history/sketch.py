@@ -47,6 +47,7 @@ FORMAT = "acep-sketch"
 VERSION = 2  # 2: the per-cell 'need' table
 SIGNATURE = "HMAC-SHA256"
 MAX_BYTES = 1 << 20
+MAX_CONTAINERS = 256  # maps and lists of a sketch document (17 now; room for fields to come)
 EMPTY = np.uint32(0xFFFFFFFF)
 
 
@@ -333,7 +334,7 @@ class Sketch:
     def from_bytes(cls, data: bytes, key: bytes, max_bytes: int = MAX_BYTES) -> Sketch:
         """Verify and decode; any problem raises :class:`SketchError` naming it."""
         err = SketchError
-        outer = _format.loads(data, err, "sketch", max_bytes)
+        outer = _format.loads(data, err, "sketch", max_bytes, MAX_CONTAINERS)
         _format.check_header(outer, FORMAT, VERSION, err)
         if outer.get("signature") != SIGNATURE:
             raise err(f"field 'signature': {outer.get('signature')!r}, expected {SIGNATURE!r}")
@@ -342,7 +343,7 @@ class Sketch:
             raise err("fields 'payload', 'mac': not bytes")
         if not hmac.compare_digest(mac, _mac(_check_key(key), payload)):
             raise err("signature check failed: the sketch was tampered with or the key is wrong")
-        doc = _format.loads(payload, err, "sketch payload", max_bytes)
+        doc = _format.loads(payload, err, "sketch payload", max_bytes, MAX_CONTAINERS)
         _format.check_header(doc, FORMAT, VERSION, err)
         return cls._from_doc(doc)
 

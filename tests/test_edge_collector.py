@@ -351,6 +351,47 @@ def test_malformed_http_is_a_400_and_one_rate_limited_warning_line_without_trace
     assert json.loads(request(srv.url + "/metrics")[1])["requests"]["400"] == 30
 
 
+def raw_bytes(srv: Server, head: bytes) -> socket.socket:
+    """A connection on which ``head`` (bytes as they are, lines ending in LF) was sent."""
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    s.sendall(head.replace(b"\n", b"\r\n") + b"\r\n")
+    return s
+
+
+@pytest.mark.parametrize("srv", [("--access-log",)], ids=["access-log"], indirect=True)
+def test_a_token_is_never_logged_and_bytes_beyond_utf8_in_headers_are_4xx(srv):
+    """aiohttp's parser quotes the header line it refuses: the token of an Authorization
+    header with a stray byte, one too long or with a space before its colon went to the
+    log (its 400 answer, to the sender alone, still shows it). An Authorization or an
+    Expect header of bytes that are not UTF-8 was a 500 with a traceback (the token hashed
+    as UTF-8; aiohttp's own 417 text)."""
+    token = srv.tokens["d1"].encode()
+    for line in (b"Authorization: Bearer " + token + b"\x01",
+                 b"Authorization : Bearer " + token,
+                 b"Authorization: Bearer " + token + b"x" * 9000,
+                 b"Authorization: " + token + b"x" * 9000):  # the value quoted alone
+        s = raw_bytes(srv, b"GET /v1/whoami HTTP/1.1\nHost: x\n" + line + b"\n")
+        assert first_answer(s).startswith(b"HTTP/1.0 400 Bad Request")
+        s.close()
+    for target in (b"GET /v1/whoami", b"POST /v1/batches"):
+        s = raw_bytes(srv, target + b" HTTP/1.1\nHost: x\nContent-Length: 0\n"
+                      b"Authorization: Bearer \xff\xfe\n")
+        status, doc = read_answer(s)
+        assert (status, doc["error"]) == (401, "unknown token (not ASCII text: a token is 43 "
+                                               "letters, digits, '-' and '_')"), doc
+    for path in (b"/health", b"/metrics", b"/v1/whoami", b"/v1/sketches/p1", b"/v1/devices"):
+        s = raw_bytes(srv, b"GET " + path + b" HTTP/1.1\nHost: x\nAuthorization: Bearer "
+                      + token + b"\nExpect: \xb2\n")
+        status, doc = read_answer(s)
+        assert status == 417 and "only 100-continue is supported" in doc["error"], doc
+    assert request(srv.url + "/v1/whoami", token=srv.tokens["d1"])[0] == 200
+    log = srv.log()
+    assert srv.tokens["d1"] not in log and "Traceback" not in log and "ERROR" not in log
+    assert log.count("400 Invalid header value char: b'Authorization ... (not logged: it may "
+                     "hold a token)") == 1
+    assert "500" not in json.loads(request(srv.url + "/metrics")[1])["requests"]
+
+
 def _sketch_for(partition, **kw) -> bytes:
     from history.build import build_history
     from history.sketch import Sketch
@@ -1335,6 +1376,88 @@ def test_a_gzipped_upload_is_the_same_batch_and_a_zip_bomb_is_413(srv):
     assert srv.rows("SELECT count(*) FROM batches")[0][0] == 3
 
 
+def _peak_mib(pids: list[int]) -> dict[int, int]:
+    """The peak resident memory (VmHWM) of each of ``pids``, in MiB."""
+    out = {}
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                out[pid] = int(line.split()[1]) >> 10
+    return out
+
+
+def _empty_maps(size: int) -> bytes:
+    """A msgpack map of ``size`` bytes whose lists hold empty maps: one byte each."""
+    n = (size - 32) // 4
+    lists = b"".join(bytes([0xa1]) + key + b"\xdd" + n.to_bytes(4, "big") + b"\x80" * n
+                     for key in (b"a", b"b", b"c", b"d"))
+    return b"\x84" + lists
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+@pytest.mark.parametrize("srv", [("--max-body", str(4 << 20)),
+                                 ("--max-body", str(4 << 20), "--recheck-workers", "0")],
+                         ids=["workers", "no-workers"], indirect=True)
+def test_a_body_of_empty_maps_is_400_at_once_in_bounded_memory(srv):
+    """A byte of msgpack is an empty map, a dict of 64 bytes once decoded: 4 MiB of them
+    took a re-check worker (or the database thread) to 400 MB and seconds of CPU before the
+    answer (16 MiB, the default --max-body: 1.5 GB, 20 s). A batch holds 8 maps and lists
+    and 2 per column: the decoder stops at the one after; so does a sketch's (256)."""
+    pids = [srv.proc.pid, *_children(srv.proc.pid)]
+    before = _peak_mib(pids)
+    start = time.monotonic()
+    assert_error(*post(srv, _empty_maps(4 << 20), srv.tokens["d1"]), 400,
+                 "body: more than 520 maps and lists")
+    status, data, _ = request(srv.url + "/v1/sketches/p1", "PUT", _empty_maps(4 << 20),
+                              srv.tokens["admin"], "application/octet-stream")
+    assert_error(status, json.loads(data), 400, "sketch holds more than 256 maps and lists")
+    assert time.monotonic() - start < 3.0
+    grown = {pid: peak - before[pid] for pid, peak in _peak_mib(pids).items()}
+    assert max(grown.values()) < 64, grown  # MiB: the body's copies, not a dict per byte
+    assert post(srv, encode_batch(make_batch()), srv.tokens["d1"])[1]["status"] == "stored"
+
+
+def one_window(n: int, text: str) -> bytes:
+    """A batch of one match (the last three events) whose window holds ``n`` events of
+    types a, b, c in turn, one partition: the re-check's worst case."""
+    import numpy as np
+
+    from edge.wire import UploadBatch
+
+    tags = np.arange(n, dtype=float)
+    return encode_batch(UploadBatch(
+        device="d1", seq=0, pattern=PatternRef("p9", text, 1e9, 1), created_at=1.7e9,
+        tag_is_time=False, partition=[None], point=tags[-1:], start=tags[-3:-2],
+        errors=np.zeros(1, np.int32), trajectory_ptr=np.array([0, 3], np.int64),
+        trajectory=np.arange(n - 3, n, dtype=np.int64),
+        event_position=np.arange(n, dtype=np.int64), event_tag=tags,
+        event_type=(np.arange(n) % 3).astype(np.int32), type_names=["a", "b", "c"],
+        columns={"x": tags.copy()}))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+@pytest.mark.parametrize("srv", [("--max-body", str(1 << 20)),
+                                 ("--max-body", str(1 << 20), "--recheck-workers", "0")],
+                         ids=["workers", "no-workers"], indirect=True)
+def test_a_window_too_large_to_re_check_is_stored_unchecked_at_once(srv):
+    """The exact re-check multiplies a matrix per pair of components over a partition's
+    events: 3,000 events (84 KB) for 'a b+ c' took 50 s of a worker, 30,000 (840 KB) for
+    'a+ b+ c' 23 GB until the kernel killed it. Above edge.recheck.MAX_WORK the batch is
+    stored with exact null and the reason, at once, in bounded memory."""
+    pids = [srv.proc.pid, *_children(srv.proc.pid)]
+    before = _peak_mib(pids)
+    start = time.monotonic()
+    status, doc = post(srv, one_window(3000, "a b+ c"), srv.tokens["d1"])
+    assert status == 200 and doc["status"] == "stored" and doc["exact"] is None, doc
+    assert time.monotonic() - start < 5.0
+    grown = {pid: peak - before[pid] for pid, peak in _peak_mib(pids).items()}
+    assert max(grown.values()) < 100, grown  # MiB
+    (reason,) = srv.rows("SELECT exact_reason FROM matches")[0]
+    assert reason.startswith("not re-checked: 3000 events of the partition's windows for a "
+                             "pattern of 3 components are about 4.0e+09 steps"), reason
+    assert metrics(srv)["rechecks_unsupported"] == 1
+
+
 # one re-check worker: two uploads keep the collector busy, so the next one may be refused
 BUSY = pytest.mark.parametrize("srv", [("--max-wait", "0.01", "--recheck-workers", "1")],
                                ids=["max-wait"], indirect=True)
@@ -1519,6 +1642,56 @@ def test_a_body_that_stops_is_408_after_the_idle_timeout_and_gives_its_place_bac
     assert post(srv, body, srv.tokens["d1"])[1]["status"] == "stored"
     assert metrics(srv)["requests"]["408"] == 1
     assert "POST /v1/batches from d1: 408 body: no byte for 1 s" in srv.log()
+
+
+def closed_within(s: socket.socket, seconds: float) -> float | None:
+    """How long until the collector closed ``s`` (None: not within ``seconds``)."""
+    start = time.monotonic()
+    s.settimeout(0.05)
+    while time.monotonic() - start < seconds:
+        try:
+            if not s.recv(65536):
+                return time.monotonic() - start
+        except TimeoutError:
+            continue
+        except ConnectionResetError:
+            return time.monotonic() - start
+    return None
+
+
+@pytest.mark.parametrize("srv", [("--idle-timeout", "1", "--body-idle-timeout", "5")],
+                         ids=["idle-timeout"], indirect=True)
+def test_a_connection_without_a_whole_request_head_is_closed_after_the_idle_timeout(srv):
+    """Slowloris: a connection that sends nothing, half a request line, or one header
+    line after another, never its end, held a file descriptor an hour (aiohttp's
+    keep-alive timer, 3630 s); so did an idle keep-alive connection. Closed after
+    --idle-timeout now; a body that takes longer than it is not cut (it has its own
+    limits, --body-idle-timeout and --body-min-rate)."""
+    def connection(first: bytes) -> socket.socket:
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        s.sendall(first)
+        return s
+
+    silent, half_line = connection(b""), connection(b"POST /v1/batc")
+    kept = connection(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert kept.recv(65536).startswith(b"HTTP/1.1 200 OK")  # then idle, kept alive
+    trickling = connection(b"POST /v1/batches HTTP/1.1\r\nHost: x\r\n")
+    start = time.monotonic()
+    for k in range(5):  # a header line every 0.4 s: the head never ends
+        time.sleep(0.4)
+        with contextlib.suppress(OSError):
+            trickling.sendall(b"X-Slow-%d: 1\r\n" % k)
+    assert closed_within(trickling, 1.0) is not None, "a trickled head is still open"
+    assert time.monotonic() - start < 3.0
+    for s in (silent, half_line, kept):
+        assert closed_within(s, 0.5) is not None
+        s.close()
+    body = encode_batch(make_batch())
+    s = held_upload(srv, "d1", len(body))
+    took = send_paced(s, body, rate=len(body) / 2.5)  # 2.5 s: over the idle timeout
+    status, doc = read_answer(s)
+    assert status == 200 and doc["status"] == "stored" and took > 2.0, (doc, took)
+    assert "Traceback" not in srv.log()
 
 
 @SLOW

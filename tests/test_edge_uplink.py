@@ -6,6 +6,7 @@ test_edge_collector.py."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.client
 import json
@@ -25,11 +26,14 @@ from edge.uplink import (
     EXPECT_MIN_BYTES,
     GZIP_LEVEL,
     SEND_PIECE,
+    Outcome,
     Uplink,
     _final_head,
     _first_answer,
     _PacedHTTP,
     _Replayed,
+    redirect_text,
+    retry_after,
 )
 
 BIG = b"x" * (4 * EXPECT_MIN_BYTES)
@@ -454,5 +458,178 @@ def test_an_answer_cut_short_or_not_http_is_a_retry_for_any_body(answer, size):
         assert out.action == "retry", out
         if answer.startswith(b"SSH"):
             assert out.detail.startswith("connection: "), out
+    finally:
+        listener.close()
+
+
+# --------------------------------------------------------------------------- a hostile answer
+
+
+class _Elsewhere(BaseHTTPRequestHandler):
+    """Another host: records the method, path and Authorization of what reaches it."""
+
+    seen: list = []
+
+    def _record(self):
+        self.seen.append((self.command, self.path, self.headers.get("Authorization")))
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    do_GET = do_POST = do_PUT = _record  # noqa: N815 (http.server's naming)
+
+    def log_message(self, *args):
+        pass
+
+
+class _Redirector(BaseHTTPRequestHandler):
+    """Answers every request with ``code`` to the same path on ``to``, after its body."""
+
+    protocol_version = "HTTP/1.1"
+    code, to = 302, ""
+
+    def _redirect(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(self.code)
+        self.send_header("Location", self.to + self.path)
+        self.send_header("Content-Length", "0")
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+    do_GET = do_POST = do_PUT = _redirect  # noqa: N815
+
+    def log_message(self, *args):
+        pass
+
+
+def _serving(handler) -> ThreadingHTTPServer:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_a_redirect_is_not_followed_so_the_token_never_goes_to_another_host(server, code):
+    """urllib follows a redirect with every header of the request, the bearer token too,
+    to the host it names (a captive portal, a proxy's mistake): the agent follows none,
+    and says where it was sent. The ``server`` fixture clears the proxies."""
+    from edge.preflight import _get
+
+    elsewhere = _serving(type("Elsewhere", (_Elsewhere,), {"seen": []}))
+    to = f"http://localhost:{elsewhere.server_address[1]}"  # another host name
+    redirector = _serving(type("Redirector", (_Redirector,), {"code": code, "to": to}))
+    url = f"http://127.0.0.1:{redirector.server_address[1]}"
+    try:
+        uplink = Uplink(url, "device-secret", timeout=5)
+        try:
+            sketch = uplink.get_sketch("p1", 1 << 20)
+        except OSError as e:
+            sketch = str(e)
+        outs = [uplink.post_batch(b"x" * 10), uplink.post_batch(BIG),
+                uplink.post_heartbeat({"time": 1.0})]
+        status, _, error = _get(url + "/v1/whoami", "device-secret", 5, 1 << 16)
+        assert elsewhere.RequestHandlerClass.seen == []  # the token stayed home
+        assert sketch == (f"GET /v1/sketches/p1: HTTP {code}: "
+                          f"{redirect_text(to + '/v1/sketches/p1')}")
+        assert "not followed" in sketch
+        for out, path in zip(outs, ("batches", "batches", "heartbeat")):
+            assert out == Outcome("retry", code, redirect_text(f"{to}/v1/{path}")), out
+        assert status == code and error == redirect_text(f"{to}/v1/whoami")
+    finally:
+        for srv in (elsewhere, redirector):
+            srv.shutdown()
+            srv.server_close()
+
+
+def _answering(answer, most: int) -> tuple[socket.socket, list]:
+    """A listener that reads each request's head (and a body of up to 1 KiB) and sends
+    ``answer`` over and over, ``most`` bytes at most, then closes; how many it could
+    send, per connection."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    sent: list = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                got = b""
+                while b"\r\n\r\n" not in got:
+                    got += conn.recv(1 << 16)
+                if b"Expect" not in got:
+                    conn.settimeout(0.2)
+                    with contextlib.suppress(TimeoutError):
+                        conn.recv(1 << 10)
+                    conn.settimeout(None)
+                sent.append(0)
+                try:
+                    while sent[-1] < most:
+                        conn.sendall(answer)
+                        sent[-1] += len(answer)
+                except OSError:  # the agent closed it
+                    pass
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, sent
+
+
+@pytest.mark.parametrize("flood, most, says", [
+    (b"H" * 65536, 32 << 20, "an answer head of more than 65536 bytes without its end"),
+    (b"HTTP/1.1 100 Continue\r\n" + b"X-Hint: " + b"h" * 1000 + b"\r\n", 32 << 20,
+     "an answer head of more than 65536 bytes without its end"),
+    (EARLY, 4 << 20, "more than 16 interim (1xx) answers before the final one"),
+])
+def test_an_answer_head_that_never_ends_is_given_up_after_a_bound(flood, most, says):
+    """A server at the collector's address (another service, a compromised collector) that
+    sends a head with no end, or interim answers for ever: the agent reads a bounded head,
+    gives up at once with a retry, and closes the connection (it read everything, copying
+    it again at each read, before: 32 MiB cost seconds, a stream without end its memory)."""
+    listener, sent = _answering(flood, most)
+    try:
+        uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=5)
+        out, took = timed_post(uplink, BIG)
+        assert (out.action, out.status) == ("retry", None) and says in out.detail, out
+        assert took < 2.0
+        time.sleep(0.2)
+        assert sent[0] < most  # the agent stopped reading: the server could not send it all
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize("size", [10, 4 * EXPECT_MIN_BYTES])
+def test_a_retry_after_that_is_not_ascii_digits_is_ignored_not_a_crash(size):
+    """``'²'.isdigit()`` is true and ``float('²')`` raises: a Retry-After of byte 0xB2 (read
+    as latin-1) ended the upload with an unexpected error (a traceback, the crash backoff)."""
+    answer = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 2\r\nRetry-After: \xb2\r\n"
+              b"Connection: close\r\n\r\n{}")
+    listener, _ = _answering(answer, len(answer))
+    try:
+        uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=5)
+        out = uplink.post_batch(b"x" * size)
+        assert (out.action, out.status, out.retry_after) == ("retry", 503, None), out
+    finally:
+        listener.close()
+    assert retry_after("\u00b2") is None and retry_after(" 12 ") == 12.0
+    assert retry_after("-5") is None and retry_after(str(10 ** 12)) == 1e12  # the outbox caps it
+
+
+@pytest.mark.parametrize("status", [200, 500])
+def test_acep_train_publish_reads_a_bounded_answer(status):
+    """``acep train --publish``: an answer without end (a server that is not the collector)
+    is read to 1 MiB, then refused in one line; it was read to its end before."""
+    from trainer.train import publish_sketch
+
+    head = f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n\r\n".encode()
+    listener, sent = _answering(head + b"[" * (1 << 16), 32 << 20)
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        with pytest.raises((ValueError, RuntimeError)) as refused:
+            publish_sketch(url, "p1", b"sketch", "admin-secret", timeout=5)
+        time.sleep(0.2)
+        assert sent[0] < 32 << 20  # it stopped reading
+        if status == 500:
+            assert str(refused.value).startswith("the collector refused the sketch: HTTP 500 [[[")
     finally:
         listener.close()

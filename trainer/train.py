@@ -63,6 +63,7 @@ __all__ = ["PatternSpec", "TrainResult", "train", "publish_sketch", "events_data
 
 _EQUIVALENCE = re.compile(r"\s*\[\s*\w+\s*\]\s*")
 BAD = 7  # piece rows of kind BAD carry a bad event met by the matcher (msgpack in `key`)
+ANSWER_BYTES = 1 << 20  # of the collector's answer to --publish (a JSON line of a few hundred)
 
 
 @dataclass(frozen=True)
@@ -427,11 +428,13 @@ def publish_sketch(url: str, pattern_id: str, data: bytes, token: str,
                                  method="PUT", headers={
                                      "Authorization": f"Bearer {token}",
                                      "Content-Type": "application/octet-stream"})
-    try:
+    try:  # the answers are read to a bound: a server that never ends one costs no more
         with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
-            return json.loads(resp.read())
+            return json.loads(resp.read(ANSWER_BYTES))
     except urllib.error.HTTPError as e:
-        detail = e.read().decode("utf-8", "replace")[:2000]
+        detail = e.read(ANSWER_BYTES).decode("utf-8", "replace")[:2000]
+        if 300 <= e.code < 400:  # urllib follows no redirect of a PUT: the token stays
+            detail = f"a redirect to {e.headers.get('Location')}, not followed"
         raise RuntimeError(f"the collector refused the sketch: HTTP {e.code} {detail}") from None
     except urllib.error.URLError as e:
         raise RuntimeError(f"cannot reach the collector at {url}: {e.reason}") from None
