@@ -1444,6 +1444,9 @@ def test_a_window_too_large_to_re_check_is_stored_unchecked_at_once(srv):
     events: 3,000 events (84 KB) for 'a b+ c' took 50 s of a worker, 30,000 (840 KB) for
     'a+ b+ c' 23 GB until the kernel killed it. Above edge.recheck.MAX_WORK the batch is
     stored with exact null and the reason, at once, in bounded memory."""
+    # a first batch warms the process that ingests (imports, Parquet writer): not measured
+    status, doc = post(srv, encode_batch(make_batch("d2", seq=0)), srv.tokens["d2"])
+    assert status == 200 and doc["status"] == "stored", doc
     pids = [srv.proc.pid, *_children(srv.proc.pid)]
     before = _peak_mib(pids)
     start = time.monotonic()
@@ -1452,7 +1455,7 @@ def test_a_window_too_large_to_re_check_is_stored_unchecked_at_once(srv):
     assert time.monotonic() - start < 5.0
     grown = {pid: peak - before[pid] for pid, peak in _peak_mib(pids).items()}
     assert max(grown.values()) < 100, grown  # MiB
-    (reason,) = srv.rows("SELECT exact_reason FROM matches")[0]
+    (reason,) = srv.rows("SELECT exact_reason FROM matches WHERE exact_reason IS NOT NULL")[0]
     assert reason.startswith("not re-checked: 3000 events of the partition's windows for a "
                              "pattern of 3 components are about 4.0e+09 steps"), reason
     assert metrics(srv)["rechecks_unsupported"] == 1
