@@ -873,25 +873,33 @@ def test_a_database_from_before_heartbeats_and_digests_is_upgraded_in_place(tmp_
     store.close()
 
 
-def test_a_backup_taken_while_devices_upload_is_whole_and_consistent(srv, tmp_path):
-    for seq in range(5):
-        assert post(srv, encode_batch(make_batch("d1", seq)), srv.tokens["d1"])[0] == 200
-    stop, posted = threading.Event(), []
+@contextlib.contextmanager
+def uploading(srv: Server, device: str, first_seq: int = 0):
+    """While the block runs, ``device`` uploads batch after batch (seq from ``first_seq``);
+    the block starts once three are stored. Yields the list of the seqs stored."""
+    stop, stored = threading.Event(), []
 
     def upload():
         while not stop.is_set():
-            seq = 100 + len(posted)
-            assert post(srv, encode_batch(make_batch("d2", seq)), srv.tokens["d2"])[0] == 200
-            posted.append(seq)
+            seq = first_seq + len(stored)
+            assert post(srv, encode_batch(make_batch(device, seq)), srv.tokens[device])[0] == 200
+            stored.append(seq)
     uploader = threading.Thread(target=upload)
     uploader.start()
     try:
-        while len(posted) < 3:
+        while len(stored) < 3:
             time.sleep(0.01)
-        done = fleet(srv, "--backup", str(tmp_path / "copy.db"))
+        yield stored
     finally:
         stop.set()
         uploader.join()
+
+
+def test_a_backup_taken_while_devices_upload_is_whole_and_consistent(srv, tmp_path):
+    for seq in range(5):
+        assert post(srv, encode_batch(make_batch("d1", seq)), srv.tokens["d1"])[0] == 200
+    with uploading(srv, "d2", 100) as posted:
+        done = fleet(srv, "--backup", str(tmp_path / "copy.db"))
     assert done.returncode == 0, done.stderr
     with sqlite3.connect(tmp_path / "copy.db") as copy:
         assert copy.execute("PRAGMA integrity_check").fetchone() == ("ok",)

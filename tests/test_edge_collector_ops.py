@@ -27,6 +27,7 @@ from test_edge_collector import (
     make_events,
     post,
     request,
+    uploading,
 )
 
 from edge.outbox import Outbox
@@ -333,23 +334,9 @@ def test_check_archive_lists_what_a_restored_database_and_its_archive_disagree_o
 
 
 def test_check_archive_beside_a_collector_that_stores_batches_finds_nothing(srv):
-    stop, seqs = threading.Event(), []
-
-    def upload():
-        while not stop.is_set():
-            seq = len(seqs)
-            assert post(srv, encode_batch(make_batch("d2", seq)), srv.tokens["d2"])[0] == 200
-            seqs.append(seq)
-    uploader = threading.Thread(target=upload)
-    uploader.start()
-    try:
-        while len(seqs) < 3:
-            time.sleep(0.01)
+    with uploading(srv, "d2"):
         checks = [fleet(srv, "--archive", str(srv.archive), "--check-archive")
                   for _ in range(3)]
-    finally:
-        stop.set()
-        uploader.join()
     for done in checks:
         assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(checks[-1].stdout)["files"] >= 3
