@@ -157,12 +157,23 @@ def test_a_bad_option_is_refused_by_its_name(tmp_path, args, needle):
 
 
 def test_more_cores_than_the_machine_has_are_refused(tmp_path):
-    from trainer.demo import machine_cores
+    from trainer.spark import machine_cores
 
     n = machine_cores()
     refused(acep_demo("--workdir", tmp_path / "w", "--cores", n + 1),
             f"acep demo: --cores {n + 1}: this machine has {n}")
     assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
+def test_cores_are_those_the_process_may_run_on(tmp_path):
+    """In a container or under taskset, the machine's other cores are not the demo's: a
+    local Spark session given them would run more Python workers than there are cores."""
+    one = {min(os.sched_getaffinity(0))}
+    done = subprocess.run([sys.executable, "-m", "acep.cli", "demo", "--workdir", tmp_path / "w",
+                           "--cores", "2"], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env=ENV, preexec_fn=lambda: os.sched_setaffinity(0, one))
+    refused(done, "acep demo: --cores 2: this machine has 1")
 
 
 @pytest.mark.parametrize("name, args, needle", [

@@ -487,3 +487,15 @@ def test_progress_off_a_terminal_is_one_line_per_step(capsys):
         bar.show(done, 8)
     bar.close()
     assert capsys.readouterr().err == "pass 1 (bins): 8 tasks\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
+def test_a_local_session_takes_the_cores_the_process_may_use():
+    """Under taskset or a container's CPU limit, a local session on every core of the
+    machine would run more Python workers than the process has cores."""
+    code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+            "from trainer.spark import local_master; print(local_master(), local_master(3))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=Path(__file__).parents[1],
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert done.stdout.split() == ["local[1]", "local[3]"]

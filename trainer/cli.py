@@ -80,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
                         "rows)")
     p.add_argument("--master", help="Spark master (default local[CORES])")
     p.add_argument("--cores", type=_whole(1, "cores"),
-                   help="cores of the local session (default: all)")
+                   help="cores of the local session (default: all this process may use)")
     p.add_argument("--chunk", type=chunk_length, help="time chunk length (default: chosen)")
     p.add_argument("--key-groups", type=_whole(1, "key groups"),
                    help="equivalence-key groups (default: chosen)")

@@ -44,6 +44,7 @@ from acep import MatchBatch, Matcher, bundles, storage
 from acep.events import PRESETS, EventBatch, EventError, iso_texts, read_all
 from acep.shedding import Budget, OldestFirstPolicy
 from history.sketch import read_key
+from trainer.spark import machine_cores
 
 __all__ = ["run", "main", "DemoInputError"]
 
@@ -137,26 +138,21 @@ def check_matches(train_found: MatchBatch, test_found: MatchBatch, days: float) 
 def check_budget(budget: float, per_event: float, burst: float) -> float:
     """The agent's operations per event; refused when its bucket holds less than the one
     operation a match node costs (it would keep nothing)."""
-    ops = budget * per_event
-    if ops * burst < 1:
+    bucket = Budget(budget * per_event, burst)  # the agent's: depth as check_buckets reads it
+    if bucket.depth < 1:
         least = _round_up(1 / (per_event * burst))
-        raise DemoInputError(f"--budget {budget:g}: {ops:.3g} operations per event, so the "
-                             f"agent's bucket of {burst:g} events holds {ops * burst:.3g}, "
+        raise DemoInputError(f"--budget {budget:g}: {bucket.ops_per_event:.3g} operations per "
+                             f"event, so the agent's bucket of {burst:g} events holds "
+                             f"{bucket.depth:.3g}, "
                              f"less than the one a match node costs; give --budget "
                              f"{least:g} or more")
-    return ops
+    return bucket.ops_per_event
 
 
 def _round_up(x: float) -> float:
     """``x`` rounded up to two significant digits."""
     scale = 10.0 ** (math.floor(math.log10(x)) - 1)
     return math.ceil(x / scale) * scale
-
-
-def machine_cores() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def check_cores(cores: int | None) -> None:

@@ -16,6 +16,19 @@ from pathlib import Path
 
 from acep.storage import redact_text
 
+
+def local_master(cores: int | None = None) -> str:
+    """The master of a local session on ``cores`` cores, by default all this process may use."""
+    return f"local[{cores or machine_cores()}]"
+
+
+def machine_cores() -> int:
+    """The cores this process may run on: its CPU affinity (a container or ``taskset``
+    limit), not every core of the machine, which would oversubscribe a local session."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
 _LOG4J = Path(__file__).with_name("log4j2.properties").as_uri()
 
 __all__ = ["SparkUnavailable", "Terminated", "check_installed", "session", "progress",
@@ -53,7 +66,8 @@ def session(master: str | None = None, cores: int | None = None, *, app: str = "
             memory: str = "2g", shuffle_partitions: int | None = None):
     """A SparkSession: the active one (spark-submit), else a new one on ``master``.
 
-    ``master`` defaults to ``local[cores]`` (``cores`` defaults to every core). The driver
+    ``master`` defaults to ``local[cores]`` (``cores`` defaults to the cores the
+    process may use, :func:`machine_cores`). The driver
     memory applies only when this call starts the JVM.
     """
     check_installed()
@@ -63,10 +77,10 @@ def session(master: str | None = None, cores: int | None = None, *, app: str = "
     if active is not None and master is None:
         return active
     if master is None:
-        master = f"local[{cores or os.cpu_count() or 1}]"
+        master = local_master(cores)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    parallel = shuffle_partitions or max(2, 2 * (cores or os.cpu_count() or 1))
+    parallel = shuffle_partitions or max(2, 2 * (cores or machine_cores()))
     builder = (SparkSession.builder.master(master).appName(app)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
