@@ -3,11 +3,17 @@
 Arrays are ``{"dtype": "<i4", "shape": [n], "data": <bytes>}``. Only the dtypes listed in
 ``DTYPES`` are accepted, so a file can never ask for object arrays; nothing is pickled.
 Every problem raises the caller's error class with the name of the bad field.
+
+An unsigned document is *sealed*: an envelope ``{"format", "version", "crc32", "payload"}``
+whose ``crc32`` is the CRC-32 of the ``payload`` bytes (the document's msgpack), checked
+before the payload is decoded, so a bit flipped on disk is refused rather than read as a
+wrong count.
 """
 
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Mapping
 
 import msgpack
@@ -93,12 +99,39 @@ def _counter(most: int, error: type[FormatError], what: str):
     return count
 
 
-def check_header(doc: Mapping, fmt: str, version: int, error: type[FormatError]) -> None:
+def sealed(fmt: str, version: int, doc: dict) -> bytes:
+    """The envelope of ``doc`` with the CRC-32 of its msgpack (see the module docstring)."""
+    payload = dumps(doc)
+    return dumps({"format": fmt, "version": version, "crc32": zlib.crc32(payload),
+                  "payload": payload})
+
+
+def unsealed(envelope: Mapping, error: type[FormatError]) -> bytes:
+    """The payload of an envelope whose header was checked, once its CRC-32 matches."""
+    payload, stored = envelope.get("payload"), envelope.get("crc32")
+    if not isinstance(payload, bytes):
+        raise error("field 'payload': not bytes")
+    if isinstance(stored, bool) or not isinstance(stored, int) or not 0 <= stored < 1 << 32:
+        raise error(f"field 'crc32': {stored!r} is not a CRC-32")
+    actual = zlib.crc32(payload)
+    if actual != stored:
+        raise error(f"checksum mismatch: the file is damaged (expected {stored:08x}, "
+                    f"got {actual:08x})")
+    return payload
+
+
+def check_header(doc: Mapping, fmt: str, version: int | tuple[int, ...],
+                 error: type[FormatError]) -> int:
+    """The document's version, once its format is ``fmt`` and its version one of ``version``."""
+    versions = version if isinstance(version, tuple) else (version,)
     if doc.get("format") != fmt:
         raise error(f"field 'format': {doc.get('format')!r}, expected {fmt!r}")
-    if doc.get("version") != version:
-        raise error(f"field 'version': unsupported version {doc.get('version')!r} "
-                    f"(this reader knows version {version})")
+    found = doc.get("version")
+    if type(found) is not int or found not in versions:
+        known = " and ".join(map(str, versions))
+        raise error(f"field 'version': unsupported version {found!r} "
+                    f"(this reader knows version{'s' if len(versions) > 1 else ''} {known})")
+    return found
 
 
 def field(doc: Mapping, name: str, kinds: type | tuple, error: type[FormatError]):

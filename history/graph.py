@@ -28,7 +28,8 @@ __all__ = ["HistoryGraph", "HistoryFormatError", "compute_bundles", "bundle_inde
            "decode_cells"]
 
 FORMAT = "acep-history"
-VERSION = 1
+VERSION = 2  # 2: sealed with the CRC-32 of the payload; 1 (one plain map) still loads
+VERSIONS = (1, 2)
 LOG_FIELDS = ("partition", "cell", "prev_cell", "reach", "merged")
 
 
@@ -396,7 +397,7 @@ class HistoryGraph:
 
     def to_bytes(self) -> bytes:
         pa = _format.pack_array
-        return _format.dumps({
+        return _format.sealed(FORMAT, VERSION, {
             "format": FORMAT, "version": VERSION, "pattern": self.pattern,
             "where": list(self.where), "k": self.k, "window": float(self.window),
             "n_states": self.n_states, "partition_keys": self.partition_keys,
@@ -406,10 +407,18 @@ class HistoryGraph:
 
     @classmethod
     def from_bytes(cls, data: bytes, max_bytes: int = 1 << 30) -> HistoryGraph:
-        """Decode and validate a saved history; :class:`HistoryFormatError` names bad fields."""
+        """Decode and validate a saved history (version 2 once its checksum matches, or 1);
+        :class:`HistoryFormatError` names bad fields."""
         err = HistoryFormatError
         doc = _format.loads(data, err, "history", max_bytes)
-        _format.check_header(doc, FORMAT, VERSION, err)
+        if _format.check_header(doc, FORMAT, VERSIONS, err) == 2:
+            doc = _format.loads(_format.unsealed(doc, err), err, "history payload", max_bytes)
+            _format.check_header(doc, FORMAT, VERSION, err)
+        return cls._from_doc(doc)
+
+    @classmethod
+    def _from_doc(cls, doc: dict) -> HistoryGraph:
+        err = HistoryFormatError
         pattern = _format.field(doc, "pattern", str, err)
         k = _format.field(doc, "k", int, err)
         window = float(_format.field(doc, "window", (int, float), err))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from test_cli import FIXTURE
-from test_history_graph import _hand_graph
+from test_history_graph import V1_FILE, _flip, _hand_graph
 
 from acep.cli import main
 from history.sketch import Sketch
@@ -83,6 +83,21 @@ def test_inspect_refuses_other_and_corrupt_files(tmp_path, capsys):
     assert main(["history", "inspect", str(path)]) == 1
     assert "not valid msgpack" in capsys.readouterr().err
     assert main(["history", "inspect", str(tmp_path / "missing")]) == 1
+
+
+def test_inspect_a_damaged_history_says_so_in_one_line(tmp_path):
+    """One bit of a count flipped on disk: the user's process exits 1 with one line naming
+    the file (version 1 printed the wrong count)."""
+    g = _hand_graph()
+    path = tmp_path / "h.acephist"
+    g.save(path)
+    data = path.read_bytes()
+    path.write_bytes(_flip(data, data.index(g.visits.tobytes()) + 8 * 9, 0x01))
+    done = subprocess.run([sys.executable, "-m", "acep.cli", "history", "inspect", str(path)],
+                          capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.startswith(f"acep: error: {path}: checksum mismatch: the file is "
+                                  "damaged (expected ") and done.stderr.count("\n") == 1
 
 
 def test_build_refuses_outputs_it_must_not_write_before_reading(tmp_path, capsys,
@@ -173,6 +188,17 @@ def built(tmp_path, monkeypatch, capsys):
                  "fleet.key", "--fit", "0.1", "--burst", "32"]) == 0
     capsys.readouterr()
     return tmp_path
+
+
+def test_inspect_reads_a_version_1_history(built, capsys):
+    """The history of the 2,000 flights as the version 1 writer saved it: the same graph."""
+    from history.graph import HistoryGraph
+
+    assert main(["history", "inspect", str(V1_FILE), "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "nodes: 694 visits, 548 successes (79.0%)" in out
+    assert "10,848 on disk" in out
+    assert HistoryGraph.load(V1_FILE).to_bytes() == Path("jan.history").read_bytes()
 
 
 def _files(folder: Path) -> dict[str, bytes]:

@@ -2,6 +2,8 @@
 
 import math
 import re
+import zlib
+from pathlib import Path
 
 import msgpack
 import numpy as np
@@ -9,7 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from history import _format
 from history.graph import (
+    FORMAT,
+    VERSION,
     HistoryFormatError,
     HistoryGraph,
     cell_of,
@@ -245,7 +250,7 @@ def test_the_partition_attribute_is_recorded_merged_and_checked():
     # a file written before the attribute was recorded: unknown, merges with either
     doc = _doc(g)
     del doc["partition_by"]
-    old = HistoryGraph.from_bytes(msgpack.packb(doc, use_bin_type=True))
+    old = HistoryGraph.from_bytes(_version_1(doc))
     assert (old.partition_by, old.partition_recorded) == (None, False)
     assert "partition_by" not in _doc(old)
     merged = old.merge(g)
@@ -266,12 +271,28 @@ def test_build_history_records_the_resolved_partition():
 
 
 def _doc(g):
-    return msgpack.unpackb(g.to_bytes(), raw=False)
+    """The document a history file seals (its payload)."""
+    return msgpack.unpackb(_envelope(g.to_bytes())["payload"], raw=False)
 
 
+def _envelope(data):
+    return msgpack.unpackb(data, raw=False)
+
+
+def _sealed(doc):
+    """``doc`` as a writer of this version writes it: behind a matching checksum."""
+    return _format.sealed(FORMAT, VERSION, doc)
+
+
+def _version_1(doc):
+    """``doc`` as the version 1 writer wrote it: one plain map, no checksum."""
+    return msgpack.packb({**doc, "version": 1}, use_bin_type=True)
+
+
+@pytest.mark.parametrize("version", [1, 2])
 @pytest.mark.parametrize("change, message", [
     (lambda d: d.update(format="acep-sketch"), "'format'"),
-    (lambda d: d.update(version=2), "'version'.*unsupported version 2"),
+    (lambda d: d.update(version=3), "'version'.*unsupported version 3"),
     (lambda d: d.update(k="1"), "'k'"),
     (lambda d: d.update(k=True), "'k'"),
     (lambda d: d.pop("visits"), "'visits': not an array"),
@@ -286,11 +307,13 @@ def _doc(g):
     (lambda d: d.update(partition_by=3), "'partition_by': 3 is not a name"),
     (lambda d: d.update(partition_by=""), "'partition_by'"),
 ])
-def test_malformed_history_names_the_field(change, message):
-    doc = _doc(_hand_graph())
+def test_malformed_history_names_the_field(version, change, message):
+    """Behind a matching checksum (version 2) or none (version 1), fields are validated."""
+    doc = {**_doc(_hand_graph()), "version": version}
     change(doc)
+    data = _sealed(doc) if version == 2 else msgpack.packb(doc, use_bin_type=True)
     with pytest.raises(HistoryFormatError, match=message):
-        HistoryGraph.from_bytes(msgpack.packb(doc, use_bin_type=True))
+        HistoryGraph.from_bytes(data)
 
 
 def test_oversized_and_garbage_history_bytes_are_refused():
@@ -312,3 +335,119 @@ def test_a_refused_history_file_is_named(tmp_path):
         path.write_bytes(content)
         with pytest.raises(HistoryFormatError, match=f"^{re.escape(str(path))}: history[ :]"):
             HistoryGraph.load(path)
+
+
+def _flip(data: bytes, at: int, mask: int) -> bytes:
+    damaged = bytearray(data)
+    damaged[at] ^= mask
+    return bytes(damaged)
+
+
+def test_a_flipped_bit_in_an_array_is_a_checksum_mismatch(tmp_path):
+    """Version 1 loaded this file with visits[9] = 2 instead of 3 and no complaint."""
+    g = _hand_graph()
+    path = tmp_path / "h.history"
+    g.save(path)
+    data = path.read_bytes()
+    damaged = _flip(data, data.index(g.visits.tobytes()) + 8 * 9, 0x01)
+    path.write_bytes(damaged)
+    expected = f"{_envelope(data)['crc32']:08x}"
+    got = f"{zlib.crc32(_envelope(damaged)['payload']):08x}"
+    assert expected != got
+    with pytest.raises(HistoryFormatError) as exc:
+        HistoryGraph.load(path)
+    assert str(exc.value) == (f"{path}: checksum mismatch: the file is damaged "
+                              f"(expected {expected}, got {got})")
+
+
+SAVED = _hand_graph(partition_keys=["ATL", "BOS"], partition_by="origin").to_bytes()
+
+
+def _payload_span() -> range:
+    """Where SAVED's payload lies."""
+    payload = _envelope(SAVED)["payload"]
+    start = SAVED.index(payload)
+    return range(start, start + len(payload))
+
+
+def _refused_or_intact(damaged: bytes) -> str | None:
+    """The message refusing ``damaged`` bytes of SAVED; None if they load to the very graph
+    saved (a byte whose change keeps the value: a CRC's uint32 read as int32)."""
+    try:
+        loaded = HistoryGraph.from_bytes(damaged)
+    except HistoryFormatError as exc:
+        return str(exc)
+    assert loaded.to_bytes() == SAVED
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, len(SAVED) - 1), st.integers(1, 255))
+def test_any_damaged_byte_of_a_history_file_is_refused(at, mask):
+    refused = _refused_or_intact(_flip(SAVED, at, mask))
+    if at in _payload_span():
+        assert refused is not None
+        assert refused.startswith("checksum mismatch: the file is damaged (expected ")
+
+
+def test_every_damaged_byte_of_the_envelope_is_refused():
+    """Each byte before the payload (format, version, checksum, the payload's length) with
+    every change of it: the format's error, or the same graph."""
+    intact = [(at, mask) for at in range(_payload_span().start) for mask in range(1, 256)
+              if _refused_or_intact(_flip(SAVED, at, mask)) is None]
+    assert {(SAVED[at], SAVED[at] ^ mask) for at, mask in intact} <= {(0xCE, 0xD2)}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_a_partly_overwritten_history_file_is_refused(data):
+    start = data.draw(st.integers(_payload_span().start, len(SAVED) - 1))
+    new = data.draw(st.binary(min_size=1, max_size=len(SAVED) - start))
+    damaged = SAVED[:start] + new + SAVED[start + len(new):]
+    if damaged != SAVED:
+        with pytest.raises(HistoryFormatError, match="^checksum mismatch: the file is damaged"):
+            HistoryGraph.from_bytes(damaged)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(version=3), "'version': unsupported version 3 .*versions 1 and 2"),
+    (lambda d: d.update(version=True), "'version': unsupported version True"),
+    (lambda d: d.update(version=2.0), "'version': unsupported version 2.0"),
+    (lambda d: d.pop("crc32"), "'crc32': None is not a CRC-32"),
+    (lambda d: d.update(crc32=1 << 32), "'crc32': 4294967296 is not a CRC-32"),
+    (lambda d: d.update(payload="text"), "'payload': not bytes"),
+    (lambda d: d.update(payload=_version_1(_doc(_hand_graph())),
+                        crc32=zlib.crc32(_version_1(_doc(_hand_graph())))),
+     "'version': unsupported version 1 .*knows version 2"),
+])
+def test_a_malformed_envelope_names_the_field(change, message):
+    envelope = _envelope(_hand_graph().to_bytes())
+    change(envelope)
+    with pytest.raises(HistoryFormatError, match=message):
+        HistoryGraph.from_bytes(msgpack.packb(envelope, use_bin_type=True))
+
+
+def test_round_trip_through_a_file_keeps_every_field(tmp_path):
+    g = _hand_graph(partition_keys=["ATL", "BOS"], partition_by="origin")
+    path = tmp_path / "h.history"
+    assert g.save(path) == len(path.read_bytes())
+    envelope = _envelope(path.read_bytes())
+    assert list(envelope) == ["format", "version", "crc32", "payload"]
+    assert (envelope["format"], envelope["version"]) == ("acep-history", 2)
+    assert HistoryGraph.load(path).to_bytes() == g.to_bytes()
+
+
+V1_FILE = Path(__file__).parent / "data" / "flights-2000-v1.history"
+
+
+def test_a_version_1_history_file_still_loads(tmp_path):
+    """V1_FILE was written by the version 1 writer: ``acep history build -p "late verylate
+    late" -w 1h -k 1 --spec flights --partition origin tests/data/flights-2000.parquet``."""
+    assert _envelope(V1_FILE.read_bytes())["version"] == 1
+    old = HistoryGraph.load(V1_FILE)
+    assert (old.n_cells, old.n_bundles, old.partition_by) == (160, 55, "origin")
+    assert (int(old.visits.sum()), int(old.successes.sum())) == (694, 548)
+    path = tmp_path / "again.history"
+    old.save(path)  # rewritten in this version
+    assert _envelope(path.read_bytes())["version"] == 2
+    assert HistoryGraph.load(path).to_bytes() == old.to_bytes()
