@@ -16,6 +16,7 @@ import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
+import msgpack
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -33,7 +34,7 @@ from acep.matcher import _select as select_matches  # noqa: E402
 from history import Sketch  # noqa: E402
 from history.build import build_history  # noqa: E402
 from history.fit import fit_budgets  # noqa: E402
-from history.graph import HistoryGraph  # noqa: E402
+from history.graph import VERSION, HistoryGraph  # noqa: E402
 from trainer.sources import SourceError, plan_files  # noqa: E402
 from trainer.train import PatternSpec, bins_of, train  # noqa: E402
 
@@ -384,6 +385,8 @@ def test_cli_trains_writes_and_publishes_a_signed_sketch(tmp_path):
         assert stats["published"]["checked"] == 0  # no device uploaded "abc": nothing to check
         graph = HistoryGraph.load(tmp_path / "h.history")
         assert graph.to_bytes() == single_process(rows).to_bytes()
+        written = msgpack.unpackb((tmp_path / "h.history").read_bytes())
+        assert written["version"] == VERSION and "crc32" in written  # the checksummed version
         sketch = (tmp_path / "h.sketch").read_bytes()
         fitted, report = fit_budgets(Sketch.from_graph(graph), EventBatch.from_events(rows),
                                      [0.2, 0.5], partition="p", burst=16)
