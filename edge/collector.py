@@ -30,6 +30,7 @@ import math
 import multiprocessing
 import os
 import re
+import secrets
 import shutil
 import signal
 import sqlite3
@@ -121,17 +122,19 @@ def _no_space(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-def _failure(exc: Exception) -> tuple[int, dict]:
+def _failure(exc: Exception, incident: str) -> tuple[int, dict]:
     """The answer to a request that failed inside: ``507`` when the disk is full, ``503``
     when the archive directory is gone (send it again later: nothing of it was stored),
-    else ``500``."""
+    else ``500`` naming the ``incident`` id the log has it under: not the exception, whose
+    text may hold paths, SQL or values that are none of the client's business."""
     if isinstance(exc, ArchiveMissing):
         return 503, {"error": f"collector: {exc}; nothing was stored: send it again later",
                      "status": 503}
     if _no_space(exc):
         return 507, {"error": f"collector: no space left to store it ({exc}); nothing of it "
                               f"was stored: send it again later", "status": 507}
-    return 500, {"error": f"internal error: {type(exc).__name__}: {exc}", "status": 500}
+    return 500, {"error": f"internal error (id {incident}); see the collector's log",
+                 "status": 500}
 
 
 class Collector:
@@ -254,10 +257,11 @@ class Collector:
 
     def failed(self, exc: Exception, device: str, what: str = "batch") -> tuple[int, dict]:
         """Log a request that failed inside (with its traceback, unless the disk is full);
-        its answer (:func:`_failure`)."""
+        its answer (:func:`_failure`). A ``500`` and its log line share a random id."""
         if damaged(exc):
             return self.broken(exc)
-        status, doc = _failure(exc)
+        incident = secrets.token_hex(4)
+        status, doc = _failure(exc, incident)
         if status == 503:
             self.metrics["refused_unavailable"] += 1
             self.errors.error("%s from %s not stored: %s", what, device, exc)
@@ -266,8 +270,8 @@ class Collector:
             self.errors.error("%s from %s not stored: no space left (%s); answered 507",
                               what, device, exc)
         else:
-            self.errors.error("%s from %s failed: %s: %s", what, device, type(exc).__name__,
-                              exc, exc_info=exc)
+            self.errors.error("%s from %s failed (id %s): %s: %s", what, device, incident,
+                              type(exc).__name__, exc, exc_info=exc)
         return status, doc
 
     def broken(self, exc: Exception) -> tuple[int, dict]:

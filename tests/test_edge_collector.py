@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -1076,7 +1077,7 @@ def test_a_batch_that_fails_to_store_fails_no_other_batch_of_its_commit_group(sr
     bad_answer = answers.pop(10)
     assert_error(*bad_answer, 500, "internal error")
     log = srv.log()
-    assert "ERROR acep.collector: batch from d2 failed: " in log and "Traceback" in log, log
+    assert "ERROR acep.collector: batch from d2 failed (id " in log and "Traceback" in log, log
     assert [a[0] for a in answers] == [200] * 30, [a for a in answers if a[0] != 200]
     assert {a[1]["status"] for a in answers} == {"stored"}
     assert srv.rows("SELECT count(*) FROM batches WHERE device = 'd1'")[0][0] == 30
@@ -1085,6 +1086,32 @@ def test_a_batch_that_fails_to_store_fails_no_other_batch_of_its_commit_group(sr
     (day / "device=d2").unlink()
     status, doc = post(srv, bad, srv.tokens["d2"])
     assert status == 200 and doc["status"] == "stored", doc
+
+
+def test_a_500_names_an_id_the_log_has_with_the_traceback_not_the_exception(srv):
+    """What failed inside (here: a file in the way of d2's archive folder, named by its
+    path in the exception) is the operator's to read, in the log under the id the answer
+    gives; the client learns the id alone."""
+    day = srv.archive / "date=2023-11-14"
+    day.mkdir(parents=True)
+    (day / "device=d2").write_text("in the way")
+    ids = set()
+    for seq in range(2):
+        status, doc = post(srv, encode_batch(make_batch(device="d2", seq=seq)),
+                           srv.tokens["d2"])
+        assert status == 500, doc
+        match = re.fullmatch(r"internal error \(id ([0-9a-f]{8})\); see the collector's log",
+                             doc["error"])
+        assert match and doc["status"] == 500, doc
+        ids.add(match[1])
+        assert str(srv.archive) not in json.dumps(doc) and "Error" not in doc["error"]
+    assert len(ids) == 2  # one id per failure
+    log = srv.log()
+    for failure in ids:
+        (line,) = [x for x in log.splitlines() if f"(id {failure})" in x]
+        assert "ERROR acep.collector: batch from d2 failed (id " in line, log
+        assert str(day) in line, line  # the exception's text, with its path
+    assert log.count("Traceback") == 2
 
 
 # --------------------------------------------------------------------------- disk space
