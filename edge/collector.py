@@ -1187,6 +1187,12 @@ def _parser() -> argparse.ArgumentParser:
                         "trainer to read: s3://bucket/prefix (also gs://, hdfs://, a path); "
                         "each stored batch's file is copied, compactions follow, retention "
                         "leaves it alone; what is missing is copied at the start")
+    p.add_argument("--accept-missing-archive", action="store_true",
+                   help="serve although --archive lacks files of the batches stored last "
+                        "(the start looks at the newest few): their events are lost, say "
+                        "an archive restored from an older copy (--check-archive lists "
+                        "them); without it the collector refuses to start, as on an empty "
+                        "mount point or a wrong path")
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
                    help="DEBUG, INFO (default: start, retention, refused and failed "
                         "requests), WARNING or ERROR; logged on stderr")
@@ -1343,7 +1349,30 @@ def _missing_archive(store: Store, archive: str) -> str | None:
         return None
     return (f"no such directory, but the database names {files} archive "
             f"file{'s' if files != 1 else ''} in it (a disk not mounted? moved?); make it by "
-            "hand if the archive is lost, then --check-archive says what is missing")
+            "hand if the archive is lost (and serve with --accept-missing-archive), then "
+            "--check-archive says what is missing")
+
+
+def _archive_behind(store: Store, args: argparse.Namespace) -> str | None:
+    """Why the collector must not serve ``--archive``: it lacks files of the batches stored
+    last (an empty mount point, a wrong path, an old copy), which ``--accept-missing-archive``
+    lets it start without (said on stderr); None when they are there."""
+    first = _first_day_kept(_utc_day(time.time()), args.retain_days)
+    from .consistency import newest_missing
+
+    gone, looked = newest_missing(store, args.archive,
+                                  None if first is None else _midnight(first))
+    if not gone:
+        return None
+    why = (f"{gone[0]} is missing ({len(gone)} of the {looked} files of the batches stored "
+           f"last are: a disk not mounted? a wrong path? an older copy?); acep serve --db "
+           f"{args.db} --archive {args.archive} --check-archive lists what the database names "
+           "that is not there")
+    if args.accept_missing_archive:
+        print(f"acep serve: warning: --archive {args.archive}: {why}; serving without them "
+              "(--accept-missing-archive)", file=sys.stderr)
+        return None
+    return f"{why}; --accept-missing-archive serves without them (lost)"
 
 
 def _unknown(device_id: str, db: str) -> int:
@@ -1434,7 +1463,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"acep serve: --retain-days must be at most {MAX_RETAIN_DAYS} (100 years)",
               file=sys.stderr)
         return 2
-    if why := _missing_archive(store, args.archive) or _unwritable(args.archive):
+    try:
+        why = _missing_archive(store, args.archive) or _archive_behind(store, args) \
+            or _unwritable(args.archive)
+    except sqlite3.DatabaseError as exc:
+        if not damaged(exc):
+            raise
+        print(f"acep serve: --db: {store.path}: damaged ({exc}); {RESTORE}", file=sys.stderr)
+        return 2
+    if why:
         print(f"acep serve: --archive {args.archive}: {why}", file=sys.stderr)
         return 2
     if args.mirror is not None and (why := _bad_mirror(args.mirror, args.archive)):
