@@ -24,6 +24,7 @@ import datetime as dt
 import errno
 import gc
 import hashlib
+import hmac
 import json
 import logging
 import math
@@ -147,7 +148,8 @@ class Collector:
                  max_wait: float = DEFAULT_MAX_WAIT, device_uploads: int = DEFAULT_PER_DEVICE,
                  mirror: str | None = None, max_ahead: float = DEFAULT_MAX_AHEAD,
                  body_idle: float = DEFAULT_BODY_IDLE,
-                 body_min_rate: float = DEFAULT_BODY_MIN_RATE):
+                 body_min_rate: float = DEFAULT_BODY_MIN_RATE,
+                 metrics_token: bytes | None = None):
         if not body_idle > 0 or not math.isfinite(body_idle):
             raise ValueError(f"body_idle must be a finite number of seconds > 0, not {body_idle}")
         if not body_min_rate >= 0 or not math.isfinite(body_min_rate):
@@ -164,6 +166,10 @@ class Collector:
         self.refusals = LogLimiter(log, what="refused requests")
         self.max_body = int(max_body)
         self.sketch_key = sketch_key
+        # GET /metrics needs this token when set (--metrics-token-file); kept as its hash,
+        # compared in constant time
+        self.metrics_digest = None if metrics_token is None else \
+            hashlib.sha256(metrics_token).digest()
         self.limits = limits or Limits(max_bytes=self.max_body)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collector-db")
         self.recheck_workers = int(recheck_workers)
@@ -807,7 +813,11 @@ class Collector:
 
     async def metrics_view(self, request: web.Request) -> web.Response:
         """The counters as JSON, or for Prometheus (``Accept: text/plain`` or OpenMetrics,
-        or ``?format=prometheus``) with each device's last request and heartbeat."""
+        or ``?format=prometheus``) with each device's last request and heartbeat; only to
+        the bearer of the metrics token, when there is one (:meth:`unauthorized_scrape`)."""
+        refused = self.unauthorized_scrape(request)
+        if refused is not None:
+            return refused
         uptime = time.time() - self.started
         accept = request.headers.get("Accept", "")
         if exposition.wants_prometheus(accept, request.query):
@@ -820,6 +830,23 @@ class Collector:
         doc["uptime_s"] = round(uptime, 3)
         doc.update(self.gauges())
         return web.json_response(doc)
+
+    def unauthorized_scrape(self, request: web.Request) -> web.Response | None:
+        """None when ``request`` may read ``/metrics``: there is no metrics token, or it
+        carries it (``Authorization: Bearer <token>``, compared in constant time); else
+        the 401 to answer."""
+        if self.metrics_digest is None:
+            return None
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        token = token.strip()
+        given = hashlib.sha256(token.encode() if token.isascii() else b"").digest()
+        if hmac.compare_digest(given, self.metrics_digest) and scheme.lower() == "bearer" \
+                and token:
+            return None
+        response = _error(401, "GET /metrics needs the token of the collector's "
+                               "--metrics-token-file (header 'Authorization: Bearer <token>')")
+        response.headers["WWW-Authenticate"] = 'Bearer realm="acep metrics"'
+        return response
 
     def gauges(self) -> dict[str, float]:
         """The values of :data:`edge.exposition.GAUGES` (the limits too, for alerts)."""
@@ -1128,6 +1155,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="serve HTTPS with this certificate chain (with --tls-key); the "
                         "agents set collector.ca_file to the CA that signed it")
     p.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    p.add_argument("--metrics-token-file", metavar="PATH",
+                   help="GET /metrics answers only a request with 'Authorization: Bearer "
+                        "<the token in this file>' (401 otherwise; Prometheus: "
+                        "authorization: {credentials_file: ...}); /health stays open. "
+                        "Without it /metrics is open, device ids included")
     p.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY,
                    help="largest request body in bytes (default 16 MiB)")
     p.add_argument("--recheck-workers", type=int, default=2,
@@ -1353,6 +1385,24 @@ def _missing_archive(store: Store, archive: str) -> str | None:
             "--check-archive says what is missing")
 
 
+def read_metrics_token(path: str) -> bytes:
+    """The token of ``--metrics-token-file``: the file's text without surrounding
+    whitespace, one word of printable ASCII (what a header carries). An ``OSError`` naming
+    the file and the problem."""
+    from history.sketch import read_key
+
+    token = read_key(path, "metrics token")
+    bad = next(((i, b) for i, b in enumerate(token) if not 0x21 <= b <= 0x7E), None)
+    if bad is not None:
+        i, byte = bad
+        what = {0x20: "a space", 0x09: "a tab", 0x0A: "a line break",
+                0x0D: "a line break"}.get(byte, f"the byte 0x{byte:02x}")
+        raise OSError(f"{path}: the metrics token file holds {what} at character {i + 1}: "
+                      "a bearer token is one word of printable ASCII (python -c 'import "
+                      "secrets; print(secrets.token_urlsafe(32))' makes one)")
+    return token
+
+
 def _archive_behind(store: Store, args: argparse.Namespace) -> str | None:
     """Why the collector must not serve ``--archive``: it lacks files of the batches stored
     last (an empty mount point, a wrong path, an old copy), which ``--accept-missing-archive``
@@ -1452,6 +1502,13 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             print(f"acep serve: {exc}", file=sys.stderr)
             return 2
+    metrics_token = None
+    if args.metrics_token_file:
+        try:
+            metrics_token = read_metrics_token(args.metrics_token_file)
+        except OSError as exc:
+            print(f"acep serve: --metrics-token-file {exc}", file=sys.stderr)
+            return 2
     for flag, value, least in (("--recheck-workers", args.recheck_workers, 0),
                                ("--min-free", args.min_free, 0),
                                ("--device-uploads", args.device_uploads, 1),
@@ -1494,7 +1551,7 @@ def main(argv: list[str] | None = None) -> int:
                           compact=args.compact, max_wait=args.max_wait,
                           device_uploads=args.device_uploads, mirror=args.mirror,
                           max_ahead=args.max_clock_ahead, body_idle=args.body_idle_timeout,
-                          body_min_rate=args.body_min_rate)
+                          body_min_rate=args.body_min_rate, metrics_token=metrics_token)
     log.info("database %s, archive %s, %d re-check workers, uploads refused below %d MiB "
              "free%s, %d at a time per device, bodies refused after %g s without a byte%s, "
              "%s, %s",
@@ -1507,6 +1564,8 @@ def main(argv: list[str] | None = None) -> int:
              "compacting closed days" if args.compact else "no compaction")
     if args.mirror:
         log.info("mirroring the archive to %s", storage.redact(args.mirror))
+    if metrics_token is not None:
+        log.info("GET /metrics needs the token of %s", args.metrics_token_file)
     try:
         asyncio.run(serve(collector, args.host, args.port,
                           ready=lambda line: print(line, flush=True), tls=tls,
