@@ -24,12 +24,14 @@ import datetime as dt
 import errno
 import gc
 import hashlib
+import hmac
 import json
 import logging
 import math
 import multiprocessing
 import os
 import re
+import secrets
 import shutil
 import signal
 import sqlite3
@@ -121,17 +123,19 @@ def _no_space(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-def _failure(exc: Exception) -> tuple[int, dict]:
+def _failure(exc: Exception, incident: str) -> tuple[int, dict]:
     """The answer to a request that failed inside: ``507`` when the disk is full, ``503``
     when the archive directory is gone (send it again later: nothing of it was stored),
-    else ``500``."""
+    else ``500`` naming the ``incident`` id the log has it under: not the exception, whose
+    text may hold paths, SQL or values that are none of the client's business."""
     if isinstance(exc, ArchiveMissing):
         return 503, {"error": f"collector: {exc}; nothing was stored: send it again later",
                      "status": 503}
     if _no_space(exc):
         return 507, {"error": f"collector: no space left to store it ({exc}); nothing of it "
                               f"was stored: send it again later", "status": 507}
-    return 500, {"error": f"internal error: {type(exc).__name__}: {exc}", "status": 500}
+    return 500, {"error": f"internal error (id {incident}); see the collector's log",
+                 "status": 500}
 
 
 class Collector:
@@ -144,7 +148,8 @@ class Collector:
                  max_wait: float = DEFAULT_MAX_WAIT, device_uploads: int = DEFAULT_PER_DEVICE,
                  mirror: str | None = None, max_ahead: float = DEFAULT_MAX_AHEAD,
                  body_idle: float = DEFAULT_BODY_IDLE,
-                 body_min_rate: float = DEFAULT_BODY_MIN_RATE):
+                 body_min_rate: float = DEFAULT_BODY_MIN_RATE,
+                 metrics_token: bytes | None = None):
         if not body_idle > 0 or not math.isfinite(body_idle):
             raise ValueError(f"body_idle must be a finite number of seconds > 0, not {body_idle}")
         if not body_min_rate >= 0 or not math.isfinite(body_min_rate):
@@ -161,6 +166,10 @@ class Collector:
         self.refusals = LogLimiter(log, what="refused requests")
         self.max_body = int(max_body)
         self.sketch_key = sketch_key
+        # GET /metrics needs this token when set (--metrics-token-file); kept as its hash,
+        # compared in constant time
+        self.metrics_digest = None if metrics_token is None else \
+            hashlib.sha256(metrics_token).digest()
         self.limits = limits or Limits(max_bytes=self.max_body)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collector-db")
         self.recheck_workers = int(recheck_workers)
@@ -254,10 +263,11 @@ class Collector:
 
     def failed(self, exc: Exception, device: str, what: str = "batch") -> tuple[int, dict]:
         """Log a request that failed inside (with its traceback, unless the disk is full);
-        its answer (:func:`_failure`)."""
+        its answer (:func:`_failure`). A ``500`` and its log line share a random id."""
         if damaged(exc):
             return self.broken(exc)
-        status, doc = _failure(exc)
+        incident = secrets.token_hex(4)
+        status, doc = _failure(exc, incident)
         if status == 503:
             self.metrics["refused_unavailable"] += 1
             self.errors.error("%s from %s not stored: %s", what, device, exc)
@@ -266,8 +276,8 @@ class Collector:
             self.errors.error("%s from %s not stored: no space left (%s); answered 507",
                               what, device, exc)
         else:
-            self.errors.error("%s from %s failed: %s: %s", what, device, type(exc).__name__,
-                              exc, exc_info=exc)
+            self.errors.error("%s from %s failed (id %s): %s: %s", what, device, incident,
+                              type(exc).__name__, exc, exc_info=exc)
         return status, doc
 
     def broken(self, exc: Exception) -> tuple[int, dict]:
@@ -803,7 +813,11 @@ class Collector:
 
     async def metrics_view(self, request: web.Request) -> web.Response:
         """The counters as JSON, or for Prometheus (``Accept: text/plain`` or OpenMetrics,
-        or ``?format=prometheus``) with each device's last request and heartbeat."""
+        or ``?format=prometheus``) with each device's last request and heartbeat; only to
+        the bearer of the metrics token, when there is one (:meth:`unauthorized_scrape`)."""
+        refused = self.unauthorized_scrape(request)
+        if refused is not None:
+            return refused
         uptime = time.time() - self.started
         accept = request.headers.get("Accept", "")
         if exposition.wants_prometheus(accept, request.query):
@@ -816,6 +830,23 @@ class Collector:
         doc["uptime_s"] = round(uptime, 3)
         doc.update(self.gauges())
         return web.json_response(doc)
+
+    def unauthorized_scrape(self, request: web.Request) -> web.Response | None:
+        """None when ``request`` may read ``/metrics``: there is no metrics token, or it
+        carries it (``Authorization: Bearer <token>``, compared in constant time); else
+        the 401 to answer."""
+        if self.metrics_digest is None:
+            return None
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        token = token.strip()
+        given = hashlib.sha256(token.encode() if token.isascii() else b"").digest()
+        if hmac.compare_digest(given, self.metrics_digest) and scheme.lower() == "bearer" \
+                and token:
+            return None
+        response = _error(401, "GET /metrics needs the token of the collector's "
+                               "--metrics-token-file (header 'Authorization: Bearer <token>')")
+        response.headers["WWW-Authenticate"] = 'Bearer realm="acep metrics"'
+        return response
 
     def gauges(self) -> dict[str, float]:
         """The values of :data:`edge.exposition.GAUGES` (the limits too, for alerts)."""
@@ -1124,6 +1155,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="serve HTTPS with this certificate chain (with --tls-key); the "
                         "agents set collector.ca_file to the CA that signed it")
     p.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    p.add_argument("--metrics-token-file", metavar="PATH",
+                   help="GET /metrics answers only a request with 'Authorization: Bearer "
+                        "<the token in this file>' (401 otherwise; Prometheus: "
+                        "authorization: {credentials_file: ...}); /health stays open. "
+                        "Without it /metrics is open, device ids included")
     p.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY,
                    help="largest request body in bytes (default 16 MiB)")
     p.add_argument("--recheck-workers", type=int, default=2,
@@ -1183,6 +1219,12 @@ def _parser() -> argparse.ArgumentParser:
                         "trainer to read: s3://bucket/prefix (also gs://, hdfs://, a path); "
                         "each stored batch's file is copied, compactions follow, retention "
                         "leaves it alone; what is missing is copied at the start")
+    p.add_argument("--accept-missing-archive", action="store_true",
+                   help="serve although --archive lacks files of the batches stored last "
+                        "(the start looks at the newest few): their events are lost, say "
+                        "an archive restored from an older copy (--check-archive lists "
+                        "them); without it the collector refuses to start, as on an empty "
+                        "mount point or a wrong path")
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
                    help="DEBUG, INFO (default: start, retention, refused and failed "
                         "requests), WARNING or ERROR; logged on stderr")
@@ -1339,7 +1381,48 @@ def _missing_archive(store: Store, archive: str) -> str | None:
         return None
     return (f"no such directory, but the database names {files} archive "
             f"file{'s' if files != 1 else ''} in it (a disk not mounted? moved?); make it by "
-            "hand if the archive is lost, then --check-archive says what is missing")
+            "hand if the archive is lost (and serve with --accept-missing-archive), then "
+            "--check-archive says what is missing")
+
+
+def read_metrics_token(path: str) -> bytes:
+    """The token of ``--metrics-token-file``: the file's text without surrounding
+    whitespace, one word of printable ASCII (what a header carries). An ``OSError`` naming
+    the file and the problem."""
+    from history.sketch import read_key
+
+    token = read_key(path, "metrics token")
+    bad = next(((i, b) for i, b in enumerate(token) if not 0x21 <= b <= 0x7E), None)
+    if bad is not None:
+        i, byte = bad
+        what = {0x20: "a space", 0x09: "a tab", 0x0A: "a line break",
+                0x0D: "a line break"}.get(byte, f"the byte 0x{byte:02x}")
+        raise OSError(f"{path}: the metrics token file holds {what} at character {i + 1}: "
+                      "a bearer token is one word of printable ASCII (python -c 'import "
+                      "secrets; print(secrets.token_urlsafe(32))' makes one)")
+    return token
+
+
+def _archive_behind(store: Store, args: argparse.Namespace) -> str | None:
+    """Why the collector must not serve ``--archive``: it lacks files of the batches stored
+    last (an empty mount point, a wrong path, an old copy), which ``--accept-missing-archive``
+    lets it start without (said on stderr); None when they are there."""
+    first = _first_day_kept(_utc_day(time.time()), args.retain_days)
+    from .consistency import newest_missing
+
+    gone, looked = newest_missing(store, args.archive,
+                                  None if first is None else _midnight(first))
+    if not gone:
+        return None
+    why = (f"{gone[0]} is missing ({len(gone)} of the {looked} files of the batches stored "
+           f"last are: a disk not mounted? a wrong path? an older copy?); acep serve --db "
+           f"{args.db} --archive {args.archive} --check-archive lists what the database names "
+           "that is not there")
+    if args.accept_missing_archive:
+        print(f"acep serve: warning: --archive {args.archive}: {why}; serving without them "
+              "(--accept-missing-archive)", file=sys.stderr)
+        return None
+    return f"{why}; --accept-missing-archive serves without them (lost)"
 
 
 def _unknown(device_id: str, db: str) -> int:
@@ -1419,6 +1502,13 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             print(f"acep serve: {exc}", file=sys.stderr)
             return 2
+    metrics_token = None
+    if args.metrics_token_file:
+        try:
+            metrics_token = read_metrics_token(args.metrics_token_file)
+        except OSError as exc:
+            print(f"acep serve: --metrics-token-file {exc}", file=sys.stderr)
+            return 2
     for flag, value, least in (("--recheck-workers", args.recheck_workers, 0),
                                ("--min-free", args.min_free, 0),
                                ("--device-uploads", args.device_uploads, 1),
@@ -1430,7 +1520,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"acep serve: --retain-days must be at most {MAX_RETAIN_DAYS} (100 years)",
               file=sys.stderr)
         return 2
-    if why := _missing_archive(store, args.archive) or _unwritable(args.archive):
+    try:
+        why = _missing_archive(store, args.archive) or _archive_behind(store, args) \
+            or _unwritable(args.archive)
+    except sqlite3.DatabaseError as exc:
+        if not damaged(exc):
+            raise
+        print(f"acep serve: --db: {store.path}: damaged ({exc}); {RESTORE}", file=sys.stderr)
+        return 2
+    if why:
         print(f"acep serve: --archive {args.archive}: {why}", file=sys.stderr)
         return 2
     if args.mirror is not None and (why := _bad_mirror(args.mirror, args.archive)):
@@ -1453,7 +1551,7 @@ def main(argv: list[str] | None = None) -> int:
                           compact=args.compact, max_wait=args.max_wait,
                           device_uploads=args.device_uploads, mirror=args.mirror,
                           max_ahead=args.max_clock_ahead, body_idle=args.body_idle_timeout,
-                          body_min_rate=args.body_min_rate)
+                          body_min_rate=args.body_min_rate, metrics_token=metrics_token)
     log.info("database %s, archive %s, %d re-check workers, uploads refused below %d MiB "
              "free%s, %d at a time per device, bodies refused after %g s without a byte%s, "
              "%s, %s",
@@ -1466,6 +1564,8 @@ def main(argv: list[str] | None = None) -> int:
              "compacting closed days" if args.compact else "no compaction")
     if args.mirror:
         log.info("mirroring the archive to %s", storage.redact(args.mirror))
+    if metrics_token is not None:
+        log.info("GET /metrics needs the token of %s", args.metrics_token_file)
     try:
         asyncio.run(serve(collector, args.host, args.port,
                           ready=lambda line: print(line, flush=True), tls=tls,

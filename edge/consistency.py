@@ -26,10 +26,11 @@ from pathlib import Path
 from .archive import compacted_names
 from .store import Store
 
-__all__ = ["compare"]
+__all__ = ["compare", "newest_missing"]
 
 UNNAMED = "no batch of the database is in it"
 SETTLE = 1.0  # seconds before what differs is looked at again (a batch in flight commits)
+NEWEST = 3  # archive files of the batches stored last that the collector's start looks at
 
 
 def compare(store: Store, root: str | Path) -> Iterator[dict]:
@@ -53,6 +54,21 @@ def compare(store: Store, root: str | Path) -> Iterator[dict]:
     lost = sum(len(doc.get("batches_not_in_database", ())) for doc in found)
     yield {"ok": not found and not missing, "files": len(present), "files_named": len(named),
            "not_named": len(found), "missing": len(missing), "batches_not_in_database": lost}
+
+
+def newest_missing(store: Store, root: str | Path, since: float | None = None
+                   ) -> tuple[list[str], int]:
+    """The files of the ``NEWEST`` batches stored last (of those created from ``since`` on:
+    retention deletes the others) that are not under ``root``, nor named by a compacted
+    file beside them (a database restored from a backup names files merged since), and how
+    many files were looked at. A look the database's size does not change: a collector's
+    start, which must not begin a new archive on an empty mount point."""
+    root = Path(root)
+    newest = [name for name, created in store.newest_archive_files(NEWEST)
+              if since is None or created >= since]
+    gone = [name for name in newest if not (root / name).exists()]
+    held = _holders(root, {name.rpartition("/")[0] for name in gone}) if gone else {}
+    return [name for name in gone if name not in held], len(newest)
 
 
 def _listing(root: Path) -> list[str]:

@@ -590,6 +590,20 @@ class Store:
                 f"({','.join('?' * len(part))})", part))
         return known
 
+    def newest_archive_files(self, count: int, look: int = 1000) -> list[tuple[str, float]]:
+        """The archive files of the ``count`` batches stored last that are in one, with
+        their ``created_at``, newest first; among the last ``look`` batches only (by rowid,
+        the order they were stored in), so the cost does not grow with the database."""
+        rows = self._db.execute(
+            "SELECT archive, created_at FROM (SELECT archive, created_at FROM batches "
+            "ORDER BY rowid DESC LIMIT ?) WHERE archive IS NOT NULL", (look,))
+        out: dict[str, float] = {}
+        for name, created_at in rows:
+            out.setdefault(name, created_at)
+            if len(out) == count:
+                break
+        return list(out.items())
+
     def archive_file_count(self) -> int:
         """How many archive files the stored batches are in."""
         return self._db.execute("SELECT COUNT(DISTINCT archive) FROM batches").fetchone()[0]

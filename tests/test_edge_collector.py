@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -850,6 +851,119 @@ def test_the_example_alert_rules_pass_promtool_and_their_unit_tests():
         assert done.returncode == 0, done.stdout + done.stderr
 
 
+METRICS_TOKEN = "q8V1Y2jB-Ztx_example-metrics-token"
+
+
+def with_metrics_token(srv: Server) -> Path:
+    """Restart ``srv`` with --metrics-token-file (the token, a newline after it)."""
+    path = srv.tmp / "metrics.token"
+    path.write_text(METRICS_TOKEN + "\n")
+    assert srv.stop() == 0
+    srv.extra = ("--metrics-token-file", str(path))
+    srv.start()
+    return path
+
+
+def test_a_metrics_token_file_closes_metrics_to_all_but_its_bearer_and_health_stays_open(srv):
+    """/metrics lists every device id with its activity: off loopback that is for the
+    scraper alone, once the collector has a token for it."""
+    assert request(srv.url + "/metrics")[0] == 200  # without the option: open, as before
+    with_metrics_token(srv)
+    wrong = METRICS_TOKEN[:-1] + "X"
+    for headers in ({}, {"Authorization": f"Bearer {wrong}"},
+                    {"Authorization": f"Bearer {srv.tokens['admin']}"},
+                    {"Authorization": f"Basic {METRICS_TOKEN}"},
+                    {"Authorization": "Bearer"}, {"Authorization": "Bearer t\u00f6ken"}):
+        for path in ("/metrics", "/metrics?format=prometheus"):
+            status, data, answer = request(srv.url + path, headers=headers)
+            assert_error(status, json.loads(data), 401, "--metrics-token-file")
+            assert answer["WWW-Authenticate"].startswith("Bearer realm="), answer
+    status, data, _ = request(srv.url + "/metrics",
+                              headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+    assert status == 200 and json.loads(data)["requests"]["401"] == 12
+    status, text, _ = request(srv.url + "/metrics?format=prometheus",
+                              headers={"Authorization": f"bearer  {METRICS_TOKEN} "})
+    assert status == 200 and "acep_collector_storage_ok 1.0" in text.decode()
+    assert request(srv.url + "/health")[0] == 200  # a load balancer's check needs no token
+    assert request(srv.url + "/v1/whoami", token=METRICS_TOKEN)[0] == 401  # nothing else
+    assert post(srv, encode_batch(make_batch()), srv.tokens["d1"])[0] == 200
+    log = srv.log()
+    assert "GET /metrics from 127.0.0.1: 401" in log and wrong not in log
+    assert METRICS_TOKEN not in log
+
+
+def test_a_metrics_token_file_that_cannot_be_used_exits_2_naming_it(tmp_path):
+    (tmp_path / "empty").write_text("\n")
+    (tmp_path / "spaced").write_text("two words\n")
+    (tmp_path / "accented").write_text("t\u00f6ken\n", encoding="utf-8")
+    (tmp_path / "lines").write_text("one\ntwo\n")
+    for name, want in (("missing", "cannot read the metrics token file (No such file"),
+                       ("empty", "the metrics token file is empty"),
+                       ("spaced", "a space at character 4"),
+                       ("accented", "byte 0xc3 at character 2"),
+                       ("lines", "a line break at character 4")):
+        path = tmp_path / name
+        done = subprocess.run([sys.executable, "-m", "edge.collector", "--db",
+                               str(tmp_path / "c.db"), "--archive", str(tmp_path / "a"),
+                               "--port", "0", "--metrics-token-file", str(path)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "listening" not in done.stdout, done.stderr
+        assert done.stderr.startswith(f"acep serve: --metrics-token-file {path}: "), done.stderr
+        assert want in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def _scrape_config(token_file: Path, port: int) -> dict:
+    """The scrape job of the comment atop examples/prometheus/acep-alerts.yml, pointed at a
+    collector on loopback over HTTP (the example's is HTTPS, with its CA) with
+    ``token_file`` as its credentials file."""
+    import yaml
+
+    text = (ALERTS / "acep-alerts.yml").read_text()
+    block = text.split("#   scrape_configs:\n", 1)[1].split("#   rule_files:", 1)[0]
+    job = yaml.safe_load("\n".join(line[4:] for line in block.splitlines()))[0]
+    assert job["authorization"] == {"credentials_file": "/etc/prometheus/acep-metrics.token"}
+    del job["tls_config"]
+    return {**job, "scheme": "http", "authorization": {"credentials_file": str(token_file)},
+            "scrape_interval": "1s", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None,
+                    reason="prometheus (Debian's prometheus package)")
+def test_prometheus_scrapes_a_collector_with_a_metrics_token_as_the_example_says(srv):
+    import yaml
+
+    token = with_metrics_token(srv)
+    jobs = [_scrape_config(token, srv.port),
+            {**_scrape_config(token, srv.port), "job_name": "no-token"}]
+    del jobs[1]["authorization"]
+    (srv.tmp / "prometheus.yml").write_text(yaml.safe_dump({"scrape_configs": jobs}))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        web = s.getsockname()[1]
+    with open(srv.tmp / "prometheus.log", "w") as out:
+        prom = subprocess.Popen(["prometheus", f"--config.file={srv.tmp / 'prometheus.yml'}",
+                                 f"--storage.tsdb.path={srv.tmp / 'tsdb'}",
+                                 f"--web.listen-address=127.0.0.1:{web}"],
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        health, until = {}, time.time() + 60
+        while len(health) < 2 or "unknown" in {h for h, _ in health.values()}:
+            assert time.time() < until and prom.poll() is None, \
+                (health, (srv.tmp / "prometheus.log").read_text()[-3000:])
+            time.sleep(0.5)
+            try:
+                targets = json.loads(request(f"http://127.0.0.1:{web}/api/v1/targets")[1])
+            except (OSError, ValueError):  # not listening yet
+                continue
+            health = {t["labels"]["job"]: (t["health"], t["lastError"])
+                      for t in targets["data"]["activeTargets"]}
+    finally:
+        prom.terminate()
+        prom.wait(30)
+    assert health["acep-collector"] == ("up", ""), health
+    assert health["no-token"][0] == "down" and "401" in health["no-token"][1], health
+
+
 def test_a_database_from_before_heartbeats_and_digests_is_upgraded_in_place(tmp_path):
     db = tmp_path / "old.db"
     with sqlite3.connect(db) as old:  # the first schema's two tables, one device in it
@@ -1076,7 +1190,7 @@ def test_a_batch_that_fails_to_store_fails_no_other_batch_of_its_commit_group(sr
     bad_answer = answers.pop(10)
     assert_error(*bad_answer, 500, "internal error")
     log = srv.log()
-    assert "ERROR acep.collector: batch from d2 failed: " in log and "Traceback" in log, log
+    assert "ERROR acep.collector: batch from d2 failed (id " in log and "Traceback" in log, log
     assert [a[0] for a in answers] == [200] * 30, [a for a in answers if a[0] != 200]
     assert {a[1]["status"] for a in answers} == {"stored"}
     assert srv.rows("SELECT count(*) FROM batches WHERE device = 'd1'")[0][0] == 30
@@ -1085,6 +1199,32 @@ def test_a_batch_that_fails_to_store_fails_no_other_batch_of_its_commit_group(sr
     (day / "device=d2").unlink()
     status, doc = post(srv, bad, srv.tokens["d2"])
     assert status == 200 and doc["status"] == "stored", doc
+
+
+def test_a_500_names_an_id_the_log_has_with_the_traceback_not_the_exception(srv):
+    """What failed inside (here: a file in the way of d2's archive folder, named by its
+    path in the exception) is the operator's to read, in the log under the id the answer
+    gives; the client learns the id alone."""
+    day = srv.archive / "date=2023-11-14"
+    day.mkdir(parents=True)
+    (day / "device=d2").write_text("in the way")
+    ids = set()
+    for seq in range(2):
+        status, doc = post(srv, encode_batch(make_batch(device="d2", seq=seq)),
+                           srv.tokens["d2"])
+        assert status == 500, doc
+        match = re.fullmatch(r"internal error \(id ([0-9a-f]{8})\); see the collector's log",
+                             doc["error"])
+        assert match and doc["status"] == 500, doc
+        ids.add(match[1])
+        assert str(srv.archive) not in json.dumps(doc) and "Error" not in doc["error"]
+    assert len(ids) == 2  # one id per failure
+    log = srv.log()
+    for failure in ids:
+        (line,) = [x for x in log.splitlines() if f"(id {failure})" in x]
+        assert "ERROR acep.collector: batch from d2 failed (id " in line, log
+        assert str(day) in line, line  # the exception's text, with its path
+    assert log.count("Traceback") == 2
 
 
 # --------------------------------------------------------------------------- disk space

@@ -221,6 +221,16 @@ def test_an_empty_file_is_no_database_for_the_tools_that_only_use_one(tmp_path):
 def test_a_database_damaged_under_a_serving_collector_is_503_and_said_once(tmp_path):
     server = Server(tmp_path)
     server.tokens = filled_store(server.db, batches=300)
+    damage(server.db)  # the last batches too, which the start reads (their archive files)
+    before = digest(server.db)
+    done = collector("--db", str(server.db), "--archive", str(server.archive), "--port", "0")
+    one_line(done, 2, f"--db: {server.db}: damaged", "restore it from a backup")
+    assert digest(server.db) == before and not server.archive.exists()
+    server.db.unlink()
+    server.tokens = filled_store(server.db, batches=300)
+    with sqlite3.connect(server.db) as db:  # the batches first, in pages the damage spares
+        db.execute("VACUUM")
+    db.close()
     damage(server.db)  # the pages of the matches: found by the first insert
     server.start()
     try:
@@ -279,6 +289,87 @@ def test_a_missing_archive_is_not_made_when_the_database_names_files_in_it(srv):
     srv.start()
     assert post(srv, encode_batch(make_batch("d1", 0)), srv.tokens["d1"])[1]["status"] == \
         "duplicate"
+
+
+def test_an_archive_without_the_files_of_the_newest_batches_is_refused_at_the_start(srv):
+    """An empty mount point where the archive's disk should be, or an archive that lacks
+    the last batches' files (a wrong path, an old copy): the collector does not start
+    writing new files beside nothing."""
+    for seq in range(4):
+        assert post(srv, encode_batch(make_batch("d1", seq)), srv.tokens["d1"])[0] == 200
+    assert srv.stop() == 0
+    newest = "date=2023-11-14/device=d1/part-00000000000000000003.parquet"
+    disk = srv.archive.rename(srv.tmp / "archive-disk")
+    srv.archive.mkdir()  # the mount point, nothing mounted on it
+    serve = ("--db", str(srv.db), "--archive", str(srv.archive), "--port", "0")
+    done = collector(*serve)
+    one_line(done, 2, f"--archive {srv.archive}: {newest} is missing", "3 of the 3",
+             "not mounted", f"--archive {srv.archive} --check-archive",
+             "--accept-missing-archive")
+    assert "listening" not in done.stdout and list(srv.archive.iterdir()) == []
+    srv.archive.rmdir()
+    disk.rename(srv.archive)
+    (srv.archive / newest).rename(srv.tmp / "newest.parquet")  # the last file alone
+    one_line(collector(*serve), 2, f"{newest} is missing", "1 of the 3")
+    srv.extra = ("--accept-missing-archive",)  # the operator knows it is lost
+    srv.start()
+    assert f"acep serve: warning: --archive {srv.archive}: {newest} is missing" in srv.log()
+    assert post(srv, encode_batch(make_batch("d1", 4)), srv.tokens["d1"])[0] == 200
+    assert srv.stop() == 0
+    (srv.tmp / "newest.parquet").rename(srv.archive / newest)
+    srv.extra = ()
+    srv.start()  # all there: it serves as before
+    assert post(srv, encode_batch(make_batch("d1", 3)), srv.tokens["d1"])[1]["status"] == \
+        "duplicate"
+    assert srv.stop() == 0
+    shutil.rmtree(srv.archive)
+    srv.archive.mkdir()
+    srv.extra = ("--retain-days", "1")  # files of days retention deletes at once: not needed
+    srv.start()
+    until = time.time() + 30
+    while json.loads(request(srv.url + "/metrics")[1])["pruned_batches"] < 5:
+        assert time.time() < until, srv.log()
+        time.sleep(0.05)
+    assert srv.rows("SELECT count(*) FROM batches") == [(0,)]
+
+
+def test_the_start_looks_at_the_newest_files_in_steps_the_database_s_size_does_not_change(
+        tmp_path):
+    from edge.consistency import newest_missing
+
+    def steps(batches: int, summaries: int) -> tuple[int, tuple[list[str], int]]:
+        """The SQLite VM steps of the start's look at a database of ``batches`` matches
+        batches (each in its file) then ``summaries`` summary batches (in none)."""
+        db = sqlite3.connect(tmp_path / f"{batches}-{summaries}.db")
+        open_store(tmp_path / f"{batches}-{summaries}.db").close()
+        with db:
+            db.execute(
+                "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?) "
+                "INSERT INTO batches SELECT 'd1/' || i, 'd1', i, CASE WHEN i < ? THEN "
+                "'matches' ELSE 'summary' END, 'p1', '{}', 1.7e9, 1.7e9, 1, 1, 1, CASE WHEN "
+                "i < ? THEN printf('date=2023-11-14/device=d1/part-%020d.parquet', i) END, "
+                "NULL FROM n", (batches + summaries, batches, batches))
+        db.close()
+        store, counted = open_store(tmp_path / f"{batches}-{summaries}.db"), [0]
+
+        def count() -> int:
+            counted[0] += 1
+            return 0
+        store._db.set_progress_handler(count, 1)
+        try:
+            missing = newest_missing(store, tmp_path / "empty")
+        finally:
+            store.close()
+        return counted[0], missing
+
+    (tmp_path / "empty").mkdir()
+    small, missing = steps(10, 0)
+    assert missing == ([f"date=2023-11-14/device=d1/part-{i:020d}.parquet"
+                        for i in (9, 8, 7)], 3)
+    large, (gone, looked) = steps(200_000, 0)
+    assert large == small and (len(gone), looked) == (3, 3)
+    few, nothing = steps(10, 2000)  # the newest batches hold no file: it stops looking
+    assert nothing == ([], 0) and steps(10, 200_000)[0] == few
 
 
 def test_check_archive_lists_what_a_restored_database_and_its_archive_disagree_on(tmp_path):
