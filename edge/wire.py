@@ -177,8 +177,19 @@ def _bin(a, dtype: str) -> bytes:
 def _dict_encode(values) -> tuple[list, bytes]:
     """Dictionary encoding: distinct values (first-seen order) and int32 codes."""
     index: dict = {}
-    codes = [index.setdefault(v, len(index)) for v in _plain_list(values)]
+    codes = [index.setdefault(wire_value(v), len(index)) for v in _plain_list(values)]
     return list(index), _bin(np.array(codes, dtype=np.int64), "<i4")
+
+
+_MSGPACK_INTS = (-(1 << 63), 1 << 64)  # the integers msgpack holds: [-2**63, 2**64)
+
+
+def wire_value(v):
+    """A partition key or a value of a mixed column as sent: itself, but an integer that
+    msgpack cannot hold (beyond 64 bits) as its decimal text."""
+    if type(v) is int and not _MSGPACK_INTS[0] <= v < _MSGPACK_INTS[1]:
+        return str(v)
+    return v
 
 
 _PLAIN = (str, int, float, type(None))

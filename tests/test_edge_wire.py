@@ -395,3 +395,28 @@ def test_a_reserved_attribute_is_archived_apart_and_read_back_by_its_name():
     assert table.column("tag").to_pylist() == batch.event_tag.tolist()
     assert [sources._archive_name(n) for n in ("attr_tag", "attr_type", "v")] == \
         ["tag", "type", "v"]
+
+
+# --------------------------------------------------------------------------- big integers
+
+
+def kinds(values) -> list[tuple[str, object]]:
+    """Each value with its kind: 7, 7.0 and "7" are three."""
+    return [(type(v).__name__, v) for v in values]
+
+
+def huge_id_matches():
+    """``a b`` matched in partition 2**70 (beyond msgpack's integers) and in partition 7."""
+    events = EventBatch.from_events([{"type": t, "t": float(i), "id": key} for i, (t, key)
+                                     in enumerate(zip("abab", [2**70, 2**70, 7, 7]))])
+    return events, acep.match("a b", events, 3.0, 0, partition="id")
+
+
+def test_a_summary_sends_a_partition_beyond_64_bits_as_its_text():
+    """msgpack holds integers in [-2**63, 2**64): packing a larger key raised
+    OverflowError, which stopped the agent with a traceback at every start."""
+    _, found = huge_id_matches()
+    ref = PatternRef("p", "a b", 3.0, 0, (), "id")
+    summary = Condenser(4, 3).summarize(found, device="pi", seq=1, pattern=ref, created_at=0)
+    assert sorted(kinds(decode_condensed(encode_condensed(summary)).partition), key=repr) == \
+        sorted(kinds([str(2**70), 7]), key=repr)
