@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from acep import storage
+from acep.events import partition_key
 
 from .wire import ARCHIVE_RESERVED
 
@@ -184,8 +185,9 @@ def encode(batch) -> bytes:
             name = f"attr_{name}"
         if name in arrays:  # edge.wire refuses such a batch: never overwrite a column
             raise ValueError(f"attribute {name!r} collides with an archive column")
-        if col.dtype == object:
-            arrays[name] = pa.array(col.tolist(), type=pa.string())
+        if col.dtype == object:  # text, or mixed: one type per Parquet column
+            arrays[name] = pa.array([v if v is None or type(v) is str else _text(v)
+                                     for v in col.tolist()], type=pa.string())
         else:
             arrays[name] = pa.array(np.asarray(col, dtype=np.float64))
     meta = {"acep.pattern": json.dumps({
@@ -196,6 +198,13 @@ def encode(batch) -> bytes:
     sink = pa.BufferOutputStream()
     pq.write_table(pa.table(arrays).replace_schema_metadata(meta), sink)
     return sink.getvalue().to_pybytes()
+
+
+def _text(number) -> str | None:
+    """A number of a mixed column as ``acep match`` prints it (7.0 as "7", big integers
+    exact), as the trainer reads a mixed column of any input; None for NaN."""
+    key = partition_key(number)
+    return None if key is None else str(key)
 
 
 def warm_up() -> None:

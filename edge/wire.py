@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,6 @@ from dataclasses import dataclass, field
 import msgpack
 import numpy as np
 
-from acep.events import partition_key
 from acep.windows import partition_groups, window_mask
 
 __all__ = [
@@ -177,8 +177,19 @@ def _bin(a, dtype: str) -> bytes:
 def _dict_encode(values) -> tuple[list, bytes]:
     """Dictionary encoding: distinct values (first-seen order) and int32 codes."""
     index: dict = {}
-    codes = [index.setdefault(v, len(index)) for v in _plain_list(values)]
+    codes = [index.setdefault(wire_value(v), len(index)) for v in _plain_list(values)]
     return list(index), _bin(np.array(codes, dtype=np.int64), "<i4")
+
+
+_MSGPACK_INTS = (-(1 << 63), 1 << 64)  # the integers msgpack holds: [-2**63, 2**64)
+
+
+def wire_value(v):
+    """A partition key or a value of a mixed column as sent: itself, but an integer that
+    msgpack cannot hold (beyond 64 bits) as its decimal text."""
+    if type(v) is int and not _MSGPACK_INTS[0] <= v < _MSGPACK_INTS[1]:
+        return str(v)
+    return v
 
 
 _PLAIN = (str, int, float, type(None))
@@ -236,14 +247,6 @@ def encode_batch(batch: UploadBatch) -> bytes:
     return msgpack.packb(doc, use_bin_type=True)
 
 
-def wire_text(v) -> str:
-    """A value of a text column as sent: numbers of a mixed column as acep prints a
-    partition key (7.0 as "7", big integers exact), so a match's partition and its
-    events' attribute agree on the collector."""
-    key = partition_key(v)
-    return key if isinstance(key, str) else str(key)
-
-
 def _encode_column(name: str, col: np.ndarray) -> dict:
     col = np.asarray(col)
     if col.dtype != object:
@@ -254,11 +257,34 @@ def _encode_column(name: str, col: np.ndarray) -> dict:
     # values only (a number, NaN included, or a str subclass sends it the slow way)
     codes = [-1 if v is None else index.setdefault(v, len(index)) for v in values]
     if not all(type(v) is str for v in index):
-        index = {}
-        codes = [-1 if v is None or (isinstance(v, float) and v != v)
-                 else index.setdefault(wire_text(v), len(index)) for v in values]
+        return _encode_mixed(name, values)
     return {"name": name, "kind": "text", "values": list(index),
             "codes": _bin(np.array(codes, dtype=np.int64), "<i4")}
+
+
+def _encode_mixed(name: str, values: list) -> dict:
+    """A column of numbers and text (or of integers beyond 2**53): each value with its
+    kind, so 7 and "7" are two values and a partition key finds its events by kind."""
+    index: dict = {}
+    codes = []
+    for v in map(_mixed_value, values):
+        codes.append(-1 if v is None else index.setdefault((type(v), v), len(index)))
+    return {"name": name, "kind": "mixed", "values": [v for _, v in index],
+            "codes": _bin(np.array(codes, dtype=np.int64), "<i4")}
+
+
+def _mixed_value(v):
+    """str, int or float as sent (None: missing, as NaN is)."""
+    v = v.item() if isinstance(v, np.generic) else v
+    if v is None or isinstance(v, str):
+        return None if v is None else str(v)
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, numbers.Integral):
+        return wire_value(int(v))
+    if isinstance(v, numbers.Real):
+        return None if v != v else float(v)
+    return str(v)
 
 
 def encode_condensed(batch: SummaryBatch) -> bytes:
@@ -504,6 +530,7 @@ def _decode_header(doc: dict, limits: Limits) -> dict:
 
 
 _PARTITION_KINDS = (str, int, float, type(None))
+_COLUMN_KINDS = {"f8": None, "text": (str,), "mixed": (str, int, float)}  # kind: its values
 # the archive's own columns: an attribute of one of these names is archived as attr_<name>
 # (and the trainer reads it back as <name>), so an attribute named attr_<name> is refused
 ARCHIVE_RESERVED = ("batch_id", "pattern_id", "position", "tag", "type")
@@ -557,9 +584,10 @@ def _decode_columns(e: dict, n_ev: int, limits: Limits) -> dict[str, np.ndarray]
             raise WireError(f"field {where!r}: {type(c).__name__} where dict is expected")
         kind = _field(c, "kind", str, where)
         keys = {"name", "kind", "data"} if kind == "f8" else {"name", "kind", "values", "codes"}
-        if kind not in ("f8", "text") or set(c) != keys:
+        if kind not in _COLUMN_KINDS or set(c) != keys:
             raise WireError(f"field {where!r}: kind {kind!r} with keys {sorted(c)} is not "
-                            "an f8 (name, kind, data) or text (name, kind, values, codes) column")
+                            "an f8 (name, kind, data), text or mixed (name, kind, values, "
+                            "codes) column")
         name = _field(c, "name", str, where)
         if name in out:
             raise WireError(f"field {where + '.name'!r}: duplicate column {name!r}")
@@ -570,12 +598,20 @@ def _decode_columns(e: dict, n_ev: int, limits: Limits) -> dict[str, np.ndarray]
         if kind == "f8":
             out[name] = _array(c, "data", "<f8", where, n_ev)
         else:
-            values = _str_list(c, "values", where, limits.max_events)
+            values = _str_list(c, "values", where, limits.max_events, _COLUMN_KINDS[kind])
+            _no_nan(values, f"{where}.values")
             codes = _codes(c, "codes", where, n_ev, len(values), missing_ok=True)
             col = np.empty(n_ev, dtype=object)
             col[:] = [None if k < 0 else values[k] for k in codes.tolist()]
             out[name] = col
     return out
+
+
+def _no_nan(values: list, where: str) -> None:
+    for i, v in enumerate(values):
+        if isinstance(v, float) and v != v:
+            raise WireError(f"field '{where}[{i}]': NaN is no value (a missing value is code "
+                            "-1)")
 
 
 def _check_matches(point, start, errors, ptr, traj, pos, tag, window) -> None:
@@ -700,9 +736,6 @@ def batch_from_matches(matches, events, *, device: str, seq: int, pattern: Patte
     keys = _plain_list(matches.partition)
     keep = window_mask(events, keys, points, pattern.window, groups)
     names = list(columns) if columns is not None else list(events.columns)
-    if pattern.partition_by in names and np.asarray(events.columns[pattern.partition_by]).dtype \
-            == object:  # the attribute goes as text: so does the partition
-        keys = [None if k is None else wire_text(k) for k in keys]
     keep[traj - base] = True
     local = np.flatnonzero(keep)
     used, codes = np.unique(np.asarray(events.type_codes)[local], return_inverse=True)

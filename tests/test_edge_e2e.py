@@ -34,6 +34,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import acep
+from acep import EventBatch
+from acep.events import partition_key, read_events
+from acep.nfab import match as exact_match
 from acep.shedding import Budget
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -344,6 +347,84 @@ def test_agent_to_collector_matches_archive_and_exact_flags(tmp_path, collector)
     assert metrics["matches_stored"] == len(rows)
     assert metrics["exact_matches"] == sum(ex for _, ex, _, _, _, _ in rows)
     assert collector.kill(signal.SIGTERM) == 0
+
+
+BIG = 2**53  # above it a float64 rounds integers: two such ids are two partitions
+
+
+def mixed_stream(n: int, seed: int) -> list[dict]:
+    """:func:`stream` whose ``id`` is 3 or 7 (sometimes written 7.0) in its first 100 events
+    (a numeric column in the agent's first batches), then also "7", two ids a float rounds
+    to one and "x" (a column of objects)."""
+    out = stream(n, seed)
+    rng = random.Random(seed)
+    for i, e in enumerate(out):
+        keys = [3, 7, 7.0] if i < 100 else [3, 7, 7.0, "7", "7", BIG, BIG + 1, "x"]
+        e["id"] = rng.choice(keys)
+    return out
+
+
+def kinds(key) -> tuple[str, object]:
+    """A partition key by kind and value, 7.0 as 7 (one partition, README)."""
+    key = partition_key(key)
+    return type(key).__name__, key
+
+
+def test_partitions_of_mixed_kinds_are_stored_and_rechecked_as_acep_match_reports_them(
+        tmp_path, collector):
+    """README, acep match: 7 and 7.0 are one partition, "7" is another, and ids beyond 2**53
+    stay exact. The collector stores each match under the partition ``acep match`` prints,
+    of the same kind whether its batch's column was numeric or mixed, and re-checks each
+    partition on its own events: the exact engine with ``[id]`` over the whole stream finds
+    the same exact matches (no ``a b c`` across 7 and "7" is counted)."""
+    events = mixed_stream(600, seed=29)
+    run = AgentRun(tmp_path, collector.url, collector.token, follow=False)
+    run.append(events)
+    assert run.start().wait(WAIT * 2) == 0, run.log()
+    assert run.last_metrics()["outbox_pending"] == 0, run.log()
+
+    p = PATTERN
+    out = subprocess.run(
+        [sys.executable, "-m", "acep.cli", "match", "-p", p["text"], "-w", str(p["window"]),
+         "-k", str(p["k"]), "--partition", "id", "--where", p["where"][0],
+         str(run.events_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    printed = sorted((kinds(m["partition"]), float(m["point"]), m["errors"], m["positions"])
+                     for m in map(json.loads, out.stdout.splitlines()))
+    rows = query(collector.db, "SELECT partition, point, errors, trajectory, exact, "
+                               "exact_count, exact_reason FROM matches")
+    stored = sorted((kinds(json.loads(pt)), at, err, json.loads(tr))
+                    for pt, at, err, tr, *_ in rows)
+    assert stored == printed
+    assert {k for k, *_ in stored} == {kinds(k) for k in (3, 7, "7", BIG, BIG + 1, "x")}
+    assert all(type(json.loads(pt)) is type(partition_key(events[json.loads(tr)[0]]["id"]))
+               for pt, _, _, tr, *_ in rows)  # the JSON's own kind: 7, never "7"
+
+    exact = exact_match(
+        "PATTERN SEQ(a v0, b v1, c v2) WHERE skip_till_any_match(v0, v1, v2) "
+        f"{{ [id] and {p['where'][0].replace('a.', 'v0.').replace('c.', 'v2.')} }} "
+        f"WITHIN {p['window']}", EventBatch.concat(list(read_events(run.events_path))))
+    ends: dict = {}
+    for m in exact:
+        ends.setdefault((kinds(m.partition[0]), m.end), []).append(
+            tuple(x for comp in m.positions for x in comp))
+    assert exact and any(k[0][1] == "7" for k in ends)
+    for pt, at, _, tr, ex, count, reason in rows:
+        found = ends.get((kinds(json.loads(pt)), at), [])
+        assert (ex, count, reason) == (tuple(json.loads(tr)) in found, len(found), None)
+
+    # the archive (one type per Parquet column) keeps a mixed column as text, its numbers
+    # as acep prints them; a batch of numbers alone keeps numbers
+    kinds_seen = set()
+    for f in sorted(collector.archive.rglob("*.parquet")):
+        table = pq.read_table(f)
+        text = pa.types.is_string(table.schema.field("id").type)
+        kinds_seen.add(text)
+        for pos, value in zip(table.column("position").to_pylist(),
+                              table.column("id").to_pylist()):
+            key = partition_key(events[pos]["id"])
+            assert value == (str(key) if text else float(key))
+    assert kinds_seen == {False, True}
 
 
 def test_heartbeats_show_a_device_that_is_up_with_nothing_to_upload(tmp_path, collector):

@@ -202,8 +202,8 @@ def test_missing_attribute_is_a_reason_not_a_crash():
 @pytest.mark.parametrize("ids", [(7, 7, 7, "other"), (12345678901234567, 12345678901234567,
                                                       12345678901234567, 12345678901234568)])
 def test_a_match_whose_partition_column_mixes_kinds_is_rechecked_exact(ids):
-    # a text value (or an integer beyond 2**53) makes the column objects: it goes as text
-    # on the wire, and the match's partition with it, so the collector finds its events
+    # a text value (or an integer beyond 2**53) makes the column objects: it goes as a
+    # mixed column on the wire, each value of its kind, as the match's partition does
     rows = [{"type": ty, "t": float(i), "id": key} for i, (ty, key) in enumerate(zip("abcx", ids))]
     m = acep.Matcher("a b c", window=5, k=0, partition="id")
     first, second = EventBatch.from_events(rows[:2]), EventBatch.from_events(rows[2:], position=2)
@@ -233,3 +233,22 @@ def test_partition_values_group_together_exactly_when_they_are_equal_numbers(a, 
     assert (partition_group_key(a) == partition_group_key(b)) == equal
     if equal:
         assert hash(partition_group_key(a)) == hash(partition_group_key(b))
+
+
+def test_partition_7_and_partition_text_7_are_rechecked_apart():
+    """``a b`` in partition 7 and ``b c`` in partition "7": each is a match with one error
+    and no exact match ends at either point. Re-checked as one partition, ``a b c`` across
+    the two would be counted at the second."""
+    rows = [{"type": ty, "t": float(i), "id": key}
+            for i, (ty, key) in enumerate(zip("abbc", [7, 7.0, "7", "7"]))]
+    events = EventBatch.from_events(rows)
+    found = acep.match("a b c", events, 5.0, 1, partition="id")
+    assert [(type(p), p) for p in found.partition] == [(int, 7), (str, "7")]
+    ref = PatternRef("p", "a b c", 5.0, 1, (), "id")
+    batch = decode_batch(encode_batch(batch_from_matches(found, events, device="pi", seq=0,
+                                                         pattern=ref)))
+    assert [(type(p), p) for p in batch.partition] == [(int, 7), (str, "7")]
+    checks = recheck_batch(batch)
+    assert [(c.exact, c.exact_count, c.exact_matches) for c in checks] == [(False, 0, [])] * 2
+    assert [(c.exact, c.exact_count) for c in recheck_batch(batch, fast=False)] == \
+        [(False, 0)] * 2

@@ -40,6 +40,8 @@ def assert_same(a, b) -> None:
             assert list(x) == list(y), name
             for k in x:
                 np.testing.assert_array_equal(x[k], y[k], err_msg=f"{name}[{k}]")
+                if x[k].dtype == object:  # 7 and "7", 7 and 7.0 are different values
+                    assert kinds(x[k]) == kinds(y[k]), f"{name}[{k}]"
         else:
             assert x == y, name
 
@@ -78,6 +80,11 @@ def upload_batches(draw) -> UploadBatch:
                                 max_size=n_ev))
     num_col = np.array(draw(st.lists(st.floats(allow_infinity=False), min_size=n_ev,
                                      max_size=n_ev)), dtype=float)
+    mixed_col = np.empty(n_ev, dtype=object)
+    mixed_col[:] = draw(st.lists(st.one_of(st.none(), st.text(max_size=3),
+                                           st.integers(-2**63, 2**64 - 1),
+                                           st.floats(allow_nan=False)),
+                                 min_size=n_ev, max_size=n_ev))
     return UploadBatch(
         device=draw(st.from_regex(r"[A-Za-z0-9._-]{1,64}", fullmatch=True)),
         seq=draw(st.integers(0, 2**63 - 1)),
@@ -91,7 +98,7 @@ def upload_batches(draw) -> UploadBatch:
         start=np.array(starts, dtype=float), errors=np.array(errors, dtype=np.int32),
         trajectory_ptr=np.array(ptr, dtype=np.int64), trajectory=np.array(traj, np.int64),
         event_position=pos, event_tag=tags, event_type=types, type_names=names,
-        columns={"text": text_col, "num": num_col})
+        columns={"text": text_col, "num": num_col, "mixed": mixed_col})
 
 
 @given(upload_batches())
@@ -395,3 +402,105 @@ def test_a_reserved_attribute_is_archived_apart_and_read_back_by_its_name():
     assert table.column("tag").to_pylist() == batch.event_tag.tolist()
     assert [sources._archive_name(n) for n in ("attr_tag", "attr_type", "v")] == \
         ["tag", "type", "v"]
+
+
+# --------------------------------------------------------------------------- mixed columns
+
+BIG = 2**53  # above it a float64 rounds integers: ids stay Python ints
+
+
+def kinds(values) -> list[tuple[str, object]]:
+    """Each value with its kind: 7, 7.0 and "7" are three."""
+    return [(type(v).__name__, v) for v in values]
+
+
+def mixed_events() -> EventBatch:
+    """``a b c`` in the partitions 7 (its b written 7.0), "7", two ids a float would round
+    to one, and "x"."""
+    ids = [(7, 7.0, 7), ("7",) * 3, (BIG,) * 3, (BIG + 1,) * 3, ("x",) * 3]
+    return EventBatch.from_events(
+        [{"type": ty, "t": float(3 * i + j), "id": key}
+         for i, trio in enumerate(ids) for j, (ty, key) in enumerate(zip("abc", trio))])
+
+
+def test_a_column_that_mixes_numbers_and_text_keeps_each_values_kind():
+    """7 and "7" are two partitions (README, ``acep match``): the wire keeps them apart, in
+    the matches' partitions and in the events' column, with big ids exact."""
+    events = mixed_events()
+    found = acep.match("a b c", events, 3.0, 0, partition="id")
+    assert kinds(found.partition) == kinds([7, "7", BIG, BIG + 1, "x"])
+    ref = PatternRef("p", "a b c", 3.0, 0, (), "id")
+    raw = encode_batch(batch_from_matches(found, events, device="pi", seq=0, pattern=ref,
+                                          created_at=1.0))
+    back = decode_batch(raw)
+    assert kinds(back.partition) == kinds(found.partition)
+    sent = events.columns["id"][back.event_position]
+    assert kinds(back.columns["id"]) == kinds(sent)  # 7.0 stays a float
+    doc = msgpack.unpackb(raw, raw=False)
+    assert [c["kind"] for c in doc["events"]["columns"]] == ["mixed"]
+
+
+def test_a_column_of_text_alone_is_sent_as_text():
+    events = EventBatch.from_events([{"type": t, "t": float(i), "o": "x", "note": note}
+                                     for i, (t, note) in enumerate(zip("abc", ["y", None, "y"]))])
+    found = acep.match("a b c", events, 3.0, 1, partition="o")
+    raw = encode_batch(batch_from_matches(found, events, device="pi", seq=0, created_at=1.0,
+                                          pattern=PatternRef("p", "a b c", 3.0, 1, (), "o")))
+    columns = msgpack.unpackb(raw, raw=False)["events"]["columns"]
+    assert [(c["kind"], c["values"]) for c in columns] == [("text", ["x"]), ("text", ["y"])]
+    assert decode_batch(raw).columns["note"].tolist() == ["y", None, "y"]
+
+
+def huge_id_matches():
+    """``a b`` matched in partition 2**70 (beyond msgpack's integers) and in partition 7."""
+    events = EventBatch.from_events([{"type": t, "t": float(i), "id": key} for i, (t, key)
+                                     in enumerate(zip("abab", [2**70, 2**70, 7, 7]))])
+    return events, acep.match("a b", events, 3.0, 0, partition="id")
+
+
+def test_a_summary_sends_a_partition_beyond_64_bits_as_its_text():
+    """msgpack holds integers in [-2**63, 2**64): packing a larger key raised
+    OverflowError, which stopped the agent with a traceback at every start."""
+    _, found = huge_id_matches()
+    ref = PatternRef("p", "a b", 3.0, 0, (), "id")
+    summary = Condenser(4, 3).summarize(found, device="pi", seq=1, pattern=ref, created_at=0)
+    assert sorted(kinds(decode_condensed(encode_condensed(summary)).partition), key=repr) == \
+        sorted(kinds([str(2**70), 7]), key=repr)
+
+
+def test_a_batch_sends_an_id_beyond_64_bits_as_its_text_in_partitions_and_column():
+    """The same text in both, so the collector finds the partition's events."""
+    events, found = huge_id_matches()
+    ref = PatternRef("p", "a b", 3.0, 0, (), "id")
+    back = decode_batch(encode_batch(batch_from_matches(found, events, device="pi", seq=0,
+                                                        pattern=ref, created_at=1.0)))
+    assert kinds(back.partition) == kinds([str(2**70), 7])
+    assert kinds(back.columns["id"]) == kinds([str(2**70), str(2**70), 7, 7])
+
+
+def _mixed_column(values, codes):
+    def change(doc):
+        n = len(np.frombuffer(doc["events"]["position"], "<i8"))
+        doc["events"]["columns"].append(
+            {"name": "m", "kind": "mixed", "values": values,
+             "codes": np.resize(np.array(codes, "<i4"), n).tobytes()})
+    return change
+
+
+@pytest.mark.parametrize("values,codes,message", [
+    ([7, True], [0, 1], "field 'events.columns[2].values[1]': bool is not allowed"),
+    ([7, ["x"]], [0, 1], "field 'events.columns[2].values[1]': list is not allowed"),
+    ([7, float("nan")], [0, 1], "field 'events.columns[2].values[1]': NaN is no value"),
+    ([7, "7", 7], [0, 1], "field 'events.columns[2].values': duplicate entries"),
+    ([7, "7"], [0, 2], "field 'events.columns[2].codes': code out of range"),
+])
+def test_bad_mixed_columns_are_refused_naming_the_field(values, codes, message):
+    with pytest.raises(WireError, match=_re(message)):
+        decode_batch(mutated(_mixed_column(values, codes)))
+
+
+@pytest.mark.parametrize("values", [[7, 7.0, "7", None], [-2**63, 2**64 - 1, "x", None]])
+def test_a_mixed_column_holds_each_values_kind_and_msgpack_s_integers(values):
+    back = decode_batch(mutated(_mixed_column(values[:-1], [0, 1, 2, -1])))
+    n = len(back.event_position)
+    assert kinds(back.columns["m"]) == kinds(np.resize(np.array(values, object), n))
