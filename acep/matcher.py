@@ -409,7 +409,7 @@ class Matcher:
                              batch.line_of(0) if n else None, self.partition, batch.position)
         keys, inverse = _factorize(column)
         keys = [partition_key(key) for key in keys]  # one key per id, whatever the batch
-        ids = np.array([-1 if key is None else self._ensure_partition(key)
+        ids = np.array([-1 if _no_key(key) else self._ensure_partition(key)
                         for key in keys], dtype=np.int32)  # -1: a bad event for the kernel
         return np.ascontiguousarray(ids[inverse]) if n else np.zeros(0, dtype=np.int32)
 
@@ -461,7 +461,11 @@ class Matcher:
             err = EventError(f"tag {tag} goes back in time{where}", batch.source, line,
                              batch.tag_field, int(index))
         elif code == self._kernel_module.BAD_NO_PARTITION:
-            err = EventError(f"partition attribute {self.partition!r} is missing",
+            value = batch.columns[self.partition][local]
+            value = value.item() if isinstance(value, np.generic) else value
+            what = "is missing" if _missing(value) else \
+                f"is {value!r}: not a partition key (a finite number or a text)"
+            err = EventError(f"partition attribute {self.partition!r} {what}",
                              batch.source, line, self.partition, int(index))
         else:
             name = self.pattern.predicates.columns[col]
@@ -688,6 +692,12 @@ def _number(value) -> float:
         return float(value)
     except (TypeError, ValueError):
         return float("nan")
+
+
+def _no_key(key) -> bool:
+    """A partition value that keys no partition: missing, or infinite (which JSON, the
+    wire and the collector's database cannot carry as a key)."""
+    return key is None or (isinstance(key, float) and not np.isfinite(key))
 
 
 def _missing(value) -> bool:

@@ -544,6 +544,7 @@ def _decode_matches(doc: dict, header: dict, limits: Limits) -> UploadBatch:
     start = _array(m, "start", "<f8", "matches", n)
     errors = _array(m, "errors", "<i4", "matches", n)
     names = _str_list(m, "partitions", "matches", limits.max_partitions, _PARTITION_KINDS)
+    _finite_keys(names, "matches.partitions")
     codes = _codes(m, "partition", "matches", n, len(names))
     ptr = _array(m, "trajectory_ptr", "<i8", "matches", n + 1)
     traj = _array(m, "trajectory", "<i8", "matches", limit=limits.max_trajectory)
@@ -605,6 +606,15 @@ def _decode_columns(e: dict, n_ev: int, limits: Limits) -> dict[str, np.ndarray]
             col[:] = [None if k < 0 else values[k] for k in codes.tolist()]
             out[name] = col
     return out
+
+
+def _finite_keys(keys: list, where: str) -> None:
+    """A partition key is a finite number, a text or nil: the matcher keys no partition by
+    NaN or infinity, and the database stores keys as JSON, which has neither."""
+    for i, v in enumerate(keys):
+        if isinstance(v, float) and not math.isfinite(v):
+            raise WireError(f"field '{where}[{i}]': {v!r} is not a partition key (a finite "
+                            "number, a text or nil)")
 
 
 def _no_nan(values: list, where: str) -> None:
@@ -676,6 +686,7 @@ def _decode_summary(doc: dict, header: dict, limits: Limits) -> SummaryBatch:
     index = _array(s, "slot_index", "<i8", "summary", limit=limits.max_slots)
     n = len(index)
     names = _str_list(s, "partitions", "summary", limits.max_partitions, _PARTITION_KINDS)
+    _finite_keys(names, "summary.partitions")
     codes = _codes(s, "partition", "summary", n, len(names))
     matches = _array(s, "matches", "<i8", "summary", n)
     bundles = _array(s, "bundles", "<i8", "summary", n)

@@ -133,6 +133,21 @@ def test_missing_partition_attribute_is_a_bad_event():
     assert m.stats["skipped"] == 1
 
 
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), np.float32("inf")])
+def test_an_infinite_partition_value_is_a_bad_event_naming_it(value):
+    """JSON reads Infinity; as a key it printed as invalid JSON and, uploaded, the collector
+    could store it never (its database keeps keys as JSON)."""
+    events = [{"type": "a", "t": 1.0, "g": value}, {"type": "b", "t": 2.0, "g": value},
+              {"type": "a", "t": 3.0, "g": 7}, {"type": "b", "t": 4.0, "g": 7}]
+    with pytest.raises(EventError, match=r"partition attribute 'g' is -?inf: not a "
+                                         r"partition key") as info:
+        match("a b", events, 10, partition="g")
+    assert (info.value.field, info.value.position) == ("g", 0)
+    m = Matcher("a b", 10, 0, partition="g", on_bad_event="skip")
+    assert [(x.partition, x.events) for x in m.match(events)] == [(7, (2, 3))]
+    assert m.stats["skipped"] == 2
+
+
 def test_load_counters_per_event_add_up_to_the_totals():
     events = _events("a1 b2 a3 c4 b5 b6 a7 c8 d9 b10 c11 a30 b31")
     m = Matcher("a b* c", 5, 1)
