@@ -46,7 +46,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .config import AgentConfig, ConfigError, load_config
+from .config import AgentConfig, ConfigError, KeyFileError, load_config, read_key_file
 from .logs import duration
 from .outbox import read_summary
 from .sketches import fitting
@@ -247,8 +247,6 @@ def _written(cfg: AgentConfig) -> Iterator[Check]:
 
 def _keys(cfg: AgentConfig, keys: dict) -> Iterator[Check]:
     """The secrets: readable, and not by every user. Fills ``keys`` (path: bytes or None)."""
-    from history.sketch import read_key
-
     files = [("device.token_file", cfg.token_file)]
     if cfg.sketch is not None:
         files += [("sketch.key_file", cfg.sketch.key_file),
@@ -258,10 +256,10 @@ def _keys(cfg: AgentConfig, keys: dict) -> Iterator[Check]:
             continue
         what = f"{key} {path}"
         try:
-            keys[path] = read_key(path, "key" if key.startswith("sketch") else "token")
-        except OSError as e:
+            keys[path] = read_key_file(path, key, "token" if key.startswith("device") else "key")
+        except KeyFileError as e:  # the agent's own words: e.option and e.path are in what
             keys[path] = None
-            yield Check("FAIL", what, str(e).removeprefix(path + ": "))
+            yield Check("FAIL", what, e.why)
             continue
         yield _private(what, path)
     if cfg.token is not None and cfg.token_file is None and cfg.config_path:

@@ -311,6 +311,46 @@ def test_a_key_file_the_agent_cannot_read_fails_naming_it(tmp_path, collector):
            "be)" in lines, lines
 
 
+@pytest.mark.parametrize("option", ["sketch.key_file", "sketch.device_key_file"])
+def test_the_agent_and_its_check_word_a_bad_key_file_alike(tmp_path, option):
+    """Before, ``--check`` said ``cannot read the key file`` and the running agent (its
+    log, ``policy_error``, ``sketch_error``) ``cannot read the signing key file``, of one
+    file: one function reads it for both now, so a person searching the log for what the
+    check said finds it."""
+    from edge.config import load_config
+    from edge.preflight import checks
+    from edge.sketches import KeyFileError, Sketches
+
+    cfg = write_config(tmp_path, None, "t")
+    bad = tmp_path / "empty.key"
+    bad.write_bytes(b" \n")
+    os.chmod(bad, 0o600)
+    line = {"sketch.key_file": 'key_file = "empty.key"',
+            "sketch.device_key_file": 'key_file = "sketch.key"\ndevice_key_file = "empty.key"'}
+    cfg.write_text(cfg.read_text().replace('key_file = "sketch.key"', line[option]))
+    cfg = load_config(cfg)
+    assert getattr(cfg.sketch, option.split(".")[1]) == str(bad)
+    with pytest.raises(KeyFileError) as agent:
+        Sketches(cfg, None).keys()
+    (check,) = [c for c in checks(cfg) if c.what.startswith(option)]
+    assert str(agent.value) == f"{option}: {bad}: the key file is empty"
+    assert check.line() == f"FAIL {option} {bad}: the key file is empty"
+
+
+@pytest.mark.parametrize("content, why", [(b"\n", "the token file is empty"),
+                                          (b"\xff\xfe", "the token file is not UTF-8 text")])
+def test_a_token_file_the_agent_cannot_use_is_a_config_error_in_those_words(
+        tmp_path, capsys, content, why):
+    """``device.token_file`` is read with the key files' function, in their words (it said
+    ``cannot read PATH: [Errno 13] ...`` and ``PATH is empty``), and one that is not text is
+    that line too, not a UnicodeDecodeError's traceback."""
+    cfg = write_config(tmp_path, None, "t")
+    (tmp_path / "token").write_bytes(content)
+    assert agent_main(["--config", str(cfg), "--check"]) == 2
+    assert capsys.readouterr().err == (f"acep agent: config error: {cfg}: device.token_file: "
+                                       f"{tmp_path / 'token'}: {why}\n")
+
+
 def test_a_config_error_exits_2_with_the_message(tmp_path, capsys):
     (tmp_path / "agent.toml").write_text('[device]\nid = "pi"\n[pattern]\ntext = "a b"\n')
     assert agent_main(["--config", str(tmp_path / "agent.toml"), "--check"]) == 2
