@@ -615,8 +615,10 @@ def error_text(text: bytes) -> str:
 class Uploader(threading.Thread):
     """Sends due batches until stopped.
 
-    No batch (and no heartbeat) is sent before ``hold_until`` (Unix seconds): set after a
-    401/403 (``auth_streak`` counts them in a row) and by an answer's ``Retry-After``.
+    No batch (and no heartbeat) is sent before ``hold_until`` (``time.monotonic()``
+    seconds: a clock set back must not stretch a hold by as much): set after a 401/403
+    (``auth_streak`` counts them in a row), by an answer's ``Retry-After`` and after an
+    unexpected error.
     ``last_error`` is the last failed attempt's error, None once a batch is acknowledged.
     ``failing_since`` is when the uploads began to fail (no answer, an answer to retry
     after, a refused token, an unexpected error), None once a batch is acknowledged or
@@ -661,7 +663,7 @@ class Uploader(threading.Thread):
         wait = self.outbox.backoff.delay("crash", self.crashes.streak + 1)
         self.last_error = self.crashes.failed(e, wait)
         self._failing()
-        self.hold_until = max(self.hold_until, time.time() + wait)
+        self.hold_until = max(self.hold_until, time.monotonic() + wait)
         self.stop_event.wait(wait)
 
     def beat(self, status: dict) -> None:
@@ -679,7 +681,7 @@ class Uploader(threading.Thread):
         status, self._beat = self._beat, None
         if status is None:
             return False
-        if time.time() < self.hold_until:
+        if time.monotonic() < self.hold_until:
             if self._beat is None:  # not replaced by a newer one meanwhile
                 self._beat = status
             return False
@@ -710,7 +712,8 @@ class Uploader(threading.Thread):
     def next_attempt_at(self) -> float | None:
         """When the next batch may be sent (Unix seconds); None when nothing is pending."""
         due = self.outbox.next_due_at()
-        return None if due is None else max(due, self.hold_until)
+        held = self.hold_until - time.monotonic()
+        return due if due is None or held <= 0 else max(due, time.time() + held)
 
     def _sleep_for(self) -> float:
         at = self.next_attempt_at()
@@ -718,7 +721,7 @@ class Uploader(threading.Thread):
 
     def send_one(self) -> bool:
         """Send the oldest due batch; False when none was due (or uploads are on hold)."""
-        if time.time() < self.hold_until:
+        if time.monotonic() < self.hold_until:
             return False
         due = self.outbox.next_due()
         if due is None:
@@ -754,21 +757,22 @@ class Uploader(threading.Thread):
             self.last_error = why
             self.fail_streak += 1
             self._failing()
+            wait = 0.0 if when is None else when - time.time()
             if out.retry_after is not None:
-                when = self._hold(out)
+                wait = max(wait, self._hold(out))
             # a collector that is down fails every pending batch: say so once, not per batch
             say = log.warning if self.fail_streak == 1 else log.debug
             say("upload of %s failed (%s); retry in %.1fs (batches are kept and retried "
                 "with backoff; further failures are logged at debug level until one is sent)",
-                due.batch_id, why, (when or time.time()) - time.time())
+                due.batch_id, why, wait)
         return True
 
     def _hold(self, out: Outcome) -> float:
         """Hold every upload for the answer's ``Retry-After`` (a collector with a full disk
-        would refuse each batch in turn), at most the backoff's maximum; until when."""
+        would refuse each batch in turn), at most the backoff's maximum; seconds held."""
         wait = min(out.retry_after, self.outbox.backoff.max_delay)
-        self.hold_until = max(self.hold_until, time.time() + wait)
-        return self.hold_until
+        self.hold_until = max(self.hold_until, time.monotonic() + wait)
+        return self.hold_until - time.monotonic()
 
     def _unauthorized(self, out: Outcome) -> None:
         """A refused token (401/403) fails every request alike: hold them all (batches are
@@ -778,7 +782,7 @@ class Uploader(threading.Thread):
         self.last_error = out.why
         self._failing()
         wait = self.outbox.backoff.delay("auth", self.auth_streak)
-        self.hold_until = time.time() + wait
+        self.hold_until = time.monotonic() + wait
         if self.auth_streak == 1:
             log.error("collector refused this device's credentials (HTTP %s: %s): check "
                       "device.token and device.id; %d batches are kept and uploads are "

@@ -342,7 +342,8 @@ def test_a_wrong_token_shows_at_the_first_heartbeat_and_holds_the_uploads(server
         uploader.beat({"consumed": 0})
         assert uploader.send_beat()
         assert (uploader.counts["unauthorized"], uploader.counts["heartbeats_failed"]) == (1, 0)
-        assert uploader.hold_until > time.time() and uploader.last_error.startswith("HTTP 401")
+        assert uploader.hold_until > time.monotonic()
+        assert uploader.last_error.startswith("HTTP 401")
         uploader.beat({"consumed": 0})
         assert not uploader.send_beat()  # held, as a batch would be
         server.handler.unauthorized = False
@@ -353,6 +354,36 @@ def test_a_wrong_token_shows_at_the_first_heartbeat_and_holds_the_uploads(server
             or "token again" in r.getMessage()]
     assert len(said) == 2 and said[0].startswith("collector refused this device's credentials")
     assert said[1].startswith("the collector accepts this device's token again")
+
+
+def test_a_clock_set_back_holds_the_uploads_no_longer_than_the_collector_asked(
+        server, tmp_path, monkeypatch):
+    """The collector answers 503 with Retry-After: 2, then the device's clock is set back 3
+    hours (a Pi without a real-time clock, NTP): the hold and the batch's retry were both
+    on the wall clock, so nothing was sent for 3 hours. The hold is on the monotonic clock
+    now, and a due time written before the clock went back is due at once."""
+    from edge.outbox import Outbox
+    from edge.uplink import Uploader
+
+    server.handler.protocol_version = "HTTP/1.1"
+    server.handler.busy = True
+    with Outbox(tmp_path / "outbox.db") as outbox:
+        outbox.put(BIG, "dev/1")
+        uploader = Uploader(outbox, Uplink(server.url, "tok"), idle_seconds=0.05)
+        assert uploader.send_one() and uploader.counts["retried"] == 1
+        server.handler.busy = False
+        wall = time.time
+        monkeypatch.setattr(time, "time", lambda: wall() - 3 * 3600)
+        start = time.monotonic()
+        uploader.start()
+        try:
+            while outbox.metrics()["pending"] and time.monotonic() - start < 10:
+                time.sleep(0.05)
+        finally:
+            uploader.stop(5)
+        took = time.monotonic() - start
+        assert outbox.metrics()["sent"] == 1 and uploader.counts["acked"] == 1
+        assert 1.5 < took < 5, took  # the Retry-After held it, and nothing more
 
 
 def test_the_uploader_survives_an_unexpected_error_and_delivers_after_its_backoff(
