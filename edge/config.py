@@ -23,6 +23,7 @@ from acep.shedding import Budget, smallest_burst
 from history.policies import DEFER, EXPLORE, LEARNING_RATE
 from history.sketch import read_key
 
+from .uplink import ANSWER_TIMES
 from .wire import ID_RULE, valid_id
 
 __all__ = ["ConfigError", "KeyFileError", "read_key_file", "AgentConfig", "PatternConfig",
@@ -155,6 +156,8 @@ class AgentConfig:
     compress: bool = True  # gzip bodies once the collector says it takes them
     token_file: str | None = None  # where device.token was read from (None: in agent.toml)
     config_path: str | None = None  # the file load_config read (None: parse_config alone)
+    # seconds a whole answer may take (None: ANSWER_TIMES times timeout; edge.uplink)
+    answer_timeout: float | None = None
 
 
 def _check_ca_file(ca_file: str, url: str | None) -> None:
@@ -355,6 +358,11 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
     if url is not None:
         _check_url(url)
     timeout = col.seconds("timeout", 10.0)
+    answer_timeout = col.seconds("answer_timeout", ANSWER_TIMES * timeout)
+    if answer_timeout < timeout:
+        raise ConfigError(f"collector.answer_timeout: {answer_timeout:g} s is less than "
+                          f"collector.timeout ({timeout:g} s), which one wait for the answer "
+                          "may take; make it that or more")
     drain_timeout = col.seconds("drain_timeout", 30.0, zero=True)
     heartbeat = col.seconds("heartbeat", 300.0, zero=True)
     ca_file = path_of(col.get("ca_file", str))
@@ -482,4 +490,5 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
     return AgentConfig(device_id, token, url, pattern, source, budget, sketch, outbox,
                        condensed, metrics, timeout, base_dir, drain_timeout, heartbeat,
                        token_file=token_file, ca_file=ca_file,
-                       expect_continue=expect_continue, compress=compress)
+                       expect_continue=expect_continue, compress=compress,
+                       answer_timeout=answer_timeout)
