@@ -50,7 +50,15 @@ from .config import AgentConfig, ConfigError, KeyFileError, load_config, read_ke
 from .logs import duration
 from .outbox import read_summary
 from .sketches import fitting
-from .uplink import CLOCK_SLACK, NoRedirects, error_body, error_text, redirect_text, tls_context
+from .uplink import (
+    CLOCK_SLACK,
+    answer_opener,
+    error_body,
+    error_text,
+    redirect_text,
+    timed,
+    tls_context,
+)
 from .wire import LOOPBACK
 
 __all__ = ["Check", "checks", "check", "HTTP_TIMEOUT"]
@@ -279,12 +287,12 @@ def _private(what: str, path: str) -> Check:
 def _get(url: str, token: str | None, timeout: float, limit: int,
          context: ssl.SSLContext | None = None) -> tuple[int | None, bytes, str]:
     """``GET url``: (HTTP status, body up to ``limit`` + 1 bytes, error); status None when
-    no answer came (the error says why: a certificate the CA does not vouch for, too). A
-    redirect is not followed (the token would go along: :class:`edge.uplink.NoRedirects`)."""
+    no whole answer came within ``timeout`` (the error says why: a certificate the CA does
+    not vouch for, too). A redirect is not followed (the token would go along:
+    :class:`edge.uplink.NoRedirects`)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    req = urllib.request.Request(url, headers=headers, method="GET")
-    opener = urllib.request.build_opener(
-        NoRedirects(), *([urllib.request.HTTPSHandler(context=context)] if context else []))
+    req = timed(urllib.request.Request(url, headers=headers, method="GET"), timeout)
+    opener = answer_opener(context)
     try:
         with opener.open(req, timeout=timeout) as r:
             return r.status, r.read(limit + 1), ""

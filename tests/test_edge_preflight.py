@@ -246,6 +246,29 @@ def test_a_collector_that_is_down_fails(tmp_path, capsys):
     assert levels(lines)["device"] == "FAIL"
 
 
+def test_a_collector_that_trickles_its_answer_fails_within_the_check_s_time(tmp_path,
+                                                                           capsys):
+    """A collector (or what answers at its address) that sends its answer a byte at a
+    time: each wait was bounded, not the answer, so ``--check`` (the service's
+    ExecStartPre) waited for as long as the answer lasted. Now each answer must come
+    whole within the check's timeout (collector.timeout, at most 5 s)."""
+    from test_edge_uplink import ANSWER, TRICKLED, _trickling
+
+    listener = _trickling(ANSWER, TRICKLED["headers"], every=0.3)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    cfg = write_config(tmp_path, url, "some-token")
+    cfg.write_text(cfg.read_text().replace("timeout = 5.0", "timeout = 1.0"))
+    try:
+        start = time.monotonic()
+        code, lines = run_check(cfg, capsys)
+        took = time.monotonic() - start
+    finally:
+        listener.close()
+    assert code == 1
+    assert f"FAIL collector {url}: not reachable: no whole answer within 1 s" in lines, lines
+    assert took < 4, took
+
+
 def test_a_device_clock_the_collector_would_refuse_fails_and_one_off_warns(
         tmp_path, capsys, monkeypatch):
     """Batches are dated by the device's clock: one set too far ahead, or before the first
