@@ -112,7 +112,7 @@ class Agent:
             f"{config.metrics.interval:g}s")
         self.uplink = None if config.collector_url is None else \
             Uplink(config.collector_url, config.token or "", config.timeout, config.ca_file,
-                   config.expect_continue, config.compress)
+                   config.expect_continue, config.compress, config.answer_timeout)
         self.sketches = Sketches(config, self.uplink)
         self.wallclock: WallClockBudget | None = None
         self._stats_carry = {"candidates": 0, "shed": 0, "decide_ns": 0}

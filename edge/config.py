@@ -21,12 +21,14 @@ from acep import Matcher
 from acep.pattern import PatternError
 from acep.shedding import Budget, smallest_burst
 from history.policies import DEFER, EXPLORE, LEARNING_RATE
+from history.sketch import read_key
 
+from .uplink import ANSWER_TIMES
 from .wire import ID_RULE, valid_id
 
-__all__ = ["ConfigError", "AgentConfig", "PatternConfig", "SourceConfig", "BudgetConfig",
-           "SketchConfig", "OutboxConfig", "CondensedConfig", "MetricsConfig", "load_config",
-           "parse_config"]
+__all__ = ["ConfigError", "KeyFileError", "read_key_file", "AgentConfig", "PatternConfig",
+           "SourceConfig", "BudgetConfig", "SketchConfig", "OutboxConfig", "CondensedConfig",
+           "MetricsConfig", "load_config", "parse_config"]
 
 SOURCES = ("file", "stdin", "iterator")
 BUDGET_MODES = ("none", "fixed", "wall-clock")
@@ -38,6 +40,28 @@ MAX_SECONDS = 365 * 86400.0
 
 class ConfigError(ValueError):
     """A bad ``agent.toml``; the message names the key."""
+
+
+class KeyFileError(OSError):
+    """A secret's file (``device.token_file``, ``sketch.key_file``, ...) that is not set,
+    cannot be read or holds nothing: ``option`` names the key, ``why`` what is wrong with
+    ``path``."""
+
+    def __init__(self, option: str, path: str | None, why: str):
+        self.option, self.path, self.why = option, path, why
+        super().__init__(f"{option}: {path}: {why}" if path else f"{option}: {why}")
+
+
+def read_key_file(path: str | None, option: str, what: str = "key") -> bytes:
+    """The secret in the file ``option`` names, read as the agent and ``acep agent --check``
+    both read it, so that both word a problem alike (``sketch.key_file: PATH: cannot read
+    the key file (Permission denied)``); :class:`KeyFileError` otherwise."""
+    if path is None:
+        raise KeyFileError(option, None, "not set")
+    try:
+        return read_key(path, what)
+    except OSError as e:
+        raise KeyFileError(option, path, str(e).removeprefix(f"{path}: ")) from None
 
 
 @dataclass
@@ -132,6 +156,8 @@ class AgentConfig:
     compress: bool = True  # gzip bodies once the collector says it takes them
     token_file: str | None = None  # where device.token was read from (None: in agent.toml)
     config_path: str | None = None  # the file load_config read (None: parse_config alone)
+    # seconds a whole answer may take (None: ANSWER_TIMES times timeout; edge.uplink)
+    answer_timeout: float | None = None
 
 
 def _check_ca_file(ca_file: str, url: str | None) -> None:
@@ -320,17 +346,23 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
         raise ConfigError("device.token_file: give device.token or device.token_file, not both")
     if token_file is not None:
         try:
-            token = Path(token_file).read_text().strip()
-        except OSError as e:
-            raise ConfigError(f"device.token_file: cannot read {token_file}: {e}") from None
-        if not token:
-            raise ConfigError(f"device.token_file: {token_file} is empty")
+            token = read_key_file(token_file, "device.token_file", "token").decode()
+        except KeyFileError as e:
+            raise ConfigError(str(e)) from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"device.token_file: {token_file}: the token file is not "
+                              "UTF-8 text") from None
 
     col = _Section(doc, "collector")
     url = col.get("url", str)
     if url is not None:
         _check_url(url)
     timeout = col.seconds("timeout", 10.0)
+    answer_timeout = col.seconds("answer_timeout", ANSWER_TIMES * timeout)
+    if answer_timeout < timeout:
+        raise ConfigError(f"collector.answer_timeout: {answer_timeout:g} s is less than "
+                          f"collector.timeout ({timeout:g} s), which one wait for the answer "
+                          "may take; make it that or more")
     drain_timeout = col.seconds("drain_timeout", 30.0, zero=True)
     heartbeat = col.seconds("heartbeat", 300.0, zero=True)
     ca_file = path_of(col.get("ca_file", str))
@@ -458,4 +490,5 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
     return AgentConfig(device_id, token, url, pattern, source, budget, sketch, outbox,
                        condensed, metrics, timeout, base_dir, drain_timeout, heartbeat,
                        token_file=token_file, ca_file=ca_file,
-                       expect_continue=expect_continue, compress=compress)
+                       expect_continue=expect_continue, compress=compress,
+                       answer_timeout=answer_timeout)

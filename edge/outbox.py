@@ -12,7 +12,9 @@ and the collector deduplicates by batch id (the idempotency key, ``docs/WIRE.md`
 Retry: after the n-th failure a batch is due again after
 ``min(max_delay, base_delay * factor**(n-1))`` scaled by a jitter factor in
 ``[1 - jitter, 1 + jitter]``. With a ``seed`` the jitter is a hash of (seed, batch id, n),
-so the schedule is the same across runs and restarts.
+so the schedule is the same across runs and restarts. Due times are Unix times (they
+outlive the process); one further ahead than any retry delay (plus :data:`DUE_SLACK`) was
+written before the clock went back, and is due at once (:meth:`Outbox.latest_due`).
 
 Dead letters: a batch the collector refuses for good (:meth:`Outbox.reject`) is not
 deleted. It moves, with its reason, to the dead letters, where it is never sent again until
@@ -45,9 +47,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["Outbox", "OutboxFull", "OutboxError", "Backoff", "Due", "DeadLetter", "POLICIES",
-           "main", "read_summary", "out_of_space", "OutboxReader"]
+           "DUE_SLACK", "main", "read_summary", "out_of_space", "OutboxReader"]
 
 POLICIES = ("drop-oldest", "refuse-new")
+# seconds a due time may lie beyond the longest retry delay before it is taken for one
+# written by a clock that has gone back since (Outbox.latest_due): due at once
+DUE_SLACK = 60.0
 _COUNTERS = ("put", "duplicate", "sent", "sent_bytes", "failed", "dropped", "dropped_bytes",
              "refused", "refused_bytes", "rejected", "rejected_bytes", "requeued",
              "discarded", "discarded_bytes")
@@ -353,18 +358,35 @@ class Outbox(_Reads):
             self._settle(db, old_id, old_size, "dropped", time.time(), table)
 
     def next_due(self, now: float | None = None) -> Due | None:
-        """The oldest batch due at ``now``, or None. It stays pending until acked."""
+        """The oldest batch due at ``now``, or None. It stays pending until acked. A due time
+        beyond :meth:`latest_due` is due: set by a clock that has gone back since."""
         now = time.time() if now is None else now
         with self._lock:
             row = self._db.execute(
                 "SELECT batch_id, body, attempts FROM pending WHERE due <= ? "
                 "ORDER BY due, n LIMIT 1", (now,)).fetchone()
+            if row is None:
+                row = self._db.execute(
+                    "SELECT batch_id, body, attempts FROM pending WHERE due > ? "
+                    "ORDER BY due, n LIMIT 1", (self.latest_due(now),)).fetchone()
         return None if row is None else Due(row[0], bytes(row[1]), row[2])
 
-    def next_due_at(self) -> float | None:
-        """When the earliest pending batch is due (None when nothing is pending)."""
-        with self._lock:
-            return self._db.execute("SELECT MIN(due) FROM pending").fetchone()[0]
+    def next_due_at(self, now: float | None = None) -> float | None:
+        """When the earliest pending batch is due (None when nothing is pending): ``now``
+        when one is due beyond :meth:`latest_due`."""
+        now = time.time() if now is None else now
+        with self._lock:  # one aggregate per subquery: each reads one end of the index
+            first, last = self._db.execute("SELECT (SELECT MIN(due) FROM pending), "
+                                           "(SELECT MAX(due) FROM pending)").fetchone()
+        return min(first, now) if last is not None and last > self.latest_due(now) else first
+
+    def latest_due(self, now: float) -> float:
+        """The latest due time a retry scheduled at ``now`` can have (the backoff's maximum,
+        which also bounds a ``Retry-After``), and :data:`DUE_SLACK`. A due time beyond it
+        was written while the clock read later than it does now (a device without a
+        real-time clock that set it back, NTP correcting it): waiting for the clock to get
+        there again would hold the batch for as long as the clock jumped (hours)."""
+        return now + self.backoff.max_delay + DUE_SLACK
 
     def ack(self, batch_id: str, now: float | None = None) -> bool:
         """The collector has the batch: forget it for good. False when it was not pending."""

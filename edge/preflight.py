@@ -46,11 +46,19 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .config import AgentConfig, ConfigError, load_config
+from .config import AgentConfig, ConfigError, KeyFileError, load_config, read_key_file
 from .logs import duration
 from .outbox import read_summary
 from .sketches import fitting
-from .uplink import CLOCK_SLACK, NoRedirects, error_body, error_text, redirect_text, tls_context
+from .uplink import (
+    CLOCK_SLACK,
+    answer_opener,
+    error_body,
+    error_text,
+    redirect_text,
+    timed,
+    tls_context,
+)
 from .wire import LOOPBACK
 
 __all__ = ["Check", "checks", "check", "HTTP_TIMEOUT"]
@@ -247,8 +255,6 @@ def _written(cfg: AgentConfig) -> Iterator[Check]:
 
 def _keys(cfg: AgentConfig, keys: dict) -> Iterator[Check]:
     """The secrets: readable, and not by every user. Fills ``keys`` (path: bytes or None)."""
-    from history.sketch import read_key
-
     files = [("device.token_file", cfg.token_file)]
     if cfg.sketch is not None:
         files += [("sketch.key_file", cfg.sketch.key_file),
@@ -258,10 +264,10 @@ def _keys(cfg: AgentConfig, keys: dict) -> Iterator[Check]:
             continue
         what = f"{key} {path}"
         try:
-            keys[path] = read_key(path, "key" if key.startswith("sketch") else "token")
-        except OSError as e:
+            keys[path] = read_key_file(path, key, "token" if key.startswith("device") else "key")
+        except KeyFileError as e:  # the agent's own words: e.option and e.path are in what
             keys[path] = None
-            yield Check("FAIL", what, str(e).removeprefix(path + ": "))
+            yield Check("FAIL", what, e.why)
             continue
         yield _private(what, path)
     if cfg.token is not None and cfg.token_file is None and cfg.config_path:
@@ -281,12 +287,12 @@ def _private(what: str, path: str) -> Check:
 def _get(url: str, token: str | None, timeout: float, limit: int,
          context: ssl.SSLContext | None = None) -> tuple[int | None, bytes, str]:
     """``GET url``: (HTTP status, body up to ``limit`` + 1 bytes, error); status None when
-    no answer came (the error says why: a certificate the CA does not vouch for, too). A
-    redirect is not followed (the token would go along: :class:`edge.uplink.NoRedirects`)."""
+    no whole answer came within ``timeout`` (the error says why: a certificate the CA does
+    not vouch for, too). A redirect is not followed (the token would go along:
+    :class:`edge.uplink.NoRedirects`)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    req = urllib.request.Request(url, headers=headers, method="GET")
-    opener = urllib.request.build_opener(
-        NoRedirects(), *([urllib.request.HTTPSHandler(context=context)] if context else []))
+    req = timed(urllib.request.Request(url, headers=headers, method="GET"), timeout)
+    opener = answer_opener(context)
     try:
         with opener.open(req, timeout=timeout) as r:
             return r.status, r.read(limit + 1), ""

@@ -29,9 +29,9 @@ import threading
 from acep import storage
 from acep.pattern import partition_attribute
 from history.policies import HistoryPolicy
-from history.sketch import Sketch, SketchError, read_key
+from history.sketch import Sketch, SketchError
 
-from .config import AgentConfig, PatternConfig
+from .config import AgentConfig, KeyFileError, PatternConfig, read_key_file
 from .logs import Crashes, Failing
 from .outbox import Backoff
 from .uplink import Uplink, download_sketch
@@ -41,11 +41,6 @@ __all__ = ["Sketches", "FALLBACK_POLICY", "fitting", "KeyFileError"]
 
 log = logging.getLogger("edge.agent")
 FALLBACK_POLICY = "oldest-first"
-
-
-class KeyFileError(OSError):
-    """A key file of ``[sketch]`` that cannot be read (or is not set): no sketch can be
-    verified until it can."""
 
 
 class Sketches:
@@ -92,8 +87,8 @@ class Sketches:
         ``sketch.device_key_file`` (default the same) the learned one. Raises
         :class:`KeyFileError` naming the file and why it cannot be read."""
         sk = self.cfg.sketch
-        key = _read_key(sk.key_file, "sketch.key_file")
-        device_key = _read_key(sk.device_key_file, "sketch.device_key_file") \
+        key = read_key_file(sk.key_file, "sketch.key_file")
+        device_key = read_key_file(sk.device_key_file, "sketch.device_key_file") \
             if sk.device_key_file else key
         return key, device_key
 
@@ -292,7 +287,8 @@ class Sketches:
                 or self.history.learning_rate == 0:
             return
         try:
-            key = _read_key(sk.device_key_file or sk.key_file, "sketch.device_key_file")
+            option = "sketch.device_key_file" if sk.device_key_file else "sketch.key_file"
+            key = read_key_file(sk.device_key_file or sk.key_file, option)
             storage.write_durably(sk.save_path, self.history.learned_sketch().to_bytes(key))
             if self.origin is not None:  # after the sketch: a crash between keeps the old
                 storage.write_durably(sk.save_path + ".origin", self.origin.encode())  # origin
@@ -383,11 +379,3 @@ def fitting(sketch: Sketch, p: PatternConfig) -> Sketch:
         raise SketchError(problem)
     return sketch
 
-
-def _read_key(path: str | None, name: str) -> bytes:
-    if path is None:
-        raise KeyFileError(f"{name}: not set")
-    try:
-        return read_key(path)
-    except OSError as e:
-        raise KeyFileError(f"{name}: {e}") from None

@@ -25,6 +25,12 @@ standard library (``http.client``, ``urllib.request``, ``gzip``).
 large batch), the body's last bytes, queued in the kernel, being acknowledged by the
 collector (Linux; :func:`_drain`), and the answer. So a slow but steady upload takes as
 long as its link needs, as at the collector (``--body-idle-timeout``, ``--body-min-rate``).
+The answer as a whole (status line, headers and body) must come within
+``collector.answer_timeout`` of the request having got across (default three times
+``collector.timeout``), and each byte of its body buys :data:`ANSWER_MIN_RATE`'s share of a
+second more: a collector that trickles its answer a byte at a time no longer holds the upload
+thread, a heartbeat or a sketch check for ever (:class:`AnswerTimeout`, retried as a
+timeout), while a large sketch over a thin link still comes.
 
 Bodies of 1 KiB or more are gzipped (``Content-Encoding: gzip``) once an answer of the
 collector says it takes them (``Accept-Encoding``, RFC 7694), unless ``collector.compress =
@@ -40,6 +46,7 @@ warning once per streak, its end at info level. No request is made for it.
 from __future__ import annotations
 
 import email.utils
+import functools
 import gzip
 import http.client
 import io
@@ -62,7 +69,8 @@ from .outbox import Outbox
 from .wire import sketch_etag
 
 __all__ = ["Uplink", "Outcome", "Uploader", "download_sketch", "tls_context", "error_body",
-           "error_text", "CLOCK_SLACK", "NoRedirects", "redirect_text", "MAX_HEAD"]
+           "error_text", "CLOCK_SLACK", "NoRedirects", "redirect_text", "MAX_HEAD",
+           "AnswerTimeout", "ANSWER_MIN_RATE", "ANSWER_TIMES", "answer_opener", "timed"]
 
 log = logging.getLogger("edge.agent")
 CONTINUE_WAIT = 1.0  # seconds a body waits for "100 Continue" before it goes anyway (as curl)
@@ -81,6 +89,12 @@ CLOCK_SLACK = 60.0
 # line; http.client's own line limit): a server that sends no line end costs no more
 MAX_HEAD = 1 << 16
 MAX_INTERIM = 16  # interim answers (103 Early Hints) skipped before the final one, at most
+# collector.answer_timeout's default, in collector.timeout's: the answer's waits together
+ANSWER_TIMES = 3
+# bytes/s an answer's body must keep up past collector.answer_timeout (each byte buys 1/rate
+# s more): the collector's --body-min-rate default, 8 kbit/s; a sketch of sketch.max_bytes
+# (1 MiB) over 100 kbit/s takes 84 s, a trickle of a byte a second buys nothing
+ANSWER_MIN_RATE = 1024.0
 _REDIRECTS = (301, 302, 303, 307, 308)
 _RETRY_4XX = (408, 429)
 _AUTH_4XX = (401, 403)
@@ -105,18 +119,18 @@ class Outcome:
 class Uplink:
     """HTTP to the collector at ``url`` with a device's bearer token.
 
-    ``bytes_on_wire`` counts the request body bytes sent (gzipped, when they were), every
-    attempt included (a body refused before it was sent is not counted)."""
+    ``timeout`` bounds each wait, ``answer_timeout`` (default :data:`ANSWER_TIMES` times
+    ``timeout``) a whole answer (see the module docstring). ``bytes_on_wire`` counts the
+    request body bytes sent (gzipped, when they were), every attempt included (a body
+    refused before it was sent is not counted)."""
 
     def __init__(self, url: str, token: str, timeout: float = 10.0,
                  ca_file: str | None = None, expect_continue: bool = True,
-                 compress: bool = True):
+                 compress: bool = True, answer_timeout: float | None = None):
         self.url, self.token, self.timeout = url.rstrip("/"), token, float(timeout)
+        self.answer_timeout = float(answer_timeout or ANSWER_TIMES * self.timeout)
         self.context = tls_context(url, ca_file)
-        # urllib's proxies are read from the environment here, as _proxied() reads them
-        self.opener = urllib.request.build_opener(
-            NoRedirects(), _PacedHTTPHandler(),
-            *([_PacedHTTPSHandler(context=self.context)] if self.context else []))
+        self.opener = answer_opener(self.context)
         self.target = urllib.parse.urlsplit(self.url)
         self.expect_continue = expect_continue and not _proxied(self.target)
         self.compress = compress
@@ -130,9 +144,18 @@ class Uplink:
         return {"Authorization": f"Bearer {self.token}", **(headers or {})}
 
     def _request(self, method: str, path: str, body: bytes | None = None,
-                 headers: dict | None = None) -> urllib.request.Request:
-        return urllib.request.Request(self.url + path, data=body, method=method,
-                                      headers=self._headers(headers))
+                 headers: dict | None = None, timeout: float | None = None
+                 ) -> urllib.request.Request:
+        req = urllib.request.Request(self.url + path, data=body, method=method,
+                                     headers=self._headers(headers))
+        return timed(req, *self._answer_time(timeout))
+
+    def _answer_time(self, timeout: float | None) -> tuple[float, str | None]:
+        """The whole answer's seconds, and the setting they come from: ``answer_timeout``,
+        or ``timeout`` when a request is given a shorter one (the last heartbeat)."""
+        if timeout is None or timeout >= self.answer_timeout:
+            return self.answer_timeout, "collector.answer_timeout"
+        return timeout, None
 
     def _post(self, path: str, body: bytes, content_type: str, timeout: float | None = None
               ) -> tuple[int, bytes, float | None] | Outcome:
@@ -163,7 +186,7 @@ class Uplink:
             self.expect_continue = False
             log.info("the collector (or a proxy before it) refused Expect: 100-continue "
                      "(HTTP 417); bodies are sent at once from now on")
-        req = self._request("POST", path, body, headers)
+        req = self._request("POST", path, body, headers, timeout)
         self.bytes_on_wire += len(body)  # urllib sends the body whatever the answer
         try:
             with self.opener.open(req, timeout=timeout or self.timeout) as resp:
@@ -219,26 +242,30 @@ class Uplink:
                                               "Expect": "100-continue"}).items():
                 conn.putheader(name, value)
             conn.endheaders()
+            deadline = _Deadline(*self._answer_time(timeout))
             first, head = _first_answer(conn.sock, min(CONTINUE_WAIT, conn.timeout),
-                                        conn.timeout)
+                                        conn.timeout, deadline)
             if first != "final":
                 conn.send(body)
                 self.bytes_on_wire += len(body)
                 _drain(conn.sock, conn.timeout)
+                deadline.restart()  # the body's time is its link's, not the answer's
             if first == "silent":  # a busy collector says 100 late; an HTTP/1.0 one never
-                first, head = _first_answer(conn.sock, conn.timeout, conn.timeout)
+                first, head = _first_answer(conn.sock, conn.timeout, conn.timeout, deadline)
                 if first == "silent":
                     return Outcome("retry", None, "connection: timed out")
                 if first == "final":
                     self._expect_ignored()
-            head = _final_head(conn.sock, head)
-            answer = conn.response_class(_Replayed(conn.sock, head), method="POST")
-            answer.begin()
-            self._heard(answer.headers)
-            if answer.status in _REDIRECTS:
-                return Outcome("retry", answer.status, redirect_text(answer.getheader("Location")))
-            wait = None if answer.status == 200 else retry_after(answer.getheader("Retry-After"))
-            return answer.status, answer.read(1 << 16), wait
+            head = _final_head(conn.sock, head, deadline)
+            with _Answer(conn.sock, head, deadline, method="POST") as answer:
+                answer.begin()
+                self._heard(answer.headers)
+                if answer.status in _REDIRECTS:
+                    return Outcome("retry", answer.status,
+                                   redirect_text(answer.getheader("Location")))
+                wait = None if answer.status == 200 else \
+                    retry_after(answer.getheader("Retry-After"))
+                return answer.status, answer.read(1 << 16), wait
         except (OSError, http.client.HTTPException) as e:
             return Outcome("retry", None, f"connection: {str(e) or type(e).__name__}")
         finally:
@@ -329,10 +356,102 @@ class Uplink:
         return data
 
 
+class AnswerTimeout(TimeoutError):
+    """No whole answer in the time a :class:`_Deadline` gave it: retried as a timeout."""
+
+
+class _Deadline:
+    """When an answer must have come whole: ``seconds`` from :meth:`restart` (the request
+    across the link), and 1/:data:`ANSWER_MIN_RATE` s more per byte of its body
+    (:meth:`earn`). ``name`` is the setting that gave ``seconds``, for the message."""
+
+    def __init__(self, seconds: float, name: str | None = None):
+        self.seconds, self.name = float(seconds), name
+        self.restart()
+
+    def restart(self) -> None:
+        self.started = time.monotonic()
+        self.at, self.earned = self.started + self.seconds, 0
+
+    def earn(self, n: int) -> None:
+        self.at += n / ANSWER_MIN_RATE
+        self.earned += n
+
+    def left(self) -> float:
+        """Seconds left; :class:`AnswerTimeout` when none are."""
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise self.expired()
+        return left
+
+    def expired(self) -> AnswerTimeout:
+        said = f"no whole answer within {self.seconds:g} s"
+        if self.name:
+            said += f" ({self.name})"
+        if self.earned:
+            said += (f", and its body came slower than {ANSWER_MIN_RATE:g} bytes/s "
+                     f"({self.earned} bytes in {time.monotonic() - self.started:.1f} s)")
+        return AnswerTimeout(said)
+
+
+def timed(req: urllib.request.Request, seconds: float, name: str | None = None
+          ) -> urllib.request.Request:
+    """``req``, whose whole answer an :func:`answer_opener` reads within ``seconds`` of the
+    request having got across (:class:`_Deadline`; ``name``: the setting they come from),
+    else :class:`AnswerTimeout`."""
+    req.answer_deadline = _Deadline(seconds, name)
+    return req
+
+
+def answer_opener(context: ssl.SSLContext | None = None) -> urllib.request.OpenerDirector:
+    """urllib as the agent uses it: redirects not followed (:class:`NoRedirects`), bodies
+    sent in pieces, each wait within the request's timeout and, for a request
+    :func:`timed`, the whole answer within its time; proxies from the environment (read
+    now, as :func:`_proxied` reads them); https verified with ``context``."""
+    return urllib.request.build_opener(
+        NoRedirects(), _PacedHTTPHandler(),
+        *([_PacedHTTPSHandler(context=context)] if context else []))
+
+
+def _within(sock: socket.socket, deadline: _Deadline, read):
+    """``read()`` of ``sock`` within its timeout (one wait) and ``deadline``'s time
+    (:class:`AnswerTimeout` past it)."""
+    timeout = sock.gettimeout()
+    left = deadline.left()
+    binding = timeout is None or left < timeout
+    sock.settimeout(left if binding else timeout)
+    try:
+        return read()
+    except TimeoutError:
+        if binding:
+            raise deadline.expired() from None
+        raise
+    finally:
+        sock.settimeout(timeout)
+
+
+def _recv(sock: socket.socket, deadline: _Deadline | None) -> bytes:
+    """The next bytes of an answer: within ``sock``'s timeout, and ``deadline``'s."""
+    if deadline is None:
+        return sock.recv(1 << 16)
+    return _within(sock, deadline, lambda: sock.recv(1 << 16))
+
+
 class _Paced:
     """An ``http.client`` connection whose timeout bounds each wait, not a whole body: a
     body goes in pieces of :data:`SEND_PIECE` bytes, each with the timeout, and the answer
-    is awaited once the body's last bytes got across (:func:`_drain`)."""
+    is awaited once the body's last bytes got across (:func:`_drain`), then read within
+    ``answer_deadline`` (restarted then; None: each wait bounded, not their sum)."""
+
+    def __init__(self, *args, answer_deadline: _Deadline | None = None, **kw):
+        super().__init__(*args, **kw)
+        self.answer_deadline = answer_deadline
+
+    def response_class(self, sock, debuglevel: int = 0, method: str | None = None):
+        deadline = self.answer_deadline
+        if deadline is not None:
+            deadline.restart()
+        return _Answer(sock, b"", deadline, debuglevel=debuglevel, method=method)
 
     def send(self, data) -> None:
         if isinstance(data, (bytes, bytearray)) and len(data) > SEND_PIECE:
@@ -358,12 +477,18 @@ class _PacedHTTPS(_Paced, http.client.HTTPSConnection):
 
 class _PacedHTTPHandler(urllib.request.HTTPHandler):
     def do_open(self, http_class, req, **kw):
-        return super().do_open(_PacedHTTP, req, **kw)
+        return super().do_open(_paced(_PacedHTTP, req), req, **kw)
 
 
 class _PacedHTTPSHandler(urllib.request.HTTPSHandler):
     def do_open(self, http_class, req, **kw):
-        return super().do_open(_PacedHTTPS, req, **kw)
+        return super().do_open(_paced(_PacedHTTPS, req), req, **kw)
+
+
+def _paced(connection: type, req: urllib.request.Request):
+    """``connection`` for ``req``: its answer read within ``req``'s deadline (:func:`timed`)."""
+    return functools.partial(connection,
+                             answer_deadline=getattr(req, "answer_deadline", None))
 
 
 class NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -425,50 +550,55 @@ def _status(answer: tuple[int, bytes, float | None] | Outcome) -> int | None:
     return answer.status if isinstance(answer, Outcome) else answer[0]
 
 
-def _first_answer(sock: socket.socket, wait: float, timeout: float) -> tuple[str, bytes]:
+def _first_answer(sock: socket.socket, wait: float, timeout: float,
+                  deadline: _Deadline | None = None) -> tuple[str, bytes]:
     """Wait up to ``wait`` seconds for the collector's first answer to headers sent with
     ``Expect: 100-continue``: ``("continue", bytes after it)`` after its ``100 Continue``;
     ``("final", bytes read)`` when the first answer is final (a refusal: the body is not
     sent; the bytes are the answer's start); ``("silent", b"")`` when none came. Other
     interim answers (``103 Early Hints``) are skipped, as RFC 9110 15.2 asks of a client.
-    The socket's ``timeout`` is set again after."""
-    deadline = time.monotonic() + wait
+    The socket's ``timeout`` is set again after. Past ``deadline``: :class:`AnswerTimeout`."""
+    until = time.monotonic() + wait
     data, skipped = b"", 0
     while True:
         if not data:
-            sock.settimeout(max(deadline - time.monotonic(), 1e-3))
+            sock.settimeout(max(until - time.monotonic(), 1e-3))
             try:
-                data = sock.recv(1 << 16)
+                data = _recv(sock, deadline)
+            except AnswerTimeout:
+                raise
             except TimeoutError:
                 return "silent", b""
             finally:
                 sock.settimeout(timeout)
             if not data:
                 return "final", b""  # closed, which reading the answer reports
-        data = _read_until(sock, data, b"\r\n")
+        data = _read_until(sock, data, b"\r\n", deadline)
         if data[9:12] == b"100":
-            return "continue", _after_head(sock, data)
+            return "continue", _after_head(sock, data, deadline)
         if not _interim(data):
             return "final", data
         skipped = _skip_interim(skipped)
-        data = _after_head(sock, data)
+        data = _after_head(sock, data, deadline)
 
 
-def _final_head(sock: socket.socket, head: bytes) -> bytes:
+def _final_head(sock: socket.socket, head: bytes, deadline: _Deadline | None = None) -> bytes:
     """``head`` (an answer's first bytes, perhaps none) with the interim answers before the
     final one taken off: :class:`http.client.HTTPResponse` skips ``100`` alone. Each wait
     for an answer starts once the body's bytes got across (:func:`_drain`: a late ``100
-    Continue`` may come while the body is still on its way)."""
+    Continue`` may come while the body is still on its way), and so does ``deadline``."""
     skipped = 0
     while True:
         if not head:
             _drain(sock, sock.gettimeout())
-            head = sock.recv(1 << 16)
-        head = _read_until(sock, head, b"\r\n")
+            if deadline is not None:
+                deadline.restart()
+            head = _recv(sock, deadline)
+        head = _read_until(sock, head, b"\r\n", deadline)
         if not (_interim(head) or head[9:12] == b"100"):
             return head
         skipped = _skip_interim(skipped)
-        head = _after_head(sock, head)
+        head = _after_head(sock, head, deadline)
 
 
 def _skip_interim(skipped: int) -> int:
@@ -485,20 +615,22 @@ def _interim(head: bytes) -> bool:
     return head[9:10] == b"1" and head[9:12] not in (b"100", b"101")
 
 
-def _after_head(sock: socket.socket, data: bytes) -> bytes:
+def _after_head(sock: socket.socket, data: bytes, deadline: _Deadline | None = None) -> bytes:
     """The bytes after the head (status line and headers) that ``data`` starts with."""
-    return _read_until(sock, data, b"\r\n\r\n").partition(b"\r\n\r\n")[2]
+    return _read_until(sock, data, b"\r\n\r\n", deadline).partition(b"\r\n\r\n")[2]
 
 
-def _read_until(sock: socket.socket, data: bytes, end: bytes) -> bytes:
+def _read_until(sock: socket.socket, data: bytes, end: bytes,
+                deadline: _Deadline | None = None) -> bytes:
     """``data`` and what follows it on ``sock`` up to ``end`` at least (or to the end);
-    ``http.client.HTTPException`` when :data:`MAX_HEAD` bytes came without it."""
+    ``http.client.HTTPException`` when :data:`MAX_HEAD` bytes came without it,
+    :class:`AnswerTimeout` past ``deadline``."""
     while data and end not in data:
         if len(data) >= MAX_HEAD:
             raise http.client.HTTPException(
                 f"an answer head of more than {MAX_HEAD} bytes without its end "
                 f"({end!r}): not HTTP, or not the collector")
-        more = sock.recv(1 << 16)
+        more = _recv(sock, deadline)
         if not more:
             break
         data += more
@@ -507,28 +639,60 @@ def _read_until(sock: socket.socket, data: bytes, end: bytes) -> bytes:
 
 class _Replayed:
     """``sock`` for :class:`http.client.HTTPResponse` when ``head``, its answer's first
-    bytes, were already read from it."""
+    bytes, were already read from it; the rest read before ``deadline``'s end."""
 
-    def __init__(self, sock: socket.socket, head: bytes):
-        self.sock, self.head = sock, head
+    def __init__(self, sock: socket.socket, head: bytes, deadline: _Deadline | None = None):
+        self.sock, self.head, self.deadline = sock, head, deadline
+        self.bytes: _AnswerBytes | None = None
 
     def makefile(self, mode: str) -> io.BufferedReader:
-        return io.BufferedReader(_HeadThenSocket(self.sock, self.head))
+        self.bytes = _AnswerBytes(self.sock, self.head, self.deadline)
+        return io.BufferedReader(self.bytes)
 
 
-class _HeadThenSocket(io.RawIOBase):
-    def __init__(self, sock: socket.socket, head: bytes):
-        self.sock, self.head = sock, head
+class _AnswerBytes(io.RawIOBase):
+    """An answer's bytes: ``head``, then the socket's, each read within the socket's
+    timeout and ``deadline``'s (when given); once ``in_body``, each byte earns it time."""
+
+    def __init__(self, sock: socket.socket, head: bytes, deadline: _Deadline | None):
+        self.sock, self.head, self.deadline = sock, head, deadline
+        # holds the socket open while the answer is read: urllib closes its connection
+        # as soon as the answer's head is in
+        self.io = sock.makefile("rb", buffering=0)
+        self.in_body = False
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buf) -> int:
-        if not self.head:
-            return self.sock.recv_into(buf)
-        n = min(len(buf), len(self.head))
-        buf[:n], self.head = self.head[:n], self.head[n:]
+        if self.head:
+            n = min(len(buf), len(self.head))
+            buf[:n], self.head = self.head[:n], self.head[n:]
+            return n
+        if self.deadline is None:
+            return self.io.readinto(buf)
+        n = _within(self.sock, self.deadline, lambda: self.io.readinto(buf))
+        if n and self.in_body:
+            self.deadline.earn(n)
         return n
+
+    def close(self) -> None:
+        self.io.close()
+        super().close()
+
+
+class _Answer(http.client.HTTPResponse):
+    """An answer read within ``deadline`` (see :class:`_Deadline`; None: each wait bounded,
+    not their sum), ``head`` its first bytes when read already."""
+
+    def __init__(self, sock: socket.socket, head: bytes = b"",
+                 deadline: _Deadline | None = None, **kw):
+        self._source = _Replayed(sock, head, deadline)
+        super().__init__(self._source, **kw)
+
+    def begin(self) -> None:
+        super().begin()
+        self._source.bytes.in_body = True
 
 
 def _proxied(target: urllib.parse.SplitResult) -> bool:
@@ -615,8 +779,10 @@ def error_text(text: bytes) -> str:
 class Uploader(threading.Thread):
     """Sends due batches until stopped.
 
-    No batch (and no heartbeat) is sent before ``hold_until`` (Unix seconds): set after a
-    401/403 (``auth_streak`` counts them in a row) and by an answer's ``Retry-After``.
+    No batch (and no heartbeat) is sent before ``hold_until`` (``time.monotonic()``
+    seconds: a clock set back must not stretch a hold by as much): set after a 401/403
+    (``auth_streak`` counts them in a row), by an answer's ``Retry-After`` and after an
+    unexpected error.
     ``last_error`` is the last failed attempt's error, None once a batch is acknowledged.
     ``failing_since`` is when the uploads began to fail (no answer, an answer to retry
     after, a refused token, an unexpected error), None once a batch is acknowledged or
@@ -661,7 +827,7 @@ class Uploader(threading.Thread):
         wait = self.outbox.backoff.delay("crash", self.crashes.streak + 1)
         self.last_error = self.crashes.failed(e, wait)
         self._failing()
-        self.hold_until = max(self.hold_until, time.time() + wait)
+        self.hold_until = max(self.hold_until, time.monotonic() + wait)
         self.stop_event.wait(wait)
 
     def beat(self, status: dict) -> None:
@@ -679,7 +845,7 @@ class Uploader(threading.Thread):
         status, self._beat = self._beat, None
         if status is None:
             return False
-        if time.time() < self.hold_until:
+        if time.monotonic() < self.hold_until:
             if self._beat is None:  # not replaced by a newer one meanwhile
                 self._beat = status
             return False
@@ -710,7 +876,8 @@ class Uploader(threading.Thread):
     def next_attempt_at(self) -> float | None:
         """When the next batch may be sent (Unix seconds); None when nothing is pending."""
         due = self.outbox.next_due_at()
-        return None if due is None else max(due, self.hold_until)
+        held = self.hold_until - time.monotonic()
+        return due if due is None or held <= 0 else max(due, time.time() + held)
 
     def _sleep_for(self) -> float:
         at = self.next_attempt_at()
@@ -718,7 +885,7 @@ class Uploader(threading.Thread):
 
     def send_one(self) -> bool:
         """Send the oldest due batch; False when none was due (or uploads are on hold)."""
-        if time.time() < self.hold_until:
+        if time.monotonic() < self.hold_until:
             return False
         due = self.outbox.next_due()
         if due is None:
@@ -754,21 +921,22 @@ class Uploader(threading.Thread):
             self.last_error = why
             self.fail_streak += 1
             self._failing()
+            wait = 0.0 if when is None else when - time.time()
             if out.retry_after is not None:
-                when = self._hold(out)
+                wait = max(wait, self._hold(out))
             # a collector that is down fails every pending batch: say so once, not per batch
             say = log.warning if self.fail_streak == 1 else log.debug
             say("upload of %s failed (%s); retry in %.1fs (batches are kept and retried "
                 "with backoff; further failures are logged at debug level until one is sent)",
-                due.batch_id, why, (when or time.time()) - time.time())
+                due.batch_id, why, wait)
         return True
 
     def _hold(self, out: Outcome) -> float:
         """Hold every upload for the answer's ``Retry-After`` (a collector with a full disk
-        would refuse each batch in turn), at most the backoff's maximum; until when."""
+        would refuse each batch in turn), at most the backoff's maximum; seconds held."""
         wait = min(out.retry_after, self.outbox.backoff.max_delay)
-        self.hold_until = max(self.hold_until, time.time() + wait)
-        return self.hold_until
+        self.hold_until = max(self.hold_until, time.monotonic() + wait)
+        return self.hold_until - time.monotonic()
 
     def _unauthorized(self, out: Outcome) -> None:
         """A refused token (401/403) fails every request alike: hold them all (batches are
@@ -778,7 +946,7 @@ class Uploader(threading.Thread):
         self.last_error = out.why
         self._failing()
         wait = self.outbox.backoff.delay("auth", self.auth_streak)
-        self.hold_until = time.time() + wait
+        self.hold_until = time.monotonic() + wait
         if self.auth_streak == 1:
             log.error("collector refused this device's credentials (HTTP %s: %s): check "
                       "device.token and device.id; %d batches are kept and uploads are "

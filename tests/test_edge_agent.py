@@ -108,6 +108,11 @@ def direct(events, budget=None, flush: bool = True) -> list[tuple]:
      "make budget.burst 100 or more"),
     ({"collector": {"url": "http://x", "heartbeat": -5}, "device": {"id": "d", "token": "t"}},
      "collector.heartbeat"),
+    ({"collector": {"url": "http://x", "answer_timeout": 5},
+      "device": {"id": "d", "token": "t"}}, "collector.answer_timeout: 5 s is less than "
+                                            "collector.timeout"),
+    ({"collector": {"url": "http://x", "answer_timeout": "30"},
+      "device": {"id": "d", "token": "t"}}, "collector.answer_timeout: must be float"),
     ({"collector": {"url": "http://x", "expect_continue": "yes"},
       "device": {"id": "d", "token": "t"}}, "collector.expect_continue"),
     ({"collector": {"url": "http://x", "compress": 1},

@@ -232,8 +232,8 @@ def test_a_key_file_that_cannot_be_read_is_tried_again_until_it_can(tmp_path):
         run.append(stream(200, seed=31))
         started = time.time()
         run.start(**bound_by_modes())
-        said = (f"cannot verify sketches: sketch.key_file: {key}: cannot read the signing key "
-                "file (Permission denied)")
+        said = (f"cannot verify sketches: sketch.key_file: {key}: cannot read the key file "
+                "(Permission denied)")
         line = wait_for(lambda: [m for m in metrics_lines(run) if m["consumed"] == 200],
                         "a metrics line after the events")[-1]
         assert (line["sketch_error"], line["policy"]) == (said, "oldest-first")
@@ -253,7 +253,7 @@ def test_a_key_file_that_cannot_be_read_is_tried_again_until_it_can(tmp_path):
         assert final["sketch_error"] is None and final["sketch_failing_since"] is None
         assert final["policy_error"] is None
         log = run.log()
-        assert log.count("cannot read the signing key file") == 1, log  # once for the streak
+        assert log.count("cannot read the key file") == 1, log  # once for the streak
         assert "the sketch checks try again with backoff (up to 0.5s apart) until it can " \
                "be read" in log
         assert "the sketch key files can be read again" in log
@@ -281,8 +281,8 @@ def test_a_sketch_published_while_the_key_cannot_be_read_is_taken_once_it_can(tm
         wait_for(lambda: run.state("consumed") == 300, "the run")
         key.chmod(0)
         publish(c, admin, b)
-        said = (f"cannot verify sketches: sketch.key_file: {key}: cannot read the signing key "
-                "file (Permission denied)")
+        said = (f"cannot verify sketches: sketch.key_file: {key}: cannot read the key file "
+                "(Permission denied)")
         chunks_until(run, lambda: any(m["sketch_error"] == said for m in metrics_lines(run)),
                      "sketch_error to name the key file")
         assert "using the sketch published as" not in run.log()

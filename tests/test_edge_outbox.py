@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from edge.outbox import Backoff, Outbox, OutboxFull
+from edge.outbox import DUE_SLACK, Backoff, Outbox, OutboxFull
 
 
 def test_put_is_idempotent_by_batch_id_even_after_ack(tmp_path):
@@ -66,6 +66,27 @@ def test_a_retry_after_from_the_collector_replaces_the_backoff_delay(tmp_path):
         assert box.fail("d/0", "HTTP 503", now=0, delay=500.0) == 100.0  # at most the max
         assert box.fail("d/0", "timeout", now=0) == 64.0  # the 7th attempt's backoff
         assert box.next_due(63.9) is None and box.next_due(64).attempts == 7
+
+
+def test_a_due_time_written_before_the_clock_went_back_is_due_at_once(tmp_path):
+    """A Pi without a real-time clock that sets its clock back (NTP, at boot), or a fast
+    clock corrected: a retry written due at T by the clock then waited until the clock read
+    T again, hours. A due time further ahead than the longest retry delay (and DUE_SLACK)
+    is due now, after a restart too; one within it is waited for as before."""
+    backoff = Backoff(1.0, 2.0, 300.0, 0.0)
+    with Outbox(tmp_path / "o.db", backoff=backoff) as box:
+        for i in range(3):
+            box.put(b"x", f"d/{i}", now=0)
+        box.fail("d/0", "timeout", now=1000 + 3 * 3600)  # the clock read 3 hours later then
+        box.fail("d/1", "HTTP 503", now=1000, delay=300.0)  # the longest wait: 1300
+        box.fail("d/2", "HTTP 503", now=1000 + DUE_SLACK - 1, delay=300.0)  # within the slack
+    with Outbox(tmp_path / "o.db", backoff=backoff) as box:
+        due = box.next_due(1000)
+        assert due is not None and due.batch_id == "d/0"
+        assert box.next_due_at(1000) == 1000
+        box.ack("d/0")
+        assert box.next_due(1000) is None and box.next_due_at(1000) == 1300
+        assert box.next_due(1300).batch_id == "d/1"
 
 
 def test_backoff_schedule_is_exponential_capped_and_seeded(tmp_path):

@@ -246,6 +246,29 @@ def test_a_collector_that_is_down_fails(tmp_path, capsys):
     assert levels(lines)["device"] == "FAIL"
 
 
+def test_a_collector_that_trickles_its_answer_fails_within_the_check_s_time(tmp_path,
+                                                                           capsys):
+    """A collector (or what answers at its address) that sends its answer a byte at a
+    time: each wait was bounded, not the answer, so ``--check`` (the service's
+    ExecStartPre) waited for as long as the answer lasted. Now each answer must come
+    whole within the check's timeout (collector.timeout, at most 5 s)."""
+    from test_edge_uplink import ANSWER, TRICKLED, _trickling
+
+    listener = _trickling(ANSWER, TRICKLED["headers"], every=0.3)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    cfg = write_config(tmp_path, url, "some-token")
+    cfg.write_text(cfg.read_text().replace("timeout = 5.0", "timeout = 1.0"))
+    try:
+        start = time.monotonic()
+        code, lines = run_check(cfg, capsys)
+        took = time.monotonic() - start
+    finally:
+        listener.close()
+    assert code == 1
+    assert f"FAIL collector {url}: not reachable: no whole answer within 1 s" in lines, lines
+    assert took < 4, took
+
+
 def test_a_device_clock_the_collector_would_refuse_fails_and_one_off_warns(
         tmp_path, capsys, monkeypatch):
     """Batches are dated by the device's clock: one set too far ahead, or before the first
@@ -309,6 +332,46 @@ def test_a_key_file_the_agent_cannot_read_fails_naming_it(tmp_path, collector):
     assert "FAIL sketch: cannot be verified: sketch.key_file cannot be read (the agent would " \
            "run oldest-first and try again at each sketch check, with backoff, until it can " \
            "be)" in lines, lines
+
+
+@pytest.mark.parametrize("option", ["sketch.key_file", "sketch.device_key_file"])
+def test_the_agent_and_its_check_word_a_bad_key_file_alike(tmp_path, option):
+    """Before, ``--check`` said ``cannot read the key file`` and the running agent (its
+    log, ``policy_error``, ``sketch_error``) ``cannot read the signing key file``, of one
+    file: one function reads it for both now, so a person searching the log for what the
+    check said finds it."""
+    from edge.config import load_config
+    from edge.preflight import checks
+    from edge.sketches import KeyFileError, Sketches
+
+    cfg = write_config(tmp_path, None, "t")
+    bad = tmp_path / "empty.key"
+    bad.write_bytes(b" \n")
+    os.chmod(bad, 0o600)
+    line = {"sketch.key_file": 'key_file = "empty.key"',
+            "sketch.device_key_file": 'key_file = "sketch.key"\ndevice_key_file = "empty.key"'}
+    cfg.write_text(cfg.read_text().replace('key_file = "sketch.key"', line[option]))
+    cfg = load_config(cfg)
+    assert getattr(cfg.sketch, option.split(".")[1]) == str(bad)
+    with pytest.raises(KeyFileError) as agent:
+        Sketches(cfg, None).keys()
+    (check,) = [c for c in checks(cfg) if c.what.startswith(option)]
+    assert str(agent.value) == f"{option}: {bad}: the key file is empty"
+    assert check.line() == f"FAIL {option} {bad}: the key file is empty"
+
+
+@pytest.mark.parametrize("content, why", [(b"\n", "the token file is empty"),
+                                          (b"\xff\xfe", "the token file is not UTF-8 text")])
+def test_a_token_file_the_agent_cannot_use_is_a_config_error_in_those_words(
+        tmp_path, capsys, content, why):
+    """``device.token_file`` is read with the key files' function, in their words (it said
+    ``cannot read PATH: [Errno 13] ...`` and ``PATH is empty``), and one that is not text is
+    that line too, not a UnicodeDecodeError's traceback."""
+    cfg = write_config(tmp_path, None, "t")
+    (tmp_path / "token").write_bytes(content)
+    assert agent_main(["--config", str(cfg), "--check"]) == 2
+    assert capsys.readouterr().err == (f"acep agent: config error: {cfg}: device.token_file: "
+                                       f"{tmp_path / 'token'}: {why}\n")
 
 
 def test_a_config_error_exits_2_with_the_message(tmp_path, capsys):

@@ -342,7 +342,8 @@ def test_a_wrong_token_shows_at_the_first_heartbeat_and_holds_the_uploads(server
         uploader.beat({"consumed": 0})
         assert uploader.send_beat()
         assert (uploader.counts["unauthorized"], uploader.counts["heartbeats_failed"]) == (1, 0)
-        assert uploader.hold_until > time.time() and uploader.last_error.startswith("HTTP 401")
+        assert uploader.hold_until > time.monotonic()
+        assert uploader.last_error.startswith("HTTP 401")
         uploader.beat({"consumed": 0})
         assert not uploader.send_beat()  # held, as a batch would be
         server.handler.unauthorized = False
@@ -353,6 +354,36 @@ def test_a_wrong_token_shows_at_the_first_heartbeat_and_holds_the_uploads(server
             or "token again" in r.getMessage()]
     assert len(said) == 2 and said[0].startswith("collector refused this device's credentials")
     assert said[1].startswith("the collector accepts this device's token again")
+
+
+def test_a_clock_set_back_holds_the_uploads_no_longer_than_the_collector_asked(
+        server, tmp_path, monkeypatch):
+    """The collector answers 503 with Retry-After: 2, then the device's clock is set back 3
+    hours (a Pi without a real-time clock, NTP): the hold and the batch's retry were both
+    on the wall clock, so nothing was sent for 3 hours. The hold is on the monotonic clock
+    now, and a due time written before the clock went back is due at once."""
+    from edge.outbox import Outbox
+    from edge.uplink import Uploader
+
+    server.handler.protocol_version = "HTTP/1.1"
+    server.handler.busy = True
+    with Outbox(tmp_path / "outbox.db") as outbox:
+        outbox.put(BIG, "dev/1")
+        uploader = Uploader(outbox, Uplink(server.url, "tok"), idle_seconds=0.05)
+        assert uploader.send_one() and uploader.counts["retried"] == 1
+        server.handler.busy = False
+        wall = time.time
+        monkeypatch.setattr(time, "time", lambda: wall() - 3 * 3600)
+        start = time.monotonic()
+        uploader.start()
+        try:
+            while outbox.metrics()["pending"] and time.monotonic() - start < 10:
+                time.sleep(0.05)
+        finally:
+            uploader.stop(5)
+        took = time.monotonic() - start
+        assert outbox.metrics()["sent"] == 1 and uploader.counts["acked"] == 1
+        assert 1.5 < took < 5, took  # the Retry-After held it, and nothing more
 
 
 def test_the_uploader_survives_an_unexpected_error_and_delivers_after_its_backoff(
@@ -633,3 +664,169 @@ def test_acep_train_publish_reads_a_bounded_answer(status):
             assert str(refused.value).startswith("the collector refused the sketch: HTTP 500 [[[")
     finally:
         listener.close()
+
+
+# --------------------------------------------------------------------------- a trickled answer
+
+
+ANSWER_BODY = json.dumps({"status": "stored", "batch_id": "dev/1", "matches": 0,
+                          "pad": "x" * 64}).encode()
+ANSWER = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+          b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(ANSWER_BODY)) + ANSWER_BODY
+# where the trickle starts: in the status line, in the headers, in the body
+TRICKLED = {"status line": 5, "headers": ANSWER.index(b"Content-Length"),
+            "body": ANSWER.index(b"\r\n\r\n") + 4 + 10}
+
+
+def _trickling(answer: bytes, at: int, every: float, rate: float | None = None
+               ) -> socket.socket:
+    """A listener that reads each request whole (saying ``100 Continue`` when asked) and
+    answers it with ``answer``'s first ``at`` bytes at once, then the rest a byte every
+    ``every`` seconds (each wait shorter than the agent's timeout), or at ``rate`` bytes/s."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            got = b""
+            while b"\r\n\r\n" not in got:
+                got += conn.recv(1 << 16)
+            head, _, body = got.partition(b"\r\n\r\n")
+            if b"100-continue" in head.lower():
+                conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+            length = int(next((line.split(b":")[1] for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), b"0"))
+            while len(body) < length:
+                body += conn.recv(1 << 16)
+            try:
+                conn.sendall(answer[:at])
+                step = 1 if rate is None else max(int(rate / 20), 1)
+                for i in range(at, len(answer), step):
+                    time.sleep(every if rate is None else step / rate)
+                    conn.sendall(answer[i:i + step])
+            except OSError:  # the agent gave up
+                pass
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+    threading.Thread(target=accept, daemon=True).start()
+    return listener
+
+
+@pytest.mark.parametrize("part", list(TRICKLED))
+@pytest.mark.parametrize("request_kind", ["batch", "large batch", "heartbeat", "sketch"])
+def test_an_answer_that_trickles_is_given_up_after_the_answer_timeout(part, request_kind):
+    """A collector (or what answers at its address) that sends its answer a byte at a time,
+    each within collector.timeout: every wait was bounded, not their sum, so an upload, a
+    heartbeat or a sketch check went on for as long as the answer lasted, and the thread
+    with it (a byte every 9 s of a 200-byte answer: half an hour). Now the whole answer
+    must come within collector.answer_timeout: a retry like a timeout, saying so."""
+    listener = _trickling(ANSWER, TRICKLED[part], every=0.3)
+    try:
+        uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=1.0,
+                        answer_timeout=1.5)
+        start = time.monotonic()
+        if request_kind == "sketch":
+            with pytest.raises(OSError) as failed:
+                uplink.get_sketch("p1", 1 << 20)
+            said = str(failed.value)
+        elif request_kind == "heartbeat":
+            out = uplink.post_heartbeat({"consumed": 1})
+            assert (out.action, out.status) == ("retry", None), out
+            said = out.detail
+        else:
+            out = uplink.post_batch(BIG if request_kind == "large batch" else b"x" * 10)
+            assert (out.action, out.status) == ("retry", None), out
+            said = out.detail
+        took = time.monotonic() - start
+    finally:
+        listener.close()
+    assert said.startswith("GET /v1/sketches/p1: " if request_kind == "sketch" else
+                           "connection: ")
+    assert "no whole answer within 1.5 s (collector.answer_timeout)" in said, said
+    assert took < 3.0, took
+
+
+def test_the_uploader_retries_a_trickled_answer_as_a_timeout(tmp_path):
+    """The upload thread is free again after collector.answer_timeout, and the batch is
+    kept and retried with the backoff, its error saying why."""
+    from edge.outbox import Backoff, Outbox
+    from edge.uplink import Uploader
+
+    listener = _trickling(ANSWER, TRICKLED["body"], every=0.3)
+    try:
+        with Outbox(tmp_path / "outbox.db", backoff=Backoff(60.0, jitter=0.0)) as outbox:
+            outbox.put(b"x" * 10, "dev/1")
+            uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok",
+                            timeout=1.0, answer_timeout=1.5)
+            uploader = Uploader(outbox, uplink)
+            assert uploader.send_one()
+            summary = outbox.summary()
+    finally:
+        listener.close()
+    assert uploader.counts["retried"] == 1 and summary["pending"] == 1
+    assert summary["oldest"]["attempts"] == 1
+    assert summary["oldest"]["last_error"].startswith(
+        "connection: no whole answer within 1.5 s (collector.answer_timeout)")
+    assert summary["next_due"] > time.time() + 50  # the backoff's 60 s
+
+
+def test_an_agent_s_collector_answer_timeout_bounds_its_uploads(tmp_path):
+    """agent.toml's collector.answer_timeout reaches the uploads: against a collector that
+    trickles every answer, the upload thread gives each attempt up and retries (before, it
+    was still in its first one when the finite run ended: upload_error null), and the run
+    ends at its drain timeout with its batches kept and upload_error saying why."""
+    from test_edge_agent import config, stream
+
+    from edge.agent import Agent
+    from edge.config import parse_config
+
+    listener = _trickling(ANSWER, TRICKLED["headers"], every=0.3)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    doc = config(tmp_path, collector={"url": url, "timeout": 1, "answer_timeout": 1.5,
+                                      "drain_timeout": 1, "heartbeat": 0},
+                 outbox={"backoff_base": 0.05, "backoff_max": 0.2})
+    doc["device"]["token"] = "tok"
+    try:
+        start = time.monotonic()
+        final = Agent(parse_config(doc), events=stream(800)).run()
+        took = time.monotonic() - start
+    finally:
+        listener.close()
+    assert final["outbox_pending"] == final["batches_put"] > 0 and final["batches_sent"] == 0
+    assert final["upload_error"] == \
+        "connection: no whole answer within 1.5 s (collector.answer_timeout)"
+    assert took < 10, took
+
+
+def test_a_large_sketch_over_a_thin_link_still_comes_past_the_answer_timeout():
+    """Each byte of an answer's body buys 1/ANSWER_MIN_RATE s more: a sketch that takes
+    twice the answer timeout at four times that rate comes whole, as at the collector's
+    --body-min-rate; one that keeps up half of it does not, and the message says so."""
+    from edge.uplink import ANSWER_MIN_RATE
+
+    sketch = bytes(range(256)) * int(ANSWER_MIN_RATE * 8 / 256)  # 8 s at the rate
+    answer = (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+              % len(sketch)) + sketch
+    for rate, comes in ((4 * ANSWER_MIN_RATE, True), (ANSWER_MIN_RATE / 2, False)):
+        listener = _trickling(answer, answer.index(b"\r\n\r\n") + 4, 0, rate=rate)
+        try:
+            uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok",
+                            timeout=1.0, answer_timeout=1.0)
+            start = time.monotonic()
+            if comes:
+                assert uplink.get_sketch("p1", 1 << 20) == sketch
+                assert time.monotonic() - start > 1.5  # past the answer timeout
+            else:
+                with pytest.raises(OSError, match=r"no whole answer within 1 s \(collector"
+                                   r"\.answer_timeout\), and its body came slower than 1024 "
+                                   r"bytes/s \([0-9]+ bytes in [0-9.]+ s\)"):
+                    uplink.get_sketch("p1", 1 << 20)
+                assert time.monotonic() - start < 6
+        finally:
+            listener.close()
+
