@@ -1500,7 +1500,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             key = read_key(args.sketch_key_file, "sketch key")
         except OSError as exc:
-            print(f"acep serve: {exc}", file=sys.stderr)
+            print(f"acep serve: --sketch-key-file {exc}", file=sys.stderr)
             return 2
     metrics_token = None
     if args.metrics_token_file:

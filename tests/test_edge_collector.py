@@ -539,7 +539,8 @@ def test_cli_add_device_prints_a_token_once_and_bad_db_urls_are_named(tmp_path):
                                   str(tmp_path / "empty.key")],
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert empty.returncode == 2, empty.stderr
-    assert f"{tmp_path / 'empty.key'}: the sketch key file is empty" in empty.stderr
+    assert f"acep serve: --sketch-key-file {tmp_path / 'empty.key'}: the sketch key file is " \
+        "empty" in empty.stderr
 
 
 def fleet(srv: Server, *args: str) -> subprocess.CompletedProcess:
