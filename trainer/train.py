@@ -122,8 +122,8 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
     per budget by coordinate search (``history.fit``, step 4); the result's ``sketch`` has
     them."""
     started = time.perf_counter()
-    plan = plan_archive(inputs[0], pattern_id, pattern_hash, days) if archive else \
-        plan_files(inputs, spec)
+    plan = plan_archive(inputs[0], pattern_id, pattern_hash, days, skip_bad_files) \
+        if archive else plan_files(inputs, spec, skip_bad_files)
     check_outputs({"--quarantine": quarantine}, inputs[:1] if archive else inputs)
     quarantine = absolute(quarantine)  # the caller's directory, not the Spark JVM's
     pattern = pattern or _archived_pattern(plan)
