@@ -4,7 +4,8 @@ Spark's ``write.mode("overwrite")`` deletes whatever is at the path first. So an
 directory (``acep exact-batch --out``, ``--quarantine`` of both commands) must be absent,
 empty, or an earlier output of the same kind: Spark's ``_SUCCESS`` beside nothing but part
 files, their ``.crc`` checksums and the job's own ``extra`` files. It may not be a file, an
-input, inside an input or contain one.
+input, inside an input or contain one, and a local one must be in a directory a file can be
+made in (it is written beside itself, then renamed).
 
 An output file (``-o``, ``--sketch``; ``--json`` and ``--plot`` of ``acep history``) goes in
 an existing directory a file can be made in (a probe file is written and removed); it may
@@ -44,6 +45,9 @@ def check_outputs(outputs: dict[str, str | os.PathLike | None],
         if os.path.exists(path) and not os.path.isdir(path):
             raise OutputError(f"{where}: an existing file; the output is a directory of "
                               "Parquet files that would replace it")
+        why = _unwritable_parent(path)
+        if why is not None:
+            raise OutputError(f"{where}: {why}")
         for src in sources:
             if _overlap(path, src):
                 raise OutputError(f"{where}: would replace the input {src} (give a "
@@ -98,6 +102,22 @@ def replacing(directory: str) -> Iterator[str]:
     finally:
         for leftover in (staging, old):
             shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _unwritable_parent(path: str) -> str | None:
+    """Why the local output directory ``path`` cannot be made or replaced where it is, or
+    None: it is written beside itself and renamed (:func:`replacing`), in its parent or
+    the nearest one that exists (Spark makes the others). Found after the job, it would
+    fail the job's last step and lose its work."""
+    if storage.is_uri(path):
+        return None
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(parent):
+        if os.path.exists(parent):
+            return f"{parent} is not a directory"
+        parent = os.path.dirname(parent)
+    why = storage.unwritable(parent)
+    return None if why is None else f"cannot write in the directory {parent} ({why})"
 
 
 def absolute(path: str | os.PathLike | None) -> str | None:
