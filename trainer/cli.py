@@ -126,7 +126,7 @@ def _check(args) -> None:
     if args.ca_file and not (args.publish or "").lower().startswith("https://"):
         raise UsageError("--ca-file verifies an https:// --publish URL")
     if args.ca_file:
-        from .train import collector_tls
+        from .publish import collector_tls
 
         try:
             collector_tls(args.publish, args.ca_file)  # before the job: it publishes last
@@ -165,7 +165,7 @@ def run(args) -> int:
     from history.sketch import Sketch
 
     from .sources import print_quarantined
-    from .train import publish_sketch, train
+    from .train import train
 
     _check(args)
     _check_outputs(args)
@@ -179,6 +179,8 @@ def run(args) -> int:
         pattern.n_states  # noqa: B018 - compiles the pattern: a bad one fails before Spark
     key = _read_secret(args.key_file, "key") if args.key_file else None
     token = _read_secret(args.token_file, "token").decode() if args.token_file else None
+    if args.publish:
+        _check_publisher(args, token)
     bins_from = HistoryGraph.load(args.bins_from) if args.bins_from else None
     spec = EventSpec.load(args.spec) if args.spec else None
     result = train([args.archive] if args.archive else args.inputs, pattern, spec=spec,
@@ -197,17 +199,38 @@ def run(args) -> int:
         stats["sketch_bytes"] = len(data)
         if args.sketch:
             storage.write_durably(args.sketch, data)
-        if args.publish:
-            stats["published"] = publish_sketch(args.publish, args.pattern_id, data, token,
-                                                unchecked=args.publish_unchecked,
-                                                ca_file=args.ca_file)
     if ratios:
         for line in describe(stats["fit"]):
             print(f"acep train: {line}", file=sys.stderr)
     print_quarantined("acep train", result.quarantined, stats["bad_rows"], args.quarantine,
                       result.skipped)
+    if args.publish:
+        stats["published"] = _publish(args, data, token)
     print(json.dumps(stats))
     return 0
+
+
+def _check_publisher(args, token: str) -> None:
+    """Before the job: the collector answers and takes the token to publish (exit 2)."""
+    from .publish import check_publisher
+
+    try:
+        check_publisher(args.publish, token, args.ca_file)
+    except RuntimeError as exc:
+        raise UsageError(f"--publish: {exc} (checked before training)") from None
+
+
+def _publish(args, data: bytes, token: str) -> dict:
+    """The sketch PUT to the collector; a refusal says where the sketch is kept."""
+    from .publish import publish_sketch
+
+    try:
+        return publish_sketch(args.publish, args.pattern_id, data, token,
+                              unchecked=args.publish_unchecked, ca_file=args.ca_file)
+    except RuntimeError as exc:
+        kept = f"the sketch is saved in {args.sketch}" if args.sketch else \
+            "the sketch is not saved (--sketch FILE keeps it)"
+        raise RuntimeError(f"{exc}; {kept}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
