@@ -14,6 +14,7 @@ not be a directory or an input (symbolic links followed). No two outputs may ove
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 from collections.abc import Iterable, Iterator
@@ -22,7 +23,10 @@ from pathlib import Path, PurePosixPath
 
 from acep import storage
 
-__all__ = ["OutputError", "check_outputs", "absolute", "replacing"]
+__all__ = ["OutputError", "check_outputs", "absolute", "replacing", "abandoned",
+           "remove_abandoned"]
+
+_ABANDONED: set[str] = set()  # staging directories of writes an interrupt broke off
 
 
 class OutputError(ValueError):
@@ -87,7 +91,9 @@ def _check_file(name: str, path: str, sources: list[str], outputs: dict[str, str
 def replacing(directory: str) -> Iterator[str]:
     """A new hidden directory beside ``directory`` for the block to write the output in;
     when the block ends well it replaces ``directory``, so an interrupted or failed job
-    leaves an earlier output whole. A URI (only Spark writes there) is written in place."""
+    leaves an earlier output whole. A URI (only Spark writes there) is written in place.
+    A failed block's directory is removed at once, an interrupted one's by
+    :func:`remove_abandoned`: the job's tasks may still be writing in it."""
     if storage.is_uri(directory):
         yield directory
         return
@@ -99,9 +105,26 @@ def replacing(directory: str) -> Iterator[str]:
         if os.path.exists(directory):
             os.rename(directory, old)
         os.rename(staging, directory)
+    except KeyboardInterrupt:
+        # Spark's tasks may write on in it, and fail loudly if it goes: remove_abandoned
+        _ABANDONED.add(staging)
+        raise
     finally:
-        for leftover in (staging, old):
+        for leftover in (old,) if staging in _ABANDONED else (staging, old):
             shutil.rmtree(leftover, ignore_errors=True)
+
+
+def abandoned() -> bool:
+    """Whether an interrupt broke off a write whose staging directory may come back."""
+    return bool(_ABANDONED)
+
+
+@atexit.register
+def remove_abandoned() -> None:
+    """Remove the staging directories of the writes an interrupt broke off: once Spark has
+    stopped (its tasks make their folders again while they run), else when Python exits."""
+    while _ABANDONED:
+        shutil.rmtree(_ABANDONED.pop(), ignore_errors=True)
 
 
 def _unwritable_parent(path: str) -> str | None:
