@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.request
@@ -467,6 +468,23 @@ def test_cli_refuses_bad_usage_with_one_clear_line(tmp_path, args, message):
     done = acep("train", *args, "--no-progress", cwd=tmp_path)
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_help_says_what_every_option_does_by_default(capsys):
+    """Before, --pattern-id, --spec, --where, --partition, -o, --sketch, --publish,
+    --quarantine, --since, --before, --chunk and others left their default (or when they
+    are needed) unsaid."""
+    import argparse
+
+    from trainer.cli import _parser
+
+    with pytest.raises(SystemExit) as done:
+        _parser().parse_args(["--help"])
+    assert done.value.code == 0 and "usage: acep train" in capsys.readouterr().out
+    unsaid = [a.option_strings[0] for a in _parser()._actions
+              if a.option_strings and a.nargs != 0 and a.help != argparse.SUPPRESS
+              and not re.search(r"\bdefault\b|\bneeded\b", a.help or "")]
+    assert unsaid == []
 
 
 def test_spec_files_are_read_as_acep_match_reads_them(spark, tmp_path):

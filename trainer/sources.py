@@ -136,9 +136,11 @@ def add_day_options(parser) -> None:
     parser.add_argument("--since", metavar="DAY",
                         help="archive: only the days from this one: YYYY-MM-DD (UTC; the day "
                              "a batch was made on its device, the archive's date= folders), "
-                             "or Nd, N days before today (a timer's --since 28d)")
+                             "or Nd, N days before today (a timer's --since 28d; default: "
+                             "from the first day)")
     parser.add_argument("--before", metavar="DAY",
-                        help="archive: only the days before this one (YYYY-MM-DD or Nd)")
+                        help="archive: only the days before this one (YYYY-MM-DD or Nd; "
+                             "default: to the last day)")
 
 
 def archive_days(archive: str | None, since: str | None, before: str | None,
@@ -513,8 +515,9 @@ def add_bad_file_option(parser) -> None:
     """``--skip-bad-files``: a file that cannot be read is skipped instead of failing."""
     parser.add_argument("--skip-bad-files", action="store_true",
                         help="skip an input file that cannot be read (a missing or mistyped "
-                             "column, corrupt data) instead of failing; it is listed, "
-                             "counted in bad_files and quarantined with a null position")
+                             "column, corrupt data, a .parquet that is empty, cut short or "
+                             "not Parquet) instead of failing; it is listed, counted in "
+                             "bad_files and quarantined with a null position")
 
 
 def _good_rows(chunk, task: ReadTask, plan: ReadPlan, schema):
