@@ -639,7 +639,8 @@ def add_fit_options(parser, events: str) -> None:
     parser.add_argument("--fit", metavar="RATIOS", type=ratios_type,
                         help=f"fit the sketch's reserves to these budgets on {events} "
                              "(comma-separated fractions of their unconstrained operations "
-                             "per event, e.g. 0.1,0.25; docs/SHEDDING.md section 10)")
+                             "per event, e.g. 0.1,0.25; docs/SHEDDING.md section 10; "
+                             "default: no fit)")
     parser.add_argument("--burst", type=burst_type, default=64.0,
                         help="the devices' bucket depth in events, for --fit (default 64)")
     parser.add_argument("--search", type=_whole(0, "cells to search"), default=0, metavar="K",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.request
@@ -174,14 +175,16 @@ def test_an_unreadable_file_fails_the_job_unless_skipped_and_then_is_listed(spar
     with pytest.raises(SourceError, match=r"b\.parquet, field 'p': no such column .*\(50 rows "
                                           r"unread\) \(and 1 more .*--skip-bad-files"):
         train([str(tmp_path / "in")], PATTERN, spec=spec, spark=spark, show_progress=False)
+    (tmp_path / "in" / "d.parquet").write_bytes(b"")  # no footer: skipped all the same
     result = train([str(tmp_path / "in")], PATTERN, spec=spec, spark=spark,
                    show_progress=False, skip_bad_files=True, quarantine=str(tmp_path / "q"))
-    assert result.stats["bad_files"] == 2 and result.stats["bad_rows"] == 0
+    assert result.stats["bad_files"] == 3 and result.stats["bad_rows"] == 0
     assert result.stats["events"] == len(rows) and result.quarantined == []
-    assert [Path(f["source"]).name for f in result.skipped] == ["b.parquet", "c.parquet"]
+    assert [Path(f["source"]).name for f in result.skipped] == \
+        ["b.parquet", "c.parquet", "d.parquet"]
     q = sorted(pq.read_table(tmp_path / "q").to_pylist(), key=lambda r: r["source"])
     assert [(Path(r["source"]).name, r["position"]) for r in q] == \
-        [("b.parquet", None), ("c.parquet", None)]
+        [("b.parquet", None), ("c.parquet", None), ("d.parquet", None)]
     assert "\n" not in q[1]["reason"] and q[1]["reason"].endswith("(40 rows unread)")
     assert result.graph.to_bytes() == single_process(rows).to_bytes()
 
@@ -195,6 +198,15 @@ def test_a_first_file_without_a_readable_event_is_refused_naming_why(tmp_path):
     with pytest.raises(SourceError, match=r"c\.parquet: unreadable Parquet data \(Couldn't "
                                           r"deserialize"):
         plan_files([tmp_path / "c.parquet"], None)
+    (tmp_path / "empty.parquet").write_bytes(b"")
+    write_parquet(events(40, 7), tmp_path / "good.parquet", 40)
+    inputs = [tmp_path / "empty.parquet", tmp_path / "c.parquet", tmp_path / "good.parquet"]
+    with pytest.raises(SourceError, match=r"empty\.parquet: not a readable Parquet file "
+                                          r"\(Parquet file size is 0 bytes\); "
+                                          r"--skip-bad-files skips unreadable files$"):
+        plan_files(inputs, None)
+    plan = plan_files(inputs, None, skip_bad_files=True)  # the columns of the first good one
+    assert plan.attributes == {"p": "text", "v": "number"} and len(plan.tasks) == 3
 
 
 # --------------------------------------------------------------------------- the archive
@@ -456,6 +468,23 @@ def test_cli_refuses_bad_usage_with_one_clear_line(tmp_path, args, message):
     done = acep("train", *args, "--no-progress", cwd=tmp_path)
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_help_says_what_every_option_does_by_default(capsys):
+    """Before, --pattern-id, --spec, --where, --partition, -o, --sketch, --publish,
+    --quarantine, --since, --before, --chunk and others left their default (or when they
+    are needed) unsaid."""
+    import argparse
+
+    from trainer.cli import _parser
+
+    with pytest.raises(SystemExit) as done:
+        _parser().parse_args(["--help"])
+    assert done.value.code == 0 and "usage: acep train" in capsys.readouterr().out
+    unsaid = [a.option_strings[0] for a in _parser()._actions
+              if a.option_strings and a.nargs != 0 and a.help != argparse.SUPPRESS
+              and not re.search(r"\bdefault\b|\bneeded\b", a.help or "")]
+    assert unsaid == []
 
 
 def test_spec_files_are_read_as_acep_match_reads_them(spark, tmp_path):

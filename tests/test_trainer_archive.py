@@ -11,12 +11,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'acep[spark]')")
 
 from edge.archive import Archive  # noqa: E402
 from edge.wire import PatternRef  # noqa: E402
+from history.graph import HistoryGraph  # noqa: E402
 from trainer.cli import main as train_main  # noqa: E402
 from trainer.exact import main as exact_main  # noqa: E402
 from trainer.sources import (  # noqa: E402
@@ -151,6 +153,57 @@ def test_a_missing_archive_says_so(tmp_path, capsys):
     assert exact_main([str(tmp_path / "q.sase"), "--archive", str(tmp_path / "nonexist"),
                        "--out", str(tmp_path / "m"), "--no-progress"]) == 2
     assert "no such directory" in capsys.readouterr().err
+
+
+def test_damaged_archive_files_are_named_and_skipped_with_skip_bad_files(spark, tmp_path,
+                                                                          monkeypatch, capsys):
+    """A file the collector's disk or a copy left damaged, whose footer does not read (zero
+    bytes, cut short, text), stops the job in one line naming it and --skip-bad-files;
+    with it the job runs on the rest. Before, --skip-bad-files still refused such a file,
+    and one whose data is corrupt when it came first (the file that gives the columns)."""
+    from damaged import corrupt_parquet
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(3)
+    ref = PatternRef("ac", "a c", 4.0, 0, (), None)
+    for device in ("d1", "d2"):
+        for seq in range(4):
+            upload(tmp_path / "arch", device, seq, ref, 1.7e9 + seq * DAY,
+                   range(seq * 20, seq * 20 + 20), rng)
+    files = sorted((tmp_path / "arch").rglob("*.parquet"))  # by day, then device
+    files[0].write_text("date,device\n2023-11-14,d1\n")  # not Parquet at all
+    corrupt_parquet(files[1])  # its footer reads: the first file read for the columns
+    files[2].write_bytes(b"")
+    files[5].write_bytes(files[5].read_bytes()[:300])
+    argv = ["--archive", "arch", "-o", "h.history", "--quarantine", "q", "--no-progress"]
+    assert train_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == (f"acep train: {files[0]}: not a readable Parquet file (Parquet magic bytes "
+                   "not found in footer. Either the file is corrupted or this is not a "
+                   "parquet file.) (and 2 more); --skip-bad-files skips unreadable files\n")
+    assert not Path("h.history").exists() and not Path("q").exists()
+
+    assert train_main([*argv, "--skip-bad-files"]) == 0
+    out, err = capsys.readouterr()
+    stats = json.loads(out)
+    assert stats["events"] == 4 * 20 and stats["bad_files"] == 4 and stats["bad_rows"] == 0
+    skipped = [line for line in err.splitlines() if line.startswith("acep train: skipped file")]
+    assert sorted(line.split()[4].rstrip(",:") for line in skipped) == \
+        sorted(str(files[i]) for i in (0, 1, 2, 5))
+    assert "Traceback" not in err and len(err.splitlines()) == 4, err
+    quarantine = pq.read_table("q").to_pylist()
+    assert sorted(r["source"] for r in quarantine) == sorted(str(files[i]) for i in (0, 1, 2, 5))
+    assert all(r["position"] is None for r in quarantine)
+    assert HistoryGraph.load("h.history").pattern == "a c"
+
+    for damaged in files[1:2] + files[3:5] + files[6:]:  # nothing readable, with the flag or not
+        damaged.write_bytes(b"")
+    for flag, says in (([], "(and 7 more); --skip-bad-files skips"),
+                       (["--skip-bad-files"], "none of its 8 archive files can be read; the "
+                                              f"first: {files[0]}: not a readable Parquet")):
+        assert train_main([*argv, *flag]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err, err
 
 
 # --------------------------------------------------------------------------- many small files

@@ -6,6 +6,11 @@ is replaced (real files, a real local Spark session for the runs that write)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,9 +22,10 @@ pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'a
 
 from trainer.cli import main as train_main  # noqa: E402
 from trainer.exact import main as exact_main  # noqa: E402
-from trainer.outputs import absolute, replacing  # noqa: E402
+from trainer.outputs import absolute, remove_abandoned, replacing  # noqa: E402
 from trainer.spark import run_command  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
 QUERY = "PATTERN SEQ(a x, b y) WHERE skip_till_any_match(x, y) { x.v <= y.v } WITHIN 3"
 
 
@@ -69,6 +75,8 @@ def work(tmp_path, monkeypatch):
     (["--archive", "archive", "--out", "m", "--quarantine", "m"], "overlaps --quarantine m"),
     (["--archive", "archive", "--out", "m", "--quarantine", "archive"], "--quarantine archive"),
     (["--archive", "archive", "--out", "m", "--quarantine", "fleet.key"], "an existing file"),
+    (["--archive", "archive", "--out", "/proc/acep-m"],
+     "--out /proc/acep-m: cannot write in the directory /proc"),
 ])
 def test_exact_batch_refuses_an_output_it_did_not_write(work, capsys, argv, message):
     before = {d: _tree(work / d) for d in ("archive", "notes")}
@@ -82,14 +90,18 @@ def test_exact_batch_refuses_an_output_it_did_not_write(work, capsys, argv, mess
 
 @pytest.mark.parametrize("quarantine, message", [
     ("archive", "would replace the input archive"), ("fleet.key", "an existing file"),
-    ("notes", "not an earlier output")])
+    ("notes", "not an earlier output"),
+    # found only when the trained job wrote it, before: the work lost, a Java stack printed
+    ("/proc/acep-q", "--quarantine /proc/acep-q: cannot write in the directory /proc ("),
+    ("fleet.key/q", "--quarantine fleet.key/q: {work}/fleet.key is not a directory")])
 def test_train_refuses_a_quarantine_it_did_not_write(work, capsys, quarantine, message):
     before = _tree(work / "archive")
     assert train_main(["--archive", "archive", "-o", "h.history", "--quarantine", quarantine,
                        "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert message in err and "Traceback" not in err, err
-    assert _tree(work / "archive") == before and not (work / "h.history").exists()
+    assert message.format(work=work.resolve()) in err and "Traceback" not in err, err
+    assert err.count("\n") == 1 and _tree(work / "archive") == before
+    assert not (work / "h.history").exists()
     assert (work / "fleet.key").read_bytes() == b"secret key bytes\n"
 
 
@@ -157,8 +169,9 @@ def test_an_interrupted_write_leaves_the_earlier_output_whole(tmp_path):
         Path(staging).mkdir()
         (Path(staging) / "part-1.parquet").write_bytes(b"half")
         raise KeyboardInterrupt
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
     assert _tree(out) == {"_SUCCESS": b"", "part-0.parquet": b"earlier"}
+    remove_abandoned()  # after an interrupt, once Spark has stopped (run_command), or at exit
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
     with replacing(str(out)) as staging:
         Path(staging).mkdir()
         (Path(staging) / "part-1.parquet").write_bytes(b"new")
@@ -221,3 +234,67 @@ def test_java_home_without_java_is_refused_though_the_path_has_one(tmp_path, mon
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "java").write_text("#!/bin/sh\n")
     check_installed()
+
+
+def _descendants(pid: int) -> set[int]:
+    found, todo = set(), [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
+            try:
+                kids = {int(c) for c in task.read_text().split()}
+            except OSError:
+                continue
+            todo += kids - found
+            found |= kids
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc")
+@pytest.mark.parametrize("signum, group, code, line", [
+    (signal.SIGTERM, False, 143, "acep train: terminated"),  # kill PID, a timeout
+    (signal.SIGINT, True, 130, "acep train: interrupted"),  # Ctrl-C: the terminal's group
+])
+def test_a_run_stopped_while_it_writes_is_one_line_and_leaves_the_earlier_outputs(
+        work, signum, group, code, line):
+    """Stopped while Spark writes the quarantine: before, SIGTERM ended acep train with no
+    line but Spark's Java stacks, and the hidden directory the write went to stayed (Ctrl-C
+    too, at times, with its Java stacks after the line): the cancelled tasks wrote on
+    after it was removed. Now the session is stopped (its logging off) before that."""
+    (work / "bad").mkdir()  # an earlier quarantine and history, to be kept whole
+    (work / "bad" / "_SUCCESS").write_bytes(b"")
+    (work / "bad" / "part-00000-earlier.parquet").write_bytes(b"earlier rows")
+    (work / "h.history").write_bytes(b"earlier history")
+    before = _tree(work), sorted(os.listdir(work))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "acep.cli", "train", "--archive", "archive", "--cores", "2",
+         "-o", "h.history", "--quarantine", "bad"], cwd=work, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 240
+        while not any(p.name.startswith(".bad.") for p in work.iterdir()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.005)
+        children = _descendants(proc.pid)
+        (os.killpg if group else os.kill)(proc.pid, signum)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    spark_banner = ("WARNING: Using incubator", "Setting default log level",
+                    "To adjust logging level", "reading:", "pass ")
+    said = [t for t in err.splitlines() if not t.startswith(spark_banner)]
+    assert proc.returncode == code and said == [line], err[-3000:]
+    assert (_tree(work), sorted(os.listdir(work))) == before  # nothing left beside, or changed
+    deadline = time.monotonic() + 20
+    while any(map(_alive, children)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert children and not [p for p in children if _alive(p)]  # Spark's JVM too

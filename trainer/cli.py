@@ -38,53 +38,83 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="acep train",
         description="Train a history graph and a signed sketch on Spark from event files or "
-                    "the collector's archive (a local Spark session unless --master).")
+                    "the collector's archive (a local Spark session unless --master). "
+                    "The options, the outputs and --publish are checked before Spark starts "
+                    "(one line, exit 2); the same command run again writes the same files "
+                    "over the last run's.")
     p.add_argument("inputs", nargs="*", help="event files (.parquet/.csv/.jsonl/.msgpack) or "
                                              "directories of them; local, or URIs such as "
                                              "s3://bucket/dir")
     p.add_argument("--archive", metavar="DIR",
                    help="the collector's Parquet archive instead (a directory, or a copy "
-                        "of it in object storage: s3://bucket/archive)")
-    p.add_argument("--pattern-id", help="the archive's pattern to train (and the id to "
-                                        "publish the sketch under)")
+                        "of it in object storage: s3://bucket/archive; needed when no event "
+                        "files are given)")
+    p.add_argument("--pattern-id", metavar="ID",
+                   help="the archive's pattern to train, and the id to publish the sketch "
+                        "under (needed with --publish, and for an archive of several "
+                        "patterns; default: the archive's only one)")
     p.add_argument("--pattern-hash", metavar="PREFIX",
                    help="the definition of the archived pattern to train, when devices "
                         "uploaded several under its id (a prefix of the hash the refusal "
-                        "lists)")
-    p.add_argument("--spec", help="event spec of the files: a JSON/TOML file or a preset")
-    p.add_argument("--pattern", "-p", help="ACEP pattern (archives: the archived one)")
-    p.add_argument("--window", "-w", type=parse_window, help="window, e.g. 3600 or 1h")
+                        "lists; default: its only definition)")
+    p.add_argument("--spec", help="event spec of the files: a JSON/TOML file or a preset "
+                                  "(flights; default: columns t and type, every other "
+                                  "column an attribute)")
+    p.add_argument("--pattern", "-p", help="ACEP pattern (needed for event files; default "
+                                           "for an archive: the archived one)")
+    p.add_argument("--window", "-w", type=parse_window,
+                   help="window, e.g. 3600 or 1h (needed with --pattern)")
     p.add_argument("-k", type=_whole(0, "missing letters"), default=None,
                    help="error bound (default 0)")
-    p.add_argument("--where", action="append", default=None, help="predicate (repeatable)")
-    p.add_argument("--partition", help="attribute to partition by")
+    p.add_argument("--where", action="append", default=None,
+                   help="predicate, e.g. 'c.v > a.v' (repeatable; default: none)")
+    p.add_argument("--partition", help="attribute to partition by (default: none, or the "
+                                       "attribute of an equivalence test [attr] in --where)")
     bins = p.add_mutually_exclusive_group()
     bins.add_argument("--bins", type=bins_type, default=8, help=BINS_HELP)
     bins.add_argument("--bins-from", metavar="HISTORY",
                       help="reuse the bins of a history file built for the same pattern, "
-                           "window, k, predicates and partition (one pass instead of two)")
+                           "window, k, predicates and partition (one pass instead of two; "
+                           "default: chosen from the data)")
     add_fit_options(p, "the training events, every device's stream under its own bucket")
-    p.add_argument("--output", "-o", help="write the history graph here")
-    p.add_argument("--sketch", help="write the signed sketch here")
-    p.add_argument("--key-file", help="the key that signs the sketch")
-    p.add_argument("--publish", metavar="URL", help="PUT the sketch to this collector")
-    p.add_argument("--token-file", help="an admin token of the collector (for --publish)")
-    p.add_argument("--ca-file", help="for an https --publish URL: the CA certificate (PEM) "
-                                     "that signed the collector's (default: the system's CAs)")
+    p.add_argument("--output", "-o", metavar="FILE",
+                   help="write the history graph here (default: not written; an earlier "
+                        "file is replaced whole)")
+    p.add_argument("--sketch", metavar="FILE",
+                   help="write the signed sketch here (needs --key-file; default: not "
+                        "written; an earlier file is replaced whole)")
+    p.add_argument("--key-file", metavar="FILE",
+                   help="the secret key that signs the sketch, the collector's "
+                        "--sketch-key-file (needed with --sketch and --publish)")
+    p.add_argument("--publish", metavar="URL",
+                   help="PUT the sketch to this collector (needs --key-file, --token-file "
+                        "and --pattern-id; the collector and token are checked before the "
+                        "job; default: not published)")
+    p.add_argument("--token-file", metavar="FILE",
+                   help="an admin token of the collector, acep serve --add-admin (needed "
+                        "with --publish)")
+    p.add_argument("--ca-file", metavar="FILE",
+                   help="for an https --publish URL: the CA certificate (PEM) that signed "
+                        "the collector's (default: the system's CAs)")
     p.add_argument("--publish-unchecked", action="store_true",
                    help="publish even if no pattern definition the devices uploaded under "
                         "--pattern-id fits the sketch (e.g. a definition not deployed yet)")
     p.add_argument("--quarantine", metavar="DIR",
                    help="write bad rows here (Parquet): a new or empty directory, or an "
                         "earlier quarantine (replaced, by an empty one when there are no bad "
-                        "rows)")
+                        "rows; default: none, the first bad rows are printed and all "
+                        "counted)")
     p.add_argument("--master", help="Spark master (default local[CORES])")
     p.add_argument("--cores", type=_whole(1, "cores"),
                    help="cores of the local session (default: all this process may use)")
-    p.add_argument("--chunk", type=chunk_length, help="time chunk length (default: chosen)")
+    p.add_argument("--chunk", type=chunk_length,
+                   help="time chunk length, e.g. 2h or tag units (default: about 4 units of "
+                        "work per core, and at least 20 windows)")
     p.add_argument("--key-groups", type=_whole(1, "key groups"),
-                   help="equivalence-key groups (default: chosen)")
-    p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
+                   help="equivalence-key groups (default: enough for about 4 units of work "
+                        "per core with the chunks)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress on stderr (default: each Spark step's tasks)")
     add_day_options(p)
     add_bad_file_option(p)
     return p
@@ -126,7 +156,7 @@ def _check(args) -> None:
     if args.ca_file and not (args.publish or "").lower().startswith("https://"):
         raise UsageError("--ca-file verifies an https:// --publish URL")
     if args.ca_file:
-        from .train import collector_tls
+        from .publish import collector_tls
 
         try:
             collector_tls(args.publish, args.ca_file)  # before the job: it publishes last
@@ -165,7 +195,7 @@ def run(args) -> int:
     from history.sketch import Sketch
 
     from .sources import print_quarantined
-    from .train import publish_sketch, train
+    from .train import train
 
     _check(args)
     _check_outputs(args)
@@ -179,6 +209,8 @@ def run(args) -> int:
         pattern.n_states  # noqa: B018 - compiles the pattern: a bad one fails before Spark
     key = _read_secret(args.key_file, "key") if args.key_file else None
     token = _read_secret(args.token_file, "token").decode() if args.token_file else None
+    if args.publish:
+        _check_publisher(args, token)
     bins_from = HistoryGraph.load(args.bins_from) if args.bins_from else None
     spec = EventSpec.load(args.spec) if args.spec else None
     result = train([args.archive] if args.archive else args.inputs, pattern, spec=spec,
@@ -197,17 +229,38 @@ def run(args) -> int:
         stats["sketch_bytes"] = len(data)
         if args.sketch:
             storage.write_durably(args.sketch, data)
-        if args.publish:
-            stats["published"] = publish_sketch(args.publish, args.pattern_id, data, token,
-                                                unchecked=args.publish_unchecked,
-                                                ca_file=args.ca_file)
     if ratios:
         for line in describe(stats["fit"]):
             print(f"acep train: {line}", file=sys.stderr)
     print_quarantined("acep train", result.quarantined, stats["bad_rows"], args.quarantine,
                       result.skipped)
+    if args.publish:
+        stats["published"] = _publish(args, data, token)
     print(json.dumps(stats))
     return 0
+
+
+def _check_publisher(args, token: str) -> None:
+    """Before the job: the collector answers and takes the token to publish (exit 2)."""
+    from .publish import check_publisher
+
+    try:
+        check_publisher(args.publish, token, args.ca_file)
+    except RuntimeError as exc:
+        raise UsageError(f"--publish: {exc} (checked before training)") from None
+
+
+def _publish(args, data: bytes, token: str) -> dict:
+    """The sketch PUT to the collector; a refusal says where the sketch is kept."""
+    from .publish import publish_sketch
+
+    try:
+        return publish_sketch(args.publish, args.pattern_id, data, token,
+                              unchecked=args.publish_unchecked, ca_file=args.ca_file)
+    except RuntimeError as exc:
+        kept = f"the sketch is saved in {args.sketch}" if args.sketch else \
+            "the sketch is not saved (--sketch FILE keeps it)"
+        raise RuntimeError(f"{exc}; {kept}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -179,8 +179,8 @@ def exact_batch(inputs: Sequence[str], query_text: str, *, spec: EventSpec | Non
     started = time.perf_counter()
     query = parse_query(query_text)
     splittable, split_reason = key_split(query)
-    plan = plan_archive(inputs[0], pattern_id, pattern_hash, days) if archive else \
-        plan_files(inputs, spec)
+    plan = plan_archive(inputs[0], pattern_id, pattern_hash, days, skip_bad_files) \
+        if archive else plan_files(inputs, spec, skip_bad_files)
     check_outputs({"--out": output_dir, "--quarantine": quarantine}, inputs[:1] if archive
                   else inputs, extra=("_query.json",))
     # the caller's directory, not the one the Spark JVM started in (it writes them)

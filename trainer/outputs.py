@@ -4,7 +4,8 @@ Spark's ``write.mode("overwrite")`` deletes whatever is at the path first. So an
 directory (``acep exact-batch --out``, ``--quarantine`` of both commands) must be absent,
 empty, or an earlier output of the same kind: Spark's ``_SUCCESS`` beside nothing but part
 files, their ``.crc`` checksums and the job's own ``extra`` files. It may not be a file, an
-input, inside an input or contain one.
+input, inside an input or contain one, and a local one must be in a directory a file can be
+made in (it is written beside itself, then renamed).
 
 An output file (``-o``, ``--sketch``; ``--json`` and ``--plot`` of ``acep history``) goes in
 an existing directory a file can be made in (a probe file is written and removed); it may
@@ -13,6 +14,7 @@ not be a directory or an input (symbolic links followed). No two outputs may ove
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 from collections.abc import Iterable, Iterator
@@ -21,7 +23,10 @@ from pathlib import Path, PurePosixPath
 
 from acep import storage
 
-__all__ = ["OutputError", "check_outputs", "absolute", "replacing"]
+__all__ = ["OutputError", "check_outputs", "absolute", "replacing", "abandoned",
+           "remove_abandoned"]
+
+_ABANDONED: set[str] = set()  # staging directories of writes an interrupt broke off
 
 
 class OutputError(ValueError):
@@ -44,6 +49,9 @@ def check_outputs(outputs: dict[str, str | os.PathLike | None],
         if os.path.exists(path) and not os.path.isdir(path):
             raise OutputError(f"{where}: an existing file; the output is a directory of "
                               "Parquet files that would replace it")
+        why = _unwritable_parent(path)
+        if why is not None:
+            raise OutputError(f"{where}: {why}")
         for src in sources:
             if _overlap(path, src):
                 raise OutputError(f"{where}: would replace the input {src} (give a "
@@ -83,7 +91,9 @@ def _check_file(name: str, path: str, sources: list[str], outputs: dict[str, str
 def replacing(directory: str) -> Iterator[str]:
     """A new hidden directory beside ``directory`` for the block to write the output in;
     when the block ends well it replaces ``directory``, so an interrupted or failed job
-    leaves an earlier output whole. A URI (only Spark writes there) is written in place."""
+    leaves an earlier output whole. A URI (only Spark writes there) is written in place.
+    A failed block's directory is removed at once, an interrupted one's by
+    :func:`remove_abandoned`: the job's tasks may still be writing in it."""
     if storage.is_uri(directory):
         yield directory
         return
@@ -95,9 +105,42 @@ def replacing(directory: str) -> Iterator[str]:
         if os.path.exists(directory):
             os.rename(directory, old)
         os.rename(staging, directory)
+    except KeyboardInterrupt:
+        # Spark's tasks may write on in it, and fail loudly if it goes: remove_abandoned
+        _ABANDONED.add(staging)
+        raise
     finally:
-        for leftover in (staging, old):
+        for leftover in (old,) if staging in _ABANDONED else (staging, old):
             shutil.rmtree(leftover, ignore_errors=True)
+
+
+def abandoned() -> bool:
+    """Whether an interrupt broke off a write whose staging directory may come back."""
+    return bool(_ABANDONED)
+
+
+@atexit.register
+def remove_abandoned() -> None:
+    """Remove the staging directories of the writes an interrupt broke off: once Spark has
+    stopped (its tasks make their folders again while they run), else when Python exits."""
+    while _ABANDONED:
+        shutil.rmtree(_ABANDONED.pop(), ignore_errors=True)
+
+
+def _unwritable_parent(path: str) -> str | None:
+    """Why the local output directory ``path`` cannot be made or replaced where it is, or
+    None: it is written beside itself and renamed (:func:`replacing`), in its parent or
+    the nearest one that exists (Spark makes the others). Found after the job, it would
+    fail the job's last step and lose its work."""
+    if storage.is_uri(path):
+        return None
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(parent):
+        if os.path.exists(parent):
+            return f"{parent} is not a directory"
+        parent = os.path.dirname(parent)
+    why = storage.unwritable(parent)
+    return None if why is None else f"cannot write in the directory {parent} ({why})"
 
 
 def absolute(path: str | os.PathLike | None) -> str | None:

@@ -54,6 +54,13 @@ class SourceError(ValueError):
     """Input the trainer cannot read at all (missing, unknown kind, no rows for a pattern)."""
 
 
+class _Unreadable(SourceError):
+    """A file that cannot be read on: the job skips it with ``--skip-bad-files``."""
+
+
+SKIP_HINT = "; --skip-bad-files skips unreadable files"
+
+
 @dataclass(frozen=True)
 class ReadTask:
     source: str
@@ -104,20 +111,23 @@ class ReadPlan:
 # --------------------------------------------------------------------------- planning
 
 
-def plan_files(paths: Sequence[str | os.PathLike], spec: EventSpec) -> ReadPlan:
+def plan_files(paths: Sequence[str | os.PathLike], spec: EventSpec,
+               skip_bad_files: bool = False) -> ReadPlan:
     """Tasks for event files (a directory stands for the event files under it, sorted).
     Files and directories may be URIs that ``pyarrow.fs`` reads (``s3://bucket/dir``:
     :mod:`acep.storage`). The tasks name local files by absolute path: relative paths are
     taken in the current directory now, not in the one the executors (and the Spark JVM)
-    started in."""
+    started in. A Parquet file whose footer does not read raises :class:`SourceError`,
+    unless ``skip_bad_files``: then its task fails in the executor and is skipped there
+    (:func:`unreadable_files`)."""
     files = _expand(paths)
     tasks = []
     for i, path in enumerate(files):
-        groups = _row_group_tasks(path)
+        groups = _row_group_tasks(path, skip_bad_files)
         source = storage.absolute(path)  # an executor opens it, in a directory of its own
         tasks.extend(ReadTask(source, g, i, rows=n) for g, n in groups) if groups else \
             tasks.append(ReadTask(source, None, i))
-    attributes, is_time = _probe(files[0], spec)
+    attributes, is_time = _probe(files, spec, skip_bad_files)
     return ReadPlan(tasks, spec, attributes, is_time)
 
 
@@ -126,9 +136,11 @@ def add_day_options(parser) -> None:
     parser.add_argument("--since", metavar="DAY",
                         help="archive: only the days from this one: YYYY-MM-DD (UTC; the day "
                              "a batch was made on its device, the archive's date= folders), "
-                             "or Nd, N days before today (a timer's --since 28d)")
+                             "or Nd, N days before today (a timer's --since 28d; default: "
+                             "from the first day)")
     parser.add_argument("--before", metavar="DAY",
-                        help="archive: only the days before this one (YYYY-MM-DD or Nd)")
+                        help="archive: only the days before this one (YYYY-MM-DD or Nd; "
+                             "default: to the last day)")
 
 
 def archive_days(archive: str | None, since: str | None, before: str | None,
@@ -157,7 +169,8 @@ def _day(flag: str, text: str, today: dt.date) -> str:
 
 def plan_archive(root: str | os.PathLike, pattern_id: str | None = None,
                  pattern_hash: str | None = None,
-                 days: tuple[str | None, str | None] = (None, None)) -> ReadPlan:
+                 days: tuple[str | None, str | None] = (None, None),
+                 skip_bad_files: bool = False) -> ReadPlan:
     """Tasks for the collector's archive (``ROOT/date=*/device=*/part-*.parquet``), a
     local directory or a copy of it in object storage (``s3://bucket/archive``:
     :mod:`acep.storage`).
@@ -170,7 +183,9 @@ def plan_archive(root: str | os.PathLike, pattern_id: str | None = None,
     uploaded several definitions under one id (the pattern was changed, or a device runs an
     old one): then ``pattern_hash`` (a prefix of the hex pattern hash, as the refusal lists
     them) picks the definition whose files are read, and without it the archive is refused.
-    As for :func:`plan_files`, the tasks name local files by absolute path.
+    As for :func:`plan_files`, the tasks name local files by absolute path, and a file whose
+    footer does not read (so its pattern is not known) raises :class:`SourceError` unless
+    ``skip_bad_files``: then it is read with the chosen definition's files, and skipped.
     """
     root = storage.absolute(root)
     found = _kind(root)
@@ -181,7 +196,10 @@ def plan_archive(root: str | os.PathLike, pattern_id: str | None = None,
     if not files:
         raise SourceError(f"{root}: no archive files (date=*/device=*/*.parquet) under it")
     files = _on_days(root, files, *days)
-    patterns, rows = _archive_patterns(files)
+    patterns, rows, unknown = _archive_patterns(files, skip_bad_files)
+    if not patterns:
+        raise SourceError(f"{root}: none of its {len(files)} archive files can be read; the "
+                          f"first: {unknown[0][1]}")
     if pattern_id is None:
         if len(patterns) > 1:
             raise SourceError(f"{root}: the archive holds patterns {sorted(patterns)}; "
@@ -196,8 +214,10 @@ def plan_archive(root: str | os.PathLike, pattern_id: str | None = None,
         groups = _row_group_tasks(source) if rows[source] > TASK_ROWS else \
             [(None, rows[source])]
         tasks.extend(ReadTask(source, g, i, _device_of(source), n) for g, n in groups)
+    tasks += [ReadTask(source, None, len(chosen.files) + i, _device_of(source))
+              for i, (source, _) in enumerate(unknown)]  # they fail, and are skipped, there
     spec = EventSpec(tag="tag", type="type", attributes=None)
-    attributes, is_time = _probe(chosen.files[0], spec)
+    attributes, is_time = _probe(chosen.files, spec, skip_bad_files)
     attributes = {_archive_name(a): kind for a, kind in attributes.items()
                   if a not in ARCHIVE_RESERVED}
     return ReadPlan(tasks, spec, attributes, is_time, pattern_id, chosen.pattern)
@@ -309,14 +329,22 @@ def _metadata(source: str):
     except storage.StorageError as e:
         raise SourceError(str(e)) from None
     except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a bad file
-        raise SourceError(f"{source}: not a readable Parquet file ({e})") from None
+        raise _Unreadable(f"{storage.redact(source)}: not a readable Parquet file "
+                          f"({one_line(e)})") from None
 
 
-def _row_group_tasks(path: str) -> list[tuple[tuple[int, ...], int]] | None:
-    """A Parquet file's tasks: (row groups, rows) of about ``TASK_ROWS`` rows each."""
+def _row_group_tasks(path: str, skip_bad_files: bool = False
+                     ) -> list[tuple[tuple[int, ...], int]] | None:
+    """A Parquet file's tasks: (row groups, rows) of about ``TASK_ROWS`` rows each; None
+    for another kind of file, or one whose footer does not read when ``skip_bad_files``."""
     if storage.suffix(path) not in (".parquet", ".pq"):
         return None
-    meta = _metadata(path)
+    try:
+        meta = _metadata(path)
+    except _Unreadable as e:
+        if skip_bad_files:
+            return None
+        raise SourceError(f"{e}{SKIP_HINT}") from None
     tasks, current, rows = [], [], 0
     for i in range(meta.num_row_groups):
         current.append(i)
@@ -329,8 +357,22 @@ def _row_group_tasks(path: str) -> list[tuple[tuple[int, ...], int]] | None:
     return tasks
 
 
-def _probe(path: str, spec: EventSpec) -> tuple[dict[str, str], bool]:
-    """Attribute kinds and tag kind from the first rows of the first file."""
+def _probe(files: Sequence[str], spec: EventSpec, skip_bad_files: bool = False
+           ) -> tuple[dict[str, str], bool]:
+    """Attribute kinds and tag kind from the first rows of the first file, or with
+    ``skip_bad_files`` of the first file that can be read."""
+    for path in files if skip_bad_files else files[:1]:
+        try:
+            return _probe_file(path, spec)
+        except _Unreadable as e:
+            if not skip_bad_files:
+                raise SourceError(f"{e}{SKIP_HINT}") from None
+            last = e
+    raise SourceError(f"none of the {len(files)} input files can be read; the last: {last}")
+
+
+def _probe_file(path: str, spec: EventSpec) -> tuple[dict[str, str], bool]:
+    """Attribute kinds and tag kind from the first rows of the file ``path``."""
     first_bad = None
     try:
         for chunk in read_chunks(path, spec, batch_size=4096):
@@ -340,9 +382,9 @@ def _probe(path: str, spec: EventSpec) -> tuple[dict[str, str], bool]:
                          for name, col in cols.items()}, chunk.events.tag_is_time)
             first_bad = first_bad or (chunk.bad[0] if chunk.bad else None)
     except EventError as e:
-        raise SourceError(str(e)) from None
+        raise _Unreadable(str(e)) from None
     except (OSError, ValueError) as e:  # pyarrow's errors on corrupt data name no file
-        raise SourceError(f"{storage.redact(path)}: cannot be read ({one_line(e)})"
+        raise _Unreadable(f"{storage.redact(path)}: cannot be read ({one_line(e)})"
                           ) from None
     if first_bad is not None:
         row, line, field_, reason = first_bad
@@ -353,30 +395,44 @@ def _probe(path: str, spec: EventSpec) -> tuple[dict[str, str], bool]:
     raise SourceError(f"{path}: no readable event in its first rows")
 
 
-def _archive_patterns(files: list[str]) -> tuple[dict[str, list[Definition]],
-                                                 dict[str, int]]:
-    """{pattern id: its definitions, the most files first}, and each file's rows, from the
-    files' footers (read side by side: an archive holds a file per batch)."""
+def _archive_patterns(files: list[str], skip_bad_files: bool = False
+                      ) -> tuple[dict[str, list[Definition]], dict[str, int],
+                                 list[tuple[str, str]]]:
+    """{pattern id: its definitions, the most files first}, each file's rows, from the
+    files' footers (read side by side: an archive holds a file per batch), and with
+    ``skip_bad_files`` the (file, why) whose footer does not tell (else the first raises
+    :class:`SourceError`)."""
     from concurrent.futures import ThreadPoolExecutor
 
     def footer(path: str):
-        meta = _metadata(path)
-        raw = (meta.metadata or {}).get(b"acep.pattern")
-        if raw is None:
-            raise SourceError(f"{path}: not an acep archive file (no acep.pattern metadata)")
-        return json.loads(raw), meta.num_rows
+        try:
+            meta = _metadata(path)
+            raw = (meta.metadata or {}).get(b"acep.pattern")
+            if raw is None:
+                raise _Unreadable(f"{storage.redact(path)}: not an acep archive file (no "
+                                  "acep.pattern metadata)")
+            return json.loads(raw), meta.num_rows
+        except _Unreadable as e:
+            return None, str(e)
 
     with ThreadPoolExecutor(min(16, len(files))) as pool:
         footers = list(pool.map(footer, files))
+    unknown = [(path, why) for path, (pattern, why) in zip(files, footers) if pattern is None]
+    if unknown and not skip_bad_files:
+        more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+        raise SourceError(f"{unknown[0][1]}{more}{SKIP_HINT}")
     by_definition: dict[tuple, Definition] = {}
     for path, (pattern, _) in zip(files, footers):
+        if pattern is None:
+            continue
         key = (pattern["id"], pattern["text"], float(pattern["window"]), int(pattern["k"]),
                tuple(pattern.get("where", ())), pattern.get("partition_by"))
         by_definition.setdefault(key, Definition(pattern, [])).files.append(path)
     found: dict[str, list[Definition]] = {}
     for d in sorted(by_definition.values(), key=lambda d: -len(d.files)):
         found.setdefault(d.pattern["id"], []).append(d)
-    return found, {path: rows for path, (_, rows) in zip(files, footers)}
+    return found, {path: rows for path, (p, rows) in zip(files, footers) if p is not None}, \
+        unknown
 
 
 def _archive_name(name: str) -> str:
@@ -451,8 +507,7 @@ def unreadable_files(rows, skip: bool) -> list[dict]:
               "reason": r["_bad"]} for r in found]
     if files and not skip:
         more = f" (and {len(files) - 1} more unreadable file(s))" if len(files) > 1 else ""
-        raise SourceError(f"{describe_row(files[0])}{more}; --skip-bad-files skips "
-                          "unreadable files")
+        raise SourceError(f"{describe_row(files[0])}{more}{SKIP_HINT}")
     return files
 
 
@@ -460,8 +515,9 @@ def add_bad_file_option(parser) -> None:
     """``--skip-bad-files``: a file that cannot be read is skipped instead of failing."""
     parser.add_argument("--skip-bad-files", action="store_true",
                         help="skip an input file that cannot be read (a missing or mistyped "
-                             "column, corrupt data) instead of failing; it is listed, "
-                             "counted in bad_files and quarantined with a null position")
+                             "column, corrupt data, a .parquet that is empty, cut short or "
+                             "not Parquet) instead of failing; it is listed, counted in "
+                             "bad_files and quarantined with a null position")
 
 
 def _good_rows(chunk, task: ReadTask, plan: ReadPlan, schema):

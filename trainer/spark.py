@@ -32,7 +32,7 @@ def machine_cores() -> int:
 _LOG4J = Path(__file__).with_name("log4j2.properties").as_uri()
 
 __all__ = ["SparkUnavailable", "Terminated", "check_installed", "session", "progress",
-           "run_command", "terminate_on_sigterm"]
+           "run_command", "terminate_on_sigterm", "stop_broken_jobs"]
 
 
 class SparkUnavailable(RuntimeError):
@@ -102,7 +102,17 @@ def session(master: str | None = None, cores: int | None = None, *, app: str = "
             _terminate_tree(pid)
         raise
     spark.sparkContext.setLogLevel("ERROR")
+    _quiet_updates(spark.sparkContext)
     return spark
+
+
+def _quiet_updates(sc) -> None:
+    """No traceback on stderr when the JVM goes first (SIGTERM to the process group, as
+    systemd stops a service): PySpark's accumulator server would print one for the
+    connection the JVM dropped. The jobs use no accumulators."""
+    server = getattr(sc, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda request, client_address: None
 
 
 def _children(pid: int) -> set[int]:
@@ -207,11 +217,13 @@ def run_command(prog: str, run, args, usage_errors: tuple) -> int:
         # py4j logs a traceback to the root logger for each call an interrupt breaks
         logging.getLogger().addHandler(logging.NullHandler())
     try:
-        return run(args)
+        with terminate_on_sigterm():
+            return run(args)
     except (KeyboardInterrupt, Exception) as exc:
         cause = _interrupted(exc)  # Spark's cancelled jobs fail while the interrupt unwinds
         if cause is not None:
             term = isinstance(cause, Terminated)
+            stop_broken_jobs()
             print(f"{prog}: {'terminated' if term else 'interrupted'}", file=sys.stderr)
             return 143 if term else 130
         if isinstance(exc, (*usage_errors, SparkUnavailable)):
@@ -221,6 +233,49 @@ def run_command(prog: str, run, args, usage_errors: tuple) -> int:
             raise
         print(f"{prog}: error: {redact_text(_summary(exc))}", file=sys.stderr)
         return 1
+
+
+def stop_broken_jobs() -> None:
+    """After an interrupt: when it broke off Spark jobs (or a write of theirs), stop the
+    session, its logging off first, so that no cancelled task writes on or prints a Java
+    stack after the command's last line; then remove the staging directories of the broken
+    writes (:func:`trainer.outputs.remove_abandoned`). Another Ctrl-C or SIGTERM meanwhile
+    is ignored: it would break this off in turn."""
+    import signal
+
+    from .outputs import abandoned, remove_abandoned
+
+    main = threading.current_thread() is threading.main_thread()
+    held = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)} \
+        if main else {}
+    try:
+        sc = _active_context()
+        if sc is not None and (_busy(sc) or abandoned()):
+            for step in (lambda: sc.setLogLevel("OFF"), sc.stop):
+                try:
+                    step()
+                except Exception:  # noqa: BLE001 - a JVM already gone (SIGTERM to the group)
+                    pass
+        remove_abandoned()
+    finally:
+        for signum, handler in held.items():
+            signal.signal(signum, handler)
+
+
+def _active_context():
+    """This process's SparkContext, if PySpark is loaded and one runs."""
+    if "pyspark" not in sys.modules:
+        return None
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context
+
+
+def _busy(sc) -> bool:
+    try:
+        return bool(sc.statusTracker().getActiveJobIds())
+    except Exception:  # noqa: BLE001 - its JVM is gone
+        return False
 
 
 def _interrupted(exc: BaseException | None) -> KeyboardInterrupt | None:
@@ -237,6 +292,10 @@ def terminate_on_sigterm():
     """While the block runs (in the main thread), SIGTERM raises :class:`Terminated`: the
     default action would end the process at once and leave its child processes running."""
     import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set a handler
+        return
 
     def raise_terminated(signum, frame):
         raise Terminated()

@@ -25,9 +25,6 @@ from __future__ import annotations
 
 import re
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -44,6 +41,7 @@ from history.sketch import Sketch
 
 from .chunks import ChunkPlan, choose_plan
 from .outputs import absolute, check_outputs, replacing
+from .publish import collector_tls, publish_sketch  # noqa: F401 - their old home
 from .sources import (
     SYSTEM,
     ReadPlan,
@@ -63,7 +61,6 @@ __all__ = ["PatternSpec", "TrainResult", "train", "publish_sketch", "events_data
 
 _EQUIVALENCE = re.compile(r"\s*\[\s*\w+\s*\]\s*")
 BAD = 7  # piece rows of kind BAD carry a bad event met by the matcher (msgpack in `key`)
-ANSWER_BYTES = 1 << 20  # of the collector's answer to --publish (a JSON line of a few hundred)
 
 
 @dataclass(frozen=True)
@@ -122,8 +119,8 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
     per budget by coordinate search (``history.fit``, step 4); the result's ``sketch`` has
     them."""
     started = time.perf_counter()
-    plan = plan_archive(inputs[0], pattern_id, pattern_hash, days) if archive else \
-        plan_files(inputs, spec)
+    plan = plan_archive(inputs[0], pattern_id, pattern_hash, days, skip_bad_files) \
+        if archive else plan_files(inputs, spec, skip_bad_files)
     check_outputs({"--quarantine": quarantine}, inputs[:1] if archive else inputs)
     quarantine = absolute(quarantine)  # the caller's directory, not the Spark JVM's
     pattern = pattern or _archived_pattern(plan)
@@ -389,52 +386,3 @@ def _quarantine(spark, bad, matcher_bad: list[dict], directory: str | None) -> d
             out.coalesce(1).write.mode("overwrite").parquet(staging)
     first = [r.asDict() for r in rows.limit(5).collect()] if count else []
     return {"count": int(count), "first": first}
-
-
-# --------------------------------------------------------------------------- publishing
-
-
-def collector_tls(url: str, ca_file: str | None):
-    """The ``ssl.SSLContext`` an https ``url`` is verified with (the system's CAs, or
-    ``ca_file`` alone), None for http; ``ValueError`` when ``ca_file`` does not load."""
-    import ssl
-
-    if not url.lower().startswith("https://"):
-        return None
-    try:
-        return ssl.create_default_context(cafile=ca_file)
-    except (OSError, ssl.SSLError) as e:
-        raise ValueError(f"--ca-file {ca_file}: not a readable PEM certificate file "
-                         f"({e})") from None
-
-
-def publish_sketch(url: str, pattern_id: str, data: bytes, token: str,
-                   timeout: float = 30.0, unchecked: bool = False,
-                   ca_file: str | None = None) -> dict:
-    """``PUT`` a signed sketch to the collector at ``url``; its JSON answer. The collector
-    refuses a sketch that no pattern definition its devices uploaded under ``pattern_id``
-    could use, unless ``unchecked``. An https collector is verified by the system's CAs,
-    or by ``ca_file`` alone (the private CA that signed its certificate)."""
-    import json
-
-    try:
-        context = collector_tls(url, ca_file)
-    except ValueError as e:
-        raise RuntimeError(str(e)) from None
-
-    path = "/v1/sketches/" + urllib.parse.quote(pattern_id, safe="")
-    query = "?unchecked=1" if unchecked else ""
-    req = urllib.request.Request(f"{url.rstrip('/')}{path}{query}", data=data,
-                                 method="PUT", headers={
-                                     "Authorization": f"Bearer {token}",
-                                     "Content-Type": "application/octet-stream"})
-    try:  # the answers are read to a bound: a server that never ends one costs no more
-        with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
-            return json.loads(resp.read(ANSWER_BYTES))
-    except urllib.error.HTTPError as e:
-        detail = e.read(ANSWER_BYTES).decode("utf-8", "replace")[:2000]
-        if 300 <= e.code < 400:  # urllib follows no redirect of a PUT: the token stays
-            detail = f"a redirect to {e.headers.get('Location')}, not followed"
-        raise RuntimeError(f"the collector refused the sketch: HTTP {e.code} {detail}") from None
-    except urllib.error.URLError as e:
-        raise RuntimeError(f"cannot reach the collector at {url}: {e.reason}") from None
