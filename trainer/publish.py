@@ -119,6 +119,8 @@ def _error_body(e: urllib.error.HTTPError) -> bytes:
         return e.read(ANSWER_BYTES)
     except (OSError, http.client.HTTPException):
         return b""
+    finally:
+        e.close()  # the error holds the connection open
 
 
 def _json_object(body: bytes) -> dict | None:
