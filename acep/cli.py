@@ -667,14 +667,15 @@ def run_history_build(args) -> int:
     # canonical: the bytes (and the sketch's min-hashes) of `acep train` on the same events
     graph = build_history(args.pattern, batches, args.window, args.k, where=args.where,
                           partition=args.partition, n_bins=args.bins).canonical()
+    seconds = time.perf_counter() - started
+    sketch = Sketch.from_graph(graph) if args.sketch else None
+    if ratios:  # a fit refused (a bucket that holds no operation) leaves every output as it was
+        sketch = _fit(sketch, batches, ratios, args)
     size = graph.save(args.output)
     print(f"acep: history of {sum(map(len, batches)):,} events: {graph.n_cells} cells, "
-          f"{graph.n_bundles} bundles, {size:,} bytes -> {args.output} "
-          f"({time.perf_counter() - started:.1f} s)", file=sys.stderr)
-    if args.sketch:
-        sketch = Sketch.from_graph(graph)
-        if ratios:
-            sketch = _fit(sketch, batches, ratios, args)
+          f"{graph.n_bundles} bundles, {size:,} bytes -> {args.output} ({seconds:.1f} s)",
+          file=sys.stderr)
+    if sketch is not None:
         n = sketch.save(args.sketch, key)
         print(f"acep: signed sketch, {n:,} bytes -> {args.sketch}", file=sys.stderr)
     return 0

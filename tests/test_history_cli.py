@@ -14,6 +14,14 @@ from test_history_graph import V1_FILE, _flip, _hand_graph
 from acep.cli import main
 from history.sketch import Sketch
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def acep(*argv: str) -> subprocess.CompletedProcess:
+    """The ``acep`` command in a process of its own, as a user runs it, here."""
+    return subprocess.run([sys.executable, "-m", "acep.cli", *argv], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
 
 def test_inspect_prints_size_top_vectors_and_writes_a_plot(tmp_path, capsys):
     g = _hand_graph(partition_keys=["ATL", "BOS"], partition_by="origin")
@@ -312,3 +320,22 @@ def test_budget_ratios_are_refused_by_the_parser_naming_the_option(capsys, optio
         main(["history", *command, option, value])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and f"argument {option}: {message}" in err, err
+
+
+@pytest.mark.parametrize("pattern, fit, message", [
+    ("late verylate late", ["--fit", "0.01", "--burst", "2"],
+     "acep history build: budget 0.01 x 0.363 operations per event with a burst of 2 events"),
+    ("nosuch other", ["--fit", "0.1"],
+     "acep: error: the training stream has no operations to fit a budget to"),
+])
+def test_a_refused_fit_writes_neither_the_history_nor_the_sketch(built, pattern, fit, message):
+    """The history was written before the fit refused the budget: a refused command left
+    a new history beside the old sketch (or none)."""
+    before = _files(built)
+    done = acep(*BUILD[:4], pattern, *BUILD[5:], "-o", "jan.history", "--sketch",
+                "jan.sketch", "--key-file", "fleet.key", *fit)
+    assert done.returncode in (1, 2) and done.stderr.startswith(message), done.stderr
+    assert done.stderr.count("\n") == 1 and done.stdout == ""
+    done = acep(*BUILD[:4], pattern, *BUILD[5:], "-o", "new.history", "--sketch",
+                "new.sketch", "--key-file", "fleet.key", *fit)
+    assert done.returncode in (1, 2) and _files(built) == before, done.stderr
