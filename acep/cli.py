@@ -654,7 +654,7 @@ def run_history_build(args) -> int:
     from history.sketch import Sketch, read_key
 
     if args.sketch and not args.key_file:
-        raise ValueError("--sketch needs --key-file (sketches are signed)")
+        raise UsageError("--sketch needs --key-file (sketches are signed)")
     _check_outputs({"-o": args.output, "--sketch": args.sketch}, args.file, args.key_file,
                    _spec_file(args.spec))
     key = read_key(args.key_file) if args.sketch else None  # before the work, not after
@@ -711,12 +711,13 @@ def _spec_file(spec: str | None) -> str | None:
 
 def fit_options(args, writes_sketch: bool, missing: str) -> list[float]:
     """The ``--fit`` ratios of ``args`` (from :func:`add_fit_options`), checked against the
-    sketch they fit (``missing``: what to say when none is written) and ``--search``."""
+    sketch they fit (``missing``: what to say when none is written) and ``--search``; a
+    :class:`UsageError` when they do not go together."""
     ratios = list(args.fit or [])
     if ratios and not writes_sketch:
-        raise ValueError(f"--fit fits a sketch: {missing}")
+        raise UsageError(f"--fit fits a sketch: {missing}")
     if args.search and not ratios:
-        raise ValueError("--search tunes the fitted reserves: it needs --fit")
+        raise UsageError("--search tunes the fitted reserves: it needs --fit")
     return ratios
 
 

@@ -339,3 +339,19 @@ def test_a_refused_fit_writes_neither_the_history_nor_the_sketch(built, pattern,
     done = acep(*BUILD[:4], pattern, *BUILD[5:], "-o", "new.history", "--sketch",
                 "new.sketch", "--key-file", "fleet.key", *fit)
     assert done.returncode in (1, 2) and _files(built) == before, done.stderr
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--sketch", "new.sketch"], "--sketch needs --key-file (sketches are signed)"),
+    (["--fit", "0.1"], "--fit fits a sketch: it needs --sketch"),
+    (["--sketch", "new.sketch", "--key-file", "fleet.key", "--search", "4"],
+     "--search tunes the fitted reserves: it needs --fit"),
+])
+def test_options_that_do_not_go_together_are_a_usage_error(built, options, message):
+    """As ``acep train`` refuses the same options: exit 2 and the command's name (it was
+    exit 1, as for a bad file)."""
+    before = _files(built)
+    done = acep(*BUILD, "-o", "new.history", *options)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", f"acep history build: {message}\n")
+    assert _files(built) == before
