@@ -312,11 +312,14 @@ def run_match(args) -> int:
     return 0
 
 
-def _check_predicate_attributes(pattern: Pattern, spec: EventSpec) -> None:
+def _check_predicate_attributes(pattern: Pattern, spec: EventSpec,
+                                said: str = "--where") -> None:
+    """Refuse, before any event is read, a predicate over a column ``spec`` never reads as
+    an attribute (``said``: whose predicates they are)."""
     for name in pattern.predicates.columns:
         why = not_an_attribute(spec, name)
         if why is not None:
-            raise ValueError(f"--where: {why}")
+            raise ValueError(f"{said}: {why}")
 
 
 class _Printer:
@@ -660,6 +663,8 @@ def run_history_build(args) -> int:
     key = read_key(args.key_file) if args.sketch else None  # before the work, not after
     ratios = fit_options(args, bool(args.sketch), "it needs --sketch")
     spec = EventSpec.load(args.spec) if args.spec else None
+    # the pattern and its predicates before the events: a typo is not found after a long read
+    _check_predicate_attributes(Pattern.compile(args.pattern, args.where), spec or EventSpec())
     batches = _read_named(args.file, spec)
     if not sum(map(len, batches)):  # as acep train: an empty history is no use to a device
         raise ValueError(f"{args.file}: no events to build a history from")
@@ -764,6 +769,8 @@ def run_history_evaluate(args) -> int:
     except ValueError as e:
         raise UsageError(f"--partition: {e}") from None
     spec = EventSpec.load(args.spec) if args.spec else None
+    _check_predicate_attributes(Pattern.compile(sketch.pattern, list(sketch.where)),
+                                spec or EventSpec(), "the sketch's predicates")
     events = read_all(args.file, spec)
     shown = []
 

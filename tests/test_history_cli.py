@@ -355,3 +355,38 @@ def test_options_that_do_not_go_together_are_a_usage_error(built, options, messa
     assert (done.returncode, done.stdout, done.stderr) == (
         2, "", f"acep history build: {message}\n")
     assert _files(built) == before
+
+
+def test_a_predicate_over_a_column_the_spec_leaves_out_is_named_before_the_events(built):
+    """``acep match`` says so before reading; build read the events and blamed event 11, and
+    evaluate the first event of a bound type, for a typo in the options."""
+    before = _files(built)
+    done = acep(*BUILD, "--where", "verylate.delya > late.delay", "-o", "new.history")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        1, "", "acep: error: --where: 'delya' is not among the event spec's 'attributes' "
+               "(delay, distance, origin, destination)\n")
+    assert _files(built) == before
+    assert acep(*BUILD, "--where", "verylate.delay > late.delay", "-o", "d.history",
+                "--sketch", "d.sketch", "--key-file", "fleet.key").returncode == 0
+    Path("nodelay.json").write_text(json.dumps({
+        "tag": "date", "attributes": ["distance", "origin"],
+        "type": {"column": "delay", "bins": [-1e9, 0, 15, 60, 1e9],
+                 "labels": ["early", "ontime", "late", "verylate"]}}))
+    done = acep("history", "evaluate", "d.sketch", "feb.parquet", "--key-file", "fleet.key",
+                "--spec", "nodelay.json", "--json", "e.json")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        1, "", "acep: error: the sketch's predicates: 'delay' is not among the event spec's "
+               "'attributes' (distance, origin)\n")
+    assert not Path("e.json").exists()
+
+
+def test_build_names_a_bad_pattern_before_it_reads_the_events(built):
+    """A malformed pattern was found only after the whole file was read: here the file is
+    damaged, and the pattern is what the user hears about first."""
+    from damaged import corrupt_parquet
+
+    corrupt_parquet(Path("feb.parquet"))
+    done = acep(*BUILD[:4], "late (verylate", *BUILD[5:], "-o", "new.history")
+    assert done.returncode == 2 and done.stderr.startswith(
+        "acep: pattern error at position 14: expected ')'"), done.stderr
+    assert not Path("new.history").exists()
