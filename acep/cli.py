@@ -772,6 +772,8 @@ def run_history_evaluate(args) -> int:
     _check_predicate_attributes(Pattern.compile(sketch.pattern, list(sketch.where)),
                                 spec or EventSpec(), "the sketch's predicates")
     events = read_all(args.file, spec)
+    if not len(events):
+        raise ValueError(f"{args.file}: no events to evaluate the sketch on")
     shown = []
 
     def show(row: dict, truth: dict) -> None:

@@ -390,3 +390,11 @@ def test_build_names_a_bad_pattern_before_it_reads_the_events(built):
     assert done.returncode == 2 and done.stderr.startswith(
         "acep: pattern error at position 14: expected ')'"), done.stderr
     assert not Path("new.history").exists()
+
+
+def test_evaluate_names_an_events_file_without_events(built):
+    Path("empty.jsonl").write_text("")
+    done = acep(*EVALUATE[:3], "empty.jsonl", *EVALUATE[4:], "--json", "e.json")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        1, "", "acep: error: empty.jsonl: no events to evaluate the sketch on\n")
+    assert not Path("e.json").exists()
