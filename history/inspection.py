@@ -160,6 +160,15 @@ def plot_problem(path: str | PathLike) -> str | None:
     if suffix and suffix not in types:
         return (f"{path}: matplotlib does not write .{suffix} files (it writes "
                 f"{', '.join('.' + t for t in sorted(types))})")
+    if suffix == "pgf":  # its text is measured by a TeX run; without one, savefig raises
+        import shutil
+
+        from matplotlib import rcParams
+
+        tex = rcParams["pgf.texsystem"]
+        if shutil.which(tex) is None:
+            return (f"{path}: matplotlib writes .pgf files with {tex}, which is not "
+                    "installed (write .png, .svg or .pdf)")
     return None
 
 

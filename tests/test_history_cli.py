@@ -398,3 +398,14 @@ def test_evaluate_names_an_events_file_without_events(built):
     assert (done.returncode, done.stdout, done.stderr) == (
         1, "", "acep: error: empty.jsonl: no events to evaluate the sketch on\n")
     assert not Path("e.json").exists()
+
+
+@pytest.mark.skipif(shutil.which("xelatex") is not None, reason="xelatex is installed")
+def test_a_plot_type_that_needs_tex_is_refused_without_it(built):
+    """matplotlib lists .pgf as a type it writes, but its savefig runs xelatex: without it, a
+    traceback of 90 lines after the history was read."""
+    done = acep("history", "inspect", "jan.history", "--plot", "h.pgf")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", "acep history inspect: --plot h.pgf: matplotlib writes .pgf files with xelatex, "
+               "which is not installed (write .png, .svg or .pdf)\n")
+    assert not Path("h.pgf").exists()
