@@ -62,7 +62,11 @@ def parse_window(text: str) -> Window:
     if not m or m.group(2) not in _UNITS:
         raise argparse.ArgumentTypeError(
             f"bad window {text!r}: a number, optionally with a unit (ms, s, min, h, d)")
-    window = Window(within_seconds(m.group(1), m.group(2)))
+    try:
+        window = Window(within_seconds(m.group(1), m.group(2)))
+    except OverflowError:  # more digits than a float holds
+        raise argparse.ArgumentTypeError(f"bad window {m.group(1)[:12]}... ({len(m.group(1))} "
+                                         "digits): too large for a number") from None
     window.text, window.has_unit = text.strip(), bool(m.group(2))
     return window
 

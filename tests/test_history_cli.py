@@ -409,3 +409,16 @@ def test_a_plot_type_that_needs_tex_is_refused_without_it(built):
         2, "", "acep history inspect: --plot h.pgf: matplotlib writes .pgf files with xelatex, "
                "which is not installed (write .png, .svg or .pdf)\n")
     assert not Path("h.pgf").exists()
+
+
+@pytest.mark.parametrize("command", [
+    BUILD[:4] + ["a b", "-o", "new.history"], ["match", "feb.parquet", "-p", "a b"]])
+@pytest.mark.parametrize("unit", ["", "h"])
+def test_a_window_too_large_for_a_float_is_refused_by_the_parser(built, command, unit):
+    """400 digits: an OverflowError's traceback (exit 1) from the window's conversion."""
+    done = acep(*command, "-w", "9" * 400 + unit)
+    assert done.returncode == 2 and done.stderr.splitlines()[-1] == (
+        f"acep {' '.join(command[:2 if command[0] == 'history' else 1])}: error: argument "
+        "--window/-w: bad window 999999999999... (400 digits): too large for a number"), \
+        done.stderr
+    assert "Traceback" not in done.stderr and not Path("new.history").exists()
