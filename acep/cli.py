@@ -37,6 +37,8 @@ from .units import within_seconds
 
 EVENTS_HELP = ("events: .jsonl/.csv/.parquet/.msgpack (a path, or a URI such as "
                "s3://bucket/key), or - for stdin")
+SPEC_HELP = ("event spec: a JSON/TOML file or a preset (flights) (default: the tag in column t, "
+             "the type in column type, every other column an attribute)")
 
 
 class UsageError(ValueError):
@@ -116,7 +118,7 @@ def _parser() -> argparse.ArgumentParser:
                            description="Print one JSON line per match (or per bundle).")
     match.add_argument("file", help=EVENTS_HELP)
     _add_pattern_options(match)
-    match.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
+    match.add_argument("--spec", help=SPEC_HELP)
     match.add_argument("--bundles", action="store_true", help="print match bundles instead")
     match.add_argument("--all-trajectories", action="store_true",
                        help="print every trajectory (small inputs; turns merging off)")
@@ -146,7 +148,7 @@ def _parser() -> argparse.ArgumentParser:
     exact.add_argument("--output", choices=("verbose", "compact"), default="verbose",
                        help="verbose: one line per match; compact: one line per end event "
                             "(postpone: per start and end event, with the candidates)")
-    exact.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
+    exact.add_argument("--spec", help=SPEC_HELP)
     exact.set_defaults(run=run_exact)
     demo = sub.add_parser(
         "demo", help="the whole loop on one machine: collector, Spark trainer, agent, report",
@@ -216,8 +218,9 @@ def _add_pattern_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", "-w", required=True, type=parse_window,
                    help="window: tag units, or a duration like 2h for timestamp tags")
     p.add_argument("-k", type=_whole(0, "letters that may be missing", 64), default=0,
-                   help="error bound (letters that may be missing, 0..64)")
-    p.add_argument("--partition", help="attribute to partition by (equivalence test)")
+                   help="error bound (letters that may be missing, 0..64; default 0)")
+    p.add_argument("--partition", help="attribute to partition by (equivalence test; "
+                                       "default: none, one partition)")
     p.add_argument("--where", action="append", default=[],
                    help="predicate, e.g. 'd.price > a.price'; repeatable")
 
@@ -573,8 +576,10 @@ def _located(exc: EventError, batch) -> EventError:
 
 
 def _add_history_parser(sub) -> None:
-    """``acep history inspect``: the history package (docs/SHEDDING.md section 6)."""
-    history = sub.add_parser("history", help="inspect history graphs and sketches")
+    """``acep history build``, ``inspect`` and ``evaluate``: the history package
+    (docs/SHEDDING.md sections 6, 10 and 11)."""
+    history = sub.add_parser("history", help="build, inspect and evaluate history graphs and "
+                                             "their signed sketches")
     hsub = history.add_subparsers(dest="history_command", required=True)
     inspect = hsub.add_parser("inspect", help="size, top match vectors and a plot of a history",
                               description="Print a saved history graph's size (cells, bundles, "
@@ -582,7 +587,7 @@ def _add_history_parser(sub) -> None:
                                           "match vectors; a signed sketch with --key-file.")
     inspect.add_argument("file", help="a history graph file (or a sketch, with --key-file)")
     inspect.add_argument("--top", type=_whole(0, "match vectors to list"), default=10,
-                         help="match vectors to list")
+                         help="match vectors to list (default 10)")
     inspect.add_argument("--plot", metavar="PNG", help="write visits and success rate by "
                                                        "state and remaining window")
     inspect.add_argument("--key-file", help="the sketch's signing key (a file)")
@@ -593,7 +598,7 @@ def _add_history_parser(sub) -> None:
                                         "history graph (and, with --sketch, a signed sketch).")
     build.add_argument("file", help=EVENTS_HELP)
     _add_pattern_options(build)
-    build.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
+    build.add_argument("--spec", help=SPEC_HELP)
     build.add_argument("--bins", type=bins_type, default=8,
                        help=BINS_HELP)
     build.add_argument("--output", "-o", required=True, help="the history file to write")
@@ -617,7 +622,7 @@ def _add_evaluate_parser(hsub) -> None:
     ev.add_argument("--key-file", required=True, help="the sketch's signing key (a file)")
     ev.add_argument("--partition", help="the attribute to partition by (default: the one the "
                                         "sketch records; another is refused)")
-    ev.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
+    ev.add_argument("--spec", help=SPEC_HELP)
     ev.add_argument("--budgets", type=ratios_type, default="0.05,0.1,0.25,0.5,1",
                     metavar="RATIOS",
                     help="comma-separated fractions of the events' unconstrained operations "

@@ -422,3 +422,26 @@ def test_a_window_too_large_for_a_float_is_refused_by_the_parser(built, command,
         "--window/-w: bad window 999999999999... (400 digits): too large for a number"), \
         done.stderr
     assert "Traceback" not in done.stderr and not Path("new.history").exists()
+
+
+@pytest.mark.parametrize("command", ["build", "inspect", "evaluate"])
+def test_help_gives_every_default(command):
+    """Each option that has a default says it in --help (--top, -k, --partition and --spec
+    did not)."""
+    import argparse
+
+    from acep.cli import _parser
+
+    def sub(parser, name):
+        choices = next(a for a in parser._actions
+                       if isinstance(a, argparse._SubParsersAction)).choices
+        return choices[name]
+
+    parser = sub(sub(_parser(), "history"), command)
+    shown = " ".join(acep("history", command, "--help").stdout.split())
+    for action in parser._actions:
+        has_default = action.default not in (None, False, [], argparse.SUPPRESS) and \
+            not action.required
+        if action.option_strings and (has_default or action.dest in ("partition", "spec")):
+            assert "default" in action.help, action.option_strings
+            assert " ".join((action.help % vars(action)).split()) in shown
