@@ -753,12 +753,20 @@ def run_history_evaluate(args) -> int:
     from history.evaluate import POLICIES, evaluate, format_header, format_row, graph_mismatch
     from history.fit import SKETCH_PARTITION, matcher_args
     from history.graph import HistoryGraph
+    from history.inspection import expect_kind
     from history.sketch import Sketch, read_key
 
     _check_outputs({"--json": args.json}, args.sketch, args.file, args.key_file, args.history,
                    _spec_file(args.spec))
+    expect_kind(args.sketch, "sketch")
     sketch = Sketch.load(args.sketch, read_key(args.key_file))
-    graph = HistoryGraph.load(args.history) if args.history else None
+    graph = None
+    if args.history:
+        try:
+            expect_kind(args.history, "history")
+        except (OSError, ValueError) as exc:
+            raise type(exc)(f"--history {exc}") from None
+        graph = HistoryGraph.load(args.history)
     why = graph_mismatch(sketch, graph) if graph is not None else None
     if why is not None:  # before the events are read
         raise UsageError(f"--history {args.history} was built for another definition than "

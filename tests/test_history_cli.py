@@ -445,3 +445,31 @@ def test_help_gives_every_default(command):
         if action.option_strings and (has_default or action.dest in ("partition", "spec")):
             assert "default" in action.help, action.option_strings
             assert " ".join((action.help % vars(action)).split()) in shown
+
+
+@pytest.mark.parametrize("argv, said", [
+    ([*EVALUATE[:2], "jan.history", *EVALUATE[3:]],
+     "jan.history is a history graph, not a signed sketch (acep history build --sketch "
+     "writes one)"),
+    ([*EVALUATE[:2], "feb.parquet", *EVALUATE[3:]],
+     "feb.parquet is neither a history graph nor a sketch (no 'format' field acep-history "
+     "or acep-sketch)"),
+    ([*EVALUATE[:2], "gone.sketch", *EVALUATE[3:]], "gone.sketch: no such file"),
+    ([*EVALUATE[:2], "folder", *EVALUATE[3:]], "folder: a directory, not a signed sketch file"),
+    ([*EVALUATE, "--history", "jan.sketch"],
+     "--history jan.sketch is a signed sketch, not a history graph (acep history build -o "
+     "writes one)"),
+    ([*EVALUATE, "--history", "feb.parquet"],
+     "--history feb.parquet is neither a history graph nor a sketch (no 'format' field "
+     "acep-history or acep-sketch)"),
+    ([*EVALUATE, "--history", "gone.history"], "--history gone.history: no such file"),
+    (["history", "inspect", "gone.history"], "gone.history: no such file"),
+    (["history", "inspect", "folder"], "folder: a directory, not a history or sketch file"),
+])
+def test_a_file_of_another_kind_is_named_for_what_it_is(built, argv, said):
+    """It was msgpack's 'ExtraData: unpack(b) received extra data', a format field's
+    'acep-history', expected 'acep-sketch', or Python's '[Errno 2] No such file ...'."""
+    Path("folder").mkdir()
+    done = acep(*argv, "--json" if argv[1] == "evaluate" else "--plot", "out.png")
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", f"acep: error: {said}\n")
+    assert not Path("out.png").exists()
