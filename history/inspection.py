@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import io
 from os import PathLike
 from pathlib import Path
 
 import msgpack
 import numpy as np
+
+from acep import storage
 
 from . import graph as _graph
 from . import sketch as _sketch
@@ -172,8 +175,10 @@ def plot_history(g: _graph.HistoryGraph, path: str | PathLike) -> Path:
     out = Path(path)
     if not out.suffix:  # what matplotlib writes then
         out = out.with_name(out.name + ".png")
-    fig.savefig(out, dpi=110)
+    image = io.BytesIO()  # savefig opens the file before it draws: write it whole, or not
+    fig.savefig(image, dpi=110, format=out.suffix[1:].lower())
     plt.close(fig)
+    storage.write_durably(out, image.getvalue())
     return out
 
 

@@ -3,8 +3,10 @@
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -473,3 +475,21 @@ def test_a_file_of_another_kind_is_named_for_what_it_is(built, argv, said):
     done = acep(*argv, "--json" if argv[1] == "evaluate" else "--plot", "out.png")
     assert (done.returncode, done.stdout, done.stderr) == (1, "", f"acep: error: {said}\n")
     assert not Path("out.png").exists()
+
+
+def test_a_killed_inspect_leaves_no_half_plot(built):
+    """matplotlib opens the plot's file before it draws into it: a run killed as soon as the
+    file showed left it empty. Now it shows whole or not at all."""
+    plot = Path("h.svg")
+    for _ in range(3):
+        plot.unlink(missing_ok=True)
+        run = subprocess.Popen([sys.executable, "-m", "acep.cli", "history", "inspect",
+                                "jan.history", "--plot", str(plot)],
+                               env={**os.environ, "PYTHONPATH": str(ROOT)},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while not plot.exists() and run.poll() is None:
+            time.sleep(0.0005)
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+        assert plot.read_bytes().rstrip().endswith(b"</svg>")
+    assert sorted(p.name for p in built.iterdir() if p.name.startswith(".")) == []
