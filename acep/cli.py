@@ -692,7 +692,19 @@ def run_history_build(args) -> int:
     if sketch is not None:
         n = sketch.save(args.sketch, key)
         print(f"acep: signed sketch, {n:,} bytes -> {args.sketch}", file=sys.stderr)
+        _warn_sketch_size(n, sketch.n_cells)
     return 0
+
+
+def _warn_sketch_size(size: int, cells: int) -> None:
+    """An agent downloads and loads a sketch of at most ``sketch.max_bytes`` (1 MiB unless
+    its config says more): say so when this one is larger."""
+    from history.sketch import MAX_BYTES
+
+    if size > MAX_BYTES:
+        print(f"acep: warning: the sketch ({size:,} bytes, {cells:,} cells) is above the "
+              f"{MAX_BYTES:,} bytes an agent takes by default: raise sketch.max_bytes in its "
+              "config, or give fewer --bins or a smaller -k", file=sys.stderr)
 
 
 def _read_named(path: str, spec) -> list:
@@ -759,7 +771,7 @@ def run_history_evaluate(args) -> int:
     _check_outputs({"--json": args.json}, args.sketch, args.file, args.key_file, args.history,
                    _spec_file(args.spec))
     expect_kind(args.sketch, "sketch")
-    sketch = Sketch.load(args.sketch, read_key(args.key_file))
+    sketch = Sketch.load(args.sketch, read_key(args.key_file), max_bytes=None)
     graph = None
     if args.history:
         try:

@@ -223,7 +223,7 @@ def run(path: str, top: int = 10, plot: str | None = None, key_file: str | None 
         if plot:
             raise ValueError(f"{path} is a sketch: --plot needs the history graph file")
         key = _sketch.read_key(key_file)
-        return describe_sketch(_sketch.Sketch.load(path, key), size, top)
+        return describe_sketch(_sketch.Sketch.load(path, key, max_bytes=None), size, top)
     g = _graph.HistoryGraph.load(path)
     text = describe_history(g, size, top)
     if plot:

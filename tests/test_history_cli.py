@@ -493,3 +493,25 @@ def test_a_killed_inspect_leaves_no_half_plot(built):
         run.wait()
         assert plot.read_bytes().rstrip().endswith(b"</svg>")
     assert sorted(p.name for p in built.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_sketch_over_a_mebibyte_is_built_with_a_warning_and_read_back(built):
+    """16,905 cells (k = 4, 64 bins): build wrote the 1.2 MB sketch, and then inspect and
+    evaluate refused it as 'sketch is 1048577 bytes, above the limit' (the bytes read, not
+    the file's): a file the user named is read whatever its size, its MAC checked first."""
+    done = acep(*BUILD[:4], "ontime late verylate late ontime late", "-w", "6h", "-k", "4",
+                "--spec", "flights", "--bins", "64", "-o", "big.history", "--sketch",
+                "big.sketch", "--key-file", "fleet.key")
+    size = Path("big.sketch").stat().st_size
+    assert done.returncode == 0 and size > 1 << 20
+    assert done.stderr.splitlines()[-1] == (
+        f"acep: warning: the sketch ({size:,} bytes, 16,905 cells) is above the 1,048,576 "
+        "bytes an agent takes by default: raise sketch.max_bytes in its config, or give "
+        "fewer --bins or a smaller -k")
+    shown = acep("history", "inspect", "big.sketch", "--key-file", "fleet.key")
+    assert shown.returncode == 0 and f"bytes: {size:,}" in shown.stdout, shown.stderr
+    done = acep(*EVALUATE[:2], "big.sketch", *EVALUATE[3:], "--budgets", "0.5")
+    assert done.returncode == 0 and "50%  random" in done.stdout, done.stderr
+    with pytest.raises(ValueError, match=f"big.sketch: sketch is {size:,} bytes, above the "
+                                         "limit of 1,048,576 bytes"):
+        Sketch.load("big.sketch", b"a signing key")
