@@ -724,6 +724,9 @@ def _check_outputs(files: dict[str, str | None], *inputs: str | None) -> None:
     -> path or None), before the work: ``acep train``'s check (``trainer.outputs``)."""
     from trainer.outputs import OutputError, check_outputs
 
+    for option, path in files.items():
+        if path == "":  # an unset shell variable: no output (or a failure after the work)
+            raise UsageError(f"{option}: an empty path; give a file name")
     try:
         check_outputs({}, [f for f in inputs if f and f != "-"], files=files)
     except OutputError as exc:

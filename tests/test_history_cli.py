@@ -515,3 +515,19 @@ def test_a_sketch_over_a_mebibyte_is_built_with_a_warning_and_read_back(built):
     with pytest.raises(ValueError, match=f"big.sketch: sketch is {size:,} bytes, above the "
                                          "limit of 1,048,576 bytes"):
         Sketch.load("big.sketch", b"a signing key")
+
+
+@pytest.mark.parametrize("argv, option", [
+    ([*BUILD, "-o"], "-o"),
+    ([*BUILD, "-o", "new.history", "--key-file", "fleet.key", "--sketch"], "--sketch"),
+    ([*EVALUATE, "--json"], "--json"),
+    (["history", "inspect", "jan.history", "--plot"], "--plot"),
+])
+def test_an_empty_output_path_is_refused(built, argv, option):
+    """``-o "$OUT"`` with OUT unset: -o failed after the work on a rename to '', --sketch
+    said '-o new.history: overlaps --sketch ', and --json and --plot wrote nothing, exit 0."""
+    before = _files(built)
+    done = acep(*argv, "")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", f"acep history {argv[1]}: {option}: an empty path; give a file name\n")
+    assert _files(built) == before
