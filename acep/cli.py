@@ -37,6 +37,8 @@ from .units import within_seconds
 
 EVENTS_HELP = ("events: .jsonl/.csv/.parquet/.msgpack (a path, or a URI such as "
                "s3://bucket/key), or - for stdin")
+SPEC_HELP = ("event spec: a JSON/TOML file or a preset (flights) (default: the tag in column t, "
+             "the type in column type, every other column an attribute)")
 
 
 class UsageError(ValueError):
@@ -62,7 +64,11 @@ def parse_window(text: str) -> Window:
     if not m or m.group(2) not in _UNITS:
         raise argparse.ArgumentTypeError(
             f"bad window {text!r}: a number, optionally with a unit (ms, s, min, h, d)")
-    window = Window(within_seconds(m.group(1), m.group(2)))
+    try:
+        window = Window(within_seconds(m.group(1), m.group(2)))
+    except OverflowError:  # more digits than a float holds
+        raise argparse.ArgumentTypeError(f"bad window {m.group(1)[:12]}... ({len(m.group(1))} "
+                                         "digits): too large for a number") from None
     window.text, window.has_unit = text.strip(), bool(m.group(2))
     return window
 
@@ -112,7 +118,7 @@ def _parser() -> argparse.ArgumentParser:
                            description="Print one JSON line per match (or per bundle).")
     match.add_argument("file", help=EVENTS_HELP)
     _add_pattern_options(match)
-    match.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
+    match.add_argument("--spec", help=SPEC_HELP)
     match.add_argument("--bundles", action="store_true", help="print match bundles instead")
     match.add_argument("--all-trajectories", action="store_true",
                        help="print every trajectory (small inputs; turns merging off)")
@@ -142,7 +148,7 @@ def _parser() -> argparse.ArgumentParser:
     exact.add_argument("--output", choices=("verbose", "compact"), default="verbose",
                        help="verbose: one line per match; compact: one line per end event "
                             "(postpone: per start and end event, with the candidates)")
-    exact.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
+    exact.add_argument("--spec", help=SPEC_HELP)
     exact.set_defaults(run=run_exact)
     demo = sub.add_parser(
         "demo", help="the whole loop on one machine: collector, Spark trainer, agent, report",
@@ -212,8 +218,9 @@ def _add_pattern_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", "-w", required=True, type=parse_window,
                    help="window: tag units, or a duration like 2h for timestamp tags")
     p.add_argument("-k", type=_whole(0, "letters that may be missing", 64), default=0,
-                   help="error bound (letters that may be missing, 0..64)")
-    p.add_argument("--partition", help="attribute to partition by (equivalence test)")
+                   help="error bound (letters that may be missing, 0..64; default 0)")
+    p.add_argument("--partition", help="attribute to partition by (equivalence test; "
+                                       "default: none, one partition)")
     p.add_argument("--where", action="append", default=[],
                    help="predicate, e.g. 'd.price > a.price'; repeatable")
 
@@ -312,11 +319,14 @@ def run_match(args) -> int:
     return 0
 
 
-def _check_predicate_attributes(pattern: Pattern, spec: EventSpec) -> None:
+def _check_predicate_attributes(pattern: Pattern, spec: EventSpec,
+                                said: str = "--where") -> None:
+    """Refuse, before any event is read, a predicate over a column ``spec`` never reads as
+    an attribute (``said``: whose predicates they are)."""
     for name in pattern.predicates.columns:
         why = not_an_attribute(spec, name)
         if why is not None:
-            raise ValueError(f"--where: {why}")
+            raise ValueError(f"{said}: {why}")
 
 
 class _Printer:
@@ -566,8 +576,10 @@ def _located(exc: EventError, batch) -> EventError:
 
 
 def _add_history_parser(sub) -> None:
-    """``acep history inspect``: the history package (docs/SHEDDING.md section 6)."""
-    history = sub.add_parser("history", help="inspect history graphs and sketches")
+    """``acep history build``, ``inspect`` and ``evaluate``: the history package
+    (docs/SHEDDING.md sections 6, 10 and 11)."""
+    history = sub.add_parser("history", help="build, inspect and evaluate history graphs and "
+                                             "their signed sketches")
     hsub = history.add_subparsers(dest="history_command", required=True)
     inspect = hsub.add_parser("inspect", help="size, top match vectors and a plot of a history",
                               description="Print a saved history graph's size (cells, bundles, "
@@ -575,7 +587,7 @@ def _add_history_parser(sub) -> None:
                                           "match vectors; a signed sketch with --key-file.")
     inspect.add_argument("file", help="a history graph file (or a sketch, with --key-file)")
     inspect.add_argument("--top", type=_whole(0, "match vectors to list"), default=10,
-                         help="match vectors to list")
+                         help="match vectors to list (default 10)")
     inspect.add_argument("--plot", metavar="PNG", help="write visits and success rate by "
                                                        "state and remaining window")
     inspect.add_argument("--key-file", help="the sketch's signing key (a file)")
@@ -586,7 +598,7 @@ def _add_history_parser(sub) -> None:
                                         "history graph (and, with --sketch, a signed sketch).")
     build.add_argument("file", help=EVENTS_HELP)
     _add_pattern_options(build)
-    build.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
+    build.add_argument("--spec", help=SPEC_HELP)
     build.add_argument("--bins", type=bins_type, default=8,
                        help=BINS_HELP)
     build.add_argument("--output", "-o", required=True, help="the history file to write")
@@ -610,7 +622,7 @@ def _add_evaluate_parser(hsub) -> None:
     ev.add_argument("--key-file", required=True, help="the sketch's signing key (a file)")
     ev.add_argument("--partition", help="the attribute to partition by (default: the one the "
                                         "sketch records; another is refused)")
-    ev.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
+    ev.add_argument("--spec", help=SPEC_HELP)
     ev.add_argument("--budgets", type=ratios_type, default="0.05,0.1,0.25,0.5,1",
                     metavar="RATIOS",
                     help="comma-separated fractions of the events' unconstrained operations "
@@ -655,12 +667,14 @@ def run_history_build(args) -> int:
     from history.sketch import Sketch, read_key
 
     if args.sketch and not args.key_file:
-        raise ValueError("--sketch needs --key-file (sketches are signed)")
+        raise UsageError("--sketch needs --key-file (sketches are signed)")
     _check_outputs({"-o": args.output, "--sketch": args.sketch}, args.file, args.key_file,
                    _spec_file(args.spec))
     key = read_key(args.key_file) if args.sketch else None  # before the work, not after
     ratios = fit_options(args, bool(args.sketch), "it needs --sketch")
     spec = EventSpec.load(args.spec) if args.spec else None
+    # the pattern and its predicates before the events: a typo is not found after a long read
+    _check_predicate_attributes(Pattern.compile(args.pattern, args.where), spec or EventSpec())
     batches = _read_named(args.file, spec)
     if not sum(map(len, batches)):  # as acep train: an empty history is no use to a device
         raise ValueError(f"{args.file}: no events to build a history from")
@@ -668,17 +682,30 @@ def run_history_build(args) -> int:
     # canonical: the bytes (and the sketch's min-hashes) of `acep train` on the same events
     graph = build_history(args.pattern, batches, args.window, args.k, where=args.where,
                           partition=args.partition, n_bins=args.bins).canonical()
+    seconds = time.perf_counter() - started
+    sketch = Sketch.from_graph(graph) if args.sketch else None
+    if ratios:  # a fit refused (a bucket that holds no operation) leaves every output as it was
+        sketch = _fit(sketch, batches, ratios, args)
     size = graph.save(args.output)
     print(f"acep: history of {sum(map(len, batches)):,} events: {graph.n_cells} cells, "
-          f"{graph.n_bundles} bundles, {size:,} bytes -> {args.output} "
-          f"({time.perf_counter() - started:.1f} s)", file=sys.stderr)
-    if args.sketch:
-        sketch = Sketch.from_graph(graph)
-        if ratios:
-            sketch = _fit(sketch, batches, ratios, args)
+          f"{graph.n_bundles} bundles, {size:,} bytes -> {args.output} ({seconds:.1f} s)",
+          file=sys.stderr)
+    if sketch is not None:
         n = sketch.save(args.sketch, key)
         print(f"acep: signed sketch, {n:,} bytes -> {args.sketch}", file=sys.stderr)
+        _warn_sketch_size(n, sketch.n_cells)
     return 0
+
+
+def _warn_sketch_size(size: int, cells: int) -> None:
+    """An agent downloads and loads a sketch of at most ``sketch.max_bytes`` (1 MiB unless
+    its config says more): say so when this one is larger."""
+    from history.sketch import MAX_BYTES
+
+    if size > MAX_BYTES:
+        print(f"acep: warning: the sketch ({size:,} bytes, {cells:,} cells) is above the "
+              f"{MAX_BYTES:,} bytes an agent takes by default: raise sketch.max_bytes in its "
+              "config, or give fewer --bins or a smaller -k", file=sys.stderr)
 
 
 def _read_named(path: str, spec) -> list:
@@ -698,6 +725,9 @@ def _check_outputs(files: dict[str, str | None], *inputs: str | None) -> None:
     -> path or None), before the work: ``acep train``'s check (``trainer.outputs``)."""
     from trainer.outputs import OutputError, check_outputs
 
+    for option, path in files.items():
+        if path == "":  # an unset shell variable: no output (or a failure after the work)
+            raise UsageError(f"{option}: an empty path; give a file name")
     try:
         check_outputs({}, [f for f in inputs if f and f != "-"], files=files)
     except OutputError as exc:
@@ -711,12 +741,13 @@ def _spec_file(spec: str | None) -> str | None:
 
 def fit_options(args, writes_sketch: bool, missing: str) -> list[float]:
     """The ``--fit`` ratios of ``args`` (from :func:`add_fit_options`), checked against the
-    sketch they fit (``missing``: what to say when none is written) and ``--search``."""
+    sketch they fit (``missing``: what to say when none is written) and ``--search``; a
+    :class:`UsageError` when they do not go together."""
     ratios = list(args.fit or [])
     if ratios and not writes_sketch:
-        raise ValueError(f"--fit fits a sketch: {missing}")
+        raise UsageError(f"--fit fits a sketch: {missing}")
     if args.search and not ratios:
-        raise ValueError("--search tunes the fitted reserves: it needs --fit")
+        raise UsageError("--search tunes the fitted reserves: it needs --fit")
     return ratios
 
 
@@ -738,12 +769,20 @@ def run_history_evaluate(args) -> int:
     from history.evaluate import POLICIES, evaluate, format_header, format_row, graph_mismatch
     from history.fit import SKETCH_PARTITION, matcher_args
     from history.graph import HistoryGraph
+    from history.inspection import expect_kind
     from history.sketch import Sketch, read_key
 
     _check_outputs({"--json": args.json}, args.sketch, args.file, args.key_file, args.history,
                    _spec_file(args.spec))
-    sketch = Sketch.load(args.sketch, read_key(args.key_file))
-    graph = HistoryGraph.load(args.history) if args.history else None
+    expect_kind(args.sketch, "sketch")
+    sketch = Sketch.load(args.sketch, read_key(args.key_file), max_bytes=None)
+    graph = None
+    if args.history:
+        try:
+            expect_kind(args.history, "history")
+        except (OSError, ValueError) as exc:
+            raise type(exc)(f"--history {exc}") from None
+        graph = HistoryGraph.load(args.history)
     why = graph_mismatch(sketch, graph) if graph is not None else None
     if why is not None:  # before the events are read
         raise UsageError(f"--history {args.history} was built for another definition than "
@@ -763,7 +802,11 @@ def run_history_evaluate(args) -> int:
     except ValueError as e:
         raise UsageError(f"--partition: {e}") from None
     spec = EventSpec.load(args.spec) if args.spec else None
+    _check_predicate_attributes(Pattern.compile(sketch.pattern, list(sketch.where)),
+                                spec or EventSpec(), "the sketch's predicates")
     events = read_all(args.file, spec)
+    if not len(events):
+        raise ValueError(f"{args.file}: no events to evaluate the sketch on")
     shown = []
 
     def show(row: dict, truth: dict) -> None:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import io
 from os import PathLike
 from pathlib import Path
 
 import msgpack
 import numpy as np
 
+from acep import storage
+
 from . import graph as _graph
 from . import sketch as _sketch
 
-__all__ = ["file_kind", "describe_history", "describe_sketch", "plot_history"]
+__all__ = ["file_kind", "expect_kind", "describe_history", "describe_sketch", "plot_history"]
+
+KINDS = {"history": "a history graph", "sketch": "a signed sketch"}
+WRITERS = {"history": "acep history build -o", "sketch": "acep history build --sketch"}
 
 
 def file_kind(path: str | PathLike) -> str:
@@ -30,6 +36,32 @@ def file_kind(path: str | PathLike) -> str:
     except Exception:  # not msgpack, or the format field is not near the start
         return "unknown"
     return "unknown"
+
+
+def expect_kind(path: str | PathLike, kind: str) -> str:
+    """The kind of the file ``path`` (:func:`file_kind`), once it is ``kind`` (``"history"``
+    or ``"sketch"``, or ``"any"`` of the two); otherwise a ``ValueError`` (``OSError``:
+    a file that cannot be read) saying what the file is, in one line."""
+    try:
+        found, size = file_kind(path), Path(path).stat().st_size
+    except OSError as exc:
+        raise OSError(f"{path}: {_unreadable(exc, KINDS.get(kind, 'a history or sketch'))}") \
+            from None
+    if found == kind or (kind == "any" and found in KINDS):
+        return found
+    if found in KINDS:
+        raise ValueError(f"{path} is {KINDS[found]}, not {KINDS[kind]} ({WRITERS[kind]} "
+                         "writes one)")
+    why = "an empty file" if size == 0 else "no 'format' field acep-history or acep-sketch"
+    raise ValueError(f"{path} is neither a history graph nor a sketch ({why})")
+
+
+def _unreadable(exc: OSError, what: str) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return "no such file"
+    if isinstance(exc, IsADirectoryError):
+        return f"a directory, not {what} file"
+    return f"cannot be read ({exc.strerror or exc})"
 
 
 def _table(rows: list[dict]) -> list[str]:
@@ -143,8 +175,10 @@ def plot_history(g: _graph.HistoryGraph, path: str | PathLike) -> Path:
     out = Path(path)
     if not out.suffix:  # what matplotlib writes then
         out = out.with_name(out.name + ".png")
-    fig.savefig(out, dpi=110)
+    image = io.BytesIO()  # savefig opens the file before it draws: write it whole, or not
+    fig.savefig(image, dpi=110, format=out.suffix[1:].lower())
     plt.close(fig)
+    storage.write_durably(out, image.getvalue())
     return out
 
 
@@ -160,6 +194,15 @@ def plot_problem(path: str | PathLike) -> str | None:
     if suffix and suffix not in types:
         return (f"{path}: matplotlib does not write .{suffix} files (it writes "
                 f"{', '.join('.' + t for t in sorted(types))})")
+    if suffix == "pgf":  # its text is measured by a TeX run; without one, savefig raises
+        import shutil
+
+        from matplotlib import rcParams
+
+        tex = rcParams["pgf.texsystem"]
+        if shutil.which(tex) is None:
+            return (f"{path}: matplotlib writes .pgf files with {tex}, which is not "
+                    "installed (write .png, .svg or .pdf)")
     return None
 
 
@@ -171,8 +214,8 @@ def _interval(lo: float, hi: float) -> str:
 
 def run(path: str, top: int = 10, plot: str | None = None, key_file: str | None = None) -> str:
     """The text ``acep history inspect`` prints; writes the plot when asked."""
+    kind = expect_kind(path, "any")
     size = Path(path).stat().st_size
-    kind = file_kind(path)
     if kind == "sketch":
         if key_file is None:
             raise ValueError(f"{path} is a signed sketch, not a history graph: pass --key-file "
@@ -180,11 +223,7 @@ def run(path: str, top: int = 10, plot: str | None = None, key_file: str | None 
         if plot:
             raise ValueError(f"{path} is a sketch: --plot needs the history graph file")
         key = _sketch.read_key(key_file)
-        return describe_sketch(_sketch.Sketch.load(path, key), size, top)
-    if kind != "history":
-        what = "an empty file" if size == 0 else \
-            "no 'format' field acep-history or acep-sketch"
-        raise ValueError(f"{path} is neither a history graph nor a sketch ({what})")
+        return describe_sketch(_sketch.Sketch.load(path, key, max_bytes=None), size, top)
     g = _graph.HistoryGraph.load(path)
     text = describe_history(g, size, top)
     if plot:

@@ -394,12 +394,18 @@ class Sketch:
         return storage.write_durably(path, self.to_bytes(key))
 
     @classmethod
-    def load(cls, path, key: bytes, max_bytes: int = MAX_BYTES) -> Sketch:
-        """The sketch in file ``path``; a refused one raises :class:`SketchError` naming it."""
+    def load(cls, path, key: bytes, max_bytes: int | None = MAX_BYTES) -> Sketch:
+        """The sketch in file ``path``; a refused one raises :class:`SketchError` naming it.
+        ``max_bytes=None``: a file of any size (one the user named, not one downloaded)."""
         with open(path, "rb") as fh:
-            data = fh.read(max_bytes + 1)
+            size = os.fstat(fh.fileno()).st_size
+            limit = max(size, MAX_BYTES) if max_bytes is None else max_bytes
+            data = fh.read(limit + 1)
         try:
-            return cls.from_bytes(data, key, max_bytes)
+            if len(data) > limit:  # say the file's size, not the bytes read to find out
+                raise SketchError(f"sketch is {max(size, len(data)):,} bytes, above the limit "
+                                  f"of {limit:,} bytes")
+            return cls.from_bytes(data, key, limit)
         except SketchError as exc:
             raise SketchError(f"{os.fspath(path)}: {exc}") from None
 

@@ -3,8 +3,10 @@
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,14 @@ from test_history_graph import V1_FILE, _flip, _hand_graph
 
 from acep.cli import main
 from history.sketch import Sketch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def acep(*argv: str) -> subprocess.CompletedProcess:
+    """The ``acep`` command in a process of its own, as a user runs it, here."""
+    return subprocess.run([sys.executable, "-m", "acep.cli", *argv], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 def test_inspect_prints_size_top_vectors_and_writes_a_plot(tmp_path, capsys):
@@ -312,3 +322,212 @@ def test_budget_ratios_are_refused_by_the_parser_naming_the_option(capsys, optio
         main(["history", *command, option, value])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and f"argument {option}: {message}" in err, err
+
+
+@pytest.mark.parametrize("pattern, fit, message", [
+    ("late verylate late", ["--fit", "0.01", "--burst", "2"],
+     "acep history build: budget 0.01 x 0.363 operations per event with a burst of 2 events"),
+    ("nosuch other", ["--fit", "0.1"],
+     "acep: error: the training stream has no operations to fit a budget to"),
+])
+def test_a_refused_fit_writes_neither_the_history_nor_the_sketch(built, pattern, fit, message):
+    """The history was written before the fit refused the budget: a refused command left
+    a new history beside the old sketch (or none)."""
+    before = _files(built)
+    done = acep(*BUILD[:4], pattern, *BUILD[5:], "-o", "jan.history", "--sketch",
+                "jan.sketch", "--key-file", "fleet.key", *fit)
+    assert done.returncode in (1, 2) and done.stderr.startswith(message), done.stderr
+    assert done.stderr.count("\n") == 1 and done.stdout == ""
+    done = acep(*BUILD[:4], pattern, *BUILD[5:], "-o", "new.history", "--sketch",
+                "new.sketch", "--key-file", "fleet.key", *fit)
+    assert done.returncode in (1, 2) and _files(built) == before, done.stderr
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--sketch", "new.sketch"], "--sketch needs --key-file (sketches are signed)"),
+    (["--fit", "0.1"], "--fit fits a sketch: it needs --sketch"),
+    (["--sketch", "new.sketch", "--key-file", "fleet.key", "--search", "4"],
+     "--search tunes the fitted reserves: it needs --fit"),
+])
+def test_options_that_do_not_go_together_are_a_usage_error(built, options, message):
+    """As ``acep train`` refuses the same options: exit 2 and the command's name (it was
+    exit 1, as for a bad file)."""
+    before = _files(built)
+    done = acep(*BUILD, "-o", "new.history", *options)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", f"acep history build: {message}\n")
+    assert _files(built) == before
+
+
+def test_a_predicate_over_a_column_the_spec_leaves_out_is_named_before_the_events(built):
+    """``acep match`` says so before reading; build read the events and blamed event 11, and
+    evaluate the first event of a bound type, for a typo in the options."""
+    before = _files(built)
+    done = acep(*BUILD, "--where", "verylate.delya > late.delay", "-o", "new.history")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        1, "", "acep: error: --where: 'delya' is not among the event spec's 'attributes' "
+               "(delay, distance, origin, destination)\n")
+    assert _files(built) == before
+    assert acep(*BUILD, "--where", "verylate.delay > late.delay", "-o", "d.history",
+                "--sketch", "d.sketch", "--key-file", "fleet.key").returncode == 0
+    Path("nodelay.json").write_text(json.dumps({
+        "tag": "date", "attributes": ["distance", "origin"],
+        "type": {"column": "delay", "bins": [-1e9, 0, 15, 60, 1e9],
+                 "labels": ["early", "ontime", "late", "verylate"]}}))
+    done = acep("history", "evaluate", "d.sketch", "feb.parquet", "--key-file", "fleet.key",
+                "--spec", "nodelay.json", "--json", "e.json")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        1, "", "acep: error: the sketch's predicates: 'delay' is not among the event spec's "
+               "'attributes' (distance, origin)\n")
+    assert not Path("e.json").exists()
+
+
+def test_build_names_a_bad_pattern_before_it_reads_the_events(built):
+    """A malformed pattern was found only after the whole file was read: here the file is
+    damaged, and the pattern is what the user hears about first."""
+    from damaged import corrupt_parquet
+
+    corrupt_parquet(Path("feb.parquet"))
+    done = acep(*BUILD[:4], "late (verylate", *BUILD[5:], "-o", "new.history")
+    assert done.returncode == 2 and done.stderr.startswith(
+        "acep: pattern error at position 14: expected ')'"), done.stderr
+    assert not Path("new.history").exists()
+
+
+def test_evaluate_names_an_events_file_without_events(built):
+    Path("empty.jsonl").write_text("")
+    done = acep(*EVALUATE[:3], "empty.jsonl", *EVALUATE[4:], "--json", "e.json")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        1, "", "acep: error: empty.jsonl: no events to evaluate the sketch on\n")
+    assert not Path("e.json").exists()
+
+
+@pytest.mark.skipif(shutil.which("xelatex") is not None, reason="xelatex is installed")
+def test_a_plot_type_that_needs_tex_is_refused_without_it(built):
+    """matplotlib lists .pgf as a type it writes, but its savefig runs xelatex: without it, a
+    traceback of 90 lines after the history was read."""
+    done = acep("history", "inspect", "jan.history", "--plot", "h.pgf")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", "acep history inspect: --plot h.pgf: matplotlib writes .pgf files with xelatex, "
+               "which is not installed (write .png, .svg or .pdf)\n")
+    assert not Path("h.pgf").exists()
+
+
+@pytest.mark.parametrize("command", [
+    BUILD[:4] + ["a b", "-o", "new.history"], ["match", "feb.parquet", "-p", "a b"]])
+@pytest.mark.parametrize("unit", ["", "h"])
+def test_a_window_too_large_for_a_float_is_refused_by_the_parser(built, command, unit):
+    """400 digits: an OverflowError's traceback (exit 1) from the window's conversion."""
+    done = acep(*command, "-w", "9" * 400 + unit)
+    assert done.returncode == 2 and done.stderr.splitlines()[-1] == (
+        f"acep {' '.join(command[:2 if command[0] == 'history' else 1])}: error: argument "
+        "--window/-w: bad window 999999999999... (400 digits): too large for a number"), \
+        done.stderr
+    assert "Traceback" not in done.stderr and not Path("new.history").exists()
+
+
+@pytest.mark.parametrize("command", ["build", "inspect", "evaluate"])
+def test_help_gives_every_default(command):
+    """Each option that has a default says it in --help (--top, -k, --partition and --spec
+    did not)."""
+    import argparse
+
+    from acep.cli import _parser
+
+    def sub(parser, name):
+        choices = next(a for a in parser._actions
+                       if isinstance(a, argparse._SubParsersAction)).choices
+        return choices[name]
+
+    parser = sub(sub(_parser(), "history"), command)
+    shown = " ".join(acep("history", command, "--help").stdout.split())
+    for action in parser._actions:
+        has_default = action.default not in (None, False, [], argparse.SUPPRESS) and \
+            not action.required
+        if action.option_strings and (has_default or action.dest in ("partition", "spec")):
+            assert "default" in action.help, action.option_strings
+            assert " ".join((action.help % vars(action)).split()) in shown
+
+
+@pytest.mark.parametrize("argv, said", [
+    ([*EVALUATE[:2], "jan.history", *EVALUATE[3:]],
+     "jan.history is a history graph, not a signed sketch (acep history build --sketch "
+     "writes one)"),
+    ([*EVALUATE[:2], "feb.parquet", *EVALUATE[3:]],
+     "feb.parquet is neither a history graph nor a sketch (no 'format' field acep-history "
+     "or acep-sketch)"),
+    ([*EVALUATE[:2], "gone.sketch", *EVALUATE[3:]], "gone.sketch: no such file"),
+    ([*EVALUATE[:2], "folder", *EVALUATE[3:]], "folder: a directory, not a signed sketch file"),
+    ([*EVALUATE, "--history", "jan.sketch"],
+     "--history jan.sketch is a signed sketch, not a history graph (acep history build -o "
+     "writes one)"),
+    ([*EVALUATE, "--history", "feb.parquet"],
+     "--history feb.parquet is neither a history graph nor a sketch (no 'format' field "
+     "acep-history or acep-sketch)"),
+    ([*EVALUATE, "--history", "gone.history"], "--history gone.history: no such file"),
+    (["history", "inspect", "gone.history"], "gone.history: no such file"),
+    (["history", "inspect", "folder"], "folder: a directory, not a history or sketch file"),
+])
+def test_a_file_of_another_kind_is_named_for_what_it_is(built, argv, said):
+    """It was msgpack's 'ExtraData: unpack(b) received extra data', a format field's
+    'acep-history', expected 'acep-sketch', or Python's '[Errno 2] No such file ...'."""
+    Path("folder").mkdir()
+    done = acep(*argv, "--json" if argv[1] == "evaluate" else "--plot", "out.png")
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", f"acep: error: {said}\n")
+    assert not Path("out.png").exists()
+
+
+def test_a_killed_inspect_leaves_no_half_plot(built):
+    """matplotlib opens the plot's file before it draws into it: a run killed as soon as the
+    file showed left it empty. Now it shows whole or not at all."""
+    plot = Path("h.svg")
+    for _ in range(3):
+        plot.unlink(missing_ok=True)
+        run = subprocess.Popen([sys.executable, "-m", "acep.cli", "history", "inspect",
+                                "jan.history", "--plot", str(plot)],
+                               env={**os.environ, "PYTHONPATH": str(ROOT)},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while not plot.exists() and run.poll() is None:
+            time.sleep(0.0005)
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+        assert plot.read_bytes().rstrip().endswith(b"</svg>")
+    assert sorted(p.name for p in built.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_sketch_over_a_mebibyte_is_built_with_a_warning_and_read_back(built):
+    """16,905 cells (k = 4, 64 bins): build wrote the 1.2 MB sketch, and then inspect and
+    evaluate refused it as 'sketch is 1048577 bytes, above the limit' (the bytes read, not
+    the file's): a file the user named is read whatever its size, its MAC checked first."""
+    done = acep(*BUILD[:4], "ontime late verylate late ontime late", "-w", "6h", "-k", "4",
+                "--spec", "flights", "--bins", "64", "-o", "big.history", "--sketch",
+                "big.sketch", "--key-file", "fleet.key")
+    size = Path("big.sketch").stat().st_size
+    assert done.returncode == 0 and size > 1 << 20
+    assert done.stderr.splitlines()[-1] == (
+        f"acep: warning: the sketch ({size:,} bytes, 16,905 cells) is above the 1,048,576 "
+        "bytes an agent takes by default: raise sketch.max_bytes in its config, or give "
+        "fewer --bins or a smaller -k")
+    shown = acep("history", "inspect", "big.sketch", "--key-file", "fleet.key")
+    assert shown.returncode == 0 and f"bytes: {size:,}" in shown.stdout, shown.stderr
+    done = acep(*EVALUATE[:2], "big.sketch", *EVALUATE[3:], "--budgets", "0.5")
+    assert done.returncode == 0 and "50%  random" in done.stdout, done.stderr
+    with pytest.raises(ValueError, match=f"big.sketch: sketch is {size:,} bytes, above the "
+                                         "limit of 1,048,576 bytes"):
+        Sketch.load("big.sketch", b"a signing key")
+
+
+@pytest.mark.parametrize("argv, option", [
+    ([*BUILD, "-o"], "-o"),
+    ([*BUILD, "-o", "new.history", "--key-file", "fleet.key", "--sketch"], "--sketch"),
+    ([*EVALUATE, "--json"], "--json"),
+    (["history", "inspect", "jan.history", "--plot"], "--plot"),
+])
+def test_an_empty_output_path_is_refused(built, argv, option):
+    """``-o "$OUT"`` with OUT unset: -o failed after the work on a rename to '', --sketch
+    said '-o new.history: overlaps --sketch ', and --json and --plot wrote nothing, exit 0."""
+    before = _files(built)
+    done = acep(*argv, "")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", f"acep history {argv[1]}: {option}: an empty path; give a file name\n")
+    assert _files(built) == before
