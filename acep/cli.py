@@ -664,7 +664,7 @@ def add_fit_options(parser, events: str) -> None:
 
 def run_history_build(args) -> int:
     from history.build import build_history
-    from history.sketch import Sketch, read_key
+    from history.sketch import Sketch, oversized, read_key
 
     if args.sketch and not args.key_file:
         raise UsageError("--sketch needs --key-file (sketches are signed)")
@@ -693,19 +693,9 @@ def run_history_build(args) -> int:
     if sketch is not None:
         n = sketch.save(args.sketch, key)
         print(f"acep: signed sketch, {n:,} bytes -> {args.sketch}", file=sys.stderr)
-        _warn_sketch_size(n, sketch.n_cells)
+        if (why := oversized(n, sketch.n_cells)) is not None:
+            print(f"acep: warning: {why}", file=sys.stderr)
     return 0
-
-
-def _warn_sketch_size(size: int, cells: int) -> None:
-    """An agent downloads and loads a sketch of at most ``sketch.max_bytes`` (1 MiB unless
-    its config says more): say so when this one is larger."""
-    from history.sketch import MAX_BYTES
-
-    if size > MAX_BYTES:
-        print(f"acep: warning: the sketch ({size:,} bytes, {cells:,} cells) is above the "
-              f"{MAX_BYTES:,} bytes an agent takes by default: raise sketch.max_bytes in its "
-              "config, or give fewer --bins or a smaller -k", file=sys.stderr)
 
 
 def _read_named(path: str, spec) -> list:
@@ -725,10 +715,7 @@ def _check_outputs(files: dict[str, str | None], *inputs: str | None) -> None:
     -> path or None), before the work: ``acep train``'s check (``trainer.outputs``)."""
     from trainer.outputs import OutputError, check_outputs
 
-    for option, path in files.items():
-        if path == "":  # an unset shell variable: no output (or a failure after the work)
-            raise UsageError(f"{option}: an empty path; give a file name")
-    try:
+    try:  # an empty path too: an unset shell variable ("$OUT")
         check_outputs({}, [f for f in inputs if f and f != "-"], files=files)
     except OutputError as exc:
         raise UsageError(str(exc)) from None

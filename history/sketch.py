@@ -41,7 +41,7 @@ from acep import storage
 from . import _format
 
 __all__ = ["Sketch", "SketchError", "cell_scores", "minhash_signatures", "proxy_classes",
-           "read_key"]
+           "read_key", "oversized"]
 
 FORMAT = "acep-sketch"
 VERSION = 2  # 2: the per-cell 'need' table
@@ -496,3 +496,14 @@ def _check_key(key: bytes) -> bytes:
 def _mac(key: bytes, payload: bytes) -> bytes:
     header = f"{FORMAT}/{VERSION}\0".encode()
     return hmac.new(key, header + payload, hashlib.sha256).digest()
+
+
+def oversized(size: int, cells: int) -> str | None:
+    """Why a sketch of ``size`` bytes will not reach an agent on its defaults: it downloads
+    and loads at most ``sketch.max_bytes`` (:data:`MAX_BYTES` unless its config says more);
+    None when it fits."""
+    if size <= MAX_BYTES:
+        return None
+    return (f"the sketch ({size:,} bytes, {cells:,} cells) is above the {MAX_BYTES:,} bytes "
+            "an agent takes by default: raise sketch.max_bytes in its config, or give fewer "
+            "--bins or a smaller -k")

@@ -531,3 +531,21 @@ def test_a_local_session_takes_the_cores_the_process_may_use():
                           check=True, cwd=Path(__file__).parents[1],
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     assert done.stdout.split() == ["local[1]", "local[3]"]
+
+
+def test_a_sketch_over_what_an_agent_takes_is_trained_with_a_warning(tmp_path):
+    """k = 4 and 64 bins make a sketch over the 1 MiB an agent downloads on its defaults:
+    acep train says so as acep history build does (it wrote it silently)."""
+    (tmp_path / "fleet.key").write_bytes(KEY + b"\n")
+    sketch = tmp_path / "big.sketch"
+    done = acep("train", str(ROOT / "tests" / "data" / "flights-2000.parquet"), "--spec",
+                "flights", "--partition", "origin", "-p", "ontime late verylate late ontime late",
+                "-w", "6h", "-k", "4", "--bins", "64", "--sketch", str(sketch), "--key-file",
+                str(tmp_path / "fleet.key"), "--cores", "1", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    size = sketch.stat().st_size
+    assert size > 1 << 20 and json.loads(done.stdout.splitlines()[-1])["sketch_bytes"] == size
+    cells = Sketch.load(sketch, KEY, max_bytes=None).n_cells
+    assert (f"acep train: warning: the sketch ({size:,} bytes, {cells:,} cells) is above the "
+            "1,048,576 bytes an agent takes by default: raise sketch.max_bytes in its config"
+            in done.stderr), done.stderr

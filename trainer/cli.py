@@ -145,7 +145,8 @@ def _check(args) -> None:
     if bool(args.inputs) == bool(args.archive):
         raise UsageError("give event files or --archive DIR (one of the two)")
     args.since, args.before = archive_days(args.archive, args.since, args.before)
-    if not (args.output or args.sketch or args.publish):
+    # an empty path ("$OUT" unset) is an output given: _check_outputs names it
+    if all(x is None for x in (args.output, args.sketch, args.publish)):
         raise UsageError("nothing to write: give --output, --sketch or --publish")
     if (args.sketch or args.publish) and not args.key_file:
         raise UsageError("--sketch and --publish need --key-file (sketches are signed)")
@@ -192,7 +193,7 @@ def run(args) -> int:
     from acep.events import EventSpec
     from history.fit import describe
     from history.graph import HistoryGraph
-    from history.sketch import Sketch
+    from history.sketch import Sketch, oversized
 
     from .sources import print_quarantined
     from .train import train
@@ -225,8 +226,11 @@ def run(args) -> int:
     if args.output:
         stats["history_bytes"] = graph.save(args.output)
     if key is not None:
-        data = (result.sketch or Sketch.from_graph(graph)).to_bytes(key)
+        sketch = result.sketch or Sketch.from_graph(graph)
+        data = sketch.to_bytes(key)
         stats["sketch_bytes"] = len(data)
+        if (why := oversized(len(data), sketch.n_cells)) is not None:
+            print(f"acep train: warning: {why}", file=sys.stderr)
         if args.sketch:
             storage.write_durably(args.sketch, data)
     if ratios:

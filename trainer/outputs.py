@@ -42,6 +42,9 @@ def check_outputs(outputs: dict[str, str | os.PathLike | None],
     given = {name: os.fspath(p) for name, p in outputs.items() if p is not None}
     sources = [os.fspath(p) for p in inputs]
     written = {name: os.fspath(p) for name, p in (files or {}).items() if p is not None}
+    for name, path in {**given, **written}.items():
+        if path == "":  # an unset shell variable ("$OUT"): it would fail after the work
+            raise OutputError(f"{name}: an empty path; give a file name")
     for name, path in written.items():
         _check_file(name, path, sources, {**given, **written})
     for name, path in given.items():
