@@ -62,7 +62,10 @@ def parse_window(text: str) -> Window:
     if not m or m.group(2) not in _UNITS:
         raise argparse.ArgumentTypeError(
             f"bad window {text!r}: a number, optionally with a unit (ms, s, min, h, d)")
-    window = Window(within_seconds(m.group(1), m.group(2)))
+    try:
+        window = Window(within_seconds(m.group(1), m.group(2)))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"bad window {text!r}: {exc}") from None
     window.text, window.has_unit = text.strip(), bool(m.group(2))
     return window
 

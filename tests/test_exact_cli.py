@@ -254,6 +254,25 @@ def test_bad_query_file_names_file_clause_line_and_position(tmp_path):
     assert "line 3" in r.stderr and "position 77" in r.stderr and "^" in r.stderr
 
 
+# (query text, the caret's line as shown, a fragment of the message)
+BAD_QUERIES = [
+    ("PATTERN SEQ(Stock a, Stock b) WITHIN 1e400\n",
+     "  PATTERN SEQ(Stock a, Stock b) WITHIN 1e400", "WITHIN: 1e400 is too large a window"),
+]
+
+
+@pytest.mark.parametrize("text, shown, fragment", BAD_QUERIES)
+def test_bad_query_exits_2_with_the_position_and_no_traceback(tmp_path, text, shown, fragment):
+    bad = tmp_path / "bad.sase"
+    bad.write_text(text)
+    r = acep("exact", bad, E3)
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 3 and fragment in lines[0] and lines[1] == shown, r.stderr
+    column = int(lines[0].split("column ")[1].split(" ")[0])
+    assert lines[2] == " " * (column + 1) + "^"
+
+
 def test_query_rule_violation_is_a_query_error(tmp_path):
     bad = tmp_path / "rule.sase"
     bad.write_text("PATTERN SEQ(Shelf a, Exit c)\n"

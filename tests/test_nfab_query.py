@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import string
 
@@ -317,6 +318,8 @@ def test_the_cli_keeps_its_unit_table():
 
     assert _UNITS is WITHIN_UNITS and UNITS["m"] == 60
     assert parse_window("2m") == 120 and parse_window("500ms") == 0.5
+    with pytest.raises(argparse.ArgumentTypeError, match="too large a window"):
+        parse_window("9" * 400 + "d")  # beyond the largest float: an option error
 
 
 # --------------------------------------------------------------------------- errors (2.4)
@@ -404,6 +407,8 @@ SYNTAX_ERRORS = [
     ("PATTERN SEQ(A a) WHERE skip_till_any_match() §a.x", "WHERE", "after the strategy"),
     ("PATTERN SEQ(A a) WITHIN §hours", "WITHIN", "expected a number"),
     ("PATTERN SEQ(A a) WITHIN 5 §fortnights", "WITHIN", "unknown unit"),
+    ("PATTERN SEQ(A a) WITHIN §1e400", "WITHIN", "1e400 is too large a window"),
+    ("PATTERN SEQ(A a) WITHIN §1e306 days", "WITHIN", "1e306 days is too large"),
     ("PATTERN SEQ(A a) WITHIN 5 s §WHERE a.x > 1", "WITHIN", "in this order"),
     ("PATTERN SEQ(A a) RETURN a.x §a.y", "RETURN", "expected ',', AS"),
     ("PATTERN SEQ(A a) RETURN a.x AS §1", "RETURN", "a name after AS"),

@@ -403,7 +403,10 @@ def _within(cur: _QueryCursor) -> float:
         cur.take()
     if not cur.at_clause_end():
         cur.fail(f"expected RETURN or the end, found {cur.describe()}")
-    return within_seconds(number.text, unit)
+    try:
+        return within_seconds(number.text, unit)
+    except ValueError as exc:
+        cur.fail(str(exc), number.pos)
 
 
 def _returns(cur: _QueryCursor) -> tuple[ReturnItem, ...]:
