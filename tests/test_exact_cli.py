@@ -258,6 +258,12 @@ def test_bad_query_file_names_file_clause_line_and_position(tmp_path):
 BAD_QUERIES = [
     ("PATTERN SEQ(Stock a, Stock b) WITHIN 1e400\n",
      "  PATTERN SEQ(Stock a, Stock b) WITHIN 1e400", "WITHIN: 1e400 is too large a window"),
+    ("PATTERN SEQ(Stock a, Stock b)\nWHERE skip_till_nxt_match(a, b) { b.price > a.price }\n",
+     "  WHERE skip_till_nxt_match(a, b) { b.price > a.price }",
+     "WHERE: unknown strategy 'skip_till_nxt_match' (known: strict_contiguity, "
+     "partition_contiguity, skip_till_next_match, skip_till_any_match)"),
+    ("PATTERN SEQ(Stock a, Stock b)\nWHERE b.price >\n\n",  # the caret after the last word
+     "  WHERE b.price >", "line 2, column 16 (position 45): WHERE: expected a value, found end"),
 ]
 
 
