@@ -444,9 +444,11 @@ def run_exact(args) -> int:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise ValueError(f"query file {args.query}: {reason}") from None
     spec = EventSpec.load(args.spec) if args.spec else None
+    make_engine = _exact_engine(query, args)
+    _check_query_attributes(query, spec or EventSpec())
     started = time.perf_counter()
     batch, bad = _read_accepted(args.events, spec)
-    engine, found, bad = _run_exact_until_bad(query, args, batch, bad)
+    engine, found, bad = _run_exact_until_bad(make_engine, batch, bad)
     seconds = time.perf_counter() - started
     out = _ExactPrinter(query, batch)
     if args.output == "verbose":
@@ -493,17 +495,52 @@ def _read_accepted(path: str, spec) -> tuple:
     return read_all(path, spec), None  # an empty input, named by its source
 
 
-def _run_exact_until_bad(query, args, batch, bad):
-    """The engine over ``batch``; when the engine refuses an event, it runs again over the
-    events before it. Returns (engine, outputs, the first bad event's error or None)."""
+def _exact_engine(query, args):
+    """A maker of fresh engines for the options, checked before any event is read."""
     from .nfab import Engine
 
-    engine = Engine(query, output=args.output, engine=args.engine)
+    def make() -> Engine:
+        return Engine(query, output=args.output, engine=args.engine)
+
+    try:
+        make()
+    except ValueError as exc:  # e.g. --engine postpone under skip_till_next_match
+        raise UsageError(f"--engine {args.engine}: {exc}") from None
+    return make
+
+
+def _check_query_attributes(query, spec: EventSpec) -> None:
+    """An attribute the query reads that the spec never gives (not among its attributes,
+    or its tag or type column) is an error before any event is read, as ``--where`` is."""
+    from .nfab.compile import compile_query
+    from .nfab.runs import _needed_attributes
+
+    needed = _needed_attributes(compile_query(query))
+    for c in query.components:
+        for name in sorted(needed.get(c.var, ())):
+            why = not_an_attribute(spec, name)
+            if why is not None:
+                raise UsageError(f"the query reads {c.var}.{name}, but {why}"
+                                 f"{_attribute_hint(spec, c.var, name)}")
+
+
+def _attribute_hint(spec: EventSpec, var: str, name: str) -> str:
+    if name == spec.tag:
+        return f" (the query reads the tag as {var}.t)"
+    if spec.attributes is None and name == spec.type:
+        return ' (--spec with {"type": "<the type column>"})'
+    return ""
+
+
+def _run_exact_until_bad(make_engine, batch, bad):
+    """The engine over ``batch``; when the engine refuses an event, it runs again over the
+    events before it. Returns (engine, outputs, the first bad event's error or None)."""
+    engine = make_engine()
     try:
         return engine, engine.run(batch), bad
     except EventError as exc:  # positions are the file's accepted events: name the line
         located = _located(exc, batch)
-    engine = Engine(query, output=args.output, engine=args.engine)
+    engine = make_engine()
     if located.position is None:
         return engine, [], located
     return engine, engine.run(batch.slice(0, located.position)), located

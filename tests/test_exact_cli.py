@@ -411,9 +411,41 @@ def test_unreadable_event_names_file_and_line(tmp_path):
 
 
 def test_query2_without_its_spec_says_how_to_read_an_attribute_called_type():
-    r = acep("exact", Q2, E2)
+    r = acep("exact", Q2, E2)  # before any event is read: no event could carry a.type
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
+    assert r.stderr.splitlines() == [
+        "acep exact: the query reads a.type, but 'type' is the column the event type is read "
+        "from (the event spec's 'type'), not an attribute; a spec with another type column "
+        'reads it (--spec with {"type": "<the type column>"})']
+
+
+def test_an_event_without_a_type_column_says_how_to_read_the_type(tmp_path):
+    events = _copy_with(tmp_path, [json.dumps({"kind": "Stock", "t": 1, "price": 1})])
+    r = acep("exact", Q3, events)
     assert r.returncode == 1 and "Traceback" not in r.stderr
-    assert "line 2" in r.stderr and "--spec" in r.stderr
+    assert "events.jsonl, line 1, field 'type'" in r.stderr and "--spec" in r.stderr
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"attributes": ["symbol", "price"]},
+     "acep exact: the query reads a.volume, but 'volume' is not among the event spec's "
+     "'attributes' (symbol, price)"),
+    ({"tag": "volume"}, "acep exact: the query reads a.volume, but 'volume' is the tag (the "
+                        "event spec's 'tag'), not an attribute (the query reads the tag as a.t)"),
+])
+def test_an_attribute_the_spec_never_gives_is_an_error_before_reading(tmp_path, spec, message):
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec))
+    r = acep("exact", Q3, E3, "--spec", spec_file)  # not a bad event on line 1
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.splitlines() == [message]
+
+
+def test_an_engine_the_strategy_does_not_allow_is_an_option_error(tmp_path):
+    events = tmp_path / "missing.jsonl"  # refused before the events are read
+    r = acep("exact", Q3, events, "--engine", "postpone")
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.splitlines() == [
+        "acep exact: --engine postpone: the postponing engine needs skip_till_any_match, "
+        "not skip_till_next_match (EXACT.md 7)"]
 
 
 @pytest.mark.parametrize("which", ["query", "events"])
