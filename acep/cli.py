@@ -23,6 +23,7 @@ from ._text import one_line
 from .events import (
     EventError,
     EventSpec,
+    _format_of,
     file_size_hint,
     iso_texts,
     not_an_attribute,
@@ -445,9 +446,11 @@ def run_exact(args) -> int:
         raise ValueError(f"query file {args.query}: {reason}") from None
     spec = EventSpec.load(args.spec) if args.spec else None
     make_engine = _exact_engine(query, args)
-    _check_query_attributes(query, spec or EventSpec())
+    read = _check_query_attributes(query, spec or EventSpec())
     started = time.perf_counter()
     batch, bad = _read_accepted(args.events, spec)
+    if _format_of(args.events) == "csv":
+        _csv_numbers(batch, read)
     engine, found, bad = _run_exact_until_bad(make_engine, batch, bad)
     seconds = time.perf_counter() - started
     out = _ExactPrinter(query, batch)
@@ -509,9 +512,10 @@ def _exact_engine(query, args):
     return make
 
 
-def _check_query_attributes(query, spec: EventSpec) -> None:
-    """An attribute the query reads that the spec never gives (not among its attributes,
-    or its tag or type column) is an error before any event is read, as ``--where`` is."""
+def _check_query_attributes(query, spec: EventSpec) -> set[str]:
+    """The attributes the query reads. One that the spec never gives (not among its
+    attributes, or its tag or type column) is an error before any event is read, as
+    ``--where`` is."""
     from .nfab.compile import compile_query
     from .nfab.runs import _needed_attributes
 
@@ -522,6 +526,7 @@ def _check_query_attributes(query, spec: EventSpec) -> None:
             if why is not None:
                 raise UsageError(f"the query reads {c.var}.{name}, but {why}"
                                  f"{_attribute_hint(spec, c.var, name)}")
+    return set().union(*needed.values())
 
 
 def _attribute_hint(spec: EventSpec, var: str, name: str) -> str:
@@ -530,6 +535,30 @@ def _attribute_hint(spec: EventSpec, var: str, name: str) -> str:
     if spec.attributes is None and name == spec.type:
         return ' (--spec with {"type": "<the type column>"})'
     return ""
+
+
+_CSV_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _csv_numbers(batch, names: set[str]) -> None:
+    """A CSV value has no kind of its own: one that reads as a number is a number, also in a
+    column that pyarrow reads as text because another value of it is text (else ``99`` and
+    ``100`` there would compare as text)."""
+    for name in names & batch.columns.keys():
+        column = batch.columns[name]
+        if column.dtype == object:
+            out = np.empty(len(column), dtype=object)
+            out[:] = [_csv_number(v) for v in column]
+            batch.columns[name] = out
+
+
+def _csv_number(value):
+    if not isinstance(value, str) or not _CSV_NUMBER.fullmatch(value):
+        return value
+    if value.lstrip("+-").isdigit():
+        return int(value)  # exact beyond 2**53, as an integer column keeps it
+    number = float(value)
+    return number if math.isfinite(number) else value
 
 
 def _run_exact_until_bad(make_engine, batch, bad):

@@ -338,6 +338,33 @@ def test_a_text_value_in_a_column_does_not_turn_its_numbers_into_text(tmp_path):
         assert r.returncode == 0 and r.stdout == "", r.stderr  # 99 > 100 is false
 
 
+def test_csv_numbers_stay_numbers_in_a_column_that_also_holds_text(tmp_path):
+    """pyarrow reads a CSV column with a text value among its first rows as text; its
+    numbers must still compare as numbers (as text, "99" > "100")."""
+    query = tmp_path / "cmp.sase"
+    query.write_text("PATTERN SEQ(Stock a, Stock b) WHERE b.price > a.price WITHIN 1 hour\n")
+    events = tmp_path / "e.csv"
+    events.write_text("type,t,price\nStock,1,100\nStock,2,99\nOther,3,abc\n"
+                      "Stock,4,12345678901234567\n")
+    r = acep("exact", query, events)
+    assert r.returncode == 0, r.stderr
+    assert [_ids(m) for m in _lines(r)] == [((0,), (3,)), ((1,), (3,))]
+
+
+def test_csv_text_where_a_number_is_needed_names_its_own_line(tmp_path):
+    query = tmp_path / "sum.sase"
+    query.write_text("PATTERN SEQ(A a, B b) WHERE b.x > a.x + 0 WITHIN 10\n")
+    events = tmp_path / "e.csv"
+    events.write_text("type,t,x\nA,1,1\nB,2,2.5\nB,3,zz\nB,4,5\n")
+    r = acep("exact", query, events)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.splitlines() == [f"acep: error: {events}, line 4, field 'x': attribute 'x' "
+                                     "of a B event is not a number ('zz'), and the query "
+                                     "computes with it"]
+    assert _lines(r) == [{"start": 1, "end": 2, "partition": None, "events": {"a": 1, "b": 2},
+                          "positions": {"a": 0, "b": 1}, "values": None}]
+
+
 @pytest.mark.parametrize("engine", ["runs", "shared", "postpone"])
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_64_bit_ids_are_never_one_partition_by_rounding(tmp_path, engine, fmt):
