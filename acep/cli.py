@@ -147,6 +147,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="verbose: one line per match; compact: one line per end event "
                             "(postpone: per start and end event, with the candidates)")
     exact.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
+    exact.add_argument("--max-entries", type=_whole(1, "entries"), default=1_000_000,
+                       help="stop with an error rather than hold more partial and complete "
+                            "matches at once than this (about 1 KB each; under "
+                            "skip_till_any_match a Kleene component's matches multiply "
+                            "with its events; default %(default)s)")
     exact.set_defaults(run=run_exact)
     demo = sub.add_parser(
         "demo", help="the whole loop on one machine: collector, Spark trainer, agent, report",
@@ -437,7 +442,7 @@ def run_exact(args) -> int:
     """``acep exact QUERY_FILE EVENTS_FILE``: the exact engine on one file (a finite window).
     At a bad event, the matches of the events before it are printed first (a match depends
     only on events up to its last one), then the error names the event."""
-    from .nfab import load_query
+    from .nfab import ExactLimitError, load_query
 
     try:
         query = load_query(args.query)
@@ -451,13 +456,16 @@ def run_exact(args) -> int:
     batch, bad = _read_accepted(args.events, spec)
     if _format_of(args.events) == "csv":
         _csv_numbers(batch, read)
-    engine, found, bad = _run_exact_until_bad(make_engine, batch, bad)
-    seconds = time.perf_counter() - started
-    out = _ExactPrinter(query, batch)
-    if args.output == "verbose":
-        lines = [json.dumps(out.match(m)) for m in found]
-    else:
-        lines = [json.dumps(out.record(r)) for r in found]
+    try:
+        engine, found, bad = _run_exact_until_bad(make_engine, batch, bad)
+        seconds = time.perf_counter() - started
+        out = _ExactPrinter(query, batch)
+        if args.output == "verbose":
+            lines = [json.dumps(out.match(m)) for m in found]
+        else:  # a postponed record's count() may enumerate its matches
+            lines = [json.dumps(out.record(r)) for r in found]
+    except ExactLimitError as exc:
+        raise _limit_located(exc, batch) from None
     if lines:
         sys.stdout.write("\n".join(lines) + "\n")
         sys.stdout.flush()  # a reader of a live pipe sees each batch's matches at once
@@ -503,7 +511,8 @@ def _exact_engine(query, args):
     from .nfab import Engine
 
     def make() -> Engine:
-        return Engine(query, output=args.output, engine=args.engine)
+        return Engine(query, output=args.output, engine=args.engine,
+                      max_entries=args.max_entries)
 
     try:
         make()
@@ -620,6 +629,14 @@ def _plain(value):
             return None
         return int(value) if value.is_integer() else value
     return value
+
+
+def _limit_located(exc, batch) -> MemoryError:
+    """The engine's limit error with the file and line of the event it had reached."""
+    pos = exc.position
+    line = batch.line_of(pos) if 0 <= pos < len(batch) else None
+    where = batch.source if line is None else f"{batch.source}, line {line}"
+    return MemoryError(f"{where}: {exc}".replace("(max_entries)", "(--max-entries)"))
 
 
 def _located(exc: EventError, batch) -> EventError:
