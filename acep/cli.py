@@ -648,6 +648,10 @@ def _located(exc: EventError, batch) -> EventError:
         message = (f"tag {tag} goes back in time (the event before has {previous}; the exact "
                    "engine needs tags that never decrease over the whole input)")
         field = batch.tag_field
+    elif field not in (None, "t") and field not in batch.columns:  # a misspelt attribute?
+        names = sorted(batch.columns)
+        shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+        message += f" (no event of the input has it; attributes: {shown or 'none'})"
     return EventError(message, batch.source, batch.line_of(pos) if known else None, field, pos)
 
 

@@ -421,6 +421,15 @@ def test_engine_push_names_the_stream_position_of_a_text_value():
     assert [m.positions for m in info.value.matches] == [((0,), (2,)), ((1,), (2,))]
 
 
+def test_an_attribute_no_event_has_is_named_with_the_attributes_there_are(tmp_path):
+    query = tmp_path / "typo.sase"
+    query.write_text("PATTERN SEQ(Stock a, Stock b) WHERE b.prce > a.price WITHIN 1 hour\n")
+    r = acep("exact", query, E3)
+    assert r.returncode == 1 and r.stdout == "" and r.stderr.splitlines() == [
+        f"acep: error: {E3}, line 1, field 'prce': Stock event lacks attribute 'prce' that "
+        "the query reads (no event of the input has it; attributes: price, symbol, volume)"]
+
+
 def test_missing_attribute_of_an_earlier_component_of_the_same_type(tmp_path):
     lines = E3.read_text().splitlines()
     lines[1] = json.dumps({"type": "Stock", "t": "2008-06-10T00:02:00", "symbol": "IBM",
