@@ -279,6 +279,14 @@ def test_bad_query_exits_2_with_the_position_and_no_traceback(tmp_path, text, sh
     assert lines[2] == " " * (column + 1) + "^"
 
 
+def test_a_query_file_with_a_byte_order_mark_reads_as_without(tmp_path):
+    query = tmp_path / "bom.sase"  # Windows Notepad's "UTF-8": a BOM and CRLF line ends
+    query.write_bytes(b"\xef\xbb\xbf" + Q3.read_bytes().replace(b"\n", b"\r\n"))
+    r = acep("exact", query, E3)
+    assert r.returncode == 0, r.stderr
+    assert [_ids(x) for x in _lines(r)] == EXPECTED["query3"]
+
+
 def test_query_rule_violation_is_a_query_error(tmp_path):
     bad = tmp_path / "rule.sase"
     bad.write_text("PATTERN SEQ(Shelf a, Exit c)\n"

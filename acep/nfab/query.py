@@ -198,8 +198,9 @@ def parse_query(text: str, *, source: str | None = None) -> Query:
 
 
 def load_query(path: str | os.PathLike[str]) -> Query:
-    """Read and parse a query file (UTF-8); errors name the file."""
-    return parse_query(Path(path).read_text(encoding="utf-8"), source=str(path))
+    """Read and parse a query file (UTF-8, with or without the byte-order mark some
+    editors write); errors name the file."""
+    return parse_query(Path(path).read_text(encoding="utf-8-sig"), source=str(path))
 
 
 # --------------------------------------------------------------------------- PATTERN
