@@ -23,6 +23,7 @@ from ._text import one_line
 from .events import (
     EventError,
     EventSpec,
+    _format_of,
     file_size_hint,
     iso_texts,
     not_an_attribute,
@@ -66,9 +67,11 @@ def parse_window(text: str) -> Window:
             f"bad window {text!r}: a number, optionally with a unit (ms, s, min, h, d)")
     try:
         window = Window(within_seconds(m.group(1), m.group(2)))
-    except OverflowError:  # more digits than a float holds
-        raise argparse.ArgumentTypeError(f"bad window {m.group(1)[:12]}... ({len(m.group(1))} "
-                                         "digits): too large for a number") from None
+    except ValueError:  # beyond the largest float (400 digits)
+        number = m.group(1)
+        shown = number if len(number) <= 15 else f"{number[:12]}... ({len(number)} digits)"
+        raise argparse.ArgumentTypeError(f"bad window {shown}: too large a window (at most "
+                                         "1.8e+308 seconds)") from None
     window.text, window.has_unit = text.strip(), bool(m.group(2))
     return window
 
@@ -149,6 +152,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="verbose: one line per match; compact: one line per end event "
                             "(postpone: per start and end event, with the candidates)")
     exact.add_argument("--spec", help=SPEC_HELP)
+    exact.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
+    exact.add_argument("--max-entries", type=_whole(1, "entries"), default=1_000_000,
+                       help="stop with an error rather than hold more partial and complete "
+                            "matches at once than this (about 1 KB each; under "
+                            "skip_till_any_match a Kleene component's matches multiply "
+                            "with its events; default %(default)s)")
     exact.set_defaults(run=run_exact)
     demo = sub.add_parser(
         "demo", help="the whole loop on one machine: collector, Spark trainer, agent, report",
@@ -443,7 +452,7 @@ def run_exact(args) -> int:
     """``acep exact QUERY_FILE EVENTS_FILE``: the exact engine on one file (a finite window).
     At a bad event, the matches of the events before it are printed first (a match depends
     only on events up to its last one), then the error names the event."""
-    from .nfab import load_query
+    from .nfab import ExactLimitError, load_query
 
     try:
         query = load_query(args.query)
@@ -451,15 +460,22 @@ def run_exact(args) -> int:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise ValueError(f"query file {args.query}: {reason}") from None
     spec = EventSpec.load(args.spec) if args.spec else None
+    make_engine = _exact_engine(query, args)
+    read = _check_query_attributes(query, spec or EventSpec())
     started = time.perf_counter()
     batch, bad = _read_accepted(args.events, spec)
-    engine, found, bad = _run_exact_until_bad(query, args, batch, bad)
-    seconds = time.perf_counter() - started
-    out = _ExactPrinter(query, batch)
-    if args.output == "verbose":
-        lines = [json.dumps(out.match(m)) for m in found]
-    else:
-        lines = [json.dumps(out.record(r)) for r in found]
+    if _format_of(args.events) == "csv":
+        _csv_numbers(batch, read)
+    try:
+        engine, found, bad = _run_exact_until_bad(make_engine, batch, bad)
+        seconds = time.perf_counter() - started
+        out = _ExactPrinter(query, batch)
+        if args.output == "verbose":
+            lines = [json.dumps(out.match(m)) for m in found]
+        else:  # a postponed record's count() may enumerate its matches
+            lines = [json.dumps(out.record(r)) for r in found]
+    except ExactLimitError as exc:
+        raise _limit_located(exc, batch) from None
     if lines:
         sys.stdout.write("\n".join(lines) + "\n")
         sys.stdout.flush()  # a reader of a live pipe sees each batch's matches at once
@@ -500,17 +516,79 @@ def _read_accepted(path: str, spec) -> tuple:
     return read_all(path, spec), None  # an empty input, named by its source
 
 
-def _run_exact_until_bad(query, args, batch, bad):
-    """The engine over ``batch``; when the engine refuses an event, it runs again over the
-    events before it. Returns (engine, outputs, the first bad event's error or None)."""
+def _exact_engine(query, args):
+    """A maker of fresh engines for the options, checked before any event is read."""
     from .nfab import Engine
 
-    engine = Engine(query, output=args.output, engine=args.engine)
+    def make() -> Engine:
+        return Engine(query, output=args.output, engine=args.engine,
+                      max_entries=args.max_entries)
+
+    try:
+        make()
+    except ValueError as exc:  # e.g. --engine postpone under skip_till_next_match
+        raise UsageError(f"--engine {args.engine}: {exc}") from None
+    return make
+
+
+def _check_query_attributes(query, spec: EventSpec) -> set[str]:
+    """The attributes the query reads. One that the spec never gives (not among its
+    attributes, or its tag or type column) is an error before any event is read, as
+    ``--where`` is."""
+    from .nfab.compile import compile_query
+    from .nfab.runs import _needed_attributes
+
+    needed = _needed_attributes(compile_query(query))
+    for c in query.components:
+        for name in sorted(needed.get(c.var, ())):
+            why = not_an_attribute(spec, name)
+            if why is not None:
+                raise UsageError(f"the query reads {c.var}.{name}, but {why}"
+                                 f"{_attribute_hint(spec, c.var, name)}")
+    return set().union(*needed.values())
+
+
+def _attribute_hint(spec: EventSpec, var: str, name: str) -> str:
+    if name == spec.tag:
+        return f" (the query reads the tag as {var}.t)"
+    if spec.attributes is None and name == spec.type:
+        return ' (--spec with {"type": "<the type column>"})'
+    return ""
+
+
+_CSV_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _csv_numbers(batch, names: set[str]) -> None:
+    """A CSV value has no kind of its own: one that reads as a number is a number, also in a
+    column that pyarrow reads as text because another value of it is text (else ``99`` and
+    ``100`` there would compare as text)."""
+    for name in names & batch.columns.keys():
+        column = batch.columns[name]
+        if column.dtype == object:
+            out = np.empty(len(column), dtype=object)
+            out[:] = [_csv_number(v) for v in column]
+            batch.columns[name] = out
+
+
+def _csv_number(value):
+    if not isinstance(value, str) or not _CSV_NUMBER.fullmatch(value):
+        return value
+    if value.lstrip("+-").isdigit():
+        return int(value)  # exact beyond 2**53, as an integer column keeps it
+    number = float(value)
+    return number if math.isfinite(number) else value
+
+
+def _run_exact_until_bad(make_engine, batch, bad):
+    """The engine over ``batch``; when the engine refuses an event, it runs again over the
+    events before it. Returns (engine, outputs, the first bad event's error or None)."""
+    engine = make_engine()
     try:
         return engine, engine.run(batch), bad
     except EventError as exc:  # positions are the file's accepted events: name the line
         located = _located(exc, batch)
-    engine = Engine(query, output=args.output, engine=args.engine)
+    engine = make_engine()
     if located.position is None:
         return engine, [], located
     return engine, engine.run(batch.slice(0, located.position)), located
@@ -563,6 +641,14 @@ def _plain(value):
     return value
 
 
+def _limit_located(exc, batch) -> MemoryError:
+    """The engine's limit error with the file and line of the event it had reached."""
+    pos = exc.position
+    line = batch.line_of(pos) if 0 <= pos < len(batch) else None
+    where = batch.source if line is None else f"{batch.source}, line {line}"
+    return MemoryError(f"{where}: {exc}".replace("(max_entries)", "(--max-entries)"))
+
+
 def _located(exc: EventError, batch) -> EventError:
     """An engine's EventError (a position in the input) with the file and line of that event."""
     pos, message, field = exc.position, exc.message, exc.field
@@ -572,6 +658,10 @@ def _located(exc: EventError, batch) -> EventError:
         message = (f"tag {tag} goes back in time (the event before has {previous}; the exact "
                    "engine needs tags that never decrease over the whole input)")
         field = batch.tag_field
+    elif field not in (None, "t") and field not in batch.columns:  # a misspelt attribute?
+        names = sorted(batch.columns)
+        shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+        message += f" (no event of the input has it; attributes: {shown or 'none'})"
     return EventError(message, batch.source, batch.line_of(pos) if known else None, field, pos)
 
 

@@ -22,6 +22,16 @@ WITHIN_UNITS: dict[str, Fraction] = {
 
 def within_seconds(number: str, unit: str = "") -> float | None:
     """``number`` (a decimal literal) times ``unit`` (case-insensitive, "" for tag units) in
-    seconds, rounded once from the exact product; None when the unit is unknown."""
+    seconds, rounded once from the exact product; None when the unit is unknown. A product
+    beyond the largest float raises ``ValueError``."""
     factor = WITHIN_UNITS.get(unit.lower())
-    return None if factor is None else float(Fraction(number) * factor)
+    if factor is None:
+        return None
+    try:
+        return float(Fraction(number) * factor)
+    except OverflowError:
+        raise ValueError(f"{number}{' ' + unit if unit else ''} is too large a window "
+                         f"(at most {_LARGEST:.3g} seconds)") from None
+
+
+_LARGEST = 1.7976931348623157e308

@@ -254,6 +254,39 @@ def test_bad_query_file_names_file_clause_line_and_position(tmp_path):
     assert "line 3" in r.stderr and "position 77" in r.stderr and "^" in r.stderr
 
 
+# (query text, the caret's line as shown, a fragment of the message)
+BAD_QUERIES = [
+    ("PATTERN SEQ(Stock a, Stock b) WITHIN 1e400\n",
+     "  PATTERN SEQ(Stock a, Stock b) WITHIN 1e400", "WITHIN: 1e400 is too large a window"),
+    ("PATTERN SEQ(Stock a, Stock b)\nWHERE skip_till_nxt_match(a, b) { b.price > a.price }\n",
+     "  WHERE skip_till_nxt_match(a, b) { b.price > a.price }",
+     "WHERE: unknown strategy 'skip_till_nxt_match' (known: strict_contiguity, "
+     "partition_contiguity, skip_till_next_match, skip_till_any_match)"),
+    ("PATTERN SEQ(Stock a, Stock b)\nWHERE b.price >\n\n",  # the caret after the last word
+     "  WHERE b.price >", "line 2, column 16 (position 45): WHERE: expected a value, found end"),
+]
+
+
+@pytest.mark.parametrize("text, shown, fragment", BAD_QUERIES)
+def test_bad_query_exits_2_with_the_position_and_no_traceback(tmp_path, text, shown, fragment):
+    bad = tmp_path / "bad.sase"
+    bad.write_text(text)
+    r = acep("exact", bad, E3)
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 3 and fragment in lines[0] and lines[1] == shown, r.stderr
+    column = int(lines[0].split("column ")[1].split(" ")[0])
+    assert lines[2] == " " * (column + 1) + "^"
+
+
+def test_a_query_file_with_a_byte_order_mark_reads_as_without(tmp_path):
+    query = tmp_path / "bom.sase"  # Windows Notepad's "UTF-8": a BOM and CRLF line ends
+    query.write_bytes(b"\xef\xbb\xbf" + Q3.read_bytes().replace(b"\n", b"\r\n"))
+    r = acep("exact", query, E3)
+    assert r.returncode == 0, r.stderr
+    assert [_ids(x) for x in _lines(r)] == EXPECTED["query3"]
+
+
 def test_query_rule_violation_is_a_query_error(tmp_path):
     bad = tmp_path / "rule.sase"
     bad.write_text("PATTERN SEQ(Shelf a, Exit c)\n"
@@ -313,6 +346,33 @@ def test_a_text_value_in_a_column_does_not_turn_its_numbers_into_text(tmp_path):
         assert r.returncode == 0 and r.stdout == "", r.stderr  # 99 > 100 is false
 
 
+def test_csv_numbers_stay_numbers_in_a_column_that_also_holds_text(tmp_path):
+    """pyarrow reads a CSV column with a text value among its first rows as text; its
+    numbers must still compare as numbers (as text, "99" > "100")."""
+    query = tmp_path / "cmp.sase"
+    query.write_text("PATTERN SEQ(Stock a, Stock b) WHERE b.price > a.price WITHIN 1 hour\n")
+    events = tmp_path / "e.csv"
+    events.write_text("type,t,price\nStock,1,100\nStock,2,99\nOther,3,abc\n"
+                      "Stock,4,12345678901234567\n")
+    r = acep("exact", query, events)
+    assert r.returncode == 0, r.stderr
+    assert [_ids(m) for m in _lines(r)] == [((0,), (3,)), ((1,), (3,))]
+
+
+def test_csv_text_where_a_number_is_needed_names_its_own_line(tmp_path):
+    query = tmp_path / "sum.sase"
+    query.write_text("PATTERN SEQ(A a, B b) WHERE b.x > a.x + 0 WITHIN 10\n")
+    events = tmp_path / "e.csv"
+    events.write_text("type,t,x\nA,1,1\nB,2,2.5\nB,3,zz\nB,4,5\n")
+    r = acep("exact", query, events)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.splitlines() == [f"acep: error: {events}, line 4, field 'x': attribute 'x' "
+                                     "of a B event is not a number ('zz'), and the query "
+                                     "computes with it"]
+    assert _lines(r) == [{"start": 1, "end": 2, "partition": None, "events": {"a": 1, "b": 2},
+                          "positions": {"a": 0, "b": 1}, "values": None}]
+
+
 @pytest.mark.parametrize("engine", ["runs", "shared", "postpone"])
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_64_bit_ids_are_never_one_partition_by_rounding(tmp_path, engine, fmt):
@@ -369,6 +429,15 @@ def test_engine_push_names_the_stream_position_of_a_text_value():
     assert [m.positions for m in info.value.matches] == [((0,), (2,)), ((1,), (2,))]
 
 
+def test_an_attribute_no_event_has_is_named_with_the_attributes_there_are(tmp_path):
+    query = tmp_path / "typo.sase"
+    query.write_text("PATTERN SEQ(Stock a, Stock b) WHERE b.prce > a.price WITHIN 1 hour\n")
+    r = acep("exact", query, E3)
+    assert r.returncode == 1 and r.stdout == "" and r.stderr.splitlines() == [
+        f"acep: error: {E3}, line 1, field 'prce': Stock event lacks attribute 'prce' that "
+        "the query reads (no event of the input has it; attributes: price, symbol, volume)"]
+
+
 def test_missing_attribute_of_an_earlier_component_of_the_same_type(tmp_path):
     lines = E3.read_text().splitlines()
     lines[1] = json.dumps({"type": "Stock", "t": "2008-06-10T00:02:00", "symbol": "IBM",
@@ -386,9 +455,41 @@ def test_unreadable_event_names_file_and_line(tmp_path):
 
 
 def test_query2_without_its_spec_says_how_to_read_an_attribute_called_type():
-    r = acep("exact", Q2, E2)
+    r = acep("exact", Q2, E2)  # before any event is read: no event could carry a.type
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
+    assert r.stderr.splitlines() == [
+        "acep exact: the query reads a.type, but 'type' is the column the event type is read "
+        "from (the event spec's 'type'), not an attribute; a spec with another type column "
+        'reads it (--spec with {"type": "<the type column>"})']
+
+
+def test_an_event_without_a_type_column_says_how_to_read_the_type(tmp_path):
+    events = _copy_with(tmp_path, [json.dumps({"kind": "Stock", "t": 1, "price": 1})])
+    r = acep("exact", Q3, events)
     assert r.returncode == 1 and "Traceback" not in r.stderr
-    assert "line 2" in r.stderr and "--spec" in r.stderr
+    assert "events.jsonl, line 1, field 'type'" in r.stderr and "--spec" in r.stderr
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"attributes": ["symbol", "price"]},
+     "acep exact: the query reads a.volume, but 'volume' is not among the event spec's "
+     "'attributes' (symbol, price)"),
+    ({"tag": "volume"}, "acep exact: the query reads a.volume, but 'volume' is the tag (the "
+                        "event spec's 'tag'), not an attribute (the query reads the tag as a.t)"),
+])
+def test_an_attribute_the_spec_never_gives_is_an_error_before_reading(tmp_path, spec, message):
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec))
+    r = acep("exact", Q3, E3, "--spec", spec_file)  # not a bad event on line 1
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.splitlines() == [message]
+
+
+def test_an_engine_the_strategy_does_not_allow_is_an_option_error(tmp_path):
+    events = tmp_path / "missing.jsonl"  # refused before the events are read
+    r = acep("exact", Q3, events, "--engine", "postpone")
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.splitlines() == [
+        "acep exact: --engine postpone: the postponing engine needs skip_till_any_match, "
+        "not skip_till_next_match (EXACT.md 7)"]
 
 
 @pytest.mark.parametrize("which", ["query", "events"])

@@ -421,7 +421,8 @@ def test_a_window_too_large_for_a_float_is_refused_by_the_parser(built, command,
     done = acep(*command, "-w", "9" * 400 + unit)
     assert done.returncode == 2 and done.stderr.splitlines()[-1] == (
         f"acep {' '.join(command[:2 if command[0] == 'history' else 1])}: error: argument "
-        "--window/-w: bad window 999999999999... (400 digits): too large for a number"), \
+        "--window/-w: bad window 999999999999... (400 digits): too large a window (at most "
+        "1.8e+308 seconds)"), \
         done.stderr
     assert "Traceback" not in done.stderr and not Path("new.history").exists()
 

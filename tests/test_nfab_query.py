@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import string
 
@@ -317,6 +318,8 @@ def test_the_cli_keeps_its_unit_table():
 
     assert _UNITS is WITHIN_UNITS and UNITS["m"] == 60
     assert parse_window("2m") == 120 and parse_window("500ms") == 0.5
+    with pytest.raises(argparse.ArgumentTypeError, match="too large a window"):
+        parse_window("9" * 400 + "d")  # beyond the largest float: an option error
 
 
 # --------------------------------------------------------------------------- errors (2.4)
@@ -394,16 +397,28 @@ SYNTAX_ERRORS = [
     ("PATTERN SEQ(A a) WHERE §WITHIN 5", "WHERE", "empty WHERE"),
     ("PATTERN SEQ(A a) WHERE a.x > 1 §a.y", "WHERE", "expected an operator, AND"),
     ("PATTERN SEQ(A a) WHERE a.x > §AND", "WHERE", "expected a value"),
-    ("PATTERN SEQ(A a) WHERE §foo(a.x)", "WHERE", "unknown function 'foo'"),
+    ("PATTERN SEQ(A a) WHERE §foo(a.x) > 1", "WHERE", "unknown function 'foo'"),
+    ("PATTERN SEQ(A a) WHERE a.x > 1 AND §foo(a.x)", "WHERE", "unknown function 'foo'"),
+    ("PATTERN SEQ(A a) WHERE §skip_till_nxt_match(a) { a.x > 1 }", "WHERE",
+     "unknown strategy 'skip_till_nxt_match' (known: strict_contiguity, "
+     "partition_contiguity, skip_till_next_match, skip_till_any_match)"),
+    ("PATTERN SEQ(A a) WHERE §skip_till_any([x]) AND a.x > 1", "WHERE",
+     "unknown strategy 'skip_till_any'"),
+    ("PATTERN SEQ(A a) WHERE §strict([x]) WITHIN 5", "WHERE", "unknown strategy 'strict'"),
+    ("PATTERN SEQ(A a) WHERE §foo(a.x)", "WHERE", "unknown strategy 'foo'"),
+    ("PATTERN SEQ(A a) WHERE a.x >§\n", "WHERE", "expected a value, found end of input"),
+    ("PATTERN SEQ(A a§  \n\n", "PATTERN", "expected ',' or ')'"),
     ("PATTERN SEQ(A a) WHERE §abs(a.x, 1) > 0", "WHERE", "abs() takes 1"),
     ("PATTERN SEQ(A a) WHERE a §> 0", "WHERE", "expected '.' and an attribute"),
     ("PATTERN SEQ(A+ a[ ]) WHERE count(a[ ]§.x) > 0", "WHERE", "count() takes no attribute"),
     ("PATTERN SEQ(A+ a[ ]) WHERE avg(a[ ]§) > 0", "WHERE", "expected '.' and an attribute"),
     ("PATTERN SEQ(A+ a[ ]) WHERE a[1].§len > 0", "WHERE", "'len' is a keyword"),
-    ("PATTERN SEQ(A a) WHERE skip_till_any_match(a.x > 1 §", "WHERE", "to close"),
+    ("PATTERN SEQ(A a) WHERE skip_till_any_match(a.x > 1§ ", "WHERE", "to close"),
     ("PATTERN SEQ(A a) WHERE skip_till_any_match() §a.x", "WHERE", "after the strategy"),
     ("PATTERN SEQ(A a) WITHIN §hours", "WITHIN", "expected a number"),
     ("PATTERN SEQ(A a) WITHIN 5 §fortnights", "WITHIN", "unknown unit"),
+    ("PATTERN SEQ(A a) WITHIN §1e400", "WITHIN", "1e400 is too large a window"),
+    ("PATTERN SEQ(A a) WITHIN §1e306 days", "WITHIN", "1e306 days is too large"),
     ("PATTERN SEQ(A a) WITHIN 5 s §WHERE a.x > 1", "WITHIN", "in this order"),
     ("PATTERN SEQ(A a) RETURN a.x §a.y", "RETURN", "expected ',', AS"),
     ("PATTERN SEQ(A a) RETURN a.x AS §1", "RETURN", "a name after AS"),

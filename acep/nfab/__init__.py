@@ -16,7 +16,8 @@ postponing engine (:mod:`acep.nfab.postpone`) and the public API over them
 from .ast import Query
 from .engine import ENGINES, OUTPUTS, BufferGroup, Engine, MatchGroup, group_by_end, match
 from .query import QueryError, load_query, parse_query
-from .runs import ExactMatch
+from .runs import ExactLimitError, ExactMatch
 
-__all__ = ["Engine", "MatchGroup", "BufferGroup", "ExactMatch", "match", "group_by_end",
-           "ENGINES", "OUTPUTS", "Query", "QueryError", "parse_query", "load_query"]
+__all__ = ["Engine", "MatchGroup", "BufferGroup", "ExactMatch", "ExactLimitError", "match",
+           "group_by_end", "ENGINES", "OUTPUTS", "Query", "QueryError", "parse_query",
+           "load_query"]

@@ -107,7 +107,11 @@ class Engine:
     :class:`~acep.nfab.runs.ExactMatch`) or ``"compact"`` (a list of :class:`MatchGroup` or
     :class:`~acep.nfab.shared.BufferGroup` records, or collapsed records of the postponing
     engine). ``engine``: one of :data:`ENGINES`. ``merge``: merging of equivalent runs in
-    the shared-buffer engine (EXACT.md 6.4; off gives the same output).
+    the shared-buffer engine (EXACT.md 6.4; off gives the same output). ``max_entries``:
+    the most partial matches (runs, or their members when merged; the postponing
+    engine's candidates) plus matches (or postponed records) one call may hold at once,
+    and the matches one postponed record may enumerate; past it a call raises
+    :class:`~acep.nfab.runs.ExactLimitError` (a ``MemoryError``). None: no bound.
 
     ``stats`` adds up over calls: ``events``, ``runs_created`` (initiations + clones,
     EXACT.md 6.1), ``main_runs`` (postponing), ``matches`` and ``records``; the shared-buffer
@@ -116,7 +120,11 @@ class Engine:
     """
 
     def __init__(self, query: Query | str, output: str = "verbose", engine: str = "auto",
-                 merge: bool = True):
+                 merge: bool = True, max_entries: int | None = None):
+        if max_entries is not None and (isinstance(max_entries, bool) or
+                                        not isinstance(max_entries, int) or max_entries < 1):
+            raise ValueError(f"max_entries must be a whole number >= 1 or None, not "
+                             f"{max_entries!r}")
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, not {output!r}")
         if engine not in ENGINES:
@@ -130,6 +138,7 @@ class Engine:
             raise ValueError(f"the postponing engine needs skip_till_any_match, not "
                              f"{query.strategy.value} (EXACT.md 7)")
         self.query, self.output, self.merge = query, output, merge
+        self.max_entries = max_entries
         self._numeric = _numeric_by_type(query)
         if engine == "auto":
             engine = "postpone" if any_match else "shared"
@@ -159,14 +168,14 @@ class Engine:
 
     def _run(self, rows: list[Event]) -> list:
         if self.engine == "shared":
-            stream = Stream(self.query, self.merge)
+            stream = Stream(self.query, self.merge, max_entries=self.max_entries)
             raw = self._shared(stream, rows, final=True)
             return self._shared_output(stream, raw)
         self._stats["events"] += len(rows)
         if self.engine == "postpone":
             return self._postponed(rows)
         stats = RunStats()
-        found = match_runs(self.query, rows, stats)
+        found = match_runs(self.query, rows, stats, self.max_entries)
         self._stats["runs_created"] += stats.runs_created
         self._stats["matches"] += len(found)
         if self.output == "verbose":
@@ -191,7 +200,7 @@ class Engine:
             self._pending.extend(rows)
             return []
         if self._stream is None:
-            self._stream = Stream(self.query, self.merge)
+            self._stream = Stream(self.query, self.merge, max_entries=self.max_entries)
         return self._shared_output(self._stream, self._shared(self._stream, rows))
 
     def flush(self) -> list:
@@ -236,7 +245,8 @@ class Engine:
     def _postponed(self, rows: list[Event]) -> list:
         """Verbose matches, or collapsed records (counted lazily: ``matches`` stays 0)."""
         stats = PostponeStats()
-        found = match_postponed(self.query, rows, output=self.output, stats=stats)
+        found = match_postponed(self.query, rows, output=self.output, stats=stats,
+                                max_entries=self.max_entries)
         self._stats["main_runs"] += stats.main_runs
         self._stats["matches"] += stats.matches
         self._stats["records"] += stats.records

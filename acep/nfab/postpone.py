@@ -60,7 +60,7 @@ from ..events import Event
 from .ast import Agg, BinOp, Index, Query, Ref, Strategy
 from .compile import CompiledQuery, compile_query, identifiers
 from .evaluate import Binding, _compare, _true, evaluate, value_of
-from .runs import Counters, ExactMatch, RunStats, _Machine, _validate
+from .runs import Counters, ExactMatch, RunStats, _Machine, _validate, check_held
 
 __all__ = ["match_postponed", "CollapsedMatch", "Candidate", "PostponeStats",
            "conjunct_classes", "BEGIN", "TAKE", "CLOSE"]
@@ -364,10 +364,12 @@ class Candidate:
 class _MainRun:
     """``m(s)`` (7.1): candidate lists per component, running bounds, cumulative unsafe ids."""
 
-    __slots__ = ("start", "t", "cands", "positions", "cum", "bounds", "first_begin")
+    __slots__ = ("start", "t", "cands", "positions", "cum", "bounds", "first_begin",
+                 "recorded")
 
     def __init__(self, plan: _Plan, pos: int, event: Event):
         self.start, self.t = pos, event.t
+        self.recorded = False  # a compact record keeps the candidate lists
         k = plan.k
         self.cands: list[list[Candidate]] = [[] for _ in range(k)]
         self.positions: list[list[int]] = [[] for _ in range(k)]
@@ -404,15 +406,18 @@ class _MainRun:
 class _Context:
     """Shared by a call and the records it returns."""
 
-    def __init__(self, plan: _Plan, events: list[Event], machine: _Machine):
+    def __init__(self, plan: _Plan, events: list[Event], machine: _Machine,
+                 max_entries: int | None = None):
         self.plan, self.events, self.machine = plan, events, machine
+        self.max_entries = max_entries
 
     def eliminated(self, chosen: tuple) -> bool:
         return any(self.machine._eliminated(chosen, n) for n in self.plan.cq.negations)
 
 
 def match_postponed(query: Query, events: Iterable[Event], *, early_filters: bool = True,
-                    output: str = "verbose", stats: PostponeStats | None = None
+                    output: str = "verbose", stats: PostponeStats | None = None,
+                    max_entries: int | None = None
                     ) -> list[ExactMatch] | list[CollapsedMatch]:
     """All matches of a skip_till_any_match ``query`` on ``events``, by postponing (7).
 
@@ -420,8 +425,11 @@ def match_postponed(query: Query, events: Iterable[Event], *, early_filters: boo
     equal to :func:`acep.nfab.runs.match_runs`. ``output="compact"``: the
     :class:`CollapsedMatch` records, ordered by end then start position. ``early_filters``
     turns the classifier of 7.3 on or off (the output is the same). ``stats`` (a
-    :class:`PostponeStats`) receives the counters. Raises ``ValueError`` for another
-    strategy or output, :class:`~acep.events.EventError` for bad events (section 1).
+    :class:`PostponeStats`) receives the counters. ``max_entries`` bounds the candidates
+    held plus the matches (verbose) or records (compact), and the matches one record's
+    ``count()`` or ``expand()`` enumerates (:class:`~acep.nfab.runs.ExactLimitError`).
+    Raises ``ValueError`` for another strategy or output, :class:`~acep.events.EventError`
+    for bad events (section 1).
     """
     if query.strategy is not Strategy.ANY:
         raise ValueError(f"postponing is exact only under skip_till_any_match, not "
@@ -433,10 +441,13 @@ def match_postponed(query: Query, events: Iterable[Event], *, early_filters: boo
     _validate(cq, events)
     stats = stats if stats is not None else PostponeStats()
     plan = _Plan(cq, early_filters)
-    ctx = _Context(plan, events, _Machine(cq, events, RunStats()))
+    ctx = _Context(plan, events, _Machine(cq, events, RunStats()), max_entries)
     engine = _Engine(ctx, stats, compact=output == "compact")
     for pos, event in enumerate(events):
         engine.step(pos, event)
+        if max_entries is not None:
+            check_held(engine.held + len(engine.records) + len(engine.matches), max_entries,
+                       pos)
     if output == "compact":
         stats.records = len(engine.records)
         return sorted(engine.records, key=lambda r: (r.end_position, r.start_position))
@@ -451,6 +462,7 @@ class _Engine:
         self.order: deque = deque()          # live main runs by start, for expiry
         self.records: list[CollapsedMatch] = []
         self.matches: list[ExactMatch] = []
+        self.held = 0  # candidates in the lists of live or recorded main runs
 
     def key(self, event: Event):
         """The partition key for routing; None without an equivalence test. An event
@@ -467,7 +479,10 @@ class _Engine:
         if plan.window is not None:
             order = self.order
             while order and event.t - order[0][0].t > plan.window:
-                self.live[order.popleft()[1]].popleft()
+                run, key = order.popleft()
+                self.live[key].popleft()
+                if not run.recorded:
+                    self.held -= sum(map(len, run.cands))
         roles = plan.by_type.get(event.type)
         key = None
         if roles or event.type == plan.cq.edges[0].component.type:
@@ -481,6 +496,7 @@ class _Engine:
             run = _MainRun(plan, pos, event)
             run.append(plan, 0, Candidate(pos, 0, (), None, _EMPTY, None, plan), event)
             self.stats.candidates += 1
+            self.held += 1
             self.live.setdefault(key, deque()).append(run)
             self.order.append((run, key))
             if plan.k == 1:
@@ -505,6 +521,7 @@ class _Engine:
         for j, (b, t, bu, tu, bm, tm) in verdicts.items():
             run.append(plan, j, Candidate(pos, j, b, t, bu, tu, plan, bm, tm), event)
             self.stats.candidates += 1
+            self.held += 1
             if j == plan.k - 1 and (b is not None or plan.last_kleene):
                 end = True
         if end:
@@ -587,13 +604,19 @@ class _Engine:
         self.stats.constructions += 1
         if self.compact:
             self.records.append(CollapsedMatch(run.start, end, self.ctx, run, tuple(ranges)))
+            run.recorded = True
             return
         finish, matches = self.ctx.machine.finish, self.matches
+        limit = self.ctx.max_entries
+        if limit is not None:
+            limit -= self.held  # the candidates count too
 
         def emit(chosen):
             match = finish(chosen)
             if match is not None:
                 matches.append(match)
+                if limit is not None and len(matches) > limit:
+                    check_held(len(matches) + self.held, self.ctx.max_entries, end)
 
         _search(self.ctx, run, ranges, end, emit)
 
@@ -743,7 +766,14 @@ class CollapsedMatch:
         """The matches of the record, in canonical order; RETURN is evaluated here. The
         search runs when the iteration starts."""
         chosen: list[tuple] = []
-        _search(self._ctx, self._run, self._ranges, self.end_position, chosen.append)
+        limit = self._ctx.max_entries
+
+        def emit(positions):
+            chosen.append(positions)
+            if limit is not None and len(chosen) > limit:
+                check_held(len(chosen), limit, self.end_position, " (expanding one compact record)")
+
+        _search(self._ctx, self._run, self._ranges, self.end_position, emit)
         finish = self._ctx.machine.finish
         for positions in chosen:
             match = finish(positions)
@@ -759,10 +789,14 @@ class CollapsedMatch:
             else:
                 found = [0]
                 eliminated = self._ctx.eliminated if self.negation else None
+                limit = self._ctx.max_entries
 
                 def emit(positions):
                     if eliminated is None or not eliminated(positions):
                         found[0] += 1
+                        if limit is not None and found[0] > limit:
+                            check_held(found[0], limit, self.end_position,
+                                       " (counting one compact record's matches)")
 
                 _search(self._ctx, self._run, self._ranges, self.end_position, emit)
                 self._count = found[0]

@@ -113,7 +113,7 @@ def _tokenize(text: str) -> list[Token]:
         if m.lastgroup != "ws":
             tokens.append(Token(m.lastgroup, m.group(), pos))
         pos = m.end()
-    tokens.append(Token("end", "", len(text)))
+    tokens.append(Token("end", "", len(text.rstrip())))  # a caret after the last word
     return tokens
 
 
@@ -198,8 +198,9 @@ def parse_query(text: str, *, source: str | None = None) -> Query:
 
 
 def load_query(path: str | os.PathLike[str]) -> Query:
-    """Read and parse a query file (UTF-8); errors name the file."""
-    return parse_query(Path(path).read_text(encoding="utf-8"), source=str(path))
+    """Read and parse a query file (UTF-8, with or without the byte-order mark some
+    editors write); errors name the file."""
+    return parse_query(Path(path).read_text(encoding="utf-8-sig"), source=str(path))
 
 
 # --------------------------------------------------------------------------- PATTERN
@@ -288,6 +289,7 @@ def _where(cur: _QueryCursor) -> tuple[Strategy, tuple[Expr, ...]]:
     if cur.at_clause_end():
         cur.fail("empty WHERE clause")
     strategy, strategy_tok, conjuncts = Strategy.ANY, None, []
+    _check_strategy_name(cur)
     if cur.tok.kind == "name" and cur.tok.text.lower() in STRATEGIES:
         strategy_tok = cur.tok
         strategy, body = _strategy(cur)
@@ -333,17 +335,38 @@ def _strategy(cur: _QueryCursor) -> tuple[Strategy, tuple[Expr, ...]]:
     return strategy, body
 
 
+def _check_strategy_name(cur: _QueryCursor) -> None:
+    """A call that opens WHERE and stands alone (``s(...) {``, ``s(...) AND``, ``s(...)``
+    at the end of the clause) is a strategy: an unknown name there is a misspelt one."""
+    name = cur.tok
+    low = name.text.lower()
+    if name.kind != "name" or not _is(cur.peek(), "(") or \
+            low in STRATEGIES or low in FUNCTIONS or low in AGGREGATES:
+        return
+    after = _after_parens(cur, 1)
+    if after is not None and (_is(after, "{", "and") or after.kind == "end" or
+                              _is(after, *CLAUSES)):
+        cur.fail(f"unknown strategy {name.text!r} (known: {', '.join(STRATEGIES)})")
+
+
 def _paper_form(cur: _QueryCursor) -> bool:
     """Whether the token after the parenthesis that closes the current one is ``{``."""
+    after = _after_parens(cur, 0)
+    return after is not None and _is(after, "{")
+
+
+def _after_parens(cur: _QueryCursor, ahead: int) -> Token | None:
+    """The token after the parenthesis that closes the one ``ahead`` tokens on (None when
+    it is never closed)."""
     depth = 0
-    for ahead in range(len(cur.tokens) - cur.i):
-        tok = cur.peek(ahead)
+    for n in range(ahead, len(cur.tokens) - cur.i):
+        tok = cur.peek(n)
         if tok.kind in ("end", "bad"):
-            return False
+            return None
         depth += _is(tok, "(") - _is(tok, ")")
         if depth == 0:
-            return _is(cur.peek(ahead + 1), "{")
-    return False
+            return cur.peek(n + 1)
+    return None
 
 
 def _varlist(cur: _QueryCursor, strategy: str) -> None:
@@ -403,7 +426,10 @@ def _within(cur: _QueryCursor) -> float:
         cur.take()
     if not cur.at_clause_end():
         cur.fail(f"expected RETURN or the end, found {cur.describe()}")
-    return within_seconds(number.text, unit)
+    try:
+        return within_seconds(number.text, unit)
+    except ValueError as exc:
+        cur.fail(str(exc), number.pos)
 
 
 def _returns(cur: _QueryCursor) -> tuple[ReturnItem, ...]:

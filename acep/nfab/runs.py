@@ -64,9 +64,29 @@ class RunStats:
         self.runs_created = 0
 
 
-def match_runs(query: Query, events: list[Event], stats: RunStats | None = None
-               ) -> list[ExactMatch]:
-    """All matches of ``query`` in ``events`` (a finite window), in canonical order."""
+class ExactLimitError(MemoryError):
+    """The engine would hold more than ``max_entries`` partial and complete matches at once;
+    ``position`` is the event it had reached. It cannot go on."""
+
+    def __init__(self, message: str, position: int):
+        super().__init__(message)
+        self.position = position
+
+
+def check_held(held: int, limit: int | None, position: int, what: str = "") -> None:
+    """Raise :class:`ExactLimitError` when ``held`` entries are more than ``limit``."""
+    if limit is not None and held > limit:
+        raise ExactLimitError(
+            f"the exact engine would hold more than {limit:,} partial and complete matches "
+            f"at once (max_entries), at event {position}{what}: they multiply with the events "
+            "of a window (a Kleene component under skip_till_any_match: 2^n subsets); narrow "
+            "the window or the predicates, or allow more", position)
+
+
+def match_runs(query: Query, events: list[Event], stats: RunStats | None = None,
+               max_entries: int | None = None) -> list[ExactMatch]:
+    """All matches of ``query`` in ``events`` (a finite window), in canonical order.
+    ``max_entries`` bounds the runs alive plus the matches found (:func:`check_held`)."""
     cq = compile_query(query)
     _validate(cq, events)
     stats = stats or RunStats()
@@ -84,6 +104,8 @@ def match_runs(query: Query, events: list[Event], stats: RunStats | None = None
             stats.runs_created += 1
             machine.begin(_Run(0, False, (), event.t), pos, event, nxt, found)
         runs = nxt
+        if max_entries is not None:
+            check_held(len(runs) + len(found), max_entries, pos)
     matches = [m for m in (machine.finish(chosen) for chosen in found) if m is not None]
     return sorted(matches, key=lambda m: (m.positions[-1][-1], m.positions))
 
@@ -253,4 +275,4 @@ def _needed_attributes(cq: CompiledQuery) -> dict[str, set[str]]:
     return needed
 
 
-__all__ = ["ExactMatch", "RunStats", "match_runs", "Kind"]
+__all__ = ["ExactMatch", "RunStats", "match_runs", "Kind", "ExactLimitError", "check_held"]

@@ -56,7 +56,7 @@ from .codegen import (
 )
 from .compile import CompiledQuery, compile_query
 from .evaluate import Binding, evaluate, holds, number, value_of
-from .runs import Counters, ExactMatch, _needed_attributes
+from .runs import Counters, ExactMatch, _needed_attributes, check_held
 
 __all__ = ["Stream", "SharedStats", "BufferGroup", "match_shared"]
 
@@ -203,12 +203,16 @@ class Stream:
     """
 
     def __init__(self, query: Query | CompiledQuery, merge: bool = True,
-                 stats: SharedStats | None = None):
+                 stats: SharedStats | None = None, max_entries: int | None = None):
         cq = query if isinstance(query, CompiledQuery) else compile_query(query)
         self.plan = _Plan(cq, merge)
         self.stats = stats if stats is not None else SharedStats()
         self.live: dict[object, list[_Run]] = {}
         self.nlive = 0
+        # max_entries bounds the runs' members (partial matches) plus the matches held
+        self.max_entries = max_entries
+        self.held = 0
+        self.held_by_key: dict[object, int] = {}
         self.position = 0
         self.last_t = float("-inf")
         self.initiations = 0
@@ -287,6 +291,8 @@ class Stream:
                     del live[key]
                 if self.nlive > stats.max_live_runs:
                     stats.max_live_runs = self.nlive
+                if self.max_entries is not None:
+                    self._hold(key, out, len(found), offset + i)
             i += 1
         self.position += n
         self.last_t = tags[n - 1]
@@ -417,6 +423,15 @@ class Stream:
                 self.stats.runs_merged += 1
         return out
 
+    def _hold(self, key: object, runs: list[_Run], found: int, pos: int) -> None:
+        """Count the partial matches of ``key``'s runs; past ``max_entries`` (with the
+        matches found and pending), raise :class:`~acep.nfab.runs.ExactLimitError`."""
+        n = sum(len(r.members) for r in runs)
+        self.held += n - self.held_by_key.pop(key, 0)
+        if n:
+            self.held_by_key[key] = n
+        check_held(self.held + found + len(self.pending), self.max_entries, pos)
+
     def _sweep(self, t: float) -> None:
         """Drop runs (and members) whose start is out of the window at tag t (6.5)."""
         window = self.plan.window
@@ -433,6 +448,10 @@ class Stream:
             else:
                 del self.live[key]
         self.prune_at = t + window
+        if self.max_entries is not None:
+            self.held_by_key = {key: sum(len(r.members) for r in runs)
+                                for key, runs in self.live.items()}
+            self.held = sum(self.held_by_key.values())
 
     # ------------------------------------------------------------------ negation (6.6)
 
@@ -713,11 +732,12 @@ def to_groups(cq: CompiledQuery, raw: list[tuple]) -> list[BufferGroup]:
 
 
 def match_shared(query: Query, events: list[Event], output: str = "verbose",
-                 merge: bool = True, stats: SharedStats | None = None) -> list:
+                 merge: bool = True, stats: SharedStats | None = None,
+                 max_entries: int | None = None) -> list:
     """All matches of ``query`` in ``events`` (one finite window): verbose
     :class:`~acep.nfab.runs.ExactMatch` objects in canonical order, or compact
     :class:`BufferGroup` records by end position."""
-    stream = Stream(query, merge, stats)
+    stream = Stream(query, merge, stats, max_entries)
     raw = stream.push(events) + stream.flush()
     cq = stream.plan.cq
     return to_matches(cq, raw) if output == "verbose" else to_groups(cq, raw)
