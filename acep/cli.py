@@ -152,7 +152,6 @@ def _parser() -> argparse.ArgumentParser:
                        help="verbose: one line per match; compact: one line per end event "
                             "(postpone: per start and end event, with the candidates)")
     exact.add_argument("--spec", help=SPEC_HELP)
-    exact.add_argument("--spec", help="event spec: a JSON/TOML file or a preset (flights)")
     exact.add_argument("--max-entries", type=_whole(1, "entries"), default=1_000_000,
                        help="stop with an error rather than hold more partial and complete "
                             "matches at once than this (about 1 KB each; under "
