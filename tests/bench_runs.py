@@ -17,7 +17,8 @@ def run_quick(name: str, out: Path, timeout: float, *, offline: bool = True,
               check: bool = True) -> subprocess.CompletedProcess:
     """``python -m bench.NAME --quick --out OUT`` from the clone's root. ``offline``: with
     a HOME and a cache of its own and no ``$ACEP_FLIGHTS``, so it reads only what ``acep``
-    embeds (no download, no shared file)."""
+    embeds (no download, no shared file). ``timeout`` guards against a hang, not speed (the
+    benchmarks measure that): a quick run of 80 s took over 120 s on a busy 2-core CI."""
     env = None
     if offline:
         env = {**os.environ, "HOME": str(out), "XDG_CACHE_HOME": str(out / "cache")}

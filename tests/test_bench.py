@@ -24,7 +24,7 @@ needs_compiled = pytest.mark.skipif(acep.backend() != "compiled",
 def quick_run(tmp_path_factory) -> Path:
     """Run ``python -m bench.engine --quick`` once; return its output directory."""
     out = tmp_path_factory.mktemp("engine")
-    run_quick("engine", out, timeout=120)
+    run_quick("engine", out, timeout=600)
     return out
 
 

@@ -19,7 +19,7 @@ from bench_runs import PNG_MAGIC, run_quick  # noqa: E402
 def quick_run(tmp_path_factory) -> Path:
     """Run ``python -m bench.edge --quick`` once; return its output directory."""
     out = tmp_path_factory.mktemp("edge")
-    run_quick("edge", out, timeout=120)
+    run_quick("edge", out, timeout=600)
     return out
 
 

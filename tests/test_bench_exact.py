@@ -22,7 +22,7 @@ needs_postpone = pytest.mark.skipif(run.match_postponed is None,
 def quick_run(tmp_path_factory) -> Path:
     """Run ``python -m bench.exact --quick`` once; return its output directory."""
     out = tmp_path_factory.mktemp("exact")
-    run_quick("exact", out, timeout=120, offline=False)
+    run_quick("exact", out, timeout=600, offline=False)
     return out
 
 

@@ -21,7 +21,7 @@ from bench.shedding.workloads import WORKLOADS, flights_split
 def quick_run(tmp_path_factory) -> Path:
     """Run ``python -m bench.shedding --quick`` once; return its output directory."""
     out = tmp_path_factory.mktemp("shedding")
-    run_quick("shedding", out, timeout=120)
+    run_quick("shedding", out, timeout=600)
     return out
 
 
