@@ -425,9 +425,9 @@ def _summary(matcher: Matcher, n_events: int, out: _Printer, seconds: float,
              unreadable: int) -> None:
     s = matcher.stats
     rate = n_events / seconds if seconds > 0 else math.inf
-    what = f"{out.n_bundles} bundles from {out.n_matches} matches" if out.bundles_only \
-        else f"{out.n_matches} matches"
-    print(f"acep: {n_events:,} events, {what} in {_count(s['partitions'], 'partition')}, "
+    what = f"{_count(out.n_bundles, 'bundle')} from {_count(out.n_matches, 'match')}" \
+        if out.bundles_only else _count(out.n_matches, "match")
+    print(f"acep: {_count(n_events, 'event')}, {what} in {_count(s['partitions'], 'partition')}, "
           f"{seconds:.2f} s ({rate:,.0f} events/s, {matcher.kernel_name} kernel); match nodes: "
           f"{s['created']} created, {s['merged']} merged, {s['expired']} expired, "
           f"{s['peak_live']} live at peak; "
@@ -436,7 +436,9 @@ def _summary(matcher: Matcher, n_events: int, out: _Printer, seconds: float,
 
 
 def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+    """``1 match``, ``2 matches``, ``12,000 events``."""
+    plural = noun + ("es" if noun.endswith(("ch", "s")) else "s")
+    return f"{n:,} {noun if n == 1 else plural}"
 
 
 def _warn_unseen_types(pattern: Pattern, seen: set) -> None:
@@ -481,10 +483,11 @@ def run_exact(args) -> int:
     if bad is not None:
         raise bad
     s = engine.stats
-    what = f"{s['records']} records" if args.output == "compact" else f"{s['matches']} matches"
-    work = f"{s['main_runs']} main runs" if engine.engine == "postpone" else \
-        f"{s['runs_created']} runs created"
-    print(f"acep: {s['events']} events, {what}, {work}, {seconds:.2f} s "
+    what = _count(s["records"], "record") if args.output == "compact" else \
+        _count(s["matches"], "match")
+    work = _count(s["main_runs"], "main run") if engine.engine == "postpone" else \
+        f"{_count(s['runs_created'], 'run')} created"
+    print(f"acep: {_count(s['events'], 'event')}, {what}, {work}, {seconds:.2f} s "
           f"({query.strategy.value}, {engine.engine} engine)", file=sys.stderr)
     seen = set(batch.type_names)
     missing = sorted({c.type for c in query.positive if c.type not in seen})

@@ -37,6 +37,19 @@ def test_match_prints_one_json_line_per_match_point_and_a_summary(tmp_path):
     assert "15 events" in r.stderr and f"{len(lines)} matches" in r.stderr
 
 
+def test_the_summary_says_one_match_not_one_matches(tmp_path):
+    events = _write_jsonl(tmp_path / "one.jsonl", [{"type": "a", "t": 1}, {"type": "b", "t": 2},
+                                                   {"type": "b", "t": 3, "g": None}])
+    r = acep("match", "-p", "a b", "-w", "1", "-k", "0", events)
+    assert r.returncode == 0 and r.stderr.startswith(
+        "acep: 3 events, 1 match in 1 partition, "), r.stderr
+    exact = tmp_path / "q.sase"
+    exact.write_text("PATTERN SEQ(a x, b y) WHERE skip_till_next_match(x, y) { } WITHIN 1\n")
+    r = acep("exact", exact, events)
+    assert r.returncode == 0 and r.stderr.startswith(
+        "acep: 3 events, 1 match, 1 run created, "), r.stderr
+
+
 def test_bundles_flag(tmp_path):
     events = _write_jsonl(tmp_path / "ex2.jsonl", EXAMPLE_2)
     r = acep("match", "-p", "a (b|c) d b", "-w", "3", "-k", "2", "--bundles", events)
