@@ -238,6 +238,14 @@ def _check_target(path: Path) -> None:
         raise PermissionError(f"{path}: cannot write there ({why})")
 
 
+def _in_parts(values: Sequence[str], size: int = 500):
+    """``values`` in parts of at most ``size``, each with its ``?,?,...`` for an ``IN``
+    list (SQLite bounds the parameters of one statement)."""
+    for i in range(0, len(values), size):
+        part = list(values[i:i + size])
+        yield ",".join("?" * len(part)), part
+
+
 def _json(value) -> str:
     return json.dumps(value, separators=(",", ":"), allow_nan=False)
 
@@ -573,21 +581,18 @@ class Store:
             return dict(self._db.execute("SELECT archive, COUNT(*) FROM batches WHERE "
                                          "archive IS NOT NULL GROUP BY archive"))
         out: dict[str, int] = {}
-        for i in range(0, len(names), 500):
-            part = list(names[i:i + 500])
+        for marks, part in _in_parts(names):
             out.update(self._db.execute(
-                f"SELECT archive, COUNT(*) FROM batches WHERE archive IN "
-                f"({','.join('?' * len(part))}) GROUP BY archive", part))
+                f"SELECT archive, COUNT(*) FROM batches WHERE archive IN ({marks}) "
+                "GROUP BY archive", part))
         return out
 
     def known_batches(self, batch_ids: Sequence[str]) -> set[str]:
         """Those of ``batch_ids`` that are stored."""
         known: set[str] = set()
-        for i in range(0, len(batch_ids), 500):
-            part = list(batch_ids[i:i + 500])
+        for marks, part in _in_parts(batch_ids):
             known.update(r[0] for r in self._db.execute(
-                f"SELECT batch_id FROM batches WHERE batch_id IN "
-                f"({','.join('?' * len(part))})", part))
+                f"SELECT batch_id FROM batches WHERE batch_id IN ({marks})", part))
         return known
 
     def newest_archive_files(self, count: int, look: int = 1000) -> list[tuple[str, float]]:
@@ -614,11 +619,9 @@ class Store:
         moved = 0
         with self._transaction() as db:
             for olds, new in moves:
-                for i in range(0, len(olds), 500):
-                    part = list(olds[i:i + 500])
-                    moved += db.execute(
-                        f"UPDATE batches SET archive = ? WHERE archive IN "
-                        f"({','.join('?' * len(part))})", (new, *part)).rowcount
+                for marks, part in _in_parts(olds):
+                    moved += db.execute(f"UPDATE batches SET archive = ? WHERE archive IN "
+                                        f"({marks})", (new, *part)).rowcount
         return moved
 
     def counts(self) -> dict:
