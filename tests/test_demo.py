@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import alive, descendants
 
 pytest.importorskip("pyspark", reason="the demo needs PySpark (pip install 'acep[demo]')")
 pytest.importorskip("aiohttp", reason="the demo's collector needs aiohttp")
@@ -276,26 +277,6 @@ def test_an_agent_that_fails_is_one_line_naming_its_log(tmp_path):
 # --------------------------------------------------------------------------- stopped
 
 
-def _descendants(pid: int) -> set[int]:
-    found, todo = set(), [pid]
-    while todo:
-        for task in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
-            try:
-                kids = {int(c) for c in task.read_text().split()}
-            except OSError:
-                continue
-            todo += kids - found
-            found |= kids
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _stop_when(work: Path, line: str, signum: int, group: bool):
     """Run the demo until stderr shows ``line``, then send ``signum`` to it (to its process
     group with ``group``: a terminal's Ctrl-C); (exit code, stderr, its processes then)."""
@@ -310,14 +291,14 @@ def _stop_when(work: Path, line: str, signum: int, group: bool):
             if line in text:
                 break
         time.sleep(1)
-        children = _descendants(proc.pid)
+        children = descendants(proc.pid)
         (os.killpg if group else os.kill)(proc.pid, signum)
         _, rest = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     deadline = time.time() + 20
-    while time.time() < deadline and any(map(_alive, children)):
+    while time.time() < deadline and any(map(alive, children)):
         time.sleep(0.2)
     return proc.returncode, "".join(lines) + rest, children
 
@@ -330,7 +311,7 @@ def test_ctrl_c_during_training_is_one_line_and_stops_every_process(tmp_path):
     assert code == 130 and err.endswith("\nacep demo: interrupted\n"), err[-3000:]
     assert "Traceback" not in err and "ERROR" not in err
     assert len(children) >= 2  # the collector and Spark's JVM
-    assert not [p for p in children if _alive(p)]
+    assert not [p for p in children if alive(p)]
     assert check_workdir(tmp_path) == tmp_path  # the next run may use it
 
 
@@ -340,4 +321,4 @@ def test_sigterm_stops_the_collector_it_started(tmp_path):
     code, err, children = _stop_when(tmp_path, "collector listening", signal.SIGTERM,
                                      group=False)
     assert code == 143 and err.endswith("\nacep demo: terminated\n"), err[-3000:]
-    assert children and not [p for p in children if _alive(p)]
+    assert children and not [p for p in children if alive(p)]

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'acep[spark]')")
 
 from damaged import corrupt_parquet  # noqa: E402
+from procs import wait_url  # noqa: E402
 
 from acep import EventBatch, Matcher  # noqa: E402
 from acep.events import EventSpec, read_all  # noqa: E402
@@ -384,7 +385,7 @@ def test_cli_trains_writes_and_publishes_a_signed_sketch(tmp_path):
                              "--sketch-key-file", str(tmp_path / "fleet.key")], stdout=out,
                             stderr=subprocess.DEVNULL, cwd=ROOT)
     try:
-        url = _wait_url(tmp_path / "collector.out", proc)
+        url = wait_url(tmp_path / "collector.out", proc)
         done = acep("train", str(path), "-p", PATTERN.text, "-w", "5", "-k", "1",
                     "--where", PATTERN.where[0], "--partition", "p", "--cores", "2",
                     "-o", str(tmp_path / "h.history"), "--sketch", str(tmp_path / "h.sketch"),
@@ -421,17 +422,6 @@ def test_cli_trains_writes_and_publishes_a_signed_sketch(tmp_path):
         out.close()
 
 
-def _wait_url(out: Path, proc) -> str:
-    import time
-
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "the collector exited"
-        text = out.read_text()
-        if "listening on http://" in text:
-            return text.splitlines()[0].strip().rsplit(" ", 1)[1]
-        time.sleep(0.05)
-    raise AssertionError("the collector did not start")
 
 
 @pytest.mark.parametrize("args, message", [

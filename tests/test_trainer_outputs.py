@@ -20,6 +20,8 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'acep[spark]')")
 
+from procs import alive, descendants  # noqa: E402
+
 from trainer.cli import main as train_main  # noqa: E402
 from trainer.exact import main as exact_main  # noqa: E402
 from trainer.outputs import absolute, remove_abandoned, replacing  # noqa: E402
@@ -240,26 +242,6 @@ def test_java_home_without_java_is_refused_though_the_path_has_one(tmp_path, mon
     check_installed()
 
 
-def _descendants(pid: int) -> set[int]:
-    found, todo = set(), [pid]
-    while todo:
-        for task in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
-            try:
-                kids = {int(c) for c in task.read_text().split()}
-            except OSError:
-                continue
-            todo += kids - found
-            found |= kids
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc")
 @pytest.mark.parametrize("signum, group, code, line", [
     (signal.SIGTERM, False, 143, "acep train: terminated"),  # kill PID, a timeout
@@ -287,7 +269,7 @@ def test_a_run_stopped_while_it_writes_is_one_line_and_leaves_the_earlier_output
         while not any(p.name.startswith(".bad.") for p in work.iterdir()):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.005)
-        children = _descendants(proc.pid)
+        children = descendants(proc.pid)
         (os.killpg if group else os.kill)(proc.pid, signum)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -299,6 +281,6 @@ def test_a_run_stopped_while_it_writes_is_one_line_and_leaves_the_earlier_output
     assert proc.returncode == code and said == [line], err[-3000:]
     assert (_tree(work), sorted(os.listdir(work))) == before  # nothing left beside, or changed
     deadline = time.monotonic() + 20
-    while any(map(_alive, children)) and time.monotonic() < deadline:
+    while any(map(alive, children)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert children and not [p for p in children if _alive(p)]  # Spark's JVM too
+    assert children and not [p for p in children if alive(p)]  # Spark's JVM too

@@ -22,6 +22,8 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'acep[spark]')")
 
+from procs import wait_url  # noqa: E402
+
 import acep  # noqa: E402
 from acep import EventBatch  # noqa: E402
 from acep.matcher import MatchBatch  # noqa: E402
@@ -59,24 +61,13 @@ def collector(tmp_path_factory):
                              "--sketch-key-file", str(work / "fleet.key")], stdout=out,
                             stderr=subprocess.DEVNULL, cwd=ROOT)
     try:
-        url = _wait_url(work / "collector.out", proc)
+        url = wait_url(work / "collector.out", proc)
         _upload(url, (work / "pi-1.token").read_text().strip())
         yield url, work
     finally:
         proc.terminate()
         proc.wait(30)
         out.close()
-
-
-def _wait_url(out: Path, proc) -> str:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "the collector exited"
-        text = out.read_text()
-        if "listening on http://" in text:
-            return text.splitlines()[0].strip().rsplit(" ", 1)[1]
-        time.sleep(0.05)
-    raise AssertionError("the collector did not start")
 
 
 def _rows(n: int = 120) -> list[dict]:
