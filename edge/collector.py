@@ -1462,10 +1462,72 @@ def _maintain(store: Store, args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass
+class _Serving:
+    """What serving needs from the options beside the database and the archive."""
+
+    key: bytes | None
+    metrics_token: bytes | None
+    tls: ssl.SSLContext | None
+
+
+class _Refused(Exception):
+    """An option serving cannot use; the message names it."""
+
+
+def _serving_options(args: argparse.Namespace) -> _Serving:
+    """The options of a serving collector that need neither the database nor the archive,
+    checked before either is opened, so that a refusal leaves no new database behind;
+    :class:`_Refused` naming the option otherwise."""
+    if not args.archive:
+        raise _Refused("--archive DIR is needed to serve")
+    if args.max_body < 1:
+        raise _Refused("--max-body must be positive")
+    for flag, value in (("--body-idle-timeout", args.body_idle_timeout),
+                        ("--idle-timeout", args.idle_timeout)):
+        if value <= 0:
+            raise _Refused(f"{flag} must be above 0")
+    for flag, value, least in (("--recheck-workers", args.recheck_workers, 0),
+                               ("--min-free", args.min_free, 0),
+                               ("--device-uploads", args.device_uploads, 1),
+                               ("--retain-days", args.retain_days, 1)):
+        if value is not None and value < least:
+            raise _Refused(f"{flag} must be {least} or more")
+    if args.retain_days is not None and args.retain_days > MAX_RETAIN_DAYS:
+        raise _Refused(f"--retain-days must be at most {MAX_RETAIN_DAYS} (100 years)")
+    if args.mirror is not None and (why := _bad_mirror(args.mirror, args.archive)):
+        raise _Refused(f"--mirror {storage.redact(args.mirror)}: {why}")
+    key = metrics_token = None
+    if args.sketch_key_file:
+        from history.sketch import read_key
+
+        try:
+            key = read_key(args.sketch_key_file, "sketch key")
+        except OSError as exc:
+            raise _Refused(f"--sketch-key-file {exc}") from None
+    if args.metrics_token_file:
+        try:
+            metrics_token = read_metrics_token(args.metrics_token_file)
+        except OSError as exc:
+            raise _Refused(f"--metrics-token-file {exc}") from None
+    try:
+        tls = server_tls(args.tls_cert, args.tls_key)
+    except ValueError as exc:
+        raise _Refused(str(exc)) from None
+    return _Serving(key, metrics_token, tls)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m edge.collector`` / ``acep serve``."""
     args = _parser().parse_args(argv)
     tool = next((name for name in _TOOLS if getattr(args, name) not in (None, False)), None)
+    serving = None
+    if tool is None:
+        try:
+            serving = _serving_options(args)
+        except _Refused as exc:
+            print(f"acep serve: {exc}", file=sys.stderr)
+            return 2
     try:
         store = open_store(args.db, create=tool in (None, "add_device", "add_admin"))
     except ValueError as exc:
@@ -1482,44 +1544,6 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         finally:
             store.close()
-    if not args.archive:
-        print("acep serve: --archive DIR is needed to serve", file=sys.stderr)
-        return 2
-    if args.max_body < 1:
-        print("acep serve: --max-body must be positive", file=sys.stderr)
-        return 2
-    for flag, value in (("--body-idle-timeout", args.body_idle_timeout),
-                        ("--idle-timeout", args.idle_timeout)):
-        if value <= 0:
-            print(f"acep serve: {flag} must be above 0", file=sys.stderr)
-            return 2
-    key = None
-    if args.sketch_key_file:
-        from history.sketch import read_key
-
-        try:
-            key = read_key(args.sketch_key_file, "sketch key")
-        except OSError as exc:
-            print(f"acep serve: --sketch-key-file {exc}", file=sys.stderr)
-            return 2
-    metrics_token = None
-    if args.metrics_token_file:
-        try:
-            metrics_token = read_metrics_token(args.metrics_token_file)
-        except OSError as exc:
-            print(f"acep serve: --metrics-token-file {exc}", file=sys.stderr)
-            return 2
-    for flag, value, least in (("--recheck-workers", args.recheck_workers, 0),
-                               ("--min-free", args.min_free, 0),
-                               ("--device-uploads", args.device_uploads, 1),
-                               ("--retain-days", args.retain_days, 1)):
-        if value is not None and value < least:
-            print(f"acep serve: {flag} must be {least} or more", file=sys.stderr)
-            return 2
-    if args.retain_days is not None and args.retain_days > MAX_RETAIN_DAYS:
-        print(f"acep serve: --retain-days must be at most {MAX_RETAIN_DAYS} (100 years)",
-              file=sys.stderr)
-        return 2
     try:
         why = _missing_archive(store, args.archive) or _archive_behind(store, args) \
             or _unwritable(args.archive)
@@ -1531,14 +1555,7 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"acep serve: --archive {args.archive}: {why}", file=sys.stderr)
         return 2
-    if args.mirror is not None and (why := _bad_mirror(args.mirror, args.archive)):
-        print(f"acep serve: --mirror {storage.redact(args.mirror)}: {why}", file=sys.stderr)
-        return 2
-    try:
-        tls = server_tls(args.tls_cert, args.tls_key)
-    except ValueError as exc:
-        print(f"acep serve: {exc}", file=sys.stderr)
-        return 2
+    key, metrics_token, tls = serving.key, serving.metrics_token, serving.tls
     if tls is None and args.host not in LOOPBACK:
         print(f"acep serve: warning: plain HTTP on {args.host}: device tokens travel in "
               "clear; give --tls-cert and --tls-key, or put a TLS proxy in front",

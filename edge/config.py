@@ -3,7 +3,8 @@
 Every problem raises :class:`ConfigError` whose message names the key (``budget.mode``,
 ``source.path``, ...), after the file's path when :func:`load_config` read it; the
 ``[pattern]`` is compiled as the agent's matcher will be. Relative paths are taken relative
-to the config file's directory. ``examples/agent.toml`` shows every key with its default.
+to the config file's directory. ``examples/agent.toml`` shows every key, and the default of
+each whose value there is another.
 """
 
 from __future__ import annotations

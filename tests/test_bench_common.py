@@ -163,3 +163,24 @@ def test_summaries_say_what_they_measured():
                         "files_copied": 3, "same_files": True}}
     assert "same history: not compared (no Spark in --quick)" in archive(quick)
     assert "same history: True" in archive({**quick, "same_history": True})
+
+
+@pytest.mark.parametrize("argv, said", [([], "the following arguments are required"),
+                                        (["no-such.parquet", "2"], "no-such.parquet: no such"),
+                                        (["{data}", "0"], "CORES: '0' is not a whole number"),
+                                        (["{data}", "two"], "CORES: 'two' is not a whole")])
+def test_the_trainer_phases_diagnostic_refuses_bad_arguments_before_spark(tmp_path, argv,
+                                                                         said):
+    """``python -m bench.trainer.phases FILE CORES`` (bench/trainer/README.md): a missing or
+    bad argument is its usage and one line, exit 2, not a traceback."""
+    import subprocess
+    import sys
+
+    flights = tmp_path / "f.parquet"
+    flights.write_bytes(b"PAR1")
+    argv = [a.format(data=flights) for a in argv]
+    done = subprocess.run([sys.executable, "-m", "bench.trainer.phases", *argv],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 2

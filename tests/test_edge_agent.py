@@ -4,11 +4,14 @@ uploads with retry against a real HTTP server on loopback."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import gzip
 import json
 import logging
 import os
 import random
+import re
 import signal
 import sqlite3
 import subprocess
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 
 import acep
 from acep.shedding import Budget
@@ -710,6 +714,46 @@ def test_metrics_are_written_every_interval_while_no_event_arrives(tmp_path):
 def test_example_config_parses():
     cfg = load_config(ROOT / "examples" / "agent.toml")
     assert cfg.budget.mode == "wall-clock" and cfg.pattern.partition == "id"
+
+
+def _example_keys() -> tuple[dict, dict]:
+    """examples/agent.toml with its commented-out [sketch] keys on (and without the keys
+    that exclude the shown ones: token_file, ca_file of an https url), and each key's
+    comment: its own line's and the indented comment lines under it."""
+    text = (ROOT / "examples" / "agent.toml").read_text()
+    doc = tomllib.loads(re.sub(r"^#(\[sketch\]|\w+ *=)", r"\1", text, flags=re.M))
+    doc["device"].pop("token_file")
+    doc["collector"].pop("ca_file")
+    comments, section, key = {}, None, None
+    for line in text.splitlines():
+        if m := re.match(r"#?\[(\w+)\]", line):
+            section = m.group(1)
+        elif m := re.match(r"#?(\w+) *= *[^#]*(#.*)?$", line):
+            key = (section, m.group(1))
+            comments[key] = m.group(2) or ""
+        elif line.startswith(" ") and line.strip().startswith("#") and key:
+            comments[key] += line
+    return doc, comments
+
+
+def test_example_config_says_the_default_of_every_key_it_sets_otherwise(tmp_path):
+    """A user copies examples/agent.toml and deletes what they do not need: a key whose
+    value there is not what the agent takes without it says its default (budget.mode is
+    "none", no shedding, without it; the outbox has no caps without max_rows, max_bytes)."""
+    doc, comments = _example_keys()
+    base = dataclasses.asdict(parse_config(doc, base_dir=str(tmp_path)))
+    silent = []
+    for section, keys in doc.items():
+        for key in keys:
+            without = copy.deepcopy(doc)
+            del without[section][key]
+            try:
+                default = dataclasses.asdict(parse_config(without, base_dir=str(tmp_path)))
+            except ConfigError:
+                continue  # needed: no default to say
+            if default != base and "default" not in comments[(section, key)]:
+                silent.append(f"{section}.{key}")
+    assert not silent, silent
 
 
 def test_wall_clock_budget_adapts_and_keeps_matching(tmp_path):

@@ -2036,6 +2036,24 @@ def test_bad_serving_options_exit_2_naming_them(tmp_path):
                                flag, value], cwd=ROOT, capture_output=True, text=True,
                               timeout=60)
         assert done.returncode == 2 and want in done.stderr, done.stderr
+        # refused before anything is made: no database at a path that had none
+        assert not (tmp_path / "c.db").exists() and not (tmp_path / "a").exists(), flag
+    for argv, want in ((["--max-body", "0"], "--max-body must be positive"),
+                       (["--tls-cert", str(tmp_path / "c.pem")], "--tls-key"),
+                       (["--sketch-key-file", str(tmp_path / "none.key")],
+                        "--sketch-key-file"),
+                       (["--mirror", str(tmp_path / "a" / "copy")], "--mirror")):
+        done = subprocess.run([sys.executable, "-m", "edge.collector", "--db",
+                               str(tmp_path / "c.db"), "--archive", str(tmp_path / "a"),
+                               *argv], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and want in done.stderr, done.stderr
+        assert len(done.stderr.splitlines()) == 1, done.stderr
+        assert not (tmp_path / "c.db").exists() and not (tmp_path / "a").exists(), argv
+    done = subprocess.run([sys.executable, "-m", "edge.collector", "--db",
+                           str(tmp_path / "c.db")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and "--archive DIR is needed to serve" in done.stderr
+    assert not (tmp_path / "c.db").exists()
 
 
 # --------------------------------------------------------------------------- compaction

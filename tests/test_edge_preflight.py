@@ -8,6 +8,7 @@ appearing, nothing else touched)."""
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -140,6 +141,21 @@ def test_a_good_setup_passes_every_check_and_nothing_is_written(tmp_path, collec
         return [line for line in lines if " free space (" not in line]
     assert steady(out.stdout.splitlines()) == steady(lines)
     assert snapshot(tmp_path) == before
+
+
+def test_the_check_examples_readme_shows_is_the_one_such_a_setup_prints(tmp_path, collector,
+                                                                       capsys):
+    """examples/README.md ("Run as a service") shows --check on a device: a token file, the
+    metrics beside the outbox, no [sketch]. Its lines, check by check and in order, are
+    those of such a setup against a real collector."""
+    text = (ROOT / "examples" / "README.md").read_text()
+    block = re.search(r"```console\n\$ sudo -u acep \S+ agent --config \S+ --check\n"
+                      r"(.*?)```", text, re.S).group(1)
+    shown = [tuple(line.split()[:2]) for line in block.splitlines()]
+    cfg = write_config(tmp_path / "dev", collector.url, collector.token, sketch=None)
+    code, lines = run_check(cfg, capsys)
+    assert code == 0, lines
+    assert [tuple(line.split()[:2]) for line in lines] == shown, lines
 
 
 def test_an_outbox_open_in_a_running_agent_is_read_beside_it(tmp_path):

@@ -3,6 +3,8 @@ name is importable from a wheel), and the extras what they run needs."""
 
 from __future__ import annotations
 
+import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,36 @@ def test_pip_install_installs_every_package():
         assert _packages(ROOT / top) <= listed, top
     benches = {f"bench.{d.parent.name}" for d in (ROOT / "bench").glob("*/__main__.py")}
     assert len(benches) >= 7 and benches <= listed
+
+
+# standard-library modules added after Python 3.9, by the version that added them: an
+# install on an older Python gets the package and then an ImportError where it imports one
+NEWER_STDLIB = {"tomllib": (3, 11), "zoneinfo": (3, 9), "graphlib": (3, 9)}
+
+
+def _imported_modules() -> set[str]:
+    """The top-level modules the installed packages import (absolute imports)."""
+    names = set()
+    for top in ("acep", "history", "edge", "trainer", "bench"):
+        for path in (ROOT / top).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    names |= {alias.name.split(".")[0] for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names.add(node.module.split(".")[0])
+    return names
+
+
+def test_requires_python_admits_no_python_that_lacks_a_module_the_package_imports():
+    """The agent reads agent.toml, and every command a TOML spec, with tomllib: on a Python
+    without it pip must refuse the install, not leave an agent that stops with a
+    traceback at its start."""
+    spec = _project()["project"]["requires-python"]
+    floor = tuple(int(x) for x in re.fullmatch(r">=\s*(\d+)\.(\d+)", spec).groups())
+    needed = {name: version for name, version in NEWER_STDLIB.items()
+              if name in _imported_modules()}
+    assert "tomllib" in needed
+    assert all(floor >= version for version in needed.values()), (spec, needed)
 
 
 def test_the_bench_extra_has_what_the_benchmarks_start():

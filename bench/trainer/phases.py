@@ -10,6 +10,7 @@ the whole machine was (from /proc/stat).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -44,13 +45,26 @@ def _machine_ticks() -> tuple[int, int]:
     return sum(ticks), ticks[3] + ticks[4]  # total, idle + iowait
 
 
+def _arguments(argv: list[str] | None) -> tuple[str, int]:
+    """The Parquet file and the cores, checked before Spark starts (one line, exit 2)."""
+    ap = argparse.ArgumentParser(prog="python -m bench.trainer.phases",
+                                 description=__doc__.split("\n\n")[1].replace("\n", " "))
+    ap.add_argument("parquet", help="the flights file to train on")
+    ap.add_argument("cores", help="cores of the local Spark session (local[CORES])")
+    args = ap.parse_args(argv)
+    if not args.cores.isdigit() or int(args.cores) < 1:
+        ap.error(f"CORES: {args.cores!r} is not a whole number of cores >= 1")
+    if not os.path.isfile(args.parquet):
+        ap.error(f"{args.parquet}: no such file")
+    return args.parquet, int(args.cores)
+
+
 def main(argv: list[str] | None = None) -> int:
+    path, cores = _arguments(argv)
     import trainer.train as T
     from acep.events import PRESETS
     from trainer.spark import session
 
-    path, cores = (sys.argv[1:] if argv is None else argv)[:2]
-    cores = int(cores)
     phases: dict[str, float] = {}
 
     @contextmanager
