@@ -16,6 +16,7 @@ import json
 import sys
 
 from acep import storage
+from acep.cli import UsageError, load_spec, refused
 
 __all__ = ["main"]
 
@@ -120,10 +121,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-class UsageError(ValueError):
-    pass
-
-
 def _pattern(args, archived: bool):
     from .train import PatternSpec
 
@@ -190,7 +187,6 @@ def _read_secret(path: str, what: str) -> bytes:
 
 def run(args) -> int:
     from acep.cli import fit_options
-    from acep.events import EventSpec
     from history.fit import describe
     from history.graph import HistoryGraph
     from history.sketch import Sketch, oversized
@@ -212,8 +208,9 @@ def run(args) -> int:
     token = _read_secret(args.token_file, "token").decode() if args.token_file else None
     if args.publish:
         _check_publisher(args, token)
-    bins_from = HistoryGraph.load(args.bins_from) if args.bins_from else None
-    spec = EventSpec.load(args.spec) if args.spec else None
+    with refused("--bins-from"):
+        bins_from = HistoryGraph.load(args.bins_from) if args.bins_from else None
+    spec = load_spec(args.spec)
     result = train([args.archive] if args.archive else args.inputs, pattern, spec=spec,
                    archive=bool(args.archive), pattern_id=args.pattern_id,
                    pattern_hash=args.pattern_hash, bins_from=bins_from,
