@@ -227,6 +227,11 @@ CASES = [
                               "-o", "{d}/t.history"], 2, "is not a day"),
     ("train: no such --archive", ["train", "--archive", "{d}/gone", "-o", "{d}/t.history"], 2,
      "{d}/gone: no such directory"),
+    ("train: a --pattern-id the collector refuses, with --publish",
+     [*TRAIN, "--key-file", "{d}/fleet.key", "--publish", "http://127.0.0.1:{port}",
+      "--token-file", "{d}/token", "--pattern-id", "rising edge"], 2,
+     "acep train: --pattern-id 'rising edge': the collector takes ids that match "
+     "[A-Za-z0-9._-]{{1,64}}"),
 
     ("exact-batch: valid options, no Java", BATCH, 2, f"JAVA_HOME is {NO_JAVA}"),
     ("exact-batch: no such query file", ["exact-batch", "{d}/gone.sase", *BATCH[2:]], 2,

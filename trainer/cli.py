@@ -17,6 +17,7 @@ import sys
 
 from acep import storage
 from acep.cli import UsageError, load_spec, refused
+from acep.ids import ID_RULE, valid_id
 
 __all__ = ["main"]
 
@@ -149,6 +150,9 @@ def _check(args) -> None:
         raise UsageError("--sketch and --publish need --key-file (sketches are signed)")
     if args.publish and not (args.token_file and args.pattern_id):
         raise UsageError("--publish needs --token-file and --pattern-id")
+    if args.publish and not valid_id(args.pattern_id):  # else refused after the whole job
+        raise UsageError(f"--pattern-id {args.pattern_id!r}: the collector takes ids that "
+                         f"match {ID_RULE} (the agents' pattern.id)")
     if args.publish_unchecked and not args.publish:
         raise UsageError("--publish-unchecked goes with --publish")
     if args.ca_file and not (args.publish or "").lower().startswith("https://"):
