@@ -818,14 +818,17 @@ def run_history_build(args) -> int:
     sketch = Sketch.from_graph(graph) if args.sketch else None
     if ratios:  # a fit refused (a bucket that holds no operation) leaves every output as it was
         sketch = _fit(sketch, batches, ratios, args)
-    size = graph.save(args.output)
+    # both made before either is renamed into place: the history first, the sketch last
+    history, signed = graph.to_bytes(), sketch.to_bytes(key) if sketch is not None else None
+    size = storage.write_durably(args.output, history)
+    if signed is not None:
+        storage.write_durably(args.sketch, signed)
     print(f"acep: history of {sum(map(len, batches)):,} events: {graph.n_cells} cells, "
           f"{graph.n_bundles} bundles, {size:,} bytes -> {args.output} ({seconds:.1f} s)",
           file=sys.stderr)
-    if sketch is not None:
-        n = sketch.save(args.sketch, key)
-        print(f"acep: signed sketch, {n:,} bytes -> {args.sketch}", file=sys.stderr)
-        if (why := oversized(n, sketch.n_cells)) is not None:
+    if signed is not None:
+        print(f"acep: signed sketch, {len(signed):,} bytes -> {args.sketch}", file=sys.stderr)
+        if (why := oversized(len(signed), sketch.n_cells)) is not None:
             print(f"acep: warning: {why}", file=sys.stderr)
     return 0
 

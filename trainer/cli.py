@@ -224,16 +224,13 @@ def run(args) -> int:
                    search=args.search, days=(args.since, args.before),
                    skip_bad_files=args.skip_bad_files)
     graph, stats = result.graph, dict(result.stats)
-    if args.output:
-        stats["history_bytes"] = graph.save(args.output)
     if key is not None:
         sketch = result.sketch or Sketch.from_graph(graph)
         data = sketch.to_bytes(key)
         stats["sketch_bytes"] = len(data)
         if (why := oversized(len(data), sketch.n_cells)) is not None:
             print(f"acep train: warning: {why}", file=sys.stderr)
-        if args.sketch:
-            storage.write_durably(args.sketch, data)
+    _write_pair(args, graph, data if key is not None else None, stats)
     if ratios:
         for line in describe(stats["fit"]):
             print(f"acep train: {line}", file=sys.stderr)
@@ -243,6 +240,16 @@ def run(args) -> int:
         stats["published"] = _publish(args, data, token)
     print(json.dumps(stats))
     return 0
+
+
+def _write_pair(args, graph, sketch: bytes | None, stats: dict) -> None:
+    """``-o`` then ``--sketch``, both made before either is renamed into place: a kill
+    between the two renames (README, Train histories: Output) is one fsync long."""
+    history = graph.to_bytes() if args.output else None
+    if history is not None:
+        stats["history_bytes"] = storage.write_durably(args.output, history)
+    if sketch is not None and args.sketch:
+        storage.write_durably(args.sketch, sketch)
 
 
 def _check_publisher(args, token: str) -> None:
