@@ -20,6 +20,10 @@ class KernelUnavailable(RuntimeError):
     where it is not built."""
 
 
+class UnknownKernel(ValueError):
+    """``ACEP_KERNEL`` or ``backend`` names no kernel."""
+
+
 def pure_kernel() -> ModuleType:
     """The kernel module run as plain Python from its source file."""
     module = sys.modules.get(_PURE_NAME)
@@ -40,9 +44,9 @@ def kernel(name: str | None = None) -> ModuleType:
         return pure_kernel()
     if name not in ("auto", "compiled"):
         if by_env:
-            raise ValueError(f"ACEP_KERNEL={name!r} is not a kernel: set it to compiled or "
+            raise UnknownKernel(f"ACEP_KERNEL={name!r} is not a kernel: set it to compiled or "
                              "python, or unset it")
-        raise ValueError(f"unknown backend {name!r}: use 'compiled' or 'python'")
+        raise UnknownKernel(f"unknown backend {name!r}: use 'compiled' or 'python'")
     from . import _kernel
 
     if name == "compiled" and not is_compiled(_kernel):

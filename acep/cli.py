@@ -13,12 +13,14 @@ import os
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
 from . import __version__, storage
-from ._backend import KernelUnavailable
+from ._backend import KernelUnavailable, UnknownKernel
+from ._signals import Terminated, terminate_on_sigterm
 from ._text import one_line
 from .events import (
     EventError,
@@ -44,6 +46,39 @@ SPEC_HELP = ("event spec: a JSON/TOML file or a preset (flights) (default: the t
 
 class UsageError(ValueError):
     """Input a command refuses before its work: one line naming the option, exit 2."""
+
+
+@contextmanager
+def refused(option: str = "") -> Iterator[None]:
+    """A file the command line names that does not load in the block (``OSError`` or
+    ``ValueError``) is a :class:`UsageError`, prefixed with ``option``: found before the
+    work, exit 2 (README, Exit codes)."""
+    try:
+        yield
+    except UsageError:
+        raise
+    except (OSError, ValueError) as exc:
+        said = exc.strerror if isinstance(exc, OSError) and exc.strerror and exc.filename \
+            else exc  # "[Errno 2] No such file or directory: 'x'" names the file twice
+        text = f"{exc.filename}: {said}" if said is not exc else str(exc)
+        raise UsageError(f"{option} {text}" if option else text) from None
+
+
+def load_spec(spec: str | None) -> EventSpec | None:
+    """``--spec``: the preset or file it names (None when none is given); one that is
+    neither, or does not load, is a :class:`UsageError`."""
+    if not spec:
+        return None
+    with refused("--spec:"):
+        return EventSpec.load(spec)
+
+
+def open_events(path: str, spec: EventSpec | None, **options) -> Iterator:
+    """:func:`acep.events.read_events`; what it checks at once (the file is there, its
+    format, a Parquet file's footer and columns) is a :class:`UsageError`: no event is read
+    yet. Bad events come later, while iterating (exit 1)."""
+    with refused():
+        return read_events(path, spec, **options)
 
 
 def _command(args) -> str:
@@ -91,7 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return args.run(args)
+        with terminate_on_sigterm():  # a line and 143, and finally blocks run
+            return args.run(args)
     except PatternError as exc:
         print(f"acep: {storage.redact_text(str(exc))}", file=sys.stderr)
         return 2
@@ -101,16 +137,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`acep match ... | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except KernelUnavailable as exc:
+    except (KernelUnavailable, UnknownKernel) as exc:  # ACEP_KERNEL, --backend
         said = str(exc).replace("backend='python'", "--backend python")  # as the CLI takes it
         print(f"{_command(args)}: {said}", file=sys.stderr)
         return 2
     except (EventError, ValueError, OSError, MemoryError) as exc:
         print(f"acep: error: {storage.redact_text(str(exc))}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"{_command(args)}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        term = isinstance(exc, Terminated)
+        print(f"{_command(args)}: {'terminated' if term else 'interrupted'}", file=sys.stderr)
+        return 143 if term else 130
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -299,14 +336,15 @@ def run_match(args) -> int:
                       on_bad_event=args.on_bad_event, backend=args.backend,
                       max_entries=args.max_entries if args.no_merge or args.all_trajectories
                       else None)
-    spec = EventSpec.load(args.spec) if args.spec else None
+    spec = load_spec(args.spec)
     _check_predicate_attributes(pattern, spec or EventSpec())
     out = _Printer(args.bundles)
     started, n_events, seen_types, unreadable = time.perf_counter(), 0, set(), []
+    batches = open_events(args.file, spec, batch_size=args.batch_size,
+                          on_bad_event=args.on_bad_event, bad_events=unreadable)
     progress = _progress(args.file, args.no_progress)
     try:
-        for batch in read_events(args.file, spec, batch_size=args.batch_size,
-                                 on_bad_event=args.on_bad_event, bad_events=unreadable):
+        for batch in batches:
             if not n_events:
                 _warn_unit_on_numbers(args.window, batch)
             seen_types.update(batch.type_names)
@@ -334,7 +372,7 @@ def _check_predicate_attributes(pattern: Pattern, spec: EventSpec,
     for name in pattern.predicates.columns:
         why = not_an_attribute(spec, name)
         if why is not None:
-            raise ValueError(f"{said}: {why}")
+            raise UsageError(f"{said}: {why}")
 
 
 class _Printer:
@@ -459,8 +497,8 @@ def run_exact(args) -> int:
         query = load_query(args.query)
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise ValueError(f"query file {args.query}: {reason}") from None
-    spec = EventSpec.load(args.spec) if args.spec else None
+        raise UsageError(f"query file {args.query}: {reason}") from None
+    spec = load_spec(args.spec)
     make_engine = _exact_engine(query, args)
     read = _check_query_attributes(query, spec or EventSpec())
     started = time.perf_counter()
@@ -503,8 +541,9 @@ def _read_accepted(path: str, spec) -> tuple:
     from .events import EventBatch
 
     batches, bad = [], None
+    parts = open_events(path, spec)
     try:
-        for part in read_events(path, spec):
+        for part in parts:
             batches.append(part)
     except EventError as exc:
         bad = exc
@@ -762,14 +801,15 @@ def run_history_build(args) -> int:
         raise UsageError("--sketch needs --key-file (sketches are signed)")
     _check_outputs({"-o": args.output, "--sketch": args.sketch}, args.file, args.key_file,
                    _spec_file(args.spec))
-    key = read_key(args.key_file) if args.sketch else None  # before the work, not after
+    with refused("--key-file"):
+        key = read_key(args.key_file) if args.sketch else None  # before the work, not after
     ratios = fit_options(args, bool(args.sketch), "it needs --sketch")
-    spec = EventSpec.load(args.spec) if args.spec else None
+    spec = load_spec(args.spec)
     # the pattern and its predicates before the events: a typo is not found after a long read
     _check_predicate_attributes(Pattern.compile(args.pattern, args.where), spec or EventSpec())
     batches = _read_named(args.file, spec)
     if not sum(map(len, batches)):  # as acep train: an empty history is no use to a device
-        raise ValueError(f"{args.file}: no events to build a history from")
+        raise UsageError(f"{args.file}: no events to build a history from")
     started = time.perf_counter()
     # canonical: the bytes (and the sketch's min-hashes) of `acep train` on the same events
     graph = build_history(args.pattern, batches, args.window, args.k, where=args.where,
@@ -778,22 +818,26 @@ def run_history_build(args) -> int:
     sketch = Sketch.from_graph(graph) if args.sketch else None
     if ratios:  # a fit refused (a bucket that holds no operation) leaves every output as it was
         sketch = _fit(sketch, batches, ratios, args)
-    size = graph.save(args.output)
+    # both made before either is renamed into place: the history first, the sketch last
+    history, signed = graph.to_bytes(), sketch.to_bytes(key) if sketch is not None else None
+    size = storage.write_durably(args.output, history)
+    if signed is not None:
+        storage.write_durably(args.sketch, signed)
     print(f"acep: history of {sum(map(len, batches)):,} events: {graph.n_cells} cells, "
           f"{graph.n_bundles} bundles, {size:,} bytes -> {args.output} ({seconds:.1f} s)",
           file=sys.stderr)
-    if sketch is not None:
-        n = sketch.save(args.sketch, key)
-        print(f"acep: signed sketch, {n:,} bytes -> {args.sketch}", file=sys.stderr)
-        if (why := oversized(n, sketch.n_cells)) is not None:
+    if signed is not None:
+        print(f"acep: signed sketch, {len(signed):,} bytes -> {args.sketch}", file=sys.stderr)
+        if (why := oversized(len(signed), sketch.n_cells)) is not None:
             print(f"acep: warning: {why}", file=sys.stderr)
     return 0
 
 
 def _read_named(path: str, spec) -> list:
     """The event batches of ``path``; pyarrow's errors on corrupt data gain the file name."""
+    batches = open_events(path, spec)
     try:
-        return list(read_events(path, spec))
+        return list(batches)
     except EventError:
         raise
     except (OSError, ValueError) as exc:
@@ -845,6 +889,7 @@ def _fit(sketch, batches, ratios, args):
 
 
 def run_history_evaluate(args) -> int:
+    from acep.events import EventBatch
     from history.evaluate import POLICIES, evaluate, format_header, format_row, graph_mismatch
     from history.fit import SKETCH_PARTITION, matcher_args
     from history.graph import HistoryGraph
@@ -853,15 +898,16 @@ def run_history_evaluate(args) -> int:
 
     _check_outputs({"--json": args.json}, args.sketch, args.file, args.key_file, args.history,
                    _spec_file(args.spec))
-    expect_kind(args.sketch, "sketch")
-    sketch = Sketch.load(args.sketch, read_key(args.key_file), max_bytes=None)
+    with refused("--key-file"):
+        key = read_key(args.key_file)
+    with refused():
+        expect_kind(args.sketch, "sketch")
+        sketch = Sketch.load(args.sketch, key, max_bytes=None)
     graph = None
     if args.history:
-        try:
+        with refused("--history"):
             expect_kind(args.history, "history")
-        except (OSError, ValueError) as exc:
-            raise type(exc)(f"--history {exc}") from None
-        graph = HistoryGraph.load(args.history)
+            graph = HistoryGraph.load(args.history)
     why = graph_mismatch(sketch, graph) if graph is not None else None
     if why is not None:  # before the events are read
         raise UsageError(f"--history {args.history} was built for another definition than "
@@ -880,12 +926,13 @@ def run_history_evaluate(args) -> int:
         matcher_args(sketch, partition)  # a --partition the sketch does not fit: now
     except ValueError as e:
         raise UsageError(f"--partition: {e}") from None
-    spec = EventSpec.load(args.spec) if args.spec else None
+    spec = load_spec(args.spec)
     _check_predicate_attributes(Pattern.compile(sketch.pattern, list(sketch.where)),
                                 spec or EventSpec(), "the sketch's predicates")
-    events = read_all(args.file, spec)
-    if not len(events):
-        raise ValueError(f"{args.file}: no events to evaluate the sketch on")
+    batches = _read_named(args.file, spec)
+    if not sum(map(len, batches)):
+        raise UsageError(f"{args.file}: no events to evaluate the sketch on")
+    events = batches[0] if len(batches) == 1 else EventBatch.concat(batches)
     shown = []
 
     def show(row: dict, truth: dict) -> None:
@@ -910,7 +957,9 @@ def run_history(args) -> int:
     why = args.plot and inspection.plot_problem(args.plot)
     if why:
         raise UsageError(f"--plot {why}")
-    print(inspection.run(args.file, args.top, args.plot, args.key_file))
+    with refused():
+        loaded, size = inspection.load(args.file, args.plot, args.key_file)
+    print(inspection.show(loaded, size, args.top, args.plot))
     return 0
 
 

@@ -663,7 +663,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
-    agent.run(once=args.once)
+    try:
+        agent.run(once=args.once)
+    except FileNotFoundError as e:  # a file not followed (or --once) is read at once
+        if e.filename != agent.cfg.source.path:
+            raise
+        print(f"acep agent: source.path {e.filename}: no such file (not followed: nothing "
+              "to read)", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -1054,6 +1054,10 @@ class ServerLog:
             self.collector.errors.error(msg, *args, exc_info=exc_info)
 
 
+class ListenError(OSError):
+    """The collector cannot listen on ``--host``/``--port``: one line, exit 2."""
+
+
 async def serve(collector: Collector, host: str, port: int, ready=print,
                 tls: ssl.SSLContext | None = None, access_log: bool = False,
                 idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> None:
@@ -1068,7 +1072,12 @@ async def serve(collector: Collector, host: str, port: int, ready=print,
                            logger=ServerLog(collector), keepalive_timeout=idle_timeout)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=tls)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:  # a port in use or not this process's to take, an unknown host
+        await runner.cleanup()
+        raise ListenError(f"--host {host} --port {port}: cannot listen there "
+                          f"({exc.strerror or exc})") from None
     bound = runner.addresses[0]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -1426,8 +1435,9 @@ def _archive_behind(store: Store, args: argparse.Namespace) -> str | None:
 
 
 def _unknown(device_id: str, db: str) -> int:
+    """An id that names no device: a bad option value, exit 2 (README, Exit codes)."""
     print(f"acep serve: no device {device_id!r} is registered in {db}", file=sys.stderr)
-    return 1
+    return 2
 
 
 def _maintain(store: Store, args: argparse.Namespace) -> int:
@@ -1587,6 +1597,9 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(serve(collector, args.host, args.port,
                           ready=lambda line: print(line, flush=True), tls=tls,
                           access_log=args.access_log, idle_timeout=args.idle_timeout))
+    except ListenError as exc:
+        print(f"acep serve: {exc}", file=sys.stderr)
+        return 2
     finally:
         collector.close()
     print(json.dumps({"stopped": True, **{k: v for k, v in collector.metrics.items()}}),

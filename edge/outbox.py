@@ -599,7 +599,11 @@ def main(argv: list[str] | None = None) -> int:
             for d in box.dead_letters():
                 print(json.dumps(d.__dict__))
         elif args.command == "export":
-            os.makedirs(args.dir, exist_ok=True)
+            try:
+                os.makedirs(args.dir, exist_ok=True)
+            except OSError as e:  # a file there, or a directory that takes no new one
+                print(f"{ap.prog} export: {args.dir}: {e.strerror or e}", file=sys.stderr)
+                return 2
             for d in box.dead_letters():
                 path = os.path.join(args.dir, d.batch_id.replace("/", "_") + ".msgpack")
                 with open(path, "wb") as fh:

@@ -26,21 +26,20 @@ from dataclasses import dataclass, field
 import msgpack
 import numpy as np
 
+from acep.ids import ID_RULE, valid_id
 from acep.windows import partition_groups, window_mask
 
 __all__ = [
     "FORMAT", "VERSION", "WireError", "Limits", "PatternRef", "UploadBatch", "SummaryBatch",
     "Condenser", "ARCHIVE_RESERVED", "partition_group_key", "pattern_hash", "batch_id",
     "encode_batch", "decode_batch", "encode_condensed", "decode_condensed", "decode",
-    "batch_from_matches", "redate",
+    "batch_from_matches", "redate", "ID_RULE", "valid_id",
 ]
 
 FORMAT = "acep.upload"
 VERSION = 1
 KINDS = ("matches", "summary")
-ID_RULE = "[A-Za-z0-9._-]{1,64}"  # device and pattern ids alike
 LOOPBACK = ("127.0.0.1", "localhost", "::1")  # collector hosts plain HTTP never leaves
-_ID_RE = re.compile(ID_RULE + r"\Z")
 _HASH_RE = re.compile(r"[0-9a-f]{64}\Z")
 # created_at names the archive's date=YYYY-MM-DD directory: 1970-01-01 .. 9999-12-31 UTC
 _CREATED_AT_MAX = 253402300800.0
@@ -50,12 +49,6 @@ def sketch_etag(data: bytes) -> str:
     """The ETag of a published sketch (``GET /v1/sketches/{id}``): the hex SHA-256 of its
     signed bytes. The collector sends it; an agent compares the sketch it holds with it."""
     return hashlib.sha256(data).hexdigest()
-
-
-def valid_id(value: object) -> bool:
-    """Whether ``value`` is a device or pattern id: 1-64 letters, digits, '.', '_', '-'
-    (they name archive folders, batch ids and sketch URLs)."""
-    return isinstance(value, str) and _ID_RE.match(value) is not None
 
 
 class WireError(ValueError):

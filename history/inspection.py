@@ -14,7 +14,8 @@ from acep import storage
 from . import graph as _graph
 from . import sketch as _sketch
 
-__all__ = ["file_kind", "expect_kind", "describe_history", "describe_sketch", "plot_history"]
+__all__ = ["file_kind", "expect_kind", "describe_history", "describe_sketch", "plot_history",
+           "load", "show", "run"]
 
 KINDS = {"history": "a history graph", "sketch": "a signed sketch"}
 WRITERS = {"history": "acep history build -o", "sketch": "acep history build --sketch"}
@@ -212,20 +213,34 @@ def _interval(lo: float, hi: float) -> str:
     return f"= {lo:g}" if lo == hi else f"[{lo:g}, {hi:g})"
 
 
-def run(path: str, top: int = 10, plot: str | None = None, key_file: str | None = None) -> str:
-    """The text ``acep history inspect`` prints; writes the plot when asked."""
+def load(path: str, plot: str | None = None, key_file: str | None = None) -> tuple:
+    """What ``acep history inspect`` shows of ``path``: ``(graph or verified sketch, bytes
+    on disk)``. A file that cannot be (a sketch without ``key_file``, a sketch to plot) is a
+    ``ValueError`` or ``OSError`` naming it, before anything is written."""
     kind = expect_kind(path, "any")
     size = Path(path).stat().st_size
-    if kind == "sketch":
-        if key_file is None:
-            raise ValueError(f"{path} is a signed sketch, not a history graph: pass --key-file "
-                             "to verify and inspect it (plots need the history graph)")
-        if plot:
-            raise ValueError(f"{path} is a sketch: --plot needs the history graph file")
-        key = _sketch.read_key(key_file)
-        return describe_sketch(_sketch.Sketch.load(path, key, max_bytes=None), size, top)
-    g = _graph.HistoryGraph.load(path)
-    text = describe_history(g, size, top)
+    if kind == "history":
+        return _graph.HistoryGraph.load(path), size
+    if key_file is None:
+        raise ValueError(f"{path} is a signed sketch, not a history graph: pass --key-file "
+                         "to verify and inspect it (plots need the history graph)")
     if plot:
-        text += f"\n\nplot: {plot_history(g, plot)}"
+        raise ValueError(f"{path} is a sketch: --plot needs the history graph file")
+    key = _sketch.read_key(key_file)
+    return _sketch.Sketch.load(path, key, max_bytes=None), size
+
+
+def show(loaded, size: int, top: int = 10, plot: str | None = None) -> str:
+    """The text ``acep history inspect`` prints of what :func:`load` gave; writes the plot
+    of a history graph when asked."""
+    if isinstance(loaded, _sketch.Sketch):
+        return describe_sketch(loaded, size, top)
+    text = describe_history(loaded, size, top)
+    if plot:
+        text += f"\n\nplot: {plot_history(loaded, plot)}"
     return text
+
+
+def run(path: str, top: int = 10, plot: str | None = None, key_file: str | None = None) -> str:
+    """The text ``acep history inspect`` prints; writes the plot when asked."""
+    return show(*load(path, plot, key_file), top, plot)

@@ -82,7 +82,7 @@ def _without_compiled_kernel(tmp_path: Path) -> Path:
     ("compiled", 2, "acep backend: ACEP_KERNEL=compiled, but the compiled kernel is not "
                     "built; reinstall with a C compiler and Cython (pip install .), or use "
                     "ACEP_KERNEL=python"),
-    ("gpu", 1, "acep: error: ACEP_KERNEL='gpu' is not a kernel: set it to compiled or "
+    ("gpu", 2, "acep backend: ACEP_KERNEL='gpu' is not a kernel: set it to compiled or "
                "python, or unset it"),
 ])
 def test_acep_backend_without_the_compiled_kernel(tmp_path, kernel, code, line):

@@ -145,7 +145,7 @@ def test_skip_mode_also_skips_unreadable_lines(tmp_path):
 
 def test_unreadable_input_is_a_clear_error(tmp_path):
     r = acep("match", "-p", "a b", "-w", "5", tmp_path / "missing.jsonl")
-    assert r.returncode == 1 and "missing.jsonl" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "missing.jsonl" in r.stderr and "Traceback" not in r.stderr
     r = acep("match", "-p", "a b", "-w", "five", tmp_path / "missing.jsonl")
     assert r.returncode == 2 and "bad window" in r.stderr
 
@@ -305,13 +305,13 @@ def test_an_empty_key_file_is_named_by_every_command_that_reads_one(tmp_path):
              "--key-file", empty)]
     for args in runs:
         r = acep(*args)
-        assert r.returncode == 1, (args, r.stderr)
+        assert r.returncode == 2, (args, r.stderr)
         assert f"{empty}: the signing key file is empty" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
     assert not (tmp_path / "x.history").exists() and not (tmp_path / "x.sketch").exists()
     missing = tmp_path / "missing.key"
     r = acep("history", "inspect", sketch, "--key-file", missing)
-    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr
     assert f"{missing}: cannot read the signing key file (No such file or directory)" in r.stderr
 
 

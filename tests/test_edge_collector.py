@@ -566,7 +566,7 @@ def test_a_revoked_device_is_refused_by_the_running_collector_and_its_batches_st
     assert listed[2]["token_issued"] <= received
 
     unknown = fleet(srv, "--revoke-device", "pi-9")
-    assert unknown.returncode == 1 and "no device 'pi-9'" in unknown.stderr
+    assert unknown.returncode == 2 and "no device 'pi-9'" in unknown.stderr
     token = fleet(srv, "--add-device", "d1").stdout.strip()  # back, with a new token
     assert post(srv, encode_batch(make_batch("d1", 1)), token)[0] == 200
     assert post(srv, encode_batch(make_batch("d1", 2)), srv.tokens["d1"])[0] == 401
@@ -583,7 +583,7 @@ def test_a_rotated_token_is_accepted_beside_the_new_one_until_the_new_one_is_use
     assert post(srv, encode_batch(make_batch("d1", 1)), new)[0] == 200  # now the new one
     assert post(srv, encode_batch(make_batch("d1", 2)), srv.tokens["d1"])[0] == 401
     unknown = fleet(srv, "--rotate-token", "pi-9")
-    assert unknown.returncode == 1 and "no device 'pi-9'" in unknown.stderr
+    assert unknown.returncode == 2 and "no device 'pi-9'" in unknown.stderr
 
 
 def test_a_rotated_token_ends_after_its_grace_or_at_another_new_token(tmp_path):

@@ -499,7 +499,7 @@ def test_missing_files_are_clear_errors(tmp_path, which):
     missing = tmp_path / f"missing.{'sase' if which == 'query' else 'jsonl'}"
     args = (missing, E1) if which == "query" else (Q1, missing)
     r = acep("exact", *args)
-    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr
     assert str(missing) in r.stderr
 
 

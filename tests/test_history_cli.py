@@ -67,37 +67,37 @@ def test_a_plot_type_matplotlib_does_not_write_is_refused_before_the_history_is_
 def test_inspect_a_sketch_needs_its_key(tmp_path, capsys):
     path, key = tmp_path / "s.sketch", tmp_path / "key"
     Sketch.from_graph(_hand_graph(), hashes=4).save(path, b"k3y")
-    assert main(["history", "inspect", str(path)]) == 1
+    assert main(["history", "inspect", str(path)]) == 2
     assert "is a signed sketch, not a history graph: pass --key-file" in capsys.readouterr().err
     key.write_bytes(b"k3y\n")
     assert main(["history", "inspect", str(path), "--key-file", str(key)]) == 0
     out = capsys.readouterr().out
     assert "cells: 24, 2 with a match map" in out and "window = 10, one partition" in out
     key.write_bytes(b"other")
-    assert main(["history", "inspect", str(path), "--key-file", str(key)]) == 1
+    assert main(["history", "inspect", str(path), "--key-file", str(key)]) == 2
     assert "signature check failed" in capsys.readouterr().err
 
 
 def test_inspect_refuses_other_and_corrupt_files(tmp_path, capsys):
     other = tmp_path / "events.jsonl"
     other.write_text('{"type": "a", "t": 1}\n')
-    assert main(["history", "inspect", str(other)]) == 1
+    assert main(["history", "inspect", str(other)]) == 2
     assert "neither a history graph nor a sketch (no 'format' field" in capsys.readouterr().err
     (tmp_path / "empty.history").write_bytes(b"")
-    assert main(["history", "inspect", str(tmp_path / "empty.history")]) == 1
+    assert main(["history", "inspect", str(tmp_path / "empty.history")]) == 2
     assert "empty.history is neither a history graph nor a sketch (an empty file)" in \
         capsys.readouterr().err
     path = tmp_path / "h.acephist"
     data = _hand_graph().to_bytes()
     path.write_bytes(data[: len(data) - 10])
-    assert main(["history", "inspect", str(path)]) == 1
+    assert main(["history", "inspect", str(path)]) == 2
     assert "not valid msgpack" in capsys.readouterr().err
-    assert main(["history", "inspect", str(tmp_path / "missing")]) == 1
+    assert main(["history", "inspect", str(tmp_path / "missing")]) == 2
 
 
 def test_inspect_a_damaged_history_says_so_in_one_line(tmp_path):
-    """One bit of a count flipped on disk: the user's process exits 1 with one line naming
-    the file (version 1 printed the wrong count)."""
+    """One bit of a count flipped on disk: the user's process exits 2 (a file it cannot
+    use) with one line naming the file (version 1 printed the wrong count)."""
     g = _hand_graph()
     path = tmp_path / "h.acephist"
     g.save(path)
@@ -105,8 +105,8 @@ def test_inspect_a_damaged_history_says_so_in_one_line(tmp_path):
     path.write_bytes(_flip(data, data.index(g.visits.tobytes()) + 8 * 9, 0x01))
     done = subprocess.run([sys.executable, "-m", "acep.cli", "history", "inspect", str(path)],
                           capture_output=True, text=True)
-    assert (done.returncode, done.stdout) == (1, "")
-    assert done.stderr.startswith(f"acep: error: {path}: checksum mismatch: the file is "
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(f"acep history inspect: {path}: checksum mismatch: the file is "
                                   "damaged (expected ") and done.stderr.count("\n") == 1
 
 
@@ -147,7 +147,7 @@ def test_numeric_options_out_of_range_are_refused_by_the_parser(capsys, argv, me
 def test_build_refuses_a_file_without_events(tmp_path, capsys):
     (tmp_path / "e.jsonl").write_text("")
     assert main(["history", "build", str(tmp_path / "e.jsonl"), "-p", "a b", "-w", "3",
-                 "-o", str(tmp_path / "h")]) == 1
+                 "-o", str(tmp_path / "h")]) == 2
     assert "e.jsonl: no events to build a history from" in capsys.readouterr().err
     assert not (tmp_path / "h").exists()
 
@@ -365,7 +365,8 @@ def test_a_predicate_over_a_column_the_spec_leaves_out_is_named_before_the_event
     before = _files(built)
     done = acep(*BUILD, "--where", "verylate.delya > late.delay", "-o", "new.history")
     assert (done.returncode, done.stdout, done.stderr) == (
-        1, "", "acep: error: --where: 'delya' is not among the event spec's 'attributes' "
+        2, "", "acep history build: --where: 'delya' is not among the event spec's "
+               "'attributes' "
                "(delay, distance, origin, destination)\n")
     assert _files(built) == before
     assert acep(*BUILD, "--where", "verylate.delay > late.delay", "-o", "d.history",
@@ -377,8 +378,8 @@ def test_a_predicate_over_a_column_the_spec_leaves_out_is_named_before_the_event
     done = acep("history", "evaluate", "d.sketch", "feb.parquet", "--key-file", "fleet.key",
                 "--spec", "nodelay.json", "--json", "e.json")
     assert (done.returncode, done.stdout, done.stderr) == (
-        1, "", "acep: error: the sketch's predicates: 'delay' is not among the event spec's "
-               "'attributes' (distance, origin)\n")
+        2, "", "acep history evaluate: the sketch's predicates: 'delay' is not among the "
+               "event spec's 'attributes' (distance, origin)\n")
     assert not Path("e.json").exists()
 
 
@@ -398,7 +399,7 @@ def test_evaluate_names_an_events_file_without_events(built):
     Path("empty.jsonl").write_text("")
     done = acep(*EVALUATE[:3], "empty.jsonl", *EVALUATE[4:], "--json", "e.json")
     assert (done.returncode, done.stdout, done.stderr) == (
-        1, "", "acep: error: empty.jsonl: no events to evaluate the sketch on\n")
+        2, "", "acep history evaluate: empty.jsonl: no events to evaluate the sketch on\n")
     assert not Path("e.json").exists()
 
 
@@ -474,7 +475,8 @@ def test_a_file_of_another_kind_is_named_for_what_it_is(built, argv, said):
     'acep-history', expected 'acep-sketch', or Python's '[Errno 2] No such file ...'."""
     Path("folder").mkdir()
     done = acep(*argv, "--json" if argv[1] == "evaluate" else "--plot", "out.png")
-    assert (done.returncode, done.stdout, done.stderr) == (1, "", f"acep: error: {said}\n")
+    command = " ".join(argv[:2])
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", f"acep {command}: {said}\n")
     assert not Path("out.png").exists()
 
 

@@ -225,7 +225,7 @@ def test_cli_refuses_a_sketch_signed_with_another_key(tmp_path):
     other.write_bytes(b"not the fleet's key")
     r = acep("history", "evaluate", sketch, FIXTURE, "--key-file", other, "--spec", "flights",
              "--partition", "origin")
-    assert r.returncode == 1 and "Traceback" not in r.stderr and str(sketch) in r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr and str(sketch) in r.stderr
 
 
 def test_cli_adds_the_completion_baseline_with_the_history_graph(tmp_path):

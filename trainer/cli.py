@@ -16,6 +16,8 @@ import json
 import sys
 
 from acep import storage
+from acep.cli import UsageError, load_spec, refused
+from acep.ids import ID_RULE, valid_id
 
 __all__ = ["main"]
 
@@ -120,10 +122,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-class UsageError(ValueError):
-    pass
-
-
 def _pattern(args, archived: bool):
     from .train import PatternSpec
 
@@ -152,6 +150,9 @@ def _check(args) -> None:
         raise UsageError("--sketch and --publish need --key-file (sketches are signed)")
     if args.publish and not (args.token_file and args.pattern_id):
         raise UsageError("--publish needs --token-file and --pattern-id")
+    if args.publish and not valid_id(args.pattern_id):  # else refused after the whole job
+        raise UsageError(f"--pattern-id {args.pattern_id!r}: the collector takes ids that "
+                         f"match {ID_RULE} (the agents' pattern.id)")
     if args.publish_unchecked and not args.publish:
         raise UsageError("--publish-unchecked goes with --publish")
     if args.ca_file and not (args.publish or "").lower().startswith("https://"):
@@ -190,7 +191,6 @@ def _read_secret(path: str, what: str) -> bytes:
 
 def run(args) -> int:
     from acep.cli import fit_options
-    from acep.events import EventSpec
     from history.fit import describe
     from history.graph import HistoryGraph
     from history.sketch import Sketch, oversized
@@ -212,8 +212,9 @@ def run(args) -> int:
     token = _read_secret(args.token_file, "token").decode() if args.token_file else None
     if args.publish:
         _check_publisher(args, token)
-    bins_from = HistoryGraph.load(args.bins_from) if args.bins_from else None
-    spec = EventSpec.load(args.spec) if args.spec else None
+    with refused("--bins-from"):
+        bins_from = HistoryGraph.load(args.bins_from) if args.bins_from else None
+    spec = load_spec(args.spec)
     result = train([args.archive] if args.archive else args.inputs, pattern, spec=spec,
                    archive=bool(args.archive), pattern_id=args.pattern_id,
                    pattern_hash=args.pattern_hash, bins_from=bins_from,
@@ -223,16 +224,13 @@ def run(args) -> int:
                    search=args.search, days=(args.since, args.before),
                    skip_bad_files=args.skip_bad_files)
     graph, stats = result.graph, dict(result.stats)
-    if args.output:
-        stats["history_bytes"] = graph.save(args.output)
     if key is not None:
         sketch = result.sketch or Sketch.from_graph(graph)
         data = sketch.to_bytes(key)
         stats["sketch_bytes"] = len(data)
         if (why := oversized(len(data), sketch.n_cells)) is not None:
             print(f"acep train: warning: {why}", file=sys.stderr)
-        if args.sketch:
-            storage.write_durably(args.sketch, data)
+    _write_pair(args, graph, data if key is not None else None, stats)
     if ratios:
         for line in describe(stats["fit"]):
             print(f"acep train: {line}", file=sys.stderr)
@@ -242,6 +240,16 @@ def run(args) -> int:
         stats["published"] = _publish(args, data, token)
     print(json.dumps(stats))
     return 0
+
+
+def _write_pair(args, graph, sketch: bytes | None, stats: dict) -> None:
+    """``-o`` then ``--sketch``, both made before either is renamed into place: a kill
+    between the two renames (README, Train histories: Output) is one fsync long."""
+    history = graph.to_bytes() if args.output else None
+    if history is not None:
+        stats["history_bytes"] = storage.write_durably(args.output, history)
+    if sketch is not None and args.sketch:
+        storage.write_durably(args.sketch, sketch)
 
 
 def _check_publisher(args, token: str) -> None:

@@ -74,6 +74,7 @@ from pathlib import Path
 
 import numpy as np
 
+from acep.cli import UsageError, load_spec
 from acep.events import EventBatch, EventSpec
 
 from .chunks import ChunkPlan, choose_plan
@@ -458,10 +459,6 @@ def _quarantine(bad, count: int, directory: str | None) -> list[dict]:
 # --------------------------------------------------------------------------- command line
 
 
-class UsageError(ValueError):
-    pass
-
-
 def _parser() -> argparse.ArgumentParser:
     from acep.cli import _whole
 
@@ -525,7 +522,7 @@ def run(args) -> int:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise UsageError(f"query file {args.query}: {reason}") from None
     parse_query(text, source=args.query)  # a bad query fails before Spark starts
-    spec = EventSpec.load(args.spec) if args.spec else None
+    spec = load_spec(args.spec)
     result = exact_batch([args.archive] if args.archive else args.inputs, text, spec=spec,
                          archive=bool(args.archive),
                          pattern_id=args.pattern_id, pattern_hash=args.pattern_hash,

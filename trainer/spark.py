@@ -14,6 +14,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+from acep._signals import Terminated, terminate_on_sigterm
 from acep.storage import redact_text
 
 
@@ -37,10 +38,6 @@ __all__ = ["SparkUnavailable", "Terminated", "check_installed", "session", "prog
 
 class SparkUnavailable(RuntimeError):
     """PySpark or Java is missing; the message says what to install."""
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised as an interrupt so that ``finally`` blocks stop what a job started."""
 
 
 def check_installed() -> None:
@@ -285,26 +282,6 @@ def _interrupted(exc: BaseException | None) -> KeyboardInterrupt | None:
             return exc
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return None
-
-
-@contextmanager
-def terminate_on_sigterm():
-    """While the block runs (in the main thread), SIGTERM raises :class:`Terminated`: the
-    default action would end the process at once and leave its child processes running."""
-    import signal
-
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread may set a handler
-        return
-
-    def raise_terminated(signum, frame):
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _is_py4j(exc: BaseException) -> bool:
