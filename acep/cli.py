@@ -360,7 +360,9 @@ def run_match(args) -> int:
     finally:
         progress.close()
     out.finish(args.window)
-    _summary(matcher, n_events, out, time.perf_counter() - started, len(unreadable))
+    skipped = matcher.stats["skipped"] + len(unreadable) \
+        if args.on_bad_event == "skip" else None
+    _summary(matcher, n_events, out, time.perf_counter() - started, skipped)
     _warn_unseen_types(pattern, seen_types)
     return 0
 
@@ -460,17 +462,18 @@ class _NoProgress:
 
 
 def _summary(matcher: Matcher, n_events: int, out: _Printer, seconds: float,
-             unreadable: int) -> None:
+             skipped: int | None) -> None:
+    """The stderr line of ``acep match``; ``skipped``: the bad events skipped, None when
+    none may be (``--on-bad-event error``)."""
     s = matcher.stats
     rate = n_events / seconds if seconds > 0 else math.inf
     what = f"{_count(out.n_bundles, 'bundle')} from {_count(out.n_matches, 'match')}" \
         if out.bundles_only else _count(out.n_matches, "match")
+    bad = "" if skipped is None else f"; {_count(skipped, 'bad event')} skipped"
     print(f"acep: {_count(n_events, 'event')}, {what} in {_count(s['partitions'], 'partition')}, "
           f"{seconds:.2f} s ({rate:,.0f} events/s, {matcher.kernel_name} kernel); match nodes: "
-          f"{s['created']} created, {s['merged']} merged, {s['expired']} expired, "
-          f"{s['peak_live']} live at peak; "
-          f"{_count(s['skipped'] + unreadable, 'bad event')} skipped",
-          file=sys.stderr)
+          f"{s['created']:,} created, {s['merged']:,} merged, {s['expired']:,} expired, "
+          f"{s['peak_live']:,} live at peak{bad}", file=sys.stderr)
 
 
 def _count(n: int, noun: str) -> str:
@@ -823,8 +826,9 @@ def run_history_build(args) -> int:
     size = storage.write_durably(args.output, history)
     if signed is not None:
         storage.write_durably(args.sketch, signed)
-    print(f"acep: history of {sum(map(len, batches)):,} events: {graph.n_cells} cells, "
-          f"{graph.n_bundles} bundles, {size:,} bytes -> {args.output} ({seconds:.1f} s)",
+    print(f"acep: history of {_count(sum(map(len, batches)), 'event')}: "
+          f"{_count(graph.n_cells, 'cell')}, {_count(graph.n_bundles, 'bundle')}, {size:,} bytes "
+          f"-> {args.output} ({seconds:.1f} s)",
           file=sys.stderr)
     if signed is not None:
         print(f"acep: signed sketch, {len(signed):,} bytes -> {args.sketch}", file=sys.stderr)
@@ -996,16 +1000,17 @@ def run_sample(args) -> int:
     found = MatchBatch.concat([matcher.match_batch(batch), matcher.flush()])
     print(f"# pattern {DEMO['pattern']!r} where {' and '.join(DEMO['where'])}")
     print(f"# within {DEMO['window'] / 3600:g} h, k = {DEMO['k']}, partitioned by origin airport;"
-          f" {len(batch)} flights of January 2001, types = delay classes")
+          f" {len(batch):,} flights of January 2001, types = delay classes")
     matches = sorted(found.to_matches(), key=lambda m: (m.point, str(m.partition)))
     for m in matches[: args.limit]:
         print(json.dumps({"partition": m.partition, "start": _tag(m.start, True),
                           "point": _tag(m.point, True), "errors": m.errors,
                           "events": [_tag(t, True) for t in m.tags]}))
     exact = sum(m.errors == 0 for m in matches)
-    print(f"# {len(matches)} match points ({exact} exact, {len(matches) - exact} missing one "
-          f"event) in {len(bundles(found, DEMO['window']))} bundles; {matcher.kernel_name} kernel, "
-          f"{matcher.stats['created']} match nodes created")
+    print(f"# {_count(len(matches), 'match point')} ({exact:,} exact, {len(matches) - exact:,} "
+          f"missing one event) in {_count(len(bundles(found, DEMO['window'])), 'bundle')}; "
+          f"{matcher.kernel_name} kernel, {_count(matcher.stats['created'], 'match node')} "
+          "created")
     return 0
 
 
