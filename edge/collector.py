@@ -58,7 +58,16 @@ from .codings import ACCEPT_ENCODING, BodyDecoder, CodingError
 from .logs import LOG_LEVELS, LogLimiter
 from .mirror import Mirror
 from .recheck import recheck_batch
-from .store import RESTORE, BackupError, Prepared, Store, damaged, open_store, prepare
+from .store import (
+    RESTORE,
+    BackupError,
+    Prepared,
+    Store,
+    check_backup_target,
+    damaged,
+    open_store,
+    prepare,
+)
 from .wire import ID_RULE, LOOPBACK, Limits, UploadBatch, WireError, decode, valid_id
 
 __all__ = ["Collector", "make_app", "main", "serve", "DEFAULT_PORT", "DEFAULT_MAX_BODY"]
@@ -1350,18 +1359,28 @@ def _utc_day(when: float) -> dt.date:
 
 
 def _backup(store: Store, target: str) -> int:
-    """``--backup``: the copy's size and batches, or one line naming what is wrong."""
+    """``--backup``: the copy's size and batches, or one line naming what is wrong: exit 2
+    for a FILE refused before the copy (or a damaged database), 1 for a copy that failed
+    while it was written (a full disk)."""
+    try:
+        check_backup_target(Path(target))
+    except OSError as exc:
+        print(f"acep serve: --backup: {exc}", file=sys.stderr)
+        return 2
     try:
         print(json.dumps(store.backup(target)))
         return 0
-    except BackupError as exc:
-        why = str(exc)
+    except BackupError as exc:  # the --db file is damaged: a file the command line names
+        print(f"acep serve: --backup: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:  # the system's name the temporary file: name the target
         why = f"{target}: {exc.strerror}" if exc.errno else str(exc)
-    except sqlite3.Error as exc:
+    except sqlite3.DatabaseError as exc:
+        if damaged(exc):
+            raise
         why = f"{target}: {exc}"
     print(f"acep serve: --backup: {why}", file=sys.stderr)
-    return 2
+    return 1
 
 
 def _check_archive(store: Store, archive: str | None) -> int:
@@ -1432,6 +1451,17 @@ def _archive_behind(store: Store, args: argparse.Namespace) -> str | None:
               "(--accept-missing-archive)", file=sys.stderr)
         return None
     return f"{why}; --accept-missing-archive serves without them (lost)"
+
+
+def _failed(tool: str, exc: sqlite3.Error | OSError, db: str) -> int:
+    """One line for an admin command whose work failed after its checks (a full disk, a
+    file system mounted read-only, a lock held too long), exit 1 (README, Exit codes)."""
+    if isinstance(exc, sqlite3.Error):
+        why = f"{db}: {exc}"
+    else:
+        why = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
+    print(f"acep serve: --{tool.replace('_', '-')}: {why}", file=sys.stderr)
+    return 1
 
 
 def _unknown(device_id: str, db: str) -> int:
@@ -1548,10 +1578,12 @@ def main(argv: list[str] | None = None) -> int:
             return _maintain(store, args)
         except sqlite3.DatabaseError as exc:
             if not damaged(exc):
-                raise
+                return _failed(tool, exc, store.path)
             print(f"acep serve: --db: {store.path}: damaged ({exc}); {RESTORE}",
                   file=sys.stderr)
             return 2
+        except OSError as exc:
+            return _failed(tool, exc, store.path)
         finally:
             store.close()
     try:
