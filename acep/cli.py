@@ -22,6 +22,7 @@ from . import __version__, storage
 from ._backend import KernelUnavailable, UnknownKernel
 from ._signals import Terminated, terminate_on_sigterm
 from ._text import one_line
+from .arguments import path_arg
 from .events import (
     EventError,
     EventSpec,
@@ -156,9 +157,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     match = sub.add_parser("match", help="find approximate matches of a pattern in a file",
                            description="Print one JSON line per match (or per bundle).")
-    match.add_argument("file", help=EVENTS_HELP)
+    match.add_argument("file", type=path_arg, help=EVENTS_HELP)
     _add_pattern_options(match)
-    match.add_argument("--spec", help=SPEC_HELP)
+    match.add_argument("--spec", type=path_arg, help=SPEC_HELP)
     match.add_argument("--bundles", action="store_true", help="print match bundles instead")
     match.add_argument("--all-trajectories", action="store_true",
                        help="print every trajectory (small inputs; turns merging off)")
@@ -178,8 +179,9 @@ def _parser() -> argparse.ArgumentParser:
                            description="Print one JSON line per match (verbose) or per group "
                                        "of matches that end at the same event (compact; the "
                                        "postpone engine: per start and end event).")
-    exact.add_argument("query", help="query file (SASE+ text, docs/EXACT.md section 2)")
-    exact.add_argument("events", help=EVENTS_HELP)
+    exact.add_argument("query", type=path_arg,
+                       help="query file (SASE+ text, docs/EXACT.md section 2)")
+    exact.add_argument("events", type=path_arg, help=EVENTS_HELP)
     exact.add_argument("--engine", choices=("auto", "runs", "shared", "postpone"),
                        default="auto",
                        help="runs: the basic run algorithm; shared: the shared-buffer "
@@ -188,7 +190,7 @@ def _parser() -> argparse.ArgumentParser:
     exact.add_argument("--output", choices=("verbose", "compact"), default="verbose",
                        help="verbose: one line per match; compact: one line per end event "
                             "(postpone: per start and end event, with the candidates)")
-    exact.add_argument("--spec", help=SPEC_HELP)
+    exact.add_argument("--spec", type=path_arg, help=SPEC_HELP)
     exact.add_argument("--max-entries", type=_whole(1, "entries"), default=1_000_000,
                        help="stop with an error rather than hold more partial and complete "
                             "matches at once than this (about 1 KB each; under "
@@ -201,9 +203,11 @@ def _parser() -> argparse.ArgumentParser:
                     "first days of the embedded week of flights, run an agent on the rest at "
                     "a tenth of the unconstrained operations, and report bundle recall "
                     "(needs pip install 'acep[demo]' and Java 17).")
-    demo.add_argument("--workdir", help="where everything is written (default: a new "
-                                        "temporary directory, kept)")
-    demo.add_argument("--data", help="a flights Parquet file instead of the embedded week")
+    demo.add_argument("--workdir", type=path_arg,
+                      help="where everything is written (default: a new "
+                           "temporary directory, kept)")
+    demo.add_argument("--data", type=path_arg,
+                      help="a flights Parquet file instead of the embedded week")
     demo.add_argument("--train-days", type=_days, default=4.0,
                       help="days of the stream to train on (default 4)")
     demo.add_argument("--budget", type=_share, default=0.10,
@@ -360,7 +364,9 @@ def run_match(args) -> int:
     finally:
         progress.close()
     out.finish(args.window)
-    _summary(matcher, n_events, out, time.perf_counter() - started, len(unreadable))
+    skipped = matcher.stats["skipped"] + len(unreadable) \
+        if args.on_bad_event == "skip" else None
+    _summary(matcher, n_events, out, time.perf_counter() - started, skipped)
     _warn_unseen_types(pattern, seen_types)
     return 0
 
@@ -460,17 +466,18 @@ class _NoProgress:
 
 
 def _summary(matcher: Matcher, n_events: int, out: _Printer, seconds: float,
-             unreadable: int) -> None:
+             skipped: int | None) -> None:
+    """The stderr line of ``acep match``; ``skipped``: the bad events skipped, None when
+    none may be (``--on-bad-event error``)."""
     s = matcher.stats
     rate = n_events / seconds if seconds > 0 else math.inf
     what = f"{_count(out.n_bundles, 'bundle')} from {_count(out.n_matches, 'match')}" \
         if out.bundles_only else _count(out.n_matches, "match")
+    bad = "" if skipped is None else f"; {_count(skipped, 'bad event')} skipped"
     print(f"acep: {_count(n_events, 'event')}, {what} in {_count(s['partitions'], 'partition')}, "
           f"{seconds:.2f} s ({rate:,.0f} events/s, {matcher.kernel_name} kernel); match nodes: "
-          f"{s['created']} created, {s['merged']} merged, {s['expired']} expired, "
-          f"{s['peak_live']} live at peak; "
-          f"{_count(s['skipped'] + unreadable, 'bad event')} skipped",
-          file=sys.stderr)
+          f"{s['created']:,} created, {s['merged']:,} merged, {s['expired']:,} expired, "
+          f"{s['peak_live']:,} live at peak{bad}", file=sys.stderr)
 
 
 def _count(n: int, noun: str) -> str:
@@ -716,25 +723,29 @@ def _add_history_parser(sub) -> None:
                               description="Print a saved history graph's size (cells, bundles, "
                                           "edges, bytes on disk and as a sketch) and its top "
                                           "match vectors; a signed sketch with --key-file.")
-    inspect.add_argument("file", help="a history graph file (or a sketch, with --key-file)")
+    inspect.add_argument("file", type=path_arg,
+                         help="a history graph file (or a sketch, with --key-file)")
     inspect.add_argument("--top", type=_whole(0, "match vectors to list"), default=10,
                          help="match vectors to list (default 10)")
-    inspect.add_argument("--plot", metavar="PNG", help="write visits and success rate by "
-                                                       "state and remaining window")
-    inspect.add_argument("--key-file", help="the sketch's signing key (a file)")
+    inspect.add_argument("--plot", metavar="PNG", type=path_arg,
+                         help="write visits and success rate by "
+                              "state and remaining window")
+    inspect.add_argument("--key-file", type=path_arg, help="the sketch's signing key (a file)")
     inspect.set_defaults(run=run_history)
     build = hsub.add_parser("build", help="learn a history from an unconstrained run on a file",
                             description="Run the pattern without a budget over the events, "
                                         "record every match node's outcome and save the "
                                         "history graph (and, with --sketch, a signed sketch).")
-    build.add_argument("file", help=EVENTS_HELP)
+    build.add_argument("file", type=path_arg, help=EVENTS_HELP)
     _add_pattern_options(build)
-    build.add_argument("--spec", help=SPEC_HELP)
+    build.add_argument("--spec", type=path_arg, help=SPEC_HELP)
     build.add_argument("--bins", type=bins_type, default=8,
                        help=BINS_HELP)
-    build.add_argument("--output", "-o", required=True, help="the history file to write")
-    build.add_argument("--sketch", help="also write the signed sketch here (needs --key-file)")
-    build.add_argument("--key-file", help="the signing key of the sketch (a file)")
+    build.add_argument("--output", "-o", required=True, type=path_arg,
+                       help="the history file to write")
+    build.add_argument("--sketch", type=path_arg,
+                       help="also write the signed sketch here (needs --key-file)")
+    build.add_argument("--key-file", type=path_arg, help="the signing key of the sketch (a file)")
     add_fit_options(build, "the same events")
     build.set_defaults(run=run_history_build)
     _add_evaluate_parser(hsub)
@@ -748,12 +759,14 @@ def _add_evaluate_parser(hsub) -> None:
                                      "events (the ground truth), then under each budget with "
                                      "each policy, and print bundle recall, match-point "
                                      "recall, precision and the operations spent.")
-    ev.add_argument("sketch", help="a signed sketch (acep history build --sketch, acep train)")
-    ev.add_argument("file", help=EVENTS_HELP)
-    ev.add_argument("--key-file", required=True, help="the sketch's signing key (a file)")
+    ev.add_argument("sketch", type=path_arg,
+                    help="a signed sketch (acep history build --sketch, acep train)")
+    ev.add_argument("file", type=path_arg, help=EVENTS_HELP)
+    ev.add_argument("--key-file", required=True, type=path_arg,
+                    help="the sketch's signing key (a file)")
     ev.add_argument("--partition", help="the attribute to partition by (default: the one the "
                                         "sketch records; another is refused)")
-    ev.add_argument("--spec", help=SPEC_HELP)
+    ev.add_argument("--spec", type=path_arg, help=SPEC_HELP)
     ev.add_argument("--budgets", type=ratios_type, default="0.05,0.1,0.25,0.5,1",
                     metavar="RATIOS",
                     help="comma-separated fractions of the events' unconstrained operations "
@@ -765,10 +778,10 @@ def _add_evaluate_parser(hsub) -> None:
                          "(needs --history), history (the sketch, learning off), history+rl, "
                          "hindsight (offline reference: slow on long streams) (default: all "
                          "but hindsight, and completion only with --history)")
-    ev.add_argument("--history", metavar="FILE",
+    ev.add_argument("--history", metavar="FILE", type=path_arg,
                     help="the history graph the sketch was made from, for the completion "
                          "baseline")
-    ev.add_argument("--json", metavar="FILE", help="also write every figure here")
+    ev.add_argument("--json", metavar="FILE", type=path_arg, help="also write every figure here")
     ev.set_defaults(run=run_history_evaluate)
 
 
@@ -823,8 +836,9 @@ def run_history_build(args) -> int:
     size = storage.write_durably(args.output, history)
     if signed is not None:
         storage.write_durably(args.sketch, signed)
-    print(f"acep: history of {sum(map(len, batches)):,} events: {graph.n_cells} cells, "
-          f"{graph.n_bundles} bundles, {size:,} bytes -> {args.output} ({seconds:.1f} s)",
+    print(f"acep: history of {_count(sum(map(len, batches)), 'event')}: "
+          f"{_count(graph.n_cells, 'cell')}, {_count(graph.n_bundles, 'bundle')}, {size:,} bytes "
+          f"-> {args.output} ({seconds:.1f} s)",
           file=sys.stderr)
     if signed is not None:
         print(f"acep: signed sketch, {len(signed):,} bytes -> {args.sketch}", file=sys.stderr)
@@ -996,16 +1010,17 @@ def run_sample(args) -> int:
     found = MatchBatch.concat([matcher.match_batch(batch), matcher.flush()])
     print(f"# pattern {DEMO['pattern']!r} where {' and '.join(DEMO['where'])}")
     print(f"# within {DEMO['window'] / 3600:g} h, k = {DEMO['k']}, partitioned by origin airport;"
-          f" {len(batch)} flights of January 2001, types = delay classes")
+          f" {len(batch):,} flights of January 2001, types = delay classes")
     matches = sorted(found.to_matches(), key=lambda m: (m.point, str(m.partition)))
     for m in matches[: args.limit]:
         print(json.dumps({"partition": m.partition, "start": _tag(m.start, True),
                           "point": _tag(m.point, True), "errors": m.errors,
                           "events": [_tag(t, True) for t in m.tags]}))
     exact = sum(m.errors == 0 for m in matches)
-    print(f"# {len(matches)} match points ({exact} exact, {len(matches) - exact} missing one "
-          f"event) in {len(bundles(found, DEMO['window']))} bundles; {matcher.kernel_name} kernel, "
-          f"{matcher.stats['created']} match nodes created")
+    print(f"# {_count(len(matches), 'match point')} ({exact:,} exact, {len(matches) - exact:,} "
+          f"missing one event) in {_count(len(bundles(found, DEMO['window'])), 'bundle')}; "
+          f"{matcher.kernel_name} kernel, {_count(matcher.stats['created'], 'match node')} "
+          "created")
     return 0
 
 

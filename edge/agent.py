@@ -37,6 +37,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from acep import Matcher
+from acep.arguments import path_arg
 from acep.events import EventBatch, EventError
 from acep.matcher import MatchBatch
 from acep.shedding import Budget, OldestFirstPolicy, RandomPolicy
@@ -642,7 +643,7 @@ def fresh_seq() -> int:
 def main(argv: list[str] | None = None) -> int:
     """``python -m edge.agent --config agent.toml [--once]``."""
     ap = argparse.ArgumentParser(prog="acep agent", description=__doc__.splitlines()[0])
-    ap.add_argument("--config", required=True, help="the agent.toml")
+    ap.add_argument("--config", required=True, type=path_arg, help="the agent.toml")
     ap.add_argument("--once", action="store_true",
                     help="process what the source holds now, upload what is due, exit")
     ap.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,

@@ -159,7 +159,10 @@ class Archive:
             if folder.is_dir() and folder.name[len("date="):] < day and \
                     folder.name[len("date="):] not in keep:
                 removed += sum(1 for f in folder.rglob("*") if f.is_file())
-                shutil.rmtree(folder)
+                try:
+                    shutil.rmtree(folder)
+                except OSError as exc:  # its filename is relative to a folder inside
+                    raise OSError(exc.errno, exc.strerror, str(folder)) from None
         return removed
 
 

@@ -49,6 +49,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from acep import storage
+from acep.arguments import path_arg
 
 from . import exposition
 from .admission import DEFAULT_MAX_WAIT, DEFAULT_PER_DEVICE, Admission, Refusal
@@ -58,7 +59,16 @@ from .codings import ACCEPT_ENCODING, BodyDecoder, CodingError
 from .logs import LOG_LEVELS, LogLimiter
 from .mirror import Mirror
 from .recheck import recheck_batch
-from .store import RESTORE, BackupError, Prepared, Store, damaged, open_store, prepare
+from .store import (
+    RESTORE,
+    BackupError,
+    Prepared,
+    Store,
+    check_backup_target,
+    damaged,
+    open_store,
+    prepare,
+)
 from .wire import ID_RULE, LOOPBACK, Limits, UploadBatch, WireError, decode, valid_id
 
 __all__ = ["Collector", "make_app", "main", "serve", "DEFAULT_PORT", "DEFAULT_MAX_BODY"]
@@ -1154,17 +1164,18 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="acep serve", description=(
         "The collector: devices POST msgpack batches; matches go to the database, "
         "their windows to a Parquet archive, each re-checked by the exact engine."))
-    p.add_argument("--db", required=True,
+    p.add_argument("--db", required=True, type=path_arg,
                    help="database: a SQLite file path or sqlite:///PATH")
-    p.add_argument("--archive", help="directory of the Parquet archive (needed to serve)")
+    p.add_argument("--archive", type=path_arg,
+                   help="directory of the Parquet archive (needed to serve)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=DEFAULT_PORT,
                    help=f"port (default {DEFAULT_PORT}; 0 picks a free one, printed)")
-    p.add_argument("--tls-cert", metavar="PEM",
+    p.add_argument("--tls-cert", metavar="PEM", type=path_arg,
                    help="serve HTTPS with this certificate chain (with --tls-key); the "
                         "agents set collector.ca_file to the CA that signed it")
-    p.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
-    p.add_argument("--metrics-token-file", metavar="PATH",
+    p.add_argument("--tls-key", metavar="PEM", type=path_arg, help="the private key of --tls-cert")
+    p.add_argument("--metrics-token-file", metavar="PATH", type=path_arg,
                    help="GET /metrics answers only a request with 'Authorization: Bearer "
                         "<the token in this file>' (401 otherwise; Prometheus: "
                         "authorization: {credentials_file: ...}); /health stays open. "
@@ -1174,8 +1185,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--recheck-workers", type=int, default=2,
                    help="processes that decode and re-check batches in parallel (default 2; "
                         "0: all ingest work in the database thread)")
-    p.add_argument("--sketch-key-file", help="the key that signs sketches (PUT is refused "
-                                             "without it)")
+    p.add_argument("--sketch-key-file", type=path_arg,
+                   help="the key that signs sketches (PUT is refused "
+                        "without it)")
     p.add_argument("--min-free", type=int, default=DEFAULT_MIN_FREE >> 20, metavar="MIB",
                    help="refuse uploads (507, Retry-After: the agents keep them) while the "
                         "database's or the archive's file system has less free space than "
@@ -1223,7 +1235,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="while serving, merge each device's small archive files of the days "
                         "before today into files of up to a million rows, at the start and "
                         "every hour (the trainer reads far fewer files)")
-    p.add_argument("--mirror", metavar="URI",
+    p.add_argument("--mirror", metavar="URI", type=path_arg,
                    help="keep a copy of the archive here while serving, for a cluster's "
                         "trainer to read: s3://bucket/prefix (also gs://, hdfs://, a path); "
                         "each stored batch's file is copied, compactions follow, retention "
@@ -1261,7 +1273,7 @@ def _parser() -> argparse.ArgumentParser:
                             "clock: the day of the archive's date= folder), their matches "
                             "and summaries, and with --archive its days before it; print "
                             "how many; exit (the collector may be running)")
-    tools.add_argument("--backup", metavar="FILE",
+    tools.add_argument("--backup", metavar="FILE", type=path_arg,
                        help="copy the database to FILE, a new file, consistent also while "
                             "the collector runs (SQLite's online backup; not cp), checked "
                             "(a damaged database gives none); print its size and batches; "
@@ -1350,18 +1362,28 @@ def _utc_day(when: float) -> dt.date:
 
 
 def _backup(store: Store, target: str) -> int:
-    """``--backup``: the copy's size and batches, or one line naming what is wrong."""
+    """``--backup``: the copy's size and batches, or one line naming what is wrong: exit 2
+    for a FILE refused before the copy (or a damaged database), 1 for a copy that failed
+    while it was written (a full disk)."""
+    try:
+        check_backup_target(Path(target))
+    except OSError as exc:
+        print(f"acep serve: --backup: {exc}", file=sys.stderr)
+        return 2
     try:
         print(json.dumps(store.backup(target)))
         return 0
-    except BackupError as exc:
-        why = str(exc)
+    except BackupError as exc:  # the --db file is damaged: a file the command line names
+        print(f"acep serve: --backup: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:  # the system's name the temporary file: name the target
         why = f"{target}: {exc.strerror}" if exc.errno else str(exc)
-    except sqlite3.Error as exc:
+    except sqlite3.DatabaseError as exc:
+        if damaged(exc):
+            raise
         why = f"{target}: {exc}"
     print(f"acep serve: --backup: {why}", file=sys.stderr)
-    return 2
+    return 1
 
 
 def _check_archive(store: Store, archive: str | None) -> int:
@@ -1432,6 +1454,17 @@ def _archive_behind(store: Store, args: argparse.Namespace) -> str | None:
               "(--accept-missing-archive)", file=sys.stderr)
         return None
     return f"{why}; --accept-missing-archive serves without them (lost)"
+
+
+def _failed(tool: str, exc: sqlite3.Error | OSError, db: str) -> int:
+    """One line for an admin command whose work failed after its checks (a full disk, a
+    file system mounted read-only, a lock held too long), exit 1 (README, Exit codes)."""
+    if isinstance(exc, sqlite3.Error):
+        why = f"{db}: {exc}"
+    else:
+        why = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
+    print(f"acep serve: --{tool.replace('_', '-')}: {why}", file=sys.stderr)
+    return 1
 
 
 def _unknown(device_id: str, db: str) -> int:
@@ -1548,10 +1581,12 @@ def main(argv: list[str] | None = None) -> int:
             return _maintain(store, args)
         except sqlite3.DatabaseError as exc:
             if not damaged(exc):
-                raise
+                return _failed(tool, exc, store.path)
             print(f"acep serve: --db: {store.path}: damaged ({exc}); {RESTORE}",
                   file=sys.stderr)
             return 2
+        except OSError as exc:
+            return _failed(tool, exc, store.path)
         finally:
             store.close()
     try:

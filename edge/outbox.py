@@ -566,7 +566,9 @@ def main(argv: list[str] | None = None) -> int:
                                  description="what is pending in an agent's outbox, and list, "
                                              "export, resend or delete its dead letters "
                                              "(batches the collector refused for good)")
-    ap.add_argument("path", help="the agent's outbox file (outbox.path)")
+    from acep.arguments import path_arg
+
+    ap.add_argument("path", type=path_arg, help="the agent's outbox file (outbox.path)")
     sub = ap.add_subparsers(dest="command", required=True, metavar="ACTION")
     sub.add_parser("status", help="one JSON line: pending batches (count, bytes, the oldest "
                                   "with its attempts and last error, next due) and dead "
@@ -574,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("list", help="one JSON line per dead letter: id, bytes, reason, ...")
     ex = sub.add_parser("export", help="write each dead letter's body to "
                                        "DIR/<device>_<seq>.msgpack")
-    ex.add_argument("dir")
+    ex.add_argument("dir", type=path_arg)
     for name, text in (("requeue", "send these dead letters again (all without ids)"),
                        ("discard", "delete these dead letters for good")):
         p = sub.add_parser(name, help=text)

@@ -27,7 +27,7 @@ from acep import storage
 from .wire import sketch_etag
 
 __all__ = ["Store", "Prepared", "prepare", "open_store", "hash_token", "damaged",
-           "BackupError", "SUPPORTED_URLS", "SCHEMA_VERSION"]
+           "BackupError", "check_backup_target", "SUPPORTED_URLS", "SCHEMA_VERSION"]
 
 SUPPORTED_URLS = "sqlite:///PATH (or a plain file path)"
 SCHEMA_VERSION = 1  # PRAGMA user_version of the database; a newer one is refused
@@ -222,7 +222,7 @@ class BackupError(Exception):
     """The database cannot be backed up (it is damaged); the message names it."""
 
 
-def _check_target(path: Path) -> None:
+def check_backup_target(path: Path) -> None:
     """Raise ``OSError`` naming ``path`` when a backup cannot be written there: it exists
     (a backup never overwrites), is a directory, or its folder is missing or not
     writable."""
@@ -511,7 +511,7 @@ class Store:
         size in bytes and the batches it holds. Raises ``OSError`` (``path`` unusable) or
         :class:`BackupError`, naming the file."""
         path = Path(path)
-        _check_target(path)
+        check_backup_target(path)
         with storage.durably(path) as tmp:
             try:
                 batches = self._copy_to(tmp)

@@ -1,6 +1,7 @@
 """`acep match` and `acep sample` as a user runs them: a real process on real files."""
 
 import json
+import re
 import select
 import subprocess
 import sys
@@ -48,6 +49,28 @@ def test_the_summary_says_one_match_not_one_matches(tmp_path):
     r = acep("exact", exact, events)
     assert r.returncode == 0 and r.stderr.startswith(
         "acep: 3 events, 1 match, 1 run created, "), r.stderr
+
+
+def _summary(stderr: str) -> str:
+    return next(line for line in stderr.splitlines() if line.startswith("acep: ") and
+                "events/s" in line)
+
+
+def test_the_summary_groups_every_count_and_names_bad_events_only_when_skipping():
+    """The match nodes were printed as 3729 beside 2,000 events, and "0 bad events skipped"
+    was said under --on-bad-event error, where no event is ever skipped."""
+    argv = ["match", "-p", "ontime late late+ verylate", "-w", "2h", "-k", "1", "--spec",
+            "flights", FIXTURE]
+    r = acep(*argv)
+    assert r.returncode == 0, r.stderr
+    line = _summary(r.stderr)
+    assert "match nodes: 3,729 created, 3,369 merged" in line, line
+    assert not re.search(r"\d{4}", line) and "bad event" not in line, line
+    assert line.endswith("live at peak"), line
+    r = acep(*argv, "--on-bad-event", "skip")
+    assert r.returncode == 0, r.stderr
+    line = _summary(r.stderr)
+    assert not re.search(r"\d{4}", line) and line.endswith("; 0 bad events skipped"), line
 
 
 def test_bundles_flag(tmp_path):
@@ -222,7 +245,11 @@ def test_sample_runs_on_the_embedded_sample():
     assert r.returncode == 0, r.stderr
     rows = [json.loads(x) for x in r.stdout.splitlines() if not x.startswith("#")]
     assert len(rows) == 3 and all(m["errors"] <= 1 for m in rows)
-    assert "bundles" in r.stdout.splitlines()[-1]
+    header, last = r.stdout.splitlines()[1], r.stdout.splitlines()[-1]
+    assert "; 20,000 flights of January 2001" in header, header  # counts grouped as in match
+    assert re.fullmatch(r"# [\d,]+ match points \([\d,]+ exact, [\d,]+ missing one event\) "
+                        r"in [\d,]+ bundles; \w+ kernel, [\d,]+ match nodes created", last), last
+    assert not re.search(r"\d{4}", last) and "2,029,097 match nodes" in last, last
 
 
 def test_ctrl_c_is_one_line_and_exit_130():

@@ -5,6 +5,7 @@ SQLite files and Parquet archives (the helpers of tests/test_edge_collector.py).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -149,21 +150,84 @@ def test_a_backup_to_a_directory_a_missing_folder_or_an_unwritable_place_names_i
     assert list((tmp_path / "backups").iterdir()) == []
 
 
-def test_a_backup_that_fills_the_disk_names_it_and_leaves_nothing_behind(tmp_path):
-    db = tmp_path / "c.db"
-    filled_store(db, batches=200)  # 600 KiB
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 256 KiB tmpfs: a real file system that fills up (mounting needs root)."""
     small = tmp_path / "small"
     small.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    yield small
+    subprocess.run(["umount", "-l", str(small)], check=True)
+
+
+def test_a_backup_that_fills_the_disk_names_it_exits_1_and_leaves_nothing_behind(
+        tmp_path, small_disk):
+    """The target passed the checks; the copy failed while it was written: the work failed,
+    exit 1 (it was 2, the exit of a FILE refused before the work)."""
+    db = tmp_path / "c.db"
+    filled_store(db, batches=200)  # 600 KiB
+    done = collector("--db", str(db), "--backup", str(small_disk / "copy.db"))
+    one_line(done, 1, f"--backup: {small_disk / 'copy.db'}: database or disk is full")
+    assert list(small_disk.iterdir()) == []
+
+
+def test_the_admin_commands_whose_write_meets_a_full_disk_exit_1_in_one_line(
+        tmp_path, small_disk):
+    """The database opened (a serving collector keeps its -wal and -shm files, held here by
+    a connection), then its write failed: a traceback, exit 1. Now one line naming the
+    option, the database and SQLite's reason, exit 1, and nothing changed."""
+    filled_store(tmp_path / "c.db", batches=10)
+    db = Path(shutil.copy(tmp_path / "c.db", small_disk / "c.db"))
+    held = sqlite3.connect(db)  # as a serving collector holds it
     try:
-        done = collector("--db", str(db), "--backup", str(small / "copy.db"))
-        one_line(done, 2, f"--backup: {small / 'copy.db'}: database or disk is full")
-        assert list(small.iterdir()) == []
+        assert held.execute("SELECT COUNT(*) FROM batches").fetchone() == (10,)
+        before = collector("--db", str(db), "--list-devices").stdout
+        with open(small_disk / "ballast", "wb", buffering=0) as ballast:
+            with contextlib.suppress(OSError):
+                while True:
+                    ballast.write(b"\0" * 4096)
+        for args in (["--add-device", "d3"], ["--add-admin", "ops"], ["--rotate-token", "d1"],
+                     ["--revoke-device", "d1"], ["--prune-before", "2030-01-01"]):
+            done = collector("--db", str(db), *args)
+            one_line(done, 1, f"acep serve: {args[0]}: {db}: database or disk is full")
+            assert "Traceback" not in done.stderr
+        (small_disk / "ballast").unlink()
+        assert collector("--db", str(db), "--list-devices").stdout == before
+        assert held.execute("SELECT COUNT(*) FROM batches").fetchone() == (10,)
     finally:
-        subprocess.run(["umount", "-l", str(small)], check=True)
+        held.close()
+
+
+def test_prune_before_whose_archive_cannot_be_deleted_from_exits_1_in_one_line(tmp_path):
+    """The database's batches are pruned, then the archive's days are on a file system
+    mounted read-only: a traceback, exit 1; now one line naming the file, exit 1. Run
+    again once it is writable, it prunes the days it left."""
+    db, archive = tmp_path / "c.db", tmp_path / "archive"
+    filled_store(db, batches=2)
+    day = archive / "date=2023-11-14" / "device=d1"
+    day.mkdir(parents=True)
+    (day / "part-1.parquet").write_bytes(b"events")
+    bound = subprocess.run(["mount", "--bind", str(archive), str(archive)],
+                           capture_output=True, text=True)
+    if bound.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {bound.stderr.strip()}")
+    try:
+        done = subprocess.run(["mount", "-o", "remount,bind,ro", str(archive)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount read-only here: {done.stderr.strip()}")
+        done = collector("--db", str(db), "--archive", str(archive), "--prune-before",
+                         "2030-01-01")
+        one_line(done, 1, f"acep serve: --prune-before: {day.parent}: Read-only file system")
+        assert (day / "part-1.parquet").exists()
+    finally:
+        subprocess.run(["umount", "-l", str(archive)], check=True)
+    done = collector("--db", str(db), "--archive", str(archive), "--prune-before", "2030-01-01")
+    assert done.returncode == 0 and json.loads(done.stdout)["archive_files"] == 1, done.stderr
+    assert list(archive.iterdir()) == []
 
 
 # --------------------------------------------------------------------------- the --db file

@@ -293,6 +293,51 @@ CASES = [
 ]
 
 
+# (command, arguments with one path given empty, the option argparse names): an unset shell
+# variable ("--spec "$SPEC"") was taken as no spec, no history, no key, a temporary work
+# directory, an open /metrics, or the current directory
+EMPTY = [
+    ("match", [*MATCH, "--spec", "", "{d}/ev.jsonl"], "--spec"),
+    ("match", [*MATCH, ""], "file"),
+    ("exact", ["exact", "{d}/next.sase", "{d}/ev.jsonl", "--spec", ""], "--spec"),
+    ("exact", ["exact", "", "{d}/ev.jsonl"], "query"),
+    ("history build", [*BUILD, "--spec", ""], "--spec"),
+    ("history build", [*BUILD, "--sketch", "{d}/n.sketch", "--key-file", ""], "--key-file"),
+    ("history build", [*BUILD[:-1], ""], "--output/-o"),
+    ("history evaluate", [*EVALUATE, "--history", ""], "--history"),
+    ("history evaluate", [*EVALUATE, "--spec", ""], "--spec"),
+    ("history evaluate", [*EVALUATE, "--json", ""], "--json"),
+    ("history inspect", ["history", "inspect", "{d}/h.history", "--plot", ""], "--plot"),
+    ("train", [*TRAIN, "--spec", ""], "--spec"),
+    ("train", [*TRAIN, "--bins-from", ""], "--bins-from"),
+    ("train", [*TRAIN, "--archive", ""], "--archive"),
+    ("train", [*TRAIN[:-1], ""], "--output/-o"),
+    ("train", [*TRAIN, "--sketch", "", "--key-file", "{d}/fleet.key"], "--sketch"),
+    ("train", [*TRAIN, "--quarantine", ""], "--quarantine"),
+    ("train", [*TRAIN, "--key-file", "{d}/fleet.key", "--publish", "", "--token-file",
+               "{d}/token", "--pattern-id", "abc"], "--publish"),
+    ("train", [*TRAIN, "--key-file", "{d}/fleet.key", "--publish", "https://127.0.0.1:{port}",
+               "--token-file", "{d}/token", "--pattern-id", "abc", "--ca-file", ""],
+     "--ca-file"),
+    ("exact-batch", [*BATCH, "--spec", ""], "--spec"),
+    ("exact-batch", [*BATCH[:-1], ""], "--out/-o"),
+    ("demo", ["demo", "--workdir", "", "--budget", "2"], "--workdir"),
+    ("demo", ["demo", "--data", "", "--budget", "2"], "--data"),
+    ("agent", ["agent", "--config", ""], "--config"),
+    ("outbox", ["outbox", "", "status"], "path"),
+    ("serve", ["serve", "--db", "", "--add-device", "pi-02"], "--db"),
+    ("serve", [*SERVE, "--archive", "", "--prune-before", "2020-01-01"], "--archive"),
+    ("serve", [*SERVE, "--backup", ""], "--backup"),
+    # --max-body 0: a collector that got past the option would refuse it, not serve
+    ("serve", [*SERVE, "--archive", "{d}/served", "--metrics-token-file", "", "--max-body",
+               "0"], "--metrics-token-file"),
+    ("serve", [*SERVE, "--archive", "{d}/served", "--sketch-key-file", "", "--max-body", "0"],
+     "--sketch-key-file"),
+    ("serve", [*SERVE, "--archive", "{d}/served", "--mirror", "", "--max-body", "0"],
+     "--mirror"),
+]
+
+
 def acep(*args, stdin=None, env=None):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAVA_HOME": NO_JAVA, **(env or {})}
     env.pop("ACEP_KERNEL", None)
@@ -307,6 +352,22 @@ def test_exit_code(d, situation, argv, code, says):
     assert done.returncode == code, done.stderr
     assert says.format(**fill) in done.stderr, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+def _snapshot(root: Path) -> dict:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("command, argv, option", EMPTY,
+                         ids=[f"{c[0]} {c[2]}" for c in EMPTY])
+def test_an_empty_path_is_refused_by_its_option_s_name(d, command, argv, option):
+    fill = {"d": d, "port": _closed_port()}
+    before = _snapshot(d)
+    done = acep(*(a.format(**fill) for a in argv))
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr.splitlines()[-1] == (f"acep {command}: error: argument {option}: an "
+                                            "empty path (an unset shell variable?)"), done.stderr
+    assert _snapshot(d) == before
 
 
 def test_a_port_another_process_holds_is_one_line_exit_2(d):

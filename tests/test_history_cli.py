@@ -498,6 +498,13 @@ def test_a_killed_inspect_leaves_no_half_plot(built):
     assert sorted(p.name for p in built.iterdir() if p.name.startswith(".")) == []
 
 
+def test_the_build_summary_says_one_bundle_not_one_bundles(tmp_path):
+    (tmp_path / "ev.jsonl").write_text('{"type": "a", "t": 1}\n{"type": "b", "t": 2}\n')
+    done = acep("history", "build", str(tmp_path / "ev.jsonl"), "-p", "a b", "-w", "3", "-o",
+                str(tmp_path / "h.history"))
+    assert done.returncode == 0 and ", 1 bundle, " in done.stderr, done.stderr
+
+
 def test_a_sketch_over_a_mebibyte_is_built_with_a_warning_and_read_back(built):
     """16,905 cells (k = 4, 64 bins): build wrote the 1.2 MB sketch, and then inspect and
     evaluate refused it as 'sketch is 1048577 bytes, above the limit' (the bytes read, not
@@ -507,6 +514,7 @@ def test_a_sketch_over_a_mebibyte_is_built_with_a_warning_and_read_back(built):
                 "big.sketch", "--key-file", "fleet.key")
     size = Path("big.sketch").stat().st_size
     assert done.returncode == 0 and size > 1 << 20
+    assert "acep: history of 2,000 events: 16,905 cells, " in done.stderr, done.stderr
     assert done.stderr.splitlines()[-1] == (
         f"acep: warning: the sketch ({size:,} bytes, 16,905 cells) is above the 1,048,576 "
         "bytes an agent takes by default: raise sketch.max_bytes in its config, or give "
@@ -521,16 +529,18 @@ def test_a_sketch_over_a_mebibyte_is_built_with_a_warning_and_read_back(built):
 
 
 @pytest.mark.parametrize("argv, option", [
-    ([*BUILD, "-o"], "-o"),
+    ([*BUILD, "-o"], "--output/-o"),
     ([*BUILD, "-o", "new.history", "--key-file", "fleet.key", "--sketch"], "--sketch"),
     ([*EVALUATE, "--json"], "--json"),
     (["history", "inspect", "jan.history", "--plot"], "--plot"),
 ])
 def test_an_empty_output_path_is_refused(built, argv, option):
     """``-o "$OUT"`` with OUT unset: -o failed after the work on a rename to '', --sketch
-    said '-o new.history: overlaps --sketch ', and --json and --plot wrote nothing, exit 0."""
+    said '-o new.history: overlaps --sketch ', and --json and --plot wrote nothing, exit 0.
+    Refused as every empty path is, when the options are read (acep.arguments)."""
     before = _files(built)
     done = acep(*argv, "")
-    assert (done.returncode, done.stdout, done.stderr) == (
-        2, "", f"acep history {argv[1]}: {option}: an empty path; give a file name\n")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.splitlines()[-1] == (f"acep history {argv[1]}: error: argument {option}: "
+                                            "an empty path (an unset shell variable?)")
     assert _files(built) == before

@@ -16,6 +16,7 @@ import json
 import sys
 
 from acep import storage
+from acep.arguments import path_arg
 from acep.cli import UsageError, load_spec, refused
 from acep.ids import ID_RULE, valid_id
 
@@ -44,10 +45,11 @@ def _parser() -> argparse.ArgumentParser:
                     "The options, the outputs and --publish are checked before Spark starts "
                     "(one line, exit 2); the same command run again writes the same files "
                     "over the last run's.")
-    p.add_argument("inputs", nargs="*", help="event files (.parquet/.csv/.jsonl/.msgpack) or "
-                                             "directories of them; local, or URIs such as "
-                                             "s3://bucket/dir")
-    p.add_argument("--archive", metavar="DIR",
+    p.add_argument("inputs", nargs="*", type=path_arg,
+                   help="event files (.parquet/.csv/.jsonl/.msgpack) or "
+                        "directories of them; local, or URIs such as "
+                        "s3://bucket/dir")
+    p.add_argument("--archive", metavar="DIR", type=path_arg,
                    help="the collector's Parquet archive instead (a directory, or a copy "
                         "of it in object storage: s3://bucket/archive; needed when no event "
                         "files are given)")
@@ -59,9 +61,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="the definition of the archived pattern to train, when devices "
                         "uploaded several under its id (a prefix of the hash the refusal "
                         "lists; default: its only definition)")
-    p.add_argument("--spec", help="event spec of the files: a JSON/TOML file or a preset "
-                                  "(flights; default: columns t and type, every other "
-                                  "column an attribute)")
+    p.add_argument("--spec", type=path_arg,
+                   help="event spec of the files: a JSON/TOML file or a preset "
+                        "(flights; default: columns t and type, every other "
+                        "column an attribute)")
     p.add_argument("--pattern", "-p", help="ACEP pattern (needed for event files; default "
                                            "for an archive: the archived one)")
     p.add_argument("--window", "-w", type=parse_window,
@@ -74,34 +77,34 @@ def _parser() -> argparse.ArgumentParser:
                                        "attribute of an equivalence test [attr] in --where)")
     bins = p.add_mutually_exclusive_group()
     bins.add_argument("--bins", type=bins_type, default=8, help=BINS_HELP)
-    bins.add_argument("--bins-from", metavar="HISTORY",
+    bins.add_argument("--bins-from", metavar="HISTORY", type=path_arg,
                       help="reuse the bins of a history file built for the same pattern, "
                            "window, k, predicates and partition (one pass instead of two; "
                            "default: chosen from the data)")
     add_fit_options(p, "the training events, every device's stream under its own bucket")
-    p.add_argument("--output", "-o", metavar="FILE",
+    p.add_argument("--output", "-o", metavar="FILE", type=path_arg,
                    help="write the history graph here (default: not written; an earlier "
                         "file is replaced whole)")
-    p.add_argument("--sketch", metavar="FILE",
+    p.add_argument("--sketch", metavar="FILE", type=path_arg,
                    help="write the signed sketch here (needs --key-file; default: not "
                         "written; an earlier file is replaced whole)")
-    p.add_argument("--key-file", metavar="FILE",
+    p.add_argument("--key-file", metavar="FILE", type=path_arg,
                    help="the secret key that signs the sketch, the collector's "
                         "--sketch-key-file (needed with --sketch and --publish)")
-    p.add_argument("--publish", metavar="URL",
+    p.add_argument("--publish", metavar="URL", type=path_arg,
                    help="PUT the sketch to this collector (needs --key-file, --token-file "
                         "and --pattern-id; the collector and token are checked before the "
                         "job; default: not published)")
-    p.add_argument("--token-file", metavar="FILE",
+    p.add_argument("--token-file", metavar="FILE", type=path_arg,
                    help="an admin token of the collector, acep serve --add-admin (needed "
                         "with --publish)")
-    p.add_argument("--ca-file", metavar="FILE",
+    p.add_argument("--ca-file", metavar="FILE", type=path_arg,
                    help="for an https --publish URL: the CA certificate (PEM) that signed "
                         "the collector's (default: the system's CAs)")
     p.add_argument("--publish-unchecked", action="store_true",
                    help="publish even if no pattern definition the devices uploaded under "
                         "--pattern-id fits the sketch (e.g. a definition not deployed yet)")
-    p.add_argument("--quarantine", metavar="DIR",
+    p.add_argument("--quarantine", metavar="DIR", type=path_arg,
                    help="write bad rows here (Parquet): a new or empty directory, or an "
                         "earlier quarantine (replaced, by an empty one when there are no bad "
                         "rows; default: none, the first bad rows are printed and all "
@@ -143,7 +146,6 @@ def _check(args) -> None:
     if bool(args.inputs) == bool(args.archive):
         raise UsageError("give event files or --archive DIR (one of the two)")
     args.since, args.before = archive_days(args.archive, args.since, args.before)
-    # an empty path ("$OUT" unset) is an output given: _check_outputs names it
     if all(x is None for x in (args.output, args.sketch, args.publish)):
         raise UsageError("nothing to write: give --output, --sketch or --publish")
     if (args.sketch or args.publish) and not args.key_file:

@@ -74,6 +74,7 @@ from pathlib import Path
 
 import numpy as np
 
+from acep.arguments import path_arg
 from acep.cli import UsageError, load_spec
 from acep.events import EventBatch, EventSpec
 
@@ -469,18 +470,20 @@ def _parser() -> argparse.ArgumentParser:
         description="Run a SASE+ query with the exact engine over event files or the "
                     "collector's archive on Spark (a local session unless --master); the "
                     "matches are written as Parquet.")
-    p.add_argument("query", metavar="QUERY_FILE", help="query file (docs/EXACT.md section 2)")
-    p.add_argument("inputs", metavar="INPUT", nargs="*",
+    p.add_argument("query", metavar="QUERY_FILE", type=path_arg,
+                   help="query file (docs/EXACT.md section 2)")
+    p.add_argument("inputs", metavar="INPUT", nargs="*", type=path_arg,
                    help="event files (.parquet/.csv/.jsonl/.msgpack) or directories of "
                         "them; local, or URIs such as s3://bucket/dir")
-    p.add_argument("--archive", metavar="DIR",
+    p.add_argument("--archive", metavar="DIR", type=path_arg,
                    help="the collector's Parquet archive instead (as acep train --archive)")
     p.add_argument("--pattern-id", help="the archive's pattern whose windows to read")
     p.add_argument("--pattern-hash", metavar="PREFIX",
                    help="the definition of that pattern to read, when devices uploaded "
                         "several under its id (a prefix of the hash the refusal lists)")
-    p.add_argument("--spec", help="event spec of the files: a JSON/TOML file or a preset")
-    p.add_argument("--out", "-o", required=True, metavar="DIR",
+    p.add_argument("--spec", type=path_arg,
+                   help="event spec of the files: a JSON/TOML file or a preset")
+    p.add_argument("--out", "-o", required=True, metavar="DIR", type=path_arg,
                    help="write the matches here (Parquet): a new or empty directory, or an "
                         "earlier --out of this command (replaced)")
     p.add_argument("--master", help="Spark master (default local[CORES])")
@@ -491,7 +494,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--key-groups", type=_whole(1, "key groups"),
                    help="equivalence-key groups (default: chosen; 1 when the query forbids "
                         "a key split)")
-    p.add_argument("--quarantine", metavar="DIR",
+    p.add_argument("--quarantine", metavar="DIR", type=path_arg,
                    help="write bad rows here (Parquet; as --out, only a new, empty or "
                         "earlier quarantine is replaced, by an empty one when there are no "
                         "bad rows)")
