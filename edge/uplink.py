@@ -294,6 +294,9 @@ class Uplink:
                 answer = json.loads(text)
             except ValueError:
                 return Outcome("retry", status, "200 with a body that is not JSON")
+            if not isinstance(answer, dict):  # another API at the collector's address
+                return Outcome("retry", status, "200 with a body that is not a JSON object: "
+                               f"{one_line(text[:100].decode('utf-8', 'replace'))}")
             if answer.get("status") in ("stored", "duplicate"):
                 return Outcome("ack", status, answer["status"])
             return Outcome("retry", status, f"200 with status {answer.get('status')!r}")

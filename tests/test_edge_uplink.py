@@ -649,6 +649,24 @@ def test_a_retry_after_that_is_not_ascii_digits_is_ignored_not_a_crash(size):
     assert retry_after("-5") is None and retry_after(str(10 ** 12)) == 1e12  # the outbox caps it
 
 
+@pytest.mark.parametrize("doc", [b"[]", b'"stored"', b"null"])
+@pytest.mark.parametrize("size", [10, 4 * EXPECT_MIN_BYTES])
+def test_a_200_whose_json_is_not_an_object_is_a_retry_not_a_crash(doc, size):
+    """Another API at the collector's address answers 200 with a JSON list: the uploads
+    read ``.get`` of it, an AttributeError (an unexpected error with a traceback and the
+    crash backoff); it is a retry like a 200 that is not JSON."""
+    answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+              b"Connection: close\r\n\r\n%s" % (len(doc), doc))
+    listener, _ = _answering(answer, len(answer))
+    try:
+        uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=5)
+        out = uplink.post_batch(b"x" * size)
+    finally:
+        listener.close()
+    assert out == Outcome("retry", 200, "200 with a body that is not a JSON object: "
+                          + doc.decode()), out
+
+
 @pytest.mark.parametrize("status", [200, 500])
 def test_acep_train_publish_reads_a_bounded_answer(status):
     """``acep train --publish``: an answer without end (a server that is not the collector)
