@@ -618,6 +618,11 @@ def _interim(head: bytes) -> bool:
     return head[9:10] == b"1" and head[9:12] not in (b"100", b"101")
 
 
+def _interim_status(status: int) -> bool:
+    """An interim status other than ``100`` (``101`` switches protocols: final here)."""
+    return 100 < status < 200 and status != 101
+
+
 def _after_head(sock: socket.socket, data: bytes, deadline: _Deadline | None = None) -> bytes:
     """The bytes after the head (status line and headers) that ``data`` starts with."""
     return _read_until(sock, data, b"\r\n\r\n", deadline).partition(b"\r\n\r\n")[2]
@@ -696,6 +701,19 @@ class _Answer(http.client.HTTPResponse):
     def begin(self) -> None:
         super().begin()
         self._source.bytes.in_body = True
+
+    def _read_status(self) -> tuple[str, int, str]:
+        """The final answer's status line. Interim answers before it (``100 Continue``,
+        ``103 Early Hints``) are skipped with their headers, as RFC 9110 15.2 asks of a
+        client (http.client skips ``100`` alone, and took a ``103`` for the answer), at
+        most :data:`MAX_INTERIM` of them."""
+        skipped = 0
+        while True:
+            version, status, reason = super()._read_status()
+            if not (_interim_status(status) or status == 100):
+                return version, status, reason
+            skipped = _skip_interim(skipped)
+            http.client.parse_headers(self.fp)
 
 
 def _proxied(target: urllib.parse.SplitResult) -> bool:
