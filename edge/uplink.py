@@ -524,28 +524,30 @@ def _unacknowledged(sock: socket.socket) -> int | None:
         return None
 
 
-def _drain(sock: socket.socket, timeout: float | None) -> None:
+def _drain(sock: socket.socket, timeout: float | None) -> bool:
     """Wait while the bytes handed to the kernel cross the link: the last ones of a body
     may be megabytes (the send buffer grows to 4 MiB), minutes on a thin link, and the
     timeout of the wait for the answer must not count them. Returns when all are
-    acknowledged, when an answer (or the end) can be read, or where the queue cannot be
-    asked; ``TimeoutError`` when none was acknowledged for ``timeout`` seconds."""
+    acknowledged (True, when some were not at first), when an answer (or the end) can be
+    read, or where the queue cannot be asked (False); ``TimeoutError`` when none was
+    acknowledged for ``timeout`` seconds."""
     left = _unacknowledged(sock)
     if not left or timeout is None:
-        return
+        return False
     moved = time.monotonic()
     while left:
         if select.select([sock], [], [], DRAIN_POLL)[0]:
-            return
+            return False
         now_left = _unacknowledged(sock)
         if now_left is None:
-            return
+            return False
         if now_left < left:
             moved = time.monotonic()
         elif time.monotonic() - moved >= timeout:
             raise TimeoutError(f"timed out: the link took no byte of the body for "
                                f"{timeout:g} s ({left} bytes still to go)")
         left = now_left
+    return True
 
 
 def _status(answer: tuple[int, bytes, float | None] | Outcome) -> int | None:
@@ -587,14 +589,14 @@ def _first_answer(sock: socket.socket, wait: float, timeout: float,
 
 def _final_head(sock: socket.socket, head: bytes, deadline: _Deadline | None = None) -> bytes:
     """``head`` (an answer's first bytes, perhaps none) with the interim answers before the
-    final one taken off: :class:`http.client.HTTPResponse` skips ``100`` alone. Each wait
-    for an answer starts once the body's bytes got across (:func:`_drain`: a late ``100
-    Continue`` may come while the body is still on its way), and so does ``deadline``."""
+    final one taken off. Each wait for an answer starts once the body's bytes got across
+    (:func:`_drain`: a late ``100 Continue`` may come while the body is still on its way),
+    and so does ``deadline`` when they were still crossing; not at each interim answer
+    (a server that trickled them held the agent ``MAX_INTERIM`` + 1 times as long)."""
     skipped = 0
     while True:
         if not head:
-            _drain(sock, sock.gettimeout())
-            if deadline is not None:
+            if _drain(sock, sock.gettimeout()) and deadline is not None:
                 deadline.restart()
             head = _recv(sock, deadline)
         head = _read_until(sock, head, b"\r\n", deadline)

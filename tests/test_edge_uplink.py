@@ -28,10 +28,10 @@ from edge.uplink import (
     SEND_PIECE,
     Outcome,
     Uplink,
+    _Answer,
     _final_head,
     _first_answer,
     _PacedHTTP,
-    _Replayed,
     redirect_text,
     retry_after,
 )
@@ -314,7 +314,7 @@ def test_the_first_answer_is_read_right_however_the_network_cuts_it(interim, hin
         sender.start()
         first, head = _first_answer(device, 5.0, 5.0)
         head = _final_head(device, head)
-        answer = http.client.HTTPResponse(_Replayed(device, head), method="POST")
+        answer = _Answer(device, head, method="POST")
         answer.begin()
         body = answer.read()
         sender.join()
@@ -788,6 +788,23 @@ def test_an_answer_that_trickles_is_given_up_after_the_answer_timeout(part, requ
     assert said.startswith("GET /v1/sketches/p1: " if request_kind == "sketch" else
                            "connection: ")
     assert "no whole answer within 1.5 s (collector.answer_timeout)" in said, said
+    assert took < 3.0, took
+
+
+def test_interim_answers_after_100_continue_do_not_restart_the_answer_timeout():
+    """Each interim answer after the 100 (103 Early Hints), when the bytes after it had
+    not come yet, started the answer's time again: a server that trickled 16 of them, each
+    within collector.answer_timeout, held the upload 17 times as long. The time now runs
+    from the body's end over all of them."""
+    listener = _trickling(EARLY * 8 + ANSWER, 0, every=0.02)  # a 103 takes 1.1 s
+    try:
+        uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=1.0,
+                        answer_timeout=1.5)
+        out, took = timed_post(uplink, BIG)
+    finally:
+        listener.close()
+    assert (out.action, out.status) == ("retry", None), out
+    assert out.detail == "connection: no whole answer within 1.5 s (collector.answer_timeout)"
     assert took < 3.0, took
 
 
