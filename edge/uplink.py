@@ -16,7 +16,8 @@ device on a metered link its headers, not its batch. Bodies go at once through a
 the environment (``http_proxy``, ``https_proxy``: urllib's way), with
 ``collector.expect_continue = false``, after a collector answered ``417``, and after one
 left the expectation unanswered for :data:`CONTINUE_WAIT` (the body then goes anyway) and
-answered without ``100 Continue`` (an HTTP/1.0 server). Only the
+answered without ``100 Continue`` (an HTTP/1.0 server; a success from an HTTP/1.1 one: a
+late refusal may be a busy collector's). Only the
 standard library (``http.client``, ``urllib.request``, ``gzip``).
 
 ``collector.timeout`` bounds each wait of an upload, not the upload: connecting, each
@@ -254,7 +255,7 @@ class Uplink:
                 first, head = _first_answer(conn.sock, conn.timeout, conn.timeout, deadline)
                 if first == "silent":
                     return Outcome("retry", None, "connection: timed out")
-                if first == "final":
+                if first == "final" and _expectation_ignored(head):
                     self._expect_ignored()
             head = _final_head(conn.sock, head, deadline)
             with _Answer(conn.sock, head, deadline, method="POST") as answer:
@@ -604,6 +605,14 @@ def _final_head(sock: socket.socket, head: bytes, deadline: _Deadline | None = N
             return head
         skipped = _skip_interim(skipped)
         head = _after_head(sock, head, deadline)
+
+
+def _expectation_ignored(head: bytes) -> bool:
+    """Whether a final answer that came after the body went, without ``100 Continue``,
+    shows a server that ignores the expectation: an HTTP/1.0 one's, or a success (it read
+    the body without saying 100). A refusal (``503``, ``429``, ``401``) may be a busy
+    collector's that answered the headers late."""
+    return head.startswith(b"HTTP/1.0 ") or head[9:10] == b"2"
 
 
 def _skip_interim(skipped: int) -> int:

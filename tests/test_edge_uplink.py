@@ -214,6 +214,23 @@ def test_a_collector_that_says_100_continue_late_is_still_asked_to(server, caplo
     assert "bodies are sent at once" not in caplog.text
 
 
+def test_a_collector_that_refuses_late_is_still_asked_for_100_continue(server, caplog):
+    """A busy collector may answer the headers with a refusal (503 and Retry-After) after
+    the body went: that is no sign of a server that ignores the expectation, which the
+    agent took it for, sending every body at once from then on (an HTTP/1.0 server, the
+    log said); only an answer that read the body without a 100 (or an HTTP/1.0 one) is."""
+    caplog.set_level(logging.INFO, logger="edge")
+    server.handler.protocol_version = "HTTP/1.1"
+    server.handler.delay, server.handler.busy = CONTINUE_WAIT + 0.3, True
+    uplink = Uplink(server.url, "tok")
+    out = uplink.post_batch(BIG)
+    assert (out.action, out.status, out.retry_after) == ("retry", 503, 2.0), out
+    assert uplink.expect_continue and "bodies are sent at once" not in caplog.text
+    server.handler.busy = False
+    assert uplink.post_batch(BIG).action == "ack"
+    assert server.handler.seen == [("/v1/batches", "100-continue", len(BIG))]
+
+
 def test_a_late_100_continue_on_a_thin_link_waits_for_the_body_to_get_across(server):
     """The body went after CONTINUE_WAIT; the collector's 100 Continue comes while most of
     it is still queued in the kernel: the wait for the final answer starts when the link
