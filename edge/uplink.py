@@ -268,6 +268,7 @@ class Uplink:
                     retry_after(answer.getheader("Retry-After"))
                 return answer.status, answer.read(1 << 16), wait
         except (OSError, http.client.HTTPException) as e:
+            e = conn.cut or e  # no answer after the body was cut: the cut says why
             return Outcome("retry", None, f"connection: {str(e) or type(e).__name__}")
         finally:
             conn.close()
@@ -445,11 +446,17 @@ class _Paced:
     """An ``http.client`` connection whose timeout bounds each wait, not a whole body: a
     body goes in pieces of :data:`SEND_PIECE` bytes, each with the timeout, and the answer
     is awaited once the body's last bytes got across (:func:`_drain`), then read within
-    ``answer_deadline`` (restarted then; None: each wait bounded, not their sum)."""
+    ``answer_deadline`` (restarted then; None: each wait bounded, not their sum).
+
+    A server may answer before it has the whole body (a refusal: ``413``, ``401``,
+    ``503``) and close: the rest of the body is then not sent, and the answer that came
+    is read all the same; ``cut`` is the error that stopped the body, raised when no
+    answer can be read."""
 
     def __init__(self, *args, answer_deadline: _Deadline | None = None, **kw):
         super().__init__(*args, **kw)
         self.answer_deadline = answer_deadline
+        self.cut: OSError | None = None
 
     def response_class(self, sock, debuglevel: int = 0, method: str | None = None):
         deadline = self.answer_deadline
@@ -458,17 +465,29 @@ class _Paced:
         return _Answer(sock, b"", deadline, debuglevel=debuglevel, method=method)
 
     def send(self, data) -> None:
-        if isinstance(data, (bytes, bytearray)) and len(data) > SEND_PIECE:
-            view = memoryview(data)
-            for at in range(0, len(view), SEND_PIECE):
-                super().send(view[at:at + SEND_PIECE])
-        else:
-            super().send(data)
+        if self.sock is None:
+            self.connect()  # a refused connection fails here, as in http.client
+        if self.cut is not None:
+            return
+        try:
+            if isinstance(data, (bytes, bytearray)) and len(data) > SEND_PIECE:
+                view = memoryview(data)
+                for at in range(0, len(view), SEND_PIECE):
+                    super().send(view[at:at + SEND_PIECE])
+            else:
+                super().send(data)
+        except (ConnectionError, ssl.SSLEOFError) as e:  # the server stopped taking it
+            self.cut = e
 
     def getresponse(self):
-        if self.sock is not None:
+        if self.sock is not None and self.cut is None:
             _drain(self.sock, self.timeout)
-        return super().getresponse()
+        try:
+            return super().getresponse()
+        except (OSError, http.client.HTTPException):
+            if self.cut is not None:
+                raise self.cut from None
+            raise
 
 
 class _PacedHTTP(_Paced, http.client.HTTPConnection):

@@ -12,6 +12,7 @@ import http.client
 import json
 import logging
 import socket
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -643,6 +644,75 @@ def _answering(answer, most: int) -> tuple[socket.socket, list]:
                     pass
     threading.Thread(target=serve, daemon=True).start()
     return listener, sent
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory) -> tuple[ssl.SSLContext, str]:
+    """A server context with a certificate for 127.0.0.1 from a CA made for the tests, and
+    the CA's file for the agent (collector.ca_file)."""
+    import trustme
+
+    ca, where = trustme.CA(), tmp_path_factory.mktemp("pki") / "ca.pem"
+    ca.cert_pem.write_to_path(where)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    return context, str(where)
+
+
+def _refusing(answer: bytes, after: float, context: ssl.SSLContext | None = None
+              ) -> socket.socket:
+    """A listener that reads a request's head, answers ``answer`` ``after`` seconds later
+    without reading the body and closes (its unread bytes reset the connection), as a
+    server that refuses by ``Content-Length`` or token does; its receive buffer is the
+    smallest, so a large body is still on its way. Over TLS with ``context``."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                if context is not None:
+                    conn = context.wrap_socket(conn, server_side=True)
+                got = b""
+                while b"\r\n\r\n" not in got:
+                    got += conn.recv(1 << 10)
+                time.sleep(after)
+                conn.sendall(answer)
+                conn.close()
+    threading.Thread(target=serve, daemon=True).start()
+    return listener
+
+
+@pytest.mark.parametrize("status, action, wait", [(413, "reject", None), (401, "auth", None),
+                                                  (503, "retry", 7.0)])
+@pytest.mark.parametrize("expect", [True, False], ids=["late refusal", "without Expect"])
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_refusal_while_the_body_goes_is_read_though_the_server_closes(
+        status, action, wait, expect, scheme, tls):
+    """The collector refuses (a body over --max-body, a wrong token, too busy) while the
+    body is on its way, after the 1 s wait for 100 Continue or without Expect, and closes:
+    the send failed with a reset, so its answer was never read, and a 413 was retried for
+    ever (its whole body each time), a 401 did not hold the uploads and a Retry-After was
+    lost. The answer is read now."""
+    doc = b'{"error": "refused", "status": %d}' % status
+    answer = (b"HTTP/1.1 %d Refused\r\nContent-Type: application/json\r\nContent-Length: %d"
+              b"\r\nRetry-After: 7\r\nConnection: close\r\n\r\n%s" % (status, len(doc), doc))
+    listener = _refusing(answer, CONTINUE_WAIT + 0.3 if expect else 0.3,
+                         tls[0] if scheme == "https" else None)
+    try:
+        uplink = Uplink(f"{scheme}://127.0.0.1:{listener.getsockname()[1]}", "tok",
+                        timeout=5, expect_continue=expect, ca_file=tls[1])
+        out = uplink.post_batch(b"x" * (8 << 20))  # more than the socket buffers hold
+    finally:
+        listener.close()
+    assert out == Outcome(action, status, "refused", wait if action == "retry" else None), out
+    assert uplink.expect_continue == expect
 
 
 @pytest.mark.parametrize("flood, most, says", [
