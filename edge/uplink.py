@@ -249,10 +249,11 @@ class Uplink:
             if first != "final":
                 conn.send(body)
                 self.bytes_on_wire += len(body)
-                _drain(conn.sock, conn.timeout)
+                head += _drain(conn.sock, conn.timeout)
                 deadline.restart()  # the body's time is its link's, not the answer's
             if first == "silent":  # a busy collector says 100 late; an HTTP/1.0 one never
-                first, head = _first_answer(conn.sock, conn.timeout, conn.timeout, deadline)
+                first, head = _first_answer(conn.sock, conn.timeout, conn.timeout, deadline,
+                                            head)
                 if first == "silent":
                     return Outcome("retry", None, "connection: timed out")
                 if first == "final" and _expectation_ignored(head):
@@ -457,12 +458,13 @@ class _Paced:
         super().__init__(*args, **kw)
         self.answer_deadline = answer_deadline
         self.cut: OSError | None = None
+        self.early = b""  # the answer's first bytes, read while the body drained
 
     def response_class(self, sock, debuglevel: int = 0, method: str | None = None):
         deadline = self.answer_deadline
         if deadline is not None:
             deadline.restart()
-        return _Answer(sock, b"", deadline, debuglevel=debuglevel, method=method)
+        return _Answer(sock, self.early, deadline, debuglevel=debuglevel, method=method)
 
     def send(self, data) -> None:
         if self.sock is None:
@@ -481,7 +483,7 @@ class _Paced:
 
     def getresponse(self):
         if self.sock is not None and self.cut is None:
-            _drain(self.sock, self.timeout)
+            self.early = _drain(self.sock, self.timeout)
         try:
             return super().getresponse()
         except (OSError, http.client.HTTPException):
@@ -544,30 +546,54 @@ def _unacknowledged(sock: socket.socket) -> int | None:
         return None
 
 
-def _drain(sock: socket.socket, timeout: float | None) -> bool:
+def _drain(sock: socket.socket, timeout: float | None, restart: _Deadline | None = None
+           ) -> bytes:
     """Wait while the bytes handed to the kernel cross the link: the last ones of a body
     may be megabytes (the send buffer grows to 4 MiB), minutes on a thin link, and the
     timeout of the wait for the answer must not count them. Returns when all are
-    acknowledged (True, when some were not at first), when an answer (or the end) can be
-    read, or where the queue cannot be asked (False); ``TimeoutError`` when none was
-    acknowledged for ``timeout`` seconds."""
+    acknowledged (and ``restart``s it, when some were not at first), when an answer (or
+    the end) can be read, or where the queue cannot be asked; ``TimeoutError`` when none
+    was acknowledged for ``timeout`` seconds. Returns the answer's first bytes when it
+    read them (:func:`_answer_readable`), else ``b""``."""
     left = _unacknowledged(sock)
     if not left or timeout is None:
-        return False
+        return b""
     moved = time.monotonic()
     while left:
         if select.select([sock], [], [], DRAIN_POLL)[0]:
-            return False
+            early = _answer_readable(sock)
+            if early is not None:
+                return early
         now_left = _unacknowledged(sock)
         if now_left is None:
-            return False
+            return b""
         if now_left < left:
             moved = time.monotonic()
         elif time.monotonic() - moved >= timeout:
             raise TimeoutError(f"timed out: the link took no byte of the body for "
                                f"{timeout:g} s ({left} bytes still to go)")
         left = now_left
-    return True
+    if restart is not None:
+        restart.restart()
+    return b""
+
+
+def _answer_readable(sock: socket.socket) -> bytes | None:
+    """What made ``sock`` readable: None when it was TLS's own records (the session
+    tickets a TLS 1.3 server sends after the handshake, which ended every drain at once),
+    else the bytes that had to be read to tell (``b""`` for plain TCP: none read)."""
+    if not isinstance(sock, ssl.SSLSocket):
+        return b""
+    timeout = sock.gettimeout()
+    sock.settimeout(0)
+    try:
+        return sock.recv(1)
+    except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+        return None
+    except OSError:  # reset: reading the answer says so
+        return b""
+    finally:
+        sock.settimeout(timeout)
 
 
 def _status(answer: tuple[int, bytes, float | None] | Outcome) -> int | None:
@@ -576,15 +602,16 @@ def _status(answer: tuple[int, bytes, float | None] | Outcome) -> int | None:
 
 
 def _first_answer(sock: socket.socket, wait: float, timeout: float,
-                  deadline: _Deadline | None = None) -> tuple[str, bytes]:
+                  deadline: _Deadline | None = None, data: bytes = b"") -> tuple[str, bytes]:
     """Wait up to ``wait`` seconds for the collector's first answer to headers sent with
     ``Expect: 100-continue``: ``("continue", bytes after it)`` after its ``100 Continue``;
     ``("final", bytes read)`` when the first answer is final (a refusal: the body is not
     sent; the bytes are the answer's start); ``("silent", b"")`` when none came. Other
     interim answers (``103 Early Hints``) are skipped, as RFC 9110 15.2 asks of a client.
-    The socket's ``timeout`` is set again after. Past ``deadline``: :class:`AnswerTimeout`."""
+    The socket's ``timeout`` is set again after. Past ``deadline``: :class:`AnswerTimeout`.
+    ``data``: the answer's first bytes when some were read already."""
     until = time.monotonic() + wait
-    data, skipped = b"", 0
+    skipped = 0
     while True:
         if not data:
             sock.settimeout(max(until - time.monotonic(), 1e-3))
@@ -616,9 +643,7 @@ def _final_head(sock: socket.socket, head: bytes, deadline: _Deadline | None = N
     skipped = 0
     while True:
         if not head:
-            if _drain(sock, sock.gettimeout()) and deadline is not None:
-                deadline.restart()
-            head = _recv(sock, deadline)
+            head = _drain(sock, sock.gettimeout(), deadline) or _recv(sock, deadline)
         head = _read_until(sock, head, b"\r\n", deadline)
         if not (_interim(head) or head[9:12] == b"100"):
             return head

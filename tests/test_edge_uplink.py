@@ -247,6 +247,26 @@ def test_a_late_100_continue_on_a_thin_link_waits_for_the_body_to_get_across(ser
     assert server.handler.seen == [("/v1/batches", "100-continue", len(body))]
 
 
+@pytest.mark.parametrize("expect", [False, True], ids=["at once", "expect"])
+def test_a_body_over_https_on_a_thin_link_gets_across_before_the_answer_is_awaited(
+        server, tls, expect):
+    """TLS 1.3 session tickets, sent by the server after the handshake, made the socket
+    readable, which ended the wait for the body's last bytes at once: over HTTPS without
+    Expect, a body that takes three times collector.timeout to cross timed out every
+    time. The tickets are read now and the wait goes on."""
+    server.handler.protocol_version = "HTTP/1.1"
+    server.socket = tls[0].wrap_socket(server.socket, server_side=True)
+    body = b"x" * 48000
+    with ThinLink(server.server_address[1], rate=16000) as link:
+        uplink = Uplink(f"https://127.0.0.1:{link.port}", "tok", timeout=1.0,
+                        ca_file=tls[1], expect_continue=expect)
+        out, took = timed_post(uplink, body)
+    assert (out.action, out.status) == ("ack", 200), out
+    assert took > 2.5
+    assert server.handler.seen == [("/v1/batches", "100-continue" if expect else None,
+                                    len(body))]
+
+
 def test_a_417_sends_the_batch_again_at_once_in_the_same_attempt(server, caplog):
     caplog.set_level(logging.INFO, logger="edge")
     server.handler.protocol_version = "HTTP/1.1"
