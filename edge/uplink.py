@@ -25,7 +25,11 @@ standard library (``http.client``, ``urllib.request``, ``gzip``).
 ``sendall``, whose timeout is the whole body's: a device on a thin link could never send a
 large batch), the body's last bytes, queued in the kernel, being acknowledged by the
 collector (Linux; :func:`_drain`), and the answer. So a slow but steady upload takes as
-long as its link needs, as at the collector (``--body-idle-timeout``, ``--body-min-rate``).
+long as its link needs, as at the collector (``--body-idle-timeout``, ``--body-min-rate``):
+the whole request, its body included, must get across within ``collector.answer_timeout``
+and 1/:data:`ANSWER_MIN_RATE` s more per byte of the body (:class:`BodyTimeout`, retried as
+a timeout), so a collector that keeps its receive window almost shut holds no upload for
+long.
 The answer as a whole (status line, headers and body) must come within
 ``collector.answer_timeout`` of the request having got across (default three times
 ``collector.timeout``), and each byte of its body buys :data:`ANSWER_MIN_RATE`'s share of a
@@ -71,7 +75,8 @@ from .wire import sketch_etag
 
 __all__ = ["Uplink", "Outcome", "Uploader", "download_sketch", "tls_context", "error_body",
            "error_text", "CLOCK_SLACK", "NoRedirects", "redirect_text", "MAX_HEAD",
-           "AnswerTimeout", "ANSWER_MIN_RATE", "ANSWER_TIMES", "answer_opener", "timed"]
+           "AnswerTimeout", "BodyTimeout", "ANSWER_MIN_RATE", "ANSWER_TIMES",
+           "answer_opener", "timed"]
 
 log = logging.getLogger("edge.agent")
 CONTINUE_WAIT = 1.0  # seconds a body waits for "100 Continue" before it goes anyway (as curl)
@@ -92,9 +97,10 @@ MAX_HEAD = 1 << 16
 MAX_INTERIM = 16  # interim answers (103 Early Hints) skipped before the final one, at most
 # collector.answer_timeout's default, in collector.timeout's: the answer's waits together
 ANSWER_TIMES = 3
-# bytes/s an answer's body must keep up past collector.answer_timeout (each byte buys 1/rate
-# s more): the collector's --body-min-rate default, 8 kbit/s; a sketch of sketch.max_bytes
-# (1 MiB) over 100 kbit/s takes 84 s, a trickle of a byte a second buys nothing
+# bytes/s an answer's body, and a request's, must keep up past collector.answer_timeout (each
+# byte buys 1/rate s more): the collector's --body-min-rate default, 8 kbit/s; a sketch of
+# sketch.max_bytes (1 MiB) over 100 kbit/s takes 84 s, a trickle of a byte a second buys
+# nothing
 ANSWER_MIN_RATE = 1024.0
 _REDIRECTS = (301, 302, 303, 307, 308)
 _RETRY_4XX = (408, 429)
@@ -247,9 +253,10 @@ class Uplink:
             first, head = _first_answer(conn.sock, min(CONTINUE_WAIT, conn.timeout),
                                         conn.timeout, deadline)
             if first != "final":
+                conn.body_deadline = _BodyDeadline(deadline.seconds, len(body), deadline.name)
                 conn.send(body)
                 self.bytes_on_wire += len(body)
-                head += _drain(conn.sock, conn.timeout)
+                head += _drain(conn.sock, conn.timeout, within=conn.body_deadline)
                 deadline.restart()  # the body's time is its link's, not the answer's
             if first == "silent":  # a busy collector says 100 late; an HTTP/1.0 one never
                 first, head = _first_answer(conn.sock, conn.timeout, conn.timeout, deadline,
@@ -258,7 +265,7 @@ class Uplink:
                     return Outcome("retry", None, "connection: timed out")
                 if first == "final" and _expectation_ignored(head):
                     self._expect_ignored()
-            head = _final_head(conn.sock, head, deadline)
+            head = _final_head(conn.sock, head, deadline, conn.body_deadline)
             with _Answer(conn.sock, head, deadline, method="POST") as answer:
                 answer.begin()
                 self._heard(answer.headers)
@@ -366,6 +373,11 @@ class AnswerTimeout(TimeoutError):
     """No whole answer in the time a :class:`_Deadline` gave it: retried as a timeout."""
 
 
+class BodyTimeout(TimeoutError):
+    """A request's body not across in the time a :class:`_BodyDeadline` gave it: retried
+    as a timeout."""
+
+
 class _Deadline:
     """When an answer must have come whole: ``seconds`` from :meth:`restart` (the request
     across the link), and 1/:data:`ANSWER_MIN_RATE` s more per byte of its body
@@ -400,12 +412,34 @@ class _Deadline:
         return AnswerTimeout(said)
 
 
+class _BodyDeadline(_Deadline):
+    """When a request's ``size`` bytes of body must have got across (handed to the kernel
+    in pieces, and acknowledged by the collector where that can be asked: :func:`_drain`):
+    ``seconds`` and 1/:data:`ANSWER_MIN_RATE` s more per byte, from :meth:`restart` (the
+    connection made, or the body's start after ``100 Continue``). A collector that keeps
+    its receive window almost shut holds an upload no longer than that."""
+
+    def __init__(self, seconds: float, size: int, name: str | None = None):
+        self.size, self.base = size, float(seconds)
+        super().__init__(self.base + size / ANSWER_MIN_RATE, name)
+
+    def expired(self) -> BodyTimeout:
+        given = f"{self.name}, {self.base:g} s" if self.name else f"{self.base:g} s"
+        return BodyTimeout(
+            f"the body did not get across within {self.seconds:g} s ({given}, and "
+            f"{1024 / ANSWER_MIN_RATE:g} s per KiB of its {self.size} bytes): the collector "
+            f"took it slower than {ANSWER_MIN_RATE:g} bytes/s")
+
+
 def timed(req: urllib.request.Request, seconds: float, name: str | None = None
           ) -> urllib.request.Request:
     """``req``, whose whole answer an :func:`answer_opener` reads within ``seconds`` of the
     request having got across (:class:`_Deadline`; ``name``: the setting they come from),
-    else :class:`AnswerTimeout`."""
+    else :class:`AnswerTimeout`; and whose body, if any, gets across within ``seconds`` and
+    1 s per KiB of it (:class:`_BodyDeadline`), else :class:`BodyTimeout`."""
     req.answer_deadline = _Deadline(seconds, name)
+    req.body_deadline = None if req.data is None else \
+        _BodyDeadline(seconds, len(req.data), name)
     return req
 
 
@@ -420,8 +454,8 @@ def answer_opener(context: ssl.SSLContext | None = None) -> urllib.request.Opene
 
 
 def _within(sock: socket.socket, deadline: _Deadline, read):
-    """``read()`` of ``sock`` within its timeout (one wait) and ``deadline``'s time
-    (:class:`AnswerTimeout` past it)."""
+    """``read()`` (or a send) of ``sock`` within its timeout (one wait) and ``deadline``'s
+    time (its :meth:`~_Deadline.expired` error past it)."""
     timeout = sock.gettimeout()
     left = deadline.left()
     binding = timeout is None or left < timeout
@@ -449,14 +483,18 @@ class _Paced:
     is awaited once the body's last bytes got across (:func:`_drain`), then read within
     ``answer_deadline`` (restarted then; None: each wait bounded, not their sum).
 
+    The request, its body included, gets across within ``body_deadline`` (restarted
+    once connected; None: each wait bounded, not their sum).
+
     A server may answer before it has the whole body (a refusal: ``413``, ``401``,
     ``503``) and close: the rest of the body is then not sent, and the answer that came
     is read all the same; ``cut`` is the error that stopped the body, raised when no
     answer can be read."""
 
-    def __init__(self, *args, answer_deadline: _Deadline | None = None, **kw):
+    def __init__(self, *args, answer_deadline: _Deadline | None = None,
+                 body_deadline: _BodyDeadline | None = None, **kw):
         super().__init__(*args, **kw)
-        self.answer_deadline = answer_deadline
+        self.answer_deadline, self.body_deadline = answer_deadline, body_deadline
         self.cut: OSError | None = None
         self.early = b""  # the answer's first bytes, read while the body drained
 
@@ -465,6 +503,11 @@ class _Paced:
         if deadline is not None:
             deadline.restart()
         return _Answer(sock, self.early, deadline, debuglevel=debuglevel, method=method)
+
+    def connect(self) -> None:
+        super().connect()
+        if self.body_deadline is not None:
+            self.body_deadline.restart()
 
     def send(self, data) -> None:
         if self.sock is None:
@@ -475,15 +518,22 @@ class _Paced:
             if isinstance(data, (bytes, bytearray)) and len(data) > SEND_PIECE:
                 view = memoryview(data)
                 for at in range(0, len(view), SEND_PIECE):
-                    super().send(view[at:at + SEND_PIECE])
+                    self._send_piece(view[at:at + SEND_PIECE])
             else:
-                super().send(data)
+                self._send_piece(data)
         except (ConnectionError, ssl.SSLEOFError) as e:  # the server stopped taking it
             self.cut = e
 
+    def _send_piece(self, data) -> None:
+        send = super().send
+        if self.body_deadline is None:
+            send(data)
+        else:
+            _within(self.sock, self.body_deadline, lambda: send(data))
+
     def getresponse(self):
         if self.sock is not None and self.cut is None:
-            self.early = _drain(self.sock, self.timeout)
+            self.early = _drain(self.sock, self.timeout, within=self.body_deadline)
         try:
             return super().getresponse()
         except (OSError, http.client.HTTPException):
@@ -511,9 +561,11 @@ class _PacedHTTPSHandler(urllib.request.HTTPSHandler):
 
 
 def _paced(connection: type, req: urllib.request.Request):
-    """``connection`` for ``req``: its answer read within ``req``'s deadline (:func:`timed`)."""
+    """``connection`` for ``req``: its body sent and its answer read within ``req``'s
+    deadlines (:func:`timed`)."""
     return functools.partial(connection,
-                             answer_deadline=getattr(req, "answer_deadline", None))
+                             answer_deadline=getattr(req, "answer_deadline", None),
+                             body_deadline=getattr(req, "body_deadline", None))
 
 
 class NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -546,20 +598,23 @@ def _unacknowledged(sock: socket.socket) -> int | None:
         return None
 
 
-def _drain(sock: socket.socket, timeout: float | None, restart: _Deadline | None = None
-           ) -> bytes:
+def _drain(sock: socket.socket, timeout: float | None, restart: _Deadline | None = None,
+           within: _BodyDeadline | None = None) -> bytes:
     """Wait while the bytes handed to the kernel cross the link: the last ones of a body
     may be megabytes (the send buffer grows to 4 MiB), minutes on a thin link, and the
     timeout of the wait for the answer must not count them. Returns when all are
     acknowledged (and ``restart``s it, when some were not at first), when an answer (or
     the end) can be read, or where the queue cannot be asked; ``TimeoutError`` when none
-    was acknowledged for ``timeout`` seconds. Returns the answer's first bytes when it
-    read them (:func:`_answer_readable`), else ``b""``."""
+    was acknowledged for ``timeout`` seconds, :class:`BodyTimeout` past ``within``.
+    Returns the answer's first bytes when it read them (:func:`_answer_readable`), else
+    ``b""``."""
     left = _unacknowledged(sock)
     if not left or timeout is None:
         return b""
     moved = time.monotonic()
     while left:
+        if within is not None:
+            within.left()
         if select.select([sock], [], [], DRAIN_POLL)[0]:
             early = _answer_readable(sock)
             if early is not None:
@@ -634,16 +689,18 @@ def _first_answer(sock: socket.socket, wait: float, timeout: float,
         data = _after_head(sock, data, deadline)
 
 
-def _final_head(sock: socket.socket, head: bytes, deadline: _Deadline | None = None) -> bytes:
+def _final_head(sock: socket.socket, head: bytes, deadline: _Deadline | None = None,
+                body: _BodyDeadline | None = None) -> bytes:
     """``head`` (an answer's first bytes, perhaps none) with the interim answers before the
     final one taken off. Each wait for an answer starts once the body's bytes got across
-    (:func:`_drain`: a late ``100 Continue`` may come while the body is still on its way),
-    and so does ``deadline`` when they were still crossing; not at each interim answer
-    (a server that trickled them held the agent ``MAX_INTERIM`` + 1 times as long)."""
+    (:func:`_drain`, within ``body``: a late ``100 Continue`` may come while the body is
+    still on its way), and so does ``deadline`` when they were still crossing; not at each
+    interim answer (a server that trickled them held the agent ``MAX_INTERIM`` + 1 times
+    as long)."""
     skipped = 0
     while True:
         if not head:
-            head = _drain(sock, sock.gettimeout(), deadline) or _recv(sock, deadline)
+            head = _drain(sock, sock.gettimeout(), deadline, body) or _recv(sock, deadline)
         head = _read_until(sock, head, b"\r\n", deadline)
         if not (_interim(head) or head[9:12] == b"100"):
             return head

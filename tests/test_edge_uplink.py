@@ -267,6 +267,37 @@ def test_a_body_over_https_on_a_thin_link_gets_across_before_the_answer_is_await
                                     len(body))]
 
 
+@pytest.mark.parametrize("expect", [True, False], ids=["expect", "at once"])
+def test_a_collector_that_takes_the_body_a_few_bytes_a_second_is_given_up(server, tmp_path,
+                                                                          expect):
+    """A collector that keeps its receive window almost shut, taking a few hundred bytes
+    a second, moved each piece of the body within collector.timeout, so the upload
+    thread went on for as long as it liked (a 4 KiB batch: 14 s here, 4 MiB: hours). The
+    body must now get across within collector.answer_timeout and 1 s per KiB of it: the
+    attempt is given up, the batch kept and retried with the backoff, saying why."""
+    from edge.outbox import Backoff, Outbox
+    from edge.uplink import Uploader
+
+    server.handler.protocol_version = "HTTP/1.1"
+    with ThinLink(server.server_address[1], rate=300) as link, \
+            Outbox(tmp_path / "outbox.db", backoff=Backoff(60.0, jitter=0.0)) as outbox:
+        outbox.put(BIG, "dev/1")
+        uplink = Uplink(f"http://127.0.0.1:{link.port}", "tok", timeout=5.0,
+                        answer_timeout=1.0, expect_continue=expect)
+        uploader = Uploader(outbox, uplink)
+        start = time.monotonic()
+        assert uploader.send_one()
+        took = time.monotonic() - start
+        summary = outbox.summary()
+    assert uploader.counts["retried"] == 1 and summary["pending"] == 1
+    assert summary["oldest"]["last_error"] == (
+        "connection: the body did not get across within 5 s (collector.answer_timeout, 1 s, "
+        "and 1 s per KiB of its 4096 bytes): the collector took it slower than 1024 bytes/s")
+    assert summary["next_due"] > time.time() + 50  # the backoff's 60 s
+    assert 4.5 < took < 8, took
+    assert server.handler.seen == []
+
+
 def test_a_417_sends_the_batch_again_at_once_in_the_same_attempt(server, caplog):
     caplog.set_level(logging.INFO, logger="edge")
     server.handler.protocol_version = "HTTP/1.1"
