@@ -250,8 +250,7 @@ class Uplink:
                 conn.putheader(name, value)
             conn.endheaders()
             deadline = _Deadline(*self._answer_time(timeout))
-            first, head = _first_answer(conn.sock, min(CONTINUE_WAIT, conn.timeout),
-                                        conn.timeout, deadline)
+            first, head = _first_answer(conn.sock, min(CONTINUE_WAIT, conn.timeout), deadline)
             if first != "final":
                 conn.body_deadline = _BodyDeadline(deadline.seconds, len(body), deadline.name)
                 conn.send(body)
@@ -259,8 +258,7 @@ class Uplink:
                 head += _drain(conn.sock, conn.timeout, within=conn.body_deadline)
                 deadline.restart()  # the body's time is its link's, not the answer's
             if first == "silent":  # a busy collector says 100 late; an HTTP/1.0 one never
-                first, head = _first_answer(conn.sock, conn.timeout, conn.timeout, deadline,
-                                            head)
+                first, head = _first_answer(conn.sock, conn.timeout, deadline, head)
                 if first == "silent":
                     return Outcome("retry", None, "connection: timed out")
                 if first == "final" and _expectation_ignored(head):
@@ -656,16 +654,17 @@ def _status(answer: tuple[int, bytes, float | None] | Outcome) -> int | None:
     return answer.status if isinstance(answer, Outcome) else answer[0]
 
 
-def _first_answer(sock: socket.socket, wait: float, timeout: float,
-                  deadline: _Deadline | None = None, data: bytes = b"") -> tuple[str, bytes]:
+def _first_answer(sock: socket.socket, wait: float, deadline: _Deadline | None = None,
+                  data: bytes = b"") -> tuple[str, bytes]:
     """Wait up to ``wait`` seconds for the collector's first answer to headers sent with
     ``Expect: 100-continue``: ``("continue", bytes after it)`` after its ``100 Continue``;
     ``("final", bytes read)`` when the first answer is final (a refusal: the body is not
     sent; the bytes are the answer's start); ``("silent", b"")`` when none came. Other
     interim answers (``103 Early Hints``) are skipped, as RFC 9110 15.2 asks of a client.
-    The socket's ``timeout`` is set again after. Past ``deadline``: :class:`AnswerTimeout`.
-    ``data``: the answer's first bytes when some were read already."""
-    until = time.monotonic() + wait
+    The rest of an answer's head is read within the socket's timeout; past ``deadline``:
+    :class:`AnswerTimeout`. ``data``: the answer's first bytes when some were read
+    already."""
+    until, timeout = time.monotonic() + wait, sock.gettimeout()
     skipped = 0
     while True:
         if not data:
