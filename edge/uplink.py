@@ -197,17 +197,19 @@ class Uplink:
         self.bytes_on_wire += len(body)  # urllib sends the body whatever the answer
         try:
             with self.opener.open(req, timeout=timeout or self.timeout) as resp:
-                self._heard(resp.headers)
-                return resp.status, resp.read(1 << 16), None
+                return self._answered(resp.status, resp.headers, lambda: resp.read(1 << 16))
         except urllib.error.HTTPError as e:
-            self._heard(e.headers)
-            if e.code in _REDIRECTS:
-                return Outcome("retry", e.code, redirect_text(e.headers.get("Location")))
-            return e.code, error_body(e), retry_after(e.headers.get("Retry-After"))
-        except (urllib.error.URLError, OSError, TimeoutError) as e:
-            return Outcome("retry", None, f"connection: {getattr(e, 'reason', e)}")
-        except http.client.HTTPException as e:  # cut short, not HTTP: as a large body's
-            return Outcome("retry", None, f"connection: {str(e) or type(e).__name__}")
+            return self._answered(e.code, e.headers, functools.partial(error_body, e))
+        except (OSError, http.client.HTTPException) as e:  # URLError; cut short, not HTTP
+            return _no_answer(e)
+
+    def _answered(self, status: int, headers, read) -> tuple[int, bytes, float | None] | Outcome:
+        """:meth:`_post`'s result for an answer of ``status``, whose body ``read()`` reads
+        (64 KiB at most), noting what its ``headers`` say (:meth:`_heard`)."""
+        self._heard(headers)
+        if status in _REDIRECTS:
+            return Outcome("retry", status, redirect_text(headers.get("Location")))
+        return status, read(), None if status == 200 else retry_after(headers.get("Retry-After"))
 
     def _heard(self, headers) -> None:
         """Note what the collector's answer says it takes (``Accept-Encoding``) and its
@@ -266,16 +268,10 @@ class Uplink:
             head = _final_head(conn.sock, head, deadline, conn.body_deadline)
             with _Answer(conn.sock, head, deadline, method="POST") as answer:
                 answer.begin()
-                self._heard(answer.headers)
-                if answer.status in _REDIRECTS:
-                    return Outcome("retry", answer.status,
-                                   redirect_text(answer.getheader("Location")))
-                wait = None if answer.status == 200 else \
-                    retry_after(answer.getheader("Retry-After"))
-                return answer.status, answer.read(1 << 16), wait
+                return self._answered(answer.status, answer.headers,
+                                      lambda: answer.read(1 << 16))
         except (OSError, http.client.HTTPException) as e:
-            e = conn.cut or e  # no answer after the body was cut: the cut says why
-            return Outcome("retry", None, f"connection: {str(e) or type(e).__name__}")
+            return _no_answer(conn.cut or e)  # after a cut body, the cut says why
         finally:
             conn.close()
 
@@ -291,37 +287,41 @@ class Uplink:
             return _PacedHTTPS(host, port, timeout=timeout, context=self.context)
         return _PacedHTTP(host, port, timeout=timeout)
 
-    def post_batch(self, body: bytes) -> Outcome:
-        """``POST /v1/batches``; never raises for network or HTTP problems."""
-        answer = self._post("/v1/batches", body, "application/msgpack")
+    def _post_200(self, path: str, body: bytes, content_type: str,
+                  timeout: float | None = None) -> bytes | Outcome:
+        """The body of a ``200`` answer to :meth:`_post`; the outcome of any other answer
+        (:func:`_classify`), or of none."""
+        answer = self._post(path, body, content_type, timeout)
         if isinstance(answer, Outcome):
             return answer
         status, text, wait = answer
-        if status == 200:
-            try:
-                answer = json.loads(text)
-            except ValueError:
-                return Outcome("retry", status, "200 with a body that is not JSON")
-            if not isinstance(answer, dict):  # another API at the collector's address
-                return Outcome("retry", status, "200 with a body that is not a JSON object: "
-                               f"{one_line(text[:100].decode('utf-8', 'replace'))}")
-            if answer.get("status") in ("stored", "duplicate"):
-                return Outcome("ack", status, answer["status"])
-            return Outcome("retry", status, f"200 with status {answer.get('status')!r}")
-        return _classify(status, error_text(text), wait)
+        return text if status == 200 else _classify(status, error_text(text), wait)
+
+    def post_batch(self, body: bytes) -> Outcome:
+        """``POST /v1/batches``; never raises for network or HTTP problems."""
+        text = self._post_200("/v1/batches", body, "application/msgpack")
+        if isinstance(text, Outcome):
+            return text
+        try:
+            answer = json.loads(text)
+        except ValueError:
+            return Outcome("retry", 200, "200 with a body that is not JSON")
+        if not isinstance(answer, dict):  # another API at the collector's address
+            return Outcome("retry", 200, "200 with a body that is not a JSON object: "
+                           f"{one_line(text[:100].decode('utf-8', 'replace'))}")
+        if answer.get("status") in ("stored", "duplicate"):
+            return Outcome("ack", 200, answer["status"])
+        return Outcome("retry", 200, f"200 with status {answer.get('status')!r}")
 
     def post_heartbeat(self, status: dict, timeout: float | None = None) -> Outcome:
         """``POST /v1/heartbeat`` with ``status`` (the agent's metrics) as JSON: ``"ack"``
         on 200; never raises for network or HTTP problems."""
         body = json.dumps(status, default=str).encode()
-        answer = self._post("/v1/heartbeat", body, "application/json", timeout)
-        if isinstance(answer, Outcome):
-            return answer
-        code, text, wait = answer
-        if code != 200:
-            return _classify(code, error_text(text), wait)
+        text = self._post_200("/v1/heartbeat", body, "application/json", timeout)
+        if isinstance(text, Outcome):
+            return text
         self._their_time(text)
-        return Outcome("ack", code, "seen")
+        return Outcome("ack", 200, "seen")
 
     def _their_time(self, text: bytes) -> None:
         """The collector's clock from a heartbeat's answer (``time``: finer than ``Date``)."""
@@ -876,6 +876,13 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     if when is None:
         return None
     return max(when - (time.time() if now is None else now), 0.0)
+
+
+def _no_answer(e: BaseException) -> Outcome:
+    """A retry for a request that got no answer (or one cut short, or not HTTP): ``e``,
+    or the ``reason`` urllib wrapped in it, says why."""
+    reason = getattr(e, "reason", e)
+    return Outcome("retry", None, f"connection: {str(reason) or type(reason).__name__}")
 
 
 def _classify(status: int, detail: str, wait: float | None = None) -> Outcome:
