@@ -70,7 +70,7 @@ import urllib.request
 from dataclasses import dataclass
 
 from .logs import Crashes, duration, one_line
-from .outbox import Outbox
+from .outbox import Due, Outbox
 from .wire import sketch_etag
 
 __all__ = ["Uplink", "Outcome", "Uploader", "download_sketch", "tls_context", "error_body",
@@ -246,25 +246,10 @@ class Uplink:
         at all when the first answer is final (a refusal)."""
         conn = self._connection(timeout or self.timeout)
         try:
-            conn.putrequest("POST", (self.target.path or "") + path)
-            for name, value in self._headers({**headers, "Content-Length": str(len(body)),
-                                              "Expect": "100-continue"}).items():
-                conn.putheader(name, value)
-            conn.endheaders()
-            deadline = _Deadline(*self._answer_time(timeout))
-            first, head = _first_answer(conn.sock, min(CONTINUE_WAIT, conn.timeout), deadline)
-            if first != "final":
-                conn.body_deadline = _BodyDeadline(deadline.seconds, len(body), deadline.name)
-                conn.send(body)
-                self.bytes_on_wire += len(body)
-                head += _drain(conn.sock, conn.timeout, within=conn.body_deadline)
-                deadline.restart()  # the body's time is its link's, not the answer's
-            if first == "silent":  # a busy collector says 100 late; an HTTP/1.0 one never
-                first, head = _first_answer(conn.sock, conn.timeout, deadline, head)
-                if first == "silent":
-                    return Outcome("retry", None, "connection: timed out")
-                if first == "final" and _expectation_ignored(head):
-                    self._expect_ignored()
+            deadline = self._ask(conn, path, len(body), headers, timeout)
+            head = self._send_when_asked(conn, body, deadline)
+            if head is None:
+                return Outcome("retry", None, "connection: timed out")
             head = _final_head(conn.sock, head, deadline, conn.body_deadline)
             with _Answer(conn.sock, head, deadline, method="POST") as answer:
                 answer.begin()
@@ -274,6 +259,38 @@ class Uplink:
             return _no_answer(conn.cut or e)  # after a cut body, the cut says why
         finally:
             conn.close()
+
+    def _ask(self, conn: _Paced, path: str, size: int, headers: dict,
+             timeout: float | None) -> _Deadline:
+        """Send the head of a POST of ``size`` bytes with ``Expect: 100-continue``; the
+        answer's deadline, started then."""
+        conn.putrequest("POST", (self.target.path or "") + path)
+        for name, value in self._headers({**headers, "Content-Length": str(size),
+                                          "Expect": "100-continue"}).items():
+            conn.putheader(name, value)
+        conn.endheaders()
+        return _Deadline(*self._answer_time(timeout))
+
+    def _send_when_asked(self, conn: _Paced, body: bytes, deadline: _Deadline
+                         ) -> bytes | None:
+        """Send ``body`` after the collector's ``100 Continue``, or after
+        :data:`CONTINUE_WAIT` without an answer, not at all when its first answer is final
+        (a refusal); the final answer's first bytes read so far (perhaps none), None when
+        none came."""
+        first, head = _first_answer(conn.sock, min(CONTINUE_WAIT, conn.timeout), deadline)
+        if first != "final":
+            conn.body_deadline = _BodyDeadline(deadline.seconds, len(body), deadline.name)
+            conn.send(body)
+            self.bytes_on_wire += len(body)
+            head += _drain(conn.sock, conn.timeout, within=conn.body_deadline)
+            deadline.restart()  # the body's time is its link's, not the answer's
+        if first == "silent":  # a busy collector says 100 late; an HTTP/1.0 one never
+            first, head = _first_answer(conn.sock, conn.timeout, deadline, head)
+            if first == "silent":
+                return None
+            if first == "final" and _expectation_ignored(head):
+                self._expect_ignored()
+        return head
 
     def _expect_ignored(self) -> None:
         self.expect_continue = False  # waiting would cost every batch CONTINUE_WAIT
@@ -1032,43 +1049,52 @@ class Uploader(threading.Thread):
         self.counts["attempts"] += 1
         out = self.uplink.post_batch(due.body)
         self.crashes.ended()  # an answer came: no bug on the way
-        why = out.why
         if out.action == "ack":
-            if self.fail_streak:
-                log.info("uploads go through again (after %d failed attempts)",
-                         self.fail_streak)
-                self.fail_streak = 0
-            self.outbox.ack(due.batch_id)
-            self.counts["acked"] += 1
-            self.counts["bytes_sent"] += len(due.body)
-            self.last_error = self.failing_since = None
-            self._authorized()
+            self._acked(due)
         elif out.action == "auth":
             self._unauthorized(out)
         elif out.action == "reject":
-            self._authorized()  # the collector checks the token before anything else
-            self.outbox.reject(due.batch_id, why)
-            self.counts["rejected"] += 1
-            self.last_error, self.failing_since = why, None
-            log.error("collector refused batch %s (HTTP %s): %s; kept as a dead letter in %s "
-                      "(acep outbox %s list)", due.batch_id, out.status, out.detail,
-                      self.outbox.path, self.outbox.path)
+            self._rejected(due, out)
         else:
-            # the collector's Retry-After says when, in place of the backoff's guess
-            when = self.outbox.fail(due.batch_id, why, delay=out.retry_after)
-            self.counts["retried"] += 1
-            self.last_error = why
-            self.fail_streak += 1
-            self._failing()
-            wait = 0.0 if when is None else when - time.time()
-            if out.retry_after is not None:
-                wait = max(wait, self._hold(out))
-            # a collector that is down fails every pending batch: say so once, not per batch
-            say = log.warning if self.fail_streak == 1 else log.debug
-            say("upload of %s failed (%s); retry in %.1fs (batches are kept and retried "
-                "with backoff; further failures are logged at debug level until one is sent)",
-                due.batch_id, why, wait)
+            self._retried(due, out)
         return True
+
+    def _acked(self, due: Due) -> None:
+        if self.fail_streak:
+            log.info("uploads go through again (after %d failed attempts)", self.fail_streak)
+            self.fail_streak = 0
+        self.outbox.ack(due.batch_id)
+        self.counts["acked"] += 1
+        self.counts["bytes_sent"] += len(due.body)
+        self.last_error = self.failing_since = None
+        self._authorized()
+
+    def _rejected(self, due: Due, out: Outcome) -> None:
+        """Refused for good: a dead letter, said once as an error."""
+        self._authorized()  # the collector checks the token before anything else
+        self.outbox.reject(due.batch_id, out.why)
+        self.counts["rejected"] += 1
+        self.last_error, self.failing_since = out.why, None
+        log.error("collector refused batch %s (HTTP %s): %s; kept as a dead letter in %s "
+                  "(acep outbox %s list)", due.batch_id, out.status, out.detail,
+                  self.outbox.path, self.outbox.path)
+
+    def _retried(self, due: Due, out: Outcome) -> None:
+        """Failed, to be retried: after the backoff's delay or the collector's
+        ``Retry-After`` (which also holds every upload), said once per streak."""
+        when = self.outbox.fail(due.batch_id, out.why, delay=out.retry_after)
+        self.counts["retried"] += 1
+        self.last_error = out.why
+        self.fail_streak += 1
+        self._failing()
+        wait = 0.0 if when is None else when - time.time()
+        if out.retry_after is not None:
+            wait = max(wait, self._hold(out))
+        # a collector that is down fails every pending batch: say so once, not per batch
+        say = log.warning if self.fail_streak == 1 else log.debug
+        say("upload of %s failed (%s); retry in %.1fs (batches are kept and retried "
+            "with backoff; further failures are logged at debug level until one is sent)",
+            due.batch_id, out.why, wait)
 
     def _hold(self, out: Outcome) -> float:
         """Hold every upload for the answer's ``Retry-After`` (a collector with a full disk
