@@ -288,11 +288,11 @@ class Uplink:
             first, head = _first_answer(conn.sock, conn.timeout, deadline, head)
             if first == "silent":
                 return None
-            if first == "final" and _expectation_ignored(head):
-                self._expect_ignored()
+            if first == "final" and _ignores_expect(head):
+                self._stop_expecting()
         return head
 
-    def _expect_ignored(self) -> None:
+    def _stop_expecting(self) -> None:
         self.expect_continue = False  # waiting would cost every batch CONTINUE_WAIT
         log.info("the collector answered without 100 Continue, after %g s of silence (an "
                  "HTTP/1.0 server or proxy?); bodies are sent at once from now on",
@@ -320,15 +320,15 @@ class Uplink:
         if isinstance(text, Outcome):
             return text
         try:
-            answer = json.loads(text)
+            doc = json.loads(text)
         except ValueError:
             return Outcome("retry", 200, "200 with a body that is not JSON")
-        if not isinstance(answer, dict):  # another API at the collector's address
+        if not isinstance(doc, dict):  # another API at the collector's address
             return Outcome("retry", 200, "200 with a body that is not a JSON object: "
                            f"{one_line(text[:100].decode('utf-8', 'replace'))}")
-        if answer.get("status") in ("stored", "duplicate"):
-            return Outcome("ack", 200, answer["status"])
-        return Outcome("retry", 200, f"200 with status {answer.get('status')!r}")
+        if doc.get("status") in ("stored", "duplicate"):
+            return Outcome("ack", 200, doc["status"])
+        return Outcome("retry", 200, f"200 with status {doc.get('status')!r}")
 
     def post_heartbeat(self, status: dict, timeout: float | None = None) -> Outcome:
         """``POST /v1/heartbeat`` with ``status`` (the agent's metrics) as JSON: ``"ack"``
@@ -468,15 +468,15 @@ def answer_opener(context: ssl.SSLContext | None = None) -> urllib.request.Opene
         *([_PacedHTTPSHandler(context=context)] if context else []))
 
 
-def _within(sock: socket.socket, deadline: _Deadline, read):
-    """``read()`` (or a send) of ``sock`` within its timeout (one wait) and ``deadline``'s
-    time (its :meth:`~_Deadline.expired` error past it)."""
+def _within(sock: socket.socket, deadline: _Deadline, io):
+    """``io()``, a read or a send on ``sock``, within its timeout (one wait) and
+    ``deadline``'s time (its :meth:`~_Deadline.expired` error past it)."""
     timeout = sock.gettimeout()
     left = deadline.left()
     binding = timeout is None or left < timeout
     sock.settimeout(left if binding else timeout)
     try:
-        return read()
+        return io()
     except TimeoutError:
         if binding:
             raise deadline.expired() from None
@@ -621,7 +621,7 @@ def _drain(sock: socket.socket, timeout: float | None, restart: _Deadline | None
     acknowledged (and ``restart``s it, when some were not at first), when an answer (or
     the end) can be read, or where the queue cannot be asked; ``TimeoutError`` when none
     was acknowledged for ``timeout`` seconds, :class:`BodyTimeout` past ``within``.
-    Returns the answer's first bytes when it read them (:func:`_answer_readable`), else
+    Returns the answer's first bytes when it read them (:func:`_answer_start`), else
     ``b""``."""
     left = _unacknowledged(sock)
     if not left or timeout is None:
@@ -631,7 +631,7 @@ def _drain(sock: socket.socket, timeout: float | None, restart: _Deadline | None
         if within is not None:
             within.left()
         if select.select([sock], [], [], DRAIN_POLL)[0]:
-            early = _answer_readable(sock)
+            early = _answer_start(sock)
             if early is not None:
                 return early
         now_left = _unacknowledged(sock)
@@ -648,7 +648,7 @@ def _drain(sock: socket.socket, timeout: float | None, restart: _Deadline | None
     return b""
 
 
-def _answer_readable(sock: socket.socket) -> bytes | None:
+def _answer_start(sock: socket.socket) -> bytes | None:
     """What made ``sock`` readable: None when it was TLS's own records (the session
     tickets a TLS 1.3 server sends after the handshake, which ended every drain at once),
     else the bytes that had to be read to tell (``b""`` for plain TCP: none read)."""
@@ -724,7 +724,7 @@ def _final_head(sock: socket.socket, head: bytes, deadline: _Deadline | None = N
         head = _after_head(sock, head, deadline)
 
 
-def _expectation_ignored(head: bytes) -> bool:
+def _ignores_expect(head: bytes) -> bool:
     """Whether a final answer that came after the body went, without ``100 Continue``,
     shows a server that ignores the expectation: an HTTP/1.0 one's, or a success (it read
     the body without saying 100). A refusal (``503``, ``429``, ``401``) may be a busy
@@ -773,9 +773,10 @@ def _read_until(sock: socket.socket, data: bytes, end: bytes,
     return data
 
 
-class _Replayed:
-    """``sock`` for :class:`http.client.HTTPResponse` when ``head``, its answer's first
-    bytes, were already read from it; the rest read before ``deadline``'s end."""
+class _AnswerSource:
+    """What an :class:`_Answer` reads, as :class:`http.client.HTTPResponse` reads a
+    socket: ``head``, the answer's first bytes when some were read from ``sock`` already,
+    then the rest of ``sock``, before ``deadline``'s end."""
 
     def __init__(self, sock: socket.socket, head: bytes, deadline: _Deadline | None = None):
         self.sock, self.head, self.deadline = sock, head, deadline
@@ -823,7 +824,7 @@ class _Answer(http.client.HTTPResponse):
 
     def __init__(self, sock: socket.socket, head: bytes = b"",
                  deadline: _Deadline | None = None, **kw):
-        self._source = _Replayed(sock, head, deadline)
+        self._source = _AnswerSource(sock, head, deadline)
         super().__init__(self._source, **kw)
 
     def begin(self) -> None:
