@@ -1,24 +1,25 @@
 """The agent's side of the collector's HTTP API (``docs/WIRE.md``, last sections).
 
-:class:`Uplink` posts one batch and classifies the answer; :class:`Uploader` is the thread
-that drains the outbox: ``200`` ("stored" or "duplicate") acks; ``5xx``, ``408``, ``429``,
-connection errors and timeouts are retried with the outbox's backoff (an answer with
-``Retry-After``, such as the collector's ``507`` on a full disk, also holds every other
-batch that long, up to the backoff's maximum); ``401`` and ``403``
-(a wrong token or device id: the operator's problem, not the batch's) keep every batch and
-pause all uploads with the same backoff, logged once per streak; any other ``4xx`` moves the
-batch to the outbox's dead letters with the collector's reason (never sent again unless an
-operator requeues it).
+:class:`Uplink` posts one batch (or heartbeat) and classifies the answer, and downloads a
+sketch; :class:`Uploader` is the thread that drains the outbox: ``200`` ("stored" or
+"duplicate") acks; ``5xx``, ``408``, ``429``, connection errors and timeouts are retried
+with the outbox's backoff (an answer with ``Retry-After``, such as the collector's ``507``
+on a full disk, also holds every other batch that long, up to the backoff's maximum);
+``401`` and ``403`` (a wrong token or device id: the operator's problem, not the batch's)
+keep every batch and pause all uploads with the same backoff, logged once per streak; any
+other ``4xx`` moves the batch to the outbox's dead letters with the collector's reason
+(never sent again unless an operator requeues it).
 
-A batch is posted with ``Expect: 100-continue`` (RFC 9110 10.1.1): its body goes only after
-the collector's ``100 Continue``, so a refusal (``429``, ``503``, ``507``, ``401``) costs a
-device on a metered link its headers, not its batch. Bodies go at once through a proxy from
-the environment (``http_proxy``, ``https_proxy``: urllib's way), with
+A body of :data:`EXPECT_MIN_BYTES` or more is posted with ``Expect: 100-continue`` (RFC 9110
+10.1.1): it goes only after the collector's ``100 Continue``, so a refusal (``429``, ``503``,
+``507``, ``401``) costs a device on a metered link its headers, not its batch; smaller ones
+go at once, with their headers. Bodies go at once through a proxy from the environment
+(``http_proxy``, ``https_proxy``: urllib's way), with
 ``collector.expect_continue = false``, after a collector answered ``417``, and after one
 left the expectation unanswered for :data:`CONTINUE_WAIT` (the body then goes anyway) and
 answered without ``100 Continue`` (an HTTP/1.0 server; a success from an HTTP/1.1 one: a
-late refusal may be a busy collector's). Only the
-standard library (``http.client``, ``urllib.request``, ``gzip``).
+late refusal may be a busy collector's). Only the standard library (``http.client``,
+``urllib.request``, ``gzip``).
 
 ``collector.timeout`` bounds each wait of an upload, not the upload: connecting, each
 :data:`SEND_PIECE` bytes of a body leaving (``http.client`` sends a body with one
@@ -29,8 +30,7 @@ long as its link needs, as at the collector (``--body-idle-timeout``, ``--body-m
 the whole request, its body included, must get across within ``collector.answer_timeout``
 and 1/:data:`ANSWER_MIN_RATE` s more per byte of the body (:class:`BodyTimeout`, retried as
 a timeout), so a collector that keeps its receive window almost shut holds no upload for
-long.
-The answer as a whole (status line, headers and body) must come within
+long. The answer as a whole (status line, headers and body) must come within
 ``collector.answer_timeout`` of the request having got across (default three times
 ``collector.timeout``), and each byte of its body buys :data:`ANSWER_MIN_RATE`'s share of a
 second more: a collector that trickles its answer a byte at a time no longer holds the upload
@@ -127,9 +127,11 @@ class Uplink:
     """HTTP to the collector at ``url`` with a device's bearer token.
 
     ``timeout`` bounds each wait, ``answer_timeout`` (default :data:`ANSWER_TIMES` times
-    ``timeout``) a whole answer (see the module docstring). ``bytes_on_wire`` counts the
-    request body bytes sent (gzipped, when they were), every attempt included (a body
-    refused before it was sent is not counted)."""
+    ``timeout``) a whole answer, and with 1 s per KiB a request's body (see the module
+    docstring). ``bytes_on_wire`` counts the request body bytes sent (gzipped, when they
+    were), every attempt included: a body refused before it was sent (``Expect``) is not
+    counted, while one sent at once is, whole, even when its connection failed (urllib
+    cannot tell how much of it left)."""
 
     def __init__(self, url: str, token: str, timeout: float = 10.0,
                  ca_file: str | None = None, expect_continue: bool = True,
@@ -194,7 +196,7 @@ class Uplink:
             log.info("the collector (or a proxy before it) refused Expect: 100-continue "
                      "(HTTP 417); bodies are sent at once from now on")
         req = self._request("POST", path, body, headers, timeout)
-        self.bytes_on_wire += len(body)  # urllib sends the body whatever the answer
+        self.bytes_on_wire += len(body)  # urllib sends it whatever the answer (see above)
         try:
             with self.opener.open(req, timeout=timeout or self.timeout) as resp:
                 return self._answered(resp.status, resp.headers, lambda: resp.read(1 << 16))
@@ -461,8 +463,9 @@ def timed(req: urllib.request.Request, seconds: float, name: str | None = None
 def answer_opener(context: ssl.SSLContext | None = None) -> urllib.request.OpenerDirector:
     """urllib as the agent uses it: redirects not followed (:class:`NoRedirects`), bodies
     sent in pieces, each wait within the request's timeout and, for a request
-    :func:`timed`, the whole answer within its time; proxies from the environment (read
-    now, as :func:`_proxied` reads them); https verified with ``context``."""
+    :func:`timed`, the body and the whole answer each within its time; proxies from the
+    environment (read now, as :func:`_proxied` reads them); https verified with
+    ``context``."""
     return urllib.request.build_opener(
         NoRedirects(), _PacedHTTPHandler(),
         *([_PacedHTTPSHandler(context=context)] if context else []))
@@ -957,7 +960,7 @@ class Uploader(threading.Thread):
         self.last_error: str | None = None
         self.auth_streak = 0
         self.hold_until = 0.0
-        self.fail_streak = 0  # failed attempts (5xx, network) since the last batch sent
+        self.fail_streak = 0  # attempts retried (5xx, 408, 429, no answer) since the last ack
         self.failing_since: float | None = None
         self.crashes = Crashes(log, "uploads", "batches are kept and uploads are retried with "
                                f"backoff (up to {outbox.backoff.max_delay:g}s apart)")
