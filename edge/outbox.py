@@ -91,6 +91,10 @@ CREATE TABLE IF NOT EXISTS dead (
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS state (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+-- the settings of the agent that writes the outbox which its readers need: backoff_max, the
+-- longest retry delay (acep outbox status tells a due time written before the clock went
+-- back by it, as the agent does)
+CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value NOT NULL);
 """
 
 
@@ -191,19 +195,39 @@ class _Reads:
         with self._lock:
             return [r[0] for r in self._db.execute("SELECT batch_id FROM pending ORDER BY n")]
 
-    def summary(self) -> dict:
+    def summary(self, now: float | None = None) -> dict:
         """What the outbox holds now: the pending batches (how many, their bytes, the oldest
-        by creation with its attempts and last error, when the next one is due) and the dead
-        letters (how many, their bytes). Times are seconds since the epoch."""
+        by creation with its attempts and last error, when the next one is due as the
+        agent sees it: :meth:`next_due_at`) and the dead letters (how many, their bytes).
+        Times are seconds since the epoch."""
         with self._lock:  # one query per index where there is one (see _SCHEMA)
             rows, total, dead, dead_bytes = _held(self._db)
-            next_due = self._db.execute("SELECT MIN(due) FROM pending").fetchone()[0]
             oldest = self._db.execute("SELECT batch_id, created, attempts, last_error "
                                       "FROM pending ORDER BY created, n LIMIT 1").fetchone()
         return {"pending": rows, "pending_bytes": total,
                 "oldest": None if oldest is None else dict(
                     zip(("batch_id", "created", "attempts", "last_error"), oldest)),
-                "next_due": next_due, "dead": dead, "dead_bytes": dead_bytes}
+                "next_due": self.next_due_at(now), "dead": dead, "dead_bytes": dead_bytes}
+
+    def next_due_at(self, now: float | None = None) -> float | None:
+        """When the earliest pending batch is due (None when nothing is pending): ``now``
+        when one is due beyond :meth:`latest_due`."""
+        now = time.time() if now is None else now
+        with self._lock:  # one aggregate per subquery: each reads one end of the index
+            first, last = self._db.execute("SELECT (SELECT MIN(due) FROM pending), "
+                                           "(SELECT MAX(due) FROM pending)").fetchone()
+        return min(first, now) if last is not None and last > self.latest_due(now) else first
+
+    def latest_due(self, now: float) -> float:
+        """The latest due time a retry scheduled at ``now`` can have (the backoff's maximum,
+        which also bounds a ``Retry-After``), and :data:`DUE_SLACK`. A due time beyond it
+        was written while the clock read later than it does now (a device without a
+        real-time clock that set it back, NTP correcting it): waiting for the clock to get
+        there again would hold the batch for as long as the clock jumped (hours)."""
+        return now + self._backoff_max() + DUE_SLACK
+
+    def _backoff_max(self) -> float:
+        raise NotImplementedError
 
     def load_state(self) -> dict:
         """The progress saved with the batches: everything written by ``save_state`` and
@@ -233,9 +257,24 @@ class OutboxReader(_Reads):
         self._lock = threading.Lock()
         self._db = _read_only(self.path)
 
+    def _backoff_max(self) -> float:
+        """The longest retry delay of the agent that wrote the outbox (as it recorded it),
+        else the default's (an outbox no agent of this version opened)."""
+        with self._lock:
+            try:
+                row = self._db.execute("SELECT value FROM settings WHERE name = "
+                                       "'backoff_max'").fetchone()
+            except sqlite3.OperationalError:  # no such table: written by an older version
+                row = None
+        return Backoff().max_delay if row is None else float(row[0])
+
 
 class Outbox(_Reads):
-    """The durable outbox at ``path`` (created if missing). One uploader at a time."""
+    """The durable outbox at ``path`` (created if missing). One uploader at a time.
+
+    A ``backoff`` given (the agent's) is recorded in the file, for its readers
+    (:class:`OutboxReader`); without one, the default backoff is used and nothing is
+    recorded (``acep outbox requeue`` and ``discard``)."""
 
     def __init__(self, path: str | os.PathLike, *, max_rows: int | None = None,
                  max_bytes: int | None = None, policy: str = "drop-oldest",
@@ -252,7 +291,7 @@ class Outbox(_Reads):
         self._lock = threading.Lock()
         self._db = None
         try:
-            self._open(synchronous)
+            self._open(synchronous, record=backoff is not None)
         except (sqlite3.Error, OutboxError) as e:
             if self._db is not None:
                 self._db.close()
@@ -260,7 +299,7 @@ class Outbox(_Reads):
                 raise
             raise OutboxError(f"{self.path}: {_open_problem(self.path, e)}") from None
 
-    def _open(self, synchronous: str) -> None:
+    def _open(self, synchronous: str, record: bool) -> None:
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                    timeout=30.0)
         mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -272,6 +311,12 @@ class Outbox(_Reads):
         with self._tx() as db:
             db.executemany("INSERT OR IGNORE INTO counters VALUES (?, 0)",
                            [(c,) for c in _COUNTERS])
+            if record:
+                db.execute("INSERT OR REPLACE INTO settings VALUES ('backoff_max', ?)",
+                           (self.backoff.max_delay,))
+
+    def _backoff_max(self) -> float:
+        return self.backoff.max_delay
 
     # ----------------------------------------------------------------- transactions
 
@@ -370,23 +415,6 @@ class Outbox(_Reads):
                     "SELECT batch_id, body, attempts FROM pending WHERE due > ? "
                     "ORDER BY due, n LIMIT 1", (self.latest_due(now),)).fetchone()
         return None if row is None else Due(row[0], bytes(row[1]), row[2])
-
-    def next_due_at(self, now: float | None = None) -> float | None:
-        """When the earliest pending batch is due (None when nothing is pending): ``now``
-        when one is due beyond :meth:`latest_due`."""
-        now = time.time() if now is None else now
-        with self._lock:  # one aggregate per subquery: each reads one end of the index
-            first, last = self._db.execute("SELECT (SELECT MIN(due) FROM pending), "
-                                           "(SELECT MAX(due) FROM pending)").fetchone()
-        return min(first, now) if last is not None and last > self.latest_due(now) else first
-
-    def latest_due(self, now: float) -> float:
-        """The latest due time a retry scheduled at ``now`` can have (the backoff's maximum,
-        which also bounds a ``Retry-After``), and :data:`DUE_SLACK`. A due time beyond it
-        was written while the clock read later than it does now (a device without a
-        real-time clock that set it back, NTP correcting it): waiting for the clock to get
-        there again would hold the batch for as long as the clock jumped (hours)."""
-        return now + self.backoff.max_delay + DUE_SLACK
 
     def ack(self, batch_id: str, now: float | None = None) -> bool:
         """The collector has the batch: forget it for good. False when it was not pending."""

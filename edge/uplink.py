@@ -1,31 +1,36 @@
 """The agent's side of the collector's HTTP API (``docs/WIRE.md``, last sections).
 
-:class:`Uplink` posts one batch and classifies the answer; :class:`Uploader` is the thread
-that drains the outbox: ``200`` ("stored" or "duplicate") acks; ``5xx``, ``408``, ``429``,
-connection errors and timeouts are retried with the outbox's backoff (an answer with
-``Retry-After``, such as the collector's ``507`` on a full disk, also holds every other
-batch that long, up to the backoff's maximum); ``401`` and ``403``
-(a wrong token or device id: the operator's problem, not the batch's) keep every batch and
-pause all uploads with the same backoff, logged once per streak; any other ``4xx`` moves the
-batch to the outbox's dead letters with the collector's reason (never sent again unless an
-operator requeues it).
+:class:`Uplink` posts one batch (or heartbeat) and classifies the answer, and downloads a
+sketch; :class:`Uploader` is the thread that drains the outbox: ``200`` ("stored" or
+"duplicate") acks; ``5xx``, ``408``, ``429``, connection errors and timeouts are retried
+with the outbox's backoff (an answer with ``Retry-After``, such as the collector's ``507``
+on a full disk, also holds every other batch that long, up to the backoff's maximum);
+``401`` and ``403`` (a wrong token or device id: the operator's problem, not the batch's)
+keep every batch and pause all uploads with the same backoff, logged once per streak; any
+other ``4xx`` moves the batch to the outbox's dead letters with the collector's reason
+(never sent again unless an operator requeues it).
 
-A batch is posted with ``Expect: 100-continue`` (RFC 9110 10.1.1): its body goes only after
-the collector's ``100 Continue``, so a refusal (``429``, ``503``, ``507``, ``401``) costs a
-device on a metered link its headers, not its batch. Bodies go at once through a proxy from
-the environment (``http_proxy``, ``https_proxy``: urllib's way), with
+A body of :data:`EXPECT_MIN_BYTES` or more is posted with ``Expect: 100-continue`` (RFC 9110
+10.1.1): it goes only after the collector's ``100 Continue``, so a refusal (``429``, ``503``,
+``507``, ``401``) costs a device on a metered link its headers, not its batch; smaller ones
+go at once, with their headers. Bodies go at once through a proxy from the environment
+(``http_proxy``, ``https_proxy``: urllib's way), with
 ``collector.expect_continue = false``, after a collector answered ``417``, and after one
 left the expectation unanswered for :data:`CONTINUE_WAIT` (the body then goes anyway) and
-answered without ``100 Continue`` (an HTTP/1.0 server). Only the
-standard library (``http.client``, ``urllib.request``, ``gzip``).
+answered without ``100 Continue`` (an HTTP/1.0 server; a success from an HTTP/1.1 one: a
+late refusal may be a busy collector's). Only the standard library (``http.client``,
+``urllib.request``, ``gzip``).
 
 ``collector.timeout`` bounds each wait of an upload, not the upload: connecting, each
 :data:`SEND_PIECE` bytes of a body leaving (``http.client`` sends a body with one
 ``sendall``, whose timeout is the whole body's: a device on a thin link could never send a
 large batch), the body's last bytes, queued in the kernel, being acknowledged by the
 collector (Linux; :func:`_drain`), and the answer. So a slow but steady upload takes as
-long as its link needs, as at the collector (``--body-idle-timeout``, ``--body-min-rate``).
-The answer as a whole (status line, headers and body) must come within
+long as its link needs, as at the collector (``--body-idle-timeout``, ``--body-min-rate``):
+the whole request, its body included, must get across within ``collector.answer_timeout``
+and 1/:data:`ANSWER_MIN_RATE` s more per byte of the body (:class:`BodyTimeout`, retried as
+a timeout), so a collector that keeps its receive window almost shut holds no upload for
+long. The answer as a whole (status line, headers and body) must come within
 ``collector.answer_timeout`` of the request having got across (default three times
 ``collector.timeout``), and each byte of its body buys :data:`ANSWER_MIN_RATE`'s share of a
 second more: a collector that trickles its answer a byte at a time no longer holds the upload
@@ -65,12 +70,13 @@ import urllib.request
 from dataclasses import dataclass
 
 from .logs import Crashes, duration, one_line
-from .outbox import Outbox
+from .outbox import Due, Outbox
 from .wire import sketch_etag
 
 __all__ = ["Uplink", "Outcome", "Uploader", "download_sketch", "tls_context", "error_body",
            "error_text", "CLOCK_SLACK", "NoRedirects", "redirect_text", "MAX_HEAD",
-           "AnswerTimeout", "ANSWER_MIN_RATE", "ANSWER_TIMES", "answer_opener", "timed"]
+           "AnswerTimeout", "BodyTimeout", "ANSWER_MIN_RATE", "ANSWER_TIMES",
+           "answer_opener", "timed"]
 
 log = logging.getLogger("edge.agent")
 CONTINUE_WAIT = 1.0  # seconds a body waits for "100 Continue" before it goes anyway (as curl)
@@ -91,9 +97,10 @@ MAX_HEAD = 1 << 16
 MAX_INTERIM = 16  # interim answers (103 Early Hints) skipped before the final one, at most
 # collector.answer_timeout's default, in collector.timeout's: the answer's waits together
 ANSWER_TIMES = 3
-# bytes/s an answer's body must keep up past collector.answer_timeout (each byte buys 1/rate
-# s more): the collector's --body-min-rate default, 8 kbit/s; a sketch of sketch.max_bytes
-# (1 MiB) over 100 kbit/s takes 84 s, a trickle of a byte a second buys nothing
+# bytes/s an answer's body, and a request's, must keep up past collector.answer_timeout (each
+# byte buys 1/rate s more): the collector's --body-min-rate default, 8 kbit/s; a sketch of
+# sketch.max_bytes (1 MiB) over 100 kbit/s takes 84 s, a trickle of a byte a second buys
+# nothing
 ANSWER_MIN_RATE = 1024.0
 _REDIRECTS = (301, 302, 303, 307, 308)
 _RETRY_4XX = (408, 429)
@@ -120,9 +127,11 @@ class Uplink:
     """HTTP to the collector at ``url`` with a device's bearer token.
 
     ``timeout`` bounds each wait, ``answer_timeout`` (default :data:`ANSWER_TIMES` times
-    ``timeout``) a whole answer (see the module docstring). ``bytes_on_wire`` counts the
-    request body bytes sent (gzipped, when they were), every attempt included (a body
-    refused before it was sent is not counted)."""
+    ``timeout``) a whole answer, and with 1 s per KiB a request's body (see the module
+    docstring). ``bytes_on_wire`` counts the request body bytes sent (gzipped, when they
+    were), every attempt included: a body refused before it was sent (``Expect``) is not
+    counted, while one sent at once is, whole, even when its connection failed (urllib
+    cannot tell how much of it left)."""
 
     def __init__(self, url: str, token: str, timeout: float = 10.0,
                  ca_file: str | None = None, expect_continue: bool = True,
@@ -187,20 +196,22 @@ class Uplink:
             log.info("the collector (or a proxy before it) refused Expect: 100-continue "
                      "(HTTP 417); bodies are sent at once from now on")
         req = self._request("POST", path, body, headers, timeout)
-        self.bytes_on_wire += len(body)  # urllib sends the body whatever the answer
+        self.bytes_on_wire += len(body)  # urllib sends it whatever the answer (see above)
         try:
             with self.opener.open(req, timeout=timeout or self.timeout) as resp:
-                self._heard(resp.headers)
-                return resp.status, resp.read(1 << 16), None
+                return self._answered(resp.status, resp.headers, lambda: resp.read(1 << 16))
         except urllib.error.HTTPError as e:
-            self._heard(e.headers)
-            if e.code in _REDIRECTS:
-                return Outcome("retry", e.code, redirect_text(e.headers.get("Location")))
-            return e.code, error_body(e), retry_after(e.headers.get("Retry-After"))
-        except (urllib.error.URLError, OSError, TimeoutError) as e:
-            return Outcome("retry", None, f"connection: {getattr(e, 'reason', e)}")
-        except http.client.HTTPException as e:  # cut short, not HTTP: as a large body's
-            return Outcome("retry", None, f"connection: {str(e) or type(e).__name__}")
+            return self._answered(e.code, e.headers, functools.partial(error_body, e))
+        except (OSError, http.client.HTTPException) as e:  # URLError; cut short, not HTTP
+            return _no_answer(e)
+
+    def _answered(self, status: int, headers, read) -> tuple[int, bytes, float | None] | Outcome:
+        """:meth:`_post`'s result for an answer of ``status``, whose body ``read()`` reads
+        (64 KiB at most), noting what its ``headers`` say (:meth:`_heard`)."""
+        self._heard(headers)
+        if status in _REDIRECTS:
+            return Outcome("retry", status, redirect_text(headers.get("Location")))
+        return status, read(), None if status == 200 else retry_after(headers.get("Retry-After"))
 
     def _heard(self, headers) -> None:
         """Note what the collector's answer says it takes (``Accept-Encoding``) and its
@@ -237,41 +248,53 @@ class Uplink:
         at all when the first answer is final (a refusal)."""
         conn = self._connection(timeout or self.timeout)
         try:
-            conn.putrequest("POST", (self.target.path or "") + path)
-            for name, value in self._headers({**headers, "Content-Length": str(len(body)),
-                                              "Expect": "100-continue"}).items():
-                conn.putheader(name, value)
-            conn.endheaders()
-            deadline = _Deadline(*self._answer_time(timeout))
-            first, head = _first_answer(conn.sock, min(CONTINUE_WAIT, conn.timeout),
-                                        conn.timeout, deadline)
-            if first != "final":
-                conn.send(body)
-                self.bytes_on_wire += len(body)
-                _drain(conn.sock, conn.timeout)
-                deadline.restart()  # the body's time is its link's, not the answer's
-            if first == "silent":  # a busy collector says 100 late; an HTTP/1.0 one never
-                first, head = _first_answer(conn.sock, conn.timeout, conn.timeout, deadline)
-                if first == "silent":
-                    return Outcome("retry", None, "connection: timed out")
-                if first == "final":
-                    self._expect_ignored()
-            head = _final_head(conn.sock, head, deadline)
+            deadline = self._ask(conn, path, len(body), headers, timeout)
+            head = self._send_when_asked(conn, body, deadline)
+            if head is None:
+                return Outcome("retry", None, "connection: timed out")
+            head = _final_head(conn.sock, head, deadline, conn.body_deadline)
             with _Answer(conn.sock, head, deadline, method="POST") as answer:
                 answer.begin()
-                self._heard(answer.headers)
-                if answer.status in _REDIRECTS:
-                    return Outcome("retry", answer.status,
-                                   redirect_text(answer.getheader("Location")))
-                wait = None if answer.status == 200 else \
-                    retry_after(answer.getheader("Retry-After"))
-                return answer.status, answer.read(1 << 16), wait
+                return self._answered(answer.status, answer.headers,
+                                      lambda: answer.read(1 << 16))
         except (OSError, http.client.HTTPException) as e:
-            return Outcome("retry", None, f"connection: {str(e) or type(e).__name__}")
+            return _no_answer(conn.cut or e)  # after a cut body, the cut says why
         finally:
             conn.close()
 
-    def _expect_ignored(self) -> None:
+    def _ask(self, conn: _Paced, path: str, size: int, headers: dict,
+             timeout: float | None) -> _Deadline:
+        """Send the head of a POST of ``size`` bytes with ``Expect: 100-continue``; the
+        answer's deadline, started then."""
+        conn.putrequest("POST", (self.target.path or "") + path)
+        for name, value in self._headers({**headers, "Content-Length": str(size),
+                                          "Expect": "100-continue"}).items():
+            conn.putheader(name, value)
+        conn.endheaders()
+        return _Deadline(*self._answer_time(timeout))
+
+    def _send_when_asked(self, conn: _Paced, body: bytes, deadline: _Deadline
+                         ) -> bytes | None:
+        """Send ``body`` after the collector's ``100 Continue``, or after
+        :data:`CONTINUE_WAIT` without an answer, not at all when its first answer is final
+        (a refusal); the final answer's first bytes read so far (perhaps none), None when
+        none came."""
+        first, head = _first_answer(conn.sock, min(CONTINUE_WAIT, conn.timeout), deadline)
+        if first != "final":
+            conn.body_deadline = _BodyDeadline(deadline.seconds, len(body), deadline.name)
+            conn.send(body)
+            self.bytes_on_wire += len(body)
+            head += _drain(conn.sock, conn.timeout, within=conn.body_deadline)
+            deadline.restart()  # the body's time is its link's, not the answer's
+        if first == "silent":  # a busy collector says 100 late; an HTTP/1.0 one never
+            first, head = _first_answer(conn.sock, conn.timeout, deadline, head)
+            if first == "silent":
+                return None
+            if first == "final" and _ignores_expect(head):
+                self._stop_expecting()
+        return head
+
+    def _stop_expecting(self) -> None:
         self.expect_continue = False  # waiting would cost every batch CONTINUE_WAIT
         log.info("the collector answered without 100 Continue, after %g s of silence (an "
                  "HTTP/1.0 server or proxy?); bodies are sent at once from now on",
@@ -283,34 +306,41 @@ class Uplink:
             return _PacedHTTPS(host, port, timeout=timeout, context=self.context)
         return _PacedHTTP(host, port, timeout=timeout)
 
-    def post_batch(self, body: bytes) -> Outcome:
-        """``POST /v1/batches``; never raises for network or HTTP problems."""
-        answer = self._post("/v1/batches", body, "application/msgpack")
+    def _post_200(self, path: str, body: bytes, content_type: str,
+                  timeout: float | None = None) -> bytes | Outcome:
+        """The body of a ``200`` answer to :meth:`_post`; the outcome of any other answer
+        (:func:`_classify`), or of none."""
+        answer = self._post(path, body, content_type, timeout)
         if isinstance(answer, Outcome):
             return answer
         status, text, wait = answer
-        if status == 200:
-            try:
-                answer = json.loads(text)
-            except ValueError:
-                return Outcome("retry", status, "200 with a body that is not JSON")
-            if answer.get("status") in ("stored", "duplicate"):
-                return Outcome("ack", status, answer["status"])
-            return Outcome("retry", status, f"200 with status {answer.get('status')!r}")
-        return _classify(status, error_text(text), wait)
+        return text if status == 200 else _classify(status, error_text(text), wait)
+
+    def post_batch(self, body: bytes) -> Outcome:
+        """``POST /v1/batches``; never raises for network or HTTP problems."""
+        text = self._post_200("/v1/batches", body, "application/msgpack")
+        if isinstance(text, Outcome):
+            return text
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            return Outcome("retry", 200, "200 with a body that is not JSON")
+        if not isinstance(doc, dict):  # another API at the collector's address
+            return Outcome("retry", 200, "200 with a body that is not a JSON object: "
+                           f"{one_line(text[:100].decode('utf-8', 'replace'))}")
+        if doc.get("status") in ("stored", "duplicate"):
+            return Outcome("ack", 200, doc["status"])
+        return Outcome("retry", 200, f"200 with status {doc.get('status')!r}")
 
     def post_heartbeat(self, status: dict, timeout: float | None = None) -> Outcome:
         """``POST /v1/heartbeat`` with ``status`` (the agent's metrics) as JSON: ``"ack"``
         on 200; never raises for network or HTTP problems."""
         body = json.dumps(status, default=str).encode()
-        answer = self._post("/v1/heartbeat", body, "application/json", timeout)
-        if isinstance(answer, Outcome):
-            return answer
-        code, text, wait = answer
-        if code != 200:
-            return _classify(code, error_text(text), wait)
+        text = self._post_200("/v1/heartbeat", body, "application/json", timeout)
+        if isinstance(text, Outcome):
+            return text
         self._their_time(text)
-        return Outcome("ack", code, "seen")
+        return Outcome("ack", 200, "seen")
 
     def _their_time(self, text: bytes) -> None:
         """The collector's clock from a heartbeat's answer (``time``: finer than ``Date``)."""
@@ -360,6 +390,11 @@ class AnswerTimeout(TimeoutError):
     """No whole answer in the time a :class:`_Deadline` gave it: retried as a timeout."""
 
 
+class BodyTimeout(TimeoutError):
+    """A request's body not across in the time a :class:`_BodyDeadline` gave it: retried
+    as a timeout."""
+
+
 class _Deadline:
     """When an answer must have come whole: ``seconds`` from :meth:`restart` (the request
     across the link), and 1/:data:`ANSWER_MIN_RATE` s more per byte of its body
@@ -394,34 +429,57 @@ class _Deadline:
         return AnswerTimeout(said)
 
 
+class _BodyDeadline(_Deadline):
+    """When a request's ``size`` bytes of body must have got across (handed to the kernel
+    in pieces, and acknowledged by the collector where that can be asked: :func:`_drain`):
+    ``seconds`` and 1/:data:`ANSWER_MIN_RATE` s more per byte, from :meth:`restart` (the
+    connection made, or the body's start after ``100 Continue``). A collector that keeps
+    its receive window almost shut holds an upload no longer than that."""
+
+    def __init__(self, seconds: float, size: int, name: str | None = None):
+        self.size, self.base = size, float(seconds)
+        super().__init__(self.base + size / ANSWER_MIN_RATE, name)
+
+    def expired(self) -> BodyTimeout:
+        given = f"{self.name}, {self.base:g} s" if self.name else f"{self.base:g} s"
+        return BodyTimeout(
+            f"the body did not get across within {self.seconds:g} s ({given}, and "
+            f"{1024 / ANSWER_MIN_RATE:g} s per KiB of its {self.size} bytes): the collector "
+            f"took it slower than {ANSWER_MIN_RATE:g} bytes/s")
+
+
 def timed(req: urllib.request.Request, seconds: float, name: str | None = None
           ) -> urllib.request.Request:
     """``req``, whose whole answer an :func:`answer_opener` reads within ``seconds`` of the
     request having got across (:class:`_Deadline`; ``name``: the setting they come from),
-    else :class:`AnswerTimeout`."""
+    else :class:`AnswerTimeout`; and whose body, if any, gets across within ``seconds`` and
+    1 s per KiB of it (:class:`_BodyDeadline`), else :class:`BodyTimeout`."""
     req.answer_deadline = _Deadline(seconds, name)
+    req.body_deadline = None if req.data is None else \
+        _BodyDeadline(seconds, len(req.data), name)
     return req
 
 
 def answer_opener(context: ssl.SSLContext | None = None) -> urllib.request.OpenerDirector:
     """urllib as the agent uses it: redirects not followed (:class:`NoRedirects`), bodies
     sent in pieces, each wait within the request's timeout and, for a request
-    :func:`timed`, the whole answer within its time; proxies from the environment (read
-    now, as :func:`_proxied` reads them); https verified with ``context``."""
+    :func:`timed`, the body and the whole answer each within its time; proxies from the
+    environment (read now, as :func:`_proxied` reads them); https verified with
+    ``context``."""
     return urllib.request.build_opener(
         NoRedirects(), _PacedHTTPHandler(),
         *([_PacedHTTPSHandler(context=context)] if context else []))
 
 
-def _within(sock: socket.socket, deadline: _Deadline, read):
-    """``read()`` of ``sock`` within its timeout (one wait) and ``deadline``'s time
-    (:class:`AnswerTimeout` past it)."""
+def _within(sock: socket.socket, deadline: _Deadline, io):
+    """``io()``, a read or a send on ``sock``, within its timeout (one wait) and
+    ``deadline``'s time (its :meth:`~_Deadline.expired` error past it)."""
     timeout = sock.gettimeout()
     left = deadline.left()
     binding = timeout is None or left < timeout
     sock.settimeout(left if binding else timeout)
     try:
-        return read()
+        return io()
     except TimeoutError:
         if binding:
             raise deadline.expired() from None
@@ -441,30 +499,65 @@ class _Paced:
     """An ``http.client`` connection whose timeout bounds each wait, not a whole body: a
     body goes in pieces of :data:`SEND_PIECE` bytes, each with the timeout, and the answer
     is awaited once the body's last bytes got across (:func:`_drain`), then read within
-    ``answer_deadline`` (restarted then; None: each wait bounded, not their sum)."""
+    ``answer_deadline`` (restarted then; None: each wait bounded, not their sum).
 
-    def __init__(self, *args, answer_deadline: _Deadline | None = None, **kw):
+    The request, its body included, gets across within ``body_deadline`` (restarted
+    once connected; None: each wait bounded, not their sum).
+
+    A server may answer before it has the whole body (a refusal: ``413``, ``401``,
+    ``503``) and close: the rest of the body is then not sent, and the answer that came
+    is read all the same; ``cut`` is the error that stopped the body, raised when no
+    answer can be read."""
+
+    def __init__(self, *args, answer_deadline: _Deadline | None = None,
+                 body_deadline: _BodyDeadline | None = None, **kw):
         super().__init__(*args, **kw)
-        self.answer_deadline = answer_deadline
+        self.answer_deadline, self.body_deadline = answer_deadline, body_deadline
+        self.cut: OSError | None = None
+        self.early = b""  # the answer's first bytes, read while the body drained
 
     def response_class(self, sock, debuglevel: int = 0, method: str | None = None):
         deadline = self.answer_deadline
         if deadline is not None:
             deadline.restart()
-        return _Answer(sock, b"", deadline, debuglevel=debuglevel, method=method)
+        return _Answer(sock, self.early, deadline, debuglevel=debuglevel, method=method)
+
+    def connect(self) -> None:
+        super().connect()
+        if self.body_deadline is not None:
+            self.body_deadline.restart()
 
     def send(self, data) -> None:
-        if isinstance(data, (bytes, bytearray)) and len(data) > SEND_PIECE:
-            view = memoryview(data)
-            for at in range(0, len(view), SEND_PIECE):
-                super().send(view[at:at + SEND_PIECE])
+        if self.sock is None:
+            self.connect()  # a refused connection fails here, as in http.client
+        if self.cut is not None:
+            return
+        try:
+            if isinstance(data, (bytes, bytearray)) and len(data) > SEND_PIECE:
+                view = memoryview(data)
+                for at in range(0, len(view), SEND_PIECE):
+                    self._send_piece(view[at:at + SEND_PIECE])
+            else:
+                self._send_piece(data)
+        except (ConnectionError, ssl.SSLEOFError) as e:  # the server stopped taking it
+            self.cut = e
+
+    def _send_piece(self, data) -> None:
+        send = super().send
+        if self.body_deadline is None:
+            send(data)
         else:
-            super().send(data)
+            _within(self.sock, self.body_deadline, lambda: send(data))
 
     def getresponse(self):
-        if self.sock is not None:
-            _drain(self.sock, self.timeout)
-        return super().getresponse()
+        if self.sock is not None and self.cut is None:
+            self.early = _drain(self.sock, self.timeout, within=self.body_deadline)
+        try:
+            return super().getresponse()
+        except (OSError, http.client.HTTPException):
+            if self.cut is not None:
+                raise self.cut from None
+            raise
 
 
 class _PacedHTTP(_Paced, http.client.HTTPConnection):
@@ -486,9 +579,11 @@ class _PacedHTTPSHandler(urllib.request.HTTPSHandler):
 
 
 def _paced(connection: type, req: urllib.request.Request):
-    """``connection`` for ``req``: its answer read within ``req``'s deadline (:func:`timed`)."""
+    """``connection`` for ``req``: its body sent and its answer read within ``req``'s
+    deadlines (:func:`timed`)."""
     return functools.partial(connection,
-                             answer_deadline=getattr(req, "answer_deadline", None))
+                             answer_deadline=getattr(req, "answer_deadline", None),
+                             body_deadline=getattr(req, "body_deadline", None))
 
 
 class NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -521,28 +616,57 @@ def _unacknowledged(sock: socket.socket) -> int | None:
         return None
 
 
-def _drain(sock: socket.socket, timeout: float | None) -> None:
+def _drain(sock: socket.socket, timeout: float | None, restart: _Deadline | None = None,
+           within: _BodyDeadline | None = None) -> bytes:
     """Wait while the bytes handed to the kernel cross the link: the last ones of a body
     may be megabytes (the send buffer grows to 4 MiB), minutes on a thin link, and the
     timeout of the wait for the answer must not count them. Returns when all are
-    acknowledged, when an answer (or the end) can be read, or where the queue cannot be
-    asked; ``TimeoutError`` when none was acknowledged for ``timeout`` seconds."""
+    acknowledged (and ``restart``s it, when some were not at first), when an answer (or
+    the end) can be read, or where the queue cannot be asked; ``TimeoutError`` when none
+    was acknowledged for ``timeout`` seconds, :class:`BodyTimeout` past ``within``.
+    Returns the answer's first bytes when it read them (:func:`_answer_start`), else
+    ``b""``."""
     left = _unacknowledged(sock)
     if not left or timeout is None:
-        return
+        return b""
     moved = time.monotonic()
     while left:
+        if within is not None:
+            within.left()
         if select.select([sock], [], [], DRAIN_POLL)[0]:
-            return
+            early = _answer_start(sock)
+            if early is not None:
+                return early
         now_left = _unacknowledged(sock)
         if now_left is None:
-            return
+            return b""
         if now_left < left:
             moved = time.monotonic()
         elif time.monotonic() - moved >= timeout:
             raise TimeoutError(f"timed out: the link took no byte of the body for "
                                f"{timeout:g} s ({left} bytes still to go)")
         left = now_left
+    if restart is not None:
+        restart.restart()
+    return b""
+
+
+def _answer_start(sock: socket.socket) -> bytes | None:
+    """What made ``sock`` readable: None when it was TLS's own records (the session
+    tickets a TLS 1.3 server sends after the handshake, which ended every drain at once),
+    else the bytes that had to be read to tell (``b""`` for plain TCP: none read)."""
+    if not isinstance(sock, ssl.SSLSocket):
+        return b""
+    timeout = sock.gettimeout()
+    sock.settimeout(0)
+    try:
+        return sock.recv(1)
+    except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+        return None
+    except OSError:  # reset: reading the answer says so
+        return b""
+    finally:
+        sock.settimeout(timeout)
 
 
 def _status(answer: tuple[int, bytes, float | None] | Outcome) -> int | None:
@@ -550,16 +674,18 @@ def _status(answer: tuple[int, bytes, float | None] | Outcome) -> int | None:
     return answer.status if isinstance(answer, Outcome) else answer[0]
 
 
-def _first_answer(sock: socket.socket, wait: float, timeout: float,
-                  deadline: _Deadline | None = None) -> tuple[str, bytes]:
+def _first_answer(sock: socket.socket, wait: float, deadline: _Deadline | None = None,
+                  data: bytes = b"") -> tuple[str, bytes]:
     """Wait up to ``wait`` seconds for the collector's first answer to headers sent with
     ``Expect: 100-continue``: ``("continue", bytes after it)`` after its ``100 Continue``;
     ``("final", bytes read)`` when the first answer is final (a refusal: the body is not
     sent; the bytes are the answer's start); ``("silent", b"")`` when none came. Other
     interim answers (``103 Early Hints``) are skipped, as RFC 9110 15.2 asks of a client.
-    The socket's ``timeout`` is set again after. Past ``deadline``: :class:`AnswerTimeout`."""
-    until = time.monotonic() + wait
-    data, skipped = b"", 0
+    The rest of an answer's head is read within the socket's timeout; past ``deadline``:
+    :class:`AnswerTimeout`. ``data``: the answer's first bytes when some were read
+    already."""
+    until, timeout = time.monotonic() + wait, sock.gettimeout()
+    skipped = 0
     while True:
         if not data:
             sock.settimeout(max(until - time.monotonic(), 1e-3))
@@ -582,23 +708,31 @@ def _first_answer(sock: socket.socket, wait: float, timeout: float,
         data = _after_head(sock, data, deadline)
 
 
-def _final_head(sock: socket.socket, head: bytes, deadline: _Deadline | None = None) -> bytes:
+def _final_head(sock: socket.socket, head: bytes, deadline: _Deadline | None = None,
+                body: _BodyDeadline | None = None) -> bytes:
     """``head`` (an answer's first bytes, perhaps none) with the interim answers before the
-    final one taken off: :class:`http.client.HTTPResponse` skips ``100`` alone. Each wait
-    for an answer starts once the body's bytes got across (:func:`_drain`: a late ``100
-    Continue`` may come while the body is still on its way), and so does ``deadline``."""
+    final one taken off. Each wait for an answer starts once the body's bytes got across
+    (:func:`_drain`, within ``body``: a late ``100 Continue`` may come while the body is
+    still on its way), and so does ``deadline`` when they were still crossing; not at each
+    interim answer (a server that trickled them held the agent ``MAX_INTERIM`` + 1 times
+    as long)."""
     skipped = 0
     while True:
         if not head:
-            _drain(sock, sock.gettimeout())
-            if deadline is not None:
-                deadline.restart()
-            head = _recv(sock, deadline)
+            head = _drain(sock, sock.gettimeout(), deadline, body) or _recv(sock, deadline)
         head = _read_until(sock, head, b"\r\n", deadline)
         if not (_interim(head) or head[9:12] == b"100"):
             return head
         skipped = _skip_interim(skipped)
         head = _after_head(sock, head, deadline)
+
+
+def _ignores_expect(head: bytes) -> bool:
+    """Whether a final answer that came after the body went, without ``100 Continue``,
+    shows a server that ignores the expectation: an HTTP/1.0 one's, or a success (it read
+    the body without saying 100). A refusal (``503``, ``429``, ``401``) may be a busy
+    collector's that answered the headers late."""
+    return head.startswith(b"HTTP/1.0 ") or head[9:10] == b"2"
 
 
 def _skip_interim(skipped: int) -> int:
@@ -613,6 +747,11 @@ def _skip_interim(skipped: int) -> int:
 def _interim(head: bytes) -> bool:
     """An interim answer other than ``100`` (``101`` switches protocols: final here)."""
     return head[9:10] == b"1" and head[9:12] not in (b"100", b"101")
+
+
+def _interim_status(status: int) -> bool:
+    """An interim status other than ``100`` (``101`` switches protocols: final here)."""
+    return 100 < status < 200 and status != 101
 
 
 def _after_head(sock: socket.socket, data: bytes, deadline: _Deadline | None = None) -> bytes:
@@ -637,9 +776,10 @@ def _read_until(sock: socket.socket, data: bytes, end: bytes,
     return data
 
 
-class _Replayed:
-    """``sock`` for :class:`http.client.HTTPResponse` when ``head``, its answer's first
-    bytes, were already read from it; the rest read before ``deadline``'s end."""
+class _AnswerSource:
+    """What an :class:`_Answer` reads, as :class:`http.client.HTTPResponse` reads a
+    socket: ``head``, the answer's first bytes when some were read from ``sock`` already,
+    then the rest of ``sock``, before ``deadline``'s end."""
 
     def __init__(self, sock: socket.socket, head: bytes, deadline: _Deadline | None = None):
         self.sock, self.head, self.deadline = sock, head, deadline
@@ -687,12 +827,25 @@ class _Answer(http.client.HTTPResponse):
 
     def __init__(self, sock: socket.socket, head: bytes = b"",
                  deadline: _Deadline | None = None, **kw):
-        self._source = _Replayed(sock, head, deadline)
+        self._source = _AnswerSource(sock, head, deadline)
         super().__init__(self._source, **kw)
 
     def begin(self) -> None:
         super().begin()
         self._source.bytes.in_body = True
+
+    def _read_status(self) -> tuple[str, int, str]:
+        """The final answer's status line. Interim answers before it (``100 Continue``,
+        ``103 Early Hints``) are skipped with their headers, as RFC 9110 15.2 asks of a
+        client (http.client skips ``100`` alone, and took a ``103`` for the answer), at
+        most :data:`MAX_INTERIM` of them."""
+        skipped = 0
+        while True:
+            version, status, reason = super()._read_status()
+            if not (_interim_status(status) or status == 100):
+                return version, status, reason
+            skipped = _skip_interim(skipped)
+            http.client.parse_headers(self.fp)
 
 
 def _proxied(target: urllib.parse.SplitResult) -> bool:
@@ -744,6 +897,13 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     if when is None:
         return None
     return max(when - (time.time() if now is None else now), 0.0)
+
+
+def _no_answer(e: BaseException) -> Outcome:
+    """A retry for a request that got no answer (or one cut short, or not HTTP): ``e``,
+    or the ``reason`` urllib wrapped in it, says why."""
+    reason = getattr(e, "reason", e)
+    return Outcome("retry", None, f"connection: {str(reason) or type(reason).__name__}")
 
 
 def _classify(status: int, detail: str, wait: float | None = None) -> Outcome:
@@ -800,7 +960,7 @@ class Uploader(threading.Thread):
         self.last_error: str | None = None
         self.auth_streak = 0
         self.hold_until = 0.0
-        self.fail_streak = 0  # failed attempts (5xx, network) since the last batch sent
+        self.fail_streak = 0  # attempts retried (5xx, 408, 429, no answer) since the last ack
         self.failing_since: float | None = None
         self.crashes = Crashes(log, "uploads", "batches are kept and uploads are retried with "
                                f"backoff (up to {outbox.backoff.max_delay:g}s apart)")
@@ -893,43 +1053,52 @@ class Uploader(threading.Thread):
         self.counts["attempts"] += 1
         out = self.uplink.post_batch(due.body)
         self.crashes.ended()  # an answer came: no bug on the way
-        why = out.why
         if out.action == "ack":
-            if self.fail_streak:
-                log.info("uploads go through again (after %d failed attempts)",
-                         self.fail_streak)
-                self.fail_streak = 0
-            self.outbox.ack(due.batch_id)
-            self.counts["acked"] += 1
-            self.counts["bytes_sent"] += len(due.body)
-            self.last_error = self.failing_since = None
-            self._authorized()
+            self._acked(due)
         elif out.action == "auth":
             self._unauthorized(out)
         elif out.action == "reject":
-            self._authorized()  # the collector checks the token before anything else
-            self.outbox.reject(due.batch_id, why)
-            self.counts["rejected"] += 1
-            self.last_error, self.failing_since = why, None
-            log.error("collector refused batch %s (HTTP %s): %s; kept as a dead letter in %s "
-                      "(acep outbox %s list)", due.batch_id, out.status, out.detail,
-                      self.outbox.path, self.outbox.path)
+            self._rejected(due, out)
         else:
-            # the collector's Retry-After says when, in place of the backoff's guess
-            when = self.outbox.fail(due.batch_id, why, delay=out.retry_after)
-            self.counts["retried"] += 1
-            self.last_error = why
-            self.fail_streak += 1
-            self._failing()
-            wait = 0.0 if when is None else when - time.time()
-            if out.retry_after is not None:
-                wait = max(wait, self._hold(out))
-            # a collector that is down fails every pending batch: say so once, not per batch
-            say = log.warning if self.fail_streak == 1 else log.debug
-            say("upload of %s failed (%s); retry in %.1fs (batches are kept and retried "
-                "with backoff; further failures are logged at debug level until one is sent)",
-                due.batch_id, why, wait)
+            self._retried(due, out)
         return True
+
+    def _acked(self, due: Due) -> None:
+        if self.fail_streak:
+            log.info("uploads go through again (after %d failed attempts)", self.fail_streak)
+            self.fail_streak = 0
+        self.outbox.ack(due.batch_id)
+        self.counts["acked"] += 1
+        self.counts["bytes_sent"] += len(due.body)
+        self.last_error = self.failing_since = None
+        self._authorized()
+
+    def _rejected(self, due: Due, out: Outcome) -> None:
+        """Refused for good: a dead letter, said once as an error."""
+        self._authorized()  # the collector checks the token before anything else
+        self.outbox.reject(due.batch_id, out.why)
+        self.counts["rejected"] += 1
+        self.last_error, self.failing_since = out.why, None
+        log.error("collector refused batch %s (HTTP %s): %s; kept as a dead letter in %s "
+                  "(acep outbox %s list)", due.batch_id, out.status, out.detail,
+                  self.outbox.path, self.outbox.path)
+
+    def _retried(self, due: Due, out: Outcome) -> None:
+        """Failed, to be retried: after the backoff's delay or the collector's
+        ``Retry-After`` (which also holds every upload), said once per streak."""
+        when = self.outbox.fail(due.batch_id, out.why, delay=out.retry_after)
+        self.counts["retried"] += 1
+        self.last_error = out.why
+        self.fail_streak += 1
+        self._failing()
+        wait = 0.0 if when is None else when - time.time()
+        if out.retry_after is not None:
+            wait = max(wait, self._hold(out))
+        # a collector that is down fails every pending batch: say so once, not per batch
+        say = log.warning if self.fail_streak == 1 else log.debug
+        say("upload of %s failed (%s); retry in %.1fs (batches are kept and retried "
+            "with backoff; further failures are logged at debug level until one is sent)",
+            due.batch_id, out.why, wait)
 
     def _hold(self, out: Outcome) -> float:
         """Hold every upload for the answer's ``Retry-After`` (a collector with a full disk

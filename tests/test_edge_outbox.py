@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -87,6 +88,28 @@ def test_a_due_time_written_before_the_clock_went_back_is_due_at_once(tmp_path):
         box.ack("d/0")
         assert box.next_due(1000) is None and box.next_due_at(1000) == 1300
         assert box.next_due(1300).batch_id == "d/1"
+
+
+@pytest.mark.parametrize("backoff_max", [300.0, 3600.0])
+def test_status_says_when_the_agent_sends_a_batch_due_before_the_clock_went_back(
+        tmp_path, backoff_max):
+    """``acep outbox status`` showed a retry's stored due time, 2000 s ahead once the clock
+    had been set back, while the agent sends that batch at once: it says what the agent
+    does now, by the agent's own outbox.backoff_max (recorded in the outbox; under 3600 s
+    such a retry is one the agent waits for), also after acep outbox requeue opened it."""
+    path = tmp_path / "o.db"
+    with Outbox(path, backoff=Backoff(1.0, 2.0, backoff_max, 0.0)) as box:
+        box.put(b"x", "d/1")
+        stored = box.fail("d/1", "timeout", now=time.time() + 2000)  # the clock read later
+    assert _outbox_cli(path, "requeue").returncode == 0  # no backoff of its own recorded
+    start = time.time()
+    status = json.loads(_outbox_cli(path, "status").stdout)
+    with Outbox(path, backoff=Backoff(1.0, 2.0, backoff_max, 0.0)) as agent:
+        sends_at = agent.next_due_at()
+    if backoff_max == 300.0:
+        assert start <= status["next_due"] <= time.time() and sends_at <= time.time()
+    else:
+        assert status["next_due"] == stored == sends_at
 
 
 def test_backoff_schedule_is_exponential_capped_and_seeded(tmp_path):

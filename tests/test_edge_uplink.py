@@ -12,6 +12,7 @@ import http.client
 import json
 import logging
 import socket
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,10 +29,10 @@ from edge.uplink import (
     SEND_PIECE,
     Outcome,
     Uplink,
+    _Answer,
     _final_head,
     _first_answer,
     _PacedHTTP,
-    _Replayed,
     redirect_text,
     retry_after,
 )
@@ -79,6 +80,10 @@ class _Recorder(BaseHTTPRequestHandler):
         self.codings.append(coding)
         self._hints()
         self._answer(200, {"status": "stored"})
+
+    def do_GET(self):  # noqa: N802 (a sketch; http.server's naming)
+        self._hints()
+        self._answer(200, {"sketch": self.path})
 
     def _hints(self) -> None:
         for _ in range(self.early_hints):
@@ -167,6 +172,21 @@ def test_interim_answers_such_as_103_early_hints_are_skipped(server, busy):
         assert server.handler.seen == [("/v1/batches", "100-continue", len(BIG))]
 
 
+def test_interim_answers_are_skipped_where_the_body_goes_at_once_too(server):
+    """http.client skips 100 Continue alone: a 103 before the answer to a small batch, a
+    heartbeat, a body sent without Expect or a sketch check was taken for the final answer
+    (a retry with HTTP 103, for ever, and the collector's answer unread)."""
+    server.handler.protocol_version = "HTTP/1.1"
+    server.handler.early_hints = 3
+    uplink = Uplink(server.url, "tok")
+    assert uplink.post_batch(b"y" * 10) == Outcome("ack", 200, "stored")
+    assert uplink.post_heartbeat({"consumed": 1}) == Outcome("ack", 200, "seen")
+    assert Uplink(server.url, "tok", expect_continue=False).post_batch(BIG) == \
+        Outcome("ack", 200, "stored")
+    assert uplink.get_sketch("p1", 1 << 10) == b'{"sketch": "/v1/sketches/p1"}'
+    assert [n for _, _, n in server.handler.seen] == [10, len(b'{"consumed": 1}'), len(BIG)]
+
+
 def test_a_server_that_ignores_expect_gets_the_body_after_the_wait_then_at_once(
         server, caplog):
     caplog.set_level(logging.INFO, logger="edge")
@@ -195,6 +215,23 @@ def test_a_collector_that_says_100_continue_late_is_still_asked_to(server, caplo
     assert "bodies are sent at once" not in caplog.text
 
 
+def test_a_collector_that_refuses_late_is_still_asked_for_100_continue(server, caplog):
+    """A busy collector may answer the headers with a refusal (503 and Retry-After) after
+    the body went: that is no sign of a server that ignores the expectation, which the
+    agent took it for, sending every body at once from then on (an HTTP/1.0 server, the
+    log said); only an answer that read the body without a 100 (or an HTTP/1.0 one) is."""
+    caplog.set_level(logging.INFO, logger="edge")
+    server.handler.protocol_version = "HTTP/1.1"
+    server.handler.delay, server.handler.busy = CONTINUE_WAIT + 0.3, True
+    uplink = Uplink(server.url, "tok")
+    out = uplink.post_batch(BIG)
+    assert (out.action, out.status, out.retry_after) == ("retry", 503, 2.0), out
+    assert uplink.expect_continue and "bodies are sent at once" not in caplog.text
+    server.handler.busy = False
+    assert uplink.post_batch(BIG).action == "ack"
+    assert server.handler.seen == [("/v1/batches", "100-continue", len(BIG))]
+
+
 def test_a_late_100_continue_on_a_thin_link_waits_for_the_body_to_get_across(server):
     """The body went after CONTINUE_WAIT; the collector's 100 Continue comes while most of
     it is still queued in the kernel: the wait for the final answer starts when the link
@@ -208,6 +245,57 @@ def test_a_late_100_continue_on_a_thin_link_waits_for_the_body_to_get_across(ser
     assert (out.action, out.status) == ("ack", 200), out
     assert took > CONTINUE_WAIT + 2.5 and uplink.expect_continue
     assert server.handler.seen == [("/v1/batches", "100-continue", len(body))]
+
+
+@pytest.mark.parametrize("expect", [False, True], ids=["at once", "expect"])
+def test_a_body_over_https_on_a_thin_link_gets_across_before_the_answer_is_awaited(
+        server, tls, expect):
+    """TLS 1.3 session tickets, sent by the server after the handshake, made the socket
+    readable, which ended the wait for the body's last bytes at once: over HTTPS without
+    Expect, a body that takes three times collector.timeout to cross timed out every
+    time. The tickets are read now and the wait goes on."""
+    server.handler.protocol_version = "HTTP/1.1"
+    server.socket = tls[0].wrap_socket(server.socket, server_side=True)
+    body = b"x" * 48000
+    with ThinLink(server.server_address[1], rate=16000) as link:
+        uplink = Uplink(f"https://127.0.0.1:{link.port}", "tok", timeout=1.0,
+                        ca_file=tls[1], expect_continue=expect)
+        out, took = timed_post(uplink, body)
+    assert (out.action, out.status) == ("ack", 200), out
+    assert took > 2.5
+    assert server.handler.seen == [("/v1/batches", "100-continue" if expect else None,
+                                    len(body))]
+
+
+@pytest.mark.parametrize("expect", [True, False], ids=["expect", "at once"])
+def test_a_collector_that_takes_the_body_a_few_bytes_a_second_is_given_up(server, tmp_path,
+                                                                          expect):
+    """A collector that keeps its receive window almost shut, taking a few hundred bytes
+    a second, moved each piece of the body within collector.timeout, so the upload
+    thread went on for as long as it liked (a 4 KiB batch: 14 s here, 4 MiB: hours). The
+    body must now get across within collector.answer_timeout and 1 s per KiB of it: the
+    attempt is given up, the batch kept and retried with the backoff, saying why."""
+    from edge.outbox import Backoff, Outbox
+    from edge.uplink import Uploader
+
+    server.handler.protocol_version = "HTTP/1.1"
+    with ThinLink(server.server_address[1], rate=300) as link, \
+            Outbox(tmp_path / "outbox.db", backoff=Backoff(60.0, jitter=0.0)) as outbox:
+        outbox.put(BIG, "dev/1")
+        uplink = Uplink(f"http://127.0.0.1:{link.port}", "tok", timeout=5.0,
+                        answer_timeout=1.0, expect_continue=expect)
+        uploader = Uploader(outbox, uplink)
+        start = time.monotonic()
+        assert uploader.send_one()
+        took = time.monotonic() - start
+        summary = outbox.summary()
+    assert uploader.counts["retried"] == 1 and summary["pending"] == 1
+    assert summary["oldest"]["last_error"] == (
+        "connection: the body did not get across within 5 s (collector.answer_timeout, 1 s, "
+        "and 1 s per KiB of its 4096 bytes): the collector took it slower than 1024 bytes/s")
+    assert summary["next_due"] > time.time() + 50  # the backoff's 60 s
+    assert 4.5 < took < 8, took
+    assert server.handler.seen == []
 
 
 def test_a_417_sends_the_batch_again_at_once_in_the_same_attempt(server, caplog):
@@ -293,9 +381,10 @@ def test_the_first_answer_is_read_right_however_the_network_cuts_it(interim, hin
                 time.sleep(0.002)
         sender = threading.Thread(target=send)
         sender.start()
-        first, head = _first_answer(device, 5.0, 5.0)
+        device.settimeout(5.0)
+        first, head = _first_answer(device, 5.0)
         head = _final_head(device, head)
-        answer = http.client.HTTPResponse(_Replayed(device, head), method="POST")
+        answer = _Answer(device, head, method="POST")
         answer.begin()
         body = answer.read()
         sender.join()
@@ -609,6 +698,75 @@ def _answering(answer, most: int) -> tuple[socket.socket, list]:
     return listener, sent
 
 
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory) -> tuple[ssl.SSLContext, str]:
+    """A server context with a certificate for 127.0.0.1 from a CA made for the tests, and
+    the CA's file for the agent (collector.ca_file)."""
+    import trustme
+
+    ca, where = trustme.CA(), tmp_path_factory.mktemp("pki") / "ca.pem"
+    ca.cert_pem.write_to_path(where)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    return context, str(where)
+
+
+def _refusing(answer: bytes, after: float, context: ssl.SSLContext | None = None
+              ) -> socket.socket:
+    """A listener that reads a request's head, answers ``answer`` ``after`` seconds later
+    without reading the body and closes (its unread bytes reset the connection), as a
+    server that refuses by ``Content-Length`` or token does; its receive buffer is the
+    smallest, so a large body is still on its way. Over TLS with ``context``."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                if context is not None:
+                    conn = context.wrap_socket(conn, server_side=True)
+                got = b""
+                while b"\r\n\r\n" not in got:
+                    got += conn.recv(1 << 10)
+                time.sleep(after)
+                conn.sendall(answer)
+                conn.close()
+    threading.Thread(target=serve, daemon=True).start()
+    return listener
+
+
+@pytest.mark.parametrize("status, action, wait", [(413, "reject", None), (401, "auth", None),
+                                                  (503, "retry", 7.0)])
+@pytest.mark.parametrize("expect", [True, False], ids=["late refusal", "without Expect"])
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_refusal_while_the_body_goes_is_read_though_the_server_closes(
+        status, action, wait, expect, scheme, tls):
+    """The collector refuses (a body over --max-body, a wrong token, too busy) while the
+    body is on its way, after the 1 s wait for 100 Continue or without Expect, and closes:
+    the send failed with a reset, so its answer was never read, and a 413 was retried for
+    ever (its whole body each time), a 401 did not hold the uploads and a Retry-After was
+    lost. The answer is read now."""
+    doc = b'{"error": "refused", "status": %d}' % status
+    answer = (b"HTTP/1.1 %d Refused\r\nContent-Type: application/json\r\nContent-Length: %d"
+              b"\r\nRetry-After: 7\r\nConnection: close\r\n\r\n%s" % (status, len(doc), doc))
+    listener = _refusing(answer, CONTINUE_WAIT + 0.3 if expect else 0.3,
+                         tls[0] if scheme == "https" else None)
+    try:
+        uplink = Uplink(f"{scheme}://127.0.0.1:{listener.getsockname()[1]}", "tok",
+                        timeout=5, expect_continue=expect, ca_file=tls[1])
+        out = uplink.post_batch(b"x" * (8 << 20))  # more than the socket buffers hold
+    finally:
+        listener.close()
+    assert out == Outcome(action, status, "refused", wait if action == "retry" else None), out
+    assert uplink.expect_continue == expect
+
+
 @pytest.mark.parametrize("flood, most, says", [
     (b"H" * 65536, 32 << 20, "an answer head of more than 65536 bytes without its end"),
     (b"HTTP/1.1 100 Continue\r\n" + b"X-Hint: " + b"h" * 1000 + b"\r\n", 32 << 20,
@@ -647,6 +805,24 @@ def test_a_retry_after_that_is_not_ascii_digits_is_ignored_not_a_crash(size):
         listener.close()
     assert retry_after("\u00b2") is None and retry_after(" 12 ") == 12.0
     assert retry_after("-5") is None and retry_after(str(10 ** 12)) == 1e12  # the outbox caps it
+
+
+@pytest.mark.parametrize("doc", [b"[]", b'"stored"', b"null"])
+@pytest.mark.parametrize("size", [10, 4 * EXPECT_MIN_BYTES])
+def test_a_200_whose_json_is_not_an_object_is_a_retry_not_a_crash(doc, size):
+    """Another API at the collector's address answers 200 with a JSON list: the uploads
+    read ``.get`` of it, an AttributeError (an unexpected error with a traceback and the
+    crash backoff); it is a retry like a 200 that is not JSON."""
+    answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+              b"Connection: close\r\n\r\n%s" % (len(doc), doc))
+    listener, _ = _answering(answer, len(answer))
+    try:
+        uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=5)
+        out = uplink.post_batch(b"x" * size)
+    finally:
+        listener.close()
+    assert out == Outcome("retry", 200, "200 with a body that is not a JSON object: "
+                          + doc.decode()), out
 
 
 @pytest.mark.parametrize("status", [200, 500])
@@ -751,6 +927,23 @@ def test_an_answer_that_trickles_is_given_up_after_the_answer_timeout(part, requ
     assert said.startswith("GET /v1/sketches/p1: " if request_kind == "sketch" else
                            "connection: ")
     assert "no whole answer within 1.5 s (collector.answer_timeout)" in said, said
+    assert took < 3.0, took
+
+
+def test_interim_answers_after_100_continue_do_not_restart_the_answer_timeout():
+    """Each interim answer after the 100 (103 Early Hints), when the bytes after it had
+    not come yet, started the answer's time again: a server that trickled 16 of them, each
+    within collector.answer_timeout, held the upload 17 times as long. The time now runs
+    from the body's end over all of them."""
+    listener = _trickling(EARLY * 8 + ANSWER, 0, every=0.02)  # a 103 takes 1.1 s
+    try:
+        uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=1.0,
+                        answer_timeout=1.5)
+        out, took = timed_post(uplink, BIG)
+    finally:
+        listener.close()
+    assert (out.action, out.status) == ("retry", None), out
+    assert out.detail == "connection: no whole answer within 1.5 s (collector.answer_timeout)"
     assert took < 3.0, took
 
 
