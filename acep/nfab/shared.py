@@ -744,7 +744,12 @@ def match_shared(query: Query, events: list[Event], output: str = "verbose",
 
 
 def _beyond_float(arr: np.ndarray) -> bool:
-    """An integer column holding a value float64 cannot hold exactly (then read value by
-    value, as :func:`~acep.nfab.evaluate.number` does)."""
-    return arr.dtype.kind in "iu" and len(arr) > 0 and bool(
-        (arr.max() > EXACT_INT) | (arr.min() < -EXACT_INT))
+    """A number column that may hold an integer float64 cannot hold exactly (then read
+    value by value, as :func:`~acep.nfab.evaluate.number` does): an integer column with a
+    value beyond 2**53, or a float column with one at or beyond it, which is what numpy
+    makes of floats beside such an integer (2**53 + 1 becomes 2**53)."""
+    if not len(arr):
+        return False
+    if arr.dtype.kind == "f":
+        return bool(np.any(np.abs(arr) >= EXACT_INT))
+    return arr.dtype.kind in "iu" and bool((arr.max() > EXACT_INT) | (arr.min() < -EXACT_INT))
