@@ -404,9 +404,8 @@ class Matcher:
             self._ensure_partition(None)
             return np.zeros(n, dtype=np.int32)
         column = batch.columns.get(self.partition)
-        if column is None:
-            raise EventError(f"no attribute {self.partition!r} to partition by", batch.source,
-                             batch.line_of(0) if n else None, self.partition, batch.position)
+        if column is None:  # no event of this batch has it: each is a bad event, as in others
+            return np.full(n, -1, dtype=np.int32)
         keys, inverse = _factorize(column)
         keys = [partition_key(key) for key in keys]  # one key per id, whatever the batch
         ids = np.array([-1 if _no_key(key) else self._ensure_partition(key)
@@ -461,7 +460,8 @@ class Matcher:
             err = EventError(f"tag {tag} goes back in time{where}", batch.source, line,
                              batch.tag_field, int(index))
         elif code == self._kernel_module.BAD_NO_PARTITION:
-            value = batch.columns[self.partition][local]
+            column = batch.columns.get(self.partition)
+            value = None if column is None else column[local]
             value = value.item() if isinstance(value, np.generic) else value
             what = "is missing" if _missing(value) else \
                 f"is {value!r}: not a partition key (a finite number or a text)"

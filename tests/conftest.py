@@ -1,8 +1,37 @@
-"""Fixtures shared by test modules."""
+"""Fixtures shared by test modules, and the Hypothesis profile of long fuzzing campaigns."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import HealthCheck, settings
+
+# HYPOTHESIS_PROFILE=campaign runs every property of the selected test files with at least
+# ACEP_CAMPAIGN_EXAMPLES examples (default 2000) and no deadline, whatever its own
+# @settings say; CI, without the variable, keeps each test's own counts.
+settings.register_profile(
+    "campaign", deadline=None, print_blob=True,
+    max_examples=int(os.environ.get("ACEP_CAMPAIGN_EXAMPLES", "2000")),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                           HealthCheck.filter_too_much])
+if os.environ.get("HYPOTHESIS_PROFILE"):
+    settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
+
+
+def pytest_collection_modifyitems(items):
+    """Under the campaign profile, raise each property's own max_examples to the profile's."""
+    if os.environ.get("HYPOTHESIS_PROFILE") != "campaign":
+        return
+    floor = settings.get_profile("campaign").max_examples
+    for item in items:
+        test = getattr(item, "obj", None)
+        own = getattr(test, "_hypothesis_internal_use_settings", None)
+        if own is None or not hasattr(test, "hypothesis"):
+            continue
+        test._hypothesis_internal_use_settings = settings(
+            own, max_examples=max(own.max_examples, floor), deadline=None,
+            suppress_health_check=settings.get_profile("campaign").suppress_health_check)
 
 
 @pytest.fixture(scope="module")

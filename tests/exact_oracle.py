@@ -272,8 +272,14 @@ def validate(an: Analysis, events: list[Event]) -> None:
 # --------------------------------------------------------------------------- values
 
 
+_EXACT = 2**53  # integers beyond it in magnitude stay exact ints (EXACT.md 1, 3.2)
+
+
 def _num(v):
-    """Numbers (int, float, bool) are compared and computed as floats (EXACT.md 1, 3.2)."""
+    """Numbers (int, float, bool) are compared and computed as floats, except an integer
+    beyond 2**53 in magnitude, a 64-bit id, which stays an exact int (EXACT.md 1, 3.2)."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > _EXACT:
+        return v
     if isinstance(v, (bool, int, float)):
         return float(v)
     return v
@@ -311,14 +317,14 @@ def _compare(op: str, left, right) -> bool:
 
 def _number(v) -> float:
     v = _num(v)
-    if not isinstance(v, float):
+    if not isinstance(v, (float, int)):
         raise TypeError(f"arithmetic on a non-number {v!r} is not defined (3.2)")
     return v
 
 
 def _arith(op: str, left, right) -> float:
-    """``+ - * / %`` on floats; ``x / 0`` and ``x % 0`` are NaN; ``%`` is Python's float
-    ``%`` (EXACT.md 3.2)."""
+    """``+ - * / %`` on floats (an exact big int with a float gives a float, as in Python);
+    ``x / 0`` and ``x % 0`` are NaN; ``%`` is Python's float ``%`` (EXACT.md 3.2)."""
     a, b = _number(left), _number(right)
     if op == "+":
         return a + b

@@ -133,6 +133,28 @@ def test_missing_partition_attribute_is_a_bad_event():
     assert m.stats["skipped"] == 1
 
 
+@pytest.mark.parametrize("batch_size", [3, 100])
+def test_a_batch_in_which_no_event_has_the_partition_attribute_is_bad_events(tmp_path,
+                                                                              batch_size):
+    """Found by fuzzing: a batch with no event carrying the key (here events 3-7 at batch
+    size 3) once raised 'no attribute' even under skip, so the batch size decided whether
+    the stream was matched; error mode named another message than one batch of all."""
+    from acep.events import read_events
+
+    rows = ([{"type": "a", "t": i, "g": "P"} for i in range(3)]
+            + [{"type": "z", "t": 3 + i} for i in range(5)] + [{"type": "b", "t": 8, "g": "P"}])
+    path = _jsonl(tmp_path / "ev.jsonl", rows)
+    m = Matcher("a b", 10, 0, partition="g", on_bad_event="skip")
+    found = [m.match_batch(b) for b in read_events(path, batch_size=batch_size)] + [m.flush()]
+    assert [(x.partition, x.events) for f in found for x in f] == [("P", (2, 8))]
+    assert m.stats["skipped"] == 5
+    m = Matcher("a b", 10, 0, partition="g")
+    with pytest.raises(EventError, match="partition attribute 'g' is missing") as info:
+        for b in read_events(path, batch_size=batch_size):
+            m.match_batch(b)
+    assert (info.value.position, info.value.field, info.value.line) == (3, "g", 4)
+
+
 @pytest.mark.parametrize("value", [float("inf"), float("-inf"), np.float32("inf")])
 def test_an_infinite_partition_value_is_a_bad_event_naming_it(value):
     """JSON reads Infinity; as a key it printed as invalid JSON and, uploaded, the collector

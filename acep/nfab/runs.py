@@ -230,11 +230,11 @@ class _Machine:
         t_first, t_last = self.events[first_pos].t, self.events[last_pos].t
         if negation.before is not None and negation.after is not None:
             gap = range(chosen[negation.before][-1] + 1, chosen[negation.after][0])
-        elif negation.before is None:
-            gap = [p for p in range(first_pos) if self.events[p].t >= t_last - w]
+        elif negation.before is None:  # tag differences against W, as 3.3 (no t - W)
+            gap = [p for p in range(first_pos) if t_last - self.events[p].t <= w]
         else:
             gap = [p for p in range(last_pos + 1, len(self.events))
-                   if self.events[p].t <= t_first + w]
+                   if self.events[p].t - t_first <= w]
         for p in gap:
             event = self.events[p]
             if event.type != negation.component.type:

@@ -435,12 +435,11 @@ class Stream:
     def _sweep(self, t: float) -> None:
         """Drop runs (and members) whose start is out of the window at tag t (6.5)."""
         window = self.plan.window
-        tau = t - window
         for key in list(self.live):
             kept = []
             for run in self.live[key]:
-                if run.start >= tau:
-                    run.members = [m for m in run.members if m.start >= tau]
+                if t - run.start <= window:
+                    run.members = [m for m in run.members if t - m.start <= window]
                     kept.append(run)
             self.nlive -= len(self.live[key]) - len(kept)
             if kept:
@@ -471,11 +470,12 @@ class Stream:
         if not plan.negations:
             self.stats.matches += len(found)
             return found
-        if plan.trailing:
+        if plan.trailing:  # ready once the last tag is more than W after t(first)
             for m in found:
-                self.pending.append((_first_tag(m[1]) + plan.window, m))
-            ready = [m for due, m in self.pending if due < self.last_t]
-            self.pending = [(due, m) for due, m in self.pending if due >= self.last_t]
+                self.pending.append((_first_tag(m[1]), m))
+            closed = [self.last_t - t_first > plan.window for t_first, _ in self.pending]
+            ready = [m for (_, m), done in zip(self.pending, closed) if done]
+            self.pending = [p for p, done in zip(self.pending, closed) if not done]
             out = [m for m in ready if not self._eliminated(m)]
         else:
             out = [m for m in found if not self._eliminated(m)]
@@ -487,11 +487,11 @@ class Stream:
         window = self.plan.window
         if window is None:
             return  # only middle negations: a gap may reach back to any run's start
-        keep = self.last_t - window
-        if self.pending:
-            keep = min(keep, min(_first_tag(m[1]) for _, m in self.pending))
+        oldest = min((t_first for t_first, _ in self.pending), default=None)
         for positions, tags, evs in self.neg_index:
-            cut = bisect_left(tags, keep)
+            cut = _within_from(tags, self.last_t, window)
+            if oldest is not None:
+                cut = min(cut, bisect_left(tags, oldest))
             if cut > 1024 and cut * 2 > len(tags):
                 del positions[:cut], tags[:cut], evs[:cut]
 
@@ -507,11 +507,11 @@ class Stream:
                 lo = bisect_right(positions, blocks[negation.before][-1])
                 hi = bisect_left(positions, blocks[negation.after][0])
             elif negation.before is None:
-                lo = bisect_left(tags, t_last - window)
+                lo = _within_from(tags, t_last, window)
                 hi = bisect_left(positions, first_pos)
             else:
                 lo = bisect_right(positions, last_pos)
-                hi = bisect_right(tags, t_first + window)
+                hi = _within_to(tags, t_first, window)
             var = negation.component.var
             for n in range(lo, hi):
                 b = Binding(dict(bound))
@@ -657,6 +657,30 @@ def _chain(node, k: int) -> tuple[list[list[int]], list[list[Event]]]:
     return blocks, events
 
 
+def _first_true(n: int, holds_at) -> int:
+    """The first index in ``range(n)`` where ``holds_at`` (false, then true) holds."""
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if holds_at(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _within_from(tags: list, t_last: float, window: float) -> int:
+    """The first index of the sorted ``tags`` with ``t_last - tag <= window``. Every window
+    test compares a difference of tags with W (EXACT.md 3.3): ``tag >= t_last - window``
+    rounds, and took in a tag 1 before t_last for W = 1 - 2**-53."""
+    return _first_true(len(tags), lambda i: t_last - tags[i] <= window)
+
+
+def _within_to(tags: list, t_first: float, window: float) -> int:
+    """One past the last index of the sorted ``tags`` with ``tag - t_first <= window``."""
+    return _first_true(len(tags), lambda i: tags[i] - t_first > window)
+
+
 def _first_tag(node) -> float:
     while node[3] is not None:
         node = node[3]
@@ -744,7 +768,12 @@ def match_shared(query: Query, events: list[Event], output: str = "verbose",
 
 
 def _beyond_float(arr: np.ndarray) -> bool:
-    """An integer column holding a value float64 cannot hold exactly (then read value by
-    value, as :func:`~acep.nfab.evaluate.number` does)."""
-    return arr.dtype.kind in "iu" and len(arr) > 0 and bool(
-        (arr.max() > EXACT_INT) | (arr.min() < -EXACT_INT))
+    """A number column that may hold an integer float64 cannot hold exactly (then read
+    value by value, as :func:`~acep.nfab.evaluate.number` does): an integer column with a
+    value beyond 2**53, or a float column with one at or beyond it, which is what numpy
+    makes of floats beside such an integer (2**53 + 1 becomes 2**53)."""
+    if not len(arr):
+        return False
+    if arr.dtype.kind == "f":
+        return bool(np.any(np.abs(arr) >= EXACT_INT))
+    return arr.dtype.kind in "iu" and bool((arr.max() > EXACT_INT) | (arr.min() < -EXACT_INT))
