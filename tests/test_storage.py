@@ -112,7 +112,7 @@ def test_missing_objects_and_unknown_filesystems_say_so(s3, capsys):
     with pytest.raises(EventError, match="cannot use this filesystem") as err:
         read_all("hdfs://namenode:8020/events.jsonl")  # no Hadoop here: one line, a hint
     assert "\n" not in str(err.value) and "libhdfs" in str(err.value)
-    assert acep_main(["match", "-p", "a b", "-w", "5", missing]) == 1
+    assert acep_main(["match", "-p", "a b", "-w", "5", missing]) == 2
     err = capsys.readouterr().err
     assert "no such file" in err and "Traceback" not in err
     # credentials in the URI (S3 takes KEY:SECRET@) are not shown
@@ -133,7 +133,7 @@ def test_gcs_without_credentials_says_what_to_set_instead_of_hanging(
     storage._filesystem.cache_clear()
     try:
         uri = "gs://acep-no-such-bucket/events.jsonl?retry_limit_seconds=1"
-        assert acep_main(["match", "-p", "a b", "-w", "5", uri]) == 1
+        assert acep_main(["match", "-p", "a b", "-w", "5", uri]) == 2
         err = capsys.readouterr().err
         assert "GOOGLE_APPLICATION_CREDENTIALS" in err and "anonymous@" in err
         assert len(err.strip().splitlines()) == 1 and "google::cloud" not in err
