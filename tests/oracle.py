@@ -36,8 +36,8 @@ from acep.pattern import (
     variables,
 )
 
-__all__ = ["serializations", "min_insertions", "oracle_matches", "bundles_of",
-           "is_subsequence", "longest_serialization", "pattern_types"]
+__all__ = ["serializations", "enumeration_cost", "min_insertions", "oracle_matches",
+           "bundles_of", "is_subsequence", "longest_serialization", "pattern_types"]
 
 
 # --------------------------------------------------------------------------- serializations
@@ -94,6 +94,66 @@ def _ser(node, max_len: int) -> frozenset:
 def serializations(node, max_len: int) -> set[tuple[str, ...]]:
     """Every serialization (paper, Section 2) of the regex ``node`` of length <= max_len."""
     return set(_ser(node, max_len))
+
+
+def enumeration_cost(node, max_len: int) -> tuple[int, int]:
+    """Upper bounds on what :func:`serializations` builds and does, without building it:
+    ``(sequences, pairs)``, the sequences of length <= max_len it returns, and the pairs of
+    sequences its concatenations and stars join on the way.
+
+    Nested quantifiers over alternatives reach millions of either at a dozen letters, so
+    tests that draw patterns skip the draws the oracle cannot afford. Per length n a set
+    holds at most |types|**n sequences, and at most as many as the ways to build one (a
+    union counts each part, a concatenation each split).
+    """
+    alphabet = len(pattern_types(node))
+    ceiling = [alphabet ** n for n in range(max_len + 1)]
+    pairs = 0
+
+    def concat(a: list[int], b: list[int]) -> list[int]:
+        nonlocal pairs
+        pairs += sum(a) * sum(b)
+        return [min(c, sum(a[m] * b[n - m] for m in range(n + 1)))
+                for n, c in enumerate(ceiling)]
+
+    def star(item: list[int]) -> list[int]:
+        nonlocal pairs
+        out = [1] + [0] * max_len
+        for n in range(1, max_len + 1):
+            out[n] = min(ceiling[n], sum(item[m] * out[n - m] for m in range(1, n + 1)))
+        pairs += sum(out) * sum(item)  # each sequence of the result joins the item once
+        return out
+
+    def union(parts: list[list[int]]) -> list[int]:
+        return [min(c, sum(col)) for c, col in zip(ceiling, zip(*parts))]
+
+    def count(n) -> list[int]:
+        if isinstance(n, Symbol):
+            return [int(length == 1) for length in range(max_len + 1)]
+        if isinstance(n, Concat):
+            acc = [1] + [0] * max_len
+            for item in n.items:
+                acc = concat(acc, count(item))
+            return acc
+        if isinstance(n, Alt):
+            return union([count(i) for i in n.items])
+        item = count(n.item)
+        if isinstance(n, Star):
+            return star(item)
+        base = [1] + [0] * max_len
+        for _ in range(n.lo):
+            base = concat(base, item)
+        if n.hi is None:
+            return concat(base, star(item))
+        parts = [base]
+        for _ in range(n.hi - n.lo):
+            parts.append(concat(parts[-1], item))
+        return union(parts)
+
+    if max_len < 0:
+        return 0, 0
+    sequences = sum(count(node))
+    return sequences, pairs
 
 
 def longest_serialization(node) -> int | None:

@@ -16,10 +16,18 @@ from hypothesis import strategies as st
 from acep.pattern import Alt, Concat, Star, Symbol, parse_regex
 
 try:
-    from oracle import bundles_of, is_subsequence, min_insertions, oracle_matches, serializations
+    from oracle import (
+        bundles_of,
+        enumeration_cost,
+        is_subsequence,
+        min_insertions,
+        oracle_matches,
+        serializations,
+    )
 except ImportError:  # tests/ became a package
     from tests.oracle import (
         bundles_of,
+        enumeration_cost,
         is_subsequence,
         min_insertions,
         oracle_matches,
@@ -114,6 +122,23 @@ def test_serializations_agree_with_python_re(text, max_len):
     expected = {s for n in range(max_len + 1) for s in product("abc", repeat=n)
                 if rx.fullmatch("".join(s))}
     assert serializations(node, max_len) == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(patterns, st.integers(0, 6))
+def test_enumeration_cost_bounds_what_the_enumeration_returns(text, max_len):
+    node = parse_regex(text)
+    sequences, pairs = enumeration_cost(node, max_len)
+    assert len(serializations(node, max_len)) <= sequences <= sum(3**n for n in range(max_len + 1))
+    assert pairs >= 0
+
+
+def test_enumeration_cost_sees_the_blowup_of_nested_quantifiers():
+    tame, wild = parse_regex("a b (c | d)"), parse_regex("((a | b | c)* d?){2,}")
+    assert enumeration_cost(tame, 13) == (2, 4)  # abc, abd; joined with a, b, c|d
+    sequences, pairs = enumeration_cost(wild, 13)
+    assert sequences == sum(4 ** n for n in range(14))  # every sequence over a..d
+    assert pairs > 10**9
 
 
 # --------------------------------------------------------------------------- errors
