@@ -658,11 +658,11 @@ def _is_live(f) -> bool:
 
 def _live_lines(f) -> Iterator[bytes | object]:
     """The lines of ``f``'s descriptor as they arrive, ``_PAUSE`` after a quiet spell."""
-    import select
+    from ._readable import readable
 
     fd, rest, wait = f.fileno(), b"", STDIN_IDLE_SECONDS
     while True:
-        if not select.select([fd], [], [], wait)[0]:
+        if not readable(fd, wait):
             yield _PAUSE
             wait = None  # nothing new to hand on until more comes
             continue

@@ -57,7 +57,6 @@ import http.client
 import io
 import json
 import logging
-import select
 import socket
 import ssl
 import struct
@@ -68,6 +67,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
+
+from acep._readable import readable
 
 from .logs import Crashes, duration, one_line
 from .outbox import Due, Outbox
@@ -633,7 +634,7 @@ def _drain(sock: socket.socket, timeout: float | None, restart: _Deadline | None
     while left:
         if within is not None:
             within.left()
-        if select.select([sock], [], [], DRAIN_POLL)[0]:
+        if readable(sock, DRAIN_POLL):
             early = _answer_start(sock)
             if early is not None:
                 return early

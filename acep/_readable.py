@@ -1,0 +1,23 @@
+"""One question asked of a descriptor: can it be read without blocking, within a timeout?
+
+``select.select`` refuses descriptors numbered ``FD_SETSIZE`` (1024) or more with
+``ValueError: filedescriptor out of range``, and a process that holds many connections or
+files (a fleet of uploaders in one process, an agent embedded in a larger program) has
+them. ``poll`` has no such limit; it is absent only where ``select`` has none either.
+"""
+
+from __future__ import annotations
+
+import select
+
+__all__ = ["readable"]
+
+
+def readable(fd, timeout: float | None) -> bool:
+    """True when ``fd`` (a descriptor number or an object with ``fileno()``) has something
+    to read, or its end, within ``timeout`` seconds (None: wait as long as it takes)."""
+    if not hasattr(select, "poll"):  # Windows: select takes any socket there
+        return bool(select.select([fd], [], [], timeout)[0])
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(None if timeout is None else max(0.0, timeout) * 1000.0))
