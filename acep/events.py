@@ -53,7 +53,7 @@ import stat
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import msgpack
 import numpy as np
@@ -1193,7 +1193,7 @@ def _parse_text_tag(s: str) -> tuple[float, bool]:
 
 def _epoch(dt: datetime) -> float:
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return dt.timestamp()
 
 

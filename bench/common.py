@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,7 @@ def machine() -> dict:
     return {"cpu_count": os.cpu_count(), "cpu": _cpu_model(), "python": platform.python_version(),
             "platform": platform.platform(), "numpy": np.__version__,
             "acep_backend": acep.backend(),
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            "date": datetime.now(UTC).isoformat(timespec="seconds")}
 
 
 def _cpu_model() -> str:

@@ -45,7 +45,7 @@ COMPACTED = b"acep.compacted"  # metadata key: the names of the files a compacte
 
 def archive_path(root: str | Path, batch) -> Path:
     """Where ``batch`` (an ``UploadBatch``) is archived under ``root``."""
-    day = dt.datetime.fromtimestamp(batch.created_at, dt.timezone.utc).strftime("%Y-%m-%d")
+    day = dt.datetime.fromtimestamp(batch.created_at, dt.UTC).strftime("%Y-%m-%d")
     return Path(root) / f"date={day}" / f"device={batch.device}" / f"part-{batch.seq:020d}.parquet"
 
 

@@ -884,7 +884,7 @@ class ClockBounds:
 
     def refusal(self, created_at: float, now: float) -> str | None:
         """What is wrong with ``created_at``, or None."""
-        when = f"{dt.datetime.fromtimestamp(created_at, dt.timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+        when = f"{dt.datetime.fromtimestamp(created_at, dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
         ahead = created_at - now
         if ahead > self.max_ahead:
             return (f"field 'created_at': {when} is {ahead / 86400:.2f} days ahead of the "
@@ -1348,7 +1348,7 @@ def _leftovers(files: list, held: list) -> list:
 
 def _midnight(day: dt.date) -> float:
     """The start of ``day`` (UTC), in seconds since the epoch."""
-    return dt.datetime.combine(day, dt.time(), dt.timezone.utc).timestamp()
+    return dt.datetime.combine(day, dt.time(), dt.UTC).timestamp()
 
 
 def _first_day_kept(today: dt.date, retain_days: int | None) -> dt.date | None:
@@ -1358,7 +1358,7 @@ def _first_day_kept(today: dt.date, retain_days: int | None) -> dt.date | None:
 
 def _utc_day(when: float) -> dt.date:
     """The day (UTC) of ``when``, in seconds since the epoch."""
-    return dt.datetime.fromtimestamp(when, dt.timezone.utc).date()
+    return dt.datetime.fromtimestamp(when, dt.UTC).date()
 
 
 def _backup(store: Store, target: str) -> int:

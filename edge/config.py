@@ -12,11 +12,10 @@ from __future__ import annotations
 import math
 import os
 import ssl
+import tomllib
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import tomllib
 
 from acep import Matcher
 from acep.pattern import PatternError

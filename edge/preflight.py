@@ -361,7 +361,7 @@ def _clock(health: bytes, now: float) -> Check | None:
         return None
     ahead = now - theirs
     off = f"{duration(abs(ahead))} {'ahead of' if ahead > 0 else 'behind'} the collector's"
-    mine = f"{dt.datetime.fromtimestamp(now, dt.timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+    mine = f"{dt.datetime.fromtimestamp(now, dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
     if ahead > ahead_max:
         return Check("FAIL", "clock", f"{mine}, {off} (more than its --max-clock-ahead): it "
                                       "would refuse every batch; set the clock (NTP)")

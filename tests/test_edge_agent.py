@@ -18,12 +18,12 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
 import pytest
-import tomllib
 
 import acep
 from acep.shedding import Budget

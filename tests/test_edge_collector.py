@@ -1124,7 +1124,7 @@ def test_a_batch_retention_would_delete_at_once_is_400_not_stored_then_pruned(sr
     next retention pass would delete them within the hour, and the agent would have
     dropped them on the 200. Refused instead, the agent keeps them (a dead letter)."""
     d1, now, day = srv.tokens["d1"], time.time(), 86400.0
-    first = (dt.datetime.fromtimestamp(now, dt.timezone.utc).date()
+    first = (dt.datetime.fromtimestamp(now, dt.UTC).date()
              - dt.timedelta(days=3)).isoformat()
     for seq, created in enumerate([0.0, 1.7e9, now - 4 * day]):
         status, doc = post(srv, encode_batch(make_batch(seq=seq, created_at=created)), d1)
@@ -1945,7 +1945,7 @@ def test_a_retention_pass_keeps_the_days_acep_train_since_reads(tmp_path):
     collector = Collector(store, Archive(tmp_path / "archive"), retain_days=3)
     collector.clock = ClockBounds()  # the batches came in their day, when it was kept
     today = dt.date(2023, 11, 20)
-    noon = dt.datetime(2023, 11, 14, 12, tzinfo=dt.timezone.utc).timestamp()
+    noon = dt.datetime(2023, 11, 14, 12, tzinfo=dt.UTC).timestamp()
     try:
         for seq in range(7):  # one batch a day, 11-14 .. 11-20
             status, doc = collector.ingest(encode_batch(make_batch(
@@ -2081,7 +2081,7 @@ def test_compaction_merges_closed_days_and_every_batch_stays_where_the_database_
     root = tmp_path / "archive"
     collector = Collector(store, Archive(root), compact=True)
     other = PatternRef("p1", "a c", 4.0, 0, (), "o")  # the pattern changed on the device
-    noon = dt.datetime(2023, 11, 14, 12, tzinfo=dt.timezone.utc).timestamp()
+    noon = dt.datetime(2023, 11, 14, 12, tzinfo=dt.UTC).timestamp()
     wide = [Event(e.type, e.t, {**e.attrs, "y": 1.0}) for e in make_events(seed=99)]
     plan = [("d1", day, {}) for day in (0, 0, 0, 1, 1, 2, 2)] + \
         [("d1", 0, {"ref": other}), ("d1", 0, {"ref": other}), ("d1", 0, {"events": wide}),
@@ -2144,7 +2144,7 @@ def test_an_interrupted_compaction_leaves_files_the_next_pass_deletes(tmp_path):
     store.add_device("d1")
     root = tmp_path / "archive"
     collector = Collector(store, Archive(root), compact=True)
-    noon = dt.datetime(2023, 11, 14, 12, tzinfo=dt.timezone.utc).timestamp()
+    noon = dt.datetime(2023, 11, 14, 12, tzinfo=dt.UTC).timestamp()
     try:
         for seq in range(6):
             batch = make_batch("d1", seq, events=make_events(seed=seq), created_at=noon + seq)
@@ -2194,7 +2194,7 @@ def test_a_folder_with_an_unreadable_file_is_skipped_and_the_others_compacted(tm
     store = open_store(tmp_path / "c.db")
     root = tmp_path / "archive"
     collector = Collector(store, Archive(root), compact=True)
-    noon = dt.datetime(2023, 11, 14, 12, tzinfo=dt.timezone.utc).timestamp()
+    noon = dt.datetime(2023, 11, 14, 12, tzinfo=dt.UTC).timestamp()
     try:
         for device in ("d1", "d2"):
             for seq in range(3):

@@ -47,7 +47,7 @@ from edge.mirror import Mirror  # noqa: E402
 from edge.store import open_store  # noqa: E402
 from edge.wire import encode_batch  # noqa: E402
 
-NOON = dt.datetime(2023, 11, 14, 12, tzinfo=dt.timezone.utc).timestamp()
+NOON = dt.datetime(2023, 11, 14, 12, tzinfo=dt.UTC).timestamp()
 DAY = 86400.0
 
 

@@ -8,7 +8,7 @@ import csv
 import io
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgpack
@@ -55,7 +55,7 @@ def write(path: Path, rows: list[dict]) -> Path:
 
 def utc(row: dict) -> dict:
     """msgpack packs only timezone-aware datetimes."""
-    return {k: v.replace(tzinfo=timezone.utc) if isinstance(v, datetime) else v
+    return {k: v.replace(tzinfo=UTC) if isinstance(v, datetime) else v
             for k, v in row.items()}
 
 
@@ -131,7 +131,7 @@ def test_random_events_round_trip_through_every_format(tmp_path_factory, rows, b
 
 def test_timestamps_agree_across_formats(tmp_path):
     stamps = [datetime(2001, 1, 1, 0, 5), datetime(2001, 1, 1, 0, 5, 30), datetime(2001, 1, 2)]
-    seconds = [s.replace(tzinfo=timezone.utc).timestamp() for s in stamps]
+    seconds = [s.replace(tzinfo=UTC).timestamp() for s in stamps]
     iso = [{"type": "a", "t": s.isoformat(), "v": i} for i, s in enumerate(stamps)]
     typed = [{"type": "a", "t": s, "v": i} for i, s in enumerate(stamps)]
     batches = [read_all(write(tmp_path / "ev.jsonl", iso)),
@@ -187,7 +187,7 @@ def test_flights_preset_on_the_real_fixture():
     batch = read_all(FIXTURE, PRESETS["flights"])
     assert len(batch) == 2000 == file_size_hint(FIXTURE)
     assert batch.tag_is_time
-    assert batch.tags[0] == datetime(2001, 1, 1, 0, 1, tzinfo=timezone.utc).timestamp()
+    assert batch.tags[0] == datetime(2001, 1, 1, 0, 1, tzinfo=UTC).timestamp()
     assert set(batch.columns) == {"delay", "distance", "origin", "destination"}
     types = batch.types()
     # hand-checked rows: (index, delay, type)

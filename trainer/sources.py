@@ -149,7 +149,7 @@ def archive_days(archive: str | None, since: str | None, before: str | None,
     ``Nd`` is ``N`` days before ``today`` (default: today, UTC)."""
     if (since or before) and not archive:
         raise SourceError("--since and --before pick days of an --archive")
-    today = today or dt.datetime.now(dt.timezone.utc).date()
+    today = today or dt.datetime.now(dt.UTC).date()
     since, before = (None if day is None else _day(flag, day, today)
                      for flag, day in (("--since", since), ("--before", before)))
     if since and before and since >= before:

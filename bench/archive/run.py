@@ -69,7 +69,7 @@ def make_batches(work: Path, data_path: str | None, quick: bool, sizes: Sizes) -
     from edge.wire import decode_batch, encode_batch
 
     bodies, described = agent_bodies(work, data_path, quick, sizes.events, sizes.batch_events)
-    start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc).timestamp()
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp()
     dealt = []
     for i, body in enumerate(bodies):
         batch = decode_batch(body)
@@ -174,7 +174,7 @@ def benchmark(work: Path, data_path: str | None, quick: bool, sizes: Sizes) -> d
             train([str(collector.archive.root)], archive=True, spark=spark, show_progress=False)
         _say("the trainer's reads before compaction ...")
         before = trainer_cost(collector.archive.root, sizes.repeats, spark)
-        last_day = (dt.datetime.fromtimestamp(start, dt.timezone.utc).date()
+        last_day = (dt.datetime.fromtimestamp(start, dt.UTC).date()
                     + dt.timedelta(days=sizes.days - 1))
         _say("compaction ...")
         t0 = time.perf_counter()

@@ -15,7 +15,7 @@ lead to matches (remaining window, gap) change midway.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -68,7 +68,7 @@ DRIFT_WORKLOAD = "sensors-drift"
 # --------------------------------------------------------------------------- flights
 
 def _utc(year: int, month: int) -> float:
-    return datetime(year, month, 1, tzinfo=timezone.utc).timestamp()
+    return datetime(year, month, 1, tzinfo=UTC).timestamp()
 
 
 TRAIN = (_utc(2001, 1), _utc(2001, 4))
