@@ -916,7 +916,7 @@ def run_history_evaluate(args) -> int:
         key = read_key(args.key_file)
     with refused():
         expect_kind(args.sketch, "sketch")
-        sketch = Sketch.load(args.sketch, key, max_bytes=None)
+        sketch = Sketch.load(args.sketch, key, max_bytes=None, key_from="--key-file")
     graph = None
     if args.history:
         with refused("--history"):

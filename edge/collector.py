@@ -758,7 +758,8 @@ class Collector:
         from history.sketch import Sketch, SketchError
 
         try:
-            sketch = Sketch.from_bytes(data, self.sketch_key, self.max_body)
+            sketch = Sketch.from_bytes(data, self.sketch_key, self.max_body,
+                                       key_from="the collector's --sketch-key-file")
         except SketchError as exc:
             return 400, {"error": f"sketch: {exc}", "status": 400}
         definitions = [] if unchecked else self.store.pattern_definitions(pattern_id)
@@ -772,7 +773,8 @@ class Collector:
         etag = self.store.put_sketch(pattern_id, data)
         self.metrics["sketches_stored"] += 1
         return 200, {"pattern_id": pattern_id, "bytes": len(data), "etag": etag,
-                     "checked": 0 if unchecked else len(definitions)}
+                     "checked": 0 if unchecked else len(definitions),
+                     "key_id": sketch.signed_with}
 
     async def post_heartbeat(self, request: web.Request) -> web.Response:
         """A device says it is alive, with its metrics as ``status`` (``--list-devices``)."""

@@ -22,7 +22,9 @@ the collector's retention keeps, is refused); the device token (an authenticated
 /v1/sketches/{pattern.id}``: ``401``/``403`` is a refused token, ``404`` an accepted one with
 no sketch published; then ``GET /v1/whoami``: the token must be ``device.id``'s, else every
 batch would be refused); the sketch (read from ``sketch.path`` or downloaded, not kept)
-verified with the agent's checks: signature and size, then that it fits the pattern.
+verified with the agent's checks: signature and size, then that it fits the pattern. Its
+line names the fingerprint of the key that verified it (``Sketch.signed_with``), and a
+sketch signed with another key both fingerprints, as the agent's log does.
 
 Nothing is written: no outbox is created (an existing one is opened read-only, see
 :func:`edge.outbox.read_summary`), no sketch is kept, no state or metrics file is touched.
@@ -49,7 +51,7 @@ from dataclasses import dataclass
 from .config import AgentConfig, ConfigError, KeyFileError, load_config, read_key_file
 from .logs import duration
 from .outbox import read_summary
-from .sketches import fitting
+from .sketches import device_key_option, fitting
 from .uplink import (
     CLOCK_SLACK,
     answer_opener,
@@ -407,13 +409,13 @@ def _sketch(cfg: AgentConfig, matcher, keys: dict, published) -> Iterator[Check]
         status, body = published if published is not None else (None, b"")
         what = f"sketch {cfg.pattern.id} published by the collector"
         if status == 200:
-            yield _verified(what, body, key, cfg, matcher)
+            yield _verified(what, body, (key, "sketch.key_file"), cfg, matcher)
         elif status == 404:
             yield Check("WARN", what, "none published yet; the agent runs oldest-first until "
                                       "one is")
         if status != 200 and sk.path and os.path.exists(sk.path):
             yield _verified(f"sketch {sk.path} (the copy kept)", _read(sk.path, sk.max_bytes),
-                            key, cfg, matcher)
+                            (key, "sketch.key_file"), cfg, matcher)
     else:
         what = f"sketch {sk.path}"
         if not os.path.exists(sk.path):
@@ -424,7 +426,7 @@ def _sketch(cfg: AgentConfig, matcher, keys: dict, published) -> Iterator[Check]
             except OSError as e:
                 yield Check("FAIL", what, f"cannot be read: {e.strerror or e}")
             else:
-                yield _verified(what, data, key, cfg, matcher)
+                yield _verified(what, data, (key, "sketch.key_file"), cfg, matcher)
     if sk.save_path and os.path.exists(sk.save_path):
         device_key = keys.get(sk.device_key_file) if sk.device_key_file else key
         what = f"learned sketch {sk.save_path}"
@@ -437,7 +439,7 @@ def _sketch(cfg: AgentConfig, matcher, keys: dict, published) -> Iterator[Check]
             yield Check("WARN", what, f"cannot be read ({e.strerror or e}); the agent starts "
                                       "from the original sketch")
             return
-        c = _verified(what, data, device_key, cfg, matcher)
+        c = _verified(what, data, (device_key, device_key_option(sk)), cfg, matcher)
         yield c if c.level == "ok" else Check("WARN", what, c.why + "; the agent starts from "
                                                                     "the original sketch")
 
@@ -447,10 +449,12 @@ def _read(path: str, max_bytes: int) -> bytes:
         return fh.read(max_bytes + 1)
 
 
-def _verified(what: str, data: bytes, key: bytes, cfg: AgentConfig, matcher) -> Check:
-    """The agent's checks of a sketch: signature, size and format (``Sketch.from_bytes``),
-    that it fits the pattern (``Sketch.mismatch`` with the matcher's partition), and that a
-    history policy and its matcher can be built from it."""
+def _verified(what: str, data: bytes, key: tuple[bytes, str], cfg: AgentConfig,
+              matcher) -> Check:
+    """The agent's checks of a sketch: signature, size and format (``Sketch.from_bytes``
+    with ``key``: the key and the option it came from), that it fits the pattern
+    (``Sketch.mismatch`` with the matcher's partition), and that a history policy and its
+    matcher can be built from it."""
     from acep import Matcher
     from acep.shedding import Budget
     from history.policies import HistoryPolicy
@@ -458,7 +462,7 @@ def _verified(what: str, data: bytes, key: bytes, cfg: AgentConfig, matcher) -> 
 
     sk, p = cfg.sketch, cfg.pattern
     try:
-        sketch = Sketch.from_bytes(data, key, sk.max_bytes)
+        sketch = Sketch.from_bytes(data, key[0], sk.max_bytes, key_from=key[1])
     except SketchError as e:
         return Check("FAIL", what, f"refused: {e} (the agent would run oldest-first)")
     if matcher is None:
@@ -476,5 +480,5 @@ def _verified(what: str, data: bytes, key: bytes, cfg: AgentConfig, matcher) -> 
                 budget=budget, policy=policy, bins=policy.bins)
     except (ValueError, TypeError) as e:
         return Check("FAIL", what, f"refused: does not fit the pattern: {e}")
-    return Check("ok", what, f"signature verified, fits pattern {p.id}, "
-                             f"{sketch.n_cells} cells, {len(data)} bytes")
+    return Check("ok", what, f"signature verified with key {sketch.signed_with} ({key[1]}), "
+                             f"fits pattern {p.id}, {sketch.n_cells} cells, {len(data)} bytes")

@@ -31,7 +31,7 @@ from acep.pattern import partition_attribute
 from history.policies import HistoryPolicy
 from history.sketch import Sketch, SketchError
 
-from .config import AgentConfig, KeyFileError, PatternConfig, read_key_file
+from .config import AgentConfig, KeyFileError, PatternConfig, SketchConfig, read_key_file
 from .logs import Crashes, Failing
 from .outbox import Backoff
 from .uplink import Uplink, download_sketch
@@ -151,7 +151,8 @@ class Sketches:
                      "now published (%s): starting from the published one", sk.save_path,
                      (learned[1] or "unrecorded")[:16], etag[:16])
         try:
-            sketch = self.fitting(Sketch.from_bytes(data, key, sk.max_bytes))
+            sketch = self.fitting(Sketch.from_bytes(data, key, sk.max_bytes,
+                                                    key_from="sketch.key_file"))
         except SketchError as e:
             self.refuse(str(e))
             if sk.download:  # as a check would say it, until another one is published
@@ -195,7 +196,8 @@ class Sketches:
         if not sk.save_path or not os.path.exists(sk.save_path):
             return None
         try:
-            sketch = self.fitting(Sketch.load(sk.save_path, key, sk.max_bytes))
+            sketch = self.fitting(Sketch.load(sk.save_path, key, sk.max_bytes,
+                                              key_from=device_key_option(sk)))
         except (SketchError, OSError) as e:
             log.warning("learned sketch %s not used (%s); trying the original",
                         sk.save_path, e)
@@ -222,7 +224,8 @@ class Sketches:
         this one, as a start would."""
         sk, etag = self.cfg.sketch, sketch_etag(data)
         try:
-            sketch = self.fitting(Sketch.from_bytes(data, keys[0], sk.max_bytes))
+            sketch = self.fitting(Sketch.from_bytes(data, keys[0], sk.max_bytes,
+                                                    key_from="sketch.key_file"))
         except SketchError as e:
             self.published = etag  # not asked for again until another one is published
             self.refused(etag, f"the sketch published as {etag[:16]} is refused: {e}")
@@ -287,8 +290,7 @@ class Sketches:
                 or self.history.learning_rate == 0:
             return
         try:
-            option = "sketch.device_key_file" if sk.device_key_file else "sketch.key_file"
-            key = read_key_file(sk.device_key_file or sk.key_file, option)
+            key = read_key_file(sk.device_key_file or sk.key_file, device_key_option(sk))
             storage.write_durably(sk.save_path, self.history.learned_sketch().to_bytes(key))
             if self.origin is not None:  # after the sketch: a crash between keeps the old
                 storage.write_durably(sk.save_path + ".origin", self.origin.encode())  # origin
@@ -365,6 +367,11 @@ class _SketchWatch(threading.Thread):
                       "it can be read", self.sketches.error, self.backoff.max_delay)
         else:
             log.debug("%s; next sketch check in %.1fs", self.sketches.error, wait)
+
+
+def device_key_option(sk: SketchConfig) -> str:
+    """The option whose key signs and verifies the learned sketch."""
+    return "sketch.device_key_file" if sk.device_key_file else "sketch.key_file"
 
 
 def fitting(sketch: Sketch, p: PatternConfig) -> Sketch:

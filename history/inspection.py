@@ -124,6 +124,8 @@ def describe_sketch(s: _sketch.Sketch, file_bytes: int, top: int = 10) -> str:
              f"cells: {s.n_cells}, {int(mapped.sum())} with a match map, "
              f"{len(np.unique(s.proxy_class[mapped]))} proxy classes (band {s.band})",
              f"bytes: {file_bytes:,} (H = {s.hashes} min-hash values per cell)",
+             *([f"signed with key {s.signed_with} (verified with --key-file)"]
+               if s.signed_with else []),
              _fitted_line(s), "", f"top {top} cells by score:",
              f"  {'cell':>6} {'state':>5} {'err':>3} {'rem bin':>7} {'gap bin':>7} {'score':>6}"]
     for c, st, e, r, g in zip(order, state, err, rem, gap):
@@ -227,7 +229,7 @@ def load(path: str, plot: str | None = None, key_file: str | None = None) -> tup
     if plot:
         raise ValueError(f"{path} is a sketch: --plot needs the history graph file")
     key = _sketch.read_key(key_file)
-    return _sketch.Sketch.load(path, key, max_bytes=None), size
+    return _sketch.Sketch.load(path, key, max_bytes=None, key_from="--key-file"), size
 
 
 def show(loaded, size: int, top: int = 10, plot: str | None = None) -> str:

@@ -21,9 +21,16 @@ the version stays 2; a sketch without ``partition_by`` loads with ``partition_re
 False and its partition is not checked.
 
 Wire format: a msgpack envelope ``{"format": "acep-sketch", "version": 2, "signature":
-"HMAC-SHA256", "payload": <bytes>, "mac": <32 bytes>}``; the MAC covers format, version and
-payload, and is checked before the payload is decoded. This module imports only numpy,
-msgpack and ``acep.storage`` (the standard library until a URI is read): device side.
+"HMAC-SHA256", "key_id": <8 bytes>, "payload": <bytes>, "mac": <32 bytes>}``; the MAC covers
+format, version and payload, and is checked before the payload is decoded. ``key_id`` is the
+signing key's fingerprint (:func:`key_id`: 16 hex digits when shown; it does not reveal the
+key), so a refused MAC can say which happened: the sketch was signed with another key (both
+fingerprints named), or it was damaged or changed after signing. It is a hint, not covered
+by the MAC: a reader that predates it ignores the envelope's other fields (no reader ever
+refused one), so the version stays 2 and old devices take new sketches; sketches written
+before it (no ``key_id``) load as before, and a refused one says it could be either. A
+``key_id`` that is not 8 bytes is refused. This module imports only numpy, msgpack and
+``acep.storage`` (the standard library until a URI is read): device side.
 """
 
 from __future__ import annotations
@@ -41,18 +48,20 @@ from acep import storage
 from . import _format
 
 __all__ = ["Sketch", "SketchError", "cell_scores", "minhash_signatures", "proxy_classes",
-           "read_key", "oversized"]
+           "read_key", "key_id", "oversized"]
 
 FORMAT = "acep-sketch"
 VERSION = 2  # 2: the per-cell 'need' table
 SIGNATURE = "HMAC-SHA256"
 MAX_BYTES = 1 << 20
+KEY_ID_BYTES = 8
 MAX_CONTAINERS = 256  # maps and lists of a sketch document (17 now; room for fields to come)
 EMPTY = np.uint32(0xFFFFFFFF)
 
 
 class SketchError(_format.FormatError):
-    """A sketch that is refused: tampered, wrong key, oversized, wrong version or malformed."""
+    """A sketch that is refused: damaged or changed, signed with another key, oversized,
+    wrong version or malformed."""
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -204,6 +213,7 @@ class Sketch:
 
     def __post_init__(self):
         self.proxy_class = proxy_classes(self.minhash, self.band)
+        self.signed_with: str | None = None  # from_bytes: its verified key's fingerprint
         if self.need is None:
             self.need = np.zeros(len(self.score), dtype=np.float32)
         if self.fitted is None:
@@ -320,10 +330,11 @@ class Sketch:
         })
 
     def to_bytes(self, key: bytes) -> bytes:
-        """The signed sketch (HMAC-SHA256 with ``key``)."""
-        payload = self._payload()
+        """The signed sketch (HMAC-SHA256 with ``key``, and the key's fingerprint)."""
+        key, payload = _check_key(key), self._payload()
         return _format.dumps({"format": FORMAT, "version": VERSION, "signature": SIGNATURE,
-                              "payload": payload, "mac": _mac(_check_key(key), payload)})
+                              "key_id": _key_id(key), "payload": payload,
+                              "mac": _mac(key, payload)})
 
     @property
     def nbytes(self) -> int:
@@ -331,8 +342,11 @@ class Sketch:
         return len(self.to_bytes(b"size"))
 
     @classmethod
-    def from_bytes(cls, data: bytes, key: bytes, max_bytes: int = MAX_BYTES) -> Sketch:
-        """Verify and decode; any problem raises :class:`SketchError` naming it."""
+    def from_bytes(cls, data: bytes, key: bytes, max_bytes: int = MAX_BYTES, *,
+                   key_from: str | None = None) -> Sketch:
+        """Verify and decode; any problem raises :class:`SketchError` naming it. ``key_from``
+        names where ``key`` came from (``"--key-file"``, ``"sketch.key_file"``) in the
+        message that says the sketch was signed with another key."""
         err = SketchError
         outer = _format.loads(data, err, "sketch", max_bytes, MAX_CONTAINERS)
         _format.check_header(outer, FORMAT, VERSION, err)
@@ -341,11 +355,14 @@ class Sketch:
         payload, mac = outer.get("payload"), outer.get("mac")
         if not isinstance(payload, bytes) or not isinstance(mac, bytes):
             raise err("fields 'payload', 'mac': not bytes")
-        if not hmac.compare_digest(mac, _mac(_check_key(key), payload)):
-            raise err("signature check failed: the sketch was tampered with or the key is wrong")
+        signer, key = _envelope_key_id(outer), _check_key(key)
+        if not hmac.compare_digest(mac, _mac(key, payload)):
+            raise err(_refused_mac(signer, _key_id(key), key_from))
         doc = _format.loads(payload, err, "sketch payload", max_bytes, MAX_CONTAINERS)
         _format.check_header(doc, FORMAT, VERSION, err)
-        return cls._from_doc(doc)
+        sketch = cls._from_doc(doc)
+        sketch.signed_with = _key_id(key).hex()
+        return sketch
 
     @classmethod
     def _from_doc(cls, doc: dict) -> Sketch:
@@ -394,9 +411,11 @@ class Sketch:
         return storage.write_durably(path, self.to_bytes(key))
 
     @classmethod
-    def load(cls, path, key: bytes, max_bytes: int | None = MAX_BYTES) -> Sketch:
+    def load(cls, path, key: bytes, max_bytes: int | None = MAX_BYTES, *,
+             key_from: str | None = None) -> Sketch:
         """The sketch in file ``path``; a refused one raises :class:`SketchError` naming it.
-        ``max_bytes=None``: a file of any size (one the user named, not one downloaded)."""
+        ``max_bytes=None``: a file of any size (one the user named, not one downloaded);
+        ``key_from`` as for :meth:`from_bytes`."""
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             limit = max(size, MAX_BYTES) if max_bytes is None else max_bytes
@@ -405,7 +424,7 @@ class Sketch:
             if len(data) > limit:  # say the file's size, not the bytes read to find out
                 raise SketchError(f"sketch is {max(size, len(data)):,} bytes, above the limit "
                                   f"of {limit:,} bytes")
-            return cls.from_bytes(data, key, limit)
+            return cls.from_bytes(data, key, limit, key_from=key_from)
         except SketchError as exc:
             raise SketchError(f"{os.fspath(path)}: {exc}") from None
 
@@ -491,6 +510,44 @@ def _check_key(key: bytes) -> bytes:
     if not isinstance(key, (bytes, bytearray)) or len(key) == 0:
         raise SketchError("the signing key must be non-empty bytes")
     return bytes(key)
+
+
+def key_id(key: bytes) -> str:
+    """The fingerprint of a signing key, as sketches record it and messages show it: 16 hex
+    digits, the first 8 bytes of HMAC-SHA256(key, "acep-sketch key id"). It names the key
+    without revealing it (no more than a sketch's MAC does)."""
+    return _key_id(_check_key(key)).hex()
+
+
+def _key_id(key: bytes) -> bytes:
+    return hmac.new(key, b"acep-sketch key id", hashlib.sha256).digest()[:KEY_ID_BYTES]
+
+
+def _envelope_key_id(outer: dict) -> bytes | None:
+    """The envelope's ``key_id`` (None: a sketch written before it was recorded)."""
+    if "key_id" not in outer:
+        return None
+    value = outer["key_id"]
+    if not isinstance(value, bytes) or len(value) != KEY_ID_BYTES:
+        found = f"{len(value)} bytes" if isinstance(value, bytes) else \
+            "nil" if value is None else type(value).__name__
+        raise SketchError(f"field 'key_id': {found} where the signing key's fingerprint "
+                          f"({KEY_ID_BYTES} bytes) is expected")
+    return value
+
+
+def _refused_mac(signer: bytes | None, mine: bytes, key_from: str | None) -> str:
+    """Why the MAC did not verify, as far as the envelope's ``key_id`` tells."""
+    this_key = f"this key is {mine.hex()}" + (f" ({key_from})" if key_from else "")
+    if signer is None:
+        return ("signature check failed: the sketch is damaged or was changed after signing, "
+                "or it was signed with another key (it records no key fingerprint: written "
+                f"before acep recorded them); {this_key}")
+    if signer != mine:
+        return (f"signature check failed: the sketch was signed with another key, "
+                f"{signer.hex()}; {this_key}")
+    return ("signature check failed: the sketch is damaged or was changed after signing "
+            f"(it was signed with this key, {mine.hex()})")
 
 
 def _mac(key: bytes, payload: bytes) -> bytes:

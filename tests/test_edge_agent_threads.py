@@ -34,12 +34,22 @@ from test_edge_agent_sketch import (
     sketch_section,
     stream,
 )
-from test_edge_e2e import DEVICE, PATTERN, ROOT, AgentRun, Collector, query, wait_for
+from test_edge_e2e import (
+    DEVICE,
+    PATTERN,
+    ROOT,
+    SKETCH_KEY,
+    AgentRun,
+    Collector,
+    query,
+    wait_for,
+)
 
 from edge.agent import Agent
 from edge.config import parse_config
 from edge.sketches import Sketches
 from edge.uplink import Uplink
+from history.sketch import key_id
 
 ANSWERS = {
     # a proxy's chunked answer whose connection is cut within the body
@@ -271,8 +281,9 @@ def test_sketch_error_says_why_the_checks_fail_until_one_succeeds(tmp_path):
         tampered[len(good) // 2] ^= 1
         server.data = bytes(tampered)
         wait_for(lambda: "is refused" in (sketches.error or ""), "the refusal")
-        assert sketches.error.endswith("signature check failed: the sketch was tampered "
-                                       "with or the key is wrong")
+        assert sketches.error.endswith("signature check failed: the sketch is damaged or "
+                                       "was changed after signing (it was signed with this "
+                                       f"key, {key_id(SKETCH_KEY)})")
         asked = len(server.answers)
         wait_for(lambda: server.answers[asked:].count(304) >= 3, "checks answered 304")
         assert "is refused" in sketches.error  # still published, still refused

@@ -267,7 +267,7 @@ def test_bad_requests_get_clear_4xx_and_the_server_stays_up(srv):
     tampered = bytearray(sketch)
     tampered[len(tampered) // 2] ^= 1
     for body, token, code, word in [(sketch, d1, 403, "admin"),
-                                    (bytes(tampered), srv.tokens["admin"], 400, "tampered"),
+                                    (bytes(tampered), srv.tokens["admin"], 400, "damaged"),
                                     (Sketch.from_graph(_hand_graph(), hashes=8).to_bytes(
                                         b"other key"), srv.tokens["admin"], 400, "key")]:
         status, data, _ = request(url, "PUT", body, token, "application/octet-stream")
@@ -441,6 +441,31 @@ def test_sketch_upload_must_fit_the_pattern_the_devices_upload(srv):
                                   "application/octet-stream")
         assert_error(status, json.loads(data), 400, "does not match [A-Za-z0-9._-]{1,64}")
     assert json.loads(request(srv.url + "/metrics")[1])["sketches_stored"] == 2
+
+
+def test_a_sketch_signed_with_another_key_is_400_naming_both_fingerprints(srv):
+    """The admin who signed with another key than the collector's is told so, with both
+    keys' fingerprints; a sketch it takes answers with the fingerprint it verified."""
+    from test_history_sketch import _fingerprint, _old_writer
+
+    from history.sketch import Sketch
+
+    admin, url = srv.tokens["admin"], srv.url + "/v1/sketches/p1"
+
+    def put(body):
+        status, data, _ = request(url, "PUT", body, admin, "application/octet-stream")
+        return status, json.loads(data)
+
+    sketch, trainer_key = _sketch_for("o"), b"the trainer's key"
+    other = Sketch.from_bytes(sketch, KEY).to_bytes(trainer_key)
+    assert_error(*put(other), 400, "sketch: signature check failed: the sketch was signed "
+                 f"with another key, {_fingerprint(trainer_key)}; this key is "
+                 f"{_fingerprint(KEY)} (the collector's --sketch-key-file)")
+    old = _old_writer(Sketch.from_bytes(sketch, KEY), trainer_key)
+    assert_error(*put(old), 400, "damaged or was changed after signing, or it was signed "
+                 "with another key", f"this key is {_fingerprint(KEY)}")
+    status, doc = put(sketch)
+    assert status == 200 and doc["key_id"] == _fingerprint(KEY)
 
 
 @pytest.mark.parametrize("srv", [MANY], ids=["workers"], indirect=True)

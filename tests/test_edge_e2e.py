@@ -738,10 +738,13 @@ def test_tampered_sketch_from_the_collector_falls_back(tmp_path, collector):
     assert final["policy"] == "oldest-first" and "sketch refused" in final["policy_error"]
     # the sketch checks fail as long as this sketch is the one published: before, only a
     # check after the start said it, so the fleet's /metrics showed nothing wrong
+    from history.sketch import key_id
+
     digest = hashlib.sha256(bytes(bad)).hexdigest()
     assert final["sketch_error"] == f"the sketch published as {digest[:16]} is refused: " \
-                                    "signature check failed: the sketch was tampered with or " \
-                                    "the key is wrong"
+                                    "signature check failed: the sketch is damaged or was " \
+                                    "changed after signing (it was signed with this key, " \
+                                    f"{key_id(SKETCH_KEY)})"
     assert final["sketch_failing_since"] <= final["time"]
     assert device_series(collector)["acep_device_sketch_failing"] == 1
     assert run.caught_up(collector)

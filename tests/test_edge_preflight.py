@@ -28,6 +28,7 @@ from test_edge_e2e import (
     serving,
     stream,
 )
+from test_history_sketch import _fingerprint
 
 from edge import preflight
 from edge.agent import main as agent_main
@@ -115,7 +116,8 @@ def test_a_good_setup_passes_every_check_and_nothing_is_written(tmp_path, collec
     assert "outbox.db (not created yet" in text
     assert f"device token ({DEVICE}) (accepted as '{DEVICE}', role device (GET " \
            "/v1/sketches/abc: 404" in text
-    assert "abc.sketch (signature verified, fits pattern abc" in text
+    assert f"abc.sketch (signature verified with key {_fingerprint(SKETCH_KEY)} " \
+           "(sketch.key_file), fits pattern abc" in text
     assert snapshot(tmp_path) == before  # no outbox, no metrics, no learned sketch
 
     assert any(line.startswith(f"ok  free space ({d}) (") and line.endswith(" MiB)")
@@ -203,8 +205,39 @@ def test_a_tampered_sketch_fails_naming_the_reason(tmp_path, collector, capsys):
     assert code == 1
     fail = [line for line in lines if line.startswith("FAIL")]
     assert fail == [f"FAIL sketch {tmp_path / 'abc.sketch'}: refused: signature check failed: "
-                    "the sketch was tampered with or the key is wrong (the agent would run "
+                    "the sketch is damaged or was changed after signing (it was signed with "
+                    f"this key, {_fingerprint(SKETCH_KEY)}) (the agent would run "
                     "oldest-first)"], lines
+
+
+def test_a_sketch_signed_with_another_key_names_both_keys_in_check_and_log(tmp_path,
+                                                                          collector):
+    """The most common deployment mistake, the wrong key file: ``--check`` and the agent's
+    log say the sketch was signed with another key, with both fingerprints, where a damaged
+    sketch says damaged (the real commands, on a real sketch file)."""
+    from history.sketch import Sketch
+
+    cfg = write_config(tmp_path, collector.url, collector.token)
+    trainer_key = b"the trainer's key"
+    sketch = Sketch.from_bytes((tmp_path / "abc.sketch").read_bytes(), SKETCH_KEY)
+    (tmp_path / "abc.sketch").write_bytes(sketch.to_bytes(trainer_key))
+    why = (f"signature check failed: the sketch was signed with another key, "
+           f"{_fingerprint(trainer_key)}; this key is {_fingerprint(SKETCH_KEY)} "
+           "(sketch.key_file)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    check = subprocess.run([sys.executable, "-m", "acep.cli", "agent", "--config", str(cfg),
+                            "--check"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                           env=env)
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert [line for line in check.stdout.splitlines() if line.startswith("FAIL")] == [
+        f"FAIL sketch {tmp_path / 'abc.sketch'}: refused: {why} (the agent would run "
+        "oldest-first)"], check.stdout
+    run = subprocess.run([sys.executable, "-m", "acep.cli", "agent", "--config", str(cfg),
+                          "--once"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert run.returncode == 0, run.stderr
+    assert f"ERROR edge.agent: sketch refused: {why}; using the fallback policy " \
+           "oldest-first" in run.stderr, run.stderr
 
 
 def test_a_sketch_for_another_pattern_and_a_missing_one_fail(tmp_path, collector, capsys):
@@ -317,8 +350,8 @@ def test_a_published_sketch_is_downloaded_and_verified_not_kept(tmp_path, collec
     before = snapshot(tmp_path)
     code, lines = run_check(cfg, capsys)
     assert code == 0, lines
-    assert "ok  sketch abc published by the collector (signature verified, fits pattern " \
-           "abc" in "\n".join(lines)
+    assert "ok  sketch abc published by the collector (signature verified with key " \
+           f"{_fingerprint(SKETCH_KEY)} (sketch.key_file), fits pattern abc" in "\n".join(lines)
     assert "role device (GET /v1/sketches/abc: 200)" in "\n".join(lines)
     assert snapshot(tmp_path) == before
 

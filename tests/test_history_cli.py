@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from test_cli import FIXTURE
 from test_history_graph import V1_FILE, _flip, _hand_graph
+from test_history_sketch import _fingerprint
 
 from acep.cli import main
 from history.sketch import Sketch
@@ -73,9 +74,13 @@ def test_inspect_a_sketch_needs_its_key(tmp_path, capsys):
     assert main(["history", "inspect", str(path), "--key-file", str(key)]) == 0
     out = capsys.readouterr().out
     assert "cells: 24, 2 with a match map" in out and "window = 10, one partition" in out
+    assert f"\nsigned with key {_fingerprint(b'k3y')} (verified with --key-file)\n" in out
     key.write_bytes(b"other")
-    assert main(["history", "inspect", str(path), "--key-file", str(key)]) == 2
-    assert "signature check failed" in capsys.readouterr().err
+    done = acep("history", "inspect", str(path), "--key-file", str(key))
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr == (f"acep history inspect: {path}: signature check failed: the sketch "
+                           f"was signed with another key, {_fingerprint(b'k3y')}; this key is "
+                           f"{_fingerprint(b'other')} (--key-file)\n")
 
 
 def test_inspect_refuses_other_and_corrupt_files(tmp_path, capsys):

@@ -1,5 +1,8 @@
 """Sketch: scores, min-hash Jaccard estimates, proxy classes, signed bytes refused when bad."""
 
+import hashlib
+import hmac
+
 import msgpack
 import numpy as np
 import pytest
@@ -125,13 +128,80 @@ def _sketch_bytes():
     return Sketch.from_graph(_hand_graph(), hashes=8).to_bytes(KEY)
 
 
-def test_tampered_and_wrong_key_sketches_are_refused():
+def _fingerprint(key: bytes) -> str:
+    """The key id the docs define: the first 8 bytes of HMAC-SHA256(key, "acep-sketch key id")."""
+    return hmac.new(key, b"acep-sketch key id", hashlib.sha256).digest()[:8].hex()
+
+
+def _old_writer(sketch: Sketch, key: bytes) -> bytes:
+    """The envelope as acep wrote it before sketches recorded their key's fingerprint."""
+    payload = sketch._payload()
+    return msgpack.packb({"format": "acep-sketch", "version": 2, "signature": "HMAC-SHA256",
+                          "payload": payload, "mac": _mac(key, payload)}, use_bin_type=True)
+
+
+def test_a_sketch_signed_with_another_key_names_both_fingerprints():
+    data = _sketch_bytes()
+    outer = msgpack.unpackb(data, raw=False)
+    assert (outer["version"], outer["key_id"].hex()) == (2, _fingerprint(KEY))
+    assert next(iter(outer)) == "format"  # acep history inspect finds the kind in the head
+    other = b"another key"
+    with pytest.raises(SketchError) as refused:
+        Sketch.from_bytes(data, other, key_from="sketch.key_file")
+    assert str(refused.value) == (
+        f"signature check failed: the sketch was signed with another key, {_fingerprint(KEY)};"
+        f" this key is {_fingerprint(other)} (sketch.key_file)")
+    assert KEY.hex() not in str(refused.value) and KEY.decode() not in str(refused.value)
+    assert Sketch.from_bytes(data, KEY).signed_with == _fingerprint(KEY)
+
+
+def test_key_id_is_the_documented_fingerprint():
+    from history.sketch import key_id
+
+    assert key_id(KEY) == _fingerprint(KEY) and len(key_id(KEY)) == 16
+    with pytest.raises(SketchError, match="key must be non-empty"):
+        key_id(b"")
+
+
+def test_a_damaged_sketch_read_with_its_key_says_damaged():
     data = bytearray(_sketch_bytes())
     data[len(data) // 2] ^= 0x01  # inside the payload's arrays
-    with pytest.raises(SketchError, match="tampered with or the key is wrong"):
-        Sketch.from_bytes(bytes(data), KEY)
-    with pytest.raises(SketchError, match="tampered with or the key is wrong"):
-        Sketch.from_bytes(_sketch_bytes(), b"another key")
+    with pytest.raises(SketchError) as refused:
+        Sketch.from_bytes(bytes(data), KEY, key_from="--key-file")
+    assert str(refused.value) == ("signature check failed: the sketch is damaged or was changed "
+                                  f"after signing (it was signed with this key, "
+                                  f"{_fingerprint(KEY)})")
+
+
+def test_a_sketch_written_before_key_ids_loads_and_a_refused_one_says_either():
+    sketch = Sketch.from_graph(_hand_graph(), hashes=8)
+    old = _old_writer(sketch, KEY)
+    loaded = Sketch.from_bytes(old, KEY)
+    assert np.array_equal(loaded.score, sketch.score) and loaded.signed_with == _fingerprint(KEY)
+    damaged = bytearray(old)
+    damaged[len(old) // 2] ^= 0x01
+    for data, key in ((old, b"another key"), (bytes(damaged), KEY)):
+        with pytest.raises(SketchError) as refused:
+            Sketch.from_bytes(data, key, key_from="--key-file")
+        assert str(refused.value) == (
+            "signature check failed: the sketch is damaged or was changed after signing, or "
+            "it was signed with another key (it records no key fingerprint: written before "
+            f"acep recorded them); this key is {_fingerprint(key)} (--key-file)")
+
+
+@pytest.mark.parametrize("key_id, found", [
+    ("0123456789abcdef", "str"), (b"1234567", "7 bytes"), (b"123456789", "9 bytes"),
+    (None, "nil"), (12345678, "int"), (b"x" * 5000, "5000 bytes")])
+def test_a_key_id_of_another_type_or_size_is_refused(key_id, found):
+    outer = msgpack.unpackb(_sketch_bytes(), raw=False)
+    outer["key_id"] = key_id  # the MAC still verifies: only the fingerprint is wrong
+    with pytest.raises(SketchError) as refused:
+        Sketch.from_bytes(msgpack.packb(outer, use_bin_type=True), KEY)
+    assert str(refused.value) == (f"field 'key_id': {found} where the signing key's "
+                                  "fingerprint (8 bytes) is expected")
+
+
+def test_tampered_and_wrong_key_sketches_are_refused():
     with pytest.raises(SketchError, match="key must be non-empty"):
         Sketch.from_bytes(_sketch_bytes(), b"")
     outer = msgpack.unpackb(_sketch_bytes(), raw=False)
