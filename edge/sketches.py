@@ -154,12 +154,20 @@ class Sketches:
             sketch = self.fitting(Sketch.from_bytes(data, key, sk.max_bytes,
                                                     key_from="sketch.key_file"))
         except SketchError as e:
-            self.refuse(str(e))
+            self.refuse(f"{self._source(etag)}: {e}")
             if sk.download:  # as a check would say it, until another one is published
                 self.refused(etag, f"the sketch published as {etag[:16]} is refused: {e}")
             return None
         self.origin = etag
         return sketch
+
+    def _source(self, etag: str) -> str:
+        """Where the sketch :meth:`_original` returned came from, for a refusal."""
+        sk = self.cfg.sketch
+        if not sk.download:
+            return f"sketch.path {sk.path}"
+        return f"the sketch published as {etag[:16]}" + (f" (kept at {sk.path})"
+                                                          if sk.path else "")
 
     def _original(self) -> bytes:
         """The published sketch's bytes: downloaded (kept at ``sketch.path``, which a

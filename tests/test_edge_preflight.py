@@ -236,8 +236,8 @@ def test_a_sketch_signed_with_another_key_names_both_keys_in_check_and_log(tmp_p
                           "--once"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=120, env=env)
     assert run.returncode == 0, run.stderr
-    assert f"ERROR edge.agent: sketch refused: {why}; using the fallback policy " \
-           "oldest-first" in run.stderr, run.stderr
+    assert f"ERROR edge.agent: sketch refused: sketch.path {tmp_path / 'abc.sketch'}: " \
+           f"{why}; using the fallback policy oldest-first" in run.stderr, run.stderr
 
 
 def test_a_sketch_for_another_pattern_and_a_missing_one_fail(tmp_path, collector, capsys):
