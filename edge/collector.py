@@ -69,6 +69,7 @@ from .store import (
     open_store,
     prepare,
 )
+from .throttle import DEFAULT_FAILURES, DEFAULT_WINDOW, MAX_ADDRESSES, AuthThrottle
 from .wire import ID_RULE, LOOPBACK, Limits, UploadBatch, WireError, decode, valid_id
 
 __all__ = ["Collector", "make_app", "main", "serve", "DEFAULT_PORT", "DEFAULT_MAX_BODY"]
@@ -159,7 +160,8 @@ class Collector:
                  mirror: str | None = None, max_ahead: float = DEFAULT_MAX_AHEAD,
                  body_idle: float = DEFAULT_BODY_IDLE,
                  body_min_rate: float = DEFAULT_BODY_MIN_RATE,
-                 metrics_token: bytes | None = None):
+                 metrics_token: bytes | None = None, auth_failures: int = DEFAULT_FAILURES,
+                 auth_window: float = DEFAULT_WINDOW, auth_addresses: int = MAX_ADDRESSES):
         if not body_idle > 0 or not math.isfinite(body_idle):
             raise ValueError(f"body_idle must be a finite number of seconds > 0, not {body_idle}")
         if not body_min_rate >= 0 or not math.isfinite(body_min_rate):
@@ -174,6 +176,9 @@ class Collector:
         self.busy: tuple[float, int] | None = None  # (since, how many) 503s, while refused
         self.errors = LogLimiter(log, what="failed requests")
         self.refusals = LogLimiter(log, what="refused requests")
+        # requests with a token from an address that sent too many wrong ones: 429, unchecked
+        self.throttle = AuthThrottle(auth_failures, auth_window, auth_addresses)
+        self.throttled_log = LogLimiter(log, what="throttled addresses")
         self.max_body = int(max_body)
         self.sketch_key = sketch_key
         # GET /metrics needs this token when set (--metrics-token-file); kept as its hash,
@@ -387,20 +392,54 @@ class Collector:
                      time.monotonic() - self.busy[0])
             self.busy = None
 
+    def throttled(self, request: web.Request) -> web.Response | None:
+        """The 429 (with ``Retry-After``) of a request whose address sent too many wrong or
+        missing tokens of late (:mod:`edge.throttle`): its token is not checked. None when
+        it may be."""
+        address = request.remote or "?"
+        wait = self.throttle.retry_after(address)
+        if wait is None:
+            return None
+        self.metrics["refused_auth_throttled"] += 1
+        response = _error(429, (
+            f"too many requests with a wrong or missing token from {address} (at most "
+            f"{self.throttle.failures} within {self.throttle.window:g} s: --auth-failures, "
+            f"--auth-window): no token from it is checked for {wait} s; send it again "
+            "after Retry-After"))
+        response.headers["Retry-After"] = str(wait)
+        return response
+
+    def unauthorized(self, request: web.Request, message: str) -> web.Response:
+        """The 401 saying ``message``, counted against the request's address; the address
+        that it throttles is logged (rate-limited)."""
+        self.metrics["refused_unauthorized"] += 1
+        address = request.remote or "?"
+        if self.throttle.failed(address):
+            self.throttled_log.warning(
+                "%s sent %d requests with a wrong or missing token within %g s: its "
+                "requests with a token are answered 429, unchecked, for %g s", address,
+                self.throttle.failures, self.throttle.window, self.throttle.window)
+        return _error(401, message)
+
     async def identify(self, request: web.Request, admin: str | None = None
                        ) -> tuple[str, str] | web.Response:
-        """``(id, role)`` of the bearer token's holder, or the 401 to answer; with
+        """``(id, role)`` of the bearer token's holder, or the 401 to answer (429 from a
+        throttled address, before the token is looked up: :meth:`throttled`); with
         ``admin`` (what the request does), a token that is not an admin's is 403."""
+        refused = self.throttled(request)
+        if refused is not None:
+            return refused
         auth = request.headers.get("Authorization", "")
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            return _error(401, "missing bearer token (header 'Authorization: Bearer <token>')")
+            return self.unauthorized(request, "missing bearer token (header 'Authorization: "
+                                              "Bearer <token>')")
         if not token.isascii():  # bytes beyond ASCII: no token (and no UTF-8 to hash)
-            return _error(401, "unknown token (not ASCII text: a token is 43 letters, digits, "
-                               "'-' and '_')")
+            return self.unauthorized(request, "unknown token (not ASCII text: a token is 43 "
+                                              "letters, digits, '-' and '_')")
         who = await self.run(self.store.identify, token.strip())
         if who is None:
-            return _error(401, "unknown token")
+            return self.unauthorized(request, "unknown token")
         request["device"] = who[0]
         if admin is not None and who[1] != "admin":
             return _error(403, f"{who[0]!r} may not {admin} (admin only)")
@@ -846,17 +885,21 @@ class Collector:
     def unauthorized_scrape(self, request: web.Request) -> web.Response | None:
         """None when ``request`` may read ``/metrics``: there is no metrics token, or it
         carries it (``Authorization: Bearer <token>``, compared in constant time); else
-        the 401 to answer."""
+        the 401 to answer, or the 429 of a throttled address (:meth:`throttled`)."""
         if self.metrics_digest is None:
             return None
+        refused = self.throttled(request)
+        if refused is not None:
+            return refused
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         token = token.strip()
         given = hashlib.sha256(token.encode() if token.isascii() else b"").digest()
         if hmac.compare_digest(given, self.metrics_digest) and scheme.lower() == "bearer" \
                 and token:
             return None
-        response = _error(401, "GET /metrics needs the token of the collector's "
-                               "--metrics-token-file (header 'Authorization: Bearer <token>')")
+        response = self.unauthorized(request, "GET /metrics needs the token of the "
+                                              "collector's --metrics-token-file (header "
+                                              "'Authorization: Bearer <token>')")
         response.headers["WWW-Authenticate"] = 'Bearer realm="acep metrics"'
         return response
 
@@ -866,7 +909,7 @@ class Collector:
         return {**({} if free is None else {"free_bytes": free}),
                 "storage_ok": int(self.unusable() is None), "min_free_bytes": self.min_free,
                 **self.admission.gauges(), "max_wait_s": self.admission.max_wait,
-                "device_uploads": self.admission.per_device,
+                "device_uploads": self.admission.per_device, **self.throttle.gauges(),
                 **(self.mirror.gauges() if self.mirror is not None else {})}
 
 
@@ -1202,6 +1245,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="uploads of one device processed at a time; another one is refused "
                         f"(429, Retry-After) (default {DEFAULT_PER_DEVICE}: the agent sends "
                         "one at a time, so a second is its retry of one still queued)")
+    p.add_argument("--auth-failures", type=int, default=DEFAULT_FAILURES, metavar="N",
+                   help="after N requests from one client address refused for a wrong or "
+                        "missing token (401) within --auth-window, answer its requests that "
+                        "need a token 429 (Retry-After) for --auth-window seconds without "
+                        "checking the token, a correct one too; /health stays open (default "
+                        f"{DEFAULT_FAILURES}; 0: off, say behind a proxy that limits them, "
+                        "whose address every client would share)")
+    p.add_argument("--auth-window", type=_seconds, default=DEFAULT_WINDOW, metavar="SECONDS",
+                   help="the window of --auth-failures, and how long an address that "
+                        f"reached it is throttled (default {DEFAULT_WINDOW:g}; above 0)")
     p.add_argument("--idle-timeout", type=_seconds, default=DEFAULT_IDLE_TIMEOUT,
                    metavar="SECONDS",
                    help="close a connection that has not sent a whole request head this "
@@ -1529,12 +1582,14 @@ def _serving_options(args: argparse.Namespace) -> _Serving:
     if args.max_body < 1:
         raise _Refused("--max-body must be positive")
     for flag, value in (("--body-idle-timeout", args.body_idle_timeout),
-                        ("--idle-timeout", args.idle_timeout)):
+                        ("--idle-timeout", args.idle_timeout),
+                        ("--auth-window", args.auth_window)):
         if value <= 0:
             raise _Refused(f"{flag} must be above 0")
     for flag, value, least in (("--recheck-workers", args.recheck_workers, 0),
                                ("--min-free", args.min_free, 0),
                                ("--device-uploads", args.device_uploads, 1),
+                               ("--auth-failures", args.auth_failures, 0),
                                ("--retain-days", args.retain_days, 1)):
         if value is not None and value < least:
             raise _Refused(f"{flag} must be {least} or more")
@@ -1615,7 +1670,8 @@ def main(argv: list[str] | None = None) -> int:
                           compact=args.compact, max_wait=args.max_wait,
                           device_uploads=args.device_uploads, mirror=args.mirror,
                           max_ahead=args.max_clock_ahead, body_idle=args.body_idle_timeout,
-                          body_min_rate=args.body_min_rate, metrics_token=metrics_token)
+                          body_min_rate=args.body_min_rate, metrics_token=metrics_token,
+                          auth_failures=args.auth_failures, auth_window=args.auth_window)
     log.info("database %s, archive %s, %d re-check workers, uploads refused below %d MiB "
              "free%s, %d at a time per device, bodies refused after %g s without a byte%s, "
              "%s, %s",
@@ -1630,6 +1686,10 @@ def main(argv: list[str] | None = None) -> int:
         log.info("mirroring the archive to %s", storage.redact(args.mirror))
     if metrics_token is not None:
         log.info("GET /metrics needs the token of %s", args.metrics_token_file)
+    if args.auth_failures:
+        log.info("an address that sends %d wrong or missing tokens within %g s has no token "
+                 "checked for %g s (429)", args.auth_failures, args.auth_window,
+                 args.auth_window)
     try:
         asyncio.run(serve(collector, args.host, args.port,
                           ready=lambda line: print(line, flush=True), tls=tls,

@@ -18,6 +18,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
+from .throttle import MAX_ADDRESSES
+
 __all__ = ["wants_prometheus", "render", "COUNTERS", "GAUGES", "DEVICE_GAUGES",
            "DEVICE_COUNTERS", "DEVICE_FAILING"]
 
@@ -41,6 +43,10 @@ COUNTERS = {
     "refused_busy": "uploads refused (503) because they would wait longer than --max-wait",
     "refused_device_busy": "uploads refused (429): the device had --device-uploads uploads "
                            "being processed",
+    "refused_unauthorized": "requests refused (401) for a wrong or missing token (a device's, "
+                            "an admin's, or the --metrics-token-file's)",
+    "refused_auth_throttled": "requests refused (429) without checking their token: their "
+                              "address had --auth-failures refused within --auth-window",
     "pruned_batches": "batches deleted by --retain-days",
     "pruned_matches": "match rows deleted by --retain-days",
     "pruned_summaries": "summary rows deleted by --retain-days",
@@ -70,6 +76,10 @@ GAUGES = {
     "min_free_bytes": "--min-free: below this much free space uploads are refused (507)",
     "max_wait_s": "--max-wait: uploads that would wait longer are refused (503)",
     "device_uploads": "--device-uploads: uploads taken at once from one device (more: 429)",
+    "auth_failing_addresses": "client addresses with a token refused (401) within "
+                              f"--auth-window (at most {MAX_ADDRESSES:,} are kept)",
+    "auth_throttled_addresses": "client addresses whose tokens are not checked now (429): "
+                                "--auth-failures refused within --auth-window",
     # with --mirror only
     "mirror_pending_files": "archive changes not yet made in the --mirror",
     "mirror_lag_seconds": "how long the oldest archive change not yet in the --mirror has "

@@ -871,7 +871,7 @@ def test_the_example_alert_rules_name_metrics_the_collector_exports(srv):
     assert {f"acep_device_{k}_total" for k in ("batches_dropped", "batches_refused",
                                                "bad_lines", "events_bad")} <= read
     assert "acep_device_shed_total" not in read  # a budget sheds by design: no alert on it
-    assert "acep_collector_storage_ok" in read
+    assert {"acep_collector_storage_ok", "acep_collector_auth_throttled_addresses"} <= read
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None,
@@ -2055,7 +2055,12 @@ def test_bad_serving_options_exit_2_naming_them(tmp_path):
                               ("--body-idle-timeout", "0", "--body-idle-timeout must be above 0"),
                               ("--body-idle-timeout", "inf", "'inf' is not a number of seconds"),
                               ("--body-min-rate", "-1",
-                               "'-1' is not a number of bytes per second >= 0")):
+                               "'-1' is not a number of bytes per second >= 0"),
+                              ("--auth-failures", "-1", "--auth-failures must be 0 or more"),
+                              ("--auth-failures", "many",
+                               "--auth-failures: invalid int value: 'many'"),
+                              ("--auth-window", "0", "--auth-window must be above 0"),
+                              ("--auth-window", "nan", "'nan' is not a number of seconds")):
         done = subprocess.run([sys.executable, "-m", "edge.collector", "--db",
                                str(tmp_path / "c.db"), "--archive", str(tmp_path / "a"),
                                flag, value], cwd=ROOT, capture_output=True, text=True,

@@ -293,6 +293,11 @@ CASES = [
      "--sketch-key-file {d}/gone.key: cannot read"),
     ("serve: a bad --port", [*SERVE, "--archive", "{d}/served", "--port", "x"], 2,
      "is not a port"),
+    ("serve: a bad --auth-failures",
+     [*SERVE, "--archive", "{d}/served", "--auth-failures", "-3"], 2,
+     "acep serve: --auth-failures must be 0 or more"),
+    ("serve: a bad --auth-window", [*SERVE, "--archive", "{d}/served", "--auth-window", "0"],
+     2, "acep serve: --auth-window must be above 0"),
 ]
 
 

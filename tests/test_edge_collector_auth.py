@@ -1,0 +1,308 @@
+"""Wrong tokens at the collector are throttled per client address (edge/throttle.py,
+docs/WIRE.md Security): after --auth-failures refused within --auth-window, the address's
+requests that need a token are 429 with Retry-After, their tokens never looked up, while
+other addresses and /health go on. Real collectors on loopback (one in this process, its
+database lookups counted, and one as `python -m edge.collector`), real SQLite files; the
+clients bind 127.0.0.1 and 127.0.0.2 and more as their source addresses."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import logging
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from test_edge_collector import Server, assert_error, encode_batch, make_batch, request
+
+from edge.archive import Archive
+from edge.collector import Collector, make_app
+from edge.store import Store, open_store
+from edge.throttle import MAX_ADDRESSES, AuthThrottle
+
+WRONG = "x" * 43  # a token's shape, no device's
+
+
+def _bindable(address: str) -> bool:
+    try:
+        with socket.socket() as s:
+            s.bind((address, 0))
+        return True
+    except OSError:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _bindable("127.0.0.2"),
+                                reason="no loopback address beside 127.0.0.1 to send from")
+
+
+class CountingStore(Store):
+    """The collector's database, counting the token lookups made in it."""
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        self.lookups = 0
+
+    def identify(self, token: str, now: float | None = None):
+        self.lookups += 1
+        return super().identify(token, now)
+
+
+class InProcess:
+    """A collector served by aiohttp on 127.0.0.1 in a thread of its own, with the devices
+    d1 and d2 and an admin."""
+
+    def __init__(self, tmp: Path, **options):
+        self.store = CountingStore(tmp / "collector.db")
+        self.tokens = {d: self.store.add_device(d) for d in ("d1", "d2")}
+        self.tokens["admin"] = self.store.add_device("admin", "admin")
+        self.collector = Collector(self.store, Archive(tmp / "archive"), recheck_workers=0,
+                                   **options)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.runner, self.port = self._call(self._start())
+
+    def _call(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
+
+    async def _start(self):
+        from aiohttp import web
+
+        runner = web.AppRunner(make_app(self.collector), auto_decompress=False)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return runner, runner.addresses[0][1]
+
+    def ask(self, path: str, token: str | None = None, source: str = "127.0.0.1",
+            method: str = "GET", body: bytes | None = None, headers: dict | None = None
+            ) -> tuple[int, dict | bytes, dict]:
+        """One request from ``source``: status, JSON (or bytes) and headers."""
+        return ask(self.port, path, token, source, method, body, headers)
+
+    def close(self) -> None:
+        self._call(self.runner.cleanup())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        self.collector.close()
+
+
+def ask(port: int, path: str, token: str | None = None, source: str = "127.0.0.1",
+        method: str = "GET", body: bytes | None = None, headers: dict | None = None
+        ) -> tuple[int, dict | bytes, dict]:
+    h = dict(headers or {})
+    if token is not None:
+        h["Authorization"] = f"Bearer {token}"
+    if body is not None:
+        h["Content-Type"] = "application/msgpack"
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0))
+    try:
+        conn.request(method, path, body=body, headers=h)
+        answer = conn.getresponse()
+        data = answer.read()
+        kind = answer.headers.get("Content-Type", "")
+        return answer.status, json.loads(data) if "json" in kind else data, dict(answer.headers)
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def served(tmp_path, request):
+    server = InProcess(tmp_path, **getattr(request, "param", {}))
+    yield server
+    server.close()
+
+
+def assert_throttled(answer, most: float) -> None:
+    status, doc, headers = answer
+    assert_error(status, doc, 429, "too many requests with a wrong or missing token from",
+                 "--auth-failures", "send it again after Retry-After")
+    assert 1 <= int(headers["Retry-After"]) <= most, headers
+
+
+FIVE = pytest.mark.parametrize("served", [{"auth_failures": 5, "auth_window": 3.0}],
+                               indirect=True, ids=["5-in-3s"])
+
+
+@pytest.mark.parametrize("served", [{"auth_failures": 5, "auth_window": 30.0}],
+                         indirect=True, ids=["5-in-30s"])
+def test_guessing_is_429_after_n_failures_and_no_token_is_looked_up_while_throttled(
+        served, caplog):
+    caplog.set_level(logging.INFO, logger="acep.collector")
+    for _ in range(5):
+        assert served.ask("/v1/whoami", WRONG)[0] == 401
+    assert served.store.lookups == 5
+    assert_throttled(served.ask("/v1/whoami", WRONG), 30)
+    # no token, a correct one, an upload, a sketch: all 429, none looked up
+    assert_throttled(served.ask("/v1/whoami"), 30)
+    assert_throttled(served.ask("/v1/whoami", served.tokens["d1"]), 30)
+    assert_throttled(served.ask("/v1/batches", served.tokens["d1"], method="POST",
+                                body=encode_batch(make_batch("d1"))), 30)
+    assert_throttled(served.ask("/v1/sketches/p1", served.tokens["d1"]), 30)
+    assert_throttled(served.ask("/v1/devices", served.tokens["admin"]), 30)
+    assert served.store.lookups == 5
+    assert served.store.query("SELECT count(*) FROM batches") == [(0,)]
+    # another address is not throttled: its correct token passes, its wrong one is 401
+    assert served.ask("/v1/whoami", served.tokens["d2"], source="127.0.0.2")[1] == \
+        {"device": "d2", "role": "device"}
+    assert served.ask("/v1/whoami", WRONG, source="127.0.0.2")[0] == 401
+    assert served.ask("/health")[0] == 200  # a load balancer's check needs no token
+    metrics = served.ask("/metrics")[1]
+    assert (metrics["refused_unauthorized"], metrics["refused_auth_throttled"]) == (6, 6)
+    assert (metrics["auth_failing_addresses"], metrics["auth_throttled_addresses"]) == (2, 1)
+    said = [r.getMessage() for r in caplog.records if "wrong or missing token within" in
+            r.getMessage()]
+    assert said == ["127.0.0.1 sent 5 requests with a wrong or missing token within 30 s: its "
+                    "requests with a token are answered 429, unchecked, for 30 s"]
+
+
+@FIVE
+def test_the_throttle_ends_after_the_window_and_the_count_starts_again(served):
+    for _ in range(5):
+        assert served.ask("/v1/whoami", WRONG)[0] == 401
+    status, _, headers = served.ask("/v1/whoami", served.tokens["d1"])
+    assert status == 429
+    time.sleep(int(headers["Retry-After"]) + 0.2)
+    assert served.ask("/v1/whoami", served.tokens["d1"])[0] == 200
+    for _ in range(4):  # a new count: four more refusals are not yet five
+        assert served.ask("/v1/whoami", WRONG)[0] == 401
+    assert served.ask("/v1/whoami", served.tokens["d1"])[0] == 200
+    assert served.store.lookups == 11
+
+
+@pytest.mark.parametrize("served", [{"auth_failures": 3, "auth_window": 60.0,
+                                     "metrics_token": b"scrape-token"}],
+                         indirect=True, ids=["metrics-token"])
+def test_wrong_metrics_tokens_are_throttled_and_counted_for_prometheus(served):
+    for token in ("wrong", None, "wrong-again"):
+        status, doc, headers = served.ask("/metrics?format=prometheus", token)
+        assert_error(status, doc, 401, "--metrics-token-file")
+    assert_throttled(served.ask("/metrics?format=prometheus", "scrape-token"), 60)
+    status, text, _ = served.ask("/metrics?format=prometheus", "scrape-token",
+                                 source="127.0.0.2")
+    assert status == 200
+    for line in ("acep_collector_refused_unauthorized_total 3.0",
+                 "acep_collector_refused_auth_throttled_total 1.0",
+                 "acep_collector_auth_throttled_addresses 1.0",
+                 "acep_collector_auth_failing_addresses 1.0"):
+        assert line in text.decode(), text.decode()
+    assert served.store.lookups == 0  # the metrics token is not in the database
+
+
+@pytest.mark.parametrize("served", [{"auth_failures": 2, "auth_window": 60.0,
+                                     "auth_addresses": 4}],
+                         indirect=True, ids=["4-addresses"])
+def test_the_table_of_failing_addresses_stays_bounded(served):
+    sources = [f"127.0.0.{k}" for k in range(10, 40)]
+    for source in sources:
+        assert served.ask("/v1/whoami", WRONG, source=source)[0] == 401
+        assert len(served.collector.throttle.records) <= 4
+    assert served.ask("/metrics")[1]["auth_failing_addresses"] == 4
+    newest = sources[-1]
+    assert served.ask("/v1/whoami", WRONG, source=newest)[0] == 401
+    assert_throttled(served.ask("/v1/whoami", served.tokens["d1"], source=newest), 60)
+    # the oldest were dropped: their count starts again
+    assert served.ask("/v1/whoami", WRONG, source=sources[0])[0] == 401
+    assert served.ask("/v1/whoami", served.tokens["d1"], source=sources[0])[0] == 200
+
+
+def test_the_throttle_keeps_at_most_its_capacity_of_addresses():
+    now = [0.0]
+    throttle = AuthThrottle(failures=2, window=60.0, clock=lambda: now[0])
+    for k in range(3 * MAX_ADDRESSES):
+        throttle.failed(f"10.{k >> 16}.{(k >> 8) & 255}.{k & 255}")
+        now[0] += 0.001
+    assert len(throttle.records) == MAX_ADDRESSES
+    assert throttle.failed("10.9.9.9") is False and throttle.failed("10.9.9.9") is True
+    assert throttle.retry_after("10.9.9.9") == 60
+    now[0] += 61  # a window later every address is quiet: the next failure drops them
+    assert throttle.retry_after("10.9.9.9") is None
+    throttle.failed("10.8.8.8")
+    assert list(throttle.records) == ["10.8.8.8"]
+
+
+def test_a_late_failure_does_not_extend_the_throttle_nor_log_it_again():
+    now = [0.0]
+    throttle = AuthThrottle(failures=2, window=10.0, clock=lambda: now[0])
+    assert [throttle.failed("a"), throttle.failed("a")] == [False, True]
+    now[0] = 5.0  # a lookup that began before the throttle comes back refused
+    assert throttle.failed("a") is False and throttle.retry_after("a") == 5
+    now[0] = 10.0
+    assert throttle.retry_after("a") is None
+    assert AuthThrottle(failures=0).failed("a") is False  # 0: off
+
+
+# --------------------------------------------------------------------------- the process
+
+
+@pytest.fixture
+def srv(tmp_path, request):
+    server = Server(tmp_path, *request.param)
+    store = open_store(server.db)
+    server.tokens = {"d1": store.add_device("d1")}
+    store.close()
+    server.start()
+    yield server
+    if server.proc.poll() is None:
+        assert server.stop() == 0
+
+
+@pytest.mark.parametrize("srv", [("--auth-failures", "3")], indirect=True, ids=["3"])
+def test_the_collector_throttles_an_address_that_guesses_and_says_so_once(srv):
+    for _ in range(3):
+        assert request(srv.url + "/v1/whoami", token=WRONG)[0] == 401
+    for token in (WRONG, srv.tokens["d1"], WRONG):
+        status, data, headers = request(srv.url + "/v1/whoami", token=token)
+        assert_throttled((status, json.loads(data), headers), 60)
+        assert int(headers["Retry-After"]) >= 55  # the default --auth-window, 60 s
+    assert ask(srv.port, "/v1/whoami", srv.tokens["d1"], source="127.0.0.2")[0] == 200
+    assert request(srv.url + "/health")[0] == 200
+    text = request(srv.url + "/metrics?format=prometheus")[1].decode()
+    assert "acep_collector_refused_auth_throttled_total 3.0" in text
+    assert "acep_collector_requests_total{status=\"429\"} 3.0" in text
+    log = srv.log()
+    assert log.count("127.0.0.1 sent 3 requests with a wrong or missing token within 60 "
+                     "s") == 1, log
+    assert WRONG not in log and srv.tokens["d1"] not in log
+
+
+@pytest.mark.parametrize("srv", [("--auth-failures", "0")], indirect=True, ids=["off"])
+def test_auth_failures_0_turns_the_throttle_off(srv):
+    for _ in range(40):  # twice the default limit
+        assert request(srv.url + "/v1/whoami", token=WRONG)[0] == 401
+    assert request(srv.url + "/v1/whoami", token=srv.tokens["d1"])[0] == 200
+    assert "wrong or missing token within" not in srv.log()
+
+
+@pytest.mark.parametrize("srv", [()], indirect=True, ids=["default"])
+def test_by_default_twenty_guesses_a_minute_are_answered(srv):
+    for _ in range(20):
+        assert request(srv.url + "/v1/whoami", token=WRONG)[0] == 401
+    status, _, headers = request(srv.url + "/v1/whoami", token=srv.tokens["d1"])
+    assert status == 429 and 55 <= int(headers["Retry-After"]) <= 60
+
+
+@pytest.mark.parametrize("srv", [("--auth-failures", "2")], indirect=True, ids=["2"])
+def test_a_device_behind_a_throttled_address_holds_its_uploads_for_retry_after(srv, tmp_path):
+    """A device that shares its address (a NAT) with one that has a wrong token: its
+    uploader takes the 429 as any other and holds its batches for Retry-After, not its
+    backoff, and keeps them."""
+    from edge.outbox import Backoff, Outbox
+    from edge.uplink import Uplink, Uploader
+
+    for _ in range(2):
+        assert request(srv.url + "/v1/whoami", token=WRONG)[0] == 401
+    with Outbox(tmp_path / "outbox.db", backoff=Backoff(1.0, 2.0, 300.0, 0.0)) as box:
+        box.put(encode_batch(make_batch("d1", seq=0)), "d1/0")
+        uploader = Uploader(box, Uplink(srv.url, srv.tokens["d1"]))
+        assert uploader.send_one()
+        assert uploader.counts["retried"] == 1 and "HTTP 429" in uploader.last_error
+        assert uploader.counts["unauthorized"] == 0  # not its token's fault
+        assert time.time() + 55 <= uploader.next_attempt_at() <= time.time() + 61
+        assert not uploader.send_one()  # held until then
+        assert box.metrics()["pending"] == 1
