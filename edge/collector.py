@@ -74,6 +74,9 @@ from .wire import ID_RULE, LOOPBACK, Limits, UploadBatch, WireError, decode, val
 
 __all__ = ["Collector", "make_app", "main", "serve", "DEFAULT_PORT", "DEFAULT_MAX_BODY"]
 
+# who sent a request, once its token is known (for the log lines of its failures)
+DEVICE = web.RequestKey("device", str)
+
 log = logging.getLogger("acep.collector")
 
 DEFAULT_PORT = 8750
@@ -440,7 +443,7 @@ class Collector:
         who = await self.run(self.store.identify, token.strip())
         if who is None:
             return self.unauthorized(request, "unknown token")
-        request["device"] = who[0]
+        request[DEVICE] = who[0]
         if admin is not None and who[1] != "admin":
             return _error(403, f"{who[0]!r} may not {admin} (admin only)")
         return who
@@ -1034,7 +1037,7 @@ def make_app(collector: Collector) -> web.Application:
         except web.HTTPException as exc:  # routing: 404, 405, and aiohttp's own 413
             response = _error(exc.status, exc.reason or "error")
         except Exception as exc:  # a bug must answer 500, not drop the connection
-            status, doc = collector.failed(exc, request.get("device", request.remote),
+            status, doc = collector.failed(exc, request.get(DEVICE, request.remote),
                                            f"{request.method} {request.path}")
             response = web.json_response(doc, status=status)
         response.headers["Accept-Encoding"] = ACCEPT_ENCODING
@@ -1042,7 +1045,7 @@ def make_app(collector: Collector) -> web.Application:
             response.headers.setdefault("Retry-After", str(RETRY_AFTER))
         elif 400 <= response.status < 500 and response.status != 404:
             collector.refusals.warning("%s %s from %s: %d %s", request.method, request.path,
-                                       request.get("device", request.remote), response.status,
+                                       request.get(DEVICE, request.remote), response.status,
                                        _message(response))
         collector.status_counts[response.status] += 1
         return response
