@@ -746,8 +746,10 @@ def _skip_interim(skipped: int) -> int:
 
 
 def _interim(head: bytes) -> bool:
-    """An interim answer other than ``100`` (``101`` switches protocols: final here)."""
-    return head[9:10] == b"1" and head[9:12] not in (b"100", b"101")
+    """Whether the answer ``head`` starts with is interim, other than ``100``
+    (:func:`_interim_status`)."""
+    status = head[9:12]
+    return status.isdigit() and _interim_status(int(status))
 
 
 def _interim_status(status: int) -> bool:
