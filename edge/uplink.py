@@ -42,6 +42,11 @@ collector says it takes them (``Accept-Encoding``, RFC 7694), unless ``collector
 false``; after a ``415`` to a gzipped body the batch is sent again as it is, and so are all
 from then on.
 
+A success (``2xx``) for a body that did not go whole (the connection failed part-way, or
+the answer came before the body) cannot be the collector's, which stores a batch only once
+it has it whole: it is retried like a failed connection (a resend of a batch stored is a
+duplicate, by digest), never taken as an acknowledgement.
+
 Every answer tells the collector's time: its ``Date`` header (to the second), and a
 heartbeat's answer its ``time``. ``Uplink.clock_ahead`` is how far this device's clock is
 ahead of it (the metrics' ``clock_ahead_s``); beyond :data:`CLOCK_SLACK` it is logged as a
@@ -130,9 +135,9 @@ class Uplink:
     ``timeout`` bounds each wait, ``answer_timeout`` (default :data:`ANSWER_TIMES` times
     ``timeout``) a whole answer, and with 1 s per KiB a request's body (see the module
     docstring). ``bytes_on_wire`` counts the request body bytes sent (gzipped, when they
-    were), every attempt included: a body refused before it was sent (``Expect``) is not
-    counted, while one sent at once is, whole, even when its connection failed (urllib
-    cannot tell how much of it left)."""
+    were), every attempt included: the bytes the kernel took, so a body refused before it
+    was sent (``Expect``) or whose connection was refused counts none, and one whose
+    connection failed part-way what went (queued in the kernel, not necessarily across)."""
 
     def __init__(self, url: str, token: str, timeout: float = 10.0,
                  ca_file: str | None = None, expect_continue: bool = True,
@@ -190,14 +195,31 @@ class Uplink:
         if coding:
             headers["Content-Encoding"] = coding
         if self.expect_continue and len(body) >= EXPECT_MIN_BYTES:
-            answer = self._post_expecting(path, body, headers, timeout)
+            answer = self._counted(self._post_expecting, path, body, headers, timeout)
             if _status(answer) != 417:
                 return answer
             self.expect_continue = False
             log.info("the collector (or a proxy before it) refused Expect: 100-continue "
                      "(HTTP 417); bodies are sent at once from now on")
+        return self._counted(self._post_at_once, path, body, headers, timeout)
+
+    def _counted(self, post, path: str, body: bytes, headers: dict, timeout: float | None
+                 ) -> tuple[int, bytes, float | None] | Outcome:
+        """``post(path, body, headers, timeout, sent)``'s answer, the body bytes it sent
+        counted (``bytes_on_wire``); a success for a body not sent whole is not believed
+        (:func:`_whole`)."""
+        sent = _Sent()
+        try:
+            answer = post(path, body, headers, timeout, sent)
+        finally:
+            self.bytes_on_wire += sent.bytes
+        return _whole(answer, sent.bytes, len(body))
+
+    def _post_at_once(self, path: str, body: bytes, headers: dict, timeout: float | None,
+                      sent: _Sent) -> tuple[int, bytes, float | None] | Outcome:
+        """:meth:`_post` of ``body`` with its headers, by urllib."""
         req = self._request("POST", path, body, headers, timeout)
-        self.bytes_on_wire += len(body)  # urllib sends it whatever the answer (see above)
+        req.sent = sent
         try:
             with self.opener.open(req, timeout=timeout or self.timeout) as resp:
                 return self._answered(resp.status, resp.headers, lambda: resp.read(1 << 16))
@@ -242,12 +264,12 @@ class Uplink:
                 log.info("this device's clock is within %g s of the collector's again (%s "
                          "%s)", CLOCK_SLACK / 2, off, way)
 
-    def _post_expecting(self, path: str, body: bytes, headers: dict,
-                        timeout: float | None) -> tuple[int, bytes, float | None] | Outcome:
+    def _post_expecting(self, path: str, body: bytes, headers: dict, timeout: float | None,
+                        sent: _Sent) -> tuple[int, bytes, float | None] | Outcome:
         """:meth:`_post` with ``Expect: 100-continue``: the body is sent after the
         collector's ``100 Continue``, or after :data:`CONTINUE_WAIT` without an answer; not
         at all when the first answer is final (a refusal)."""
-        conn = self._connection(timeout or self.timeout)
+        conn = self._connection(timeout or self.timeout, sent)
         try:
             deadline = self._ask(conn, path, len(body), headers, timeout)
             head = self._send_when_asked(conn, body, deadline)
@@ -284,7 +306,6 @@ class Uplink:
         if first != "final":
             conn.body_deadline = _BodyDeadline(deadline.seconds, len(body), deadline.name)
             conn.send(body)
-            self.bytes_on_wire += len(body)
             head += _drain(conn.sock, conn.timeout, within=conn.body_deadline)
             deadline.restart()  # the body's time is its link's, not the answer's
         if first == "silent":  # a busy collector says 100 late; an HTTP/1.0 one never
@@ -301,11 +322,11 @@ class Uplink:
                  "HTTP/1.0 server or proxy?); bodies are sent at once from now on",
                  CONTINUE_WAIT)
 
-    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+    def _connection(self, timeout: float, sent: _Sent) -> http.client.HTTPConnection:
         host, port = self.target.hostname, self.target.port
         if self.target.scheme == "https":
-            return _PacedHTTPS(host, port, timeout=timeout, context=self.context)
-        return _PacedHTTP(host, port, timeout=timeout)
+            return _PacedHTTPS(host, port, timeout=timeout, context=self.context, sent=sent)
+        return _PacedHTTP(host, port, timeout=timeout, sent=sent)
 
     def _post_200(self, path: str, body: bytes, content_type: str,
                   timeout: float | None = None) -> bytes | Outcome:
@@ -508,12 +529,16 @@ class _Paced:
     A server may answer before it has the whole body (a refusal: ``413``, ``401``,
     ``503``) and close: the rest of the body is then not sent, and the answer that came
     is read all the same; ``cut`` is the error that stopped the body, raised when no
-    answer can be read."""
+    answer can be read. ``sent`` counts the body's bytes the kernel took (the pieces are
+    sent with ``send``, not ``sendall``, whose count is lost when it fails)."""
 
     def __init__(self, *args, answer_deadline: _Deadline | None = None,
-                 body_deadline: _BodyDeadline | None = None, **kw):
+                 body_deadline: _BodyDeadline | None = None, sent: _Sent | None = None,
+                 **kw):
         super().__init__(*args, **kw)
         self.answer_deadline, self.body_deadline = answer_deadline, body_deadline
+        self.sent = sent or _Sent()
+        self.head_sent = False
         self.cut: OSError | None = None
         self.early = b""  # the answer's first bytes, read while the body drained
 
@@ -533,22 +558,38 @@ class _Paced:
             self.connect()  # a refused connection fails here, as in http.client
         if self.cut is not None:
             return
+        # http.client sends a request's head in one call, before its body
+        body, self.head_sent = self.head_sent, True
         try:
-            if isinstance(data, (bytes, bytearray)) and len(data) > SEND_PIECE:
-                view = memoryview(data)
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                view = memoryview(data).cast("B")
                 for at in range(0, len(view), SEND_PIECE):
-                    self._send_piece(view[at:at + SEND_PIECE])
-            else:
-                self._send_piece(data)
+                    self._send_piece(view[at:at + SEND_PIECE], body)
+            else:  # a file or an iterable: http.client's own way, not counted
+                self._paced(lambda: super(_Paced, self).send(data))
         except (ConnectionError, ssl.SSLEOFError) as e:  # the server stopped taking it
             self.cut = e
 
-    def _send_piece(self, data) -> None:
-        send = super().send
-        if self.body_deadline is None:
-            send(data)
-        else:
-            _within(self.sock, self.body_deadline, lambda: send(data))
+    def _send_piece(self, piece: memoryview, body: bool) -> None:
+        """``piece`` handed to the kernel within one timeout (as one ``sendall``), its
+        bytes counted in ``sent`` as they go when they are the ``body``'s."""
+        timeout = self.sock.gettimeout()
+        until = None if timeout is None else time.monotonic() + timeout
+        try:
+            while piece:
+                if until is not None:
+                    self.sock.settimeout(max(until - time.monotonic(), 1e-3))
+                n = self._paced(functools.partial(self.sock.send, piece))
+                if body:
+                    self.sent.bytes += n
+                piece = piece[n:]
+        finally:
+            self.sock.settimeout(timeout)
+
+    def _paced(self, send):
+        """``send()`` within the body's deadline, when it has one."""
+        return send() if self.body_deadline is None else \
+            _within(self.sock, self.body_deadline, send)
 
     def getresponse(self):
         if self.sock is not None and self.cut is None:
@@ -559,6 +600,14 @@ class _Paced:
             if self.cut is not None:
                 raise self.cut from None
             raise
+
+
+class _Sent:
+    """The body bytes of one request the kernel took: fewer than the body's when its
+    connection failed part-way."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
 
 
 class _PacedHTTP(_Paced, http.client.HTTPConnection):
@@ -584,7 +633,8 @@ def _paced(connection: type, req: urllib.request.Request):
     deadlines (:func:`timed`)."""
     return functools.partial(connection,
                              answer_deadline=getattr(req, "answer_deadline", None),
-                             body_deadline=getattr(req, "body_deadline", None))
+                             body_deadline=getattr(req, "body_deadline", None),
+                             sent=getattr(req, "sent", None))
 
 
 class NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -673,6 +723,19 @@ def _answer_start(sock: socket.socket) -> bytes | None:
 def _status(answer: tuple[int, bytes, float | None] | Outcome) -> int | None:
     """The HTTP status of :meth:`Uplink._post`'s answer; None when none came."""
     return answer.status if isinstance(answer, Outcome) else answer[0]
+
+
+def _whole(answer: tuple[int, bytes, float | None] | Outcome, sent: int, size: int
+           ) -> tuple[int, bytes, float | None] | Outcome:
+    """``answer``, unless it is a success for a body of ``size`` bytes of which only
+    ``sent`` went (the connection failed part-way, or a final answer came before the
+    body): that is a retry, as if no answer had come. The collector stores a batch only
+    once it has it whole; a resend of one it stored is a duplicate (by digest)."""
+    status = _status(answer)
+    if status is None or not 200 <= status < 300 or sent >= size:
+        return answer
+    return Outcome("retry", status, f"a success for a body cut short ({sent} of {size} "
+                   "bytes sent): not taken as an acknowledgement")
 
 
 def _first_answer(sock: socket.socket, wait: float, deadline: _Deadline | None = None,

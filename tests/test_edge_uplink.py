@@ -767,6 +767,65 @@ def test_a_refusal_while_the_body_goes_is_read_though_the_server_closes(
     assert uplink.expect_continue == expect
 
 
+def _answer(status: int, doc: bytes) -> bytes:
+    return (b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n\r\n%s" % (status, len(doc), doc))
+
+
+@pytest.mark.parametrize("expect", [True, False], ids=["late refusal", "without Expect"])
+def test_bytes_on_wire_counts_what_went_of_a_body_cut_short_and_none_of_a_refused_one(
+        expect):
+    """upload_bytes_on_wire counted a body sent without Expect (or after the wait for 100
+    Continue) whole, even when the collector closed on it part-way, and even when the
+    connection was refused: it counts the bytes the kernel took now."""
+    body = b"x" * (8 << 20)  # more than the socket buffers hold
+    listener = _refusing(_answer(413, b'{"error": "too large"}'),
+                         CONTINUE_WAIT + 0.3 if expect else 0.3)
+    try:
+        uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=5,
+                        expect_continue=expect)
+        out = uplink.post_batch(body)
+    finally:
+        listener.close()
+    assert (out.action, out.status) == ("reject", 413), out
+    assert 0 < uplink.bytes_on_wire < len(body) // 2, uplink.bytes_on_wire
+    closed = socket.create_server(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there: the connection is refused
+    nowhere = Uplink(f"http://127.0.0.1:{port}", "tok", timeout=5, expect_continue=expect)
+    assert nowhere.post_batch(body[:100]).action == "retry" and nowhere.bytes_on_wire == 0
+
+
+@pytest.mark.parametrize("expect", [True, False], ids=["late answer", "without Expect"])
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_200_to_a_body_cut_short_is_not_taken_as_stored(expect, scheme, tls, tmp_path):
+    """What answers at the collector's address says "stored" to a batch it never read and
+    closes on its body: the agent believed it and dropped the batch from its outbox. A
+    success for a body that did not go whole is retried now (the collector stores a batch
+    only whole, and a resend of one it stored is a duplicate, by digest)."""
+    from edge.outbox import Backoff, Outbox
+    from edge.uplink import Uploader
+
+    listener = _refusing(_answer(200, b'{"status": "stored"}'),
+                         CONTINUE_WAIT + 0.3 if expect else 0.3,
+                         tls[0] if scheme == "https" else None)
+    body = b"x" * (8 << 20)
+    try:
+        uplink = Uplink(f"{scheme}://127.0.0.1:{listener.getsockname()[1]}", "tok",
+                        timeout=5, expect_continue=expect, ca_file=tls[1])
+        with Outbox(tmp_path / "outbox.db", backoff=Backoff(60.0, jitter=0.0)) as outbox:
+            outbox.put(body, "dev/1")
+            uploader = Uploader(outbox, uplink)
+            assert uploader.send_one()
+            summary = outbox.summary()
+    finally:
+        listener.close()
+    assert uploader.counts["acked"] == 0 and summary["pending"] == 1
+    said = summary["oldest"]["last_error"]
+    assert said.startswith("HTTP 200: a success for a body cut short (") and said.endswith(
+        f" of {len(body)} bytes sent): not taken as an acknowledgement"), said
+
+
 @pytest.mark.parametrize("flood, most, says", [
     (b"H" * 65536, 32 << 20, "an answer head of more than 65536 bytes without its end"),
     (b"HTTP/1.1 100 Continue\r\n" + b"X-Hint: " + b"h" * 1000 + b"\r\n", 32 << 20,
@@ -812,10 +871,11 @@ def test_a_retry_after_that_is_not_ascii_digits_is_ignored_not_a_crash(size):
 def test_a_200_whose_json_is_not_an_object_is_a_retry_not_a_crash(doc, size):
     """Another API at the collector's address answers 200 with a JSON list: the uploads
     read ``.get`` of it, an AttributeError (an unexpected error with a traceback and the
-    crash backoff); it is a retry like a 200 that is not JSON."""
+    crash backoff); it is a retry like a 200 that is not JSON. (It reads the body first:
+    a 200 before the body went is not believed at all.)"""
     answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
               b"Connection: close\r\n\r\n%s" % (len(doc), doc))
-    listener, _ = _answering(answer, len(answer))
+    listener = _trickling(answer, len(answer), every=0)
     try:
         uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=5)
         out = uplink.post_batch(b"x" * size)
