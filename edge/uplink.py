@@ -35,7 +35,12 @@ long. The answer as a whole (status line, headers and body) must come within
 ``collector.timeout``), and each byte of its body buys :data:`ANSWER_MIN_RATE`'s share of a
 second more: a collector that trickles its answer a byte at a time no longer holds the upload
 thread, a heartbeat or a sketch check for ever (:class:`AnswerTimeout`, retried as a
-timeout), while a large sketch over a thin link still comes.
+timeout), while a large sketch over a thin link still comes. One upload as a whole (a batch
+or heartbeat, its resends after a ``417`` or ``415`` included) ends within
+:meth:`Uplink.upload_bound`: ``collector.timeout``, the wait for ``100 Continue``, twice
+``collector.answer_timeout`` and 1 s per KiB of the body (71 s and 1 s per KiB by
+default), what its first request's waits may add up to; a resend gets what is left of it,
+not fresh timeouts (:class:`UploadTimeout`, retried as a timeout).
 
 Bodies of 1 KiB or more are gzipped (``Content-Encoding: gzip``) once an answer of the
 collector says it takes them (``Accept-Encoding``, RFC 7694), unless ``collector.compress =
@@ -81,7 +86,7 @@ from .wire import sketch_etag
 
 __all__ = ["Uplink", "Outcome", "Uploader", "download_sketch", "tls_context", "error_body",
            "error_text", "CLOCK_SLACK", "NoRedirects", "redirect_text", "MAX_HEAD",
-           "AnswerTimeout", "BodyTimeout", "ANSWER_MIN_RATE", "ANSWER_TIMES",
+           "AnswerTimeout", "BodyTimeout", "UploadTimeout", "ANSWER_MIN_RATE", "ANSWER_TIMES",
            "answer_opener", "timed"]
 
 log = logging.getLogger("edge.agent")
@@ -134,7 +139,8 @@ class Uplink:
 
     ``timeout`` bounds each wait, ``answer_timeout`` (default :data:`ANSWER_TIMES` times
     ``timeout``) a whole answer, and with 1 s per KiB a request's body (see the module
-    docstring). ``bytes_on_wire`` counts the request body bytes sent (gzipped, when they
+    docstring); :meth:`upload_bound` one upload, its resends after a ``417`` or ``415``
+    included. ``bytes_on_wire`` counts the request body bytes sent (gzipped, when they
     were), every attempt included: the bytes the kernel took, so a body refused before it
     was sent (``Expect``) or whose connection was refused counts none, and one whose
     connection failed part-way what went (queued in the kernel, not necessarily across)."""
@@ -159,11 +165,15 @@ class Uplink:
         return {"Authorization": f"Bearer {self.token}", **(headers or {})}
 
     def _request(self, method: str, path: str, body: bytes | None = None,
-                 headers: dict | None = None, timeout: float | None = None
-                 ) -> urllib.request.Request:
+                 headers: dict | None = None, timeout: float | None = None,
+                 bound: _UploadDeadline | None = None) -> urllib.request.Request:
         req = urllib.request.Request(self.url + path, data=body, method=method,
                                      headers=self._headers(headers))
-        return timed(req, *self._answer_time(timeout))
+        req = timed(req, *self._answer_time(timeout))
+        req.answer_deadline.bound = bound
+        if req.body_deadline is not None:
+            req.body_deadline.bound = bound
+        return req
 
     def _answer_time(self, timeout: float | None) -> tuple[float, str | None]:
         """The whole answer's seconds, and the setting they come from: ``answer_timeout``,
@@ -176,52 +186,69 @@ class Uplink:
               ) -> tuple[int, bytes, float | None] | Outcome:
         """``(status, answer body, Retry-After seconds)``, or a ``"retry"`` outcome when no
         answer came or it was a redirect (never followed: :class:`NoRedirects`). The body
-        is gzipped when the collector takes it (RFC 7694)."""
+        is gzipped when the collector takes it (RFC 7694). Its requests (the resends after
+        a ``417`` or ``415`` too) end within one :meth:`upload_bound`."""
+        bound = _UploadDeadline(self.upload_bound(len(body), timeout), len(body),
+                                named=timeout is None)
         if not (self.compress and self.gzip_taken and len(body) >= EXPECT_MIN_BYTES):
-            return self._send(path, body, content_type, None, timeout)
+            return self._send(path, body, content_type, None, timeout, bound)
         answer = self._send(path, gzip.compress(body, GZIP_LEVEL, mtime=0), content_type,
-                            "gzip", timeout)
+                            "gzip", timeout, bound)
         if _status(answer) != 415:
             return answer
         self.compress = False
         log.info("the collector refused a gzipped body (HTTP 415: %s); bodies are sent "
                  "uncompressed from now on", error_text(answer[1]))
-        return self._send(path, body, content_type, None, timeout)
+        return self._send(path, body, content_type, None, timeout, bound)
+
+    def upload_bound(self, size: int, timeout: float | None = None) -> float:
+        """Seconds one upload of a ``size``-byte body may take, its resends after a ``417``
+        or ``415`` included: what its first request's waits may add up to, ``timeout``
+        (default ``collector.timeout``) to connect, :data:`CONTINUE_WAIT` for ``100
+        Continue``, ``answer_timeout`` for the body to get across and again for the answer,
+        and 1/:data:`ANSWER_MIN_RATE` s per byte of the body (and of the answers' bodies,
+        as they come). A resend gets what is left, not fresh timeouts."""
+        wait = timeout or self.timeout
+        return wait + min(CONTINUE_WAIT, wait) + 2 * self._answer_time(timeout)[0] + \
+            size / ANSWER_MIN_RATE
 
     def _send(self, path: str, body: bytes, content_type: str, coding: str | None,
-              timeout: float | None) -> tuple[int, bytes, float | None] | Outcome:
+              timeout: float | None, bound: _UploadDeadline
+              ) -> tuple[int, bytes, float | None] | Outcome:
         """:meth:`_post` of ``body`` as it is (``coding``: its Content-Encoding)."""
         headers = {"Content-Type": content_type}
         if coding:
             headers["Content-Encoding"] = coding
         if self.expect_continue and len(body) >= EXPECT_MIN_BYTES:
-            answer = self._counted(self._post_expecting, path, body, headers, timeout)
+            answer = self._counted(self._post_expecting, path, body, headers, timeout, bound)
             if _status(answer) != 417:
                 return answer
             self.expect_continue = False
             log.info("the collector (or a proxy before it) refused Expect: 100-continue "
                      "(HTTP 417); bodies are sent at once from now on")
-        return self._counted(self._post_at_once, path, body, headers, timeout)
+        return self._counted(self._post_at_once, path, body, headers, timeout, bound)
 
-    def _counted(self, post, path: str, body: bytes, headers: dict, timeout: float | None
-                 ) -> tuple[int, bytes, float | None] | Outcome:
-        """``post(path, body, headers, timeout, sent)``'s answer, the body bytes it sent
-        counted (``bytes_on_wire``); a success for a body not sent whole is not believed
-        (:func:`_whole`)."""
+    def _counted(self, post, path: str, body: bytes, headers: dict, timeout: float | None,
+                 bound: _UploadDeadline) -> tuple[int, bytes, float | None] | Outcome:
+        """``post(path, body, headers, timeout, bound, sent)``'s answer, the body bytes it
+        sent counted (``bytes_on_wire``); a success for a body not sent whole is not
+        believed (:func:`_whole`); none at all past ``bound``."""
         sent = _Sent()
         try:
-            answer = post(path, body, headers, timeout, sent)
+            answer = post(path, body, headers, timeout, bound, sent)
         finally:
             self.bytes_on_wire += sent.bytes
         return _whole(answer, sent.bytes, len(body))
 
     def _post_at_once(self, path: str, body: bytes, headers: dict, timeout: float | None,
-                      sent: _Sent) -> tuple[int, bytes, float | None] | Outcome:
+                      bound: _UploadDeadline, sent: _Sent
+                      ) -> tuple[int, bytes, float | None] | Outcome:
         """:meth:`_post` of ``body`` with its headers, by urllib."""
-        req = self._request("POST", path, body, headers, timeout)
+        req = self._request("POST", path, body, headers, timeout, bound)
         req.sent = sent
         try:
-            with self.opener.open(req, timeout=timeout or self.timeout) as resp:
+            wait = bound.wait(timeout or self.timeout)
+            with self.opener.open(req, timeout=wait) as resp:
                 return self._answered(resp.status, resp.headers, lambda: resp.read(1 << 16))
         except urllib.error.HTTPError as e:
             return self._answered(e.code, e.headers, functools.partial(error_body, e))
@@ -265,13 +292,19 @@ class Uplink:
                          "%s)", CLOCK_SLACK / 2, off, way)
 
     def _post_expecting(self, path: str, body: bytes, headers: dict, timeout: float | None,
-                        sent: _Sent) -> tuple[int, bytes, float | None] | Outcome:
+                        bound: _UploadDeadline, sent: _Sent
+                        ) -> tuple[int, bytes, float | None] | Outcome:
         """:meth:`_post` with ``Expect: 100-continue``: the body is sent after the
         collector's ``100 Continue``, or after :data:`CONTINUE_WAIT` without an answer; not
         at all when the first answer is final (a refusal)."""
-        conn = self._connection(timeout or self.timeout, sent)
+        try:
+            wait = bound.wait(timeout or self.timeout)
+        except UploadTimeout as e:
+            return _no_answer(e)
+        conn = self._connection(wait, sent)
         try:
             deadline = self._ask(conn, path, len(body), headers, timeout)
+            deadline.bound = bound
             head = self._send_when_asked(conn, body, deadline)
             if head is None:
                 return Outcome("retry", None, "connection: timed out")
@@ -305,6 +338,7 @@ class Uplink:
         first, head = _first_answer(conn.sock, min(CONTINUE_WAIT, conn.timeout), deadline)
         if first != "final":
             conn.body_deadline = _BodyDeadline(deadline.seconds, len(body), deadline.name)
+            conn.body_deadline.bound = deadline.bound
             conn.send(body)
             head += _drain(conn.sock, conn.timeout, within=conn.body_deadline)
             deadline.restart()  # the body's time is its link's, not the answer's
@@ -424,6 +458,7 @@ class _Deadline:
 
     def __init__(self, seconds: float, name: str | None = None):
         self.seconds, self.name = float(seconds), name
+        self.bound: _Deadline | None = None  # the upload's (_UploadDeadline), when sooner
         self.restart()
 
     def restart(self) -> None:
@@ -433,13 +468,26 @@ class _Deadline:
     def earn(self, n: int) -> None:
         self.at += n / ANSWER_MIN_RATE
         self.earned += n
+        if self.bound is not None:
+            self.bound.earn(n)
+
+    def binding(self) -> _Deadline:
+        """This deadline, or its ``bound`` when that comes sooner."""
+        if self.bound is not None and self.bound.at < self.at:
+            return self.bound.binding()
+        return self
 
     def left(self) -> float:
-        """Seconds left; :class:`AnswerTimeout` when none are."""
-        left = self.at - time.monotonic()
+        """Seconds left; the :meth:`binding` deadline's error when none are."""
+        deadline = self.binding()
+        left = deadline.at - time.monotonic()
         if left <= 0:
-            raise self.expired()
+            raise deadline.expired()
         return left
+
+    def wait(self, timeout: float) -> float:
+        """``timeout``, or the seconds left when fewer (:meth:`left`)."""
+        return min(timeout, self.left())
 
     def expired(self) -> AnswerTimeout:
         said = f"no whole answer within {self.seconds:g} s"
@@ -470,6 +518,28 @@ class _BodyDeadline(_Deadline):
             f"took it slower than {ANSWER_MIN_RATE:g} bytes/s")
 
 
+class UploadTimeout(TimeoutError):
+    """An upload not over in the time an :class:`_UploadDeadline` gave it (its resends
+    after a ``417`` or ``415`` included): retried as a timeout."""
+
+
+class _UploadDeadline(_Deadline):
+    """When one upload, all its requests included, must be over:
+    :meth:`Uplink.upload_bound` seconds from its start (``named``: the Uplink's timeouts
+    gave them, not a request's own, for the message); nothing restarts it."""
+
+    def __init__(self, seconds: float, size: int, named: bool = True):
+        self.size = size
+        super().__init__(seconds, "collector.timeout, the wait for 100 Continue, twice "
+                         "collector.answer_timeout" if named else None)
+
+    def expired(self) -> UploadTimeout:
+        given = f"{self.name} and " if self.name else ""
+        return UploadTimeout(
+            f"the upload did not end within {self.seconds:g} s ({given}1 s per KiB of its "
+            f"{self.size} bytes), its resends after a 417 or 415 included")
+
+
 def timed(req: urllib.request.Request, seconds: float, name: str | None = None
           ) -> urllib.request.Request:
     """``req``, whose whole answer an :func:`answer_opener` reads within ``seconds`` of the
@@ -495,7 +565,8 @@ def answer_opener(context: ssl.SSLContext | None = None) -> urllib.request.Opene
 
 def _within(sock: socket.socket, deadline: _Deadline, io):
     """``io()``, a read or a send on ``sock``, within its timeout (one wait) and
-    ``deadline``'s time (its :meth:`~_Deadline.expired` error past it)."""
+    ``deadline``'s time (its :meth:`~_Deadline.binding` one's error past it)."""
+    deadline = deadline.binding()
     timeout = sock.gettimeout()
     left = deadline.left()
     binding = timeout is None or left < timeout
@@ -755,7 +826,7 @@ def _first_answer(sock: socket.socket, wait: float, deadline: _Deadline | None =
             sock.settimeout(max(until - time.monotonic(), 1e-3))
             try:
                 data = _recv(sock, deadline)
-            except AnswerTimeout:
+            except (AnswerTimeout, UploadTimeout):
                 raise
             except TimeoutError:
                 return "silent", b""

@@ -11,6 +11,7 @@ import gzip
 import http.client
 import json
 import logging
+import random
 import socket
 import ssl
 import threading
@@ -1005,6 +1006,72 @@ def test_interim_answers_after_100_continue_do_not_restart_the_answer_timeout():
     assert (out.action, out.status) == ("retry", None), out
     assert out.detail == "connection: no whole answer within 1.5 s (collector.answer_timeout)"
     assert took < 3.0, took
+
+
+def _slowly(answers: list[bytes], seconds: float, every: float = 0.1) -> socket.socket:
+    """A listener that reads each request whole (never saying 100 Continue: the agent
+    sends the body after its wait) and answers the n-th with ``answers[n]``, its head drawn
+    out over ``seconds`` (a header's byte every ``every`` s, each within the agent's
+    timeout); past the list, with a head that does not end."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve(conn: socket.socket, answer: bytes | None) -> None:
+        with conn:
+            got = b""
+            while b"\r\n\r\n" not in got:
+                got += conn.recv(1 << 16)
+            head, _, body = got.partition(b"\r\n\r\n")
+            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:")))
+            while len(body) < length:
+                body += conn.recv(1 << 16)
+            status, _, rest = (answer or b"HTTP/1.1 200 OK\r\n").partition(b"\r\n")
+            until = time.monotonic() + (seconds if answer else 30)
+            try:
+                conn.sendall(status + b"\r\nX-Pad: ")
+                while time.monotonic() < until:
+                    time.sleep(every)
+                    conn.sendall(b"x")
+                conn.sendall(b"\r\n" + rest)
+            except OSError:  # the agent gave up
+                pass
+
+    def accept() -> None:
+        for n in range(len(answers) + 1):
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn, answers[n] if n < len(answers)
+                                                 else None), daemon=True).start()
+    threading.Thread(target=accept, daemon=True).start()
+    return listener
+
+
+def test_a_417_and_a_415_give_the_resends_what_is_left_of_one_upload_s_time():
+    """After a 417 (Expect refused) and a 415 (gzip refused) the batch was sent again
+    with fresh timeouts each time: a collector (or what answers at its address) that took
+    its time over each answer held one upload three times as long as one request may take.
+    The resends now get what is left of that time (Uplink.upload_bound), and the upload is
+    given up, retried like a timeout, when it is over."""
+    refused = b"HTTP/1.1 417 Expectation Failed\r\nContent-Length: 0\r\n\r\n"
+    listener = _slowly([refused, _answer(415, b'{"error": "no gzip"}')], seconds=2.4)
+    body = random.Random(0).randbytes(EXPECT_MIN_BYTES)  # gzipped, still Expect's size
+    try:
+        uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=0.3,
+                        answer_timeout=3.0)
+        uplink.gzip_taken = True  # an earlier answer said so
+        bound = uplink.upload_bound(len(body))
+        out, took = timed_post(uplink, body)
+    finally:
+        listener.close()
+    assert bound == pytest.approx(0.3 + 0.3 + 2 * 3.0 + 1.0)
+    assert not uplink.expect_continue and not uplink.compress, out  # both fallbacks taken
+    assert out == Outcome("retry", None, (
+        "connection: the upload did not end within 7.6 s (collector.timeout, the wait for "
+        "100 Continue, twice collector.answer_timeout and 1 s per KiB of its 1024 bytes), "
+        "its resends after a 417 or 415 included")), out
+    assert bound - 0.1 < took < bound + 1.0, took
 
 
 def test_the_uploader_retries_a_trickled_answer_as_a_timeout(tmp_path):
