@@ -232,7 +232,7 @@ class Uplink:
                  bound: _UploadDeadline) -> tuple[int, bytes, float | None] | Outcome:
         """``post(path, body, headers, timeout, bound, sent)``'s answer, the body bytes it
         sent counted (``bytes_on_wire``); a success for a body not sent whole is not
-        believed (:func:`_whole`); none at all past ``bound``."""
+        believed (:func:`_whole`). ``post`` begins no request past ``bound``."""
         sent = _Sent()
         try:
             answer = post(path, body, headers, timeout, bound, sent)
