@@ -35,12 +35,22 @@ long. The answer as a whole (status line, headers and body) must come within
 ``collector.timeout``), and each byte of its body buys :data:`ANSWER_MIN_RATE`'s share of a
 second more: a collector that trickles its answer a byte at a time no longer holds the upload
 thread, a heartbeat or a sketch check for ever (:class:`AnswerTimeout`, retried as a
-timeout), while a large sketch over a thin link still comes.
+timeout), while a large sketch over a thin link still comes. One upload as a whole (a batch
+or heartbeat, its resends after a ``417`` or ``415`` included) ends within
+:meth:`Uplink.upload_bound`: ``collector.timeout``, the wait for ``100 Continue``, twice
+``collector.answer_timeout`` and 1 s per KiB of the body (71 s and 1 s per KiB by
+default), what its first request's waits may add up to; a resend gets what is left of it,
+not fresh timeouts (:class:`UploadTimeout`, retried as a timeout).
 
 Bodies of 1 KiB or more are gzipped (``Content-Encoding: gzip``) once an answer of the
 collector says it takes them (``Accept-Encoding``, RFC 7694), unless ``collector.compress =
 false``; after a ``415`` to a gzipped body the batch is sent again as it is, and so are all
 from then on.
+
+A success (``2xx``) for a body that did not go whole (the connection failed part-way, or
+the answer came before the body) cannot be the collector's, which stores a batch only once
+it has it whole: it is retried like a failed connection (a resend of a batch stored is a
+duplicate, by digest), never taken as an acknowledgement.
 
 Every answer tells the collector's time: its ``Date`` header (to the second), and a
 heartbeat's answer its ``time``. ``Uplink.clock_ahead`` is how far this device's clock is
@@ -76,7 +86,7 @@ from .wire import sketch_etag
 
 __all__ = ["Uplink", "Outcome", "Uploader", "download_sketch", "tls_context", "error_body",
            "error_text", "CLOCK_SLACK", "NoRedirects", "redirect_text", "MAX_HEAD",
-           "AnswerTimeout", "BodyTimeout", "ANSWER_MIN_RATE", "ANSWER_TIMES",
+           "AnswerTimeout", "BodyTimeout", "UploadTimeout", "ANSWER_MIN_RATE", "ANSWER_TIMES",
            "answer_opener", "timed"]
 
 log = logging.getLogger("edge.agent")
@@ -129,10 +139,11 @@ class Uplink:
 
     ``timeout`` bounds each wait, ``answer_timeout`` (default :data:`ANSWER_TIMES` times
     ``timeout``) a whole answer, and with 1 s per KiB a request's body (see the module
-    docstring). ``bytes_on_wire`` counts the request body bytes sent (gzipped, when they
-    were), every attempt included: a body refused before it was sent (``Expect``) is not
-    counted, while one sent at once is, whole, even when its connection failed (urllib
-    cannot tell how much of it left)."""
+    docstring); :meth:`upload_bound` one upload, its resends after a ``417`` or ``415``
+    included. ``bytes_on_wire`` counts the request body bytes sent (gzipped, when they
+    were), every attempt included: the bytes the kernel took, so a body refused before it
+    was sent (``Expect``) or whose connection was refused counts none, and one whose
+    connection failed part-way what went (queued in the kernel, not necessarily across)."""
 
     def __init__(self, url: str, token: str, timeout: float = 10.0,
                  ca_file: str | None = None, expect_continue: bool = True,
@@ -154,11 +165,15 @@ class Uplink:
         return {"Authorization": f"Bearer {self.token}", **(headers or {})}
 
     def _request(self, method: str, path: str, body: bytes | None = None,
-                 headers: dict | None = None, timeout: float | None = None
-                 ) -> urllib.request.Request:
+                 headers: dict | None = None, timeout: float | None = None,
+                 bound: _UploadDeadline | None = None) -> urllib.request.Request:
         req = urllib.request.Request(self.url + path, data=body, method=method,
                                      headers=self._headers(headers))
-        return timed(req, *self._answer_time(timeout))
+        req = timed(req, *self._answer_time(timeout))
+        req.answer_deadline.bound = bound
+        if req.body_deadline is not None:
+            req.body_deadline.bound = bound
+        return req
 
     def _answer_time(self, timeout: float | None) -> tuple[float, str | None]:
         """The whole answer's seconds, and the setting they come from: ``answer_timeout``,
@@ -171,35 +186,69 @@ class Uplink:
               ) -> tuple[int, bytes, float | None] | Outcome:
         """``(status, answer body, Retry-After seconds)``, or a ``"retry"`` outcome when no
         answer came or it was a redirect (never followed: :class:`NoRedirects`). The body
-        is gzipped when the collector takes it (RFC 7694)."""
+        is gzipped when the collector takes it (RFC 7694). Its requests (the resends after
+        a ``417`` or ``415`` too) end within one :meth:`upload_bound`."""
+        bound = _UploadDeadline(self.upload_bound(len(body), timeout), len(body),
+                                named=timeout is None)
         if not (self.compress and self.gzip_taken and len(body) >= EXPECT_MIN_BYTES):
-            return self._send(path, body, content_type, None, timeout)
+            return self._send(path, body, content_type, None, timeout, bound)
         answer = self._send(path, gzip.compress(body, GZIP_LEVEL, mtime=0), content_type,
-                            "gzip", timeout)
+                            "gzip", timeout, bound)
         if _status(answer) != 415:
             return answer
         self.compress = False
         log.info("the collector refused a gzipped body (HTTP 415: %s); bodies are sent "
                  "uncompressed from now on", error_text(answer[1]))
-        return self._send(path, body, content_type, None, timeout)
+        return self._send(path, body, content_type, None, timeout, bound)
+
+    def upload_bound(self, size: int, timeout: float | None = None) -> float:
+        """Seconds one upload of a ``size``-byte body may take, its resends after a ``417``
+        or ``415`` included: what its first request's waits may add up to, ``timeout``
+        (default ``collector.timeout``) to connect, :data:`CONTINUE_WAIT` for ``100
+        Continue``, ``answer_timeout`` for the body to get across and again for the answer,
+        and 1/:data:`ANSWER_MIN_RATE` s per byte of the body (and of the answers' bodies,
+        as they come). A resend gets what is left, not fresh timeouts."""
+        wait = timeout or self.timeout
+        return wait + min(CONTINUE_WAIT, wait) + 2 * self._answer_time(timeout)[0] + \
+            size / ANSWER_MIN_RATE
 
     def _send(self, path: str, body: bytes, content_type: str, coding: str | None,
-              timeout: float | None) -> tuple[int, bytes, float | None] | Outcome:
+              timeout: float | None, bound: _UploadDeadline
+              ) -> tuple[int, bytes, float | None] | Outcome:
         """:meth:`_post` of ``body`` as it is (``coding``: its Content-Encoding)."""
         headers = {"Content-Type": content_type}
         if coding:
             headers["Content-Encoding"] = coding
         if self.expect_continue and len(body) >= EXPECT_MIN_BYTES:
-            answer = self._post_expecting(path, body, headers, timeout)
+            answer = self._counted(self._post_expecting, path, body, headers, timeout, bound)
             if _status(answer) != 417:
                 return answer
             self.expect_continue = False
             log.info("the collector (or a proxy before it) refused Expect: 100-continue "
                      "(HTTP 417); bodies are sent at once from now on")
-        req = self._request("POST", path, body, headers, timeout)
-        self.bytes_on_wire += len(body)  # urllib sends it whatever the answer (see above)
+        return self._counted(self._post_at_once, path, body, headers, timeout, bound)
+
+    def _counted(self, post, path: str, body: bytes, headers: dict, timeout: float | None,
+                 bound: _UploadDeadline) -> tuple[int, bytes, float | None] | Outcome:
+        """``post(path, body, headers, timeout, bound, sent)``'s answer, the body bytes it
+        sent counted (``bytes_on_wire``); a success for a body not sent whole is not
+        believed (:func:`_whole`). ``post`` begins no request past ``bound``."""
+        sent = _Sent()
         try:
-            with self.opener.open(req, timeout=timeout or self.timeout) as resp:
+            answer = post(path, body, headers, timeout, bound, sent)
+        finally:
+            self.bytes_on_wire += sent.bytes
+        return _whole(answer, sent.bytes, len(body))
+
+    def _post_at_once(self, path: str, body: bytes, headers: dict, timeout: float | None,
+                      bound: _UploadDeadline, sent: _Sent
+                      ) -> tuple[int, bytes, float | None] | Outcome:
+        """:meth:`_post` of ``body`` with its headers, by urllib."""
+        req = self._request("POST", path, body, headers, timeout, bound)
+        req.sent = sent
+        try:
+            wait = bound.wait(timeout or self.timeout)
+            with self.opener.open(req, timeout=wait) as resp:
                 return self._answered(resp.status, resp.headers, lambda: resp.read(1 << 16))
         except urllib.error.HTTPError as e:
             return self._answered(e.code, e.headers, functools.partial(error_body, e))
@@ -242,14 +291,20 @@ class Uplink:
                 log.info("this device's clock is within %g s of the collector's again (%s "
                          "%s)", CLOCK_SLACK / 2, off, way)
 
-    def _post_expecting(self, path: str, body: bytes, headers: dict,
-                        timeout: float | None) -> tuple[int, bytes, float | None] | Outcome:
+    def _post_expecting(self, path: str, body: bytes, headers: dict, timeout: float | None,
+                        bound: _UploadDeadline, sent: _Sent
+                        ) -> tuple[int, bytes, float | None] | Outcome:
         """:meth:`_post` with ``Expect: 100-continue``: the body is sent after the
         collector's ``100 Continue``, or after :data:`CONTINUE_WAIT` without an answer; not
         at all when the first answer is final (a refusal)."""
-        conn = self._connection(timeout or self.timeout)
+        try:
+            wait = bound.wait(timeout or self.timeout)
+        except UploadTimeout as e:
+            return _no_answer(e)
+        conn = self._connection(wait, sent)
         try:
             deadline = self._ask(conn, path, len(body), headers, timeout)
+            deadline.bound = bound
             head = self._send_when_asked(conn, body, deadline)
             if head is None:
                 return Outcome("retry", None, "connection: timed out")
@@ -283,8 +338,8 @@ class Uplink:
         first, head = _first_answer(conn.sock, min(CONTINUE_WAIT, conn.timeout), deadline)
         if first != "final":
             conn.body_deadline = _BodyDeadline(deadline.seconds, len(body), deadline.name)
+            conn.body_deadline.bound = deadline.bound
             conn.send(body)
-            self.bytes_on_wire += len(body)
             head += _drain(conn.sock, conn.timeout, within=conn.body_deadline)
             deadline.restart()  # the body's time is its link's, not the answer's
         if first == "silent":  # a busy collector says 100 late; an HTTP/1.0 one never
@@ -301,11 +356,11 @@ class Uplink:
                  "HTTP/1.0 server or proxy?); bodies are sent at once from now on",
                  CONTINUE_WAIT)
 
-    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+    def _connection(self, timeout: float, sent: _Sent) -> http.client.HTTPConnection:
         host, port = self.target.hostname, self.target.port
         if self.target.scheme == "https":
-            return _PacedHTTPS(host, port, timeout=timeout, context=self.context)
-        return _PacedHTTP(host, port, timeout=timeout)
+            return _PacedHTTPS(host, port, timeout=timeout, context=self.context, sent=sent)
+        return _PacedHTTP(host, port, timeout=timeout, sent=sent)
 
     def _post_200(self, path: str, body: bytes, content_type: str,
                   timeout: float | None = None) -> bytes | Outcome:
@@ -403,6 +458,7 @@ class _Deadline:
 
     def __init__(self, seconds: float, name: str | None = None):
         self.seconds, self.name = float(seconds), name
+        self.bound: _Deadline | None = None  # the upload's (_UploadDeadline), when sooner
         self.restart()
 
     def restart(self) -> None:
@@ -412,13 +468,26 @@ class _Deadline:
     def earn(self, n: int) -> None:
         self.at += n / ANSWER_MIN_RATE
         self.earned += n
+        if self.bound is not None:
+            self.bound.earn(n)
+
+    def binding(self) -> _Deadline:
+        """This deadline, or its ``bound`` when that comes sooner."""
+        if self.bound is not None and self.bound.at < self.at:
+            return self.bound.binding()
+        return self
 
     def left(self) -> float:
-        """Seconds left; :class:`AnswerTimeout` when none are."""
-        left = self.at - time.monotonic()
+        """Seconds left; the :meth:`binding` deadline's error when none are."""
+        deadline = self.binding()
+        left = deadline.at - time.monotonic()
         if left <= 0:
-            raise self.expired()
+            raise deadline.expired()
         return left
+
+    def wait(self, timeout: float) -> float:
+        """``timeout``, or the seconds left when fewer (:meth:`left`)."""
+        return min(timeout, self.left())
 
     def expired(self) -> AnswerTimeout:
         said = f"no whole answer within {self.seconds:g} s"
@@ -449,6 +518,28 @@ class _BodyDeadline(_Deadline):
             f"took it slower than {ANSWER_MIN_RATE:g} bytes/s")
 
 
+class UploadTimeout(TimeoutError):
+    """An upload not over in the time an :class:`_UploadDeadline` gave it (its resends
+    after a ``417`` or ``415`` included): retried as a timeout."""
+
+
+class _UploadDeadline(_Deadline):
+    """When one upload, all its requests included, must be over:
+    :meth:`Uplink.upload_bound` seconds from its start (``named``: the Uplink's timeouts
+    gave them, not a request's own, for the message); nothing restarts it."""
+
+    def __init__(self, seconds: float, size: int, named: bool = True):
+        self.size = size
+        super().__init__(seconds, "collector.timeout, the wait for 100 Continue, twice "
+                         "collector.answer_timeout" if named else None)
+
+    def expired(self) -> UploadTimeout:
+        given = f"{self.name} and " if self.name else ""
+        return UploadTimeout(
+            f"the upload did not end within {self.seconds:g} s ({given}1 s per KiB of its "
+            f"{self.size} bytes), its resends after a 417 or 415 included")
+
+
 def timed(req: urllib.request.Request, seconds: float, name: str | None = None
           ) -> urllib.request.Request:
     """``req``, whose whole answer an :func:`answer_opener` reads within ``seconds`` of the
@@ -474,7 +565,8 @@ def answer_opener(context: ssl.SSLContext | None = None) -> urllib.request.Opene
 
 def _within(sock: socket.socket, deadline: _Deadline, io):
     """``io()``, a read or a send on ``sock``, within its timeout (one wait) and
-    ``deadline``'s time (its :meth:`~_Deadline.expired` error past it)."""
+    ``deadline``'s time (its :meth:`~_Deadline.binding` one's error past it)."""
+    deadline = deadline.binding()
     timeout = sock.gettimeout()
     left = deadline.left()
     binding = timeout is None or left < timeout
@@ -508,12 +600,16 @@ class _Paced:
     A server may answer before it has the whole body (a refusal: ``413``, ``401``,
     ``503``) and close: the rest of the body is then not sent, and the answer that came
     is read all the same; ``cut`` is the error that stopped the body, raised when no
-    answer can be read."""
+    answer can be read. ``sent`` counts the body's bytes the kernel took (the pieces are
+    sent with ``send``, not ``sendall``, whose count is lost when it fails)."""
 
     def __init__(self, *args, answer_deadline: _Deadline | None = None,
-                 body_deadline: _BodyDeadline | None = None, **kw):
+                 body_deadline: _BodyDeadline | None = None, sent: _Sent | None = None,
+                 **kw):
         super().__init__(*args, **kw)
         self.answer_deadline, self.body_deadline = answer_deadline, body_deadline
+        self.sent = sent or _Sent()
+        self.head_sent = False
         self.cut: OSError | None = None
         self.early = b""  # the answer's first bytes, read while the body drained
 
@@ -533,22 +629,38 @@ class _Paced:
             self.connect()  # a refused connection fails here, as in http.client
         if self.cut is not None:
             return
+        # http.client sends a request's head in one call, before its body
+        body, self.head_sent = self.head_sent, True
         try:
-            if isinstance(data, (bytes, bytearray)) and len(data) > SEND_PIECE:
-                view = memoryview(data)
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                view = memoryview(data).cast("B")
                 for at in range(0, len(view), SEND_PIECE):
-                    self._send_piece(view[at:at + SEND_PIECE])
-            else:
-                self._send_piece(data)
+                    self._send_piece(view[at:at + SEND_PIECE], body)
+            else:  # a file or an iterable: http.client's own way, not counted
+                self._paced(lambda: super(_Paced, self).send(data))
         except (ConnectionError, ssl.SSLEOFError) as e:  # the server stopped taking it
             self.cut = e
 
-    def _send_piece(self, data) -> None:
-        send = super().send
-        if self.body_deadline is None:
-            send(data)
-        else:
-            _within(self.sock, self.body_deadline, lambda: send(data))
+    def _send_piece(self, piece: memoryview, body: bool) -> None:
+        """``piece`` handed to the kernel within one timeout (as one ``sendall``), its
+        bytes counted in ``sent`` as they go when they are the ``body``'s."""
+        timeout = self.sock.gettimeout()
+        until = None if timeout is None else time.monotonic() + timeout
+        try:
+            while piece:
+                if until is not None:
+                    self.sock.settimeout(max(until - time.monotonic(), 1e-3))
+                n = self._paced(functools.partial(self.sock.send, piece))
+                if body:
+                    self.sent.bytes += n
+                piece = piece[n:]
+        finally:
+            self.sock.settimeout(timeout)
+
+    def _paced(self, send):
+        """``send()`` within the body's deadline, when it has one."""
+        return send() if self.body_deadline is None else \
+            _within(self.sock, self.body_deadline, send)
 
     def getresponse(self):
         if self.sock is not None and self.cut is None:
@@ -559,6 +671,14 @@ class _Paced:
             if self.cut is not None:
                 raise self.cut from None
             raise
+
+
+class _Sent:
+    """The body bytes of one request the kernel took: fewer than the body's when its
+    connection failed part-way."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
 
 
 class _PacedHTTP(_Paced, http.client.HTTPConnection):
@@ -584,7 +704,8 @@ def _paced(connection: type, req: urllib.request.Request):
     deadlines (:func:`timed`)."""
     return functools.partial(connection,
                              answer_deadline=getattr(req, "answer_deadline", None),
-                             body_deadline=getattr(req, "body_deadline", None))
+                             body_deadline=getattr(req, "body_deadline", None),
+                             sent=getattr(req, "sent", None))
 
 
 class NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -675,6 +796,19 @@ def _status(answer: tuple[int, bytes, float | None] | Outcome) -> int | None:
     return answer.status if isinstance(answer, Outcome) else answer[0]
 
 
+def _whole(answer: tuple[int, bytes, float | None] | Outcome, sent: int, size: int
+           ) -> tuple[int, bytes, float | None] | Outcome:
+    """``answer``, unless it is a success for a body of ``size`` bytes of which only
+    ``sent`` went (the connection failed part-way, or a final answer came before the
+    body): that is a retry, as if no answer had come. The collector stores a batch only
+    once it has it whole; a resend of one it stored is a duplicate (by digest)."""
+    status = _status(answer)
+    if status is None or not 200 <= status < 300 or sent >= size:
+        return answer
+    return Outcome("retry", status, f"a success for a body cut short ({sent} of {size} "
+                   "bytes sent): not taken as an acknowledgement")
+
+
 def _first_answer(sock: socket.socket, wait: float, deadline: _Deadline | None = None,
                   data: bytes = b"") -> tuple[str, bytes]:
     """Wait up to ``wait`` seconds for the collector's first answer to headers sent with
@@ -692,7 +826,7 @@ def _first_answer(sock: socket.socket, wait: float, deadline: _Deadline | None =
             sock.settimeout(max(until - time.monotonic(), 1e-3))
             try:
                 data = _recv(sock, deadline)
-            except AnswerTimeout:
+            except (AnswerTimeout, UploadTimeout):
                 raise
             except TimeoutError:
                 return "silent", b""
@@ -746,8 +880,10 @@ def _skip_interim(skipped: int) -> int:
 
 
 def _interim(head: bytes) -> bool:
-    """An interim answer other than ``100`` (``101`` switches protocols: final here)."""
-    return head[9:10] == b"1" and head[9:12] not in (b"100", b"101")
+    """Whether the answer ``head`` starts with is interim, other than ``100``
+    (:func:`_interim_status`)."""
+    status = head[9:12]
+    return status.isdigit() and _interim_status(int(status))
 
 
 def _interim_status(status: int) -> bool:

@@ -11,6 +11,7 @@ import gzip
 import http.client
 import json
 import logging
+import random
 import socket
 import ssl
 import threading
@@ -767,6 +768,65 @@ def test_a_refusal_while_the_body_goes_is_read_though_the_server_closes(
     assert uplink.expect_continue == expect
 
 
+def _answer(status: int, doc: bytes) -> bytes:
+    return (b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n\r\n%s" % (status, len(doc), doc))
+
+
+@pytest.mark.parametrize("expect", [True, False], ids=["late refusal", "without Expect"])
+def test_bytes_on_wire_counts_what_went_of_a_body_cut_short_and_none_of_a_refused_one(
+        expect):
+    """upload_bytes_on_wire counted a body sent without Expect (or after the wait for 100
+    Continue) whole, even when the collector closed on it part-way, and even when the
+    connection was refused: it counts the bytes the kernel took now."""
+    body = b"x" * (8 << 20)  # more than the socket buffers hold
+    listener = _refusing(_answer(413, b'{"error": "too large"}'),
+                         CONTINUE_WAIT + 0.3 if expect else 0.3)
+    try:
+        uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=5,
+                        expect_continue=expect)
+        out = uplink.post_batch(body)
+    finally:
+        listener.close()
+    assert (out.action, out.status) == ("reject", 413), out
+    assert 0 < uplink.bytes_on_wire < len(body) // 2, uplink.bytes_on_wire
+    closed = socket.create_server(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there: the connection is refused
+    nowhere = Uplink(f"http://127.0.0.1:{port}", "tok", timeout=5, expect_continue=expect)
+    assert nowhere.post_batch(body[:100]).action == "retry" and nowhere.bytes_on_wire == 0
+
+
+@pytest.mark.parametrize("expect", [True, False], ids=["late answer", "without Expect"])
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_200_to_a_body_cut_short_is_not_taken_as_stored(expect, scheme, tls, tmp_path):
+    """What answers at the collector's address says "stored" to a batch it never read and
+    closes on its body: the agent believed it and dropped the batch from its outbox. A
+    success for a body that did not go whole is retried now (the collector stores a batch
+    only whole, and a resend of one it stored is a duplicate, by digest)."""
+    from edge.outbox import Backoff, Outbox
+    from edge.uplink import Uploader
+
+    listener = _refusing(_answer(200, b'{"status": "stored"}'),
+                         CONTINUE_WAIT + 0.3 if expect else 0.3,
+                         tls[0] if scheme == "https" else None)
+    body = b"x" * (8 << 20)
+    try:
+        uplink = Uplink(f"{scheme}://127.0.0.1:{listener.getsockname()[1]}", "tok",
+                        timeout=5, expect_continue=expect, ca_file=tls[1])
+        with Outbox(tmp_path / "outbox.db", backoff=Backoff(60.0, jitter=0.0)) as outbox:
+            outbox.put(body, "dev/1")
+            uploader = Uploader(outbox, uplink)
+            assert uploader.send_one()
+            summary = outbox.summary()
+    finally:
+        listener.close()
+    assert uploader.counts["acked"] == 0 and summary["pending"] == 1
+    said = summary["oldest"]["last_error"]
+    assert said.startswith("HTTP 200: a success for a body cut short (") and said.endswith(
+        f" of {len(body)} bytes sent): not taken as an acknowledgement"), said
+
+
 @pytest.mark.parametrize("flood, most, says", [
     (b"H" * 65536, 32 << 20, "an answer head of more than 65536 bytes without its end"),
     (b"HTTP/1.1 100 Continue\r\n" + b"X-Hint: " + b"h" * 1000 + b"\r\n", 32 << 20,
@@ -812,10 +872,11 @@ def test_a_retry_after_that_is_not_ascii_digits_is_ignored_not_a_crash(size):
 def test_a_200_whose_json_is_not_an_object_is_a_retry_not_a_crash(doc, size):
     """Another API at the collector's address answers 200 with a JSON list: the uploads
     read ``.get`` of it, an AttributeError (an unexpected error with a traceback and the
-    crash backoff); it is a retry like a 200 that is not JSON."""
+    crash backoff); it is a retry like a 200 that is not JSON. (It reads the body first:
+    a 200 before the body went is not believed at all.)"""
     answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
               b"Connection: close\r\n\r\n%s" % (len(doc), doc))
-    listener, _ = _answering(answer, len(answer))
+    listener = _trickling(answer, len(answer), every=0)
     try:
         uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=5)
         out = uplink.post_batch(b"x" * size)
@@ -945,6 +1006,72 @@ def test_interim_answers_after_100_continue_do_not_restart_the_answer_timeout():
     assert (out.action, out.status) == ("retry", None), out
     assert out.detail == "connection: no whole answer within 1.5 s (collector.answer_timeout)"
     assert took < 3.0, took
+
+
+def _slowly(answers: list[bytes], seconds: float, every: float = 0.1) -> socket.socket:
+    """A listener that reads each request whole (never saying 100 Continue: the agent
+    sends the body after its wait) and answers the n-th with ``answers[n]``, its head drawn
+    out over ``seconds`` (a header's byte every ``every`` s, each within the agent's
+    timeout); past the list, with a head that does not end."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve(conn: socket.socket, answer: bytes | None) -> None:
+        with conn:
+            got = b""
+            while b"\r\n\r\n" not in got:
+                got += conn.recv(1 << 16)
+            head, _, body = got.partition(b"\r\n\r\n")
+            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:")))
+            while len(body) < length:
+                body += conn.recv(1 << 16)
+            status, _, rest = (answer or b"HTTP/1.1 200 OK\r\n").partition(b"\r\n")
+            until = time.monotonic() + (seconds if answer else 30)
+            try:
+                conn.sendall(status + b"\r\nX-Pad: ")
+                while time.monotonic() < until:
+                    time.sleep(every)
+                    conn.sendall(b"x")
+                conn.sendall(b"\r\n" + rest)
+            except OSError:  # the agent gave up
+                pass
+
+    def accept() -> None:
+        for n in range(len(answers) + 1):
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn, answers[n] if n < len(answers)
+                                                 else None), daemon=True).start()
+    threading.Thread(target=accept, daemon=True).start()
+    return listener
+
+
+def test_a_417_and_a_415_give_the_resends_what_is_left_of_one_upload_s_time():
+    """After a 417 (Expect refused) and a 415 (gzip refused) the batch was sent again
+    with fresh timeouts each time: a collector (or what answers at its address) that took
+    its time over each answer held one upload three times as long as one request may take.
+    The resends now get what is left of that time (Uplink.upload_bound), and the upload is
+    given up, retried like a timeout, when it is over."""
+    refused = b"HTTP/1.1 417 Expectation Failed\r\nContent-Length: 0\r\n\r\n"
+    listener = _slowly([refused, _answer(415, b'{"error": "no gzip"}')], seconds=2.4)
+    body = random.Random(0).randbytes(EXPECT_MIN_BYTES)  # gzipped, still Expect's size
+    try:
+        uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=0.3,
+                        answer_timeout=3.0)
+        uplink.gzip_taken = True  # an earlier answer said so
+        bound = uplink.upload_bound(len(body))
+        out, took = timed_post(uplink, body)
+    finally:
+        listener.close()
+    assert bound == pytest.approx(0.3 + 0.3 + 2 * 3.0 + 1.0)
+    assert not uplink.expect_continue and not uplink.compress, out  # both fallbacks taken
+    assert out == Outcome("retry", None, (
+        "connection: the upload did not end within 7.6 s (collector.timeout, the wait for "
+        "100 Continue, twice collector.answer_timeout and 1 s per KiB of its 1024 bytes), "
+        "its resends after a 417 or 415 included")), out
+    assert bound - 0.1 < took < bound + 1.0, took
 
 
 def test_the_uploader_retries_a_trickled_answer_as_a_timeout(tmp_path):
