@@ -743,21 +743,24 @@ def _drain(sock: socket.socket, timeout: float | None, restart: _Deadline | None
     """Wait while the bytes handed to the kernel cross the link: the last ones of a body
     may be megabytes (the send buffer grows to 4 MiB), minutes on a thin link, and the
     timeout of the wait for the answer must not count them. Returns when all are
-    acknowledged (and ``restart``s it, when some were not at first), when an answer (or
-    the end) can be read, or where the queue cannot be asked; ``TimeoutError`` when none
-    was acknowledged for ``timeout`` seconds, :class:`BodyTimeout` past ``within``.
-    Returns the answer's first bytes when it read them (:func:`_answer_start`), else
-    ``b""``."""
+    acknowledged, when an answer (or the end) can be read, or where the queue cannot be
+    asked, and ``restart``s the answer's wait in the first two cases when the link took
+    some of them (an answer that comes as the last bytes cross is in time, however long
+    they took); ``TimeoutError`` when none was acknowledged for ``timeout`` seconds,
+    :class:`BodyTimeout` past ``within``. Returns the answer's first bytes when it read
+    them (:func:`_answer_start`), else ``b""``."""
     left = _unacknowledged(sock)
     if not left or timeout is None:
         return b""
-    moved = time.monotonic()
+    moved = started = time.monotonic()
     while left:
         if within is not None:
             within.left()
         if readable(sock, DRAIN_POLL):
             early = _answer_start(sock)
             if early is not None:
+                if restart is not None and moved > started:
+                    restart.restart()
                 return early
         now_left = _unacknowledged(sock)
         if now_left is None:
