@@ -85,10 +85,24 @@ def d(tmp_path_factory) -> Path:
     stray = d / "archive" / "date=2024-01-01" / "device=pi-01" / "part-00000000000000000001.parquet"
     stray.parent.mkdir(parents=True)
     stray.write_text("a file no batch of the database is in")
+    _corrupt_parquet_files(d)
     from edge.outbox import Outbox
 
     Outbox(d / "outbox.db").close()
     return d
+
+
+def _corrupt_parquet_files(d: Path) -> None:
+    """Events a b a b ... in row groups of 50: the first group's data corrupt, or the
+    second's (the footers read)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from damaged import corrupt_parquet
+
+    rows = pa.table({"type": ["a", "b"] * 50, "t": [float(i) for i in range(100)]})
+    for name, group in (("corrupt-first.parquet", 0), ("corrupt-later.parquet", 1)):
+        pq.write_table(rows, d / name, row_group_size=50)
+        corrupt_parquet(d / name, group)
 
 
 MATCH = ["match", "-p", "a b", "-w", "3"]
@@ -127,6 +141,11 @@ CASES = [
      "acep match: --where: 'type' is not among"),
     ("match: a bad event", [*MATCH, "{d}/bad.jsonl"], 1,
      "acep: error: {d}/bad.jsonl, line 2, field 't'"),
+    # corrupt data: exit 1 where reading the events is the work (README, Exit codes)
+    ("match: corrupt Parquet data after matches", [*MATCH, "{d}/corrupt-later.parquet"], 1,
+     "acep: error: {d}/corrupt-later.parquet: unreadable Parquet data ("),
+    ("match: corrupt Parquet data in the first events", [*MATCH, "{d}/corrupt-first.parquet"],
+     1, "acep: error: {d}/corrupt-first.parquet: unreadable Parquet data ("),
     ("match: --max-entries reached", ["match", "-p", "a+ b", "-w", "100", "--all-trajectories",
                                       "--max-entries", "1024", "{d}/long.jsonl"], 1,
      "above the limit of 1,024"),
@@ -171,6 +190,9 @@ CASES = [
     ("history build: a bucket that holds no operation",
      [*BUILD, "--sketch", "{d}/n.sketch", "--key-file", "{d}/fleet.key", "--fit", "0.01",
       "--burst", "1"], 2, "the bucket holds"),
+    ("history build: corrupt Parquet data",
+     [*BUILD[:2], "{d}/corrupt-first.parquet", *BUILD[3:]], 1,
+     "acep: error: {d}/corrupt-first.parquet: unreadable Parquet data ("),
     ("history build: a bad event", [*BUILD[:2], "{d}/bad.jsonl", *BUILD[3:]], 1,
      "{d}/bad.jsonl, line 2, field 't'"),
 
@@ -215,6 +237,11 @@ CASES = [
     ("train: --chunk 0", [*TRAIN, "--chunk", "0"], 2, "argument --chunk"),
     ("train: a bad pattern", ["train", "{d}/ev.jsonl", "-p", "a (b", "-w", "3", "-o",
                               "{d}/t.history"], 2, "pattern error"),
+    # corrupt data: exit 2 where a check finds it before the work (README, Exit codes);
+    # those found by Spark's read of every file: tests/test_trainer*.py
+    ("train: corrupt Parquet data, found before Spark starts",
+     ["train", "{d}/corrupt-later.parquet", *TRAIN[2:]], 2,
+     "acep train: {d}/corrupt-later.parquet: unreadable Parquet data ("),
     ("train: no such input", ["train", "{d}/gone.jsonl", *TRAIN[2:]], 2,
      "{d}/gone.jsonl: no such file or directory"),
     ("train: no such --key-file", [*TRAIN, "--sketch", "{d}/t.sketch", "--key-file",
@@ -248,6 +275,9 @@ CASES = [
      ["exact-batch", "{d}/next.sase", "--archive", "{d}/archive", "--out", "{d}/matches",
       "--pattern-id", "rising edge"], 2,
      "acep exact-batch: error: argument --pattern-id: 'rising edge' must match"),
+    ("exact-batch: corrupt Parquet data, found before Spark starts",
+     [*BATCH[:2], "{d}/corrupt-first.parquet", *BATCH[3:]], 2,
+     "acep exact-batch: {d}/corrupt-first.parquet: unreadable Parquet data ("),
     ("exact-batch: no such input", [*BATCH[:2], "{d}/gone.jsonl", *BATCH[3:]], 2,
      "{d}/gone.jsonl: no such file or directory"),
 
