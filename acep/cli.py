@@ -22,7 +22,7 @@ from . import __version__, storage
 from ._backend import KernelUnavailable, UnknownKernel
 from ._signals import Terminated, terminate_on_sigterm
 from ._text import one_line
-from .arguments import path_arg
+from .arguments import path_arg, text_arg
 from .events import (
     EventError,
     EventSpec,
@@ -262,15 +262,16 @@ def _edge_main(module: str, argv: list[str]) -> int:
 
 
 def _add_pattern_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pattern", "-p", required=True,
+    p.add_argument("--pattern", "-p", required=True, type=text_arg,
                    help="regular expression over event types, e.g. 'a (b|c) d b'")
     p.add_argument("--window", "-w", required=True, type=parse_window,
                    help="window: tag units, or a duration like 2h for timestamp tags")
     p.add_argument("-k", type=_whole(0, "letters that may be missing", 64), default=0,
                    help="error bound (letters that may be missing, 0..64; default 0)")
-    p.add_argument("--partition", help="attribute to partition by (equivalence test; "
-                                       "default: none, one partition)")
-    p.add_argument("--where", action="append", default=[],
+    p.add_argument("--partition", type=text_arg,
+                   help="attribute to partition by (equivalence test; default: none, one "
+                        "partition)")
+    p.add_argument("--where", action="append", default=[], type=text_arg,
                    help="predicate, e.g. 'd.price > a.price'; repeatable")
 
 
@@ -764,8 +765,9 @@ def _add_evaluate_parser(hsub) -> None:
     ev.add_argument("file", type=path_arg, help=EVENTS_HELP)
     ev.add_argument("--key-file", required=True, type=path_arg,
                     help="the sketch's signing key (a file)")
-    ev.add_argument("--partition", help="the attribute to partition by (default: the one the "
-                                        "sketch records; another is refused)")
+    ev.add_argument("--partition", type=text_arg,
+                    help="the attribute to partition by (default: the one the sketch "
+                         "records; another is refused)")
     ev.add_argument("--spec", type=path_arg, help=SPEC_HELP)
     ev.add_argument("--budgets", type=ratios_type, default="0.05,0.1,0.25,0.5,1",
                     metavar="RATIOS",
@@ -773,7 +775,7 @@ def _add_evaluate_parser(hsub) -> None:
                          "per event (default 0.05,0.1,0.25,0.5,1)")
     ev.add_argument("--burst", type=burst_type, default=64.0,
                     help="the devices' bucket depth in events (default 64)")
-    ev.add_argument("--policies", metavar="NAMES",
+    ev.add_argument("--policies", metavar="NAMES", type=text_arg,
                     help="comma-separated, from keep-first, random, oldest-first, completion "
                          "(needs --history), history (the sketch, learning off), history+rl, "
                          "hindsight (offline reference: slow on long streams) (default: all "

@@ -115,6 +115,24 @@ def output_dir(out: Path | None, results: Path, partial: bool = False) -> Path:
     return out
 
 
+def bench_main(name: str, argv: list[str] | None,
+               parse_args: Callable[[list[str]], argparse.Namespace],
+               benchmark: Callable[..., dict], scale: Callable[[argparse.Namespace], object],
+               plot, summary: Callable[[dict], str], setting: str | None = None,
+               verdict: Callable[[dict], int] = lambda results: 0) -> int:
+    """The ``main`` of ``python -m bench.<name>``: the command line (``argv``, else
+    ``sys.argv[1:]``) read by ``parse_args``, then ``benchmark(work, args.data, args.quick,
+    scale(args))`` measured and published (:func:`run_and_publish`; the scale in the
+    settings as ``setting`` when one is named). Exit 2 when the inputs or the flights
+    cannot be had, else ``verdict(results)``."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    size = scale(args)
+    results = run_and_publish(name, argv, args, lambda work: benchmark(
+        work, args.data, args.quick, size), plot, summary, **({setting: size} if setting else {}))
+    return 2 if results is None else verdict(results)
+
+
 def run_and_publish(name: str, argv: list[str], args: argparse.Namespace,
                     measure: Callable[[Path], dict], plot, summary: Callable[[dict], str],
                     **settings) -> dict | None:

@@ -49,7 +49,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from acep import storage
-from acep.arguments import path_arg
+from acep.arguments import id_arg, path_arg, text_arg
 
 from . import exposition
 from .admission import DEFAULT_MAX_WAIT, DEFAULT_PER_DEVICE, Admission, Refusal
@@ -1216,7 +1216,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="database: a SQLite file path or sqlite:///PATH")
     p.add_argument("--archive", type=path_arg,
                    help="directory of the Parquet archive (needed to serve)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--host", default="127.0.0.1", type=text_arg,
+                   help="address to bind (default 127.0.0.1; 0.0.0.0: every interface)")
     p.add_argument("--port", type=_port, default=DEFAULT_PORT,
                    help=f"port (default {DEFAULT_PORT}; 0 picks a free one, printed)")
     p.add_argument("--tls-cert", metavar="PEM", type=path_arg,
@@ -1310,23 +1311,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--access-log", action="store_true",
                    help="also log one line per request (at INFO)")
     tools = p.add_mutually_exclusive_group()
-    tools.add_argument("--add-device", metavar="ID",
+    tools.add_argument("--add-device", metavar="ID", type=id_arg,
                        help="register a device, print its new token once and exit (a known "
                             "device gets a new token; its old one is refused at once)")
-    tools.add_argument("--add-admin", metavar="NAME",
+    tools.add_argument("--add-admin", metavar="NAME", type=id_arg,
                        help="register an admin (may PUT sketches), print its token and exit")
-    tools.add_argument("--rotate-token", metavar="ID",
+    tools.add_argument("--rotate-token", metavar="ID", type=text_arg,
                        help="print a new token for a registered device or admin; its current "
                             "one stays valid until the new one is first used (7 days at "
                             "most), so the device is never refused meanwhile; exit")
-    tools.add_argument("--revoke-device", metavar="ID",
+    tools.add_argument("--revoke-device", metavar="ID", type=text_arg,
                        help="refuse the token of a device or admin from now on (also on the "
                             "running collector) and exit; its stored batches stay")
     tools.add_argument("--list-devices", action="store_true",
                        help="one JSON line per device: role, when its token was issued, its "
                             "batches, when the last one arrived, when it was last seen and "
                             "its last heartbeat's status; exit")
-    tools.add_argument("--prune-before", metavar="YYYY-MM-DD",
+    tools.add_argument("--prune-before", metavar="YYYY-MM-DD", type=text_arg,
                        help="delete the batches created before this UTC day (by the device's "
                             "clock: the day of the archive's date= folder), their matches "
                             "and summaries, and with --archive its days before it; print "
@@ -1556,9 +1557,6 @@ def _maintain(store: Store, args: argparse.Namespace) -> int:
         print(f"revoked {args.revoke_device}: its token is refused from now on")
         return 0
     name = args.add_device if args.add_device is not None else args.add_admin
-    if not valid_id(name):
-        print(f"acep serve: id {name!r} must match {ID_RULE}", file=sys.stderr)
-        return 2
     print(store.add_device(name, "device" if args.add_device is not None else "admin"))
     return 0
 

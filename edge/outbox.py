@@ -594,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
                                  description="what is pending in an agent's outbox, and list, "
                                              "export, resend or delete its dead letters "
                                              "(batches the collector refused for good)")
-    from acep.arguments import path_arg
+    from acep.arguments import path_arg, text_arg
 
     ap.add_argument("path", type=path_arg, help="the agent's outbox file (outbox.path)")
     sub = ap.add_subparsers(dest="command", required=True, metavar="ACTION")
@@ -608,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, text in (("requeue", "send these dead letters again (all without ids)"),
                        ("discard", "delete these dead letters for good")):
         p = sub.add_parser(name, help=text)
-        p.add_argument("ids", nargs="*")
+        p.add_argument("ids", nargs="*", type=text_arg)
         if name == "discard":
             p.add_argument("--all", action="store_true", help="every dead letter")
         else:

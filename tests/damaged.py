@@ -5,10 +5,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 
-def corrupt_parquet(path: Path) -> Path:
-    """Flip the bytes of a Parquet file's first column chunk: its footer still reads."""
+def corrupt_parquet(path: Path, row_group: int = 0) -> Path:
+    """Flip the bytes of the first column chunk of a Parquet file's ``row_group``: its
+    footer still reads, and so do the row groups before it."""
+    column = pq.read_metadata(path).row_group(row_group).column(0)
+    start = column.dictionary_page_offset if column.has_dictionary_page else \
+        column.data_page_offset
     data = bytearray(path.read_bytes())
-    for i in range(4, 4 + pq.read_metadata(path).row_group(0).column(0).total_compressed_size):
+    for i in range(start, start + column.total_compressed_size):
         data[i] ^= 0xFF
     path.write_bytes(bytes(data))
     return path

@@ -86,10 +86,24 @@ def d(tmp_path_factory) -> Path:
     stray = d / "archive" / "date=2024-01-01" / "device=pi-01" / "part-00000000000000000001.parquet"
     stray.parent.mkdir(parents=True)
     stray.write_text("a file no batch of the database is in")
+    _corrupt_parquet_files(d)
     from edge.outbox import Outbox
 
     Outbox(d / "outbox.db").close()
     return d
+
+
+def _corrupt_parquet_files(d: Path) -> None:
+    """Events a b a b ... in row groups of 50: the first group's data corrupt, or the
+    second's (the footers read)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from damaged import corrupt_parquet
+
+    rows = pa.table({"type": ["a", "b"] * 50, "t": [float(i) for i in range(100)]})
+    for name, group in (("corrupt-first.parquet", 0), ("corrupt-later.parquet", 1)):
+        pq.write_table(rows, d / name, row_group_size=50)
+        corrupt_parquet(d / name, group)
 
 
 MATCH = ["match", "-p", "a b", "-w", "3"]
@@ -130,6 +144,11 @@ CASES = [
      "acep match: --where: 'type' is not among"),
     ("match: a bad event", [*MATCH, "{d}/bad.jsonl"], 1,
      "acep: error: {d}/bad.jsonl, line 2, field 't'"),
+    # corrupt data: exit 1 where reading the events is the work (README, Exit codes)
+    ("match: corrupt Parquet data after matches", [*MATCH, "{d}/corrupt-later.parquet"], 1,
+     "acep: error: {d}/corrupt-later.parquet: unreadable Parquet data ("),
+    ("match: corrupt Parquet data in the first events", [*MATCH, "{d}/corrupt-first.parquet"],
+     1, "acep: error: {d}/corrupt-first.parquet: unreadable Parquet data ("),
     ("match: --max-entries reached", ["match", "-p", "a+ b", "-w", "100", "--all-trajectories",
                                       "--max-entries", "1024", "{d}/long.jsonl"], 1,
      "above the limit of 1,024"),
@@ -174,6 +193,9 @@ CASES = [
     ("history build: a bucket that holds no operation",
      [*BUILD, "--sketch", "{d}/n.sketch", "--key-file", "{d}/fleet.key", "--fit", "0.01",
       "--burst", "1"], 2, "the bucket holds"),
+    ("history build: corrupt Parquet data",
+     [*BUILD[:2], "{d}/corrupt-first.parquet", *BUILD[3:]], 1,
+     "acep: error: {d}/corrupt-first.parquet: unreadable Parquet data ("),
     ("history build: a bad event", [*BUILD[:2], "{d}/bad.jsonl", *BUILD[3:]], 1,
      "{d}/bad.jsonl, line 2, field 't'"),
 
@@ -218,6 +240,11 @@ CASES = [
     ("train: --chunk 0", [*TRAIN, "--chunk", "0"], 2, "argument --chunk"),
     ("train: a bad pattern", ["train", "{d}/ev.jsonl", "-p", "a (b", "-w", "3", "-o",
                               "{d}/t.history"], 2, "pattern error"),
+    # corrupt data: exit 2 where a check finds it before the work (README, Exit codes);
+    # those found by Spark's read of every file: tests/test_trainer*.py
+    ("train: corrupt Parquet data, found before Spark starts",
+     ["train", "{d}/corrupt-later.parquet", *TRAIN[2:]], 2,
+     "acep train: {d}/corrupt-later.parquet: unreadable Parquet data ("),
     ("train: no such input", ["train", "{d}/gone.jsonl", *TRAIN[2:]], 2,
      "{d}/gone.jsonl: no such file or directory"),
     ("train: no such --key-file", [*TRAIN, "--sketch", "{d}/t.sketch", "--key-file",
@@ -233,8 +260,11 @@ CASES = [
     ("train: a --pattern-id the collector refuses, with --publish",
      [*TRAIN, "--key-file", "{d}/fleet.key", "--publish", "http://127.0.0.1:{port}",
       "--token-file", "{d}/token", "--pattern-id", "rising edge"], 2,
-     "acep train: --pattern-id 'rising edge': the collector takes ids that match "
-     "[A-Za-z0-9._-]{{1,64}}"),
+     "acep train: error: argument --pattern-id: 'rising edge' must match "
+     "[A-Za-z0-9._-]{{1,64}} (the ids the collector and the agents take)"),
+    ("train: a --pattern-id no archive holds, without --publish",
+     ["train", "--archive", "{d}/archive", "-o", "{d}/t.history", "--pattern-id", "a/b"], 2,
+     "acep train: error: argument --pattern-id: 'a/b' must match"),
 
     ("exact-batch: valid options, no Java", BATCH, 2, f"JAVA_HOME is {NO_JAVA}"),
     ("exact-batch: no such query file", ["exact-batch", "{d}/gone.sase", *BATCH[2:]], 2,
@@ -244,6 +274,13 @@ CASES = [
      "acep exact-batch: --spec: event spec 'nope'"),
     ("exact-batch: --cores 0", [*BATCH, "--cores", "0"], 2, "argument --cores"),
     ("exact-batch: --out is a file", [*BATCH[:-1], "{d}/ev.jsonl"], 2, "an existing file"),
+    ("exact-batch: a --pattern-id no archive holds",
+     ["exact-batch", "{d}/next.sase", "--archive", "{d}/archive", "--out", "{d}/matches",
+      "--pattern-id", "rising edge"], 2,
+     "acep exact-batch: error: argument --pattern-id: 'rising edge' must match"),
+    ("exact-batch: corrupt Parquet data, found before Spark starts",
+     [*BATCH[:2], "{d}/corrupt-first.parquet", *BATCH[3:]], 2,
+     "acep exact-batch: {d}/corrupt-first.parquet: unreadable Parquet data ("),
     ("exact-batch: no such input", [*BATCH[:2], "{d}/gone.jsonl", *BATCH[3:]], 2,
      "{d}/gone.jsonl: no such file or directory"),
 
@@ -364,6 +401,62 @@ def test_exit_code(d, situation, argv, code, says):
 
 def _snapshot(root: Path) -> dict:
     return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
+
+
+# (command, arguments with one other value given empty or blank, the option argparse
+# names, that value): it was taken as the option not given (the archive's only pattern or
+# definition, the local Spark master, the default policies, every interface for --host),
+# refused under another name (--pattern, the id rule after a new --db was made, no
+# device ''), or refused after the work began (--partition exit 1, outbox ids exit 1)
+ARCHIVE_TRAIN = ["train", "--archive", "{d}/archive", "-o", "{d}/t.history"]
+ARCHIVE_BATCH = ["exact-batch", "{d}/next.sase", "--archive", "{d}/archive", "--out",
+                 "{d}/matches"]
+EMPTY_TEXT = [
+    ("match", ["match", "-p", "", "-w", "3", "{d}/ev.jsonl"], "--pattern/-p", ""),
+    ("match", [*MATCH, "--partition", "", "{d}/ev.jsonl"], "--partition", ""),
+    ("match", [*MATCH, "--where", " ", "{d}/ev.jsonl"], "--where", " "),
+    ("history build", [*BUILD, "--partition", ""], "--partition", ""),
+    ("history evaluate", [*EVALUATE, "--policies", ""], "--policies", ""),
+    ("history evaluate", [*EVALUATE, "--partition", ""], "--partition", ""),
+    ("train", [*TRAIN, "--pattern-id", ""], "--pattern-id", ""),
+    ("train", [*ARCHIVE_TRAIN, "--pattern-id", ""], "--pattern-id", ""),
+    ("train", [*ARCHIVE_TRAIN, "--pattern-hash", ""], "--pattern-hash", ""),
+    ("train", [*ARCHIVE_TRAIN, "--since", ""], "--since", ""),
+    ("train", [*ARCHIVE_TRAIN, "--before", " "], "--before", " "),
+    ("train", ["train", "{d}/ev.jsonl", "-p", "", "-w", "3", "-o", "{d}/t.history"],
+     "--pattern/-p", ""),
+    ("train", [*TRAIN, "--where", ""], "--where", ""),
+    ("train", [*TRAIN, "--partition", ""], "--partition", ""),
+    ("train", [*TRAIN, "--master", ""], "--master", ""),
+    ("exact-batch", [*BATCH, "--master", ""], "--master", ""),
+    ("exact-batch", [*ARCHIVE_BATCH, "--pattern-id", ""], "--pattern-id", ""),
+    ("exact-batch", [*ARCHIVE_BATCH, "--pattern-hash", ""], "--pattern-hash", ""),
+    ("outbox path requeue", ["outbox", "{d}/outbox.db", "requeue", ""], "ids", ""),
+    ("outbox path discard", ["outbox", "{d}/outbox.db", "discard", "pi-01/9", " "], "ids",
+     " "),
+    ("serve", ["serve", "--db", "{d}/new.db", "--add-device", ""], "--add-device", ""),
+    ("serve", ["serve", "--db", "{d}/new.db", "--add-admin", " "], "--add-admin", " "),
+    ("serve", [*SERVE, "--rotate-token", ""], "--rotate-token", ""),
+    ("serve", [*SERVE, "--revoke-device", ""], "--revoke-device", ""),
+    ("serve", [*SERVE, "--prune-before", ""], "--prune-before", ""),
+    # --max-body 0: a collector that got past the option would refuse it, not serve
+    ("serve", [*SERVE, "--archive", "{d}/served", "--host", "", "--max-body", "0"], "--host",
+     ""),
+]
+
+
+@pytest.mark.parametrize("command, argv, option, value", EMPTY_TEXT,
+                         ids=[f"{c[0]} {c[2]} {c[3]!r}" for c in EMPTY_TEXT])
+def test_an_empty_value_is_refused_by_its_option_s_name(d, command, argv, option, value):
+    fill = {"d": d, "port": _closed_port()}
+    before = _snapshot(d)
+    done = acep(*(a.format(**fill) for a in argv))
+    said = "an empty value (an unset shell variable?)" if not value else \
+        f"a blank value ({value!r})"
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr.splitlines()[-1] == f"acep {command}: error: argument {option}: {said}", \
+        done.stderr
+    assert _snapshot(d) == before
 
 
 @pytest.mark.parametrize("command, argv, option", EMPTY,

@@ -217,3 +217,16 @@ def test_answers_no_collector_gives_are_one_line(pattern_id, says):
     finally:
         server.shutdown()
     assert str(refused.value) == says.format(url=url)
+
+
+@pytest.mark.parametrize("pattern_id", ["", "rising edge", "../abc", "x" * 65])
+def test_publish_sketch_refuses_an_id_the_collector_would_before_any_request(collector,
+                                                                            pattern_id):
+    """Before, the sketch went up and came back as the collector's 400 (a RuntimeError, or
+    for '' a PUT to /v1/sketches/ itself): the Python API checks what acep train checks."""
+    url, work = collector
+    token = (work / "ops.token").read_text().strip()
+    with pytest.raises(ValueError) as refused:
+        publish_sketch(url, pattern_id, b"a sketch", token)
+    assert str(refused.value) == (f"pattern id {pattern_id!r} must match [A-Za-z0-9._-]{{1,64}} "
+                                  "(the ids the collector and the agents take)")

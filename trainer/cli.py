@@ -16,9 +16,8 @@ import json
 import sys
 
 from acep import storage
-from acep.arguments import path_arg
+from acep.arguments import id_arg, path_arg, text_arg
 from acep.cli import UsageError, load_spec, refused
-from acep.ids import ID_RULE, valid_id
 
 __all__ = ["main"]
 
@@ -53,11 +52,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="the collector's Parquet archive instead (a directory, or a copy "
                         "of it in object storage: s3://bucket/archive; needed when no event "
                         "files are given)")
-    p.add_argument("--pattern-id", metavar="ID",
+    p.add_argument("--pattern-id", metavar="ID", type=id_arg,
                    help="the archive's pattern to train, and the id to publish the sketch "
                         "under (needed with --publish, and for an archive of several "
                         "patterns; default: the archive's only one)")
-    p.add_argument("--pattern-hash", metavar="PREFIX",
+    p.add_argument("--pattern-hash", metavar="PREFIX", type=text_arg,
                    help="the definition of the archived pattern to train, when devices "
                         "uploaded several under its id (a prefix of the hash the refusal "
                         "lists; default: its only definition)")
@@ -65,16 +64,18 @@ def _parser() -> argparse.ArgumentParser:
                    help="event spec of the files: a JSON/TOML file or a preset "
                         "(flights; default: columns t and type, every other "
                         "column an attribute)")
-    p.add_argument("--pattern", "-p", help="ACEP pattern (needed for event files; default "
-                                           "for an archive: the archived one)")
+    p.add_argument("--pattern", "-p", type=text_arg,
+                   help="ACEP pattern (needed for event files; default for an archive: the "
+                        "archived one)")
     p.add_argument("--window", "-w", type=parse_window,
                    help="window, e.g. 3600 or 1h (needed with --pattern)")
     p.add_argument("-k", type=_whole(0, "missing letters"), default=None,
                    help="error bound (default 0)")
-    p.add_argument("--where", action="append", default=None,
+    p.add_argument("--where", action="append", default=None, type=text_arg,
                    help="predicate, e.g. 'c.v > a.v' (repeatable; default: none)")
-    p.add_argument("--partition", help="attribute to partition by (default: none, or the "
-                                       "attribute of an equivalence test [attr] in --where)")
+    p.add_argument("--partition", type=text_arg,
+                   help="attribute to partition by (default: none, or the attribute of an "
+                        "equivalence test [attr] in --where)")
     bins = p.add_mutually_exclusive_group()
     bins.add_argument("--bins", type=bins_type, default=8, help=BINS_HELP)
     bins.add_argument("--bins-from", metavar="HISTORY", type=path_arg,
@@ -109,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
                         "earlier quarantine (replaced, by an empty one when there are no bad "
                         "rows; default: none, the first bad rows are printed and all "
                         "counted)")
-    p.add_argument("--master", help="Spark master (default local[CORES])")
+    p.add_argument("--master", type=text_arg, help="Spark master (default local[CORES])")
     p.add_argument("--cores", type=_whole(1, "cores"),
                    help="cores of the local session (default: all this process may use)")
     p.add_argument("--chunk", type=chunk_length,
@@ -152,9 +153,6 @@ def _check(args) -> None:
         raise UsageError("--sketch and --publish need --key-file (sketches are signed)")
     if args.publish and not (args.token_file and args.pattern_id):
         raise UsageError("--publish needs --token-file and --pattern-id")
-    if args.publish and not valid_id(args.pattern_id):  # else refused after the whole job
-        raise UsageError(f"--pattern-id {args.pattern_id!r}: the collector takes ids that "
-                         f"match {ID_RULE} (the agents' pattern.id)")
     if args.publish_unchecked and not args.publish:
         raise UsageError("--publish-unchecked goes with --publish")
     if args.ca_file and not (args.publish or "").lower().startswith("https://"):

@@ -74,7 +74,7 @@ from pathlib import Path
 
 import numpy as np
 
-from acep.arguments import path_arg
+from acep.arguments import id_arg, path_arg, text_arg
 from acep.cli import UsageError, load_spec
 from acep.events import EventBatch, EventSpec
 
@@ -477,8 +477,9 @@ def _parser() -> argparse.ArgumentParser:
                         "them; local, or URIs such as s3://bucket/dir")
     p.add_argument("--archive", metavar="DIR", type=path_arg,
                    help="the collector's Parquet archive instead (as acep train --archive)")
-    p.add_argument("--pattern-id", help="the archive's pattern whose windows to read")
-    p.add_argument("--pattern-hash", metavar="PREFIX",
+    p.add_argument("--pattern-id", metavar="ID", type=id_arg,
+                   help="the archive's pattern whose windows to read")
+    p.add_argument("--pattern-hash", metavar="PREFIX", type=text_arg,
                    help="the definition of that pattern to read, when devices uploaded "
                         "several under its id (a prefix of the hash the refusal lists)")
     p.add_argument("--spec", type=path_arg,
@@ -486,7 +487,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", "-o", required=True, metavar="DIR", type=path_arg,
                    help="write the matches here (Parquet): a new or empty directory, or an "
                         "earlier --out of this command (replaced)")
-    p.add_argument("--master", help="Spark master (default local[CORES])")
+    p.add_argument("--master", type=text_arg, help="Spark master (default local[CORES])")
     p.add_argument("--cores", type=_whole(1, "cores"),
                    help="cores of the local session (default: all)")
     p.add_argument("--chunk", type=chunk_length, help="time chunk length, e.g. 2h "

@@ -4,7 +4,8 @@ before the job that the collector answers and takes the admin token.
 Every failure is one line (:class:`RuntimeError`): no answer, an error status with the
 collector's ``error`` text, or an answer no acep collector gives (a web server's page at
 that address) with its first bytes. Answers are read to a bound, and a redirect is never
-followed: the token would go along to wherever it points.
+followed: the token would go along to wherever it points. A pattern id the collector
+would refuse is a ``ValueError`` before any request.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import urllib.parse
 import urllib.request
 
 from acep._text import one_line
+from acep.ids import ID_RULE, valid_id
 
 __all__ = ["collector_tls", "publish_sketch", "check_publisher", "ANSWER_BYTES"]
 
@@ -44,7 +46,11 @@ def publish_sketch(url: str, pattern_id: str, data: bytes, token: str,
     """``PUT`` a signed sketch to the collector at ``url``; its JSON answer. The collector
     refuses a sketch that no pattern definition its devices uploaded under ``pattern_id``
     could use, unless ``unchecked``. An https collector is verified by the system's CAs,
-    or by ``ca_file`` alone (the private CA that signed its certificate)."""
+    or by ``ca_file`` alone (the private CA that signed its certificate). A ``pattern_id``
+    the collector would refuse (:mod:`acep.ids`) is a ``ValueError``, before any request."""
+    if not valid_id(pattern_id):
+        raise ValueError(f"pattern id {pattern_id!r} must match {ID_RULE} (the ids the "
+                         "collector and the agents take)")
     path = "/v1/sketches/" + urllib.parse.quote(pattern_id, safe="")
     query = "?unchecked=1" if unchecked else ""
     status, doc, text = _ask(url, path + query, token, timeout, ca_file, data)

@@ -36,6 +36,7 @@ import numpy as np
 
 from acep import storage
 from acep._text import one_line
+from acep.arguments import text_arg
 from acep.events import EventBatch, EventError, EventSpec, partition_key, read_chunks
 
 __all__ = ["ReadTask", "ReadPlan", "Definition", "SourceError", "plan_files", "plan_archive",
@@ -133,12 +134,12 @@ def plan_files(paths: Sequence[str | os.PathLike], spec: EventSpec,
 
 def add_day_options(parser) -> None:
     """``--since``/``--before``: which archive days a job reads."""
-    parser.add_argument("--since", metavar="DAY",
+    parser.add_argument("--since", metavar="DAY", type=text_arg,
                         help="archive: only the days from this one: YYYY-MM-DD (UTC; the day "
                              "a batch was made on its device, the archive's date= folders), "
                              "or Nd, N days before today (a timer's --since 28d; default: "
                              "from the first day)")
-    parser.add_argument("--before", metavar="DAY",
+    parser.add_argument("--before", metavar="DAY", type=text_arg,
                         help="archive: only the days before this one (YYYY-MM-DD or Nd; "
                              "default: to the last day)")
 

@@ -42,7 +42,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..common import bench_parser, machine, run_and_publish
+from ..common import bench_main, bench_parser, machine
 from ..edge import streams
 from ..edge.ingest import agent_bodies
 
@@ -212,12 +212,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     from .plot import plot
 
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    sizes = QUICK if args.quick else FULL
-    results = run_and_publish("archive", argv, args, lambda work: benchmark(
-        work, args.data, args.quick, sizes), plot, summary)
-    return 2 if results is None else 0
+    return bench_main("archive", argv, parse_args, benchmark,
+                      lambda args: QUICK if args.quick else FULL, plot, summary)
 
 
 def summary(results: dict) -> str:

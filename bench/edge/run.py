@@ -30,7 +30,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..common import bench_parser, machine, run_and_publish
+from ..common import bench_main, bench_parser, machine
 from . import ingest, soak, streams
 from .procs import agent_config, measured
 
@@ -168,12 +168,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     from .plot import plot
 
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    sizes = QUICK if args.quick else FULL
-    results = run_and_publish("edge", argv, args, lambda work: benchmark(
-        work, args.data, args.quick, sizes), plot, summary)
-    return 2 if results is None else 0
+    return bench_main("edge", argv, parse_args, benchmark,
+                      lambda args: QUICK if args.quick else FULL, plot, summary)
 
 
 def summary(results: dict) -> str:

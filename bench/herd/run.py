@@ -51,7 +51,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ..common import bench_parser, machine, run_and_publish
+from ..common import bench_main, bench_parser, machine
 from ..edge import streams
 from ..edge.ingest import agent_bodies
 from ..edge.procs import Collector
@@ -355,12 +355,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     from .plot import plot
 
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    sizes = QUICK if args.quick else FULL
-    results = run_and_publish("herd", argv, args, lambda work: benchmark(
-        work, args.data, args.quick, sizes), plot, summary)
-    return 2 if results is None else 0
+    return bench_main("herd", argv, parse_args, benchmark,
+                      lambda args: QUICK if args.quick else FULL, plot, summary)
 
 
 def summary(results: dict) -> str:

@@ -49,7 +49,7 @@ import numpy as np
 from acep.cli import _whole
 
 from .. import data
-from ..common import bench_parser, machine, run_and_publish
+from ..common import bench_main, bench_parser, machine
 from .worker import PATTERN
 
 RESULTS = Path(__file__).with_name("results")
@@ -348,15 +348,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     from .plot import plot
 
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    repeats = args.repeats if args.repeats is not None else 1 if args.quick else FULL_REPEATS
-    results = run_and_publish("trainer", argv, args, lambda work: benchmark(
-        work, args.data, args.quick, repeats), plot, summary, repeats=repeats)
-    if results is None:
-        return 2
-    ok = results["equality"]["all_equal"] and results["fit"]["sketches_equal"]
-    return 0 if ok else 1
+    return bench_main("trainer", argv, parse_args, benchmark, _repeats, plot, summary,
+                      setting="repeats", verdict=_verdict)
+
+
+def _repeats(args: argparse.Namespace) -> int:
+    return args.repeats if args.repeats is not None else 1 if args.quick else FULL_REPEATS
+
+
+def _verdict(results: dict) -> int:
+    """Exit 1 when a Spark graph or a fitted sketch differs from the single process's."""
+    return 0 if results["equality"]["all_equal"] and results["fit"]["sketches_equal"] else 1
 
 
 def summary(results: dict) -> str:
