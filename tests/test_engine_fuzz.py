@@ -389,6 +389,7 @@ def log_rows(m: Matcher, log: dict) -> list:
     return sorted(out)
 
 
+@pytest.mark.filterwarnings("ignore::acep.matcher.BucketWarning")  # tiny buckets on purpose
 @SETTINGS
 @given(case(max_events=24), st.integers(0, 2**16), st.sampled_from([0.0, 0.3, 1.0, 2.0]),
        st.sampled_from([1.0, 2.0, 4.0]), st.data())
