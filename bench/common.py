@@ -73,10 +73,11 @@ def ready(args: argparse.Namespace, partial: bool = False) -> bool:
     to write in, ``args.data`` a readable flights file (downloaded if need be; none for
     ``--quick`` without ``--data``, which uses the embedded sample). ``--out`` defaults to
     ``results/`` (from :func:`bench_parser`), or ``results/quick/`` for ``--quick``, a
-    ``partial`` run or data other than the published flights file, so that none replaces
-    the published full-run figures. False, the reason printed in one line, when the
+    ``partial`` run (the argument, or ``args.partial``: options that chose part of it)
+    or data other than the published flights file, so that none replaces the published
+    full-run figures. False, the reason printed in one line, when the
     benchmark should exit 2."""
-    partial = partial or args.quick
+    partial = partial or args.quick or getattr(args, "partial", False)
     try:
         if args.out is not None:  # before a download
             args.out = output_dir(args.out, args.results)

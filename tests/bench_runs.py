@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def run_quick(name: str, out: Path, timeout: float, *, offline: bool = True,
+def run_quick(name: str, out: Path, timeout: float, *options: str, offline: bool = True,
               check: bool = True) -> subprocess.CompletedProcess:
-    """``python -m bench.NAME --quick --out OUT`` from the clone's root. ``offline``: with
+    """``python -m bench.NAME --quick --out OUT [OPTIONS]`` from the clone's root. ``offline``: with
     a HOME and a cache of its own and no ``$ACEP_FLIGHTS``, so it reads only what ``acep``
     embeds (no download, no shared file). ``timeout`` guards against a hang, not speed (the
     benchmarks measure that): a quick run of 80 s took over 120 s on a busy 2-core CI."""
@@ -23,6 +23,7 @@ def run_quick(name: str, out: Path, timeout: float, *, offline: bool = True,
     if offline:
         env = {**os.environ, "HOME": str(out), "XDG_CACHE_HOME": str(out / "cache")}
         env.pop(data.FLIGHTS_ENV, None)
-    return subprocess.run([sys.executable, "-m", f"bench.{name}", "--quick", "--out", str(out)],
+    return subprocess.run([sys.executable, "-m", f"bench.{name}", "--quick", "--out", str(out),
+                           *options],
                           cwd=ROOT, env=env, check=check, timeout=timeout,
                           capture_output=True, text=True)

@@ -60,6 +60,22 @@ def test_a_shedding_run_of_other_figures_goes_to_results_quick(options, results_
     assert sorted(p.name for p in (results_dir / "shedding").iterdir()) == ["quick"]
 
 
+def test_a_herd_run_of_part_of_the_fleets_or_limits_goes_to_results_quick(results_dir,
+                                                                         monkeypatch):
+    from bench.herd import run as herd
+
+    monkeypatch.setattr(data, "FLIGHTS_SHA256", data._sha256(os.environ["ACEP_FLIGHTS"]))
+    assert not herd.parse_args([]).partial and herd.scale(herd.parse_args([])) == herd.FULL
+    for options in (["--devices", "400"], ["--limits", "both"], ["--repeats", "1"]):
+        args = herd.parse_args(options)
+        assert common.ready(args) and args.out == results_dir / "herd" / "quick"
+    sizes = herd.scale(herd.parse_args(["--devices", "50", "50", "--limits", "both", "none",
+                                        "--repeats", "2"]))
+    assert (sizes.fleets, sizes.limits, sizes.repeats) == ((50,), ("both", "none"), 2)
+    assert list(herd.limits(sizes)) == ["both", "none"]
+    assert herd.scale(herd.parse_args(["--quick", "--limits", "both"])).fleets == (100,)
+
+
 @pytest.mark.parametrize("name", BENCHMARKS)
 @pytest.mark.parametrize("out", ["a-file", "a-file/below"])
 def test_every_benchmark_refuses_an_unusable_out_before_measuring(name, out, tmp_path, capsys):
@@ -120,6 +136,10 @@ def test_every_table_takes_help_and_refuses_a_missing_json_in_one_line(name, tmp
     ("shedding", ["--search", "-1"], "the cells to search must be >= 0, got -1"),
     ("trainer", ["--repeats", "-1"], "the repeats must be >= 1, got -1"),
     ("trainer", ["--repeats", "0"], "the repeats must be >= 1, got 0"),
+    ("herd", ["--devices", "0"], "the devices must be >= 1, got 0"),
+    ("herd", ["--devices", "400", "x"], "'x' is not a whole number of devices"),
+    ("herd", ["--repeats", "0"], "the repeats must be >= 1, got 0"),
+    ("herd", ["--limits", "both", "nope"], "invalid choice: 'nope'"),
 ])
 def test_options_are_checked_when_parsed(name, options, message, capsys):
     run = importlib.import_module(f"bench.{name}.run")

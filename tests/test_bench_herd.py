@@ -84,3 +84,12 @@ def test_the_agents_gzip_what_they_send_once_the_collector_said_it_takes_gzip(ru
 
 def test_png_is_written(quick_run):
     assert (quick_run / "herd.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_a_part_of_the_run_runs_only_the_fleets_and_limits_asked_for(tmp_path):
+    run_quick("herd", tmp_path, 600, "--devices", "20", "--limits", "both")
+    results = json.loads((tmp_path / "herd.json").read_text())
+    assert [(r["devices"], r["limits"]) for r in results["runs"]] == [(20, "both")]
+    assert results["sizes"]["limits"] == ["both"] and results["runs"][0]["stored_once"]
+    assert results["runs"][0]["collector"]["batches_stored"] == 40
+    assert (tmp_path / "herd.png").read_bytes().startswith(PNG_MAGIC)

@@ -34,7 +34,8 @@ real parts and measures what the limits of ``edge/admission.py`` (``--device-upl
 
 In ``--quick`` mode everything is scaled down together (100 devices; the agents' timeout
 0.5 s and ``--max-wait`` 0.25 s, the defaults' ratio), so that its 200 batches also
-overload the collector.
+overload the collector. ``--devices``, ``--limits`` and ``--repeats`` run a part of the
+benchmark (its figures go to ``results/quick/``, as ``--quick``'s).
 """
 
 from __future__ import annotations
@@ -51,12 +52,17 @@ import urllib.request
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from acep.cli import _whole
+
 from ..common import bench_main, bench_parser, machine
 from ..edge import streams
 from ..edge.ingest import agent_bodies
 from ..edge.procs import Collector
 
 RESULTS = Path(__file__).with_name("results")
+
+
+LIMITS = ("none", "per-device", "both", "both-at-once")
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class Sizes:
     timeout: float  # the agents' request timeout, seconds
     max_wait: float  # --max-wait of the "both" runs
     repeats: int  # runs of each limit per fleet size, taken in turn
+    limits: tuple[str, ...] = LIMITS  # the collector's limits, each run per fleet size
 
 
 FULL = Sizes(events=60_000, fleets=(400, 1600), per_device=2, timeout=10.0, max_wait=5.0,
@@ -80,10 +87,11 @@ SAMPLE_EVERY = 1.0  # seconds between two looks at the collector's /metrics
 def limits(sizes: Sizes) -> dict[str, tuple[tuple[str, ...], bool]]:
     """The collector options of each run, and whether its agents wait for 100 Continue."""
     both = ("--max-wait", f"{sizes.max_wait:g}")
-    return {"none": (("--max-wait", "0", "--device-uploads", "1000000"), True),
-            "per-device": (("--max-wait", "0"), True),
-            "both": (both, True),
-            "both-at-once": (both, False)}
+    every = {"none": (("--max-wait", "0", "--device-uploads", "1000000"), True),
+             "per-device": (("--max-wait", "0"), True),
+             "both": (both, True),
+             "both-at-once": (both, False)}
+    return {name: every[name] for name in sizes.limits}
 
 
 class TimedUplink:
@@ -347,16 +355,35 @@ def _line(r: dict) -> str:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    return bench_parser("herd", __doc__, RESULTS, "herd.json and herd.png",
-                        "100 devices, the embedded sample without --data, timeouts scaled "
-                        "down").parse_args(argv)
+    parser = bench_parser("herd", __doc__, RESULTS, "herd.json and herd.png",
+                          "100 devices, the embedded sample without --data, timeouts scaled "
+                          "down")
+    part = parser.add_argument_group(
+        "a part of the run (its figures go to results/quick/ unless --out is given)")
+    part.add_argument("--devices", metavar="N", type=_whole(1, "devices"), nargs="+",
+                      help="fleet sizes (default: 400 1600; 100 with --quick)")
+    part.add_argument("--limits", metavar="NAME", nargs="+", choices=LIMITS,
+                      help=f"the collector's limits to run, of {', '.join(LIMITS)} "
+                           "(default: all)")
+    part.add_argument("--repeats", metavar="N", type=_whole(1, "repeats"),
+                      help="runs of each limit per fleet size (default: 3; 1 with --quick)")
+    args = parser.parse_args(argv)
+    args.partial = any(v is not None for v in (args.devices, args.limits, args.repeats))
+    return args
+
+
+def scale(args: argparse.Namespace) -> Sizes:
+    """The sizes of the run: ``--quick``'s or the full run's, with the part asked for."""
+    sizes = QUICK if args.quick else FULL
+    return replace(sizes, fleets=tuple(dict.fromkeys(args.devices or sizes.fleets)),
+                   limits=tuple(dict.fromkeys(args.limits or sizes.limits)),
+                   repeats=args.repeats or sizes.repeats)
 
 
 def main(argv: list[str] | None = None) -> int:
     from .plot import plot
 
-    return bench_main("herd", argv, parse_args, benchmark,
-                      lambda args: QUICK if args.quick else FULL, plot, summary)
+    return bench_main("herd", argv, parse_args, benchmark, scale, plot, summary)
 
 
 def summary(results: dict) -> str:
