@@ -179,8 +179,10 @@ class Collector:
         self.busy: tuple[float, int] | None = None  # (since, how many) 503s, while refused
         self.errors = LogLimiter(log, what="failed requests")
         self.refusals = LogLimiter(log, what="refused requests")
-        # requests with a token from an address that sent too many wrong ones: 429, unchecked
+        # requests with a token from a client that sent too many wrong ones: 429, unchecked
         self.throttle = AuthThrottle(auth_failures, auth_window, auth_addresses)
+        # set when a check of the client's token ends: its requests waiting for one go on
+        self.check_ended: dict[str, asyncio.Event] = {}
         self.throttled_log = LogLimiter(log, what="throttled addresses")
         self.max_body = int(max_body)
         self.sketch_key = sketch_key
@@ -395,43 +397,77 @@ class Collector:
                      time.monotonic() - self.busy[0])
             self.busy = None
 
-    def throttled(self, request: web.Request) -> web.Response | None:
-        """The 429 (with ``Retry-After``) of a request whose address sent too many wrong or
+    def throttled(self, client: str) -> web.Response | None:
+        """The 429 (with ``Retry-After``) of a request whose client sent too many wrong or
         missing tokens of late (:mod:`edge.throttle`): its token is not checked. None when
         it may be."""
-        address = request.remote or "?"
-        wait = self.throttle.retry_after(address)
+        wait = self.throttle.retry_after(client)
         if wait is None:
             return None
         self.metrics["refused_auth_throttled"] += 1
         response = _error(429, (
-            f"too many requests with a wrong or missing token from {address} (at most "
+            f"too many requests with a wrong or missing token from {client} (at most "
             f"{self.throttle.failures} within {self.throttle.window:g} s: --auth-failures, "
             f"--auth-window): no token from it is checked for {wait} s; send it again "
             "after Retry-After"))
         response.headers["Retry-After"] = str(wait)
         return response
 
+    async def admit(self, request: web.Request) -> web.Response | None:
+        """Begin the check of ``request``'s token, reserved as a failure of its client
+        until :meth:`checked` (:meth:`edge.throttle.AuthThrottle.reserve`): None once
+        begun, or the 429 of a throttled client (:meth:`throttled`). While the client's
+        failures and checks under way are at ``--auth-failures``, wait for one to end: so
+        no connection it holds open gets a guess beyond the limit."""
+        client = request.remote or "?"
+        while (refused := self.throttled(client)) is None:
+            if self.throttle.reserve(client):
+                return None
+            await self.check_ended.setdefault(client, asyncio.Event()).wait()
+        return refused
+
+    def checked(self, request: web.Request) -> None:
+        """End the check :meth:`admit` began (after :meth:`unauthorized`, if refused), and
+        wake the requests of its client waiting for one to end."""
+        client = request.remote or "?"
+        self.throttle.release(client)
+        ended = self.check_ended.pop(client, None)
+        if ended is not None:
+            ended.set()
+
     def unauthorized(self, request: web.Request, message: str) -> web.Response:
-        """The 401 saying ``message``, counted against the request's address; the address
+        """The 401 saying ``message``, counted against the request's client; the client
         that it throttles is logged (rate-limited)."""
         self.metrics["refused_unauthorized"] += 1
-        address = request.remote or "?"
-        if self.throttle.failed(address):
+        client = request.remote or "?"
+        if self.throttle.failed(client):
             self.throttled_log.warning(
                 "%s sent %d requests with a wrong or missing token within %g s: its "
-                "requests with a token are answered 429, unchecked, for %g s", address,
+                "requests with a token are answered 429, unchecked, for %g s", client,
                 self.throttle.failures, self.throttle.window, self.throttle.window)
         return _error(401, message)
 
     async def identify(self, request: web.Request, admin: str | None = None
                        ) -> tuple[str, str] | web.Response:
         """``(id, role)`` of the bearer token's holder, or the 401 to answer (429 from a
-        throttled address, before the token is looked up: :meth:`throttled`); with
-        ``admin`` (what the request does), a token that is not an admin's is 403."""
-        refused = self.throttled(request)
+        throttled client, before the token is looked up: :meth:`admit`); with ``admin``
+        (what the request does), a token that is not an admin's is 403."""
+        refused = await self.admit(request)
         if refused is not None:
             return refused
+        try:
+            who = await self._holder(request)
+        finally:
+            self.checked(request)
+        if isinstance(who, web.Response):
+            return who
+        request[DEVICE] = who[0]
+        if admin is not None and who[1] != "admin":
+            return _error(403, f"{who[0]!r} may not {admin} (admin only)")
+        return who
+
+    async def _holder(self, request: web.Request) -> tuple[str, str] | web.Response:
+        """``(id, role)`` of the bearer token's holder, or the 401 to answer."""
         auth = request.headers.get("Authorization", "")
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
@@ -443,9 +479,6 @@ class Collector:
         who = await self.run(self.store.identify, token.strip())
         if who is None:
             return self.unauthorized(request, "unknown token")
-        request[DEVICE] = who[0]
-        if admin is not None and who[1] != "admin":
-            return _error(403, f"{who[0]!r} may not {admin} (admin only)")
         return who
 
     async def read_body(self, request: web.Request, limit: int | None = None
@@ -869,7 +902,7 @@ class Collector:
         """The counters as JSON, or for Prometheus (``Accept: text/plain`` or OpenMetrics,
         or ``?format=prometheus``) with each device's last request and heartbeat; only to
         the bearer of the metrics token, when there is one (:meth:`unauthorized_scrape`)."""
-        refused = self.unauthorized_scrape(request)
+        refused = await self.unauthorized_scrape(request)
         if refused is not None:
             return refused
         uptime = time.time() - self.started
@@ -885,15 +918,21 @@ class Collector:
         doc.update(self.gauges())
         return web.json_response(doc)
 
-    def unauthorized_scrape(self, request: web.Request) -> web.Response | None:
+    async def unauthorized_scrape(self, request: web.Request) -> web.Response | None:
         """None when ``request`` may read ``/metrics``: there is no metrics token, or it
         carries it (``Authorization: Bearer <token>``, compared in constant time); else
-        the 401 to answer, or the 429 of a throttled address (:meth:`throttled`)."""
+        the 401 to answer, or the 429 of a throttled client (:meth:`admit`)."""
         if self.metrics_digest is None:
             return None
-        refused = self.throttled(request)
+        refused = await self.admit(request)
         if refused is not None:
             return refused
+        try:
+            return self._scrape_refused(request)
+        finally:
+            self.checked(request)
+
+    def _scrape_refused(self, request: web.Request) -> web.Response | None:
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         token = token.strip()
         given = hashlib.sha256(token.encode() if token.isascii() else b"").digest()

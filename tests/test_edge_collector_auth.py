@@ -14,6 +14,8 @@ import logging
 import socket
 import threading
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -211,6 +213,43 @@ def test_the_table_of_failing_addresses_stays_bounded(served):
     assert served.ask("/v1/whoami", served.tokens["d1"], source=sources[0])[0] == 200
 
 
+def burst(served: InProcess, n: int, token: str, source: str = "127.0.0.1") -> Counter:
+    """The statuses of ``n`` requests for /v1/whoami sent at once, each on a connection of
+    its own, while the collector's database thread is busy (storing a big upload, say): so
+    every one of them reaches the collector before any token is looked up."""
+    busy = threading.Event()
+    served.collector.pool.submit(busy.wait, 30)
+    with ThreadPoolExecutor(n) as clients:
+        answers = [clients.submit(served.ask, "/v1/whoami", token, source) for _ in range(n)]
+        time.sleep(1.0)  # every request in and past the throttle's check
+        busy.set()
+        return Counter(answer.result()[0] for answer in answers)
+
+
+@pytest.mark.parametrize("served", [{"auth_failures": 5, "auth_window": 60.0}],
+                         indirect=True, ids=["5-in-60s"])
+def test_guesses_on_many_connections_at_once_get_no_more_lookups_than_the_limit(served):
+    assert burst(served, 40, WRONG) == {401: 5, 429: 35}
+    assert served.store.lookups == 5
+    metrics = served.ask("/metrics")[1]
+    assert (metrics["refused_unauthorized"], metrics["refused_auth_throttled"]) == (5, 35)
+    assert metrics["auth_throttled_addresses"] == 1
+
+
+@pytest.mark.parametrize("served", [{"auth_failures": 3, "auth_window": 60.0}],
+                         indirect=True, ids=["3-in-60s"])
+def test_correct_tokens_on_many_connections_of_one_address_all_pass(served):
+    """Devices behind one NAT, one with a wrong token: beyond the limit's checks at once,
+    a correct token waits for one to end (the lookups take turns in one thread anyway)
+    rather than being refused."""
+    for _ in range(2):
+        assert served.ask("/v1/whoami", WRONG)[0] == 401
+    assert burst(served, 30, served.tokens["d1"]) == {200: 30}
+    assert served.store.lookups == 32
+    assert served.ask("/v1/whoami", WRONG)[0] == 401  # the third failure: throttled
+    assert_throttled(served.ask("/v1/whoami", served.tokens["d1"]), 60)
+
+
 def test_the_throttle_keeps_at_most_its_capacity_of_addresses():
     now = [0.0]
     throttle = AuthThrottle(failures=2, window=60.0, clock=lambda: now[0])
@@ -235,6 +274,27 @@ def test_a_late_failure_does_not_extend_the_throttle_nor_log_it_again():
     now[0] = 10.0
     assert throttle.retry_after("a") is None
     assert AuthThrottle(failures=0).failed("a") is False  # 0: off
+
+
+def test_a_check_counts_as_a_failure_until_it_ends_well():
+    now = [0.0]
+    throttle = AuthThrottle(failures=3, window=10.0, clock=lambda: now[0])
+    assert throttle.failed("a") is False
+    assert throttle.reserve("a") and throttle.reserve("a")
+    assert not throttle.reserve("a")  # one failure and two checks under way: the limit
+    throttle.release("a")  # a correct token: no failure, its check ends
+    assert throttle.reserve("a")
+    assert throttle.failed("a") is False
+    throttle.release("a")
+    assert not throttle.reserve("a")
+    assert throttle.failed("a") is True  # the third: throttled, no check under way left
+    throttle.release("a")
+    assert throttle.retry_after("a") == 10 and throttle.checking == {}
+    assert throttle.reserve("b")  # another client's checks go on
+    now[0] = 10.0  # the throttle is over: the count starts again
+    assert [throttle.reserve("a") for _ in range(4)] == [True, True, True, False]
+    off = AuthThrottle(failures=0)
+    assert all(off.reserve("a") for _ in range(100)) and off.checking == {}
 
 
 # --------------------------------------------------------------------------- the process
