@@ -69,7 +69,7 @@ from .store import (
     open_store,
     prepare,
 )
-from .throttle import DEFAULT_FAILURES, DEFAULT_WINDOW, MAX_ADDRESSES, AuthThrottle
+from .throttle import DEFAULT_FAILURES, DEFAULT_WINDOW, MAX_ADDRESSES, AuthThrottle, client_of
 from .wire import ID_RULE, LOOPBACK, Limits, UploadBatch, WireError, decode, valid_id
 
 __all__ = ["Collector", "make_app", "main", "serve", "DEFAULT_PORT", "DEFAULT_MAX_BODY"]
@@ -419,7 +419,7 @@ class Collector:
         begun, or the 429 of a throttled client (:meth:`throttled`). While the client's
         failures and checks under way are at ``--auth-failures``, wait for one to end: so
         no connection it holds open gets a guess beyond the limit."""
-        client = request.remote or "?"
+        client = client_of(request.remote)
         while (refused := self.throttled(client)) is None:
             if self.throttle.reserve(client):
                 return None
@@ -429,7 +429,7 @@ class Collector:
     def checked(self, request: web.Request) -> None:
         """End the check :meth:`admit` began (after :meth:`unauthorized`, if refused), and
         wake the requests of its client waiting for one to end."""
-        client = request.remote or "?"
+        client = client_of(request.remote)
         self.throttle.release(client)
         ended = self.check_ended.pop(client, None)
         if ended is not None:
@@ -439,7 +439,7 @@ class Collector:
         """The 401 saying ``message``, counted against the request's client; the client
         that it throttles is logged (rate-limited)."""
         self.metrics["refused_unauthorized"] += 1
-        client = request.remote or "?"
+        client = client_of(request.remote)
         if self.throttle.failed(client):
             self.throttled_log.warning(
                 "%s sent %d requests with a wrong or missing token within %g s: its "
@@ -1289,15 +1289,17 @@ def _parser() -> argparse.ArgumentParser:
                         f"(429, Retry-After) (default {DEFAULT_PER_DEVICE}: the agent sends "
                         "one at a time, so a second is its retry of one still queued)")
     p.add_argument("--auth-failures", type=int, default=DEFAULT_FAILURES, metavar="N",
-                   help="after N requests from one client address refused for a wrong or "
-                        "missing token (401) within --auth-window, answer its requests that "
-                        "need a token 429 (Retry-After) for --auth-window seconds without "
-                        "checking the token, a correct one too; /health stays open (default "
+                   help="after N requests from one client address (of an IPv6 client: its "
+                        "/64) refused for a wrong or missing token (401) within "
+                        "--auth-window, answer its requests that need a token 429 "
+                        "(Retry-After) for --auth-window seconds without checking the "
+                        "token, a correct one too; /health stays open (default "
                         f"{DEFAULT_FAILURES}; 0: off, say behind a proxy that limits them, "
                         "whose address every client would share)")
     p.add_argument("--auth-window", type=_seconds, default=DEFAULT_WINDOW, metavar="SECONDS",
-                   help="the window of --auth-failures, and how long an address that "
-                        f"reached it is throttled (default {DEFAULT_WINDOW:g}; above 0)")
+                   help="the window of --auth-failures, and how long a client address "
+                        "(IPv6: /64) that reached it is throttled (default "
+                        f"{DEFAULT_WINDOW:g}; above 0)")
     p.add_argument("--idle-timeout", type=_seconds, default=DEFAULT_IDLE_TIMEOUT,
                    metavar="SECONDS",
                    help="close a connection that has not sent a whole request head this "
@@ -1727,8 +1729,8 @@ def main(argv: list[str] | None = None) -> int:
     if metrics_token is not None:
         log.info("GET /metrics needs the token of %s", args.metrics_token_file)
     if args.auth_failures:
-        log.info("an address that sends %d wrong or missing tokens within %g s has no token "
-                 "checked for %g s (429)", args.auth_failures, args.auth_window,
+        log.info("an address (IPv6: a /64) that sends %d wrong or missing tokens within "
+                 "%g s has no token checked for %g s (429)", args.auth_failures, args.auth_window,
                  args.auth_window)
     try:
         asyncio.run(serve(collector, args.host, args.port,

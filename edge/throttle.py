@@ -1,5 +1,5 @@
-"""Throttling of failed authentications at the collector, per client address
-(``docs/WIRE.md``, Security, "Throttled guessing").
+"""Throttling of failed authentications at the collector, per client (``docs/WIRE.md``,
+Security, "Throttled guessing").
 
 Every token the collector checks costs a lookup in its database thread, the one that
 stores the uploads. A client that sends wrong (or no) tokens as fast as the collector
@@ -10,6 +10,10 @@ it that needs a token is answered ``429`` with ``Retry-After`` before its token 
 at, a correct one included: a token checked while throttled would be a guess answered
 (``200`` against ``401``), and the limit would stop nothing. The count starts again when
 the throttle ends, or ``window`` seconds after a client's first counted failure.
+
+A client is its address, but an IPv6 address counts as its /64 network (one home, one
+cloud VM gets a whole /64 to take addresses from) and an IPv4-mapped IPv6 address as its
+IPv4 address (:func:`client_of`).
 
 A check counts as a failure from its start (:meth:`AuthThrottle.reserve`) until it ends
 well (:meth:`AuthThrottle.release`): a client's failures and checks under way are at most
@@ -25,23 +29,43 @@ What this bounds and what it does not:
   failure; those quiet for a whole window are dropped first, and beyond ``capacity`` the
   one with the oldest last failure, throttled or not (a client with more addresses than
   that, a botnet, gets ``failures`` guesses from each anyway);
-- devices behind one NAT or proxy share an address, and so its limit: one of them with
-  a wrong token uses it up for all (their agents hold their uploads for ``Retry-After``,
-  as after any ``429``). ``failures`` 0 turns the throttle off.
+- devices behind one NAT or proxy share an address, and devices on one IPv6 network (a
+  LAN's /64) a client, and so its limit: one of them with a wrong token uses it up for
+  all (their agents hold their uploads for ``Retry-After``, as after any ``429``).
+  ``failures`` 0 turns the throttle off.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["AuthThrottle", "DEFAULT_FAILURES", "DEFAULT_WINDOW", "MAX_ADDRESSES"]
+__all__ = ["AuthThrottle", "DEFAULT_FAILURES", "DEFAULT_WINDOW", "MAX_ADDRESSES", "client_of"]
 
 DEFAULT_FAILURES = 20  # refused tokens of one client ...
 DEFAULT_WINDOW = 60.0  # ... within this many seconds throttle it for as long
 MAX_ADDRESSES = 10_000  # clients; about 2 MB of records at most
+IPV6_CLIENT_PREFIX = 64  # bits of an IPv6 address that name its client
+
+
+def client_of(address: str | None) -> str:
+    """The client a peer address counts as: an IPv6 address's /64 network (``2001:db8::/64``),
+    an IPv4-mapped IPv6 address's IPv4 address, an IPv4 address itself; ``?`` for none
+    (a Unix socket), and text that is no IP address as it is."""
+    if not address:
+        return "?"
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network((ip, IPV6_CLIENT_PREFIX), strict=False))
+    return str(ip)
 
 
 @dataclass
@@ -57,7 +81,7 @@ class _Record:
 
 class AuthThrottle:
     """The refused tokens of each client, its checks under way, and which clients are
-    throttled (a client: its address).
+    throttled (clients: :func:`client_of`).
 
     Call :meth:`retry_after` before checking a request's token (a number: answer ``429``
     with that ``Retry-After``, check nothing), then :meth:`reserve` (False: check nothing
