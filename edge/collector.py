@@ -39,7 +39,7 @@ import ssl
 import sys
 import time
 import urllib.parse
-from collections import Counter
+from collections import Counter, deque
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -181,8 +181,8 @@ class Collector:
         self.refusals = LogLimiter(log, what="refused requests")
         # requests with a token from a client that sent too many wrong ones: 429, unchecked
         self.throttle = AuthThrottle(auth_failures, auth_window, auth_addresses)
-        # set when a check of the client's token ends: its requests waiting for one go on
-        self.check_ended: dict[str, asyncio.Event] = {}
+        # per client, its requests waiting for a check under way to end, in turn
+        self.check_turns: dict[str, deque[asyncio.Future]] = {}
         self.throttled_log = LogLimiter(log, what="throttled addresses")
         self.max_body = int(max_body)
         self.sketch_key = sketch_key
@@ -423,17 +423,41 @@ class Collector:
         while (refused := self.throttled(client)) is None:
             if self.throttle.reserve(client):
                 return None
-            await self.check_ended.setdefault(client, asyncio.Event()).wait()
+            await self._turn(client)
         return refused
+
+    async def _turn(self, client: str) -> None:
+        """Wait until a check of ``client``'s under way ends (or its throttle begins). One
+        waiter is woken per check that ends, not all: a herd of devices behind one
+        address would otherwise be woken, each of them, at every check."""
+        turn = asyncio.get_running_loop().create_future()
+        self.check_turns.setdefault(client, deque()).append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:  # its client went away: a turn it was given passes on
+            if turn.done() and not turn.cancelled():
+                self._pass_turn(client)
+            raise
+
+    def _pass_turn(self, client: str, every: bool = False) -> None:
+        """Wake the first of ``client``'s requests waiting for a check to end (``every``:
+        all of them)."""
+        waiting = self.check_turns.get(client)
+        while waiting:
+            turn = waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                if not every:
+                    break
+        if not waiting:
+            self.check_turns.pop(client, None)
 
     def checked(self, request: web.Request) -> None:
         """End the check :meth:`admit` began (after :meth:`unauthorized`, if refused), and
-        wake the requests of its client waiting for one to end."""
+        wake the next request of its client waiting for one to end."""
         client = client_of(request.remote)
         self.throttle.release(client)
-        ended = self.check_ended.pop(client, None)
-        if ended is not None:
-            ended.set()
+        self._pass_turn(client)
 
     def unauthorized(self, request: web.Request, message: str) -> web.Response:
         """The 401 saying ``message``, counted against the request's client; the client
@@ -441,6 +465,7 @@ class Collector:
         self.metrics["refused_unauthorized"] += 1
         client = client_of(request.remote)
         if self.throttle.failed(client):
+            self._pass_turn(client, every=True)  # each is answered 429 now
             self.throttled_log.warning(
                 "%s sent %d requests with a wrong or missing token within %g s: its "
                 "requests with a token are answered 429, unchecked, for %g s", client,
