@@ -39,7 +39,7 @@ import ssl
 import sys
 import time
 import urllib.parse
-from collections import Counter
+from collections import Counter, deque
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -69,7 +69,7 @@ from .store import (
     open_store,
     prepare,
 )
-from .throttle import DEFAULT_FAILURES, DEFAULT_WINDOW, MAX_ADDRESSES, AuthThrottle
+from .throttle import DEFAULT_FAILURES, DEFAULT_WINDOW, MAX_ADDRESSES, AuthThrottle, client_of
 from .wire import ID_RULE, LOOPBACK, Limits, UploadBatch, WireError, decode, valid_id
 
 __all__ = ["Collector", "make_app", "main", "serve", "DEFAULT_PORT", "DEFAULT_MAX_BODY"]
@@ -179,8 +179,10 @@ class Collector:
         self.busy: tuple[float, int] | None = None  # (since, how many) 503s, while refused
         self.errors = LogLimiter(log, what="failed requests")
         self.refusals = LogLimiter(log, what="refused requests")
-        # requests with a token from an address that sent too many wrong ones: 429, unchecked
+        # requests with a token from a client that sent too many wrong ones: 429, unchecked
         self.throttle = AuthThrottle(auth_failures, auth_window, auth_addresses)
+        # per client, its requests waiting for a check under way to end, in turn
+        self.check_turns: dict[str, deque[asyncio.Future]] = {}
         self.throttled_log = LogLimiter(log, what="throttled addresses")
         self.max_body = int(max_body)
         self.sketch_key = sketch_key
@@ -395,43 +397,102 @@ class Collector:
                      time.monotonic() - self.busy[0])
             self.busy = None
 
-    def throttled(self, request: web.Request) -> web.Response | None:
-        """The 429 (with ``Retry-After``) of a request whose address sent too many wrong or
+    def throttled(self, client: str) -> web.Response | None:
+        """The 429 (with ``Retry-After``) of a request whose client sent too many wrong or
         missing tokens of late (:mod:`edge.throttle`): its token is not checked. None when
         it may be."""
-        address = request.remote or "?"
-        wait = self.throttle.retry_after(address)
+        wait = self.throttle.retry_after(client)
         if wait is None:
             return None
         self.metrics["refused_auth_throttled"] += 1
         response = _error(429, (
-            f"too many requests with a wrong or missing token from {address} (at most "
+            f"too many requests with a wrong or missing token from {client} (at most "
             f"{self.throttle.failures} within {self.throttle.window:g} s: --auth-failures, "
             f"--auth-window): no token from it is checked for {wait} s; send it again "
             "after Retry-After"))
         response.headers["Retry-After"] = str(wait)
         return response
 
+    async def admit(self, request: web.Request) -> web.Response | None:
+        """Begin the check of ``request``'s token, reserved as a failure of its client
+        until :meth:`checked` (:meth:`edge.throttle.AuthThrottle.reserve`): None once
+        begun, or the 429 of a throttled client (:meth:`throttled`). While the client's
+        failures and checks under way are at ``--auth-failures``, wait for one to end: so
+        no connection it holds open gets a guess beyond the limit."""
+        client = client_of(request.remote)
+        while (refused := self.throttled(client)) is None:
+            if self.throttle.reserve(client):
+                return None
+            await self._turn(client)
+        return refused
+
+    async def _turn(self, client: str) -> None:
+        """Wait until a check of ``client``'s under way ends (or its throttle begins). One
+        waiter is woken per check that ends, not all: a herd of devices behind one
+        address would otherwise be woken, each of them, at every check."""
+        turn = asyncio.get_running_loop().create_future()
+        self.check_turns.setdefault(client, deque()).append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:  # its client went away: a turn it was given passes on
+            if turn.done() and not turn.cancelled():
+                self._pass_turn(client)
+            raise
+
+    def _pass_turn(self, client: str, every: bool = False) -> None:
+        """Wake the first of ``client``'s requests waiting for a check to end (``every``:
+        all of them)."""
+        waiting = self.check_turns.get(client)
+        while waiting:
+            turn = waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                if not every:
+                    break
+        if not waiting:
+            self.check_turns.pop(client, None)
+
+    def checked(self, request: web.Request) -> None:
+        """End the check :meth:`admit` began (after :meth:`unauthorized`, if refused), and
+        wake the next request of its client waiting for one to end."""
+        client = client_of(request.remote)
+        self.throttle.release(client)
+        self._pass_turn(client)
+
     def unauthorized(self, request: web.Request, message: str) -> web.Response:
-        """The 401 saying ``message``, counted against the request's address; the address
+        """The 401 saying ``message``, counted against the request's client; the client
         that it throttles is logged (rate-limited)."""
         self.metrics["refused_unauthorized"] += 1
-        address = request.remote or "?"
-        if self.throttle.failed(address):
+        client = client_of(request.remote)
+        if self.throttle.failed(client):
+            self._pass_turn(client, every=True)  # each is answered 429 now
             self.throttled_log.warning(
                 "%s sent %d requests with a wrong or missing token within %g s: its "
-                "requests with a token are answered 429, unchecked, for %g s", address,
+                "requests with a token are answered 429, unchecked, for %g s", client,
                 self.throttle.failures, self.throttle.window, self.throttle.window)
         return _error(401, message)
 
     async def identify(self, request: web.Request, admin: str | None = None
                        ) -> tuple[str, str] | web.Response:
         """``(id, role)`` of the bearer token's holder, or the 401 to answer (429 from a
-        throttled address, before the token is looked up: :meth:`throttled`); with
-        ``admin`` (what the request does), a token that is not an admin's is 403."""
-        refused = self.throttled(request)
+        throttled client, before the token is looked up: :meth:`admit`); with ``admin``
+        (what the request does), a token that is not an admin's is 403."""
+        refused = await self.admit(request)
         if refused is not None:
             return refused
+        try:
+            who = await self._holder(request)
+        finally:
+            self.checked(request)
+        if isinstance(who, web.Response):
+            return who
+        request[DEVICE] = who[0]
+        if admin is not None and who[1] != "admin":
+            return _error(403, f"{who[0]!r} may not {admin} (admin only)")
+        return who
+
+    async def _holder(self, request: web.Request) -> tuple[str, str] | web.Response:
+        """``(id, role)`` of the bearer token's holder, or the 401 to answer."""
         auth = request.headers.get("Authorization", "")
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
@@ -443,9 +504,6 @@ class Collector:
         who = await self.run(self.store.identify, token.strip())
         if who is None:
             return self.unauthorized(request, "unknown token")
-        request[DEVICE] = who[0]
-        if admin is not None and who[1] != "admin":
-            return _error(403, f"{who[0]!r} may not {admin} (admin only)")
         return who
 
     async def read_body(self, request: web.Request, limit: int | None = None
@@ -869,7 +927,7 @@ class Collector:
         """The counters as JSON, or for Prometheus (``Accept: text/plain`` or OpenMetrics,
         or ``?format=prometheus``) with each device's last request and heartbeat; only to
         the bearer of the metrics token, when there is one (:meth:`unauthorized_scrape`)."""
-        refused = self.unauthorized_scrape(request)
+        refused = await self.unauthorized_scrape(request)
         if refused is not None:
             return refused
         uptime = time.time() - self.started
@@ -885,15 +943,21 @@ class Collector:
         doc.update(self.gauges())
         return web.json_response(doc)
 
-    def unauthorized_scrape(self, request: web.Request) -> web.Response | None:
+    async def unauthorized_scrape(self, request: web.Request) -> web.Response | None:
         """None when ``request`` may read ``/metrics``: there is no metrics token, or it
         carries it (``Authorization: Bearer <token>``, compared in constant time); else
-        the 401 to answer, or the 429 of a throttled address (:meth:`throttled`)."""
+        the 401 to answer, or the 429 of a throttled client (:meth:`admit`)."""
         if self.metrics_digest is None:
             return None
-        refused = self.throttled(request)
+        refused = await self.admit(request)
         if refused is not None:
             return refused
+        try:
+            return self._scrape_refused(request)
+        finally:
+            self.checked(request)
+
+    def _scrape_refused(self, request: web.Request) -> web.Response | None:
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         token = token.strip()
         given = hashlib.sha256(token.encode() if token.isascii() else b"").digest()
@@ -1250,15 +1314,17 @@ def _parser() -> argparse.ArgumentParser:
                         f"(429, Retry-After) (default {DEFAULT_PER_DEVICE}: the agent sends "
                         "one at a time, so a second is its retry of one still queued)")
     p.add_argument("--auth-failures", type=int, default=DEFAULT_FAILURES, metavar="N",
-                   help="after N requests from one client address refused for a wrong or "
-                        "missing token (401) within --auth-window, answer its requests that "
-                        "need a token 429 (Retry-After) for --auth-window seconds without "
-                        "checking the token, a correct one too; /health stays open (default "
+                   help="after N requests from one client address (of an IPv6 client: its "
+                        "/64) refused for a wrong or missing token (401) within "
+                        "--auth-window, answer its requests that need a token 429 "
+                        "(Retry-After) for --auth-window seconds without checking the "
+                        "token, a correct one too; /health stays open (default "
                         f"{DEFAULT_FAILURES}; 0: off, say behind a proxy that limits them, "
                         "whose address every client would share)")
     p.add_argument("--auth-window", type=_seconds, default=DEFAULT_WINDOW, metavar="SECONDS",
-                   help="the window of --auth-failures, and how long an address that "
-                        f"reached it is throttled (default {DEFAULT_WINDOW:g}; above 0)")
+                   help="the window of --auth-failures, and how long a client address "
+                        "(IPv6: /64) that reached it is throttled (default "
+                        f"{DEFAULT_WINDOW:g}; above 0)")
     p.add_argument("--idle-timeout", type=_seconds, default=DEFAULT_IDLE_TIMEOUT,
                    metavar="SECONDS",
                    help="close a connection that has not sent a whole request head this "
@@ -1688,8 +1754,8 @@ def main(argv: list[str] | None = None) -> int:
     if metrics_token is not None:
         log.info("GET /metrics needs the token of %s", args.metrics_token_file)
     if args.auth_failures:
-        log.info("an address that sends %d wrong or missing tokens within %g s has no token "
-                 "checked for %g s (429)", args.auth_failures, args.auth_window,
+        log.info("an address (IPv6: a /64) that sends %d wrong or missing tokens within "
+                 "%g s has no token checked for %g s (429)", args.auth_failures, args.auth_window,
                  args.auth_window)
     try:
         asyncio.run(serve(collector, args.host, args.port,

@@ -46,7 +46,8 @@ COUNTERS = {
     "refused_unauthorized": "requests refused (401) for a wrong or missing token (a device's, "
                             "an admin's, or the --metrics-token-file's)",
     "refused_auth_throttled": "requests refused (429) without checking their token: their "
-                              "address had --auth-failures refused within --auth-window",
+                              "address (IPv6: its /64) had --auth-failures refused within "
+                              "--auth-window",
     "pruned_batches": "batches deleted by --retain-days",
     "pruned_matches": "match rows deleted by --retain-days",
     "pruned_summaries": "summary rows deleted by --retain-days",
@@ -76,10 +77,12 @@ GAUGES = {
     "min_free_bytes": "--min-free: below this much free space uploads are refused (507)",
     "max_wait_s": "--max-wait: uploads that would wait longer are refused (503)",
     "device_uploads": "--device-uploads: uploads taken at once from one device (more: 429)",
-    "auth_failing_addresses": "client addresses with a token refused (401) within "
-                              f"--auth-window (at most {MAX_ADDRESSES:,} are kept)",
-    "auth_throttled_addresses": "client addresses whose tokens are not checked now (429): "
-                                "--auth-failures refused within --auth-window",
+    "auth_failing_addresses": "client addresses (IPv6: /64 networks) with a token refused "
+                              f"(401) within --auth-window (at most {MAX_ADDRESSES:,} are "
+                              "kept)",
+    "auth_throttled_addresses": "client addresses (IPv6: /64 networks) whose tokens are not "
+                                "checked now (429): --auth-failures refused within "
+                                "--auth-window",
     # with --mirror only
     "mirror_pending_files": "archive changes not yet made in the --mirror",
     "mirror_lag_seconds": "how long the oldest archive change not yet in the --mirror has "

@@ -1,48 +1,77 @@
-"""Throttling of failed authentications at the collector, per client address
-(``docs/WIRE.md``, Security, "Throttled guessing").
+"""Throttling of failed authentications at the collector, per client (``docs/WIRE.md``,
+Security, "Throttled guessing").
 
 Every token the collector checks costs a lookup in its database thread, the one that
 stores the uploads. A client that sends wrong (or no) tokens as fast as the collector
 answers would guess for free and slow down every device. So the collector counts the
-requests it refuses with ``401`` per client address: after ``failures`` of them within
-``window`` seconds, the address is *throttled* for ``window`` seconds. While it is, every
-request of it that needs a token is answered ``429`` with ``Retry-After`` before its token
-is looked at, a correct one included: a token checked while throttled would be a guess
-answered (``200`` against ``401``), and the limit would stop nothing. The count starts
-again when the throttle ends, or ``window`` seconds after an address's first counted
-failure.
+requests it refuses with ``401`` per client: after ``failures`` of them within ``window``
+seconds, the client is *throttled* for ``window`` seconds. While it is, every request of
+it that needs a token is answered ``429`` with ``Retry-After`` before its token is looked
+at, a correct one included: a token checked while throttled would be a guess answered
+(``200`` against ``401``), and the limit would stop nothing. The count starts again when
+the throttle ends, or ``window`` seconds after a client's first counted failure.
+
+A client is its address, but an IPv6 address counts as its /64 network (one home, one
+cloud VM gets a whole /64 to take addresses from) and an IPv4-mapped IPv6 address as its
+IPv4 address (:func:`client_of`).
+
+A check counts as a failure from its start (:meth:`AuthThrottle.reserve`) until it ends
+well (:meth:`AuthThrottle.release`): a client's failures and checks under way are at most
+``failures``, so no more than ``failures`` of its wrong tokens are ever looked up within a
+window, however many connections it holds open. A check beyond that waits for one under
+way to end (the collector's :meth:`~edge.collector.Collector.admit`): devices behind one
+NAT with correct tokens take turns, none is refused.
 
 What this bounds and what it does not:
 
-- the guesses of one address: ``failures`` per ``window`` seconds, plus the requests
-  already past the check when the limit is reached (one per connection it holds open);
-- the table: at most ``capacity`` addresses. Addresses are kept in the order of their
-  last failure; those quiet for a whole window are dropped first, and beyond
-  ``capacity`` the one with the oldest last failure, throttled or not (a client with
-  more addresses than that gets ``failures`` guesses from each anyway);
-- devices behind one NAT or proxy share an address, and so its limit: one of them with
-  a wrong token uses it up for all (their agents hold their uploads for ``Retry-After``,
-  as after any ``429``). ``failures`` 0 turns the throttle off.
+- the guesses of one client: ``failures`` per ``window`` seconds;
+- the table: at most ``capacity`` clients. Clients are kept in the order of their last
+  failure; those quiet for a whole window are dropped first, and beyond ``capacity`` the
+  one with the oldest last failure, throttled or not (a client with more addresses than
+  that, a botnet, gets ``failures`` guesses from each anyway);
+- devices behind one NAT or proxy share an address, and devices on one IPv6 network (a
+  LAN's /64) a client, and so its limit: one of them with a wrong token uses it up for
+  all (their agents hold their uploads for ``Retry-After``, as after any ``429``).
+  ``failures`` 0 turns the throttle off.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["AuthThrottle", "DEFAULT_FAILURES", "DEFAULT_WINDOW", "MAX_ADDRESSES"]
+__all__ = ["AuthThrottle", "DEFAULT_FAILURES", "DEFAULT_WINDOW", "MAX_ADDRESSES", "client_of"]
 
-DEFAULT_FAILURES = 20  # refused tokens of one address ...
+DEFAULT_FAILURES = 20  # refused tokens of one client ...
 DEFAULT_WINDOW = 60.0  # ... within this many seconds throttle it for as long
-MAX_ADDRESSES = 10_000  # about 2 MB of records at most
+MAX_ADDRESSES = 10_000  # clients; about 2 MB of records at most
+IPV6_CLIENT_PREFIX = 64  # bits of an IPv6 address that name its client
+
+
+def client_of(address: str | None) -> str:
+    """The client a peer address counts as: an IPv6 address's /64 network (``2001:db8::/64``),
+    an IPv4-mapped IPv6 address's IPv4 address, an IPv4 address itself; ``?`` for none
+    (a Unix socket), and text that is no IP address as it is."""
+    if not address:
+        return "?"
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network((ip, IPV6_CLIENT_PREFIX), strict=False))
+    return str(ip)
 
 
 @dataclass
 class _Record:
-    """One address's refused tokens: since when they count, how many, the last one, and
-    until when the address is throttled (0: it is not)."""
+    """One client's refused tokens: since when they count, how many, the last one, and
+    until when the client is throttled (0: it is not)."""
 
     since: float
     failures: int = 0
@@ -51,11 +80,13 @@ class _Record:
 
 
 class AuthThrottle:
-    """The refused tokens of each client address and which addresses are throttled.
+    """The refused tokens of each client, its checks under way, and which clients are
+    throttled (clients: :func:`client_of`).
 
     Call :meth:`retry_after` before checking a request's token (a number: answer ``429``
-    with that ``Retry-After``, check nothing) and :meth:`failed` when the token is
-    refused. ``clock``: seconds, monotonic."""
+    with that ``Retry-After``, check nothing), then :meth:`reserve` (False: check nothing
+    yet, wait for a :meth:`release`), and when the check ends :meth:`failed` if the token
+    is refused and :meth:`release` in any case. ``clock``: seconds, monotonic."""
 
     def __init__(self, failures: int = DEFAULT_FAILURES, window: float = DEFAULT_WINDOW,
                  capacity: int = MAX_ADDRESSES, clock: Callable[[], float] = time.monotonic):
@@ -68,40 +99,65 @@ class AuthThrottle:
         self.failures, self.window = int(failures), float(window)
         self.capacity, self.clock = int(capacity), clock
         self.records: dict[str, _Record] = {}  # in the order of their last failure
+        self.checking: dict[str, int] = {}  # checks reserved and not yet released
 
-    def retry_after(self, address: str) -> int | None:
-        """Whole seconds until a token of ``address`` is checked again; None: now."""
-        record = self.records.get(address)
+    def retry_after(self, client: str) -> int | None:
+        """Whole seconds until a token of ``client`` is checked again; None: now."""
+        record = self.records.get(client)
         if record is None:
             return None
         left = record.until - self.clock()
         return max(math.ceil(left), 1) if left > 0 else None
 
-    def failed(self, address: str) -> bool:
-        """Count a refused token of ``address``; True when that throttles it."""
+    def reserve(self, client: str) -> bool:
+        """Begin a check of a token of ``client``, counted as a failure until released;
+        False (begin none) while its failures and checks under way are at the limit."""
+        if not self.failures:
+            return True
+        record = self._current(client, self.clock())
+        under_way = self.checking.get(client, 0)
+        if (record.failures if record else 0) + under_way >= self.failures:
+            return False
+        self.checking[client] = under_way + 1
+        return True
+
+    def release(self, client: str) -> None:
+        """End a check that :meth:`reserve` began (after :meth:`failed`, if refused)."""
+        left = self.checking.pop(client, 0) - 1
+        if left > 0:
+            self.checking[client] = left
+
+    def failed(self, client: str) -> bool:
+        """Count a refused token of ``client``; True when that throttles it."""
         if not self.failures:
             return False
         now = self.clock()
-        record = self.records.pop(address, None)
-        if record is None or now - record.since >= self.window or 0 < record.until <= now:
-            record = _Record(since=now)
+        record = self._current(client, now) or _Record(since=now)
+        self.records.pop(client, None)
         begins = record.until <= now and record.failures + 1 >= self.failures
         record.failures += 1
         record.last = now
         if begins:  # a late failure (checked before the throttle began) does not extend it
             record.until = now + self.window
-        self.records[address] = record
+        self.records[client] = record
         self._bound(now)
         return begins
 
+    def _current(self, client: str, now: float) -> _Record | None:
+        """The record of ``client`` whose failures still count, if any."""
+        record = self.records.get(client)
+        if record is None or now - record.since >= self.window or 0 < record.until <= now:
+            return None
+        return record
+
     def _bound(self, now: float) -> None:
-        """Drop the addresses quiet for a window (their count would start again, and no
+        """Drop the clients quiet for a window (their count would start again, and no
         throttle outlasts a window), then the oldest beyond ``capacity``."""
         while self.records:
-            address, record = next(iter(self.records.items()))
+            client, record = next(iter(self.records.items()))
             if now - record.last < self.window and len(self.records) <= self.capacity:
                 return
-            del self.records[address]
+            del self.records[client]
 
     def gauges(self) -> dict[str, int]:
         """The numbers ``/metrics`` shows."""

@@ -14,6 +14,8 @@ import logging
 import socket
 import threading
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -22,14 +24,14 @@ from test_edge_collector import Server, assert_error, encode_batch, make_batch, 
 from edge.archive import Archive
 from edge.collector import Collector, make_app
 from edge.store import Store, open_store
-from edge.throttle import MAX_ADDRESSES, AuthThrottle
+from edge.throttle import MAX_ADDRESSES, AuthThrottle, client_of
 
 WRONG = "x" * 43  # a token's shape, no device's
 
 
-def _bindable(address: str) -> bool:
+def _bindable(address: str, family: int = socket.AF_INET) -> bool:
     try:
-        with socket.socket() as s:
+        with socket.socket(family) as s:
             s.bind((address, 0))
         return True
     except OSError:
@@ -79,6 +81,16 @@ class InProcess:
         await site.start()
         return runner, runner.addresses[0][1]
 
+    def serve_on(self, sock: socket.socket) -> int:
+        """Serve on ``sock`` too (bound, listening): its port."""
+        from aiohttp import web
+
+        async def start():
+            await web.SockSite(self.runner, sock).start()
+
+        self._call(start())
+        return sock.getsockname()[1]
+
     def ask(self, path: str, token: str | None = None, source: str = "127.0.0.1",
             method: str = "GET", body: bytes | None = None, headers: dict | None = None
             ) -> tuple[int, dict | bytes, dict]:
@@ -93,14 +105,14 @@ class InProcess:
 
 
 def ask(port: int, path: str, token: str | None = None, source: str = "127.0.0.1",
-        method: str = "GET", body: bytes | None = None, headers: dict | None = None
-        ) -> tuple[int, dict | bytes, dict]:
+        method: str = "GET", body: bytes | None = None, headers: dict | None = None,
+        host: str = "127.0.0.1") -> tuple[int, dict | bytes, dict]:
     h = dict(headers or {})
     if token is not None:
         h["Authorization"] = f"Bearer {token}"
     if body is not None:
         h["Content-Type"] = "application/msgpack"
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0))
+    conn = http.client.HTTPConnection(host, port, timeout=30, source_address=(source, 0))
     try:
         conn.request(method, path, body=body, headers=h)
         answer = conn.getresponse()
@@ -211,6 +223,43 @@ def test_the_table_of_failing_addresses_stays_bounded(served):
     assert served.ask("/v1/whoami", served.tokens["d1"], source=sources[0])[0] == 200
 
 
+def burst(served: InProcess, n: int, token: str, source: str = "127.0.0.1") -> Counter:
+    """The statuses of ``n`` requests for /v1/whoami sent at once, each on a connection of
+    its own, while the collector's database thread is busy (storing a big upload, say): so
+    every one of them reaches the collector before any token is looked up."""
+    busy = threading.Event()
+    served.collector.pool.submit(busy.wait, 30)
+    with ThreadPoolExecutor(n) as clients:
+        answers = [clients.submit(served.ask, "/v1/whoami", token, source) for _ in range(n)]
+        time.sleep(1.0)  # every request in and past the throttle's check
+        busy.set()
+        return Counter(answer.result()[0] for answer in answers)
+
+
+@pytest.mark.parametrize("served", [{"auth_failures": 5, "auth_window": 60.0}],
+                         indirect=True, ids=["5-in-60s"])
+def test_guesses_on_many_connections_at_once_get_no_more_lookups_than_the_limit(served):
+    assert burst(served, 40, WRONG) == {401: 5, 429: 35}
+    assert served.store.lookups == 5
+    metrics = served.ask("/metrics")[1]
+    assert (metrics["refused_unauthorized"], metrics["refused_auth_throttled"]) == (5, 35)
+    assert metrics["auth_throttled_addresses"] == 1
+
+
+@pytest.mark.parametrize("served", [{"auth_failures": 3, "auth_window": 60.0}],
+                         indirect=True, ids=["3-in-60s"])
+def test_correct_tokens_on_many_connections_of_one_address_all_pass(served):
+    """Devices behind one NAT, one with a wrong token: beyond the limit's checks at once,
+    a correct token waits for one to end (the lookups take turns in one thread anyway)
+    rather than being refused."""
+    for _ in range(2):
+        assert served.ask("/v1/whoami", WRONG)[0] == 401
+    assert burst(served, 30, served.tokens["d1"]) == {200: 30}
+    assert served.store.lookups == 32
+    assert served.ask("/v1/whoami", WRONG)[0] == 401  # the third failure: throttled
+    assert_throttled(served.ask("/v1/whoami", served.tokens["d1"]), 60)
+
+
 def test_the_throttle_keeps_at_most_its_capacity_of_addresses():
     now = [0.0]
     throttle = AuthThrottle(failures=2, window=60.0, clock=lambda: now[0])
@@ -235,6 +284,94 @@ def test_a_late_failure_does_not_extend_the_throttle_nor_log_it_again():
     now[0] = 10.0
     assert throttle.retry_after("a") is None
     assert AuthThrottle(failures=0).failed("a") is False  # 0: off
+
+
+def test_a_check_counts_as_a_failure_until_it_ends_well():
+    now = [0.0]
+    throttle = AuthThrottle(failures=3, window=10.0, clock=lambda: now[0])
+    assert throttle.failed("a") is False
+    assert throttle.reserve("a") and throttle.reserve("a")
+    assert not throttle.reserve("a")  # one failure and two checks under way: the limit
+    throttle.release("a")  # a correct token: no failure, its check ends
+    assert throttle.reserve("a")
+    assert throttle.failed("a") is False
+    throttle.release("a")
+    assert not throttle.reserve("a")
+    assert throttle.failed("a") is True  # the third: throttled, no check under way left
+    throttle.release("a")
+    assert throttle.retry_after("a") == 10 and throttle.checking == {}
+    assert throttle.reserve("b")  # another client's checks go on
+    now[0] = 10.0  # the throttle is over: the count starts again
+    assert [throttle.reserve("a") for _ in range(4)] == [True, True, True, False]
+    off = AuthThrottle(failures=0)
+    assert all(off.reserve("a") for _ in range(100)) and off.checking == {}
+
+
+@pytest.mark.parametrize("address, client", [
+    ("2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"),
+    ("2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::/64"),  # the same /64
+    ("2001:db8:1:3::1", "2001:db8:1:3::/64"),  # the next one
+    ("fe80::1%eth0", "fe80::/64"),
+    ("::1", "::/64"),
+    ("::ffff:192.0.2.7", "192.0.2.7"),  # IPv4-mapped: its IPv4 address, not ::ffff:0:0/64
+    ("192.0.2.7", "192.0.2.7"),
+    (None, "?"), ("", "?"),  # no peer address (a Unix socket)
+    ("not-an-address", "not-an-address"),
+])
+def test_a_client_is_an_ipv4_address_or_an_ipv6_64(address, client):
+    assert client_of(address) == client
+
+
+def test_an_ipv6_client_rotating_through_its_64_is_throttled_as_one():
+    throttle = AuthThrottle(failures=3, window=60.0)
+    for k in range(3):
+        throttle.failed(client_of(f"2001:db8:0:7::{k + 1:x}"))
+    assert throttle.retry_after(client_of("2001:db8:0:7:abcd::99")) == 60
+    assert throttle.retry_after(client_of("2001:db8:0:8::1")) is None
+
+
+def listening(address: str) -> socket.socket:
+    """An IPv6 socket listening on ``address`` (an IPv4-mapped one takes IPv4 clients)."""
+    sock = socket.socket(socket.AF_INET6)
+    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    sock.bind((address, 0))
+    sock.listen()
+    return sock
+
+
+@pytest.mark.skipif(not socket.has_ipv6 or not _bindable("::1", socket.AF_INET6),
+                    reason="no IPv6 loopback address (::1) to serve on")
+@pytest.mark.parametrize("served", [{"auth_failures": 3, "auth_window": 60.0}],
+                         indirect=True, ids=["3-in-60s"])
+def test_an_ipv6_client_is_throttled_as_its_64(served, caplog):
+    caplog.set_level(logging.INFO, logger="acep.collector")
+    port = served.serve_on(listening("::1"))
+    for _ in range(3):
+        assert ask(port, "/v1/whoami", WRONG, source="::1", host="::1")[0] == 401
+    answer = ask(port, "/v1/whoami", served.tokens["d1"], source="::1", host="::1")
+    assert_throttled(answer, 60)
+    assert "from ::/64 (at most 3 within 60 s" in answer[1]["error"]
+    assert served.ask("/v1/whoami", served.tokens["d1"])[0] == 200  # 127.0.0.1: another
+    metrics = served.ask("/metrics")[1]
+    assert (metrics["auth_failing_addresses"], metrics["auth_throttled_addresses"]) == (1, 1)
+    assert any(r.getMessage().startswith("::/64 sent 3 requests with a wrong or missing "
+                                         "token") for r in caplog.records)
+
+
+@pytest.mark.skipif(not socket.has_ipv6 or not _bindable("::ffff:127.0.0.1", socket.AF_INET6),
+                    reason="no IPv6 socket taking IPv4 clients (::ffff:127.0.0.1) here")
+@pytest.mark.parametrize("served", [{"auth_failures": 3, "auth_window": 60.0}],
+                         indirect=True, ids=["3-in-60s"])
+def test_an_ipv4_client_of_an_ipv6_socket_counts_as_its_ipv4_address(served):
+    """Its peer address is IPv4-mapped (::ffff:127.0.0.1): all of IPv4 is in one /64 so."""
+    port = served.serve_on(listening("::ffff:127.0.0.1"))
+    for _ in range(3):
+        assert ask(port, "/v1/whoami", WRONG)[0] == 401
+    answer = ask(port, "/v1/whoami", served.tokens["d1"])
+    assert_throttled(answer, 60)
+    assert "from 127.0.0.1 (at most 3" in answer[1]["error"]
+    assert ask(port, "/v1/whoami", served.tokens["d2"], source="127.0.0.2")[0] == 200
+    assert_throttled(served.ask("/v1/whoami", served.tokens["d1"]), 60)  # and on IPv4
 
 
 # --------------------------------------------------------------------------- the process
