@@ -1008,6 +1008,69 @@ def test_interim_answers_after_100_continue_do_not_restart_the_answer_timeout():
     assert took < 3.0, took
 
 
+def _answering_late(answer: bytes, after: float, reads_body: bool) -> tuple[socket.socket,
+                                                                             threading.Event]:
+    """A listener that never says 100 Continue (an HTTP/1.0 server, or one behind an
+    HTTP/1.0 proxy) and answers a request ``answer`` ``after`` seconds after it read its
+    body, or, unless ``reads_body``, after its head, taking no byte of the body (its
+    receive buffer the smallest: the body stays queued in the agent's kernel); it keeps
+    the connection open until the event returned is set."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    done = threading.Event()
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            got = b""
+            while b"\r\n\r\n" not in got:
+                got += conn.recv(1 << 10)
+            if reads_body:
+                head, _, body = got.partition(b"\r\n\r\n")
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length:")))
+                while len(body) < length:
+                    body += conn.recv(1 << 16)
+            time.sleep(after)
+            conn.sendall(answer)
+            done.wait(10)
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, done
+
+
+@pytest.mark.parametrize("reads_body, after, size, out", [
+    (True, 0.6, len(BIG), ("ack", 200, "stored", None)),
+    (False, 1.8, 64 << 10, ("retry", 503, "busy", 7.0))],
+    ids=["an answer after the body", "a refusal while the body is queued"])
+def test_the_answer_timeout_runs_from_the_body_sent_not_from_the_head(reads_body, after,
+                                                                      size, out):
+    """The wait for the answer counts neither the wait for 100 Continue nor the body's
+    sending, whether the link took the body at once (all acknowledged before the agent
+    looked) or the answer came while the body was still queued (a refusal, with its
+    Retry-After, from a server that stopped reading): it gets collector.answer_timeout
+    from then. One rule decides it wherever the agent waits for the body's last bytes
+    (edge.uplink._drain): the rule that restarted the wait only when the link took some
+    of the body during that drain counted the first from the head (1 s for 100 Continue
+    and 0.6 s: past 1.2 s), and gave an answer that came before a byte moved no fresh
+    time."""
+    doc = (b'{"status": "stored"}' if reads_body else
+           b'{"error": "busy", "status": 503}')
+    answer = (b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+              b"Retry-After: 7\r\nConnection: close\r\n\r\n%s"
+              % (200 if reads_body else 503, len(doc), doc))
+    listener, done = _answering_late(answer, after, reads_body)
+    try:
+        uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=2.0,
+                        answer_timeout=1.2)
+        got = uplink.post_batch(b"x" * size)
+    finally:
+        done.set()
+        listener.close()
+    assert (got.action, got.status, got.detail, got.retry_after) == out, got
+
+
 def _slowly(answers: list[bytes], seconds: float, every: float = 0.1) -> socket.socket:
     """A listener that reads each request whole (never saying 100 Continue: the agent
     sends the body after its wait) and answers the n-th with ``answers[n]``, its head drawn
