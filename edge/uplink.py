@@ -21,7 +21,8 @@ answered without ``100 Continue`` (an HTTP/1.0 server; a success from an HTTP/1.
 late refusal may be a busy collector's). Only the standard library (``http.client``,
 ``urllib.request``, ``gzip``).
 
-``collector.timeout`` bounds each wait of an upload, not the upload: connecting, each
+``collector.timeout`` bounds each wait of an upload, not the upload: connecting (over
+https, the connection and its TLS handshake together: :class:`_HTTPSWithin`), each
 :data:`SEND_PIECE` bytes of a body leaving (``http.client`` sends a body with one
 ``sendall``, whose timeout is the whole body's: a device on a thin link could never send a
 large batch), the body's last bytes, queued in the kernel, being acknowledged by the
@@ -137,13 +138,14 @@ class Outcome:
 class Uplink:
     """HTTP to the collector at ``url`` with a device's bearer token.
 
-    ``timeout`` bounds each wait, ``answer_timeout`` (default :data:`ANSWER_TIMES` times
-    ``timeout``) a whole answer, and with 1 s per KiB a request's body (see the module
-    docstring); :meth:`upload_bound` one upload, its resends after a ``417`` or ``415``
-    included. ``bytes_on_wire`` counts the request body bytes sent (gzipped, when they
-    were), every attempt included: the bytes the kernel took, so a body refused before it
-    was sent (``Expect``) or whose connection was refused counts none, and one whose
-    connection failed part-way what went (queued in the kernel, not necessarily across)."""
+    ``timeout`` bounds each wait (connecting is one, over https with its TLS handshake),
+    ``answer_timeout`` (default :data:`ANSWER_TIMES` times ``timeout``) a whole answer,
+    and with 1 s per KiB a request's body (see the module docstring); :meth:`upload_bound`
+    one upload, its resends after a ``417`` or ``415`` included. ``bytes_on_wire`` counts
+    the request body bytes sent (gzipped, when they were), every attempt included: the
+    bytes the kernel took, so a body refused before it was sent (``Expect``) or whose
+    connection was refused counts none, and one whose connection failed part-way what went
+    (queued in the kernel, not necessarily across)."""
 
     def __init__(self, url: str, token: str, timeout: float = 10.0,
                  ca_file: str | None = None, expect_continue: bool = True,
@@ -688,7 +690,35 @@ class _PacedHTTP(_Paced, http.client.HTTPConnection):
     pass
 
 
-class _PacedHTTPS(_Paced, http.client.HTTPSConnection):
+class _HTTPSWithin(http.client.HTTPSConnection):
+    """HTTPS whose connection is made within its timeout as a whole: the TCP connection (a
+    proxy's tunnel with it) and the TLS handshake. Python gives each the timeout (the
+    handshake as a whole), so a collector, or a middlebox, slow to take the connection
+    and then trickling its handshake held an upload, a heartbeat or a sketch check twice
+    as long."""
+
+    def connect(self) -> None:
+        if not isinstance(self.timeout, (int, float)):  # None, or the sockets' default
+            return super().connect()
+        until = time.monotonic() + self.timeout
+        http.client.HTTPConnection.connect(self)
+        left = until - time.monotonic()
+        if left <= 0:
+            raise self._late()
+        self.sock.settimeout(left)
+        try:
+            self.sock = self._context.wrap_socket(
+                self.sock, server_hostname=self._tunnel_host or self.host)
+        except TimeoutError:
+            raise self._late() from None
+        self.sock.settimeout(self.timeout)
+
+    def _late(self) -> TimeoutError:
+        return TimeoutError(f"timed out: no TLS connection within {self.timeout:g} s "
+                            "(connecting and the handshake together)")
+
+
+class _PacedHTTPS(_Paced, _HTTPSWithin):
     pass
 
 

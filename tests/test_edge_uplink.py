@@ -268,6 +268,39 @@ def test_a_body_over_https_on_a_thin_link_gets_across_before_the_answer_is_await
                                     len(body))]
 
 
+
+@pytest.mark.parametrize("request_kind", ["batch", "heartbeat", "sketch"])
+def test_connecting_and_the_tls_handshake_end_within_collector_timeout_together(
+        server, tls, request_kind):
+    """A collector, or a middlebox before it, slow to take the connection (a full accept
+    queue: the SYN is sent again a second later) and then trickling its TLS handshake a
+    few bytes at a time, each within collector.timeout: Python gives the connection the
+    timeout and the handshake the timeout again, so a batch, a heartbeat or a sketch check
+    was given up after up to twice collector.timeout (3.5 s here, 2.5 s being the timeout).
+    The two together end within it now, retried like a timeout."""
+    server.handler.protocol_version = "HTTP/1.1"
+    server.socket = tls[0].wrap_socket(server.socket, server_side=True)
+    with ThinLink(server.server_address[1], rate=1e6, trickle=(5, 1.2),
+                  full_for=0.3) as link:
+        uplink = Uplink(f"https://127.0.0.1:{link.port}", "tok", timeout=2.5,
+                        ca_file=tls[1])
+        start = time.monotonic()
+        if request_kind == "sketch":
+            with pytest.raises(OSError) as failed:
+                uplink.get_sketch("p1", 1 << 20)
+            said = str(failed.value)
+        else:
+            out = (uplink.post_batch(BIG) if request_kind == "batch" else
+                   uplink.post_heartbeat({"consumed": 1}))
+            assert (out.action, out.status) == ("retry", None), out
+            said = out.detail
+        took = time.monotonic() - start
+    assert said == ("GET /v1/sketches/p1: " if request_kind == "sketch" else "connection: ") \
+        + "timed out: no TLS connection within 2.5 s (connecting and the handshake together)"
+    assert 2.0 < took < 3.0, took
+    assert server.handler.seen == []
+
+
 @pytest.mark.parametrize("expect", [True, False], ids=["expect", "at once"])
 def test_a_collector_that_takes_the_body_a_few_bytes_a_second_is_given_up(server, tmp_path,
                                                                           expect):
