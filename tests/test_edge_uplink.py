@@ -951,11 +951,12 @@ TRICKLED = {"status line": 5, "headers": ANSWER.index(b"Content-Length"),
             "body": ANSWER.index(b"\r\n\r\n") + 4 + 10}
 
 
-def _trickling(answer: bytes, at: int, every: float, rate: float | None = None
-               ) -> socket.socket:
+def _trickling(answer: bytes, at: int, every: float, rate: float | None = None,
+               step: int = 1) -> socket.socket:
     """A listener that reads each request whole (saying ``100 Continue`` when asked) and
-    answers it with ``answer``'s first ``at`` bytes at once, then the rest a byte every
-    ``every`` seconds (each wait shorter than the agent's timeout), or at ``rate`` bytes/s."""
+    answers it with ``answer``'s first ``at`` bytes at once, then the rest ``step`` bytes
+    every ``every`` seconds (each wait shorter than the agent's timeout), or at ``rate``
+    bytes/s."""
     listener = socket.create_server(("127.0.0.1", 0))
 
     def serve(conn: socket.socket) -> None:
@@ -972,10 +973,10 @@ def _trickling(answer: bytes, at: int, every: float, rate: float | None = None
                 body += conn.recv(1 << 16)
             try:
                 conn.sendall(answer[:at])
-                step = 1 if rate is None else max(int(rate / 20), 1)
-                for i in range(at, len(answer), step):
-                    time.sleep(every if rate is None else step / rate)
-                    conn.sendall(answer[i:i + step])
+                n = step if rate is None else max(int(rate / 20), 1)
+                for i in range(at, len(answer), n):
+                    time.sleep(every if rate is None else n / rate)
+                    conn.sendall(answer[i:i + n])
             except OSError:  # the agent gave up
                 pass
 
@@ -1029,7 +1030,8 @@ def test_interim_answers_after_100_continue_do_not_restart_the_answer_timeout():
     not come yet, started the answer's time again: a server that trickled 16 of them, each
     within collector.answer_timeout, held the upload 17 times as long. The time now runs
     from the body's end over all of them."""
-    listener = _trickling(EARLY * 8 + ANSWER, 0, every=0.02)  # a 103 takes 1.1 s
+    # each 103 whole, 0.5 s apart: nothing follows it at once, and it is within 1.5 s
+    listener = _trickling(EARLY * 8 + ANSWER, 0, every=0.5, step=len(EARLY))
     try:
         uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=1.0,
                         answer_timeout=1.5)
