@@ -691,11 +691,11 @@ class _PacedHTTP(_Paced, http.client.HTTPConnection):
 
 
 class _HTTPSWithin(http.client.HTTPSConnection):
-    """HTTPS whose connection is made within its timeout as a whole: the TCP connection (a
-    proxy's tunnel with it) and the TLS handshake. Python gives each the timeout (the
-    handshake as a whole), so a collector, or a middlebox, slow to take the connection
-    and then trickling its handshake held an upload, a heartbeat or a sketch check twice
-    as long."""
+    """HTTPS whose connection is made within its timeout as a whole: the TCP connection and
+    the TLS handshake (through a proxy, the handshake gets what its tunnel left). Python
+    gives each the timeout (the handshake as a whole), so a collector, or a middlebox,
+    slow to take the connection and then trickling its handshake held an upload, a
+    heartbeat or a sketch check twice as long."""
 
     def connect(self) -> None:
         if not isinstance(self.timeout, (int, float)):  # None, or the sockets' default
