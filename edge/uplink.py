@@ -21,7 +21,8 @@ answered without ``100 Continue`` (an HTTP/1.0 server; a success from an HTTP/1.
 late refusal may be a busy collector's). Only the standard library (``http.client``,
 ``urllib.request``, ``gzip``).
 
-``collector.timeout`` bounds each wait of an upload, not the upload: connecting, each
+``collector.timeout`` bounds each wait of an upload, not the upload: connecting (over
+https, the connection and its TLS handshake together: :class:`_HTTPSWithin`), each
 :data:`SEND_PIECE` bytes of a body leaving (``http.client`` sends a body with one
 ``sendall``, whose timeout is the whole body's: a device on a thin link could never send a
 large batch), the body's last bytes, queued in the kernel, being acknowledged by the
@@ -137,13 +138,14 @@ class Outcome:
 class Uplink:
     """HTTP to the collector at ``url`` with a device's bearer token.
 
-    ``timeout`` bounds each wait, ``answer_timeout`` (default :data:`ANSWER_TIMES` times
-    ``timeout``) a whole answer, and with 1 s per KiB a request's body (see the module
-    docstring); :meth:`upload_bound` one upload, its resends after a ``417`` or ``415``
-    included. ``bytes_on_wire`` counts the request body bytes sent (gzipped, when they
-    were), every attempt included: the bytes the kernel took, so a body refused before it
-    was sent (``Expect``) or whose connection was refused counts none, and one whose
-    connection failed part-way what went (queued in the kernel, not necessarily across)."""
+    ``timeout`` bounds each wait (connecting is one, over https with its TLS handshake),
+    ``answer_timeout`` (default :data:`ANSWER_TIMES` times ``timeout``) a whole answer,
+    and with 1 s per KiB a request's body (see the module docstring); :meth:`upload_bound`
+    one upload, its resends after a ``417`` or ``415`` included. ``bytes_on_wire`` counts
+    the request body bytes sent (gzipped, when they were), every attempt included: the
+    bytes the kernel took, so a body refused before it was sent (``Expect``) or whose
+    connection was refused counts none, and one whose connection failed part-way what went
+    (queued in the kernel, not necessarily across)."""
 
     def __init__(self, url: str, token: str, timeout: float = 10.0,
                  ca_file: str | None = None, expect_continue: bool = True,
@@ -340,8 +342,7 @@ class Uplink:
             conn.body_deadline = _BodyDeadline(deadline.seconds, len(body), deadline.name)
             conn.body_deadline.bound = deadline.bound
             conn.send(body)
-            head += _drain(conn.sock, conn.timeout, within=conn.body_deadline)
-            deadline.restart()  # the body's time is its link's, not the answer's
+            head += _drain(conn.sock, conn.timeout, deadline, conn.body_deadline)
         if first == "silent":  # a busy collector says 100 late; an HTTP/1.0 one never
             first, head = _first_answer(conn.sock, conn.timeout, deadline, head)
             if first == "silent":
@@ -508,6 +509,7 @@ class _BodyDeadline(_Deadline):
 
     def __init__(self, seconds: float, size: int, name: str | None = None):
         self.size, self.base = size, float(seconds)
+        self.moved = -float("inf")  # when the body last moved: sent, or acknowledged in part
         super().__init__(self.base + size / ANSWER_MIN_RATE, name)
 
     def expired(self) -> BodyTimeout:
@@ -592,7 +594,8 @@ class _Paced:
     """An ``http.client`` connection whose timeout bounds each wait, not a whole body: a
     body goes in pieces of :data:`SEND_PIECE` bytes, each with the timeout, and the answer
     is awaited once the body's last bytes got across (:func:`_drain`), then read within
-    ``answer_deadline`` (restarted then; None: each wait bounded, not their sum).
+    ``answer_deadline`` (restarted then: the request, made after it, always moved since,
+    so that is :func:`_drain`'s rule; None: each wait bounded, not their sum).
 
     The request, its body included, gets across within ``body_deadline`` (restarted
     once connected; None: each wait bounded, not their sum).
@@ -640,6 +643,8 @@ class _Paced:
                 self._paced(lambda: super(_Paced, self).send(data))
         except (ConnectionError, ssl.SSLEOFError) as e:  # the server stopped taking it
             self.cut = e
+        if body and self.body_deadline is not None:
+            self.body_deadline.moved = time.monotonic()
 
     def _send_piece(self, piece: memoryview, body: bool) -> None:
         """``piece`` handed to the kernel within one timeout (as one ``sendall``), its
@@ -685,7 +690,35 @@ class _PacedHTTP(_Paced, http.client.HTTPConnection):
     pass
 
 
-class _PacedHTTPS(_Paced, http.client.HTTPSConnection):
+class _HTTPSWithin(http.client.HTTPSConnection):
+    """HTTPS whose connection is made within its timeout as a whole: the TCP connection and
+    the TLS handshake (through a proxy, the handshake gets what its tunnel left). Python
+    gives each the timeout (the handshake as a whole), so a collector, or a middlebox,
+    slow to take the connection and then trickling its handshake held an upload, a
+    heartbeat or a sketch check twice as long."""
+
+    def connect(self) -> None:
+        if not isinstance(self.timeout, (int, float)):  # None, or the sockets' default
+            return super().connect()
+        until = time.monotonic() + self.timeout
+        http.client.HTTPConnection.connect(self)
+        left = until - time.monotonic()
+        if left <= 0:
+            raise self._late()
+        self.sock.settimeout(left)
+        try:
+            self.sock = self._context.wrap_socket(
+                self.sock, server_hostname=self._tunnel_host or self.host)
+        except TimeoutError:
+            raise self._late() from None
+        self.sock.settimeout(self.timeout)
+
+    def _late(self) -> TimeoutError:
+        return TimeoutError(f"timed out: no TLS connection within {self.timeout:g} s "
+                            "(connecting and the handshake together)")
+
+
+class _PacedHTTPS(_Paced, _HTTPSWithin):
     pass
 
 
@@ -741,38 +774,49 @@ def _unacknowledged(sock: socket.socket) -> int | None:
 def _drain(sock: socket.socket, timeout: float | None, restart: _Deadline | None = None,
            within: _BodyDeadline | None = None) -> bytes:
     """Wait while the bytes handed to the kernel cross the link: the last ones of a body
-    may be megabytes (the send buffer grows to 4 MiB), minutes on a thin link, and the
-    timeout of the wait for the answer must not count them. Returns when all are
-    acknowledged, when an answer (or the end) can be read, or where the queue cannot be
-    asked, and ``restart``s the answer's wait in the first two cases when the link took
-    some of them (an answer that comes as the last bytes cross is in time, however long
-    they took); ``TimeoutError`` when none was acknowledged for ``timeout`` seconds,
-    :class:`BodyTimeout` past ``within``. Returns the answer's first bytes when it read
-    them (:func:`_answer_start`), else ``b""``."""
+    may be megabytes (the send buffer grows to 4 MiB), minutes on a thin link. Returns
+    when all are acknowledged, when an answer (or the end) can be read, or where the queue
+    cannot be asked; ``TimeoutError`` when none was acknowledged for ``timeout`` seconds
+    (a stalled link), :class:`BodyTimeout` past ``within``, the body's deadline. Returns
+    the answer's first bytes when it read them (:func:`_answer_start`), else ``b""``.
+
+    The answer's wait, ``restart``, counts neither the body's sending nor its last bytes'
+    crossing: when the drain returns it starts again if the body moved since it last
+    started (sent, or acknowledged in part: ``within.moved``), however long that took,
+    whether an answer came while bytes still crossed or before any did. Not otherwise:
+    not at an interim answer once the body is across (a server that trickled them held
+    the agent :data:`MAX_INTERIM` + 1 times as long)."""
+    early = _crossing(sock, timeout, within)
+    if restart is not None and within is not None and within.moved > restart.started:
+        restart.restart()
+    return early
+
+
+def _crossing(sock: socket.socket, timeout: float | None,
+              within: _BodyDeadline | None) -> bytes:
+    """:func:`_drain`'s wait, noting when the link took bytes in ``within.moved``."""
     left = _unacknowledged(sock)
     if not left or timeout is None:
         return b""
-    moved = started = time.monotonic()
+    moved = time.monotonic()
     while left:
         if within is not None:
             within.left()
         if readable(sock, DRAIN_POLL):
             early = _answer_start(sock)
             if early is not None:
-                if restart is not None and moved > started:
-                    restart.restart()
                 return early
         now_left = _unacknowledged(sock)
         if now_left is None:
             return b""
         if now_left < left:
             moved = time.monotonic()
+            if within is not None:
+                within.moved = moved
         elif time.monotonic() - moved >= timeout:
             raise TimeoutError(f"timed out: the link took no byte of the body for "
                                f"{timeout:g} s ({left} bytes still to go)")
         left = now_left
-    if restart is not None:
-        restart.restart()
     return b""
 
 
@@ -851,9 +895,7 @@ def _final_head(sock: socket.socket, head: bytes, deadline: _Deadline | None = N
     """``head`` (an answer's first bytes, perhaps none) with the interim answers before the
     final one taken off. Each wait for an answer starts once the body's bytes got across
     (:func:`_drain`, within ``body``: a late ``100 Continue`` may come while the body is
-    still on its way), and so does ``deadline`` when they were still crossing; not at each
-    interim answer (a server that trickled them held the agent ``MAX_INTERIM`` + 1 times
-    as long)."""
+    still on its way), and ``deadline`` runs by :func:`_drain`'s rule."""
     skipped = 0
     while True:
         if not head:

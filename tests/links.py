@@ -1,5 +1,6 @@
 """A thin link for tests: a TCP relay on loopback that passes a client's bytes on at a
-set rate (tests/test_edge_collector.py, tests/test_edge_uplink.py)."""
+set rate, and the answers' a few at a time if asked (tests/test_edge_collector.py,
+tests/test_edge_uplink.py)."""
 
 from __future__ import annotations
 
@@ -12,20 +13,37 @@ class ThinLink:
     """A TCP relay on loopback to ``port`` that passes the client's bytes on at ``rate``
     bytes/s, and none after ``stall_after`` of them, nor any answer (a link that died).
     Its receive buffer is the smallest (its window opens a little at a time, as a link's
-    acknowledgements come), so the client's kernel queues what the link has not taken."""
+    acknowledgements come), so the client's kernel queues what the link has not taken.
 
-    def __init__(self, port: int, rate: float, stall_after: int | None = None):
+    ``trickle``, ``(n, seconds)``: the server's bytes are passed back ``n`` at a time,
+    ``seconds`` apart. ``full_for``: the relay's accept queue is full for that many
+    seconds (one connection waits in it), so a connection made meanwhile takes a second
+    (Linux drops its SYN; the client sends it again a second later)."""
+
+    def __init__(self, port: int, rate: float, stall_after: int | None = None, *,
+                 trickle: tuple[int, float] | None = None, full_for: float = 0.0):
         self.target, self.rate, self.stall_after = port, rate, stall_after
+        self.trickle = trickle
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
         self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(4)
+        self.listener.listen(0 if full_for else 4)
         self.port = self.listener.getsockname()[1]
+        self.waiting = socket.create_connection(("127.0.0.1", self.port)) if full_for \
+            else None
+        self.full_for = full_for
         self.closed, self.stalled = threading.Event(), threading.Event()
         self.socks: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
+        if self.waiting is not None:
+            time.sleep(self.full_for)
+            self.waiting.close()
+            try:
+                self.listener.accept()[0].close()
+            except OSError:
+                return
         while not self.closed.is_set():
             try:
                 client, _ = self.listener.accept()
@@ -58,8 +76,10 @@ class ThinLink:
             pass
 
     def _down(self, upstream: socket.socket, client: socket.socket) -> None:
+        step, every = self.trickle or (65536, 0.0)
         try:
-            while data := upstream.recv(65536):
+            while data := upstream.recv(step):
+                time.sleep(every)
                 if not self.stalled.is_set():
                     client.sendall(data)
             client.shutdown(socket.SHUT_WR)

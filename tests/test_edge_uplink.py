@@ -268,6 +268,39 @@ def test_a_body_over_https_on_a_thin_link_gets_across_before_the_answer_is_await
                                     len(body))]
 
 
+
+@pytest.mark.parametrize("request_kind", ["batch", "heartbeat", "sketch"])
+def test_connecting_and_the_tls_handshake_end_within_collector_timeout_together(
+        server, tls, request_kind):
+    """A collector, or a middlebox before it, slow to take the connection (a full accept
+    queue: the SYN is sent again a second later) and then trickling its TLS handshake a
+    few bytes at a time, each within collector.timeout: Python gives the connection the
+    timeout and the handshake the timeout again, so a batch, a heartbeat or a sketch check
+    was given up after up to twice collector.timeout (3.5 s here, 2.5 s being the timeout).
+    The two together end within it now, retried like a timeout."""
+    server.handler.protocol_version = "HTTP/1.1"
+    server.socket = tls[0].wrap_socket(server.socket, server_side=True)
+    with ThinLink(server.server_address[1], rate=1e6, trickle=(5, 1.2),
+                  full_for=0.3) as link:
+        uplink = Uplink(f"https://127.0.0.1:{link.port}", "tok", timeout=2.5,
+                        ca_file=tls[1])
+        start = time.monotonic()
+        if request_kind == "sketch":
+            with pytest.raises(OSError) as failed:
+                uplink.get_sketch("p1", 1 << 20)
+            said = str(failed.value)
+        else:
+            out = (uplink.post_batch(BIG) if request_kind == "batch" else
+                   uplink.post_heartbeat({"consumed": 1}))
+            assert (out.action, out.status) == ("retry", None), out
+            said = out.detail
+        took = time.monotonic() - start
+    assert said == ("GET /v1/sketches/p1: " if request_kind == "sketch" else "connection: ") \
+        + "timed out: no TLS connection within 2.5 s (connecting and the handshake together)"
+    assert 2.0 < took < 3.0, took
+    assert server.handler.seen == []
+
+
 @pytest.mark.parametrize("expect", [True, False], ids=["expect", "at once"])
 def test_a_collector_that_takes_the_body_a_few_bytes_a_second_is_given_up(server, tmp_path,
                                                                           expect):
@@ -918,11 +951,12 @@ TRICKLED = {"status line": 5, "headers": ANSWER.index(b"Content-Length"),
             "body": ANSWER.index(b"\r\n\r\n") + 4 + 10}
 
 
-def _trickling(answer: bytes, at: int, every: float, rate: float | None = None
-               ) -> socket.socket:
+def _trickling(answer: bytes, at: int, every: float, rate: float | None = None,
+               step: int = 1) -> socket.socket:
     """A listener that reads each request whole (saying ``100 Continue`` when asked) and
-    answers it with ``answer``'s first ``at`` bytes at once, then the rest a byte every
-    ``every`` seconds (each wait shorter than the agent's timeout), or at ``rate`` bytes/s."""
+    answers it with ``answer``'s first ``at`` bytes at once, then the rest ``step`` bytes
+    every ``every`` seconds (each wait shorter than the agent's timeout), or at ``rate``
+    bytes/s."""
     listener = socket.create_server(("127.0.0.1", 0))
 
     def serve(conn: socket.socket) -> None:
@@ -939,10 +973,10 @@ def _trickling(answer: bytes, at: int, every: float, rate: float | None = None
                 body += conn.recv(1 << 16)
             try:
                 conn.sendall(answer[:at])
-                step = 1 if rate is None else max(int(rate / 20), 1)
-                for i in range(at, len(answer), step):
-                    time.sleep(every if rate is None else step / rate)
-                    conn.sendall(answer[i:i + step])
+                n = step if rate is None else max(int(rate / 20), 1)
+                for i in range(at, len(answer), n):
+                    time.sleep(every if rate is None else n / rate)
+                    conn.sendall(answer[i:i + n])
             except OSError:  # the agent gave up
                 pass
 
@@ -996,7 +1030,8 @@ def test_interim_answers_after_100_continue_do_not_restart_the_answer_timeout():
     not come yet, started the answer's time again: a server that trickled 16 of them, each
     within collector.answer_timeout, held the upload 17 times as long. The time now runs
     from the body's end over all of them."""
-    listener = _trickling(EARLY * 8 + ANSWER, 0, every=0.02)  # a 103 takes 1.1 s
+    # each 103 whole, 0.5 s apart: nothing follows it at once, and it is within 1.5 s
+    listener = _trickling(EARLY * 8 + ANSWER, 0, every=0.5, step=len(EARLY))
     try:
         uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=1.0,
                         answer_timeout=1.5)
@@ -1006,6 +1041,69 @@ def test_interim_answers_after_100_continue_do_not_restart_the_answer_timeout():
     assert (out.action, out.status) == ("retry", None), out
     assert out.detail == "connection: no whole answer within 1.5 s (collector.answer_timeout)"
     assert took < 3.0, took
+
+
+def _answering_late(answer: bytes, after: float, reads_body: bool) -> tuple[socket.socket,
+                                                                             threading.Event]:
+    """A listener that never says 100 Continue (an HTTP/1.0 server, or one behind an
+    HTTP/1.0 proxy) and answers a request ``answer`` ``after`` seconds after it read its
+    body, or, unless ``reads_body``, after its head, taking no byte of the body (its
+    receive buffer the smallest: the body stays queued in the agent's kernel); it keeps
+    the connection open until the event returned is set."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    done = threading.Event()
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            got = b""
+            while b"\r\n\r\n" not in got:
+                got += conn.recv(1 << 10)
+            if reads_body:
+                head, _, body = got.partition(b"\r\n\r\n")
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length:")))
+                while len(body) < length:
+                    body += conn.recv(1 << 16)
+            time.sleep(after)
+            conn.sendall(answer)
+            done.wait(10)
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, done
+
+
+@pytest.mark.parametrize("reads_body, after, size, out", [
+    (True, 0.6, len(BIG), ("ack", 200, "stored", None)),
+    (False, 1.8, 64 << 10, ("retry", 503, "busy", 7.0))],
+    ids=["an answer after the body", "a refusal while the body is queued"])
+def test_the_answer_timeout_runs_from_the_body_sent_not_from_the_head(reads_body, after,
+                                                                      size, out):
+    """The wait for the answer counts neither the wait for 100 Continue nor the body's
+    sending, whether the link took the body at once (all acknowledged before the agent
+    looked) or the answer came while the body was still queued (a refusal, with its
+    Retry-After, from a server that stopped reading): it gets collector.answer_timeout
+    from then. One rule decides it wherever the agent waits for the body's last bytes
+    (edge.uplink._drain): the rule that restarted the wait only when the link took some
+    of the body during that drain counted the first from the head (1 s for 100 Continue
+    and 0.6 s: past 1.2 s), and gave an answer that came before a byte moved no fresh
+    time."""
+    doc = (b'{"status": "stored"}' if reads_body else
+           b'{"error": "busy", "status": 503}')
+    answer = (b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+              b"Retry-After: 7\r\nConnection: close\r\n\r\n%s"
+              % (200 if reads_body else 503, len(doc), doc))
+    listener, done = _answering_late(answer, after, reads_body)
+    try:
+        uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=2.0,
+                        answer_timeout=1.2)
+        got = uplink.post_batch(b"x" * size)
+    finally:
+        done.set()
+        listener.close()
+    assert (got.action, got.status, got.detail, got.retry_after) == out, got
 
 
 def _slowly(answers: list[bytes], seconds: float, every: float = 0.1) -> socket.socket:
