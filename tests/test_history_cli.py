@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_cli import FIXTURE
 from test_history_graph import V1_FILE, _flip, _hand_graph
-from test_history_sketch import _fingerprint
+from test_history_sketch import _fingerprint, _old_writer
 
 from acep.cli import main
 from history.sketch import Sketch
@@ -81,6 +81,19 @@ def test_inspect_a_sketch_needs_its_key(tmp_path, capsys):
     assert done.stderr == (f"acep history inspect: {path}: signature check failed: the sketch "
                            f"was signed with another key, {_fingerprint(b'k3y')}; this key is "
                            f"{_fingerprint(b'other')} (--key-file)\n")
+
+
+def test_inspect_says_a_sketch_predates_key_fingerprints(tmp_path, capsys):
+    """A sketch written before sketches recorded their key's fingerprint: its key is the one
+    that verified it, and the file records none (a wrong key could not be named)."""
+    path, key = tmp_path / "old.sketch", tmp_path / "key"
+    path.write_bytes(_old_writer(Sketch.from_graph(_hand_graph(), hashes=4), b"k3y"))
+    key.write_bytes(b"k3y\n")
+    assert main(["history", "inspect", str(path), "--key-file", str(key)]) == 0
+    out = capsys.readouterr().out
+    assert (f"\nsigned with key {_fingerprint(b'k3y')} (verified with --key-file; the sketch "
+            "records no key fingerprint: written before acep recorded them, re-sign it to "
+            "record one)\n") in out, out
 
 
 def test_inspect_refuses_other_and_corrupt_files(tmp_path, capsys):
