@@ -523,6 +523,22 @@ def test_the_build_summary_says_one_bundle_not_one_bundles(tmp_path):
     assert done.returncode == 0 and ", 1 bundle, " in done.stderr, done.stderr
 
 
+def test_the_build_summary_names_the_key_that_signed_the_sketch(tmp_path):
+    """As inspect, --check and the collector's PUT answer do: an operator matches it with
+    the fingerprint the devices report."""
+    (tmp_path / "ev.jsonl").write_text('{"type": "a", "t": 1}\n{"type": "b", "t": 2}\n')
+    (tmp_path / "fleet.key").write_bytes(b"a signing key\n")
+    sketch, key = tmp_path / "s.sketch", str(tmp_path / "fleet.key")
+    done = acep("history", "build", str(tmp_path / "ev.jsonl"), "-p", "a b", "-w", "3", "-o",
+                str(tmp_path / "h.history"), "--sketch", str(sketch), "--key-file", key)
+    fingerprint = _fingerprint(b"a signing key")
+    assert done.returncode == 0 and done.stderr.splitlines()[-1] == (
+        f"acep: sketch signed with key {fingerprint}, {sketch.stat().st_size:,} bytes -> "
+        f"{sketch}"), done.stderr
+    shown = acep("history", "inspect", str(sketch), "--key-file", key)
+    assert f"\nsigned with key {fingerprint} (verified with --key-file)\n" in shown.stdout
+
+
 def test_a_sketch_over_a_mebibyte_is_built_with_a_warning_and_read_back(built):
     """16,905 cells (k = 4, 64 bins): build wrote the 1.2 MB sketch, and then inspect and
     evaluate refused it as 'sketch is 1048577 bytes, above the limit' (the bytes read, not
