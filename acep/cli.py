@@ -810,7 +810,7 @@ def add_fit_options(parser, events: str) -> None:
 
 def run_history_build(args) -> int:
     from history.build import build_history
-    from history.sketch import Sketch, oversized, read_key
+    from history.sketch import Sketch, key_id, oversized, read_key
 
     if args.sketch and not args.key_file:
         raise UsageError("--sketch needs --key-file (sketches are signed)")
@@ -843,7 +843,8 @@ def run_history_build(args) -> int:
           f"-> {args.output} ({seconds:.1f} s)",
           file=sys.stderr)
     if signed is not None:
-        print(f"acep: signed sketch, {len(signed):,} bytes -> {args.sketch}", file=sys.stderr)
+        print(f"acep: sketch signed with key {key_id(key)}, {len(signed):,} bytes -> "
+              f"{args.sketch}", file=sys.stderr)
         if (why := oversized(len(signed), sketch.n_cells)) is not None:
             print(f"acep: warning: {why}", file=sys.stderr)
     return 0

@@ -874,7 +874,7 @@ class Collector:
         self.metrics["sketches_stored"] += 1
         return 200, {"pattern_id": pattern_id, "bytes": len(data), "etag": etag,
                      "checked": 0 if unchecked else len(definitions),
-                     "key_id": sketch.signed_with}
+                     "key_id": sketch.signed_with, "key_recorded": sketch.key_recorded}
 
     async def post_heartbeat(self, request: web.Request) -> web.Response:
         """A device says it is alive, with its metrics as ``status`` (``--list-devices``)."""

@@ -57,6 +57,15 @@ def unpack_array(doc: Mapping, name: str, error: type[FormatError], *, dtype: st
     return np.frombuffer(data, dtype=kind).reshape(shape).copy()
 
 
+def take_array(doc: dict, name: str, error: type[FormatError], *, dtype: str | None = None,
+               ndim: int | None = None) -> np.ndarray:
+    """:func:`unpack_array`, then the field leaves ``doc``: its bytes are freed as each array
+    is made rather than after the last (a history's arrays are most of its payload)."""
+    array = unpack_array(doc, name, error, dtype=dtype, ndim=ndim)
+    del doc[name]
+    return array
+
+
 def dumps(doc: dict) -> bytes:
     return msgpack.packb(doc, use_bin_type=True)
 
@@ -72,8 +81,8 @@ def loads(data: bytes, error: type[FormatError], what: str, max_bytes: int,
         raise error(f"{what} is {len(data)} bytes, above the limit of {max_bytes} bytes")
     hooks = {} if max_containers is None else dict.fromkeys(
         ("object_hook", "list_hook"), _counter(max_containers, error, what))
-    try:
-        doc = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True, use_list=True,
+    try:  # msgpack reads any buffer in place: bytes(view) would copy a history's payload
+        doc = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True,
                               max_bin_len=max_bytes, max_str_len=1 << 16,
                               max_array_len=1 << 24, max_map_len=1 << 10, max_ext_len=0,
                               **hooks)
@@ -84,6 +93,81 @@ def loads(data: bytes, error: type[FormatError], what: str, max_bytes: int,
     if not isinstance(doc, dict):
         raise error(f"{what}: top level is {type(doc).__name__}, not a map")
     return doc
+
+
+def loads_envelope(data: bytes, error: type[FormatError], what: str, max_bytes: int) -> dict:
+    """:func:`loads` of a sealed envelope, with its ``payload`` a memoryview of ``data``
+    rather than a copy (a history's payload is most of its file, up to 1 GiB). Input that is
+    not an envelope of scalars (a version 1 history, damaged bytes) goes through
+    :func:`loads`, so it is refused with the same messages."""
+    view = memoryview(data)
+    span = None if len(view) > max_bytes else _payload_span(view)
+    if span is None:
+        return loads(data, error, what, max_bytes)
+    value, start, end = span
+    doc = loads(bytes(view[:value]) + b"\xc4\x00" + bytes(view[end:]), error, what, max_bytes)
+    doc["payload"] = view[start:end]
+    return doc
+
+
+_SCALARS = {0xC0: 1, 0xC2: 1, 0xC3: 1, 0xCA: 5, 0xCB: 9, 0xCC: 2, 0xCD: 3, 0xCE: 5,
+            0xCF: 9, 0xD0: 2, 0xD1: 3, 0xD2: 5, 0xD3: 9}  # nil, bools, floats, ints: sizes
+_SIZED = {0xC4: 1, 0xC5: 2, 0xC6: 4, 0xD9: 1, 0xDA: 2, 0xDB: 4}  # bin, str: length bytes
+_BINS = (0xC4, 0xC5, 0xC6)
+_PAYLOAD_KEY = b"\xa7payload"
+
+
+def _payload_span(view: memoryview) -> tuple[int, int, int] | None:
+    """``(value, start, end)`` of the one bin ``payload`` of a msgpack map of scalars that
+    fills ``view`` (its header at ``value``, its bytes ``start:end``), or None."""
+    try:
+        pos, entries = _map_header(view)
+        found = []
+        for _ in range(entries):
+            value = _scalar_end(view, pos)
+            end = _scalar_end(view, value)
+            if view[pos:value] == _PAYLOAD_KEY:
+                found.append((value, _scalar_start(view, value), end))
+            pos = end
+    except (IndexError, ValueError):
+        return None
+    return found[0] if pos == len(view) and len(found) == 1 and view[found[0][0]] in _BINS \
+        else None
+
+
+def _map_header(view: memoryview) -> tuple[int, int]:
+    """``(where the first key starts, entries)`` of the map at the start of ``view``."""
+    b = view[0]
+    if 0x80 <= b <= 0x8F:
+        return 1, b & 0x0F
+    if b in (0xDE, 0xDF):
+        n = 2 if b == 0xDE else 4
+        entries = int.from_bytes(view[1:1 + n], "big")
+        if entries > 1 << 10:  # loads' limit: its message
+            raise ValueError(entries)
+        return 1 + n, entries
+    raise ValueError(b)
+
+
+def _scalar_start(view: memoryview, pos: int) -> int:
+    """Where the bytes of the str or bin at ``pos`` start (past its header)."""
+    b = view[pos]
+    return pos + 1 + (_SIZED[b] if b in _SIZED else 0)
+
+
+def _scalar_end(view: memoryview, pos: int) -> int:
+    """Where the msgpack scalar at ``pos`` ends (ValueError: a map, list or ext)."""
+    b = view[pos]
+    if b <= 0x7F or b >= 0xE0:
+        return pos + 1
+    if 0xA0 <= b <= 0xBF:
+        return pos + 1 + (b & 0x1F)
+    if b in _SCALARS:
+        return pos + _SCALARS[b]
+    if b in _SIZED:
+        n = _SIZED[b]
+        return pos + 1 + n + int.from_bytes(view[pos + 1:pos + 1 + n], "big")
+    raise ValueError(b)
 
 
 def _counter(most: int, error: type[FormatError], what: str):
@@ -106,10 +190,11 @@ def sealed(fmt: str, version: int, doc: dict) -> bytes:
                   "payload": payload})
 
 
-def unsealed(envelope: Mapping, error: type[FormatError]) -> bytes:
-    """The payload of an envelope whose header was checked, once its CRC-32 matches."""
+def unsealed(envelope: Mapping, error: type[FormatError]) -> bytes | memoryview:
+    """The payload of an envelope whose header was checked, once its CRC-32 matches (a
+    memoryview from :func:`loads_envelope` stays one)."""
     payload, stored = envelope.get("payload"), envelope.get("crc32")
-    if not isinstance(payload, bytes):
+    if not isinstance(payload, (bytes, memoryview)):
         raise error("field 'payload': not bytes")
     if isinstance(stored, bool) or not isinstance(stored, int) or not 0 <= stored < 1 << 32:
         raise error(f"field 'crc32': {stored!r} is not a CRC-32")

@@ -13,6 +13,8 @@ Everything is columnar numpy: node logs have millions of rows.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike, fspath
@@ -410,7 +412,7 @@ class HistoryGraph:
         """Decode and validate a saved history (version 2 once its checksum matches, or 1);
         :class:`HistoryFormatError` names bad fields."""
         err = HistoryFormatError
-        doc = _format.loads(data, err, "history", max_bytes)
+        doc = _format.loads_envelope(data, err, "history", max_bytes)
         if _format.check_header(doc, FORMAT, VERSIONS, err) == 2:
             doc = _format.loads(_format.unsealed(doc, err), err, "history payload", max_bytes)
             _format.check_header(doc, FORMAT, VERSION, err)
@@ -433,7 +435,7 @@ class HistoryGraph:
         if not 0 <= k <= 64 or n_states < 1 or not np.isfinite(window) or window < 0:
             raise err("fields 'k', 'n_states', 'window': out of range")
         partition_by, recorded = _format.optional_name(doc, "partition_by", err)
-        arrays = {name: _format.unpack_array(doc, name, err, dtype=dtype, ndim=1)
+        arrays = {name: _format.take_array(doc, name, err, dtype=dtype, ndim=1)
                   for name, dtype in _ARRAYS}
         g = cls(pattern, k, window, n_states, where=tuple(where), partition_keys=keys,
                 partition_by=partition_by, partition_recorded=recorded, **arrays)
@@ -451,7 +453,7 @@ class HistoryGraph:
         """The history in file ``path``; a refused one raises :class:`HistoryFormatError`
         naming the file and the problem."""
         with open(path, "rb") as f:
-            data = f.read(max_bytes + 1)
+            data = _read_most(f, max_bytes)
         try:
             return cls.from_bytes(data, max_bytes)
         except HistoryFormatError as exc:
@@ -497,6 +499,18 @@ _ARRAYS = (("rem_edges", "<f8"), ("gap_edges", "<f8"), ("visits", "<i8"),
            ("edge_count", "<i8"), ("bundle_partition", "<i4"), ("bundle_first", "<f8"),
            ("bundle_last", "<f8"), ("bundle_points", "<i8"), ("reach_cell", "<i4"),
            ("reach_bundle", "<i8"), ("reach_count", "<i8"))
+
+
+def _read_most(f, max_bytes: int) -> bytes:
+    """The file's bytes, at most ``max_bytes + 1``. A regular file is read by its size: a
+    read of ``max_bytes + 1`` makes a buffer that large first (1 GiB for any history)."""
+    info = os.fstat(f.fileno())
+    if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+        return f.read(max_bytes + 1)
+    data = f.read(info.st_size + 1)
+    if len(data) > info.st_size:  # it grew since: the rest, as far as the limit
+        data += f.read(max_bytes + 1 - len(data))
+    return data
 
 
 def _key_id(key):

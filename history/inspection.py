@@ -124,13 +124,18 @@ def describe_sketch(s: _sketch.Sketch, file_bytes: int, top: int = 10) -> str:
              f"cells: {s.n_cells}, {int(mapped.sum())} with a match map, "
              f"{len(np.unique(s.proxy_class[mapped]))} proxy classes (band {s.band})",
              f"bytes: {file_bytes:,} (H = {s.hashes} min-hash values per cell)",
-             *([f"signed with key {s.signed_with} (verified with --key-file)"]
-               if s.signed_with else []),
+             *([_signed_line(s)] if s.signed_with else []),
              _fitted_line(s), "", f"top {top} cells by score:",
              f"  {'cell':>6} {'state':>5} {'err':>3} {'rem bin':>7} {'gap bin':>7} {'score':>6}"]
     for c, st, e, r, g in zip(order, state, err, rem, gap):
         lines.append(f"  {c:>6} {st:>5} {e:>3} {r:>7} {g:>7} {s.score[c]:>6.3f}")
     return "\n".join(lines)
+
+
+def _signed_line(s: _sketch.Sketch) -> str:
+    """The key that verified the sketch; a sketch that records none says it predates them."""
+    why = "" if s.key_recorded else f"; {_sketch.KEY_NOT_RECORDED}"
+    return f"signed with key {s.signed_with} (verified with --key-file{why})"
 
 
 def _fitted_line(s: _sketch.Sketch) -> str:

@@ -28,7 +28,8 @@ key), so a refused MAC can say which happened: the sketch was signed with anothe
 fingerprints named), or it was damaged or changed after signing. It is a hint, not covered
 by the MAC: a reader that predates it ignores the envelope's other fields (no reader ever
 refused one), so the version stays 2 and old devices take new sketches; sketches written
-before it (no ``key_id``) load as before, and a refused one says it could be either. A
+before it (no ``key_id``) load as before, with ``key_recorded`` False (what shows a sketch's
+key says so: :data:`KEY_NOT_RECORDED`), and a refused one says it could be either. A
 ``key_id`` that is not 8 bytes is refused. This module imports only numpy, msgpack and
 ``acep.storage`` (the standard library until a URI is read): device side.
 """
@@ -55,6 +56,8 @@ VERSION = 2  # 2: the per-cell 'need' table
 SIGNATURE = "HMAC-SHA256"
 MAX_BYTES = 1 << 20
 KEY_ID_BYTES = 8
+KEY_NOT_RECORDED = ("the sketch records no key fingerprint: written before acep recorded "
+                    "them, re-sign it to record one")
 MAX_CONTAINERS = 256  # maps and lists of a sketch document (17 now; room for fields to come)
 EMPTY = np.uint32(0xFFFFFFFF)
 
@@ -214,6 +217,7 @@ class Sketch:
     def __post_init__(self):
         self.proxy_class = proxy_classes(self.minhash, self.band)
         self.signed_with: str | None = None  # from_bytes: its verified key's fingerprint
+        self.key_recorded = True  # from_bytes: False when the envelope has no key_id
         if self.need is None:
             self.need = np.zeros(len(self.score), dtype=np.float32)
         if self.fitted is None:
@@ -361,7 +365,7 @@ class Sketch:
         doc = _format.loads(payload, err, "sketch payload", max_bytes, MAX_CONTAINERS)
         _format.check_header(doc, FORMAT, VERSION, err)
         sketch = cls._from_doc(doc)
-        sketch.signed_with = _key_id(key).hex()
+        sketch.signed_with, sketch.key_recorded = _key_id(key).hex(), signer is not None
         return sketch
 
     @classmethod

@@ -465,7 +465,9 @@ def test_a_sketch_signed_with_another_key_is_400_naming_both_fingerprints(srv):
     assert_error(*put(old), 400, "damaged or was changed after signing, or it was signed "
                  "with another key", f"this key is {_fingerprint(KEY)}")
     status, doc = put(sketch)
-    assert status == 200 and doc["key_id"] == _fingerprint(KEY)
+    assert status == 200 and (doc["key_id"], doc["key_recorded"]) == (_fingerprint(KEY), True)
+    status, doc = put(_old_writer(Sketch.from_bytes(sketch, KEY), KEY))  # written before them
+    assert status == 200 and (doc["key_id"], doc["key_recorded"]) == (_fingerprint(KEY), False)
 
 
 @pytest.mark.parametrize("srv", [MANY], ids=["workers"], indirect=True)

@@ -240,6 +240,22 @@ def test_a_sketch_signed_with_another_key_names_both_keys_in_check_and_log(tmp_p
            f"{why}; using the fallback policy oldest-first" in run.stderr, run.stderr
 
 
+def test_a_sketch_written_before_key_fingerprints_passes_saying_so(tmp_path, collector,
+                                                                   capsys):
+    from test_history_sketch import _old_writer
+
+    from history.sketch import Sketch
+
+    cfg = write_config(tmp_path, collector.url, collector.token)
+    path = tmp_path / "abc.sketch"
+    path.write_bytes(_old_writer(Sketch.from_bytes(path.read_bytes(), SKETCH_KEY), SKETCH_KEY))
+    code, lines = run_check(cfg, capsys)
+    assert code == 0, lines
+    assert f"ok  sketch {path} (signature verified with key {_fingerprint(SKETCH_KEY)} " \
+           "(sketch.key_file; the sketch records no key fingerprint: written before acep " \
+           "recorded them, re-sign it to record one), fits pattern abc, " in "\n".join(lines)
+
+
 def test_a_sketch_for_another_pattern_and_a_missing_one_fail(tmp_path, collector, capsys):
     from history.sketch import Sketch
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_cli import FIXTURE
 from test_history_graph import V1_FILE, _flip, _hand_graph
-from test_history_sketch import _fingerprint
+from test_history_sketch import _fingerprint, _old_writer
 
 from acep.cli import main
 from history.sketch import Sketch
@@ -81,6 +81,19 @@ def test_inspect_a_sketch_needs_its_key(tmp_path, capsys):
     assert done.stderr == (f"acep history inspect: {path}: signature check failed: the sketch "
                            f"was signed with another key, {_fingerprint(b'k3y')}; this key is "
                            f"{_fingerprint(b'other')} (--key-file)\n")
+
+
+def test_inspect_says_a_sketch_predates_key_fingerprints(tmp_path, capsys):
+    """A sketch written before sketches recorded their key's fingerprint: its key is the one
+    that verified it, and the file records none (a wrong key could not be named)."""
+    path, key = tmp_path / "old.sketch", tmp_path / "key"
+    path.write_bytes(_old_writer(Sketch.from_graph(_hand_graph(), hashes=4), b"k3y"))
+    key.write_bytes(b"k3y\n")
+    assert main(["history", "inspect", str(path), "--key-file", str(key)]) == 0
+    out = capsys.readouterr().out
+    assert (f"\nsigned with key {_fingerprint(b'k3y')} (verified with --key-file; the sketch "
+            "records no key fingerprint: written before acep recorded them, re-sign it to "
+            "record one)\n") in out, out
 
 
 def test_inspect_refuses_other_and_corrupt_files(tmp_path, capsys):
@@ -508,6 +521,22 @@ def test_the_build_summary_says_one_bundle_not_one_bundles(tmp_path):
     done = acep("history", "build", str(tmp_path / "ev.jsonl"), "-p", "a b", "-w", "3", "-o",
                 str(tmp_path / "h.history"))
     assert done.returncode == 0 and ", 1 bundle, " in done.stderr, done.stderr
+
+
+def test_the_build_summary_names_the_key_that_signed_the_sketch(tmp_path):
+    """As inspect, --check and the collector's PUT answer do: an operator matches it with
+    the fingerprint the devices report."""
+    (tmp_path / "ev.jsonl").write_text('{"type": "a", "t": 1}\n{"type": "b", "t": 2}\n')
+    (tmp_path / "fleet.key").write_bytes(b"a signing key\n")
+    sketch, key = tmp_path / "s.sketch", str(tmp_path / "fleet.key")
+    done = acep("history", "build", str(tmp_path / "ev.jsonl"), "-p", "a b", "-w", "3", "-o",
+                str(tmp_path / "h.history"), "--sketch", str(sketch), "--key-file", key)
+    fingerprint = _fingerprint(b"a signing key")
+    assert done.returncode == 0 and done.stderr.splitlines()[-1] == (
+        f"acep: sketch signed with key {fingerprint}, {sketch.stat().st_size:,} bytes -> "
+        f"{sketch}"), done.stderr
+    shown = acep("history", "inspect", str(sketch), "--key-file", key)
+    assert f"\nsigned with key {fingerprint} (verified with --key-file)\n" in shown.stdout
 
 
 def test_a_sketch_over_a_mebibyte_is_built_with_a_warning_and_read_back(built):

@@ -1,7 +1,10 @@
 """HistoryGraph ([L16] Definition 4) from hand-made node logs: counts, edges, bundles, maps."""
 
 import math
+import os
 import re
+import threading
+import tracemalloc
 import zlib
 from pathlib import Path
 
@@ -437,6 +440,59 @@ def test_round_trip_through_a_file_keeps_every_field(tmp_path):
     assert HistoryGraph.load(path).to_bytes() == g.to_bytes()
 
 
+def _large_graph(reach_rows: int) -> HistoryGraph:
+    """A valid history whose cell->bundle edges and bundles are most of its bytes (about 27
+    per edge)."""
+    rng = np.random.default_rng(7)
+    n_states, k, edges = 4, 1, np.arange(1.0, 16.0)
+    n, n_bundles = n_states * (k + 1) * 16 * 16, reach_rows // 4
+    visits, first = rng.integers(1, 100, n), np.sort(rng.random(n_bundles) * 1e6)
+    return HistoryGraph(
+        "a b", k, 10.0, n_states, edges, edges.copy(), visits, visits // 2,
+        np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int64),
+        np.zeros(n_bundles, np.int32), first, first + 1.0, np.ones(n_bundles, np.int64),
+        np.sort(rng.integers(0, n, reach_rows)).astype(np.int32),
+        rng.integers(0, n_bundles, reach_rows), np.ones(reach_rows, np.int64),
+        partition_keys=["ATL"])
+
+
+def _traced_peak(load) -> tuple[object, int]:
+    """What ``load()`` returns and the most memory it held at once (tracemalloc)."""
+    tracemalloc.start()
+    try:
+        return load(), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_loading_a_history_holds_no_extra_copy_of_it(tmp_path):
+    """The payload is read where it lies in the file's bytes (it was copied out of the
+    envelope first), each array's bytes are freed as the array is made (they were all kept
+    until the last), and the file is read by its size (a read of up to the 1 GiB limit made
+    a 1 GiB buffer first, whatever the file's size)."""
+    g, path = _large_graph(200_000), tmp_path / "large.history"
+    size = g.save(path)
+    data = path.read_bytes()
+    assert size == len(data) > 5_000_000
+    loaded, peak = _traced_peak(lambda: HistoryGraph.from_bytes(data))
+    assert loaded.to_bytes() == data and peak < 1.5 * size, peak / size  # was 2.2
+    loaded, peak = _traced_peak(lambda: HistoryGraph.load(path))
+    assert loaded.to_bytes() == data and peak < 2.5 * size, peak / size  # the file's bytes too
+
+
+def test_a_history_read_from_a_pipe_loads(tmp_path):
+    """A file that is not a regular one (``--history <(...)``) has no size to read by."""
+    path, fifo = tmp_path / "h.history", tmp_path / "fifo"
+    _hand_graph().save(path)
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(path.read_bytes()))
+    writer.start()
+    try:
+        assert HistoryGraph.load(fifo).to_bytes() == path.read_bytes()
+    finally:
+        writer.join()
+
+
 V1_FILE = Path(__file__).parent / "data" / "flights-2000-v1.history"
 
 
@@ -451,3 +507,16 @@ def test_a_version_1_history_file_still_loads(tmp_path):
     old.save(path)  # rewritten in this version
     assert _envelope(path.read_bytes())["version"] == 2
     assert HistoryGraph.load(path).to_bytes() == old.to_bytes()
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_a_history_file_over_the_limit_is_refused_by_its_size(tmp_path, over):
+    path = tmp_path / "h.history"
+    size = _hand_graph().save(path)
+    if over:
+        with pytest.raises(HistoryFormatError, match=f"^{re.escape(str(path))}: history is "
+                                                     f"{size} bytes, above the limit of "
+                                                     f"{size - 1} bytes$"):
+            HistoryGraph.load(path, max_bytes=size - 1)
+    else:
+        assert HistoryGraph.load(path, max_bytes=size).to_bytes() == path.read_bytes()

@@ -178,6 +178,7 @@ def test_a_sketch_written_before_key_ids_loads_and_a_refused_one_says_either():
     old = _old_writer(sketch, KEY)
     loaded = Sketch.from_bytes(old, KEY)
     assert np.array_equal(loaded.score, sketch.score) and loaded.signed_with == _fingerprint(KEY)
+    assert not loaded.key_recorded and Sketch.from_bytes(sketch.to_bytes(KEY), KEY).key_recorded
     damaged = bytearray(old)
     damaged[len(old) // 2] ^= 0x01
     for data, key in ((old, b"another key"), (bytes(damaged), KEY)):

@@ -29,6 +29,7 @@ pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'a
 
 from damaged import corrupt_parquet  # noqa: E402
 from procs import wait_url  # noqa: E402
+from test_history_sketch import _fingerprint  # noqa: E402
 
 from acep import EventBatch, Matcher  # noqa: E402
 from acep.events import EventSpec, read_all  # noqa: E402
@@ -396,6 +397,8 @@ def test_cli_trains_writes_and_publishes_a_signed_sketch(tmp_path):
         stats = json.loads(done.stdout.strip().splitlines()[-1])
         assert stats["events"] == len(rows) and stats["published"]["pattern_id"] == "abc"
         assert stats["published"]["checked"] == 0  # no device uploaded "abc": nothing to check
+        # the key's fingerprint, as the collector and the devices report it
+        assert stats["sketch_key_id"] == stats["published"]["key_id"] == _fingerprint(KEY)
         graph = HistoryGraph.load(tmp_path / "h.history")
         assert graph.to_bytes() == single_process(rows).to_bytes()
         written = msgpack.unpackb((tmp_path / "h.history").read_bytes())
@@ -411,6 +414,9 @@ def test_cli_trains_writes_and_publishes_a_signed_sketch(tmp_path):
                    "--key-file", str(tmp_path / "fleet.key"), "--fit", "0.2,0.5",
                    "--burst", "16")
         assert one.returncode == 0, one.stderr  # one process: the same files, byte for byte
+        assert one.stderr.splitlines()[-1] == (
+            f"acep: sketch signed with key {_fingerprint(KEY)}, {stats['sketch_bytes']:,} "
+            f"bytes -> {tmp_path / 'one.sketch'}")
         assert (tmp_path / "one.sketch").read_bytes() == sketch
         assert (tmp_path / "one.history").read_bytes() == (tmp_path / "h.history").read_bytes()
         req = urllib.request.Request(f"{url}/v1/sketches/abc",

@@ -90,20 +90,27 @@ def test_a_pattern_id_with_two_definitions_is_refused_naming_both(changed, capsy
     assert "2 different definitions" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("prefix, message", [("0" * 12 if not NEW.hash.startswith("0")
-                                               else "f" * 12, "matches none"),
-                                              ("", "matches several")])
-def test_a_pattern_hash_that_picks_no_single_definition_is_refused(changed, capsys, prefix,
-                                                                    message):
-    if prefix:
-        assert train_main(["--archive", "arch", "--pattern-hash", prefix, "-o", "h.history",
-                           "--no-progress"]) == 2
-        err = capsys.readouterr().err
-    else:  # the two hashes share no first digit: "" alone, which acep train refuses by name
-        with pytest.raises(SourceError) as refused:
-            plan_archive(changed, "abc", prefix)
-        err = str(refused.value)
-    assert message in err and OLD.hash[:12] in err and NEW.hash[:12] in err
+def test_a_pattern_hash_that_picks_no_single_definition_is_refused(changed, capsys):
+    prefix = "0" * 12 if not NEW.hash.startswith("0") else "f" * 12
+    assert train_main(["--archive", "arch", "--pattern-hash", prefix, "-o", "h.history",
+                       "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "matches none" in err and OLD.hash[:12] in err and NEW.hash[:12] in err
+
+
+@pytest.mark.parametrize("prefix", ["", "  ", "\t"])
+def test_an_empty_pattern_hash_is_refused_by_the_api_as_by_the_cli(tmp_path, changed, prefix):
+    """It matched every definition: the one of an archive that holds one was taken, as if
+    none was given, and two were refused as "several" (acep train refuses it as empty)."""
+    single = tmp_path / "single"
+    upload(single, "d1", 0, NEW, 19358 * DAY, range(0, 30), np.random.default_rng(1))
+    assert plan_archive(single, "abc", None).pattern == plan_archive(single).pattern
+    for root in (single, changed):
+        with pytest.raises(ValueError) as refused:
+            plan_archive(root, "abc", prefix)
+        assert str(refused.value) == (f"pattern_hash {prefix!r}: an empty or blank prefix "
+                                      "matches every definition; give the first digits of "
+                                      "one, or None")
 
 
 def test_the_chosen_definition_alone_is_trained(changed, spark):

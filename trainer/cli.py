@@ -193,7 +193,7 @@ def run(args) -> int:
     from acep.cli import fit_options
     from history.fit import describe
     from history.graph import HistoryGraph
-    from history.sketch import Sketch, oversized
+    from history.sketch import Sketch, key_id, oversized
 
     from .sources import print_quarantined
     from .train import train
@@ -227,7 +227,7 @@ def run(args) -> int:
     if key is not None:
         sketch = result.sketch or Sketch.from_graph(graph)
         data = sketch.to_bytes(key)
-        stats["sketch_bytes"] = len(data)
+        stats["sketch_bytes"], stats["sketch_key_id"] = len(data), key_id(key)
         if (why := oversized(len(data), sketch.n_cells)) is not None:
             print(f"acep train: warning: {why}", file=sys.stderr)
     _write_pair(args, graph, data if key is not None else None, stats)

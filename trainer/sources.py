@@ -183,11 +183,16 @@ def plan_archive(root: str | os.PathLike, pattern_id: str | None = None,
     text, window, k, where and partition come from the files' metadata. Devices may have
     uploaded several definitions under one id (the pattern was changed, or a device runs an
     old one): then ``pattern_hash`` (a prefix of the hex pattern hash, as the refusal lists
-    them) picks the definition whose files are read, and without it the archive is refused.
-    As for :func:`plan_files`, the tasks name local files by absolute path, and a file whose
-    footer does not read (so its pattern is not known) raises :class:`SourceError` unless
-    ``skip_bad_files``: then it is read with the chosen definition's files, and skipped.
+    them) picks the definition whose files are read, and without it the archive is refused;
+    an empty or blank ``pattern_hash`` is a ``ValueError`` (it would pick every definition:
+    ``None`` is the one that means none given). As for :func:`plan_files`, the tasks name
+    local files by absolute path, and a file whose footer does not read (so its pattern is
+    not known) raises :class:`SourceError` unless ``skip_bad_files``: then it is read with
+    the chosen definition's files, and skipped.
     """
+    if pattern_hash is not None and not pattern_hash.strip():
+        raise ValueError(f"pattern_hash {pattern_hash!r}: an empty or blank prefix matches "
+                         "every definition; give the first digits of one, or None")
     root = storage.absolute(root)
     found = _kind(root)
     if found != "dir":
