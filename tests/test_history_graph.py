@@ -520,3 +520,37 @@ def test_a_history_file_over_the_limit_is_refused_by_its_size(tmp_path, over):
             HistoryGraph.load(path, max_bytes=size - 1)
     else:
         assert HistoryGraph.load(path, max_bytes=size).to_bytes() == path.read_bytes()
+
+
+_SCALAR_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-(1 << 63), (1 << 64) - 1),
+                           st.floats(allow_nan=False), st.text(max_size=400),
+                           st.binary(max_size=40))
+
+
+@settings(max_examples=300, deadline=None)
+@given(fields=st.dictionaries(st.text(max_size=12).filter(lambda k: k != "payload"),
+                              _SCALAR_VALUES, max_size=8),
+       payload=st.binary(max_size=70_000), flip=st.integers(0, 1 << 20))
+def test_an_envelope_read_in_place_is_what_msgpack_reads(fields, payload, flip):
+    """The in-place envelope reader (the payload a view of the file's bytes) reads what
+    msgpack reads, and refuses what it refuses, with the same message: on whole envelopes
+    of any scalars (lengths of 1 and 2 bytes; the payload, of 4 too), read in place, and on each
+    with one byte changed (a damaged file)."""
+    data = msgpack.packb({**fields, "payload": payload}, use_bin_type=True)
+    damaged = bytearray(data)
+    damaged[flip % len(damaged)] ^= 1 + flip % 255
+    for blob in (data, bytes(damaged)):
+        try:
+            expected = _format.loads(blob, _format.FormatError, "history", 1 << 20)
+        except _format.FormatError as exc:
+            with pytest.raises(_format.FormatError) as refused:
+                _format.loads_envelope(blob, _format.FormatError, "history", 1 << 20)
+            assert str(refused.value) == str(exc)
+            continue
+        got = _format.loads_envelope(blob, _format.FormatError, "history", 1 << 20)
+        if blob is data:  # read in place, not by the fallback
+            assert isinstance(got["payload"], memoryview)
+        if isinstance(got.get("payload"), memoryview):
+            got["payload"] = bytes(got["payload"])
+        pack = msgpack.Packer(use_bin_type=True).pack  # a damaged float may read as NaN
+        assert pack(got) == pack(expected)
