@@ -113,6 +113,18 @@ def test_an_empty_pattern_hash_is_refused_by_the_api_as_by_the_cli(tmp_path, cha
                                       "one, or None")
 
 
+@pytest.mark.parametrize("options, message", [
+    ({"pattern_hash": "ab12"}, "pattern_hash and days pick an archive's windows"),
+    ({"days": ("2023-01-01", None)}, "pattern_hash and days pick an archive's windows"),
+    ({"archive": True, "spec": object()}, "spec is for event files"),
+])
+def test_options_the_source_would_ignore_are_refused_before_spark(changed, options, message):
+    """As acep train refuses --pattern-hash and --since without --archive, and --spec with
+    it: a caller of the API who passed them would otherwise train on what they excluded."""
+    with pytest.raises(ValueError, match=message):
+        train([str(changed)], spark=object(), **options)
+
+
 def test_the_chosen_definition_alone_is_trained(changed, spark):
     plan = plan_archive(changed, "abc", NEW.hash[:8].upper())
     assert sorted(Path(t.source).name for t in plan.tasks) == \

@@ -96,6 +96,16 @@ class TrainResult:
 # --------------------------------------------------------------------------- the job
 
 
+def _check_source_options(archive: bool, spec: EventSpec | None, pattern_hash: str | None,
+                          days: tuple[str | None, str | None]) -> None:
+    """Refuse options that the source would ignore (``acep train`` refuses them too)."""
+    if archive and spec is not None:
+        raise ValueError("spec is for event files; the archive has its own columns")
+    if not archive and (pattern_hash is not None or tuple(days) != (None, None)):
+        raise ValueError("pattern_hash and days pick an archive's windows: they go with "
+                         "archive=True")
+
+
 def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
           spec: EventSpec | None = None, archive: bool = False, pattern_id: str | None = None,
           pattern_hash: str | None = None, bins: VectorBins | None = None, n_bins: int = 8,
@@ -108,7 +118,8 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
     """Train a history on Spark (see the module docstring). ``archive=True`` reads the
     collector's archive directory ``inputs[0]``; then ``pattern`` defaults to the archived
     one (``pattern_id`` and ``pattern_hash`` pick it, ``days`` = (since, before) the days
-    read: :func:`trainer.sources.plan_archive`).
+    read: :func:`trainer.sources.plan_archive`); ``pattern_hash`` and ``days`` without it,
+    or ``spec`` with it, are a ValueError.
     ``quarantine``: a directory for the bad rows (Parquet), replaced even when there are
     none. Relative paths are taken in the current directory at the call. A file that cannot
     be read raises :class:`trainer.sources.SourceError` unless ``skip_bad_files``.
@@ -118,6 +129,7 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
     devices whose bucket holds ``burst`` events' worth of credit, tuning ``search`` cells
     per budget by coordinate search (``history.fit``, step 4); the result's ``sketch`` has
     them."""
+    _check_source_options(archive, spec, pattern_hash, days)
     started = time.perf_counter()
     plan = plan_archive(inputs[0], pattern_id, pattern_hash, days, skip_bad_files) \
         if archive else plan_files(inputs, spec, skip_bad_files)
