@@ -597,7 +597,8 @@ def main(argv: list[str] | None = None) -> int:
     from acep.arguments import path_arg, text_arg
 
     ap.add_argument("path", type=path_arg, help="the agent's outbox file (outbox.path)")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="ACTION")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="ACTION",
+                            prog="acep outbox PATH")
     sub.add_parser("status", help="one JSON line: pending batches (count, bytes, the oldest "
                                   "with its attempts and last error, next due) and dead "
                                   "letters (count, bytes)")
