@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import trustme
+from links import ConnectProxy
 from test_edge_agent import config, stream
 from test_edge_agent_sketch import sketch_bytes
 from test_edge_e2e import DEVICE, ROOT, Collector, query
@@ -80,6 +81,61 @@ def test_a_batch_over_https_waits_for_100_continue(collector, pki):
     assert (out.action, out.status) == ("reject", 400)
     assert time.monotonic() - start < CONTINUE_WAIT / 2 and uplink.expect_continue
     assert uplink.bytes_on_wire == 4096
+
+
+@pytest.fixture
+def proxied(monkeypatch):
+    """A tunnelling proxy (CONNECT) that https requests go through (``https_proxy``)."""
+    for name in ("HTTPS_PROXY", "no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+
+    def through(**kw) -> ConnectProxy:
+        proxy = ConnectProxy(**kw)
+        monkeypatch.setenv("https_proxy", proxy.url)
+        return proxy
+    return through
+
+
+def test_through_a_proxy_the_tunnel_is_not_counted_as_the_body(collector, pki, proxied):
+    """http.client sends the proxy's CONNECT through the uplink's connection: it was taken
+    for the request's head, and the request's head then counted as body bytes."""
+    with proxied() as proxy:
+        uplink = Uplink(collector.url, collector.token, ca_file=str(pki["ca.pem"]),
+                        compress=False)
+        beat = uplink.post_heartbeat({"consumed": 1})
+        assert (beat.action, uplink.bytes_on_wire) == ("ack", len(b'{"consumed": 1}'))
+        out = uplink.post_batch(b"\xc1" * 4096)  # read whole (no Expect via a proxy), refused
+        assert (out.action, out.status) == ("reject", 400)
+        assert uplink.bytes_on_wire == len(b'{"consumed": 1}') + 4096
+    assert proxy.asked == [f"127.0.0.1:{collector.url.rsplit(':', 1)[1]}"] * 2
+
+
+@pytest.mark.parametrize("request_kind", ["batch", "heartbeat", "sketch"])
+def test_a_proxy_that_trickles_its_tunnel_is_given_up_within_collector_timeout(
+        collector, pki, proxied, request_kind):
+    """A proxy that answers the CONNECT a byte at a time, each within collector.timeout:
+    its answer was read within collector.answer_timeout (three times as long) and then
+    given up, as the handshake had no time left. Connecting, the tunnel and the TLS
+    handshake together end within collector.timeout, as without a proxy."""
+    with proxied(trickle=(1, 0.3)):
+        uplink = Uplink(collector.url, collector.token, timeout=1.5,
+                        ca_file=str(pki["ca.pem"]))
+        start = time.monotonic()
+        if request_kind == "sketch":
+            with pytest.raises(OSError) as failed:
+                uplink.get_sketch("abc", 1 << 20)
+            said = str(failed.value)
+        else:
+            out = (uplink.post_batch(b"\xc1" * 4096) if request_kind == "batch" else
+                   uplink.post_heartbeat({"consumed": 1}))
+            assert (out.action, out.status) == ("retry", None), out
+            said = out.detail
+        took = time.monotonic() - start
+    assert said == ("GET /v1/sketches/abc: " if request_kind == "sketch" else "connection: ") \
+        + "timed out: no TLS connection within 1.5 s (connecting, the proxy's tunnel and the " \
+        "handshake together)"
+    assert 1.2 < took < 2.0, took
+    assert uplink.bytes_on_wire == 0
 
 
 @pytest.mark.parametrize("ca", [None, "other-ca.pem"], ids=["system CAs", "another CA"])
