@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import trustme
-from links import ConnectProxy
+from links import ConnectProxy, ThinLink
 from test_edge_agent import config, stream
 from test_edge_agent_sketch import sketch_bytes
 from test_edge_e2e import DEVICE, ROOT, Collector, query
@@ -24,6 +24,7 @@ from edge.agent import Agent
 from edge.config import ConfigError, load_config, parse_config
 from edge.preflight import checks
 from edge.uplink import CONTINUE_WAIT, Uplink
+from trainer.publish import check_publisher
 from trainer.train import publish_sketch
 
 
@@ -173,6 +174,45 @@ def test_the_trainer_publishes_and_agents_download_over_https_with_the_ca(collec
     with pytest.raises(RuntimeError, match="CERTIFICATE_VERIFY_FAILED"):
         publish_sketch(collector.url, "abc", body, collector.admin, unchecked=True,
                        ca_file=str(pki["other-ca.pem"]))
+
+
+@pytest.mark.parametrize("step", ["check", "publish"])
+def test_the_trainer_connects_and_shakes_hands_within_its_timeout_together(collector, pki,
+                                                                          step):
+    """A collector (or a middlebox) slow to take the connection (a full accept queue: the
+    SYN is sent again a second later) and then trickling its TLS handshake: the publish
+    and the check before the job gave each the timeout (3.5 s here, 2.5 s being the
+    timeout); the two together end within it now."""
+    port = int(collector.url.rsplit(":", 1)[1])
+    with ThinLink(port, rate=1e6, trickle=(5, 1.2), full_for=0.3) as link:
+        url, start = f"https://127.0.0.1:{link.port}", time.monotonic()
+        with pytest.raises(RuntimeError) as failed:
+            if step == "check":
+                check_publisher(url, collector.admin, str(pki["ca.pem"]), timeout=2.5)
+            else:
+                publish_sketch(url, "abc", sketch_bytes(0.5), collector.admin, timeout=2.5,
+                               unchecked=True, ca_file=str(pki["ca.pem"]))
+        took = time.monotonic() - start
+    assert str(failed.value) == f"cannot reach the collector at {url}: timed out: no TLS " \
+        "connection within 2.5 s (connecting and the handshake together)"
+    assert 2.0 < took < 3.0, took
+
+
+def test_the_trainer_publishes_through_a_proxy_within_its_timeout(collector, pki, proxied):
+    """A proxy that trickles its answer to the CONNECT: each wait of the tunnel had the
+    timeout, and the handshake the timeout again."""
+    with proxied():
+        answer = publish_sketch(collector.url, "abc", sketch_bytes(0.5), collector.admin,
+                                unchecked=True, ca_file=str(pki["ca.pem"]))
+    assert answer["bytes"] == len(sketch_bytes(0.5))
+    with proxied(trickle=(1, 0.3)):
+        start = time.monotonic()
+        with pytest.raises(RuntimeError) as failed:
+            check_publisher(collector.url, collector.admin, str(pki["ca.pem"]), timeout=1.5)
+        took = time.monotonic() - start
+    assert str(failed.value).endswith("timed out: no TLS connection within 1.5 s (connecting, "
+                                      "the proxy's tunnel and the handshake together)")
+    assert 1.2 < took < 2.0, took
 
 
 def test_bad_tls_settings_are_refused_by_name(tmp_path, pki):
