@@ -22,7 +22,8 @@ late refusal may be a busy collector's). Only the standard library (``http.clien
 ``urllib.request``, ``gzip``).
 
 ``collector.timeout`` bounds each wait of an upload, not the upload: connecting (over
-https, the connection and its TLS handshake together: :class:`_HTTPSWithin`), each
+https, the connection, a proxy's tunnel and the TLS handshake together:
+:class:`~acep._https.HTTPSWithin`), each
 :data:`SEND_PIECE` bytes of a body leaving (``http.client`` sends a body with one
 ``sendall``, whose timeout is the whole body's: a device on a thin link could never send a
 large batch), the body's last bytes, queued in the kernel, being acknowledged by the
@@ -79,6 +80,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
+from acep._https import HTTPSWithin
 from acep._readable import readable
 
 from .logs import Crashes, duration, one_line
@@ -138,8 +140,9 @@ class Outcome:
 class Uplink:
     """HTTP to the collector at ``url`` with a device's bearer token.
 
-    ``timeout`` bounds each wait (connecting is one, over https with its TLS handshake),
-    ``answer_timeout`` (default :data:`ANSWER_TIMES` times ``timeout``) a whole answer,
+    ``timeout`` bounds each wait (connecting is one, over https with a proxy's tunnel and
+    the TLS handshake), ``answer_timeout`` (default :data:`ANSWER_TIMES` times
+    ``timeout``) a whole answer,
     and with 1 s per KiB a request's body (see the module docstring); :meth:`upload_bound`
     one upload, its resends after a ``417`` or ``415`` included. ``bytes_on_wire`` counts
     the request body bytes sent (gzipped, when they were), every attempt included: the
@@ -604,7 +607,13 @@ class _Paced:
     ``503``) and close: the rest of the body is then not sent, and the answer that came
     is read all the same; ``cut`` is the error that stopped the body, raised when no
     answer can be read. ``sent`` counts the body's bytes the kernel took (the pieces are
-    sent with ``send``, not ``sendall``, whose count is lost when it fails)."""
+    sent with ``send``, not ``sendall``, whose count is lost when it fails).
+
+    A proxy's tunnel (``CONNECT``, sent and answered on this connection while
+    ``tunneling``) is the connection's: its bytes are not the request's, nor its answer the
+    collector's (:class:`~acep._https.HTTPSWithin` times it)."""
+
+    tunneling = False  # making a proxy's tunnel (HTTPSWithin sets it)
 
     def __init__(self, *args, answer_deadline: _Deadline | None = None,
                  body_deadline: _BodyDeadline | None = None, sent: _Sent | None = None,
@@ -617,6 +626,8 @@ class _Paced:
         self.early = b""  # the answer's first bytes, read while the body drained
 
     def response_class(self, sock, debuglevel: int = 0, method: str | None = None):
+        if self.tunneling:
+            return super().response_class(sock, debuglevel=debuglevel, method=method)
         deadline = self.answer_deadline
         if deadline is not None:
             deadline.restart()
@@ -628,6 +639,8 @@ class _Paced:
             self.body_deadline.restart()
 
     def send(self, data) -> None:
+        if self.tunneling:
+            return super().send(data)
         if self.sock is None:
             self.connect()  # a refused connection fails here, as in http.client
         if self.cut is not None:
@@ -690,35 +703,7 @@ class _PacedHTTP(_Paced, http.client.HTTPConnection):
     pass
 
 
-class _HTTPSWithin(http.client.HTTPSConnection):
-    """HTTPS whose connection is made within its timeout as a whole: the TCP connection and
-    the TLS handshake (through a proxy, the handshake gets what its tunnel left). Python
-    gives each the timeout (the handshake as a whole), so a collector, or a middlebox,
-    slow to take the connection and then trickling its handshake held an upload, a
-    heartbeat or a sketch check twice as long."""
-
-    def connect(self) -> None:
-        if not isinstance(self.timeout, (int, float)):  # None, or the sockets' default
-            return super().connect()
-        until = time.monotonic() + self.timeout
-        http.client.HTTPConnection.connect(self)
-        left = until - time.monotonic()
-        if left <= 0:
-            raise self._late()
-        self.sock.settimeout(left)
-        try:
-            self.sock = self._context.wrap_socket(
-                self.sock, server_hostname=self._tunnel_host or self.host)
-        except TimeoutError:
-            raise self._late() from None
-        self.sock.settimeout(self.timeout)
-
-    def _late(self) -> TimeoutError:
-        return TimeoutError(f"timed out: no TLS connection within {self.timeout:g} s "
-                            "(connecting and the handshake together)")
-
-
-class _PacedHTTPS(_Paced, _HTTPSWithin):
+class _PacedHTTPS(_Paced, HTTPSWithin):
     pass
 
 

@@ -13,6 +13,7 @@ Everything is columnar numpy: node logs have millions of rows.
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,7 @@ __all__ = ["HistoryGraph", "HistoryFormatError", "compute_bundles", "bundle_inde
 FORMAT = "acep-history"
 VERSION = 2  # 2: sealed with the CRC-32 of the payload; 1 (one plain map) still loads
 VERSIONS = (1, 2)
+READ_PIECE = 1 << 20  # bytes read at a time from a file that is not a regular one (a pipe)
 LOG_FIELDS = ("partition", "cell", "prev_cell", "reach", "merged")
 
 
@@ -502,15 +504,30 @@ _ARRAYS = (("rem_edges", "<f8"), ("gap_edges", "<f8"), ("visits", "<i8"),
 
 
 def _read_most(f, max_bytes: int) -> bytes:
-    """The file's bytes, at most ``max_bytes + 1``. A regular file is read by its size: a
-    read of ``max_bytes + 1`` makes a buffer that large first (1 GiB for any history)."""
+    """The file's bytes, at most ``max_bytes + 1``. A regular file is read by its size,
+    another (a pipe) in pieces: a read of ``max_bytes + 1`` makes a buffer that large
+    first (1 GiB for any history)."""
     info = os.fstat(f.fileno())
-    if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+    if not stat.S_ISREG(info.st_mode):
+        return _read_pieces(f, max_bytes + 1)
+    if info.st_size > max_bytes:
         return f.read(max_bytes + 1)
     data = f.read(info.st_size + 1)
     if len(data) > info.st_size:  # it grew since: the rest, as far as the limit
         data += f.read(max_bytes + 1 - len(data))
     return data
+
+
+def _read_pieces(f, limit: int) -> bytes:
+    """Up to ``limit`` bytes of ``f``, read :data:`READ_PIECE` bytes at a time; held in one
+    growing buffer, whose bytes are returned without a copy."""
+    out = io.BytesIO()
+    while out.tell() < limit:
+        piece = f.read(min(READ_PIECE, limit - out.tell()))
+        if not piece:
+            break
+        out.write(piece)
+    return out.getvalue()
 
 
 def _key_id(key):

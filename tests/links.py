@@ -1,6 +1,7 @@
 """A thin link for tests: a TCP relay on loopback that passes a client's bytes on at a
 set rate, and the answers' a few at a time if asked (tests/test_edge_collector.py,
-tests/test_edge_uplink.py)."""
+tests/test_edge_uplink.py); and an HTTPS proxy that tunnels (CONNECT), its answer a few
+bytes at a time if asked (tests/test_edge_tls.py)."""
 
 from __future__ import annotations
 
@@ -93,3 +94,69 @@ class ThinLink:
         self.closed.set()
         for sock in [self.listener, *self.socks]:
             sock.close()
+
+
+class ConnectProxy:
+    """An HTTPS proxy on loopback (``https_proxy``): it reads a client's ``CONNECT
+    host:port``, connects there, answers ``200`` and passes the bytes both ways as they
+    come. ``trickle``, ``(n, seconds)``: its answer to the CONNECT goes ``n`` bytes at a
+    time, ``seconds`` apart. ``asked`` lists the ``host:port`` of each CONNECT."""
+
+    ANSWER = b"HTTP/1.1 200 Connection established\r\n\r\n"
+
+    def __init__(self, trickle: tuple[int, float] | None = None):
+        self.trickle, self.asked = trickle, []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.closed = threading.Event()
+        self.socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            self.socks.append(client)
+            threading.Thread(target=self._tunnel, args=(client,), daemon=True).start()
+
+    def _tunnel(self, client: socket.socket) -> None:
+        try:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += client.recv(4096) or b"\r\n\r\n"
+            target = head.split(b" ")[1].decode()
+            self.asked.append(target)
+            host, port = target.rsplit(":", 1)
+            upstream = socket.create_connection((host, int(port)))
+            self.socks.append(upstream)
+            self._answer(client)
+            threading.Thread(target=_relay, args=(upstream, client), daemon=True).start()
+            _relay(client, upstream)
+        except (OSError, IndexError, ValueError):
+            client.close()
+
+    def _answer(self, client: socket.socket) -> None:
+        step, every = self.trickle or (len(self.ANSWER), 0.0)
+        for at in range(0, len(self.ANSWER), step):
+            time.sleep(every)
+            client.sendall(self.ANSWER[at:at + step])
+
+    def __enter__(self) -> ConnectProxy:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.closed.set()
+        for sock in [self.listener, *self.socks]:
+            sock.close()
+
+
+def _relay(source: socket.socket, sink: socket.socket) -> None:
+    """``source``'s bytes to ``sink`` until its end, which ``sink`` is then told."""
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+        sink.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import trustme
+from links import ConnectProxy, ThinLink
 from test_edge_agent import config, stream
 from test_edge_agent_sketch import sketch_bytes
 from test_edge_e2e import DEVICE, ROOT, Collector, query
@@ -23,6 +24,7 @@ from edge.agent import Agent
 from edge.config import ConfigError, load_config, parse_config
 from edge.preflight import checks
 from edge.uplink import CONTINUE_WAIT, Uplink
+from trainer.publish import check_publisher
 from trainer.train import publish_sketch
 
 
@@ -82,6 +84,61 @@ def test_a_batch_over_https_waits_for_100_continue(collector, pki):
     assert uplink.bytes_on_wire == 4096
 
 
+@pytest.fixture
+def proxied(monkeypatch):
+    """A tunnelling proxy (CONNECT) that https requests go through (``https_proxy``)."""
+    for name in ("HTTPS_PROXY", "no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+
+    def through(**kw) -> ConnectProxy:
+        proxy = ConnectProxy(**kw)
+        monkeypatch.setenv("https_proxy", proxy.url)
+        return proxy
+    return through
+
+
+def test_through_a_proxy_the_tunnel_is_not_counted_as_the_body(collector, pki, proxied):
+    """http.client sends the proxy's CONNECT through the uplink's connection: it was taken
+    for the request's head, and the request's head then counted as body bytes."""
+    with proxied() as proxy:
+        uplink = Uplink(collector.url, collector.token, ca_file=str(pki["ca.pem"]),
+                        compress=False)
+        beat = uplink.post_heartbeat({"consumed": 1})
+        assert (beat.action, uplink.bytes_on_wire) == ("ack", len(b'{"consumed": 1}'))
+        out = uplink.post_batch(b"\xc1" * 4096)  # read whole (no Expect via a proxy), refused
+        assert (out.action, out.status) == ("reject", 400)
+        assert uplink.bytes_on_wire == len(b'{"consumed": 1}') + 4096
+    assert proxy.asked == [f"127.0.0.1:{collector.url.rsplit(':', 1)[1]}"] * 2
+
+
+@pytest.mark.parametrize("request_kind", ["batch", "heartbeat", "sketch"])
+def test_a_proxy_that_trickles_its_tunnel_is_given_up_within_collector_timeout(
+        collector, pki, proxied, request_kind):
+    """A proxy that answers the CONNECT a byte at a time, each within collector.timeout:
+    its answer was read within collector.answer_timeout (three times as long) and then
+    given up, as the handshake had no time left. Connecting, the tunnel and the TLS
+    handshake together end within collector.timeout, as without a proxy."""
+    with proxied(trickle=(1, 0.3)):
+        uplink = Uplink(collector.url, collector.token, timeout=1.5,
+                        ca_file=str(pki["ca.pem"]))
+        start = time.monotonic()
+        if request_kind == "sketch":
+            with pytest.raises(OSError) as failed:
+                uplink.get_sketch("abc", 1 << 20)
+            said = str(failed.value)
+        else:
+            out = (uplink.post_batch(b"\xc1" * 4096) if request_kind == "batch" else
+                   uplink.post_heartbeat({"consumed": 1}))
+            assert (out.action, out.status) == ("retry", None), out
+            said = out.detail
+        took = time.monotonic() - start
+    assert said == ("GET /v1/sketches/abc: " if request_kind == "sketch" else "connection: ") \
+        + "timed out: no TLS connection within 1.5 s (connecting, the proxy's tunnel and the " \
+        "handshake together)"
+    assert 1.2 < took < 2.0, took
+    assert uplink.bytes_on_wire == 0
+
+
 @pytest.mark.parametrize("ca", [None, "other-ca.pem"], ids=["system CAs", "another CA"])
 def test_a_collector_certificate_the_ca_does_not_vouch_for_is_refused(tmp_path, collector, pki,
                                                                       ca):
@@ -117,6 +174,45 @@ def test_the_trainer_publishes_and_agents_download_over_https_with_the_ca(collec
     with pytest.raises(RuntimeError, match="CERTIFICATE_VERIFY_FAILED"):
         publish_sketch(collector.url, "abc", body, collector.admin, unchecked=True,
                        ca_file=str(pki["other-ca.pem"]))
+
+
+@pytest.mark.parametrize("step", ["check", "publish"])
+def test_the_trainer_connects_and_shakes_hands_within_its_timeout_together(collector, pki,
+                                                                          step):
+    """A collector (or a middlebox) slow to take the connection (a full accept queue: the
+    SYN is sent again a second later) and then trickling its TLS handshake: the publish
+    and the check before the job gave each the timeout (3.5 s here, 2.5 s being the
+    timeout); the two together end within it now."""
+    port = int(collector.url.rsplit(":", 1)[1])
+    with ThinLink(port, rate=1e6, trickle=(5, 1.2), full_for=0.3) as link:
+        url, start = f"https://127.0.0.1:{link.port}", time.monotonic()
+        with pytest.raises(RuntimeError) as failed:
+            if step == "check":
+                check_publisher(url, collector.admin, str(pki["ca.pem"]), timeout=2.5)
+            else:
+                publish_sketch(url, "abc", sketch_bytes(0.5), collector.admin, timeout=2.5,
+                               unchecked=True, ca_file=str(pki["ca.pem"]))
+        took = time.monotonic() - start
+    assert str(failed.value) == f"cannot reach the collector at {url}: timed out: no TLS " \
+        "connection within 2.5 s (connecting and the handshake together)"
+    assert 2.0 < took < 3.0, took
+
+
+def test_the_trainer_publishes_through_a_proxy_within_its_timeout(collector, pki, proxied):
+    """A proxy that trickles its answer to the CONNECT: each wait of the tunnel had the
+    timeout, and the handshake the timeout again."""
+    with proxied():
+        answer = publish_sketch(collector.url, "abc", sketch_bytes(0.5), collector.admin,
+                                unchecked=True, ca_file=str(pki["ca.pem"]))
+    assert answer["bytes"] == len(sketch_bytes(0.5))
+    with proxied(trickle=(1, 0.3)):
+        start = time.monotonic()
+        with pytest.raises(RuntimeError) as failed:
+            check_publisher(collector.url, collector.admin, str(pki["ca.pem"]), timeout=1.5)
+        took = time.monotonic() - start
+    assert str(failed.value).endswith("timed out: no TLS connection within 1.5 s (connecting, "
+                                      "the proxy's tunnel and the handshake together)")
+    assert 1.2 < took < 2.0, took
 
 
 def test_bad_tls_settings_are_refused_by_name(tmp_path, pki):

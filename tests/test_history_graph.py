@@ -1,5 +1,6 @@
 """HistoryGraph ([L16] Definition 4) from hand-made node logs: counts, edges, bundles, maps."""
 
+import contextlib
 import math
 import os
 import re
@@ -491,6 +492,38 @@ def test_a_history_read_from_a_pipe_loads(tmp_path):
         assert HistoryGraph.load(fifo).to_bytes() == path.read_bytes()
     finally:
         writer.join()
+
+
+def _through_a_pipe(fifo: Path, data: bytes, load):
+    """What ``load(fifo)`` returns while a thread writes ``data`` into the FIFO ``fifo``."""
+    def write():
+        with contextlib.suppress(BrokenPipeError):  # a reader that stopped at its limit
+            fifo.write_bytes(data)
+
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        return load(fifo)
+    finally:
+        writer.join()
+
+
+def test_a_history_from_a_pipe_is_read_in_pieces_not_into_a_buffer_of_the_limit(tmp_path):
+    """A pipe has no size to read by: it was read with one read of the limit and a byte,
+    which made a 1 GiB buffer first for a history of any size."""
+    data = _large_graph(100_000).to_bytes()
+    loaded, peak = _through_a_pipe(
+        tmp_path / "fifo", data, lambda fifo: _traced_peak(lambda: HistoryGraph.load(fifo)))
+    assert loaded.to_bytes() == data and peak < 2.5 * len(data), peak / len(data)
+
+
+def test_a_history_from_a_pipe_over_the_limit_is_refused_by_what_came(tmp_path):
+    data = _hand_graph().to_bytes()
+    with pytest.raises(HistoryFormatError, match=f": history is {len(data) - 9} bytes, above "
+                                                  f"the limit of {len(data) - 10} bytes$"):
+        _through_a_pipe(tmp_path / "fifo", data,
+                        lambda fifo: HistoryGraph.load(fifo, max_bytes=len(data) - 10))
 
 
 V1_FILE = Path(__file__).parent / "data" / "flights-2000-v1.history"

@@ -6,6 +6,10 @@ collector's ``error`` text, or an answer no acep collector gives (a web server's
 that address) with its first bytes. Answers are read to a bound, and a redirect is never
 followed: the token would go along to wherever it points. A pattern id the collector
 would refuse is a ``ValueError`` before any request.
+
+The timeout (``publish_sketch``'s, ``check_publisher``'s) bounds each wait; over https,
+connecting, a proxy's tunnel (``https_proxy``) and the TLS handshake are one wait
+(:class:`acep._https.HTTPSWithin`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from acep._https import HTTPSWithinHandler
 from acep._text import one_line
 from acep.ids import ID_RULE, valid_id
 
@@ -102,7 +107,7 @@ def _ask(url: str, path: str, token: str, timeout: float, ca_file: str | None,
     req = urllib.request.Request(url.rstrip("/") + path, data=data, headers=headers,
                                  method="GET" if data is None else "PUT")
     opener = urllib.request.build_opener(
-        _NoRedirects(), *([urllib.request.HTTPSHandler(context=context)] if context else []))
+        _NoRedirects(), *([HTTPSWithinHandler(context=context)] if context else []))
     try:  # the answers are read to a bound: a server that never ends one costs no more
         with opener.open(req, timeout=timeout) as resp:
             status, body = resp.status, resp.read(ANSWER_BYTES)
