@@ -19,6 +19,7 @@ from test_edge_agent import config, stream
 from test_edge_agent_sketch import sketch_bytes
 from test_edge_e2e import DEVICE, ROOT, Collector, query
 from test_edge_preflight import write_config
+from test_edge_uplink import given_up
 
 from edge.agent import Agent
 from edge.config import ConfigError, load_config, parse_config
@@ -122,15 +123,7 @@ def test_a_proxy_that_trickles_its_tunnel_is_given_up_within_collector_timeout(
         uplink = Uplink(collector.url, collector.token, timeout=1.5,
                         ca_file=str(pki["ca.pem"]))
         start = time.monotonic()
-        if request_kind == "sketch":
-            with pytest.raises(OSError) as failed:
-                uplink.get_sketch("abc", 1 << 20)
-            said = str(failed.value)
-        else:
-            out = (uplink.post_batch(b"\xc1" * 4096) if request_kind == "batch" else
-                   uplink.post_heartbeat({"consumed": 1}))
-            assert (out.action, out.status) == ("retry", None), out
-            said = out.detail
+        said = given_up(uplink, request_kind, b"\xc1" * 4096, "abc")
         took = time.monotonic() - start
     assert said == ("GET /v1/sketches/abc: " if request_kind == "sketch" else "connection: ") \
         + "timed out: no TLS connection within 1.5 s (connecting, the proxy's tunnel and the " \

@@ -269,6 +269,20 @@ def test_a_body_over_https_on_a_thin_link_gets_across_before_the_answer_is_await
 
 
 
+def given_up(uplink: Uplink, request_kind: str, batch: bytes, pattern: str) -> str:
+    """What a request of ``request_kind`` (``batch`` of ``batch``, ``heartbeat``, ``sketch``
+    check of ``pattern``) that got no answer says: a batch's or heartbeat's outcome is a
+    retry without a status, a sketch check raises OSError."""
+    if request_kind == "sketch":
+        with pytest.raises(OSError) as failed:
+            uplink.get_sketch(pattern, 1 << 20)
+        return str(failed.value)
+    out = (uplink.post_batch(batch) if request_kind == "batch" else
+           uplink.post_heartbeat({"consumed": 1}))
+    assert (out.action, out.status) == ("retry", None), out
+    return out.detail
+
+
 @pytest.mark.parametrize("request_kind", ["batch", "heartbeat", "sketch"])
 def test_connecting_and_the_tls_handshake_end_within_collector_timeout_together(
         server, tls, request_kind):
@@ -285,15 +299,7 @@ def test_connecting_and_the_tls_handshake_end_within_collector_timeout_together(
         uplink = Uplink(f"https://127.0.0.1:{link.port}", "tok", timeout=2.5,
                         ca_file=tls[1])
         start = time.monotonic()
-        if request_kind == "sketch":
-            with pytest.raises(OSError) as failed:
-                uplink.get_sketch("p1", 1 << 20)
-            said = str(failed.value)
-        else:
-            out = (uplink.post_batch(BIG) if request_kind == "batch" else
-                   uplink.post_heartbeat({"consumed": 1}))
-            assert (out.action, out.status) == ("retry", None), out
-            said = out.detail
+        said = given_up(uplink, request_kind, BIG, "p1")
         took = time.monotonic() - start
     assert said == ("GET /v1/sketches/p1: " if request_kind == "sketch" else "connection: ") \
         + "timed out: no TLS connection within 2.5 s (connecting and the handshake together)"
