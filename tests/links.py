@@ -8,9 +8,29 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from typing import Self
 
 
-class ThinLink:
+class _Loopback:
+    """A test server on loopback: its ``listener``, the sockets it opened (``socks``),
+    and ``closed``; leaving ``with`` closes them all."""
+
+    listener: socket.socket
+
+    def __init__(self):
+        self.closed = threading.Event()
+        self.socks: list[socket.socket] = []
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.closed.set()
+        for sock in [self.listener, *self.socks]:
+            sock.close()
+
+
+class ThinLink(_Loopback):
     """A TCP relay on loopback to ``port`` that passes the client's bytes on at ``rate``
     bytes/s, and none after ``stall_after`` of them, nor any answer (a link that died).
     Its receive buffer is the smallest (its window opens a little at a time, as a link's
@@ -23,6 +43,7 @@ class ThinLink:
 
     def __init__(self, port: int, rate: float, stall_after: int | None = None, *,
                  trickle: tuple[int, float] | None = None, full_for: float = 0.0):
+        super().__init__()
         self.target, self.rate, self.stall_after = port, rate, stall_after
         self.trickle = trickle
         self.listener = socket.socket()
@@ -33,8 +54,7 @@ class ThinLink:
         self.waiting = socket.create_connection(("127.0.0.1", self.port)) if full_for \
             else None
         self.full_for = full_for
-        self.closed, self.stalled = threading.Event(), threading.Event()
-        self.socks: list[socket.socket] = []
+        self.stalled = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -87,16 +107,8 @@ class ThinLink:
         except OSError:
             pass
 
-    def __enter__(self) -> ThinLink:
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self.closed.set()
-        for sock in [self.listener, *self.socks]:
-            sock.close()
-
-
-class ConnectProxy:
+class ConnectProxy(_Loopback):
     """An HTTPS proxy on loopback (``https_proxy``): it reads a client's ``CONNECT
     host:port``, connects there, answers ``200`` and passes the bytes both ways as they
     come. ``trickle``, ``(n, seconds)``: its answer to the CONNECT goes ``n`` bytes at a
@@ -105,11 +117,10 @@ class ConnectProxy:
     ANSWER = b"HTTP/1.1 200 Connection established\r\n\r\n"
 
     def __init__(self, trickle: tuple[int, float] | None = None):
+        super().__init__()
         self.trickle, self.asked = trickle, []
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        self.closed = threading.Event()
-        self.socks: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -142,14 +153,6 @@ class ConnectProxy:
         for at in range(0, len(self.ANSWER), step):
             time.sleep(every)
             client.sendall(self.ANSWER[at:at + step])
-
-    def __enter__(self) -> ConnectProxy:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.closed.set()
-        for sock in [self.listener, *self.socks]:
-            sock.close()
 
 
 def _relay(source: socket.socket, sink: socket.socket) -> None:
