@@ -458,7 +458,7 @@ def _verified(what: str, data: bytes, key: tuple[bytes, str], cfg: AgentConfig,
     from acep import Matcher
     from acep.shedding import Budget
     from history.policies import HistoryPolicy
-    from history.sketch import KEY_NOT_RECORDED, Sketch, SketchError
+    from history.sketch import Sketch, SketchError
 
     sk, p = cfg.sketch, cfg.pattern
     try:
@@ -480,7 +480,6 @@ def _verified(what: str, data: bytes, key: tuple[bytes, str], cfg: AgentConfig,
                 budget=budget, policy=policy, bins=policy.bins)
     except (ValueError, TypeError) as e:
         return Check("FAIL", what, f"refused: does not fit the pattern: {e}")
-    why = "" if sketch.key_recorded else f"; {KEY_NOT_RECORDED}"
     return Check("ok", what, f"signature verified with key {sketch.signed_with} ({key[1]}"
-                             f"{why}), fits pattern {p.id}, {sketch.n_cells} cells, "
+                             f"{sketch.key_note}), fits pattern {p.id}, {sketch.n_cells} cells, "
                              f"{len(data)} bytes")

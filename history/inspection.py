@@ -134,8 +134,7 @@ def describe_sketch(s: _sketch.Sketch, file_bytes: int, top: int = 10) -> str:
 
 def _signed_line(s: _sketch.Sketch) -> str:
     """The key that verified the sketch; a sketch that records none says it predates them."""
-    why = "" if s.key_recorded else f"; {_sketch.KEY_NOT_RECORDED}"
-    return f"signed with key {s.signed_with} (verified with --key-file{why})"
+    return f"signed with key {s.signed_with} (verified with --key-file{s.key_note})"
 
 
 def _fitted_line(s: _sketch.Sketch) -> str:

@@ -286,6 +286,12 @@ class Sketch:
     def hashes(self) -> int:
         return self.minhash.shape[1]
 
+    @property
+    def key_note(self) -> str:
+        """What follows the key that verified it where that is shown: ``""``, or for a
+        sketch that records no key fingerprint ``"; "`` and :data:`KEY_NOT_RECORDED`."""
+        return "" if self.key_recorded else f"; {KEY_NOT_RECORDED}"
+
     @classmethod
     def from_graph(cls, graph, hashes: int = 16, band: int = 2, seed: int = 0,
                    prior: float = 1.0) -> Sketch:
