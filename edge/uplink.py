@@ -101,6 +101,11 @@ GZIP_LEVEL = 1  # bench/herd: 0.27 of the bytes at a sixth of level 6's CPU (0.2
 # that says a link is too slow, in a 408 naming its rate
 SEND_PIECE = 8 << 10
 DRAIN_POLL = 0.05  # seconds between two looks at the bytes not yet acknowledged
+# seconds an uploader with nothing due sleeps before it looks at its outbox again: the agent
+# wakes it at once for a batch or a heartbeat, so this only bounds how soon it sees what
+# another process changed (acep outbox requeue). At 0.5 s, bench/herd's 1,600 idle
+# uploaders took more CPU than the collector they waited for
+IDLE_SECONDS = 5.0
 _SIOCOUTQ = 0x5411  # Linux: the bytes of a TCP socket's send queue not yet acknowledged
 # seconds this clock may differ from the collector's without a warning (the agent's log and
 # acep agent --check); a streak of warnings ends within half of it (a Date is to the second)
@@ -1106,6 +1111,9 @@ def error_text(text: bytes) -> str:
 class Uploader(threading.Thread):
     """Sends due batches until stopped.
 
+    Between attempts it sleeps until the next batch is due (or the hold below ends), at
+    most ``idle_seconds``; ``wake`` ends the sleep at once (the agent sets it when it puts a
+    batch or a heartbeat, and to stop it).
     No batch (and no heartbeat) is sent before ``hold_until`` (``time.monotonic()``
     seconds: a clock set back must not stretch a hold by as much): set after a 401/403
     (``auth_streak`` counts them in a row), by an answer's ``Retry-After`` and after an
@@ -1116,7 +1124,7 @@ class Uploader(threading.Thread):
     refused for good, or a heartbeat is taken while no batch waits (the metrics'
     ``upload_failing_since``)."""
 
-    def __init__(self, outbox: Outbox, uplink: Uplink, idle_seconds: float = 0.5):
+    def __init__(self, outbox: Outbox, uplink: Uplink, idle_seconds: float = IDLE_SECONDS):
         super().__init__(name="acep-uploader", daemon=True)
         self.outbox, self.uplink, self.idle = outbox, uplink, float(idle_seconds)
         self.stop_event = threading.Event()
