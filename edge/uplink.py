@@ -1216,6 +1216,9 @@ class Uploader(threading.Thread):
 
     def _sleep_for(self) -> float:
         at = self.next_attempt_at()
+        if self._beat is not None:  # a heartbeat held back goes when the hold ends
+            hold_ends = time.time() + max(self.hold_until - time.monotonic(), 0.0)
+            at = hold_ends if at is None else min(at, hold_ends)
         return self.idle if at is None else min(max(at - time.time(), 0.01), self.idle)
 
     def send_one(self) -> bool:

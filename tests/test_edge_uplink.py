@@ -549,6 +549,26 @@ def test_an_idle_uploader_sleeps_until_woken_and_sees_another_process_s_requeue(
             uploader.stop(5)
 
 
+def test_a_heartbeat_held_by_a_retry_after_goes_when_the_hold_ends(server, tmp_path):
+    """No batch waits, a heartbeat does, and an answer's Retry-After holds the uploads: it
+    goes when the hold ends, not at the idle uploader's next look at its outbox."""
+    from edge.outbox import Outbox
+    from edge.uplink import IDLE_SECONDS, Uploader
+
+    with Outbox(tmp_path / "outbox.db") as outbox:
+        uploader = Uploader(outbox, Uplink(server.url, "tok"))
+        uploader.hold_until = time.monotonic() + 0.5  # as a Retry-After: 1 heard before
+        uploader.beat({"consumed": 1})
+        start = time.monotonic()
+        uploader.start()
+        try:
+            assert _until(lambda: uploader.counts["heartbeats"] == 1, IDLE_SECONDS - 1)
+        finally:
+            uploader.stop(5)
+        assert time.monotonic() - start >= 0.5
+    assert [path for path, _, _ in server.handler.seen] == ["/v1/heartbeat"]
+
+
 def _until(done, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while not done() and time.monotonic() < deadline:
