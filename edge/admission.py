@@ -16,7 +16,12 @@ the queue shorter than the agents' patience:
   queue_length / depart_rate``, the rate measured only while the queue is long enough to
   keep the server busy). An upload that would wait longer than ``max_wait`` is refused
   with ``503`` before its body is read, unless fewer uploads are pending than keep the
-  collector busy.
+  collector busy. Both are counted in *decoded* bytes, the re-check's work: a gzipped
+  body is a quarter of its batch's bytes on the wire, and a fleet gzips once the
+  collector's first answers said it takes gzip, so a rate measured on the bytes as sent
+  was that of the first, plain bodies, up to 3.7 times (gzip's ratio) the rate at which
+  it answered the gzipped ones after them (``bench/herd``: waits of 10 to 14 s admitted
+  as 5 s).
 
 Both answers carry ``Retry-After``, which the agents honour (they hold every upload that
 long). The 429's is the expected wait (by then the device's upload in process is answered);
@@ -93,8 +98,9 @@ class Admission:
         return (self.backlog + extra) / (self.rate or PRIOR_RATE)
 
     def admit(self, device: str, nbytes: int) -> Refusal | None:
-        """None when ``device``'s upload of ``nbytes`` (its Content-Length; 0 when unknown)
-        is admitted; else the :class:`Refusal`."""
+        """None when ``device``'s upload of ``nbytes`` (its Content-Length, 0 when unknown:
+        a gzipped body's decoded size is not known before it is read, and one body weighs
+        little beside a backlog of ``max_wait``) is admitted; else the :class:`Refusal`."""
         if self.uploads[device] >= self.per_device:
             wait = max(self.expected_wait(), 1.0)
             return Refusal(429, self._seconds(wait), (
@@ -112,8 +118,9 @@ class Admission:
         return None
 
     def arrived(self, nbytes: int) -> None:
-        """The body of an admitted upload is in, ``nbytes`` as received: it waits for the
-        collector from now on (the backlog)."""
+        """The body of an admitted upload is in, ``nbytes`` once decoded (the re-check's
+        work, whatever the coding on the wire): it waits for the collector from now on
+        (the backlog)."""
         self.arriving -= 1
         self.pending += 1
         self.backlog += max(int(nbytes), 0)
@@ -121,12 +128,13 @@ class Admission:
             self._busy_since = self.clock()
 
     def done(self, device: str, nbytes: int | None, worked: bool = True) -> None:
-        """An admitted upload was answered: its body of ``nbytes`` had arrived (None: it
-        never did, a body refused or cut off); ``worked``: it was decoded and re-checked.
-        One answered without that work (a duplicate known by its digest, a body refused)
-        left the backlog at once: counted in the departure rate it would make the rate look
-        far higher than the re-check's, let in more than ``max_wait`` worth, and so cause
-        the very timeouts and resent duplicates that inflate it further."""
+        """An admitted upload was answered: its body of ``nbytes`` (as :meth:`arrived`)
+        had arrived (None: it never did, a body refused or cut off); ``worked``: it was
+        decoded and re-checked. One answered without that work (a duplicate known by its
+        digest, a body refused) left the backlog at once: counted in the departure rate it
+        would make the rate look far higher than the re-check's, let in more than
+        ``max_wait`` worth, and so cause the very timeouts and resent duplicates that
+        inflate it further."""
         self.uploads[device] -= 1
         if self.uploads[device] <= 0:
             del self.uploads[device]

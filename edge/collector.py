@@ -512,7 +512,7 @@ class Collector:
         that does not decode 400), refused with 413 above ``limit`` (default ``max_body``)
         by Content-Length before reading, by the bytes actually received (chunked or lying
         clients) and by the bytes decoded (a zip bomb); 408 when too slow
-        (:meth:`_read_deadline`). The bytes as received go to ``request["wire_bytes"]``."""
+        (:meth:`_read_deadline`)."""
         limit = self.max_body if limit is None else limit
         length = request.content_length
         if length is not None and length > limit:
@@ -547,7 +547,6 @@ class Collector:
         except ConnectionResetError:  # a device that lost its link: nobody reads the answer
             return _error(CLIENT_GONE, f"body: the client went away after {wire} of "
                                        f"{length if length is not None else '?'} bytes")
-        request["wire_bytes"] = wire
         self.metrics["bytes_in"] += decoder.decoded
         self.metrics["bytes_in_wire"] += wire
         return b"".join(parts)
@@ -796,12 +795,12 @@ class Collector:
         if refused is not None:
             return self.refuse(refused)
         self.admitted()
-        arrived = None  # the body's bytes once in (still coded): then it is in the backlog
+        arrived = None  # the body's bytes once in, decoded: then it is in the backlog
         try:
             body = await self.read_body(request)
             if isinstance(body, web.Response):
                 return body
-            arrived = request["wire_bytes"]
+            arrived = len(body)  # decoded: what the re-check works through, gzipped or not
             self.admission.arrived(arrived)
             return await self._upload(request, body, who[0])
         finally:

@@ -68,11 +68,12 @@ GAUGES = {
                   "missing (moved, unmounted) or the database is damaged, uploads are "
                   "refused (503) and /health says why",
     "uploads_pending": "uploads whose bodies have arrived, not yet answered",
-    "pending_bytes": "body bytes of the uploads arrived and not yet answered",
+    "pending_bytes": "body bytes (decoded) of the uploads arrived and not yet answered",
     "uploads_arriving": "uploads admitted whose bodies are on their way (not in the wait)",
     "expected_wait_seconds": "how long an upload admitted now can expect to wait (pending "
                              "bytes / departure rate; refused above --max-wait)",
-    "departure_rate_bytes": "upload bytes answered per second while busy (moving average; "
+    "departure_rate_bytes": "upload bytes (decoded) re-checked and answered per second "
+                            "while busy (moving average; "
                             "0 before the first measurement)",
     "min_free_bytes": "--min-free: below this much free space uploads are refused (507)",
     "max_wait_s": "--max-wait: uploads that would wait longer are refused (503)",

@@ -1418,12 +1418,14 @@ def held_upload(srv: Server, device: str, length: int) -> socket.socket:
     return s
 
 
-def arrived_upload(srv: Server, device: str, body: bytes) -> socket.socket:
-    """An upload whose body has arrived and waits to be answered (read the answer on the
-    socket returned)."""
+def arrived_upload(srv: Server, device: str, body: bytes, coding: str | None = None
+                   ) -> socket.socket:
+    """An upload whose body (sent with Content-Encoding ``coding``) has arrived and waits
+    to be answered (read the answer on the socket returned)."""
     before = metrics(srv)["uploads_pending"]
+    coded = f"Content-Encoding: {coding}\n" if coding else ""
     s = raw(srv, f"POST /v1/batches HTTP/1.1\nHost: x\nAuthorization: Bearer "
-                 f"{srv.tokens[device]}\nContent-Type: application/msgpack\n"
+                 f"{srv.tokens[device]}\nContent-Type: application/msgpack\n{coded}"
                  f"Content-Length: {len(body)}\n", body, wait_answer=False)
     until(lambda: metrics(srv)["uploads_pending"] == before + 1)
     return s
@@ -1699,6 +1701,34 @@ def test_an_upload_that_would_wait_over_max_wait_is_503_with_retry_after_before_
     log = srv.log()
     assert log.count("collector busy: an upload now would wait about") == 1  # per spell
     assert "uploads are admitted again, after 3 refused in" in log
+
+
+@pytest.mark.parametrize("srv", [("--max-wait", "0.03", "--recheck-workers", "1")],
+                         ids=["max-wait"], indirect=True)
+def test_a_gzipped_upload_weighs_in_the_backlog_what_the_re_check_decodes(srv):
+    """The re-check's work is the decoded batch, gzipped or not: a fleet that gzips its
+    bodies once the collector's first answers said it takes gzip (a quarter of the bytes)
+    must not look four times as quick to answer, nor its backlog four times as short."""
+    import gzip
+
+    bodies = [encode_batch(make_batch(d, seq=0, events=make_events(n=600)))
+              for d in ("d1", "admin")]
+    body = encode_batch(make_batch("d2", seq=0))
+    decoded, sent = sum(map(len, bodies)), sum(len(gzip.compress(b)) for b in bodies)
+    # at the first guess of 1 MiB/s: over --max-wait decoded, under it as sent
+    assert (sent + len(body)) / 2**20 < 0.03 < decoded / 2**20
+    with rechecks_stopped(srv):
+        waiting = [arrived_upload(srv, d, gzip.compress(b), "gzip")
+                   for d, b in zip(("d1", "admin"), bodies)]
+        m = metrics(srv)
+        assert (m["uploads_pending"], m["pending_bytes"]) == (2, decoded)
+        assert m["expected_wait_seconds"] == round(decoded / 2**20, 3)
+        status, data, headers = request(srv.url + "/v1/batches", "POST", body,
+                                        srv.tokens["d2"])
+        assert_error(status, json.loads(data), 503, "collector busy", "above --max-wait")
+    assert [read_answer(s)[1]["status"] for s in waiting] == ["stored", "stored"]
+    assert metrics(srv)["pending_bytes"] == 0
+    assert post(srv, body, srv.tokens["d2"])[1]["status"] == "stored"
 
 
 @pytest.mark.parametrize("srv", [("--max-wait", "0.01", "--recheck-workers", "0")],
