@@ -1,13 +1,19 @@
-"""A thin link for tests: a TCP relay on loopback that passes a client's bytes on at a
+"""Test peers on loopback: a thin link, a TCP relay that passes a client's bytes on at a
 set rate, and the answers' a few at a time if asked (tests/test_edge_collector.py,
-tests/test_edge_uplink.py); and an HTTPS proxy that tunnels (CONNECT), its answer a few
-bytes at a time if asked (tests/test_edge_tls.py)."""
+tests/test_edge_uplink.py); an HTTPS proxy that tunnels (CONNECT), its answer a few bytes
+at a time if asked (tests/test_edge_tls.py); and an HTTP server that ends with its test
+(``Serving``: tests/test_edge_uplink.py, tests/test_edge_agent.py,
+tests/test_edge_agent_threads.py, tests/test_trainer_publish.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
+from collections.abc import Callable
+from http.server import ThreadingHTTPServer
+from socketserver import BaseRequestHandler
 from typing import Self
 
 
@@ -163,3 +169,56 @@ def _relay(source: socket.socket, sink: socket.socket) -> None:
         sink.shutdown(socket.SHUT_WR)
     except OSError:
         pass
+
+
+class Serving(_Loopback, ThreadingHTTPServer):
+    """An HTTP server on loopback at ``url`` while ``with`` lasts: ``handler`` answers each
+    request in a thread of its own. A handler that waits (an answer late, or never) waits
+    on ``self.server.closed``. Leaving stops the server, sets ``closed``, stops reading
+    the connections still open (a handler blocked on a client that sends no more wakes;
+    an answer on its way still goes) and waits up to ``LINGER`` seconds for the handlers
+    it started, failing the test if one is still running, then closes its sockets: none
+    outlives its test, to print ``Exception occurred during processing of request``
+    while another test runs or the interpreter exits. A handler's error once its test
+    has ended is not printed."""
+
+    LINGER = 5.0
+
+    def __init__(self, handler: Callable[..., BaseRequestHandler]):
+        _Loopback.__init__(self)
+        ThreadingHTTPServer.__init__(self, ("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        self.handlers: list[threading.Thread] = []
+        # shutdown() waits for serve_forever to look: 0.5 s, by default
+        self.serving = threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True)
+        self.serving.start()
+
+    @property
+    def listener(self) -> socket.socket:
+        return self.socket  # replaced by a test that serves TLS
+
+    def process_request(self, request: socket.socket, client_address) -> None:
+        self.socks.append(request)
+        handler = threading.Thread(target=self.process_request_thread,
+                                   args=(request, client_address), daemon=True)
+        self.handlers.append(handler)
+        handler.start()
+
+    def handle_error(self, request: socket.socket, client_address) -> None:
+        if not self.closed.is_set():
+            super().handle_error(request, client_address)
+
+    def __exit__(self, *exc) -> None:
+        self.closed.set()  # first: what a handler meets from here on is its test's end
+        self.shutdown()
+        for sock in self.socks:  # socket's own: an SSLSocket's would drop the TLS session
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(sock, socket.SHUT_RD)
+        deadline = time.monotonic() + self.LINGER
+        for thread in [self.serving, *self.handlers]:
+            thread.join(max(deadline - time.monotonic(), 0.0))
+        super().__exit__(*exc)
+        running = sum(thread.is_alive() for thread in self.handlers)
+        if running and exc[0] is None:
+            raise AssertionError(f"{self.url}: {running} request handler(s) still running "
+                                 f"{self.LINGER} s after the test")

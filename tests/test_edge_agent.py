@@ -19,11 +19,12 @@ import sys
 import threading
 import time
 import tomllib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
 import pytest
+from links import Serving
 
 import acep
 from acep.shedding import Budget
@@ -565,17 +566,12 @@ def test_uploads_retry_5xx_then_ack(tmp_path, caplog):
     batch and attempt)."""
     caplog.set_level(logging.DEBUG, logger="edge")
     _Collector.bodies, _Collector.statuses = [], []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        doc = config(tmp_path, collector={"url": url, "timeout": 5},
+    with Serving(_Collector) as server:
+        doc = config(tmp_path, collector={"url": server.url, "timeout": 5},
                      outbox={"backoff_base": 0.05, "backoff_max": 0.2})
         doc["device"]["token"] = "tok-1"
         events = stream(800)
         final = Agent(parse_config(doc), events=events).run(once=True)
-    finally:
-        server.shutdown()
     assert _Collector.statuses[:3] == [500, 500, 500]
     assert final["outbox_pending"] == 0
     assert final["batches_sent"] == final["batches_put"] > 0
@@ -595,17 +591,13 @@ def test_uploads_retry_5xx_then_ack(tmp_path, caplog):
 def test_heartbeats_stop_quietly_at_an_older_collector_and_warn_once_when_it_is_down(
         tmp_path, caplog):
     caplog.set_level(logging.DEBUG, logger="edge")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     outbox = Outbox(tmp_path / "outbox.db")
-    try:
-        old = Uploader(outbox, Uplink(f"http://127.0.0.1:{server.server_address[1]}", "tok-1"))
+    with Serving(_Collector) as server:
+        old = Uploader(outbox, Uplink(server.url, "tok-1"))
         old.beat({"consumed": 1})
         assert old.send_beat() and old.beats_off
         old.beat({"consumed": 2})
         assert not old.send_beat() and old.counts["heartbeats_failed"] == 0
-    finally:
-        server.shutdown()
     down = Uploader(outbox, Uplink(f"http://127.0.0.1:{_closed_port()}", "tok-1", timeout=1))
     for n in range(3):
         down.beat({"consumed": n})

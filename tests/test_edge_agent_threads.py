@@ -21,10 +21,11 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from links import Serving
 from test_edge_agent_sketch import (
     BUDGET,
     chunks_until,
@@ -180,41 +181,34 @@ def test_an_agent_booting_on_a_malformed_answer_falls_back_and_takes_the_sketch_
     assert "Exception in thread" not in run.log()
 
 
-class _Published:
+class _Sketch(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        data = self.server.data
+        tag = None if data is None else hashlib.sha256(data).hexdigest()
+        status = 404 if data is None else \
+            304 if self.headers.get("If-None-Match") == f'"{tag}"' else 200
+        self.server.answers.append(status)
+        self.send_response(status)
+        if status == 304:
+            self.end_headers()
+            return
+        if data is None:
+            data = b'{"error": "no sketch"}'
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+class _Published(Serving):
     """A collector's ``GET /v1/sketches/abc`` on loopback: ``data`` (None: 404), ``304``
-    to an ``If-None-Match`` of its ETag."""
+    to an ``If-None-Match`` of its ETag; ``answers``, the statuses it gave."""
 
     def __init__(self, data: bytes | None):
         self.data, self.answers = data, []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                data = outer.data
-                tag = None if data is None else hashlib.sha256(data).hexdigest()
-                status = 404 if data is None else \
-                    304 if self.headers.get("If-None-Match") == f'"{tag}"' else 200
-                outer.answers.append(status)
-                self.send_response(status)
-                if status == 304:
-                    self.end_headers()
-                    return
-                if data is None:
-                    data = b'{"error": "no sketch"}'
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(_Sketch)
 
 
 def _sketches(tmp: Path, url: str) -> Sketches:
@@ -235,25 +229,24 @@ def test_the_sketch_checks_outlive_an_unexpected_error(tmp_path, caplog):
     taken for the one published: no 304), ``sketch_error`` says it meanwhile; the sketch
     still comes."""
     caplog.set_level(logging.DEBUG, logger="edge.agent")
-    server = _Published(sketch_bytes(0.5))
-    sketches = _sketches(tmp_path, server.url)
-    fitting, calls, errors = sketches.fitting, [], []
+    calls, errors, stop = [], [], threading.Event()
+    with _Published(sketch_bytes(0.5)) as server:
+        sketches = _sketches(tmp_path, server.url)
+        fitting = sketches.fitting
 
-    def broken_twice(sketch):
-        calls.append(time.monotonic())
-        errors.append(sketches.error)
-        if len(calls) <= 2:
-            raise RuntimeError("a bug")
-        return fitting(sketch)
+        def broken_twice(sketch):
+            calls.append(time.monotonic())
+            errors.append(sketches.error)
+            if len(calls) <= 2:
+                raise RuntimeError("a bug")
+            return fitting(sketch)
 
-    sketches.fitting = broken_twice
-    stop = threading.Event()
-    try:
-        sketches.watch(stop)
-        offered = wait_for(sketches.take_offered, "the sketch to be offered", timeout=20)
-    finally:
-        stop.set()
-        server.close()
+        sketches.fitting = broken_twice
+        try:
+            sketches.watch(stop)
+            offered = wait_for(sketches.take_offered, "the sketch to be offered", timeout=20)
+        finally:
+            stop.set()
     assert offered[1] == hashlib.sha256(sketch_bytes(0.5)).hexdigest()
     assert errors == [None] + ["unexpected error: RuntimeError: a bug"] * 2
     assert sketches.error is None  # the check went through
@@ -269,31 +262,29 @@ def test_the_sketch_checks_outlive_an_unexpected_error(tmp_path, caplog):
 
 
 def test_sketch_error_says_why_the_checks_fail_until_one_succeeds(tmp_path):
-    server = _Published(None)  # nothing published yet: 404
-    sketches = _sketches(tmp_path, server.url)
-    good = sketch_bytes(0.5)
-    stop = threading.Event()
-    try:
-        sketches.watch(stop)
-        wait_for(lambda: (sketches.error or "").startswith(
-            "sketch download failed: GET /v1/sketches/abc: HTTP 404 no sketch"), "a 404")
-        tampered = bytearray(good)
-        tampered[len(good) // 2] ^= 1
-        server.data = bytes(tampered)
-        wait_for(lambda: "is refused" in (sketches.error or ""), "the refusal")
-        assert sketches.error.endswith("signature check failed: the sketch is damaged or "
-                                       "was changed after signing (it was signed with this "
-                                       f"key, {key_id(SKETCH_KEY)})")
-        asked = len(server.answers)
-        wait_for(lambda: server.answers[asked:].count(304) >= 3, "checks answered 304")
-        assert "is refused" in sketches.error  # still published, still refused
-        assert sketches.take_offered() is None
-        server.data = good
-        wait_for(sketches.take_offered, "the good sketch to be offered")
-        assert sketches.error is None
-    finally:
-        stop.set()
-        server.close()
+    good, stop = sketch_bytes(0.5), threading.Event()
+    with _Published(None) as server:  # nothing published yet: 404
+        sketches = _sketches(tmp_path, server.url)
+        try:
+            sketches.watch(stop)
+            wait_for(lambda: (sketches.error or "").startswith(
+                "sketch download failed: GET /v1/sketches/abc: HTTP 404 no sketch"), "a 404")
+            tampered = bytearray(good)
+            tampered[len(good) // 2] ^= 1
+            server.data = bytes(tampered)
+            wait_for(lambda: "is refused" in (sketches.error or ""), "the refusal")
+            assert sketches.error.endswith("signature check failed: the sketch is damaged or "
+                                           "was changed after signing (it was signed with this "
+                                           f"key, {key_id(SKETCH_KEY)})")
+            asked = len(server.answers)
+            wait_for(lambda: server.answers[asked:].count(304) >= 3, "checks answered 304")
+            assert "is refused" in sketches.error  # still published, still refused
+            assert sketches.take_offered() is None
+            server.data = good
+            wait_for(sketches.take_offered, "the good sketch to be offered")
+            assert sketches.error is None
+        finally:
+            stop.set()
 
 
 # --------------------------------------------------------------------------- metrics thread

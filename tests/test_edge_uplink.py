@@ -16,12 +16,12 @@ import socket
 import ssl
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from links import ThinLink
+from links import Serving, ThinLink
 
 from edge.uplink import (
     CONTINUE_WAIT,
@@ -57,7 +57,7 @@ class _Recorder(BaseHTTPRequestHandler):
     unauthorized = False  # 401 to every request
 
     def handle_expect_100(self):
-        time.sleep(self.delay)
+        self.server.closed.wait(self.delay)
         self._hints()
         if self.refuse_expect:
             self.send_response(417)
@@ -116,13 +116,9 @@ def server(monkeypatch):
                  "NO_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
     handler = type("Handler", (_Recorder,), {"seen": [], "codings": []})
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    srv.handler = handler
-    srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with Serving(handler) as srv:
+        srv.handler = handler
+        yield srv
 
 
 def timed_post(uplink: Uplink, body: bytes):
@@ -727,12 +723,6 @@ class _Redirector(BaseHTTPRequestHandler):
         pass
 
 
-def _serving(handler) -> ThreadingHTTPServer:
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv
-
-
 @pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
 def test_a_redirect_is_not_followed_so_the_token_never_goes_to_another_host(server, code):
     """urllib follows a redirect with every header of the request, the bearer token too,
@@ -740,30 +730,25 @@ def test_a_redirect_is_not_followed_so_the_token_never_goes_to_another_host(serv
     and says where it was sent. The ``server`` fixture clears the proxies."""
     from edge.preflight import _get
 
-    elsewhere = _serving(type("Elsewhere", (_Elsewhere,), {"seen": []}))
-    to = f"http://localhost:{elsewhere.server_address[1]}"  # another host name
-    redirector = _serving(type("Redirector", (_Redirector,), {"code": code, "to": to}))
-    url = f"http://127.0.0.1:{redirector.server_address[1]}"
-    try:
-        uplink = Uplink(url, "device-secret", timeout=5)
-        try:
-            sketch = uplink.get_sketch("p1", 1 << 20)
-        except OSError as e:
-            sketch = str(e)
-        outs = [uplink.post_batch(b"x" * 10), uplink.post_batch(BIG),
-                uplink.post_heartbeat({"time": 1.0})]
-        status, _, error = _get(url + "/v1/whoami", "device-secret", 5, 1 << 16)
-        assert elsewhere.RequestHandlerClass.seen == []  # the token stayed home
-        assert sketch == (f"GET /v1/sketches/p1: HTTP {code}: "
-                          f"{redirect_text(to + '/v1/sketches/p1')}")
-        assert "not followed" in sketch
-        for out, path in zip(outs, ("batches", "batches", "heartbeat")):
-            assert out == Outcome("retry", code, redirect_text(f"{to}/v1/{path}")), out
-        assert status == code and error == redirect_text(f"{to}/v1/whoami")
-    finally:
-        for srv in (elsewhere, redirector):
-            srv.shutdown()
-            srv.server_close()
+    with Serving(type("Elsewhere", (_Elsewhere,), {"seen": []})) as elsewhere:
+        to = f"http://localhost:{elsewhere.server_address[1]}"  # another host name
+        with Serving(type("Redirector", (_Redirector,), {"code": code, "to": to})) as there:
+            url = there.url
+            uplink = Uplink(url, "device-secret", timeout=5)
+            try:
+                sketch = uplink.get_sketch("p1", 1 << 20)
+            except OSError as e:
+                sketch = str(e)
+            outs = [uplink.post_batch(b"x" * 10), uplink.post_batch(BIG),
+                    uplink.post_heartbeat({"time": 1.0})]
+            status, _, error = _get(url + "/v1/whoami", "device-secret", 5, 1 << 16)
+    assert elsewhere.RequestHandlerClass.seen == []  # the token stayed home
+    assert sketch == (f"GET /v1/sketches/p1: HTTP {code}: "
+                      f"{redirect_text(to + '/v1/sketches/p1')}")
+    assert "not followed" in sketch
+    for out, path in zip(outs, ("batches", "batches", "heartbeat")):
+        assert out == Outcome("retry", code, redirect_text(f"{to}/v1/{path}")), out
+    assert status == code and error == redirect_text(f"{to}/v1/whoami")
 
 
 def _answering(answer, most: int) -> tuple[socket.socket, list]:

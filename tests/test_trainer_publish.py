@@ -12,7 +12,6 @@ import json
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'acep[spark]')")
 
+from links import Serving  # noqa: E402
 from procs import wait_url  # noqa: E402
 
 import acep  # noqa: E402
@@ -92,11 +92,8 @@ def _upload(url: str, token: str) -> None:
 def web(tmp_path):
     """A plain web server on loopback (not a collector): 404 pages for what it lacks."""
     (tmp_path / "site").mkdir()
-    handler = functools.partial(_Quiet, directory=str(tmp_path / "site"))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with Serving(functools.partial(_Quiet, directory=str(tmp_path / "site"))) as server:
+        yield server.url
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -171,7 +168,7 @@ class _Answering(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return
         if self.path == "/v1/sketches/slow":
-            time.sleep(3)
+            self.server.closed.wait(3)
         if self.path == "/v1/sketches/moved":  # the token would go along: not followed
             self.send_response(307)
             self.send_header("Location", "http://192.0.2.1/v1/sketches/moved")
@@ -208,15 +205,9 @@ def test_answers_no_collector_gives_are_one_line(pattern_id, says):
     """Before, an HTML page was the message (many lines), a page with 200 failed with
     'Expecting value: line 1 column 1 (char 0)', and a JSON answer without the sketch's
     etag was taken as published."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answering)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
-        with pytest.raises(RuntimeError) as refused:
-            publish_sketch(url, pattern_id, b"sketch", "admin-token", timeout=1)
-    finally:
-        server.shutdown()
-    assert str(refused.value) == says.format(url=url)
+    with Serving(_Answering) as server, pytest.raises(RuntimeError) as refused:
+        publish_sketch(server.url, pattern_id, b"sketch", "admin-token", timeout=1)
+    assert str(refused.value) == says.format(url=server.url)
 
 
 @pytest.mark.parametrize("pattern_id", ["", "rising edge", "../abc", "x" * 65])
