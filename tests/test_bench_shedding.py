@@ -75,6 +75,24 @@ def test_figures_are_consistent(results):
             assert r["bundle_recall"] == 1.0 and r["point_recall"] == 1.0
 
 
+def test_no_row_passes_either_upper_bound(results):
+    """The runs' bound and the bucket's programme are ceilings for every policy, on the test
+    stream and on the hindsight prefix; the targets' table names the lower one."""
+    rows = results["rows"]
+    for w in results["workloads"]:
+        for f in results["settings"]["fractions"]:
+            bound = w["recall_bound"][str(f)]
+            assert bound["lp_prefix"] is not None  # the quick streams are small
+            top = run.ceiling(w, f)
+            assert top == min(bound["test"], bound["lp_test"])
+            for r in (r for r in rows if r["workload"] == w["name"] and r["fraction"] == f):
+                assert r["prefix"]["bundle_recall"] <= run.ceiling(w, f, "prefix") + 1e-9
+                if r["scope"] == "test":
+                    assert r["bundle_recall"] <= top + 1e-9, (w["name"], r["policy"], f)
+    first = results["targets"][0]
+    assert set(first["ceilings"]) == set(first["values"])
+
+
 def test_full_rate_sampling_is_the_oldest_first_run(results):
     """At 100% the sampler keeps every event and runs under the same budget, oldest-first
     inside it: the very run of the oldest-first row."""

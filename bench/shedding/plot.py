@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 import numpy as np  # noqa: E402
 
 from .policies import RETRAINED  # noqa: E402
+from .run import ceiling  # noqa: E402
 from .table import on_prefix  # noqa: E402
 
 STYLE = {  # policy -> (colour, line, marker)
@@ -63,7 +64,7 @@ def _recall_panel(ax, results: dict, w: dict) -> None:
     bound = w.get("recall_bound")
     if bound:
         fractions = results["settings"]["fractions"]
-        ax.fill_between([100 * f for f in fractions], [bound[str(f)]["test"] for f in fractions],
+        ax.fill_between([100 * f for f in fractions], [ceiling(w, f) for f in fractions],
                         1.02, color="0.85", alpha=0.6, linewidth=0,
                         label="out of reach of any policy")
     t = w["truth"]

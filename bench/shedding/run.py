@@ -37,7 +37,7 @@ from history.policies import EXPLORE, LEARNING_RATE
 
 from ..common import bench_parser, machine, publish, ready
 from . import policies
-from .bound import min_trajectory_nodes, recall_bound
+from .bound import min_trajectory_nodes, recall_bound, stream_lp_bound
 from .measure import DAY, ground_truth, recall_over_time, run_matcher, score, shed_stats
 from .workloads import (
     DRIFT_WORKLOAD,
@@ -55,6 +55,7 @@ BURSTS = (64.0, 1024.0, 16384.0, 262144.0)  # the burst sensitivity part
 BURST_WORKLOAD = "delay-wave"
 BURST_POLICIES = ("oldest-first", "history+rl")
 SKETCH_TARGET = 256 * 1024
+LP_PAIRS = 300_000  # test-stream programmes solved up to this size (bound.py: minutes, not hours)
 RECALL_TARGET = 0.90
 HINDSIGHT_GAP = 0.10
 FULL = {"flights_days": None, "synthetic_duration": 10_000.0, "hindsight_days": 7.0,
@@ -124,12 +125,14 @@ def prepare(name: str) -> dict:
 
 
 def bounds(w: Workload, test: EventBatch, truth, prefix: EventBatch) -> dict:
-    """Per budget, the upper bound on bundle recall of any policy (``bound.py``), on the
-    test stream and on the hindsight prefix."""
+    """Per budget, the upper bounds on bundle recall of any policy (``bound.py``), on the
+    test stream and on the hindsight prefix: the runs' bound, and the bucket's linear
+    programme (``lp_test``, ``lp_prefix``; None on a test stream of more than ``LP_PAIRS``
+    (bundle, event) pairs, whose programme takes too long)."""
     from acep.matcher import Matcher
 
-    automaton = Matcher(**w.matcher_args()).pattern.automaton
-    nodes = min_trajectory_nodes(automaton, w.k)
+    pattern = Matcher(**w.matcher_args()).pattern
+    nodes = min_trajectory_nodes(pattern.automaton, w.k)
     until = float(prefix.tags[-1]) if len(prefix) else -np.inf
     early = truth.bundle_last <= until
     budgets = [(f * truth.summary["ops_per_event"], f * truth.summary["ops_per_event"] * BURST)
@@ -138,8 +141,20 @@ def bounds(w: Workload, test: EventBatch, truth, prefix: EventBatch) -> dict:
                          nodes)
     head = recall_bound(prefix.tags, truth.bundle_first[early], truth.bundle_last[early],
                         w.window, budgets, nodes)
-    return {"min_trajectory_nodes": nodes,
-            **{str(f): {"test": x, "prefix": y} for f, x, y in zip(FRACTIONS, whole, head)}}
+    points = list(truth.point_bundle)
+    lp = {}
+    for scope, events, keep in (("test", test, points),
+                                ("prefix", prefix, [p for p in points if p[1] <= until])):
+        start = time.perf_counter()
+        lp[scope] = stream_lp_bound(events, w.partition, pattern.types, [k for k, _ in keep],
+                                    [t for _, t in keep], w.window, budgets, nodes,
+                                    max_pairs=LP_PAIRS if scope == "test" else None)
+        lp[f"{scope}_seconds"] = time.perf_counter() - start
+    return {"min_trajectory_nodes": nodes, "lp_max_pairs": LP_PAIRS,
+            "lp_seconds": {"test": lp["test_seconds"], "prefix": lp["prefix_seconds"]},
+            **{str(f): {"test": x, "prefix": y, "lp_test": lp["test"][i],
+                        "lp_prefix": lp["prefix"][i]}
+               for i, (f, x, y) in enumerate(zip(FRACTIONS, whole, head))}}
 
 
 def hindsight_prefix(w: Workload, test: EventBatch, sizes: dict) -> EventBatch:
@@ -284,6 +299,7 @@ def targets(rows: list[dict], workloads: list[dict]) -> list[dict]:
     recall = {n: _best_of(rows, n, "history+rl", 0.25, "bundle_recall") for n in names}
     out.append(_target(f"history+rl bundle recall at 25% budget >= {RECALL_TARGET:.0%}",
                        recall, lambda v: v >= RECALL_TARGET))
+    out[-1]["ceilings"] = {w["name"]: ceiling(w, 0.25) for w in workloads}
     out.append(_target("history+rl beats every baseline at every budget < 100%",
                        {n: _margin(rows, n) for n in names}, lambda v: v > 0,
                        "least margin (recall points) over the best baseline, at the budgets "
@@ -296,6 +312,15 @@ def targets(rows: list[dict], workloads: list[dict]) -> list[dict]:
     out.append(_target("flights sketch <= 256 KiB", sizes, lambda v: v <= SKETCH_TARGET,
                        "bytes of the signed sketch"))
     return out
+
+
+def ceiling(workload: dict, fraction: float, scope: str = "test") -> float | None:
+    """The lower of the two upper bounds on bundle recall (``bound.py``) at a budget, on the
+    test stream or the hindsight prefix (None without bounds)."""
+    bound = (workload.get("recall_bound") or {}).get(str(fraction))
+    if not bound:
+        return None
+    return min(v for v in (bound[scope], bound.get(f"lp_{scope}")) if v is not None)
 
 
 def _margin(rows: list[dict], name: str) -> float | None:

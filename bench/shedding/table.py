@@ -58,6 +58,10 @@ def recall_table(results: dict, name: str) -> list[str]:
         cells = [f"{_pct(bound[str(f)]['test'])} (prefix {_pct(bound[str(f)]['prefix'])})"
                  for f in fractions]
         lines.append("| upper bound, any policy (bundles only) | " + " | ".join(cells) + " |")
+        cells = [f"{_pct(bound[str(f)].get('lp_test'))} (prefix "
+                 f"{_pct(bound[str(f)].get('lp_prefix'))})" for f in fractions]
+        if any(bound[str(f)].get("lp_prefix") is not None for f in fractions):
+            lines.append("| upper bound, the bucket's programme | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -88,7 +92,10 @@ def targets_table(results: dict) -> list[str]:
             ok = t["per_workload"][name]
             shown = "n/a" if v is None else (f"{v:,}" if "bytes" in t["measure"]
                                              else f"{100 * v:.1f}")
-            parts.append(f"{name} {shown} ({'ok' if ok else 'no' if ok is False else '?'})")
+            top = (t.get("ceilings") or {}).get(name)
+            note = "" if top is None or ok else f"; no policy above {100 * top:.1f}"
+            parts.append(f"{name} {shown} ({'ok' if ok else 'no' if ok is False else '?'}"
+                         f"{note})")
         lines.append(f"| {t['name']} | {t['measure']} | {'; '.join(parts)} | "
                      f"{'yes' if t['pass'] else '**no**'} |")
     return lines
