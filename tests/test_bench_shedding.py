@@ -93,6 +93,25 @@ def test_no_row_passes_either_upper_bound(results):
     assert set(first["ceilings"]) == set(first["values"])
 
 
+def test_the_synthetic_rows_split_recall_by_planted_motif(results):
+    """On the sensor streams each row scores the bundles with a planted motif and the
+    noise-only ones apart; together they are its bundle recall."""
+    for w in results["workloads"]:
+        rows = [r for r in results["rows"] if r["workload"] == w["name"]]
+        if w["stream"] == "flights":
+            assert "planted_bundles" not in w and all("planted" not in r for r in rows)
+            continue
+        assert 0 < w["planted_bundles"] < w["truth"]["bundles"]
+        for r in (r for r in rows if r["scope"] == "test"):
+            p = r["planted"]
+            assert p["motif_bundles"] + p["noise_bundles"] == r["true_bundles"]
+            found = p["motif"] * p["motif_bundles"] + p["noise"] * p["noise_bundles"]
+            assert found == pytest.approx(r["found_bundles"])
+    from bench.shedding.table import markdown
+
+    assert "bundles with a planted motif / noise-only bundles" in markdown(results)
+
+
 def test_full_rate_sampling_is_the_oldest_first_run(results):
     """At 100% the sampler keeps every event and runs under the same budget, oldest-first
     inside it: the very run of the oldest-first row."""

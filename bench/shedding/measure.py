@@ -142,3 +142,39 @@ def shed_stats(m: Matcher, seconds: float, events: int) -> dict:
             "deferred_per_event": s.get("deferred", 0) / max(events, 1),
             "revived": int(s.get("revived", 0)),
             "deferred_scans_per_event": s.get("deferred_scans", 0) / max(events, 1)}
+
+
+
+def planted_bundles(truth: Truth, events: EventBatch, partition: str,
+                    column: str) -> np.ndarray | None:
+    """Per true bundle, whether one of its points is an event of a planted motif (the
+    synthetic streams' ``column``, 1 for such an event); None for a stream without it."""
+    if column not in events.columns:
+        return None
+    from acep.events import partition_key
+
+    mark = np.flatnonzero(np.asarray(events.columns[column]) != 0)
+    planted = {(partition_key(k), float(t))
+               for k, t in zip(events.columns[partition][mark], events.tags[mark])}
+    out = np.zeros(len(truth.bundle_first), dtype=bool)
+    for point, bundle in truth.point_bundle.items():
+        if point in planted:
+            out[bundle] = True
+    return out
+
+
+def split_recall(truth: Truth, found: MatchBatch, planted: np.ndarray,
+                 until: float | None = None) -> dict:
+    """Bundle recall over the bundles with a planted motif and over the noise-only ones
+    (those ending by ``until`` when given)."""
+    hit = np.zeros(len(planted), dtype=bool)
+    for p in found_points(found):
+        b = truth.point_bundle.get(p)
+        if b is not None:
+            hit[b] = True
+    scope = truth.bundle_last <= until if until is not None else np.ones(len(hit), bool)
+    out = {}
+    for name, sel in (("motif", planted & scope), ("noise", ~planted & scope)):
+        out[name] = float(hit[sel].mean()) if sel.any() else None
+        out[f"{name}_bundles"] = int(sel.sum())
+    return out

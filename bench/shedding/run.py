@@ -38,9 +38,19 @@ from history.policies import EXPLORE, LEARNING_RATE
 from ..common import bench_parser, machine, publish, ready
 from . import policies
 from .bound import min_trajectory_nodes, recall_bound, stream_lp_bound
-from .measure import DAY, ground_truth, recall_over_time, run_matcher, score, shed_stats
+from .measure import (
+    DAY,
+    ground_truth,
+    planted_bundles,
+    recall_over_time,
+    run_matcher,
+    score,
+    shed_stats,
+    split_recall,
+)
 from .workloads import (
     DRIFT_WORKLOAD,
+    PLANTED,
     WORKLOADS,
     Workload,
     flights_split,
@@ -121,6 +131,7 @@ def prepare(name: str) -> dict:
     if st.get("retrain") is not None:
         out["retrained"] = build(w, st["retrain"], *options)
     out["hindsight"] = hindsight_log(w, out["prefix"])
+    out["planted"] = planted_bundles(truth, test, w.partition, PLANTED)
     return out
 
 
@@ -255,6 +266,9 @@ def one_run(st: dict, policy: str, fraction: float) -> dict:
         row["sampled_rate"] = setup.sampled_rate
     until = float(prefix.tags[-1]) if len(prefix) else None
     row["prefix"] = score(truth, found, until)
+    if st.get("planted") is not None:
+        row["planted"] = split_recall(truth, found, st["planted"],
+                                      until if policy == "hindsight" else None)
     if policy != "hindsight":
         row.update(score(truth, found))
         row["over_time"] = recall_over_time(truth, found, st["edges"])
@@ -425,6 +439,8 @@ def describe(name: str) -> dict:
            "sampling_rates": {str(f): r for f, r in st["sampling_rates"].items()},
            "sampling_calibration": st["calibration"],
            "time_edges": [float(x) for x in st["edges"]], "history": st["history"]}
+    if st.get("planted") is not None:
+        out["planted_bundles"] = int(st["planted"].sum())
     if "retrained" in st:
         out["retrained_history"] = {**st["retrained"]["history"],
                                     "train_events": len(st["retrain"])}

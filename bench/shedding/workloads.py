@@ -119,6 +119,7 @@ class SensorSpec:
 
 
 TYPES = ("a", "b", "c", "d", "e", "x")
+PLANTED = "planted"  # the sensors' column: 1 for an event of a planted motif, 0 for noise
 STEADY = SensorSpec((0.3, 1.8))
 DRIFT = (SensorSpec((0.1, 0.6)), SensorSpec((1.6, 2.3), (0.22, 0.22, 0.22, 0.06, 0.06, 0.22)))
 
@@ -132,14 +133,17 @@ def sensors(duration: float, specs: tuple[SensorSpec, ...], sensors: int = 100,
     tags = np.concatenate([p[0] for p in parts])
     codes = np.concatenate([p[1] for p in parts])
     who = np.concatenate([p[2] for p in parts])
+    planted = np.concatenate([p[3] for p in parts])
     order = np.argsort(tags, kind="stable")
     names = np.array([f"s{i:03d}" for i in range(sensors)], dtype=object)
     return EventBatch(codes[order].astype(np.int32), list(TYPES), tags[order],
-                      {"sensor": names[who[order]]}, 0, "<synthetic sensors>")
+                      {"sensor": names[who[order]], PLANTED: planted[order]}, 0,
+                      "<synthetic sensors>")
 
 
 def _phase(rng, t0: float, span: float, spec: SensorSpec, n: int):
-    """Noise and motifs of one phase: (tags, type codes, sensor ids)."""
+    """Noise and motifs of one phase: (tags, type codes, sensor ids, planted: 1 for the
+    events of a motif, 0 for noise)."""
     count = rng.poisson(span * n)
     tags = [t0 + rng.random(count) * span]
     codes = [rng.choice(len(TYPES), size=count, p=spec.noise)]
@@ -152,7 +156,8 @@ def _phase(rng, t0: float, span: float, spec: SensorSpec, n: int):
     tags.append(times[keep].ravel())
     codes.append(np.tile(np.arange(5), int(keep.sum())))
     who.append(np.repeat(rng.integers(0, n, motifs)[keep], 5))
-    return np.concatenate(tags), np.concatenate(codes), np.concatenate(who)
+    planted = np.repeat(np.array([0, 1], np.int8), [count, 5 * int(keep.sum())])
+    return np.concatenate(tags), np.concatenate(codes), np.concatenate(who), planted
 
 
 def synthetic_split(workload: Workload, duration: float, seed: int) -> dict:
