@@ -77,6 +77,26 @@ def test_the_programme_charges_each_operation_to_the_credit_of_its_own_event():
     assert len(found) == 1 and dp == lp == pytest.approx(1.0)
 
 
+def test_the_programme_lets_a_deferred_start_be_paid_with_its_revival():
+    """P's ``a b c`` drains the bucket (2 at the start, 0.5 per event) to 0.5 when Q's ``a``
+    comes: it cannot be kept, but a deferring policy sets it aside and revives it with Q's
+    ``b`` for two operations, then pays ``c``, and finds both bundles. A programme charging
+    every node at its own event would allow only 11/12 of them."""
+    events = [("P", "a"), ("P", "b"), ("P", "c"), ("Q", "a"), ("P", "x"), ("P", "x"),
+              ("Q", "b"), ("P", "x"), ("Q", "c")]
+    batch = EventBatch.from_events([{"type": t, "t": float(i), "g": g}
+                                    for i, (g, t) in enumerate(events)])
+    cells = BINS.n_cells(Matcher("a b c", window=10).pattern.automaton.n_states, 0)
+    m = Matcher("a b c", window=10, partition="g", budget=Budget(0.5, 4.0), bins=BINS,
+                policy=ScorePolicy(np.ones(cells), defer=2))
+    found = m.match(batch)
+    assert sorted(set(found.partition)) == ["P", "Q"] and m.stats["revived"] == 1
+    truth = Matcher("a b c", window=10, partition="g").match(batch)
+    [lp] = stream_lp_bound(batch, "g", ["a", "b", "c"], truth.partition, truth.point, 10.0,
+                           [(0.5, 2.0)], 3)
+    assert lp == pytest.approx(1.0)
+
+
 @st.composite
 def bound_case(draw):
     pattern = draw(st.sampled_from(["a b", "a b c", "a b+ c", "(a | b) c", "a b c{1,2}"]))

@@ -121,25 +121,30 @@ def lp_recall_bound(tags: np.ndarray, keys: np.ndarray, letter: np.ndarray,
     The stream: every event's ``tags`` and partition ``keys`` (integers) in stream order and
     ``letter`` (its type is one of the pattern's). The bundles: their partition
     ``bundle_key`` and ``first`` and ``last`` points; the match points ``point_key`` and
-    ``point_tag``. The programme, in which ``y_b`` is the share of bundle ``b`` found and
-    ``x_e`` the operations spent at event ``e`` on its trajectory:
+    ``point_tag``. The programme, in which ``y_b`` is the share of bundle ``b`` found,
+    ``x_e`` the node its trajectory has at event ``e`` and ``paid_e`` the operations that
+    event pays for it:
 
     - a trajectory of ``b`` has at least ``min_nodes`` nodes, at distinct letter events of
       ``b``'s partition between ``first_b - w`` and ``last_b``, the last one at one of its
       points: ``sum x_e >= min_nodes * y_b``, ``x_e <= y_b``, ``sum_{e point} x_e >= y_b``;
+    - a node is paid for at its event or later, and at most one node's operation waits (a
+      deferred window start, paid with the node that revives it, SHEDDING.md 8): the
+      operations still to pay after an event lie in ``[0, y_b]``, and none after the
+      bundle's last event;
     - the bucket, full at the start: each event adds ``ops_per_event`` up to ``depth``,
-      then the operations spent at it are taken, and the credit never falls below 0.
+      then what it pays is taken, and the credit never falls below 0.
 
-    Every policy's run is a feasible point (its found bundles at ``y = 1``, one trajectory's
-    nodes at ``x = 1``), so the optimum of ``sum y_b`` bounds the bundles any policy finds,
-    knowing the future or not. Within one partition the spans of two bundles are disjoint
-    (their points lie more than ``w`` apart), so each event belongs to one bundle at most.
+    Every policy's run is a feasible point (its found bundles at ``y = 1``, the nodes of one
+    trajectory of each at ``x = 1``, paid as the engine charged them), so the optimum of
+    ``sum y_b`` bounds the bundles any policy finds, knowing the future or not. Within one
+    partition the spans of two bundles are disjoint (their points lie more than ``w``
+    apart), so each event belongs to one bundle at most.
 
     ``max_pairs``: with more (bundle, event) pairs than this, nothing is solved and every
-    bound is None (HiGHS, six budgets: 216 s for delay-wave's 264,101 pairs; the sensors'
-    362,290 took over 15 minutes for two).
+    bound is None (HiGHS: 16 s over three budgets for 35,280 pairs, 97 s over six for
+    36,022 of the sensors; their whole test stream, 362,290, took over 15 minutes for two).
     """
-    from scipy import sparse
     from scipy.optimize import linprog
 
     tags, keys = np.asarray(tags, np.float64), np.asarray(keys, np.int64)
@@ -157,43 +162,71 @@ def lp_recall_bound(tags: np.ndarray, keys: np.ndarray, letter: np.ndarray,
     events, at = np.unique(pos, return_inverse=True)  # distinct events that can hold a node
     n_events = len(events)
     y = np.arange(n_bundles)
-    x = n_bundles + np.arange(n_pairs)
-    c = n_bundles + n_pairs + np.arange(n_events)
-    rows, cols, vals = [], [], []
-
-    def add(r, col, v):
-        rows.append(np.asarray(r)), cols.append(np.asarray(col)), vals.append(
-            np.broadcast_to(np.asarray(v, np.float64), np.shape(col)))
-
-    # 1. min_nodes * y_b - sum x <= 0; 2. y_b - sum_{points} x <= 0; 3. x_e - y_b <= 0
-    add(y, y, float(min_nodes)), add(owner, x, -1.0)
-    add(n_bundles + y, y, 1.0), add(n_bundles + owner[at_point], x[at_point], -1.0)
+    x, paid, late = (n_bundles + i * n_pairs + np.arange(n_pairs) for i in range(3))
+    c = n_bundles + 3 * n_pairs + np.arange(n_events)
+    n_vars = c[-1] + 1
+    ub, eq = _Rows(), _Rows()
+    # min_nodes * y_b <= sum x; y_b <= sum of x at points; x_e <= y_b; late_e <= y_b
+    ub.add(y, y, float(min_nodes)), ub.add(owner, x, -1.0)
+    ub.add(n_bundles + y, y, 1.0), ub.add(n_bundles + owner[at_point], x[at_point], -1.0)
     base = 2 * n_bundles
-    add(base + np.arange(n_pairs), x, 1.0), add(base + np.arange(n_pairs), y[owner], -1.0)
-    # 4. c_e + spent_e - c_{e-1} <= ops_per_event * (events since e-1): the credit carried
-    base += n_pairs
-    add(base + at, x, 1.0), add(base + np.arange(n_events), c, 1.0)
-    add(base + np.arange(1, n_events), c[:-1], -1.0)
-    # 5. c_e + spent_e <= depth: what an event can spend is at most a full bucket
-    add(base + n_events + at, x, 1.0), add(base + n_events + np.arange(n_events), c, 1.0)
-    n_rows = base + 2 * n_events
-    matrix = sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows),
-                                                       np.concatenate(cols))),
-                               shape=(n_rows, n_bundles + n_pairs + n_events))
+    for var in (x, late):
+        ub.add(base + np.arange(n_pairs), var, 1.0), ub.add(base + np.arange(n_pairs),
+                                                             y[owner], -1.0)
+        base += n_pairs
+    # the credit: c_e + paid_e - c_{e-1} <= ops_per_event * (events since e-1), and
+    # c_e + paid_e <= depth (at most a full bucket is spent at an event)
+    ub.add(base + at, paid, 1.0), ub.add(base + np.arange(n_events), c, 1.0)
+    ub.add(base + np.arange(1, n_events), c[:-1], -1.0)
+    ub.add(base + n_events + at, paid, 1.0), ub.add(base + n_events + np.arange(n_events), c,
+                                                    1.0)
+    # what is still to pay after each event: late_e = late_{e-1} + x_e - paid_e
+    ub_rows = base + 2 * n_events
+    same = np.flatnonzero(owner[1:] == owner[:-1]) + 1
+    eq.add(np.arange(n_pairs), late, 1.0), eq.add(same, late[same - 1], -1.0)
+    eq.add(np.arange(n_pairs), x, -1.0), eq.add(np.arange(n_pairs), paid, 1.0)
+    upper = ub.matrix(ub_rows, n_vars)
+    equal = eq.matrix(n_pairs, n_vars)
     gaps = np.diff(events, prepend=events[0]).astype(np.float64)
-    cost = np.concatenate([-np.ones(n_bundles), np.zeros(n_pairs + n_events)])
+    cost = np.zeros(n_vars)
+    cost[y] = -1.0
+    last_pair = np.ones(n_pairs, dtype=bool)
+    last_pair[same - 1] = False  # a pair followed by one of its bundle is not its last
     out = []
     for rate, depth in budgets:
         carried = rate * gaps
         carried[0] = depth  # the bucket starts full
-        rhs = np.concatenate([np.zeros(2 * n_bundles + n_pairs), carried,
+        rhs = np.concatenate([np.zeros(2 * n_bundles + 2 * n_pairs), carried,
                               np.full(n_events, depth)])
-        bounds = [(0.0, 1.0)] * (n_bundles + n_pairs) + [(0.0, depth)] * n_events
-        res = linprog(cost, A_ub=matrix, b_ub=rhs, bounds=bounds, method="highs")
+        high = np.ones(n_vars)
+        high[paid] = 2.0
+        high[late[last_pair]] = 0.0  # a trajectory is paid for by its last node
+        high[c] = depth
+        res = linprog(cost, A_ub=upper, b_ub=rhs, A_eq=equal, b_eq=np.zeros(n_pairs),
+                      bounds=np.column_stack([np.zeros(n_vars), high]), method="highs")
         if res.status != 0:
             raise RuntimeError(f"the recall programme did not solve: {res.message}")
         out.append(min(1.0, -res.fun / n_bundles))
     return out
+
+
+class _Rows:
+    """The (row, column, value) triples of a sparse constraint matrix, added in blocks."""
+
+    def __init__(self):
+        self.rows, self.cols, self.vals = [], [], []
+
+    def add(self, row, col, value) -> None:
+        self.rows.append(np.asarray(row))
+        self.cols.append(np.asarray(col))
+        self.vals.append(np.broadcast_to(np.asarray(value, np.float64), np.shape(col)))
+
+    def matrix(self, n_rows: int, n_cols: int):
+        from scipy import sparse
+
+        return sparse.csr_matrix((np.concatenate(self.vals), (np.concatenate(self.rows),
+                                                              np.concatenate(self.cols))),
+                                 shape=(n_rows, n_cols))
 
 
 def stream_lp_bound(events: EventBatch, partition: str | None, types: Sequence[str],
