@@ -135,6 +135,9 @@ def test_targets_have_numbers_and_verdicts(results):
     for t in targets:
         assert isinstance(t["pass"], bool)
         assert set(t["per_workload"]) == set(t["values"])
+    gaps = targets[2]  # the hindsight target names the budget of each workload's widest gap
+    assert set(gaps["at_budget"]) == set(gaps["values"])
+    assert set(gaps["at_budget"].values()) <= set(results["settings"]["fractions"][:-1])
 
 
 def test_pngs_and_tables(quick_run, results):

@@ -94,6 +94,8 @@ def targets_table(results: dict) -> list[str]:
                                              else f"{100 * v:.1f}")
             top = (t.get("ceilings") or {}).get(name)
             note = "" if top is None or ok else f"; no policy above {100 * top:.1f}"
+            where = (t.get("at_budget") or {}).get(name)
+            shown += "" if where is None else f" at {where:.0%}"
             parts.append(f"{name} {shown} ({'ok' if ok else 'no' if ok is False else '?'}"
                          f"{note})")
         lines.append(f"| {t['name']} | {t['measure']} | {'; '.join(parts)} | "
