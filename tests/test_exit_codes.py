@@ -488,9 +488,12 @@ def test_a_port_another_process_holds_is_one_line_exit_2(d):
 def test_ctrl_c_and_sigterm_are_one_line_and_130_or_143(signum, code, said):
     """SIGTERM killed acep match at once (-15 to its parent, no line, no finally blocks)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # SIGINT at its default: a job started in the background by a shell without job control
+    # inherits it ignored, and Python then never raises KeyboardInterrupt (as test_cli does)
     proc = subprocess.Popen([sys.executable, "-m", "acep.cli", "match", "-p", "a b", "-w", "3",
                              "-"], cwd=ROOT, env=env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         proc.stdin.write("".join(json.dumps({"type": t, "t": i}) + "\n"
                                  for i, t in enumerate("aba")))
