@@ -172,6 +172,34 @@ def test_the_drift_reference_is_a_history_of_the_drifted_regime(results):
         assert len(r["over_time"]) == len(drift["time_edges"]) - 1
 
 
+def test_every_workload_has_the_history_of_its_test_stream_as_reference(results):
+    """The reference runs the static policy with a history built and fitted on the test
+    stream itself: its bundles are the ground truth's; it runs every budget on the whole test
+    stream, passes neither bound, and the targets it would change name it."""
+    reference = results["test_history_reference"]
+    for w in results["workloads"]:
+        built = w["test_history"]
+        assert built["train_events"] == w["truth"]["events"]
+        assert built["bundles"] == w["truth"]["bundles"]
+        assert built["fit"] is not None  # fitted to every budget, as the training history
+        rows = [r for r in reference if r["workload"] == w["name"]]
+        assert [r["fraction"] for r in rows] == results["settings"]["fractions"]
+        for r in rows:
+            assert r["policy"] == policies.TEST_HISTORY and r["scope"] == "test"
+            assert r["events"] == w["truth"]["events"] and r["precision"] == 1.0
+            assert r["bundle_recall"] <= run.ceiling(w, r["fraction"]) + 1e-9
+    first, _, third, _ = results["targets"]
+    for t in (first, third):
+        assert set(t["references"]) == set(t["values"])
+        assert all(v is not None for v in t["references"].values())
+    assert first["references"]["rare-verylate"] == next(
+        r["bundle_recall"] for r in reference
+        if r["workload"] == "rare-verylate" and r["fraction"] == 0.25)
+    from bench.shedding.table import markdown
+
+    assert f"| {policies.TEST_HISTORY} (reference) |" in markdown(results)
+
+
 def test_the_sampler_keeps_its_share():
     events = flights_split(None)["test"]
     for rate in (0.05, 0.25, 0.75):

@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import numpy as np  # noqa: E402
 
-from .policies import RETRAINED  # noqa: E402
+from .policies import RETRAINED, TEST_HISTORY  # noqa: E402
 from .run import ceiling  # noqa: E402
 from .table import on_prefix  # noqa: E402
 
@@ -22,6 +22,7 @@ STYLE = {  # policy -> (colour, line, marker)
     "sampling": ("#b15928", ":", "^"), "history": ("#fb9a99", "-", "o"),
     "history+rl": ("#e31a1c", "-", "o"), "hindsight": ("black", "-.", "*"),
     RETRAINED: ("#6a3d9a", ":", "P"),  # the drift figure's reference
+    TEST_HISTORY: ("#ff7f00", ":", "o"),  # every workload's reference
 }
 
 
@@ -51,15 +52,15 @@ def title(results: dict) -> str:
 
 
 def _recall_panel(ax, results: dict, w: dict) -> None:
+    every = results["rows"] + (results.get("test_history_reference") or [])
     for policy, (colour, line, marker) in STYLE.items():
-        rows = [r for r in results["rows"] if r["workload"] == w["name"]
-                and r["policy"] == policy]
+        rows = [r for r in every if r["workload"] == w["name"] and r["policy"] == policy]
         if not rows:
             continue
         x = [100 * r["fraction"] for r in rows]
         y = [r["bundle_recall"] for r in rows]
-        label = policy + (" (prefix)" if policy == "hindsight" and on_prefix(results, w["name"])
-                          else "")
+        label = policy + {"hindsight": " (prefix)" if on_prefix(results, w["name"]) else "",
+                          TEST_HISTORY: " (reference)"}.get(policy, "")
         ax.plot(x, y, linestyle=line, marker=marker, color=colour, label=label, linewidth=1.4)
     bound = w.get("recall_bound")
     if bound:

@@ -18,6 +18,9 @@ BASELINES = ("keep-first", "random", "oldest-first", "completion", "sampling")
 # the drift reference (not a policy row): the static history of a training stream of the
 # drifted regime, what retraining would ship
 RETRAINED = "history retrained"
+# every workload's reference (not a policy row): the static history built and fitted on the
+# test stream itself, the best a sketch of this kind can know of that stream in advance
+TEST_HISTORY = "history of the test stream"
 
 
 @dataclass
@@ -36,6 +39,8 @@ def make(policy: str, state: dict, fraction: float, budget: Budget | None = None
     sketch = state.get("sketch")
     if policy == RETRAINED:
         policy, sketch = "history", state["retrained"]["sketch"]
+    elif policy == TEST_HISTORY:
+        policy, sketch = "history", state["test_history"]["sketch"]
     return Setup(policy_options(policy, sketch=sketch, graph=state.get("graph"),
                                 hindsight=state.get("hindsight"), budget=budget, seed=SEED,
                                 defer=state.get("defer", DEFER)))

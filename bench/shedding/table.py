@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..common import table_main
+from .policies import TEST_HISTORY
 from .run import RESULTS
 
 
@@ -43,14 +44,16 @@ def recall_table(results: dict, name: str) -> list[str]:
     fractions = results["settings"]["fractions"]
     lines = ["| policy | " + " | ".join(f"{f:.0%}" for f in fractions) + " |",
              "|---|" + "---:|" * len(fractions)]
-    for policy in results["settings"]["policies"]:
-        rows = {r["fraction"]: r for r in results["rows"]
+    every = results["rows"] + (results.get("test_history_reference") or [])
+    for policy in (*results["settings"]["policies"], TEST_HISTORY):
+        rows = {r["fraction"]: r for r in every
                 if r["workload"] == name and r["policy"] == policy}
         if not rows:
             continue
         cells = [f"{_pct(rows[f]['bundle_recall'])} / {_pct(rows[f]['point_recall'])}"
                  for f in fractions]
-        tag = " (prefix)" if policy == "hindsight" and on_prefix(results, name) else ""
+        tag = {"hindsight": " (prefix)" if on_prefix(results, name) else "",
+               TEST_HISTORY: " (reference)"}.get(policy, "")
         lines.append(f"| {policy}{tag} | " + " | ".join(cells) + " |")
     bound = next((w.get("recall_bound") for w in results["workloads"] if w["name"] == name),
                  None)
@@ -94,6 +97,8 @@ def targets_table(results: dict) -> list[str]:
                                              else f"{100 * v:.1f}")
             top = (t.get("ceilings") or {}).get(name)
             note = "" if top is None or ok else f"; no policy above {100 * top:.1f}"
+            ref = (t.get("references") or {}).get(name)
+            note += "" if ref is None or ok else f"; {TEST_HISTORY} {100 * ref:.1f}"
             where = (t.get("at_budget") or {}).get(name)
             shown += "" if where is None else f" at {where:.0%}"
             parts.append(f"{name} {shown} ({'ok' if ok else 'no' if ok is False else '?'}"
