@@ -7,7 +7,8 @@ Run ``python -m bench.shedding [--data PATH] [--quick] [--out DIR] [--jobs N]``.
    bundles, operations = candidate match nodes, ops per event, bundles per partition-day);
 2. builds the history of the training stream (``history.build_history``) and its sketch,
    and fits the sketch's reserves to every budget on the training stream (``history.fit``,
-   tuning ``--search`` cells per budget; ``--no-fit``: the plain sketch);
+   tuning ``--search`` cells per budget; ``--no-fit``: the plain sketch), and the same of
+   the test stream itself (the reference row ``policies.TEST_HISTORY``);
 3. runs every policy (``bench/shedding/policies.py``) at budgets of 5%..100% of the ground
    truth's ops per event (``Budget(f * ops_per_event, burst=BURST)``) and scores the matches:
    bundle recall, match-point recall, precision, ops spent, shed, time deciding, wall time,
@@ -465,7 +466,7 @@ def describe(name: str) -> dict:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = bench_parser("shedding", __doc__, RESULTS, "shedding.json and the PNGs",
-                          "small streams, for tests (under a minute; the embedded sample "
+                          "small streams, for tests (about two minutes; the embedded sample "
                           "without --data)")
     parser.add_argument("--jobs", type=_whole(1, "worker processes"), default=JOBS,
                         help=f"worker processes (default {JOBS})")
