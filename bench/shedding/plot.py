@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 
 from .policies import RETRAINED, TEST_HISTORY  # noqa: E402
 from .run import ceiling  # noqa: E402
-from .table import on_prefix  # noqa: E402
+from .table import every_row, on_prefix, row_label  # noqa: E402
 
 STYLE = {  # policy -> (colour, line, marker)
     "keep-first": ("0.6", ":", "v"), "random": ("#999999", "--", "x"),
@@ -52,16 +52,15 @@ def title(results: dict) -> str:
 
 
 def _recall_panel(ax, results: dict, w: dict) -> None:
-    every = results["rows"] + (results.get("test_history_reference") or [])
+    every = every_row(results)
     for policy, (colour, line, marker) in STYLE.items():
         rows = [r for r in every if r["workload"] == w["name"] and r["policy"] == policy]
         if not rows:
             continue
         x = [100 * r["fraction"] for r in rows]
         y = [r["bundle_recall"] for r in rows]
-        label = policy + {"hindsight": " (prefix)" if on_prefix(results, w["name"]) else "",
-                          TEST_HISTORY: " (reference)"}.get(policy, "")
-        ax.plot(x, y, linestyle=line, marker=marker, color=colour, label=label, linewidth=1.4)
+        ax.plot(x, y, linestyle=line, marker=marker, color=colour,
+                label=row_label(results, w["name"], policy), linewidth=1.4)
     bound = w.get("recall_bound")
     if bound:
         fractions = results["settings"]["fractions"]

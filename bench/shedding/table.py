@@ -16,6 +16,17 @@ def on_prefix(results: dict, name: str | None = None) -> bool:
                for w in results["workloads"] if name in (None, w["name"]))
 
 
+def every_row(results: dict) -> list[dict]:
+    """The policy rows and the reference rows of the test stream's history."""
+    return results["rows"] + (results.get("test_history_reference") or [])
+
+
+def row_label(results: dict, name: str, policy: str) -> str:
+    """A row's name in tables and legends: hindsight says where it ran, a reference so."""
+    return policy + {"hindsight": " (prefix)" if on_prefix(results, name) else "",
+                     TEST_HISTORY: " (reference)"}.get(policy, "")
+
+
 def _pct(v) -> str:
     return "-" if v is None else f"{100 * v:.1f}"
 
@@ -44,7 +55,7 @@ def recall_table(results: dict, name: str) -> list[str]:
     fractions = results["settings"]["fractions"]
     lines = ["| policy | " + " | ".join(f"{f:.0%}" for f in fractions) + " |",
              "|---|" + "---:|" * len(fractions)]
-    every = results["rows"] + (results.get("test_history_reference") or [])
+    every = every_row(results)
     for policy in (*results["settings"]["policies"], TEST_HISTORY):
         rows = {r["fraction"]: r for r in every
                 if r["workload"] == name and r["policy"] == policy}
@@ -52,9 +63,7 @@ def recall_table(results: dict, name: str) -> list[str]:
             continue
         cells = [f"{_pct(rows[f]['bundle_recall'])} / {_pct(rows[f]['point_recall'])}"
                  for f in fractions]
-        tag = {"hindsight": " (prefix)" if on_prefix(results, name) else "",
-               TEST_HISTORY: " (reference)"}.get(policy, "")
-        lines.append(f"| {policy}{tag} | " + " | ".join(cells) + " |")
+        lines.append(f"| {row_label(results, name, policy)} | " + " | ".join(cells) + " |")
     bound = next((w.get("recall_bound") for w in results["workloads"] if w["name"] == name),
                  None)
     if bound:
