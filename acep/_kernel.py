@@ -45,7 +45,10 @@ import time
 import numpy as np
 
 if cython.compiled:
+    from cython.cimports.libc.math import floor
     from cython.cimports.posix.time import CLOCK_MONOTONIC, clock_gettime, timespec
+else:
+    from math import floor
 
 # C constants when compiled (a plain module global would be boxed and looked up each use)
 NO_NODE = cython.declare(cython.int, -1)
@@ -56,6 +59,12 @@ FLAG_MERGED = cython.declare(cython.int, 1)
 FLAG_REJECTED = cython.declare(cython.int, 2)
 FLAG_LOGGED = cython.declare(cython.int, 4)
 FLAG_DEFERRED = cython.declare(cython.int, 8)
+FLAG_PROBE = cython.declare(cython.int, 16)  # kept whatever the credit, and its advances
+FLAG_SAMPLE = cython.declare(cython.int, 32)  # a probe whose outcome is the unconstrained one
+MASK64 = cython.declare(cython.ulonglong, 0xFFFFFFFFFFFFFFFF)
+GOLDEN = cython.declare(cython.ulonglong, 0x9E3779B97F4A7C15)
+MIX1 = cython.declare(cython.ulonglong, 0xBF58476D1CE4E5B9)
+MIX2 = cython.declare(cython.ulonglong, 0x94D049BB133111EB)
 RNG_MASK = cython.declare(cython.ulonglong, 0xFFFFFFFF)
 NAN = cython.declare(cython.double, float("nan"))
 BAD_TAG_BACK = 1
@@ -168,6 +177,7 @@ class Kernel:
     c_cell: cython.int[::1]
     c_gap: cython.double[::1]
     c_rev: cython.int[::1]
+    c_probe: cython.int[::1]
     # deferred window starts (docs/SHEDDING.md 8): shed starts kept aside per (partition, state)
     defer: cython.int
     g_heads: cython.int[::1]
@@ -187,11 +197,22 @@ class Kernel:
     sh_reserve: cython.double[::1]
     sh_reserve_adv: cython.double[::1]
     sh_need: cython.double[::1]
+    sh_visits: cython.double[::1]
+    prior_visits: cython.double
     found_at: cython.double[::1]
     cover: cython.double
     cover_slack: cython.double
     explore: cython.double
     rate: cython.double
+    # probes (docs/SHEDDING.md 5): window starts whose whole subtree is kept, to learn from
+    probe: cython.double
+    probe_share: cython.double
+    probe_ops: cython.double
+    granted: cython.double
+    probes: cython.longlong
+    probe_key: cython.ulonglong
+    pb_block: cython.double[::1]
+    pb_state: cython.int[::1]
     min_score: cython.double
     proxy_live: cython.bint
     ahead: cython.double
@@ -205,6 +226,7 @@ class Kernel:
     s_cell: cython.int[::1]
     s_gap: cython.double[::1]
     s_rev: cython.int[::1]
+    s_probe: cython.int[::1]
     c_prio: cython.double[::1]
     c_order: cython.int[::1]
     c_pick: cython.int[::1]
@@ -229,6 +251,7 @@ class Kernel:
     lg_reach: cython.double[::1]
     lg_gap: cython.double[::1]
     lg_merged: cython.int[::1]
+    lg_probe: cython.int[::1]
     n_part: cython.int[::1]
     max_entries: cython.longlong  # 0: no limit on node slots and output entries
 
@@ -271,11 +294,18 @@ class Kernel:
         self.gap_edges = np.zeros(0, dtype=np.float64)
         self.budget_on, self.budget, self.depth, self.credit = False, 0.0, 0.0, 0.0
         self.policy_kind, self.explore, self.rate, self.rng = POLICY_KEEP_FIRST, 0.0, 0.0, 1
+        self.probe, self.probe_share, self.probe_ops, self.granted = 0.0, 0.0, 0.0, 0.0
+        self.probes = 0
+        self.probe_key = 0
+        self.pb_block = np.zeros(0, dtype=np.float64)
+        self.pb_state = np.zeros(0, dtype=np.int32)
         self.sh_score = np.zeros(0, dtype=np.float64)
         self.sh_class = np.zeros(0, dtype=np.int64)
         self.sh_reserve = np.zeros(0, dtype=np.float64)
         self.sh_reserve_adv = np.zeros(0, dtype=np.float64)
         self.sh_need = np.zeros(0, dtype=np.float64)
+        self.sh_visits = np.zeros(0, dtype=np.float64)
+        self.prior_visits = 0.0
         self.found_at = np.zeros(0, dtype=np.float64)  # per partition: last match point
         self.cover, self.cover_slack = -1.0, 0.0
         self.c_type = 0
@@ -326,6 +356,7 @@ class Kernel:
         self.c_cell = _resized(self.c_cell if grown else None, new_cap, np.int32)
         self.c_gap = _resized(self.c_gap if grown else None, new_cap, np.float64)
         self.c_rev = _resized(self.c_rev if grown else None, new_cap, np.int32)
+        self.c_probe = _resized(self.c_probe if grown else None, new_cap, np.int32)
         self.s_state = np.zeros(new_cap, dtype=np.int32)
         self.s_err = np.zeros(new_cap, dtype=np.int32)
         self.s_start = np.zeros(new_cap, dtype=np.float64)
@@ -333,6 +364,7 @@ class Kernel:
         self.s_cell = np.zeros(new_cap, dtype=np.int32)
         self.s_gap = np.zeros(new_cap, dtype=np.float64)
         self.s_rev = np.zeros(new_cap, dtype=np.int32)
+        self.s_probe = np.zeros(new_cap, dtype=np.int32)
         self.c_prio = np.zeros(new_cap, dtype=np.float64)
         self.c_order = np.zeros(new_cap, dtype=np.int32)
         self.c_pick = np.zeros(new_cap, dtype=np.int32)
@@ -358,6 +390,8 @@ class Kernel:
         self.pend_point = _grown(self.pend_point, cap, 0.0)
         self.pend_err = _grown(self.pend_err, cap, 0)
         self.found_at = _grown(self.found_at, cap, -np.inf)
+        self.pb_block = _grown(self.pb_block, cap, -np.inf)
+        self.pb_state = _grown(self.pb_state, cap, 0)
         self.n_parts = cap
 
     def _reset_output(self, cap):
@@ -554,6 +588,7 @@ class Kernel:
             else:
                 if self.budget_on:
                     self.credit = min(self.credit + self.budget, self.depth)
+                    self.granted += self.budget
                 self.last_tag[p] = tags[i]
                 if self.pend_node[p] != NO_NODE and self.pend_point[p] < tags[i]:
                     self._flush_partition(p)
@@ -607,9 +642,13 @@ class Kernel:
             sigma = self.c_state[c]
             if self.c_rev[c] and self.n_flag[self.c_prev[c]] & FLAG_DEFERRED:
                 self._revive(self.c_prev[c], p, t)
+            if self.c_probe[c]:
+                self.probe_ops += 1.0
             nd = self._make_node(c, x, vals, i, loc)
             if nd == NO_NODE:
                 continue
+            if self.c_probe[c]:
+                self.n_flag[nd] |= FLAG_PROBE if self.c_probe[c] == 1 else FLAG_PROBE | FLAG_SAMPLE
             self.created += 1
             self.ev_created += 1
             total = self.n_err[nd] + self.final_cost[sigma]  # letters inserted after σ
@@ -702,9 +741,14 @@ class Kernel:
         self.c_start[nc] = start
         self.c_prev[nc] = prev
         self.c_rev[nc] = 0
+        self.c_probe[nc] = 0
         if prev != NO_NODE:
             self.n_refc[prev] += 1  # held until the new node takes it over as its prev
             gap = self.c_tag - self.n_tag[prev]
+            if self.n_flag[prev] & FLAG_PROBE:  # a probe's subtree is kept whole
+                self.c_probe[nc] = 2 if self.n_flag[prev] & FLAG_SAMPLE else 1
+        elif self.probe > 0.0 and self.budget_on:
+            self.c_probe[nc] = self._probe_start()
         self.c_gap[nc] = gap
         self.c_cell[nc] = self._cell(sigma, e, self.w - (self.c_tag - start), gap) \
             if self.has_bins else -1
@@ -949,7 +993,8 @@ class Kernel:
 
     def set_table_policy(self, score, proxy_class, explore, rate, seed, min_score=-1.0,
                          proxy_live=False, ahead=0.0, reserve=None, reserve_adv=None,
-                         cover=-1.0, need=None, cover_slack=0.0, defer=0):
+                         cover=-1.0, need=None, cover_slack=0.0, defer=0, probe=0.0,
+                         probe_share=0.0, visits=None, prior_visits=0.0):
         """``reserve``/``reserve_adv``: per cell, the share of the bucket that must remain
         after keeping a seed/advance candidate of the cell (None: no reserve); ``cover``
         (< 0: off): the share that must remain after keeping a covered candidate (one whose
@@ -967,13 +1012,17 @@ class Kernel:
         self.rng = (seed & 0xFFFFFFFF) or 2463534242
         self.track = self.track or rate > 0.0
         self.defer = defer
+        self.probe, self.probe_share = probe, probe_share
+        self.sh_visits = np.zeros(0, dtype=np.float64) if visits is None else visits
+        self.prior_visits = prior_visits
+        self.probe_key = _mix64(seed & MASK64)
 
     def set_keep_first(self):
-        self.policy_kind, self.defer = POLICY_KEEP_FIRST, 0
+        self.policy_kind, self.defer, self.probe = POLICY_KEEP_FIRST, 0, 0.0
 
     def set_callback(self, fn, every_event=False):
         """``every_event``: ask on every event with candidates, not only when over budget."""
-        self.policy_kind, self.callback, self.defer = POLICY_CALLBACK, fn, 0
+        self.policy_kind, self.callback, self.defer, self.probe = POLICY_CALLBACK, fn, 0, 0.0
         self.ask_always = bool(every_event)
 
     def set_trace(self, on):
@@ -983,7 +1032,8 @@ class Kernel:
     def shedding_stats(self) -> dict:
         return {"candidates": self.candidates, "shed": self.shed, "decisions": self.decisions,
                 "decide_ns": self.decide_ns, "credit": self.credit, "deferred": self.deferred,
-                "revived": self.revived, "deferred_scans": self.deferred_scans}
+                "revived": self.revived, "deferred_scans": self.deferred_scans,
+                "probes": self.probes, "probe_ops": int(self.probe_ops)}
 
     @cython.cfunc
     @cython.exceptval(check=False)
@@ -1061,10 +1111,20 @@ class Kernel:
             self.c_order[c] = c
             self.c_flag[c] = 0
         _heapsort(self, nc)
+        if self.probe > 0.0:
+            for j in range(nc):  # probes first, whatever the credit: their subtrees stay whole
+                c = self.c_order[j]
+                if self.c_probe[c]:
+                    self.c_flag[c] = 1
+                    self.c_pick[n_kept] = c
+                    n_kept += 1
+                    spent += 1 + self.c_rev[c]
         for j in range(nc):  # first pass: the candidates no kept node stands in for
             if spent >= m:
                 break
             c = self.c_order[j]
+            if self.c_flag[c] == 1:
+                continue
             cost = 1 + self.c_rev[c]
             if self.c_prio[c] < self.min_score or spent + cost > m:
                 continue
@@ -1177,6 +1237,7 @@ class Kernel:
             self.c_cell[c] = self.s_cell[c]
             self.c_gap[c] = self.s_gap[c]
             self.c_rev[c] = self.s_rev[c]
+            self.c_probe[c] = self.s_probe[c]
 
     @cython.cfunc
     @cython.inline
@@ -1190,6 +1251,44 @@ class Kernel:
         self.s_cell[j] = self.c_cell[c]
         self.s_gap[j] = self.c_gap[c]
         self.s_rev[j] = self.c_rev[c]
+        self.s_probe[j] = self.c_probe[c]
+
+    @cython.cfunc
+    @cython.exceptval(check=False)
+    def _probe_start(self) -> cython.int:
+        """Whether a window start of the current partition is a probe: 2 if its outcome is
+        a sample of the unconstrained run's, 1 if it is kept only to keep those exact, 0 if
+        not a probe (docs/SHEDDING.md 5).
+
+        Each partition's time is cut in blocks of one window; a block is a *sample block*
+        with probability ``probe``, by a seeded hash of (partition, block), so every start
+        is sampled with the same probability whatever the stream. The starts of a sample
+        block and of the block after it are probes: a node that could dominate a sample
+        node starts at most one window after it, so sample nodes live and merge as they
+        would without shedding. A block is decided at its partition's first start in it;
+        while probes have spent ``probe_share`` of the credit granted, none is sampled."""
+        p: cython.int = self.c_part
+        b: cython.double = floor(self.c_tag / self.w) if self.w > 0.0 else self.c_tag
+        after: cython.bint
+        if b != self.pb_block[p]:
+            after = self.pb_state[p] == 2 and b == self.pb_block[p] + 1.0
+            self.pb_block[p] = b
+            if self._block_draw(p, b) < self.probe and \
+                    self.probe_ops < self.probe_share * (self.granted + self.depth):
+                self.pb_state[p] = 2
+                self.probes += 1
+            else:
+                self.pb_state[p] = 1 if after else 0
+        return self.pb_state[p]
+
+    @cython.cfunc
+    @cython.exceptval(check=False)
+    def _block_draw(self, p: cython.int, b: cython.double) -> cython.double:
+        """A uniform draw in [0, 1) fixed by the policy's seed, the partition and the block."""
+        block: cython.longlong = int(b)
+        x: cython.ulonglong = self.probe_key ^ _mix64(int(p))
+        x = _mix64(x ^ (block & MASK64))
+        return (x >> 11) / 9007199254740992.0
 
     @cython.cfunc
     @cython.exceptval(check=False)
@@ -1220,10 +1319,22 @@ class Kernel:
         cell: cython.int = self.n_cell[nd]
         if flag & (FLAG_REJECTED | FLAG_LOGGED | FLAG_DEFERRED):
             return  # a deferred start never revived was never a node
-        if self.rate > 0.0 and cell >= 0 and (reached or (flag & FLAG_MERGED) == 0):
-            self.sh_score[cell] += self.rate * ((1.0 if reached else 0.0) - self.sh_score[cell])
+        if self.rate > 0.0 and cell >= 0 and (reached or (flag & FLAG_MERGED) == 0) and \
+                (self.probe == 0.0 or not self.budget_on or flag & FLAG_SAMPLE):
+            self._learn(cell, 1.0 if reached else 0.0)
         if self.log_on:
             self._log(nd)
+
+    @cython.cfunc
+    @cython.exceptval(check=False)
+    def _learn(self, cell: cython.int, outcome: cython.double) -> cython.void:
+        """Move the cell's score towards an outcome: by the learning rate, or by
+        1 / (prior visits + visits) while that is larger (a running mean from the prior)."""
+        step: cython.double = self.rate
+        if self.sh_visits.shape[0] > 0:
+            self.sh_visits[cell] += 1.0
+            step = max(step, 1.0 / (self.prior_visits + self.sh_visits[cell]))
+        self.sh_score[cell] += step * (outcome - self.sh_score[cell])
 
     @cython.cfunc
     def _log(self, nd: cython.int) -> cython.void:
@@ -1242,6 +1353,8 @@ class Kernel:
         self.lg_reach[i] = self.n_reach[nd]
         self.lg_gap[i] = self.n_tag[nd] - self.n_tag[prev] if prev != NO_NODE else 0.0
         self.lg_merged[i] = 1 if self.n_flag[nd] & FLAG_MERGED else 0
+        self.lg_probe[i] = 2 if self.n_flag[nd] & FLAG_SAMPLE else \
+            (1 if self.n_flag[nd] & FLAG_PROBE else 0)
         self.n_flag[nd] |= FLAG_LOGGED
         self.lg_n = i + 1
 
@@ -1258,6 +1371,7 @@ class Kernel:
         self.lg_reach = np.zeros(cap, dtype=np.float64)
         self.lg_gap = np.zeros(cap, dtype=np.float64)
         self.lg_merged = np.zeros(cap, dtype=np.int32)
+        self.lg_probe = np.zeros(cap, dtype=np.int32)
 
     def _grow_log(self, cap):
         self.lg_part, self.lg_pos = _grown(self.lg_part, cap), _grown(self.lg_pos, cap)
@@ -1265,7 +1379,7 @@ class Kernel:
         self.lg_err, self.lg_start = _grown(self.lg_err, cap), _grown(self.lg_start, cap)
         self.lg_cell, self.lg_pcell = _grown(self.lg_cell, cap), _grown(self.lg_pcell, cap)
         self.lg_reach, self.lg_merged = _grown(self.lg_reach, cap), _grown(self.lg_merged, cap)
-        self.lg_gap = _grown(self.lg_gap, cap)
+        self.lg_gap, self.lg_probe = _grown(self.lg_gap, cap), _grown(self.lg_probe, cap)
 
     def take_node_log(self) -> dict:
         """The nodes retired so far (SHEDDING.md 4), and clear the log."""
@@ -1274,9 +1388,11 @@ class Kernel:
                    np.asarray(self.lg_state), np.asarray(self.lg_err),
                    np.asarray(self.lg_start), np.asarray(self.lg_cell),
                    np.asarray(self.lg_pcell), np.asarray(self.lg_reach),
-                   np.asarray(self.lg_merged), np.asarray(self.lg_gap)]
+                   np.asarray(self.lg_merged), np.asarray(self.lg_gap),
+                   np.asarray(self.lg_probe)]
         out = {key: col[:n].copy() for key, col in zip(_LOG_KEYS, columns)}
         out["merged"] = out["merged"].astype(np.uint8)
+        out["probe"] = out["probe"].astype(np.uint8)
         self._reset_log(0)
         return out
 
@@ -1315,7 +1431,7 @@ class Kernel:
 
 
 _LOG_KEYS = ("partition", "position", "tag", "state", "err", "start", "cell", "prev_cell",
-             "reach", "merged", "gap")
+             "reach", "merged", "gap", "probe")
 
 
 @cython.cfunc
@@ -1328,6 +1444,16 @@ def _now_ns() -> cython.longlong:
         clock_gettime(CLOCK_MONOTONIC, cython.address(ts))
         return ts.tv_sec * 1000000000 + ts.tv_nsec
     return time.perf_counter_ns()
+
+
+@cython.cfunc
+@cython.exceptval(check=False)
+def _mix64(x: cython.ulonglong) -> cython.ulonglong:
+    """splitmix64's finaliser: a well-mixed 64-bit hash of ``x``."""
+    x = (x + GOLDEN) & MASK64
+    x = ((x ^ (x >> 30)) * MIX1) & MASK64
+    x = ((x ^ (x >> 27)) * MIX2) & MASK64
+    return x ^ (x >> 31)
 
 
 @cython.cfunc

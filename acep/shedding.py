@@ -232,6 +232,15 @@ class ScorePolicy:
     least ``live_need[c]`` of its window left (otherwise it expires before the candidate's
     trajectory would typically complete).
 
+    ``probe`` (0 = off): the share of window starts made *probes*: kept whatever the
+    credit, and every advance of a probe too, so a probe's outcome is the one it would
+    have without shedding. With ``probe`` > 0 learning updates only from probes (an unbiased
+    sample, ``docs/SHEDDING.md`` section 5). Probes start only while they have spent less
+    than ``probe_share`` of the credit granted so far. ``visits`` counts, per cell, the
+    outcomes learned from; each moves the score by ``max(learning_rate, 1 / (prior_visits +
+    visits))``: a running mean that starts from the given score as worth ``prior_visits``
+    outcomes (None: ``1 / learning_rate``, a constant step).
+
     ``defer`` (0 = off): deferred window starts (``docs/SHEDDING.md`` section 8). Up to
     ``defer`` shed starts per partition and state are set aside instead of forgotten; a
     later event that would advance one makes a candidate costing two operations (the start
@@ -245,12 +254,13 @@ class ScorePolicy:
                  proxy_live: bool = False, ahead: float = 0.0, seed_reserve: float = 0.0,
                  advance_reserve: float = 0.0, reserve_power: float = 4.0,
                  cover: float | None = None, live_need=None, cover_slack: float = 0.0,
-                 defer: int = 0, reserve_score=None):
-        explore, learning_rate, ahead, seed_reserve, advance_reserve, cover_slack = (
-            check.number(value, name, 0.0, 1.0) for value, name in (
+                 defer: int = 0, reserve_score=None, probe: float = 0.0,
+                 probe_share: float = 0.05, prior_visits: float | None = None):
+        explore, learning_rate, ahead, seed_reserve, advance_reserve, cover_slack, probe, \
+            probe_share = (check.number(value, name, 0.0, 1.0) for value, name in (
                 (explore, "explore"), (learning_rate, "learning_rate"), (ahead, "ahead"),
                 (seed_reserve, "seed_reserve"), (advance_reserve, "advance_reserve"),
-                (cover_slack, "cover_slack")))
+                (cover_slack, "cover_slack"), (probe, "probe"), (probe_share, "probe_share")))
         reserve_power = check.number(reserve_power, "reserve_power", 0.0, 16.0, open_low=True)
         if learning_rate > 0 and score is None:
             raise ValueError("learning needs a score table to update")
@@ -261,6 +271,12 @@ class ScorePolicy:
                 and len(self.proxy_class) != len(self.score):
             raise ValueError("proxy_class and score must have one entry per cell")
         self.explore, self.learning_rate = explore, learning_rate
+        self.probe, self.probe_share = probe, probe_share
+        self.prior_visits = None if prior_visits is None else \
+            check.number(prior_visits, "prior_visits", 0.0)
+        # per cell, the outcomes learned from (samples, with probes): the kernel counts them
+        self.visits = None if self.score is None or learning_rate == 0.0 else \
+            np.zeros(len(self.score), dtype=np.float64)
         self.seed = check.whole(seed, "seed")
         self.min_score = -1.0 if min_score is None else check.number(min_score, "min_score")
         self.proxy_live, self.ahead = check.flag(proxy_live, "proxy_live"), ahead
@@ -305,7 +321,14 @@ class ScorePolicy:
             empty_i if self.proxy_class is None else self.proxy_class,
             self.explore, self.learning_rate, int(self.seed) & 0xFFFFFFFFFFFFFFFF,
             self.min_score, self.proxy_live, self.ahead, self.reserve, self.reserve_adv,
-            self.cover, self.live_need, self.cover_slack, self.defer)
+            self.cover, self.live_need, self.cover_slack, self.defer, self.probe,
+            self.probe_share, self.visits,
+            self._prior_visits())
+
+    def _prior_visits(self) -> float:
+        if self.prior_visits is not None:
+            return self.prior_visits
+        return 1.0 / self.learning_rate if self.learning_rate > 0 else 0.0
 
 
 class RandomPolicy(ScorePolicy):

@@ -37,6 +37,7 @@ from .sketch import Sketch
 
 # the history policy's defaults (docs/SHEDDING.md 5 and 8); the agent's config uses them too
 LEARNING_RATE, EXPLORE, DEFER = 0.05, 0.01, 4
+PROBE, PROBE_SHARE = 0.005, 0.02
 
 __all__ = ["HistoryPolicy", "CompletionPolicy", "HindsightPolicy", "EventSampler",
            "sample_events", "policy_options", "POLICY_NAMES"]
@@ -128,7 +129,8 @@ class HistoryPolicy(ScorePolicy):
                  seed_reserve: float = 1.0, advance_reserve: float = 0.1,
                  reserve_power: float = 2.0, cover: float | None = 0.5,
                  cover_slack: float | None = None, need: float = 1.0, defer: int = DEFER,
-                 budget: Budget | float | None = None):
+                 budget: Budget | float | None = None, probe: float | None = None,
+                 probe_share: float = PROBE_SHARE):
         check.instance(sketch, "sketch", Sketch, "a history.Sketch",
                        " (Sketch.load(path, key=...))")
         proxy, need = check.flag(proxy, "proxy"), check.number(need, "need", 0.0)
@@ -147,7 +149,9 @@ class HistoryPolicy(ScorePolicy):
                          proxy_live=proxy, ahead=ahead, seed_reserve=seed_reserve,
                          advance_reserve=advance_reserve, reserve_power=reserve_power,
                          cover=cover, cover_slack=cover_slack, live_need=live_need,
-                         defer=defer, reserve_score=sketch.reserve_score(budget))
+                         defer=defer, reserve_score=sketch.reserve_score(budget),
+                         probe=probe_rate(sketch, budget, probe_share) if learning_rate and
+                         probe is None else (probe or 0.0), probe_share=probe_share)
         self.sketch = sketch
         self.bins = sketch.bins()
 
@@ -156,6 +160,16 @@ class HistoryPolicy(ScorePolicy):
         from dataclasses import replace
 
         return replace(self.sketch, score=self.score.astype(np.float32))
+
+
+def probe_rate(sketch: Sketch, budget: float | None, share: float = PROBE_SHARE) -> float:
+    """The share of window blocks to sample so that probes spend about ``share`` of the
+    budget: a sample block protects itself and the next one, about three blocks' worth of
+    the unconstrained operations with what follows them (:data:`PROBE` without a budget
+    or the training stream's operations per event)."""
+    if budget is None or not sketch.ops_per_event > 0:
+        return PROBE
+    return float(np.clip(share * budget / sketch.ops_per_event / 3.0, 1e-4, 0.05))
 
 
 class CompletionPolicy(ScorePolicy):

@@ -570,3 +570,86 @@ def test_both_kernels_defer_alike():
         assert results[0][1][key] == results[1][1][key], key
     for key, column in results[0][2].items():
         np.testing.assert_array_equal(column, results[1][2][key])
+
+
+# --------------------------------------------------------------------------- probes
+
+
+def _probing_policy(pattern, where, k, seed):
+    rng = np.random.default_rng(seed)
+    return ScorePolicy(rng.random(n_cells(pattern, where, k)), explore=0.2, learning_rate=0.3,
+                       seed=seed, probe=float(rng.choice([0.3, 1.0])), probe_share=1.0,
+                       defer=int(rng.integers(0, 3)), seed_reserve=0.5, advance_reserve=0.2,
+                       cover=0.5, proxy_live=True, ahead=0.5)
+
+
+def _nodes(log, rows) -> list:
+    return sorted((int(log["partition"][i]), int(log["position"][i]), int(log["state"][i]),
+                   int(log["err"][i]), float(log["start"][i]), bool(np.isfinite(log["reach"][i])),
+                   int(log["merged"][i])) for i in rows)
+
+
+@SETTINGS
+@given(case(), st.integers(0, 3), st.integers(1, 4), st.integers(0, 2**16))
+def test_sample_nodes_live_as_in_the_unconstrained_run(c, ops, burst, seed):
+    """Every node of a sampled window start is the unconstrained run's, with its outcome:
+    the same events, states, errors, match point reached or not, merged or not."""
+    pattern, where, events, w, k = c
+    truth, _ = run(pattern, where, events, w, k, trace=True)
+    truth.flush()
+    log0 = truth.take_node_log()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BucketWarning)
+        m, _ = run(pattern, where, events, w, k, trace=True, bins=BINS,
+                   policy=_probing_policy(pattern, where, k, seed),
+                   budget=Budget(float(ops), burst=burst))
+    m.flush()
+    log = m.take_node_log()
+    sample = np.flatnonzero(log["probe"] == 2)
+    starts = set(zip(log["partition"][sample].tolist(), log["start"][sample].tolist()))
+    same = [i for i in range(len(log0["start"]))
+            if (int(log0["partition"][i]), float(log0["start"][i])) in starts]
+    assert _nodes(log, sample) == _nodes(log0, same)
+    assert set(log["probe"][log["probe"] > 0]) <= {1, 2}
+
+
+def test_probes_find_their_samples_on_a_long_stream_and_both_kernels_agree():
+    """Over 3,000 events some blocks are sampled, learning uses only them, and the two
+    kernels make the same probes."""
+    if len(BACKENDS) < 2:
+        pytest.skip("the compiled kernel is not built")
+    rng = np.random.default_rng(7)
+    events = [{"type": str(rng.choice(list("abcd"))), "t": float(i), "p": int(rng.integers(3))}
+              for i in range(3000)]
+    results = []
+    for kernel in BACKENDS:
+        policy = ScorePolicy(np.linspace(0, 1, n_cells("a b c d", (), 1)), learning_rate=0.05,
+                             seed=3, probe=0.1)
+        m, found = run("a b c d", (), events, 10.0, 1, partition="p", policy=policy, bins=BINS,
+                       budget=Budget(0.5, burst=8), backend=kernel, trace=True)
+        m.flush()
+        stats = {key: v for key, v in m.stats.items() if key != "decide_ns"}  # a clock
+        results.append((best_per_point(found), stats, policy.score.copy(), m.take_node_log()))
+    (found, stats, score, log), other = results[0], results[1]
+    assert found == other[0] and stats == other[1]
+    np.testing.assert_array_equal(score, other[2])
+    np.testing.assert_array_equal(log["probe"], other[3]["probe"])
+    assert stats["probes"] > 0 and (log["probe"] == 2).sum() > 0
+    assert 0 < stats["probe_ops"] <= 0.05 * (0.5 * 3000 + 4) + 10  # the share, plus a block
+
+
+def test_learning_with_probes_moves_only_sampled_cells():
+    """With probes on, a cell no sample node visits keeps its score, whatever other nodes
+    there did."""
+    events = [{"type": "a", "t": float(i)} for i in range(0, 400, 2)]
+    events += [{"type": "b", "t": float(i)} for i in range(1, 400, 4)]
+    events.sort(key=lambda e: e["t"])
+    bins = VectorBins((), ())
+    for probe in (0.0, 1e-9):
+        score = np.full(bins.n_cells(Matcher("a b", window=3, k=0).pattern.automaton.n_states,
+                                     0), 0.5)
+        m = Matcher("a b", window=3, k=0, bins=bins, budget=Budget(0.5, burst=2),
+                    policy=ScorePolicy(score, learning_rate=0.2, probe=probe))
+        m.match(EventBatch.from_events(events))
+        assert (score != 0.5).any() if probe == 0.0 else (score == 0.5).all()
+        assert m.stats["probes"] == 0
