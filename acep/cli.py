@@ -776,13 +776,14 @@ def _add_evaluate_parser(hsub) -> None:
     ev.add_argument("--burst", type=burst_type, default=64.0,
                     help="the devices' bucket depth in events (default 64)")
     ev.add_argument("--policies", metavar="NAMES", type=text_arg,
-                    help="comma-separated, from keep-first, random, oldest-first, completion "
-                         "(needs --history), history (the sketch, learning off), history+rl, "
-                         "hindsight (offline reference: slow on long streams) (default: all "
-                         "but hindsight, and completion only with --history)")
+                    help="comma-separated, from keep-first, random, oldest-first, completion, "
+                         "pspice, hspice (these three need --history), history (the sketch, "
+                         "learning off), history+rl, hindsight (offline reference: slow on "
+                         "long streams) (default: all but hindsight, and completion, pspice "
+                         "and hspice only with --history)")
     ev.add_argument("--history", metavar="FILE", type=path_arg,
-                    help="the history graph the sketch was made from, for the completion "
-                         "baseline")
+                    help="the history graph the sketch was made from, for the completion, "
+                         "pspice and hspice baselines")
     ev.add_argument("--json", metavar="FILE", type=path_arg, help="also write every figure here")
     ev.set_defaults(run=run_history_evaluate)
 
@@ -911,6 +912,7 @@ def run_history_evaluate(args) -> int:
     from history.fit import SKETCH_PARTITION, matcher_args
     from history.graph import HistoryGraph
     from history.inspection import expect_kind
+    from history.policies import GRAPH_POLICIES
     from history.sketch import Sketch, read_key
 
     _check_outputs({"--json": args.json}, args.sketch, args.file, args.key_file, args.history,
@@ -935,9 +937,11 @@ def run_history_evaluate(args) -> int:
     if unknown or policies == []:  # before the events are read
         raise UsageError(f"--policies {args.policies!r}: unknown {', '.join(unknown) or '(none)'}"
                          f"; choose from {', '.join(POLICIES)}")
-    if policies and "completion" in policies and graph is None:
-        raise UsageError("--policies completion needs --history (the history graph the "
-                         "sketch was made from)")
+    needing = [p for p in policies or () if p in GRAPH_POLICIES]
+    if needing and graph is None:
+        raise UsageError(f"--policies {','.join(needing)} "
+                         f"need{'s' if len(needing) == 1 else ''} --history (the history graph "
+                         "the sketch was made from)")
     partition = SKETCH_PARTITION if args.partition is None else args.partition
     try:
         matcher_args(sketch, partition)  # a --partition the sketch does not fit: now

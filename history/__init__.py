@@ -3,7 +3,8 @@
 - :class:`HistoryGraph` (:mod:`history.graph`): [L16] Definition 4 over discretised match
   vectors, built from a traced unconstrained run (:func:`build_history`), merged, saved.
 - :class:`Sketch` (:mod:`history.sketch`): the fixed-size, signed form a device reads.
-- :mod:`history.policies`: :class:`HistoryPolicy` and the baselines.
+- :mod:`history.policies`: :class:`HistoryPolicy` and the baselines, the field's shedders
+  pSPICE and hSPICE among them (:mod:`history.spice`).
 - :func:`fit_budgets` (:mod:`history.fit`): the sketch's reserves fitted to budgets by
   replaying the training stream (a trainer's job).
 
@@ -18,10 +19,12 @@ from .policies import (
     EventSampler,
     HindsightPolicy,
     HistoryPolicy,
+    HSpicePolicy,
+    PSpicePolicy,
     sample_events,
 )
 from .sketch import Sketch, SketchError
 
 __all__ = ["HistoryGraph", "HistoryFormatError", "Sketch", "SketchError", "build_history",
-           "HistoryPolicy", "CompletionPolicy", "HindsightPolicy", "EventSampler",
-           "sample_events", "fit_budgets"]
+           "HistoryPolicy", "CompletionPolicy", "PSpicePolicy", "HSpicePolicy",
+           "HindsightPolicy", "EventSampler", "sample_events", "fit_budgets"]

@@ -28,7 +28,7 @@ from .build import traced_run
 from .fit import SKETCH_PARTITION, _BundleTruth, _run, matcher_args
 from .graph import _key_id
 from .inspection import partition_text
-from .policies import POLICY_NAMES, policy_options
+from .policies import GRAPH_POLICIES, POLICY_NAMES, policy_options
 from .sketch import Sketch
 
 __all__ = ["evaluate", "graph_mismatch", "POLICIES", "DEFAULT_POLICIES", "format_header",
@@ -48,11 +48,13 @@ def evaluate(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
     ``events``; ``partition``: the partition column (by default the one the sketch
     records; one that differs from it is refused);
     ``burst``: the devices' bucket depth in events; ``policies``: names from
-    :data:`POLICIES` (None: :data:`DEFAULT_POLICIES`, and ``completion`` too when ``graph``
-    is given; ``history`` is the sketch with learning off, ``history+rl`` with the
-    online update at the history package's defaults, ``completion`` the pSPICE-style model of
-    the history ``graph`` the sketch was made from, ``hindsight`` the offline reference that
-    knows the unconstrained run's node log: a Python call per shedding event).
+    :data:`POLICIES` (None: :data:`DEFAULT_POLICIES`, and the rows of the history graph,
+    ``completion``, ``pspice`` and ``hspice``, too when ``graph`` is given; ``history`` is
+    the sketch with learning off, ``history+rl`` with the online update at the history
+    package's defaults, ``completion`` the pSPICE-style completion model of the history
+    ``graph`` the sketch was made from, ``pspice`` and ``hspice`` the field's shedders learned
+    from it (:mod:`history.spice`), ``hindsight`` the offline reference that knows the
+    unconstrained run's node log: a Python call per shedding event).
     ``on_row(row, truth)`` is called with each row as it is done and the ground truth's
     summary. A budget whose bucket cannot hold one operation is refused after the ground
     truth, before any row (``acep.shedding.BudgetError``). Returns ``{"truth": summary,
@@ -60,11 +62,13 @@ def evaluate(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
     """
     if policies is None:
         policies = [p for p in POLICIES if p in DEFAULT_POLICIES
-                    or (p == "completion" and graph is not None)]
+                    or (p in GRAPH_POLICIES and graph is not None)]
     ratios = _checked(ratios, policies, burst)
-    if "completion" in policies and graph is None:
-        raise ValueError("the completion policy needs the history graph the sketch was made "
-                         "from")
+    needing = [p for p in policies if p in GRAPH_POLICIES]
+    if needing and graph is None:
+        raise ValueError(f"the {' and '.join(needing)} "
+                         f"polic{'ies need' if len(needing) > 1 else 'y needs'} the history "
+                         "graph the sketch was made from")
     if graph is not None:
         _check_graph(sketch, graph)
     if len(events) == 0:

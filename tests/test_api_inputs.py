@@ -412,6 +412,8 @@ def test_policy_options_names_what_a_row_needs():
     _refused(lambda: policy_options("hindsight"), "hindsight=")  # was 'NoneType' ... subscriptable
     _refused(lambda: policy_options("history"), "sketch")
     _refused(lambda: policy_options("completion"), "graph")
+    _refused(lambda: policy_options("pspice"), "graph")
+    _refused(lambda: policy_options("hspice"), "graph")
 
 
 # ---------------------------------------------------------------------- the README

@@ -9,9 +9,10 @@ needed, a tag going back in its partition) skipped by ``on_bad_event="skip"``.
 Properties: both kernels and the literal Algorithm 1 equal the oracle (all trajectories;
 best per point with merging on and off), the kernels row for row; batches cut anywhere
 (empty ones too) change nothing, under a budget too; shedding never invents a match point,
-and both kernels shed alike; with no budget every policy, the history's and the completion
-model's included, finds exactly what the run without one finds, and so do the policies
-asked only when the candidates exceed the credit when there is credit to spare.
+and both kernels shed alike; with no budget every policy, the history's, the completion
+model's, pSPICE's and hSPICE's included, finds exactly what the run without one finds, and
+so do the policies asked only when the candidates exceed the credit when there is credit to
+spare.
 
 ``HYPOTHESIS_PROFILE=campaign`` (tests/conftest.py) runs these with thousands of examples.
 """
@@ -41,7 +42,7 @@ from acep.shedding import (
     VectorBins,
 )
 from history.build import build_history
-from history.policies import CompletionPolicy, HistoryPolicy
+from history.policies import CompletionPolicy, HistoryPolicy, HSpicePolicy, PSpicePolicy
 from history.sketch import Sketch
 
 TYPES = ["a", "b", "c", "d"]
@@ -350,13 +351,14 @@ def policies(m: Matcher, seed: int, sketch=None, graph=None) -> list:
         out += [HistoryPolicy(sketch, seed=seed),
                 HistoryPolicy(sketch, learning_rate=0.5, explore=0.5, seed=seed, defer=2)]
     if graph is not None:
-        out.append(CompletionPolicy(graph))
+        out += [CompletionPolicy(graph), PSpicePolicy(graph), HSpicePolicy(graph)]
     return out
 
 
 def bins_of(policy) -> VectorBins:
     """The history policies' cells are the history's; the others use BINS."""
-    return policy.bins if isinstance(policy, (HistoryPolicy, CompletionPolicy)) else BINS
+    return policy.bins if isinstance(policy, (HistoryPolicy, CompletionPolicy, PSpicePolicy,
+                                              HSpicePolicy)) else BINS
 
 
 def history_for(pattern, where, by_option, events, w, k):

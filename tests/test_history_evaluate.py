@@ -15,7 +15,13 @@ from acep.shedding import Budget, BudgetError, OldestFirstPolicy
 from history.build import build_history, traced_run
 from history.evaluate import DEFAULT_POLICIES, POLICIES, evaluate
 from history.fit import fit_budgets
-from history.policies import CompletionPolicy, HindsightPolicy, HistoryPolicy
+from history.policies import (
+    CompletionPolicy,
+    HindsightPolicy,
+    HistoryPolicy,
+    HSpicePolicy,
+    PSpicePolicy,
+)
 from history.sketch import Sketch
 
 PATTERN, W, K = "a b c d", 6.0, 1
@@ -61,14 +67,17 @@ def test_every_row_is_the_policys_own_run_scored_by_brute_force(seed):
     assert t["ops_per_event"] == ops.stats["candidates"] / len(test)
     assert [(r["ratio"], r["policy"]) for r in result["rows"]] == [
         (f, p) for f in ratios for p in POLICIES]
-    assert set(DEFAULT_POLICIES) == set(POLICIES) - {"completion", "hindsight"}
+    assert set(DEFAULT_POLICIES) == set(POLICIES) - {"completion", "pspice", "hspice",
+                                                     "hindsight"}
     assert [r for r, _ in seen] == result["rows"] and all(x is t for _, x in seen)
     for row in result["rows"]:
         budget = Budget(row["ratio"] * t["ops_per_event"], 32)
         if row["policy"] == "oldest-first":
             options = {"policy": OldestFirstPolicy()}
-        elif row["policy"] == "completion":
-            policy = CompletionPolicy(graph)
+        elif row["policy"] in ("completion", "pspice", "hspice"):
+            made = {"completion": CompletionPolicy, "pspice": PSpicePolicy,
+                    "hspice": HSpicePolicy}[row["policy"]]
+            policy = made(graph)
             options = {"policy": policy, "bins": policy.bins}
         elif row["policy"] == "hindsight":
             options = {"policy": HindsightPolicy(run.log, W, {"partition": run.partition,
@@ -237,5 +246,5 @@ def test_cli_adds_the_completion_baseline_with_the_history_graph(tmp_path):
     assert plain.returncode == full.returncode == 0, plain.stderr + full.stderr
     names = [[x.split()[1] for x in r.stdout.splitlines()[2:]] for r in (plain, full)]
     assert names[0] == list(DEFAULT_POLICIES)
-    assert names[1] == ["keep-first", "random", "oldest-first", "completion", "history",
-                        "history+rl"]
+    assert names[1] == ["keep-first", "random", "oldest-first", "completion", "pspice",
+                        "hspice", "history", "history+rl"]

@@ -16,6 +16,8 @@ from history.policies import (
     EventSampler,
     HindsightPolicy,
     HistoryPolicy,
+    HSpicePolicy,
+    PSpicePolicy,
     policy_options,
     sample_events,
 )
@@ -218,6 +220,8 @@ def test_policy_options_builds_every_row_by_name():
                                                         "point": run.point}})
     made = {name: policy_options(name, **known) for name in POLICY_NAMES}
     assert isinstance(made["completion"]["policy"], CompletionPolicy)
+    assert isinstance(made["pspice"]["policy"], PSpicePolicy)
+    assert isinstance(made["hspice"]["policy"], HSpicePolicy)
     assert isinstance(made["hindsight"]["policy"], HindsightPolicy)
     static, rl = made["history"]["policy"], made["history+rl"]["policy"]
     assert static.learning_rate == static.explore == 0.0 and rl.learning_rate > 0

@@ -19,6 +19,7 @@ from .table import every_row, on_prefix, row_label  # noqa: E402
 STYLE = {  # policy -> (colour, line, marker)
     "keep-first": ("0.6", ":", "v"), "random": ("#999999", "--", "x"),
     "oldest-first": ("#1f78b4", "--", "s"), "completion": ("#33a02c", "--", "D"),
+    "pspice": ("#b2df8a", "--", "<"), "hspice": ("#a6cee3", "--", ">"),
     "sampling": ("#b15928", ":", "^"), "history": ("#fb9a99", "-", "o"),
     "history+rl": ("#e31a1c", "-", "o"), "hindsight": ("black", "-.", "*"),
     RETRAINED: ("#6a3d9a", ":", "P"),  # the drift figure's reference

@@ -12,9 +12,10 @@ from acep.shedding import Budget
 from history.policies import DEFER, policy_options
 
 SEED = 4
-POLICIES = ("keep-first", "random", "oldest-first", "completion", "sampling", "history",
-            "history+rl", "hindsight")
-BASELINES = ("keep-first", "random", "oldest-first", "completion", "sampling")
+POLICIES = ("keep-first", "random", "oldest-first", "completion", "pspice", "hspice",
+            "sampling", "history", "history+rl", "hindsight")
+BASELINES = ("keep-first", "random", "oldest-first", "completion", "pspice", "hspice",
+             "sampling")
 # the drift reference (not a policy row): the static history of a training stream of the
 # drifted regime, what retraining would ship
 RETRAINED = "history retrained"

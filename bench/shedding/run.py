@@ -319,10 +319,13 @@ def targets(rows: list[dict], workloads: list[dict], references: list[dict] = ()
     out[-1]["ceilings"] = {w["name"]: ceiling(w, 0.25) for w in workloads}
     out[-1]["references"] = {n: _best_of(references, n, policies.TEST_HISTORY, 0.25,
                                          "bundle_recall") for n in names}
+    margins = {n: _margin(rows, n) for n in names}
     out.append(_target("history+rl beats every baseline at every budget < 100%",
-                       {n: _margin(rows, n) for n in names}, lambda v: v > 0,
+                       {n: m and m[0] for n, m in margins.items()}, lambda v: v > 0,
                        "least margin (recall points) over the best baseline, at the budgets "
                        "where a baseline misses bundles and the bucket holds an operation"))
+    out[-1]["at_budget"] = {n: m and m[2] for n, m in margins.items()}
+    out[-1]["against"] = {n: m and m[1] for n, m in margins.items()}
     gaps = {n: _gap(rows, n) for n in names}
     out.append(_target(f"history+rl within {HINDSIGHT_GAP * 100:.0f} points of hindsight "
                        "(on the hindsight prefix)", {n: g and g[0] for n, g in gaps.items()},
@@ -346,21 +349,23 @@ def ceiling(workload: dict, fraction: float, scope: str = "test") -> float | Non
     return min(v for v in (bound[scope], bound.get(f"lp_{scope}")) if v is not None)
 
 
-def _margin(rows: list[dict], name: str) -> float | None:
-    """The least lead of history+rl over the best baseline, over the budgets where beating is
-    possible: some baseline still misses a bundle (a tie at 100% is not a loss) and the
-    bucket holds at least one operation (below that no policy can create a node)."""
+def _margin(rows: list[dict], name: str) -> tuple[float, str, float] | None:
+    """The least lead of history+rl over the best baseline, with that baseline and the budget,
+    over the budgets where beating is possible: some baseline still misses a bundle (a tie at
+    100% is not a loss) and the bucket holds at least one operation (below that no policy can
+    create a node)."""
     worst = None
     for f in FRACTIONS[:-1]:
         mine = _best_of(rows, name, "history+rl", f, "bundle_recall")
-        base = [_best_of(rows, name, b, f, "bundle_recall") for b in policies.BASELINES]
-        base = [b for b in base if b is not None]
+        base = {b: _best_of(rows, name, b, f, "bundle_recall") for b in policies.BASELINES}
+        base = {b: v for b, v in base.items() if v is not None}
         if mine is None or not base:
             return None
-        if max(base) >= 1.0 or _bucket_ops(rows, name, f) < 1.0:
+        best = max(base, key=base.get)
+        if base[best] >= 1.0 or _bucket_ops(rows, name, f) < 1.0:
             continue
-        margin = mine - max(base)
-        worst = margin if worst is None else min(worst, margin)
+        if worst is None or mine - base[best] < worst[0]:
+            worst = (mine - base[best], best, f)
     return worst
 
 

@@ -110,6 +110,8 @@ def targets_table(results: dict) -> list[str]:
             note += "" if ref is None or ok else f"; {TEST_HISTORY} {100 * ref:.1f}"
             where = (t.get("at_budget") or {}).get(name)
             shown += "" if where is None else f" at {where:.0%}"
+            against = (t.get("against") or {}).get(name)
+            shown += "" if against is None else f" over {against}"
             parts.append(f"{name} {shown} ({'ok' if ok else 'no' if ok is False else '?'}"
                          f"{note})")
         lines.append(f"| {t['name']} | {t['measure']} | {'; '.join(parts)} | "
