@@ -54,30 +54,38 @@ def completion_table(graph: HistoryGraph, prior: float = 1.0) -> np.ndarray:
     return np.where(visits > 0, successes / np.maximum(visits, 1), p0)
 
 
-def cost_to_go(graph: HistoryGraph, prior: float = 1.0) -> np.ndarray:
+def cost_to_go(graph: HistoryGraph, prior: float = 1.0, horizon: int = 10_000) -> np.ndarray:
     """The operations a node still causes (its descendants), per (state, err, rem bin).
 
     The Markov reward process of [pSPICE] with a reward of one operation per node, on the
     chain the history's cell->cell edges give: ``C(c) = (sum_d n(c, d) (1 + C(d)) + prior *
     c0) / (visits(c) + prior)``, where ``n(c, d)`` counts the children in ``d`` of nodes in
     ``c`` and ``c0`` is the mean number of children per node (the smoothing, so a cell seen
-    rarely is not thought free). It is solved exactly as a linear system: a node is counted
-    at most once as a child, so the chain is substochastic per visit and the system is
-    regular.
+    rarely is not thought free). Solved by value iteration over the edges (memory of the
+    edges, not of a dense matrix) until it moves by less than 1e-12, or for at most
+    ``horizon`` generations of descendants: a chain whose cells branch more than once per
+    visit around a cycle has no finite fixed point, and then the cost counts that many
+    generations.
     """
     graph = _graph(graph)
     visits, _ = _summed(graph)
-    n = visits.size
     g = graph.n_gap
-    edges = np.zeros((n, n))
-    np.add.at(edges, (graph.edge_src // g, graph.edge_dst // g), graph.edge_count)
+    src, dst = graph.edge_src // g, graph.edge_dst // g
+    count = graph.edge_count.astype(np.float64)
     flat = visits.ravel()
-    c0 = edges.sum() / flat.sum() if flat.sum() else 0.0
-    diagonal = flat + prior
-    diagonal[diagonal <= 0] = 1.0  # prior 0: an unvisited cell has no children, costs 0
-    system = np.diag(diagonal) - edges
-    cost = np.linalg.solve(system, edges.sum(axis=1) + prior * c0)
-    return np.maximum(cost, 0.0).reshape(visits.shape)
+    children = np.bincount(src, count, minlength=flat.size)
+    c0 = children.sum() / flat.sum() if flat.sum() else 0.0
+    denominator = flat + prior
+    denominator[denominator <= 0] = 1.0  # prior 0: an unvisited cell has no children
+    cost = np.zeros(flat.size)
+    for _ in range(horizon):
+        step = (children + np.bincount(src, count * cost[dst], minlength=flat.size)
+                + prior * c0) / denominator
+        done = np.abs(step - cost).max(initial=0.0) < 1e-12
+        cost = step
+        if done:
+            break
+    return cost.reshape(visits.shape)
 
 
 def _broadcast(table: np.ndarray, graph: HistoryGraph) -> np.ndarray:
