@@ -18,7 +18,7 @@ STYLE = {  # row -> (colour, line, marker)
     RETRAIN: ("#33a02c", "-", "D"), NEW: ("#6a3d9a", ":", "P"),
     "oldest-first": ("#1f78b4", "--", "s"),
 }
-PANEL_FRACTIONS = (0.10, 0.25)
+PANEL_FRACTIONS = (0.05, 0.10, 0.25)
 
 
 def plot_drift(results: dict, path: Path) -> None:

@@ -34,7 +34,7 @@ from . import streams as st
 
 RESULTS = Path(__file__).with_name("results")
 FRACTIONS = (0.05, 0.10, 0.25, 0.50)
-QUICK_FRACTIONS = (0.10, 0.25)
+QUICK_FRACTIONS = (0.05, 0.10, 0.25)
 SEED = 2016
 POLICY_SEED = 4
 PERIODS = 4  # the retrained row: the device's uploads are retrained on every quarter
@@ -93,16 +93,18 @@ def run_retrained(w: Workload, test: EventBatch, sketch, budget: Budget) -> tupl
         keys.append(np.asarray(found.partition, dtype=object)[mine])
         points.append(np.asarray(found.point)[mine])
         if p + 1 < PERIODS:
-            sketch, fact = retrain(w, rebase(test, lo, hi), keys[-1], points[-1], budget)
+            sketch, fact = retrain(w, rebase(test, lo, hi), keys[-1], points[-1], budget,
+                                   sketch)
             facts.append({"period": p, **fact})
     found = SimpleNamespace(partition=np.concatenate(keys), point=np.concatenate(points))
     return found, facts
 
 
-def retrain(w: Workload, period: EventBatch, keys, points, budget: Budget) -> tuple:
+def retrain(w: Workload, period: EventBatch, keys, points, budget: Budget, sketch) -> tuple:
     """The sketch a trainer builds from one period's uploads (``acep history build``'s path:
     ``build_history``, ``Sketch.from_graph``, ``fit_budgets`` without search), fitted at the
-    device's budget over the uploads' own operations per event."""
+    device's budget over the uploads' own operations per event. With no upload it returns
+    ``sketch``, the one the device runs."""
     from history.build import build_history
     from history.fit import fit_budgets
     from history.sketch import Sketch
@@ -111,13 +113,16 @@ def retrain(w: Workload, period: EventBatch, keys, points, budget: Budget) -> tu
     uploads = match_windows(period, keys.tolist(), points, w.window, w.partition)
     _, m, _ = run_matcher(w, uploads)
     ops = m.stats["candidates"] / max(len(uploads), 1)
-    ratio = min(1.0, budget.ops_per_event / ops) if ops else 1.0
+    facts = {"uploaded_events": len(uploads), "period_events": len(period),
+             "uploaded_matches": len(points)}
+    if ops == 0:  # nothing uploaded to train on: the device keeps its sketch
+        return sketch, {**facts, "fit_ratio": None, "kept": True, "seconds": 0.0}
+    ratio = min(1.0, budget.ops_per_event / ops)
     graph = build_history(w.pattern, [uploads], w.window, w.k, where=list(w.where),
                           partition=w.partition).canonical()
     sketch, _ = fit_budgets(Sketch.from_graph(graph), uploads, [ratio], partition=w.partition,
                             burst=BURST, search=0, seed=SEED)
-    return sketch, {"uploaded_events": len(uploads), "period_events": len(period),
-                    "uploaded_matches": len(points), "fit_ratio": ratio,
+    return sketch, {**facts, "fit_ratio": ratio, "kept": False,
                     "seconds": time.perf_counter() - started}
 
 
