@@ -42,7 +42,7 @@ ROWS = ("history", "history+rl", "history retrained from uploads",
         "history retrained on the new regime", "oldest-first")
 RETRAIN, NEW = ROWS[2], ROWS[3]
 STREAMS = ("switch", "gradual", "flights-place")
-FULL = {"duration": 800.0, "slices": 16, "fractions": FRACTIONS}
+FULL = {"duration": 10000.0, "slices": 20, "fractions": FRACTIONS}
 QUICK = {"duration": 100.0, "slices": 8, "fractions": QUICK_FRACTIONS}
 # k = 0: with one error allowed a motif has many chains and a shed one is rarely missed
 SENSOR_WORKLOAD = Workload("sensors-k0", "synthetic", "a b c d e", 10.0, 0, (), "sensor",
