@@ -111,3 +111,20 @@ def test_switch_gap_is_at_least_20_points_at_10_percent(results):
     switch = next(s for s in results[0]["streams"] if s["name"] == "switch")
     gap = next(t for t in switch["targets"] if t["fraction"] == 0.1)["gap"]
     assert gap >= 0.20
+
+
+def test_a_period_without_uploads_keeps_its_sketch():
+    split = streams.synthetic("switch", 20.0, 1)
+    w = run.workload_of("switch")
+    sketch = run.fitted(w, split["train"], (0.1,))["sketch"]
+    from acep.shedding import Budget
+
+    kept, facts = run.retrain(w, split["test"], np.array([], dtype=object), np.array([]),
+                              Budget(0.1), sketch)
+    assert kept is sketch and facts["kept"] and facts["uploaded_events"] == 0
+
+
+def test_unknown_streams_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        run.parse_args(["--streams", "switch,nowhere"])
+    assert "unknown stream(s) nowhere" in capsys.readouterr().err
