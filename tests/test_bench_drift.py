@@ -117,10 +117,10 @@ def test_a_period_without_uploads_keeps_its_sketch():
     split = streams.synthetic("switch", 20.0, 1)
     w = run.workload_of("switch")
     sketch = run.fitted(w, split["train"], (0.1,))["sketch"]
+    from acep.matcher import MatchBatch
     from acep.shedding import Budget
 
-    kept, facts = run.retrain(w, split["test"], np.array([], dtype=object), np.array([]),
-                              Budget(0.1), sketch)
+    kept, facts = run.retrain(w, split["test"], MatchBatch.empty(), Budget(0.1), sketch)
     assert kept is sketch and facts["kept"] and facts["uploaded_events"] == 0
 
 

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from acep.events import EventBatch
+from acep.matcher import MatchBatch
 from acep.shedding import Budget
 from acep.windows import match_windows
 from history.policies import policy_options
@@ -42,6 +43,7 @@ ROWS = ("history", "history+rl", "history retrained from uploads",
         "history retrained on the new regime", "oldest-first")
 RETRAIN, NEW = ROWS[2], ROWS[3]
 STREAMS = ("switch", "gradual", "flights-place")
+TRAINERS = ("in-process", "spark")
 FULL = {"duration": 10000.0, "slices": 20, "fractions": FRACTIONS}
 QUICK = {"duration": 100.0, "slices": 8, "fractions": QUICK_FRACTIONS}
 # k = 0: with one error allowed a motif has many chains and a shed one is rarely missed
@@ -75,11 +77,15 @@ def period_bounds(test: EventBatch, periods: int) -> list[int]:
     return [int(i) for i in np.searchsorted(test.tags, edges, side="left")]
 
 
-def run_retrained(w: Workload, test: EventBatch, sketch, budget: Budget) -> tuple:
+def run_retrained(w: Workload, test: EventBatch, sketch, budget: Budget,
+                  trainer=None) -> tuple:
     """The device run period by period: after each period the windows of its matches (what
-    the agent uploads) are built into a history and fitted to the budget, the sketch of the
-    next period. Each period starts ``window`` early, to warm the matcher up; only its
-    points from the period's start count. Returns (matches, per-period facts)."""
+    the agent uploads) are trained into the sketch of the next period (``trainer``: by
+    default :func:`retrain`, in this process; ``spark.SparkTrainer``: the collector's
+    archive and ``trainer.train``). Each period starts ``window`` early, to warm the
+    matcher up; only its points from the period's start count. Returns (matches,
+    per-period facts)."""
+    trainer = trainer or retrain
     bounds = period_bounds(test, PERIODS)
     keys, points, facts = [], [], []
     for p in range(PERIODS):
@@ -88,47 +94,65 @@ def run_retrained(w: Workload, test: EventBatch, sketch, budget: Budget) -> tupl
             continue
         start = float(test.tags[lo])
         warm = int(np.searchsorted(test.tags, start - w.window, side="left"))
-        found = run_static(w, rebase(test, warm, hi), sketch, "history", budget)
-        mine = np.asarray(found.point) >= start
-        keys.append(np.asarray(found.partition, dtype=object)[mine])
-        points.append(np.asarray(found.point)[mine])
+        period = rebase(test, warm, hi)
+        found = only(run_static(w, period, sketch, "history", budget), start)
+        keys.append(np.asarray(found.partition, dtype=object))
+        points.append(np.asarray(found.point))
         if p + 1 < PERIODS:
-            sketch, fact = retrain(w, rebase(test, lo, hi), keys[-1], points[-1], budget,
-                                   sketch)
+            sketch, fact = trainer(w, period, found, budget, sketch)
             facts.append({"period": p, **fact})
     found = SimpleNamespace(partition=np.concatenate(keys), point=np.concatenate(points))
     return found, facts
 
 
-def retrain(w: Workload, period: EventBatch, keys, points, budget: Budget, sketch) -> tuple:
+def only(found: MatchBatch, start: float) -> MatchBatch:
+    """The matches of ``found`` with points from ``start`` on."""
+    keep = np.flatnonzero(np.asarray(found.point) >= start)
+    ptr = found.trajectory_ptr
+    spans = [np.arange(ptr[i], ptr[i + 1]) for i in keep]
+    pick = np.concatenate(spans) if spans else np.zeros(0, np.int64)
+    lengths = np.array([len(x) for x in spans], dtype=ptr.dtype)
+    return MatchBatch(found.partition[keep], found.point[keep], found.start[keep],
+                      found.errors[keep], np.concatenate([[0], np.cumsum(lengths)]).astype(
+                          ptr.dtype), found.trajectory[pick], found.trajectory_tags[pick],
+                      found.tag_is_time)
+
+
+def upload_ratio(w: Workload, uploads: EventBatch, budget: Budget) -> float | None:
+    """The device's budget over the uploads' own unconstrained operations per event: the
+    ratio whose fitted table the device would take (None: no operation to fit to)."""
+    _, m, _ = run_matcher(w, uploads)
+    ops = m.stats["candidates"] / max(len(uploads), 1)
+    return min(1.0, budget.ops_per_event / ops) if ops else None
+
+
+def retrain(w: Workload, period: EventBatch, found: MatchBatch, budget: Budget,
+            sketch) -> tuple:
     """The sketch a trainer builds from one period's uploads (``acep history build``'s path:
-    ``build_history``, ``Sketch.from_graph``, ``fit_budgets`` without search), fitted at the
-    device's budget over the uploads' own operations per event. With no upload it returns
-    ``sketch``, the one the device runs."""
+    ``build_history``, ``Sketch.from_graph``, ``fit_budgets`` without search), fitted at
+    :func:`upload_ratio`. With no upload it returns ``sketch``, the one the device runs."""
     from history.build import build_history
     from history.fit import fit_budgets
     from history.sketch import Sketch
 
     started = time.perf_counter()
-    uploads = match_windows(period, keys.tolist(), points, w.window, w.partition)
-    _, m, _ = run_matcher(w, uploads)
-    ops = m.stats["candidates"] / max(len(uploads), 1)
+    uploads = match_windows(period, found.partition.tolist(), found.point, w.window,
+                            w.partition)
+    ratio = upload_ratio(w, uploads, budget)
     facts = {"uploaded_events": len(uploads), "period_events": len(period),
-             "uploaded_matches": len(points)}
-    if ops == 0:  # nothing uploaded to train on: the device keeps its sketch
-        return sketch, {**facts, "fit_ratio": None, "kept": True, "seconds": 0.0}
-    ratio = min(1.0, budget.ops_per_event / ops)
+             "uploaded_matches": len(found), "fit_ratio": ratio, "path": "in-process"}
+    if ratio is None:  # nothing uploaded to train on: the device keeps its sketch
+        return sketch, {**facts, "kept": True, "seconds": 0.0}
     graph = build_history(w.pattern, [uploads], w.window, w.k, where=list(w.where),
                           partition=w.partition).canonical()
     sketch, _ = fit_budgets(Sketch.from_graph(graph), uploads, [ratio], partition=w.partition,
                             burst=BURST, search=0, seed=SEED)
-    return sketch, {**facts, "fit_ratio": ratio, "kept": False,
-                    "seconds": time.perf_counter() - started}
+    return sketch, {**facts, "kept": False, "seconds": time.perf_counter() - started}
 
 
 # --------------------------------------------------------------------------- one stream
 
-def measure_stream(name: str, split: dict, sizes: dict) -> dict:
+def measure_stream(name: str, split: dict, sizes: dict, trainer=None) -> dict:
     """Every row at every budget on one stream, with the ceiling and the targets."""
     started = time.perf_counter()
     w, test = workload_of(name), split["test"]
@@ -143,7 +167,8 @@ def measure_stream(name: str, split: dict, sizes: dict) -> dict:
         budget = Budget(f * truth.summary["ops_per_event"], BURST)
         for row in ROWS:
             if row == RETRAIN:
-                found, periods[str(f)] = run_retrained(w, test, old["sketch"], budget)
+                found, periods[str(f)] = run_retrained(w, test, old["sketch"], budget,
+                                                       trainer)
             else:
                 sketch = new["sketch"] if row == NEW else old["sketch"]
                 found = run_static(w, test, sketch, "history" if row == NEW else row, budget)
@@ -259,8 +284,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                           "without --data)")
     parser.add_argument("--streams", type=stream_names, metavar="NAMES",
                         help=f"comma-separated subset of {', '.join(STREAMS)} (default: all)")
+    parser.add_argument("--trainer", choices=TRAINERS, default=TRAINERS[0],
+                        help="how the retrained row trains on the uploads: in this process "
+                             "(acep history build's path, default) or through the collector's "
+                             "archive and trainer.train on local Spark (slow)")
     args = parser.parse_args(argv)
-    args.partial = args.streams is not None and set(args.streams) != set(STREAMS)
+    args.partial = (args.streams is not None and set(args.streams) != set(STREAMS)) \
+        or args.trainer != TRAINERS[0]
     return args
 
 
@@ -272,6 +302,8 @@ def command(args, given: str | None) -> str:
         parts.append(f"--data {given}")
     if args.streams is not None:
         parts.append(f"--streams {','.join(args.streams)}")
+    if args.trainer != TRAINERS[0]:
+        parts.append(f"--trainer {args.trainer}")
     return " ".join(parts)
 
 
@@ -285,18 +317,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = time.perf_counter()
     out = []
+    trainer = None
+    if args.trainer == "spark":
+        from .spark import SparkTrainer
+
+        trainer = SparkTrainer()
     try:
         for name in names:
             print(f"{name} ...", file=sys.stderr, flush=True)
-            out.append(measure_stream(name, make_stream(name, args, sizes), sizes))
+            out.append(measure_stream(name, make_stream(name, args, sizes), sizes, trainer))
     except data.DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    finally:
+        if trainer is not None:
+            trainer.close()
     results = {"benchmark": "drift", "command": command(args, given), "machine": machine(),
                "settings": {"quick": args.quick, "fractions": list(sizes["fractions"]),
                             "burst": BURST,
                             "periods": PERIODS, "seed": SEED, "sizes": sizes,
-                            "fit_search": 0, "rows": list(ROWS),
+                            "fit_search": 0, "rows": list(ROWS), "trainer": args.trainer,
                             "wall_seconds": time.perf_counter() - started},
                "streams": out}
     from .plot import plot_drift
