@@ -128,3 +128,15 @@ def test_unknown_streams_are_refused(capsys):
     with pytest.raises(SystemExit):
         run.parse_args(["--streams", "switch,nowhere"])
     assert "unknown stream(s) nowhere" in capsys.readouterr().err
+
+
+def test_only_keeps_the_matches_from_a_point_on():
+    split = streams.synthetic("switch", 30.0, 2)
+    w = run.workload_of("switch")
+    found, _, _ = run.run_matcher(w, split["test"])
+    start = float(np.median(found.point))
+    kept = run.only(found, start)
+    mine = np.flatnonzero(found.point >= start)
+    assert list(kept.point) == list(found.point[mine]) and len(kept) > 0
+    for j, i in enumerate(mine):
+        assert list(kept.events_of(j)) == list(found.events_of(int(i)))
