@@ -1,0 +1,1 @@
+"""The drift benchmark (``python -m bench.drift``): shedding policies on drifting streams."""

@@ -1,0 +1,359 @@
+"""Drift benchmark: bundle recall over a test stream that drifts, per shedding policy.
+
+Run ``python -m bench.drift [--data PATH] [--quick] [--out DIR] [--streams NAMES]``. Per
+stream (``bench/drift/streams.py``) it runs the unconstrained matcher on the test stream
+(the ground truth), builds the history of the old regime and of the new one
+(``bench.shedding.run.build``, fits without search), then at every budget runs the rows:
+the static history, history + RL, the history retrained periodically from the device's
+uploads, the history of the new regime, oldest-first, and the ceiling
+(``bench/shedding/bound.py``). It scores bundle recall per time slice and before and after
+the switch, and checks the issue's two targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from acep.events import EventBatch
+from acep.matcher import MatchBatch
+from acep.shedding import Budget
+from acep.windows import match_windows
+from history.policies import policy_options
+
+from ..common import bench_parser, machine, publish, ready
+from ..shedding.bound import min_trajectory_nodes, recall_bound
+from ..shedding.measure import ground_truth, recall_over_time, run_matcher, score
+from ..shedding.run import BURST, build
+from ..shedding.workloads import WORKLOADS, Workload, rebase
+from . import streams as st
+
+RESULTS = Path(__file__).with_name("results")
+FRACTIONS = (0.05, 0.10, 0.25, 0.50)
+QUICK_FRACTIONS = (0.05, 0.10, 0.25)
+SEED = 2016
+POLICY_SEED = 4
+PERIODS = 4  # the retrained row: the device's uploads are retrained on every quarter
+ROWS = ("history", "history+rl", "history retrained from uploads",
+        "history retrained on the new regime", "oldest-first")
+RETRAIN, NEW = ROWS[2], ROWS[3]
+STREAMS = ("switch", "gradual", "flights-place")
+TRAINERS = ("in-process", "spark")
+FULL = {"duration": 10000.0, "slices": 20, "fractions": FRACTIONS}
+QUICK = {"duration": 100.0, "slices": 8, "fractions": QUICK_FRACTIONS}
+# k = 0: with one error allowed a motif has many chains and a shed one is rarely missed
+SENSOR_WORKLOAD = Workload("sensors-k0", "synthetic", "a b c d e", 10.0, 0, (), "sensor",
+                           note="planted motifs among decoys, no error allowed")
+FLIGHTS_WORKLOAD = next(w for w in WORKLOADS if w.name == "delay-wave")
+
+
+def workload_of(stream: str) -> Workload:
+    return FLIGHTS_WORKLOAD if stream == "flights-place" else SENSOR_WORKLOAD
+
+
+def make_stream(name: str, args, sizes: dict) -> dict:
+    if name == "flights-place":
+        return st.flights_place(args.data)
+    return st.synthetic(name, sizes["duration"], SEED)
+
+
+# --------------------------------------------------------------------------- runs
+
+def run_static(w: Workload, test: EventBatch, sketch, policy: str, budget: Budget):
+    """One pass of a history policy (or oldest-first) over the test stream: its matches."""
+    options = policy_options(policy, sketch=sketch, budget=budget, seed=POLICY_SEED)
+    found, _, _ = run_matcher(w, test, budget=budget, **options)
+    return found
+
+
+def period_bounds(test: EventBatch, periods: int) -> list[int]:
+    """Event positions where the periods of the retrained row start, and the end."""
+    edges = np.linspace(float(test.tags[0]), float(test.tags[-1]) + 1e-9, periods + 1)
+    return [int(i) for i in np.searchsorted(test.tags, edges, side="left")]
+
+
+def run_retrained(w: Workload, test: EventBatch, sketch, budget: Budget,
+                  trainer=None) -> tuple:
+    """The device run period by period: after each period the windows of its matches (what
+    the agent uploads) are trained into the sketch of the next period (``trainer``: by
+    default :func:`retrain`, in this process; ``spark.SparkTrainer``: the collector's
+    archive and ``trainer.train``). Each period starts ``window`` early, to warm the
+    matcher up; only its points from the period's start count. Returns (matches,
+    per-period facts)."""
+    trainer = trainer or retrain
+    bounds = period_bounds(test, PERIODS)
+    keys, points, facts = [], [], []
+    for p in range(PERIODS):
+        lo, hi = bounds[p], bounds[p + 1]
+        if hi <= lo:
+            continue
+        start = float(test.tags[lo])
+        warm = int(np.searchsorted(test.tags, start - w.window, side="left"))
+        period = rebase(test, warm, hi)
+        found = only(run_static(w, period, sketch, "history", budget), start)
+        keys.append(np.asarray(found.partition, dtype=object))
+        points.append(np.asarray(found.point))
+        if p + 1 < PERIODS:
+            sketch, fact = trainer(w, period, found, budget, sketch)
+            facts.append({"period": p, **fact})
+    found = SimpleNamespace(partition=np.concatenate(keys), point=np.concatenate(points))
+    return found, facts
+
+
+def only(found: MatchBatch, start: float) -> MatchBatch:
+    """The matches of ``found`` with points from ``start`` on."""
+    keep = np.flatnonzero(np.asarray(found.point) >= start)
+    ptr = found.trajectory_ptr
+    spans = [np.arange(ptr[i], ptr[i + 1]) for i in keep]
+    pick = np.concatenate(spans) if spans else np.zeros(0, np.int64)
+    lengths = np.array([len(x) for x in spans], dtype=ptr.dtype)
+    return MatchBatch(found.partition[keep], found.point[keep], found.start[keep],
+                      found.errors[keep], np.concatenate([[0], np.cumsum(lengths)]).astype(
+                          ptr.dtype), found.trajectory[pick], found.trajectory_tags[pick],
+                      found.tag_is_time)
+
+
+def upload_ratio(w: Workload, uploads: EventBatch, budget: Budget) -> float | None:
+    """The device's budget over the uploads' own unconstrained operations per event: the
+    ratio whose fitted table the device would take (None: no operation to fit to)."""
+    _, m, _ = run_matcher(w, uploads)
+    ops = m.stats["candidates"] / max(len(uploads), 1)
+    return min(1.0, budget.ops_per_event / ops) if ops else None
+
+
+def retrain(w: Workload, period: EventBatch, found: MatchBatch, budget: Budget,
+            sketch) -> tuple:
+    """The sketch a trainer builds from one period's uploads (``acep history build``'s path:
+    ``build_history``, ``Sketch.from_graph``, ``fit_budgets`` without search), fitted at
+    :func:`upload_ratio`. With no upload it returns ``sketch``, the one the device runs."""
+    from history.build import build_history
+    from history.fit import fit_budgets
+    from history.sketch import Sketch
+
+    started = time.perf_counter()
+    uploads = match_windows(period, found.partition.tolist(), found.point, w.window,
+                            w.partition)
+    ratio = upload_ratio(w, uploads, budget)
+    facts = {"uploaded_events": len(uploads), "period_events": len(period),
+             "uploaded_matches": len(found), "fit_ratio": ratio, "path": "in-process"}
+    if ratio is None:  # nothing uploaded to train on: the device keeps its sketch
+        return sketch, {**facts, "kept": True, "seconds": 0.0}
+    graph = build_history(w.pattern, [uploads], w.window, w.k, where=list(w.where),
+                          partition=w.partition).canonical()
+    sketch, _ = fit_budgets(Sketch.from_graph(graph), uploads, [ratio], partition=w.partition,
+                            burst=BURST, search=0, seed=SEED)
+    return sketch, {**facts, "kept": False, "seconds": time.perf_counter() - started}
+
+
+# --------------------------------------------------------------------------- one stream
+
+def measure_stream(name: str, split: dict, sizes: dict, trainer=None) -> dict:
+    """Every row at every budget on one stream, with the ceiling and the targets."""
+    started = time.perf_counter()
+    w, test = workload_of(name), split["test"]
+    truth = ground_truth(w, test)
+    edges = np.linspace(float(test.tags[0]), float(test.tags[-1]) + 1e-9, sizes["slices"] + 1)
+    switch = st.switch_time(test, split["switch"])
+    old = fitted(w, split["train"], sizes["fractions"])
+    new = fitted(w, split["new_regime"], sizes["fractions"])
+    after = truth.bundle_first >= switch
+    rows, periods = [], {}
+    for f in sizes["fractions"]:
+        budget = Budget(f * truth.summary["ops_per_event"], BURST)
+        for row in ROWS:
+            if row == RETRAIN:
+                found, periods[str(f)] = run_retrained(w, test, old["sketch"], budget,
+                                                       trainer)
+            else:
+                sketch = new["sketch"] if row == NEW else old["sketch"]
+                found = run_static(w, test, sketch, "history" if row == NEW else row, budget)
+            rows.append(row_figures(row, f, truth, found, edges, switch, after))
+    return {"name": name, "workload": w.describe(), "source": split["source"],
+            "events": {"train": len(split["train"]), "test": len(test),
+                       "new_regime": len(split["new_regime"])},
+            "hubs": split.get("hubs"), "truth": truth.summary,
+            "switch_tag": switch, "switch_share": split["switch"],
+            "time_edges": [float(x) for x in edges],
+            "histories": {"old": old["history"], "new": new["history"]},
+            "retrain_periods": periods, "rows": rows,
+            "ceiling": ceiling(w, test, truth, after, sizes["fractions"]),
+            "targets": targets(rows, sizes["fractions"]),
+            "seconds": time.perf_counter() - started}
+
+
+def fitted(w: Workload, train: EventBatch, fractions) -> dict:
+    """``bench.shedding.run.build``'s history and sketch, fitted to ``fractions`` without
+    the coordinate search (``search=0``: minutes less per stream)."""
+    from history.fit import fit_budgets
+
+    out = build(w, train, fit=False)
+    started = time.perf_counter()
+    out["sketch"], report = fit_budgets(out["sketch"], train, fractions, partition=w.partition,
+                                        burst=BURST, search=0, seed=SEED)
+    out["history"]["fit"] = {"seconds": time.perf_counter() - started,
+                             "ops_per_event": report["ops_per_event"],
+                             "chosen": {str(f): r.get("chosen")
+                                        for f, r in report["ratios"].items()}}
+    return out
+
+
+def row_figures(row: str, f: float, truth, found, edges, switch: float, after) -> dict:
+    over = recall_over_time(truth, found, edges)
+    hit = _hits(truth, found)
+    return {"row": row, "fraction": f, "bundle_recall": score(truth, found)["bundle_recall"],
+            "over_time": over,
+            "before": float(hit[~after].mean()) if (~after).any() else None,
+            "after": float(hit[after].mean()) if after.any() else None}
+
+
+def _hits(truth, found) -> np.ndarray:
+    hit = np.zeros(len(truth.bundle_first), dtype=bool)
+    for p in zip(np.asarray(found.partition).tolist(), np.asarray(found.point).tolist()):
+        b = truth.point_bundle.get(p)
+        if b is not None:
+            hit[b] = True
+    return hit
+
+
+def ceiling(w: Workload, test: EventBatch, truth, after: np.ndarray, fractions) -> dict:
+    """The runs' upper bound on bundle recall (``bound.recall_bound``) per budget, on the
+    whole test stream and on the bundles after the switch (the programme bound,
+    ``lp_recall_bound``, is left out: minutes per stream)."""
+    from acep.matcher import Matcher
+
+    nodes = min_trajectory_nodes(Matcher(**w.matcher_args()).pattern.automaton, w.k)
+    budgets = [(f * truth.summary["ops_per_event"], f * truth.summary["ops_per_event"] * BURST)
+               for f in fractions]
+    whole = recall_bound(test.tags, truth.bundle_first, truth.bundle_last, w.window, budgets,
+                         nodes)
+    late = recall_bound(test.tags, truth.bundle_first[after], truth.bundle_last[after],
+                        w.window, budgets, nodes)
+    return {str(f): {"whole": float(a), "after": float(b)}
+            for f, a, b in zip(fractions, whole, late)}
+
+
+# --------------------------------------------------------------------------- targets
+
+def targets(rows: list[dict], fractions) -> list[dict]:
+    """Per budget: (a) history + RL recovers at least half of the gap between the static
+    history and the new regime's (mean recall after the switch); (b) the history retrained
+    from uploads beats history + RL on the first period it runs on a sketch retrained from
+    post-switch uploads (the last quarter: the switch is at half time)."""
+    out = []
+    for f in fractions:
+        get = {r["row"]: r for r in rows if r["fraction"] == f}
+        static, rl, new = (get[k]["after"] for k in ("history", "history+rl", NEW))
+        gap = new - static
+        share = (rl - static) / gap if gap > 0 else None
+        first = slice((PERIODS - 1) * len(get[RETRAIN]["over_time"]) // PERIODS, None)
+        retrained = _mean(get[RETRAIN]["over_time"][first])
+        rl_then = _mean(get["history+rl"]["over_time"][first])
+        out.append({"fraction": f, "gap": gap, "rl_recovered": rl - static,
+                    "rl_share_of_gap": share,
+                    "a_pass": None if share is None else bool(share >= 0.5),
+                    "first_retrained_period": {"retrained": retrained, "history+rl": rl_then},
+                    "b_pass": bool(retrained > rl_then)})
+    return out
+
+
+def _mean(values: list) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(np.mean(known)) if known else None
+
+
+# --------------------------------------------------------------------------- driver
+
+def stream_names(text: str) -> list[str]:
+    """An argparse type: ``--streams``, a comma-separated list of known streams."""
+    wanted = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in STREAMS]
+    if unknown or not wanted:
+        raise argparse.ArgumentTypeError(f"unknown stream(s) {', '.join(unknown) or '(none)'}; "
+                                         f"known: {', '.join(STREAMS)}")
+    return wanted
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = bench_parser("drift", __doc__, RESULTS, "drift.json and drift.png",
+                          "small streams, for tests (about two minutes; the embedded flights "
+                          "without --data)")
+    parser.add_argument("--streams", type=stream_names, metavar="NAMES",
+                        help=f"comma-separated subset of {', '.join(STREAMS)} (default: all)")
+    parser.add_argument("--trainer", choices=TRAINERS, default=TRAINERS[0],
+                        help="how the retrained row trains on the uploads: in this process "
+                             "(acep history build's path, default) or through the collector's "
+                             "archive and trainer.train on local Spark (slow)")
+    args = parser.parse_args(argv)
+    args.partial = (args.streams is not None and set(args.streams) != set(STREAMS)) \
+        or args.trainer != TRAINERS[0]
+    return args
+
+
+def command(args, given: str | None) -> str:
+    parts = ["python -m bench.drift"]
+    if args.quick:
+        parts.append("--quick")
+    if given is not None:
+        parts.append(f"--data {given}")
+    if args.streams is not None:
+        parts.append(f"--streams {','.join(args.streams)}")
+    if args.trainer != TRAINERS[0]:
+        parts.append(f"--trainer {args.trainer}")
+    return " ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .. import data
+
+    args = parse_args(argv)
+    given, sizes = args.data, QUICK if args.quick else FULL
+    names = args.streams or list(STREAMS)
+    if not _ready(args, names):
+        return 2
+    started = time.perf_counter()
+    out = []
+    trainer = None
+    if args.trainer == "spark":
+        from .spark import SparkTrainer
+
+        trainer = SparkTrainer()
+    try:
+        for name in names:
+            print(f"{name} ...", file=sys.stderr, flush=True)
+            out.append(measure_stream(name, make_stream(name, args, sizes), sizes, trainer))
+    except data.DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if trainer is not None:
+            trainer.close()
+    results = {"benchmark": "drift", "command": command(args, given), "machine": machine(),
+               "settings": {"quick": args.quick, "fractions": list(sizes["fractions"]),
+                            "burst": BURST,
+                            "periods": PERIODS, "seed": SEED, "sizes": sizes,
+                            "fit_search": 0, "rows": list(ROWS), "trainer": args.trainer,
+                            "wall_seconds": time.perf_counter() - started},
+               "streams": out}
+    from .plot import plot_drift
+    from .table import markdown
+
+    publish(results, args.out, "drift", {"drift.png": plot_drift}, markdown(results))
+    return 0
+
+
+def _ready(args, names: list[str]) -> bool:
+    """``bench.common.ready``, without fetching the flights when no flights stream runs."""
+    if "flights-place" in names:
+        return ready(args)
+    data_given = args.data
+    args.data = None
+    quick = args.quick
+    args.quick = True  # ready() fetches no flights for a quick run without --data
+    ok = ready(args, args.partial or quick)
+    args.quick, args.data = quick, data_given
+    return ok

@@ -1,0 +1,77 @@
+"""The retrained row through the fleet's own path: the agent's upload batch
+(``edge.wire.batch_from_matches``), the collector's ingest into a real archive
+(``Collector.ingest_group``, as ``bench/archive`` does) and ``trainer.train(archive=True)``
+on a local Spark session, fitted at the device's budget (``search=0``)."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from acep.events import EventBatch
+from acep.matcher import MatchBatch
+from acep.shedding import Budget
+from acep.windows import match_windows
+
+from ..shedding.run import BURST
+from ..shedding.workloads import Workload
+from .run import upload_ratio
+
+DEVICE = "drift-device"
+
+
+class SparkTrainer:
+    """A ``run_retrained`` trainer: each period's uploads archived apart and trained on."""
+
+    def __init__(self, cores: int = 2):
+        from trainer.spark import session
+
+        self.spark = session(f"local[{cores}]")
+        self.seq = 0
+
+    def __call__(self, w: Workload, period: EventBatch, found: MatchBatch, budget: Budget,
+                 sketch) -> tuple:
+        started = time.perf_counter()
+        uploads = match_windows(period, found.partition.tolist(), found.point, w.window,
+                                w.partition)
+        ratio = upload_ratio(w, uploads, budget)
+        facts = {"uploaded_events": len(uploads), "period_events": len(period),
+                 "uploaded_matches": len(found), "fit_ratio": ratio, "path": "spark"}
+        if ratio is None:
+            return sketch, {**facts, "kept": True, "seconds": 0.0}
+        with tempfile.TemporaryDirectory(prefix="acep-bench-drift-") as tmp:
+            root = self.archive(Path(tmp), w, period, found)
+            trained = self.train(root, ratio)
+        facts["archived_events"] = trained.stats["events"]
+        return trained.sketch, {**facts, "kept": False,
+                                "seconds": time.perf_counter() - started}
+
+    def archive(self, work: Path, w: Workload, period: EventBatch, found: MatchBatch) -> Path:
+        """The period's upload batch through the collector's ingest: its archive's root."""
+        from edge.archive import Archive
+        from edge.collector import Collector
+        from edge.store import open_store
+        from edge.wire import PatternRef, batch_from_matches, encode_batch
+
+        ref = PatternRef("drift", w.pattern, w.window, w.k, tuple(w.where), w.partition)
+        batch = batch_from_matches(found, period, device=DEVICE, seq=self.seq, pattern=ref,
+                                   created_at=time.time())
+        self.seq += 1
+        collector = Collector(open_store(work / "collector.db"), Archive(work / "archive"))
+        try:
+            [(status, answer)] = collector.ingest_group([(encode_batch(batch), DEVICE, None)])
+        finally:
+            collector.close()
+        if status != 200:
+            raise RuntimeError(f"the collector refused the upload: {answer}")
+        return work / "archive"
+
+    def train(self, root: Path, ratio: float):
+        from trainer.train import train
+
+        return train([str(root)], archive=True, spark=self.spark, show_progress=False,
+                     fit=[ratio], burst=BURST, search=0)
+
+    def close(self) -> None:
+        self.spark.stop()

@@ -1,0 +1,142 @@
+"""The drift benchmark: its streams, and one quick run (embedded flights, short synthetic)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from bench_runs import PNG_MAGIC, run_quick
+
+from bench.drift import run, streams
+from bench.shedding.workloads import PLANTED
+
+
+def motif_gaps(events, lo: float, hi: float) -> np.ndarray:
+    """The gaps between consecutive letters of the planted motifs with tags in [lo, hi), per
+    sensor (approximate where two motifs of a sensor overlap)."""
+    mark = (np.asarray(events.columns[PLANTED]) == 1) & (events.tags >= lo) & (events.tags < hi)
+    gaps = []
+    for sensor in np.unique(events.columns["sensor"][mark]):
+        mine = mark & (events.columns["sensor"] == sensor)
+        codes, tags = events.type_codes[mine], events.tags[mine]
+        gaps += [t2 - t1 for c1, c2, t1, t2 in zip(codes, codes[1:], tags, tags[1:])
+                 if c2 == c1 + 1]
+    return np.array(gaps)
+
+
+def inside(gaps: np.ndarray, span: tuple[float, float]) -> float:
+    """The share of ``gaps`` in ``span`` (two motifs of one sensor may interleave)."""
+    return float(np.mean((gaps >= span[0]) & (gaps <= span[1])))
+
+
+def test_streams_are_seeded():
+    a, b = streams.synthetic("switch", 40.0, 7), streams.synthetic("switch", 40.0, 7)
+    for part in ("train", "test", "new_regime"):
+        assert np.array_equal(a[part].tags, b[part].tags)
+        assert np.array_equal(a[part].type_codes, b[part].type_codes)
+    other = streams.synthetic("switch", 40.0, 8)
+    assert not np.array_equal(a["test"].tags[:50], other["test"].tags[:50])
+
+
+def test_switch_swaps_the_motif_gaps_at_half_time():
+    split = streams.synthetic("switch", 200.0, 3)
+    test, when = split["test"], streams.switch_time(split["test"], split["switch"])
+    assert when == pytest.approx(100.0, abs=1.0)
+    before, after = motif_gaps(test, 0, when - 10), motif_gaps(test, when + 10, 200)
+    assert inside(before, streams.OLD.motif_gap) > 0.9
+    assert inside(after, streams.NEW.motif_gap) > 0.9
+    assert inside(motif_gaps(split["train"], 0, 200), streams.OLD.motif_gap) > 0.9
+    assert inside(motif_gaps(split["new_regime"], 0, 200), streams.NEW.motif_gap) > 0.9
+
+
+def test_decoys_are_noise_with_the_other_gaps():
+    split = streams.synthetic("switch", 100.0, 3)
+    base = streams.sensors(100.0, (streams.OLD.sensor_spec(),), streams.SENSORS, 3)
+    decoys = len(split["train"]) - len(base)
+    assert decoys > 0 and decoys % streams.DECOY == 0
+    assert np.sum(np.asarray(split["train"].columns[PLANTED]) == 1) == \
+        np.sum(np.asarray(base.columns[PLANTED]) == 1)
+    assert streams.OLD.decoy_gap == streams.NEW.motif_gap
+    assert streams.NEW.decoy_gap == streams.OLD.motif_gap
+
+
+def test_gradual_moves_the_gaps_step_by_step():
+    test = streams.synthetic("gradual", 400.0, 5)["test"]
+    means = [np.median(motif_gaps(test, lo, lo + 50)) for lo in range(0, 400, 50)]
+    assert means[0] < 0.5 and means[-1] > 1.6
+    assert all(b > a for a, b in zip(means, means[1:]))
+
+
+def test_flights_place_moves_from_the_hubs():
+    split = streams.flights_place(None)
+    hubs, test = set(split["hubs"]), split["test"]
+    assert len(hubs) == streams.HUBS
+    when = streams.switch_time(test, split["switch"])
+    origin = test.columns["origin"]
+    assert set(origin[test.tags < when]) <= hubs
+    assert not set(origin[test.tags >= when]) & hubs
+    assert set(split["train"].columns["origin"]) <= hubs
+    assert not set(split["new_regime"].columns["origin"]) & hubs
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> tuple[dict, Path]:
+    out = tmp_path_factory.mktemp("drift")
+    run_quick("drift", out, timeout=600)
+    return json.loads((out / "drift.json").read_text()), out
+
+
+def test_quick_run_has_every_row_and_slice(results):
+    res, out = results
+    assert (out / "drift.png").read_bytes()[:8] == PNG_MAGIC
+    assert res["command"] == "python -m bench.drift --quick"
+    assert [s["name"] for s in res["streams"]] == list(run.STREAMS)
+    fractions = res["settings"]["fractions"]
+    assert fractions == list(run.QUICK_FRACTIONS)
+    for s in res["streams"]:
+        assert {(r["row"], r["fraction"]) for r in s["rows"]} == \
+            {(row, f) for row in run.ROWS for f in fractions}
+        assert len(s["time_edges"]) == run.QUICK["slices"] + 1
+        for r in s["rows"]:
+            assert len(r["over_time"]) == run.QUICK["slices"]
+            assert 0 <= r["bundle_recall"] <= 1
+        assert set(s["ceiling"]) == {str(f) for f in fractions}
+        assert [t["fraction"] for t in s["targets"]] == fractions
+        assert len(s["retrain_periods"][str(fractions[0])]) == run.PERIODS - 1
+
+
+def test_switch_gap_is_at_least_20_points_at_10_percent(results):
+    switch = next(s for s in results[0]["streams"] if s["name"] == "switch")
+    gap = next(t for t in switch["targets"] if t["fraction"] == 0.1)["gap"]
+    assert gap >= 0.20
+
+
+def test_a_period_without_uploads_keeps_its_sketch():
+    split = streams.synthetic("switch", 20.0, 1)
+    w = run.workload_of("switch")
+    sketch = run.fitted(w, split["train"], (0.1,))["sketch"]
+    from acep.matcher import MatchBatch
+    from acep.shedding import Budget
+
+    kept, facts = run.retrain(w, split["test"], MatchBatch.empty(), Budget(0.1), sketch)
+    assert kept is sketch and facts["kept"] and facts["uploaded_events"] == 0
+
+
+def test_unknown_streams_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        run.parse_args(["--streams", "switch,nowhere"])
+    assert "unknown stream(s) nowhere" in capsys.readouterr().err
+
+
+def test_only_keeps_the_matches_from_a_point_on():
+    split = streams.synthetic("switch", 30.0, 2)
+    w = run.workload_of("switch")
+    found, _, _ = run.run_matcher(w, split["test"])
+    start = float(np.median(found.point))
+    kept = run.only(found, start)
+    mine = np.flatnonzero(found.point >= start)
+    assert list(kept.point) == list(found.point[mine]) and len(kept) > 0
+    for j, i in enumerate(mine):
+        assert list(kept.events_of(j)) == list(found.events_of(int(i)))
