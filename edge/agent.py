@@ -436,12 +436,25 @@ class Agent:
         self.seq += 1
         self.counts["matches"] += len(found)
         self.commits.submit(self._put, body, batch_id(self.cfg.device_id, seq),
-                    {**state, "seq": self.seq})
+                            {**state, "seq": self.seq}, self._covers(len(found), events))
 
-    def _put(self, body: bytes, bid: str, state: dict) -> None:
+    def _covers(self, n: int, events: EventBatch | None) -> str:
+        """What a batch holds, in words: kept with it for the reason of a dead letter,
+        should its body be damaged on the disk."""
+        text = f"{n} matches"
+        if events is not None and len(events):
+            last = events.position + len(events) - 1
+            text += f" of the events at positions {events.position}..{last}"
+        if self.cfg.source.kind == "file":
+            first = self.kept.first_offset(None)
+            start = "?" if first is None else first
+            text += f" (bytes {start}..{self.progress.resume_offset} of {self.cfg.source.path})"
+        return text
+
+    def _put(self, body: bytes, bid: str, state: dict, about: str | None = None) -> None:
         """The batch and the progress in one outbox transaction (writer thread)."""
         try:
-            self.outbox.put(body, bid, state=state)
+            self.outbox.put(body, bid, state=state, about=about)
             self.counts["batches_put"] += 1
             self.counts["bytes_put"] += len(body)
         except OutboxFull as e:
@@ -522,7 +535,8 @@ class Agent:
                "policy_error": sk.policy_error, "outbox_pending": ob["pending"],
                "outbox_pending_bytes": ob["pending_bytes"], "batches_sent": ob["sent"],
                "bytes_sent": ob["sent_bytes"], "batches_rejected": ob["rejected"],
-               "batches_dropped": ob["dropped"], "outbox_dead": ob["dead"],
+               "batches_dropped": ob["dropped"], "batches_damaged": ob["damaged"],
+               "outbox_dead": ob["dead"],
                "outbox_dead_bytes": ob["dead_bytes"], "outbox_disk_full": self.commits.disk_full,
                "retained_events": len(self.kept),
                "uploads_unauthorized": 0, "upload_error": None, "upload_failing_since": None,

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 from .config import AgentConfig, ConfigError, KeyFileError, load_config, read_key_file
 from .logs import duration
-from .outbox import read_summary
+from .outbox import OutboxReader, read_summary
 from .sketches import device_key_option, fitting
 from .uplink import (
     CLOCK_SLACK,
@@ -67,6 +67,8 @@ __all__ = ["Check", "checks", "check", "HTTP_TIMEOUT"]
 
 HTTP_TIMEOUT = 5.0  # seconds at most per request (collector.timeout when smaller)
 MIN_FREE = 64 << 20  # bytes free beside the outbox below which the check warns
+# an outbox larger than this is not read through by PRAGMA quick_check (minutes on an SD card)
+QUICK_CHECK_MAX = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -211,10 +213,38 @@ def _outbox(cfg: AgentConfig) -> Check:
         return Check("FAIL", what, str(e).removeprefix(path + ": "))
     except Exception as e:  # sqlite3.Error, OSError: not SQLite, unreadable
         return Check("FAIL", what, f"cannot be read: {e}")
+    damage = _damage(path)
+    if damage:
+        return Check("FAIL", what, damage)
     consumed = s["state"].get("consumed")
     done = "" if consumed is None else f", {consumed} events consumed"
     return Check("ok", what, f"{_n(s['pending'], 'batch')} pending ({s['pending_bytes']} "
-                             f"bytes), {_n(s['dead'], 'dead letter')}{done}")
+                             f"bytes), {_n(s['dead'], 'dead letter')}{done}; checksums "
+                             "verified")
+
+
+def _damage(path: str) -> str | None:
+    """What is damaged in the outbox at ``path``: the file's pages (SQLite's quick_check,
+    when the file is small enough for it to be cheap), batch bodies that do not match their
+    checksum. None when nothing is."""
+    step = "SQLite's quick_check of"
+    try:
+        with OutboxReader(path) as box:
+            pages = box.quick_check() if os.path.getsize(path) <= QUICK_CHECK_MAX else []
+            step = "reading the batches of"
+            bad = box.damaged()
+    except Exception as e:  # sqlite3.DatabaseError: pages too damaged to be read
+        return f"damaged: {step} {path} failed: {e}"
+    if pages:
+        said = [p for p in pages if not p.startswith("***")][:3]  # "*** in database main ***"
+        return f"damaged: SQLite's quick_check of {path} says: {'; '.join(said)}"
+    if not bad:
+        return None
+    named = "; ".join(f"{b.batch_id} ({b.table}; {b.about or 'contents not recorded'})"
+                      for b in bad[:5])
+    more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+    return (f"{_n(len(bad), 'batch')} damaged (body does not match its checksum): "
+            f"{named}{more}; the agent never sends them, it moves them to the dead letters")
 
 
 def _room(cfg: AgentConfig) -> Check:
