@@ -49,7 +49,7 @@ from .commits import Commits
 from .config import AgentConfig, ConfigError, load_config
 from .logs import LOG_LEVELS, Crashes, Failing, LogLimiter
 from .outbox import Backoff, Outbox, OutboxError, OutboxFull
-from .resume import Progress
+from .resume import Progress, copy_path, from_copy, write_copy
 from .retained import Retained
 from .sketches import FALLBACK_POLICY, Sketches
 from .sources import FileSource, IteratorSource, Source, StdinSource
@@ -90,7 +90,13 @@ class Agent:
         except OutboxError as e:
             where = f"{config.config_path}: " if config.config_path else ""
             raise ConfigError(f"{where}outbox.path: {e}") from None
+        self.copy = copy_path(ob.path)
+        self._copy_failing = False
         st = self.outbox.load_state()
+        adopted = from_copy(st, ob.path, fresh_seq())
+        if adopted is not None:
+            self.outbox.save_state(adopted)
+            st = adopted
         self.consumed = int(st.get("consumed", 0))
         if "seq" in st:
             self.seq = int(st["seq"])
@@ -422,7 +428,7 @@ class Agent:
         if len(found) and self.condenser is None:
             found = self._inside(found, events)
         if not len(found):
-            self.commits.submit(self.outbox.save_state, {**state, "seq": self.seq})
+            self.commits.submit(self._save, {**state, "seq": self.seq})
             return
         seq = self.seq
         if self.condenser is not None:
@@ -460,8 +466,29 @@ class Agent:
         except OutboxFull as e:
             self.counts["batches_refused"] += 1
             log.error("%s", e)
+        self._copy_progress(state)
         if self.uploader is not None:
             self.uploader.wake.set()
+
+    def _save(self, state: dict) -> None:
+        """The progress alone (a chunk without matches), then its copy (writer thread)."""
+        self.outbox.save_state(state)
+        self._copy_progress(state)
+
+    def _copy_progress(self, state: dict) -> None:
+        """The progress just committed, copied beside the outbox (edge.resume.write_copy).
+        A copy that cannot be written only lags: the outbox holds the progress."""
+        try:
+            write_copy(self.copy, state)
+        except OSError as e:
+            if not self._copy_failing:
+                log.warning("cannot write the copy of the progress %s (%s); a lost outbox "
+                            "would then have its matches since uploaded again", self.copy, e)
+            self._copy_failing = True
+            return
+        if self._copy_failing:
+            log.info("the copy of the progress %s is written again", self.copy)
+        self._copy_failing = False
 
     def _inside(self, found: MatchBatch, events: EventBatch | None) -> MatchBatch:
         """Drop (and count) matches whose trajectory reaches before the kept events: only

@@ -11,7 +11,7 @@ import logging
 import sqlite3
 from pathlib import Path
 
-from test_edge_e2e import DEVICE, PATTERN, query, serving, stream
+from test_edge_e2e import DEVICE, PATTERN, direct, query, serving, stream
 
 from edge.agent import Agent
 from edge.config import parse_config
@@ -132,3 +132,29 @@ def test_agent_check_runs_sqlites_quick_check_and_names_the_file(tmp_path, capsy
     assert check(str(toml)) == 1
     line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("FAIL outbox")]
     assert len(line) == 1 and "quick_check" in line[0] and str(path) in line[0]
+
+
+def test_a_lost_outbox_uploads_no_match_twice_and_says_so(tmp_path, caplog):
+    """A followed file: matched, uploaded, the outbox deleted, more events appended. The
+    collector ends with the matches of one uninterrupted run, none twice."""
+    events = stream(2000, seed=11)
+    write_events(tmp_path / "events.jsonl", events[:1200])
+    caplog.set_level(logging.WARNING, logger="edge")
+    with serving(tmp_path) as c:
+        doc = agent_doc(tmp_path, c.url, c.token)
+        doc["source"]["follow"] = True  # --once: what the file holds now, no flush at its end
+        first = run(doc)
+        assert first["batches_sent"] == first["batches_put"] > 0
+        for name in ("outbox.db", "outbox.db-wal", "outbox.db-shm"):
+            (tmp_path / name).unlink(missing_ok=True)
+        with open(tmp_path / "events.jsonl", "a") as fh:
+            fh.write("".join(json.dumps(e) + "\n" for e in events[1200:]))
+        caplog.clear()
+        second = run(doc)
+        assert second["batches_sent"] == second["batches_put"] > 0
+        stored = c.matches()
+    assert len(stored) == len(set(stored))
+    assert stored == direct(events)
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(str(tmp_path / "outbox.db") in m and str(tmp_path / "events.jsonl") in m
+               and "resumes there" in m for m in said), said
