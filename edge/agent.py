@@ -69,6 +69,7 @@ __all__ = ["Agent", "main", "fresh_seq", "FALLBACK_POLICY"]
 log = logging.getLogger("edge.agent")
 LAST_BEAT_TIMEOUT = 2.0  # seconds the final heartbeat may take at exit
 DISK_FULL_RETRY = 5.0  # seconds between two tries of an outbox write refused for room
+COPY_EVERY = 5.0  # seconds between two copies of the progress of chunks without matches
 
 
 class Agent:
@@ -92,6 +93,8 @@ class Agent:
             raise ConfigError(f"{where}outbox.path: {e}") from None
         self.copy = copy_path(ob.path)
         self._copy_failing = False
+        self._uncopied: dict | None = None  # progress committed, not in the copy yet
+        self._copied_at = time.monotonic()
         st = self.outbox.load_state()
         adopted = from_copy(st, ob.path, fresh_seq())
         if adopted is not None:
@@ -301,6 +304,7 @@ class Agent:
         finally:
             try:
                 self.commits.close()
+                self._flush_copy()
             finally:
                 if uploader is not None:
                     uploader.stop(self.cfg.timeout + 1)
@@ -471,13 +475,24 @@ class Agent:
             self.uploader.wake.set()
 
     def _save(self, state: dict) -> None:
-        """The progress alone (a chunk without matches), then its copy (writer thread)."""
+        """The progress alone (a chunk without matches), then its copy at most every
+        COPY_EVERY seconds (writer thread): a copy behind by chunks without matches makes a
+        lost outbox match them again, which uploads nothing twice, and its fsyncs cost three
+        times the commit's."""
         self.outbox.save_state(state)
-        self._copy_progress(state)
+        self._uncopied = state
+        if time.monotonic() - self._copied_at >= COPY_EVERY:
+            self._copy_progress(state)
+
+    def _flush_copy(self) -> None:
+        """At exit: the last progress into the copy, if it is not there yet."""
+        if self._uncopied is not None:
+            self._copy_progress(self._uncopied)
 
     def _copy_progress(self, state: dict) -> None:
         """The progress just committed, copied beside the outbox (edge.resume.write_copy).
         A copy that cannot be written only lags: the outbox holds the progress."""
+        self._uncopied, self._copied_at = None, time.monotonic()
         try:
             write_copy(self.copy, state)
         except OSError as e:
