@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from .config import AgentConfig, ConfigError, KeyFileError, load_config, read_key_file
 from .logs import duration
 from .outbox import OutboxReader, read_summary
+from .resume import copy_path, read_copy
 from .sketches import device_key_option, fitting
 from .uplink import (
     CLOCK_SLACK,
@@ -203,6 +204,9 @@ def _outbox(cfg: AgentConfig) -> Check:
     if why:  # SQLite writes the -wal and -shm files beside the database
         return Check("FAIL", what, why)
     if not os.path.exists(path):
+        behind = _behind_copy(path, {})
+        if behind:
+            return Check("WARN", what, f"missing; {behind}")
         return Check("ok", what, "not created yet; the agent creates it, its directory is "
                                  "writable")
     if not os.access(path, os.R_OK | os.W_OK):
@@ -216,11 +220,27 @@ def _outbox(cfg: AgentConfig) -> Check:
     damage = _damage(path)
     if damage:
         return Check("FAIL", what, damage)
+    behind = _behind_copy(path, s["state"])
+    if behind:
+        return Check("WARN", what, behind)
     consumed = s["state"].get("consumed")
     done = "" if consumed is None else f", {consumed} events consumed"
     return Check("ok", what, f"{_n(s['pending'], 'batch')} pending ({s['pending_bytes']} "
                              f"bytes), {_n(s['dead'], 'dead letter')}{done}; checksums "
                              "verified")
+
+
+def _behind_copy(path: str, state: dict) -> str | None:
+    """Why the outbox at ``path`` (its progress ``state``) is behind the copy of its
+    progress, and what the agent does about it; None when it is not."""
+    copy = read_copy(copy_path(path))
+    if copy is None or int(copy.get("consumed", 0)) <= int(state.get("consumed", 0)):
+        return None
+    source = (copy.get("source") or {}).get("path", "the source")
+    return (f"{int(state.get('consumed', 0))} events consumed, its copy {copy_path(path)} "
+            f"says {int(copy['consumed'])}: the outbox was lost, emptied or replaced; the "
+            f"agent resumes {source} from the copy (the batches pending in the lost outbox "
+            "are lost; none is uploaded twice)")
 
 
 def _damage(path: str) -> str | None:

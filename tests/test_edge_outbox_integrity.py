@@ -37,6 +37,14 @@ def agent_doc(tmp: Path, url: str | None = None, token: str | None = None) -> di
     return doc
 
 
+def write_toml(path: Path, doc: dict) -> Path:
+    """``doc`` as an agent.toml (its values are strings, numbers, booleans and lists)."""
+    path.write_text("\n".join(f"[{name}]\n" + "\n".join(f"{k} = {json.dumps(v)}"
+                                                        for k, v in sec.items())
+                              for name, sec in doc.items()) + "\n")
+    return path
+
+
 def run(doc: dict) -> dict:
     return Agent(parse_config(doc)).run(once=True)
 
@@ -85,11 +93,7 @@ def test_a_flipped_bit_in_a_queued_body_is_never_uploaded_and_is_named(tmp_path,
 def test_agent_check_fails_naming_the_damaged_batch(tmp_path, capsys):
     write_events(tmp_path / "events.jsonl", stream(1500, seed=7))
     run(agent_doc(tmp_path))
-    toml = tmp_path / "agent.toml"
-    doc = agent_doc(tmp_path)
-    toml.write_text("\n".join(f"[{name}]\n" + "\n".join(f"{k} = {json.dumps(v)}"
-                                                        for k, v in sec.items())
-                              for name, sec in doc.items()) + "\n")
+    toml = write_toml(tmp_path / "agent.toml", agent_doc(tmp_path))
     assert check(str(toml)) == 0
     capsys.readouterr()
     bid, _ = flip_a_bit(tmp_path / "outbox.db")
@@ -145,6 +149,8 @@ def test_a_lost_outbox_uploads_no_match_twice_and_says_so(tmp_path, caplog):
         doc["source"]["follow"] = True  # --once: what the file holds now, no flush at its end
         first = run(doc)
         assert first["batches_sent"] == first["batches_put"] > 0
+        copy = json.loads((tmp_path / "outbox.db.progress").read_text())
+        assert copy["consumed"] == first["consumed"] == 1200  # the last chunks' too
         for name in ("outbox.db", "outbox.db-wal", "outbox.db-shm"):
             (tmp_path / name).unlink(missing_ok=True)
         with open(tmp_path / "events.jsonl", "a") as fh:
@@ -158,3 +164,15 @@ def test_a_lost_outbox_uploads_no_match_twice_and_says_so(tmp_path, caplog):
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any(str(tmp_path / "outbox.db") in m and str(tmp_path / "events.jsonl") in m
                and "resumes there" in m for m in said), said
+
+
+def test_agent_check_warns_when_the_outbox_is_behind_its_copy(tmp_path, capsys):
+    write_events(tmp_path / "events.jsonl", stream(600, seed=5))
+    doc = agent_doc(tmp_path)
+    run(doc)
+    toml = write_toml(tmp_path / "agent.toml", doc)
+    (tmp_path / "outbox.db").unlink()
+    assert check(str(toml)) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("WARN outbox")]
+    assert len(line) == 1 and "outbox.db.progress says 600" in line[0]
+    assert str(tmp_path / "events.jsonl") in line[0]
