@@ -14,17 +14,19 @@ source file not created yet, a key file every user can read, no sketch published
 
 The checks: the pattern compiles; the source (a file that exists and can be read, or the
 directory it will appear in); the outbox (its directory writable, and an existing outbox
-read without writing: its pending batches); the directories of the other files the agent
-writes (``metrics.path``, ``sketch.save_path``, a downloaded sketch's ``sketch.path``); the
-key files (readable, not readable by every user); the collector (``GET /health``) and this
-device's clock against the collector's (a batch dated too far ahead, or before the first day
-the collector's retention keeps, is refused); the device token (an authenticated ``GET
-/v1/sketches/{pattern.id}``: ``401``/``403`` is a refused token, ``404`` an accepted one with
-no sketch published; then ``GET /v1/whoami``: the token must be ``device.id``'s, else every
-batch would be refused); the sketch (read from ``sketch.path`` or downloaded, not kept)
-verified with the agent's checks: signature and size, then that it fits the pattern. Its
-line names the fingerprint of the key that verified it (``Sketch.signed_with``), and a
-sketch signed with another key both fingerprints, as the agent's log does.
+read without writing: its pending batches, SQLite's ``quick_check``, every batch body
+against its checksum; an outbox behind the copy of its progress is a warning); the
+directories of the other files the agent writes (``metrics.path``, ``sketch.save_path``, a
+downloaded sketch's ``sketch.path``); the key files (readable, not readable by every user);
+the collector (``GET /health``) and this device's clock against the collector's (a batch
+dated too far ahead, or before the first day the collector's retention keeps, is refused);
+the device token (an authenticated ``GET /v1/sketches/{pattern.id}``: ``401``/``403`` is a
+refused token, ``404`` an accepted one with no sketch published; then ``GET /v1/whoami``:
+the token must be ``device.id``'s, else every batch would be refused); the sketch (read from
+``sketch.path`` or downloaded, not kept) verified with the agent's checks: signature and
+size, then that it fits the pattern. Its line names the fingerprint of the key that verified
+it (``Sketch.signed_with``), and a sketch signed with another key both fingerprints, as the
+agent's log does.
 
 Nothing is written: no outbox is created (an existing one is opened read-only, see
 :func:`edge.outbox.read_summary`), no sketch is kept, no state or metrics file is touched.
