@@ -49,7 +49,7 @@ from .commits import Commits
 from .config import AgentConfig, ConfigError, load_config
 from .logs import LOG_LEVELS, Crashes, Failing, LogLimiter
 from .outbox import Backoff, Outbox, OutboxError, OutboxFull
-from .resume import Progress
+from .resume import Progress, copy_path, from_copy, write_copy
 from .retained import Retained
 from .sketches import FALLBACK_POLICY, Sketches
 from .sources import FileSource, IteratorSource, Source, StdinSource
@@ -69,6 +69,7 @@ __all__ = ["Agent", "main", "fresh_seq", "FALLBACK_POLICY"]
 log = logging.getLogger("edge.agent")
 LAST_BEAT_TIMEOUT = 2.0  # seconds the final heartbeat may take at exit
 DISK_FULL_RETRY = 5.0  # seconds between two tries of an outbox write refused for room
+COPY_EVERY = 5.0  # seconds between two copies of the progress of chunks without matches
 
 
 class Agent:
@@ -90,7 +91,15 @@ class Agent:
         except OutboxError as e:
             where = f"{config.config_path}: " if config.config_path else ""
             raise ConfigError(f"{where}outbox.path: {e}") from None
+        self.copy = copy_path(ob.path)
+        self._copy_failing = False
+        self._uncopied: dict | None = None  # progress committed, not in the copy yet
+        self._copied_at = time.monotonic()
         st = self.outbox.load_state()
+        adopted = from_copy(st, ob.path, fresh_seq())
+        if adopted is not None:
+            self.outbox.save_state(adopted)
+            st = adopted
         self.consumed = int(st.get("consumed", 0))
         if "seq" in st:
             self.seq = int(st["seq"])
@@ -295,6 +304,7 @@ class Agent:
         finally:
             try:
                 self.commits.close()
+                self._flush_copy()
             finally:
                 if uploader is not None:
                     uploader.stop(self.cfg.timeout + 1)
@@ -422,7 +432,7 @@ class Agent:
         if len(found) and self.condenser is None:
             found = self._inside(found, events)
         if not len(found):
-            self.commits.submit(self.outbox.save_state, {**state, "seq": self.seq})
+            self.commits.submit(self._save, {**state, "seq": self.seq})
             return
         seq = self.seq
         if self.condenser is not None:
@@ -436,19 +446,64 @@ class Agent:
         self.seq += 1
         self.counts["matches"] += len(found)
         self.commits.submit(self._put, body, batch_id(self.cfg.device_id, seq),
-                    {**state, "seq": self.seq})
+                            {**state, "seq": self.seq}, self._covers(len(found), events))
 
-    def _put(self, body: bytes, bid: str, state: dict) -> None:
+    def _covers(self, n: int, events: EventBatch | None) -> str:
+        """What a batch holds, in words: kept with it for the reason of a dead letter,
+        should its body be damaged on the disk."""
+        text = f"{n} matches"
+        if events is not None and len(events):
+            last = events.position + len(events) - 1
+            text += f" of the events at positions {events.position}..{last}"
+        if self.cfg.source.kind == "file":
+            first = self.kept.first_offset(None)
+            start = "?" if first is None else first
+            text += f" (bytes {start}..{self.progress.resume_offset} of {self.cfg.source.path})"
+        return text
+
+    def _put(self, body: bytes, bid: str, state: dict, about: str | None = None) -> None:
         """The batch and the progress in one outbox transaction (writer thread)."""
         try:
-            self.outbox.put(body, bid, state=state)
+            self.outbox.put(body, bid, state=state, about=about)
             self.counts["batches_put"] += 1
             self.counts["bytes_put"] += len(body)
         except OutboxFull as e:
             self.counts["batches_refused"] += 1
             log.error("%s", e)
+        self._copy_progress(state)
         if self.uploader is not None:
             self.uploader.wake.set()
+
+    def _save(self, state: dict) -> None:
+        """The progress alone (a chunk without matches), then its copy at most every
+        COPY_EVERY seconds (writer thread): a copy behind by chunks without matches makes a
+        lost outbox match them again, which uploads nothing twice, and its fsyncs cost three
+        times the commit's."""
+        self.outbox.save_state(state)
+        self._uncopied = state
+        if time.monotonic() - self._copied_at >= COPY_EVERY:
+            self._copy_progress(state)
+
+    def _flush_copy(self) -> None:
+        """At exit: the last progress into the copy, if it is not there yet."""
+        if self._uncopied is not None:
+            self._copy_progress(self._uncopied)
+
+    def _copy_progress(self, state: dict) -> None:
+        """The progress just committed, copied beside the outbox (edge.resume.write_copy).
+        A copy that cannot be written only lags: the outbox holds the progress."""
+        self._uncopied, self._copied_at = None, time.monotonic()
+        try:
+            write_copy(self.copy, state)
+        except OSError as e:
+            if not self._copy_failing:
+                log.warning("cannot write the copy of the progress %s (%s); a lost outbox "
+                            "would then have its matches since uploaded again", self.copy, e)
+            self._copy_failing = True
+            return
+        if self._copy_failing:
+            log.info("the copy of the progress %s is written again", self.copy)
+        self._copy_failing = False
 
     def _inside(self, found: MatchBatch, events: EventBatch | None) -> MatchBatch:
         """Drop (and count) matches whose trajectory reaches before the kept events: only
@@ -522,7 +577,8 @@ class Agent:
                "policy_error": sk.policy_error, "outbox_pending": ob["pending"],
                "outbox_pending_bytes": ob["pending_bytes"], "batches_sent": ob["sent"],
                "bytes_sent": ob["sent_bytes"], "batches_rejected": ob["rejected"],
-               "batches_dropped": ob["dropped"], "outbox_dead": ob["dead"],
+               "batches_dropped": ob["dropped"], "batches_damaged": ob["damaged"],
+               "outbox_dead": ob["dead"],
                "outbox_dead_bytes": ob["dead_bytes"], "outbox_disk_full": self.commits.disk_full,
                "retained_events": len(self.kept),
                "uploads_unauthorized": 0, "upload_error": None, "upload_failing_since": None,

@@ -23,6 +23,11 @@ and ``acep outbox PATH list|export DIR|requeue|discard`` (or ``python -m edge.ou
 export, resend or delete them; ``acep outbox PATH status`` sums up the pending batches and
 the dead letters (:meth:`Outbox.summary`).
 
+Checksums: each body's CRC-32 is stored with it (:func:`checksum`). :meth:`Outbox.next_due`
+never hands out a body that does not match: it moves to the dead letters, its reason saying
+what it held (``put(..., about=)``), counted as ``damaged``. :meth:`Outbox.damaged` and
+:meth:`Outbox.quick_check` find damage without moving anything (``acep agent --check``).
+
 Cap: ``max_rows`` and ``max_bytes`` bound the pending batches and the dead letters together.
 When a new batch does not fit, ``policy="drop-oldest"`` deletes the oldest dead letters,
 then the oldest pending batches, until it fits and ``policy="refuse-new"`` raises
@@ -36,6 +41,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import logging
 import os
 import random
 import sqlite3
@@ -43,11 +49,15 @@ import sys
 import threading
 import time
 import urllib.parse
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["Outbox", "OutboxFull", "OutboxError", "Backoff", "Due", "DeadLetter", "POLICIES",
-           "DUE_SLACK", "main", "read_summary", "out_of_space", "OutboxReader"]
+           "DUE_SLACK", "main", "read_summary", "out_of_space", "OutboxReader", "checksum",
+           "Damaged"]
+
+log = logging.getLogger("edge.outbox")
 
 POLICIES = ("drop-oldest", "refuse-new")
 # seconds a due time may lie beyond the longest retry delay before it is taken for one
@@ -55,7 +65,9 @@ POLICIES = ("drop-oldest", "refuse-new")
 DUE_SLACK = 60.0
 _COUNTERS = ("put", "duplicate", "sent", "sent_bytes", "failed", "dropped", "dropped_bytes",
              "refused", "refused_bytes", "rejected", "rejected_bytes", "requeued",
-             "discarded", "discarded_bytes")
+             "discarded", "discarded_bytes", "damaged")
+# CRC-32 of a batch body, kept beside it (column crc): a body damaged on the disk is never sent
+_CHECKED = ("pending", "dead")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS pending (
@@ -66,7 +78,9 @@ CREATE TABLE IF NOT EXISTS pending (
     created REAL NOT NULL,
     attempts INTEGER NOT NULL DEFAULT 0,
     due REAL NOT NULL,
-    last_error TEXT
+    last_error TEXT,
+    crc INTEGER,
+    about TEXT
 );
 CREATE INDEX IF NOT EXISTS pending_due ON pending (due, n);
 -- the cap's COUNT(*) and SUM(size) read this index, not the rows: size is stored after the
@@ -87,7 +101,9 @@ CREATE TABLE IF NOT EXISTS dead (
     created REAL NOT NULL,
     attempts INTEGER NOT NULL,
     reason TEXT NOT NULL,
-    at REAL NOT NULL
+    at REAL NOT NULL,
+    crc INTEGER,
+    about TEXT
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS state (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -146,6 +162,23 @@ class DeadLetter:
 
 
 @dataclass(frozen=True)
+class Damaged:
+    """A batch whose body does not match its checksum: damaged on the disk."""
+
+    batch_id: str
+    table: str  # "pending" or "dead"
+    crc: int  # the body's CRC-32 when it was put
+    now: int  # the body's CRC-32 now
+    about: str | None  # what it held, as the agent described it when it put it
+
+    def reason(self) -> str:
+        """For a dead letter and a log line: what is lost."""
+        lost = self.about or "its matches (how many was not recorded)"
+        return (f"damaged in the outbox: its body's CRC-32 is {self.now:08x}, it was "
+                f"{self.crc:08x} when put; never sent; lost: {lost}")
+
+
+@dataclass(frozen=True)
 class Due:
     """A batch to send now."""
 
@@ -189,6 +222,28 @@ class _Reads:
             row = self._db.execute("SELECT outcome FROM done WHERE batch_id = ?",
                                    (batch_id,)).fetchone()
         return None if row is None else row[0]
+
+    def damaged(self) -> list[Damaged]:
+        """The batches whose body no longer has the checksum it was put with, pending ones
+        first (reads every body). Rows of an outbox no agent of this version opened have
+        no checksum and are not checked."""
+        out = []
+        with self._lock:
+            for table in _CHECKED:
+                try:
+                    rows = self._db.execute(f"SELECT batch_id, body, crc, about FROM {table} "
+                                            "WHERE crc IS NOT NULL ORDER BY n").fetchall()
+                except sqlite3.OperationalError:  # no column crc: an older outbox
+                    continue
+                out += [Damaged(bid, table, crc, checksum(bytes(body)), about)
+                        for bid, body, crc, about in rows if checksum(bytes(body)) != crc]
+        return out
+
+    def quick_check(self) -> list[str]:
+        """What SQLite's ``PRAGMA quick_check`` finds wrong in the file (empty: nothing)."""
+        with self._lock:
+            rows = [r[0] for r in self._db.execute("PRAGMA quick_check")]
+        return [] if rows == ["ok"] else rows
 
     def pending_ids(self) -> list[str]:
         """Pending batch ids, oldest first."""
@@ -309,6 +364,7 @@ class Outbox(_Reads):
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         self._db.executescript(_SCHEMA)
         with self._tx() as db:
+            _add_checksums(db)
             db.executemany("INSERT OR IGNORE INTO counters VALUES (?, 0)",
                            [(c,) for c in _COUNTERS])
             if record:
@@ -336,13 +392,15 @@ class Outbox(_Reads):
     # ----------------------------------------------------------------- operations
 
     def put(self, body: bytes, batch_id: str, now: float | None = None, *,
-            state: dict | None = None) -> bool:
+            state: dict | None = None, about: str | None = None) -> bool:
         """Store a batch, due at once. False when the id is already pending or done (a
         counted duplicate). Raises :class:`OutboxFull` under ``refuse-new`` (counted), and
         always for a batch larger than ``max_bytes`` on its own.
 
         ``state`` (JSON values by name) is written in the same transaction whatever the
-        outcome, so a producer's progress and its batch are committed together."""
+        outcome, so a producer's progress and its batch are committed together. ``about``
+        says what the batch holds (its matches, its events), for the dead letter's reason
+        should its body be damaged on the disk (its CRC-32 is stored with it)."""
         if not isinstance(body, (bytes, bytearray, memoryview)):
             raise TypeError(f"body must be bytes, not {type(body).__name__}")
         if not isinstance(batch_id, str) or not batch_id:
@@ -363,8 +421,9 @@ class Outbox(_Reads):
                 self._bump(db, "refused_bytes", len(body))
                 refused = True
             else:
-                db.execute("INSERT INTO pending (batch_id, body, size, created, due) "
-                           "VALUES (?, ?, ?, ?, ?)", (batch_id, body, len(body), now, now))
+                db.execute("INSERT INTO pending (batch_id, body, size, created, due, crc, about) "
+                           "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           (batch_id, body, len(body), now, now, checksum(body), about))
                 self._bump(db, "put")
                 refused = False
             self._write_state(db, state)
@@ -404,17 +463,44 @@ class Outbox(_Reads):
 
     def next_due(self, now: float | None = None) -> Due | None:
         """The oldest batch due at ``now``, or None. It stays pending until acked. A due time
-        beyond :meth:`latest_due` is due: set by a clock that has gone back since."""
+        beyond :meth:`latest_due` is due: set by a clock that has gone back since. A batch
+        whose body does not match its checksum is never handed out: it moves to the dead
+        letters, its reason saying what is lost, and is logged as an error."""
         now = time.time() if now is None else now
+        while True:
+            row = self._due_row(now)
+            if row is None:
+                return None
+            bid, body, attempts, crc, about = row
+            body = bytes(body)
+            if crc is None or checksum(body) == crc:
+                return Due(bid, body, attempts)
+            self._bury(Damaged(bid, "pending", crc, checksum(body), about), now)
+
+    def _due_row(self, now: float) -> tuple | None:
         with self._lock:
             row = self._db.execute(
-                "SELECT batch_id, body, attempts FROM pending WHERE due <= ? "
+                "SELECT batch_id, body, attempts, crc, about FROM pending WHERE due <= ? "
                 "ORDER BY due, n LIMIT 1", (now,)).fetchone()
             if row is None:
                 row = self._db.execute(
-                    "SELECT batch_id, body, attempts FROM pending WHERE due > ? "
+                    "SELECT batch_id, body, attempts, crc, about FROM pending WHERE due > ? "
                     "ORDER BY due, n LIMIT 1", (self.latest_due(now),)).fetchone()
-        return None if row is None else Due(row[0], bytes(row[1]), row[2])
+        return row
+
+    def _bury(self, bad: Damaged, now: float) -> None:
+        """A damaged pending batch to the dead letters, counted as ``damaged``."""
+        with self._tx() as db:
+            self._to_dead(db, bad.batch_id, bad.reason(), now)
+            self._bump(db, "damaged")
+        log.error("%s: batch %s is %s (acep outbox %s list)", self.path, bad.batch_id,
+                  bad.reason(), self.path)
+
+    def _to_dead(self, db, batch_id: str, reason: str, now: float) -> None:
+        db.execute("INSERT INTO dead (batch_id, body, size, created, attempts, reason, at, "
+                   "crc, about) SELECT batch_id, body, size, created, attempts + 1, ?, ?, crc, "
+                   "about FROM pending WHERE batch_id = ?", (reason[:1000], now, batch_id))
+        db.execute("DELETE FROM pending WHERE batch_id = ?", (batch_id,))
 
     def ack(self, batch_id: str, now: float | None = None) -> bool:
         """The collector has the batch: forget it for good. False when it was not pending."""
@@ -449,10 +535,7 @@ class Outbox(_Reads):
                              (batch_id,)).fetchone()
             if row is None:
                 return False
-            db.execute("INSERT INTO dead (batch_id, body, size, created, attempts, reason, at) "
-                       "SELECT batch_id, body, size, created, attempts + 1, ?, ? FROM pending "
-                       "WHERE batch_id = ?", (str(error)[:1000], now, batch_id))
-            db.execute("DELETE FROM pending WHERE batch_id = ?", (batch_id,))
+            self._to_dead(db, batch_id, str(error), now)
             self._bump(db, "rejected")
             self._bump(db, "rejected_bytes", row[0])
         return True
@@ -469,11 +552,11 @@ class Outbox(_Reads):
                 if rewrite is not None:
                     old = db.execute("SELECT body FROM dead WHERE batch_id = ?", (bid,))
                     body = rewrite(bid, bytes(old.fetchone()[0]))
-                    db.execute("UPDATE dead SET body = ?, size = ? WHERE batch_id = ?",
-                               (body, len(body), bid))
-                db.execute("INSERT INTO pending (batch_id, body, size, created, due) "
-                           "SELECT batch_id, body, size, created, ? FROM dead "
-                           "WHERE batch_id = ?", (now, bid))
+                    db.execute("UPDATE dead SET body = ?, size = ?, crc = ? WHERE batch_id = ?",
+                               (body, len(body), checksum(body), bid))
+                db.execute("INSERT INTO pending (batch_id, body, size, created, due, crc, "
+                           "about) SELECT batch_id, body, size, created, ?, crc, about "
+                           "FROM dead WHERE batch_id = ?", (now, bid))
                 db.execute("DELETE FROM dead WHERE batch_id = ?", (bid,))
             self._bump(db, "requeued", len(ids))
         return len(ids)
@@ -525,6 +608,27 @@ class Outbox(_Reads):
         out["dead"], out["dead_bytes"] = dead, dead_bytes
         return out
 
+
+
+def checksum(body: bytes) -> int:
+    """A batch body's CRC-32, as the outbox keeps it."""
+    return zlib.crc32(body)
+
+
+def _add_checksums(db) -> None:
+    """Schema migration: an outbox written before batches had checksums gets the columns,
+    and its rows the checksum of their body as it is then (damage done before that cannot
+    be told; the collector still refuses a body it cannot decode)."""
+    for table in _CHECKED:
+        cols = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+        if "about" not in cols:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN about TEXT")
+        if "crc" in cols:
+            continue
+        db.execute(f"ALTER TABLE {table} ADD COLUMN crc INTEGER")
+        rows = db.execute(f"SELECT n, body FROM {table}").fetchall()
+        db.executemany(f"UPDATE {table} SET crc = ? WHERE n = ?",
+                       [(checksum(bytes(body)), n) for n, body in rows])
 
 
 def _open_problem(path: str, exc: sqlite3.Error) -> str:

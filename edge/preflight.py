@@ -14,17 +14,19 @@ source file not created yet, a key file every user can read, no sketch published
 
 The checks: the pattern compiles; the source (a file that exists and can be read, or the
 directory it will appear in); the outbox (its directory writable, and an existing outbox
-read without writing: its pending batches); the directories of the other files the agent
-writes (``metrics.path``, ``sketch.save_path``, a downloaded sketch's ``sketch.path``); the
-key files (readable, not readable by every user); the collector (``GET /health``) and this
-device's clock against the collector's (a batch dated too far ahead, or before the first day
-the collector's retention keeps, is refused); the device token (an authenticated ``GET
-/v1/sketches/{pattern.id}``: ``401``/``403`` is a refused token, ``404`` an accepted one with
-no sketch published; then ``GET /v1/whoami``: the token must be ``device.id``'s, else every
-batch would be refused); the sketch (read from ``sketch.path`` or downloaded, not kept)
-verified with the agent's checks: signature and size, then that it fits the pattern. Its
-line names the fingerprint of the key that verified it (``Sketch.signed_with``), and a
-sketch signed with another key both fingerprints, as the agent's log does.
+read without writing: its pending batches, SQLite's ``quick_check``, every batch body
+against its checksum; an outbox behind the copy of its progress is a warning); the
+directories of the other files the agent writes (``metrics.path``, ``sketch.save_path``, a
+downloaded sketch's ``sketch.path``); the key files (readable, not readable by every user);
+the collector (``GET /health``) and this device's clock against the collector's (a batch
+dated too far ahead, or before the first day the collector's retention keeps, is refused);
+the device token (an authenticated ``GET /v1/sketches/{pattern.id}``: ``401``/``403`` is a
+refused token, ``404`` an accepted one with no sketch published; then ``GET /v1/whoami``:
+the token must be ``device.id``'s, else every batch would be refused); the sketch (read from
+``sketch.path`` or downloaded, not kept) verified with the agent's checks: signature and
+size, then that it fits the pattern. Its line names the fingerprint of the key that verified
+it (``Sketch.signed_with``), and a sketch signed with another key both fingerprints, as the
+agent's log does.
 
 Nothing is written: no outbox is created (an existing one is opened read-only, see
 :func:`edge.outbox.read_summary`), no sketch is kept, no state or metrics file is touched.
@@ -50,7 +52,8 @@ from dataclasses import dataclass
 
 from .config import AgentConfig, ConfigError, KeyFileError, load_config, read_key_file
 from .logs import duration
-from .outbox import read_summary
+from .outbox import OutboxReader, read_summary
+from .resume import copy_path, read_copy
 from .sketches import device_key_option, fitting
 from .uplink import (
     CLOCK_SLACK,
@@ -67,6 +70,8 @@ __all__ = ["Check", "checks", "check", "HTTP_TIMEOUT"]
 
 HTTP_TIMEOUT = 5.0  # seconds at most per request (collector.timeout when smaller)
 MIN_FREE = 64 << 20  # bytes free beside the outbox below which the check warns
+# an outbox larger than this is not read through by PRAGMA quick_check (minutes on an SD card)
+QUICK_CHECK_MAX = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -201,6 +206,9 @@ def _outbox(cfg: AgentConfig) -> Check:
     if why:  # SQLite writes the -wal and -shm files beside the database
         return Check("FAIL", what, why)
     if not os.path.exists(path):
+        behind = _behind_copy(path, {})
+        if behind:
+            return Check("WARN", what, f"missing; {behind}")
         return Check("ok", what, "not created yet; the agent creates it, its directory is "
                                  "writable")
     if not os.access(path, os.R_OK | os.W_OK):
@@ -211,10 +219,54 @@ def _outbox(cfg: AgentConfig) -> Check:
         return Check("FAIL", what, str(e).removeprefix(path + ": "))
     except Exception as e:  # sqlite3.Error, OSError: not SQLite, unreadable
         return Check("FAIL", what, f"cannot be read: {e}")
+    damage = _damage(path)
+    if damage:
+        return Check("FAIL", what, damage)
+    behind = _behind_copy(path, s["state"])
+    if behind:
+        return Check("WARN", what, behind)
     consumed = s["state"].get("consumed")
     done = "" if consumed is None else f", {consumed} events consumed"
     return Check("ok", what, f"{_n(s['pending'], 'batch')} pending ({s['pending_bytes']} "
-                             f"bytes), {_n(s['dead'], 'dead letter')}{done}")
+                             f"bytes), {_n(s['dead'], 'dead letter')}{done}; checksums "
+                             "verified")
+
+
+def _behind_copy(path: str, state: dict) -> str | None:
+    """Why the outbox at ``path`` (its progress ``state``) is behind the copy of its
+    progress, and what the agent does about it; None when it is not."""
+    copy = read_copy(copy_path(path))
+    if copy is None or int(copy.get("consumed", 0)) <= int(state.get("consumed", 0)):
+        return None
+    source = (copy.get("source") or {}).get("path", "the source")
+    return (f"{int(state.get('consumed', 0))} events consumed, its copy {copy_path(path)} "
+            f"says {int(copy['consumed'])}: the outbox was lost, emptied or replaced; the "
+            f"agent resumes {source} from the copy (the batches pending in the lost outbox "
+            "are lost; none is uploaded twice)")
+
+
+def _damage(path: str) -> str | None:
+    """What is damaged in the outbox at ``path``: the file's pages (SQLite's quick_check,
+    when the file is small enough for it to be cheap), batch bodies that do not match their
+    checksum. None when nothing is."""
+    step = "SQLite's quick_check of"
+    try:
+        with OutboxReader(path) as box:
+            pages = box.quick_check() if os.path.getsize(path) <= QUICK_CHECK_MAX else []
+            step = "reading the batches of"
+            bad = box.damaged()
+    except Exception as e:  # sqlite3.DatabaseError: pages too damaged to be read
+        return f"damaged: {step} {path} failed: {e}"
+    if pages:
+        said = [p for p in pages if not p.startswith("***")][:3]  # "*** in database main ***"
+        return f"damaged: SQLite's quick_check of {path} says: {'; '.join(said)}"
+    if not bad:
+        return None
+    named = "; ".join(f"{b.batch_id} ({b.table}; {b.about or 'contents not recorded'})"
+                      for b in bad[:5])
+    more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+    return (f"{_n(len(bad), 'batch')} damaged (body does not match its checksum): "
+            f"{named}{more}; the agent never sends them, it moves them to the dead letters")
 
 
 def _room(cfg: AgentConfig) -> Check:

@@ -9,18 +9,24 @@ followed file that log rotation renamed away, while the agent was stopped or bef
 windows still open were closed, by device, inode and fingerprint (:func:`open_file`).
 Those files are opened as they are found, so a rotation going on meanwhile cannot take
 them away before they are read.
+
+The progress has a copy beside the outbox (:func:`copy_path`, written atomically after each
+commit): an outbox lost, emptied or replaced by an older one is behind its copy, and the
+agent resumes from the copy (:func:`from_copy`), saying so, instead of reading the stream
+again and uploading its matches a second time.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 
 from .config import AgentConfig
 from .sources import FileSource, Source, fingerprint, open_file
 
-__all__ = ["Progress"]
+__all__ = ["Progress", "copy_path", "write_copy", "read_copy", "from_copy"]
 
 log = logging.getLogger("edge.agent")
 
@@ -250,3 +256,56 @@ def _changed_after(path: str, found: str, known: list[int]) -> list[str]:
         except OSError:
             continue
     return sorted(out)
+
+
+def copy_path(outbox_path: str) -> str:
+    """Where the copy of the progress of the outbox at ``outbox_path`` is kept."""
+    return os.fspath(outbox_path) + ".progress"
+
+
+def write_copy(path: str, state: dict) -> None:
+    """Write the progress ``state`` to ``path`` atomically: a whole old copy or a whole new
+    one survives a kill or a power loss, never a torn one."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(state, fh, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    folder = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(folder)  # the rename itself
+    finally:
+        os.close(folder)
+
+
+def read_copy(path: str) -> dict | None:
+    """The copy of the progress at ``path``; None when there is none or it cannot be read
+    (said in a warning)."""
+    try:
+        with open(path) as fh:
+            doc = json.load(fh)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        log.warning("%s: the copy of the progress cannot be read (%s); not used", path, e)
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def from_copy(st: dict, outbox_path: str, fresh_seq: int) -> dict | None:
+    """The progress to resume when the outbox's ``st`` is behind its copy (the outbox was
+    lost, emptied or replaced by an older one), else None. Its ``seq`` is at least
+    ``fresh_seq``: a batch of the lost outbox put after the copy was written kept its id."""
+    path = copy_path(outbox_path)
+    copy = read_copy(path)
+    if copy is None or int(copy.get("consumed", 0)) <= int(st.get("consumed", 0)):
+        return None
+    source = copy.get("source") or {}
+    where = f" to byte {copy['offset']}" if copy.get("offset") is not None else ""
+    log.warning("%s holds the progress of %d events, its copy %s of %d: the outbox was lost, "
+                "emptied or replaced; %s was read before%s, so the agent resumes there and "
+                "does not upload its matches again; batches that were pending in the lost "
+                "outbox are lost", outbox_path, int(st.get("consumed", 0)), path,
+                int(copy["consumed"]), source.get("path", "the source"), where)
+    return {**copy, "seq": max(int(copy.get("seq", 0)), fresh_seq)}

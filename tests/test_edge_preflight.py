@@ -131,7 +131,7 @@ def test_a_good_setup_passes_every_check_and_nothing_is_written(tmp_path, collec
     code, lines = run_check(cfg, capsys)
     assert code == 0, lines
     assert f"ok  outbox {d / 'outbox.db'} (2 batches pending (15 bytes), 0 dead letters, " \
-           "42 events consumed)" in lines
+           "42 events consumed; checksums verified)" in lines
     assert snapshot(tmp_path) == before
 
     # the same through the acep command, as the service runs it
