@@ -23,6 +23,8 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 
+from acep._bounds import json_problem
+
 from .logs import LogLimiter
 
 __all__ = ["Source", "FileSource", "StdinSource", "IteratorSource", "LogLimiter",
@@ -106,12 +108,20 @@ def _upto(lines: list[bytes], size: int) -> list[bytes]:
 
 
 def parse_line(line: bytes | str) -> dict | None:
-    """An event dict from one JSON Lines line, or None when it is not a JSON object."""
+    """An event dict from one JSON Lines line, or None when it is not a JSON object or is
+    over a limit of :func:`acep._bounds.json_problem`."""
+    if json_problem(line):
+        return None
     try:
         doc = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def why_bad(line: bytes | str) -> str:
+    """Why :func:`parse_line` refused a line, for the log."""
+    return json_problem(line) or "not a JSON object"
 
 
 def parse_lines(lines: list[bytes]) -> list[dict | None]:
@@ -124,6 +134,8 @@ def parse_lines(lines: list[bytes]) -> list[dict | None]:
     line, a non-object, bytes that are not UTF-8) falls back to one line at a time."""
     if not lines:
         return []
+    if any(map(json_problem, lines)):
+        return [parse_line(line) for line in lines]
     try:
         docs = json.loads(b"[[" + b"],\n[".join(lines) + b"]]")
     except (ValueError, RecursionError):
@@ -407,8 +419,9 @@ class FileSource(Source):
             for doc, (line, end) in zip(docs, kept):
                 if doc is None and end > self.counted:
                     self.bad_lines += 1
-                    self.bad_log.warning("%s: not a JSON object, skipped: %.60r",
-                                         self.where(end - len(line), end, -1), line)
+                    self.bad_log.warning("%s: %s, skipped: %.60r",
+                                         self.where(end - len(line), end, -1),
+                                         why_bad(line), line)
         return out
 
     def where(self, start: int | None, end: int | None, position: int) -> str:
@@ -533,8 +546,8 @@ class StdinSource(Source):
                 doc = parse_line(line)
                 if doc is None:
                     self.bad_lines += 1
-                    self.bad_log.warning("<stdin>, line %d of this run: not a JSON object, "
-                                         "skipped: %.60r", self.lines, line)
+                    self.bad_log.warning("<stdin>, line %d of this run: %s, skipped: %.60r",
+                                         self.lines, why_bad(line), line)
                 else:
                     yield doc, None
             if stop.is_set():

@@ -468,6 +468,22 @@ def test_a_restart_does_not_count_or_log_again_the_bad_lines_it_replays(tmp_path
     assert f"{path}, line 4" in caplog.text and f"{path}, line 2" not in caplog.text
 
 
+def test_a_line_nested_too_deep_is_one_bad_line_and_the_agent_goes_on(tmp_path, caplog):
+    """A line nested 1,000 deep raised RecursionError in the source: the agent died before
+    it saved its progress, and again at that line on every restart."""
+    path = tmp_path / "events.jsonl"
+    deep = '{"type": "a", "t": 2, "id": "x", "v": ' + "[" * 1000 + "]" * 1000 + "}"
+    events = [{"type": "a", "t": 1, "id": "x"}, deep, {"type": "b", "t": 3, "id": "x"},
+              {"type": "c", "t": 4, "id": "x"}]
+    write(path, events)
+    final = Agent(parse_config(config(tmp_path, path))).run()
+    assert (final["events_in"], final["bad_lines"]) == (3, 1)
+    m = acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"], partition="id")
+    assert final["matches"] == len(m.match([e for e in events if isinstance(e, dict)])) > 0
+    named = [r.getMessage() for r in caplog.records if f"{path}, line 2:" in r.getMessage()]
+    assert len(named) == 1 and "nested deeper than the limit of 64 levels" in named[0]
+
+
 def test_many_bad_lines_are_logged_rate_limited(tmp_path, caplog):
     path = tmp_path / "events.jsonl"
     path.write_text("garbage\n" * 500 + json.dumps({"type": "a", "t": 1, "id": 1}) + "\n")

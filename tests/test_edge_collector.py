@@ -672,7 +672,9 @@ def test_heartbeats_and_requests_tell_when_a_device_was_last_seen(srv):
     assert post(srv, encode_batch(make_batch("d2", 0)), srv.tokens["d2"])[0] == 200
     bad = [(b"{not json", "application/json", 400, "heartbeat: body is not JSON"),
            (b"[1, 2]", "application/json", 400, "must be a JSON object"),
-           (b"[" * 5000 + b"]" * 5000, "application/json", 400, "heartbeat: body is not JSON"),
+           (b"[" * 5000 + b"]" * 5000, "application/json", 400, "heartbeat: body is nested"),
+           (b'{"x": ' + b"[" * 500 + b"]" * 500 + b"}", "application/json", 400,
+            "heartbeat: body is nested deeper than the limit of 64 levels"),
            (b"{}", "application/msgpack", 415, "a heartbeat is 'application/json'"),
            (json.dumps({"x": "y" * 20000}).encode(), "application/json", 413, "limit of 16384")]
     for body, ctype, code, message in bad:

@@ -61,6 +61,8 @@ def d(tmp_path_factory) -> Path:
         "ev.jsonl": EVENTS,
         "bad.jsonl": '{"type": "a", "t": 5}\n{"type": "b", "t": 1}\n',
         "empty.jsonl": "",
+        "deep.jsonl": '{"type": "a", "t": 1}\n{"type": "b", "t": 2, "v": ' + "[" * 1500
+        + "]" * 1500 + '}\n{"type": "b", "t": 3}\n',
         "long.jsonl": "".join(json.dumps({"type": "a", "t": i}) + "\n" for i in range(40))
         + '{"type": "b", "t": 40}\n',
         "any.sase": "PATTERN SEQ(a+ x[], b y) WHERE skip_till_any_match(x, y) { } WITHIN 100\n",
@@ -152,6 +154,10 @@ CASES = [
     ("match: --max-entries reached", ["match", "-p", "a+ b", "-w", "100", "--all-trajectories",
                                       "--max-entries", "1024", "{d}/long.jsonl"], 1,
      "above the limit of 1,024"),
+    ("match: a line nested 1,500 deep", [*MATCH, "{d}/deep.jsonl"], 1,
+     "acep: error: {d}/deep.jsonl, line 2: nested deeper than the limit of 64 levels"),
+    ("match: a line nested 1,500 deep, skipped",
+     [*MATCH, "--on-bad-event", "skip", "{d}/deep.jsonl"], 0, "1 bad event skipped"),
 
     ("exact", ["exact", "{d}/next.sase", "{d}/ev.jsonl"], 0, ""),
     ("exact: no such query file", ["exact", "{d}/gone.sase", "{d}/ev.jsonl"], 2,
@@ -169,6 +175,8 @@ CASES = [
      "acep exact: --engine postpone"),
     ("exact: a bad event", ["exact", "{d}/next.sase", "{d}/bad.jsonl"], 1,
      "{d}/bad.jsonl, line 2, field 't'"),
+    ("exact: a line nested 1,500 deep", ["exact", "{d}/next.sase", "{d}/deep.jsonl"], 1,
+     "{d}/deep.jsonl, line 2: nested deeper than the limit of 64 levels"),
     ("exact: --max-entries reached", ["exact", "{d}/any.sase", "{d}/long.jsonl",
                                       "--max-entries", "5"], 1, "(--max-entries)"),
 
