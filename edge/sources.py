@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 
+from acep import _bounds
 from acep._bounds import json_problem
 
 from .logs import LogLimiter
@@ -102,9 +103,46 @@ def _upto(lines: list[bytes], size: int) -> list[bytes]:
     for line in lines:
         if size <= 0:
             break
-        out.append(line[:size])
+        out.append(_LongLine(line, size) if isinstance(line, _LongLine) and size < len(line)
+                   else line[:size])
         size -= len(line)
     return out
+
+
+class _LongLine(bytes):
+    """A line longer than :data:`acep._bounds.MAX_LINE_BYTES`, not held in memory: its first
+    bytes (with its newline, if it has one), and its length, which offsets count."""
+
+    def __new__(cls, head: bytes, size: int):
+        line = super().__new__(cls, head)
+        line.size = size
+        return line
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def read_line(fh) -> bytes:
+    """The next line of ``fh`` (b"" at its end), read in bounded pieces: a line over the
+    limit is read to its end but kept as a :class:`_LongLine`."""
+    line = fh.readline(_bounds.MAX_LINE_BYTES + 1)
+    if len(line) <= _bounds.MAX_LINE_BYTES:
+        return line
+    size, ended = len(line), line.endswith(b"\n")
+    while not ended and (piece := fh.readline(_READ_BYTES)):
+        size += len(piece)
+        ended = piece.endswith(b"\n")
+    return _LongLine(line[:60] + (b"\n" if ended else b""), size)
+
+
+def read_lines(fh) -> list[bytes]:
+    """Whole lines from ``fh``, about :data:`_READ_BYTES` of them (``readlines`` with a
+    hint, but no line held longer than the limit)."""
+    lines, size = [], 0
+    while size < _READ_BYTES and (line := read_line(fh)):
+        lines.append(line)
+        size += len(line)
+    return lines
 
 
 def parse_line(line: bytes | str) -> dict | None:
@@ -297,7 +335,7 @@ class FileSource(Source):
             fh.seek(self.offset)
             finishing = False  # the path names another file now: read this one to its end
             while True:
-                lines = fh.readlines(_READ_BYTES)
+                lines = read_lines(fh)
                 if lines and self.follow and (why := self._truncated(fh)):
                     # rewritten while the reader was busy (no poll saw it short): the
                     # lines may be the new file's from the middle; checked after the
@@ -366,7 +404,7 @@ class FileSource(Source):
                 self.counted = math.inf if end is not None else counted
                 fh.seek(self.offset)
                 while (end is None or self.offset < end) and \
-                        (lines := fh.readlines(_READ_BYTES)):
+                        (lines := read_lines(fh)):
                     if block := self._parse(lines if end is None else
                                             _upto(lines, end - self.offset)):
                         yield block
@@ -540,7 +578,7 @@ class StdinSource(Source):
     def _items(self, stop: threading.Event) -> Iterator[Item | None]:
         # A blocking read: SIGTERM interrupts it in the main thread, and the agent stops at
         # the next line; stdin closing ends the source.
-        for line in self.stream:
+        for line in iter(lambda: read_line(self.stream), b""):
             self.lines += 1
             if line.strip():
                 doc = parse_line(line)
