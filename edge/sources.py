@@ -135,14 +135,17 @@ def read_line(fh) -> bytes:
     return _LongLine(line[:60] + (b"\n" if ended else b""), size)
 
 
-def read_lines(fh) -> list[bytes]:
-    """Whole lines from ``fh``, about :data:`_READ_BYTES` of them (``readlines`` with a
-    hint, but no line held longer than the limit)."""
-    lines, size = [], 0
-    while size < _READ_BYTES and (line := read_line(fh)):
-        lines.append(line)
-        size += len(line)
-    return lines
+def read_lines(fh: io.BufferedReader) -> list[bytes]:
+    """The whole lines of the next :data:`_READ_BYTES` of a file (``fh`` is left after
+    them), or the next line alone when none ends there: a long one, or the file's last
+    bytes. Like ``readlines`` with a hint, but no line is held longer than the limit."""
+    block = fh.read(_READ_BYTES)
+    end = block.rfind(b"\n") + 1
+    fh.seek(end - len(block), io.SEEK_CUR)
+    if end == 0:
+        line = read_line(fh)
+        return [line] if line else []
+    return [line + b"\n" for line in block[:end - 1].split(b"\n")]
 
 
 def parse_line(line: bytes | str) -> dict | None:
