@@ -60,6 +60,7 @@ import numpy as np
 
 from . import _checks as check
 from . import storage
+from ._bounds import MAX_DEPTH, depth_problem, json_problem
 from ._csvlines import LineTap
 from ._text import one_line
 
@@ -636,13 +637,19 @@ def _jsonl_records(source: str) -> Iterator[tuple[int | None, object] | object]:
                 continue
             line += 1
             if raw.strip():
-                try:
-                    yield line, json.loads(raw)
-                except ValueError as e:  # includes UnicodeDecodeError
-                    yield line, _Undecodable(f"line is not valid JSON ({e})")
+                yield line, _json_record(raw)
     finally:
         if f is not sys.stdin.buffer:
             f.close()
+
+
+def _json_record(raw: bytes) -> object:
+    if problem := json_problem(raw):
+        return _Undecodable(problem)
+    try:
+        return json.loads(raw)
+    except ValueError as e:  # includes UnicodeDecodeError
+        return _Undecodable(f"line is not valid JSON ({e})")
 
 
 def _is_live(f) -> bool:
@@ -692,9 +699,13 @@ def _msgpack_records(source: str) -> Iterator[tuple[int | None, object]]:
                     raise EventError(f"JSON text, not msgpack (it starts with {chr(obj)!r}); a "
                                      "JSON Lines file's name ends in .jsonl", source)
                 end = unpacker.tell()
-                yield None, obj
+                problem = depth_problem(obj)
+                yield None, _Undecodable(problem) if problem else obj
         except EventError:
             raise
+        except msgpack.StackError:
+            raise EventError(f"msgpack data nested too deep to decode after byte {end} (the "
+                             f"limit of an event is {MAX_DEPTH} levels)", source) from None
         except (ValueError, msgpack.UnpackException) as e:
             raise EventError(f"undecodable msgpack data after byte {end} "
                              f"({str(e) or type(e).__name__})", source) from None

@@ -22,6 +22,7 @@ The exact engine reuses the same tokenizer and expression parser.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Union
 
@@ -40,6 +41,11 @@ class PatternError(ValueError):
         self.message, self.text, self.pos, self.what = message, text, pos, what
         caret = " " * pos + "^"
         super().__init__(f"{what} error at position {pos}: {message}\n  {text}\n  {caret}")
+
+
+# Nesting levels of a pattern or an expression (groups, operators, calls): the parsers and
+# every walk over the tree recurse once a level, so input must not reach Python's limit.
+MAX_NESTING = 64
 
 
 # --------------------------------------------------------------------------- tokens
@@ -81,6 +87,7 @@ class _Cursor:
     query cursor adds ``%`` and SASE+ identifiers)."""
 
     product_ops: tuple[str, ...] = ("*", "/")
+    depth = 0  # levels of the grammar's recursion open now
 
     def __init__(self, text: str, what: str):
         self.text, self.what = text, what
@@ -112,6 +119,52 @@ class _Cursor:
 
     def primary(self):
         return _primary(self)
+
+    @contextmanager
+    def nested(self):
+        """One more level of recursion, refused past :data:`MAX_NESTING`."""
+        if self.depth >= MAX_NESTING:
+            self.fail(_TOO_DEEP)
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+
+
+_TOO_DEEP = f"nested deeper than the limit of {MAX_NESTING} levels"
+
+
+def tree_depth(node) -> int:
+    """Levels of a pattern or expression tree, counted without recursion."""
+    deepest, todo = 0, [(node, 1)]
+    while todo:
+        node, depth = todo.pop()
+        deepest = max(deepest, depth)
+        todo.extend((child, depth + 1) for child in _children(node))
+    return deepest
+
+
+def _children(node) -> tuple:
+    if isinstance(node, (Concat, Alt)):
+        return node.items
+    if isinstance(node, (Star, Repeat)):
+        return (node.item,)
+    if isinstance(node, BinOp):
+        return node.left, node.right
+    if isinstance(node, UnaryOp):
+        return (node.operand,)
+    if isinstance(node, Call):
+        return node.args
+    return ()
+
+
+def check_depth(cur: _Cursor, node, start: int):
+    """``node``, or the error when its tree is deeper than :data:`MAX_NESTING` (a chain
+    such as ``1 + 1 + ...`` or ``a???`` deepens it without recursing)."""
+    if tree_depth(node) > MAX_NESTING:
+        cur.fail(_TOO_DEEP, start)
+    return node
 
 
 # --------------------------------------------------------------------------- regex AST
@@ -156,17 +209,18 @@ def parse_regex(text: str) -> Node:
     cur = _Cursor(text, "pattern")
     if cur.tok.kind == "end":
         cur.fail("empty pattern")
-    node = _alternation(cur)
+    node = check_depth(cur, _alternation(cur), 0)
     if cur.tok.kind != "end":
         cur.fail(f"unexpected {cur.describe()}")
     return node
 
 
 def _alternation(cur: _Cursor) -> Node:
-    items = [_concatenation(cur)]
-    while cur.at("|"):
-        cur.take()
-        items.append(_concatenation(cur))
+    with cur.nested():
+        items = [_concatenation(cur)]
+        while cur.at("|"):
+            cur.take()
+            items.append(_concatenation(cur))
     return items[0] if len(items) == 1 else Alt(tuple(items))
 
 
@@ -312,17 +366,18 @@ _COMPARISONS = ("<", "<=", ">", ">=", "==", "!=", "<>", "=")
 def parse_expression(text: str) -> Expr:
     """Parse one predicate expression (``d.price > a.price + 1``)."""
     cur = _Cursor(text, "predicate")
-    expr = _or(cur)
+    expr = check_depth(cur, _or(cur), 0)
     if cur.tok.kind != "end":
         cur.fail(f"unexpected {cur.describe()}")
     return expr
 
 
 def _or(cur):
-    node = _and(cur)
-    while cur.at("or"):
-        cur.take()
-        node = BinOp("or", node, _and(cur))
+    with cur.nested():
+        node = _and(cur)
+        while cur.at("or"):
+            cur.take()
+            node = BinOp("or", node, _and(cur))
     return node
 
 
@@ -337,7 +392,8 @@ def _and(cur):
 def _not(cur):
     if cur.at("not"):
         cur.take()
-        return UnaryOp("not", _not(cur))
+        with cur.nested():
+            return UnaryOp("not", _not(cur))
     return _comparison(cur)
 
 
@@ -369,10 +425,12 @@ def _product(cur):
 def _unary(cur):
     if cur.at("-"):
         cur.take()
-        return UnaryOp("-", _unary(cur))
+        with cur.nested():
+            return UnaryOp("-", _unary(cur))
     if cur.at("+"):
         cur.take()
-        return _unary(cur)
+        with cur.nested():
+            return _unary(cur)
     return cur.primary()
 
 

@@ -49,6 +49,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from acep import storage
+from acep._bounds import json_problem
 from acep.arguments import id_arg, path_arg, text_arg
 
 from . import exposition
@@ -115,6 +116,8 @@ def _status_doc(body: bytes) -> dict | web.Response:
     """A heartbeat's body as a JSON object, or the 400 naming what is wrong with it.
     ``NaN`` and ``Infinity`` (Python's ``json`` writes them), and numbers too large for a
     float (``1e400``), become null: what ``--list-devices`` prints stays JSON."""
+    if problem := json_problem(body):
+        return _error(400, f"heartbeat: body is {problem}")
     try:
         doc = json.loads(body, parse_constant=lambda _: None, parse_float=_finite_or_none)
     except (ValueError, RecursionError) as exc:

@@ -17,7 +17,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from acep import Matcher
+from acep import Matcher, storage
 from acep.pattern import PatternError
 from acep.shedding import Budget, smallest_burst
 from history.policies import DEFER, EXPLORE, LEARNING_RATE
@@ -36,6 +36,9 @@ CAP_POLICIES = ("drop-oldest", "refuse-new")
 # the longest wait a key may ask for: a year is more than any device needs, and far below
 # what a socket or a thread's wait overflows at (about 292 years in seconds)
 MAX_SECONDS = 365 * 86400.0
+# metrics.interval at least: each interval writes a line of about 1 KiB (an idle agent at
+# 1e-9 s wrote 41 MB in 10 s); once a second is more than any dashboard reads
+MIN_METRICS_INTERVAL = 1.0
 
 
 class ConfigError(ValueError):
@@ -191,6 +194,10 @@ def _check_url(url: str) -> None:
         raise bad("has a bad port (0)")
     if not parts.hostname:
         raise bad("has no host")
+    if "@" in parts.netloc:  # a password here would be in every log line naming the URL
+        raise ConfigError(f"collector.url: {storage.redact(url)!r} must not hold a user name "
+                          "or password (user:password@): the collector takes a token, set "
+                          "by device.token or device.token_file")
     if parts.query or parts.fragment or url.endswith(("?", "#")):
         raise bad("must not have a query or a fragment (the agent appends /v1/... to it)")
 
@@ -218,6 +225,9 @@ def _check_bucket(budget: BudgetConfig) -> None:
 def _check_jsonl(path: str) -> None:
     """``source.path`` must be JSON Lines: the agent reads a file by byte offsets (to follow
     it and resume), so it neither decompresses nor reads the columnar formats."""
+    if os.path.isdir(path):
+        raise ConfigError(f"source.path: {path} is a directory; name the JSON Lines file in "
+                          "it that the agent reads")
     kind = _NOT_JSONL.get(os.path.splitext(path)[1].lower())
     try:
         with open(path, "rb") as fh:
@@ -478,6 +488,10 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
     metrics = MetricsConfig(path=path_of(met.get("path", str)),
                             interval=met.seconds("interval", 10.0))
     met.done()
+    if metrics.interval < MIN_METRICS_INTERVAL:
+        raise ConfigError(f"metrics.interval: {metrics.interval:g} seconds is below the "
+                          f"least of {MIN_METRICS_INTERVAL:g} (a metrics line of about "
+                          "1 KiB is written each interval)")
 
     written = [("outbox.path", outbox.path), ("metrics.path", metrics.path)]
     if sketch is not None:

@@ -103,7 +103,7 @@ DEVICE_COUNTERS = {  # heartbeat key -> help (acep_device_<key>_total); they sta
     "events_in": "events the device's agent matched",
     "events_bad": "events the device's agent skipped as bad (no type or tag, a tag that goes "
                   "back, a missing attribute)",
-    "bad_lines": "input lines the device's agent skipped: not a JSON object",
+    "bad_lines": "input lines the device's agent skipped: not a JSON object, or over a limit",
     "candidates": "match-node candidates of the device's matcher",
     "shed": "match-node candidates the device's matcher shed under its budget",
     "batches_refused": "batches the device's agent could not keep: its outbox was full "

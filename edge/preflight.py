@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import datetime as dt
 import http.client
-import json
 import os
 import ssl
 import stat
@@ -57,6 +56,7 @@ from .resume import copy_path, read_copy
 from .sketches import device_key_option, fitting
 from .uplink import (
     CLOCK_SLACK,
+    answer_json,
     answer_opener,
     error_body,
     error_text,
@@ -408,7 +408,7 @@ def _clock(health: bytes, now: float) -> Check | None:
     collector that does not say): a batch is dated by the device's clock, and the
     collector refuses one too far ahead or before the first day its retention keeps."""
     try:
-        doc = json.loads(health)
+        doc = answer_json(health)
         theirs, ahead_max = float(doc["time"]), float(doc["max_clock_ahead"])
         first = doc.get("first_day_kept")
     except (ValueError, TypeError, KeyError):
@@ -435,7 +435,7 @@ def _whose(base: str, cfg: AgentConfig, timeout: float, context, seen: str) -> C
     what = f"device token ({cfg.device_id})"
     status, body, _ = _get(base + "/v1/whoami", cfg.token, timeout, 1 << 16, context)
     try:
-        who = json.loads(body) if status == 200 else {}
+        who = answer_json(body) if status == 200 else {}
     except ValueError:
         who = {}
     if not isinstance(who, dict) or "device" not in who:  # a collector without /v1/whoami

@@ -23,6 +23,9 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 
+from acep import _bounds
+from acep._bounds import json_problem
+
 from .logs import LogLimiter
 
 __all__ = ["Source", "FileSource", "StdinSource", "IteratorSource", "LogLimiter",
@@ -100,18 +103,66 @@ def _upto(lines: list[bytes], size: int) -> list[bytes]:
     for line in lines:
         if size <= 0:
             break
-        out.append(line[:size])
+        out.append(_LongLine(line, size) if isinstance(line, _LongLine) and size < len(line)
+                   else line[:size])
         size -= len(line)
     return out
 
 
+class _LongLine(bytes):
+    """A line longer than :data:`acep._bounds.MAX_LINE_BYTES`, not held in memory: its first
+    bytes (with its newline, if it has one), and its length, which offsets count."""
+
+    def __new__(cls, head: bytes, size: int):
+        line = super().__new__(cls, head)
+        line.size = size
+        return line
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def read_line(fh) -> bytes:
+    """The next line of ``fh`` (b"" at its end), read in bounded pieces: a line over the
+    limit is read to its end but kept as a :class:`_LongLine`."""
+    line = fh.readline(_bounds.MAX_LINE_BYTES + 1)
+    if len(line) <= _bounds.MAX_LINE_BYTES:
+        return line
+    size, ended = len(line), line.endswith(b"\n")
+    while not ended and (piece := fh.readline(_READ_BYTES)):
+        size += len(piece)
+        ended = piece.endswith(b"\n")
+    return _LongLine(line[:60] + (b"\n" if ended else b""), size)
+
+
+def read_lines(fh: io.BufferedReader) -> list[bytes]:
+    """The whole lines of the next :data:`_READ_BYTES` of a file (``fh`` is left after
+    them), or the next line alone when none ends there: a long one, or the file's last
+    bytes. Like ``readlines`` with a hint, but no line is held longer than the limit."""
+    block = fh.read(_READ_BYTES)
+    end = block.rfind(b"\n") + 1
+    fh.seek(end - len(block), io.SEEK_CUR)
+    if end == 0:
+        line = read_line(fh)
+        return [line] if line else []
+    return [line + b"\n" for line in block[:end - 1].split(b"\n")]
+
+
 def parse_line(line: bytes | str) -> dict | None:
-    """An event dict from one JSON Lines line, or None when it is not a JSON object."""
+    """An event dict from one JSON Lines line, or None when it is not a JSON object or is
+    over a limit of :func:`acep._bounds.json_problem`."""
+    if json_problem(line):
+        return None
     try:
         doc = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def why_bad(line: bytes | str) -> str:
+    """Why :func:`parse_line` refused a line, for the log."""
+    return json_problem(line) or "not a JSON object"
 
 
 def parse_lines(lines: list[bytes]) -> list[dict | None]:
@@ -124,6 +175,8 @@ def parse_lines(lines: list[bytes]) -> list[dict | None]:
     line, a non-object, bytes that are not UTF-8) falls back to one line at a time."""
     if not lines:
         return []
+    if any(map(json_problem, lines)):
+        return [parse_line(line) for line in lines]
     try:
         docs = json.loads(b"[[" + b"],\n[".join(lines) + b"]]")
     except (ValueError, RecursionError):
@@ -285,7 +338,7 @@ class FileSource(Source):
             fh.seek(self.offset)
             finishing = False  # the path names another file now: read this one to its end
             while True:
-                lines = fh.readlines(_READ_BYTES)
+                lines = read_lines(fh)
                 if lines and self.follow and (why := self._truncated(fh)):
                     # rewritten while the reader was busy (no poll saw it short): the
                     # lines may be the new file's from the middle; checked after the
@@ -354,7 +407,7 @@ class FileSource(Source):
                 self.counted = math.inf if end is not None else counted
                 fh.seek(self.offset)
                 while (end is None or self.offset < end) and \
-                        (lines := fh.readlines(_READ_BYTES)):
+                        (lines := read_lines(fh)):
                     if block := self._parse(lines if end is None else
                                             _upto(lines, end - self.offset)):
                         yield block
@@ -407,8 +460,9 @@ class FileSource(Source):
             for doc, (line, end) in zip(docs, kept):
                 if doc is None and end > self.counted:
                     self.bad_lines += 1
-                    self.bad_log.warning("%s: not a JSON object, skipped: %.60r",
-                                         self.where(end - len(line), end, -1), line)
+                    self.bad_log.warning("%s: %s, skipped: %.60r",
+                                         self.where(end - len(line), end, -1),
+                                         why_bad(line), line)
         return out
 
     def where(self, start: int | None, end: int | None, position: int) -> str:
@@ -527,14 +581,14 @@ class StdinSource(Source):
     def _items(self, stop: threading.Event) -> Iterator[Item | None]:
         # A blocking read: SIGTERM interrupts it in the main thread, and the agent stops at
         # the next line; stdin closing ends the source.
-        for line in self.stream:
+        for line in iter(lambda: read_line(self.stream), b""):
             self.lines += 1
             if line.strip():
                 doc = parse_line(line)
                 if doc is None:
                     self.bad_lines += 1
-                    self.bad_log.warning("<stdin>, line %d of this run: not a JSON object, "
-                                         "skipped: %.60r", self.lines, line)
+                    self.bad_log.warning("<stdin>, line %d of this run: %s, skipped: %.60r",
+                                         self.lines, why_bad(line), line)
                 else:
                     yield doc, None
             if stop.is_set():

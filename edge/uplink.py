@@ -80,6 +80,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
+from acep._bounds import json_problem
 from acep._https import HTTPSWithin
 from acep._readable import readable
 
@@ -387,7 +388,7 @@ class Uplink:
         if isinstance(text, Outcome):
             return text
         try:
-            doc = json.loads(text)
+            doc = answer_json(text)
         except ValueError:
             return Outcome("retry", 200, "200 with a body that is not JSON")
         if not isinstance(doc, dict):  # another API at the collector's address
@@ -410,7 +411,7 @@ class Uplink:
     def _their_time(self, text: bytes) -> None:
         """The collector's clock from a heartbeat's answer (``time``: finer than ``Date``)."""
         try:
-            theirs = json.loads(text).get("time")
+            theirs = answer_json(text).get("time")
         except (ValueError, AttributeError):
             return
         if isinstance(theirs, (int, float)) and not isinstance(theirs, bool) \
@@ -1097,10 +1098,18 @@ def error_body(e: urllib.error.HTTPError) -> bytes:
         return b""
 
 
+def answer_json(text: bytes):
+    """The JSON of an answer's body; ValueError when it is not JSON or is over a limit of
+    :func:`acep._bounds.json_problem` (a RecursionError is no ValueError)."""
+    if problem := json_problem(text):
+        raise ValueError(problem)
+    return json.loads(text)
+
+
 def error_text(text: bytes) -> str:
     """The collector's ``error`` message in an answer body, else its first bytes."""
     try:
-        doc = json.loads(text)
+        doc = answer_json(text)
         if isinstance(doc, dict) and "error" in doc:
             return str(doc["error"])[:500]
     except ValueError:

@@ -560,6 +560,7 @@ def _decode_matches(doc: dict, header: dict, limits: Limits) -> UploadBatch:
     window = header["pattern"].window
     _check_matches(point, start, errors, ptr, traj, pos, tag, window)
     _check_partitions(names, codes, columns, header["pattern"].partition_by)
+    _check_tag_order(pos, tag, columns, header["pattern"].partition_by)
     return UploadBatch(**header, partition=[names[c] for c in codes], point=point,
                        start=start, errors=errors, trajectory_ptr=ptr, trajectory=traj,
                        event_position=pos, event_tag=tag, event_type=types,
@@ -633,6 +634,44 @@ def _check_matches(point, start, errors, ptr, traj, pos, tag, window) -> None:
             raise WireError("field 'matches.trajectory': positions of a match not increasing")
         if np.any(tag[idx_c[ptr[1:] - 1]] != point):
             raise WireError("field 'matches.point': not the tag of the trajectory's last event")
+        first = tag[idx_c[ptr[:-1]]]
+        if len(wrong := np.flatnonzero(first != start)):
+            i = int(wrong[0])
+            raise WireError(f"field 'matches.start': match {i}: {start[i]!r} is not the tag "
+                            f"of the trajectory's first event ({first[i]!r})")
+
+
+def _check_tag_order(pos, tag, columns: dict, attr: str | None) -> None:
+    """Within a partition, tags do not go back in stream order: the device's matcher
+    refuses such an event, and the exact re-check cannot run over one."""
+    codes = _partition_codes(columns, attr, len(tag))
+    if codes is None:
+        return
+    order = np.lexsort((np.arange(len(tag)), codes))  # by partition, then position
+    c, t = codes[order], tag[order]
+    back = np.flatnonzero((np.diff(t) < 0) & (c[1:] == c[:-1]) & (c[1:] >= 0))
+    if len(back):
+        j, k = order[back[0]], order[back[0] + 1]
+        raise WireError(f"field 'events.tag': the event at position {int(pos[k])} has tag "
+                        f"{tag[k]!r}, before the tag {tag[j]!r} of the event at position "
+                        f"{int(pos[j])} in its partition: tags go back in time")
+
+
+def _partition_codes(columns: dict, attr: str | None, n: int) -> np.ndarray | None:
+    """A code per event for its partition (-1: no key; numbers by value, as the re-check
+    groups them), or None when the events do not carry the attribute."""
+    if attr is None:
+        return np.zeros(n, dtype=np.int64)
+    col = columns.get(attr)
+    if col is None:
+        return None
+    if col.dtype != object:
+        _, codes = np.unique(col, return_inverse=True)
+        return np.where(np.isnan(col), -1, codes)
+    keys: dict = {}
+    return np.array([-1 if v is None or v != v else
+                     keys.setdefault(partition_group_key(v), len(keys))
+                     for v in col.tolist()], dtype=np.int64)
 
 
 def _check_partitions(names: list, codes: np.ndarray, columns: dict, attr: str | None

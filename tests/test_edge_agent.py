@@ -131,6 +131,8 @@ def direct(events, budget=None, flush: bool = True) -> list[tuple]:
     ({"outbox": {"path": "/nonexistent/dir/o.db"}}, "outbox.path: the directory "
                                                     "/nonexistent/dir does not exist"),
     ({"metrics": {"path": "/nonexistent/m.jsonl"}}, "metrics.path: the directory"),
+    ({"metrics": {"interval": 1e-9}}, "metrics.interval: 1e-09 seconds is below the least "
+                                      "of 1"),
     ({"sketch": {"path": "s.bin", "key_file": "k", "save_path": "/nonexistent/l.sketch"}},
      "sketch.save_path: the directory"),
 ])
@@ -141,6 +143,27 @@ def test_config_errors_name_the_key(tmp_path, change, key):
         doc[name] = value if name in ("device", "pattern") else {**doc.get(name, {}), **value}
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         parse_config(doc)
+
+
+def test_a_source_path_that_is_a_directory_is_named_as_one(tmp_path):
+    """It was a bare errno message ("[Errno 21] Is a directory") at the first read."""
+    doc = {"device": {"id": "d"}, "pattern": {"text": "a b", "window": 5},
+           "source": {"kind": "file", "path": str(tmp_path)}}
+    with pytest.raises(ConfigError) as refused:
+        parse_config(doc)
+    assert str(refused.value) == (f"source.path: {tmp_path} is a directory; name the JSON "
+                                  "Lines file in it that the agent reads")
+
+
+def test_a_collector_url_with_a_password_does_not_show_it(tmp_path):
+    doc = {"device": {"id": "d", "token": "t"}, "pattern": {"text": "a b", "window": 5},
+           "source": {"kind": "stdin"}, "collector": {"url": "https://me:s3cret@x"}}
+    with pytest.raises(ConfigError) as refused:
+        parse_config(doc)
+    assert str(refused.value) == (
+        "collector.url: 'https://***@x' must not hold a user name or password "
+        "(user:password@): the collector takes a token, set by device.token or "
+        "device.token_file")
 
 
 def _agent_toml(tmp: Path, **sections: str) -> Path:
@@ -482,7 +505,9 @@ def test_a_full_disk_holds_the_input_until_there_is_room_and_loses_nothing(
     import edge.agent
     monkeypatch.setattr(edge.agent, "DISK_FULL_RETRY", 0.05)
     events = stream(3000)
-    agent = Agent(parse_config(config(tmp_path, metrics={"interval": 0.05})), events=events)
+    cfg = parse_config(config(tmp_path))
+    cfg.metrics.interval = 0.05  # below what agent.toml may say: a test waits less
+    agent = Agent(cfg, events=events)
     limit_pages(agent.outbox, 2)
     thread, result = run_in_thread(agent)
     wait_until(lambda: agent.commits.disk_full, "the disk to be full")
@@ -682,9 +707,11 @@ def test_metrics_are_written_every_interval_while_no_event_arrives(tmp_path):
     path.write_text("")
     url = f"http://127.0.0.1:{_closed_port()}"
     doc = config(tmp_path, source={"kind": "file", "path": str(path), "follow": True},
-                 metrics={"interval": 0.2}, collector={"url": url, "timeout": 1})
+                 collector={"url": url, "timeout": 1})
     doc["device"]["token"] = "tok-1"
-    agent = Agent(parse_config(doc))
+    cfg = parse_config(doc)
+    cfg.metrics.interval = 0.2  # below what agent.toml may say: a test waits less
+    agent = Agent(cfg)
     runner = threading.Thread(target=agent.run)
     runner.start()
     metrics = tmp_path / "metrics.jsonl"

@@ -20,6 +20,7 @@ import acep
 from edge.agent import Agent
 from edge.config import parse_config
 from edge.outbox import Outbox
+from edge.sources import read_lines
 from edge.wire import decode_batch
 
 PATTERN = {"id": "abc", "text": "a b c", "window": 5.0, "k": 1, "partition": "id"}
@@ -466,6 +467,48 @@ def test_a_restart_does_not_count_or_log_again_the_bad_lines_it_replays(tmp_path
     assert again["events_replayed"] == 2  # the window of the kept events, read again
     assert (again["events_in"], again["bad_lines"]) == (1, 1)
     assert f"{path}, line 4" in caplog.text and f"{path}, line 2" not in caplog.text
+
+
+def test_a_line_nested_too_deep_is_one_bad_line_and_the_agent_goes_on(tmp_path, caplog):
+    """A line nested 1,000 deep raised RecursionError in the source: the agent died before
+    it saved its progress, and again at that line on every restart."""
+    path = tmp_path / "events.jsonl"
+    deep = '{"type": "a", "t": 2, "id": "x", "v": ' + "[" * 1000 + "]" * 1000 + "}"
+    events = [{"type": "a", "t": 1, "id": "x"}, deep, {"type": "b", "t": 3, "id": "x"},
+              {"type": "c", "t": 4, "id": "x"}]
+    write(path, events)
+    final = Agent(parse_config(config(tmp_path, path))).run()
+    assert (final["events_in"], final["bad_lines"]) == (3, 1)
+    m = acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"], partition="id")
+    assert final["matches"] == len(m.match([e for e in events if isinstance(e, dict)])) > 0
+    named = [r.getMessage() for r in caplog.records if f"{path}, line 2:" in r.getMessage()]
+    assert len(named) == 1 and "nested deeper than the limit of 64 levels" in named[0]
+
+
+def test_a_line_over_the_size_limit_is_one_bad_line_never_held_whole(tmp_path, caplog,
+                                                                      monkeypatch):
+    """Read in pieces, so a line of any length costs the limit's memory at most; the
+    offsets still count its bytes, so a restart resumes after it."""
+    monkeypatch.setattr("acep._bounds.MAX_LINE_BYTES", 1000)
+    path = tmp_path / "events.jsonl"
+    long = json.dumps({"type": "b", "t": 2, "id": "x", "v": "y" * 70000})  # > a read
+    write(path, [{"type": "a", "t": 1, "id": "x"}, long, {"type": "b", "t": 3, "id": "x"}])
+    doc = config(tmp_path, path, follow=True)
+    first = Agent(parse_config(doc)).run(once=True)
+    assert (first["events_in"], first["bad_lines"]) == (2, 1)
+    named = [r.getMessage() for r in caplog.records if f"{path}, line 2:" in r.getMessage()]
+    assert len(named) == 1
+    assert f"line is longer than the limit of 1000 bytes ({len(long) + 1})" in named[0]
+    write(path, [{"type": "c", "t": 4, "id": "x"}], "a")
+    again = Agent(parse_config(doc)).run(once=True)
+    assert (again["events_in"], again["bad_lines"]) == (1, 0)
+    assert first["matches"] + again["matches"] > 0
+    lines = []
+    with open(path, "rb") as fh:
+        while block := read_lines(fh):
+            lines += block
+    assert [len(x) for x in lines] == [len(x) for x in path.read_bytes().splitlines(True)]
+    assert len(bytes(lines[1])) == 61  # its first 60 bytes and its newline are held
 
 
 def test_many_bad_lines_are_logged_rate_limited(tmp_path, caplog):

@@ -327,6 +327,47 @@ def test_a_match_partition_no_event_has_is_400_naming_it(srv, partitions, needle
     assert srv.rows("SELECT count(*) FROM batches")[0][0] == 0
 
 
+def _columns(doc: dict) -> dict:
+    import numpy as np
+
+    m, e = doc["matches"], doc["events"]
+    return {"start": np.frombuffer(m["start"], "<f8").copy(),
+            "point": np.frombuffer(m["point"], "<f8"),
+            "ptr": np.frombuffer(m["trajectory_ptr"], "<i8"),
+            "traj": np.frombuffer(m["trajectory"], "<i8"),
+            "pos": np.frombuffer(e["position"], "<i8"),
+            "tag": np.frombuffer(e["tag"], "<f8").copy()}
+
+
+def test_a_match_whose_start_is_not_its_first_event_s_tag_is_400_naming_it(srv):
+    """Stored before, with a start no event of its trajectory has."""
+    doc = msgpack.unpackb(encode_batch(make_batch()), raw=False)
+    c = _columns(doc)
+    i = int(next(j for j in range(len(c["start"])) if c["start"][j] < c["point"][j]))
+    c["start"][i] = (c["start"][i] + c["point"][i]) / 2
+    doc["matches"]["start"] = c["start"].tobytes()
+    status, answer = post(srv, msgpack.packb(doc, use_bin_type=True), srv.tokens["d1"])
+    assert_error(status, answer, 400, f"field 'matches.start': match {i}: ",
+                 "is not the tag of the trajectory's first event")
+    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 0
+
+
+def test_events_whose_tags_go_back_in_their_partition_are_400_naming_them(srv):
+    """Stored before; the exact re-check then gave up on them (exact: null)."""
+    doc = msgpack.unpackb(encode_batch(make_batch()), raw=False)
+    c = _columns(doc)
+    ends = {int(p) for k in range(len(c["ptr"]) - 1)
+            for p in (c["traj"][c["ptr"][k]], c["traj"][c["ptr"][k + 1] - 1])}
+    k = max(k for k in range(1, len(c["pos"])) if int(c["pos"][k]) not in ends)
+    c["tag"][k] = c["tag"][:k].min() - 1.0  # before every earlier event, whatever its partition
+    doc["events"]["tag"] = c["tag"].tobytes()
+    status, answer = post(srv, msgpack.packb(doc, use_bin_type=True), srv.tokens["d1"])
+    assert_error(status, answer, 400, "field 'events.tag': the event at position "
+                 f"{int(c['pos'][k])} has tag", "in its partition: tags go back in time")
+    assert srv.rows("SELECT count(*) FROM batches")[0][0] == 0
+    assert not list(srv.archive.rglob("*.parquet"))
+
+
 def test_a_batch_the_engine_cannot_check_says_exact_null_stored_and_resent(srv):
     from edge.wire import pattern_hash
 
@@ -672,7 +713,9 @@ def test_heartbeats_and_requests_tell_when_a_device_was_last_seen(srv):
     assert post(srv, encode_batch(make_batch("d2", 0)), srv.tokens["d2"])[0] == 200
     bad = [(b"{not json", "application/json", 400, "heartbeat: body is not JSON"),
            (b"[1, 2]", "application/json", 400, "must be a JSON object"),
-           (b"[" * 5000 + b"]" * 5000, "application/json", 400, "heartbeat: body is not JSON"),
+           (b"[" * 5000 + b"]" * 5000, "application/json", 400, "heartbeat: body is nested"),
+           (b'{"x": ' + b"[" * 500 + b"]" * 500 + b"}", "application/json", 400,
+            "heartbeat: body is nested deeper than the limit of 64 levels"),
            (b"{}", "application/msgpack", 415, "a heartbeat is 'application/json'"),
            (json.dumps({"x": "y" * 20000}).encode(), "application/json", 413, "limit of 16384")]
     for body, ctype, code, message in bad:

@@ -224,7 +224,7 @@ class AgentRun:
             f'batch_events = 50\nbatch_seconds = 0.1\npoll_seconds = 0.02\n'
             f'[budget]\n{budget}\n{sketch}'
             f'[outbox]\npath = "{outbox}"\nbackoff_base = 0.05\nbackoff_max = 0.5\n'
-            f'[metrics]\npath = "metrics-{outbox}.jsonl"\ninterval = 0.5\n')
+            f'[metrics]\npath = "metrics-{outbox}.jsonl"\ninterval = 1\n')
 
     def append(self, events: list[dict]) -> None:
         with open(self.events_path, "a") as fh:

@@ -360,6 +360,11 @@ def test_a_device_clock_the_collector_would_refuse_fails_and_one_off_warns(
             assert code == (1 if level == "FAIL" else 0), lines
 
 
+def test_a_health_answer_nested_too_deep_says_nothing_of_the_clock():
+    """A RecursionError (a traceback from --check) before: it is no ValueError."""
+    assert preflight._clock(b"[" * 30000 + b"]" * 30000, time.time()) is None
+
+
 def test_a_published_sketch_is_downloaded_and_verified_not_kept(tmp_path, collector, capsys):
     publish(collector, collector.admin, sketch_bytes(0.5))
     cfg = write_config(tmp_path, collector.url, collector.token, sketch=None, download=True)

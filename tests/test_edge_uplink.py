@@ -959,6 +959,19 @@ def test_a_200_whose_json_is_not_an_object_is_a_retry_not_a_crash(doc, size):
     read ``.get`` of it, an AttributeError (an unexpected error with a traceback and the
     crash backoff); it is a retry like a 200 that is not JSON. (It reads the body first:
     a 200 before the body went is not believed at all.)"""
+    _a_200_with(doc, size, "200 with a body that is not a JSON object: " + doc.decode())
+
+
+@pytest.mark.parametrize("doc", [b"[" * 30000 + b"]" * 30000, b'{"a": ' + b"[" * 100 + b"]" * 100
+                                 + b"}"], ids=["30000", "100"])
+def test_a_200_whose_json_nests_too_deep_is_a_retry_not_a_crash(doc):
+    """A RecursionError in the uploader before: no ``except ValueError`` catches it."""
+    _a_200_with(doc, 10, "200 with a body that is not JSON")
+
+
+def _a_200_with(doc: bytes, size: int, said: str) -> None:
+    """A batch of ``size`` bytes posted to a server answering 200 with ``doc``: a retry
+    that ``said``."""
     answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
               b"Connection: close\r\n\r\n%s" % (len(doc), doc))
     listener = _trickling(answer, len(answer), every=0)
@@ -967,8 +980,7 @@ def test_a_200_whose_json_is_not_an_object_is_a_retry_not_a_crash(doc, size):
         out = uplink.post_batch(b"x" * size)
     finally:
         listener.close()
-    assert out == Outcome("retry", 200, "200 with a body that is not a JSON object: "
-                          + doc.decode()), out
+    assert out == Outcome("retry", 200, said), out
 
 
 @pytest.mark.parametrize("status", [200, 500])

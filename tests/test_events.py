@@ -433,6 +433,37 @@ def test_bad_msgpack_record_and_stream(tmp_path):
     assert len(got) == 1
 
 
+def test_a_record_over_a_limit_is_one_bad_event(tmp_path, monkeypatch):
+    """A line nested 1,500 deep raised RecursionError, ``on_bad_event="skip"`` included."""
+    deep = '{"type": "a", "t": 2, "v": ' + "[" * 1500 + "]" * 1500 + "}"
+    long = json.dumps({"type": "a", "t": 3, "v": "x" * 6000})
+    path = tmp_path / "ev.jsonl"
+    path.write_text(f'{{"type": "a", "t": 1}}\n{deep}\n{long}\n{{"type": "b", "t": 4}}\n')
+    monkeypatch.setattr("acep._bounds.MAX_LINE_BYTES", 5000)
+    with pytest.raises(EventError, match=r"ev.jsonl, line 2: nested deeper than the limit"):
+        read_all(path)
+    bad: list = []
+    assert list(read_all(path, on_bad_event="skip", bad_events=bad).tags) == [1, 4]
+    assert [line for _, line, _ in bad] == [2, 3]
+    assert "line is longer than the limit of 5000 bytes" in bad[1][2]
+
+
+def test_a_msgpack_record_nested_too_deep_is_a_bad_event(tmp_path):
+    def record(depth: int) -> bytes:
+        return (b"\x83" + b"".join(map(msgpack.packb, ["type", "a", "t", 2, "v"]))
+                + b"\x91" * depth + b"\x90")
+
+    path = tmp_path / "ev.msgpack"
+    ends = msgpack.packb({"type": "a", "t": 1}), msgpack.packb({"type": "b", "t": 3})
+    path.write_bytes(ends[0] + record(500) + ends[1])
+    bad: list = []
+    assert list(read_all(path, on_bad_event="skip", bad_events=bad).tags) == [1, 3]
+    assert "event 1: nested deeper than the limit of 64 levels" in bad[0][2]
+    path.write_bytes(ends[0] + record(3000) + ends[1])
+    with pytest.raises(EventError, match="nested too deep to decode after byte 11"):
+        read_all(path, on_bad_event="skip")
+
+
 @pytest.mark.parametrize("text", ['{"type": "a", "t": 1}\n', '[{"type": "a", "t": 1}]'])
 def test_json_text_named_msgpack_is_said_to_be_json(tmp_path, text):
     """JSON's first byte reads as a msgpack integer (123 for '{'): without a word about it

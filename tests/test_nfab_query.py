@@ -456,6 +456,17 @@ def test_valid_edge_and_middle_negations():
     assert len(parse_query(where("n.x = a.x AND n.y < b[b.len].y")).conjuncts) == 2
 
 
+@pytest.mark.parametrize("body", ["a.x > " + "(" * 200 + "1" + ")" * 200,
+                                  " OR ".join(["a.x > 1"] * 200), "a.x > " + "-" * 200 + "1"],
+                         ids=["parentheses", "or", "minus"])
+def test_a_where_nested_too_deep_is_refused_by_its_limit(body):
+    """A WHERE nested 200 deep raised RecursionError; a chain of 1,000 ANDs is 1,000
+    conjuncts, each within the limit."""
+    with pytest.raises(QueryError, match="WHERE: nested deeper than the limit of 64 levels"):
+        parse_query(where(body))
+    assert len(parse_query(where(" AND ".join(["a.x > 1"] * 1000))).conjuncts) == 1000
+
+
 def test_load_query_reads_a_file_and_names_it_in_errors(tmp_path):
     good = tmp_path / "q1.sase"
     good.write_text(QUERY_1, encoding="utf-8")

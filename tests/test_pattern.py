@@ -93,6 +93,31 @@ def test_predicate_errors_point_into_the_where_text(text, pos, fragment):
     assert fragment in str(info.value)
 
 
+DEEP = "nested deeper than the limit of 64 levels"
+
+
+@pytest.mark.parametrize("text", ["(" * 300 + "a" + ")" * 300, "a" + "?" * 300,
+                                  "(" * 65 + "a" + ")" * 65], ids=["groups", "?", "65"])
+def test_a_pattern_nested_too_deep_is_refused_by_its_limit(text):
+    """A pattern nested 300 deep raised RecursionError."""
+    with pytest.raises(PatternError, match=DEEP):
+        parse_regex(text)
+    assert symbols(parse_regex("(" * 63 + "a" + ")" * 63)) == ["a"]
+
+
+@pytest.mark.parametrize("text", [
+    " or ".join(["b.v > 1"] * 1000), "b.v > " + "+".join(["1"] * 1000),
+    "b.v > " + "(" * 1000 + "1" + ")" * 1000, "b.v > " + "-" * 1000 + "1",
+    "not " * 1000 + "b.v > 1", "b.v > max(" * 300 + "1" + ", 1)" * 300,
+], ids=["or", "+", "parentheses", "minus", "not", "max"])
+def test_a_where_nested_too_deep_is_refused_by_its_limit(text):
+    """A --where of 1,000 terms raised RecursionError; 1,000 conditions joined by a top-level
+    and are 1,000 predicates, each shallow."""
+    with pytest.raises(PatternError, match=DEEP):
+        parse_where([text])
+    assert len(parse_where([" and ".join(["b.v > 1"] * 1000)]).predicates) == 1000
+
+
 def test_two_different_equivalence_tests_are_refused():
     with pytest.raises(PatternError, match="second equivalence test"):
         parse_where(["[a]", "[b]"])

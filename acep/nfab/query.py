@@ -24,7 +24,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import NoReturn
 
-from ..pattern import FUNCTIONS, PatternError, Token, _Cursor, _or
+from ..pattern import FUNCTIONS, PatternError, Token, _Cursor, _or, check_depth
 from ..units import WITHIN_UNITS, within_seconds
 from .ast import (
     Agg,
@@ -398,14 +398,21 @@ def _varlist(cur: _QueryCursor, strategy: str) -> None:
 
 
 def _conjunction(cur: _QueryCursor) -> tuple[Expr, ...]:
-    """An expression, split at AND into conjuncts (2.5: an OR stays inside one)."""
-    return tuple(_split_and(_or(cur)))
+    """An expression, split at AND into conjuncts (2.5: an OR stays inside one). A chain of
+    ANDs is as long as it likes; each conjunct is held to the nesting limit."""
+    start = cur.tok.pos
+    return tuple(check_depth(cur, c, start) for c in _split_and(_or(cur)))
 
 
 def _split_and(expr: Expr) -> list[Expr]:
-    if isinstance(expr, BinOp) and expr.op == "and":
-        return _split_and(expr.left) + _split_and(expr.right)
-    return [expr]
+    found, todo = [], [expr]
+    while todo:
+        e = todo.pop()
+        if isinstance(e, BinOp) and e.op == "and":
+            todo += [e.right, e.left]
+        else:
+            found.append(e)
+    return found
 
 
 # --------------------------------------------------------------------------- WITHIN, RETURN
@@ -439,7 +446,7 @@ def _returns(cur: _QueryCursor) -> tuple[ReturnItem, ...]:
     items: list[ReturnItem] = []
     while True:
         start = cur.tok.pos
-        expr = _or(cur)
+        expr = check_depth(cur, _or(cur), start)
         name, name_pos = cur.text[start:cur.end_of_last()].strip(), start
         if cur.at("as"):
             cur.take()
