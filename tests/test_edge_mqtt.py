@@ -1,0 +1,266 @@
+"""The agent's MQTT source against a real Mosquitto broker on loopback: events published
+are matched as acep.Matcher matches them, a persistent session keeps what is published
+while the agent is down, and a bad payload is counted and logged, never the end."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import acep
+from edge.agent import Agent
+from edge.config import ConfigError, parse_config
+from edge.wire import decode_batch
+
+mqtt = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt is not installed "
+                           "(pip install 'acep[mqtt]')")
+MOSQUITTO = shutil.which("mosquitto") or next(
+    (p for p in ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto") if os.path.exists(p)),
+    None)
+PATTERN = {"id": "abc", "text": "a b c", "window": 5.0, "k": 1, "partition": "id"}
+TOPIC = "sensors/dev-m/events"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def broker(tmp_path) -> Iterator[int]:
+    """A Mosquitto broker on a free loopback port, with persistence; its port."""
+    if MOSQUITTO is None:
+        pytest.skip("mosquitto is not installed (apt-get install mosquitto)")
+    port = free_port()
+    data = tmp_path / "mosquitto"
+    data.mkdir()
+    conf = tmp_path / "mosquitto.conf"
+    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\n"
+                    f"persistence_location {data}/\n")
+    proc = subprocess.Popen([MOSQUITTO, "-c", str(conf)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port),
+                                                                        0.2):
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"mosquitto did not start: {proc.stderr.read().decode()}")
+            time.sleep(0.05)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def stream(n: int, seed: int = 1) -> list[dict]:
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.random()
+        out.append({"type": rng.choice("abc"), "t": round(t, 3), "id": rng.randrange(4)})
+    return out
+
+
+def config(tmp: Path, port: int, **source) -> dict:
+    return {"device": {"id": "dev-m"}, "pattern": PATTERN,
+            "source": {"kind": "mqtt", "host": "127.0.0.1", "port": port, "topics": [TOPIC],
+                       "batch_events": 50, "batch_seconds": 0.05, **source},
+            "outbox": {"path": str(tmp / "outbox.db")},
+            "metrics": {"path": str(tmp / "metrics.jsonl"), "interval": 3600}}
+
+
+def publish(port: int, payloads: list, topic: str = TOPIC) -> None:
+    """Each payload (a dict as JSON, bytes as they are) at QoS 1, all acknowledged."""
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="test-publisher")
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    try:
+        infos = [client.publish(topic, p if isinstance(p, bytes) else json.dumps(p), qos=1)
+                 for p in payloads]
+        for info in infos:
+            info.wait_for_publish(10)
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def direct_rows(events: list[dict]) -> list[tuple]:
+    m = acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"], partition="id")
+    found = m.match_batch(acep.EventBatch.from_events(events))
+    return sorted(((x.partition, x.point, x.errors, tuple(x.events)) for x in found), key=repr)
+
+
+def outbox_rows(tmp: Path) -> list[tuple]:
+    db = sqlite3.connect(tmp / "outbox.db")
+    rows = []
+    for (body,) in db.execute("SELECT body FROM pending ORDER BY n"):
+        b = decode_batch(body)
+        for i in range(len(b)):
+            traj = b.trajectory[b.trajectory_ptr[i]:b.trajectory_ptr[i + 1]].tolist()
+            rows.append((b.partition[i], float(b.point[i]), int(b.errors[i]), tuple(traj)))
+    db.close()
+    return sorted(rows, key=repr)
+
+
+@contextlib.contextmanager
+def running(agent: Agent) -> Iterator[dict]:
+    """The agent's run in a thread, stopped on leaving; yields its final metrics."""
+    result: dict = {}
+    runner = threading.Thread(target=lambda: result.update(agent.run()))
+    runner.start()
+    try:
+        yield result
+    finally:
+        agent.stop()
+        runner.join(30)
+        assert not runner.is_alive()
+
+
+def subscribed(agent: Agent) -> None:
+    """Wait until the agent's source has its subscriptions granted."""
+    deadline = time.monotonic() + 10
+    while getattr(agent, "source", None) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert agent.source.subscribed.wait(10), "the agent never subscribed"
+
+
+def consumed(agent: Agent, n: int, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while agent.consumed < n:
+        assert time.monotonic() < deadline, f"{agent.consumed} of {n} events consumed"
+        time.sleep(0.02)
+
+
+def test_published_events_are_matched_as_the_matcher_matches_them(tmp_path, broker):
+    events = stream(300)
+    agent = Agent(parse_config(config(tmp_path, broker)))
+    with running(agent) as final:
+        subscribed(agent)
+        publish(broker, events)
+        consumed(agent, len(events))
+    assert final["consumed"] == len(events)
+    assert final["bad_lines"] == 0
+    assert outbox_rows(tmp_path) == direct_rows(events)
+
+
+class Recording(Agent):
+    """An agent that keeps the events of its chunks, in order."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.seen: list[dict] = []
+
+    def _process(self, chunk, source):
+        self.seen.extend(event for event, _ in chunk)
+        super()._process(chunk, source)
+
+
+def test_messages_published_while_the_agent_is_down_arrive_after_a_restart(tmp_path, broker):
+    events = stream(200, seed=2)
+    first = Recording(parse_config(config(tmp_path, broker)))
+    with running(first):
+        subscribed(first)
+        publish(broker, events[:80])
+        consumed(first, 80)
+    publish(broker, events[80:])  # nobody subscribed now: the broker keeps them
+    second = Recording(parse_config(config(tmp_path, broker)))
+    with running(second):
+        consumed(second, len(events))
+        time.sleep(0.3)  # nothing more comes: no message twice after a clean stop
+    assert first.seen == events[:80]
+    assert second.seen == events[80:]
+    assert second.consumed == len(events)
+
+
+def test_another_client_id_is_another_session(tmp_path, broker):
+    first = Recording(parse_config(config(tmp_path, broker)))
+    with running(first):
+        subscribed(first)
+    publish(broker, stream(10))
+    other = Recording(parse_config(config(tmp_path, broker, client_id="someone-else")))
+    with running(other):
+        subscribed(other)
+        time.sleep(0.3)
+    assert other.seen == []
+
+
+def test_a_bad_payload_is_counted_and_logged_with_its_topic(tmp_path, broker, caplog):
+    events = stream(100, seed=3)
+    bad = [b"not json", b"[" * 200 + b"]" * 200, b'["a list"]']
+    payloads = events[:50] + bad + events[50:]
+    agent = Agent(parse_config(config(tmp_path, broker, topic_field="topic")))
+    with caplog.at_level(logging.WARNING, "edge.agent"), running(agent) as final:
+        subscribed(agent)
+        publish(broker, payloads)
+        consumed(agent, len(events))
+    assert final["bad_lines"] == len(bad)
+    logged = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(logged) == len(bad) and all(TOPIC in line for line in logged)
+    assert any("not a JSON object" in line for line in logged)
+    assert outbox_rows(tmp_path) == direct_rows([{**e, "topic": TOPIC} for e in events])
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"host": None}, "source.host"),
+    ({"topics": []}, "source.topics"),
+    ({"topics": ["a/#/b"]}, "source.topics"),
+    ({"topics": ["a/b+"]}, "source.topics"),
+    ({"qos": 3}, "source.qos"),
+    ({"port": 70000}, "source.port"),
+    ({"keepalive": 0}, "source.keepalive"),
+    ({"password": "secret"}, "source.password"),
+    ({"password_file": "pw"}, "source.password_file"),
+    ({"username": "u", "password_file": "missing"}, "source.password_file"),
+    ({"ca_file": "ca.pem"}, "source.ca_file"),
+    ({"tls": True, "cert_file": "c.pem"}, "source.cert_file"),
+    ({"client_id": ""}, "source.client_id"),
+    ({"kind": "file", "path": "x.jsonl"}, "source.host"),
+])
+def test_config_errors_name_the_key(tmp_path, change, key):
+    doc = config(tmp_path, 1883)
+    for name, value in change.items():
+        if value is None:
+            del doc["source"][name]
+        else:
+            doc["source"][name] = value
+    with pytest.raises(ConfigError, match=f"^{key}: "):
+        parse_config(doc, base_dir=str(tmp_path))
+
+
+def test_defaults_and_secrets(tmp_path):
+    (tmp_path / "pw").write_text("s3cret\n")
+    cfg = parse_config(config(tmp_path, 1883, username="u", password_file="pw"),
+                       base_dir=str(tmp_path))
+    s = cfg.source
+    assert (s.qos, s.client_id, s.password) == (1, "acep-dev-m-abc", "s3cret")
+    assert "s3cret" not in repr(cfg)
+    doc = config(tmp_path, 1883, tls=True)
+    del doc["source"]["port"]
+    assert parse_config(doc).source.port == 8883
+
+
+def test_without_paho_the_agent_says_which_extra_to_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "paho.mqtt.client", None)
+    agent = Agent(parse_config(config(tmp_path, 1883)))
+    try:
+        with pytest.raises(ConfigError, match=r"needs paho-mqtt.*pip install 'acep\[mqtt\]'"):
+            agent.run()
+    finally:
+        agent.outbox.close()
