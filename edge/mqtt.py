@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from .sources import Item, Source, parse_line, why_bad
 
-__all__ = ["MqttSource", "import_paho", "MISSING"]
+__all__ = ["MqttSource", "import_paho", "probe", "MISSING"]
 
 log = logging.getLogger("edge.agent")
 MISSING = ("source.kind = \"mqtt\" needs paho-mqtt, which is not installed: "
@@ -45,6 +45,33 @@ def make_client(s, client_id: str, clean: bool):
     if s.tls:
         client.tls_set(ca_certs=s.ca_file, certfile=s.cert_file, keyfile=s.key_file)
     return client
+
+
+def probe(s, timeout: float) -> str | None:
+    """Connect to the broker of ``s`` and wait for its answer: None when it accepts, else
+    why not. Under another client id, with a clean session: the agent's own session (and a
+    running agent holding it) are left alone."""
+    client = make_client(s, f"{s.client_id}-check", clean=True)
+    answered = threading.Event()
+    result: list[str | None] = ["no answer within {timeout:g} s"]
+
+    def on_connect(_client, _userdata, _flags, reason, _props):
+        result[0] = f"refused: {reason}" if reason.is_failure else None
+        answered.set()
+
+    client.on_connect = on_connect
+    client.connect_timeout = timeout
+    try:
+        client.connect(s.host, s.port, s.keepalive)
+    except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+        return f"cannot connect: {e}"
+    client.loop_start()
+    try:
+        answered.wait(timeout)
+    finally:
+        client.disconnect()
+        client.loop_stop()
+    return result[0].format(timeout=timeout) if result[0] else None
 
 
 class MqttSource(Source):

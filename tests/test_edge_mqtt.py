@@ -24,6 +24,7 @@ import pytest
 import acep
 from edge.agent import Agent
 from edge.config import ConfigError, parse_config
+from edge.preflight import check
 from edge.wire import decode_batch
 
 mqtt = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt is not installed "
@@ -264,3 +265,26 @@ def test_without_paho_the_agent_says_which_extra_to_install(tmp_path, monkeypatc
             agent.run()
     finally:
         agent.outbox.close()
+
+
+
+def agent_toml(tmp: Path, doc: dict) -> Path:
+    """``doc`` as agent.toml (JSON values are TOML values here: strings, ints, lists)."""
+    path = tmp / "agent.toml"
+    path.write_text("".join(f"[{name}]\n" + "".join(f"{k} = {json.dumps(v)}\n"
+                                                     for k, v in table.items())
+                            for name, table in doc.items()))
+    return path
+
+
+def test_check_connects_to_the_broker_and_says_where(tmp_path, broker, capsys):
+    assert check(str(agent_toml(tmp_path, config(tmp_path, broker)))) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "source" in x)
+    assert line == (f"ok  source mqtt://127.0.0.1:{broker} topics {TOPIC} (qos 1, client id "
+                    "acep-dev-m-abc) (the broker accepts the connection)")
+
+
+def test_check_fails_when_no_broker_answers(tmp_path, capsys):
+    assert check(str(agent_toml(tmp_path, config(tmp_path, free_port())))) == 1
+    line = next(x for x in capsys.readouterr().out.splitlines() if "source" in x)
+    assert line.startswith("FAIL source mqtt://127.0.0.1:") and "cannot connect" in line
