@@ -283,6 +283,8 @@ class Agent:
         source = self._make_source()
         if once and isinstance(source, FileSource):
             source.follow = False
+        elif once and self.cfg.source.kind == "mqtt":
+            source.once = True  # what the broker holds now, then the end
         uploader = self.uploader = None if self.uplink is None else \
             Uploader(self.outbox, self.uplink)
         if uploader is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterator
 
 from .sources import Item, Source, parse_line, why_bad
@@ -24,6 +25,8 @@ log = logging.getLogger("edge.agent")
 MISSING = ("source.kind = \"mqtt\" needs paho-mqtt, which is not installed: "
            "pip install 'acep[mqtt]'")
 WAIT = 0.05  # seconds between two looks at the stop flag while waiting
+ONCE_IDLE = 1.0  # --once: the source ends after this long subscribed with no message
+ONCE_CONNECT = 30.0  # --once: seconds to connect and subscribe before giving up
 
 
 def import_paho():
@@ -87,6 +90,8 @@ class MqttSource(Source):
         self._queue: queue.Queue = queue.Queue()
         self._closing = threading.Event()  # a waiting message is let go unacknowledged
         self._stopping = False
+        self._subscribed_at = 0.0
+        self.once = False  # end once no message came for ONCE_IDLE (acep agent --once)
         self.client = make_client(s, s.client_id, clean=False)
         self.client.on_connect = self._on_connect
         self.client.on_subscribe = self._on_subscribe
@@ -105,6 +110,7 @@ class MqttSource(Source):
         bad = [str(r) for r in reasons if r.is_failure]
         if bad:
             log.error("%s refused a subscription of %s: %s", self.name, self.s.topics, bad)
+        self._subscribed_at = time.monotonic()
         self.subscribed.set()
 
     def _on_disconnect(self, _client, _userdata, _flags, reason, _props) -> None:
@@ -134,17 +140,33 @@ class MqttSource(Source):
         self.client.reconnect_delay_set(1, 30)
         self.client.connect_async(self.s.host, self.s.port, self.s.keepalive)
         self.client.loop_start()
+        started = last = time.monotonic()
         try:
             while not stop.is_set():
                 try:
                     doc, taken = self._queue.get(timeout=WAIT)
                 except queue.Empty:
+                    if self.once and self._idle(started, last):
+                        self.eof = True
+                        return
                     yield None
                     continue
+                last = time.monotonic()
                 yield doc, None
                 taken.set()
         finally:
             self.close()
+
+    def _idle(self, started: float, last: float) -> bool:
+        """--once: the broker has sent what it held (nothing for a while once subscribed),
+        or it cannot be reached."""
+        now = time.monotonic()
+        if not self.subscribed.is_set():
+            if now - started < ONCE_CONNECT:
+                return False
+            log.error("%s: not subscribed after %g s; nothing read", self.name, ONCE_CONNECT)
+            return True
+        return now - max(last, self._subscribed_at) >= ONCE_IDLE
 
     def close(self) -> None:
         """Disconnect first: a message whose event was not taken is then never

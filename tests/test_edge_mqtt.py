@@ -288,3 +288,20 @@ def test_check_fails_when_no_broker_answers(tmp_path, capsys):
     assert check(str(agent_toml(tmp_path, config(tmp_path, free_port())))) == 1
     line = next(x for x in capsys.readouterr().out.splitlines() if "source" in x)
     assert line.startswith("FAIL source mqtt://127.0.0.1:") and "cannot connect" in line
+
+
+def test_once_reads_what_the_broker_holds_then_ends(tmp_path, broker):
+    events = stream(120, seed=4)
+    Agent(parse_config(config(tmp_path, broker))).run(once=True)  # the session is made
+    publish(broker, events)
+    started = time.monotonic()
+    final = Agent(parse_config(config(tmp_path, broker))).run(once=True)
+    assert time.monotonic() - started < 10
+    assert final["consumed"] == len(events)
+    m = acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"], partition="id")
+    flushed = sorted(((x.partition, x.point, x.errors, tuple(x.events))
+                      for x in m.match(events)), key=repr)
+    assert outbox_rows(tmp_path) == flushed
+    publish(broker, stream(30, seed=5))  # a finished run does not end the next one
+    again = Agent(parse_config(config(tmp_path, broker))).run(once=True)
+    assert again["consumed"] == len(events) + 30
