@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import socket
 import sqlite3
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -305,3 +307,30 @@ def test_once_reads_what_the_broker_holds_then_ends(tmp_path, broker):
     publish(broker, stream(30, seed=5))  # a finished run does not end the next one
     again = Agent(parse_config(config(tmp_path, broker))).run(once=True)
     assert again["consumed"] == len(events) + 30
+
+
+def test_the_example_mqtt_source_parses(tmp_path):
+    """examples/agent.toml's commented [source] for MQTT, uncommented in place of its own
+    (without the TLS files and the password file, which must exist)."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "agent.toml"
+    text = example.read_text()
+    block = text[text.index("# [source]\n# kind = \"mqtt\""):]
+    block = block[:block.index("\n\n")]
+    source = tomllib.loads(re.sub(r"^# (?=[\w\[])", "", block, flags=re.M))["source"]
+    for key in ("ca_file", "cert_file", "key_file", "password_file"):
+        source.pop(key)
+    raw = tomllib.loads(text)
+    raw["source"] = source
+    raw["device"].pop("token_file", None)
+    raw["collector"].pop("ca_file", None)
+    cfg = parse_config(raw, base_dir=str(tmp_path)).source
+    assert (cfg.kind, cfg.port, cfg.qos, cfg.topics) == ("mqtt", 1883, 1, ("sensors/+/events",))
+
+
+def test_the_readme_mqtt_source_parses(tmp_path):
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = re.search(r"```toml\n(\[source\]\nkind = \"mqtt\".*?)```", text, re.S).group(1)
+    (tmp_path / "mqtt.password").write_text("secret\n")
+    doc = {**config(tmp_path, 1883), **tomllib.loads(block)}
+    s = parse_config(doc, base_dir=str(tmp_path)).source
+    assert (s.host, s.port, s.password, s.topic_field) == ("127.0.0.1", 1883, "secret", "topic")
