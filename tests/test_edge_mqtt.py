@@ -192,6 +192,23 @@ def test_messages_published_while_the_agent_is_down_arrive_after_a_restart(tmp_p
     assert second.consumed == len(events)
 
 
+def test_a_stop_after_a_full_chunk_acknowledges_its_last_event(tmp_path, broker):
+    """The last event of a chunk closed full is acknowledged once the agent has processed
+    the chunk; a clean stop right then must not leave it to come again."""
+    events = stream(20, seed=6)
+    doc = config(tmp_path, broker, batch_events=10, batch_seconds=30.0)
+    first = Recording(parse_config(doc))
+    with running(first):
+        subscribed(first)
+        publish(broker, events)
+        consumed(first, 20)
+    second = Recording(parse_config(doc))
+    with running(second):
+        subscribed(second)
+        time.sleep(0.5)
+    assert first.seen == events and second.seen == []
+
+
 def test_another_client_id_is_another_session(tmp_path, broker):
     first = Recording(parse_config(config(tmp_path, broker)))
     with running(first):
@@ -334,3 +351,29 @@ def test_the_readme_mqtt_source_parses(tmp_path):
     doc = {**config(tmp_path, 1883), **tomllib.loads(block)}
     s = parse_config(doc, base_dir=str(tmp_path)).source
     assert (s.host, s.port, s.password, s.topic_field) == ("127.0.0.1", 1883, "secret", "topic")
+
+
+def test_a_wildcard_subscription_with_the_topic_as_the_partition(tmp_path, broker):
+    events = stream(150, seed=7)
+    topics = [f"sensors/{e['id']}/events" for e in events]
+    doc = config(tmp_path, broker, topics=["sensors/+/events"], topic_field="topic")
+    doc["pattern"] = {**PATTERN, "partition": "topic"}
+    agent = Agent(parse_config(doc))
+    with running(agent):
+        subscribed(agent)
+        for event, topic in zip(events, topics):
+            publish(broker, [event], topic=topic)
+        consumed(agent, len(events))
+    tagged = [{**e, "topic": topic} for e, topic in zip(events, topics)]
+    m = acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"], partition="topic")
+    found = m.match_batch(acep.EventBatch.from_events(tagged))
+    assert found and outbox_rows(tmp_path) == sorted(
+        ((x.partition, x.point, x.errors, tuple(x.events)) for x in found), key=repr)
+
+
+def test_check_without_paho_names_the_extra(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "paho.mqtt.client", None)
+    assert check(str(agent_toml(tmp_path, config(tmp_path, 1883)))) == 1
+    assert "FAIL source mqtt://127.0.0.1:1883 topics sensors/dev-m/events (qos 1, client id " \
+           "acep-dev-m-abc): source.kind = \"mqtt\" needs paho-mqtt, which is not installed: " \
+           "pip install 'acep[mqtt]'" in capsys.readouterr().out
