@@ -44,18 +44,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def broker(tmp_path) -> Iterator[int]:
-    """A Mosquitto broker on a free loopback port, with persistence; its port."""
+@contextlib.contextmanager
+def mosquitto(tmp: Path, conf: str = "allow_anonymous true\n",
+              port: int | None = None) -> Iterator[int]:
+    """A Mosquitto broker on loopback (a free port unless given), with persistence in
+    ``tmp`` and ``conf``; its port."""
     if MOSQUITTO is None:
         pytest.skip("mosquitto is not installed (apt-get install mosquitto)")
-    port = free_port()
-    data = tmp_path / "mosquitto"
-    data.mkdir()
-    conf = tmp_path / "mosquitto.conf"
-    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\n"
-                    f"persistence_location {data}/\n")
-    proc = subprocess.Popen([MOSQUITTO, "-c", str(conf)], stdout=subprocess.DEVNULL,
+    port = port or free_port()
+    data = tmp / "mosquitto"
+    data.mkdir(exist_ok=True)
+    path = tmp / "mosquitto.conf"
+    # as root it would switch to the user "mosquitto", who cannot read the test's files
+    user = "user root\n" if os.geteuid() == 0 else ""
+    path.write_text(f"listener {port} 127.0.0.1\npersistence true\n"
+                    f"persistence_location {data}/\n{user}{conf}")
+    proc = subprocess.Popen([MOSQUITTO, "-c", str(path)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 10
@@ -70,6 +74,12 @@ def broker(tmp_path) -> Iterator[int]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture
+def broker(tmp_path) -> Iterator[int]:
+    with mosquitto(tmp_path) as port:
+        yield port
 
 
 def stream(n: int, seed: int = 1) -> list[dict]:
@@ -89,9 +99,12 @@ def config(tmp: Path, port: int, **source) -> dict:
             "metrics": {"path": str(tmp / "metrics.jsonl"), "interval": 3600}}
 
 
-def publish(port: int, payloads: list, topic: str = TOPIC) -> None:
-    """Each payload (a dict as JSON, bytes as they are) at QoS 1, all acknowledged."""
+def publish(port: int, payloads: list, topic: str = TOPIC, setup=None) -> None:
+    """Each payload (a dict as JSON, bytes as they are) at QoS 1, all acknowledged;
+    ``setup`` is called with the client first (TLS, a password)."""
     client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="test-publisher")
+    if setup is not None:
+        setup(client)
     client.connect("127.0.0.1", port)
     client.loop_start()
     try:
@@ -377,3 +390,75 @@ def test_check_without_paho_names_the_extra(tmp_path, monkeypatch, capsys):
     assert "FAIL source mqtt://127.0.0.1:1883 topics sensors/dev-m/events (qos 1, client id " \
            "acep-dev-m-abc): source.kind = \"mqtt\" needs paho-mqtt, which is not installed: " \
            "pip install 'acep[mqtt]'" in capsys.readouterr().out
+
+
+def test_tls_and_a_password(tmp_path, capsys):
+    trustme = pytest.importorskip("trustme")
+    passwd = shutil.which("mosquitto_passwd")
+    if passwd is None:
+        pytest.skip("mosquitto_passwd is not installed")
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(tmp_path / "ca.pem")
+    server = ca.issue_cert("127.0.0.1")
+    server.cert_chain_pems[0].write_to_path(tmp_path / "server.pem")
+    server.private_key_pem.write_to_path(tmp_path / "server.key")
+    subprocess.run([passwd, "-b", "-c", str(tmp_path / "users"), "pi", "s3cret"], check=True)
+    (tmp_path / "mqtt.password").write_text("s3cret\n")
+    conf = (f"allow_anonymous false\npassword_file {tmp_path / 'users'}\n"
+            f"cafile {tmp_path / 'ca.pem'}\ncertfile {tmp_path / 'server.pem'}\n"
+            f"keyfile {tmp_path / 'server.key'}\n")
+
+    def setup(client):
+        client.tls_set(ca_certs=str(tmp_path / "ca.pem"))
+        client.username_pw_set("pi", "s3cret")
+
+    events = stream(60, seed=8)
+    with mosquitto(tmp_path, conf) as port:
+        doc = config(tmp_path, port, tls=True, ca_file="ca.pem", username="pi",
+                     password_file="mqtt.password")
+        assert check(str(agent_toml(tmp_path, doc))) == 0
+        assert "the broker accepts the connection" in capsys.readouterr().out
+        agent = Agent(parse_config(doc, base_dir=str(tmp_path)))
+        with running(agent):
+            subscribed(agent)
+            publish(port, events, setup=setup)
+            consumed(agent, len(events))
+        (tmp_path / "mqtt.password").write_text("wrong\n")
+        assert check(str(agent_toml(tmp_path, doc))) == 1
+        line = next(x for x in capsys.readouterr().out.splitlines() if "source" in x)
+        assert line.startswith(f"FAIL source mqtts://127.0.0.1:{port} ") and "refused" in line
+    assert outbox_rows(tmp_path) == direct_rows(events)
+
+
+def test_the_agent_reconnects_when_the_broker_restarts(tmp_path, caplog):
+    events = stream(100, seed=9)
+    with contextlib.ExitStack() as stack:
+        first = contextlib.ExitStack()
+        port = first.enter_context(mosquitto(tmp_path))
+        agent = Recording(parse_config(config(tmp_path, port)))
+        with caplog.at_level(logging.INFO, "edge.agent"), running(agent):
+            subscribed(agent)
+            publish(port, events[:40])
+            consumed(agent, 40)
+            agent.source.subscribed.clear()
+            first.close()  # SIGTERM: the broker saves the session, then stops
+            stack.enter_context(mosquitto(tmp_path, port=port))
+            assert agent.source.subscribed.wait(30), "the agent never subscribed again"
+            publish(port, events[40:])
+            consumed(agent, len(events))
+    assert agent.seen == events
+    assert any("disconnected" in r.getMessage() for r in caplog.records)
+
+
+def test_messages_kept_for_the_agent_survive_a_broker_restart(tmp_path):
+    events = stream(50, seed=10)
+    with mosquitto(tmp_path) as port:
+        first = Recording(parse_config(config(tmp_path, port)))
+        with running(first):
+            subscribed(first)
+        publish(port, events)
+    with mosquitto(tmp_path, port=port):  # the session and its messages, from persistence
+        second = Recording(parse_config(config(tmp_path, port)))
+        with running(second):
+            consumed(second, len(events))
+    assert second.seen == events
