@@ -359,12 +359,20 @@ def _mqtt_tls(src: _Section, source: SourceConfig, path_of) -> None:
     if (source.cert_file is None) != (source.key_file is None):
         raise ConfigError("source.key_file: give source.cert_file and source.key_file "
                           "together (a client certificate and its key)")
-    if source.ca_file is not None:
+    if not source.tls:
+        return
+    try:
+        context = ssl.create_default_context(cafile=source.ca_file)
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(f"source.ca_file: {source.ca_file} is not a readable PEM "
+                          f"certificate file ({e})") from None
+    if source.cert_file is not None:
         try:
-            ssl.create_default_context(cafile=source.ca_file)
+            context.load_cert_chain(source.cert_file, source.key_file)
         except (OSError, ssl.SSLError) as e:
-            raise ConfigError(f"source.ca_file: {source.ca_file} is not a readable PEM "
-                              f"certificate file ({e})") from None
+            raise ConfigError(f"source.cert_file: {source.cert_file} with source.key_file "
+                              f"{source.key_file} is not a PEM certificate and its key "
+                              f"({e})") from None
 
 
 def load_config(path: str | os.PathLike) -> AgentConfig:

@@ -56,10 +56,11 @@ def probe(s, timeout: float) -> str | None:
     running agent holding it) are left alone."""
     client = make_client(s, f"{s.client_id}-check", clean=True)
     answered = threading.Event()
-    result: list[str | None] = ["no answer within {timeout:g} s"]
+    refused: list[str] = []
 
     def on_connect(_client, _userdata, _flags, reason, _props):
-        result[0] = f"refused: {reason}" if reason.is_failure else None
+        if reason.is_failure:
+            refused.append(f"refused: {reason}")
         answered.set()
 
     client.on_connect = on_connect
@@ -70,11 +71,12 @@ def probe(s, timeout: float) -> str | None:
         return f"cannot connect: {e}"
     client.loop_start()
     try:
-        answered.wait(timeout)
+        if not answered.wait(timeout):
+            return f"no answer within {timeout:g} s"
     finally:
         client.disconnect()
         client.loop_stop()
-    return result[0].format(timeout=timeout) if result[0] else None
+    return refused[0] if refused else None
 
 
 class MqttSource(Source):

@@ -462,3 +462,18 @@ def test_messages_kept_for_the_agent_survive_a_broker_restart(tmp_path):
         with running(second):
             consumed(second, len(events))
     assert second.seen == events
+
+
+def test_a_client_certificate_that_does_not_load_names_the_key(tmp_path):
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(tmp_path / "ca.pem")
+    ca.issue_cert("pi-01").cert_chain_pems[0].write_to_path(tmp_path / "pi.pem")
+    ca.issue_cert("other").private_key_pem.write_to_path(tmp_path / "other.key")
+    doc = config(tmp_path, 8883, tls=True, ca_file="ca.pem", cert_file="pi.pem",
+                 key_file="other.key")
+    with pytest.raises(ConfigError, match="^source.cert_file: .*pi.pem with source.key_file"):
+        parse_config(doc, base_dir=str(tmp_path))
+    (tmp_path / "ca.pem").write_text("not a certificate")
+    with pytest.raises(ConfigError, match="^source.ca_file: .*not a readable PEM"):
+        parse_config(doc, base_dir=str(tmp_path))
