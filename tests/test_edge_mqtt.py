@@ -477,3 +477,13 @@ def test_a_client_certificate_that_does_not_load_names_the_key(tmp_path):
     (tmp_path / "ca.pem").write_text("not a certificate")
     with pytest.raises(ConfigError, match="^source.ca_file: .*not a readable PEM"):
         parse_config(doc, base_dir=str(tmp_path))
+
+
+def test_an_agent_with_no_broker_keeps_trying_and_stops_at_once(tmp_path, caplog):
+    agent = Agent(parse_config(config(tmp_path, free_port())))
+    with caplog.at_level(logging.WARNING, "edge.agent"):
+        with running(agent):
+            time.sleep(2.5)  # a try at once, then one after 1 s, then 2 s
+            stopping = time.monotonic()
+        assert time.monotonic() - stopping < 3
+    assert any("cannot connect" in r.getMessage() for r in caplog.records)
