@@ -2,8 +2,8 @@
 
 The wire format (:mod:`edge.wire`, ``docs/WIRE.md``), the durable outbox
 (:mod:`edge.outbox`) and the device agent (:mod:`edge.agent`: config, sources, budget
-control, uplink; its sketch in :mod:`edge.sketches`, its progress in :mod:`edge.resume`,
-its outbox writes in :mod:`edge.commits`).
+control, uplink; its MQTT source in :mod:`edge.mqtt`; its sketch in :mod:`edge.sketches`,
+its progress in :mod:`edge.resume`, its outbox writes in :mod:`edge.commits`).
 The collector is :mod:`edge.collector` (server side: aiohttp, pyarrow).
 """
 
@@ -28,8 +28,9 @@ from .wire import (
 
 __all__ = [
     "Agent", "main", "WallClockBudget", "AgentConfig", "ConfigError", "load_config", "FileSource",
-    "IteratorSource", "StdinSource", "Uplink", "Uploader", "Backoff", "Due", "Outbox",
-    "OutboxFull", "Condenser", "Limits", "PatternRef", "SummaryBatch", "UploadBatch", "WireError",
+    "IteratorSource", "StdinSource", "MqttSource", "Uplink", "Uploader", "Backoff", "Due",
+    "Outbox", "OutboxFull", "Condenser", "Limits", "PatternRef", "SummaryBatch", "UploadBatch",
+    "WireError",
     "batch_from_matches", "batch_id", "decode", "decode_batch", "decode_condensed",
     "encode_batch", "encode_condensed", "pattern_hash",
 ]
@@ -41,7 +42,7 @@ _LAZY = {"Agent": "agent", "main": "agent", "WallClockBudget": "budgeting",
          "Backoff": "outbox", "Due": "outbox", "Outbox": "outbox", "OutboxFull": "outbox",
          "AgentConfig": "config", "ConfigError": "config", "load_config": "config",
          "FileSource": "sources", "IteratorSource": "sources", "StdinSource": "sources",
-         "Uplink": "uplink", "Uploader": "uplink"}
+         "MqttSource": "mqtt", "Uplink": "uplink", "Uploader": "uplink"}
 
 
 def __getattr__(name: str):

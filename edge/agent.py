@@ -250,14 +250,24 @@ class Agent:
             if self.events_iterable is None:
                 raise ConfigError("source.kind: \"iterator\" needs events passed to Agent")
             src = IteratorSource(self.events_iterable, start=int(pr.replay_offset or 0), **kw)
+        elif s.kind == "mqtt":
+            src = self._mqtt_source(kw)
         else:
             src = StdinSource(self.stdin, **kw)
         self._bad_log = src.bad_log
+        self.source = src
         if src.replayable:
             self.position, pr.resume_offset = pr.replay_position, pr.replay_offset
         else:  # nothing to replay: positions continue after the events consumed
             self.position = pr.replay_position = self.consumed
         return src
+
+    def _mqtt_source(self, kw: dict) -> Source:
+        from .mqtt import MqttSource  # paho-mqtt is an optional extra
+        try:
+            return MqttSource(self.cfg.source, **kw)
+        except ImportError as e:
+            raise ConfigError(str(e)) from None
 
     # ------------------------------------------------------------------ the loop
 
@@ -273,6 +283,8 @@ class Agent:
         source = self._make_source()
         if once and isinstance(source, FileSource):
             source.follow = False
+        elif once and self.cfg.source.kind == "mqtt":
+            source.once = True  # what the broker holds now, then the end
         uploader = self.uploader = None if self.uplink is None else \
             Uploader(self.outbox, self.uplink)
         if uploader is not None:
@@ -722,6 +734,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, agent.stop)
     try:
         agent.run(once=args.once)
+    except ConfigError as e:  # paho-mqtt missing for source.kind = "mqtt"
+        print(f"acep agent: config error: {e}", file=sys.stderr)
+        return 2
     except FileNotFoundError as e:  # a file not followed (or --once) is read at once
         if e.filename != agent.cfg.source.path:
             raise

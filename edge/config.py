@@ -30,7 +30,9 @@ __all__ = ["ConfigError", "KeyFileError", "read_key_file", "AgentConfig", "Patte
            "SourceConfig", "BudgetConfig", "SketchConfig", "OutboxConfig", "CondensedConfig",
            "MetricsConfig", "load_config", "parse_config"]
 
-SOURCES = ("file", "stdin", "iterator")
+SOURCES = ("file", "stdin", "iterator", "mqtt")
+MQTT_KEYS = ("host", "port", "topics", "qos", "client_id", "username", "password_file",
+             "tls", "ca_file", "cert_file", "key_file", "keepalive", "topic_field")
 BUDGET_MODES = ("none", "fixed", "wall-clock")
 CAP_POLICIES = ("drop-oldest", "refuse-new")
 # the longest wait a key may ask for: a year is more than any device needs, and far below
@@ -85,6 +87,21 @@ class SourceConfig:
     batch_events: int = 1000
     batch_seconds: float = 1.0
     poll_seconds: float = 0.1
+    # source.kind = "mqtt" (edge/mqtt.py)
+    host: str | None = None
+    port: int = 1883
+    topics: tuple[str, ...] = ()
+    qos: int = 1
+    client_id: str | None = None
+    username: str | None = None
+    password_file: str | None = None
+    password: str | None = field(default=None, repr=False)
+    tls: bool = False
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    keepalive: int = 60
+    topic_field: str | None = None
 
 
 @dataclass
@@ -260,6 +277,104 @@ def _check_pattern(p: PatternConfig) -> None:
         raise ConfigError(f"{key}: {e}") from None
 
 
+def _check_topic(topic) -> None:
+    """A topic filter: not empty, and ``+`` or ``#`` only as a whole level (``#`` last)."""
+    if not isinstance(topic, str) or not topic or "\0" in topic:
+        raise ConfigError(f"source.topics: {topic!r} is not a topic filter (a non-empty "
+                          "string)")
+    levels = topic.split("/")
+    for i, level in enumerate(levels):
+        if ("+" in level or "#" in level) and level not in ("+", "#") or \
+                level == "#" and i != len(levels) - 1:
+            raise ConfigError(f"source.topics: {topic!r}: + and # must be a whole level, "
+                              "and # the last one")
+
+
+def _mqtt(src: _Section, source: SourceConfig, path_of, client_id: str) -> None:
+    """The ``[source]`` keys of ``source.kind = "mqtt"``, refused for another kind."""
+    if source.kind != "mqtt":
+        extra = next((k for k in MQTT_KEYS if k in src.doc), None)
+        if extra is not None:
+            raise ConfigError(f"source.{extra}: only for source.kind = \"mqtt\"")
+        return
+    source.host = src.get("host", str, required=True)
+    if not source.host.strip():
+        raise ConfigError("source.host: empty")
+    source.tls = src.get("tls", bool, False)
+    source.port = src.get("port", int, 8883 if source.tls else 1883)
+    if not 0 < source.port < 65536:
+        raise ConfigError(f"source.port: must be in 1..65535, not {source.port}")
+    topics = src.get("topics", (list, str), required=True)
+    source.topics = tuple([topics] if isinstance(topics, str) else topics)
+    if not source.topics:
+        raise ConfigError("source.topics: empty (give at least one topic filter)")
+    for topic in source.topics:
+        _check_topic(topic)
+    source.qos = src.get("qos", int, 1)
+    if source.qos not in (0, 1, 2):
+        raise ConfigError(f"source.qos: must be 0, 1 or 2, not {source.qos}")
+    source.client_id = src.get("client_id", str, client_id)
+    if not source.client_id:
+        raise ConfigError("source.client_id: empty (a persistent session needs a stable id)")
+    source.keepalive = src.get("keepalive", int, 60)
+    if not 5 <= source.keepalive <= 65535:
+        raise ConfigError(f"source.keepalive: must be in 5..65535 seconds, not "
+                          f"{source.keepalive}")
+    source.topic_field = src.get("topic_field", str)
+    _mqtt_login(src, source, path_of)
+    _mqtt_tls(src, source, path_of)
+
+
+def _mqtt_login(src: _Section, source: SourceConfig, path_of) -> None:
+    source.username = src.get("username", str)
+    if "password" in src.doc:
+        raise ConfigError("source.password: not in agent.toml; put it in a file named by "
+                          "source.password_file")
+    source.password_file = path_of(src.get("password_file", str))
+    if source.password_file is None:
+        return
+    if source.username is None:
+        raise ConfigError("source.password_file: needs source.username (MQTT 3.1.1 sends "
+                          "no password without a user name)")
+    try:
+        source.password = read_key_file(source.password_file, "source.password_file",
+                                        "password").decode()
+    except KeyFileError as e:
+        raise ConfigError(str(e)) from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"source.password_file: {source.password_file}: not UTF-8 "
+                          "text") from None
+
+
+def _mqtt_tls(src: _Section, source: SourceConfig, path_of) -> None:
+    for key in ("ca_file", "cert_file", "key_file"):
+        path = path_of(src.get(key, str))
+        if path is None:
+            continue
+        if not source.tls:
+            raise ConfigError(f"source.{key}: needs source.tls = true")
+        if not os.path.isfile(path) or not os.access(path, os.R_OK):
+            raise ConfigError(f"source.{key}: {path}: not a readable file")
+        setattr(source, key, path)
+    if (source.cert_file is None) != (source.key_file is None):
+        raise ConfigError("source.key_file: give source.cert_file and source.key_file "
+                          "together (a client certificate and its key)")
+    if not source.tls:
+        return
+    try:
+        context = ssl.create_default_context(cafile=source.ca_file)
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(f"source.ca_file: {source.ca_file} is not a readable PEM "
+                          f"certificate file ({e})") from None
+    if source.cert_file is not None:
+        try:
+            context.load_cert_chain(source.cert_file, source.key_file)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"source.cert_file: {source.cert_file} with source.key_file "
+                              f"{source.key_file} is not a PEM certificate and its key "
+                              f"({e})") from None
+
+
 def load_config(path: str | os.PathLike) -> AgentConfig:
     """Read and check ``agent.toml``."""
     path = Path(path)
@@ -409,6 +524,7 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
         batch_events=src.positive("batch_events", int, 1000),
         batch_seconds=src.seconds("batch_seconds", 1.0),
         poll_seconds=src.seconds("poll_seconds", 0.1))
+    _mqtt(src, source, path_of, f"acep-{device_id}-{pattern.id}")
     src.done()
     if source.kind == "file" and source.path is None:
         raise ConfigError("source.path: missing (needed for source.kind = \"file\")")

@@ -154,6 +154,8 @@ def _source(cfg: AgentConfig) -> Check:
     s = cfg.source
     if s.kind == "stdin":
         return Check("ok", "source standard input")
+    if s.kind == "mqtt":
+        return _mqtt(cfg)
     if s.kind == "iterator":
         return Check("FAIL", "source", 'source.kind = "iterator" is for the Python API '
                                        "(Agent(config, events=...)); acep agent cannot run it")
@@ -180,6 +182,26 @@ def _source(cfg: AgentConfig) -> Check:
                                    "have nothing to read)")
     return Check("WARN", what, "does not exist yet; the agent waits for it to appear "
                                "(source.follow = true)")
+
+
+def _mqtt(cfg: AgentConfig) -> Check:
+    """Connect to the broker as the agent would (another client id, a clean session)."""
+    from .mqtt import import_paho, probe  # paho-mqtt is an optional extra
+
+    s = cfg.source
+    what = (f"source mqtt{'s' if s.tls else ''}://{s.host}:{s.port} topics "
+            f"{', '.join(s.topics)} (qos {s.qos}, client id {s.client_id})")
+    try:
+        import_paho()
+    except ImportError as e:
+        return Check("FAIL", what, str(e))
+    why = probe(s, min(cfg.timeout, HTTP_TIMEOUT))
+    if why is not None:
+        return Check("FAIL", what, why)
+    if not s.tls and s.password is not None and s.host not in LOOPBACK:
+        return Check("WARN", what, "the broker answers, but the password travels in clear "
+                                   "(set source.tls = true)")
+    return Check("ok", what, "the broker accepts the connection")
 
 
 def _dir_writable(folder: str) -> str | None:
@@ -309,7 +331,8 @@ def _written(cfg: AgentConfig) -> Iterator[Check]:
 
 def _keys(cfg: AgentConfig, keys: dict) -> Iterator[Check]:
     """The secrets: readable, and not by every user. Fills ``keys`` (path: bytes or None)."""
-    files = [("device.token_file", cfg.token_file)]
+    files = [("device.token_file", cfg.token_file),
+             ("source.password_file", cfg.source.password_file)]
     if cfg.sketch is not None:
         files += [("sketch.key_file", cfg.sketch.key_file),
                   ("sketch.device_key_file", cfg.sketch.device_key_file)]
@@ -318,7 +341,7 @@ def _keys(cfg: AgentConfig, keys: dict) -> Iterator[Check]:
             continue
         what = f"{key} {path}"
         try:
-            keys[path] = read_key_file(path, key, "token" if key.startswith("device") else "key")
+            keys[path] = read_key_file(path, key, _secret(key))
         except KeyFileError as e:  # the agent's own words: e.option and e.path are in what
             keys[path] = None
             yield Check("FAIL", what, e.why)
@@ -328,6 +351,10 @@ def _keys(cfg: AgentConfig, keys: dict) -> Iterator[Check]:
         c = _private(f"device.token in {cfg.config_path}", cfg.config_path)
         if c.level == "WARN":
             yield Check("WARN", c.what, c.why + ", or move the token to device.token_file")
+
+
+def _secret(key: str) -> str:
+    return {"device": "token", "source": "password"}.get(key.split(".")[0], "key")
 
 
 def _private(what: str, path: str) -> Check:

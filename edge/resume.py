@@ -83,8 +83,8 @@ class Progress:
         self.renamed: io.BufferedReader | None = None
         why = self._other_stream(st.get("source"), st.get("pattern")) if st else None
         if why is None:
-            if self.cfg.source.kind == "stdin":
-                self.finished = False  # every run reads a new standard input
+            if self.cfg.source.kind in ("stdin", "mqtt"):
+                self.finished = False  # every run reads new events
             return
         log.warning("the progress in %s (%d events consumed, next seq %d) is not of this "
                     "stream: %s; reading %s from its start", self.cfg.outbox.path,
