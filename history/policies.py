@@ -40,7 +40,7 @@ from .spice import HSpicePolicy, PSpicePolicy
 
 # the history policy's defaults (docs/SHEDDING.md 5 and 8); the agent's config uses them too
 LEARNING_RATE, EXPLORE, DEFER = 0.05, 0.01, 4
-PROBE, PROBE_SHARE = 0.005, 0.02
+PROBE, PROBE_SHARE = 0.005, 0.01
 
 __all__ = ["HistoryPolicy", "CompletionPolicy", "HindsightPolicy", "PSpicePolicy",
            "HSpicePolicy", "EventSampler", "sample_events", "policy_options", "POLICY_NAMES",
