@@ -1268,7 +1268,9 @@ class Kernel:
         would without shedding. A block is decided at its partition's first start in it;
         while probes have spent ``probe_share`` of the credit granted, none is sampled."""
         p: cython.int = self.c_part
-        b: cython.double = floor(self.c_tag / self.w) if self.w > 0.0 else self.c_tag
+        b: cython.double = self.c_tag / self.w if self.w > 0.0 else self.c_tag
+        if -4.5e15 < b < 4.5e15:  # beyond, a double is whole (or infinite: Python's floor raises)
+            b = floor(b)
         after: cython.bint
         if b != self.pb_block[p]:
             after = self.pb_state[p] == 2 and b == self.pb_block[p] + 1.0
@@ -1285,7 +1287,11 @@ class Kernel:
     @cython.exceptval(check=False)
     def _block_draw(self, p: cython.int, b: cython.double) -> cython.double:
         """A uniform draw in [0, 1) fixed by the policy's seed, the partition and the block."""
-        block: cython.longlong = int(b)
+        block: cython.longlong = 0x7FFFFFFFFFFFFFFF  # the blocks past 2^63 windows share one
+        if -9.2e18 < b < 9.2e18:
+            block = int(b)
+        elif b < 0.0:
+            block = -0x7FFFFFFFFFFFFFFF
         x: cython.ulonglong = self.probe_key ^ _mix64(int(p))
         x = _mix64(x ^ (block & MASK64))
         return (x >> 11) / 9007199254740992.0

@@ -653,3 +653,20 @@ def test_learning_with_probes_moves_only_sampled_cells():
         m.match(EventBatch.from_events(events))
         assert (score != 0.5).any() if probe == 0.0 else (score == 0.5).all()
         assert m.stats["probes"] == 0
+
+
+def test_probes_take_tags_whose_window_blocks_overflow():
+    """A window so small that tag / window overflows (the fuzzer's 5e-324) or nears 2^63
+    still runs, and both kernels keep the same starts."""
+    events = [{"type": "a", "t": 1.5 * i} for i in range(1, 9)]
+    for w in (5e-324, 1e-300, 2e-19):
+        found = {}
+        for kernel in BACKENDS:
+            bins = VectorBins((), ())
+            n_states = Matcher("a", window=w, k=0).pattern.automaton.n_states
+            m = Matcher("a", window=w, k=0, bins=bins, budget=Budget(0.5, burst=2),
+                        policy=ScorePolicy(np.full(bins.n_cells(n_states, 0), 0.5), probe=1.0,
+                                           probe_share=1.0), backend=kernel)
+            found[kernel] = m.match(EventBatch.from_events(events)).point.tolist()
+            assert m.stats["probes"] >= 1
+        assert len(set(map(tuple, found.values()))) == 1, found
