@@ -45,10 +45,10 @@ import time
 import numpy as np
 
 if cython.compiled:
-    from cython.cimports.libc.math import floor
+    from cython.cimports.libc.math import exp, floor
     from cython.cimports.posix.time import CLOCK_MONOTONIC, clock_gettime, timespec
 else:
-    from math import floor
+    from math import exp, floor
 
 # C constants when compiled (a plain module global would be boxed and looked up each use)
 NO_NODE = cython.declare(cython.int, -1)
@@ -67,6 +67,7 @@ MIX1 = cython.declare(cython.ulonglong, 0xBF58476D1CE4E5B9)
 MIX2 = cython.declare(cython.ulonglong, 0x94D049BB133111EB)
 RNG_MASK = cython.declare(cython.ulonglong, 0xFFFFFFFF)
 NAN = cython.declare(cython.double, float("nan"))
+INF = cython.declare(cython.double, float("inf"))
 BAD_TAG_BACK = 1
 BAD_MISSING_ATTR = 2
 BAD_NO_PARTITION = 3
@@ -178,6 +179,19 @@ class Kernel:
     c_gap: cython.double[::1]
     c_rev: cython.int[::1]
     c_probe: cython.int[::1]
+    # context (docs/SHEDDING.md 13): the partition's recent activity, and a tree over it
+    p_act: cython.double[::1]
+    c_act: cython.double
+    c_idle: cython.double
+    c_ctx: cython.int
+    n_ctx: cython.int
+    ctx_on: cython.bint
+    t_feat: cython.int[::1]
+    t_thr: cython.double[::1]
+    t_left: cython.int[::1]
+    t_right: cython.int[::1]
+    n_act: cython.double[::1]
+    n_idle: cython.double[::1]
     # deferred window starts (docs/SHEDDING.md 8): shed starts kept aside per (partition, state)
     defer: cython.int
     g_heads: cython.int[::1]
@@ -252,6 +266,8 @@ class Kernel:
     lg_gap: cython.double[::1]
     lg_merged: cython.int[::1]
     lg_probe: cython.int[::1]
+    lg_act: cython.double[::1]
+    lg_idle: cython.double[::1]
     n_part: cython.int[::1]
     max_entries: cython.longlong  # 0: no limit on node slots and output entries
 
@@ -292,6 +308,12 @@ class Kernel:
         self.has_bins, self.n_rem, self.n_gap = False, 1, 1
         self.rem_edges = np.zeros(0, dtype=np.float64)
         self.gap_edges = np.zeros(0, dtype=np.float64)
+        self.p_act = np.zeros(0, dtype=np.float64)
+        self.c_act, self.c_idle, self.c_ctx, self.n_ctx, self.ctx_on = 0.0, 0.0, 0, 1, False
+        self.t_feat = np.zeros(0, dtype=np.int32)
+        self.t_thr = np.zeros(0, dtype=np.float64)
+        self.t_left = np.zeros(0, dtype=np.int32)
+        self.t_right = np.zeros(0, dtype=np.int32)
         self.budget_on, self.budget, self.depth, self.credit = False, 0.0, 0.0, 0.0
         self.policy_kind, self.explore, self.rate, self.rng = POLICY_KEEP_FIRST, 0.0, 0.0, 1
         self.probe, self.probe_share, self.probe_ops, self.granted = 0.0, 0.0, 0.0, 0.0
@@ -341,6 +363,8 @@ class Kernel:
         self.n_reach = _resized(self.n_reach if grown else None, new_cap, np.float64)
         self.n_flag = _resized(self.n_flag if grown else None, new_cap, np.int32)
         self.n_part = _resized(self.n_part if grown else None, new_cap, np.int32)
+        self.n_act = _resized(self.n_act if grown else None, new_cap, np.float64)
+        self.n_idle = _resized(self.n_idle if grown else None, new_cap, np.float64)
         nxt = np.asarray(self.n_next)
         nxt[old:new_cap - 1] = np.arange(old + 1, new_cap, dtype=np.int32)
         nxt[new_cap - 1] = self.free_head
@@ -392,6 +416,7 @@ class Kernel:
         self.found_at = _grown(self.found_at, cap, -np.inf)
         self.pb_block = _grown(self.pb_block, cap, -np.inf)
         self.pb_state = _grown(self.pb_state, cap, 0)
+        self.p_act = _grown(self.p_act, cap, 0.0)
         self.n_parts = cap
 
     def _reset_output(self, cap):
@@ -589,6 +614,8 @@ class Kernel:
                 if self.budget_on:
                     self.credit = min(self.credit + self.budget, self.depth)
                     self.granted += self.budget
+                if self.ctx_on or self.log_on:
+                    self._context(p, tags[i])
                 self.last_tag[p] = tags[i]
                 if self.pend_node[p] != NO_NODE and self.pend_point[p] < tags[i]:
                     self._flush_partition(p)
@@ -600,6 +627,33 @@ class Kernel:
                 load[i, 2] = self.ev_expired
                 load[i, 3] = self.live
         return n
+
+    @cython.cfunc
+    def _context(self, p: cython.int, t: cython.double) -> cython.void:
+        """The event's context: the partition's activity (its events in about the last
+        window, exponentially weighted, this one included), the time since its previous
+        event (at most ``w``), and the context tree's leaf for them."""
+        last: cython.double = self.last_tag[p]
+        if last == -INF:
+            self.c_act, self.c_idle = 1.0, self.w
+        else:
+            self.c_idle = min(t - last, self.w)
+            self.c_act = 1.0 + (self.p_act[p] * exp(-(t - last) / self.w) if self.w > 0.0
+                                else 0.0)
+        self.p_act[p] = self.c_act
+        if self.ctx_on:
+            self.c_ctx = self._leaf(self.c_act, self.c_idle)
+
+    @cython.cfunc
+    @cython.exceptval(check=False)
+    def _leaf(self, act: cython.double, idle: cython.double) -> cython.int:
+        """The context tree's leaf (children come after their parent: the walk ends)."""
+        node: cython.int = 0
+        v: cython.double
+        while self.t_feat[node] >= 0:
+            v = act if self.t_feat[node] == 0 else idle
+            node = self.t_left[node] if v <= self.t_thr[node] else self.t_right[node]
+        return self.t_left[node]
 
     @cython.cfunc
     def _validate(self, x: cython.int, t: cython.double, p: cython.int,
@@ -772,6 +826,8 @@ class Kernel:
         self.n_reach[nd] = NAN
         self.n_flag[nd] = 0
         self.n_part[nd] = self.c_part
+        self.n_act[nd] = self.c_act
+        self.n_idle[nd] = self.c_idle
         if prev != NO_NODE:
             self.n_bound[nd] = self.n_bound[prev]
             for j in range(self.n_slots):
@@ -986,6 +1042,16 @@ class Kernel:
         self.n_rem, self.n_gap = len(self.rem_edges) + 1, len(self.gap_edges) + 1
         self.has_bins = True
 
+    def set_context(self, feature, threshold, left, right, n_leaves):
+        """Split every cell by the leaf of a context tree over (activity, idle time): at a
+        split node ``feature`` is 0 or 1 and the walk goes ``left`` when the value is at most
+        ``threshold``; at a leaf ``feature`` is -1 and ``left`` is the leaf's number."""
+        self.t_feat = np.ascontiguousarray(feature, dtype=np.int32)
+        self.t_thr = np.ascontiguousarray(threshold, dtype=np.float64)
+        self.t_left = np.ascontiguousarray(left, dtype=np.int32)
+        self.t_right = np.ascontiguousarray(right, dtype=np.int32)
+        self.n_ctx, self.ctx_on = int(n_leaves), True
+
     def set_budget(self, ops_per_event, depth):
         """A token bucket of candidate operations (SHEDDING.md 1); it starts full."""
         self.budget_on = True
@@ -1045,7 +1111,8 @@ class Kernel:
             r += 1
         while g < self.n_gap - 1 and self.gap_edges[g] <= gap:
             g += 1
-        return ((sigma * (self.k + 1) + e) * self.n_rem + r) * self.n_gap + g
+        return (((sigma * (self.k + 1) + e) * self.n_rem + r) * self.n_gap + g) * self.n_ctx + \
+            self.c_ctx
 
     @cython.cfunc
     def _shed(self, nc: cython.int, p: cython.int, t: cython.double,
@@ -1361,6 +1428,8 @@ class Kernel:
         self.lg_merged[i] = 1 if self.n_flag[nd] & FLAG_MERGED else 0
         self.lg_probe[i] = 2 if self.n_flag[nd] & FLAG_SAMPLE else \
             (1 if self.n_flag[nd] & FLAG_PROBE else 0)
+        self.lg_act[i] = self.n_act[nd]
+        self.lg_idle[i] = self.n_idle[nd]
         self.n_flag[nd] |= FLAG_LOGGED
         self.lg_n = i + 1
 
@@ -1378,6 +1447,8 @@ class Kernel:
         self.lg_gap = np.zeros(cap, dtype=np.float64)
         self.lg_merged = np.zeros(cap, dtype=np.int32)
         self.lg_probe = np.zeros(cap, dtype=np.int32)
+        self.lg_act = np.zeros(cap, dtype=np.float64)
+        self.lg_idle = np.zeros(cap, dtype=np.float64)
 
     def _grow_log(self, cap):
         self.lg_part, self.lg_pos = _grown(self.lg_part, cap), _grown(self.lg_pos, cap)
@@ -1386,6 +1457,7 @@ class Kernel:
         self.lg_cell, self.lg_pcell = _grown(self.lg_cell, cap), _grown(self.lg_pcell, cap)
         self.lg_reach, self.lg_merged = _grown(self.lg_reach, cap), _grown(self.lg_merged, cap)
         self.lg_gap, self.lg_probe = _grown(self.lg_gap, cap), _grown(self.lg_probe, cap)
+        self.lg_act, self.lg_idle = _grown(self.lg_act, cap), _grown(self.lg_idle, cap)
 
     def take_node_log(self) -> dict:
         """The nodes retired so far (SHEDDING.md 4), and clear the log."""
@@ -1395,7 +1467,8 @@ class Kernel:
                    np.asarray(self.lg_start), np.asarray(self.lg_cell),
                    np.asarray(self.lg_pcell), np.asarray(self.lg_reach),
                    np.asarray(self.lg_merged), np.asarray(self.lg_gap),
-                   np.asarray(self.lg_probe)]
+                   np.asarray(self.lg_probe), np.asarray(self.lg_act),
+                   np.asarray(self.lg_idle)]
         out = {key: col[:n].copy() for key, col in zip(_LOG_KEYS, columns)}
         out["merged"] = out["merged"].astype(np.uint8)
         out["probe"] = out["probe"].astype(np.uint8)
@@ -1437,7 +1510,7 @@ class Kernel:
 
 
 _LOG_KEYS = ("partition", "position", "tag", "state", "err", "start", "cell", "prev_cell",
-             "reach", "merged", "gap", "probe")
+             "reach", "merged", "gap", "probe", "act", "idle")
 
 
 @cython.cfunc

@@ -742,6 +742,12 @@ def _add_history_parser(sub) -> None:
     build.add_argument("--spec", type=path_arg, help=SPEC_HELP)
     build.add_argument("--bins", type=bins_type, default=8,
                        help=BINS_HELP)
+    build.add_argument("--context", type=context_type, default=(), metavar="FEATURES",
+                       help="split every cell by a decision tree over the event's context: "
+                            "act (the partition's recent events), idle (time since its "
+                            "last one); needs scikit-learn (docs/SHEDDING.md 13)")
+    build.add_argument("--context-leaves", type=leaves_type, default=4, metavar="N",
+                       help="the context tree's leaves at most (2-64, default 4)")
     build.add_argument("--output", "-o", required=True, type=path_arg,
                        help="the history file to write")
     build.add_argument("--sketch", type=path_arg,
@@ -791,6 +797,19 @@ def _add_evaluate_parser(hsub) -> None:
 BINS_HELP = (f"bins per time of a match vector (quantiles of the data; 1: no time bins; "
              f"at most {MAX_BINS}: the cells grow with its square; default 8)")
 bins_type = _whole(1, "bins", MAX_BINS)  # --bins of acep history build and acep train
+leaves_type = _whole(2, "context leaves", 64)
+
+
+def context_type(text: str) -> tuple[str, ...]:
+    """``--context``: comma-separated event-context features (docs/SHEDDING.md 13)."""
+    from acep.shedding import CONTEXT_FEATURES
+
+    names = tuple(x.strip() for x in text.split(","))
+    unknown = [x for x in names if x not in CONTEXT_FEATURES]
+    if unknown or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give some of {', '.join(CONTEXT_FEATURES)}, each once")
+    return names
 
 
 def add_fit_options(parser, events: str) -> None:
@@ -828,8 +847,12 @@ def run_history_build(args) -> int:
         raise UsageError(f"{args.file}: no events to build a history from")
     started = time.perf_counter()
     # canonical: the bytes (and the sketch's min-hashes) of `acep train` on the same events
-    graph = build_history(args.pattern, batches, args.window, args.k, where=args.where,
-                          partition=args.partition, n_bins=args.bins).canonical()
+    try:
+        graph = build_history(args.pattern, batches, args.window, args.k, where=args.where,
+                              partition=args.partition, n_bins=args.bins, context=args.context,
+                              context_leaves=args.context_leaves).canonical()
+    except ImportError as exc:  # the context tree's scikit-learn
+        raise UsageError(f"--context: {exc}") from None
     seconds = time.perf_counter() - started
     sketch = Sketch.from_graph(graph) if args.sketch else None
     if ratios:  # a fit refused (a bucket that holds no operation) leaves every output as it was

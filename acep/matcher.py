@@ -279,6 +279,10 @@ class Matcher:
         if self.bins is not None:
             check.instance(self.bins, "bins", VectorBins, "an acep.shedding.VectorBins")
             self._kernel.set_bins(np.asarray(self.bins.rem_edges), np.asarray(self.bins.gap_edges))
+            tree = self.bins.context
+            if tree is not None:
+                self._kernel.set_context(tree.feature, tree.threshold, tree.left, tree.right,
+                                         tree.n_leaves)
         if self.budget is not None:
             check.instance(self.budget, "budget", Budget, "an acep.shedding.Budget",
                            " (e.g. Budget(ops_per_event=0.1))")

@@ -26,7 +26,7 @@ from . import _checks as check
 
 __all__ = ["Budget", "BudgetError", "check_buckets", "VectorBins", "Candidates", "ScorePolicy",
            "CallbackPolicy", "RandomPolicy", "OldestFirstPolicy", "KeepFirstPolicy", "cell_index",
-           "cell_parts"]
+           "cell_parts", "ContextTree", "CONTEXT_FEATURES"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,100 @@ def check_buckets(ratios: Sequence[float], ops_per_event: float, burst: float) -
         f"{need} or more (or a larger budget)")
 
 
+# the context features a kernel computes per event (docs/SHEDDING.md 13), by their index
+CONTEXT_FEATURES = ("act", "idle")
+MAX_LEAVES = 64
+
+
+@dataclass(frozen=True)
+class ContextTree:
+    """A small decision tree over an event's context whose leaves split every cell.
+
+    The features are those of :data:`CONTEXT_FEATURES`: ``act``, the partition's events in
+    about the last window (exponentially weighted, time constant ``w``, this event
+    included), and ``idle``, the time since the partition's previous event (at most ``w``).
+    Node ``i`` splits on ``feature[i]`` (``left[i]`` when the value is at most
+    ``threshold[i]``, else ``right[i]``), or is a leaf when ``feature[i]`` is -1, its leaf
+    number in ``left[i]``. Children come after their parent, so a walk always ends.
+
+    Parameters
+    ----------
+    feature, threshold, left, right : sequences of one entry per tree node.
+    """
+
+    feature: tuple[int, ...]
+    threshold: tuple[float, ...]
+    left: tuple[int, ...]
+    right: tuple[int, ...]
+
+    def __post_init__(self):
+        bad = _tree_problem(self.feature, self.threshold, self.left, self.right)
+        if bad:
+            raise check.ParameterError(f"context tree: {bad}")
+        for name, kind in (("feature", int), ("threshold", float), ("left", int),
+                           ("right", int)):
+            object.__setattr__(self, name, tuple(kind(v) for v in getattr(self, name)))
+
+    @property
+    def n_leaves(self) -> int:
+        return sum(1 for f in self.feature if f < 0)
+
+    def leaves(self, act, idle) -> np.ndarray:
+        """The leaf of each event context, exactly as the kernel computes it."""
+        values = np.stack([np.asarray(act, np.float64), np.asarray(idle, np.float64)])
+        node = np.zeros(values.shape[1], dtype=np.int64)
+        feature = np.asarray(self.feature)
+        for _ in range(len(self.feature)):
+            split = feature[node] >= 0
+            if not split.any():
+                break
+            f = np.maximum(feature[node], 0)
+            go_left = values[f, np.arange(len(node))] <= np.asarray(self.threshold)[node]
+            nxt = np.where(go_left, np.asarray(self.left)[node], np.asarray(self.right)[node])
+            node = np.where(split, nxt, node)
+        return np.asarray(self.left, np.int64)[node]
+
+    def describe(self) -> list[str]:
+        """One line per leaf: the conditions that lead to it."""
+        lines: list[str] = []
+
+        def walk(i, path):
+            if self.feature[i] < 0:
+                lines.append(f"leaf {self.left[i]}: " + (" and ".join(path) or "every event"))
+                return
+            name = CONTEXT_FEATURES[self.feature[i]]
+            walk(self.left[i], path + [f"{name} <= {self.threshold[i]:.4g}"])
+            walk(self.right[i], path + [f"{name} > {self.threshold[i]:.4g}"])
+        walk(0, [])
+        return sorted(lines, key=lambda x: int(x.split(":")[0].split()[1]))
+
+
+def _tree_problem(feature, threshold, left, right) -> str | None:
+    """Why four arrays are not a context tree (None if they are one)."""
+    try:
+        arrays = [np.asarray(a, dtype=np.float64).reshape(-1)
+                  for a in (feature, threshold, left, right)]
+    except (TypeError, ValueError):
+        return "feature, threshold, left and right must be numbers"
+    f, t, lo, hi = arrays
+    n = len(f)
+    if not 1 <= n <= 2 * MAX_LEAVES - 1 or any(len(a) != n for a in arrays):
+        return f"feature, threshold, left and right must have one entry per node (1 to " \
+               f"{2 * MAX_LEAVES - 1}), got lengths {[len(a) for a in arrays]}"
+    if not all(np.all(a == np.round(a)) for a in (f, lo, hi)) or not np.all(np.isfinite(t)):
+        return "feature, left and right must be whole numbers and thresholds finite"
+    split = f >= 0
+    if np.any(f >= len(CONTEXT_FEATURES)) or np.any(f < -1):
+        return f"feature must be -1 (a leaf) or 0..{len(CONTEXT_FEATURES) - 1}"
+    idx = np.arange(n)
+    if np.any(split & ((lo <= idx) | (hi <= idx) | (lo >= n) | (hi >= n))):
+        return "a split node's children must come after it, within the tree"
+    leaf_ids = np.sort(lo[~split])
+    if not np.array_equal(leaf_ids, np.arange(len(leaf_ids))):
+        return "the leaves must be numbered 0, 1, ... once each"
+    return None
+
+
 # bins per time of a match vector at most: cells grow with their square (remaining window x
 # gap), so 64 already make a history 4096 times one without time bins
 MAX_BINS = 64
@@ -101,8 +195,11 @@ class VectorBins:
 
     rem_edges: tuple[float, ...]
     gap_edges: tuple[float, ...]
+    context: ContextTree | None = None
 
     def __post_init__(self):
+        if self.context is not None:
+            check.instance(self.context, "context", ContextTree, "an acep.shedding.ContextTree")
         for name in ("rem_edges", "gap_edges"):
             value = getattr(self, name)
             try:
@@ -140,31 +237,42 @@ class VectorBins:
     def n_gap(self) -> int:
         return len(self.gap_edges) + 1
 
-    def n_cells(self, n_states: int, k: int) -> int:
-        return n_states * (k + 1) * self.n_rem * self.n_gap
+    @property
+    def n_ctx(self) -> int:
+        """Context leaves per (state, err, rem bin, gap bin): 1 without a context tree."""
+        return 1 if self.context is None else self.context.n_leaves
 
-    def cells(self, state, err, rem, gap, k: int) -> np.ndarray:
-        """The cell of each vector, exactly as the kernel computes it."""
+    def n_cells(self, n_states: int, k: int) -> int:
+        return n_states * (k + 1) * self.n_rem * self.n_gap * self.n_ctx
+
+    def cells(self, state, err, rem, gap, k: int, act=None, idle=None) -> np.ndarray:
+        """The cell of each vector, exactly as the kernel computes it (``act`` and ``idle``:
+        the event's context, needed with a context tree)."""
         r = np.searchsorted(np.asarray(self.rem_edges), rem, side="right")
         g = np.searchsorted(np.asarray(self.gap_edges), gap, side="right")
-        return cell_index(state, err, r, g, k, self.n_rem, self.n_gap)
+        ctx = 0 if self.context is None else self.context.leaves(act, idle)
+        return cell_index(state, err, r, g, k, self.n_rem, self.n_gap, ctx, self.n_ctx)
 
     def decode(self, cells, k: int) -> dict[str, np.ndarray]:
-        """The inverse of :meth:`cells`: state, err, rem bin and gap bin of each cell."""
-        state, err, rem_bin, gap_bin = cell_parts(cells, k, self.n_rem, self.n_gap)
-        return {"state": state, "err": err, "rem_bin": rem_bin, "gap_bin": gap_bin}
+        """The inverse of :meth:`cells`: state, err, rem bin, gap bin and context leaf."""
+        state, err, rem_bin, gap_bin = cell_parts(cells, k, self.n_rem, self.n_gap, self.n_ctx)
+        ctx = np.asarray(cells, dtype=np.int64) % self.n_ctx
+        return {"state": state, "err": err, "rem_bin": rem_bin, "gap_bin": gap_bin, "ctx": ctx}
 
 
-def cell_index(state, err, rem_bin, gap_bin, k: int, n_rem: int, n_gap: int) -> np.ndarray:
+def cell_index(state, err, rem_bin, gap_bin, k: int, n_rem: int, n_gap: int, ctx=0,
+               n_ctx: int = 1) -> np.ndarray:
     """The cell of binned match vectors (docs/SHEDDING.md section 2; the kernel's ``_cell``)."""
     state, err = np.asarray(state, np.int64), np.asarray(err, np.int64)
-    return ((state * (k + 1) + err) * n_rem + np.asarray(rem_bin, np.int64)) * n_gap + \
+    base = ((state * (k + 1) + err) * n_rem + np.asarray(rem_bin, np.int64)) * n_gap + \
         np.asarray(gap_bin, np.int64)
+    return base * n_ctx + np.asarray(ctx, np.int64)
 
 
-def cell_parts(cells, k: int, n_rem: int, n_gap: int) -> tuple[np.ndarray, ...]:
-    """``(state, err, rem_bin, gap_bin)`` of cells: the inverse of :func:`cell_index`."""
-    rest, gap_bin = np.divmod(np.asarray(cells, dtype=np.int64), n_gap)
+def cell_parts(cells, k: int, n_rem: int, n_gap: int, n_ctx: int = 1) -> tuple[np.ndarray, ...]:
+    """``(state, err, rem_bin, gap_bin)`` of cells: the inverse of :func:`cell_index` (the
+    context leaf is ``cells % n_ctx``)."""
+    rest, gap_bin = np.divmod(np.asarray(cells, dtype=np.int64) // n_ctx, n_gap)
     rest, rem_bin = np.divmod(rest, n_rem)
     state, err = np.divmod(rest, k + 1)
     return state, err, rem_bin, gap_bin

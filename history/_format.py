@@ -227,6 +227,33 @@ def field(doc: Mapping, name: str, kinds: type | tuple, error: type[FormatError]
     return value
 
 
+def context_field(tree) -> dict:
+    """The ``context`` field of a file for an ``acep.shedding.ContextTree`` (none: empty)."""
+    if tree is None:
+        return {}
+    return {"context": {"feature": list(tree.feature), "threshold": list(tree.threshold),
+                        "left": list(tree.left), "right": list(tree.right)}}
+
+
+def optional_context(doc: Mapping, error: type[FormatError]):
+    """The ``acep.shedding.ContextTree`` of the optional ``context`` field (None if absent)."""
+    from acep._checks import ParameterError
+    from acep.shedding import ContextTree
+
+    if "context" not in doc:
+        return None
+    value = doc["context"]
+    names = ("feature", "threshold", "left", "right")
+    if not isinstance(value, Mapping) or sorted(value) != sorted(names) or not all(
+            isinstance(value[n], list) and all(isinstance(x, (int, float)) for x in value[n])
+            for n in names):
+        raise error("field 'context': not a map of the lists feature, threshold, left, right")
+    try:
+        return ContextTree(*(value[n] for n in names))
+    except ParameterError as exc:
+        raise error(f"field 'context': {exc}") from None
+
+
 def optional_name(doc: Mapping, name: str, error: type[FormatError]) -> tuple[str | None, bool]:
     """``(value, present)`` of a field holding a name or nil; an absent field (a file written
     before the field existed) gives ``(None, False)``."""

@@ -16,11 +16,11 @@ import numpy as np
 
 from acep import EventBatch, Matcher, Pattern
 from acep.events import EventError
-from acep.shedding import MAX_BINS, VectorBins
+from acep.shedding import CONTEXT_FEATURES, MAX_BINS, ContextTree, VectorBins
 
 from .graph import HistoryGraph, _key_id
 
-__all__ = ["build_history", "choose_bins", "traced_run", "TracedRun"]
+__all__ = ["build_history", "choose_bins", "fit_context", "traced_run", "TracedRun"]
 
 KEEP = ("partition", "cell", "prev_cell", "reach", "merged")
 
@@ -116,29 +116,89 @@ def choose_bins(rem: np.ndarray, gap: np.ndarray, n_bins: int = 8) -> VectorBins
     return VectorBins(edges(rem), edges(gap))
 
 
+def fit_context(log: dict[str, np.ndarray], bins: VectorBins, k: int, window: float,
+                features: Sequence[str] = CONTEXT_FEATURES, leaves: int = 8,
+                min_leaf: float = 0.02, sample: int = 400_000, seed: int = 0) -> ContextTree:
+    """A regression tree over the event context that best splits the cells' outcomes.
+
+    ``log``: an unconstrained traced run's node log (fields ``state, err, tag, start, gap,
+    reach, merged`` and the ``features``). The target is a node's outcome (1 if it reached
+    a match point) minus its cell's success rate under ``bins``, so the tree finds what
+    the context adds to the cell. ``leaves`` leaves at most, each holding at least
+    ``min_leaf`` of the nodes (at most ``sample`` of them, drawn with ``seed``, are fitted).
+    """
+    try:
+        from sklearn.tree import DecisionTreeRegressor
+    except ImportError:
+        raise ImportError("a context tree needs scikit-learn: pip install 'acep[learn]'") \
+            from None
+
+    unknown = [f for f in features if f not in CONTEXT_FEATURES]
+    if unknown or not features:
+        raise ValueError(f"context features must be some of {', '.join(CONTEXT_FEATURES)}, "
+                         f"got {', '.join(map(str, features)) or 'none'}")
+    counted = ~((log["merged"] != 0) & np.isnan(log["reach"]))
+    cells = bins.cells(log["state"][counted], log["err"][counted],
+                       window - (log["tag"][counted] - log["start"][counted]),
+                       log["gap"][counted], k)
+    success = ~np.isnan(log["reach"][counted])
+    visits = np.bincount(cells)
+    rate = np.bincount(cells, success) / np.maximum(visits, 1)
+    target = success - rate[cells]
+    x = np.column_stack([log[f][counted] for f in features])
+    rows = np.random.default_rng(seed).permutation(len(x))[:sample]
+    tree = DecisionTreeRegressor(max_leaf_nodes=max(leaves, 2), random_state=seed,
+                                 min_samples_leaf=max(1, int(min_leaf * len(rows))))
+    tree.fit(x[rows], target[rows])
+    t = tree.tree_
+    is_leaf = t.children_left < 0
+    leaf_id = np.cumsum(is_leaf) - 1
+    index = np.array([CONTEXT_FEATURES.index(f) for f in features])
+    return ContextTree(np.where(is_leaf, -1, index[np.maximum(t.feature, 0)]),
+                       np.where(is_leaf, 0.0, t.threshold),
+                       np.where(is_leaf, leaf_id, t.children_left),
+                       np.where(is_leaf, 0, t.children_right))
+
+
 def build_history(pattern: str | Pattern, events, window: float, k: int, *,
                   where: str | Sequence[str] = (), partition: str | None = None,
                   bins: VectorBins | None = None, n_bins: int = 8, merge: bool = True,
-                  backend: str | None = None, bad_events: list | None = None) -> HistoryGraph:
+                  backend: str | None = None, bad_events: list | None = None,
+                  context: Sequence[str] = (), context_leaves: int = 8) -> HistoryGraph:
     """The history of one unconstrained run ([L16] Definition 4) over ``events``.
 
     ``events`` is an ``EventBatch`` or an iterable of them; without ``bins`` it is read twice
     (an iterator is materialised first). ``merge=False`` turns dominance merging off (the
     tests compare with all trajectories; a device runs with merging, so histories should too).
     ``bad_events``: as for :func:`traced_run` (skip bad events and collect their errors).
+    ``context``: event-context features (some of ``CONTEXT_FEATURES``) whose tree
+    (:func:`fit_context`, at most ``context_leaves`` leaves) splits every cell
+    (docs/SHEDDING.md 13); empty: cells as the bins make them.
     """
     if bins is None and (isinstance(n_bins, bool) or not isinstance(n_bins, int)
                          or not 1 <= n_bins <= MAX_BINS):
         raise ValueError(f"n_bins must be an integer >= 1 (1: no time bins) and <= "
                          f"{MAX_BINS}, got {n_bins!r}")
-    if bins is None and not isinstance(events, (EventBatch, list, tuple)):
+    context = tuple(x for x in context.split(",") if x) if isinstance(context, str) \
+        else tuple(context)
+    if (bins is None or context) and not isinstance(events, (EventBatch, list, tuple)):
         events = list(events)
     common = {"where": where, "partition": partition, "backend": backend, "merge": merge,
               "bad_events": bad_events}
-    if bins is None:
-        first = traced_run(pattern, events, window, k, fields=("tag", "start", "gap"), **common)
-        bins = choose_bins(window - (first.log["tag"] - first.log["start"]), first.log["gap"],
-                           n_bins)
+    if bins is None or context:
+        if bins is not None and bad_events is not None:
+            common["bad_events"] = []  # the second run reports them
+        fields = ("tag", "start", "gap") + (("state", "err", "reach", "merged", *context)
+                                            if context else ())
+        first = traced_run(pattern, events, window, k, fields=fields, **common)
+        if bins is None:
+            bins = choose_bins(window - (first.log["tag"] - first.log["start"]),
+                               first.log["gap"], n_bins)
+        if context:
+            tree = fit_context(first.log, VectorBins(bins.rem_edges, bins.gap_edges), k,
+                               window, context, context_leaves)
+            bins = VectorBins(bins.rem_edges, bins.gap_edges, tree)
+    common["bad_events"] = bad_events
     run = traced_run(pattern, events, window, k, bins=bins, **common)
     text = pattern if isinstance(pattern, str) else pattern.text
     where_list = [where] if isinstance(where, str) else list(where)

@@ -163,6 +163,7 @@ class HistoryGraph:
     partition_keys: list = field(default_factory=list)
     partition_by: str | None = None
     partition_recorded: bool = True
+    context: object = None  # an acep.shedding.ContextTree: its leaves split every cell
 
     # ------------------------------------------------------------------ shape
 
@@ -175,9 +176,14 @@ class HistoryGraph:
         return len(self.gap_edges) + 1
 
     @property
+    def n_ctx(self) -> int:
+        """Context leaves per (state, err, rem bin, gap bin): 1 without a context tree."""
+        return 1 if self.context is None else self.context.n_leaves
+
+    @property
     def shape(self) -> tuple[int, int, int, int]:
-        """(n_states, k + 1, R, G): cell arrays reshape to it."""
-        return (self.n_states, self.k + 1, self.n_rem, self.n_gap)
+        """(n_states, k + 1, R, G x C): cell arrays reshape to it (C context leaves)."""
+        return (self.n_states, self.k + 1, self.n_rem, self.n_gap * self.n_ctx)
 
     @property
     def n_cells(self) -> int:
@@ -195,7 +201,7 @@ class HistoryGraph:
         """The ``acep.shedding.VectorBins`` to run a matcher with this history's cells."""
         from acep.shedding import VectorBins
 
-        return VectorBins(self.rem_edges.copy(), self.gap_edges.copy())
+        return VectorBins(self.rem_edges.copy(), self.gap_edges.copy(), self.context)
 
     # ------------------------------------------------------------------ building
 
@@ -215,8 +221,10 @@ class HistoryGraph:
         nothing (its outcome is censored); it is a success when ``reach`` is not NaN.
         """
         rem_edges, gap_edges = _bin_edges(bins)
+        context = getattr(bins, "context", None)
         k, n_states = int(k), int(n_states)
-        shape = (n_states, k + 1, len(rem_edges) + 1, len(gap_edges) + 1)
+        n_ctx = 1 if context is None else context.n_leaves
+        shape = (n_states, k + 1, len(rem_edges) + 1, (len(gap_edges) + 1) * n_ctx)
         n_cells = int(np.prod(shape))
         cols = _log_columns(log)
         cell, prev, reach = cols["cell"], cols["prev_cell"], cols["reach"]
@@ -248,7 +256,7 @@ class HistoryGraph:
                    successes, src.astype(np.int32), dst.astype(np.int32), count,
                    b["partition"], b["first"], b["last"], b["points"],
                    r_cell.astype(np.int32), r_bundle, r_count, tuple(where),
-                   [_plain(x) for x in keys], partition_by)
+                   [_plain(x) for x in keys], partition_by, context=context)
 
     # ------------------------------------------------------------------ combining
 
@@ -260,6 +268,8 @@ class HistoryGraph:
         for name in ("rem_edges", "gap_edges"):
             if not np.array_equal(getattr(self, name), getattr(other, name)):
                 return name
+        if self.context != other.context:
+            return "context"
         if self.partition_recorded and other.partition_recorded and \
                 self.partition_by != other.partition_by:
             return "partition_by"
@@ -270,7 +280,7 @@ class HistoryGraph:
         ``other``): a recorded attribute wins over an unrecorded one."""
         source = self if self.partition_recorded or other is None else other
         return {"partition_by": source.partition_by,
-                "partition_recorded": source.partition_recorded}
+                "partition_recorded": source.partition_recorded, "context": self.context}
 
     def merge(self, other: HistoryGraph) -> HistoryGraph:
         """The history of the union of two runs over disjoint data (counts add up).
@@ -366,7 +376,7 @@ class HistoryGraph:
 
     def decode(self, cells) -> tuple[np.ndarray, ...]:
         """``(state, err, rem_bin, gap_bin)`` of cells."""
-        return decode_cells(cells, self.k, self.n_rem, self.n_gap)
+        return decode_cells(cells, self.k, self.n_rem, self.n_gap, self.n_ctx)
 
     def bin_range(self, which: str, b: int) -> tuple[float, float]:
         """The [low, high) interval of a remaining-window (``"rem"``) or gap bin, within [0, w]."""
@@ -406,6 +416,7 @@ class HistoryGraph:
             "where": list(self.where), "k": self.k, "window": float(self.window),
             "n_states": self.n_states, "partition_keys": self.partition_keys,
             **({"partition_by": self.partition_by} if self.partition_recorded else {}),
+            **_format.context_field(self.context),
             **{name: pa(getattr(self, name)) for name, _ in _ARRAYS},
         })
 
@@ -437,10 +448,12 @@ class HistoryGraph:
         if not 0 <= k <= 64 or n_states < 1 or not np.isfinite(window) or window < 0:
             raise err("fields 'k', 'n_states', 'window': out of range")
         partition_by, recorded = _format.optional_name(doc, "partition_by", err)
+        context = _format.optional_context(doc, err)
         arrays = {name: _format.take_array(doc, name, err, dtype=dtype, ndim=1)
                   for name, dtype in _ARRAYS}
         g = cls(pattern, k, window, n_states, where=tuple(where), partition_keys=keys,
-                partition_by=partition_by, partition_recorded=recorded, **arrays)
+                partition_by=partition_by, partition_recorded=recorded, context=context,
+                **arrays)
         problem = g._invalid()
         if problem:
             raise err(problem)

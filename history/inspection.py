@@ -89,7 +89,7 @@ def describe_history(g: _graph.HistoryGraph, file_bytes: int | None = None,
         f"history of {g.pattern!r}{where}, k = {g.k}, window = {g.window:g}, "
         f"{g.n_states} automaton states, {_partitioned(g)}",
         f"bins: remaining window {g.n_rem} (edges {_edges(g.rem_edges)}), "
-        f"gap {g.n_gap} (edges {_edges(g.gap_edges)})",
+        f"gap {g.n_gap} (edges {_edges(g.gap_edges)})", *_context_lines(g.context),
         f"cells: {g.n_cells} ({visited} visited, {mapped} with a non-empty match map)",
         f"bundles: {g.n_bundles} in {parts} partitions",
         f"edges: {len(g.edge_src)} cell->cell, {len(g.reach_cell)} cell->bundle",
@@ -117,10 +117,10 @@ def describe_sketch(s: _sketch.Sketch, file_bytes: int, top: int = 10) -> str:
     mapped = s.proxy_class >= 0
     order = np.argsort(-s.score, kind="stable")[:top]
     state, err, rem, gap = _graph.decode_cells(order, s.k, len(s.rem_edges) + 1,
-                                               len(s.gap_edges) + 1)
+                                               len(s.gap_edges) + 1, s.n_ctx)
     where = f" where {' and '.join(s.where)}" if s.where else ""
     lines = [f"sketch of {s.pattern!r}{where}, k = {s.k}, window = {s.window:g}, "
-             f"{_partitioned(s)}",
+             f"{_partitioned(s)}", *_context_lines(s.context),
              f"cells: {s.n_cells}, {int(mapped.sum())} with a match map, "
              f"{len(np.unique(s.proxy_class[mapped]))} proxy classes (band {s.band})",
              f"bytes: {file_bytes:,} (H = {s.hashes} min-hash values per cell)",
@@ -130,6 +130,14 @@ def describe_sketch(s: _sketch.Sketch, file_bytes: int, top: int = 10) -> str:
     for c, st, e, r, g in zip(order, state, err, rem, gap):
         lines.append(f"  {c:>6} {st:>5} {e:>3} {r:>7} {g:>7} {s.score[c]:>6.3f}")
     return "\n".join(lines)
+
+
+def _context_lines(tree) -> list[str]:
+    """The context tree's leaves (docs/SHEDDING.md 13), one line each; none without one."""
+    if tree is None:
+        return []
+    return [f"context: every cell split in {tree.n_leaves} by the event's context",
+            *(f"  {line}" for line in tree.describe())]
 
 
 def _signed_line(s: _sketch.Sketch) -> str:

@@ -192,7 +192,9 @@ def graph_from_parts(pattern: str, window: float, k: int, n_states: int, bins: V
     """
     rem_edges = np.asarray(bins.rem_edges, np.float64)
     gap_edges = np.asarray(bins.gap_edges, np.float64)
-    n_cells = n_states * (k + 1) * (len(rem_edges) + 1) * (len(gap_edges) + 1)
+    context = getattr(bins, "context", None)
+    n_cells = n_states * (k + 1) * (len(rem_edges) + 1) * (len(gap_edges) + 1) * \
+        (1 if context is None else context.n_leaves)
 
     def dense(pair):
         out = np.zeros(n_cells, np.int64)
@@ -221,7 +223,7 @@ def graph_from_parts(pattern: str, window: float, k: int, n_states: int, bins: V
         dense(cells[VISIT]), dense(cells[SUCCESS]), src.astype(np.int32), dst.astype(np.int32),
         count, bundles["partition"], bundles["first"], bundles["last"], bundles["points"],
         rc.astype(np.int32), rb, rn, tuple(where), [decode_key(b) for b in key_bytes],
-        partition_by)
+        partition_by, context=context)
 
 
 def _key_order(key):

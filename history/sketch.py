@@ -136,7 +136,7 @@ def completion_need(graph, score: np.ndarray, iterations: int = 64) -> np.ndarra
     still has window enough to stand in for a candidate (``ScorePolicy(live_need=...)``)."""
     n = graph.n_cells
     cells = np.arange(n, dtype=np.int64)
-    n_gap = len(graph.gap_edges) + 1
+    n_gap = (len(graph.gap_edges) + 1) * getattr(graph, "n_ctx", 1)
     n_rem = len(graph.rem_edges) + 1
     rem_bin = (cells // n_gap) % n_rem
     edges = np.r_[0.0, np.asarray(graph.rem_edges, dtype=np.float64), float(graph.window)]
@@ -213,6 +213,7 @@ class Sketch:
     fitted: np.ndarray | None = None  # float32[F, n_cells], reserve scores per ratio
     partition_by: str | None = None  # the history's partition attribute (None: one partition)
     partition_recorded: bool = True  # False: read from a sketch written before it was recorded
+    context: object = None  # an acep.shedding.ContextTree: its leaves split every cell
 
     def __post_init__(self):
         self.proxy_class = proxy_classes(self.minhash, self.band)
@@ -283,6 +284,11 @@ class Sketch:
         return len(self.score)
 
     @property
+    def n_ctx(self) -> int:
+        """Context leaves per (state, err, rem bin, gap bin): 1 without a context tree."""
+        return 1 if self.context is None else self.context.n_leaves
+
+    @property
     def hashes(self) -> int:
         return self.minhash.shape[1]
 
@@ -305,13 +311,13 @@ class Sketch:
                    graph.rem_edges.copy(), graph.gap_edges.copy(), score, minhash, band, seed,
                    completion_need(graph, score), bundle_span(graph),
                    partition_by=graph.partition_by,
-                   partition_recorded=graph.partition_recorded)
+                   partition_recorded=graph.partition_recorded, context=graph.context)
 
     def bins(self):
         """The ``acep.shedding.VectorBins`` a matcher needs to use this sketch's cells."""
         from acep.shedding import VectorBins
 
-        return VectorBins(tuple(self.rem_edges), tuple(self.gap_edges))
+        return VectorBins(tuple(self.rem_edges), tuple(self.gap_edges), self.context)
 
     def jaccard(self, a, b) -> np.ndarray:
         """Estimated Jaccard similarity of the match maps of cells ``a`` and ``b``."""
@@ -337,6 +343,7 @@ class Sketch:
             "need": pa(self.need.astype(np.float32)),
             "bundle_span": float(self.bundle_span), **fitted,
             **({"partition_by": self.partition_by} if self.partition_recorded else {}),
+            **_format.context_field(self.context),
         })
 
     def to_bytes(self, key: bytes) -> bytes:
@@ -392,7 +399,9 @@ class Sketch:
         for name, edges in (("rem_edges", rem), ("gap_edges", gap)):
             if not np.all(np.isfinite(edges)) or np.any(np.diff(edges) <= 0):
                 raise err(f"field {name!r}: not finite and strictly increasing")
-        n_cells = n_states * (k + 1) * (len(rem) + 1) * (len(gap) + 1)
+        context = _format.optional_context(doc, err)
+        n_ctx = 1 if context is None else context.n_leaves
+        n_cells = n_states * (k + 1) * (len(rem) + 1) * (len(gap) + 1) * n_ctx
         score = _format.unpack_array(doc, "score", err, dtype="<f4", ndim=1)
         minhash = _format.unpack_array(doc, "minhash", err, dtype="<u4", ndim=2)
         if len(score) != n_cells:
@@ -414,7 +423,7 @@ class Sketch:
         ops, ratios, fitted = _fitted_fields(doc, n_cells)
         partition_by, recorded = _format.optional_name(doc, "partition_by", err)
         return cls(pattern, tuple(where), k, window, n_states, rem, gap, score, minhash, band,
-                   seed, need, span, ops, ratios, fitted, partition_by, recorded)
+                   seed, need, span, ops, ratios, fitted, partition_by, recorded, context)
 
     def save(self, path, key: bytes) -> int:
         """Write the signed sketch file, whole or not at all; returns its size in bytes."""

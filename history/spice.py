@@ -69,7 +69,7 @@ def cost_to_go(graph: HistoryGraph, prior: float = 1.0, horizon: int = 10_000) -
     """
     graph = _graph(graph)
     visits, _ = _summed(graph)
-    g = graph.n_gap
+    g = graph.shape[3]
     src, dst = graph.edge_src // g, graph.edge_dst // g
     count = graph.edge_count.astype(np.float64)
     flat = visits.ravel()
