@@ -76,7 +76,35 @@ class Agent:
     """One agent: the config, its outbox file and (optionally) an iterator of events.
 
     ``events`` is the iterable for ``source.kind = "iterator"``; ``stdin`` a binary stream
-    for ``"stdin"`` (default ``sys.stdin.buffer``).
+    for ``"stdin"`` (default ``sys.stdin.buffer``). :meth:`run` matches the source under
+    the budget, keeps the matches in the outbox and uploads them when the config names a
+    collector; ``acep agent`` runs it (docs/OPERATIONS.md).
+
+    Parameters
+    ----------
+    config : AgentConfig
+        The checked config (:func:`edge.load_config`).
+    events : iterable of dict, optional
+        The events of an ``"iterator"`` source, each with ``type`` and ``t``.
+    stdin : binary file, optional
+        The stream of a ``"stdin"`` source.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> work = tempfile.mkdtemp()
+    >>> toml = ['[device]', 'id = "pi-01"', '[pattern]', 'id = "abc"', 'text = "a b c"',
+    ...         'window = 5.0', 'k = 1', '[source]', 'kind = "iterator"', '[outbox]',
+    ...         'path = "outbox.db"', '[metrics]', 'path = "metrics.jsonl"']
+    >>> with open(os.path.join(work, "agent.toml"), "w") as f:
+    ...     for line in toml:
+    ...         print(line, file=f)
+    >>> from edge import Agent, load_config
+    >>> events = [{"type": "a", "t": 1}, {"type": "b", "t": 2}, {"type": "c", "t": 3}]
+    >>> agent = Agent(load_config(os.path.join(work, "agent.toml")), events=events)
+    >>> metrics = agent.run()     # no collector: the matches wait in the outbox
+    >>> metrics["events_in"], metrics["matches"], metrics["outbox_pending"] > 0
+    (3, 2, True)
     """
 
     def __init__(self, config: AgentConfig, events: Iterable[dict] | None = None,
@@ -709,7 +737,37 @@ def fresh_seq() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m edge.agent --config agent.toml [--once]``."""
+    """Run ``acep agent --config agent.toml [--once] [--check]``; returns the exit code.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 when the source ended or the agent was stopped; 2 for a config error.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> work = tempfile.mkdtemp()
+    >>> toml = ['[device]', 'id = "pi-01"', '[pattern]', 'id = "abc"', 'text = "a b c"',
+    ...         'window = 5.0', 'k = 1', '[source]', 'kind = "file"', 'path = "events.jsonl"',
+    ...         '[outbox]', 'path = "outbox.db"', '[metrics]', 'path = "metrics.jsonl"']
+    >>> with open(os.path.join(work, "agent.toml"), "w") as f:
+    ...     for line in toml:
+    ...         print(line, file=f)
+    >>> with open(os.path.join(work, "events.jsonl"), "w") as f:
+    ...     print('{"type": "a", "t": 1}', file=f)
+    ...     print('{"type": "b", "t": 2}', file=f)
+    >>> import subprocess, sys
+    >>> subprocess.run([sys.executable, "-m", "acep.cli", "agent", "--config",
+    ...                 os.path.join(work, "agent.toml"), "--once"],
+    ...                capture_output=True).returncode
+    0
+    """
     ap = argparse.ArgumentParser(prog="acep agent", description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, type=path_arg, help="the agent.toml")
     ap.add_argument("--once", action="store_true",
