@@ -199,32 +199,15 @@ class MatcherLimitError(MemoryError):
 class Matcher:
     """Streaming ACEP matcher: feed event batches, collect matches.
 
-    A matcher matches one stream. :meth:`match_batch` takes its batches in order and
-    returns the matches they settle; :meth:`flush` ends the stream and returns the rest.
-    :meth:`match` does both for a whole stream. ``stats`` counts the match nodes created,
-    merged and expired, and under a budget the candidates and the ones shed.
-
-    ``merge`` enables dominance merging (exact for match points and bundles);
-    ``all_trajectories`` reports every trajectory and implies ``merge=False``.
-    ``backend`` picks the kernel: "compiled", "python" or None (the compiled one if built).
-    ``capacity`` is the initial number of match-node slots; the arrays grow when needed,
-    up to ``max_entries`` slots and output entries per batch (None: no limit). Past it
-    :meth:`match_batch` raises :class:`MatcherLimitError` and the matcher cannot go on: a
-    guard for ``all_trajectories`` and ``merge=False``, whose trajectories can multiply
-    with every event.
-    ``on_bad_event``: "error" raises :class:`EventError` naming the event (matches found
-    before it are in ``error.matches``); "skip" drops and counts it.
-
-    Overload (``docs/SHEDDING.md``): ``budget`` (:class:`acep.shedding.Budget`) caps the
-    candidate match nodes per event; when an event's candidates exceed it, ``policy`` (an
-    :mod:`acep.shedding` policy; oldest-first by default) picks the ones to keep. ``bins``
-    (:class:`acep.shedding.VectorBins`) gives each node a match-vector cell, which score
-    tables index. ``trace=True`` logs every node with its outcome (:meth:`take_node_log`).
+    A matcher matches one stream: :meth:`match_batch` takes its batches in order and
+    returns the matches they settle, :meth:`flush` ends the stream and returns the rest,
+    :meth:`match` does both. ``stats`` counts the match nodes created, merged and expired,
+    and under a budget the candidates and the ones shed.
 
     Parameters
     ----------
     pattern : str or Pattern
-        The pattern: a regular expression over event types (docs/CLI.md, Pattern language).
+        A regular expression over event types (docs/CLI.md, Pattern language).
     window : float
         The window ``w`` in tag units (seconds when tags are timestamps).
     k : int
@@ -233,14 +216,29 @@ class Matcher:
         Predicates between bound events, such as ``"b.price > a.price"``.
     partition : str, optional
         The attribute to partition by: matches never mix partitions.
-    merge, all_trajectories, on_bad_event, backend, capacity, max_entries
-        As described above.
+    merge : bool
+        Dominance merging (exact for match points and bundles).
+    all_trajectories : bool
+        Report every trajectory; implies ``merge=False``.
+    on_bad_event : {"error", "skip"}
+        Raise :class:`EventError` naming the event (matches found before it are in
+        ``error.matches``), or drop and count it.
+    backend : {"compiled", "python"}, optional
+        The kernel (None: the compiled one if built).
+    capacity : int
+        The initial number of match-node slots; the arrays grow when needed.
+    max_entries : int, optional
+        The most slots and output entries per batch (None: no limit). Past it
+        :meth:`match_batch` raises :class:`MatcherLimitError` and the matcher cannot go on:
+        a guard for ``all_trajectories`` and ``merge=False``, whose trajectories can
+        multiply with every event.
     budget : acep.shedding.Budget, optional
-        The operations per event the matcher may spend (None: no limit).
+        Caps the candidate match nodes per event (``docs/SHEDDING.md``; None: no cap).
     policy : optional
-        The shedding policy that picks the candidates to keep under ``budget``.
+        The :mod:`acep.shedding` policy that picks the candidates to keep when an event's
+        exceed the budget (oldest-first by default).
     bins : acep.shedding.VectorBins, optional
-        The match-vector bins the policy's score tables index.
+        Gives each node a match-vector cell, which score tables index.
     trace : bool
         Log every node with its outcome (:meth:`take_node_log`).
 

@@ -75,19 +75,17 @@ COPY_EVERY = 5.0  # seconds between two copies of the progress of chunks without
 class Agent:
     """One agent: the config, its outbox file and (optionally) an iterator of events.
 
-    ``events`` is the iterable for ``source.kind = "iterator"``; ``stdin`` a binary stream
-    for ``"stdin"`` (default ``sys.stdin.buffer``). :meth:`run` matches the source under
-    the budget, keeps the matches in the outbox and uploads them when the config names a
-    collector; ``acep agent`` runs it (docs/OPERATIONS.md).
+    :meth:`run` matches the source under the budget, keeps the matches in the outbox and
+    uploads them when the config names a collector; ``acep agent`` runs it.
 
     Parameters
     ----------
     config : AgentConfig
         The checked config (:func:`edge.load_config`).
     events : iterable of dict, optional
-        The events of an ``"iterator"`` source, each with ``type`` and ``t``.
+        The events of a ``source.kind = "iterator"``, each with ``type`` and ``t``.
     stdin : binary file, optional
-        The stream of a ``"stdin"`` source.
+        The stream of ``"stdin"`` (default ``sys.stdin.buffer``).
 
     Examples
     --------
@@ -751,22 +749,9 @@ def main(argv: list[str] | None = None) -> int:
 
     Examples
     --------
-    >>> import os, tempfile
-    >>> work = tempfile.mkdtemp()
-    >>> toml = ['[device]', 'id = "pi-01"', '[pattern]', 'id = "abc"', 'text = "a b c"',
-    ...         'window = 5.0', 'k = 1', '[source]', 'kind = "file"', 'path = "events.jsonl"',
-    ...         '[outbox]', 'path = "outbox.db"', '[metrics]', 'path = "metrics.jsonl"']
-    >>> with open(os.path.join(work, "agent.toml"), "w") as f:
-    ...     for line in toml:
-    ...         print(line, file=f)
-    >>> with open(os.path.join(work, "events.jsonl"), "w") as f:
-    ...     print('{"type": "a", "t": 1}', file=f)
-    ...     print('{"type": "b", "t": 2}', file=f)
-    >>> import subprocess, sys
-    >>> subprocess.run([sys.executable, "-m", "acep.cli", "agent", "--config",
-    ...                 os.path.join(work, "agent.toml"), "--once"],
-    ...                capture_output=True).returncode
-    0
+    >>> from edge.agent import main
+    >>> main(["--config", "missing.toml"])   # one line on stderr names the file
+    2
     """
     ap = argparse.ArgumentParser(prog="acep agent", description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, type=path_arg, help="the agent.toml")
