@@ -1,4 +1,4 @@
-"""SIGTERM as an interrupt, for the commands that end with it (exit 143, README "Exit codes")."""
+"""SIGTERM as an interrupt, for the commands that end with it (exit 143, docs/CLI.md)."""
 
 from __future__ import annotations
 

@@ -259,7 +259,35 @@ class TypeClasses:
 
 @dataclass(frozen=True)
 class EventSpec:
-    """Which column is the tag, how the type is derived, which columns are attributes."""
+    """Which column is the tag, how the type is derived, which columns are attributes.
+
+    ``PRESETS["flights"]`` is the spec of the embedded flights; ``acep match --spec`` reads
+    one from a JSON or TOML file with the same fields.
+
+    Parameters
+    ----------
+    tag : str or None
+        The column of the tags (timestamps or numbers); None numbers the events 0, 1, ...
+        (count windows).
+    type : str or TypeClasses
+        The column of the event types, or classes of a numeric column.
+    attributes : tuple of str, optional
+        The columns kept as attributes (None: every other column).
+
+    Examples
+    --------
+    >>> import json, os, tempfile
+    >>> from acep import EventSpec, read_events
+    >>> from acep.events import TypeClasses
+    >>> path = os.path.join(tempfile.mkdtemp(), "trades.jsonl")
+    >>> with open(path, "w") as f:
+    ...     for row in [{"time": 1, "price": 10.5}, {"time": 2, "price": 12.0}]:
+    ...         print(json.dumps(row), file=f)
+    >>> cheap = TypeClasses("price", bins=(0, 11, 100), labels=("low", "high"))
+    >>> batch = next(read_events(path, EventSpec(tag="time", type=cheap)))
+    >>> [batch.type_names[c] for c in batch.type_codes], batch.tags.tolist()
+    (['low', 'high'], [1.0, 2.0])
+    """
 
     tag: str | None = "t"
     type: str | TypeClasses = "type"
@@ -400,6 +428,35 @@ def read_events(path: str | os.PathLike, spec: EventSpec | None = None, *,
     The file, format and needed columns are checked at once; bad events are met while
     iterating. ``on_bad_event="skip"`` drops them and appends ``(position, line, reason)``
     to ``bad_events`` (line is None for Parquet / msgpack).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A JSON Lines, CSV, Parquet or msgpack file (by extension), an object storage URI
+        (``s3://...``) or ``"-"`` for JSON Lines on stdin. CSV and Parquet need pyarrow
+        (``pip install "acep[files]"``).
+    spec : EventSpec, optional
+        How columns map to events (default: ``t``, ``type``, every other column).
+    batch_size : int
+        The most events per batch.
+    on_bad_event : {"error", "skip"}
+        Raise :class:`acep.EventError` naming the file, line and field, or skip the event.
+    bad_events : list, optional
+        With ``"skip"``, receives ``(position, line, reason)`` per skipped event.
+
+    Returns
+    -------
+    iterator of EventBatch
+        The batches in file order; their ``position`` numbers the events across batches.
+
+    Examples
+    --------
+    >>> from importlib.resources import files
+    >>> from acep import read_events
+    >>> from acep.events import PRESETS
+    >>> week = files("acep") / "data" / "flights-week.parquet"
+    >>> [len(b) for b in read_events(week, PRESETS["flights"], batch_size=50_000)]
+    [50000, 50000, 13493]
     """
     source, spec, batch_size = _check_reading(path, spec, batch_size)
     check.choice(on_bad_event, "on_bad_event", ("error", "skip"))

@@ -199,22 +199,62 @@ class MatcherLimitError(MemoryError):
 class Matcher:
     """Streaming ACEP matcher: feed event batches, collect matches.
 
-    ``merge`` enables dominance merging (exact for match points and bundles);
-    ``all_trajectories`` reports every trajectory and implies ``merge=False``.
-    ``backend`` picks the kernel: "compiled", "python" or None (the compiled one if built).
-    ``capacity`` is the initial number of match-node slots; the arrays grow when needed,
-    up to ``max_entries`` slots and output entries per batch (None: no limit). Past it
-    :meth:`match_batch` raises :class:`MatcherLimitError` and the matcher cannot go on: a
-    guard for ``all_trajectories`` and ``merge=False``, whose trajectories can multiply
-    with every event.
-    ``on_bad_event``: "error" raises :class:`EventError` naming the event (matches found
-    before it are in ``error.matches``); "skip" drops and counts it.
+    A matcher matches one stream: :meth:`match_batch` takes its batches in order and
+    returns the matches they settle, :meth:`flush` ends the stream and returns the rest,
+    :meth:`match` does both. ``stats`` counts the match nodes created, merged and expired,
+    and under a budget the candidates and the ones shed.
 
-    Overload (``docs/SHEDDING.md``): ``budget`` (:class:`acep.shedding.Budget`) caps the
-    candidate match nodes per event; when an event's candidates exceed it, ``policy`` (an
-    :mod:`acep.shedding` policy; oldest-first by default) picks the ones to keep. ``bins``
-    (:class:`acep.shedding.VectorBins`) gives each node a match-vector cell, which score
-    tables index. ``trace=True`` logs every node with its outcome (:meth:`take_node_log`).
+    Parameters
+    ----------
+    pattern : str or Pattern
+        A regular expression over event types (docs/CLI.md, Pattern language).
+    window : float
+        The window ``w`` in tag units (seconds when tags are timestamps).
+    k : int
+        The error bound: a match may miss up to ``k`` events of the pattern.
+    where : str or sequence of str
+        Predicates between bound events, such as ``"b.price > a.price"``.
+    partition : str, optional
+        The attribute to partition by: matches never mix partitions.
+    merge : bool
+        Dominance merging (exact for match points and bundles).
+    all_trajectories : bool
+        Report every trajectory; implies ``merge=False``.
+    on_bad_event : {"error", "skip"}
+        Raise :class:`EventError` naming the event (matches found before it are in
+        ``error.matches``), or drop and count it.
+    backend : {"compiled", "python"}, optional
+        The kernel (None: the compiled one if built).
+    capacity : int
+        The initial number of match-node slots; the arrays grow when needed.
+    max_entries : int, optional
+        The most slots and output entries per batch (None: no limit). Past it
+        :meth:`match_batch` raises :class:`MatcherLimitError` and the matcher cannot go on:
+        a guard for ``all_trajectories`` and ``merge=False``, whose trajectories can
+        multiply with every event.
+    budget : acep.shedding.Budget, optional
+        Caps the candidate match nodes per event (``docs/SHEDDING.md``; None: no cap).
+    policy : optional
+        The :mod:`acep.shedding` policy that picks the candidates to keep when an event's
+        exceed the budget (oldest-first by default).
+    bins : acep.shedding.VectorBins, optional
+        Gives each node a match-vector cell, which score tables index.
+    trace : bool
+        Log every node with its outcome (:meth:`take_node_log`).
+
+    Examples
+    --------
+    >>> from acep import EventBatch, Matcher
+    >>> m = Matcher("a b c", window=5, k=1)
+    >>> first = EventBatch.from_events([{"type": "a", "t": 1}, {"type": "b", "t": 2},
+    ...                                 {"type": "c", "t": 3}])
+    >>> [(x.point, x.errors, x.events) for x in m.match_batch(first).to_matches()]
+    [(2.0, 1, (0, 1))]
+    >>> then = EventBatch.from_events([{"type": "a", "t": 10}], position=3)
+    >>> [(x.point, x.errors, x.events) for x in m.match_batch(then).to_matches()]
+    [(3.0, 0, (0, 1, 2))]
+    >>> m.flush().to_matches()
+    []
     """
 
     pattern: Pattern | str
@@ -642,7 +682,34 @@ class Bundle:
 
 
 def bundles(found: MatchBatch, window: float) -> list[Bundle]:
-    """The match bundles of a set of matches (one partition's points never mix with another's)."""
+    """The match bundles of a set of matches (one partition's points never mix with another's).
+
+    A bundle is a maximal run of match points in one partition, each within ``window`` of
+    the next (Definition 3 of the ACEP paper).
+
+    Parameters
+    ----------
+    found : MatchBatch
+        The matches, as :meth:`Matcher.match` returns them.
+    window : float
+        The pattern's window, in tag units.
+
+    Returns
+    -------
+    list of Bundle
+        The bundles by partition, then by first point.
+
+    Examples
+    --------
+    >>> from acep import bundles, match
+    >>> events = [{"type": "a", "t": 1, "id": "x"}, {"type": "b", "t": 2, "id": "x"},
+    ...           {"type": "c", "t": 3, "id": "x"}, {"type": "a", "t": 10, "id": "y"},
+    ...           {"type": "c", "t": 12, "id": "y"}]
+    >>> for bundle in bundles(match("a b c", events, window=5, k=1, partition="id"), 5):
+    ...     print(bundle)
+    Bundle(partition='x', first=2.0, last=3.0, n_points=2)
+    Bundle(partition='y', first=12.0, last=12.0, n_points=1)
+    """
     _check_matches(found, "found")
     window = _check_window(window)
     out: list[Bundle] = []
@@ -686,7 +753,35 @@ def _check_matches(found, name: str) -> None:
 
 
 def match(pattern: str, events, window: float, k: int = 0, **options) -> MatchBatch:
-    """One-shot convenience: ``match("a b c", events, window=10, k=1)``."""
+    """Match a pattern over a whole stream at once: ``Matcher(...).match(events)``.
+
+    Parameters
+    ----------
+    pattern : str
+        The pattern (docs/CLI.md, Pattern language).
+    events : EventBatch or iterable
+        An event batch, an iterable of batches (such as :func:`acep.read_events` gives) or
+        a list of event dicts with ``type`` and ``t``.
+    window : float
+        The window, in tag units.
+    k : int
+        The error bound.
+    **options
+        The other arguments of :class:`Matcher` (``where``, ``partition``, ...).
+
+    Returns
+    -------
+    MatchBatch
+        The matches: numpy columns and trajectories; ``to_matches()`` gives objects.
+
+    Examples
+    --------
+    >>> from acep import match
+    >>> found = match("a b c", [{"type": "a", "t": 1}, {"type": "b", "t": 2},
+    ...                         {"type": "c", "t": 3}], window=5, k=1)
+    >>> len(found), found.to_matches()[-1].errors
+    (2, 0)
+    """
     return Matcher(pattern, window, k, **options).match(events)
 
 

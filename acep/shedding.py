@@ -35,6 +35,24 @@ class Budget:
 
     The credit starts full. Every valid event adds ``ops_per_event``; kept candidates spend
     one each; the credit never exceeds ``ops_per_event * burst``.
+
+    Parameters
+    ----------
+    ops_per_event : float
+        The operations (candidate match nodes) each event adds to the credit, at least 0.
+    burst : float
+        The bucket's depth, in events' worth of credit, at least 1.
+
+    Examples
+    --------
+    >>> from acep import Matcher
+    >>> from acep.demo import DEMO, demo_events
+    >>> from acep.shedding import Budget
+    >>> m = Matcher(DEMO["pattern"], DEMO["window"], DEMO["k"], where=DEMO["where"],
+    ...             partition="origin", budget=Budget(ops_per_event=1.0))
+    >>> found = m.match(demo_events())     # 20,000 flights, about 105 candidates each
+    >>> m.stats["candidates"], m.stats["shed"]
+    (270381, 250448)
     """
 
     ops_per_event: float
@@ -353,6 +371,33 @@ class ScorePolicy:
     ``defer`` shed starts per partition and state are set aside instead of forgotten; a
     later event that would advance one makes a candidate costing two operations (the start
     and the advance), scored by the advanced cell, whose gap is the evidence the start lacked.
+
+    Parameters
+    ----------
+    score : numpy.ndarray, optional
+        float64 scores, one per match-vector cell (None: every candidate scores 0).
+    proxy_class : numpy.ndarray, optional
+        int64 proxy classes, one per cell (-1: none).
+    explore : float
+        The probability that a candidate's score is replaced by a uniform draw.
+    learning_rate : float
+        The step of the online update of ``score`` (0: no learning).
+    seed : int
+        The seed of the draws.
+    min_score, proxy_live, ahead, seed_reserve, advance_reserve, reserve_power, cover
+        Deferring and reserves, as described above.
+    live_need, cover_slack, defer, reserve_score, probe, probe_share, prior_visits
+        Coverage, deferred starts and probes, as described above.
+
+    Examples
+    --------
+    >>> from acep import Matcher
+    >>> from acep.demo import DEMO, demo_events
+    >>> from acep.shedding import Budget, ScorePolicy
+    >>> m = Matcher(DEMO["pattern"], DEMO["window"], DEMO["k"], where=DEMO["where"],
+    ...             partition="origin", budget=Budget(1.0), policy=ScorePolicy())
+    >>> len(m.match(demo_events()))   # no scores: oldest first, 1,489 of 4,804 points
+    1489
     """
 
     name = "score"
@@ -440,7 +485,25 @@ class ScorePolicy:
 
 
 class RandomPolicy(ScorePolicy):
-    """Random drop: every candidate equally likely to be kept (seeded, deterministic)."""
+    """Random drop: every candidate equally likely to be kept (seeded, deterministic).
+
+    Parameters
+    ----------
+    seed : int
+        The seed of the draws.
+
+    Examples
+    --------
+    >>> from acep import Matcher
+    >>> from acep.demo import DEMO, demo_events
+    >>> def points_found(budget, policy):   # one match per (partition, match point)
+    ...     m = Matcher(DEMO["pattern"], DEMO["window"], DEMO["k"], where=DEMO["where"],
+    ...                 partition="origin", budget=budget, policy=policy)
+    ...     return len(m.match(demo_events()))
+    >>> from acep.shedding import Budget, RandomPolicy
+    >>> points_found(None, None), points_found(Budget(1.0), RandomPolicy(seed=1))
+    (4804, 2383)
+    """
 
     name = "random"
 
@@ -449,7 +512,22 @@ class RandomPolicy(ScorePolicy):
 
 
 class OldestFirstPolicy(ScorePolicy):
-    """Drop the candidates with the oldest window start first (keep the latest starts)."""
+    """Drop the candidates with the oldest window start first (keep the latest starts).
+
+    The default policy of a :class:`acep.Matcher` with a budget.
+
+    Examples
+    --------
+    >>> from acep import Matcher
+    >>> from acep.demo import DEMO, demo_events
+    >>> def points_found(budget, policy):   # one match per (partition, match point)
+    ...     m = Matcher(DEMO["pattern"], DEMO["window"], DEMO["k"], where=DEMO["where"],
+    ...                 partition="origin", budget=budget, policy=policy)
+    ...     return len(m.match(demo_events()))
+    >>> from acep.shedding import Budget, OldestFirstPolicy
+    >>> points_found(Budget(1.0), OldestFirstPolicy())
+    1489
+    """
 
     name = "oldest-first"
 
@@ -458,7 +536,20 @@ class OldestFirstPolicy(ScorePolicy):
 
 
 class KeepFirstPolicy:
-    """Keep the first candidates in the engine's own order (no decision at all)."""
+    """Keep the first candidates in the engine's own order (no decision at all).
+
+    Examples
+    --------
+    >>> from acep import Matcher
+    >>> from acep.demo import DEMO, demo_events
+    >>> def points_found(budget, policy):   # one match per (partition, match point)
+    ...     m = Matcher(DEMO["pattern"], DEMO["window"], DEMO["k"], where=DEMO["where"],
+    ...                 partition="origin", budget=budget, policy=policy)
+    ...     return len(m.match(demo_events()))
+    >>> from acep.shedding import Budget, KeepFirstPolicy
+    >>> points_found(Budget(1.0), KeepFirstPolicy())
+    1246
+    """
 
     name = "keep-first"
 
@@ -472,6 +563,26 @@ class CallbackPolicy:
     By default the engine calls it only when an event's candidates exceed the credit; with
     ``every_event = True`` (a class or instance attribute) on every event with candidates,
     so the policy may also shed ahead, to save credit (offline references do).
+
+    :meth:`select` gets the event's :class:`Candidates` and returns the indices of at most
+    ``candidates.budget`` of them to keep.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from acep.shedding import Budget, CallbackPolicy
+    >>> class FewestErrors(CallbackPolicy):
+    ...     def select(self, candidates):
+    ...         order = np.argsort(candidates.err, kind="stable")
+    ...         return order[:candidates.budget]
+    >>> from acep import Matcher
+    >>> from acep.demo import DEMO, demo_events
+    >>> def points_found(budget, policy):   # one match per (partition, match point)
+    ...     m = Matcher(DEMO["pattern"], DEMO["window"], DEMO["k"], where=DEMO["where"],
+    ...                 partition="origin", budget=budget, policy=policy)
+    ...     return len(m.match(demo_events()))
+    >>> points_found(Budget(1.0), FewestErrors())
+    1469
     """
 
     name = "callback"

@@ -75,8 +75,34 @@ COPY_EVERY = 5.0  # seconds between two copies of the progress of chunks without
 class Agent:
     """One agent: the config, its outbox file and (optionally) an iterator of events.
 
-    ``events`` is the iterable for ``source.kind = "iterator"``; ``stdin`` a binary stream
-    for ``"stdin"`` (default ``sys.stdin.buffer``).
+    :meth:`run` matches the source under the budget, keeps the matches in the outbox and
+    uploads them when the config names a collector; ``acep agent`` runs it.
+
+    Parameters
+    ----------
+    config : AgentConfig
+        The checked config (:func:`edge.load_config`).
+    events : iterable of dict, optional
+        The events of a ``source.kind = "iterator"``, each with ``type`` and ``t``.
+    stdin : binary file, optional
+        The stream of ``"stdin"`` (default ``sys.stdin.buffer``).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> work = tempfile.mkdtemp()
+    >>> toml = ['[device]', 'id = "pi-01"', '[pattern]', 'id = "abc"', 'text = "a b c"',
+    ...         'window = 5.0', 'k = 1', '[source]', 'kind = "iterator"', '[outbox]',
+    ...         'path = "outbox.db"', '[metrics]', 'path = "metrics.jsonl"']
+    >>> with open(os.path.join(work, "agent.toml"), "w") as f:
+    ...     for line in toml:
+    ...         print(line, file=f)
+    >>> from edge import Agent, load_config
+    >>> events = [{"type": "a", "t": 1}, {"type": "b", "t": 2}, {"type": "c", "t": 3}]
+    >>> agent = Agent(load_config(os.path.join(work, "agent.toml")), events=events)
+    >>> metrics = agent.run()     # no collector: the matches wait in the outbox
+    >>> metrics["events_in"], metrics["matches"], metrics["outbox_pending"] > 0
+    (3, 2, True)
     """
 
     def __init__(self, config: AgentConfig, events: Iterable[dict] | None = None,
@@ -709,7 +735,24 @@ def fresh_seq() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m edge.agent --config agent.toml [--once]``."""
+    """Run ``acep agent --config agent.toml [--once] [--check]``; returns the exit code.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 when the source ended or the agent was stopped; 2 for a config error.
+
+    Examples
+    --------
+    >>> from edge.agent import main
+    >>> main(["--config", "missing.toml"])   # one line on stderr names the file
+    2
+    """
     ap = argparse.ArgumentParser(prog="acep agent", description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, type=path_arg, help="the agent.toml")
     ap.add_argument("--once", action="store_true",

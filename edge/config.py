@@ -376,7 +376,41 @@ def _mqtt_tls(src: _Section, source: SourceConfig, path_of) -> None:
 
 
 def load_config(path: str | os.PathLike) -> AgentConfig:
-    """Read and check ``agent.toml``."""
+    """Read and check ``agent.toml``.
+
+    ``examples/agent.toml`` lists every key. Relative paths are taken from the file's
+    directory.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The config file.
+
+    Returns
+    -------
+    AgentConfig
+        The checked config, for :class:`edge.Agent`.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the file and the key, such as ``agent.toml: pattern.text: ...``.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> work = tempfile.mkdtemp()
+    >>> toml = ['[device]', 'id = "pi-01"', '[pattern]', 'id = "abc"', 'text = "a b c"',
+    ...         'window = 5.0', 'k = 1', '[source]', 'kind = "iterator"', '[outbox]',
+    ...         'path = "outbox.db"']
+    >>> with open(os.path.join(work, "agent.toml"), "w") as f:
+    ...     for line in toml:
+    ...         print(line, file=f)
+    >>> from edge import load_config
+    >>> config = load_config(os.path.join(work, "agent.toml"))
+    >>> config.device_id, config.pattern.text, config.collector_url
+    ('pi-01', 'a b c', None)
+    """
     path = Path(path)
     try:
         with open(path, "rb") as fh:

@@ -139,6 +139,35 @@ class HistoryGraph:
     ``partition_by`` is the attribute the run was partitioned by (None: one partition), as
     the matcher resolved it (``partition=`` or the equivalence test ``[attr]``); a history
     file written before it was recorded loads with ``partition_recorded`` False.
+
+    A history is made by :func:`history.build_history` (one process), ``acep train``
+    (Spark) or :meth:`load`, not field by field.
+
+    Parameters
+    ----------
+    pattern, k, window, where, partition_by
+        The pattern definition the history was built for.
+    n_states, rem_edges, gap_edges
+        The automaton's states and the bins of the remaining window and of the gap.
+    visits, successes
+        Per cell: the match nodes counted, and those that led to a bundle.
+    edge_src, edge_dst, edge_count
+        The edges between cells (COO, sorted by source).
+    bundle_partition, bundle_first, bundle_last, bundle_points
+        Per bundle: its partition id, first and last match point, and number of points.
+    reach_cell, reach_bundle, reach_count
+        Which bundles each cell reached, and how often (the match maps).
+    partition_keys, partition_recorded
+        The partition keys by id, and whether ``partition_by`` was recorded.
+
+    Examples
+    --------
+    >>> from acep.demo import DEMO, demo_events
+    >>> from history import build_history
+    >>> graph = build_history(DEMO["pattern"], demo_events(), DEMO["window"], DEMO["k"],
+    ...                       where=DEMO["where"], partition="origin")
+    >>> graph.n_bundles, graph.n_cells, int(graph.visits.sum()) > 0
+    (215, 1024, True)
     """
 
     pattern: str

@@ -128,6 +128,37 @@ class HistoryPolicy(ScorePolicy):
     ``learning_rate`` and ``explore`` turn on the online update of section 5: the scores
     are a copy of the sketch's and follow the stream; :meth:`learned_sketch` returns them.
     The matcher needs the sketch's bins: ``Matcher(..., bins=policy.bins, policy=policy)``.
+
+    Parameters
+    ----------
+    sketch : history.Sketch
+        The signed sketch, loaded with its key.
+    learning_rate, explore : float
+        The online update's step and exploration (0 and 0: no learning).
+    seed : int
+        The seed of the draws.
+    budget : acep.shedding.Budget or float, optional
+        The budget the matcher runs under, to pick the fitted reserves.
+    proxy, ahead, seed_reserve, advance_reserve, reserve_power
+        Proxy matches and the reserves, as described above.
+    cover, cover_slack, need, defer, probe, probe_share
+        Coverage, deferred starts and probes, as described above.
+
+    Examples
+    --------
+    >>> from acep import Matcher
+    >>> from acep.demo import DEMO, demo_events
+    >>> from acep.shedding import Budget
+    >>> from history import HistoryPolicy, Sketch, build_history
+    >>> events = demo_events()
+    >>> graph = build_history(DEMO["pattern"], events, DEMO["window"], DEMO["k"],
+    ...                       where=DEMO["where"], partition="origin")
+    >>> budget = Budget(ops_per_event=1.0)
+    >>> policy = HistoryPolicy(Sketch.from_graph(graph), budget=budget)
+    >>> m = Matcher(DEMO["pattern"], DEMO["window"], DEMO["k"], where=DEMO["where"],
+    ...             partition="origin", budget=budget, policy=policy, bins=policy.bins)
+    >>> len(m.match(events))   # match points: 4,804 unconstrained, 1,489 oldest-first
+    4240
     """
 
     name = "history"
@@ -187,6 +218,30 @@ class CompletionPolicy(ScorePolicy):
     at the overall rate) and broadcast to every cell: no proxy classes, no learning.
     ``graph_or_counts`` is a :class:`history.graph.HistoryGraph` or a mapping with ``visits``
     and ``successes`` arrays of shape ``(n_states, k + 1, R, G)``.
+
+    Parameters
+    ----------
+    graph_or_counts : history.HistoryGraph or mapping
+        The history, or its ``visits`` and ``successes`` arrays.
+    prior : float
+        Pseudo-visits of the smoothing, at the overall rate (default 1).
+    bins : acep.shedding.VectorBins, optional
+        The bins, when ``graph_or_counts`` is a mapping.
+
+    Examples
+    --------
+    >>> from acep import Matcher
+    >>> from acep.demo import DEMO, demo_events
+    >>> from acep.shedding import Budget
+    >>> from history import CompletionPolicy, build_history
+    >>> events = demo_events()
+    >>> graph = build_history(DEMO["pattern"], events, DEMO["window"], DEMO["k"],
+    ...                       where=DEMO["where"], partition="origin")
+    >>> policy = CompletionPolicy(graph)
+    >>> m = Matcher(DEMO["pattern"], DEMO["window"], DEMO["k"], where=DEMO["where"],
+    ...             partition="origin", budget=Budget(1.0), policy=policy, bins=policy.bins)
+    >>> len(m.match(events))   # match points: 4,804 unconstrained
+    1333
     """
 
     name = "completion"

@@ -193,7 +193,42 @@ def bundle_span(graph) -> float:
 
 @dataclass
 class Sketch:
-    """Fixed-size sketch of a :class:`history.graph.HistoryGraph` (``n_cells``, ``H``)."""
+    """Fixed-size sketch of a :class:`history.graph.HistoryGraph` (``n_cells``, ``H``).
+
+    What a device loads: per match-vector cell a score (how often it led to a bundle) and
+    min-hashes of the bundles it reached, signed with HMAC-SHA256 by the fleet's key.
+    Make one with :meth:`from_graph`, write it with :meth:`save`, read it with :meth:`load`
+    (a wrong key or a changed file raises :class:`history.SketchError`).
+
+    Parameters
+    ----------
+    pattern, where, k, window, partition_by, partition_recorded
+        The pattern definition the history was built for.
+    n_states, rem_edges, gap_edges
+        The automaton's states and the bins of the match vectors.
+    score, minhash, band, seed
+        The cell scores, the min-hash signatures and their banding.
+    need, bundle_span, ops_per_event
+        Window left per cell, mean bundle length in windows, and operations per event of
+        the unconstrained run.
+    fitted_ratios, fitted
+        Reserve tables fitted to budget ratios (docs/SHEDDING.md 10), if any.
+
+    Examples
+    --------
+    >>> import os, secrets, tempfile
+    >>> from acep.demo import DEMO, demo_events
+    >>> from history import build_history
+    >>> graph = build_history(DEMO["pattern"], demo_events(), DEMO["window"], DEMO["k"],
+    ...                       where=DEMO["where"], partition="origin")
+    >>> from history import Sketch
+    >>> key = secrets.token_hex(32).encode()
+    >>> path = os.path.join(tempfile.mkdtemp(), "delays.sketch")
+    >>> size = Sketch.from_graph(graph).save(path, key=key)
+    >>> sketch = Sketch.load(path, key=key)
+    >>> sketch.pattern, sketch.n_cells == graph.n_cells
+    ('ontime late late+ verylate', True)
+    """
 
     pattern: str
     where: tuple[str, ...]

@@ -110,6 +110,21 @@ class PSpicePolicy(ScorePolicy):
         The history of the training stream.
     prior : float
         Pseudo-visits of the smoothing, at the overall rates (default 1).
+
+    Examples
+    --------
+    >>> from acep import Matcher
+    >>> from acep.demo import DEMO, demo_events
+    >>> from acep.shedding import Budget
+    >>> from history import PSpicePolicy, build_history
+    >>> events = demo_events()
+    >>> graph = build_history(DEMO["pattern"], events, DEMO["window"], DEMO["k"],
+    ...                       where=DEMO["where"], partition="origin")
+    >>> policy = PSpicePolicy(graph)
+    >>> m = Matcher(DEMO["pattern"], DEMO["window"], DEMO["k"], where=DEMO["where"],
+    ...             partition="origin", budget=Budget(1.0), policy=policy, bins=policy.bins)
+    >>> len(m.match(events))   # match points: 4,804 unconstrained
+    2191
     """
 
     name = "pspice"
@@ -141,6 +156,21 @@ class HSpicePolicy(ScorePolicy):
         The history of the training stream.
     prior : float
         Pseudo-visits of the smoothing, at the overall success rate (default 1).
+
+    Examples
+    --------
+    >>> from acep import Matcher
+    >>> from acep.demo import DEMO, demo_events
+    >>> from acep.shedding import Budget
+    >>> from history import HSpicePolicy, build_history
+    >>> events = demo_events()
+    >>> graph = build_history(DEMO["pattern"], events, DEMO["window"], DEMO["k"],
+    ...                       where=DEMO["where"], partition="origin")
+    >>> policy = HSpicePolicy(graph)
+    >>> m = Matcher(DEMO["pattern"], DEMO["window"], DEMO["k"], where=DEMO["where"],
+    ...             partition="origin", budget=Budget(1.0), policy=policy, bins=policy.bins)
+    >>> len(m.match(events))   # match points: 4,804 unconstrained
+    4398
     """
 
     name = "hspice"

@@ -1,7 +1,7 @@
 """The public Python API refuses wrong arguments at its boundary, naming the parameter and
 what it expects (an error that is both a ValueError and a TypeError, as scikit-learn's), the
 same on the compiled and the pure-Python kernel; numpy scalars work where Python numbers do;
-and the README's Python block runs as written."""
+and docs/CLI.md's Python block runs as written."""
 
 from __future__ import annotations
 
@@ -416,15 +416,15 @@ def test_policy_options_names_what_a_row_needs():
     _refused(lambda: policy_options("hspice"), "graph")
 
 
-# ---------------------------------------------------------------------- the README
+# ------------------------------------------------------------ docs/CLI.md's Python
 
-def _readme_python_block(first_line: str) -> str:
-    text = (ROOT / "README.md").read_text()
+def _documented_python_block(first_line: str) -> str:
+    text = (ROOT / "docs" / "CLI.md").read_text()
     blocks = re.findall(r"```python\n(.*?)\n```", text, re.S)
     return next(b for b in blocks if b.startswith(first_line))
 
 
-def test_the_readme_python_api_block_keeps_every_match(tmp_path, monkeypatch, capsys):
+def test_the_documented_python_api_block_keeps_every_match(tmp_path, monkeypatch, capsys):
     # it kept only the last batch's matches and the flush's: 26 of the week's 25,032
     pytest.importorskip("pyarrow")
     from acep.events import PRESETS, read_all
@@ -433,7 +433,7 @@ def test_the_readme_python_api_block_keeps_every_match(tmp_path, monkeypatch, ca
     shutil.copy(week, tmp_path / "flights-3m.parquet")
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
-    exec(_readme_python_block("from acep import Matcher, MatchBatch"), scope)
+    exec(_documented_python_block("from acep import Matcher, MatchBatch"), scope)
     whole = Matcher("late late+ verylate", window=7200, k=1, partition="origin",
                     where=["verylate.delay > late.delay + 30"]).match(
         read_all(week, PRESETS["flights"]))

@@ -357,8 +357,8 @@ def test_the_example_mqtt_source_parses(tmp_path):
     assert (cfg.kind, cfg.port, cfg.qos, cfg.topics) == ("mqtt", 1883, 1, ("sensors/+/events",))
 
 
-def test_the_readme_mqtt_source_parses(tmp_path):
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+def test_the_documented_mqtt_source_parses(tmp_path):
+    text = (Path(__file__).resolve().parent.parent / "docs" / "OPERATIONS.md").read_text()
     block = re.search(r"```toml\n(\[source\]\nkind = \"mqtt\".*?)```", text, re.S).group(1)
     (tmp_path / "mqtt.password").write_text("secret\n")
     doc = {**config(tmp_path, 1883), **tomllib.loads(block)}

@@ -1,8 +1,8 @@
-"""README.md's "Run a collector and an agent on one machine" runs as written: its bash block
-(the fenced block after the ``<!-- walkthrough`` marker) is extracted and run in a temporary
-directory with the installed ``acep`` command, the real collector and the real agent. The one
-change is the port (8750 in the README), replaced by a free one so the test never collides
-with a collector already running.
+"""docs/OPERATIONS.md's "Run a collector and an agent on one machine" runs as written: its
+bash block (the fenced block after the ``<!-- walkthrough`` marker) is extracted and run in a
+temporary directory with the installed ``acep`` command, the real collector and the real
+agent. The one change is the port (8750 in the text), replaced by a free one so the test never
+collides with a collector already running.
 
 And what the other docs give a user to type or follow is there: every option they write
 after an ``acep`` command or ``python -m`` module is one that command's ``--help`` lists,
@@ -27,8 +27,8 @@ MARKER = "<!-- walkthrough"
 
 
 def walkthrough() -> str:
-    text = (ROOT / "README.md").read_text()
-    assert MARKER in text, "README.md lost its walkthrough marker"
+    text = (ROOT / "docs" / "OPERATIONS.md").read_text()
+    assert MARKER in text, "docs/OPERATIONS.md lost its walkthrough marker"
     after = text[text.index(MARKER):]
     m = re.search(r"```bash\n(.*?)\n```\n", after, re.S)
     assert m, "no ```bash block after the walkthrough marker"
@@ -75,7 +75,7 @@ def test_readme_walkthrough_runs_as_written(tmp_path):
     assert metrics["matches_stored"] == 5 and metrics["exact_matches"] == 1
     rows = [x for x in lines if x.startswith("('pi-01'")]
     assert len(rows) == 5, out
-    # the example row the README quotes
+    # the example row the text quotes
     assert "('pi-01', '\"x\"', 3.0, 0, '[0,1,3]', 1)" in rows
     assert any(x.startswith("archive/date=") and x.endswith(".parquet") for x in lines)
     final = json.loads(lines[-1])  # the agent's last metrics line, written on SIGTERM
@@ -86,8 +86,8 @@ def test_readme_walkthrough_runs_as_written(tmp_path):
 
 # --------------------------------------------------------------------------- the other docs
 
-DOCS = ["README.md", "examples/README.md", *sorted(str(p.relative_to(ROOT)) for p in
-                                                  [*ROOT.glob("docs/*.md"),
+DOCS = ["README.md", "CONTRIBUTING.md", "examples/README.md",
+        *sorted(str(p.relative_to(ROOT)) for p in [*ROOT.glob("docs/*.md"),
                                                    *ROOT.glob("bench/*/README.md")])]
 COMMAND = re.compile(r"(?<![\w-])(acep (?:history (?:inspect|build|evaluate)|exact-batch"
                      r"|exact|match|sample|backend|agent|serve|train|demo|outbox)"

@@ -244,7 +244,7 @@ def run(args) -> int:
 
 def _write_pair(args, graph, sketch: bytes | None, stats: dict) -> None:
     """``-o`` then ``--sketch``, both made before either is renamed into place: a kill
-    between the two renames (README, Train histories: Output) is one fsync long."""
+    between the two renames (docs/TRAINING.md, Output) is one fsync long."""
     history = graph.to_bytes() if args.output else None
     if history is not None:
         stats["history_bytes"] = storage.write_durably(args.output, history)

@@ -65,7 +65,27 @@ BAD = 7  # piece rows of kind BAD carry a bad event met by the matcher (msgpack 
 
 @dataclass(frozen=True)
 class PatternSpec:
-    """What to match: an ACEP pattern with its window, error bound, predicates, partition."""
+    """What to match: an ACEP pattern with its window, error bound, predicates, partition.
+
+    Parameters
+    ----------
+    text : str
+        The pattern (docs/CLI.md, Pattern language).
+    window : float
+        The window, in tag units.
+    k : int
+        The error bound.
+    where : tuple of str
+        Predicates between bound events.
+    partition : str, optional
+        The attribute to partition by.
+
+    Examples
+    --------
+    >>> from trainer.train import PatternSpec
+    >>> PatternSpec("late late+ verylate", window=7200, k=1, partition="origin")
+    PatternSpec(text='late late+ verylate', window=7200, k=1, where=(), partition='origin')
+    """
 
     text: str
     window: float
@@ -115,7 +135,10 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
           burst: float = 64.0, search: int = 0,
           days: tuple[str | None, str | None] = (None, None),
           skip_bad_files: bool = False, bins_from: HistoryGraph | None = None) -> TrainResult:
-    """Train a history on Spark (see the module docstring). ``archive=True`` reads the
+    """Train a history and its sketch on Spark, from event files or the collector's archive.
+
+    What ``acep train`` runs (docs/TRAINING.md); the steps are in the module docstring.
+    ``archive=True`` reads the
     collector's archive directory ``inputs[0]``; then ``pattern`` defaults to the archived
     one (``pattern_id`` and ``pattern_hash`` pick it, ``days`` = (since, before) the days
     read: :func:`trainer.sources.plan_archive`); ``pattern_hash`` and ``days`` without it,
@@ -128,7 +151,56 @@ def train(inputs: Sequence[str], pattern: PatternSpec | None = None, *,
     ``fit``: budget ratios to fit the sketch's reserves to (docs/SHEDDING.md 10), for
     devices whose bucket holds ``burst`` events' worth of credit, tuning ``search`` cells
     per budget by coordinate search (``history.fit``, step 4); the result's ``sketch`` has
-    them."""
+    them.
+
+    Parameters
+    ----------
+    inputs : sequence of str
+        Event files or object storage URIs; with ``archive=True``, the archive directory.
+    pattern : PatternSpec, optional
+        The pattern, window, k, predicates and partition (from an archive: its own).
+    spec : acep.EventSpec, optional
+        How the files' columns map to events (event files only).
+    archive, pattern_id, pattern_hash, days
+        Read the collector's archive, and which pattern definition and days of it.
+    bins, n_bins, bins_from
+        The match-vector bins: given, chosen in pass 1 (``n_bins`` per time) or another
+        history's.
+    master, cores, spark
+        The Spark master, the local session's cores, or a session to use.
+    chunk, key_groups
+        The chunk length in tag units and the number of key groups (default: from the data).
+    quarantine : str, optional
+        A directory for the bad rows.
+    show_progress : bool
+        Show progress bars.
+    fit, burst, search
+        Budget ratios to fit reserves to, the devices' bucket in events, the search rounds.
+    skip_bad_files : bool
+        Skip files that cannot be read instead of failing.
+
+    Returns
+    -------
+    TrainResult
+        ``graph`` (the history), ``bins``, ``stats`` (events, chunks, bad rows, seconds),
+        ``quarantined`` (the first bad rows), ``sketch`` (with ``fit``) and ``skipped``.
+
+    Examples
+    --------
+    A local Spark session (Java 17) on ten events; it takes the JVM's start, about a minute
+    on a busy machine:
+
+    >>> import json, os, tempfile
+    >>> from trainer.train import PatternSpec, train
+    >>> path = os.path.join(tempfile.mkdtemp(), "events.jsonl")
+    >>> with open(path, "w") as f:
+    ...     for t, kind in enumerate("abcabxabcc"):
+    ...         print(json.dumps({"type": kind, "t": t}), file=f)
+    >>> result = train([path], PatternSpec("a b c", window=3, k=1), cores=1,
+    ...                show_progress=False)
+    >>> result.stats["events"], result.stats["bad_rows"], result.graph.n_bundles
+    (10, 0, 1)
+    """
     _check_source_options(archive, spec, pattern_hash, days)
     started = time.perf_counter()
     plan = plan_archive(inputs[0], pattern_id, pattern_hash, days, skip_bad_files) \

@@ -117,6 +117,32 @@ class Engine:
     EXACT.md 6.1), ``main_runs`` (postponing), ``matches`` and ``records``; the shared-buffer
     engine adds ``runs_merged``, ``max_live_runs``, ``pointers_written`` and
     ``events_visited``.
+
+    Parameters
+    ----------
+    query : Query or str
+        The SASE+ query (docs/EXACT.md), parsed or as text.
+    output : {"verbose", "compact"}
+        One object per match, or records grouped by end event.
+    engine : {"auto", "runs", "shared", "postpone"}
+        The algorithm; ``"auto"`` postpones under ``skip_till_any_match``, else ``"shared"``.
+    merge : bool
+        Merge equivalent runs in the shared-buffer engine.
+    max_entries : int, optional
+        The bound on what one call may hold at once (None: no bound).
+
+    Examples
+    --------
+    >>> from acep.events import Event
+    >>> from acep.nfab import Engine
+    >>> engine = Engine("PATTERN SEQ(A a, B b) WHERE [id] WITHIN 10")
+    >>> events = [Event("A", 1, {"id": 1}), Event("A", 2, {"id": 2}),
+    ...           Event("B", 5, {"id": 1}), Event("B", 20, {"id": 2})]
+    >>> for m in engine.run(events):
+    ...     print(m.partition, m.positions, m.start, m.end)
+    (1.0,) ((0,), (2,)) 1.0 5.0
+    >>> engine.stats["matches"]
+    1
     """
 
     def __init__(self, query: Query | str, output: str = "verbose", engine: str = "auto",

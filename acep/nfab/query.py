@@ -199,7 +199,36 @@ def parse_query(text: str, *, source: str | None = None) -> Query:
 
 def load_query(path: str | os.PathLike[str]) -> Query:
     """Read and parse a query file (UTF-8, with or without the byte-order mark some
-    editors write); errors name the file."""
+    editors write); errors name the file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The query file (SASE+, docs/EXACT.md).
+
+    Returns
+    -------
+    Query
+        The parsed query, for :class:`acep.nfab.Engine`.
+
+    Raises
+    ------
+    QueryError
+        A malformed query, with the file, line, position and a caret.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from acep.nfab import load_query
+    >>> path = os.path.join(tempfile.mkdtemp(), "rise.sase")
+    >>> with open(path, "w") as f:
+    ...     print("PATTERN SEQ(Stock a, Stock b)", file=f)
+    ...     print("WHERE skip_till_next_match(a, b) { [symbol] and b.price > a.price }", file=f)
+    ...     print("WITHIN 1 hour", file=f)
+    >>> query = load_query(path)
+    >>> [c.var for c in query.components], query.window, query.strategy.value
+    (['a', 'b'], 3600.0, 'skip_till_next_match')
+    """
     return parse_query(Path(path).read_text(encoding="utf-8-sig"), source=str(path))
 
 
