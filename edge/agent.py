@@ -127,6 +127,7 @@ class Agent:
             self.outbox.save_state(adopted)
             st = adopted
         self.consumed = int(st.get("consumed", 0))
+        self.saved = st  # the progress as loaded (an MQTT source's committed messages)
         if "seq" in st:
             self.seq = int(st["seq"])
         else:
@@ -289,9 +290,9 @@ class Agent:
         return src
 
     def _mqtt_source(self, kw: dict) -> Source:
-        from .mqtt import MqttSource  # paho-mqtt is an optional extra
+        from .mqtt import STATE_KEY, MqttSource  # paho-mqtt is an optional extra
         try:
-            return MqttSource(self.cfg.source, **kw)
+            return MqttSource(self.cfg.source, self.saved.get(STATE_KEY), **kw)
         except ImportError as e:
             raise ConfigError(str(e)) from None
 
@@ -344,6 +345,7 @@ class Agent:
                 self.commits.close()
                 self._flush_copy()
             finally:
+                source.close()  # after the last commit: its acknowledgements go first
                 if uploader is not None:
                     uploader.stop(self.cfg.timeout + 1)
                 metrics_done.set()
@@ -449,7 +451,7 @@ class Agent:
         found = self._match(live, source, starts[n_warm:], ends[n_warm:])
         self.counts["events_in"] += len(live) - (self.counts["events_bad"] - bad0)
         self._retain(live, starts[n_warm:])
-        self._commit(found, self.kept.view(), len(live))
+        self._commit(found, self.kept.view(), len(live), taken=len(chunk))
         self._trim()
         self.lag = time.monotonic() - started
         # the whole chunk's time, not the matcher's alone: decoding, encoding and the
@@ -464,13 +466,16 @@ class Agent:
         self.progress.finished = True
 
     def _commit(self, found: MatchBatch, events: EventBatch | None, n_live: int,
-                finished: bool = False) -> None:
+                finished: bool = False, taken: int = 0) -> None:
+        """Queue the transaction of a chunk (``taken``: its events, good and bad); the
+        source hears when it is durable (an MQTT source acknowledges its messages then)."""
         self.consumed += n_live
-        state = {"consumed": self.consumed, **self.progress.state(), "finished": finished}
+        state = {"consumed": self.consumed, **self.progress.state(), "finished": finished,
+                 **self.source.taken(taken)}
         if len(found) and self.condenser is None:
             found = self._inside(found, events)
         if not len(found):
-            self.commits.submit(self._save, {**state, "seq": self.seq})
+            self._submit(taken, self._save, {**state, "seq": self.seq})
             return
         seq = self.seq
         if self.condenser is not None:
@@ -483,8 +488,18 @@ class Agent:
                                                    groups=groups))
         self.seq += 1
         self.counts["matches"] += len(found)
-        self.commits.submit(self._put, body, batch_id(self.cfg.device_id, seq),
-                            {**state, "seq": self.seq}, self._covers(len(found), events))
+        self._submit(taken, self._put, body, batch_id(self.cfg.device_id, seq),
+                     {**state, "seq": self.seq}, self._covers(len(found), events))
+
+    def _submit(self, taken: int, write, *args) -> None:
+        """``write(*args)`` in the writer thread, then the source told that the ``taken``
+        events of the chunk are durable."""
+        self.commits.submit(self._durably, taken, write, *args)
+
+    def _durably(self, taken: int, write, *args) -> None:
+        write(*args)
+        if taken:
+            self.source.durable(taken)
 
     def _covers(self, n: int, events: EventBatch | None) -> str:
         """What a batch holds, in words: kept with it for the reason of a dead letter,
@@ -636,6 +651,8 @@ class Agent:
                        upload_gzip=up.compress and up.gzip_taken)
         if source is not None:
             out["bad_lines"] = source.bad_lines
+            if self.cfg.source.kind == "mqtt":  # messages not acknowledged yet, and skipped
+                out.update(mqtt_unacked=source.unacked, mqtt_redelivered=source.redelivered)
             if isinstance(source, FileSource):
                 out["backlog_bytes"] = source.backlog()
         if self.wallclock is not None:

@@ -32,7 +32,8 @@ __all__ = ["ConfigError", "KeyFileError", "read_key_file", "AgentConfig", "Patte
 
 SOURCES = ("file", "stdin", "iterator", "mqtt")
 MQTT_KEYS = ("host", "port", "topics", "qos", "client_id", "username", "password_file",
-             "tls", "ca_file", "cert_file", "key_file", "keepalive", "topic_field")
+             "tls", "ca_file", "cert_file", "key_file", "keepalive", "topic_field",
+             "inflight")
 BUDGET_MODES = ("none", "fixed", "wall-clock")
 CAP_POLICIES = ("drop-oldest", "refuse-new")
 # the longest wait a key may ask for: a year is more than any device needs, and far below
@@ -102,6 +103,7 @@ class SourceConfig:
     key_file: str | None = None
     keepalive: int = 60
     topic_field: str | None = None
+    inflight: int = 20  # the broker's max_inflight_messages (mosquitto's default)
 
 
 @dataclass
@@ -321,6 +323,10 @@ def _mqtt(src: _Section, source: SourceConfig, path_of, client_id: str) -> None:
         raise ConfigError(f"source.keepalive: must be in 5..65535 seconds, not "
                           f"{source.keepalive}")
     source.topic_field = src.get("topic_field", str)
+    source.inflight = src.get("inflight", int, 20)
+    if not 1 <= source.inflight <= 65535:
+        raise ConfigError(f"source.inflight: must be in 1..65535 messages (the broker's "
+                          f"max_inflight_messages), not {source.inflight}")
     _mqtt_login(src, source, path_of)
     _mqtt_tls(src, source, path_of)
 

@@ -2,24 +2,35 @@
 
 The session is persistent (MQTT 3.1.1 ``clean_session=False``, a stable client id) and the
 subscriptions QoS 1 by default, so the broker keeps the messages published while the agent
-is down and sends them when it is back. paho-mqtt acknowledges a message when the callback
-returns; the callback waits until the agent's chunk has taken the event first. Delivery is
-at least once: a message taken but not acknowledged (the agent killed between the two)
-comes again after a restart, and a message acknowledged but whose chunk was not committed
-yet (a power cut right then) is lost. paho-mqtt is an optional extra, imported here only.
+is down and sends them when it is back.
+
+A message is acknowledged (PUBACK, paho-mqtt's manual acknowledgement) only once what it led
+to is durable: its chunk's matches in the outbox and the progress after it committed. A kill
+or a power cut before that leaves it unacknowledged, and the broker sends it again (DUP).
+One after the commit and before the acknowledgement reached the broker would have it
+matched twice: so the progress committed with each chunk holds the identities of the last
+``KEEP_PER_INFLIGHT * source.inflight`` messages committed (packet id and a digest of topic
+and payload), and a redelivered message (DUP) with one of them is acknowledged and skipped,
+not matched again. The broker sends at most ``source.inflight`` messages unacknowledged
+(mosquitto's ``max_inflight_messages``, 20 by default), so a chunk closes once that many
+wait for their acknowledgement. With ``source.qos = 2`` paho acknowledges each message as
+it arrives (see :class:`MqttSource`): a power cut can lose the chunk not yet committed.
+paho-mqtt is an optional extra, imported here only.
 """
 
 from __future__ import annotations
 
+import collections
+import hashlib
 import logging
 import queue
 import threading
 import time
 from collections.abc import Iterator
 
-from .sources import Item, Source, parse_line, why_bad
+from .sources import _CUT, Item, Source, parse_line, why_bad
 
-__all__ = ["MqttSource", "import_paho", "probe", "MISSING"]
+__all__ = ["MqttSource", "import_paho", "probe", "identity", "MISSING", "STATE_KEY"]
 
 log = logging.getLogger("edge.agent")
 MISSING = ("source.kind = \"mqtt\" needs paho-mqtt, which is not installed: "
@@ -27,6 +38,20 @@ MISSING = ("source.kind = \"mqtt\" needs paho-mqtt, which is not installed: "
 WAIT = 0.05  # seconds between two looks at the stop flag while waiting
 ONCE_IDLE = 1.0  # --once: the source ends after this long subscribed with no message
 ONCE_CONNECT = 30.0  # --once: seconds to connect and subscribe before giving up
+STATE_KEY = "mqtt_committed"  # the progress's identities of the last messages committed
+# identities kept per message the broker may hold unacknowledged: acknowledgements lost
+# with a dropped connection are only sent again when the broker redelivers, after up to
+# a few inflight windows of newer messages
+KEEP_PER_INFLIGHT = 10
+
+
+def identity(mid: int, topic: bytes | str, payload: bytes) -> str:
+    """A message's identity across a redelivery: its packet id (kept by the broker for an
+    unacknowledged message) and a digest of its topic and payload (a packet id is reused
+    once acknowledged)."""
+    topic_bytes = topic.encode() if isinstance(topic, str) else topic
+    digest = hashlib.blake2b(topic_bytes + b"\0" + payload, digest_size=6).hexdigest()
+    return f"{mid}:{digest}"
 
 
 def import_paho():
@@ -79,34 +104,70 @@ def probe(s, timeout: float) -> str | None:
     return refused[0] if refused else None
 
 
-class MqttSource(Source):
-    """Events from MQTT messages (see the module). ``s`` is the ``[source]`` config; the
-    resume offset is None (the broker, not the agent, keeps what is not read yet)."""
+class _Held:
+    """A message received and not yet acknowledged; ``event`` is False for one that is
+    not an event (a bad payload), acknowledged with the events around it."""
 
-    def __init__(self, s, **kw):
+    __slots__ = ("ident", "mid", "qos", "event")
+
+    def __init__(self, ident: str, mid: int, qos: int, event: bool):
+        self.ident, self.mid, self.qos, self.event = ident, mid, qos, event
+
+
+class MqttSource(Source):
+    """Events from MQTT messages (see the module). ``s`` is the ``[source]`` config;
+    ``committed`` the identities of the last messages committed (the saved progress's
+    :data:`STATE_KEY`). The resume offset is None (the broker, not the agent, keeps what
+    is not read yet)."""
+
+    def __init__(self, s, committed: list[str] | None = None, **kw):
         super().__init__(**kw)
         self.s = s
         self.name = f"mqtt://{s.host}:{s.port}"
         self.offset = None
         self.subscribed = threading.Event()  # the broker has granted the subscriptions
+        self.redelivered = 0  # messages sent again by the broker and skipped
         self._queue: queue.Queue = queue.Queue()
-        self._closing = threading.Event()  # a waiting message is let go unacknowledged
+        self._lock = threading.Lock()  # _held, _recent, _taken: three threads use them
+        self._held: collections.deque[_Held] = collections.deque()  # in arrival order
+        self._holding: set[str] = set()  # the identities in _held
+        self._recent = collections.deque(committed or (),
+                                         maxlen=KEEP_PER_INFLIGHT * s.inflight)
+        self._taken = 0  # events of _held in chunks handed to a commit, not durable yet
         self._stopping = False
         self._subscribed_at = 0.0
         self.once = False  # end once no message came for ONCE_IDLE (acep agent --once)
         self.client = make_client(s, s.client_id, clean=False)
+        # QoS 2 cannot wait: after a restart the broker sends only the PUBREL of a message
+        # handed over before, which paho answers only when it acknowledges by itself
+        self.client.manual_ack_set(s.qos < 2)
         self.client.on_connect = self._on_connect
         self.client.on_subscribe = self._on_subscribe
         self.client.on_message = self._on_message
         self.client.on_disconnect = self._on_disconnect
         self.client.on_connect_fail = self._on_connect_fail
 
-    def _on_connect(self, client, _userdata, _flags, reason, _props) -> None:
+    @property
+    def unacked(self) -> int:
+        """Messages received and not acknowledged yet (their chunk not committed)."""
+        with self._lock:
+            return len(self._held)
+
+    def _on_connect(self, client, _userdata, flags, reason, _props) -> None:
         if reason.is_failure:
             self.bad_log.warning("%s refused the connection: %s", self.name, reason)
             return
         log.info("connected to %s as %s", self.name, self.s.client_id)
+        if not flags.session_present:
+            self._forget_session()
         client.subscribe([(topic, self.s.qos) for topic in self.s.topics])
+
+    def _forget_session(self) -> None:
+        """A broker without our session (restarted without persistence) reuses the packet
+        ids of the messages held: they are not acknowledged, lest another be."""
+        with self._lock:
+            for held in self._held:
+                held.qos = 0
 
     def _on_subscribe(self, _client, _userdata, _mid, reasons, _props) -> None:
         bad = [str(r) for r in reasons if r.is_failure]
@@ -122,42 +183,92 @@ class MqttSource(Source):
     def _on_connect_fail(self, _client, _userdata) -> None:
         self.bad_log.warning("cannot connect to %s; trying again", self.name)
 
-    def _on_message(self, _client, _userdata, msg) -> None:
-        doc = parse_line(msg.payload)
-        if doc is None:
-            self.bad_lines += 1
-            self.bad_log.warning("%s, topic %s: %s, skipped: %.60r", self.name, msg.topic,
-                                 why_bad(msg.payload), msg.payload)
-            return
-        if self.s.topic_field is not None:
-            doc[self.s.topic_field] = msg.topic
-        taken = threading.Event()
-        self._queue.put((doc, taken))
-        # paho acknowledges the message when this returns: not before the chunk has it
-        while not taken.wait(WAIT):
-            if self._closing.is_set():
+    def _on_message(self, client, _userdata, msg) -> None:
+        ident = identity(msg.mid, msg.topic, msg.payload)
+        with self._lock:
+            if msg.dup and ident in self._holding:
+                self.redelivered += 1  # acknowledged with the first delivery, once durable
                 return
+            if msg.dup and ident in self._recent:
+                self.redelivered += 1  # committed before a kill or a dropped connection
+                client.ack(msg.mid, msg.qos)
+                return
+            doc = parse_line(msg.payload)
+            if doc is None:
+                self._bad(msg)
+            elif self.s.topic_field is not None:
+                doc[self.s.topic_field] = msg.topic
+            if msg.qos == 0 and doc is None:
+                return
+            self._held.append(_Held(ident, msg.mid, msg.qos, doc is not None))
+            self._holding.add(ident)
+            if doc is not None:
+                self._queue.put(doc)
+            self._ack_head(client)
+
+    def _bad(self, msg) -> None:
+        self.bad_lines += 1
+        self.bad_log.warning("%s, topic %s: %s, skipped: %.60r", self.name, msg.topic,
+                             why_bad(msg.payload), msg.payload)
+
+    def _ack_head(self, client) -> None:
+        """Acknowledge the messages at the head of the arrival order that wait for nothing
+        (bad payloads): acknowledgements go in the order the messages came (MQTT 4.6)."""
+        while self._held and not self._held[0].event:
+            self._release(client, self._held.popleft())
+
+    def _release(self, client, held: _Held) -> None:
+        self._holding.discard(held.ident)
+        if held.qos:
+            client.ack(held.mid, held.qos)
+
+    def taken(self, n: int) -> dict:
+        """The next ``n`` events handed out are in a chunk about to be committed: the
+        progress to commit with it (the identities of the last messages committed)."""
+        with self._lock:
+            idents = [h.ident for h in self._held if h.event][self._taken:self._taken + n]
+            self._taken += len(idents)
+            self._recent.extend(idents)
+            return {STATE_KEY: list(self._recent)}
+
+    def durable(self, n: int) -> None:
+        """The chunk of the next ``n`` events taken is committed: acknowledge them."""
+        with self._lock:
+            while n > 0 and self._held:
+                held = self._held.popleft()
+                n -= held.event
+                self._taken -= held.event
+                self._release(self.client, held)
+            self._ack_head(self.client)
+
+    def _blocks(self, stop: threading.Event):
+        """One event a block, and a cut (the chunk closes) once ``source.inflight``
+        messages wait for their acknowledgement and no other is there: the broker sends
+        no more until the chunk is committed."""
+        for item in self._items(stop):
+            if item is None:
+                yield None
+                continue
+            yield [item]
+            if self._queue.empty() and self.unacked >= self.s.inflight:
+                yield _CUT
 
     def _items(self, stop: threading.Event) -> Iterator[Item | None]:
         self.client.reconnect_delay_set(1, 30)
         self.client.connect_async(self.s.host, self.s.port, self.s.keepalive)
         self.client.loop_start()
         started = last = time.monotonic()
-        try:
-            while not stop.is_set():
-                try:
-                    doc, taken = self._queue.get(timeout=WAIT)
-                except queue.Empty:
-                    if self.once and self._idle(started, last):
-                        self.eof = True
-                        return
-                    yield None
-                    continue
-                last = time.monotonic()
-                yield doc, None
-                taken.set()
-        finally:
-            self.close()
+        while not stop.is_set():
+            try:
+                doc = self._queue.get(timeout=WAIT)
+            except queue.Empty:
+                if self.once and self._idle(started, last):
+                    self.eof = True
+                    return
+                yield None
+                continue
+            last = time.monotonic()
+            yield doc, None
 
     def _idle(self, started: float, last: float) -> bool:
         """--once: the broker has sent what it held (nothing for a while once subscribed),
@@ -171,11 +282,13 @@ class MqttSource(Source):
         return now - max(last, self._subscribed_at) >= ONCE_IDLE
 
     def close(self) -> None:
-        """Disconnect first: a message whose event was not taken is then never
-        acknowledged, and the broker sends it again next time."""
+        """Disconnect (after the last commit, whose acknowledgements go first): a message
+        whose chunk was not committed is never acknowledged, and the broker sends it
+        again next time."""
+        if self._stopping:
+            return
         self._stopping = True
-        self.client.disconnect()  # queued before the acknowledgement of a waiting message
-        self._closing.set()
+        self.client.disconnect()
         self.client.loop_stop()
 
     def where(self, start: int | None, end: int | None, position: int) -> str:

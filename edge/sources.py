@@ -208,6 +208,18 @@ class Source:
         """Events, and None when nothing is available right now (lets a chunk close)."""
         raise NotImplementedError
 
+    def taken(self, n: int) -> dict:
+        """The next ``n`` events handed out are in a chunk about to be committed: what the
+        source adds to the progress committed with it (nothing by default)."""
+        return {}
+
+    def durable(self, n: int) -> None:
+        """The chunk of the next ``n`` events taken is committed (the writer thread says
+        so): an MQTT source acknowledges their messages now."""
+
+    def close(self) -> None:
+        """Let go of what the source holds, after the last commit."""
+
     def _measure(self, chunk: list[Item], seconds: float) -> None:
         """At each chunk (``seconds`` since the one before). An iterator or a pipe cannot
         tell events that waited from new ones: what is read has arrived."""

@@ -11,6 +11,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -36,6 +37,7 @@ MOSQUITTO = shutil.which("mosquitto") or next(
     None)
 PATTERN = {"id": "abc", "text": "a b c", "window": 5.0, "k": 1, "partition": "id"}
 TOPIC = "sensors/dev-m/events"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
@@ -258,6 +260,7 @@ def test_a_bad_payload_is_counted_and_logged_with_its_topic(tmp_path, broker, ca
     ({"qos": 3}, "source.qos"),
     ({"port": 70000}, "source.port"),
     ({"keepalive": 0}, "source.keepalive"),
+    ({"inflight": 0}, "source.inflight"),
     ({"password": "secret"}, "source.password"),
     ({"password_file": "pw"}, "source.password_file"),
     ({"username": "u", "password_file": "missing"}, "source.password_file"),
@@ -487,3 +490,175 @@ def test_an_agent_with_no_broker_keeps_trying_and_stops_at_once(tmp_path, caplog
             stopping = time.monotonic()
         assert time.monotonic() - stopping < 3
     assert any("cannot connect" in r.getMessage() for r in caplog.records)
+
+
+# --------------------------------------------------------------------------- kills
+
+
+class Relay:
+    """A TCP relay on loopback to ``port``; once ``hold`` is set, the client's bytes are
+    read and dropped (a link that died one way: the broker hears nothing more)."""
+
+    def __init__(self, port: int):
+        self.port_to, self.hold = port, threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.port_to))
+            self.socks += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, True),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False),
+                             daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, held: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                if not (held and self.hold.is_set()):
+                    sink.sendall(data)
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        for sock in [self.listener, *self.socks]:
+            sock.close()
+
+
+class AgentProcess:
+    """``python -m edge.agent`` as a process, uploading to ``collector``, with the source
+    ``source`` (keys of :func:`config`)."""
+
+    def __init__(self, tmp: Path, port: int, collector, **source):
+        from test_edge_e2e import DEVICE
+
+        self.tmp = tmp
+        self.doc = config(tmp, port, **source)
+        self.doc["device"] = {"id": DEVICE, "token": collector.token}
+        self.doc["collector"] = {"url": collector.url, "timeout": 5.0}
+        self.doc["metrics"]["interval"] = 1.0
+        self.doc["outbox"].update(backoff_base=0.05, backoff_max=0.5)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, port: int | None = None, once: bool = False) -> subprocess.Popen:
+        if port is not None:
+            self.doc["source"]["port"] = port
+        path = agent_toml(self.tmp, self.doc)
+        with open(self.tmp / "agent.err", "a") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "edge.agent", "--config", str(path)]
+                + (["--once"] if once else []), cwd=ROOT, stdout=subprocess.DEVNULL,
+                stderr=err, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        return self.proc
+
+    def kill(self) -> None:
+        assert self.proc.poll() is None, self.log()
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def log(self) -> str:
+        return (self.tmp / "agent.err").read_text()
+
+    def state(self, name: str, default=0):
+        from test_edge_e2e import query
+
+        row = query(self.tmp / "outbox.db", "SELECT value FROM state WHERE name = ?", (name,))
+        return json.loads(row[0][0]) if row else default
+
+    def pending(self) -> int:
+        from test_edge_e2e import query
+
+        row = query(self.tmp / "outbox.db", "SELECT COUNT(*) FROM pending")
+        return row[0][0] if row else -1
+
+    def metrics(self) -> dict:
+        path = self.tmp / "metrics.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return json.loads(lines[-1]) if lines else {}
+
+
+def wait_for(pred, what: str, timeout: float = 45.0):
+    deadline = time.monotonic() + timeout
+    while not (value := pred()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return value
+
+
+def stored_rows(matches) -> list[tuple]:
+    """acep matches as the collector's rows (tests/test_edge_e2e.py Collector.matches)."""
+    return sorted(((float(x.partition), x.point, x.errors, tuple(x.events))
+                   for x in matches), key=repr)
+
+
+@pytest.fixture
+def collector(tmp_path):
+    from test_edge_e2e import serving
+
+    with serving(tmp_path) as c:
+        yield c
+
+
+def test_a_kill_before_the_commit_loses_no_message(tmp_path, collector):
+    """SIGKILL with every message received and none committed (the chunk is open): none
+    was acknowledged, so the broker sends them all again and each is matched once."""
+    events = stream(60, seed=11)
+    with mosquitto(tmp_path, "allow_anonymous true\nmax_inflight_messages 100\n") as port:
+        agent = AgentProcess(tmp_path, port, collector, batch_events=1000,
+                             batch_seconds=3600.0, inflight=100)
+        agent.start()
+        wait_for(lambda: "mqtt_unacked" in agent.metrics(), "the agent's first metrics")
+        publish(port, events)
+        wait_for(lambda: agent.metrics().get("mqtt_unacked") == len(events),
+                 "every message to reach the agent")
+        assert agent.state("consumed") == 0
+        agent.kill()
+        assert agent.start(once=True).wait(60) == 0, agent.log()
+    final = agent.metrics()
+    assert (final["consumed"], final["mqtt_unacked"], final["outbox_pending"]) == (60, 0, 0)
+    m = acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"], partition="id")
+    expect = stored_rows(m.match(events))
+    assert expect and collector.matches() == expect
+
+
+def test_a_kill_after_the_commit_uploads_no_match_twice(tmp_path, collector):
+    """SIGKILL after a chunk is committed (and uploaded) but before the broker has its
+    acknowledgements: it sends the messages again (DUP); they are known and skipped."""
+    events = stream(60, seed=12)
+    with mosquitto(tmp_path, "allow_anonymous true\nmax_inflight_messages 100\n") as port:
+        relay = Relay(port)
+        try:
+            agent = AgentProcess(tmp_path, relay.port, collector, batch_events=30,
+                                 batch_seconds=3600.0, inflight=100)
+            agent.start()
+            wait_for(lambda: "mqtt_unacked" in agent.metrics(), "the agent's first metrics")
+            publish(port, events[:30])
+            wait_for(lambda: agent.metrics().get("consumed") == 30
+                     and agent.metrics()["mqtt_unacked"] == 0, "the first chunk acknowledged")
+            time.sleep(0.2)  # the acknowledgements were handed to paho: now on their way
+            relay.hold.set()  # the acknowledgements of the next chunk never arrive
+            publish(port, events[30:])
+            wait_for(lambda: agent.state("consumed") == 60 and agent.pending() == 0,
+                     "the second chunk committed and uploaded")
+            agent.kill()
+        finally:
+            relay.close()
+        assert agent.start(port, once=True).wait(60) == 0, agent.log()
+        final = agent.metrics()
+        assert (final["consumed"], final["mqtt_redelivered"]) == (60, 30)
+        again = agent.start(port, once=True)  # the redelivered ones were acknowledged
+        assert again.wait(60) == 0, agent.log()
+        assert agent.metrics()["mqtt_redelivered"] == 0
+    stored = collector.matches()
+    assert len(stored) == len(set(stored)), "a match is stored twice"
+    assert stored and stored == stored_rows(
+        acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"], partition="id")
+        .match_batch(acep.EventBatch.from_events(events)).to_matches())
