@@ -65,7 +65,7 @@ POLICIES = ("drop-oldest", "refuse-new")
 DUE_SLACK = 60.0
 _COUNTERS = ("put", "duplicate", "sent", "sent_bytes", "failed", "dropped", "dropped_bytes",
              "refused", "refused_bytes", "rejected", "rejected_bytes", "requeued",
-             "discarded", "discarded_bytes", "damaged")
+             "discarded", "discarded_bytes", "damaged", "rebuilt", "split")
 # CRC-32 of a batch body, kept beside it (column crc): a body damaged on the disk is never sent
 _CHECKED = ("pending", "dead")
 
