@@ -286,7 +286,7 @@ class Agent:
         elif once and self.cfg.source.kind == "mqtt":
             source.once = True  # what the broker holds now, then the end
         uploader = self.uploader = None if self.uplink is None else \
-            Uploader(self.outbox, self.uplink)
+            Uploader(self.outbox, self.uplink, max_body=self.cfg.max_body)
         if uploader is not None:
             # before any batch: the collector lists the device at once, and its answer
             # tells whether it takes gzip before the first batch goes
@@ -446,19 +446,47 @@ class Agent:
         if not len(found):
             self.commits.submit(self._save, {**state, "seq": self.seq})
             return
-        seq = self.seq
+        now = time.time()
         if self.condenser is not None:
             body = encode_condensed(self.condenser.summarize(
-                found, device=self.cfg.device_id, seq=seq, pattern=self.pattern_ref))
+                found, device=self.cfg.device_id, seq=self.seq, pattern=self.pattern_ref))
+            pieces, groups = [(found, body)], None
         else:
             groups = self.kept.groups(set(_plain_list(found.partition)))
-            body = encode_batch(batch_from_matches(found, events, device=self.cfg.device_id,
-                                                   seq=seq, pattern=self.pattern_ref,
-                                                   groups=groups))
-        self.seq += 1
+            pieces = self._cut(found, events, groups, now)
         self.counts["matches"] += len(found)
-        self.commits.submit(self._put, body, batch_id(self.cfg.device_id, seq),
-                            {**state, "seq": self.seq}, self._covers(len(found), events))
+        for i, (piece, body) in enumerate(pieces):
+            seq = self.seq
+            if i:  # encoded under the first piece's seq while cut
+                body = self._encode(piece, events, groups, seq, now)
+            self.seq += 1
+            last = i == len(pieces) - 1
+            # the progress goes with the last piece: a crash before it replays the chunk,
+            # and the pieces put already come again under the same ids (duplicates)
+            self.commits.submit(self._put, body, batch_id(self.cfg.device_id, seq),
+                                {**state, "seq": self.seq} if last else None,
+                                self._covers(len(piece), events))
+
+    def _encode(self, found: MatchBatch, events: EventBatch | None, groups, seq: int,
+                created_at: float) -> bytes:
+        return encode_batch(batch_from_matches(found, events, device=self.cfg.device_id,
+                                               seq=seq, pattern=self.pattern_ref,
+                                               groups=groups, created_at=created_at))
+
+    def _cut(self, found: MatchBatch, events: EventBatch | None, groups, created_at: float
+             ) -> list[tuple[MatchBatch, bytes]]:
+        """The matches in pieces whose bodies stay within ``collector.max_body`` (halves,
+        in order), each with its body encoded under the current seq; a single match over
+        it stays one piece (the collector refuses it alone: a dead letter)."""
+        body = self._encode(found, events, groups, self.seq, created_at)
+        if len(body) <= self.cfg.max_body or len(found) < 2:
+            return [(found, body)]
+        half = len(found) // 2
+        log.info("a batch of %d matches is %d bytes, over collector.max_body (%d): cut in "
+                 "two", len(found), len(body), self.cfg.max_body)
+        return (self._cut(_rows(found, range(half)), events, groups, created_at)
+                + self._cut(_rows(found, range(half, len(found))), events, groups,
+                            created_at))
 
     def _covers(self, n: int, events: EventBatch | None) -> str:
         """What a batch holds, in words: kept with it for the reason of a dead letter,
@@ -473,8 +501,9 @@ class Agent:
             text += f" (bytes {start}..{self.progress.resume_offset} of {self.cfg.source.path})"
         return text
 
-    def _put(self, body: bytes, bid: str, state: dict, about: str | None = None) -> None:
-        """The batch and the progress in one outbox transaction (writer thread)."""
+    def _put(self, body: bytes, bid: str, state: dict | None, about: str | None = None
+             ) -> None:
+        """The batch and the progress (if any) in one outbox transaction (writer thread)."""
         try:
             self.outbox.put(body, bid, state=state, about=about)
             self.counts["batches_put"] += 1
@@ -482,7 +511,8 @@ class Agent:
         except OutboxFull as e:
             self.counts["batches_refused"] += 1
             log.error("%s", e)
-        self._copy_progress(state)
+        if state is not None:
+            self._copy_progress(state)
         if self.uploader is not None:
             self.uploader.wake.set()
 
@@ -533,13 +563,7 @@ class Agent:
         self.counts["matches_orphaned"] += len(found) - len(ok)
         log.warning("%d matches reach before the kept events (outbox.max_retained_events); "
                     "not uploaded", len(found) - len(ok))
-        rows = np.array(ok, dtype=np.int64)
-        pieces = [np.arange(ptr[i], ptr[i + 1]) for i in ok]
-        idx = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
-        lengths = np.diff(ptr)[rows] if len(rows) else np.zeros(0, np.int64)
-        return MatchBatch(found.partition[rows], found.point[rows], found.start[rows],
-                          found.errors[rows], np.concatenate([[0], np.cumsum(lengths)]),
-                          found.trajectory[idx], found.trajectory_tags[idx], found.tag_is_time)
+        return _rows(found, ok)
 
     def _retain(self, new: EventBatch, starts: list) -> None:
         """Add a chunk's events to the kept run (:class:`edge.retained.Retained`); the run
@@ -699,6 +723,19 @@ class Agent:
         if self._metrics_lost:
             log.info("metrics lines are written again (after %d dropped)", self._metrics_lost)
         self._metrics_lost, self.metrics_error = 0, None
+
+
+def _rows(found: MatchBatch, ok) -> MatchBatch:
+    """The matches ``ok`` (indices, in order) of ``found``."""
+    ok = list(ok)
+    ptr = np.asarray(found.trajectory_ptr, dtype=np.int64)
+    rows = np.array(ok, dtype=np.int64)
+    pieces = [np.arange(ptr[i], ptr[i + 1]) for i in ok]
+    idx = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+    lengths = np.diff(ptr)[rows] if len(rows) else np.zeros(0, np.int64)
+    return MatchBatch(found.partition[rows], found.point[rows], found.start[rows],
+                      found.errors[rows], np.concatenate([[0], np.cumsum(lengths)]),
+                      found.trajectory[idx], found.trajectory_tags[idx], found.tag_is_time)
 
 
 def fresh_seq() -> int:

@@ -210,8 +210,9 @@ class _Reads:
 
     def status(self, batch_id: str) -> str | None:
         """``"pending"``, ``"dead"`` (a dead letter), ``"sent"``, ``"dropped"``,
-        ``"discarded"``, or None when unknown (or forgotten). Outboxes written before dead
-        letters existed may also answer ``"rejected"``."""
+        ``"discarded"``, ``"split"`` (replaced by its halves), or None when unknown (or
+        forgotten). Outboxes written before dead letters existed may also answer
+        ``"rejected"``."""
         with self._lock:
             if self._db.execute("SELECT 1 FROM pending WHERE batch_id = ?",
                                 (batch_id,)).fetchone():
@@ -408,11 +409,7 @@ class Outbox(_Reads):
         body = bytes(body)
         now = time.time() if now is None else now
         with self._tx() as db:
-            known = db.execute("SELECT 1 FROM pending WHERE batch_id = ? UNION ALL "
-                               "SELECT 1 FROM dead WHERE batch_id = ? UNION ALL "
-                               "SELECT 1 FROM done WHERE batch_id = ?",
-                               (batch_id, batch_id, batch_id)).fetchone()
-            if known:
+            if self._known(db, batch_id):
                 self._bump(db, "duplicate")
                 self._write_state(db, state)
                 return False
@@ -539,6 +536,34 @@ class Outbox(_Reads):
             self._bump(db, "rejected")
             self._bump(db, "rejected_bytes", row[0])
         return True
+
+    def split(self, batch_id: str, parts: list[tuple[str, bytes, str | None]],
+              now: float | None = None) -> bool:
+        """Replace a pending batch by ``parts`` (batch id, body, about), due at once, in one
+        transaction: the batch is remembered as ``split`` (counted), a part whose id is
+        known already is skipped (a retry). False when the batch was not pending."""
+        now = time.time() if now is None else now
+        with self._tx() as db:
+            row = db.execute("SELECT created FROM pending WHERE batch_id = ?",
+                             (batch_id,)).fetchone()
+            if row is None:
+                return False
+            db.execute("DELETE FROM pending WHERE batch_id = ?", (batch_id,))
+            self._remember(db, batch_id, "split", now)
+            self._bump(db, "split")
+            for bid, body, about in parts:
+                if self._known(db, bid):
+                    continue
+                db.execute("INSERT INTO pending (batch_id, body, size, created, due, crc, "
+                           "about) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           (bid, body, len(body), row[0], now, checksum(body), about))
+        return True
+
+    def _known(self, db, batch_id: str) -> bool:
+        return db.execute("SELECT 1 FROM pending WHERE batch_id = ? UNION ALL "
+                          "SELECT 1 FROM dead WHERE batch_id = ? UNION ALL "
+                          "SELECT 1 FROM done WHERE batch_id = ?",
+                          (batch_id, batch_id, batch_id)).fetchone() is not None
 
     def requeue(self, batch_ids: list[str] | None = None, now: float | None = None,
                 rewrite: Callable[[str, bytes], bytes] | None = None) -> int:

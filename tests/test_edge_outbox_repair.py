@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_edge_e2e import device_series, serving, stream
+import pytest
+from test_edge_e2e import PATTERN, device_series, direct, serving, stream
 from test_edge_outbox_integrity import agent_doc, flip_a_bit, run, write_events
 
 from edge.outbox import Outbox
+from edge.wire import Limits, decode_batch
 
 
 def test_metrics_show_a_devices_damaged_batches(tmp_path: Path):
@@ -29,3 +31,47 @@ def test_metrics_show_a_devices_damaged_batches(tmp_path: Path):
     assert series["acep_device_outbox_rebuilt_total"] == 0
     with Outbox(tmp_path / "outbox.db") as box:
         assert len(box.dead_letters()) == 1
+
+
+LIMIT = 120_000  # the collector's --max-body in these tests: an ordinary batch is far below
+
+
+def with_one_huge_event(n: int, seed: int) -> tuple[list[dict], int, tuple]:
+    """A stream whose one event (in the window of exactly one match, as a followed-file
+    agent uploads them) has an attribute of 3 * LIMIT bytes: its index and that match."""
+    events = stream(n, seed)
+    found = direct(events)
+    window = PATTERN["window"]
+    for i, e in enumerate(events):
+        if e["type"] == "a":
+            continue
+        covering = [m for m in found if m[0] == e["id"] and m[1] - window <= e["t"] <= m[1]]
+        if len(covering) == 1 and not any(i in m[3] for m in found if m is not covering[0]):
+            events[i] = {**e, "blob": "x" * (3 * LIMIT)}
+            return events, i, covering[0]
+    raise AssertionError("no event in the window of exactly one match")
+
+
+@pytest.mark.parametrize("agent_limit", [LIMIT, 16 << 20], ids=["cut-when-put", "split-on-413"])
+def test_one_oversized_match_never_takes_the_others_with_it(tmp_path: Path, agent_limit):
+    """Cut when put (collector.max_body is the collector's limit) or split after a 413 (the
+    agent thinks the limit is 16 MiB): every ordinary match is stored, the one whose window
+    holds the huge event is the one dead letter, its reason saying its size and the limit.
+    Before, the whole batch of the huge event was a dead letter."""
+    events, _, huge = with_one_huge_event(400, seed=3)
+    write_events(tmp_path / "events.jsonl", events)
+    with serving(tmp_path, "--max-body", str(LIMIT)) as c:
+        doc = agent_doc(tmp_path, c.url, c.token)
+        doc["source"]["follow"] = True  # --once: no flush at the end, as direct() matches
+        doc["collector"]["max_body"] = agent_limit
+        final = run(doc)
+        stored = c.matches()
+    assert sorted(stored, key=repr) == sorted([m for m in direct(events) if m != huge],
+                                              key=repr)
+    assert final["outbox_dead"] == 1 and final["outbox_pending"] == 0
+    with Outbox(tmp_path / "outbox.db") as box:
+        (dead,) = box.dead_letters()
+        body = box.dead_body(dead.batch_id)
+    assert len(decode_batch(body, Limits(max_bytes=len(body), max_str_len=len(body)))) == 1
+    assert f"its body of {len(body)} bytes" in dead.reason and f"limit of {LIMIT}" in dead.reason
+    assert (final["batches_split"] >= 1) == (agent_limit > LIMIT)
