@@ -49,6 +49,7 @@ from .commits import Commits
 from .config import AgentConfig, ConfigError, load_config
 from .logs import LOG_LEVELS, Crashes, Failing, LogLimiter
 from .outbox import Backoff, Outbox, OutboxError, OutboxFull
+from .rebuild import rebuild, recipe
 from .resume import Progress, copy_path, from_copy, write_copy
 from .retained import Retained
 from .sketches import FALLBACK_POLICY, Sketches
@@ -92,6 +93,8 @@ class Agent:
             where = f"{config.config_path}: " if config.config_path else ""
             raise ConfigError(f"{where}outbox.path: {e}") from None
         self.copy = copy_path(ob.path)
+        self.outbox.repair = self._rebuild
+        self.source: Source | None = None
         self._copy_failing = False
         self._uncopied: dict | None = None  # progress committed, not in the copy yet
         self._copied_at = time.monotonic()
@@ -465,7 +468,8 @@ class Agent:
             # and the pieces put already come again under the same ids (duplicates)
             self.commits.submit(self._put, body, batch_id(self.cfg.device_id, seq),
                                 {**state, "seq": self.seq} if last else None,
-                                self._covers(len(piece), events))
+                                self._covers(len(piece), events),
+                                self._recipe(piece, events, now))
 
     def _encode(self, found: MatchBatch, events: EventBatch | None, groups, seq: int,
                 created_at: float) -> bytes:
@@ -488,6 +492,24 @@ class Agent:
                 + self._cut(_rows(found, range(half, len(found))), events, groups,
                             created_at))
 
+    def _recipe(self, found: MatchBatch, events: EventBatch | None, created_at: float
+                ) -> dict | None:
+        """How to make the batch again from the events file (edge/rebuild.py), should its
+        body be damaged in the outbox; None when its events are not all in the file being
+        read (read from stdin, or before a rotation), and for a condensed summary (its
+        counts go on from the batches before)."""
+        if not isinstance(self.source, FileSource) or events is None or \
+                self.condenser is not None or self.kept.position < self.progress.file_start:
+            return None
+        return recipe(self.source, self.kept.first_offset(None), self.progress.resume_offset,
+                      events, found, created_at)
+
+    def _rebuild(self, bid: str, crc: int, made: dict) -> bytes:
+        """The outbox's :attr:`~edge.outbox.Outbox.repair`: a damaged batch made again."""
+        seq = int(bid.rsplit("/", 1)[1])
+        return rebuild(made, crc, device=self.cfg.device_id, seq=seq,
+                       pattern=self.pattern_ref)
+
     def _covers(self, n: int, events: EventBatch | None) -> str:
         """What a batch holds, in words: kept with it for the reason of a dead letter,
         should its body be damaged on the disk."""
@@ -501,11 +523,11 @@ class Agent:
             text += f" (bytes {start}..{self.progress.resume_offset} of {self.cfg.source.path})"
         return text
 
-    def _put(self, body: bytes, bid: str, state: dict | None, about: str | None = None
-             ) -> None:
+    def _put(self, body: bytes, bid: str, state: dict | None, about: str | None = None,
+             made: dict | None = None) -> None:
         """The batch and the progress (if any) in one outbox transaction (writer thread)."""
         try:
-            self.outbox.put(body, bid, state=state, about=about)
+            self.outbox.put(body, bid, state=state, about=about, recipe=made)
             self.counts["batches_put"] += 1
             self.counts["bytes_put"] += len(body)
         except OutboxFull as e:

@@ -6,10 +6,11 @@ agent, real collector (``python -m edge.collector``) on loopback, real SQLite ou
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
-from test_edge_e2e import PATTERN, device_series, direct, serving, stream
+from test_edge_e2e import PATTERN, device_series, direct, query, serving, stream
 from test_edge_outbox_integrity import agent_doc, flip_a_bit, run, write_events
 
 from edge.outbox import Outbox
@@ -75,3 +76,77 @@ def test_one_oversized_match_never_takes_the_others_with_it(tmp_path: Path, agen
     assert len(decode_batch(body, Limits(max_bytes=len(body), max_str_len=len(body)))) == 1
     assert f"its body of {len(body)} bytes" in dead.reason and f"limit of {LIMIT}" in dead.reason
     assert (final["batches_split"] >= 1) == (agent_limit > LIMIT)
+
+
+def test_a_damaged_batch_is_rebuilt_from_its_events_under_the_same_id(tmp_path: Path):
+    """A bit flipped in a queued body: the agent reads its lines again, makes the batch
+    again (the same CRC-32 as when it was put) and sends it under the same id. The
+    collector ends with exactly the matches of an undamaged run. Before, that batch was a
+    dead letter and its matches were lost."""
+    events = stream(1500, seed=7)
+    write_events(tmp_path / "events.jsonl", events)
+    doc = agent_doc(tmp_path)
+    doc["source"]["follow"] = True  # --once: no flush at the end, as direct() matches
+    put = run(doc)
+    assert put["outbox_pending"] >= 3
+    bid, body = flip_a_bit(tmp_path / "outbox.db")
+    with serving(tmp_path) as c:
+        doc = agent_doc(tmp_path, c.url, c.token)
+        doc["source"]["follow"] = True
+        final = run(doc)
+        stored = c.matches()
+        ids = {b for (b,) in query(c.db, "SELECT batch_id FROM batches")}
+        series = device_series(c)
+    assert stored == direct(events)
+    assert bid in ids and len(ids) == put["outbox_pending"]
+    assert final["outbox_damaged"] == final["outbox_rebuilt"] == 1
+    assert final["outbox_dead"] == final["outbox_pending"] == 0
+    assert series["acep_device_outbox_damaged_total"] == 1
+    assert series["acep_device_outbox_rebuilt_total"] == 1
+
+
+def test_a_damaged_batch_whose_events_are_gone_is_a_dead_letter_naming_them(tmp_path):
+    """The events file removed (or its lines changed): nothing sent for that batch, a
+    dead letter whose reason names the file and bytes that were lost."""
+    write_events(tmp_path / "events.jsonl", stream(1500, seed=7))
+    put = run(agent_doc(tmp_path))
+    bid, _ = flip_a_bit(tmp_path / "outbox.db")
+    (tmp_path / "events.jsonl").unlink()
+    with serving(tmp_path) as c:
+        final = run_after(tmp_path, c)
+        ids = {b for (b,) in query(c.db, "SELECT batch_id FROM batches")}
+    assert bid not in ids and len(ids) == put["outbox_pending"] - 1
+    assert final["outbox_damaged"] == 1 and final["outbox_rebuilt"] == 0
+    with Outbox(tmp_path / "outbox.db") as box:
+        (dead,) = box.dead_letters()
+    assert dead.batch_id == bid
+    assert "not rebuilt" in dead.reason and "the file is gone" in dead.reason
+    assert str(tmp_path / "events.jsonl") in dead.reason
+
+
+def test_a_damaged_batch_whose_lines_changed_is_not_rebuilt(tmp_path):
+    events = stream(1500, seed=7)
+    write_events(tmp_path / "events.jsonl", events)
+    put = run(agent_doc(tmp_path))
+    bid, _ = flip_a_bit(tmp_path / "outbox.db")
+    # in place, past its first KiB (else it is another file to the agent): same sizes
+    changed = events[:50] + [{**e, "x": (e["x"] + 1) % 10} for e in events[50:]]
+    with open(tmp_path / "events.jsonl", "r+b") as fh:
+        fh.write("".join(json.dumps(e) + "\n" for e in changed).encode())
+    with serving(tmp_path) as c:
+        final = run_after(tmp_path, c)
+        ids = {b for (b,) in query(c.db, "SELECT batch_id FROM batches")}
+    assert bid not in ids and len(ids) == put["outbox_pending"] - 1
+    assert final["outbox_rebuilt"] == 0
+    with Outbox(tmp_path / "outbox.db") as box:
+        (dead,) = box.dead_letters()
+    assert "the lines changed" in dead.reason
+
+
+def run_after(tmp_path: Path, c) -> dict:
+    """The agent run again with the collector, its events file as it is now (none: an
+    empty one, so that the config is valid)."""
+    path = tmp_path / "events.jsonl"
+    if not path.exists():
+        path.write_text("")
+    return run(agent_doc(tmp_path, c.url, c.token))
