@@ -14,7 +14,7 @@ from test_edge_e2e import PATTERN, device_series, direct, query, serving, stream
 from test_edge_outbox_integrity import agent_doc, flip_a_bit, run, write_events
 
 from edge.outbox import Outbox
-from edge.wire import Limits, decode_batch
+from edge.wire import Limits, decode_batch, split_body
 
 
 def test_metrics_show_a_devices_damaged_batches(tmp_path: Path):
@@ -150,3 +150,52 @@ def run_after(tmp_path: Path, c) -> dict:
     if not path.exists():
         path.write_text("")
     return run(agent_doc(tmp_path, c.url, c.token))
+
+
+def test_a_damaged_batch_is_rebuilt_from_its_file_renamed_by_rotation(tmp_path):
+    """logrotate renamed the events file (events.jsonl.1) and a new one was started: the
+    lines are found by the file's inode and fingerprint, and the batch is rebuilt."""
+    events = stream(1500, seed=7)
+    write_events(tmp_path / "events.jsonl", events)
+    put = run(agent_doc(tmp_path))
+    bid, _ = flip_a_bit(tmp_path / "outbox.db")
+    (tmp_path / "events.jsonl").rename(tmp_path / "events.jsonl.1")
+    with serving(tmp_path) as c:
+        final = run_after(tmp_path, c)
+        ids = {b for (b,) in query(c.db, "SELECT batch_id FROM batches")}
+    assert bid in ids and len(ids) == put["outbox_pending"]
+    assert final["outbox_rebuilt"] == 1 and final["outbox_dead"] == 0
+
+
+def test_split_ids_are_the_same_on_a_retry_and_keep_every_match(tmp_path):
+    """A crash between the 413 and the outbox's split transaction: the split made again
+    gives the same ids and bodies (the collector's dedup holds); the halves hold the
+    batch's matches, each with the events of its window, as it was."""
+    write_events(tmp_path / "events.jsonl", stream(600, seed=5))
+    run(agent_doc(tmp_path))
+    with Outbox(tmp_path / "outbox.db") as box:
+        due = box.next_due()
+        first, again = split_body(due.body), split_body(due.body)
+        assert first == again and len({bid for bid, _, _ in first}) == 2
+        assert box.split(due.batch_id, [(b, body, None) for b, body, _ in first])
+        assert not box.split(due.batch_id, [(b, body, None) for b, body, _ in first])
+        assert box.status(due.batch_id) == "split"
+        assert all(box.status(bid) == "pending" for bid, _, _ in first)
+    whole = decode_batch(due.body)
+    halves = [decode_batch(body) for _, body, _ in first]
+    assert [h.batch_id for h in halves] == [bid for bid, _, _ in first]
+    assert all(h.seq >= 1 << 62 and h.created_at == whole.created_at for h in halves)
+    assert sum(len(h) for h in halves) == len(whole)
+    rows = [(p, float(x), tuple(whole.trajectory[whole.trajectory_ptr[i]:
+                                                  whole.trajectory_ptr[i + 1]]))
+            for i, (p, x) in enumerate(zip(whole.partition, whole.point))]
+    got = [(p, float(x), tuple(h.trajectory[h.trajectory_ptr[i]:h.trajectory_ptr[i + 1]]))
+           for h in halves for i, (p, x) in enumerate(zip(h.partition, h.point))]
+    assert got == rows
+    window, ids = PATTERN["window"], whole.columns["id"].tolist()
+    for h in halves:  # each half's events: those of its own matches' windows, as sent
+        want = {int(pos) for pos, tag, key in zip(whole.event_position, whole.event_tag, ids)
+                if any(key == p and x - window <= tag <= x
+                       for p, x in zip(h.partition, h.point))}
+        assert set(h.event_position.tolist()) == want | set(h.trajectory.tolist())
+        assert len(want) < len(whole.event_position)
