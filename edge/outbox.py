@@ -24,9 +24,14 @@ export, resend or delete them; ``acep outbox PATH status`` sums up the pending b
 the dead letters (:meth:`Outbox.summary`).
 
 Checksums: each body's CRC-32 is stored with it (:func:`checksum`). :meth:`Outbox.next_due`
-never hands out a body that does not match: it moves to the dead letters, its reason saying
-what it held (``put(..., about=)``), counted as ``damaged``. :meth:`Outbox.damaged` and
+never hands out a body that does not match: :attr:`Outbox.repair` (the agent's, from the
+batch's ``put(..., recipe=)``: ``edge/rebuild.py``) makes it again, counted as ``rebuilt``,
+or it moves to the dead letters, its reason saying what it held (``put(..., about=)``) and
+why it was not rebuilt; both are counted as ``damaged``. :meth:`Outbox.damaged` and
 :meth:`Outbox.quick_check` find damage without moving anything (``acep agent --check``).
+
+Split: :meth:`Outbox.split` replaces a batch the collector found too large (413) by its
+halves, in one transaction.
 
 Cap: ``max_rows`` and ``max_bytes`` bound the pending batches and the dead letters together.
 When a new batch does not fit, ``policy="drop-oldest"`` deletes the oldest dead letters,
