@@ -49,6 +49,7 @@ from .commits import Commits
 from .config import AgentConfig, ConfigError, load_config
 from .logs import LOG_LEVELS, Crashes, Failing, LogLimiter
 from .outbox import Backoff, Outbox, OutboxError, OutboxFull
+from .rebuild import rebuild, recipe
 from .resume import Progress, copy_path, from_copy, write_copy
 from .retained import Retained
 from .sketches import FALLBACK_POLICY, Sketches
@@ -118,6 +119,8 @@ class Agent:
             where = f"{config.config_path}: " if config.config_path else ""
             raise ConfigError(f"{where}outbox.path: {e}") from None
         self.copy = copy_path(ob.path)
+        self.outbox.repair = self._rebuild
+        self.source: Source | None = None
         self._copy_failing = False
         self._uncopied: dict | None = None  # progress committed, not in the copy yet
         self._copied_at = time.monotonic()
@@ -313,7 +316,7 @@ class Agent:
         elif once and self.cfg.source.kind == "mqtt":
             source.once = True  # what the broker holds now, then the end
         uploader = self.uploader = None if self.uplink is None else \
-            Uploader(self.outbox, self.uplink)
+            Uploader(self.outbox, self.uplink, max_body=self.cfg.max_body)
         if uploader is not None:
             # before any batch: the collector lists the device at once, and its answer
             # tells whether it takes gzip before the first batch goes
@@ -477,19 +480,27 @@ class Agent:
         if not len(found):
             self._submit(taken, self._save, {**state, "seq": self.seq})
             return
-        seq = self.seq
+        now = time.time()
         if self.condenser is not None:
             body = encode_condensed(self.condenser.summarize(
-                found, device=self.cfg.device_id, seq=seq, pattern=self.pattern_ref))
+                found, device=self.cfg.device_id, seq=self.seq, pattern=self.pattern_ref))
+            pieces, groups = [(found, body)], None
         else:
             groups = self.kept.groups(set(_plain_list(found.partition)))
-            body = encode_batch(batch_from_matches(found, events, device=self.cfg.device_id,
-                                                   seq=seq, pattern=self.pattern_ref,
-                                                   groups=groups))
-        self.seq += 1
+            pieces = self._cut(found, events, groups, now)
         self.counts["matches"] += len(found)
-        self._submit(taken, self._put, body, batch_id(self.cfg.device_id, seq),
-                     {**state, "seq": self.seq}, self._covers(len(found), events))
+        for i, (piece, body) in enumerate(pieces):
+            seq = self.seq
+            if i:  # encoded under the first piece's seq while cut
+                body = self._encode(piece, events, groups, seq, now)
+            self.seq += 1
+            last = i == len(pieces) - 1
+            # the progress goes with the last piece: a crash before it replays the chunk,
+            # and the pieces put already come again under the same ids (duplicates)
+            self._submit(taken if last else 0, self._put, body,
+                         batch_id(self.cfg.device_id, seq),
+                         {**state, "seq": self.seq} if last else None,
+                         self._covers(len(piece), events), self._recipe(piece, events, now))
 
     def _submit(self, taken: int, write, *args) -> None:
         """``write(*args)`` in the writer thread, then the source told that the ``taken``
@@ -500,6 +511,45 @@ class Agent:
         write(*args)
         if taken:
             self.source.durable(taken)
+
+    def _encode(self, found: MatchBatch, events: EventBatch | None, groups, seq: int,
+                created_at: float) -> bytes:
+        return encode_batch(batch_from_matches(found, events, device=self.cfg.device_id,
+                                               seq=seq, pattern=self.pattern_ref,
+                                               groups=groups, created_at=created_at))
+
+    def _cut(self, found: MatchBatch, events: EventBatch | None, groups, created_at: float
+             ) -> list[tuple[MatchBatch, bytes]]:
+        """The matches in pieces whose bodies stay within ``collector.max_body`` (halves,
+        in order), each with its body encoded under the current seq; a single match over
+        it stays one piece (the collector refuses it alone: a dead letter)."""
+        body = self._encode(found, events, groups, self.seq, created_at)
+        if len(body) <= self.cfg.max_body or len(found) < 2:
+            return [(found, body)]
+        half = len(found) // 2
+        log.info("a batch of %d matches is %d bytes, over collector.max_body (%d): cut in "
+                 "two", len(found), len(body), self.cfg.max_body)
+        return (self._cut(_rows(found, range(half)), events, groups, created_at)
+                + self._cut(_rows(found, range(half, len(found))), events, groups,
+                            created_at))
+
+    def _recipe(self, found: MatchBatch, events: EventBatch | None, created_at: float
+                ) -> dict | None:
+        """How to make the batch again from the events file (edge/rebuild.py), should its
+        body be damaged in the outbox; None when its events are not all in the file being
+        read (read from stdin, or before a rotation), and for a condensed summary (its
+        counts go on from the batches before)."""
+        if not isinstance(self.source, FileSource) or events is None or \
+                self.condenser is not None or self.kept.position < self.progress.file_start:
+            return None
+        return recipe(self.source, self.kept.first_offset(None), self.progress.resume_offset,
+                      events, found, created_at)
+
+    def _rebuild(self, bid: str, crc: int, made: dict) -> bytes:
+        """The outbox's :attr:`~edge.outbox.Outbox.repair`: a damaged batch made again."""
+        seq = int(bid.rsplit("/", 1)[1])
+        return rebuild(made, crc, device=self.cfg.device_id, seq=seq,
+                       pattern=self.pattern_ref)
 
     def _covers(self, n: int, events: EventBatch | None) -> str:
         """What a batch holds, in words: kept with it for the reason of a dead letter,
@@ -514,16 +564,18 @@ class Agent:
             text += f" (bytes {start}..{self.progress.resume_offset} of {self.cfg.source.path})"
         return text
 
-    def _put(self, body: bytes, bid: str, state: dict, about: str | None = None) -> None:
-        """The batch and the progress in one outbox transaction (writer thread)."""
+    def _put(self, body: bytes, bid: str, state: dict | None, about: str | None = None,
+             made: dict | None = None) -> None:
+        """The batch and the progress (if any) in one outbox transaction (writer thread)."""
         try:
-            self.outbox.put(body, bid, state=state, about=about)
+            self.outbox.put(body, bid, state=state, about=about, recipe=made)
             self.counts["batches_put"] += 1
             self.counts["bytes_put"] += len(body)
         except OutboxFull as e:
             self.counts["batches_refused"] += 1
             log.error("%s", e)
-        self._copy_progress(state)
+        if state is not None:
+            self._copy_progress(state)
         if self.uploader is not None:
             self.uploader.wake.set()
 
@@ -574,13 +626,7 @@ class Agent:
         self.counts["matches_orphaned"] += len(found) - len(ok)
         log.warning("%d matches reach before the kept events (outbox.max_retained_events); "
                     "not uploaded", len(found) - len(ok))
-        rows = np.array(ok, dtype=np.int64)
-        pieces = [np.arange(ptr[i], ptr[i + 1]) for i in ok]
-        idx = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
-        lengths = np.diff(ptr)[rows] if len(rows) else np.zeros(0, np.int64)
-        return MatchBatch(found.partition[rows], found.point[rows], found.start[rows],
-                          found.errors[rows], np.concatenate([[0], np.cumsum(lengths)]),
-                          found.trajectory[idx], found.trajectory_tags[idx], found.tag_is_time)
+        return _rows(found, ok)
 
     def _retain(self, new: EventBatch, starts: list) -> None:
         """Add a chunk's events to the kept run (:class:`edge.retained.Retained`); the run
@@ -631,7 +677,8 @@ class Agent:
                "outbox_pending_bytes": ob["pending_bytes"], "batches_sent": ob["sent"],
                "bytes_sent": ob["sent_bytes"], "batches_rejected": ob["rejected"],
                "batches_dropped": ob["dropped"], "batches_damaged": ob["damaged"],
-               "outbox_dead": ob["dead"],
+               "outbox_damaged": ob["damaged"], "outbox_rebuilt": ob["rebuilt"],
+               "batches_split": ob["split"], "outbox_dead": ob["dead"],
                "outbox_dead_bytes": ob["dead_bytes"], "outbox_disk_full": self.commits.disk_full,
                "retained_events": len(self.kept),
                "uploads_unauthorized": 0, "upload_error": None, "upload_failing_since": None,
@@ -741,6 +788,19 @@ class Agent:
         if self._metrics_lost:
             log.info("metrics lines are written again (after %d dropped)", self._metrics_lost)
         self._metrics_lost, self.metrics_error = 0, None
+
+
+def _rows(found: MatchBatch, ok) -> MatchBatch:
+    """The matches ``ok`` (indices, in order) of ``found``."""
+    ok = list(ok)
+    ptr = np.asarray(found.trajectory_ptr, dtype=np.int64)
+    rows = np.array(ok, dtype=np.int64)
+    pieces = [np.arange(ptr[i], ptr[i + 1]) for i in ok]
+    idx = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+    lengths = np.diff(ptr)[rows] if len(rows) else np.zeros(0, np.int64)
+    return MatchBatch(found.partition[rows], found.point[rows], found.start[rows],
+                      found.errors[rows], np.concatenate([[0], np.cumsum(lengths)]),
+                      found.trajectory[idx], found.trajectory_tags[idx], found.tag_is_time)
 
 
 def fresh_seq() -> int:

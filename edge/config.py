@@ -180,6 +180,8 @@ class AgentConfig:
     config_path: str | None = None  # the file load_config read (None: parse_config alone)
     # seconds a whole answer may take (None: ANSWER_TIMES times timeout; edge.uplink)
     answer_timeout: float | None = None
+    # bytes a batch body may have: the collector's --max-body (batches are cut below it)
+    max_body: int = 16 << 20
 
 
 def _check_ca_file(ca_file: str, url: str | None) -> None:
@@ -533,6 +535,7 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
     ca_file = path_of(col.get("ca_file", str))
     expect_continue = col.get("expect_continue", bool, True)
     compress = col.get("compress", bool, True)
+    max_body = col.positive("max_body", int, 16 << 20)
     col.done()
     if url is not None and token is None:
         raise ConfigError("device.token: needed to upload to collector.url "
@@ -661,4 +664,4 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
                        condensed, metrics, timeout, base_dir, drain_timeout, heartbeat,
                        token_file=token_file, ca_file=ca_file,
                        expect_continue=expect_continue, compress=compress,
-                       answer_timeout=answer_timeout)
+                       answer_timeout=answer_timeout, max_body=max_body)

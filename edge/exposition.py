@@ -110,6 +110,11 @@ DEVICE_COUNTERS = {  # heartbeat key -> help (acep_device_<key>_total); they sta
                        "(outbox.policy = \"refuse\")",
     "batches_dropped": "batches the device's outbox dropped, unsent, to make room "
                        "(outbox.policy = \"drop-oldest\")",
+    # outbox_*: since the device's outbox file was created, not since its agent started
+    "outbox_damaged": "batches found damaged in the device's outbox (their body no longer "
+                      "has the CRC-32 it was put with); never sent",
+    "outbox_rebuilt": "damaged batches the device's agent rebuilt from its events file "
+                      "and queued again under the same batch id (the rest are dead letters)",
 }
 DEVICE_FAILING = {  # job -> (heartbeat key telling it fails, help of acep_device_<job>_failing)
     # sketch_error and metrics_error say why, null when the job works (older agents too);

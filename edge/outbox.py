@@ -24,9 +24,14 @@ export, resend or delete them; ``acep outbox PATH status`` sums up the pending b
 the dead letters (:meth:`Outbox.summary`).
 
 Checksums: each body's CRC-32 is stored with it (:func:`checksum`). :meth:`Outbox.next_due`
-never hands out a body that does not match: it moves to the dead letters, its reason saying
-what it held (``put(..., about=)``), counted as ``damaged``. :meth:`Outbox.damaged` and
+never hands out a body that does not match: :attr:`Outbox.repair` (the agent's, from the
+batch's ``put(..., recipe=)``: ``edge/rebuild.py``) makes it again, counted as ``rebuilt``,
+or it moves to the dead letters, its reason saying what it held (``put(..., about=)``) and
+why it was not rebuilt; both are counted as ``damaged``. :meth:`Outbox.damaged` and
 :meth:`Outbox.quick_check` find damage without moving anything (``acep agent --check``).
+
+Split: :meth:`Outbox.split` replaces a batch the collector found too large (413) by its
+halves, in one transaction.
 
 Cap: ``max_rows`` and ``max_bytes`` bound the pending batches and the dead letters together.
 When a new batch does not fit, ``policy="drop-oldest"`` deletes the oldest dead letters,
@@ -65,7 +70,7 @@ POLICIES = ("drop-oldest", "refuse-new")
 DUE_SLACK = 60.0
 _COUNTERS = ("put", "duplicate", "sent", "sent_bytes", "failed", "dropped", "dropped_bytes",
              "refused", "refused_bytes", "rejected", "rejected_bytes", "requeued",
-             "discarded", "discarded_bytes", "damaged")
+             "discarded", "discarded_bytes", "damaged", "rebuilt", "split")
 # CRC-32 of a batch body, kept beside it (column crc): a body damaged on the disk is never sent
 _CHECKED = ("pending", "dead")
 
@@ -80,7 +85,8 @@ CREATE TABLE IF NOT EXISTS pending (
     due REAL NOT NULL,
     last_error TEXT,
     crc INTEGER,
-    about TEXT
+    about TEXT,
+    recipe TEXT
 );
 CREATE INDEX IF NOT EXISTS pending_due ON pending (due, n);
 -- the cap's COUNT(*) and SUM(size) read this index, not the rows: size is stored after the
@@ -103,7 +109,8 @@ CREATE TABLE IF NOT EXISTS dead (
     reason TEXT NOT NULL,
     at REAL NOT NULL,
     crc INTEGER,
-    about TEXT
+    about TEXT,
+    recipe TEXT
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS state (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -170,12 +177,14 @@ class Damaged:
     crc: int  # the body's CRC-32 when it was put
     now: int  # the body's CRC-32 now
     about: str | None  # what it held, as the agent described it when it put it
+    recipe: str | None = None  # how to make it again (JSON: edge/rebuild.py), if recorded
 
-    def reason(self) -> str:
-        """For a dead letter and a log line: what is lost."""
+    def reason(self, unrebuilt: str | None = None) -> str:
+        """For a dead letter and a log line: what is lost (and why it was not rebuilt)."""
         lost = self.about or "its matches (how many was not recorded)"
+        why = "" if unrebuilt is None else f"not rebuilt: {unrebuilt}; "
         return (f"damaged in the outbox: its body's CRC-32 is {self.now:08x}, it was "
-                f"{self.crc:08x} when put; never sent; lost: {lost}")
+                f"{self.crc:08x} when put; never sent; {why}lost: {lost}")
 
 
 @dataclass(frozen=True)
@@ -210,8 +219,9 @@ class _Reads:
 
     def status(self, batch_id: str) -> str | None:
         """``"pending"``, ``"dead"`` (a dead letter), ``"sent"``, ``"dropped"``,
-        ``"discarded"``, or None when unknown (or forgotten). Outboxes written before dead
-        letters existed may also answer ``"rejected"``."""
+        ``"discarded"``, ``"split"`` (replaced by its halves), or None when unknown (or
+        forgotten). Outboxes written before dead letters existed may also answer
+        ``"rejected"``."""
         with self._lock:
             if self._db.execute("SELECT 1 FROM pending WHERE batch_id = ?",
                                 (batch_id,)).fetchone():
@@ -230,13 +240,15 @@ class _Reads:
         out = []
         with self._lock:
             for table in _CHECKED:
-                try:
-                    rows = self._db.execute(f"SELECT batch_id, body, crc, about FROM {table} "
-                                            "WHERE crc IS NOT NULL ORDER BY n").fetchall()
-                except sqlite3.OperationalError:  # no column crc: an older outbox
+                cols = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
+                if "crc" not in cols:  # an older outbox
                     continue
-                out += [Damaged(bid, table, crc, checksum(bytes(body)), about)
-                        for bid, body, crc, about in rows if checksum(bytes(body)) != crc]
+                recipe = "recipe" if "recipe" in cols else "NULL"
+                rows = self._db.execute(f"SELECT batch_id, body, crc, about, {recipe} FROM "
+                                        f"{table} WHERE crc IS NOT NULL ORDER BY n").fetchall()
+                out += [Damaged(bid, table, crc, checksum(bytes(body)), about, recipe)
+                        for bid, body, crc, about, recipe in rows
+                        if checksum(bytes(body)) != crc]
         return out
 
     def quick_check(self) -> list[str]:
@@ -343,6 +355,9 @@ class Outbox(_Reads):
         self.max_rows, self.max_bytes, self.policy = max_rows, max_bytes, policy
         self.backoff = backoff or Backoff()
         self.keep_done = keep_done
+        # (batch id, CRC-32 when put, recipe) -> the body made again, or raises saying why
+        # not: a damaged pending batch is rebuilt rather than buried (edge/rebuild.py)
+        self.repair: Callable[[str, int, dict], bytes] | None = None
         self._lock = threading.Lock()
         self._db = None
         try:
@@ -392,7 +407,8 @@ class Outbox(_Reads):
     # ----------------------------------------------------------------- operations
 
     def put(self, body: bytes, batch_id: str, now: float | None = None, *,
-            state: dict | None = None, about: str | None = None) -> bool:
+            state: dict | None = None, about: str | None = None,
+            recipe: dict | None = None) -> bool:
         """Store a batch, due at once. False when the id is already pending or done (a
         counted duplicate). Raises :class:`OutboxFull` under ``refuse-new`` (counted), and
         always for a batch larger than ``max_bytes`` on its own.
@@ -400,7 +416,8 @@ class Outbox(_Reads):
         ``state`` (JSON values by name) is written in the same transaction whatever the
         outcome, so a producer's progress and its batch are committed together. ``about``
         says what the batch holds (its matches, its events), for the dead letter's reason
-        should its body be damaged on the disk (its CRC-32 is stored with it)."""
+        should its body be damaged on the disk (its CRC-32 is stored with it); ``recipe``
+        (JSON values) what :attr:`repair` needs to make it again then."""
         if not isinstance(body, (bytes, bytearray, memoryview)):
             raise TypeError(f"body must be bytes, not {type(body).__name__}")
         if not isinstance(batch_id, str) or not batch_id:
@@ -408,11 +425,7 @@ class Outbox(_Reads):
         body = bytes(body)
         now = time.time() if now is None else now
         with self._tx() as db:
-            known = db.execute("SELECT 1 FROM pending WHERE batch_id = ? UNION ALL "
-                               "SELECT 1 FROM dead WHERE batch_id = ? UNION ALL "
-                               "SELECT 1 FROM done WHERE batch_id = ?",
-                               (batch_id, batch_id, batch_id)).fetchone()
-            if known:
+            if self._known(db, batch_id):
                 self._bump(db, "duplicate")
                 self._write_state(db, state)
                 return False
@@ -421,9 +434,10 @@ class Outbox(_Reads):
                 self._bump(db, "refused_bytes", len(body))
                 refused = True
             else:
-                db.execute("INSERT INTO pending (batch_id, body, size, created, due, crc, about) "
-                           "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           (batch_id, body, len(body), now, now, checksum(body), about))
+                db.execute("INSERT INTO pending (batch_id, body, size, created, due, crc, about, "
+                           "recipe) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                           (batch_id, body, len(body), now, now, checksum(body), about,
+                            None if recipe is None else json.dumps(recipe)))
                 self._bump(db, "put")
                 refused = False
             self._write_state(db, state)
@@ -465,41 +479,68 @@ class Outbox(_Reads):
         """The oldest batch due at ``now``, or None. It stays pending until acked. A due time
         beyond :meth:`latest_due` is due: set by a clock that has gone back since. A batch
         whose body does not match its checksum is never handed out: it moves to the dead
-        letters, its reason saying what is lost, and is logged as an error."""
+        letters, its reason saying what is lost, and is logged as an error; unless
+        :attr:`repair` makes it again (counted as ``rebuilt``, kept under its id)."""
         now = time.time() if now is None else now
         while True:
             row = self._due_row(now)
             if row is None:
                 return None
-            bid, body, attempts, crc, about = row
+            bid, body, attempts, crc, about, recipe = row
             body = bytes(body)
             if crc is None or checksum(body) == crc:
                 return Due(bid, body, attempts)
-            self._bury(Damaged(bid, "pending", crc, checksum(body), about), now)
+            bad = Damaged(bid, "pending", crc, checksum(body), about)
+            fixed, why = self._repaired(bad, recipe)
+            if fixed is not None:
+                return Due(bid, fixed, attempts)
+            self._bury(bad, now, why)
+
+    def _repaired(self, bad: Damaged, recipe: str | None) -> tuple[bytes | None, str]:
+        """The damaged batch made again by :attr:`repair` and stored (or None), and why not."""
+        if recipe is None:
+            return None, "how it was made was not recorded"
+        if self.repair is None:
+            return None, "nothing here can make it again"
+        try:
+            body = self.repair(bad.batch_id, bad.crc, json.loads(recipe))
+        except Exception as e:  # the reason of the dead letter: the file gone, lines changed
+            return None, str(e) or type(e).__name__
+        with self._tx() as db:
+            db.execute("UPDATE pending SET body = ?, size = ? WHERE batch_id = ?",
+                       (body, len(body), bad.batch_id))
+            self._bump(db, "damaged")
+            self._bump(db, "rebuilt")
+        log.warning("%s: batch %s was damaged in the outbox (CRC-32 %08x, put with %08x); "
+                    "rebuilt from its events, sent under the same id", self.path,
+                    bad.batch_id, bad.now, bad.crc)
+        return body, ""
 
     def _due_row(self, now: float) -> tuple | None:
         with self._lock:
             row = self._db.execute(
-                "SELECT batch_id, body, attempts, crc, about FROM pending WHERE due <= ? "
+                "SELECT batch_id, body, attempts, crc, about, recipe FROM pending WHERE due <= ? "
                 "ORDER BY due, n LIMIT 1", (now,)).fetchone()
             if row is None:
                 row = self._db.execute(
-                    "SELECT batch_id, body, attempts, crc, about FROM pending WHERE due > ? "
+                    "SELECT batch_id, body, attempts, crc, about, recipe FROM pending "
+                    "WHERE due > ? "
                     "ORDER BY due, n LIMIT 1", (self.latest_due(now),)).fetchone()
         return row
 
-    def _bury(self, bad: Damaged, now: float) -> None:
+    def _bury(self, bad: Damaged, now: float, why: str | None = None) -> None:
         """A damaged pending batch to the dead letters, counted as ``damaged``."""
         with self._tx() as db:
-            self._to_dead(db, bad.batch_id, bad.reason(), now)
+            self._to_dead(db, bad.batch_id, bad.reason(why), now)
             self._bump(db, "damaged")
         log.error("%s: batch %s is %s (acep outbox %s list)", self.path, bad.batch_id,
-                  bad.reason(), self.path)
+                  bad.reason(why), self.path)
 
     def _to_dead(self, db, batch_id: str, reason: str, now: float) -> None:
         db.execute("INSERT INTO dead (batch_id, body, size, created, attempts, reason, at, "
-                   "crc, about) SELECT batch_id, body, size, created, attempts + 1, ?, ?, crc, "
-                   "about FROM pending WHERE batch_id = ?", (reason[:1000], now, batch_id))
+                   "crc, about, recipe) SELECT batch_id, body, size, created, attempts + 1, ?, ?, "
+                   "crc, about, recipe FROM pending WHERE batch_id = ?",
+                   (reason[:1000], now, batch_id))
         db.execute("DELETE FROM pending WHERE batch_id = ?", (batch_id,))
 
     def ack(self, batch_id: str, now: float | None = None) -> bool:
@@ -540,6 +581,34 @@ class Outbox(_Reads):
             self._bump(db, "rejected_bytes", row[0])
         return True
 
+    def split(self, batch_id: str, parts: list[tuple[str, bytes, str | None]],
+              now: float | None = None) -> bool:
+        """Replace a pending batch by ``parts`` (batch id, body, about), due at once, in one
+        transaction: the batch is remembered as ``split`` (counted), a part whose id is
+        known already is skipped (a retry). False when the batch was not pending."""
+        now = time.time() if now is None else now
+        with self._tx() as db:
+            row = db.execute("SELECT created FROM pending WHERE batch_id = ?",
+                             (batch_id,)).fetchone()
+            if row is None:
+                return False
+            db.execute("DELETE FROM pending WHERE batch_id = ?", (batch_id,))
+            self._remember(db, batch_id, "split", now)
+            self._bump(db, "split")
+            for bid, body, about in parts:
+                if self._known(db, bid):
+                    continue
+                db.execute("INSERT INTO pending (batch_id, body, size, created, due, crc, "
+                           "about) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           (bid, body, len(body), row[0], now, checksum(body), about))
+        return True
+
+    def _known(self, db, batch_id: str) -> bool:
+        return db.execute("SELECT 1 FROM pending WHERE batch_id = ? UNION ALL "
+                          "SELECT 1 FROM dead WHERE batch_id = ? UNION ALL "
+                          "SELECT 1 FROM done WHERE batch_id = ?",
+                          (batch_id, batch_id, batch_id)).fetchone() is not None
+
     def requeue(self, batch_ids: list[str] | None = None, now: float | None = None,
                 rewrite: Callable[[str, bytes], bytes] | None = None) -> int:
         """Put dead letters (all when ``batch_ids`` is None) back as pending, due at once,
@@ -555,8 +624,8 @@ class Outbox(_Reads):
                     db.execute("UPDATE dead SET body = ?, size = ?, crc = ? WHERE batch_id = ?",
                                (body, len(body), checksum(body), bid))
                 db.execute("INSERT INTO pending (batch_id, body, size, created, due, crc, "
-                           "about) SELECT batch_id, body, size, created, ?, crc, about "
-                           "FROM dead WHERE batch_id = ?", (now, bid))
+                           "about, recipe) SELECT batch_id, body, size, created, ?, crc, "
+                           "about, recipe FROM dead WHERE batch_id = ?", (now, bid))
                 db.execute("DELETE FROM dead WHERE batch_id = ?", (bid,))
             self._bump(db, "requeued", len(ids))
         return len(ids)
@@ -623,6 +692,8 @@ def _add_checksums(db) -> None:
         cols = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
         if "about" not in cols:
             db.execute(f"ALTER TABLE {table} ADD COLUMN about TEXT")
+        if "recipe" not in cols:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN recipe TEXT")
         if "crc" in cols:
             continue
         db.execute(f"ALTER TABLE {table} ADD COLUMN crc INTEGER")

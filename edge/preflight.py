@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import datetime as dt
 import http.client
+import json
 import os
 import ssl
 import stat
@@ -52,6 +53,7 @@ from dataclasses import dataclass
 from .config import AgentConfig, ConfigError, KeyFileError, load_config, read_key_file
 from .logs import duration
 from .outbox import OutboxReader, read_summary
+from .rebuild import rebuild
 from .resume import copy_path, read_copy
 from .sketches import device_key_option, fitting
 from .uplink import (
@@ -64,7 +66,7 @@ from .uplink import (
     timed,
     tls_context,
 )
-from .wire import LOOPBACK
+from .wire import LOOPBACK, PatternRef
 
 __all__ = ["Check", "checks", "check", "HTTP_TIMEOUT"]
 
@@ -241,9 +243,10 @@ def _outbox(cfg: AgentConfig) -> Check:
         return Check("FAIL", what, str(e).removeprefix(path + ": "))
     except Exception as e:  # sqlite3.Error, OSError: not SQLite, unreadable
         return Check("FAIL", what, f"cannot be read: {e}")
-    damage = _damage(path)
+    damage = _damage(path, cfg)
     if damage:
-        return Check("FAIL", what, damage)
+        level, text = damage if isinstance(damage, tuple) else ("FAIL", damage)
+        return Check(level, what, text)
     behind = _behind_copy(path, s["state"])
     if behind:
         return Check("WARN", what, behind)
@@ -267,10 +270,11 @@ def _behind_copy(path: str, state: dict) -> str | None:
             "are lost; none is uploaded twice)")
 
 
-def _damage(path: str) -> str | None:
+def _damage(path: str, cfg: AgentConfig) -> str | tuple[str, str] | None:
     """What is damaged in the outbox at ``path``: the file's pages (SQLite's quick_check,
     when the file is small enough for it to be cheap), batch bodies that do not match their
-    checksum. None when nothing is."""
+    checksum (level and text: a WARN when the agent can rebuild each from its events).
+    None when nothing is."""
     step = "SQLite's quick_check of"
     try:
         with OutboxReader(path) as box:
@@ -284,11 +288,32 @@ def _damage(path: str) -> str | None:
         return f"damaged: SQLite's quick_check of {path} says: {'; '.join(said)}"
     if not bad:
         return None
-    named = "; ".join(f"{b.batch_id} ({b.table}; {b.about or 'contents not recorded'})"
-                      for b in bad[:5])
+    fates = [_fate(b, cfg) for b in bad]
+    named = "; ".join(f"{b.batch_id} ({b.table}; {b.about or 'contents not recorded'}; "
+                      f"{fate or 'rebuildable'})" for b, fate in zip(bad[:5], fates))
     more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-    return (f"{_n(len(bad), 'batch')} damaged (body does not match its checksum): "
-            f"{named}{more}; the agent never sends them, it moves them to the dead letters")
+    text = f"{_n(len(bad), 'batch')} damaged (body does not match its checksum): {named}{more}"
+    if not any(fates):
+        return ("WARN", f"{text}; the agent rebuilds them from their events file before it "
+                        "sends them (the disk may be failing)")
+    return (f"{text}; the agent never sends them: it rebuilds those it can from their "
+            "events file and moves the others to the dead letters")
+
+
+def _fate(bad, cfg: AgentConfig) -> str | None:
+    """Why the damaged batch ``bad`` cannot be rebuilt (reading only), None when it can."""
+    if bad.table != "pending":
+        return "a dead letter: not rebuilt"
+    if bad.recipe is None:
+        return "how it was made was not recorded: not rebuildable"
+    p = cfg.pattern
+    ref = PatternRef(p.id, p.text, p.window, p.k, tuple(p.where), p.partition)
+    try:
+        rebuild(json.loads(bad.recipe), bad.crc, device=cfg.device_id,
+                seq=int(bad.batch_id.rsplit("/", 1)[1]), pattern=ref)
+    except Exception as e:  # Lost, and a recipe this version cannot read
+        return f"not rebuildable: {e}"
+    return None
 
 
 def _room(cfg: AgentConfig) -> Check:

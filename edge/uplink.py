@@ -69,6 +69,7 @@ import http.client
 import io
 import json
 import logging
+import re
 import socket
 import ssl
 import struct
@@ -86,7 +87,7 @@ from acep._readable import readable
 
 from .logs import Crashes, duration, one_line
 from .outbox import Due, Outbox
-from .wire import sketch_etag
+from .wire import sketch_etag, split_body
 
 __all__ = ["Uplink", "Outcome", "Uploader", "download_sketch", "tls_context", "error_body",
            "error_text", "CLOCK_SLACK", "NoRedirects", "redirect_text", "MAX_HEAD",
@@ -1133,12 +1134,14 @@ class Uploader(threading.Thread):
     refused for good, or a heartbeat is taken while no batch waits (the metrics'
     ``upload_failing_since``)."""
 
-    def __init__(self, outbox: Outbox, uplink: Uplink, idle_seconds: float = IDLE_SECONDS):
+    def __init__(self, outbox: Outbox, uplink: Uplink, idle_seconds: float = IDLE_SECONDS,
+                 max_body: int = 16 << 20):
         super().__init__(name="acep-uploader", daemon=True)
+        self.max_body = max_body  # the collector's body limit, unless its 413 says it
         self.outbox, self.uplink, self.idle = outbox, uplink, float(idle_seconds)
         self.stop_event = threading.Event()
         self.wake = threading.Event()
-        self.counts = {"attempts": 0, "acked": 0, "retried": 0, "rejected": 0,
+        self.counts = {"attempts": 0, "acked": 0, "retried": 0, "rejected": 0, "split": 0,
                        "unauthorized": 0, "bytes_sent": 0, "heartbeats": 0,
                        "heartbeats_failed": 0}
         self.last_error: str | None = None
@@ -1244,11 +1247,42 @@ class Uploader(threading.Thread):
             self._acked(due)
         elif out.action == "auth":
             self._unauthorized(out)
+        elif out.status == 413 and out.action == "reject":
+            self._too_large(due, out)
         elif out.action == "reject":
             self._rejected(due, out)
         else:
             self._retried(due, out)
         return True
+
+    def _too_large(self, due: Due, out: Outcome) -> None:
+        """A batch over the collector's body limit (413) replaced by its two halves, due at
+        once (their ids derived from its own: :func:`edge.wire.split_body`). One that holds
+        one match (or a summary) is refused for good, its reason saying its size and the
+        limit."""
+        parts = split_body(due.body)
+        if parts is None:
+            limit = self._limit(out.detail)
+            self._rejected(due, Outcome(
+                out.action, out.status, f"{out.detail}; its body of {len(due.body)} bytes "
+                f"holds one match (or a summary) and is over the collector's limit of "
+                f"{limit} bytes: it cannot be sent"))
+            return
+        self._authorized()
+        self.outbox.split(due.batch_id, [(bid, body, f"{n} matches of batch {due.batch_id}, "
+                                          "split: over the collector's body limit")
+                                         for bid, body, n in parts])
+        self.counts["split"] += 1
+        self.last_error = out.why
+        log.warning("collector refused batch %s of %d bytes as too large (HTTP 413: %s); "
+                    "split in two: %s", due.batch_id, len(due.body), out.detail,
+                    ", ".join(f"{bid} ({n} matches, {len(body)} bytes)"
+                              for bid, body, n in parts))
+
+    def _limit(self, detail: str) -> int:
+        """The body limit a 413's detail names, else ``max_body``."""
+        found = re.search(r"(?:limit of|more than) (\d+) bytes", detail)
+        return int(found.group(1)) if found else self.max_body
 
     def _acked(self, due: Due) -> None:
         if self.fail_streak:

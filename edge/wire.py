@@ -27,13 +27,14 @@ import msgpack
 import numpy as np
 
 from acep.ids import ID_RULE, valid_id
-from acep.windows import partition_groups, window_mask
+from acep.windows import partition_groups, value_groups, window_mask
 
 __all__ = [
     "FORMAT", "VERSION", "WireError", "Limits", "PatternRef", "UploadBatch", "SummaryBatch",
     "Condenser", "ARCHIVE_RESERVED", "partition_group_key", "pattern_hash", "batch_id",
     "encode_batch", "decode_batch", "encode_condensed", "decode_condensed", "decode",
-    "batch_from_matches", "redate", "ID_RULE", "valid_id",
+    "batch_from_matches", "redate", "ID_RULE", "valid_id", "derived_seq", "sub_batch",
+    "split_body",
 ]
 
 FORMAT = "acep.upload"
@@ -794,6 +795,72 @@ def batch_from_matches(matches, events, *, device: str, seq: int, pattern: Patte
         event_tag=tags[local], event_type=codes.astype(np.int32).reshape(-1),
         type_names=[events.type_names[c] for c in used.tolist()],
         columns={name: np.asarray(events.columns[name])[local] for name in names})
+
+
+def derived_seq(seq: int, part: int) -> int:
+    """The ``seq`` of part ``part`` (0 or 1) of the batch ``seq`` split in two: a hash of both
+    with bit 62 set, so the same split (a retry after a crash) gives the same ids, and none
+    is a seq the agent counts up to (from the Unix time in microseconds, below 2**52)."""
+    digest = hashlib.sha256(f"acep-split:{int(seq)}:{int(part)}".encode()).digest()
+    return (1 << 62) | (int.from_bytes(digest[:8], "big") & ((1 << 62) - 1))
+
+
+def sub_batch(batch: UploadBatch, rows: Sequence[int], seq: int) -> UploadBatch:
+    """The matches ``rows`` of ``batch`` under ``seq``, each with the events of its window
+    (and its trajectory), as :func:`batch_from_matches` would have sent them alone: the
+    batch holds every event of each of its matches' windows."""
+    rows = np.asarray(rows, dtype=np.int64)
+    ptr = np.asarray(batch.trajectory_ptr, dtype=np.int64)
+    pieces = [np.arange(ptr[i], ptr[i + 1]) for i in rows.tolist()]
+    idx = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+    lengths = np.diff(ptr)[rows]
+    traj = np.asarray(batch.trajectory, dtype=np.int64)[idx]
+    keys = [batch.partition[i] for i in rows.tolist()]
+    points = np.asarray(batch.point, dtype=float)[rows]
+    attr = batch.pattern.partition_by
+    n_ev = len(batch.event_position)
+    groups = {None: np.arange(n_ev)} if attr is None else value_groups(batch.columns[attr])
+    keep = window_mask(_Tags(batch.event_tag), keys, points, batch.pattern.window, groups)
+    keep[np.searchsorted(batch.event_position, traj)] = True
+    local = np.flatnonzero(keep)
+    used, codes = np.unique(np.asarray(batch.event_type)[local], return_inverse=True)
+    return UploadBatch(
+        device=batch.device, seq=seq, pattern=batch.pattern, created_at=batch.created_at,
+        tag_is_time=batch.tag_is_time, partition=keys, point=points,
+        start=np.asarray(batch.start, dtype=float)[rows],
+        errors=np.asarray(batch.errors, dtype=np.int32)[rows],
+        trajectory_ptr=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        trajectory=traj, event_position=np.asarray(batch.event_position)[local],
+        event_tag=np.asarray(batch.event_tag, dtype=float)[local],
+        event_type=codes.astype(np.int32).reshape(-1),
+        type_names=[batch.type_names[c] for c in used.tolist()],
+        columns={k: np.asarray(v)[local] for k, v in batch.columns.items()})
+
+
+def split_body(body: bytes) -> list[tuple[str, bytes, int]] | None:
+    """A batch body of matches cut in two halves (batch id, body, matches each), under
+    :func:`derived_seq` ids; None when it holds fewer than two matches or is no batch of
+    matches (a condensed summary is not split)."""
+    try:
+        size = max(len(body), Limits().max_bytes)  # the agent's own body: its sizes go
+        batch = decode(body, Limits(max_bytes=size, max_str_len=size))
+    except WireError:
+        return None
+    if not isinstance(batch, UploadBatch) or len(batch) < 2:
+        return None
+    half = len(batch) // 2
+    out = []
+    for part, rows in enumerate((range(half), range(half, len(batch)))):
+        sub = sub_batch(batch, list(rows), derived_seq(batch.seq, part))
+        out.append((sub.batch_id, encode_batch(sub), len(rows)))
+    return out
+
+
+class _Tags:
+    """What :func:`acep.windows.window_mask` reads of an event batch: its tags."""
+
+    def __init__(self, tags):
+        self.tags = tags
 
 
 class Condenser:

@@ -76,6 +76,8 @@ def test_a_flipped_bit_in_a_queued_body_is_never_uploaded_and_is_named(tmp_path,
     put = run(agent_doc(tmp_path))  # no collector yet: every batch stays pending
     assert put["outbox_pending"] >= 3
     bid, _ = flip_a_bit(tmp_path / "outbox.db")
+    # its lines gone, it cannot be rebuilt (test_edge_outbox_repair.py: when they are there)
+    (tmp_path / "events.jsonl").write_text("")
     caplog.set_level(logging.ERROR, logger="edge")
     with serving(tmp_path) as c:
         final = run(agent_doc(tmp_path, c.url, c.token))
@@ -90,16 +92,24 @@ def test_a_flipped_bit_in_a_queued_body_is_never_uploaded_and_is_named(tmp_path,
     assert any(bid in r.getMessage() and "damaged" in r.getMessage() for r in caplog.records)
 
 
-def test_agent_check_fails_naming_the_damaged_batch(tmp_path, capsys):
+def test_agent_check_names_the_damaged_batch_and_whether_it_can_be_rebuilt(tmp_path, capsys):
+    """A WARN while the events it was made from are there (the agent rebuilds it), a FAIL
+    saying why once they are gone."""
     write_events(tmp_path / "events.jsonl", stream(1500, seed=7))
     run(agent_doc(tmp_path))
     toml = write_toml(tmp_path / "agent.toml", agent_doc(tmp_path))
     assert check(str(toml)) == 0
     capsys.readouterr()
     bid, _ = flip_a_bit(tmp_path / "outbox.db")
+    assert check(str(toml)) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("WARN outbox")]
+    assert len(line) == 1 and bid in line[0] and "damaged" in line[0]
+    assert "rebuildable" in line[0] and "rebuilds them" in line[0]
+    (tmp_path / "events.jsonl").write_text("")  # another file: the lines are gone
     assert check(str(toml)) == 1
     line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("FAIL outbox")]
-    assert len(line) == 1 and bid in line[0] and "damaged" in line[0]
+    assert len(line) == 1 and bid in line[0] and "not rebuildable" in line[0]
+    assert "the file is gone" in line[0]
 
 
 def test_an_older_outbox_gets_checksums_when_opened(tmp_path):
