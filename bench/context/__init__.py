@@ -1,0 +1,1 @@
+"""What the event context adds to the history's cells (docs/SHEDDING.md 13)."""
