@@ -1035,14 +1035,17 @@ class Kernel:
 
     # ------------------------------------------------------------------ shedding (SHEDDING.md)
 
-    def set_bins(self, rem_edges, gap_edges):
-        """Compute a cell per candidate (SHEDDING.md 2)."""
+    def set_bins(self, rem_edges, gap_edges, context=None):
+        """Compute a cell per candidate (SHEDDING.md 2), split by the leaf of ``context``
+        (an ``acep.shedding.ContextTree``, or None; SHEDDING.md 13)."""
         self.rem_edges = np.ascontiguousarray(rem_edges, dtype=np.float64)
         self.gap_edges = np.ascontiguousarray(gap_edges, dtype=np.float64)
         self.n_rem, self.n_gap = len(self.rem_edges) + 1, len(self.gap_edges) + 1
         self.has_bins = True
+        if context is not None:
+            self.set_context(context.feature, context.threshold, context.left, context.right)
 
-    def set_context(self, feature, threshold, left, right, n_leaves):
+    def set_context(self, feature, threshold, left, right):
         """Split every cell by the leaf of a context tree over (activity, idle time): at a
         split node ``feature`` is 0 or 1 and the walk goes ``left`` when the value is at most
         ``threshold``; at a leaf ``feature`` is -1 and ``left`` is the leaf's number."""
@@ -1050,7 +1053,7 @@ class Kernel:
         self.t_thr = np.ascontiguousarray(threshold, dtype=np.float64)
         self.t_left = np.ascontiguousarray(left, dtype=np.int32)
         self.t_right = np.ascontiguousarray(right, dtype=np.int32)
-        self.n_ctx, self.ctx_on = int(n_leaves), True
+        self.n_ctx, self.ctx_on = int(np.sum(np.asarray(self.t_feat) < 0)), True
 
     def set_budget(self, ops_per_event, depth):
         """A token bucket of candidate operations (SHEDDING.md 1); it starts full."""

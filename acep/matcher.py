@@ -318,11 +318,8 @@ class Matcher:
         """Bins, budget, policy and tracing (docs/SHEDDING.md)."""
         if self.bins is not None:
             check.instance(self.bins, "bins", VectorBins, "an acep.shedding.VectorBins")
-            self._kernel.set_bins(np.asarray(self.bins.rem_edges), np.asarray(self.bins.gap_edges))
-            tree = self.bins.context
-            if tree is not None:
-                self._kernel.set_context(tree.feature, tree.threshold, tree.left, tree.right,
-                                         tree.n_leaves)
+            self._kernel.set_bins(np.asarray(self.bins.rem_edges), np.asarray(self.bins.gap_edges),
+                                  self.bins.context)
         if self.budget is not None:
             check.instance(self.budget, "budget", Budget, "an acep.shedding.Budget",
                            " (e.g. Budget(ops_per_event=0.1))")
