@@ -27,6 +27,7 @@ def test_quick_run_measures_every_context_set_per_workload(tmp_path):
                 assert sorted(r[key]) == sorted(str(f) for f in run.FRACTIONS)
                 assert all(0.0 <= v <= 1.0 for v in r[key].values())
     assert "| sensors | act+idle |" in done.stdout
+    assert results["machine"]["cpu_count"] >= 1 and "--workloads" in results["command"]
 
 
 def test_unknown_workloads_are_refused(tmp_path):

@@ -21,7 +21,7 @@ from history.fit import fit_budgets
 from history.policies import policy_options
 from history.sketch import Sketch
 
-from ..common import bench_main, bench_parser
+from ..common import bench_main, bench_parser, machine
 from ..shedding.measure import ground_truth, run_matcher, score
 from ..shedding.workloads import WORKLOADS, flights_split, synthetic_split
 
@@ -83,7 +83,8 @@ def measure(work: Path, data: str | None, quick: bool, names: tuple[str, ...]) -
         workloads.append({"workload": w.name, "source": split.get("source", "synthetic"),
                           "train_events": len(split["train"]), "test_events": len(split["test"]),
                           "bundles": truth.summary["bundles"], "rows": rows})
-    return {"benchmark": "context", "fractions": list(FRACTIONS), "leaves": LEAVES,
+    return {"benchmark": "context", "machine": machine(), "fractions": list(FRACTIONS),
+            "leaves": LEAVES, "min_leaf": 0.02, "burst": BURST, "fit_search": 0,
             "workloads": workloads}
 
 
