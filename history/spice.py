@@ -1,5 +1,5 @@
-"""The field's shedders as baselines: pSPICE and hSPICE (docs/SHEDDING.md, "The field's
-shedders").
+"""The field's shedders as baselines: pSPICE, hSPICE and the hybrid of Zhao, Hung and
+Weidlich (docs/SHEDDING.md, "The field's shedders").
 
 - :class:`PSpicePolicy`: partial-match shedding by ``U = P / R``, completion probability
   over remaining processing cost, from a Markov chain and a Markov reward process over
@@ -8,8 +8,11 @@ shedders").
 - :class:`HSpicePolicy`: state-aware event shedding, the utility of an event for one partial
   match from the event's type, its position in the window and the match's state ([hSPICE]
   Slo, Bhowmik, Rothermel, DEBS 2020, arXiv:2006.08211).
+- :class:`HybridPolicy`: the cost model of hybrid input- and state-based shedding,
+  contribution over consumption per class of partial matches ([ZHW20] Zhao, Hung, Weidlich,
+  ICDE 2020).
 
-Both are learned from a :class:`history.graph.HistoryGraph` of the training stream and run
+All are learned from a :class:`history.graph.HistoryGraph` of the training stream and run
 as an ``acep.shedding.ScorePolicy``: one utility per cell, O(1) per candidate in the kernel.
 Their state is our (L-state, errors), their remaining window our remaining-window bin; the
 gap, which neither paper has, is summed out. Device side: imports only numpy and ``acep``.
@@ -25,8 +28,8 @@ from acep.shedding import ScorePolicy
 
 from .graph import HistoryGraph
 
-__all__ = ["PSpicePolicy", "HSpicePolicy", "completion_table", "cost_to_go", "final_cells",
-           "success_table"]
+__all__ = ["PSpicePolicy", "HSpicePolicy", "HybridPolicy", "completion_table", "consumption_table",
+           "cost_to_go", "final_cells", "success_table"]
 
 
 def _graph(graph) -> HistoryGraph:
@@ -145,6 +148,39 @@ def cost_to_go(graph: HistoryGraph, prior: float = 1.0, horizon: int = 10_000) -
     return chain.solve(1.0, 1.0, chain.c0, horizon)
 
 
+def consumption_table(graph: HistoryGraph, prior: float = 1.0, horizon: int = 10_000
+                      ) -> np.ndarray:
+    """[ZHW20]'s consumption of a partial match: the operations its descendants cost.
+
+    Per (state, err, rem bin), every node a node spawns counts, branches included (the
+    resources a kept partial match takes, the ones shedding it saves): ``C(c) = (sum_d
+    n(c, d) (1 + C(d)) + prior * c0) / (visits(c) + prior)``, ``n(c, d)`` the children in
+    ``d`` of nodes in ``c``, ``c0`` the mean number of children per node (so a cell seen
+    rarely is not thought free). Solved by value iteration over the edges until it moves
+    by less than 1e-12, or for at most ``horizon`` generations (a chain whose cells branch
+    more than once per visit around a cycle has no finite fixed point).
+    """
+    graph = _graph(graph)
+    visits, _ = _summed(graph)
+    g = graph.shape[3]
+    src, dst = graph.edge_src // g, graph.edge_dst // g
+    count = graph.edge_count.astype(np.float64)
+    flat = visits.ravel()
+    children = np.bincount(src, count, minlength=flat.size)
+    c0 = children.sum() / flat.sum() if flat.sum() else 0.0
+    denominator = flat + prior
+    denominator[denominator <= 0] = 1.0  # prior 0: an unvisited cell has no children
+    cost = np.zeros(flat.size)
+    for _ in range(horizon):
+        step = (children + np.bincount(src, count * cost[dst], minlength=flat.size)
+                + prior * c0) / denominator
+        done = np.abs(step - cost).max(initial=0.0) < 1e-12
+        cost = step
+        if done:
+            break
+    return cost.reshape(visits.shape)
+
+
 def _broadcast(table: np.ndarray, graph: HistoryGraph) -> np.ndarray:
     """A (state, err, rem bin) table as one score per cell (the same for every gap bin)."""
     return np.broadcast_to(table[..., None], graph.shape).ravel().astype(np.float64)
@@ -239,5 +275,38 @@ class HSpicePolicy(ScorePolicy):
     def __init__(self, graph: HistoryGraph, prior: float = 1.0):
         prior = check.number(prior, "prior", 0.0)
         self.utility = success_table(graph, prior)
+        super().__init__(_broadcast(self.utility, graph))
+        self.bins = graph.bins()
+
+
+class HybridPolicy(ScorePolicy):
+    """Zhao, Hung, Weidlich's hybrid shedding, as this engine can run it: contribution over
+    consumption per partial-match class.
+
+    [ZHW20] rates a class of partial matches by its contribution (the complete matches it
+    leads to) against its consumption (the resources it and the partial matches it spawns
+    take), and a class of input events likewise; under overload it drops the items of least
+    contribution per resource freed, events and partial matches alike. Here a class is a
+    cell, its contribution the smoothed success rate (:func:`success_table`), its
+    consumption ``1 + C`` operations (:func:`consumption_table`): ``U = S / (1 + C)``. Input
+    shedding adds nothing in this engine (docs/SHEDDING.md 12): an event's load is its
+    candidates, and keeping the best of them is never worse than dropping them all. The
+    matcher needs the graph's bins: ``Matcher(..., bins=policy.bins, policy=policy)``.
+
+    Parameters
+    ----------
+    graph : history.graph.HistoryGraph
+        The history of the training stream.
+    prior : float
+        Pseudo-visits of the smoothing, at the overall rates (default 1).
+    """
+
+    name = "hybrid"
+
+    def __init__(self, graph: HistoryGraph, prior: float = 1.0):
+        prior = check.number(prior, "prior", 0.0)
+        self.contribution = success_table(graph, prior)
+        self.consumption = 1.0 + consumption_table(graph, prior)
+        self.utility = self.contribution / self.consumption
         super().__init__(_broadcast(self.utility, graph))
         self.bins = graph.bins()

@@ -18,8 +18,10 @@ from history.policies import POLICY_NAMES, policy_options
 from history.sketch import Sketch
 from history.spice import (
     HSpicePolicy,
+    HybridPolicy,
     PSpicePolicy,
     completion_table,
+    consumption_table,
     cost_to_go,
     final_cells,
     success_table,
@@ -125,6 +127,42 @@ def test_the_cost_term_changes_the_order():
     assert p.score[B] > p.score[A]
 
 
+def test_hybrid_contribution_over_consumption_of_the_hand_graph_by_hand():
+    """[ZHW20]'s cost model: consumption counts every descendant, branches included.
+    Edges (5 -> 9) x 2, (9 -> 9) x 1, (5 -> 23) x 1; visits 2, 3, 1; successes 2, 2, 0.
+    With one pseudo-visit at p0 = 4/6 and at c0 = 4 edges / 6 visits = 2/3 children:
+    C(23) = c0 / 2 = 1/3; C(9) = (1 (1 + C(9)) + c0) / 4, so C(9) = 5/9;
+    C(5) = (2 (1 + 5/9) + 1 (1 + 1/3) + c0) / 3 = 46/27; unvisited cells C = c0.
+    U = S / (1 + C): 5: (8/9) / (73/27) = 24/73, 9: (2/3) / (14/9) = 3/7, 23: (1/3) / (4/3)."""
+    g = _hand_graph()
+    h = HybridPolicy(g)
+    contribution = {5: (2 + P0) / 3, 9: (2 + P0) / 4, 23: P0 / 2}
+    consumption = {5: 1 + 46 / 27, 9: 1 + 5 / 9, 23: 1 + 1 / 3}
+    utility = {5: 24 / 73, 9: 3 / 7, 23: 1 / 4}
+    for cell, at in VISITED.items():
+        assert h.contribution[at] == pytest.approx(contribution[cell])
+        assert h.consumption[at] == pytest.approx(consumption[cell])
+        assert h.utility[at] == pytest.approx(utility[cell])
+    unvisited = np.ones(h.utility.shape, dtype=bool)
+    for at in VISITED.values():
+        unvisited[at] = False
+    assert np.allclose(h.consumption[unvisited], 1 + 2 / 3)
+    assert np.allclose(h.utility[unvisited], P0 / (1 + 2 / 3))
+    _is_a_table_over_cells(h, g)
+
+
+def test_consumption_without_smoothing_is_the_plain_subtree():
+    """prior 0: C(c) = sum_d n(c, d) / v(c) (1 + C(d)): C(23) = 0, C(9) = 1/3 (1 + C(9)) =
+    1/2, C(5) = 2/2 (1 + 1/2) + 1/2 (1 + 0) = 2. On the chain graph B_LATE's two nodes
+    have three children: C(B_LATE) = (2 (1 + C(B)) + (1 + C(F))) / 2 with C(B) = 1/3 and
+    C(F) = 0, so 11/6, where pSPICE's walker pays 20/9 - 1 = 11/9 after the step."""
+    cost = consumption_table(_hand_graph(), prior=0.0)
+    assert [cost[at] for at in VISITED.values()] == pytest.approx([2.0, 0.5, 0.0])
+    chain = consumption_table(_chain_graph(), prior=0.0)
+    assert chain[CHAIN_AT[B_LATE]] == pytest.approx(11 / 6)
+    assert chain[CHAIN_AT[B]] == pytest.approx(1 / 3) and chain[CHAIN_AT[F]] == 0.0
+
+
 def _is_a_table_over_cells(policy, graph):
     assert isinstance(policy, ScorePolicy) and policy.n_cells == graph.n_cells
     assert policy.score.dtype == np.float64 and np.all(np.isfinite(policy.score))
@@ -140,7 +178,7 @@ def _events(pairs):
     return EventBatch.from_events([{"type": t, "t": x} for t, x in pairs])
 
 
-@pytest.mark.parametrize("make", [PSpicePolicy, HSpicePolicy])
+@pytest.mark.parametrize("make", [PSpicePolicy, HSpicePolicy, HybridPolicy])
 def test_a_policy_keeps_the_candidate_of_higher_utility(make):
     """``a b a c``: in training, an ``a`` after ``a b`` completes, a new ``a`` mostly does
     not. With credit for one operation, the second ``a`` of ``a b a c`` must advance the
@@ -168,13 +206,14 @@ def test_a_policy_keeps_the_candidate_of_higher_utility(make):
     assert len(oldest.match(test)) == 0 and oldest.stats["shed"] == 1
 
 
-def test_both_are_rows_that_need_the_graph():
-    assert {"pspice", "hspice"} <= set(POLICY_NAMES)
+def test_the_three_are_rows_that_need_the_graph():
+    assert {"pspice", "hspice", "hybrid"} <= set(POLICY_NAMES)
     events = _stream(31, n=400)
     graph = build_history("a b c d", events, 6.0, 1, partition="g", n_bins=4)
     assert isinstance(policy_options("pspice", graph=graph)["policy"], PSpicePolicy)
     assert isinstance(policy_options("hspice", graph=graph)["policy"], HSpicePolicy)
-    for name in ("pspice", "hspice"):
+    assert isinstance(policy_options("hybrid", graph=graph)["policy"], HybridPolicy)
+    for name in ("pspice", "hspice", "hybrid"):
         with pytest.raises(ValueError, match="graph"):
             policy_options(name)
     sketch = Sketch.from_graph(graph)
@@ -182,20 +221,21 @@ def test_both_are_rows_that_need_the_graph():
         evaluate(sketch, events, [0.1], partition="g", policies=["pspice", "hspice"])
     rows = evaluate(sketch, events, [0.1], partition="g", graph=graph)["rows"]
     assert [r["policy"] for r in rows] == ["keep-first", "random", "oldest-first", "completion",
-                                           "pspice", "hspice", "history", "history+rl"]
+                                           "pspice", "hspice", "hybrid", "history",
+                                           "history+rl"]
 
 
-def test_cli_evaluates_pspice_and_hspice_with_the_history(tmp_path):
+def test_cli_evaluates_pspice_hspice_and_hybrid_with_the_history(tmp_path):
     sketch, key = _built(tmp_path)
     common = [sketch, FIXTURE, "--key-file", key, "--spec", "flights", "--partition", "origin",
-              "--budgets", "0.1,0.5", "--burst", "32", "--policies", "pspice,hspice"]
+              "--budgets", "0.1,0.5", "--burst", "32", "--policies", "pspice,hspice,hybrid"]
     refused = acep("history", "evaluate", *common)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
-    assert "--policies pspice,hspice need --history" in refused.stderr
+    assert "--policies pspice,hspice,hybrid need --history" in refused.stderr
     r = acep("history", "evaluate", *common, "--history", tmp_path / "h.history")
     assert r.returncode == 0, r.stderr
     rows = [x.split() for x in r.stdout.splitlines()[2:]]
-    assert [x[:2] for x in rows] == [["10%", "pspice"], ["10%", "hspice"], ["50%", "pspice"],
-                                     ["50%", "hspice"]]
+    assert [x[:2] for x in rows] == [[f, p] for f in ("10%", "50%")
+                                     for p in ("pspice", "hspice", "hybrid")]
     assert all(0.0 <= float(x[2].rstrip("%")) <= 100.0 for x in rows)
-    assert int(rows[0][6].replace(",", "")) > 0  # at 10% both shed
+    assert all(int(x[6].replace(",", "")) > 0 for x in rows[:3])  # at 10% all shed
