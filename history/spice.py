@@ -161,6 +161,7 @@ def consumption_table(graph: HistoryGraph, prior: float = 1.0, horizon: int = 10
     more than once per visit around a cycle has no finite fixed point).
     """
     graph = _graph(graph)
+    prior = check.number(prior, "prior", 0.0)
     visits, _ = _summed(graph)
     g = graph.shape[3]
     src, dst = graph.edge_src // g, graph.edge_dst // g
