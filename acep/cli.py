@@ -783,13 +783,14 @@ def _add_evaluate_parser(hsub) -> None:
                     help="the devices' bucket depth in events (default 64)")
     ev.add_argument("--policies", metavar="NAMES", type=text_arg,
                     help="comma-separated, from keep-first, random, oldest-first, completion, "
-                         "pspice, hspice (these three need --history), history (the sketch, "
+                         "pspice, hspice, hybrid (these four need --history), history (the "
+                         "sketch, "
                          "learning off), history+rl, hindsight (offline reference: slow on "
-                         "long streams) (default: all but hindsight, and completion, pspice "
-                         "and hspice only with --history)")
+                         "long streams) (default: all but hindsight, and completion, pspice, "
+                         "hspice and hybrid only with --history)")
     ev.add_argument("--history", metavar="FILE", type=path_arg,
                     help="the history graph the sketch was made from, for the completion, "
-                         "pspice and hspice baselines")
+                         "pspice, hspice and hybrid baselines")
     ev.add_argument("--json", metavar="FILE", type=path_arg, help="also write every figure here")
     ev.set_defaults(run=run_history_evaluate)
 

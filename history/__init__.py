@@ -20,6 +20,7 @@ from .policies import (
     HindsightPolicy,
     HistoryPolicy,
     HSpicePolicy,
+    HybridPolicy,
     PSpicePolicy,
     sample_events,
 )
@@ -27,4 +28,4 @@ from .sketch import Sketch, SketchError
 
 __all__ = ["HistoryGraph", "HistoryFormatError", "Sketch", "SketchError", "build_history",
            "HistoryPolicy", "CompletionPolicy", "PSpicePolicy", "HSpicePolicy",
-           "HindsightPolicy", "EventSampler", "sample_events", "fit_budgets"]
+           "HybridPolicy", "HindsightPolicy", "EventSampler", "sample_events", "fit_budgets"]

@@ -49,11 +49,12 @@ def evaluate(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
     records; one that differs from it is refused);
     ``burst``: the devices' bucket depth in events; ``policies``: names from
     :data:`POLICIES` (None: :data:`DEFAULT_POLICIES`, and the rows of the history graph,
-    ``completion``, ``pspice`` and ``hspice``, too when ``graph`` is given; ``history`` is
-    the sketch with learning off, ``history+rl`` with the online update at the history
-    package's defaults, ``completion`` the pSPICE-style completion model of the history
-    ``graph`` the sketch was made from, ``pspice`` and ``hspice`` the field's shedders learned
-    from it (:mod:`history.spice`), ``hindsight`` the offline reference that knows the
+    ``completion``, ``pspice``, ``hspice`` and ``hybrid``, too when ``graph`` is given;
+    ``history`` is the sketch with learning off, ``history+rl`` with the online update at
+    the history package's defaults, ``completion`` the pSPICE-style completion model of the
+    history ``graph`` the sketch was made from, ``pspice``, ``hspice`` and ``hybrid`` the
+    field's shedders learned from it (:mod:`history.spice`), ``hindsight`` the offline
+    reference that knows the
     unconstrained run's node log: a Python call per shedding event).
     ``on_row(row, truth)`` is called with each row as it is done and the ground truth's
     summary. A budget whose bucket cannot hold one operation is refused after the ground

@@ -4,8 +4,9 @@
   ``acep.shedding.ScorePolicy``, with the online (reinforcement) update and exploration on.
 - :class:`CompletionPolicy`: pSPICE style, the completion probability of (state,
   remaining-window bin) only, the same for every error count and gap.
-- :class:`history.spice.PSpicePolicy`, :class:`history.spice.HSpicePolicy`: the field's
-  shedders (pSPICE, hSPICE) as baselines, from the history graph.
+- :class:`history.spice.PSpicePolicy`, :class:`history.spice.HSpicePolicy`,
+  :class:`history.spice.HybridPolicy`: the field's shedders (pSPICE, hSPICE, the hybrid
+  of Zhao, Hung, Weidlich) as baselines, from the history graph.
 - :class:`HindsightPolicy`: offline, knows from the unconstrained run which candidates lead to
   which bundle and keeps one per bundle not found yet.
 - :func:`sample_events` / :class:`EventSampler`: input-event sampling (the frequency operator
@@ -36,21 +37,21 @@ from acep.shedding import (
 
 from .graph import HistoryGraph, bundle_index, compute_bundles
 from .sketch import Sketch
-from .spice import HSpicePolicy, PSpicePolicy
+from .spice import HSpicePolicy, HybridPolicy, PSpicePolicy
 
 # the history policy's defaults (docs/SHEDDING.md 5 and 8); the agent's config uses them too
 LEARNING_RATE, EXPLORE, DEFER = 0.05, 0.01, 4
 PROBE, PROBE_SHARE = 0.005, 0.01
 
 __all__ = ["HistoryPolicy", "CompletionPolicy", "HindsightPolicy", "PSpicePolicy",
-           "HSpicePolicy", "EventSampler", "sample_events", "policy_options", "POLICY_NAMES",
-           "GRAPH_POLICIES"]
+           "HSpicePolicy", "HybridPolicy", "EventSampler", "sample_events", "policy_options",
+           "POLICY_NAMES", "GRAPH_POLICIES"]
 
 # the rows of a shedding comparison: the engine's presets, then the policies of this module
 POLICY_NAMES = ("keep-first", "random", "oldest-first", "completion", "pspice", "hspice",
-                "history", "history+rl", "hindsight")
+                "hybrid", "history", "history+rl", "hindsight")
 # the rows learned from the history graph alone (they need ``graph=``)
-GRAPH_POLICIES = ("completion", "pspice", "hspice")
+GRAPH_POLICIES = ("completion", "pspice", "hspice", "hybrid")
 
 
 def policy_options(name: str, *, sketch=None, graph=None, hindsight: Mapping | None = None,
@@ -60,7 +61,8 @@ def policy_options(name: str, *, sketch=None, graph=None, hindsight: Mapping | N
 
     ``history`` is the sketch's static policy (learning and exploration off), ``history+rl``
     the same with the online update at the defaults; both take the reserves fitted nearest
-    ``budget``. ``completion``, ``pspice`` and ``hspice`` need the history ``graph``;
+    ``budget``. ``completion``, ``pspice``, ``hspice`` and ``hybrid`` need the history
+    ``graph``;
     ``hindsight`` the unconstrained
     run's ``{"log", "matches"}`` (:func:`history.build.traced_run`) and the sketch's window.
     """
@@ -71,7 +73,8 @@ def policy_options(name: str, *, sketch=None, graph=None, hindsight: Mapping | N
     if name == "oldest-first":
         return {"policy": OldestFirstPolicy()}
     if name in GRAPH_POLICIES:
-        made = {"completion": CompletionPolicy, "pspice": PSpicePolicy, "hspice": HSpicePolicy}
+        made = {"completion": CompletionPolicy, "pspice": PSpicePolicy, "hspice": HSpicePolicy,
+                "hybrid": HybridPolicy}
         policy = made[name](graph)
         return {"policy": policy, "bins": policy.bins}
     if name == "hindsight":

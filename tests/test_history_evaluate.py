@@ -20,6 +20,7 @@ from history.policies import (
     HindsightPolicy,
     HistoryPolicy,
     HSpicePolicy,
+    HybridPolicy,
     PSpicePolicy,
 )
 from history.sketch import Sketch
@@ -68,15 +69,15 @@ def test_every_row_is_the_policys_own_run_scored_by_brute_force(seed):
     assert [(r["ratio"], r["policy"]) for r in result["rows"]] == [
         (f, p) for f in ratios for p in POLICIES]
     assert set(DEFAULT_POLICIES) == set(POLICIES) - {"completion", "pspice", "hspice",
-                                                     "hindsight"}
+                                                     "hybrid", "hindsight"}
     assert [r for r, _ in seen] == result["rows"] and all(x is t for _, x in seen)
     for row in result["rows"]:
         budget = Budget(row["ratio"] * t["ops_per_event"], 32)
         if row["policy"] == "oldest-first":
             options = {"policy": OldestFirstPolicy()}
-        elif row["policy"] in ("completion", "pspice", "hspice"):
+        elif row["policy"] in ("completion", "pspice", "hspice", "hybrid"):
             made = {"completion": CompletionPolicy, "pspice": PSpicePolicy,
-                    "hspice": HSpicePolicy}[row["policy"]]
+                    "hspice": HSpicePolicy, "hybrid": HybridPolicy}[row["policy"]]
             policy = made(graph)
             options = {"policy": policy, "bins": policy.bins}
         elif row["policy"] == "hindsight":
@@ -247,4 +248,4 @@ def test_cli_adds_the_completion_baseline_with_the_history_graph(tmp_path):
     names = [[x.split()[1] for x in r.stdout.splitlines()[2:]] for r in (plain, full)]
     assert names[0] == list(DEFAULT_POLICIES)
     assert names[1] == ["keep-first", "random", "oldest-first", "completion", "pspice",
-                        "hspice", "history", "history+rl"]
+                        "hspice", "hybrid", "history", "history+rl"]

@@ -17,6 +17,7 @@ from history.policies import (
     HindsightPolicy,
     HistoryPolicy,
     HSpicePolicy,
+    HybridPolicy,
     PSpicePolicy,
     policy_options,
     sample_events,
@@ -222,6 +223,7 @@ def test_policy_options_builds_every_row_by_name():
     assert isinstance(made["completion"]["policy"], CompletionPolicy)
     assert isinstance(made["pspice"]["policy"], PSpicePolicy)
     assert isinstance(made["hspice"]["policy"], HSpicePolicy)
+    assert isinstance(made["hybrid"]["policy"], HybridPolicy)
     assert isinstance(made["hindsight"]["policy"], HindsightPolicy)
     static, rl = made["history"]["policy"], made["history+rl"]["policy"]
     assert static.learning_rate == static.explore == 0.0 and rl.learning_rate > 0

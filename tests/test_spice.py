@@ -7,56 +7,104 @@ import pytest
 from test_cli import FIXTURE, acep
 from test_history_evaluate import _built
 from test_history_fit import _stream
-from test_history_graph import _hand_graph
+from test_history_graph import _hand_graph, _log
 
 from acep import EventBatch, Matcher
 from acep.shedding import Budget, OldestFirstPolicy, ScorePolicy, VectorBins
 from history.build import build_history
 from history.evaluate import evaluate
-from history.graph import decode_cells
+from history.graph import HistoryGraph, decode_cells
 from history.policies import POLICY_NAMES, policy_options
 from history.sketch import Sketch
-from history.spice import HSpicePolicy, PSpicePolicy, completion_table, cost_to_go
+from history.spice import (
+    HSpicePolicy,
+    HybridPolicy,
+    PSpicePolicy,
+    completion_table,
+    consumption_table,
+    cost_to_go,
+    final_cells,
+    success_table,
+)
 
+NAN = float("nan")
 P0 = 4 / 6  # the hand graph: 6 visits, 4 successes
 # the hand graph's cells 5, 9, 23 as (state, err, rem bin): summed over the gap bins
 VISITED = {5: (0, 1, 0), 9: (1, 0, 0), 23: (2, 1, 1)}
 
+# A chain for "a b c", k = 0, rem bins split at 5 (R = 2), gap bins at 2 (G = 2); every node
+# in gap bin 0, so cell = (state * 2 + rem bin) * 2. State 3 is final (final_cost 0).
+A, B_LATE, B, F = 6, 10, 8, 12  # (1, rem 1), (2, rem 1), (2, rem 0), (3, rem 0)
+CHAIN_LOG = _log([
+    (0, A, -1, 3.0, 0), (0, A, -1, 8.0, 0), (0, A, -1, NAN, 0), (0, A, -1, NAN, 0),
+    (0, B_LATE, A, 3.0, 0), (0, B_LATE, A, NAN, 0),   # A -> B_LATE x 2
+    (0, B, A, 8.0, 0),                                # A -> B x 1
+    (0, B, B_LATE, NAN, 0), (0, B, B_LATE, NAN, 0),   # B_LATE -> B x 2: one node branches
+    (0, F, B_LATE, 3.0, 0), (0, F, B, 8.0, 0),        # B_LATE -> F, B -> F
+])
+CHAIN_AT = {A: (1, 0, 1), B_LATE: (2, 0, 1), B: (2, 0, 0), F: (3, 0, 0)}
 
-def test_pspice_utilities_of_the_hand_graph_by_hand():
-    """Edges (5 -> 9) x 2, (9 -> 9) x 1, (5 -> 23) x 1; visits 2, 3, 1; successes 2, 2, 0.
-    With one pseudo-visit at p0 = 4/6 and at c0 = 4 edges / 6 visits = 2/3 children:
-    C(23) = c0 / 2 = 1/3; C(9) = (1 (1 + C(9)) + c0) / 4, so C(9) = 5/9;
-    C(5) = (2 (1 + 5/9) + 1 (1 + 1/3) + c0) / 3 = 46/27; unvisited cells C = c0."""
-    g = _hand_graph()
+
+def _chain_graph():
+    return HistoryGraph.from_node_log(CHAIN_LOG, {"partition": np.array([0, 0]),
+                                                  "point": np.array([3.0, 8.0])},
+                                      10.0, 0, ([5.0], [2.0]), "a b c", 4)
+
+
+def test_pspice_chain_utilities_by_hand():
+    """[pSPICE]: P from the Markov chain, R from its reward process, U = P / R.
+
+    Visits A 4, B_LATE 2, B 3, F 2; successes 6, so p0 = 6/11. Moves N = max(visits,
+    children): A 4 (3 children), B_LATE 3 (3 children > 2 visits: one walker per match),
+    B 3 (1 child), F 2; c0 = 7 children / 12 moves. With one pseudo-move:
+    P(F) = 1; P(B) = (1 + p0) / 4 = 17/44; P(B_LATE) = (1 + 2 P(B) + p0) / 4 = 51/88;
+    P(A) = (2 P(B_LATE) + P(B) + p0) / 5 = 23/55.
+    R(F) = 1; R(B) = 1 + (1 + c0) / 4 = 67/48; R(B_LATE) = 1 + (1 + 2 R(B) + c0) / 4 =
+    67/32; R(A) = 1 + (2 R(B_LATE) + R(B) + c0) / 5 = 67/30."""
+    g = _chain_graph()
+    assert final_cells(g).tolist() == [[False], [False], [False], [True]]
     p = PSpicePolicy(g)
-    completion = {5: (2 + P0) / 3, 9: (2 + P0) / 4, 23: P0 / 2}
-    cost = {5: 46 / 27, 9: 5 / 9, 23: 1 / 3}
-    utility = {5: 24 / 73, 9: 3 / 7, 23: 1 / 4}
-    for cell, at in VISITED.items():
+    completion = {A: 23 / 55, B_LATE: 51 / 88, B: 17 / 44, F: 1.0}
+    cost = {A: 67 / 30, B_LATE: 67 / 32, B: 67 / 48, F: 1.0}
+    for cell, at in CHAIN_AT.items():
         assert p.completion[at] == pytest.approx(completion[cell])
         assert p.cost[at] == pytest.approx(cost[cell])
-        assert p.utility[at] == pytest.approx(utility[cell])
-        assert utility[cell] == pytest.approx(completion[cell] / (1 + cost[cell]))
-    unvisited = np.ones(p.utility.shape, dtype=bool)
-    for at in VISITED.values():
-        unvisited[at] = False
-    assert np.allclose(p.cost[unvisited], 2 / 3)
-    assert np.allclose(p.utility[unvisited], P0 / (1 + 2 / 3))
+        assert p.utility[at] == pytest.approx(completion[cell] / cost[cell])
+        assert p.score[cell] == pytest.approx(completion[cell] / cost[cell])
+    # a cell never seen: not final, so P = p0 and R = 1 + c0
+    assert p.completion[1, 0, 0] == pytest.approx(6 / 11)
+    assert p.cost[1, 0, 0] == pytest.approx(1 + 7 / 12)
+    assert np.all(p.utility[3] == 1.0)  # a completed match is never the one dropped
     _is_a_table_over_cells(p, g)
 
 
-def test_cost_to_go_without_smoothing_is_the_plain_fixed_point():
-    """prior 0: C(c) = sum_d P(c -> d) (1 + C(d)), P = count / visits: C(23) = 0,
-    C(9) = 1/3 (1 + C(9)) = 1/2, C(5) = 2/2 (1 + 1/2) + 1/2 (1 + 0) = 2."""
+def test_pspice_chain_without_smoothing_is_the_plain_chain():
+    """prior 0: P(c) = sum_d n(c, d) / N(c) P(d), R(c) = 1 + sum_d n(c, d) / N(c) R(d):
+    P(B) = 1/3, P(B_LATE) = (1 + 2/3) / 3 = 5/9, P(A) = (2 5/9 + 1/3) / 4 = 13/36;
+    R(B) = 4/3, R(B_LATE) = 1 + (1 + 8/3) / 3 = 20/9, R(A) = 1 + (40/9 + 4/3) / 4 = 22/9.
+    A walker, not a subtree: B_LATE's three children from two nodes weigh 1, not 3/2."""
+    g = _chain_graph()
+    completion, cost = completion_table(g, prior=0.0), cost_to_go(g, prior=0.0)
+    assert [completion[CHAIN_AT[c]] for c in (A, B_LATE, B, F)] == pytest.approx(
+        [13 / 36, 5 / 9, 1 / 3, 1.0])
+    assert [cost[CHAIN_AT[c]] for c in (A, B_LATE, B, F)] == pytest.approx(
+        [22 / 9, 20 / 9, 4 / 3, 1.0])
+    assert completion[1, 0, 0] == 0.0 and cost[1, 0, 0] == 1.0  # unseen: leaves at once
+    assert success_table(g, prior=0.0)[CHAIN_AT[B]] == pytest.approx(1 / 3)
+
+
+def test_pspice_on_the_hand_graph_keeps_final_cells_first():
+    """The hand graph ("a b", k = 1): cells 9 (state 1, err 0) and 23 (state 2) report a
+    match, so P = R = U = 1. Cell 5 moves to 9 twice and to 23 once in 2 visits: N = 3,
+    P = (3 + p0) / 4 = 11/12, c0 = 4 children / 7 moves, R = 1 + (3 + c0) / 4 = 53/28."""
     g = _hand_graph()
-    cost = cost_to_go(g, prior=0.0)
-    assert [cost[at] for at in VISITED.values()] == pytest.approx([2.0, 0.5, 0.0])
-    others = np.ones(cost.shape, dtype=bool)
-    for at in VISITED.values():
-        others[at] = False
-    assert np.all(cost[others] == 0.0)
-    assert completion_table(g, prior=0.0)[VISITED[9]] == pytest.approx(2 / 3)
+    p = PSpicePolicy(g)
+    assert final_cells(g).tolist() == [[False, False], [True, False], [True, True]]
+    assert p.completion[VISITED[5]] == pytest.approx(11 / 12)
+    assert p.cost[VISITED[5]] == pytest.approx(53 / 28)
+    assert p.utility[VISITED[5]] == pytest.approx((11 / 12) / (53 / 28))
+    assert p.utility[VISITED[9]] == p.utility[VISITED[23]] == 1.0
+    _is_a_table_over_cells(p, g)
 
 
 def test_hspice_utility_is_the_success_rate_per_state_errors_and_position():
@@ -70,12 +118,49 @@ def test_hspice_utility_is_the_success_rate_per_state_errors_and_position():
 
 
 def test_the_cost_term_changes_the_order():
-    """hSPICE ranks cell 5 above cell 9 (8/9 against 2/3); pSPICE the other way round,
-    because a node in cell 5 still costs 46/27 operations and one in cell 9 only 5/9."""
-    g = _hand_graph()
+    """hSPICE ranks A above B by success rate ((2 + p0) / 5 against (1 + p0) / 4);
+    pSPICE ranks B above A (17/44 over 67/48 = 0.277 against 23/55 over 67/30 = 0.187):
+    a match in B is one step from its end and costs less to carry there."""
+    g = _chain_graph()
     p, h = PSpicePolicy(g), HSpicePolicy(g)
-    assert h.score[5] > h.score[9]
-    assert p.score[9] > p.score[5]
+    assert h.score[A] > h.score[B]
+    assert p.score[B] > p.score[A]
+
+
+def test_hybrid_contribution_over_consumption_of_the_hand_graph_by_hand():
+    """[ZHW20]'s cost model: consumption counts every descendant, branches included.
+    Edges (5 -> 9) x 2, (9 -> 9) x 1, (5 -> 23) x 1; visits 2, 3, 1; successes 2, 2, 0.
+    With one pseudo-visit at p0 = 4/6 and at c0 = 4 edges / 6 visits = 2/3 children:
+    C(23) = c0 / 2 = 1/3; C(9) = (1 (1 + C(9)) + c0) / 4, so C(9) = 5/9;
+    C(5) = (2 (1 + 5/9) + 1 (1 + 1/3) + c0) / 3 = 46/27; unvisited cells C = c0.
+    U = S / (1 + C): 5: (8/9) / (73/27) = 24/73, 9: (2/3) / (14/9) = 3/7, 23: (1/3) / (4/3)."""
+    g = _hand_graph()
+    h = HybridPolicy(g)
+    contribution = {5: (2 + P0) / 3, 9: (2 + P0) / 4, 23: P0 / 2}
+    consumption = {5: 1 + 46 / 27, 9: 1 + 5 / 9, 23: 1 + 1 / 3}
+    utility = {5: 24 / 73, 9: 3 / 7, 23: 1 / 4}
+    for cell, at in VISITED.items():
+        assert h.contribution[at] == pytest.approx(contribution[cell])
+        assert h.consumption[at] == pytest.approx(consumption[cell])
+        assert h.utility[at] == pytest.approx(utility[cell])
+    unvisited = np.ones(h.utility.shape, dtype=bool)
+    for at in VISITED.values():
+        unvisited[at] = False
+    assert np.allclose(h.consumption[unvisited], 1 + 2 / 3)
+    assert np.allclose(h.utility[unvisited], P0 / (1 + 2 / 3))
+    _is_a_table_over_cells(h, g)
+
+
+def test_consumption_without_smoothing_is_the_plain_subtree():
+    """prior 0: C(c) = sum_d n(c, d) / v(c) (1 + C(d)): C(23) = 0, C(9) = 1/3 (1 + C(9)) =
+    1/2, C(5) = 2/2 (1 + 1/2) + 1/2 (1 + 0) = 2. On the chain graph B_LATE's two nodes
+    have three children: C(B_LATE) = (2 (1 + C(B)) + (1 + C(F))) / 2 with C(B) = 1/3 and
+    C(F) = 0, so 11/6, where pSPICE's walker pays 20/9 - 1 = 11/9 after the step."""
+    cost = consumption_table(_hand_graph(), prior=0.0)
+    assert [cost[at] for at in VISITED.values()] == pytest.approx([2.0, 0.5, 0.0])
+    chain = consumption_table(_chain_graph(), prior=0.0)
+    assert chain[CHAIN_AT[B_LATE]] == pytest.approx(11 / 6)
+    assert chain[CHAIN_AT[B]] == pytest.approx(1 / 3) and chain[CHAIN_AT[F]] == 0.0
 
 
 def _is_a_table_over_cells(policy, graph):
@@ -93,7 +178,7 @@ def _events(pairs):
     return EventBatch.from_events([{"type": t, "t": x} for t, x in pairs])
 
 
-@pytest.mark.parametrize("make", [PSpicePolicy, HSpicePolicy])
+@pytest.mark.parametrize("make", [PSpicePolicy, HSpicePolicy, HybridPolicy])
 def test_a_policy_keeps_the_candidate_of_higher_utility(make):
     """``a b a c``: in training, an ``a`` after ``a b`` completes, a new ``a`` mostly does
     not. With credit for one operation, the second ``a`` of ``a b a c`` must advance the
@@ -121,13 +206,14 @@ def test_a_policy_keeps_the_candidate_of_higher_utility(make):
     assert len(oldest.match(test)) == 0 and oldest.stats["shed"] == 1
 
 
-def test_both_are_rows_that_need_the_graph():
-    assert {"pspice", "hspice"} <= set(POLICY_NAMES)
+def test_the_three_are_rows_that_need_the_graph():
+    assert {"pspice", "hspice", "hybrid"} <= set(POLICY_NAMES)
     events = _stream(31, n=400)
     graph = build_history("a b c d", events, 6.0, 1, partition="g", n_bins=4)
     assert isinstance(policy_options("pspice", graph=graph)["policy"], PSpicePolicy)
     assert isinstance(policy_options("hspice", graph=graph)["policy"], HSpicePolicy)
-    for name in ("pspice", "hspice"):
+    assert isinstance(policy_options("hybrid", graph=graph)["policy"], HybridPolicy)
+    for name in ("pspice", "hspice", "hybrid"):
         with pytest.raises(ValueError, match="graph"):
             policy_options(name)
     sketch = Sketch.from_graph(graph)
@@ -135,20 +221,21 @@ def test_both_are_rows_that_need_the_graph():
         evaluate(sketch, events, [0.1], partition="g", policies=["pspice", "hspice"])
     rows = evaluate(sketch, events, [0.1], partition="g", graph=graph)["rows"]
     assert [r["policy"] for r in rows] == ["keep-first", "random", "oldest-first", "completion",
-                                           "pspice", "hspice", "history", "history+rl"]
+                                           "pspice", "hspice", "hybrid", "history",
+                                           "history+rl"]
 
 
-def test_cli_evaluates_pspice_and_hspice_with_the_history(tmp_path):
+def test_cli_evaluates_pspice_hspice_and_hybrid_with_the_history(tmp_path):
     sketch, key = _built(tmp_path)
     common = [sketch, FIXTURE, "--key-file", key, "--spec", "flights", "--partition", "origin",
-              "--budgets", "0.1,0.5", "--burst", "32", "--policies", "pspice,hspice"]
+              "--budgets", "0.1,0.5", "--burst", "32", "--policies", "pspice,hspice,hybrid"]
     refused = acep("history", "evaluate", *common)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
-    assert "--policies pspice,hspice need --history" in refused.stderr
+    assert "--policies pspice,hspice,hybrid need --history" in refused.stderr
     r = acep("history", "evaluate", *common, "--history", tmp_path / "h.history")
     assert r.returncode == 0, r.stderr
     rows = [x.split() for x in r.stdout.splitlines()[2:]]
-    assert [x[:2] for x in rows] == [["10%", "pspice"], ["10%", "hspice"], ["50%", "pspice"],
-                                     ["50%", "hspice"]]
+    assert [x[:2] for x in rows] == [[f, p] for f in ("10%", "50%")
+                                     for p in ("pspice", "hspice", "hybrid")]
     assert all(0.0 <= float(x[2].rstrip("%")) <= 100.0 for x in rows)
-    assert int(rows[0][6].replace(",", "")) > 0  # at 10% both shed
+    assert all(int(x[6].replace(",", "")) > 0 for x in rows[:3])  # at 10% all shed

@@ -20,6 +20,7 @@ STYLE = {  # policy -> (colour, line, marker)
     "keep-first": ("0.6", ":", "v"), "random": ("#999999", "--", "x"),
     "oldest-first": ("#1f78b4", "--", "s"), "completion": ("#33a02c", "--", "D"),
     "pspice": ("#b2df8a", "--", "<"), "hspice": ("#a6cee3", "--", ">"),
+    "hybrid": ("#fdbf6f", "--", "^"),
     "sampling": ("#b15928", ":", "^"), "history": ("#fb9a99", "-", "o"),
     "history+rl": ("#e31a1c", "-", "o"), "hindsight": ("black", "-.", "*"),
     RETRAINED: ("#6a3d9a", ":", "P"),  # the drift figure's reference

@@ -13,9 +13,9 @@ from history.policies import DEFER, policy_options
 
 SEED = 4
 POLICIES = ("keep-first", "random", "oldest-first", "completion", "pspice", "hspice",
-            "sampling", "history", "history+rl", "hindsight")
+            "hybrid", "sampling", "history", "history+rl", "hindsight")
 BASELINES = ("keep-first", "random", "oldest-first", "completion", "pspice", "hspice",
-             "sampling")
+             "hybrid", "sampling")
 # the drift reference (not a policy row): the static history of a training stream of the
 # drifted regime, what retraining would ship
 RETRAINED = "history retrained"
