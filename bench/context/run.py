@@ -120,6 +120,7 @@ def plot(results: dict, path: Path) -> None:
         ax.set_title(w["workload"])
         ax.set_xlabel("budget (% of unconstrained ops)")
         ax.set_xscale("log")
+        ax.minorticks_off()
         ax.set_xticks(x, [f"{v:g}" for v in x])
     axes[0][0].set_ylabel("bundle recall (%), fitted sketch")
     axes[0][-1].legend(title="context", fontsize=8)
