@@ -20,6 +20,7 @@ import numpy as np
 
 from . import __version__, storage
 from ._backend import KernelUnavailable, UnknownKernel
+from ._output import bundle_lines, match_lines
 from ._signals import Terminated, terminate_on_sigterm
 from ._text import one_line
 from .arguments import path_arg, text_arg
@@ -398,19 +399,7 @@ class _Printer:
         if self.bundles_only:
             self.found.append(found)
             return
-        tags = _tag_texts(found.trajectory_tags, found.tag_is_time)
-        starts = _tag_texts(found.start, found.tag_is_time)
-        points = _tag_texts(found.point, found.tag_is_time)
-        ptr, positions = found.trajectory_ptr.tolist(), found.trajectory.tolist()
-        keys: dict = {}
-        lines = []
-        for i, key in enumerate(found.partition):
-            a, b = ptr[i], ptr[i + 1]
-            text = keys.get(key) or keys.setdefault(key, json.dumps(key, default=_json_default))
-            lines.append(f'{{"partition": {text}, "start": {starts[i]}, "point": {points[i]}, '
-                         f'"errors": {found.errors[i]}, "events": [{", ".join(tags[a:b])}], '
-                         f'"positions": {positions[a:b]}}}')
-        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.write(match_lines(found))
         sys.stdout.flush()  # a reader of a live pipe sees each batch's matches at once
 
     def finish(self, window: float) -> None:
@@ -419,10 +408,7 @@ class _Printer:
         merged = MatchBatch.concat(self.found)
         found = bundles(merged, window)
         self.n_bundles = len(found)
-        for b in found:
-            print(json.dumps({"partition": b.partition, "first": _tag(b.first, merged.tag_is_time),
-                              "last": _tag(b.last, merged.tag_is_time), "points": b.n_points},
-                             default=_json_default))
+        sys.stdout.write(bundle_lines(found, merged.tag_is_time))
 
 
 def _tag(t: float, is_time: bool):
@@ -430,19 +416,6 @@ def _tag(t: float, is_time: bool):
     if is_time:
         return iso_texts(np.array([t], dtype=np.float64))[0]
     return int(t) if float(t).is_integer() else t
-
-
-def _tag_texts(tags: np.ndarray, is_time: bool) -> list[str]:
-    """JSON texts of many tags at once (vectorized; the same text as :func:`_tag`)."""
-    if is_time:
-        return ['"' + x + '"' for x in iso_texts(tags)]
-    return [json.dumps(_tag(t, False)) for t in tags.tolist()]
-
-
-def _json_default(value):
-    if isinstance(value, np.generic):
-        return value.item()
-    return str(value)
 
 
 def _progress(path: str, disabled: bool):
