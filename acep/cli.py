@@ -624,30 +624,56 @@ class _ExactPrinter:
 
         self.components = [(c.var, c.kind is Kind.ONE) for c in query.positive]
         self.tags, self.is_time = batch.tags, batch.tag_is_time
+        self._texts: dict | None = None
+        self._at: list | None = None
+
+    def _tag_at(self, position: int):
+        """The tag of the event at ``position`` as JSON shows it (all formatted at once)."""
+        if self._at is None:
+            self._format_tags()
+        return self._at[position]
+
+    def _tag(self, t: float):
+        if self._texts is None:
+            self._format_tags()
+        text = self._texts.get(t)
+        return _tag(t, self.is_time) if text is None else text
+
+    def _format_tags(self) -> None:
+        """Every tag's text in one vectorised call, each distinct tag formatted once."""
+        distinct, inverse = np.unique(np.asarray(self.tags, dtype=np.float64),
+                                      return_inverse=True)
+        if self.is_time:
+            texts = iso_texts(distinct)
+        else:
+            texts = [int(t) if t.is_integer() else t for t in distinct.tolist()]
+        self._texts = dict(zip(distinct.tolist(), texts))
+        table = np.empty(len(texts), dtype=object)
+        table[:] = texts
+        self._at = table[inverse.reshape(-1)].tolist()
 
     def match(self, m) -> dict:
         events, positions = {}, {}
         for (var, single), block in zip(self.components, m.positions):
-            tags = [_tag(float(self.tags[p]), self.is_time) for p in block]
+            tags = [self._tag_at(p) for p in block]
             events[var] = tags[0] if single else tags
             positions[var] = block[0] if single else list(block)
         partition = None if m.partition is None else [_plain(v) for v in m.partition]
         if partition is not None and len(partition) == 1:
             partition = partition[0]
         values = None if m.values is None else {k: _plain(v) for k, v in m.values.items()}
-        return {"start": _tag(m.start, self.is_time), "end": _tag(m.end, self.is_time),
+        return {"start": self._tag(m.start), "end": self._tag(m.end),
                 "partition": partition, "events": events, "positions": positions,
                 "values": values}
-
 
     def record(self, r) -> dict:
         """A compact record: a group of whole matches (run engine), or a collapsed record of
         the postponing engine, shown by its candidates per variable, not expanded."""
-        end = _tag(float(self.tags[r.end_position]), self.is_time)
+        end = self._tag_at(r.end_position)
         if not hasattr(r, "candidates"):
             return {"end": end, "end_position": r.end_position, "count": r.count(),
                     "matches": [self.match(m) for m in r.expand()]}
-        return {"start": _tag(float(self.tags[r.start_position]), self.is_time), "end": end,
+        return {"start": self._tag_at(r.start_position), "end": end,
                 "start_position": r.start_position, "end_position": r.end_position,
                 "count": r.count(),
                 "candidates": {var: [c.position for c in block]

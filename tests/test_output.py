@@ -10,6 +10,7 @@ import sys
 from datetime import datetime, timedelta
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -129,3 +130,56 @@ def test_acep_match_prints_the_old_bytes_end_to_end(tmp_path):
                               "20s", "-k", "1", "--partition", "id", str(path), *extra],
                              capture_output=True, text=True, check=True).stdout
         assert out == expected and out.count("\n") >= 4
+
+
+def _old_exact_line(m, components, tags, is_time) -> dict:
+    """``acep exact``'s verbose object, each tag formatted on its own (the old writer)."""
+    events, positions = {}, {}
+    for (var, single), block in zip(components, m.positions):
+        texts = [_tag(float(tags[p]), is_time) for p in block]
+        events[var] = texts[0] if single else texts
+        positions[var] = block[0] if single else list(block)
+    partition = None if m.partition is None else [
+        int(v) if isinstance(v, float) and v.is_integer() else v for v in m.partition]
+    if partition is not None and len(partition) == 1:
+        partition = partition[0]
+    return {"start": _tag(m.start, is_time), "end": _tag(m.end, is_time),
+            "partition": partition, "events": events, "positions": positions, "values": None}
+
+
+@pytest.mark.parametrize("seed, is_time", [(1, True), (2, True), (3, False), (4, False)])
+def test_acep_exact_prints_the_old_bytes(seed, is_time, tmp_path_factory):
+    """Verbose and compact output of ``acep exact``, with tags formatted in one call, are
+    the old writer's bytes: fractions of seconds, time and plain tags, Kleene lists."""
+    from acep.nfab import Engine, load_query
+    from acep.nfab.ast import Kind
+
+    rng = np.random.default_rng(seed)
+    folder = tmp_path_factory.mktemp("exact")
+    steps = rng.choice([0.0, 0.25, 1.0, 0.000123, 2.5], size=60)
+    tags = (978307200.0 if is_time else 0.0) + np.cumsum(steps)
+    rows = [{"type": "AB"[rng.integers(2)], "t": float(t), "symbol": ["x", 7][rng.integers(2)]}
+            for t in tags]
+    if is_time:
+        for r in rows:
+            r["t"] = _iso(r["t"]) + "Z"
+    (folder / "events.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "q.sase").write_text("PATTERN SEQ(A a, B+ b[ ], A c)\nWHERE skip_till_any_match("
+                                   "a, b[ ], c) { [symbol] }\nWITHIN 3\n")
+    query = load_query(str(folder / "q.sase"))
+    batch = read_all(folder / "events.jsonl")
+    components = [(c.var, c.kind is Kind.ONE) for c in query.positive]
+    found = Engine(query, engine="shared").run(batch)
+    verbose = [_old_exact_line(m, components, batch.tags, is_time) for m in found]
+    groups = Engine(query, output="compact", engine="shared").run(batch)
+    compact = [{"end": _tag(float(batch.tags[g.end_position]), is_time),
+                "end_position": g.end_position, "count": g.count(),
+                "matches": [_old_exact_line(m, components, batch.tags, is_time)
+                            for m in g.expand()]} for g in groups]
+    for output, expected in (("verbose", verbose), ("compact", compact)):
+        out = subprocess.run([sys.executable, "-m", "acep.cli", "exact", "--engine", "shared",
+                              "--output", output,
+                              str(folder / "q.sase"), str(folder / "events.jsonl")],
+                             capture_output=True, text=True, check=True).stdout
+        assert out == "".join(json.dumps(d) + "\n" for d in expected)
+    assert verbose
