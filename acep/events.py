@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import gc
 import io
 import json
 import math
@@ -62,6 +63,7 @@ from . import _checks as check
 from . import storage
 from ._bounds import MAX_DEPTH, depth_problem, json_problem
 from ._csvlines import LineTap
+from ._jsonread import loads
 from ._text import one_line
 
 __all__ = [
@@ -704,7 +706,7 @@ def _json_record(raw: bytes) -> object:
     if problem := json_problem(raw):
         return _Undecodable(problem)
     try:
-        return json.loads(raw)
+        return loads(raw)
     except ValueError as e:  # includes UnicodeDecodeError
         return _Undecodable(f"line is not valid JSON ({e})")
 
@@ -800,9 +802,29 @@ def _why(e: OSError) -> str:
 def _rows_chunks(records: Iterator[tuple[int | None, object]], spec: EventSpec,
                  batch_size: int) -> Iterator[_Chunk]:
     kind = _TagKind()
-    for group in _groups(records, batch_size):
-        rows = [(line, _record_parts(rec, spec)) for line, rec in group]
-        yield _rows_chunk(rows, spec, kind)
+    groups = _groups(records, batch_size)
+    while True:
+        with _collector_paused():  # never across a yield: the caller's code runs with it
+            group = next(groups, None)
+            if group is None:
+                return
+            rows = [(line, _record_parts(rec, spec)) for line, rec in group]
+            chunk = _rows_chunk(rows, spec, kind)
+        yield chunk
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector off while a chunk's records are decoded: each of
+    its many new dicts would count towards a collection that walks every live object, and
+    decoded records hold no cycles (reading took 1.75x the time with it on)."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def _groups(items: Iterator, size: int) -> Iterator[list]:
