@@ -1239,9 +1239,16 @@ def _classify(numeric: np.ndarray, classes: TypeClasses, raw=None):
 def _tags_from_values(values: list, kind: _TagKind) -> tuple[np.ndarray, dict[int, str]]:
     tags = np.full(len(values), np.nan)
     bad = {}
+    parsed: dict[str, tuple[float, bool]] = {}  # events often share a timestamp's text
     for i, v in enumerate(values):
         try:
-            tags[i], is_time = _parse_tag(v)
+            if type(v) is str:
+                known = parsed.get(v)
+                if known is None:
+                    known = parsed[v] = _parse_tag(v)
+                tags[i], is_time = known
+            else:
+                tags[i], is_time = _parse_tag(v)
         except ValueError as e:
             bad[i] = str(e)
             continue

@@ -188,3 +188,21 @@ def test_the_garbage_collector_is_on_while_the_caller_works_and_after_an_error(t
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_repeated_tag_texts_read_alike_and_repeated_bad_ones_are_each_named(tmp_path):
+    """A timestamp's text is parsed once per chunk: events that share it get the same tag,
+    and each event with a bad tag text is still reported with its own line."""
+    path = tmp_path / "events.jsonl"
+    rows = ['{"type": "a", "t": "2001-01-01T00:01:00"}', '{"type": "a", "t": "soon"}',
+            '{"type": "a", "t": "2001-01-01T00:01:00"}', '{"type": "a", "t": "soon"}',
+            '{"type": "a", "t": "2001-01-01T00:01:00Z"}', '{"type": "a", "t": "60"}']
+    path.write_text("\n".join(rows) + "\n")
+    bad: list = []
+    batch = list(read_events(path, on_bad_event="skip", bad_events=bad))[0]
+    assert batch.tags.tolist() == [978307260.0] * 3
+    assert [(line, reason) for _, line, reason in bad] == [
+        (2, f"{path}, line 2, field 't': tag is not a number or ISO 8601 timestamp ('soon')"),
+        (4, f"{path}, line 4, field 't': tag is not a number or ISO 8601 timestamp ('soon')"),
+        (6, f"{path}, line 6, field 't': tag '60' does not match the earlier tags, which are "
+            "timestamps")]
