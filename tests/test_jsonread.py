@@ -79,6 +79,9 @@ def lines(draw) -> bytes:
 def test_orjson_and_json_read_the_same_values_and_errors(raw):
     fast, plain = _both(lambda: _jsonread.loads(raw))
     assert fast == plain
+    text = raw.decode("utf-8", "surrogateescape")  # a str text too (parse_line takes one)
+    fast, plain = _both(lambda: _jsonread.loads(text))
+    assert fast == plain
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
