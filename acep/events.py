@@ -571,7 +571,8 @@ def _open_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chu
     if kind != "file":
         raise EventError("no such file", source)
     if fmt == "jsonl":
-        return _rows_chunks(_jsonl_records(source), spec, batch_size)
+        # stdin may wait for lines for hours: never with the collector paused
+        return _rows_chunks(_jsonl_records(source), spec, batch_size, pause=source != "-")
     if fmt == "msgpack":
         return _rows_chunks(_msgpack_records(source), spec, batch_size)
     if fmt == "parquet":
@@ -800,11 +801,12 @@ def _why(e: OSError) -> str:
 
 
 def _rows_chunks(records: Iterator[tuple[int | None, object]], spec: EventSpec,
-                 batch_size: int) -> Iterator[_Chunk]:
+                 batch_size: int, pause: bool = True) -> Iterator[_Chunk]:
     kind = _TagKind()
     groups = _groups(records, batch_size)
+    paused = _collector_paused if pause else contextlib.nullcontext
     while True:
-        with _collector_paused():  # never across a yield: the caller's code runs with it
+        with paused():  # never across a yield: the caller's code runs with the collector
             group = next(groups, None)
             if group is None:
                 return

@@ -209,3 +209,30 @@ def test_repeated_tag_texts_read_alike_and_repeated_bad_ones_are_each_named(tmp_
         (4, f"{path}, line 4, field 't': tag is not a number or ISO 8601 timestamp ('soon')"),
         (6, f"{path}, line 6, field 't': tag '60' does not match the earlier tags, which are "
             "timestamps")]
+
+
+def test_the_collector_stays_on_while_a_live_stdin_is_waited_for(monkeypatch):
+    """A live pipe (``tail -f | acep match -``) may keep the reader waiting for hours: the
+    collector is never paused for the wait."""
+    import gc
+    import io
+    import os
+    import threading
+    import time
+
+    read_end, write_end = os.pipe()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(os.fdopen(read_end, "rb")))
+    during_wait = []
+
+    def write():
+        os.write(write_end, b'{"type": "a", "t": 1}\n')
+        time.sleep(0.6)  # the reader has handed on the first line and waits for more
+        during_wait.append(gc.isenabled())
+        os.write(write_end, b'{"type": "a", "t": 2}\n')
+        os.close(write_end)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    tags = [float(t) for b in read_events("-") for t in b.tags]
+    writer.join()
+    assert tags == [1.0, 2.0] and during_wait == [True]
