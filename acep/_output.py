@@ -96,15 +96,17 @@ def match_lines(found) -> str:
                           (6, ', "errors": '), (8, ', "events": [')):
         out[starts + offset] = piece
     out[starts + 1] = _key_texts(found.partition)
-    out[starts + 3] = tag_texts(found.start, found.tag_is_time)
-    out[starts + 5] = tag_texts(found.point, found.tag_is_time)
+    tags = tag_texts(np.concatenate([found.start, found.point, found.trajectory_tags]),
+                     found.tag_is_time)  # one call: starts and points are mostly event tags
+    out[starts + 3] = tags[:n]
+    out[starts + 5] = tags[n:2 * n]
     out[starts + 7] = _int_texts(found.errors)
     line = np.repeat(np.arange(n, dtype=np.int64), sizes)
     within = np.arange(int(ptr[-1]), dtype=np.int64) - ptr[:-1][line]
     events = starts[line] + 9 + 2 * within
     separators = np.where(within == 0, "", ", ").astype(object)
     out[events] = separators
-    out[events + 1] = tag_texts(found.trajectory_tags, found.tag_is_time)
+    out[events + 1] = tags[2 * n:]
     middle = starts + 9 + 2 * sizes
     out[middle] = '], "positions": ['
     positions = middle[line] + 1 + 2 * within
