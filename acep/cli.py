@@ -20,6 +20,7 @@ import numpy as np
 
 from . import __version__, storage
 from ._backend import KernelUnavailable, UnknownKernel
+from ._output import bundle_lines, match_lines
 from ._signals import Terminated, terminate_on_sigterm
 from ._text import one_line
 from .arguments import path_arg, text_arg
@@ -398,19 +399,7 @@ class _Printer:
         if self.bundles_only:
             self.found.append(found)
             return
-        tags = _tag_texts(found.trajectory_tags, found.tag_is_time)
-        starts = _tag_texts(found.start, found.tag_is_time)
-        points = _tag_texts(found.point, found.tag_is_time)
-        ptr, positions = found.trajectory_ptr.tolist(), found.trajectory.tolist()
-        keys: dict = {}
-        lines = []
-        for i, key in enumerate(found.partition):
-            a, b = ptr[i], ptr[i + 1]
-            text = keys.get(key) or keys.setdefault(key, json.dumps(key, default=_json_default))
-            lines.append(f'{{"partition": {text}, "start": {starts[i]}, "point": {points[i]}, '
-                         f'"errors": {found.errors[i]}, "events": [{", ".join(tags[a:b])}], '
-                         f'"positions": {positions[a:b]}}}')
-        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.write(match_lines(found))
         sys.stdout.flush()  # a reader of a live pipe sees each batch's matches at once
 
     def finish(self, window: float) -> None:
@@ -419,10 +408,7 @@ class _Printer:
         merged = MatchBatch.concat(self.found)
         found = bundles(merged, window)
         self.n_bundles = len(found)
-        for b in found:
-            print(json.dumps({"partition": b.partition, "first": _tag(b.first, merged.tag_is_time),
-                              "last": _tag(b.last, merged.tag_is_time), "points": b.n_points},
-                             default=_json_default))
+        sys.stdout.write(bundle_lines(found, merged.tag_is_time))
 
 
 def _tag(t: float, is_time: bool):
@@ -430,19 +416,6 @@ def _tag(t: float, is_time: bool):
     if is_time:
         return iso_texts(np.array([t], dtype=np.float64))[0]
     return int(t) if float(t).is_integer() else t
-
-
-def _tag_texts(tags: np.ndarray, is_time: bool) -> list[str]:
-    """JSON texts of many tags at once (vectorized; the same text as :func:`_tag`)."""
-    if is_time:
-        return ['"' + x + '"' for x in iso_texts(tags)]
-    return [json.dumps(_tag(t, False)) for t in tags.tolist()]
-
-
-def _json_default(value):
-    if isinstance(value, np.generic):
-        return value.item()
-    return str(value)
 
 
 def _progress(path: str, disabled: bool):
@@ -651,30 +624,56 @@ class _ExactPrinter:
 
         self.components = [(c.var, c.kind is Kind.ONE) for c in query.positive]
         self.tags, self.is_time = batch.tags, batch.tag_is_time
+        self._texts: dict | None = None
+        self._at: list | None = None
+
+    def _tag_at(self, position: int):
+        """The tag of the event at ``position`` as JSON shows it (all formatted at once)."""
+        if self._at is None:
+            self._format_tags()
+        return self._at[position]
+
+    def _tag(self, t: float):
+        if self._texts is None:
+            self._format_tags()
+        text = self._texts.get(t)
+        return _tag(t, self.is_time) if text is None else text
+
+    def _format_tags(self) -> None:
+        """Every tag's text in one vectorised call, each distinct tag formatted once."""
+        distinct, inverse = np.unique(np.asarray(self.tags, dtype=np.float64),
+                                      return_inverse=True)
+        if self.is_time:
+            texts = iso_texts(distinct)
+        else:
+            texts = [int(t) if t.is_integer() else t for t in distinct.tolist()]
+        self._texts = dict(zip(distinct.tolist(), texts))
+        table = np.empty(len(texts), dtype=object)
+        table[:] = texts
+        self._at = table[inverse.reshape(-1)].tolist()
 
     def match(self, m) -> dict:
         events, positions = {}, {}
         for (var, single), block in zip(self.components, m.positions):
-            tags = [_tag(float(self.tags[p]), self.is_time) for p in block]
+            tags = [self._tag_at(p) for p in block]
             events[var] = tags[0] if single else tags
             positions[var] = block[0] if single else list(block)
         partition = None if m.partition is None else [_plain(v) for v in m.partition]
         if partition is not None and len(partition) == 1:
             partition = partition[0]
         values = None if m.values is None else {k: _plain(v) for k, v in m.values.items()}
-        return {"start": _tag(m.start, self.is_time), "end": _tag(m.end, self.is_time),
+        return {"start": self._tag(m.start), "end": self._tag(m.end),
                 "partition": partition, "events": events, "positions": positions,
                 "values": values}
-
 
     def record(self, r) -> dict:
         """A compact record: a group of whole matches (run engine), or a collapsed record of
         the postponing engine, shown by its candidates per variable, not expanded."""
-        end = _tag(float(self.tags[r.end_position]), self.is_time)
+        end = self._tag_at(r.end_position)
         if not hasattr(r, "candidates"):
             return {"end": end, "end_position": r.end_position, "count": r.count(),
                     "matches": [self.match(m) for m in r.expand()]}
-        return {"start": _tag(float(self.tags[r.start_position]), self.is_time), "end": end,
+        return {"start": self._tag_at(r.start_position), "end": end,
                 "start_position": r.start_position, "end_position": r.end_position,
                 "count": r.count(),
                 "candidates": {var: [c.position for c in block]

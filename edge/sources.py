@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import io
 import itertools
-import json
 import logging
 import math
 import os
@@ -25,6 +24,7 @@ from collections.abc import Iterable, Iterator
 
 from acep import _bounds
 from acep._bounds import json_problem
+from acep._jsonread import loads
 
 from .logs import LogLimiter
 
@@ -154,7 +154,7 @@ def parse_line(line: bytes | str) -> dict | None:
     if json_problem(line):
         return None
     try:
-        doc = json.loads(line)
+        doc = loads(line)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
@@ -178,7 +178,7 @@ def parse_lines(lines: list[bytes]) -> list[dict | None]:
     if any(map(json_problem, lines)):
         return [parse_line(line) for line in lines]
     try:
-        docs = json.loads(b"[[" + b"],\n[".join(lines) + b"]]")
+        docs = loads(b"[[" + b"],\n[".join(lines) + b"]]")
     except (ValueError, RecursionError):
         docs = None
     if (docs is not None and len(docs) == len(lines)

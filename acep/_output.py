@@ -1,0 +1,147 @@
+"""JSON Lines output of matches and bundles, assembled in bulk.
+
+Each output line is cut into fragments (constant keys, texts of tags, partitions and
+numbers) laid into one object array by position, and joined once: a line costs no Python
+call of its own, and a tag's text is formatted once per distinct tag (the ISO texts of
+:func:`acep.events.iso_texts`, vectorised). The bytes are those of ``json.dumps`` of each
+match's dict with the default separators.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from .events import iso_texts
+
+__all__ = ["tag_texts", "match_lines", "bundle_lines"]
+
+
+def tag_texts(tags: np.ndarray, is_time: bool) -> np.ndarray:
+    """JSON texts of tags, as an object array: quoted ISO text for timestamps, else the number.
+
+    Parameters
+    ----------
+    tags : numpy.ndarray
+        Tags (seconds since the epoch when ``is_time``).
+    is_time : bool
+        Whether the tags are timestamps.
+
+    Returns
+    -------
+    numpy.ndarray
+        One ``str`` per tag (dtype object).
+    """
+    tags = np.asarray(tags, dtype=np.float64)
+    if not len(tags):
+        return np.empty(0, dtype=object)
+    distinct, inverse = np.unique(tags, return_inverse=True)
+    if is_time:
+        texts = ['"' + x + '"' for x in iso_texts(distinct)]
+    else:
+        texts = [json.dumps(int(t) if t.is_integer() else t) for t in distinct.tolist()]
+    return np.array(texts, dtype=object)[inverse.reshape(-1)]
+
+
+def json_default(value):
+    """``json.dumps``'s ``default`` for partition keys: a numpy scalar as its Python value."""
+    if isinstance(value, np.generic):
+        return value.item()
+    return str(value)
+
+
+def _key_texts(keys) -> np.ndarray:
+    """JSON texts of partition keys (each distinct key formatted once), as an object array."""
+    keys = list(keys)
+    texts: dict = {}
+    for key in keys:
+        if key not in texts:
+            texts[key] = json.dumps(key, default=json_default)
+    out = np.empty(len(keys), dtype=object)
+    out[:] = list(map(texts.__getitem__, keys))
+    return out
+
+
+def _int_texts(values: np.ndarray) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(map(str, np.asarray(values).tolist()))
+    return out
+
+
+def match_lines(found) -> str:
+    """The JSON lines of matches, one per match, each ending in a newline.
+
+    Parameters
+    ----------
+    found : acep.MatchBatch
+        The matches.
+
+    Returns
+    -------
+    str
+        ``{"partition": .., "start": .., "point": .., "errors": .., "events": [..],
+        "positions": [..]}`` per match.
+    """
+    n = len(found)
+    if not n:
+        return ""
+    ptr = np.asarray(found.trajectory_ptr, dtype=np.int64)
+    sizes = np.diff(ptr)
+    # a line: 9 fragments before its events, 2 per event (separator, tag), 1 between,
+    # 2 per position, 1 at the end
+    starts = np.arange(n, dtype=np.int64) * 11 + 4 * ptr[:-1]
+    out = np.empty(11 * n + 4 * int(ptr[-1]), dtype=object)
+    for offset, piece in ((0, '{"partition": '), (2, ', "start": '), (4, ', "point": '),
+                          (6, ', "errors": '), (8, ', "events": [')):
+        out[starts + offset] = piece
+    out[starts + 1] = _key_texts(found.partition)
+    tags = tag_texts(np.concatenate([found.start, found.point, found.trajectory_tags]),
+                     found.tag_is_time)  # one call: starts and points are mostly event tags
+    out[starts + 3] = tags[:n]
+    out[starts + 5] = tags[n:2 * n]
+    out[starts + 7] = _int_texts(found.errors)
+    line = np.repeat(np.arange(n, dtype=np.int64), sizes)
+    within = np.arange(int(ptr[-1]), dtype=np.int64) - ptr[:-1][line]
+    events = starts[line] + 9 + 2 * within
+    separators = np.where(within == 0, "", ", ").astype(object)
+    out[events] = separators
+    out[events + 1] = tags[2 * n:]
+    middle = starts + 9 + 2 * sizes
+    out[middle] = '], "positions": ['
+    positions = middle[line] + 1 + 2 * within
+    out[positions] = separators
+    out[positions + 1] = _int_texts(found.trajectory)
+    out[middle + 1 + 2 * sizes] = "]}\n"
+    return "".join(out.tolist())
+
+
+def bundle_lines(found: list, is_time: bool) -> str:
+    """The JSON lines of bundles, one per bundle, each ending in a newline.
+
+    Parameters
+    ----------
+    found : list of acep.matcher.Bundle
+        The bundles, as :func:`acep.bundles` gives them.
+    is_time : bool
+        Whether the tags are timestamps.
+
+    Returns
+    -------
+    str
+        ``{"partition": .., "first": .., "last": .., "points": ..}`` per bundle.
+    """
+    n = len(found)
+    if not n:
+        return ""
+    out = np.empty((n, 9), dtype=object)
+    out[:, 0] = '{"partition": '
+    out[:, 1] = _key_texts(b.partition for b in found)
+    out[:, 2] = ', "first": '
+    out[:, 3] = tag_texts(np.array([b.first for b in found], dtype=np.float64), is_time)
+    out[:, 4] = ', "last": '
+    out[:, 5] = tag_texts(np.array([b.last for b in found], dtype=np.float64), is_time)
+    out[:, 6] = ', "points": '
+    out[:, 7] = _int_texts(np.array([b.n_points for b in found], dtype=np.int64))
+    out[:, 8] = "}\n"
+    return "".join(out.ravel().tolist())
