@@ -6,6 +6,8 @@ minutes, outside the suite: tools/README.md.)"""
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -74,3 +76,23 @@ def test_each_architecture_gets_its_numpy_and_its_wheel_tag():
     arm64, armhf = arm_check.ARCHES["arm64"], arm_check.ARCHES["armhf"]
     assert "python3-numpy" not in arm64.packages and "python3-numpy" in armhf.packages
     assert (arm64.wheel_tag, armhf.wheel_tag) == ("linux_aarch64", "linux_armv7l")
+
+
+def _mounted(path: Path) -> bool:
+    return any(line.split()[1] == str(path) for line in open("/proc/mounts"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")
+def test_removing_an_interrupted_root_unmounts_what_is_mounted_in_it_first(tmp_path):
+    """debootstrap's second stage mounts proc in the root: deleting the root without
+    unmounting it would walk into the mount."""
+    root = tmp_path / "root"
+    (root / "proc").mkdir(parents=True)
+    (root / "etc").mkdir()
+    (root / "etc" / "hostname").write_text("pi\n")
+    if subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(root / "proc")]).returncode:
+        pytest.skip("this container may not mount")
+    (root / "proc" / "kept-by-the-mount").write_text("x")
+    arm_check.remove_root(root)
+    assert not _mounted(root / "proc") and not root.exists()
+    arm_check.remove_root(root)  # a root that is not there: nothing to do

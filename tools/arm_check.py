@@ -142,13 +142,23 @@ def preflight(arches: list[Arch]) -> None:
         sys.exit(2)
 
 
+def remove_root(root: Path) -> None:
+    """Delete a root, first unmounting what an interrupted run left mounted in it."""
+    prefix = f"{root}/"
+    with open("/proc/mounts") as mounts:
+        points = [line.split()[1] for line in mounts if line.split()[1].startswith(prefix)]
+    for point in sorted(points, key=len, reverse=True):
+        sh(["umount", point], what=f"umount {point}")
+    shutil.rmtree(root, ignore_errors=not root.exists())
+
+
 def ensure_root(arch: Arch, root: Path, mirror: str, report: Report) -> None:
     """Build the Debian root unless a finished one is there; add missing packages."""
     done = root / ".acep-root-done"
     if not done.exists():
         t = time.monotonic()
         if root.exists():
-            shutil.rmtree(root)  # an unfinished root from an interrupted run
+            remove_root(root)  # an unfinished root from an interrupted run
         sh(["debootstrap", f"--arch={arch.name}", "--foreign", "--variant=minbase",
             f"--include={','.join(arch.packages)}", SUITE, str(root), mirror],
            what="debootstrap (first stage)")
@@ -341,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     preflight(arches)
     if args.fresh:
         for arch in arches:
-            shutil.rmtree(args.workdir / arch.name / "root", ignore_errors=True)
+            remove_root(args.workdir / arch.name / "root")
     reference = check_x86(args)
     reports = []
     for arch in arches:
