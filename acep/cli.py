@@ -744,7 +744,8 @@ def _add_history_parser(sub) -> None:
     build.add_argument("--context", type=context_type, default=(), metavar="FEATURES",
                        help="split every cell by a decision tree over the event's context: "
                             "act (the partition's recent events), idle (time since its "
-                            "last one); needs scikit-learn (docs/SHEDDING.md 13)")
+                            "last one); needs scikit-learn (default: none, cells as the "
+                            "bins make them; docs/SHEDDING.md 13)")
     build.add_argument("--context-leaves", type=leaves_type, default=4, metavar="N",
                        help="the context tree's leaves at most (2-64, default 4)")
     build.add_argument("--output", "-o", required=True, type=path_arg,
