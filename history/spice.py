@@ -64,6 +64,23 @@ def _rate(visits: np.ndarray, successes: np.ndarray) -> float:
     return float(successes.sum() / visits.sum()) if visits.sum() else 0.0
 
 
+def _edges(graph: HistoryGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The cell->cell edges between (state, err, rem bin) cells: sources, targets, counts."""
+    g = graph.shape[3]
+    return graph.edge_src // g, graph.edge_dst // g, graph.edge_count.astype(np.float64)
+
+
+def _fixed_point(step, x: np.ndarray, horizon: int) -> np.ndarray:
+    """``x = step(x)`` until it moves by less than 1e-12, or ``horizon`` times."""
+    for _ in range(horizon):
+        nxt = step(x)
+        done = np.abs(nxt - x).max(initial=0.0) < 1e-12
+        x = nxt
+        if done:
+            break
+    return x
+
+
 def final_cells(graph: HistoryGraph) -> np.ndarray:
     """Which (state, err) report a match: ``err + final_cost[state] <= k`` (the kernel's rule).
 
@@ -88,10 +105,8 @@ class _Chain:
 
     def __init__(self, graph: HistoryGraph, prior: float):
         visits, successes = _summed(graph)
-        g = graph.shape[3]
         self.shape = visits.shape
-        self.src, self.dst = graph.edge_src // g, graph.edge_dst // g
-        self.count = graph.edge_count.astype(np.float64)
+        self.src, self.dst, self.count = _edges(graph)
         n = visits.size
         out = np.bincount(self.src, self.count, minlength=n)
         self.moves = np.maximum(visits.ravel(), out)
@@ -105,16 +120,12 @@ class _Chain:
     def solve(self, at_final: float, reward: float, default: float, horizon: int) -> np.ndarray:
         """Value iteration of ``x(c) = reward + (sum_d n(c, d) x(d) + prior default) /
         (N(c) + prior)``, ``x = at_final`` on final cells."""
-        x = np.where(self.final, at_final, 0.0)
-        for _ in range(horizon):
+        def step(x):
             ahead = np.bincount(self.src, self.count * x[self.dst], minlength=x.size)
-            step = np.where(self.final, at_final,
+            return np.where(self.final, at_final,
                             reward + (ahead + self.prior * default) / self.denominator)
-            done = np.abs(step - x).max(initial=0.0) < 1e-12
-            x = step
-            if done:
-                break
-        return x.reshape(self.shape)
+        return _fixed_point(step, np.where(self.final, at_final, 0.0), horizon).reshape(
+            self.shape)
 
 
 def completion_table(graph: HistoryGraph, prior: float = 1.0, horizon: int = 10_000
@@ -163,23 +174,17 @@ def consumption_table(graph: HistoryGraph, prior: float = 1.0, horizon: int = 10
     graph = _graph(graph)
     prior = check.number(prior, "prior", 0.0)
     visits, _ = _summed(graph)
-    g = graph.shape[3]
-    src, dst = graph.edge_src // g, graph.edge_dst // g
-    count = graph.edge_count.astype(np.float64)
+    src, dst, count = _edges(graph)
     flat = visits.ravel()
     children = np.bincount(src, count, minlength=flat.size)
     c0 = children.sum() / flat.sum() if flat.sum() else 0.0
     denominator = flat + prior
     denominator[denominator <= 0] = 1.0  # prior 0: an unvisited cell has no children
-    cost = np.zeros(flat.size)
-    for _ in range(horizon):
-        step = (children + np.bincount(src, count * cost[dst], minlength=flat.size)
+
+    def step(cost):
+        return (children + np.bincount(src, count * cost[dst], minlength=flat.size)
                 + prior * c0) / denominator
-        done = np.abs(step - cost).max(initial=0.0) < 1e-12
-        cost = step
-        if done:
-            break
-    return cost.reshape(visits.shape)
+    return _fixed_point(step, np.zeros(flat.size), horizon).reshape(visits.shape)
 
 
 def _broadcast(table: np.ndarray, graph: HistoryGraph) -> np.ndarray:
