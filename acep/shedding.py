@@ -145,31 +145,29 @@ class ContextTree:
     def leaves(self, act, idle) -> np.ndarray:
         """The leaf of each event context, exactly as the kernel computes it."""
         values = np.stack([np.asarray(act, np.float64), np.asarray(idle, np.float64)])
+        feature, threshold = np.asarray(self.feature), np.asarray(self.threshold)
+        left, right = np.asarray(self.left, np.int64), np.asarray(self.right, np.int64)
         node = np.zeros(values.shape[1], dtype=np.int64)
-        feature = np.asarray(self.feature)
-        for _ in range(len(self.feature)):
-            split = feature[node] >= 0
-            if not split.any():
-                break
-            f = np.maximum(feature[node], 0)
-            go_left = values[f, np.arange(len(node))] <= np.asarray(self.threshold)[node]
-            nxt = np.where(go_left, np.asarray(self.left)[node], np.asarray(self.right)[node])
-            node = np.where(split, nxt, node)
-        return np.asarray(self.left, np.int64)[node]
+        rows = np.arange(len(node))
+        while (split := feature[node] >= 0).any():  # children come after: at most n steps
+            go_left = values[np.maximum(feature[node], 0), rows] <= threshold[node]
+            node = np.where(split, np.where(go_left, left[node], right[node]), node)
+        return left[node]
 
     def describe(self) -> list[str]:
         """One line per leaf: the conditions that lead to it."""
-        lines: list[str] = []
+        paths: dict[int, list[str]] = {}
 
         def walk(i, path):
             if self.feature[i] < 0:
-                lines.append(f"leaf {self.left[i]}: " + (" and ".join(path) or "every event"))
+                paths[self.left[i]] = path
                 return
             name = CONTEXT_FEATURES[self.feature[i]]
             walk(self.left[i], path + [f"{name} <= {self.threshold[i]:.4g}"])
             walk(self.right[i], path + [f"{name} > {self.threshold[i]:.4g}"])
         walk(0, [])
-        return sorted(lines, key=lambda x: int(x.split(":")[0].split()[1]))
+        return [f"leaf {leaf}: " + (" and ".join(paths[leaf]) or "every event")
+                for leaf in sorted(paths)]
 
 
 def _tree_problem(feature, threshold, left, right) -> str | None:
