@@ -6,10 +6,11 @@ the option not given: each type refuses it by the option's name, exit 2."""
 from __future__ import annotations
 
 import argparse
+import math
 
 from .ids import ID_RULE, valid_id
 
-__all__ = ["path_arg", "text_arg", "id_arg"]
+__all__ = ["path_arg", "text_arg", "id_arg", "whole_number", "real_number"]
 
 
 def path_arg(text: str) -> str:
@@ -41,3 +42,34 @@ def id_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text!r} must match {ID_RULE} (the ids the "
                                          "collector and the agents take)")
     return text
+
+
+def whole_number(minimum: int, what: str, maximum: int | None = None):
+    """An argparse type: a whole number of ``what``, at least ``minimum`` (and at most
+    ``maximum``). Every count or size option uses it: ``int`` alone takes -1."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of {what}") \
+                from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"the {what} must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"the {what} must be <= {maximum}, got {value}")
+        return value
+    return parse
+
+
+def real_number(what: str, inside, bounds: str):
+    """An argparse type: a number of ``what`` for which ``inside(value)`` holds (said as
+    ``bounds``); NaN and text are refused with it."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not inside(value):
+            raise argparse.ArgumentTypeError(f"the {what} must be a number {bounds}, got {text!r}")
+        return value
+    return parse

@@ -23,7 +23,7 @@ from ._backend import KernelUnavailable, UnknownKernel
 from ._output import bundle_lines, match_lines
 from ._signals import Terminated, terminate_on_sigterm
 from ._text import one_line
-from .arguments import path_arg, text_arg
+from .arguments import path_arg, real_number, text_arg, whole_number
 from .events import (
     EventError,
     EventSpec,
@@ -164,7 +164,7 @@ def _parser() -> argparse.ArgumentParser:
     match.add_argument("--bundles", action="store_true", help="print match bundles instead")
     match.add_argument("--all-trajectories", action="store_true",
                        help="print every trajectory (small inputs; turns merging off)")
-    match.add_argument("--max-entries", type=_whole(1024, "entries"), default=10_000_000,
+    match.add_argument("--max-entries", type=whole_number(1024, "entries"), default=10_000_000,
                        help="with --all-trajectories or --no-merge: stop with an error "
                             "rather than hold more match nodes, or matched events of one "
                             "batch, than this (their number can multiply with every event "
@@ -172,7 +172,7 @@ def _parser() -> argparse.ArgumentParser:
     match.add_argument("--no-merge", action="store_true",
                        help="turn dominance merging off (Algorithm 1 as written)")
     match.add_argument("--on-bad-event", choices=("error", "skip"), default="error")
-    match.add_argument("--batch-size", type=_whole(1, "events per batch"), default=65536)
+    match.add_argument("--batch-size", type=whole_number(1, "events per batch"), default=65536)
     match.add_argument("--backend", choices=("compiled", "python"), default=None)
     match.add_argument("--no-progress", action="store_true")
     match.set_defaults(run=run_match)
@@ -192,7 +192,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="verbose: one line per match; compact: one line per end event "
                             "(postpone: per start and end event, with the candidates)")
     exact.add_argument("--spec", type=path_arg, help=SPEC_HELP)
-    exact.add_argument("--max-entries", type=_whole(1, "entries"), default=1_000_000,
+    exact.add_argument("--max-entries", type=whole_number(1, "entries"), default=1_000_000,
                        help="stop with an error rather than hold more partial and complete "
                             "matches at once than this (about 1 KB each; under "
                             "skip_till_any_match a Kleene component's matches multiply "
@@ -214,11 +214,12 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--budget", type=_share, default=0.10,
                       help="the agent's share of the unconstrained operations, in (0, 1] "
                            "(default 0.10)")
-    demo.add_argument("--cores", type=_whole(1, "cores"), help="cores of the local Spark session")
+    demo.add_argument("--cores", type=whole_number(1, "cores"),
+                      help="cores of the local Spark session")
     demo.set_defaults(run=run_demo)
     sample = sub.add_parser("sample", help="match a pattern on the embedded flights sample "
                                            "(the device side alone)")
-    sample.add_argument("--limit", type=_whole(0, "matches to print"), default=10,
+    sample.add_argument("--limit", type=whole_number(0, "matches to print"), default=10,
                         help="matches to print")
     sample.set_defaults(run=run_sample)
     backend = sub.add_parser("backend", help="say which matcher kernel runs")
@@ -267,7 +268,7 @@ def _add_pattern_options(p: argparse.ArgumentParser) -> None:
                    help="regular expression over event types, e.g. 'a (b|c) d b'")
     p.add_argument("--window", "-w", required=True, type=parse_window,
                    help="window: tag units, or a duration like 2h for timestamp tags")
-    p.add_argument("-k", type=_whole(0, "letters that may be missing", 64), default=0,
+    p.add_argument("-k", type=whole_number(0, "letters that may be missing", 64), default=0,
                    help="error bound (letters that may be missing, 0..64; default 0)")
     p.add_argument("--partition", type=text_arg,
                    help="attribute to partition by (equivalence test; default: none, one "
@@ -276,42 +277,11 @@ def _add_pattern_options(p: argparse.ArgumentParser) -> None:
                    help="predicate, e.g. 'd.price > a.price'; repeatable")
 
 
-def _whole(minimum: int, what: str, maximum: int | None = None):
-    """An argparse type: a whole number of ``what``, at least ``minimum`` (and at most
-    ``maximum``). Every count or size option uses it: ``int`` alone takes -1."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of {what}") \
-                from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"the {what} must be >= {minimum}, got {value}")
-        if maximum is not None and value > maximum:
-            raise argparse.ArgumentTypeError(f"the {what} must be <= {maximum}, got {value}")
-        return value
-    return parse
-
-
-def _real(what: str, inside, bounds: str):
-    """An argparse type: a number of ``what`` for which ``inside(value)`` holds (said as
-    ``bounds``); NaN and text are refused with it."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not inside(value):
-            raise argparse.ArgumentTypeError(f"the {what} must be a number {bounds}, got {text!r}")
-        return value
-    return parse
-
-
 # acep demo --budget: a share of the unconstrained operations
-_share = _real("share", lambda v: 0 < v <= 1, "in (0, 1]")
-_days = _real("days", lambda v: 0 < v < math.inf, "> 0")  # acep demo --train-days
+_share = real_number("share", lambda v: 0 < v <= 1, "in (0, 1]")
+_days = real_number("days", lambda v: 0 < v < math.inf, "> 0")  # acep demo --train-days
 # --burst (history build, evaluate, acep train): the devices' bucket depth, a Budget's least
-burst_type = _real("bucket depth", lambda v: 1 <= v < math.inf, "of events >= 1")
+burst_type = real_number("bucket depth", lambda v: 1 <= v < math.inf, "of events >= 1")
 
 
 def ratios_type(text: str) -> list[float]:
@@ -558,9 +528,9 @@ def _check_query_attributes(query, spec: EventSpec) -> set[str]:
     attributes, or its tag or type column) is an error before any event is read, as
     ``--where`` is."""
     from .nfab.compile import compile_query
-    from .nfab.runs import _needed_attributes
+    from .nfab.runs import needed_attributes
 
-    needed = _needed_attributes(compile_query(query))
+    needed = needed_attributes(compile_query(query))
     for c in query.components:
         for name in sorted(needed.get(c.var, ())):
             why = not_an_attribute(spec, name)
@@ -725,7 +695,7 @@ def _add_history_parser(sub) -> None:
                                           "match vectors; a signed sketch with --key-file.")
     inspect.add_argument("file", type=path_arg,
                          help="a history graph file (or a sketch, with --key-file)")
-    inspect.add_argument("--top", type=_whole(0, "match vectors to list"), default=10,
+    inspect.add_argument("--top", type=whole_number(0, "match vectors to list"), default=10,
                          help="match vectors to list (default 10)")
     inspect.add_argument("--plot", metavar="PNG", type=path_arg,
                          help="write visits and success rate by "
@@ -797,8 +767,8 @@ def _add_evaluate_parser(hsub) -> None:
 
 BINS_HELP = (f"bins per time of a match vector (quantiles of the data; 1: no time bins; "
              f"at most {MAX_BINS}: the cells grow with its square; default 8)")
-bins_type = _whole(1, "bins", MAX_BINS)  # --bins of acep history build and acep train
-leaves_type = _whole(2, "context leaves", 64)
+bins_type = whole_number(1, "bins", MAX_BINS)  # --bins of acep history build and acep train
+leaves_type = whole_number(2, "context leaves", 64)
 
 
 def context_type(text: str) -> tuple[str, ...]:
@@ -822,7 +792,7 @@ def add_fit_options(parser, events: str) -> None:
                              "default: no fit)")
     parser.add_argument("--burst", type=burst_type, default=64.0,
                         help="the devices' bucket depth in events, for --fit (default 64)")
-    parser.add_argument("--search", type=_whole(0, "cells to search"), default=0, metavar="K",
+    parser.add_argument("--search", type=whole_number(0, "cells to search"), default=0, metavar="K",
                         help="with --fit, also tune the K most visited cells of each budget's "
                              "two best tables by coordinate search on the training events and "
                              "keep the better (one replay per table, cell and value tried: "

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from acep._text import one_line
 from acep.events import PRESETS, EventBatch, EventError, read_all
+from acep.utils import one_line
 
 __all__ = ["DataError", "flights_path", "check_flights", "fetch_flights", "read_flights",
            "read_flights_table", "synthetic_uniform", "prefix", "as_dicts"]

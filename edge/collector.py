@@ -49,8 +49,8 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from acep import storage
-from acep._bounds import json_problem
 from acep.arguments import id_arg, path_arg, text_arg
+from acep.utils import json_problem
 
 from . import exposition
 from .admission import DEFAULT_MAX_WAIT, DEFAULT_PER_DEVICE, Admission, Refusal

@@ -43,7 +43,7 @@ import numpy as np
 
 from acep.events import Event
 from acep.nfab.ast import Index, Kind, Ref, Strategy
-from acep.nfab.evaluate import Binding, _true, evaluate
+from acep.nfab.evaluate import Binding, evaluate, truthy
 
 __all__ = ["Fallback", "Plan", "plan", "check_partition", "is_match"]
 
@@ -195,7 +195,7 @@ def _vector(expr, values):
 def _holds(conjuncts, bound: dict, var: str | None = None, i: int = 0) -> bool:
     b = Binding(bound, var, i)
     for c in conjuncts:
-        if not _true(evaluate(c, b)):
+        if not truthy(evaluate(c, b)):
             return False
     return True
 

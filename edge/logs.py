@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 
-from acep._text import one_line
+from acep.utils import one_line
 
 __all__ = ["LogLimiter", "Crashes", "Failing", "LOG_LEVELS", "one_line", "duration"]
 

@@ -22,9 +22,9 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 
-from acep import _bounds
-from acep._bounds import json_problem
-from acep._jsonread import loads
+from acep.utils import bounds as _bounds
+from acep.utils import json_loads as loads
+from acep.utils import json_problem
 
 from .logs import LogLimiter
 

@@ -81,9 +81,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
-from acep._bounds import json_problem
-from acep._https import HTTPSWithin
-from acep._readable import readable
+from acep.utils import HTTPSWithin, json_problem, readable
 
 from .logs import Crashes, duration, one_line
 from .outbox import Due, Outbox

@@ -237,8 +237,8 @@ def context_field(tree) -> dict:
 
 def optional_context(doc: Mapping, error: type[FormatError]):
     """The ``acep.shedding.ContextTree`` of the optional ``context`` field (None if absent)."""
-    from acep._checks import ParameterError
     from acep.shedding import ContextTree
+    from acep.utils import ParameterError
 
     if "context" not in doc:
         return None

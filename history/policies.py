@@ -23,7 +23,6 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from acep import _checks as check
 from acep.events import EventBatch
 from acep.shedding import (
     Budget,
@@ -34,6 +33,7 @@ from acep.shedding import (
     RandomPolicy,
     ScorePolicy,
 )
+from acep.utils import checks as check
 
 from .graph import HistoryGraph, bundle_index, compute_bundles
 from .sketch import Sketch

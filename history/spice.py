@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from acep import _checks as check
 from acep.matcher import Pattern
 from acep.shedding import ScorePolicy
+from acep.utils import checks as check
 
 from .graph import HistoryGraph
 

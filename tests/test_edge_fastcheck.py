@@ -200,7 +200,7 @@ def expressions(draw, depth=3):
 @given(expressions(), st.lists(st.sampled_from(_VALUES), min_size=1, max_size=4),
        st.lists(st.sampled_from(_VALUES), min_size=1, max_size=4))
 def test_column_evaluator_equals_the_engines_on_every_pair(expr, xs, ys):
-    from acep.nfab.evaluate import Binding, _true, evaluate
+    from acep.nfab.evaluate import Binding, evaluate, truthy
 
     cols = {"v0": np.array(xs).reshape(-1, 1), "v1": np.array(ys).reshape(1, -1)}
     with np.errstate(all="ignore"):
@@ -210,7 +210,7 @@ def test_column_evaluator_equals_the_engines_on_every_pair(expr, xs, ys):
         for b, y in enumerate(ys):
             bound = {"v0": [Event("a", 0.0, {"x": x})], "v1": [Event("b", 1.0, {"x": y})]}
             try:
-                want = _true(evaluate(expr, Binding(bound)))
+                want = truthy(evaluate(expr, Binding(bound)))
             except (OverflowError, ValueError):
                 continue  # Python raises where numpy gives inf or NaN: not comparable
             assert bool(got[a, b]) == want, (expr, x, y)

@@ -33,7 +33,8 @@ def chunk_length(text: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from acep.cli import BINS_HELP, _whole, add_fit_options, bins_type, parse_window
+    from acep.arguments import whole_number
+    from acep.cli import BINS_HELP, add_fit_options, bins_type, parse_window
 
     from .sources import add_bad_file_option, add_day_options
 
@@ -69,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
                         "archived one)")
     p.add_argument("--window", "-w", type=parse_window,
                    help="window, e.g. 3600 or 1h (needed with --pattern)")
-    p.add_argument("-k", type=_whole(0, "missing letters"), default=None,
+    p.add_argument("-k", type=whole_number(0, "missing letters"), default=None,
                    help="error bound (default 0)")
     p.add_argument("--where", action="append", default=None, type=text_arg,
                    help="predicate, e.g. 'c.v > a.v' (repeatable; default: none)")
@@ -111,12 +112,12 @@ def _parser() -> argparse.ArgumentParser:
                         "rows; default: none, the first bad rows are printed and all "
                         "counted)")
     p.add_argument("--master", type=text_arg, help="Spark master (default local[CORES])")
-    p.add_argument("--cores", type=_whole(1, "cores"),
+    p.add_argument("--cores", type=whole_number(1, "cores"),
                    help="cores of the local session (default: all this process may use)")
     p.add_argument("--chunk", type=chunk_length,
                    help="time chunk length, e.g. 2h or tag units (default: about 4 units of "
                         "work per core, and at least 20 windows)")
-    p.add_argument("--key-groups", type=_whole(1, "key groups"),
+    p.add_argument("--key-groups", type=whole_number(1, "key groups"),
                    help="equivalence-key groups (default: enough for about 4 units of work "
                         "per core with the chunks)")
     p.add_argument("--no-progress", action="store_true",

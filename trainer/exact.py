@@ -139,9 +139,9 @@ def key_split(query) -> tuple[bool, str]:
 def required_attributes(query) -> dict[str, set[str]]:
     """attribute -> the event types that must carry it (EXACT.md 1, as the engine checks)."""
     from acep.nfab.compile import compile_query
-    from acep.nfab.runs import _needed_attributes
+    from acep.nfab.runs import needed_attributes
 
-    needed = _needed_attributes(compile_query(query))
+    needed = needed_attributes(compile_query(query))
     out: dict[str, set[str]] = {}
     for c in query.components:
         for attr in needed.get(c.var, ()):
@@ -461,7 +461,7 @@ def _quarantine(bad, count: int, directory: str | None) -> list[dict]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from acep.cli import _whole
+    from acep.arguments import whole_number
 
     from .cli import chunk_length
 
@@ -488,11 +488,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="write the matches here (Parquet): a new or empty directory, or an "
                         "earlier --out of this command (replaced)")
     p.add_argument("--master", type=text_arg, help="Spark master (default local[CORES])")
-    p.add_argument("--cores", type=_whole(1, "cores"),
+    p.add_argument("--cores", type=whole_number(1, "cores"),
                    help="cores of the local session (default: all)")
     p.add_argument("--chunk", type=chunk_length, help="time chunk length, e.g. 2h "
                                                      "(default: chosen)")
-    p.add_argument("--key-groups", type=_whole(1, "key groups"),
+    p.add_argument("--key-groups", type=whole_number(1, "key groups"),
                    help="equivalence-key groups (default: chosen; 1 when the query forbids "
                         "a key split)")
     p.add_argument("--quarantine", metavar="DIR", type=path_arg,

@@ -20,9 +20,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from acep._https import HTTPSWithinHandler
-from acep._text import one_line
 from acep.ids import ID_RULE, valid_id
+from acep.utils import HTTPSWithinHandler, one_line
 
 __all__ = ["collector_tls", "publish_sketch", "check_publisher", "ANSWER_BYTES"]
 

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from acep import storage
-from acep._text import one_line
 from acep.arguments import text_arg
 from acep.events import EventBatch, EventError, EventSpec, partition_key, read_chunks
+from acep.utils import one_line
 
 __all__ = ["ReadTask", "ReadPlan", "Definition", "SourceError", "plan_files", "plan_archive",
            "task_groups", "read_task", "arrow_schema", "events_of", "print_quarantined",

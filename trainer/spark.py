@@ -14,8 +14,8 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from acep._signals import Terminated, terminate_on_sigterm
 from acep.storage import redact_text
+from acep.utils import Terminated, terminate_on_sigterm
 
 
 def local_master(cores: int | None = None) -> str:

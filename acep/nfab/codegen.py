@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from .ast import Agg, BinOp, Call, Const, Index, Len, Ref, UnaryOp
 from .compile import CompiledQuery
-from .evaluate import _compare, _extreme, _true
+from .evaluate import _compare, _extreme, truthy
 
 FIRST, LAST, SUM, COUNT, MIN, MAX = "first", "last", "sum", "count", "min", "max"
 BEGIN, TAKE, CLOSE = "begin", "take", "close"
@@ -134,11 +134,11 @@ class _Source:
         return name
 
     def truth(self, expr) -> str:
-        """Source of ``_true(expr)``, without the call when the value is already a bool."""
+        """Source of ``truthy(expr)``, without the call when the value is already a bool."""
         if isinstance(expr, BinOp) and expr.op in _COMPARISONS + _LOGICAL or \
                 isinstance(expr, UnaryOp) and expr.op == "not":
             return self.expr(expr)
-        return f"_true({self.expr(expr)})"
+        return f"truthy({self.expr(expr)})"
 
     def expr(self, e) -> str:
         if isinstance(e, Const):
@@ -189,7 +189,7 @@ def _has_string(e) -> bool:
     return False
 
 
-_NAMESPACE = {"_true": _true, "_compare": _compare, "_extreme": _extreme, "_div": _div,
+_NAMESPACE = {"truthy": truthy, "_compare": _compare, "_extreme": _extreme, "_div": _div,
               "_mod": _mod, "_rmin": _rmin, "_rmax": _rmax, "NAN": NAN,
               "UNSET": UNSET}
 

@@ -50,7 +50,7 @@ def evaluate(expr, b: Binding):
         return float(len(b.events[expr.var]))
     if isinstance(expr, UnaryOp):
         v = evaluate(expr.operand, b)
-        return (not _true(v)) if expr.op == "not" else -v
+        return (not truthy(v)) if expr.op == "not" else -v
     if isinstance(expr, Call):
         args = [evaluate(a, b) for a in expr.args]
         return abs(args[0]) if expr.func == "abs" else _extreme(expr.func, args)
@@ -58,10 +58,11 @@ def evaluate(expr, b: Binding):
 
 
 def holds(conjuncts, b: Binding) -> bool:
-    return all(_true(evaluate(c, b)) for c in conjuncts)
+    return all(truthy(evaluate(c, b)) for c in conjuncts)
 
 
-def _true(v) -> bool:
+def truthy(v) -> bool:
+    """Whether a predicate's value holds: any text holds, other values by ``bool``."""
     return bool(v) if not isinstance(v, str) else True
 
 
@@ -103,9 +104,9 @@ def _extreme(func: str, values: list):
 def _binary(expr: BinOp, b: Binding):
     op = expr.op
     if op == "and":
-        return _true(evaluate(expr.left, b)) and _true(evaluate(expr.right, b))
+        return truthy(evaluate(expr.left, b)) and truthy(evaluate(expr.right, b))
     if op == "or":
-        return _true(evaluate(expr.left, b)) or _true(evaluate(expr.right, b))
+        return truthy(evaluate(expr.left, b)) or truthy(evaluate(expr.right, b))
     x, y = evaluate(expr.left, b), evaluate(expr.right, b)
     if op in ("==", "!=", "<", "<=", ">", ">="):
         return _compare(op, x, y)

@@ -59,7 +59,7 @@ from collections.abc import Iterable, Iterator
 from ..events import Event
 from .ast import Agg, BinOp, Index, Query, Ref, Strategy
 from .compile import CompiledQuery, compile_query, identifiers
-from .evaluate import Binding, _compare, _true, evaluate, value_of
+from .evaluate import Binding, _compare, evaluate, truthy, value_of
 from .runs import Counters, ExactMatch, RunStats, _Machine, _validate, check_held
 
 __all__ = ["match_postponed", "CollapsedMatch", "Candidate", "PostponeStats",
@@ -565,7 +565,7 @@ class _Engine:
 
     def decide(self, run: _MainRun, spec, b: Binding) -> int:
         if isinstance(spec, _Independent):
-            return _SAFE if _true(evaluate(spec.expr, b)) else _DISCARD
+            return _SAFE if truthy(evaluate(spec.expr, b)) else _DISCARD
         count, low, high, regular = run.bounds[spec.comp][spec.attr]
         if count == 0:
             return _DISCARD  # C is empty: no earlier element to compare against
@@ -646,7 +646,7 @@ def _search(ctx: _Context, run: _MainRun, ranges: tuple | list, end: int, emit) 
 
     def passes(exprs, b: Binding) -> bool:
         for expr in exprs:
-            if not _true(evaluate(expr, b)):
+            if not truthy(evaluate(expr, b)):
                 return False
         return True
 

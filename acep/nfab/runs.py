@@ -248,7 +248,7 @@ class _Machine:
 
 def _validate(cq: CompiledQuery, events: list[Event]) -> None:
     """Tags never go back; component events carry what the query reads (EXACT.md 1)."""
-    needed = _needed_attributes(cq)
+    needed = needed_attributes(cq)
     by_type: dict[str, set[str]] = {}  # several components may share a type
     for c in cq.query.components:
         by_type.setdefault(c.type, set()).update(needed.get(c.var, ()))
@@ -263,7 +263,8 @@ def _validate(cq: CompiledQuery, events: list[Event]) -> None:
                                  f"reads", position=pos, field=attr)
 
 
-def _needed_attributes(cq: CompiledQuery) -> dict[str, set[str]]:
+def needed_attributes(cq: CompiledQuery) -> dict[str, set[str]]:
+    """The attributes each variable's events must carry for the query's predicates and RETURN."""
     exprs = [c for c in cq.query.conjuncts if not isinstance(c, Equiv)]
     exprs += [item.expr for item in cq.query.returns]
     needed: dict[str, set[str]] = {c.var: set(cq.equivalence) for c in cq.query.components}

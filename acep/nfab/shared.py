@@ -56,7 +56,7 @@ from .codegen import (
 )
 from .compile import CompiledQuery, compile_query
 from .evaluate import Binding, evaluate, holds, number, value_of
-from .runs import Counters, ExactMatch, _needed_attributes, check_held
+from .runs import Counters, ExactMatch, check_held, needed_attributes
 
 __all__ = ["Stream", "SharedStats", "BufferGroup", "match_shared"]
 
@@ -111,7 +111,7 @@ class _Plan:
         self.update_take = [updater(self.layout, j, False) for j in range(self.k)]
         self.formulas = {flag: self._formulas(flag) for flag in (True, False)}
         self.masks = self._masks(reads)
-        needed = _needed_attributes(cq)
+        needed = needed_attributes(cq)
         self.required: dict[str, set[str]] = {}
         for c in cq.query.components:
             for a in needed.get(c.var, ()):

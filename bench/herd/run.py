@@ -52,7 +52,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from acep.cli import _whole
+from acep.arguments import whole_number
 
 from ..common import bench_main, bench_parser, machine
 from ..edge import streams
@@ -360,12 +360,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                           "down")
     part = parser.add_argument_group(
         "a part of the run (its figures go to results/quick/ unless --out is given)")
-    part.add_argument("--devices", metavar="N", type=_whole(1, "devices"), nargs="+",
+    part.add_argument("--devices", metavar="N", type=whole_number(1, "devices"), nargs="+",
                       help="fleet sizes (default: 400 1600; 100 with --quick)")
     part.add_argument("--limits", metavar="NAME", nargs="+", choices=LIMITS,
                       help=f"the collector's limits to run, of {', '.join(LIMITS)} "
                            "(default: all)")
-    part.add_argument("--repeats", metavar="N", type=_whole(1, "repeats"),
+    part.add_argument("--repeats", metavar="N", type=whole_number(1, "repeats"),
                       help="runs of each limit per fleet size (default: 3; 1 with --quick)")
     args = parser.parse_args(argv)
     args.partial = any(v is not None for v in (args.devices, args.limits, args.repeats))

@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from acep.cli import _whole, bins_type
+from acep.arguments import whole_number
+from acep.cli import bins_type
 from acep.events import EventBatch
 from acep.shedding import MAX_BINS, Budget
 from history.policies import EXPLORE, LEARNING_RATE
@@ -473,7 +474,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = bench_parser("shedding", __doc__, RESULTS, "shedding.json and the PNGs",
                           "small streams, for tests (about two minutes; the embedded sample "
                           "without --data)")
-    parser.add_argument("--jobs", type=_whole(1, "worker processes"), default=JOBS,
+    parser.add_argument("--jobs", type=whole_number(1, "worker processes"), default=JOBS,
                         help=f"worker processes (default {JOBS})")
     parser.add_argument("--workloads", metavar="NAMES", type=workload_names,
                         help="comma-separated subset of the workloads (default: all of "
@@ -482,7 +483,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--n-bins", type=bins_type, default=N_BINS, metavar="N",
                         help="quantile bins per time (remaining window, gap) of the history "
                              f"(default {N_BINS}, at most {MAX_BINS}); to compare binnings")
-    parser.add_argument("--defer", type=_whole(0, "deferred starts", MAX_DEFER),
+    parser.add_argument("--defer", type=whole_number(0, "deferred starts", MAX_DEFER),
                         default=policies.DEFER, metavar="D",
                         help="deferred window starts per partition and state of the history "
                              f"policies (default {policies.DEFER}, 0 = off; "
@@ -490,7 +491,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-fit", action="store_true",
                         help="use the plain sketch: no reserves fitted to the budgets on the "
                              "training stream (docs/SHEDDING.md section 10); to compare")
-    parser.add_argument("--search", type=_whole(0, "cells to search"), default=SEARCH,
+    parser.add_argument("--search", type=whole_number(0, "cells to search"), default=SEARCH,
                         metavar="K",
                         help=f"cells per budget the fit tunes by coordinate search on the "
                              f"training stream (default {SEARCH}, 0 = off; docs/SHEDDING.md "

@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from acep.cli import _whole
+from acep.arguments import whole_number
 
 from .. import data
 from ..common import bench_main, bench_parser, machine
@@ -339,7 +339,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = bench_parser("trainer", __doc__, RESULTS, "trainer.json and trainer.png",
                           "10,000 and 20,000 events (the embedded sample without --data), "
                           "one repeat")
-    parser.add_argument("--repeats", type=_whole(1, "repeats"), default=None,
+    parser.add_argument("--repeats", type=whole_number(1, "repeats"), default=None,
                         help=f"runs of every size and variant (default: {FULL_REPEATS}; "
                              "1 with --quick)")
     return parser.parse_args(argv)

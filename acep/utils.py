@@ -1,0 +1,20 @@
+"""Helpers that the project's packages share: input limits, checks, messages, HTTPS.
+
+``edge``, ``history`` and ``trainer`` import these names from here, never from the private
+modules of :mod:`acep` that hold them.
+"""
+
+from . import _bounds as bounds
+from . import _checks as checks
+from ._bounds import json_problem
+from ._checks import ParameterError
+from ._https import HTTPSWithin, HTTPSWithinHandler
+from ._jsonread import loads as json_loads
+from ._readable import readable
+from ._signals import Terminated, terminate_on_sigterm
+from ._text import one_line
+
+__all__ = [
+    "bounds", "checks", "json_problem", "ParameterError", "HTTPSWithin", "HTTPSWithinHandler",
+    "json_loads", "readable", "Terminated", "terminate_on_sigterm", "one_line",
+]
