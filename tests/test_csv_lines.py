@@ -119,7 +119,7 @@ def test_quoted_line_breaks_across_pyarrows_blocks_read_and_keep_their_lines(tmp
 
 def test_a_late_value_read_again_as_text_keeps_exact_lines(tmp_path):
     """After a value that does not fit the inferred type, the file is read again as text
-    (acep.events._csv_as_text): its rows keep the lines they start on."""
+    (acep.events.arrow._csv_as_text): its rows keep the lines they start on."""
     n = 150_000
     rows = [["a", str(i), str(i % 7), "two\nlines" if i % 997 == 0 else str(i)]
             for i in range(n)]

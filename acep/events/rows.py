@@ -1,0 +1,238 @@
+"""Row formats: JSON Lines (a file or stdin, live or not) and msgpack streams, read record
+by record into chunks of columns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import os
+import stat
+import sys
+from collections.abc import Iterator
+
+import msgpack
+import numpy as np
+
+from .._bounds import MAX_DEPTH, depth_problem, json_problem
+from .._jsonread import loads
+from .chunks import _add, _Chunk
+from .files import _open_binary
+from .model import Event, EventError
+from .spec import _DEFAULT, EventSpec, _not_attributes, _type_column
+from .values import (
+    _classes_from_values,
+    _column_from_values,
+    _TagKind,
+    _tags_from_values,
+    _types_from_values,
+)
+
+_MSGPACK_MAX_RECORD = 16 << 20  # bytes; no single event is bigger
+
+
+class _Undecodable:
+    """Stands for a line that is not valid JSON."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+# What stdin has sent so far goes on as a batch once it stays this long without a line:
+# a live pipe (tail -f | acep match -) shows matches as they come, not at 65,536 events.
+STDIN_IDLE_SECONDS = 0.2
+_PAUSE = object()
+
+
+def _jsonl_records(source: str) -> Iterator[tuple[int | None, object] | object]:
+    """(line, parsed object) for each non-blank line; on a live stdin also ``_PAUSE``
+    when it goes quiet (see :func:`_groups`)."""
+    f = sys.stdin.buffer if source == "-" else _open_binary(source)
+    lines = _live_lines(f) if source == "-" and _is_live(f) else f
+    try:
+        line = 0
+        for raw in lines:
+            if raw is _PAUSE:
+                yield _PAUSE
+                continue
+            line += 1
+            if raw.strip():
+                yield line, _json_record(raw)
+    finally:
+        if f is not sys.stdin.buffer:
+            f.close()
+
+
+def _json_record(raw: bytes) -> object:
+    if problem := json_problem(raw):
+        return _Undecodable(problem)
+    try:
+        return loads(raw)
+    except ValueError as e:  # includes UnicodeDecodeError
+        return _Undecodable(f"line is not valid JSON ({e})")
+
+
+def _is_live(f) -> bool:
+    """A pipe, socket or terminal that ``select`` can wait on (not a file: it never waits;
+    off POSIX, stdin is read in whole batches)."""
+    if os.name != "posix":
+        return False
+    try:
+        return not stat.S_ISREG(os.fstat(f.fileno()).st_mode)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return False
+
+
+def _live_lines(f) -> Iterator[bytes | object]:
+    """The lines of ``f``'s descriptor as they arrive, ``_PAUSE`` after a quiet spell."""
+    from .._readable import readable
+
+    fd, rest, wait = f.fileno(), b"", STDIN_IDLE_SECONDS
+    while True:
+        if not readable(fd, wait):
+            yield _PAUSE
+            wait = None  # nothing new to hand on until more comes
+            continue
+        data = os.read(fd, 1 << 16)
+        if not data:
+            break
+        wait = STDIN_IDLE_SECONDS
+        *complete, rest = (rest + data).split(b"\n")
+        yield from (raw + b"\n" for raw in complete)
+    if rest:
+        yield rest
+
+
+# a JSON text's first byte read as msgpack: a positive fixint ('{', '['), never a record
+_JSON_STARTS = (ord("{"), ord("["))
+
+
+def _msgpack_records(source: str) -> Iterator[tuple[int | None, object]]:
+    """(None, decoded object) for each msgpack object of the stream."""
+    with _open_binary(source) as f:
+        unpacker = msgpack.Unpacker(f, raw=False, max_buffer_size=_MSGPACK_MAX_RECORD,
+                                    timestamp=3, strict_map_key=True)
+        end = 0
+        try:
+            for obj in unpacker:
+                if end == 0 and obj in _JSON_STARTS:
+                    raise EventError(f"JSON text, not msgpack (it starts with {chr(obj)!r}); a "
+                                     "JSON Lines file's name ends in .jsonl", source)
+                end = unpacker.tell()
+                problem = depth_problem(obj)
+                yield None, _Undecodable(problem) if problem else obj
+        except EventError:
+            raise
+        except msgpack.StackError:
+            raise EventError(f"msgpack data nested too deep to decode after byte {end} (the "
+                             f"limit of an event is {MAX_DEPTH} levels)", source) from None
+        except (ValueError, msgpack.UnpackException) as e:
+            raise EventError(f"undecodable msgpack data after byte {end} "
+                             f"({str(e) or type(e).__name__})", source) from None
+        if unpacker.tell() != end:
+            raise EventError(f"truncated msgpack data after byte {end}", source)
+
+
+def _rows_chunks(records: Iterator[tuple[int | None, object]], spec: EventSpec,
+                 batch_size: int, pause: bool = True) -> Iterator[_Chunk]:
+    kind = _TagKind()
+    groups = _groups(records, batch_size)
+    paused = _collector_paused if pause else contextlib.nullcontext
+    while True:
+        with paused():  # never across a yield: the caller's code runs with the collector
+            group = next(groups, None)
+            if group is None:
+                return
+            rows = [(line, _record_parts(rec, spec)) for line, rec in group]
+            chunk = _rows_chunk(rows, spec, kind)
+        yield chunk
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector off while a chunk's records are decoded: each of
+    its many new dicts would count towards a collection that walks every live object, and
+    decoded records hold no cycles (reading took 1.75x the time with it on)."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def _groups(items: Iterator, size: int) -> Iterator[list]:
+    """Lists of up to ``size`` items, cut short at a ``_PAUSE``; a stream error comes after
+    the items read before it."""
+    group = []
+    try:
+        for item in items:
+            if item is _PAUSE:
+                if group:
+                    yield group
+                    group = []
+                continue
+            group.append(item)
+            if len(group) == size:
+                yield group
+                group = []
+    except EventError:
+        if group:
+            yield group
+        raise
+    if group:
+        yield group
+
+
+def _record_parts(rec: object, spec: EventSpec) -> tuple | str:
+    """(type value, tag value, attribute dict) of a record, or the reason it is bad."""
+    if isinstance(rec, _Undecodable):
+        return rec.reason
+    if not isinstance(rec, dict):
+        return f"record is not an object ({type(rec).__name__})"
+    kind = rec.get(_type_column(spec))
+    tag = None if spec.tag is None else rec.get(spec.tag)
+    if spec.attributes is None:
+        drop = _not_attributes(spec)
+        rec = {k: v for k, v in rec.items() if k not in drop}
+    return kind, tag, rec
+
+
+def _event_parts(e: object) -> tuple | str:
+    if not isinstance(e, Event):
+        return _record_parts(e, _DEFAULT)
+    if not isinstance(e.attrs, dict):
+        return f"Event.attrs is not a dict ({type(e.attrs).__name__})"
+    return e.type, e.t, e.attrs
+
+
+def _rows_chunk(rows: list[tuple[int | None, tuple | str]], spec: EventSpec,
+                kind: _TagKind) -> _Chunk:
+    """Columns of row-form records; ``rows`` holds (line, parts or reason) per record."""
+    problems: dict[int, tuple[str | None, str]] = {}
+    parts = []
+    for i, (_, p) in enumerate(rows):
+        if isinstance(p, str):
+            problems[i] = (None, p)
+            p = (None, None, {})
+        parts.append(p)
+    type_values = [p[0] for p in parts]
+    if isinstance(spec.type, str):
+        codes, names, type_bad = _types_from_values(type_values)
+    else:
+        codes, names, type_bad = _classes_from_values(type_values, spec.type)
+    _add(problems, _type_column(spec), type_bad)
+    tags = None
+    if spec.tag is not None:
+        tags, tag_bad = _tags_from_values([p[1] for p in parts], kind)
+        _add(problems, spec.tag, tag_bad)
+    attrs = [p[2] for p in parts]
+    keys = spec.attributes
+    if keys is None:
+        keys = dict.fromkeys(k for a in attrs for k in a)
+    columns = {k: _column_from_values([a.get(k) for a in attrs]) for k in keys}
+    lines = None if not rows or rows[0][0] is None else np.array([r[0] for r in rows], np.int64)
+    return _Chunk(len(rows), lines, tags, bool(kind.is_time), codes, names, columns, problems,
+                  spec.tag)
