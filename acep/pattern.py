@@ -81,7 +81,7 @@ def tokenize(text: str, what: str = "pattern") -> list[Token]:
     return tokens
 
 
-class _Cursor:
+class Cursor:
     """Tokens with a position. The expression grammar below asks the cursor for the parts a
     language extends: its product operators and how it reads a primary (the exact engine's
     query cursor adds ``%`` and SASE+ identifiers)."""
@@ -159,7 +159,7 @@ def _children(node) -> tuple:
     return ()
 
 
-def check_depth(cur: _Cursor, node, start: int):
+def check_depth(cur: Cursor, node, start: int):
     """``node``, or the error when its tree is deeper than :data:`MAX_NESTING` (a chain
     such as ``1 + 1 + ...`` or ``a???`` deepens it without recursing)."""
     if tree_depth(node) > MAX_NESTING:
@@ -206,7 +206,7 @@ MAX_REPEAT = 64
 
 def parse_regex(text: str) -> Node:
     """Parse a regular expression over event types into an AST."""
-    cur = _Cursor(text, "pattern")
+    cur = Cursor(text, "pattern")
     if cur.tok.kind == "end":
         cur.fail("empty pattern")
     node = check_depth(cur, _alternation(cur), 0)
@@ -215,7 +215,7 @@ def parse_regex(text: str) -> Node:
     return node
 
 
-def _alternation(cur: _Cursor) -> Node:
+def _alternation(cur: Cursor) -> Node:
     with cur.nested():
         items = [_concatenation(cur)]
         while cur.at("|"):
@@ -224,7 +224,7 @@ def _alternation(cur: _Cursor) -> Node:
     return items[0] if len(items) == 1 else Alt(tuple(items))
 
 
-def _concatenation(cur: _Cursor) -> Node:
+def _concatenation(cur: Cursor) -> Node:
     items = []
     while cur.tok.kind == "name" or cur.at("("):
         items.append(_postfix(cur))
@@ -233,7 +233,7 @@ def _concatenation(cur: _Cursor) -> Node:
     return items[0] if len(items) == 1 else Concat(tuple(items))
 
 
-def _postfix(cur: _Cursor) -> Node:
+def _postfix(cur: Cursor) -> Node:
     node = _atom(cur)
     while cur.at("*", "+", "?", "{"):
         op = cur.take()
@@ -248,7 +248,7 @@ def _postfix(cur: _Cursor) -> Node:
     return node
 
 
-def _counted(cur: _Cursor, node: Node, brace: Token) -> Node:
+def _counted(cur: Cursor, node: Node, brace: Token) -> Node:
     lo = _int(cur)
     hi: int | None = lo
     if cur.at(","):
@@ -264,7 +264,7 @@ def _counted(cur: _Cursor, node: Node, brace: Token) -> Node:
     return Repeat(node, lo, hi)
 
 
-def _int(cur: _Cursor) -> int:
+def _int(cur: Cursor) -> int:
     tok = cur.tok
     if tok.kind != "num" or not tok.text.isdigit():
         cur.fail(f"expected a whole number, found {cur.describe()}")
@@ -272,7 +272,7 @@ def _int(cur: _Cursor) -> int:
     return int(tok.text)
 
 
-def _atom(cur: _Cursor) -> Node:
+def _atom(cur: Cursor) -> Node:
     tok = cur.take()
     if tok.kind == "name":
         return Symbol(tok.text, tok.pos)
@@ -365,14 +365,16 @@ _COMPARISONS = ("<", "<=", ">", ">=", "==", "!=", "<>", "=")
 
 def parse_expression(text: str) -> Expr:
     """Parse one predicate expression (``d.price > a.price + 1``)."""
-    cur = _Cursor(text, "predicate")
-    expr = check_depth(cur, _or(cur), 0)
+    cur = Cursor(text, "predicate")
+    expr = check_depth(cur, expression(cur), 0)
     if cur.tok.kind != "end":
         cur.fail(f"unexpected {cur.describe()}")
     return expr
 
 
-def _or(cur):
+def expression(cur: Cursor) -> Expr:
+    """The expression at the cursor: the whole grammar, from ``or`` down to the primaries
+    the cursor reads (the exact engine's query parser reads its expressions with it)."""
     with cur.nested():
         node = _and(cur)
         while cur.at("or"):
@@ -444,7 +446,7 @@ def _primary(cur):
         return Const(tok.text[1:-1])
     if cur.at("("):
         cur.take()
-        node = _or(cur)
+        node = expression(cur)
         cur.expect(")")
         return node
     if tok.kind == "name" and tok.text not in ("and", "or", "not"):
@@ -467,10 +469,10 @@ def _call(cur, name: Token):
     if name.text not in FUNCTIONS:
         cur.fail(f"unknown function {name.text!r} (known: {', '.join(FUNCTIONS)})", name.pos)
     cur.expect("(")
-    args = [_or(cur)]
+    args = [expression(cur)]
     while cur.at(","):
         cur.take()
-        args.append(_or(cur))
+        args.append(expression(cur))
     cur.expect(")")
     if len(args) != FUNCTIONS[name.text]:
         cur.fail(f"{name.text}() takes {FUNCTIONS[name.text]} argument(s), got {len(args)}",
