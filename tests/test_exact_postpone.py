@@ -39,7 +39,7 @@ from test_exact_oracle import (
     with_strategy,
 )
 
-import acep.nfab.postpone as postpone
+import acep.nfab.postpone.compact as postpone
 from acep.events import Event, EventError
 from acep.nfab.ast import Component, Kind, Strategy
 from acep.nfab.postpone import (
