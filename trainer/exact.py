@@ -74,8 +74,7 @@ from pathlib import Path
 
 import numpy as np
 
-from acep.arguments import id_arg, path_arg, text_arg
-from acep.cli import UsageError, load_spec
+from acep.arguments import UsageError, id_arg, load_spec, path_arg, text_arg
 from acep.events import EventBatch, EventSpec
 
 from .chunks import ChunkPlan, choose_plan
