@@ -295,7 +295,3 @@ def main(argv: list[str] | None = None) -> int:
     return run_command("acep train", run, _parser().parse_args(argv),
                        (UsageError, SourceError, OutputError, PatternError, EventError,
                         HistoryFormatError, BudgetError))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -66,7 +66,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -549,6 +548,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     return run_command("acep exact-batch", run, _parser().parse_args(argv),
                        (UsageError, SourceError, OutputError, PatternError, EventError))
-
-if __name__ == "__main__":
-    sys.exit(main())
