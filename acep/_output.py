@@ -15,7 +15,14 @@ import numpy as np
 
 from .events import iso_texts
 
-__all__ = ["tag_texts", "match_lines", "bundle_lines"]
+__all__ = ["tag_value", "tag_texts", "match_lines", "bundle_lines"]
+
+
+def tag_value(t: float, is_time: bool) -> str | int | float:
+    """A tag as JSON output shows it: ISO text for timestamps, else the number."""
+    if is_time:
+        return iso_texts(np.array([t], dtype=np.float64))[0]
+    return int(t) if float(t).is_integer() else t
 
 
 def tag_texts(tags: np.ndarray, is_time: bool) -> np.ndarray:

@@ -221,7 +221,7 @@ def test_a_reader_that_stops_early_is_not_an_error(tmp_path):
                                              ("1d", 86400), ("10", 10), ("2.5", 2.5),
                                              ("500ms", 0.5), ("1500 milliseconds", 1.5)])
 def test_window_units(window, seconds):
-    from acep.cli import parse_window
+    from acep.arguments import parse_window
 
     assert parse_window(window) == seconds
 

@@ -226,14 +226,14 @@ def test_bad_tls_settings_are_refused_by_name(tmp_path, pki):
     doc["collector"] = {"url": "https://127.0.0.1:1", "ca_file": str(tmp_path / "junk.pem")}
     with pytest.raises(ConfigError, match="collector.ca_file: .*junk.pem is not a readable PEM"):
         parse_config(doc)
-    train = subprocess.run([sys.executable, "-m", "trainer.cli", "x.jsonl", "--pattern", "a b",
-                            "--window", "1", "--sketch", "s", "--key-file", "k",
+    train = subprocess.run([sys.executable, "-m", "acep.cli", "train", "x.jsonl",
+                            "--pattern", "a b", "--window", "1", "--sketch", "s", "--key-file", "k",
                             "--ca-file", str(pki["ca.pem"])],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert train.returncode == 2 and "--ca-file verifies an https:// --publish URL" in \
         train.stderr
-    junk_ca = subprocess.run([sys.executable, "-m", "trainer.cli", "x.jsonl", "--pattern", "a b",
-                              "--window", "1", "--key-file", "k", "--publish",
+    junk_ca = subprocess.run([sys.executable, "-m", "acep.cli", "train", "x.jsonl",
+                              "--pattern", "a b", "--window", "1", "--key-file", "k", "--publish",
                               "https://127.0.0.1:1", "--token-file", "t", "--pattern-id", "p",
                               "--ca-file", str(tmp_path / "junk.pem")],
                              cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -313,7 +313,8 @@ def test_within_units_in_seconds(within, seconds):
 
 
 def test_the_cli_keeps_its_unit_table():
-    from acep.cli import _UNITS, parse_window
+    from acep.arguments import WITHIN_UNITS as _UNITS
+    from acep.arguments import parse_window
     from acep.units import UNITS, WITHIN_UNITS
 
     assert _UNITS is WITHIN_UNITS and UNITS["m"] == 60

@@ -1,15 +1,19 @@
-"""What ``pip install .`` installs: every package of the source tree (a benchmark the READMEs
-name is importable from a wheel), and the extras what they run needs."""
+"""What ``pip install .`` installs: ``acep``, ``history``, ``edge`` and ``trainer`` with every
+subpackage, not ``bench`` or ``tests`` (they run from a clone), and the extras what they run
+needs."""
 
 from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+INSTALLED = ("acep", "history", "edge", "trainer")
 
 
 def _packages(root: Path) -> set[str]:
@@ -23,12 +27,33 @@ def _project() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
-def test_pip_install_installs_every_package():
-    listed = set(_project()["tool"]["setuptools"]["packages"])
-    for top in ("acep", "history", "edge", "trainer", "bench"):
-        assert _packages(ROOT / top) <= listed, top
-    benches = {f"bench.{d.parent.name}" for d in (ROOT / "bench").glob("*/__main__.py")}
-    assert len(benches) >= 7 and benches <= listed
+def _wheel_packages() -> list[str]:
+    """The packages a build of pyproject.toml puts in the wheel, found as setuptools finds them."""
+    config = pytest.importorskip("setuptools.config.pyprojecttoml")
+    project = config.read_configuration(ROOT / "pyproject.toml", expand=True)
+    return project["tool"]["setuptools"]["packages"]
+
+
+def test_pip_install_installs_the_four_packages_and_no_bench_or_tests():
+    wheel = _wheel_packages()
+    for top in INSTALLED:
+        assert _packages(ROOT / top) <= set(wheel), top
+    assert "acep.data" in wheel  # no module: the embedded flights (package-data)
+    assert not [p for p in wheel if p.split(".")[0] not in INSTALLED], wheel
+
+
+def test_the_benchmarks_the_docs_name_run_from_a_clone():
+    """``python -m bench.NAME`` in a README or CONTRIBUTING.md names a benchmark of the
+    source tree, and one starts from the clone's root."""
+    named = set()
+    for doc in [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *ROOT.glob("bench/*/README.md")]:
+        named |= set(re.findall(r"python -m bench\.(\w+)", doc.read_text()))
+    assert len(named) >= 7
+    for name in named:
+        assert (ROOT / "bench" / name / "__main__.py").is_file(), name
+    done = subprocess.run([sys.executable, "-m", "bench.engine", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "usage:" in done.stdout, done.stderr
 
 
 # standard-library modules added after Python 3.9, by the version that added them: an
@@ -39,7 +64,7 @@ NEWER_STDLIB = {"tomllib": (3, 11), "zoneinfo": (3, 9), "graphlib": (3, 9)}
 def _imported_modules() -> set[str]:
     """The top-level modules the installed packages import (absolute imports)."""
     names = set()
-    for top in ("acep", "history", "edge", "trainer", "bench"):
+    for top in INSTALLED:
         for path in (ROOT / top).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.Import):

@@ -16,16 +16,26 @@ import json
 import sys
 
 from acep import storage
-from acep.arguments import id_arg, path_arg, text_arg
-from acep.cli import UsageError, load_spec, refused
+from acep.arguments import (
+    BINS_HELP,
+    UsageError,
+    add_fit_options,
+    bins_type,
+    fit_options,
+    id_arg,
+    load_spec,
+    parse_window,
+    path_arg,
+    refused,
+    text_arg,
+    whole_number,
+)
 
 __all__ = ["main"]
 
 
 def chunk_length(text: str) -> float:
     """The argparse type of ``--chunk``: a window above 0 (``2h``, or tag units)."""
-    from acep.cli import parse_window
-
     window = parse_window(text)
     if window <= 0:
         raise argparse.ArgumentTypeError(f"the chunk length must be > 0, got {text!r}")
@@ -33,9 +43,6 @@ def chunk_length(text: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from acep.arguments import whole_number
-    from acep.cli import BINS_HELP, add_fit_options, bins_type, parse_window
-
     from .sources import add_bad_file_option, add_day_options
 
     p = argparse.ArgumentParser(
@@ -191,7 +198,6 @@ def _read_secret(path: str, what: str) -> bytes:
 
 
 def run(args) -> int:
-    from acep.cli import fit_options
     from history.fit import describe
     from history.graph import HistoryGraph
     from history.sketch import Sketch, key_id, oversized
@@ -289,6 +295,3 @@ def main(argv: list[str] | None = None) -> int:
     return run_command("acep train", run, _parser().parse_args(argv),
                        (UsageError, SourceError, OutputError, PatternError, EventError,
                         HistoryFormatError, BudgetError))
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -66,7 +66,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -74,8 +73,7 @@ from pathlib import Path
 
 import numpy as np
 
-from acep.arguments import id_arg, path_arg, text_arg
-from acep.cli import UsageError, load_spec
+from acep.arguments import UsageError, id_arg, load_spec, path_arg, text_arg
 from acep.events import EventBatch, EventSpec
 
 from .chunks import ChunkPlan, choose_plan
@@ -550,6 +548,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     return run_command("acep exact-batch", run, _parser().parse_args(argv),
                        (UsageError, SourceError, OutputError, PatternError, EventError))
-
-if __name__ == "__main__":
-    sys.exit(main())

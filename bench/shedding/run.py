@@ -31,8 +31,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from acep.arguments import whole_number
-from acep.cli import bins_type
+from acep.arguments import bins_type, whole_number
 from acep.events import EventBatch
 from acep.shedding import MAX_BINS, Budget
 from history.policies import EXPLORE, LEARNING_RATE

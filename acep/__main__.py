@@ -1,0 +1,7 @@
+"""``python -m acep``: the ``acep`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
