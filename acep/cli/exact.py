@@ -22,7 +22,7 @@ from ..arguments import (
     path_arg,
     whole_number,
 )
-from ..events import EventError, EventSpec, _format_of, iso_texts, not_an_attribute, read_all
+from ..events import EventError, EventSpec, format_of, iso_texts, not_an_attribute, read_all
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -67,7 +67,7 @@ def run_exact(args: argparse.Namespace) -> int:
     read = _check_query_attributes(query, spec or EventSpec())
     started = time.perf_counter()
     batch, bad = _read_accepted(args.events, spec)
-    if _format_of(args.events) == "csv":
+    if format_of(args.events) == "csv":
         _csv_numbers(batch, read)
     try:
         engine, found, bad = _run_exact_until_bad(make_engine, batch, bad)

@@ -15,7 +15,7 @@ from .reading import (
     read_chunks,
     read_events,
 )
-from .reading import _format_of as _format_of  # acep.cli picks the format's name
+from .reading import format_of
 from .rows import _live_lines as _live_lines  # its tests read a descriptor's lines
 from .spec import PRESETS, EventSpec, TypeClasses, not_an_attribute
 from .values import EXACT_INT, as_object_column, iso_texts, partition_key, tag_text
@@ -23,5 +23,5 @@ from .values import EXACT_INT, as_object_column, iso_texts, partition_key, tag_t
 __all__ = [
     "EventError", "Event", "EventBatch", "TypeClasses", "EventSpec", "PRESETS",
     "read_events", "read_all", "read_chunks", "RowChunk", "file_size_hint", "partition_key",
-    "as_object_column", "EXACT_INT", "iso_texts", "tag_text", "not_an_attribute",
+    "as_object_column", "EXACT_INT", "iso_texts", "tag_text", "not_an_attribute", "format_of",
 ]

@@ -132,7 +132,7 @@ def read_chunks(path: str | os.PathLike, spec: EventSpec | None = None, *,
 def _row_group_chunks(source: str, spec: EventSpec, batch_size: int,
                       row_groups: list[int]) -> tuple[Iterator[_Chunk], int]:
     """Chunks of some row groups of a Parquet file, and the file row index they start at."""
-    if _format_of(source) != "parquet":
+    if format_of(source) != "parquet":
         raise EventError("row groups can only be read from Parquet files", source)
     pf = _parquet_file(source, spec)
     first = sum(pf.metadata.row_group(i).num_rows for i in range(min(row_groups, default=0)))
@@ -143,7 +143,7 @@ def _row_group_chunks(source: str, spec: EventSpec, batch_size: int,
 
 def file_size_hint(path: str | os.PathLike) -> int | None:
     """The number of rows if cheaply known (Parquet metadata), else None."""
-    if _format_of(os.fspath(path)) != "parquet":
+    if format_of(os.fspath(path)) != "parquet":
         return None
     try:
         import pyarrow.parquet as pq
@@ -154,7 +154,8 @@ def file_size_hint(path: str | os.PathLike) -> int | None:
         return None
 
 
-def _format_of(source: str) -> str | None:
+def format_of(source: str) -> str | None:
+    """The format a path's suffix names (``jsonl``, ``csv``, ``parquet``...), or None."""
     if source == "-":
         return "jsonl"
     return _FORMATS.get(storage.suffix(source))
@@ -163,7 +164,7 @@ def _format_of(source: str) -> str | None:
 def _open_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chunk]:
     """Check the file and return its raw chunks (bad events not yet handled)."""
     local_dir = not storage.is_uri(source) and os.path.isdir(source)  # no remote call yet
-    fmt = _format_of(source)
+    fmt = format_of(source)
     if fmt is None and not local_dir:
         raise EventError(f"unknown file type; accepted: {', '.join(_FORMATS)} or '-' (stdin)",
                          source)
