@@ -11,11 +11,11 @@ from .model import Event, EventBatch, EventError
 from .reading import (
     RowChunk,
     file_size_hint,
+    format_of,
     read_all,
     read_chunks,
     read_events,
 )
-from .reading import format_of
 from .rows import _live_lines as _live_lines  # its tests read a descriptor's lines
 from .spec import PRESETS, EventSpec, TypeClasses, not_an_attribute
 from .values import EXACT_INT, as_object_column, iso_texts, partition_key, tag_text
