@@ -1,14 +1,14 @@
 """The device agent: events in, matches under a budget, batches into the outbox, uploads.
 
 ``python -m edge.agent --config agent.toml [--once]``. The loop, per chunk of events from
-the source (:mod:`edge.sources`): the events go through an :class:`acep.Matcher` under the
+the source (:mod:`edge.agent.sources`): the events go through an :class:`acep.Matcher` under the
 budget; its matches become an upload batch (:func:`edge.wire.batch_from_matches`, with the
 events of their windows, or a per-slot summary in condensed mode); the batch is put into the
 outbox **in the same transaction as the agent's progress** (events consumed, next seq, where
-to resume). An :class:`edge.uplink.Uploader` thread sends due batches to the collector.
+to resume). An :class:`edge.agent.uplink.Uploader` thread sends due batches to the collector.
 
 Restart (including after SIGKILL): the agent resumes from its last committed progress
-(:class:`edge.resume.Progress`: where to resume and replay, and the stream it belongs to,
+(:class:`edge.agent.resume.Progress`: where to resume and replay, and the stream it belongs to,
 including files log rotation renamed away). The matcher's state is rebuilt by replaying,
 without emitting, the events it kept for the windows (every partition's last ``window`` of
 events, from ``replay_offset``), so a replayable source (a file, a re-created iterator)
@@ -17,7 +17,7 @@ input cannot be replayed: the agent resumes with an empty matcher. Under a bindi
 the replay starts with a full credit, so shedding decisions after a restart may differ from
 an uninterrupted run's.
 
-Sketch (:class:`edge.sketches.Sketches`): loaded or downloaded, verified before use, saved
+Sketch (:class:`edge.agent.sketches.Sketches`): loaded or downloaded, verified before use, saved
 as it is learned; a new sketch the collector publishes replaces the running one between
 chunks, with a new matcher whose state is rebuilt from the kept events. Without a usable
 sketch the agent runs with the fallback policy ``oldest-first``.
@@ -25,10 +25,8 @@ sketch the agent runs with the fallback policy ``oldest-first``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import signal
 import sys
 import threading
 import time
@@ -37,25 +35,14 @@ from collections.abc import Iterable
 import numpy as np
 
 from acep import Matcher
-from acep.arguments import path_arg
 from acep.events import EventBatch, EventError
 from acep.matcher import MatchBatch
 from acep.shedding import Budget, OldestFirstPolicy, RandomPolicy
 from history.policies import HistoryPolicy
 from history.sketch import Sketch
 
-from .budgeting import WallClockBudget
-from .commits import Commits
-from .config import AgentConfig, ConfigError, load_config
-from .logs import LOG_LEVELS, Crashes, Failing, LogLimiter
-from .outbox import Backoff, Outbox, OutboxError, OutboxFull
-from .rebuild import rebuild, recipe
-from .resume import Progress, copy_path, from_copy, write_copy
-from .retained import Retained
-from .sketches import FALLBACK_POLICY, Sketches
-from .sources import FileSource, IteratorSource, Source, StdinSource
-from .uplink import Uplink, Uploader
-from .wire import (
+from ..logs import Crashes, Failing, LogLimiter
+from ..wire import (
     Condenser,
     PatternRef,
     _plain_list,
@@ -64,8 +51,18 @@ from .wire import (
     encode_batch,
     encode_condensed,
 )
+from .budgeting import WallClockBudget
+from .commits import Commits
+from .config import AgentConfig, ConfigError
+from .outbox import Backoff, Outbox, OutboxError, OutboxFull
+from .rebuild import rebuild, recipe
+from .resume import Progress, copy_path, from_copy, write_copy
+from .retained import Retained
+from .sketches import FALLBACK_POLICY, Sketches
+from .sources import FileSource, IteratorSource, Source, StdinSource
+from .uplink import Uplink, Uploader
 
-__all__ = ["Agent", "main", "fresh_seq", "FALLBACK_POLICY"]
+__all__ = ["Agent", "fresh_seq", "FALLBACK_POLICY"]
 
 log = logging.getLogger("edge.agent")
 LAST_BEAT_TIMEOUT = 2.0  # seconds the final heartbeat may take at exit
@@ -138,7 +135,7 @@ class Agent:
             self.outbox.save_state({"seq": self.seq})
         self.progress = Progress(config, st, self.consumed, self.seq)
         self.stop_event = threading.Event()
-        # outbox transactions: in order, in a thread of their own (edge/commits.py)
+        # outbox transactions: in order, in a thread of their own (edge/agent/commits.py)
         self.commits = Commits(self.stop_event, DISK_FULL_RETRY)
         self.uploader: Uploader | None = None
         # when the last heartbeat was handed to the uploader (time.monotonic(): a clock set
@@ -535,7 +532,7 @@ class Agent:
 
     def _recipe(self, found: MatchBatch, events: EventBatch | None, created_at: float
                 ) -> dict | None:
-        """How to make the batch again from the events file (edge/rebuild.py), should its
+        """How to make the batch again from the events file (edge/agent/rebuild.py), should its
         body be damaged in the outbox; None when its events are not all in the file being
         read (read from stdin, or before a rotation), and for a condensed summary (its
         counts go on from the batches before)."""
@@ -546,7 +543,7 @@ class Agent:
                       events, found, created_at)
 
     def _rebuild(self, bid: str, crc: int, made: dict) -> bytes:
-        """The outbox's :attr:`~edge.outbox.Outbox.repair`: a damaged batch made again."""
+        """The outbox's :attr:`~edge.agent.outbox.Outbox.repair`: a damaged batch made again."""
         seq = int(bid.rsplit("/", 1)[1])
         return rebuild(made, crc, device=self.cfg.device_id, seq=seq,
                        pattern=self.pattern_ref)
@@ -595,7 +592,7 @@ class Agent:
             self._copy_progress(self._uncopied)
 
     def _copy_progress(self, state: dict) -> None:
-        """The progress just committed, copied beside the outbox (edge.resume.write_copy).
+        """The progress just committed, copied beside the outbox (edge.agent.resume.write_copy).
         A copy that cannot be written only lags: the outbox holds the progress."""
         self._uncopied, self._copied_at = None, time.monotonic()
         try:
@@ -629,7 +626,7 @@ class Agent:
         return _rows(found, ok)
 
     def _retain(self, new: EventBatch, starts: list) -> None:
-        """Add a chunk's events to the kept run (:class:`edge.retained.Retained`); the run
+        """Add a chunk's events to the kept run (:class:`edge.agent.retained.Retained`); the run
         seen until :meth:`_trim` holds the windows of the chunk's matches."""
         self.kept.append(new, starts)
 
@@ -809,62 +806,3 @@ def fresh_seq() -> int:
     microsecond, so a new one starts above every batch id it uploaded (unless the clock went
     back by more than that outbox's age) and the collector never sees a reused id."""
     return time.time_ns() // 1000
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run ``acep agent --config agent.toml [--once] [--check]``; returns the exit code.
-
-    Parameters
-    ----------
-    argv : list of str, optional
-        The arguments (default: ``sys.argv[1:]``).
-
-    Returns
-    -------
-    int
-        0 when the source ended or the agent was stopped; 2 for a config error.
-
-    Examples
-    --------
-    >>> from edge.agent import main
-    >>> main(["--config", "missing.toml"])   # one line on stderr names the file
-    2
-    """
-    ap = argparse.ArgumentParser(prog="acep agent", description=__doc__.splitlines()[0])
-    ap.add_argument("--config", required=True, type=path_arg, help="the agent.toml")
-    ap.add_argument("--once", action="store_true",
-                    help="process what the source holds now, upload what is due, exit")
-    ap.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
-                    help="DEBUG, INFO (default), WARNING or ERROR; logged on stderr")
-    ap.add_argument("--check", action="store_true",
-                    help="check the config, files, keys, sketch and collector; print one line "
-                         "each (ok/WARN/FAIL), write nothing, exit 1 if any failed")
-    args = ap.parse_args(argv)
-    if args.check:  # edge/preflight.py: reads only
-        from .preflight import check
-        return check(args.config)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        agent = Agent(load_config(args.config))
-    except ConfigError as e:
-        print(f"acep agent: config error: {e}", file=sys.stderr)
-        return 2
-    signal.signal(signal.SIGTERM, agent.stop)
-    signal.signal(signal.SIGINT, agent.stop)
-    try:
-        agent.run(once=args.once)
-    except ConfigError as e:  # paho-mqtt missing for source.kind = "mqtt"
-        print(f"acep agent: config error: {e}", file=sys.stderr)
-        return 2
-    except FileNotFoundError as e:  # a file not followed (or --once) is read at once
-        if e.filename != agent.cfg.source.path:
-            raise
-        print(f"acep agent: source.path {e.filename}: no such file (not followed: nothing "
-              "to read)", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -83,9 +83,9 @@ from dataclasses import dataclass
 
 from acep.utils import HTTPSWithin, json_problem, readable
 
-from .logs import Crashes, duration, one_line
+from ..logs import Crashes, duration, one_line
+from ..wire import sketch_etag, split_body
 from .outbox import Due, Outbox
-from .wire import sketch_etag, split_body
 
 __all__ = ["Uplink", "Outcome", "Uploader", "download_sketch", "tls_context", "error_body",
            "error_text", "CLOCK_SLACK", "NoRedirects", "redirect_text", "MAX_HEAD",
