@@ -32,7 +32,8 @@ from edge.agent import Agent
 from edge.agent.config import ConfigError, load_config, parse_config
 from edge.agent.outbox import Outbox
 from edge.agent.sources import FileSource
-from edge.agent.uplink import Uplink, Uploader, retry_after
+from edge.agent.uplink import Uplink, retry_after
+from edge.agent.uploader import Uploader
 from edge.wire import decode_batch
 
 ROOT = Path(__file__).resolve().parents[1]

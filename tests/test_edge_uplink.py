@@ -23,18 +23,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from links import Serving, ThinLink
 
-from edge.agent.uplink import (
-    CONTINUE_WAIT,
-    EXPECT_MIN_BYTES,
-    GZIP_LEVEL,
+from edge.agent.transport import (
     SEND_PIECE,
-    Outcome,
-    Uplink,
     _Answer,
     _final_head,
     _first_answer,
     _PacedHTTP,
     redirect_text,
+)
+from edge.agent.uplink import (
+    CONTINUE_WAIT,
+    EXPECT_MIN_BYTES,
+    GZIP_LEVEL,
+    Outcome,
+    Uplink,
     retry_after,
 )
 
@@ -312,7 +314,7 @@ def test_a_collector_that_takes_the_body_a_few_bytes_a_second_is_given_up(server
     body must now get across within collector.answer_timeout and 1 s per KiB of it: the
     attempt is given up, the batch kept and retried with the backoff, saying why."""
     from edge.agent.outbox import Backoff, Outbox
-    from edge.agent.uplink import Uploader
+    from edge.agent.uploader import Uploader
 
     server.handler.protocol_version = "HTTP/1.1"
     with ThinLink(server.server_address[1], rate=300) as link, \
@@ -458,7 +460,7 @@ def test_a_wrong_token_shows_at_the_first_heartbeat_and_holds_the_uploads(server
     """A device with nothing to upload yet learns at start that its token is refused: the
     error is logged (once) and every upload is held with the backoff, as after a batch's."""
     from edge.agent.outbox import Outbox
-    from edge.agent.uplink import Uploader
+    from edge.agent.uploader import Uploader
 
     caplog.set_level(logging.INFO, logger="edge")
     server.handler.unauthorized = True
@@ -488,7 +490,7 @@ def test_a_clock_set_back_holds_the_uploads_no_longer_than_the_collector_asked(
     on the wall clock, so nothing was sent for 3 hours. The hold is on the monotonic clock
     now, and a due time written before the clock went back is due at once."""
     from edge.agent.outbox import Outbox
-    from edge.agent.uplink import Uploader
+    from edge.agent.uploader import Uploader
 
     server.handler.protocol_version = "HTTP/1.1"
     server.handler.busy = True
@@ -518,7 +520,7 @@ def test_an_idle_uploader_sleeps_until_woken_and_sees_another_process_s_requeue(
     agent wakes it for each batch), looking again only every ``idle_seconds`` for what
     another process changed (``acep outbox requeue`` beside the running agent)."""
     from edge.agent.outbox import Outbox
-    from edge.agent.uplink import IDLE_SECONDS, Uploader
+    from edge.agent.uploader import IDLE_SECONDS, Uploader
 
     with Outbox(tmp_path / "outbox.db") as outbox:
         rounds, next_due = [], outbox.next_due
@@ -549,7 +551,7 @@ def test_a_heartbeat_held_by_a_retry_after_goes_when_the_hold_ends(server, tmp_p
     """No batch waits, a heartbeat does, and an answer's Retry-After holds the uploads: it
     goes when the hold ends, not at the idle uploader's next look at its outbox."""
     from edge.agent.outbox import Outbox
-    from edge.agent.uplink import IDLE_SECONDS, Uploader
+    from edge.agent.uploader import IDLE_SECONDS, Uploader
 
     with Outbox(tmp_path / "outbox.db") as outbox:
         uploader = Uploader(outbox, Uplink(server.url, "tok"))
@@ -575,7 +577,7 @@ def _until(done, seconds: float) -> bool:
 def test_the_uploader_survives_an_unexpected_error_and_delivers_after_its_backoff(
         server, tmp_path, caplog):
     from edge.agent.outbox import Backoff, Outbox
-    from edge.agent.uplink import Uploader
+    from edge.agent.uploader import Uploader
 
     caplog.set_level(logging.INFO, logger="edge")
 
@@ -890,7 +892,7 @@ def test_a_200_to_a_body_cut_short_is_not_taken_as_stored(expect, scheme, tls, t
     success for a body that did not go whole is retried now (the collector stores a batch
     only whole, and a resend of one it stored is a duplicate, by digest)."""
     from edge.agent.outbox import Backoff, Outbox
-    from edge.agent.uplink import Uploader
+    from edge.agent.uploader import Uploader
 
     listener = _refusing(_answer(200, b'{"status": "stored"}'),
                          CONTINUE_WAIT + 0.3 if expect else 0.3,
@@ -1150,7 +1152,7 @@ def test_the_answer_timeout_runs_from_the_body_sent_not_from_the_head(reads_body
     looked) or the answer came while the body was still queued (a refusal, with its
     Retry-After, from a server that stopped reading): it gets collector.answer_timeout
     from then. One rule decides it wherever the agent waits for the body's last bytes
-    (edge.agent.uplink._drain): the rule that restarted the wait only when the link took some
+    (edge.agent.transport._drain): the rule that restarted the wait only when the link took some
     of the body during that drain counted the first from the head (1 s for 100 Continue
     and 0.6 s: past 1.2 s), and gave an answer that came before a byte moved no fresh
     time."""
@@ -1240,7 +1242,7 @@ def test_the_uploader_retries_a_trickled_answer_as_a_timeout(tmp_path):
     """The upload thread is free again after collector.answer_timeout, and the batch is
     kept and retried with the backoff, its error saying why."""
     from edge.agent.outbox import Backoff, Outbox
-    from edge.agent.uplink import Uploader
+    from edge.agent.uploader import Uploader
 
     listener = _trickling(ANSWER, TRICKLED["body"], every=0.3)
     try:
@@ -1292,7 +1294,7 @@ def test_a_large_sketch_over_a_thin_link_still_comes_past_the_answer_timeout():
     """Each byte of an answer's body buys 1/ANSWER_MIN_RATE s more: a sketch that takes
     twice the answer timeout at four times that rate comes whole, as at the collector's
     --body-min-rate; one that keeps up half of it does not, and the message says so."""
-    from edge.agent.uplink import ANSWER_MIN_RATE
+    from edge.agent.deadlines import ANSWER_MIN_RATE
 
     sketch = bytes(range(256)) * int(ANSWER_MIN_RATE * 8 / 256)  # 8 s at the rate
     answer = (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"

@@ -12,7 +12,7 @@ real parts and measures what the limits of ``edge/admission.py`` (``--device-upl
    with an outbox of its own (``edge.agent.outbox.Outbox``, SQLite, the agent's default
    backoff) holding ``per_device`` of those batches re-labelled as its own (device id,
    sequence). Each device drains its outbox with the agent's own uploader thread
-   (``edge.agent.uplink.Uploader`` over ``Uplink``, request timeout ``timeout``), all started at
+   (``edge.agent.uploader.Uploader`` over ``Uplink``, request timeout ``timeout``), all started at
    once.
 3. **Collector.** ``python -m edge.collector`` on 127.0.0.1 (2 re-check workers, SQLite,
    Parquet archive), fresh for each run, with the limits:
@@ -141,7 +141,8 @@ def fleet(run: Path, bodies: list[bytes], devices: int, sizes: Sizes
 def one_run(run: Path, bodies: list[bytes], devices: int, sizes: Sizes,
             options: tuple[str, ...], expect_continue: bool) -> dict:
     """The fleet drains its backlogs into a fresh collector with ``options``."""
-    from edge.agent.uplink import Uplink, Uploader
+    from edge.agent.uplink import Uplink
+    from edge.agent.uploader import Uploader
 
     (run / "outboxes").mkdir(parents=True)
     outboxes, tokens, batch_bytes = fleet(run, bodies, devices, sizes)

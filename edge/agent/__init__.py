@@ -14,7 +14,8 @@ from .loop import Agent
 from .mqtt import MqttSource
 from .outbox import Backoff, Due, Outbox, OutboxFull
 from .sources import FileSource, IteratorSource, StdinSource
-from .uplink import Uplink, Uploader
+from .uplink import Uplink
+from .uploader import Uploader
 
 __all__ = [
     "Agent", "main", "WallClockBudget", "AgentConfig", "ConfigError", "load_config",

@@ -5,7 +5,7 @@ the source (:mod:`edge.agent.sources`): the events go through an :class:`acep.Ma
 budget; its matches become an upload batch (:func:`edge.wire.batch_from_matches`, with the
 events of their windows, or a per-slot summary in condensed mode); the batch is put into the
 outbox **in the same transaction as the agent's progress** (events consumed, next seq, where
-to resume). An :class:`edge.agent.uplink.Uploader` thread sends due batches to the collector.
+to resume). An :class:`edge.agent.uploader.Uploader` thread sends due batches to the collector.
 
 Restart (including after SIGKILL): the agent resumes from its last committed progress
 (:class:`edge.agent.resume.Progress`: where to resume and replay, and the stream it belongs to,
@@ -60,7 +60,8 @@ from .resume import Progress, copy_path, from_copy, write_copy
 from .retained import Retained
 from .sketches import FALLBACK_POLICY, Sketches
 from .sources import FileSource, IteratorSource, Source, StdinSource
-from .uplink import Uplink, Uploader
+from .uplink import Uplink
+from .uploader import Uploader
 
 __all__ = ["Agent", "fresh_seq", "FALLBACK_POLICY"]
 

@@ -57,16 +57,8 @@ from .outbox import OutboxReader, read_summary
 from .rebuild import rebuild
 from .resume import copy_path, read_copy
 from .sketches import device_key_option, fitting
-from .uplink import (
-    CLOCK_SLACK,
-    answer_json,
-    answer_opener,
-    error_body,
-    error_text,
-    redirect_text,
-    timed,
-    tls_context,
-)
+from .transport import answer_opener, redirect_text, timed
+from .uplink import CLOCK_SLACK, answer_json, error_body, error_text, tls_context
 
 __all__ = ["Check", "checks", "check", "HTTP_TIMEOUT"]
 
@@ -395,7 +387,7 @@ def _get(url: str, token: str | None, timeout: float, limit: int,
     """``GET url``: (HTTP status, body up to ``limit`` + 1 bytes, error); status None when
     no whole answer came within ``timeout`` (the error says why: a certificate the CA does
     not vouch for, too). A redirect is not followed (the token would go along:
-    :class:`edge.agent.uplink.NoRedirects`)."""
+    :class:`edge.agent.transport.NoRedirects`)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     req = timed(urllib.request.Request(url, headers=headers, method="GET"), timeout)
     opener = answer_opener(context)
