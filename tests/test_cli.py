@@ -440,7 +440,8 @@ def test_all_trajectories_on_an_input_that_is_not_small_stops_with_an_error(tmp_
 def _stuck_outbox(path):
     """An agent's outbox with a batch refused for good (a dead letter), one failing to be
     delivered and one never tried."""
-    from edge.agent.outbox import Backoff, Outbox
+    from edge.agent.outbox import Outbox
+    from edge.agent.outbox_reader import Backoff
 
     with Outbox(path, backoff=Backoff(seed=3)) as box:
         box.put(b"\x81\xa1a\x01", "pi-1/7", now=1000.0)

@@ -1796,7 +1796,8 @@ def test_a_body_on_its_way_is_no_backlog_and_a_device_gone_gives_its_place_back(
 @BUSY
 def test_the_agent_s_uploader_retries_a_503_after_its_retry_after_not_its_backoff(
         srv, tmp_path):
-    from edge.agent.outbox import Backoff, Outbox
+    from edge.agent.outbox import Outbox
+    from edge.agent.outbox_reader import Backoff
     from edge.agent.uplink import Uplink
     from edge.agent.uploader import Uploader
 

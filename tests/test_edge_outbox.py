@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from edge.agent.outbox import DUE_SLACK, Backoff, Outbox, OutboxFull
+from edge.agent.outbox import Outbox, OutboxFull
+from edge.agent.outbox_reader import DUE_SLACK, Backoff
 
 
 def test_put_is_idempotent_by_batch_id_even_after_ack(tmp_path):
@@ -188,7 +189,8 @@ def test_forgotten_done_ids_are_bounded(tmp_path):
 
 CHILD = textwrap.dedent("""
     import os, sys
-    from edge.agent.outbox import Backoff, Outbox
+    from edge.agent.outbox import Outbox
+    from edge.agent.outbox_reader import Backoff
     path, log, start = sys.argv[1], sys.argv[2], int(sys.argv[3])
     box = Outbox(path, backoff=Backoff(0.001, 2.0, 0.002, 0.0, seed=1))
     out = sys.stdout

@@ -32,7 +32,8 @@ from test_history_sketch import _fingerprint
 
 from edge.agent import main as agent_main
 from edge.agent import preflight
-from edge.agent.outbox import Outbox, read_summary
+from edge.agent.outbox import Outbox
+from edge.agent.outbox_reader import read_summary
 
 
 @pytest.fixture(scope="module")

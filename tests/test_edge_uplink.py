@@ -313,7 +313,8 @@ def test_a_collector_that_takes_the_body_a_few_bytes_a_second_is_given_up(server
     thread went on for as long as it liked (a 4 KiB batch: 14 s here, 4 MiB: hours). The
     body must now get across within collector.answer_timeout and 1 s per KiB of it: the
     attempt is given up, the batch kept and retried with the backoff, saying why."""
-    from edge.agent.outbox import Backoff, Outbox
+    from edge.agent.outbox import Outbox
+    from edge.agent.outbox_reader import Backoff
     from edge.agent.uploader import Uploader
 
     server.handler.protocol_version = "HTTP/1.1"
@@ -576,7 +577,8 @@ def _until(done, seconds: float) -> bool:
 
 def test_the_uploader_survives_an_unexpected_error_and_delivers_after_its_backoff(
         server, tmp_path, caplog):
-    from edge.agent.outbox import Backoff, Outbox
+    from edge.agent.outbox import Outbox
+    from edge.agent.outbox_reader import Backoff
     from edge.agent.uploader import Uploader
 
     caplog.set_level(logging.INFO, logger="edge")
@@ -891,7 +893,8 @@ def test_a_200_to_a_body_cut_short_is_not_taken_as_stored(expect, scheme, tls, t
     closes on its body: the agent believed it and dropped the batch from its outbox. A
     success for a body that did not go whole is retried now (the collector stores a batch
     only whole, and a resend of one it stored is a duplicate, by digest)."""
-    from edge.agent.outbox import Backoff, Outbox
+    from edge.agent.outbox import Outbox
+    from edge.agent.outbox_reader import Backoff
     from edge.agent.uploader import Uploader
 
     listener = _refusing(_answer(200, b'{"status": "stored"}'),
@@ -1241,7 +1244,8 @@ def test_a_417_and_a_415_give_the_resends_what_is_left_of_one_upload_s_time():
 def test_the_uploader_retries_a_trickled_answer_as_a_timeout(tmp_path):
     """The upload thread is free again after collector.answer_timeout, and the batch is
     kept and retried with the backoff, its error saying why."""
-    from edge.agent.outbox import Backoff, Outbox
+    from edge.agent.outbox import Outbox
+    from edge.agent.outbox_reader import Backoff
     from edge.agent.uploader import Uploader
 
     listener = _trickling(ANSWER, TRICKLED["body"], every=0.3)

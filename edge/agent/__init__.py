@@ -12,7 +12,8 @@ from .cli import main
 from .config import AgentConfig, ConfigError, load_config
 from .loop import Agent
 from .mqtt import MqttSource
-from .outbox import Backoff, Due, Outbox, OutboxFull
+from .outbox import Outbox, OutboxFull
+from .outbox_reader import Backoff, Due
 from .sources import FileSource, IteratorSource, StdinSource
 from .uplink import Uplink
 from .uploader import Uploader

@@ -47,7 +47,8 @@ from .budgeting import WallClockBudget
 from .commits import Commits
 from .config import AgentConfig, ConfigError
 from .metrics import Metrics
-from .outbox import Backoff, Outbox, OutboxError
+from .outbox import Outbox, OutboxError
+from .outbox_reader import Backoff
 from .resume import Progress, copy_path, from_copy
 from .retained import Retained
 from .sketches import FALLBACK_POLICY, Sketches

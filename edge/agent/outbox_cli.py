@@ -2,7 +2,7 @@
 
 ``status`` sums up what an agent's outbox holds; the others list, export, resend or delete
 its dead letters (batches the collector refused for good). Reads go through an
-:class:`~edge.agent.outbox.OutboxReader`, so an agent running on the same file is not
+:class:`~edge.agent.outbox_reader.OutboxReader`, so an agent running on the same file is not
 disturbed. Also ``python -m edge.agent.outbox_cli``.
 """
 
@@ -17,7 +17,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from .outbox import Outbox, OutboxError, OutboxReader, _Reads
+from .outbox import Outbox, OutboxError
+from .outbox_reader import OutboxReader, _Reads
 
 __all__ = ["main"]
 

@@ -29,7 +29,8 @@ it (``Sketch.signed_with``), and a sketch signed with another key both fingerpri
 agent's log does.
 
 Nothing is written: no outbox is created (an existing one is opened read-only, see
-:func:`edge.agent.outbox.read_summary`), no sketch is kept, no state or metrics file is touched.
+:func:`edge.agent.outbox_reader.read_summary`), no sketch is kept, no state or metrics file
+is touched.
 Under ``ProtectSystem=strict`` the checks see the same read-only file system the agent will,
 so a missing ``ReadWritePaths=`` shows as a directory that is not writable.
 """
@@ -53,7 +54,7 @@ from dataclasses import dataclass
 from ..logs import duration
 from ..wire import LOOPBACK, PatternRef
 from .config import AgentConfig, ConfigError, KeyFileError, load_config, read_key_file
-from .outbox import OutboxReader, read_summary
+from .outbox_reader import OutboxReader, read_summary
 from .rebuild import rebuild
 from .resume import copy_path, read_copy
 from .sketches import device_key_option, fitting

@@ -21,7 +21,7 @@ from acep.events import EventBatch, EventError
 from acep.matcher import MatchBatch
 
 from ..wire import PatternRef, _plain_list, batch_from_matches, encode_batch
-from .outbox import checksum
+from .outbox_reader import checksum
 from .sources import FileSource, find_file, parse_lines
 
 __all__ = ["Lost", "recipe", "rebuild"]

@@ -34,7 +34,7 @@ from history.sketch import Sketch, SketchError
 from ..logs import Crashes, Failing
 from ..wire import sketch_etag
 from .config import AgentConfig, KeyFileError, PatternConfig, SketchConfig, read_key_file
-from .outbox import Backoff
+from .outbox_reader import Backoff
 from .uplink import Uplink, download_sketch
 
 __all__ = ["Sketches", "FALLBACK_POLICY", "fitting", "KeyFileError"]

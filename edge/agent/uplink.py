@@ -83,7 +83,7 @@ class Uplink:
     ``timeout`` bounds each wait (connecting is one, over https with a proxy's tunnel and
     the TLS handshake), ``answer_timeout`` (default :data:`ANSWER_TIMES` times
     ``timeout``) a whole answer,
-    and with 1 s per KiB a request's body (see the module docstring); :meth:`upload_bound`
+    and with 1 s per KiB a request's body (``docs/WIRE.md``, Agent, Uploads); :meth:`upload_bound`
     one upload, its resends after a ``417`` or ``415`` included. ``bytes_on_wire`` counts
     the request body bytes sent (gzipped, when they were), every attempt included: the
     bytes the kernel took, so a body refused before it was sent (``Expect``) or whose

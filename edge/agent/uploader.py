@@ -15,7 +15,8 @@ import time
 
 from ..logs import Crashes
 from ..wire import split_body
-from .outbox import Due, Outbox
+from .outbox import Outbox
+from .outbox_reader import Due
 from .uplink import Outcome, Uplink
 
 __all__ = ["Uploader", "IDLE_SECONDS"]
