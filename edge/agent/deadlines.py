@@ -1,6 +1,6 @@
 """The deadlines of one upload: how long its body, its answer and the upload as a whole may take.
 
-A :class:`_Deadline` is a time budget that each byte received earns a little more of
+A :class:`Deadline` is a time budget that each byte received earns a little more of
 (:data:`ANSWER_MIN_RATE`); the body's and the upload's say which limit ran out when they
 expire (:class:`BodyTimeout`, :class:`UploadTimeout`: retried like timeouts). The rules
 are in ``docs/WIRE.md`` (Agent, Uploads).
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 
-__all__ = ["AnswerTimeout", "BodyTimeout", "UploadTimeout", "ANSWER_MIN_RATE"]
+__all__ = ["Deadline", "BodyDeadline", "UploadDeadline", "AnswerTimeout", "BodyTimeout",
+           "UploadTimeout", "ANSWER_MIN_RATE"]
 
 # bytes/s an answer's body, and a request's, must keep up past collector.answer_timeout (each
 # byte buys 1/rate s more): the collector's --body-min-rate default, 8 kbit/s; a sketch of
@@ -20,22 +21,22 @@ ANSWER_MIN_RATE = 1024.0
 
 
 class AnswerTimeout(TimeoutError):
-    """No whole answer in the time a :class:`_Deadline` gave it: retried as a timeout."""
+    """No whole answer in the time a :class:`Deadline` gave it: retried as a timeout."""
 
 
 class BodyTimeout(TimeoutError):
-    """A request's body not across in the time a :class:`_BodyDeadline` gave it: retried
+    """A request's body not across in the time a :class:`BodyDeadline` gave it: retried
     as a timeout."""
 
 
-class _Deadline:
+class Deadline:
     """When an answer must have come whole: ``seconds`` from :meth:`restart` (the request
     across the link), and 1/:data:`ANSWER_MIN_RATE` s more per byte of its body
     (:meth:`earn`). ``name`` is the setting that gave ``seconds``, for the message."""
 
     def __init__(self, seconds: float, name: str | None = None):
         self.seconds, self.name = float(seconds), name
-        self.bound: _Deadline | None = None  # the upload's (_UploadDeadline), when sooner
+        self.bound: Deadline | None = None  # the upload's (UploadDeadline), when sooner
         self.restart()
 
     def restart(self) -> None:
@@ -48,7 +49,7 @@ class _Deadline:
         if self.bound is not None:
             self.bound.earn(n)
 
-    def binding(self) -> _Deadline:
+    def binding(self) -> Deadline:
         """This deadline, or its ``bound`` when that comes sooner."""
         if self.bound is not None and self.bound.at < self.at:
             return self.bound.binding()
@@ -76,7 +77,7 @@ class _Deadline:
         return AnswerTimeout(said)
 
 
-class _BodyDeadline(_Deadline):
+class BodyDeadline(Deadline):
     """When a request's ``size`` bytes of body must have got across (handed to the kernel
     in pieces, and acknowledged by the collector where that can be asked: :func:`_drain`):
     ``seconds`` and 1/:data:`ANSWER_MIN_RATE` s more per byte, from :meth:`restart` (the
@@ -97,11 +98,11 @@ class _BodyDeadline(_Deadline):
 
 
 class UploadTimeout(TimeoutError):
-    """An upload not over in the time an :class:`_UploadDeadline` gave it (its resends
+    """An upload not over in the time an :class:`UploadDeadline` gave it (its resends
     after a ``417`` or ``415`` included): retried as a timeout."""
 
 
-class _UploadDeadline(_Deadline):
+class UploadDeadline(Deadline):
     """When one upload, all its requests included, must be over:
     :meth:`Uplink.upload_bound` seconds from its start (``named``: the Uplink's timeouts
     gave them, not a request's own, for the message); nothing restarts it."""

@@ -24,8 +24,8 @@ from .outbox_reader import (
     Backoff,
     Damaged,
     Due,
+    Reads,
     _held,
-    _Reads,
     checksum,
 )
 
@@ -93,7 +93,7 @@ class OutboxError(Exception):
     """The outbox file cannot be opened (or created); the message starts with its path."""
 
 
-class Outbox(_Reads):
+class Outbox(Reads):
     """The durable outbox at ``path`` (created if missing). One uploader at a time.
 
     A ``backoff`` given (the agent's) is recorded in the file, for its readers

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from .outbox import Outbox, OutboxError
-from .outbox_reader import OutboxReader, _Reads
+from .outbox_reader import OutboxReader, Reads
 
 __all__ = ["main"]
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _opened(path: str, read_only: bool) -> _Reads | str:
+def _opened(path: str, read_only: bool) -> Reads | str:
     """The outbox at ``path`` (an :class:`OutboxReader` when ``read_only``: an agent that
     has it open, or a user who may only read it, is not disturbed), or why it cannot be."""
     if not os.path.exists(path):

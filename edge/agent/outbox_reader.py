@@ -2,7 +2,7 @@
 
 :class:`OutboxReader` opens an outbox without writing anything (``acep outbox status``,
 ``acep agent --check``), beside an agent that may have it open; :class:`~edge.agent.outbox.Outbox`
-adds the writes. Both read through :class:`_Reads`. :class:`Backoff` is the retry
+adds the writes. Both read through :class:`Reads`. :class:`Backoff` is the retry
 schedule the agent records in the file (``docs/WIRE.md``, Agent, Outbox).
 """
 
@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .outbox import Outbox
 
-__all__ = ["Backoff", "DeadLetter", "Damaged", "Due", "OutboxReader", "read_summary", "checksum",
-           "DUE_SLACK"]
+__all__ = ["Backoff", "DeadLetter", "Damaged", "Due", "Reads", "OutboxReader", "read_summary",
+           "checksum", "DUE_SLACK"]
 
 # seconds a due time may lie beyond the longest retry delay before it is taken for one
 # written by a clock that has gone back since (Outbox.latest_due): due at once
@@ -100,7 +100,7 @@ class Due:
     attempts: int
 
 
-class _Reads:
+class Reads:
     """What an outbox holds, as :class:`Outbox` and :class:`OutboxReader` read it."""
 
     path: str
@@ -217,7 +217,7 @@ class _Reads:
         self.close()
 
 
-class OutboxReader(_Reads):
+class OutboxReader(Reads):
     """The outbox at ``path`` opened for reading only (``acep outbox status``, ``list``,
     ``export``): nothing is written, beside an agent that has it open or not (see
     :func:`read_summary`); ``ValueError`` when the file is not an outbox, ``sqlite3.Error``

@@ -24,7 +24,7 @@ import urllib.request
 from acep.utils import HTTPSWithin, readable
 
 from ..logs import one_line
-from .deadlines import AnswerTimeout, UploadTimeout, _BodyDeadline, _Deadline
+from .deadlines import AnswerTimeout, BodyDeadline, Deadline, UploadTimeout
 
 __all__ = ["timed", "answer_opener", "NoRedirects", "redirect_text", "MAX_HEAD", "SEND_PIECE"]
 
@@ -43,12 +43,12 @@ MAX_INTERIM = 16  # interim answers (103 Early Hints) skipped before the final o
 def timed(req: urllib.request.Request, seconds: float, name: str | None = None
           ) -> urllib.request.Request:
     """``req``, whose whole answer an :func:`answer_opener` reads within ``seconds`` of the
-    request having got across (:class:`_Deadline`; ``name``: the setting they come from),
+    request having got across (:class:`Deadline`; ``name``: the setting they come from),
     else :class:`AnswerTimeout`; and whose body, if any, gets across within ``seconds`` and
-    1 s per KiB of it (:class:`_BodyDeadline`), else :class:`BodyTimeout`."""
-    req.answer_deadline = _Deadline(seconds, name)
+    1 s per KiB of it (:class:`BodyDeadline`), else :class:`BodyTimeout`."""
+    req.answer_deadline = Deadline(seconds, name)
     req.body_deadline = None if req.data is None else \
-        _BodyDeadline(seconds, len(req.data), name)
+        BodyDeadline(seconds, len(req.data), name)
     return req
 
 
@@ -63,9 +63,9 @@ def answer_opener(context: ssl.SSLContext | None = None) -> urllib.request.Opene
         *([_PacedHTTPSHandler(context=context)] if context else []))
 
 
-def _within(sock: socket.socket, deadline: _Deadline, io):
+def _within(sock: socket.socket, deadline: Deadline, io):
     """``io()``, a read or a send on ``sock``, within its timeout (one wait) and
-    ``deadline``'s time (its :meth:`~_Deadline.binding` one's error past it)."""
+    ``deadline``'s time (its :meth:`~Deadline.binding` one's error past it)."""
     deadline = deadline.binding()
     timeout = sock.gettimeout()
     left = deadline.left()
@@ -81,7 +81,7 @@ def _within(sock: socket.socket, deadline: _Deadline, io):
         sock.settimeout(timeout)
 
 
-def _recv(sock: socket.socket, deadline: _Deadline | None) -> bytes:
+def _recv(sock: socket.socket, deadline: Deadline | None) -> bytes:
     """The next bytes of an answer: within ``sock``'s timeout, and ``deadline``'s."""
     if deadline is None:
         return sock.recv(1 << 16)
@@ -110,8 +110,8 @@ class _Paced:
 
     tunneling = False  # making a proxy's tunnel (HTTPSWithin sets it)
 
-    def __init__(self, *args, answer_deadline: _Deadline | None = None,
-                 body_deadline: _BodyDeadline | None = None, sent: _Sent | None = None,
+    def __init__(self, *args, answer_deadline: Deadline | None = None,
+                 body_deadline: BodyDeadline | None = None, sent: _Sent | None = None,
                  **kw):
         super().__init__(*args, **kw)
         self.answer_deadline, self.body_deadline = answer_deadline, body_deadline
@@ -251,8 +251,8 @@ def _unacknowledged(sock: socket.socket) -> int | None:
         return None
 
 
-def _drain(sock: socket.socket, timeout: float | None, restart: _Deadline | None = None,
-           within: _BodyDeadline | None = None) -> bytes:
+def _drain(sock: socket.socket, timeout: float | None, restart: Deadline | None = None,
+           within: BodyDeadline | None = None) -> bytes:
     """Wait while the bytes handed to the kernel cross the link: the last ones of a body
     may be megabytes (the send buffer grows to 4 MiB), minutes on a thin link. Returns
     when all are acknowledged, when an answer (or the end) can be read, or where the queue
@@ -273,7 +273,7 @@ def _drain(sock: socket.socket, timeout: float | None, restart: _Deadline | None
 
 
 def _crossing(sock: socket.socket, timeout: float | None,
-              within: _BodyDeadline | None) -> bytes:
+              within: BodyDeadline | None) -> bytes:
     """:func:`_drain`'s wait, noting when the link took bytes in ``within.moved``."""
     left = _unacknowledged(sock)
     if not left or timeout is None:
@@ -318,7 +318,7 @@ def _answer_start(sock: socket.socket) -> bytes | None:
         sock.settimeout(timeout)
 
 
-def _first_answer(sock: socket.socket, wait: float, deadline: _Deadline | None = None,
+def _first_answer(sock: socket.socket, wait: float, deadline: Deadline | None = None,
                   data: bytes = b"") -> tuple[str, bytes]:
     """Wait up to ``wait`` seconds for the collector's first answer to headers sent with
     ``Expect: 100-continue``: ``("continue", bytes after it)`` after its ``100 Continue``;
@@ -352,8 +352,8 @@ def _first_answer(sock: socket.socket, wait: float, deadline: _Deadline | None =
         data = _after_head(sock, data, deadline)
 
 
-def _final_head(sock: socket.socket, head: bytes, deadline: _Deadline | None = None,
-                body: _BodyDeadline | None = None) -> bytes:
+def _final_head(sock: socket.socket, head: bytes, deadline: Deadline | None = None,
+                body: BodyDeadline | None = None) -> bytes:
     """``head`` (an answer's first bytes, perhaps none) with the interim answers before the
     final one taken off. Each wait for an answer starts once the body's bytes got across
     (:func:`_drain`, within ``body``: a late ``100 Continue`` may come while the body is
@@ -398,13 +398,13 @@ def _interim_status(status: int) -> bool:
     return 100 < status < 200 and status != 101
 
 
-def _after_head(sock: socket.socket, data: bytes, deadline: _Deadline | None = None) -> bytes:
+def _after_head(sock: socket.socket, data: bytes, deadline: Deadline | None = None) -> bytes:
     """The bytes after the head (status line and headers) that ``data`` starts with."""
     return _read_until(sock, data, b"\r\n\r\n", deadline).partition(b"\r\n\r\n")[2]
 
 
 def _read_until(sock: socket.socket, data: bytes, end: bytes,
-                deadline: _Deadline | None = None) -> bytes:
+                deadline: Deadline | None = None) -> bytes:
     """``data`` and what follows it on ``sock`` up to ``end`` at least (or to the end);
     ``http.client.HTTPException`` when :data:`MAX_HEAD` bytes came without it,
     :class:`AnswerTimeout` past ``deadline``."""
@@ -425,7 +425,7 @@ class _AnswerSource:
     socket: ``head``, the answer's first bytes when some were read from ``sock`` already,
     then the rest of ``sock``, before ``deadline``'s end."""
 
-    def __init__(self, sock: socket.socket, head: bytes, deadline: _Deadline | None = None):
+    def __init__(self, sock: socket.socket, head: bytes, deadline: Deadline | None = None):
         self.sock, self.head, self.deadline = sock, head, deadline
         self.bytes: _AnswerBytes | None = None
 
@@ -438,7 +438,7 @@ class _AnswerBytes(io.RawIOBase):
     """An answer's bytes: ``head``, then the socket's, each read within the socket's
     timeout and ``deadline``'s (when given); once ``in_body``, each byte earns it time."""
 
-    def __init__(self, sock: socket.socket, head: bytes, deadline: _Deadline | None):
+    def __init__(self, sock: socket.socket, head: bytes, deadline: Deadline | None):
         self.sock, self.head, self.deadline = sock, head, deadline
         # holds the socket open while the answer is read: urllib closes its connection
         # as soon as the answer's head is in
@@ -466,11 +466,11 @@ class _AnswerBytes(io.RawIOBase):
 
 
 class _Answer(http.client.HTTPResponse):
-    """An answer read within ``deadline`` (see :class:`_Deadline`; None: each wait bounded,
+    """An answer read within ``deadline`` (see :class:`Deadline`; None: each wait bounded,
     not their sum), ``head`` its first bytes when read already."""
 
     def __init__(self, sock: socket.socket, head: bytes = b"",
-                 deadline: _Deadline | None = None, **kw):
+                 deadline: Deadline | None = None, **kw):
         self._source = _AnswerSource(sock, head, deadline)
         super().__init__(self._source, **kw)
 

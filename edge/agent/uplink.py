@@ -27,7 +27,7 @@ from acep.utils import json_problem
 
 from ..logs import duration, one_line
 from ..wire import sketch_etag
-from .deadlines import ANSWER_MIN_RATE, UploadTimeout, _BodyDeadline, _Deadline, _UploadDeadline
+from .deadlines import ANSWER_MIN_RATE, BodyDeadline, Deadline, UploadDeadline, UploadTimeout
 from .transport import (
     _Answer,
     _drain,
@@ -111,7 +111,7 @@ class Uplink:
 
     def _request(self, method: str, path: str, body: bytes | None = None,
                  headers: dict | None = None, timeout: float | None = None,
-                 bound: _UploadDeadline | None = None) -> urllib.request.Request:
+                 bound: UploadDeadline | None = None) -> urllib.request.Request:
         req = urllib.request.Request(self.url + path, data=body, method=method,
                                      headers=self._headers(headers))
         req = timed(req, *self._answer_time(timeout))
@@ -133,7 +133,7 @@ class Uplink:
         answer came or it was a redirect (never followed: :class:`NoRedirects`). The body
         is gzipped when the collector takes it (RFC 7694). Its requests (the resends after
         a ``417`` or ``415`` too) end within one :meth:`upload_bound`."""
-        bound = _UploadDeadline(self.upload_bound(len(body), timeout), len(body),
+        bound = UploadDeadline(self.upload_bound(len(body), timeout), len(body),
                                 named=timeout is None)
         if not (self.compress and self.gzip_taken and len(body) >= EXPECT_MIN_BYTES):
             return self._send(path, body, content_type, None, timeout, bound)
@@ -158,7 +158,7 @@ class Uplink:
             size / ANSWER_MIN_RATE
 
     def _send(self, path: str, body: bytes, content_type: str, coding: str | None,
-              timeout: float | None, bound: _UploadDeadline
+              timeout: float | None, bound: UploadDeadline
               ) -> tuple[int, bytes, float | None] | Outcome:
         """:meth:`_post` of ``body`` as it is (``coding``: its Content-Encoding)."""
         headers = {"Content-Type": content_type}
@@ -174,7 +174,7 @@ class Uplink:
         return self._counted(self._post_at_once, path, body, headers, timeout, bound)
 
     def _counted(self, post, path: str, body: bytes, headers: dict, timeout: float | None,
-                 bound: _UploadDeadline) -> tuple[int, bytes, float | None] | Outcome:
+                 bound: UploadDeadline) -> tuple[int, bytes, float | None] | Outcome:
         """``post(path, body, headers, timeout, bound, sent)``'s answer, the body bytes it
         sent counted (``bytes_on_wire``); a success for a body not sent whole is not
         believed (:func:`_whole`). ``post`` begins no request past ``bound``."""
@@ -186,7 +186,7 @@ class Uplink:
         return _whole(answer, sent.bytes, len(body))
 
     def _post_at_once(self, path: str, body: bytes, headers: dict, timeout: float | None,
-                      bound: _UploadDeadline, sent: _Sent
+                      bound: UploadDeadline, sent: _Sent
                       ) -> tuple[int, bytes, float | None] | Outcome:
         """:meth:`_post` of ``body`` with its headers, by urllib."""
         req = self._request("POST", path, body, headers, timeout, bound)
@@ -237,7 +237,7 @@ class Uplink:
                          "%s)", CLOCK_SLACK / 2, off, way)
 
     def _post_expecting(self, path: str, body: bytes, headers: dict, timeout: float | None,
-                        bound: _UploadDeadline, sent: _Sent
+                        bound: UploadDeadline, sent: _Sent
                         ) -> tuple[int, bytes, float | None] | Outcome:
         """:meth:`_post` with ``Expect: 100-continue``: the body is sent after the
         collector's ``100 Continue``, or after :data:`CONTINUE_WAIT` without an answer; not
@@ -264,7 +264,7 @@ class Uplink:
             conn.close()
 
     def _ask(self, conn: _Paced, path: str, size: int, headers: dict,
-             timeout: float | None) -> _Deadline:
+             timeout: float | None) -> Deadline:
         """Send the head of a POST of ``size`` bytes with ``Expect: 100-continue``; the
         answer's deadline, started then."""
         conn.putrequest("POST", (self.target.path or "") + path)
@@ -272,9 +272,9 @@ class Uplink:
                                           "Expect": "100-continue"}).items():
             conn.putheader(name, value)
         conn.endheaders()
-        return _Deadline(*self._answer_time(timeout))
+        return Deadline(*self._answer_time(timeout))
 
-    def _send_when_asked(self, conn: _Paced, body: bytes, deadline: _Deadline
+    def _send_when_asked(self, conn: _Paced, body: bytes, deadline: Deadline
                          ) -> bytes | None:
         """Send ``body`` after the collector's ``100 Continue``, or after
         :data:`CONTINUE_WAIT` without an answer, not at all when its first answer is final
@@ -282,7 +282,7 @@ class Uplink:
         none came."""
         first, head = _first_answer(conn.sock, min(CONTINUE_WAIT, conn.timeout), deadline)
         if first != "final":
-            conn.body_deadline = _BodyDeadline(deadline.seconds, len(body), deadline.name)
+            conn.body_deadline = BodyDeadline(deadline.seconds, len(body), deadline.name)
             conn.body_deadline.bound = deadline.bound
             conn.send(body)
             head += _drain(conn.sock, conn.timeout, deadline, conn.body_deadline)
