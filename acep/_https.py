@@ -1,4 +1,4 @@
-"""HTTPS connections made within one timeout, for the agent's requests (``edge.uplink``)
+"""HTTPS connections made within one timeout, for the agent's requests (``edge.agent.transport``)
 and the trainer's publishing (``trainer.publish``).
 
 Python gives the TCP connection its timeout, each wait of a proxy's tunnel (``CONNECT``,

@@ -2,7 +2,7 @@
 format) decoded as the chunks arrive, to at most a limit of bytes: a zip bomb stops at the
 limit, having cost that much memory and no more. The collector decodes its bodies here
 (aiohttp's own decoding is off) and says in every answer which codings it takes
-(``Accept-Encoding``, RFC 7694 3); the agent's side is in ``edge.uplink``.
+(``Accept-Encoding``, RFC 7694 3); the agent's side is in ``edge.agent.uplink``.
 """
 
 from __future__ import annotations

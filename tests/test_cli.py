@@ -440,7 +440,8 @@ def test_all_trajectories_on_an_input_that_is_not_small_stops_with_an_error(tmp_
 def _stuck_outbox(path):
     """An agent's outbox with a batch refused for good (a dead letter), one failing to be
     delivered and one never tried."""
-    from edge.outbox import Backoff, Outbox
+    from edge.agent.outbox import Outbox
+    from edge.agent.outbox_reader import Backoff
 
     with Outbox(path, backoff=Backoff(seed=3)) as box:
         box.put(b"\x81\xa1a\x01", "pi-1/7", now=1000.0)
@@ -451,7 +452,7 @@ def _stuck_outbox(path):
 
 
 def test_outbox_shows_what_is_stuck_and_lists_exports_requeues_and_discards(tmp_path):
-    from edge.outbox import Outbox
+    from edge.agent.outbox import Outbox
 
     path = tmp_path / "agent-outbox.db"
     due = _stuck_outbox(path)
@@ -462,7 +463,7 @@ def test_outbox_shows_what_is_stuck_and_lists_exports_requeues_and_discards(tmp_
         "oldest": {"batch_id": "pi-1/8", "created": 1100.0, "attempts": 1,
                    "last_error": "cannot reach the collector: connection refused"},
         "next_due": due, "dead": 1, "dead_bytes": 4}
-    same = subprocess.run([sys.executable, "-m", "edge.outbox", str(path), "status"],
+    same = subprocess.run([sys.executable, "-m", "edge.agent.outbox_cli", str(path), "status"],
                           capture_output=True, text=True, timeout=60)
     assert (same.returncode, same.stdout, same.stderr) == (0, status.stdout, "")
     listed = acep("outbox", path, "list")

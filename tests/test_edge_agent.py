@@ -29,10 +29,11 @@ from links import Serving
 import acep
 from acep.shedding import Budget
 from edge.agent import Agent
-from edge.config import ConfigError, load_config, parse_config
-from edge.outbox import Outbox
-from edge.sources import FileSource
-from edge.uplink import Uplink, Uploader, retry_after
+from edge.agent.config import ConfigError, load_config, parse_config
+from edge.agent.outbox import Outbox
+from edge.agent.sources import FileSource
+from edge.agent.uplink import Uplink, retry_after
+from edge.agent.uploader import Uploader
 from edge.wire import decode_batch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -502,8 +503,8 @@ def wait_until(condition, what: str, timeout: float = 30.0) -> None:
 
 def test_a_full_disk_holds_the_input_until_there_is_room_and_loses_nothing(
         tmp_path, caplog, monkeypatch):
-    import edge.agent
-    monkeypatch.setattr(edge.agent, "DISK_FULL_RETRY", 0.05)
+    import edge.agent.loop
+    monkeypatch.setattr(edge.agent.loop, "DISK_FULL_RETRY", 0.05)
     events = stream(3000)
     cfg = parse_config(config(tmp_path))
     cfg.metrics.interval = 0.05  # below what agent.toml may say: a test waits less
@@ -529,8 +530,8 @@ def test_a_full_disk_holds_the_input_until_there_is_room_and_loses_nothing(
 
 def test_a_stop_while_the_disk_is_full_leaves_the_chunk_to_the_next_start(
         tmp_path, caplog, monkeypatch):
-    import edge.agent
-    monkeypatch.setattr(edge.agent, "DISK_FULL_RETRY", 0.05)
+    import edge.agent.loop
+    monkeypatch.setattr(edge.agent.loop, "DISK_FULL_RETRY", 0.05)
     events = stream(3000)
     agent = Agent(parse_config(config(tmp_path)), events=events)
     limit_pages(agent.outbox, 2)
@@ -669,7 +670,7 @@ def test_an_unexpected_upload_error_keeps_the_batches_and_a_finite_run_still_end
         tmp_path, caplog, monkeypatch):
     """A bug raising inside the uploader's send must not end it and leave the agent
     draining forever."""
-    from edge.uplink import Uplink
+    from edge.agent.uplink import Uplink
 
     def broken(self, body, timeout=None):
         raise RuntimeError("a bug")

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import acep
 from edge.agent import Agent
-from edge.config import parse_config
-from edge.outbox import Outbox
-from edge.sources import read_lines
+from edge.agent.config import parse_config
+from edge.agent.outbox import Outbox
+from edge.agent.sources import read_lines
 from edge.wire import decode_batch
 
 PATTERN = {"id": "abc", "text": "a b c", "window": 5.0, "k": 1, "partition": "id"}
@@ -528,8 +528,8 @@ def moving_after_find(monkeypatch, move) -> list[str]:
     opening it. Returns the paths ``move`` was given."""
     import sys
 
-    import edge.sources
-    original, moved = edge.sources.find_file, []
+    import edge.agent.sources
+    original, moved = edge.agent.sources.find_file, []
 
     def find_then_move(directory, identity):
         found = original(directory, identity)

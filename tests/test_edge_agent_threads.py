@@ -47,9 +47,9 @@ from test_edge_e2e import (
 )
 
 from edge.agent import Agent
-from edge.config import parse_config
-from edge.sketches import Sketches
-from edge.uplink import Uplink
+from edge.agent.config import parse_config
+from edge.agent.sketches import Sketches
+from edge.agent.uplink import Uplink
 from history.sketch import key_id
 
 ANSWERS = {

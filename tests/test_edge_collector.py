@@ -1570,7 +1570,7 @@ def test_a_gzipped_upload_is_the_same_batch_and_a_zip_bomb_is_413(srv):
     import gzip
     import zlib
 
-    from edge.uplink import GZIP_LEVEL, Uplink
+    from edge.agent.uplink import GZIP_LEVEL, Uplink
 
     d1 = srv.tokens["d1"]
     bodies = [encode_batch(make_batch(seq=s, events=make_events(seed=s))) for s in range(3)]
@@ -1796,8 +1796,10 @@ def test_a_body_on_its_way_is_no_backlog_and_a_device_gone_gives_its_place_back(
 @BUSY
 def test_the_agent_s_uploader_retries_a_503_after_its_retry_after_not_its_backoff(
         srv, tmp_path):
-    from edge.outbox import Backoff, Outbox
-    from edge.uplink import Uplink, Uploader
+    from edge.agent.outbox import Outbox
+    from edge.agent.outbox_reader import Backoff
+    from edge.agent.uplink import Uplink
+    from edge.agent.uploader import Uploader
 
     body = encode_batch(make_batch("d2", seq=0))
     with Outbox(tmp_path / "outbox.db", backoff=Backoff(60.0, 2.0, 300.0, 0.0)) as box:
@@ -1973,7 +1975,7 @@ def test_the_agent_finishes_an_upload_longer_than_its_timeout_on_a_thin_link(srv
     three times it over a link above the collector's minimum rate is stored (before, it
     timed out waiting for the answer while the kernel still sent the body); a link that
     stops is given up after the timeout, and the collector gives the upload's place back."""
-    from edge.uplink import Uplink
+    from edge.agent.uplink import Uplink
 
     body = encode_batch(make_batch(events=make_events(n=600)))
     with ThinLink(srv.port, rate=8000) as link:

@@ -429,8 +429,10 @@ def test_a_device_behind_a_throttled_address_holds_its_uploads_for_retry_after(s
     """A device that shares its address (a NAT) with one that has a wrong token: its
     uploader takes the 429 as any other and holds its batches for Retry-After, not its
     backoff, and keeps them."""
-    from edge.outbox import Backoff, Outbox
-    from edge.uplink import Uplink, Uploader
+    from edge.agent.outbox import Outbox
+    from edge.agent.outbox_reader import Backoff
+    from edge.agent.uplink import Uplink
+    from edge.agent.uploader import Uploader
 
     for _ in range(2):
         assert request(srv.url + "/v1/whoami", token=WRONG)[0] == 401

@@ -31,7 +31,7 @@ from test_edge_collector import (
     uploading,
 )
 
-from edge.outbox import Outbox
+from edge.agent.outbox import Outbox
 from edge.store import SCHEMA_VERSION, open_store
 from edge.wire import encode_batch
 

@@ -846,7 +846,7 @@ def test_a_fresh_outbox_under_a_known_device_id_collides_with_nothing(tmp_path, 
 def test_refused_batches_are_dead_letters_with_their_reason(tmp_path, collector):
     """A 409 (a batch id stored with another body) and a 400 (not a valid batch) keep the
     body as a dead letter, counted and listed; the other batches are delivered."""
-    from edge.outbox import Outbox
+    from edge.agent.outbox import Outbox
     from edge.wire import decode_batch
 
     (tmp_path / "a").mkdir()
@@ -884,7 +884,7 @@ def test_batches_dated_by_a_wrong_clock_are_dead_letters_until_requeued_redated(
     requeue --redate`` dates them now: the next run delivers them, archived under today."""
     from test_edge_collector import make_batch
 
-    from edge.outbox import Outbox
+    from edge.agent.outbox import Outbox
     from edge.wire import decode_batch, encode_batch
 
     with serving(tmp_path, "--retain-days", "30") as c:

@@ -26,8 +26,8 @@ import pytest
 
 import acep
 from edge.agent import Agent
-from edge.config import ConfigError, parse_config
-from edge.preflight import check
+from edge.agent.config import ConfigError, parse_config
+from edge.agent.preflight import check
 from edge.wire import decode_batch
 
 mqtt = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt is not installed "

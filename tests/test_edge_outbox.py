@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from edge.outbox import DUE_SLACK, Backoff, Outbox, OutboxFull
+from edge.agent.outbox import Outbox, OutboxFull
+from edge.agent.outbox_reader import DUE_SLACK, Backoff
 
 
 def test_put_is_idempotent_by_batch_id_even_after_ack(tmp_path):
@@ -188,7 +189,8 @@ def test_forgotten_done_ids_are_bounded(tmp_path):
 
 CHILD = textwrap.dedent("""
     import os, sys
-    from edge.outbox import Backoff, Outbox
+    from edge.agent.outbox import Outbox
+    from edge.agent.outbox_reader import Backoff
     path, log, start = sys.argv[1], sys.argv[2], int(sys.argv[3])
     box = Outbox(path, backoff=Backoff(0.001, 2.0, 0.002, 0.0, seed=1))
     out = sys.stdout
@@ -331,7 +333,7 @@ def test_cli_lists_exports_requeues_and_discards_dead_letters(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
 
     def cli(*args):
-        out = subprocess.run([sys.executable, "-m", "edge.outbox", str(path), *args],
+        out = subprocess.run([sys.executable, "-m", "edge.agent.outbox_cli", str(path), *args],
                              capture_output=True, text=True, env=env, timeout=60)
         assert out.returncode == 0, out.stderr
         return out.stdout
@@ -347,15 +349,16 @@ def test_cli_lists_exports_requeues_and_discards_dead_letters(tmp_path):
         box.reject("pi-1/7", "HTTP 400")
     assert "discarded 1" in cli("discard", "--all")
     assert cli("list") == ""
-    missing = subprocess.run([sys.executable, "-m", "edge.outbox", str(tmp_path / "no.db"),
-                              "list"], capture_output=True, text=True, env=env, timeout=60)
+    missing = subprocess.run([sys.executable, "-m", "edge.agent.outbox_cli",
+                              str(tmp_path / "no.db"), "list"],
+                             capture_output=True, text=True, env=env, timeout=60)
     assert missing.returncode == 2 and "no such outbox" in missing.stderr
     assert not (tmp_path / "no.db").exists()
 
 
 def _outbox_cli(path, *args):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    return subprocess.run([sys.executable, "-m", "edge.outbox", str(path), *args],
+    return subprocess.run([sys.executable, "-m", "edge.agent.outbox_cli", str(path), *args],
                           capture_output=True, text=True, env=env, timeout=60)
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from test_edge_e2e import DEVICE, PATTERN, direct, query, serving, stream
 
 from edge.agent import Agent
-from edge.config import parse_config
-from edge.outbox import Outbox
-from edge.preflight import check
+from edge.agent.config import parse_config
+from edge.agent.outbox import Outbox
+from edge.agent.preflight import check
 from edge.wire import WireError, decode_batch
 
 

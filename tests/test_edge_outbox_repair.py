@@ -13,7 +13,7 @@ import pytest
 from test_edge_e2e import PATTERN, device_series, direct, query, serving, stream
 from test_edge_outbox_integrity import agent_doc, flip_a_bit, run, write_events
 
-from edge.outbox import Outbox
+from edge.agent.outbox import Outbox
 from edge.wire import Limits, decode_batch, split_body
 
 

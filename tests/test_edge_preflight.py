@@ -1,4 +1,4 @@
-"""``acep agent --config agent.toml --check`` (edge/preflight.py) on real files and the real
+"""``acep agent --config agent.toml --check`` (edge/agent/preflight.py) on real files and the real
 collector (``python -m edge.collector``) on loopback: a good setup passes every check; a
 missing source directory, a tampered sketch, a sketch for another pattern, a revoked or
 wrong token and a collector that is down each fail by name; a config error exits 2; and the
@@ -30,9 +30,10 @@ from test_edge_e2e import (
 )
 from test_history_sketch import _fingerprint
 
-from edge import preflight
 from edge.agent import main as agent_main
-from edge.outbox import Outbox, read_summary
+from edge.agent import preflight
+from edge.agent.outbox import Outbox
+from edge.agent.outbox_reader import read_summary
 
 
 @pytest.fixture(scope="module")
@@ -410,9 +411,9 @@ def test_the_agent_and_its_check_word_a_bad_key_file_alike(tmp_path, option):
     log, ``policy_error``, ``sketch_error``) ``cannot read the signing key file``, of one
     file: one function reads it for both now, so a person searching the log for what the
     check said finds it."""
-    from edge.config import load_config
-    from edge.preflight import checks
-    from edge.sketches import KeyFileError, Sketches
+    from edge.agent.config import load_config
+    from edge.agent.preflight import checks
+    from edge.agent.sketches import KeyFileError, Sketches
 
     cfg = write_config(tmp_path, None, "t")
     bad = tmp_path / "empty.key"
@@ -454,11 +455,11 @@ def test_a_config_error_exits_2_with_the_message(tmp_path, capsys):
 
 
 def test_little_free_space_beside_the_outbox_is_a_warning(tmp_path, monkeypatch):
-    import edge.preflight
-    from edge.config import load_config
-    from edge.preflight import checks
+    import edge.agent.preflight
+    from edge.agent.config import load_config
+    from edge.agent.preflight import checks
 
     cfg = load_config(write_config(tmp_path / "dev", None, "t", sketch=None))
-    monkeypatch.setattr(edge.preflight, "MIN_FREE", 1 << 60)  # more than any disk here
+    monkeypatch.setattr(edge.agent.preflight, "MIN_FREE", 1 << 60)  # more than any disk here
     (room,) = [c for c in checks(cfg) if c.what.startswith("free space")]
     assert room.level == "WARN" and "the agent holds its input until there is room" in room.why

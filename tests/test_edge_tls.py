@@ -22,9 +22,9 @@ from test_edge_preflight import write_config
 from test_edge_uplink import given_up
 
 from edge.agent import Agent
-from edge.config import ConfigError, load_config, parse_config
-from edge.preflight import checks
-from edge.uplink import CONTINUE_WAIT, Uplink
+from edge.agent.config import ConfigError, load_config, parse_config
+from edge.agent.preflight import checks
+from edge.agent.uplink import CONTINUE_WAIT, Uplink
 from trainer.publish import check_publisher
 from trainer.train import publish_sketch
 

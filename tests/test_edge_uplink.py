@@ -1,4 +1,4 @@
-"""Tests of the agent's uploads with ``Expect: 100-continue`` and gzip (edge.uplink) against
+"""Tests of the agent's uploads with ``Expect: 100-continue`` and gzip (edge.agent.uplink) against
 real HTTP servers on loopback: the body goes after ``100 Continue``, not at all after a
 refusal, and at once where the server (or a proxy) cannot take the expectation; it is
 gzipped once the server says it takes gzip. The collector's side is in
@@ -23,18 +23,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from links import Serving, ThinLink
 
-from edge.uplink import (
-    CONTINUE_WAIT,
-    EXPECT_MIN_BYTES,
-    GZIP_LEVEL,
+from edge.agent.transport import (
     SEND_PIECE,
-    Outcome,
-    Uplink,
     _Answer,
     _final_head,
     _first_answer,
     _PacedHTTP,
     redirect_text,
+)
+from edge.agent.uplink import (
+    CONTINUE_WAIT,
+    EXPECT_MIN_BYTES,
+    GZIP_LEVEL,
+    Outcome,
+    Uplink,
     retry_after,
 )
 
@@ -311,8 +313,9 @@ def test_a_collector_that_takes_the_body_a_few_bytes_a_second_is_given_up(server
     thread went on for as long as it liked (a 4 KiB batch: 14 s here, 4 MiB: hours). The
     body must now get across within collector.answer_timeout and 1 s per KiB of it: the
     attempt is given up, the batch kept and retried with the backoff, saying why."""
-    from edge.outbox import Backoff, Outbox
-    from edge.uplink import Uploader
+    from edge.agent.outbox import Outbox
+    from edge.agent.outbox_reader import Backoff
+    from edge.agent.uploader import Uploader
 
     server.handler.protocol_version = "HTTP/1.1"
     with ThinLink(server.server_address[1], rate=300) as link, \
@@ -436,7 +439,7 @@ def test_an_agent_says_it_is_up_at_start_so_its_first_batch_is_gzipped(server, t
     from test_edge_agent import config, stream
 
     from edge.agent import Agent
-    from edge.config import parse_config
+    from edge.agent.config import parse_config
 
     server.handler.protocol_version = "HTTP/1.1"
     server.handler.accept_encoding = "gzip, deflate"
@@ -457,8 +460,8 @@ def test_a_wrong_token_shows_at_the_first_heartbeat_and_holds_the_uploads(server
                                                                           caplog):
     """A device with nothing to upload yet learns at start that its token is refused: the
     error is logged (once) and every upload is held with the backoff, as after a batch's."""
-    from edge.outbox import Outbox
-    from edge.uplink import Uploader
+    from edge.agent.outbox import Outbox
+    from edge.agent.uploader import Uploader
 
     caplog.set_level(logging.INFO, logger="edge")
     server.handler.unauthorized = True
@@ -487,8 +490,8 @@ def test_a_clock_set_back_holds_the_uploads_no_longer_than_the_collector_asked(
     hours (a Pi without a real-time clock, NTP): the hold and the batch's retry were both
     on the wall clock, so nothing was sent for 3 hours. The hold is on the monotonic clock
     now, and a due time written before the clock went back is due at once."""
-    from edge.outbox import Outbox
-    from edge.uplink import Uploader
+    from edge.agent.outbox import Outbox
+    from edge.agent.uploader import Uploader
 
     server.handler.protocol_version = "HTTP/1.1"
     server.handler.busy = True
@@ -517,8 +520,8 @@ def test_an_idle_uploader_sleeps_until_woken_and_sees_another_process_s_requeue(
     1,600 idle uploaders took more CPU than the collector. It now sleeps until woken (the
     agent wakes it for each batch), looking again only every ``idle_seconds`` for what
     another process changed (``acep outbox requeue`` beside the running agent)."""
-    from edge.outbox import Outbox
-    from edge.uplink import IDLE_SECONDS, Uploader
+    from edge.agent.outbox import Outbox
+    from edge.agent.uploader import IDLE_SECONDS, Uploader
 
     with Outbox(tmp_path / "outbox.db") as outbox:
         rounds, next_due = [], outbox.next_due
@@ -548,8 +551,8 @@ def test_an_idle_uploader_sleeps_until_woken_and_sees_another_process_s_requeue(
 def test_a_heartbeat_held_by_a_retry_after_goes_when_the_hold_ends(server, tmp_path):
     """No batch waits, a heartbeat does, and an answer's Retry-After holds the uploads: it
     goes when the hold ends, not at the idle uploader's next look at its outbox."""
-    from edge.outbox import Outbox
-    from edge.uplink import IDLE_SECONDS, Uploader
+    from edge.agent.outbox import Outbox
+    from edge.agent.uploader import IDLE_SECONDS, Uploader
 
     with Outbox(tmp_path / "outbox.db") as outbox:
         uploader = Uploader(outbox, Uplink(server.url, "tok"))
@@ -574,8 +577,9 @@ def _until(done, seconds: float) -> bool:
 
 def test_the_uploader_survives_an_unexpected_error_and_delivers_after_its_backoff(
         server, tmp_path, caplog):
-    from edge.outbox import Backoff, Outbox
-    from edge.uplink import Uploader
+    from edge.agent.outbox import Outbox
+    from edge.agent.outbox_reader import Backoff
+    from edge.agent.uploader import Uploader
 
     caplog.set_level(logging.INFO, logger="edge")
 
@@ -728,7 +732,7 @@ def test_a_redirect_is_not_followed_so_the_token_never_goes_to_another_host(serv
     """urllib follows a redirect with every header of the request, the bearer token too,
     to the host it names (a captive portal, a proxy's mistake): the agent follows none,
     and says where it was sent. The ``server`` fixture clears the proxies."""
-    from edge.preflight import _get
+    from edge.agent.preflight import _get
 
     with Serving(type("Elsewhere", (_Elsewhere,), {"seen": []})) as elsewhere:
         to = f"http://localhost:{elsewhere.server_address[1]}"  # another host name
@@ -889,8 +893,9 @@ def test_a_200_to_a_body_cut_short_is_not_taken_as_stored(expect, scheme, tls, t
     closes on its body: the agent believed it and dropped the batch from its outbox. A
     success for a body that did not go whole is retried now (the collector stores a batch
     only whole, and a resend of one it stored is a duplicate, by digest)."""
-    from edge.outbox import Backoff, Outbox
-    from edge.uplink import Uploader
+    from edge.agent.outbox import Outbox
+    from edge.agent.outbox_reader import Backoff
+    from edge.agent.uploader import Uploader
 
     listener = _refusing(_answer(200, b'{"status": "stored"}'),
                          CONTINUE_WAIT + 0.3 if expect else 0.3,
@@ -1150,7 +1155,7 @@ def test_the_answer_timeout_runs_from_the_body_sent_not_from_the_head(reads_body
     looked) or the answer came while the body was still queued (a refusal, with its
     Retry-After, from a server that stopped reading): it gets collector.answer_timeout
     from then. One rule decides it wherever the agent waits for the body's last bytes
-    (edge.uplink._drain): the rule that restarted the wait only when the link took some
+    (edge.agent.transport._drain): the rule that restarted the wait only when the link took some
     of the body during that drain counted the first from the head (1 s for 100 Continue
     and 0.6 s: past 1.2 s), and gave an answer that came before a byte moved no fresh
     time."""
@@ -1239,8 +1244,9 @@ def test_a_417_and_a_415_give_the_resends_what_is_left_of_one_upload_s_time():
 def test_the_uploader_retries_a_trickled_answer_as_a_timeout(tmp_path):
     """The upload thread is free again after collector.answer_timeout, and the batch is
     kept and retried with the backoff, its error saying why."""
-    from edge.outbox import Backoff, Outbox
-    from edge.uplink import Uploader
+    from edge.agent.outbox import Outbox
+    from edge.agent.outbox_reader import Backoff
+    from edge.agent.uploader import Uploader
 
     listener = _trickling(ANSWER, TRICKLED["body"], every=0.3)
     try:
@@ -1268,7 +1274,7 @@ def test_an_agent_s_collector_answer_timeout_bounds_its_uploads(tmp_path):
     from test_edge_agent import config, stream
 
     from edge.agent import Agent
-    from edge.config import parse_config
+    from edge.agent.config import parse_config
 
     listener = _trickling(ANSWER, TRICKLED["headers"], every=0.3)
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
@@ -1292,7 +1298,7 @@ def test_a_large_sketch_over_a_thin_link_still_comes_past_the_answer_timeout():
     """Each byte of an answer's body buys 1/ANSWER_MIN_RATE s more: a sketch that takes
     twice the answer timeout at four times that rate comes whole, as at the collector's
     --body-min-rate; one that keeps up half of it does not, and the message says so."""
-    from edge.uplink import ANSWER_MIN_RATE
+    from edge.agent.deadlines import ANSWER_MIN_RATE
 
     sketch = bytes(range(256)) * int(ANSWER_MIN_RATE * 8 / 256)  # 8 s at the rate
     answer = (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"

@@ -91,7 +91,7 @@ def d(tmp_path_factory) -> Path:
     stray.parent.mkdir(parents=True)
     stray.write_text("a file no batch of the database is in")
     _corrupt_parquet_files(d)
-    from edge.outbox import Outbox
+    from edge.agent.outbox import Outbox
 
     Outbox(d / "outbox.db").close()
     return d

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from acep import _jsonread
 from acep._bounds import MAX_DEPTH
 from acep.events import EventError, read_events
-from edge.sources import parse_line, parse_lines
+from edge.agent.sources import parse_line, parse_lines
 
 orjson = pytest.importorskip("orjson")  # the test extra installs it: CI runs both paths
 

@@ -13,7 +13,7 @@ import pytest
 
 from acep._readable import readable
 from acep.events import _live_lines
-from edge.uplink import _drain
+from edge.agent.transport import _drain
 
 HIGH = 1100
 

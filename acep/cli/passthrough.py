@@ -11,7 +11,7 @@ def add_edge_parsers(sub: argparse._SubParsersAction) -> None:
     """Subcommands with their own parsers: ``acep agent``, ``acep outbox`` and ``acep serve``
     (``edge``), ``acep train`` and ``acep exact-batch`` (``trainer``)."""
     for name, module, text in (("agent", "edge.agent", "run the device agent (--config F)"),
-                               ("outbox", "edge.outbox",
+                               ("outbox", "edge.agent.outbox_cli",
                                 "the agent's outbox: status (what is pending), and list, "
                                 "export, requeue or discard its dead letters"),
                                ("serve", "edge.collector", "run the collector service"),

@@ -47,7 +47,7 @@ def agent_bodies(work: Path, data_path: str | None, quick: bool, events: int,
     (:func:`streams.write_stream`), closing a batch every ``batch_events`` events: its
     outbox's batch bodies, and the stream's description."""
     from edge.agent import Agent
-    from edge.config import load_config
+    from edge.agent.config import load_config
 
     stream = work / "stream.jsonl"
     described = write_stream(stream, data_path, quick, events)

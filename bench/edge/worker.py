@@ -63,7 +63,7 @@ def run_engine(path: str, chunk: int) -> dict:
 def run_agent(config: str, profile: int) -> dict:
     """The agent of ``config`` to the end of its (non-followed) file."""
     from edge.agent import Agent
-    from edge.config import load_config
+    from edge.agent.config import load_config
 
     logging.basicConfig(level="WARNING", stream=sys.stderr)
     rss0 = peak_rss_mib()

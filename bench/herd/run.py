@@ -9,10 +9,10 @@ real parts and measures what the limits of ``edge/admission.py`` (``--device-upl
    first ``events`` flights as JSON Lines: its outbox's batches, as it would upload them
    (about 66 KB each).
 2. **Fleet.** ``devices`` devices, each registered with the collector (its own token) and
-   with an outbox of its own (``edge.outbox.Outbox``, SQLite, the agent's default
+   with an outbox of its own (``edge.agent.outbox.Outbox``, SQLite, the agent's default
    backoff) holding ``per_device`` of those batches re-labelled as its own (device id,
    sequence). Each device drains its outbox with the agent's own uploader thread
-   (``edge.uplink.Uploader`` over ``Uplink``, request timeout ``timeout``), all started at
+   (``edge.agent.uploader.Uploader`` over ``Uplink``, request timeout ``timeout``), all started at
    once.
 3. **Collector.** ``python -m edge.collector`` on 127.0.0.1 (2 re-check workers, SQLite,
    Parquet archive), fresh for each run, with the limits:
@@ -118,7 +118,7 @@ def fleet(run: Path, bodies: list[bytes], devices: int, sizes: Sizes
           ) -> tuple[list, dict, list[int]]:
     """Each device's outbox with its backlog, the tokens (registered in the database) and
     the size of every batch in the backlogs."""
-    from edge.outbox import Outbox
+    from edge.agent.outbox import Outbox
     from edge.store import open_store
     from edge.wire import decode_batch, encode_batch
 
@@ -141,7 +141,8 @@ def fleet(run: Path, bodies: list[bytes], devices: int, sizes: Sizes
 def one_run(run: Path, bodies: list[bytes], devices: int, sizes: Sizes,
             options: tuple[str, ...], expect_continue: bool) -> dict:
     """The fleet drains its backlogs into a fresh collector with ``options``."""
-    from edge.uplink import Uplink, Uploader
+    from edge.agent.uplink import Uplink
+    from edge.agent.uploader import Uploader
 
     (run / "outboxes").mkdir(parents=True)
     outboxes, tokens, batch_bytes = fleet(run, bodies, devices, sizes)
@@ -313,7 +314,7 @@ def gzip_figures(bodies: list[bytes]) -> dict:
     """What gzip makes of the agent's batches at levels 1, 6 (the agent's) and 9: the bytes
     after per byte before, and the milliseconds per batch to compress and to decompress
     (on this machine; one pass over the distinct batches)."""
-    from edge.uplink import GZIP_LEVEL
+    from edge.agent.uplink import GZIP_LEVEL
 
     raw, levels = sum(map(len, bodies)), {}
     for level in (1, 6, 9):

@@ -23,8 +23,8 @@ from acep.shedding import Budget, smallest_burst
 from history.policies import DEFER, EXPLORE, LEARNING_RATE
 from history.sketch import read_key
 
+from ..wire import ID_RULE, valid_id
 from .uplink import ANSWER_TIMES
-from .wire import ID_RULE, valid_id
 
 __all__ = ["ConfigError", "KeyFileError", "read_key_file", "AgentConfig", "PatternConfig",
            "SourceConfig", "BudgetConfig", "SketchConfig", "OutboxConfig", "CondensedConfig",
@@ -88,7 +88,7 @@ class SourceConfig:
     batch_events: int = 1000
     batch_seconds: float = 1.0
     poll_seconds: float = 0.1
-    # source.kind = "mqtt" (edge/mqtt.py)
+    # source.kind = "mqtt" (edge/agent/mqtt.py)
     host: str | None = None
     port: int = 1883
     topics: tuple[str, ...] = ()
@@ -178,7 +178,7 @@ class AgentConfig:
     compress: bool = True  # gzip bodies once the collector says it takes them
     token_file: str | None = None  # where device.token was read from (None: in agent.toml)
     config_path: str | None = None  # the file load_config read (None: parse_config alone)
-    # seconds a whole answer may take (None: ANSWER_TIMES times timeout; edge.uplink)
+    # seconds a whole answer may take (None: ANSWER_TIMES times timeout; edge.agent.uplink)
     answer_timeout: float | None = None
     # bytes a batch body may have: the collector's --max-body (batches are cut below it)
     max_body: int = 16 << 20

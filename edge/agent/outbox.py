@@ -1,78 +1,42 @@
 """A durable outbox for upload batches: SQLite in WAL mode, retry with backoff, a cap.
 
-Every operation is one SQLite transaction, so a process killed at any point leaves either
-the state before or the state after it: a batch that :meth:`Outbox.put` returned for is
-never lost, a batch that :meth:`Outbox.ack` returned for is never handed out again, and a
-batch id is stored at most once (it is the primary key, and acknowledged or dropped ids
-are remembered, so putting them again is a counted no-op).
-
-Delivery is at least once: a batch sent but not acknowledged before a crash is sent again,
-and the collector deduplicates by batch id (the idempotency key, ``docs/WIRE.md``).
-
-Retry: after the n-th failure a batch is due again after
-``min(max_delay, base_delay * factor**(n-1))`` scaled by a jitter factor in
-``[1 - jitter, 1 + jitter]``. With a ``seed`` the jitter is a hash of (seed, batch id, n),
-so the schedule is the same across runs and restarts. Due times are Unix times (they
-outlive the process); one further ahead than any retry delay (plus :data:`DUE_SLACK`) was
-written before the clock went back, and is due at once (:meth:`Outbox.latest_due`).
-
-Dead letters: a batch the collector refuses for good (:meth:`Outbox.reject`) is not
-deleted. It moves, with its reason, to the dead letters, where it is never sent again until
-:meth:`Outbox.requeue` puts it back; :meth:`Outbox.dead_letters`, :meth:`Outbox.dead_body`
-and ``acep outbox PATH list|export DIR|requeue|discard`` (or ``python -m edge.outbox``) list,
-export, resend or delete them; ``acep outbox PATH status`` sums up the pending batches and
-the dead letters (:meth:`Outbox.summary`).
-
-Checksums: each body's CRC-32 is stored with it (:func:`checksum`). :meth:`Outbox.next_due`
-never hands out a body that does not match: :attr:`Outbox.repair` (the agent's, from the
-batch's ``put(..., recipe=)``: ``edge/rebuild.py``) makes it again, counted as ``rebuilt``,
-or it moves to the dead letters, its reason saying what it held (``put(..., about=)``) and
-why it was not rebuilt; both are counted as ``damaged``. :meth:`Outbox.damaged` and
-:meth:`Outbox.quick_check` find damage without moving anything (``acep agent --check``).
-
-Split: :meth:`Outbox.split` replaces a batch the collector found too large (413) by its
-halves, in one transaction.
-
-Cap: ``max_rows`` and ``max_bytes`` bound the pending batches and the dead letters together.
-When a new batch does not fit, ``policy="drop-oldest"`` deletes the oldest dead letters,
-then the oldest pending batches, until it fits and ``policy="refuse-new"`` raises
-:class:`OutboxFull`; both are counted (:meth:`metrics`).
+Every operation of :class:`Outbox` is one SQLite transaction: a batch put is never lost,
+one acknowledged is never handed out again, a batch id is stored at most once. Its reads
+(and the read-only :class:`~edge.agent.outbox_reader.OutboxReader`) are in
+:mod:`~edge.agent.outbox_reader`, its command line in :mod:`~edge.agent.outbox_cli`. The
+guarantees, retries, dead letters, checksums and cap are specified in ``docs/WIRE.md``
+(Agent, Outbox).
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import errno
-import hashlib
 import json
 import logging
 import os
-import random
 import sqlite3
-import sys
 import threading
 import time
-import urllib.parse
-import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 
-__all__ = ["Outbox", "OutboxFull", "OutboxError", "Backoff", "Due", "DeadLetter", "POLICIES",
-           "DUE_SLACK", "main", "read_summary", "out_of_space", "OutboxReader", "checksum",
-           "Damaged"]
+from .outbox_reader import (
+    _CHECKED,
+    Backoff,
+    Damaged,
+    Due,
+    Reads,
+    _held,
+    checksum,
+)
+
+__all__ = ["Outbox", "OutboxFull", "OutboxError", "POLICIES", "out_of_space"]
 
 log = logging.getLogger("edge.outbox")
 
 POLICIES = ("drop-oldest", "refuse-new")
-# seconds a due time may lie beyond the longest retry delay before it is taken for one
-# written by a clock that has gone back since (Outbox.latest_due): due at once
-DUE_SLACK = 60.0
 _COUNTERS = ("put", "duplicate", "sent", "sent_bytes", "failed", "dropped", "dropped_bytes",
              "refused", "refused_bytes", "rejected", "rejected_bytes", "requeued",
              "discarded", "discarded_bytes", "damaged", "rebuilt", "split")
-# CRC-32 of a batch body, kept beside it (column crc): a body damaged on the disk is never sent
-_CHECKED = ("pending", "dead")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS pending (
@@ -129,214 +93,7 @@ class OutboxError(Exception):
     """The outbox file cannot be opened (or created); the message starts with its path."""
 
 
-@dataclass(frozen=True)
-class Backoff:
-    """Exponential backoff with jitter; see the module docstring."""
-
-    base_delay: float = 1.0
-    factor: float = 2.0
-    max_delay: float = 300.0
-    jitter: float = 0.2
-    seed: int | None = None
-
-    def __post_init__(self):
-        if not (self.base_delay > 0 and self.factor >= 1 and self.max_delay >= self.base_delay
-                and 0 <= self.jitter < 1):
-            raise ValueError(f"bad backoff settings {self}")
-
-    def delay(self, batch_id: str, attempts: int) -> float:
-        """Seconds to wait after the ``attempts``-th failure (``attempts >= 1``)."""
-        exp = min(attempts - 1, 1024)  # beyond this the cap applies anyway; avoids overflow
-        raw = min(self.max_delay, self.base_delay * self.factor ** exp)
-        if self.seed is None:
-            u = random.random()
-        else:
-            digest = hashlib.sha256(f"{self.seed}:{batch_id}:{attempts}".encode()).digest()
-            u = int.from_bytes(digest[:8], "big") / 2.0 ** 64
-        return min(self.max_delay, raw * (1 - self.jitter + 2 * self.jitter * u))
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """A batch the collector refused for good, kept with its reason (without the body)."""
-
-    batch_id: str
-    size: int
-    created: float
-    attempts: int
-    reason: str
-    at: float
-
-
-@dataclass(frozen=True)
-class Damaged:
-    """A batch whose body does not match its checksum: damaged on the disk."""
-
-    batch_id: str
-    table: str  # "pending" or "dead"
-    crc: int  # the body's CRC-32 when it was put
-    now: int  # the body's CRC-32 now
-    about: str | None  # what it held, as the agent described it when it put it
-    recipe: str | None = None  # how to make it again (JSON: edge/rebuild.py), if recorded
-
-    def reason(self, unrebuilt: str | None = None) -> str:
-        """For a dead letter and a log line: what is lost (and why it was not rebuilt)."""
-        lost = self.about or "its matches (how many was not recorded)"
-        why = "" if unrebuilt is None else f"not rebuilt: {unrebuilt}; "
-        return (f"damaged in the outbox: its body's CRC-32 is {self.now:08x}, it was "
-                f"{self.crc:08x} when put; never sent; {why}lost: {lost}")
-
-
-@dataclass(frozen=True)
-class Due:
-    """A batch to send now."""
-
-    batch_id: str
-    body: bytes
-    attempts: int
-
-
-class _Reads:
-    """What an outbox holds, as :class:`Outbox` and :class:`OutboxReader` read it."""
-
-    path: str
-    _db: sqlite3.Connection
-    _lock: threading.Lock
-
-    def dead_letters(self) -> list[DeadLetter]:
-        """The dead letters, oldest first (without their bodies: see :meth:`dead_body`)."""
-        with self._lock:
-            rows = self._db.execute("SELECT batch_id, size, created, attempts, reason, at "
-                                    "FROM dead ORDER BY n").fetchall()
-        return [DeadLetter(*r) for r in rows]
-
-    def dead_body(self, batch_id: str) -> bytes | None:
-        """The body of a dead letter, byte for byte as it was sent; None if there is none."""
-        with self._lock:
-            row = self._db.execute("SELECT body FROM dead WHERE batch_id = ?",
-                                   (batch_id,)).fetchone()
-        return None if row is None else bytes(row[0])
-
-    def status(self, batch_id: str) -> str | None:
-        """``"pending"``, ``"dead"`` (a dead letter), ``"sent"``, ``"dropped"``,
-        ``"discarded"``, ``"split"`` (replaced by its halves), or None when unknown (or
-        forgotten). Outboxes written before dead letters existed may also answer
-        ``"rejected"``."""
-        with self._lock:
-            if self._db.execute("SELECT 1 FROM pending WHERE batch_id = ?",
-                                (batch_id,)).fetchone():
-                return "pending"
-            if self._db.execute("SELECT 1 FROM dead WHERE batch_id = ?",
-                                (batch_id,)).fetchone():
-                return "dead"
-            row = self._db.execute("SELECT outcome FROM done WHERE batch_id = ?",
-                                   (batch_id,)).fetchone()
-        return None if row is None else row[0]
-
-    def damaged(self) -> list[Damaged]:
-        """The batches whose body no longer has the checksum it was put with, pending ones
-        first (reads every body). Rows of an outbox no agent of this version opened have
-        no checksum and are not checked."""
-        out = []
-        with self._lock:
-            for table in _CHECKED:
-                cols = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
-                if "crc" not in cols:  # an older outbox
-                    continue
-                recipe = "recipe" if "recipe" in cols else "NULL"
-                rows = self._db.execute(f"SELECT batch_id, body, crc, about, {recipe} FROM "
-                                        f"{table} WHERE crc IS NOT NULL ORDER BY n").fetchall()
-                out += [Damaged(bid, table, crc, checksum(bytes(body)), about, recipe)
-                        for bid, body, crc, about, recipe in rows
-                        if checksum(bytes(body)) != crc]
-        return out
-
-    def quick_check(self) -> list[str]:
-        """What SQLite's ``PRAGMA quick_check`` finds wrong in the file (empty: nothing)."""
-        with self._lock:
-            rows = [r[0] for r in self._db.execute("PRAGMA quick_check")]
-        return [] if rows == ["ok"] else rows
-
-    def pending_ids(self) -> list[str]:
-        """Pending batch ids, oldest first."""
-        with self._lock:
-            return [r[0] for r in self._db.execute("SELECT batch_id FROM pending ORDER BY n")]
-
-    def summary(self, now: float | None = None) -> dict:
-        """What the outbox holds now: the pending batches (how many, their bytes, the oldest
-        by creation with its attempts and last error, when the next one is due as the
-        agent sees it: :meth:`next_due_at`) and the dead letters (how many, their bytes).
-        Times are seconds since the epoch."""
-        with self._lock:  # one query per index where there is one (see _SCHEMA)
-            rows, total, dead, dead_bytes = _held(self._db)
-            oldest = self._db.execute("SELECT batch_id, created, attempts, last_error "
-                                      "FROM pending ORDER BY created, n LIMIT 1").fetchone()
-        return {"pending": rows, "pending_bytes": total,
-                "oldest": None if oldest is None else dict(
-                    zip(("batch_id", "created", "attempts", "last_error"), oldest)),
-                "next_due": self.next_due_at(now), "dead": dead, "dead_bytes": dead_bytes}
-
-    def next_due_at(self, now: float | None = None) -> float | None:
-        """When the earliest pending batch is due (None when nothing is pending): ``now``
-        when one is due beyond :meth:`latest_due`."""
-        now = time.time() if now is None else now
-        with self._lock:  # one aggregate per subquery: each reads one end of the index
-            first, last = self._db.execute("SELECT (SELECT MIN(due) FROM pending), "
-                                           "(SELECT MAX(due) FROM pending)").fetchone()
-        return min(first, now) if last is not None and last > self.latest_due(now) else first
-
-    def latest_due(self, now: float) -> float:
-        """The latest due time a retry scheduled at ``now`` can have (the backoff's maximum,
-        which also bounds a ``Retry-After``), and :data:`DUE_SLACK`. A due time beyond it
-        was written while the clock read later than it does now (a device without a
-        real-time clock that set it back, NTP correcting it): waiting for the clock to get
-        there again would hold the batch for as long as the clock jumped (hours)."""
-        return now + self._backoff_max() + DUE_SLACK
-
-    def _backoff_max(self) -> float:
-        raise NotImplementedError
-
-    def load_state(self) -> dict:
-        """The progress saved with the batches: everything written by ``save_state`` and
-        ``put(..., state=)``."""
-        with self._lock:
-            return {k: json.loads(v) for k, v in self._db.execute("SELECT name, value FROM state")}
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def __enter__(self) -> Outbox:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-class OutboxReader(_Reads):
-    """The outbox at ``path`` opened for reading only (``acep outbox status``, ``list``,
-    ``export``): nothing is written, beside an agent that has it open or not (see
-    :func:`read_summary`); ``ValueError`` when the file is not an outbox, ``sqlite3.Error``
-    or ``OSError`` when it cannot be read."""
-
-    def __init__(self, path: str | os.PathLike):
-        self.path = os.path.abspath(os.fspath(path))
-        self._lock = threading.Lock()
-        self._db = _read_only(self.path)
-
-    def _backoff_max(self) -> float:
-        """The longest retry delay of the agent that wrote the outbox (as it recorded it),
-        else the default's (an outbox no agent of this version opened)."""
-        with self._lock:
-            try:
-                row = self._db.execute("SELECT value FROM settings WHERE name = "
-                                       "'backoff_max'").fetchone()
-            except sqlite3.OperationalError:  # no such table: written by an older version
-                row = None
-        return Backoff().max_delay if row is None else float(row[0])
-
-
-class Outbox(_Reads):
+class Outbox(Reads):
     """The durable outbox at ``path`` (created if missing). One uploader at a time.
 
     A ``backoff`` given (the agent's) is recorded in the file, for its readers
@@ -356,7 +113,7 @@ class Outbox(_Reads):
         self.backoff = backoff or Backoff()
         self.keep_done = keep_done
         # (batch id, CRC-32 when put, recipe) -> the body made again, or raises saying why
-        # not: a damaged pending batch is rebuilt rather than buried (edge/rebuild.py)
+        # not: a damaged pending batch is rebuilt rather than buried (edge/agent/rebuild.py)
         self.repair: Callable[[str, int, dict], bytes] | None = None
         self._lock = threading.Lock()
         self._db = None
@@ -678,12 +435,6 @@ class Outbox(_Reads):
         return out
 
 
-
-def checksum(body: bytes) -> int:
-    """A batch body's CRC-32, as the outbox keeps it."""
-    return zlib.crc32(body)
-
-
 def _add_checksums(db) -> None:
     """Schema migration: an outbox written before batches had checksums gets the columns,
     and its rows the checksum of their body as it is then (damage done before that cannot
@@ -753,180 +504,3 @@ class _Transaction:
                     self.db.execute("ROLLBACK")
             finally:
                 self.lock.release()
-
-
-def _held(db) -> tuple[int, int, int, int]:
-    """The pending batches and their bytes, the dead letters and their bytes."""
-    return (*db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM pending").fetchone(),
-            *db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM dead").fetchone())
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``acep outbox PATH status | list | export DIR | requeue [ID ...] | discard (ID ... |
-    --all)`` (also ``python -m edge.outbox``): what an agent's outbox holds, and its dead
-    letters."""
-    ap = argparse.ArgumentParser(prog="acep outbox",
-                                 description="what is pending in an agent's outbox, and list, "
-                                             "export, resend or delete its dead letters "
-                                             "(batches the collector refused for good)")
-    from acep.arguments import path_arg, text_arg
-
-    ap.add_argument("path", type=path_arg, help="the agent's outbox file (outbox.path)")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="ACTION",
-                            prog="acep outbox PATH")
-    sub.add_parser("status", help="one JSON line: pending batches (count, bytes, the oldest "
-                                  "with its attempts and last error, next due) and dead "
-                                  "letters (count, bytes)")
-    sub.add_parser("list", help="one JSON line per dead letter: id, bytes, reason, ...")
-    ex = sub.add_parser("export", help="write each dead letter's body to "
-                                       "DIR/<device>_<seq>.msgpack")
-    ex.add_argument("dir", type=path_arg)
-    for name, text in (("requeue", "send these dead letters again (all without ids)"),
-                       ("discard", "delete these dead letters for good")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("ids", nargs="*", type=text_arg)
-        if name == "discard":
-            p.add_argument("--all", action="store_true", help="every dead letter")
-        else:
-            p.add_argument("--redate", action="store_true",
-                           help="date them now first (their created_at: the collector "
-                                "refuses a batch dated far ahead or before the first day "
-                                "its retention keeps, as a device whose clock was wrong "
-                                "dates them); their events keep their own times")
-    args = ap.parse_args(argv)
-    box = _opened(args.path, args.command in ("status", "list", "export"))
-    if isinstance(box, str):
-        print(f"{ap.prog}: {box}", file=sys.stderr)
-        return 2
-    with box:
-        if args.command == "status":
-            print(json.dumps(box.summary()))
-        elif args.command == "list":
-            for d in box.dead_letters():
-                print(json.dumps(d.__dict__))
-        elif args.command == "export":
-            try:
-                os.makedirs(args.dir, exist_ok=True)
-            except OSError as e:  # a file there, or a directory that takes no new one
-                print(f"{ap.prog} export: {args.dir}: {e.strerror or e}", file=sys.stderr)
-                return 2
-            for d in box.dead_letters():
-                path = os.path.join(args.dir, d.batch_id.replace("/", "_") + ".msgpack")
-                with open(path, "wb") as fh:
-                    fh.write(box.dead_body(d.batch_id) or b"")
-                print(path)
-        elif args.command == "requeue":
-            unknown = _not_dead(box, args.ids)
-            try:
-                n = box.requeue(args.ids or None, rewrite=_redating() if args.redate else None)
-            except OutboxError as e:
-                print(f"{ap.prog} requeue: {e}; nothing requeued", file=sys.stderr)
-                return 1
-            print(f"requeued {n} dead letters{' dated now' if args.redate else ''}")
-            return _say_not_dead(ap.prog, unknown)
-        else:
-            if not args.ids and not args.all:
-                print(f"{ap.prog} discard: name the ids, or --all", file=sys.stderr)
-                return 2
-            unknown = [] if args.all else _not_dead(box, args.ids)
-            print(f"discarded {box.discard(None if args.all else args.ids)} dead letters")
-            return _say_not_dead(ap.prog, unknown)
-    return 0
-
-
-def _opened(path: str, read_only: bool) -> _Reads | str:
-    """The outbox at ``path`` (an :class:`OutboxReader` when ``read_only``: an agent that
-    has it open, or a user who may only read it, is not disturbed), or why it cannot be."""
-    if not os.path.exists(path):
-        return f"{path}: no such outbox"
-    if os.path.isdir(path):
-        return f"{path}: not an outbox (a directory)"
-    try:
-        if read_only:
-            return OutboxReader(path)
-        why = _not_an_outbox(path)
-        # else Outbox() would add its tables to any SQLite file (and set it to WAL mode)
-        return f"{path}: not an outbox ({why})" if why else Outbox(path)
-    except (ValueError, OutboxError) as e:
-        return str(e)
-    except sqlite3.Error as e:
-        return f"{path}: not an outbox ({e})"
-    except OSError as e:
-        return f"{path}: cannot be read ({e.strerror or e})"
-
-
-def _redating() -> Callable[[str, bytes], bytes]:
-    """``requeue --redate``'s rewrite: each body dated now (:func:`edge.wire.redate`)."""
-    from .wire import WireError, redate
-
-    now = time.time()
-
-    def rewrite(batch_id: str, body: bytes) -> bytes:
-        try:
-            return redate(body, now)
-        except WireError as e:
-            raise OutboxError(f"{batch_id}: not a batch this version can date ({e})") from None
-    return rewrite
-
-
-def _not_dead(box: Outbox, ids: list[str]) -> list[str]:
-    """The ``ids`` that are not dead letters, each with what it is instead."""
-    out = []
-    for bid in ids:
-        status = box.status(bid)
-        if status != "dead":
-            out.append(f"{bid} ({status or 'unknown'})")
-    return out
-
-
-def _say_not_dead(prog: str, unknown: list[str]) -> int:
-    """1 (after saying which) when some ids named were not dead letters, else 0."""
-    if not unknown:
-        return 0
-    print(f"{prog}: not dead letters, left alone: {', '.join(unknown)}", file=sys.stderr)
-    return 1
-
-
-def read_summary(path: str | os.PathLike) -> dict:
-    """What the outbox at ``path`` holds, read without writing anything (see
-    :class:`OutboxReader`): its :meth:`~OutboxReader.summary` and the progress saved with
-    the batches (``state``, JSON values by name). Raises ``ValueError`` when the file is not
-    an outbox and ``sqlite3.Error`` or ``OSError`` when it cannot be read."""
-    with OutboxReader(path) as outbox:
-        return {**outbox.summary(), "state": outbox.load_state()}
-
-
-def _read_only(path: str) -> sqlite3.Connection:
-    """A read-only connection to the outbox at ``path``: ``mode=ro``, and while no ``-wal``
-    file is beside it (no process has it open) also ``immutable=1``, since a read-only open
-    of a WAL database would create its ``-wal`` and ``-shm`` files."""
-    with open(path, "rb"):  # FileNotFoundError/PermissionError by name, before SQLite's
-        pass
-    flags = "mode=ro" if os.path.exists(path + "-wal") else "mode=ro&immutable=1"
-    db = sqlite3.connect("file:" + urllib.parse.quote(path) + "?" + flags, uri=True,
-                         check_same_thread=False)
-    try:
-        found = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
-                           "AND name = 'pending'").fetchone()
-    except BaseException:
-        db.close()
-        raise
-    if not found:
-        db.close()
-        raise ValueError(f"{path}: not an outbox (no table 'pending')")
-    return db
-
-
-def _not_an_outbox(path: str) -> str | None:
-    """Why the file at ``path`` is not an outbox, or None. Reads, never writes."""
-    try:
-        with contextlib.closing(sqlite3.connect(path)) as db:
-            found = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
-                               "AND name = 'pending'").fetchone()
-    except sqlite3.DatabaseError as exc:  # not SQLite at all, or unreadable
-        return str(exc)
-    return None if found else "no table 'pending'"
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """A damaged batch rebuilt from the events it was made from, when they are still there.
 
 When the agent puts a batch of matches read from a file it records, beside it, where its
-events are (the file's identity as :class:`edge.sources.FileSource` keeps it, the byte range
+events are (the file's identity as :class:`edge.agent.sources.FileSource` keeps it, the byte range
 of the kept events, their first position) and its matches (partition, point, start, errors,
 trajectory): :func:`recipe`. A batch whose body no longer has its CRC-32 is rebuilt from
 that (:func:`rebuild`): the lines read again (the file found by its identity, also when log
@@ -20,9 +20,9 @@ import numpy as np
 from acep.events import EventBatch, EventError
 from acep.matcher import MatchBatch
 
-from .outbox import checksum
+from ..wire import PatternRef, _plain_list, batch_from_matches, encode_batch
+from .outbox_reader import checksum
 from .sources import FileSource, find_file, parse_lines
-from .wire import PatternRef, _plain_list, batch_from_matches, encode_batch
 
 __all__ = ["Lost", "recipe", "rebuild"]
 

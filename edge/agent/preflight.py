@@ -29,7 +29,8 @@ it (``Sketch.signed_with``), and a sketch signed with another key both fingerpri
 agent's log does.
 
 Nothing is written: no outbox is created (an existing one is opened read-only, see
-:func:`edge.outbox.read_summary`), no sketch is kept, no state or metrics file is touched.
+:func:`edge.agent.outbox_reader.read_summary`), no sketch is kept, no state or metrics file
+is touched.
 Under ``ProtectSystem=strict`` the checks see the same read-only file system the agent will,
 so a missing ``ReadWritePaths=`` shows as a directory that is not writable.
 """
@@ -50,23 +51,15 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..logs import duration
+from ..wire import LOOPBACK, PatternRef
 from .config import AgentConfig, ConfigError, KeyFileError, load_config, read_key_file
-from .logs import duration
-from .outbox import OutboxReader, read_summary
+from .outbox_reader import OutboxReader, read_summary
 from .rebuild import rebuild
 from .resume import copy_path, read_copy
 from .sketches import device_key_option, fitting
-from .uplink import (
-    CLOCK_SLACK,
-    answer_json,
-    answer_opener,
-    error_body,
-    error_text,
-    redirect_text,
-    timed,
-    tls_context,
-)
-from .wire import LOOPBACK, PatternRef
+from .transport import answer_opener, redirect_text, timed
+from .uplink import CLOCK_SLACK, answer_json, error_body, error_text, tls_context
 
 __all__ = ["Check", "checks", "check", "HTTP_TIMEOUT"]
 
@@ -395,7 +388,7 @@ def _get(url: str, token: str | None, timeout: float, limit: int,
     """``GET url``: (HTTP status, body up to ``limit`` + 1 bytes, error); status None when
     no whole answer came within ``timeout`` (the error says why: a certificate the CA does
     not vouch for, too). A redirect is not followed (the token would go along:
-    :class:`edge.uplink.NoRedirects`)."""
+    :class:`edge.agent.transport.NoRedirects`)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     req = timed(urllib.request.Request(url, headers=headers, method="GET"), timeout)
     opener = answer_opener(context)

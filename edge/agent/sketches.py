@@ -31,11 +31,11 @@ from acep.pattern import partition_attribute
 from history.policies import HistoryPolicy
 from history.sketch import Sketch, SketchError
 
+from ..logs import Crashes, Failing
+from ..wire import sketch_etag
 from .config import AgentConfig, KeyFileError, PatternConfig, SketchConfig, read_key_file
-from .logs import Crashes, Failing
-from .outbox import Backoff
+from .outbox_reader import Backoff
 from .uplink import Uplink, download_sketch
-from .wire import sketch_etag
 
 __all__ = ["Sketches", "FALLBACK_POLICY", "fitting", "KeyFileError"]
 

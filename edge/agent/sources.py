@@ -26,7 +26,7 @@ from acep.utils import bounds as _bounds
 from acep.utils import json_loads as loads
 from acep.utils import json_problem
 
-from .logs import LogLimiter
+from ..logs import LogLimiter
 
 __all__ = ["Source", "FileSource", "StdinSource", "IteratorSource", "LogLimiter",
            "parse_line", "parse_lines", "fingerprint", "find_file", "open_file",

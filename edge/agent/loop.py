@@ -1,14 +1,14 @@
 """The device agent: events in, matches under a budget, batches into the outbox, uploads.
 
 ``python -m edge.agent --config agent.toml [--once]``. The loop, per chunk of events from
-the source (:mod:`edge.sources`): the events go through an :class:`acep.Matcher` under the
+the source (:mod:`edge.agent.sources`): the events go through an :class:`acep.Matcher` under the
 budget; its matches become an upload batch (:func:`edge.wire.batch_from_matches`, with the
 events of their windows, or a per-slot summary in condensed mode); the batch is put into the
 outbox **in the same transaction as the agent's progress** (events consumed, next seq, where
-to resume). An :class:`edge.uplink.Uploader` thread sends due batches to the collector.
+to resume). An :class:`edge.agent.uploader.Uploader` thread sends due batches to the collector.
 
 Restart (including after SIGKILL): the agent resumes from its last committed progress
-(:class:`edge.resume.Progress`: where to resume and replay, and the stream it belongs to,
+(:class:`edge.agent.resume.Progress`: where to resume and replay, and the stream it belongs to,
 including files log rotation renamed away). The matcher's state is rebuilt by replaying,
 without emitting, the events it kept for the windows (every partition's last ``window`` of
 events, from ``replay_offset``), so a replayable source (a file, a re-created iterator)
@@ -17,7 +17,7 @@ input cannot be replayed: the agent resumes with an empty matcher. Under a bindi
 the replay starts with a full credit, so shedding decisions after a restart may differ from
 an uninterrupted run's.
 
-Sketch (:class:`edge.sketches.Sketches`): loaded or downloaded, verified before use, saved
+Sketch (:class:`edge.agent.sketches.Sketches`): loaded or downloaded, verified before use, saved
 as it is learned; a new sketch the collector publishes replaces the running one between
 chunks, with a new matcher whose state is rebuilt from the kept events. Without a usable
 sketch the agent runs with the fallback policy ``oldest-first``.
@@ -25,55 +25,44 @@ sketch the agent runs with the fallback policy ``oldest-first``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import signal
-import sys
 import threading
 import time
 from collections.abc import Iterable
 
-import numpy as np
-
 from acep import Matcher
-from acep.arguments import path_arg
 from acep.events import EventBatch, EventError
 from acep.matcher import MatchBatch
 from acep.shedding import Budget, OldestFirstPolicy, RandomPolicy
 from history.policies import HistoryPolicy
 from history.sketch import Sketch
 
+from ..logs import Crashes, Failing, LogLimiter
+from ..wire import (
+    Condenser,
+    PatternRef,
+)
+from .batches import Batches
 from .budgeting import WallClockBudget
 from .commits import Commits
-from .config import AgentConfig, ConfigError, load_config
-from .logs import LOG_LEVELS, Crashes, Failing, LogLimiter
-from .outbox import Backoff, Outbox, OutboxError, OutboxFull
-from .rebuild import rebuild, recipe
-from .resume import Progress, copy_path, from_copy, write_copy
+from .config import AgentConfig, ConfigError
+from .metrics import Metrics
+from .outbox import Outbox, OutboxError
+from .outbox_reader import Backoff
+from .resume import Progress, copy_path, from_copy
 from .retained import Retained
 from .sketches import FALLBACK_POLICY, Sketches
 from .sources import FileSource, IteratorSource, Source, StdinSource
-from .uplink import Uplink, Uploader
-from .wire import (
-    Condenser,
-    PatternRef,
-    _plain_list,
-    batch_from_matches,
-    batch_id,
-    encode_batch,
-    encode_condensed,
-)
+from .uplink import Uplink
+from .uploader import Uploader
 
-__all__ = ["Agent", "main", "fresh_seq", "FALLBACK_POLICY"]
+__all__ = ["Agent", "fresh_seq", "FALLBACK_POLICY"]
 
 log = logging.getLogger("edge.agent")
-LAST_BEAT_TIMEOUT = 2.0  # seconds the final heartbeat may take at exit
 DISK_FULL_RETRY = 5.0  # seconds between two tries of an outbox write refused for room
-COPY_EVERY = 5.0  # seconds between two copies of the progress of chunks without matches
 
 
-class Agent:
+class Agent(Batches, Metrics):
     """One agent: the config, its outbox file and (optionally) an iterator of events.
 
     :meth:`run` matches the source under the budget, keeps the matches in the outbox and
@@ -138,7 +127,7 @@ class Agent:
             self.outbox.save_state({"seq": self.seq})
         self.progress = Progress(config, st, self.consumed, self.seq)
         self.stop_event = threading.Event()
-        # outbox transactions: in order, in a thread of their own (edge/commits.py)
+        # outbox transactions: in order, in a thread of their own (edge/agent/commits.py)
         self.commits = Commits(self.stop_event, DISK_FULL_RETRY)
         self.uploader: Uploader | None = None
         # when the last heartbeat was handed to the uploader (time.monotonic(): a clock set
@@ -175,15 +164,6 @@ class Agent:
         self._loop_lock = threading.Lock()
         self._bad_log = LogLimiter(log)  # the source's, once there is one (one rate limit)
         self.sketches.watch(self.stop_event)
-
-    @property
-    def metrics_error(self) -> str | None:
-        """Why the last metrics line was not written (or the metrics not taken), or None."""
-        return self._metrics_failing.why
-
-    @metrics_error.setter
-    def metrics_error(self, why: str | None) -> None:
-        self._metrics_failing.set(why)
 
     @property
     def history(self) -> HistoryPolicy | None:
@@ -468,168 +448,8 @@ class Agent:
         self._commit(found, self.kept.view(), 0, finished=True)
         self.progress.finished = True
 
-    def _commit(self, found: MatchBatch, events: EventBatch | None, n_live: int,
-                finished: bool = False, taken: int = 0) -> None:
-        """Queue the transaction of a chunk (``taken``: its events, good and bad); the
-        source hears when it is durable (an MQTT source acknowledges its messages then)."""
-        self.consumed += n_live
-        state = {"consumed": self.consumed, **self.progress.state(), "finished": finished,
-                 **self.source.taken(taken)}
-        if len(found) and self.condenser is None:
-            found = self._inside(found, events)
-        if not len(found):
-            self._submit(taken, self._save, {**state, "seq": self.seq})
-            return
-        now = time.time()
-        if self.condenser is not None:
-            body = encode_condensed(self.condenser.summarize(
-                found, device=self.cfg.device_id, seq=self.seq, pattern=self.pattern_ref))
-            pieces, groups = [(found, body)], None
-        else:
-            groups = self.kept.groups(set(_plain_list(found.partition)))
-            pieces = self._cut(found, events, groups, now)
-        self.counts["matches"] += len(found)
-        for i, (piece, body) in enumerate(pieces):
-            seq = self.seq
-            if i:  # encoded under the first piece's seq while cut
-                body = self._encode(piece, events, groups, seq, now)
-            self.seq += 1
-            last = i == len(pieces) - 1
-            # the progress goes with the last piece: a crash before it replays the chunk,
-            # and the pieces put already come again under the same ids (duplicates)
-            self._submit(taken if last else 0, self._put, body,
-                         batch_id(self.cfg.device_id, seq),
-                         {**state, "seq": self.seq} if last else None,
-                         self._covers(len(piece), events), self._recipe(piece, events, now))
-
-    def _submit(self, taken: int, write, *args) -> None:
-        """``write(*args)`` in the writer thread, then the source told that the ``taken``
-        events of the chunk are durable."""
-        self.commits.submit(self._durably, taken, write, *args)
-
-    def _durably(self, taken: int, write, *args) -> None:
-        write(*args)
-        if taken:
-            self.source.durable(taken)
-
-    def _encode(self, found: MatchBatch, events: EventBatch | None, groups, seq: int,
-                created_at: float) -> bytes:
-        return encode_batch(batch_from_matches(found, events, device=self.cfg.device_id,
-                                               seq=seq, pattern=self.pattern_ref,
-                                               groups=groups, created_at=created_at))
-
-    def _cut(self, found: MatchBatch, events: EventBatch | None, groups, created_at: float
-             ) -> list[tuple[MatchBatch, bytes]]:
-        """The matches in pieces whose bodies stay within ``collector.max_body`` (halves,
-        in order), each with its body encoded under the current seq; a single match over
-        it stays one piece (the collector refuses it alone: a dead letter)."""
-        body = self._encode(found, events, groups, self.seq, created_at)
-        if len(body) <= self.cfg.max_body or len(found) < 2:
-            return [(found, body)]
-        half = len(found) // 2
-        log.info("a batch of %d matches is %d bytes, over collector.max_body (%d): cut in "
-                 "two", len(found), len(body), self.cfg.max_body)
-        return (self._cut(_rows(found, range(half)), events, groups, created_at)
-                + self._cut(_rows(found, range(half, len(found))), events, groups,
-                            created_at))
-
-    def _recipe(self, found: MatchBatch, events: EventBatch | None, created_at: float
-                ) -> dict | None:
-        """How to make the batch again from the events file (edge/rebuild.py), should its
-        body be damaged in the outbox; None when its events are not all in the file being
-        read (read from stdin, or before a rotation), and for a condensed summary (its
-        counts go on from the batches before)."""
-        if not isinstance(self.source, FileSource) or events is None or \
-                self.condenser is not None or self.kept.position < self.progress.file_start:
-            return None
-        return recipe(self.source, self.kept.first_offset(None), self.progress.resume_offset,
-                      events, found, created_at)
-
-    def _rebuild(self, bid: str, crc: int, made: dict) -> bytes:
-        """The outbox's :attr:`~edge.outbox.Outbox.repair`: a damaged batch made again."""
-        seq = int(bid.rsplit("/", 1)[1])
-        return rebuild(made, crc, device=self.cfg.device_id, seq=seq,
-                       pattern=self.pattern_ref)
-
-    def _covers(self, n: int, events: EventBatch | None) -> str:
-        """What a batch holds, in words: kept with it for the reason of a dead letter,
-        should its body be damaged on the disk."""
-        text = f"{n} matches"
-        if events is not None and len(events):
-            last = events.position + len(events) - 1
-            text += f" of the events at positions {events.position}..{last}"
-        if self.cfg.source.kind == "file":
-            first = self.kept.first_offset(None)
-            start = "?" if first is None else first
-            text += f" (bytes {start}..{self.progress.resume_offset} of {self.cfg.source.path})"
-        return text
-
-    def _put(self, body: bytes, bid: str, state: dict | None, about: str | None = None,
-             made: dict | None = None) -> None:
-        """The batch and the progress (if any) in one outbox transaction (writer thread)."""
-        try:
-            self.outbox.put(body, bid, state=state, about=about, recipe=made)
-            self.counts["batches_put"] += 1
-            self.counts["bytes_put"] += len(body)
-        except OutboxFull as e:
-            self.counts["batches_refused"] += 1
-            log.error("%s", e)
-        if state is not None:
-            self._copy_progress(state)
-        if self.uploader is not None:
-            self.uploader.wake.set()
-
-    def _save(self, state: dict) -> None:
-        """The progress alone (a chunk without matches), then its copy at most every
-        COPY_EVERY seconds (writer thread): a copy behind by chunks without matches makes a
-        lost outbox match them again, which uploads nothing twice, and its fsyncs cost three
-        times the commit's."""
-        self.outbox.save_state(state)
-        self._uncopied = state
-        if time.monotonic() - self._copied_at >= COPY_EVERY:
-            self._copy_progress(state)
-
-    def _flush_copy(self) -> None:
-        """At exit: the last progress into the copy, if it is not there yet."""
-        if self._uncopied is not None:
-            self._copy_progress(self._uncopied)
-
-    def _copy_progress(self, state: dict) -> None:
-        """The progress just committed, copied beside the outbox (edge.resume.write_copy).
-        A copy that cannot be written only lags: the outbox holds the progress."""
-        self._uncopied, self._copied_at = None, time.monotonic()
-        try:
-            write_copy(self.copy, state)
-        except OSError as e:
-            if not self._copy_failing:
-                log.warning("cannot write the copy of the progress %s (%s); a lost outbox "
-                            "would then have its matches since uploaded again", self.copy, e)
-            self._copy_failing = True
-            return
-        if self._copy_failing:
-            log.info("the copy of the progress %s is written again", self.copy)
-        self._copy_failing = False
-
-    def _inside(self, found: MatchBatch, events: EventBatch | None) -> MatchBatch:
-        """Drop (and count) matches whose trajectory reaches before the kept events: only
-        when ``outbox.max_retained_events`` cut an idle partition's window."""
-        lo = events.position if events is not None else self.position
-        hi = lo + (len(events) if events is not None else 0)
-        ptr = np.asarray(found.trajectory_ptr, dtype=np.int64)
-        traj = np.asarray(found.trajectory)
-        outside = (traj < lo) | (traj >= hi)
-        if not outside.any():
-            return found
-        # a match is kept when none of its trajectory entries is outside (each has >= 1)
-        bad = np.add.reduceat(outside.astype(np.int64), ptr[:-1]) > 0
-        ok = np.flatnonzero(~bad).tolist()
-        self.counts["matches_orphaned"] += len(found) - len(ok)
-        log.warning("%d matches reach before the kept events (outbox.max_retained_events); "
-                    "not uploaded", len(found) - len(ok))
-        return _rows(found, ok)
-
     def _retain(self, new: EventBatch, starts: list) -> None:
-        """Add a chunk's events to the kept run (:class:`edge.retained.Retained`); the run
+        """Add a chunk's events to the kept run (:class:`edge.agent.retained.Retained`); the run
         seen until :meth:`_trim` holds the windows of the chunk's matches."""
         self.kept.append(new, starts)
 
@@ -659,149 +479,6 @@ class Agent:
     def _ops_now(self) -> float:
         return self.matcher.budget.ops_per_event if self.matcher.budget else 0.0
 
-    # ------------------------------------------------------------------ metrics
-
-    def metrics(self, source: Source | None = None) -> dict:
-        """The current metrics (one JSON object)."""
-        s = {**self.matcher.stats}
-        for name, carried in self._stats_carry.items():  # from matchers before a new sketch
-            s[name] += carried
-        ob = self.outbox.metrics()
-        sk = self.sketches
-        out = {"time": time.time(), "started_at": self.started_at,
-               "device": self.cfg.device_id, **self.counts, **sk.counts,
-               "consumed": self.consumed, "seq": self.seq, "candidates": s["candidates"],
-               "shed": s["shed"], "decide_ns": s["decide_ns"], "lag_s": round(self.lag, 4),
-               "ops_per_event": self._ops_now(), "policy": sk.policy_name,
-               "policy_error": sk.policy_error, "outbox_pending": ob["pending"],
-               "outbox_pending_bytes": ob["pending_bytes"], "batches_sent": ob["sent"],
-               "bytes_sent": ob["sent_bytes"], "batches_rejected": ob["rejected"],
-               "batches_dropped": ob["dropped"], "batches_damaged": ob["damaged"],
-               "outbox_damaged": ob["damaged"], "outbox_rebuilt": ob["rebuilt"],
-               "batches_split": ob["split"], "outbox_dead": ob["dead"],
-               "outbox_dead_bytes": ob["dead_bytes"], "outbox_disk_full": self.commits.disk_full,
-               "retained_events": len(self.kept),
-               "uploads_unauthorized": 0, "upload_error": None, "upload_failing_since": None,
-               "sketch_error": sk.error, "sketch_failing_since": sk.failing_since,
-               "metrics_error": self.metrics_error,
-               "metrics_failing_since": self._metrics_failing.since}
-        if self.uplink is not None:
-            out["clock_ahead_s"] = self.uplink.clock_ahead
-        if self.uploader is not None:
-            out["uploads_unauthorized"] = self.uploader.counts["unauthorized"]
-            out["heartbeats"] = self.uploader.counts["heartbeats"]
-            out["upload_error"] = self.uploader.last_error
-            out["upload_failing_since"] = self.uploader.failing_since
-            up = self.uploader.uplink
-            out.update(upload_bytes_on_wire=up.bytes_on_wire,
-                       upload_expect_continue=up.expect_continue,
-                       upload_gzip=up.compress and up.gzip_taken)
-        if source is not None:
-            out["bad_lines"] = source.bad_lines
-            if self.cfg.source.kind == "mqtt":  # messages not acknowledged yet, and skipped
-                out.update(mqtt_unacked=source.unacked, mqtt_redelivered=source.redelivered)
-            if isinstance(source, FileSource):
-                out["backlog_bytes"] = source.backlog()
-        if self.wallclock is not None:
-            out.update(cost_per_op_ns=self.wallclock.op_cost * 1e9,
-                       cost_per_event_ns=self.wallclock.base_cost * 1e9,
-                       arrival_rate=self.wallclock.rate,
-                       backlog_events=round(getattr(source, "backlog_events", 0.0)))
-        return out
-
-    def _metrics_loop(self, source: Source, done: threading.Event) -> None:
-        """A metrics line every ``metrics.interval`` seconds, also while no event arrives.
-        An unexpected error (a bug, a failing read of the outbox) does not end it: it is
-        said once per streak (:class:`edge.logs.Crashes`) and tried at the next interval."""
-        every = self.cfg.metrics.interval
-        while not done.wait(every):
-            try:
-                written = self._metrics_once(source)
-            except Exception as e:  # the agent must not go on for days without metrics
-                self.metrics_error = self._metrics_crashes.failed(e, every)
-            else:
-                if written:
-                    self._metrics_crashes.ended()
-
-    def _metrics_once(self, source: Source) -> bool:
-        """One metrics line and heartbeat; False when a chunk took the whole interval."""
-        doc = self._metrics_now(source)
-        if doc is None:
-            return False
-        try:
-            self._emit_metrics(doc)
-        finally:  # the collector hears from the device even when its line was not written
-            self._heartbeat(doc)
-        return True
-
-    def _metrics_now(self, source: Source) -> dict | None:
-        """The metrics between two chunks; while the loop waits for room on a full disk
-        (it holds the lock but changes nothing), without the lock, so the metrics and the
-        heartbeats say so. None when a chunk takes longer than the interval."""
-        locked = self._loop_lock.acquire(timeout=self.cfg.metrics.interval)
-        try:
-            return self.metrics(source) if locked or self.commits.disk_full else None
-        finally:
-            if locked:
-                self._loop_lock.release()
-
-    def _heartbeat(self, doc: dict) -> None:
-        """Hand the collector the metrics every ``collector.heartbeat`` seconds, so that
-        ``acep serve --list-devices`` tells a device that is up with nothing to upload from
-        one that is down."""
-        every = self.cfg.heartbeat
-        now = time.monotonic()
-        if self.uploader is None or every <= 0 or \
-                (self._beat_at is not None and now - self._beat_at < every):
-            return
-        self._beat_at = now
-        self.uploader.beat(doc)
-
-    def _last_heartbeat(self, final: dict) -> None:
-        """The final metrics with ``"stopped": true``, so that the collector tells an agent
-        that stopped from one that died or lost its link. A collector that does not answer
-        within ``LAST_BEAT_TIMEOUT`` does not hold the exit up for long."""
-        if self.uploader is not None and self.cfg.heartbeat > 0:
-            self.uploader.beat({**final, "stopped": True})
-            try:
-                self.uploader.send_beat(LAST_BEAT_TIMEOUT)
-            except Exception as e:  # the exit must go on (the uploader logged the like)
-                log.warning("the last heartbeat failed: %s: %s", type(e).__name__, e)
-
-    def _emit_metrics(self, doc: dict) -> None:
-        line = json.dumps(doc, sort_keys=True)
-        path = self.cfg.metrics.path
-        try:
-            if path is None:
-                print(line, file=sys.stderr, flush=True)
-            else:
-                with open(path, "a") as fh:
-                    fh.write(line + "\n")
-        except OSError as exc:  # a full disk, a closed pipe must not stop the matching
-            self._metrics_lost += 1
-            where = "the metrics to stderr" if path is None else f"metrics.path {path}"
-            self.metrics_error = f"cannot write {where}: {exc}"
-            if self._metrics_lost == 1:
-                log.error("cannot write %s (%s); metrics lines are dropped until it can",
-                          where, exc)
-            return
-        if self._metrics_lost:
-            log.info("metrics lines are written again (after %d dropped)", self._metrics_lost)
-        self._metrics_lost, self.metrics_error = 0, None
-
-
-def _rows(found: MatchBatch, ok) -> MatchBatch:
-    """The matches ``ok`` (indices, in order) of ``found``."""
-    ok = list(ok)
-    ptr = np.asarray(found.trajectory_ptr, dtype=np.int64)
-    rows = np.array(ok, dtype=np.int64)
-    pieces = [np.arange(ptr[i], ptr[i + 1]) for i in ok]
-    idx = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
-    lengths = np.diff(ptr)[rows] if len(rows) else np.zeros(0, np.int64)
-    return MatchBatch(found.partition[rows], found.point[rows], found.start[rows],
-                      found.errors[rows], np.concatenate([[0], np.cumsum(lengths)]),
-                      found.trajectory[idx], found.trajectory_tags[idx], found.tag_is_time)
-
 
 def fresh_seq() -> int:
     """The first ``seq`` of a new outbox: the Unix time in microseconds. An earlier outbox
@@ -809,62 +486,3 @@ def fresh_seq() -> int:
     microsecond, so a new one starts above every batch id it uploaded (unless the clock went
     back by more than that outbox's age) and the collector never sees a reused id."""
     return time.time_ns() // 1000
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run ``acep agent --config agent.toml [--once] [--check]``; returns the exit code.
-
-    Parameters
-    ----------
-    argv : list of str, optional
-        The arguments (default: ``sys.argv[1:]``).
-
-    Returns
-    -------
-    int
-        0 when the source ended or the agent was stopped; 2 for a config error.
-
-    Examples
-    --------
-    >>> from edge.agent import main
-    >>> main(["--config", "missing.toml"])   # one line on stderr names the file
-    2
-    """
-    ap = argparse.ArgumentParser(prog="acep agent", description=__doc__.splitlines()[0])
-    ap.add_argument("--config", required=True, type=path_arg, help="the agent.toml")
-    ap.add_argument("--once", action="store_true",
-                    help="process what the source holds now, upload what is due, exit")
-    ap.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
-                    help="DEBUG, INFO (default), WARNING or ERROR; logged on stderr")
-    ap.add_argument("--check", action="store_true",
-                    help="check the config, files, keys, sketch and collector; print one line "
-                         "each (ok/WARN/FAIL), write nothing, exit 1 if any failed")
-    args = ap.parse_args(argv)
-    if args.check:  # edge/preflight.py: reads only
-        from .preflight import check
-        return check(args.config)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        agent = Agent(load_config(args.config))
-    except ConfigError as e:
-        print(f"acep agent: config error: {e}", file=sys.stderr)
-        return 2
-    signal.signal(signal.SIGTERM, agent.stop)
-    signal.signal(signal.SIGINT, agent.stop)
-    try:
-        agent.run(once=args.once)
-    except ConfigError as e:  # paho-mqtt missing for source.kind = "mqtt"
-        print(f"acep agent: config error: {e}", file=sys.stderr)
-        return 2
-    except FileNotFoundError as e:  # a file not followed (or --once) is read at once
-        if e.filename != agent.cfg.source.path:
-            raise
-        print(f"acep agent: source.path {e.filename}: no such file (not followed: nothing "
-              "to read)", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

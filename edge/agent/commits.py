@@ -2,7 +2,7 @@
 
 Each transaction holds a chunk's batch with the progress after it, so a kill leaves a
 consistent outbox; the agent matches the next chunk while one is committed (its fsync).
-A transaction refused for want of space (a full SD card: :func:`edge.outbox.out_of_space`)
+A transaction refused for want of space (a full SD card: :func:`edge.agent.outbox.out_of_space`)
 is tried again every ``retry`` seconds until it commits; the agent waits behind it and
 takes no input meanwhile, so nothing is lost. A stop gives it up, and every transaction
 after it, so the saved progress never passes an uncommitted chunk.

@@ -1,0 +1,211 @@
+"""How the agent turns a chunk's matches into upload batches and commits them.
+
+:class:`Batches` is the part of :class:`~edge.agent.loop.Agent` that encodes the matches
+(cut in halves when a batch would be too large), puts each batch into the outbox in the
+same transaction as the progress, records how to make it again (:mod:`~edge.agent.rebuild`)
+and keeps the copy of the progress beside the outbox (:mod:`~edge.agent.resume`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from acep.events import EventBatch
+from acep.matcher import MatchBatch
+
+from ..wire import (
+    _plain_list,
+    batch_from_matches,
+    batch_id,
+    encode_batch,
+    encode_condensed,
+)
+from .outbox import OutboxFull
+from .rebuild import rebuild, recipe
+from .resume import write_copy
+from .sources import FileSource
+
+__all__ = ["Batches", "COPY_EVERY"]
+
+log = logging.getLogger("edge.agent")
+COPY_EVERY = 5.0  # seconds between two copies of the progress of chunks without matches
+
+
+class Batches:
+    """The agent's batch writes (a part of :class:`~edge.agent.loop.Agent`)."""
+
+    def _commit(self, found: MatchBatch, events: EventBatch | None, n_live: int,
+                finished: bool = False, taken: int = 0) -> None:
+        """Queue the transaction of a chunk (``taken``: its events, good and bad); the
+        source hears when it is durable (an MQTT source acknowledges its messages then)."""
+        self.consumed += n_live
+        state = {"consumed": self.consumed, **self.progress.state(), "finished": finished,
+                 **self.source.taken(taken)}
+        if len(found) and self.condenser is None:
+            found = self._inside(found, events)
+        if not len(found):
+            self._submit(taken, self._save, {**state, "seq": self.seq})
+            return
+        now = time.time()
+        if self.condenser is not None:
+            body = encode_condensed(self.condenser.summarize(
+                found, device=self.cfg.device_id, seq=self.seq, pattern=self.pattern_ref))
+            pieces, groups = [(found, body)], None
+        else:
+            groups = self.kept.groups(set(_plain_list(found.partition)))
+            pieces = self._cut(found, events, groups, now)
+        self.counts["matches"] += len(found)
+        for i, (piece, body) in enumerate(pieces):
+            seq = self.seq
+            if i:  # encoded under the first piece's seq while cut
+                body = self._encode(piece, events, groups, seq, now)
+            self.seq += 1
+            last = i == len(pieces) - 1
+            # the progress goes with the last piece: a crash before it replays the chunk,
+            # and the pieces put already come again under the same ids (duplicates)
+            self._submit(taken if last else 0, self._put, body,
+                         batch_id(self.cfg.device_id, seq),
+                         {**state, "seq": self.seq} if last else None,
+                         self._covers(len(piece), events), self._recipe(piece, events, now))
+
+    def _submit(self, taken: int, write, *args) -> None:
+        """``write(*args)`` in the writer thread, then the source told that the ``taken``
+        events of the chunk are durable."""
+        self.commits.submit(self._durably, taken, write, *args)
+
+    def _durably(self, taken: int, write, *args) -> None:
+        write(*args)
+        if taken:
+            self.source.durable(taken)
+
+    def _encode(self, found: MatchBatch, events: EventBatch | None, groups, seq: int,
+                created_at: float) -> bytes:
+        return encode_batch(batch_from_matches(found, events, device=self.cfg.device_id,
+                                               seq=seq, pattern=self.pattern_ref,
+                                               groups=groups, created_at=created_at))
+
+    def _cut(self, found: MatchBatch, events: EventBatch | None, groups, created_at: float
+             ) -> list[tuple[MatchBatch, bytes]]:
+        """The matches in pieces whose bodies stay within ``collector.max_body`` (halves,
+        in order), each with its body encoded under the current seq; a single match over
+        it stays one piece (the collector refuses it alone: a dead letter)."""
+        body = self._encode(found, events, groups, self.seq, created_at)
+        if len(body) <= self.cfg.max_body or len(found) < 2:
+            return [(found, body)]
+        half = len(found) // 2
+        log.info("a batch of %d matches is %d bytes, over collector.max_body (%d): cut in "
+                 "two", len(found), len(body), self.cfg.max_body)
+        return (self._cut(_rows(found, range(half)), events, groups, created_at)
+                + self._cut(_rows(found, range(half, len(found))), events, groups,
+                            created_at))
+
+    def _recipe(self, found: MatchBatch, events: EventBatch | None, created_at: float
+                ) -> dict | None:
+        """How to make the batch again from the events file (edge/agent/rebuild.py), should its
+        body be damaged in the outbox; None when its events are not all in the file being
+        read (read from stdin, or before a rotation), and for a condensed summary (its
+        counts go on from the batches before)."""
+        if not isinstance(self.source, FileSource) or events is None or \
+                self.condenser is not None or self.kept.position < self.progress.file_start:
+            return None
+        return recipe(self.source, self.kept.first_offset(None), self.progress.resume_offset,
+                      events, found, created_at)
+
+    def _rebuild(self, bid: str, crc: int, made: dict) -> bytes:
+        """The outbox's :attr:`~edge.agent.outbox.Outbox.repair`: a damaged batch made again."""
+        seq = int(bid.rsplit("/", 1)[1])
+        return rebuild(made, crc, device=self.cfg.device_id, seq=seq,
+                       pattern=self.pattern_ref)
+
+    def _covers(self, n: int, events: EventBatch | None) -> str:
+        """What a batch holds, in words: kept with it for the reason of a dead letter,
+        should its body be damaged on the disk."""
+        text = f"{n} matches"
+        if events is not None and len(events):
+            last = events.position + len(events) - 1
+            text += f" of the events at positions {events.position}..{last}"
+        if self.cfg.source.kind == "file":
+            first = self.kept.first_offset(None)
+            start = "?" if first is None else first
+            text += f" (bytes {start}..{self.progress.resume_offset} of {self.cfg.source.path})"
+        return text
+
+    def _put(self, body: bytes, bid: str, state: dict | None, about: str | None = None,
+             made: dict | None = None) -> None:
+        """The batch and the progress (if any) in one outbox transaction (writer thread)."""
+        try:
+            self.outbox.put(body, bid, state=state, about=about, recipe=made)
+            self.counts["batches_put"] += 1
+            self.counts["bytes_put"] += len(body)
+        except OutboxFull as e:
+            self.counts["batches_refused"] += 1
+            log.error("%s", e)
+        if state is not None:
+            self._copy_progress(state)
+        if self.uploader is not None:
+            self.uploader.wake.set()
+
+    def _save(self, state: dict) -> None:
+        """The progress alone (a chunk without matches), then its copy at most every
+        COPY_EVERY seconds (writer thread): a copy behind by chunks without matches makes a
+        lost outbox match them again, which uploads nothing twice, and its fsyncs cost three
+        times the commit's."""
+        self.outbox.save_state(state)
+        self._uncopied = state
+        if time.monotonic() - self._copied_at >= COPY_EVERY:
+            self._copy_progress(state)
+
+    def _flush_copy(self) -> None:
+        """At exit: the last progress into the copy, if it is not there yet."""
+        if self._uncopied is not None:
+            self._copy_progress(self._uncopied)
+
+    def _copy_progress(self, state: dict) -> None:
+        """The progress just committed, copied beside the outbox (edge.agent.resume.write_copy).
+        A copy that cannot be written only lags: the outbox holds the progress."""
+        self._uncopied, self._copied_at = None, time.monotonic()
+        try:
+            write_copy(self.copy, state)
+        except OSError as e:
+            if not self._copy_failing:
+                log.warning("cannot write the copy of the progress %s (%s); a lost outbox "
+                            "would then have its matches since uploaded again", self.copy, e)
+            self._copy_failing = True
+            return
+        if self._copy_failing:
+            log.info("the copy of the progress %s is written again", self.copy)
+        self._copy_failing = False
+
+    def _inside(self, found: MatchBatch, events: EventBatch | None) -> MatchBatch:
+        """Drop (and count) matches whose trajectory reaches before the kept events: only
+        when ``outbox.max_retained_events`` cut an idle partition's window."""
+        lo = events.position if events is not None else self.position
+        hi = lo + (len(events) if events is not None else 0)
+        ptr = np.asarray(found.trajectory_ptr, dtype=np.int64)
+        traj = np.asarray(found.trajectory)
+        outside = (traj < lo) | (traj >= hi)
+        if not outside.any():
+            return found
+        # a match is kept when none of its trajectory entries is outside (each has >= 1)
+        bad = np.add.reduceat(outside.astype(np.int64), ptr[:-1]) > 0
+        ok = np.flatnonzero(~bad).tolist()
+        self.counts["matches_orphaned"] += len(found) - len(ok)
+        log.warning("%d matches reach before the kept events (outbox.max_retained_events); "
+                    "not uploaded", len(found) - len(ok))
+        return _rows(found, ok)
+
+
+def _rows(found: MatchBatch, ok) -> MatchBatch:
+    """The matches ``ok`` (indices, in order) of ``found``."""
+    ok = list(ok)
+    ptr = np.asarray(found.trajectory_ptr, dtype=np.int64)
+    rows = np.array(ok, dtype=np.int64)
+    pieces = [np.arange(ptr[i], ptr[i + 1]) for i in ok]
+    idx = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+    lengths = np.diff(ptr)[rows] if len(rows) else np.zeros(0, np.int64)
+    return MatchBatch(found.partition[rows], found.point[rows], found.start[rows],
+                      found.errors[rows], np.concatenate([[0], np.cumsum(lengths)]),
+                      found.trajectory[idx], found.trajectory_tags[idx], found.tag_is_time)
