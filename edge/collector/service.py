@@ -7,13 +7,14 @@
     python -m edge.collector --db collector.db --add-device pi-kitchen   # prints a token once
 
 Every accepted batch is decoded with limits (:mod:`edge.wire`), re-checked with the exact
-engine (:mod:`edge.recheck`), its windows' events written to the Parquet archive
-(:mod:`edge.archive`) and then stored in one database transaction (:mod:`edge.store`). The
-archive file is written before the commit: a collector killed between the two has an
-archive file and no batch row, the device sends the batch again, and the same file is
-rewritten under the same name, so nothing is stored twice and nothing answered "stored"
-is missing. All blocking work runs in one worker thread, in arrival order, so a duplicate
-check and its insert never interleave with another request's.
+engine (:mod:`edge.collector.recheck`), its windows' events written to the Parquet archive
+(:mod:`edge.collector.archive`) and then stored in one database transaction
+(:mod:`edge.collector.store`). The archive file is written before the commit: a collector
+killed between the two has an archive file and no batch row, the device sends the batch
+again, and the same file is rewritten under the same name, so nothing is stored twice and
+nothing answered "stored" is missing. All blocking work runs in one worker thread, in
+arrival order, so a duplicate check and its insert never interleave with another
+request's.
 """
 
 from __future__ import annotations
@@ -52,12 +53,13 @@ from acep import storage
 from acep.arguments import id_arg, path_arg, text_arg
 from acep.utils import json_problem
 
+from ..codings import ACCEPT_ENCODING, BodyDecoder, CodingError
+from ..logs import LOG_LEVELS, LogLimiter
+from ..wire import ID_RULE, LOOPBACK, Limits, UploadBatch, WireError, decode, valid_id
 from . import exposition
 from .admission import DEFAULT_MAX_WAIT, DEFAULT_PER_DEVICE, Admission, Refusal
 from .archive import Archive, ArchiveMissing, archive_path, compacted_names
 from .archive import encode as encode_archive
-from .codings import ACCEPT_ENCODING, BodyDecoder, CodingError
-from .logs import LOG_LEVELS, LogLimiter
 from .mirror import Mirror
 from .recheck import recheck_batch
 from .store import (
@@ -71,7 +73,6 @@ from .store import (
     prepare,
 )
 from .throttle import DEFAULT_FAILURES, DEFAULT_WINDOW, MAX_ADDRESSES, AuthThrottle, client_of
-from .wire import ID_RULE, LOOPBACK, Limits, UploadBatch, WireError, decode, valid_id
 
 __all__ = ["Collector", "make_app", "main", "serve", "DEFAULT_PORT", "DEFAULT_MAX_BODY"]
 
@@ -208,7 +209,7 @@ class Collector:
         self.metrics: Counter = Counter()
         self.status_counts: Counter = Counter()
         self.started = time.time()
-        # a copy of the archive in object storage (edge/mirror.py), started by serve()
+        # a copy of the archive in object storage (edge/collector/mirror.py), started by serve()
         self.mirror = None if mirror is None else Mirror(archive.root, mirror, self.metrics)
 
     async def run(self, fn, *args):
@@ -378,8 +379,8 @@ class Collector:
         return _error(507, why)
 
     def refuse(self, refused: Refusal) -> web.Response:
-        """The answer to an upload not admitted (:mod:`edge.admission`), counted; a spell of
-        503s is logged when it starts and when uploads are admitted again."""
+        """The answer to an upload not admitted (:mod:`edge.collector.admission`), counted; a
+        spell of 503s is logged when it starts and when uploads are admitted again."""
         if refused.status == 503:
             self.metrics["refused_busy"] += 1
             if self.busy is None:
@@ -402,7 +403,7 @@ class Collector:
 
     def throttled(self, client: str) -> web.Response | None:
         """The 429 (with ``Retry-After``) of a request whose client sent too many wrong or
-        missing tokens of late (:mod:`edge.throttle`): its token is not checked. None when
+        missing tokens of late (:mod:`edge.collector.throttle`): its token is not checked. None when
         it may be."""
         wait = self.throttle.retry_after(client)
         if wait is None:
@@ -418,7 +419,7 @@ class Collector:
 
     async def admit(self, request: web.Request) -> web.Response | None:
         """Begin the check of ``request``'s token, reserved as a failure of its client
-        until :meth:`checked` (:meth:`edge.throttle.AuthThrottle.reserve`): None once
+        until :meth:`checked` (:meth:`edge.collector.throttle.AuthThrottle.reserve`): None once
         begun, or the 429 of a throttled client (:meth:`throttled`). While the client's
         failures and checks under way are at ``--auth-failures``, wait for one to end: so
         no connection it holds open gets a guess beyond the limit."""
@@ -637,7 +638,7 @@ class Collector:
 
     async def compact_pass(self, today: dt.date | None = None) -> dict[str, int]:
         """Merge the small archive files of the days before ``today`` (UTC), device folder
-        by device folder (:meth:`edge.archive.Archive.compact`): the merge in a thread of
+        by device folder (:meth:`edge.collector.archive.Archive.compact`): the merge in a thread of
         its own while uploads go on, then in the database thread the batches moved to the
         new files (one transaction) and the old files deleted. An interrupted pass leaves
         files no batch is in; the next pass deletes them. How many files of each kind."""
@@ -701,7 +702,7 @@ class Collector:
     def ingest_group(self, items: list[tuple[bytes, str, Prepared | None]]
                      ) -> list[tuple[int, dict]]:
         """Store the batches that are ready, in arrival order, with one commit (database
-        thread). Each item is (body, device, its :class:`edge.store.Prepared` rows from a
+        thread). Each item is (body, device, its :class:`edge.collector.store.Prepared` rows from a
         worker, or None to decode and re-check here). A batch id already stored, or earlier
         in the group, is ``duplicate`` with the same body and ``409`` with another."""
         out: list = [None] * len(items)
@@ -973,7 +974,7 @@ class Collector:
         return response
 
     def gauges(self) -> dict[str, float]:
-        """The values of :data:`edge.exposition.GAUGES` (the limits too, for alerts)."""
+        """The values of :data:`edge.collector.exposition.GAUGES` (the limits too, for alerts)."""
         free = self.free_bytes()
         return {**({} if free is None else {"free_bytes": free}),
                 "storage_ok": int(self.unusable() is None), "min_free_bytes": self.min_free,
@@ -1050,8 +1051,7 @@ def _warm(parent: int) -> None:
     import os
     import threading
 
-    import edge.fastcheck  # noqa: F401
-
+    from . import fastcheck  # noqa: F401
     from .archive import warm_up
 
     warm_up()

@@ -1,0 +1,7 @@
+"""``python -m edge.collector``: the collector service, as ``acep serve``."""
+
+import sys
+
+from .service import main
+
+sys.exit(main())
