@@ -1,4 +1,4 @@
-"""The collector's admission of uploads (edge.admission) on a clock the test moves: the
+"""The collector's admission of uploads (edge.collector.admission) on a clock the test moves: the
 per-device limit, the expected wait against --max-wait, the departure rate it is measured
 by, and, on random sequences of uploads, against a plain recount of every rule."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge.admission import MAX_RETRY_AFTER, PRIOR_RATE, Admission
+from edge.collector.admission import MAX_RETRY_AFTER, PRIOR_RATE, Admission
 
 MIB = 1 << 20
 

@@ -31,8 +31,8 @@ import acep
 from acep import EventBatch
 from acep.events import Event
 from acep.matcher import MatchBatch
-from edge.archive import Archive, archive_path, compacted_names
-from edge.store import hash_token, open_store
+from edge.collector.archive import Archive, archive_path, compacted_names
+from edge.collector.store import hash_token, open_store
 from edge.wire import (
     Condenser,
     PatternRef,
@@ -889,7 +889,7 @@ def test_the_example_alert_rules_name_metrics_the_collector_exports(srv):
     import yaml
     from prometheus_client.parser import text_string_to_metric_families
 
-    from edge.exposition import DEVICE_COUNTERS, DEVICE_FAILING, DEVICE_GAUGES
+    from edge.collector.exposition import DEVICE_COUNTERS, DEVICE_FAILING, DEVICE_GAUGES
 
     assert srv.stop() == 0
     srv.extra = ("--mirror", str(srv.tmp / "mirror"))
@@ -1684,7 +1684,7 @@ def one_window(n: int, text: str) -> bytes:
 def test_a_window_too_large_to_re_check_is_stored_unchecked_at_once(srv):
     """The exact re-check multiplies a matrix per pair of components over a partition's
     events: 3,000 events (84 KB) for 'a b+ c' took 50 s of a worker, 30,000 (840 KB) for
-    'a+ b+ c' 23 GB until the kernel killed it. Above edge.recheck.MAX_WORK the batch is
+    'a+ b+ c' 23 GB until the kernel killed it. Above edge.collector.recheck.MAX_WORK the batch is
     stored with exact null and the reason, at once, in bounded memory."""
     # a first batch warms the process that ingests (imports, Parquet writer): not measured
     status, doc = post(srv, encode_batch(make_batch("d2", seq=0)), srv.tokens["d2"])
@@ -2291,7 +2291,7 @@ def test_an_interrupted_compaction_leaves_files_the_next_pass_deletes(tmp_path):
         Archive(root)
         assert list(folder.iterdir()) == [left]
         # a second generation stopped after its write: its list names the files of both
-        # (edge/mirror.py needs them), and it is a leftover all the same
+        # (edge/collector/mirror.py needs them), and it is a leftover all the same
         late = make_batch("d1", 9, events=make_events(seed=9), created_at=noon + 9)
         assert collector.ingest(encode_batch(late), "d1")[0] == 200
         (again, _), = collector.archive.compact(sorted(folder.iterdir()))

@@ -1,4 +1,4 @@
-"""Wrong tokens at the collector are throttled per client address (edge/throttle.py,
+"""Wrong tokens at the collector are throttled per client address (edge/collector/throttle.py,
 docs/WIRE.md Security): after --auth-failures refused within --auth-window, the address's
 requests that need a token are 429 with Retry-After, their tokens never looked up, while
 other addresses and /health go on. Real collectors on loopback (one in this process, its
@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from test_edge_collector import Server, assert_error, encode_batch, make_batch, request
 
-from edge.archive import Archive
 from edge.collector import Collector, make_app
-from edge.store import Store, open_store
-from edge.throttle import MAX_ADDRESSES, AuthThrottle, client_of
+from edge.collector.archive import Archive
+from edge.collector.store import Store, open_store
+from edge.collector.throttle import MAX_ADDRESSES, AuthThrottle, client_of
 
 WRONG = "x" * 43  # a token's shape, no device's
 

@@ -32,7 +32,7 @@ from test_edge_collector import (
 )
 
 from edge.agent.outbox import Outbox
-from edge.store import SCHEMA_VERSION, open_store
+from edge.collector.store import SCHEMA_VERSION, open_store
 from edge.wire import encode_batch
 
 
@@ -399,7 +399,7 @@ def test_an_archive_without_the_files_of_the_newest_batches_is_refused_at_the_st
 
 def test_the_start_looks_at_the_newest_files_in_steps_the_database_s_size_does_not_change(
         tmp_path):
-    from edge.consistency import newest_missing
+    from edge.collector.consistency import newest_missing
 
     def steps(batches: int, summaries: int) -> tuple[int, tuple[list[str], int]]:
         """The SQLite VM steps of the start's look at a database of ``batches`` matches

@@ -721,7 +721,7 @@ def test_tampered_sketch_from_the_collector_falls_back(tmp_path, collector):
 
     assert put(bad) == 400
     assert query(collector.db, "SELECT COUNT(*) FROM sketches")[0][0] == 0
-    from edge.store import open_store
+    from edge.collector.store import open_store
 
     store = open_store(f"sqlite:///{collector.db}")
     store.put_sketch("abc", bytes(bad))  # behind the collector's back

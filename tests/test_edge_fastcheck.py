@@ -1,4 +1,4 @@
-"""edge.fastcheck (the counting re-check) against the general path (the NFA^b engine) on
+"""edge.collector.fastcheck (the counting re-check) against the general path (the NFA^b engine) on
 many random small windows: the same exact flags, counts, listed matches (in the same order)
 and truncation, whenever the engine path does not give up at its enumeration limit."""
 
@@ -16,8 +16,8 @@ import acep
 from acep import EventBatch
 from acep.events import Event
 from acep.matcher import MatchBatch
-from edge import fastcheck
-from edge.recheck import MAX_EXACT_PER_POINT, _query, recheck_batch, translate
+from edge.collector import fastcheck
+from edge.collector.recheck import MAX_EXACT_PER_POINT, _query, recheck_batch, translate
 from edge.wire import PatternRef, batch_from_matches, decode_batch, encode_batch
 
 TYPES = "abc"
@@ -148,7 +148,7 @@ def test_compiled_walk_lists_what_the_python_walk_lists(pattern, events, window,
     """Every end event, a few limits, local positions or large stream positions as labels:
     the compiled walk's JSON texts are the Python walk's matches, in the same order."""
     if fastcheck._listing is None:
-        pytest.skip("edge._listing is not built")
+        pytest.skip("edge.collector._listing is not built")
     text, where = pattern
     p = fastcheck.plan(_query(translate(text, window, where)))
     try:

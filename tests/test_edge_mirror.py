@@ -1,6 +1,6 @@
-"""The archive's mirror (``acep serve --mirror``, edge/mirror.py): a copy of the collector's
-Parquet archive in object storage that a cluster's trainer reads. Against moto's S3 server
-on loopback (signed HTTP, listing by prefix) and a real collector process: every stored
+"""The archive's mirror (``acep serve --mirror``, edge/collector/mirror.py): a copy of the
+collector's Parquet archive in object storage that a cluster's trainer reads. Against moto's
+S3 server on loopback (signed HTTP, listing by prefix) and a real collector process: every stored
 batch's file reaches the mirror byte for byte; uploads go on while the store is down and
 the mirror catches up (credentials in its URI kept out of the log); a restart copies what
 changed meanwhile; compaction is followed (the new file first), retention is not, and
@@ -41,10 +41,10 @@ from test_edge_collector import (  # noqa: E402
     request,
 )
 
-from edge.archive import Archive  # noqa: E402
 from edge.collector import ClockBounds, Collector  # noqa: E402
-from edge.mirror import Mirror  # noqa: E402
-from edge.store import open_store  # noqa: E402
+from edge.collector.archive import Archive  # noqa: E402
+from edge.collector.mirror import Mirror  # noqa: E402
+from edge.collector.store import open_store  # noqa: E402
 from edge.wire import encode_batch  # noqa: E402
 
 NOON = dt.datetime(2023, 11, 14, 12, tzinfo=dt.UTC).timestamp()

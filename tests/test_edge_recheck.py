@@ -16,7 +16,7 @@ from acep import EventBatch
 from acep.events import Event
 from acep.matcher import MatchBatch
 from acep.nfab import parse_query
-from edge.recheck import (
+from edge.collector.recheck import (
     MAX_EXACT_PER_POINT,
     Unsupported,
     recheck,
@@ -176,7 +176,7 @@ def test_kleene_blowup_is_counted_and_cut_not_enumerated():
 
 
 def test_fast_path_counts_what_the_engine_gives_up_on():
-    # edge.fastcheck counts through the last b (x_last < 40: sum of 2^(l-1), l = 1..39)
+    # edge.collector.fastcheck counts through the last b (x_last < 40: sum of 2^(l-1), l = 1..39)
     # and lists the first 100 in canonical order where the engine listed none
     up = _batch("a b+ c", 50.0, 0, ["c.x > b.x + 60"], _kleene_events(40))
     c = _at_point(up, 41.0)

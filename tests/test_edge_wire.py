@@ -397,7 +397,7 @@ def test_a_reserved_attribute_is_archived_apart_and_read_back_by_its_name():
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from edge.archive import encode
+    from edge.collector.archive import encode
     from trainer import sources
 
     assert sources.ARCHIVE_RESERVED == ARCHIVE_RESERVED  # the trainer reads what is written

@@ -216,7 +216,7 @@ def test_a_first_file_without_a_readable_event_is_refused_naming_why(tmp_path):
 
 def archive_from_devices(root: Path, streams: dict[str, list[dict]]) -> None:
     """Upload batches as an agent would, windows overlapping between consecutive batches."""
-    from edge.archive import Archive
+    from edge.collector.archive import Archive
     from edge.wire import PatternRef, batch_from_matches
 
     ref = PatternRef("abc", PATTERN.text, PATTERN.window, PATTERN.k, PATTERN.where,

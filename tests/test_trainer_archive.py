@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'acep[spark]')")
 
-from edge.archive import Archive  # noqa: E402
+from edge.collector.archive import Archive  # noqa: E402
 from edge.wire import PatternRef  # noqa: E402
 from history.graph import HistoryGraph  # noqa: E402
 from trainer.cli import main as train_main  # noqa: E402
@@ -268,9 +268,9 @@ def test_many_small_batches_train_as_the_same_events_in_few_files(spark, tmp_pat
 def test_a_compacted_archive_trains_the_same_history_in_big_files_split_by_row_group(
         spark, tmp_path, monkeypatch):
     """``acep serve --compact`` merges a day's small files of a device (the collector's
-    own merge, edge.archive.Archive.compact); a compacted file above TASK_ROWS is read in
+    own merge, edge.collector.archive.Archive.compact); a compacted file above TASK_ROWS is read in
     tasks of whole row groups."""
-    import edge.archive as archive_module
+    import edge.collector.archive as archive_module
     import trainer.sources as sources
 
     rng = np.random.default_rng(11)

@@ -251,7 +251,7 @@ def test_relative_paths_are_taken_in_the_callers_directory(spark, tmp_path, monk
 
 
 def _archive(root: Path, device: str, seq: int, positions, rows, created: float) -> None:
-    from edge.archive import Archive
+    from edge.collector.archive import Archive
 
     names = sorted({r["type"] for r in rows})
     batch = SimpleNamespace(

@@ -32,7 +32,7 @@ QUERY = "PATTERN SEQ(a x, b y) WHERE skip_till_any_match(x, y) { x.v <= y.v } WI
 
 
 def _archive(root: Path) -> None:
-    from edge.archive import Archive
+    from edge.collector.archive import Archive
 
     for seq in range(3):
         rows = [{"type": "ab"[i % 2], "t": float(10 * seq + i), "v": float(i % 4)}

@@ -442,7 +442,7 @@ def _archive_patterns(files: list[str], skip_bad_files: bool = False
 
 
 def _archive_name(name: str) -> str:
-    """The archive stores attribute ``tag`` as ``attr_tag`` (see ``edge.archive``)."""
+    """The archive stores attribute ``tag`` as ``attr_tag`` (see ``edge.collector.archive``)."""
     if name.startswith("attr_") and name[5:] in ARCHIVE_RESERVED:
         return name[5:]
     return name

@@ -82,9 +82,9 @@ def make_batches(work: Path, data_path: str | None, quick: bool, sizes: Sizes) -
 def build_archive(work: Path, bodies: list[tuple[bytes, str]], mirror: str | None = None):
     """The collector (store, archive) with every batch ingested, 64 to a commit; with
     ``mirror``, its mirror's thread running meanwhile."""
-    from edge.archive import Archive
     from edge.collector import Collector
-    from edge.store import open_store
+    from edge.collector.archive import Archive
+    from edge.collector.store import open_store
 
     collector = Collector(open_store(work / "collector.db"), Archive(work / "archive"),
                           mirror=mirror)

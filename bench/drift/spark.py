@@ -49,9 +49,9 @@ class SparkTrainer:
 
     def archive(self, work: Path, w: Workload, period: EventBatch, found: MatchBatch) -> Path:
         """The period's upload batch through the collector's ingest: its archive's root."""
-        from edge.archive import Archive
         from edge.collector import Collector
-        from edge.store import open_store
+        from edge.collector.archive import Archive
+        from edge.collector.store import open_store
         from edge.wire import PatternRef, batch_from_matches, encode_batch
 
         ref = PatternRef("drift", w.pattern, w.window, w.k, tuple(w.where), w.partition)

@@ -125,9 +125,9 @@ def _one_rate(bodies: list[bytes], work: Path, clients: int) -> dict:
 
 def ingest_steps(bodies: list[bytes]) -> dict:
     """Seconds of each step of the collector's ingest over ``bodies``, in this process."""
-    from edge.archive import Archive
-    from edge.recheck import recheck_batch
-    from edge.store import open_store
+    from edge.collector.archive import Archive
+    from edge.collector.recheck import recheck_batch
+    from edge.collector.store import open_store
     from edge.wire import decode
 
     steps = {"decode": 0.0, "recheck": 0.0, "archive": 0.0, "database": 0.0}

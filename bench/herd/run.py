@@ -2,7 +2,7 @@
 
 After a collector outage (an upgrade, a network cut) every device has a backlog, and all of
 them send it the moment the collector is back. This benchmark plays that moment with the
-real parts and measures what the limits of ``edge/admission.py`` (``--device-uploads``,
+real parts and measures what the limits of ``edge/collector/admission.py`` (``--device-uploads``,
 ``--max-wait``) change:
 
 1. **Batches.** The real agent (``edge.agent.Agent``, no budget, outbox only) over the
@@ -119,7 +119,7 @@ def fleet(run: Path, bodies: list[bytes], devices: int, sizes: Sizes
     """Each device's outbox with its backlog, the tokens (registered in the database) and
     the size of every batch in the backlogs."""
     from edge.agent.outbox import Outbox
-    from edge.store import open_store
+    from edge.collector.store import open_store
     from edge.wire import decode_batch, encode_batch
 
     store = open_store(run / "collector.db")

@@ -17,11 +17,11 @@ from acep.events import EventBatch
 from acep.matcher import MatchBatch
 
 from ..wire import (
-    _plain_list,
     batch_from_matches,
     batch_id,
     encode_batch,
     encode_condensed,
+    plain_list,
 )
 from .outbox import OutboxFull
 from .rebuild import rebuild, recipe
@@ -55,7 +55,7 @@ class Batches:
                 found, device=self.cfg.device_id, seq=self.seq, pattern=self.pattern_ref))
             pieces, groups = [(found, body)], None
         else:
-            groups = self.kept.groups(set(_plain_list(found.partition)))
+            groups = self.kept.groups(set(plain_list(found.partition)))
             pieces = self._cut(found, events, groups, now)
         self.counts["matches"] += len(found)
         for i, (piece, body) in enumerate(pieces):

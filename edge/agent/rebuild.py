@@ -20,7 +20,7 @@ import numpy as np
 from acep.events import EventBatch, EventError
 from acep.matcher import MatchBatch
 
-from ..wire import PatternRef, _plain_list, batch_from_matches, encode_batch
+from ..wire import PatternRef, batch_from_matches, encode_batch, plain_list
 from .outbox_reader import checksum
 from .sources import FileSource, find_file, parse_lines
 
@@ -45,7 +45,7 @@ def recipe(source: FileSource, start: int | None, end: int, events: EventBatch,
             "start": int(start), "end": int(end), "position": int(events.position),
             "events": len(events), "created_at": float(created_at),
             "types": list(events.type_names),
-            "matches": {"partition": _plain_list(found.partition),
+            "matches": {"partition": plain_list(found.partition),
                         "point": np.asarray(found.point, dtype=float).tolist(),
                         "start": np.asarray(found.start, dtype=float).tolist(),
                         "errors": np.asarray(found.errors).astype(int).tolist(),

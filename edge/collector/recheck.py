@@ -48,9 +48,9 @@ from acep.pattern import (
 )
 from acep.windows import value_groups
 
+from ..wire import partition_group_key
 from . import fastcheck
 from .fastcheck import Fallback
-from .wire import partition_group_key
 
 __all__ = ["Unsupported", "MatchCheck", "translate", "recheck", "recheck_batch",
            "MAX_EXACT_PER_POINT", "MAX_ENUMERATION", "MAX_WORK"]
@@ -61,7 +61,7 @@ MAX_EXACT_PER_POINT = 100
 # when a predicate forces enumeration (skip-till-any-match is exponential in Kleene+).
 MAX_ENUMERATION = 100_000
 # The re-check of one partition's windows builds a matrix per pair of components over their
-# candidate events and multiplies them (edge.fastcheck; the NFA^b engine grows alike): its
+# candidate events and multiplies them (edge.collector.fastcheck; the NFA^b engine grows alike): its
 # steps are about the products of three candidate counts. Above this the matches are
 # stored with exact = None, as for a pattern it cannot translate: a second or two and
 # 100 MB at most (a device's 850 KB batch of 30,000 events of one partition took 23 GB).
@@ -335,7 +335,7 @@ def recheck_batch(batch, fast: bool = True) -> list[MatchCheck]:
     Events are grouped by the pattern's ``partition_by`` attribute and each partition is
     checked once over the union of its windows: every exact match ending at a point lies
     inside that point's window, which the device sent whole (``docs/WIRE.md``). A query in
-    the class of :mod:`edge.fastcheck` is counted there (``fast``); anything else, and any
+    the class of :mod:`edge.collector.fastcheck` is counted there (``fast``); anything else, and any
     window the fast path declines, goes through the NFA^b engine."""
     n = len(batch)
     pattern = batch.pattern
@@ -404,7 +404,7 @@ def _fast_plan(text: str) -> fastcheck.Plan | None:
 
 def _fast_partition(batch, table: _BatchRows, fplan: fastcheck.Plan, idx: np.ndarray,
                     rows: list[int]) -> dict:
-    """:func:`_check_partition` by :mod:`edge.fastcheck` (raises ``Fallback``)."""
+    """:func:`_check_partition` by :mod:`edge.collector.fastcheck` (raises ``Fallback``)."""
     events = table.rows(idx)
     gpos = batch.event_position[idx].tolist()
     local = {g: j for j, g in enumerate(gpos)}

@@ -1,10 +1,10 @@
-"""A fast exact re-check for the plain sequence patterns :mod:`edge.recheck` translates.
+"""A fast exact re-check for the plain sequence patterns :mod:`edge.collector.recheck` translates.
 
 The general path runs the NFA^b engine (``acep.nfab``) on a partition's window events and,
 where a predicate is left to check at a match's end, *enumerates* the matches to count
 them. Under skip-till-any-match a Kleene component makes that exponential, so the general
 path spent nearly all of the collector's time enumerating, and gave up (``exact = None``)
-above :data:`edge.recheck.MAX_ENUMERATION` matches at one event.
+above :data:`edge.collector.recheck.MAX_ENUMERATION` matches at one event.
 
 This module counts instead. For a query ``SEQ(T0 v0, T1+ v1[], ...)`` under
 skip-till-any-match, a match is a choice of blocks (one event for a singleton, one or more
@@ -21,7 +21,7 @@ Kleene component ``j`` are any subset of the eligible events strictly between x 
 the number of ways is a matrix ``T_j[x, y]`` (``2^eligible`` where the pair is valid) and
 the matches ending at ``e`` are counted by the matrix product ``W_0 T_1 ... T_(m-1)``
 restricted to first elements within the window of ``e`` (rows: the first element). The
-first :data:`~edge.recheck.MAX_EXACT_PER_POINT` matches are listed in the engine's
+first :data:`~edge.collector.recheck.MAX_EXACT_PER_POINT` matches are listed in the engine's
 canonical order (lexicographic in the blocks) by a depth-first walk that only enters
 branches the backward product says can still end at ``e``.
 
@@ -471,7 +471,7 @@ class _Window:
     def first_matches_json(self, end: int, limit: int, labels: list | None = None
                            ) -> list[str]:
         """:meth:`first_matches`, each match as compact JSON text (``[[7],[9,12],[15]]``).
-        The walk runs in the compiled :mod:`edge._listing` when it is built and the labels
+        The walk runs in the compiled :mod:`edge.collector._listing` when it is built and the labels
         are integers (stream positions), which writes the text directly."""
         if _listing is not None and (self._flat is None or self._flat_labels is not labels):
             self._flat, self._flat_labels = self._flatten(labels), labels
@@ -486,7 +486,7 @@ class _Window:
                                       f["ok"], f["grows"], f["block"])
 
     def _flatten(self, labels: list | None) -> dict | None:
-        """The flat arrays :func:`edge._listing.first_matches` walks (None when the labels
+        """The flat arrays :func:`edge.collector._listing.first_matches` walks (None when the labels
         are not all integers)."""
         sizes = [len(c) for c in self.cands]
         cand = np.concatenate(self.cands).astype(np.int64)

@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The compiled listing of :mod:`edge.fastcheck`: the first matches ending at one event.
+"""The compiled listing of :mod:`edge.collector.fastcheck`: the first matches ending at one event.
 
-The same depth-first walk as ``edge.fastcheck._Window.first_matches`` (its docstring
+The same depth-first walk as ``edge.collector.fastcheck._Window.first_matches`` (its docstring
 says what it lists and in which order), over flat arrays instead of numpy rows and Python
 recursion. Each match comes out as its compact JSON text (``[[7],[9,12],[15]]``, the form
 the collector stores), written into one C buffer that grows and shrinks with the walk, so

@@ -22,7 +22,7 @@ store never holds an upload:
 
 A copy appears whole or not at all (:func:`acep.storage.put_file`). A failed step is tried
 again after 1, 2, 4 ... 60 seconds, logged (rate-limited) and counted (``mirror_*`` in the
-collector's metrics, :mod:`edge.exposition`); ``mirror_lag_seconds`` says how long the
+collector's metrics, :mod:`edge.collector.exposition`); ``mirror_lag_seconds`` says how long the
 oldest change not yet mirrored has waited.
 """
 
@@ -37,8 +37,8 @@ from pathlib import Path
 
 from acep import storage
 
+from ..logs import LogLimiter
 from .archive import compacted_names
-from .logs import LogLimiter
 
 __all__ = ["Mirror", "MAX_BACKOFF"]
 

@@ -1,302 +1,33 @@
-"""The uplink wire format: versioned msgpack upload batches, decoded with limits.
-
-``docs/WIRE.md`` is the contract. Two kinds of document share one header:
-
-* ``"matches"`` (:class:`UploadBatch`): every match with its trajectory, plus the events of
-  the match windows, deduplicated and in columns, so the collector can re-check each window
-  with the exact engine.
-* ``"summary"`` (:class:`SummaryBatch`): the condensed variant for thin links, one row per
-  (partition, time slot) with counts of matches and bundles and the first/last match point
-  (a time-based frequency operator over jumping windows, Ma & Taylor).
-
-Numeric columns travel as little-endian raw bytes of a fixed dtype per field; nothing is
-pickled, there are no ext types, and every decode error is a :class:`WireError` that names
-the bad field. The device side imports only numpy and msgpack.
+"""Reading batches with limits: :func:`decode` and its kinds, every error a
+:class:`~edge.wire.model.WireError` naming the bad field (``docs/WIRE.md``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-import numbers
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 
 import msgpack
 import numpy as np
 
 from acep.ids import ID_RULE, valid_id
-from acep.windows import partition_groups, value_groups, window_mask
 
-__all__ = [
-    "FORMAT", "VERSION", "WireError", "Limits", "PatternRef", "UploadBatch", "SummaryBatch",
-    "Condenser", "ARCHIVE_RESERVED", "partition_group_key", "pattern_hash", "batch_id",
-    "encode_batch", "decode_batch", "encode_condensed", "decode_condensed", "decode",
-    "batch_from_matches", "redate", "ID_RULE", "valid_id", "derived_seq", "sub_batch",
-    "split_body",
-]
+from .model import (
+    FORMAT,
+    KINDS,
+    VERSION,
+    Limits,
+    PatternRef,
+    SummaryBatch,
+    UploadBatch,
+    WireError,
+    batch_id,
+)
 
-FORMAT = "acep.upload"
-VERSION = 1
-KINDS = ("matches", "summary")
-LOOPBACK = ("127.0.0.1", "localhost", "::1")  # collector hosts plain HTTP never leaves
 _HASH_RE = re.compile(r"[0-9a-f]{64}\Z")
 # created_at names the archive's date=YYYY-MM-DD directory: 1970-01-01 .. 9999-12-31 UTC
 _CREATED_AT_MAX = 253402300800.0
-
-
-def sketch_etag(data: bytes) -> str:
-    """The ETag of a published sketch (``GET /v1/sketches/{id}``): the hex SHA-256 of its
-    signed bytes. The collector sends it; an agent compares the sketch it holds with it."""
-    return hashlib.sha256(data).hexdigest()
-
-
-class WireError(ValueError):
-    """An upload that cannot be accepted; the message names the bad field."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What a reader accepts. The defaults suit a collector; a device may lower them."""
-
-    max_bytes: int = 16 << 20
-    max_matches: int = 1 << 20
-    max_events: int = 1 << 22
-    max_trajectory: int = 1 << 24
-    max_columns: int = 256
-    max_types: int = 1 << 16
-    max_partitions: int = 1 << 20
-    max_slots: int = 1 << 20
-    max_str_len: int = 4096
-    max_depth: int = 6
-
-    def __post_init__(self):
-        for name, value in self.__dict__.items():
-            if type(value) is not int or value < 1:
-                raise ValueError(f"Limits.{name} must be a positive int, not {value!r}")
-
-
-# --------------------------------------------------------------------------- data model
-
-
-@dataclass(frozen=True)
-class PatternRef:
-    """Which pattern produced the matches; ``hash`` is :func:`pattern_hash` of the rest."""
-
-    id: str
-    text: str
-    window: float
-    k: int
-    where: tuple[str, ...] = ()
-    partition_by: str | None = None
-
-    @property
-    def hash(self) -> str:
-        return pattern_hash(self.text, self.window, self.k, self.where, self.partition_by)
-
-
-def pattern_hash(text: str, window: float, k: int, where: Sequence[str] = (),
-                 partition_by: str | None = None) -> str:
-    """SHA-256 (hex) of the canonical msgpack of the pattern's definition."""
-    doc = [text, float(window), int(k), list(where), partition_by]
-    return hashlib.sha256(msgpack.packb(doc, use_bin_type=True)).hexdigest()
-
-
-def batch_id(device: str, seq: int) -> str:
-    """The idempotency key: device id and its monotonically increasing sequence number."""
-    return f"{device}/{seq}"
-
-
-@dataclass
-class _Header:
-    device: str
-    seq: int
-    pattern: PatternRef
-    created_at: float
-    tag_is_time: bool
-
-    @property
-    def batch_id(self) -> str:
-        return batch_id(self.device, self.seq)
-
-
-@dataclass
-class UploadBatch(_Header):
-    """Matches (columns; ``trajectory[trajectory_ptr[i]:trajectory_ptr[i+1]]`` are the event
-    positions of match i) and the events of their windows (sorted by position)."""
-
-    partition: list = field(default_factory=list)
-    point: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    start: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    errors: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
-    trajectory_ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
-    trajectory: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    event_position: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    event_tag: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    event_type: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
-    type_names: list[str] = field(default_factory=list)
-    columns: dict[str, np.ndarray] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.point)
-
-
-@dataclass
-class SummaryBatch(_Header):
-    """Per (partition, slot) rows; slot j covers tags ``[origin + j*slot, origin + (j+1)*slot)``.
-    ``bundles`` counts the bundles whose first point lies in the slot."""
-
-    slot: float = 1.0
-    origin: float = 0.0
-    partition: list = field(default_factory=list)
-    slot_index: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    matches: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    bundles: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    first: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    last: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    min_errors: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
-
-    def __len__(self) -> int:
-        return len(self.slot_index)
-
-
-# --------------------------------------------------------------------------- encoding
-
-
-def _bin(a, dtype: str) -> bytes:
-    return np.ascontiguousarray(np.asarray(a).astype(dtype, copy=False)).tobytes()
-
-
-def _dict_encode(values) -> tuple[list, bytes]:
-    """Dictionary encoding: distinct values (first-seen order) and int32 codes."""
-    index: dict = {}
-    codes = [index.setdefault(wire_value(v), len(index)) for v in _plain_list(values)]
-    return list(index), _bin(np.array(codes, dtype=np.int64), "<i4")
-
-
-_MSGPACK_INTS = (-(1 << 63), 1 << 64)  # the integers msgpack holds: [-2**63, 2**64)
-
-
-def wire_value(v):
-    """A partition key or a value of a mixed column as sent: itself, but an integer that
-    msgpack cannot hold (beyond 64 bits) as its decimal text."""
-    if type(v) is int and not _MSGPACK_INTS[0] <= v < _MSGPACK_INTS[1]:
-        return str(v)
-    return v
-
-
-_PLAIN = (str, int, float, type(None))
-
-
-def _plain_list(values) -> list:
-    """:func:`_plain` of each value; one type check per value when they are plain."""
-    values = list(values)
-    if all(type(v) in _PLAIN for v in values):
-        return values
-    return [_plain(v) for v in values]
-
-
-def _plain(v):
-    v = v.item() if isinstance(v, np.generic) else v
-    if v is not None and not isinstance(v, (str, int, float)) or isinstance(v, bool):
-        raise TypeError(f"partition key {v!r} is not str, int, float or None")
-    return v
-
-
-def _header_doc(h: _Header, kind: str) -> dict:
-    p = h.pattern
-    return {
-        "format": FORMAT, "version": VERSION, "kind": kind,
-        "device": h.device, "seq": int(h.seq), "batch_id": h.batch_id,
-        "created_at": float(h.created_at), "tag_is_time": bool(h.tag_is_time),
-        "pattern": {"id": p.id, "text": p.text, "window": float(p.window), "k": int(p.k),
-                    "where": list(p.where), "partition_by": p.partition_by, "hash": p.hash},
-    }
-
-
-def _check_header_values(h: _Header) -> None:
-    if not valid_id(h.device):
-        raise ValueError(f"device id {h.device!r} must match {ID_RULE}")
-    if type(h.seq) is not int or not 0 <= h.seq < 1 << 63:
-        raise ValueError(f"seq {h.seq!r} must be an int in [0, 2**63)")
-
-
-def encode_batch(batch: UploadBatch) -> bytes:
-    """The msgpack bytes of an upload batch of matches (``kind = "matches"``)."""
-    _check_header_values(batch)
-    doc = _header_doc(batch, "matches")
-    names, codes = _dict_encode(batch.partition)
-    doc["matches"] = {
-        "partitions": names, "partition": codes,
-        "point": _bin(batch.point, "<f8"), "start": _bin(batch.start, "<f8"),
-        "errors": _bin(batch.errors, "<i4"), "trajectory_ptr": _bin(batch.trajectory_ptr, "<i8"),
-        "trajectory": _bin(batch.trajectory, "<i8"),
-    }
-    doc["events"] = {
-        "position": _bin(batch.event_position, "<i8"), "tag": _bin(batch.event_tag, "<f8"),
-        "type_names": list(batch.type_names), "type": _bin(batch.event_type, "<i4"),
-        "columns": [_encode_column(name, col) for name, col in batch.columns.items()],
-    }
-    return msgpack.packb(doc, use_bin_type=True)
-
-
-def _encode_column(name: str, col: np.ndarray) -> dict:
-    col = np.asarray(col)
-    if col.dtype != object:
-        return {"name": name, "kind": "f8", "data": _bin(col, "<f8")}
-    index: dict = {}
-    values = col.tolist()
-    # acep's text columns hold str or None: encode in one pass, then check the distinct
-    # values only (a number, NaN included, or a str subclass sends it the slow way)
-    codes = [-1 if v is None else index.setdefault(v, len(index)) for v in values]
-    if not all(type(v) is str for v in index):
-        return _encode_mixed(name, values)
-    return {"name": name, "kind": "text", "values": list(index),
-            "codes": _bin(np.array(codes, dtype=np.int64), "<i4")}
-
-
-def _encode_mixed(name: str, values: list) -> dict:
-    """A column of numbers and text (or of integers beyond 2**53): each value with its
-    kind, so 7 and "7" are two values and a partition key finds its events by kind."""
-    index: dict = {}
-    codes = []
-    for v in map(_mixed_value, values):
-        codes.append(-1 if v is None else index.setdefault((type(v), v), len(index)))
-    return {"name": name, "kind": "mixed", "values": [v for _, v in index],
-            "codes": _bin(np.array(codes, dtype=np.int64), "<i4")}
-
-
-def _mixed_value(v):
-    """str, int or float as sent (None: missing, as NaN is)."""
-    v = v.item() if isinstance(v, np.generic) else v
-    if v is None or isinstance(v, str):
-        return None if v is None else str(v)
-    if isinstance(v, bool):
-        return float(v)
-    if isinstance(v, numbers.Integral):
-        return wire_value(int(v))
-    if isinstance(v, numbers.Real):
-        return None if v != v else float(v)
-    return str(v)
-
-
-def encode_condensed(batch: SummaryBatch) -> bytes:
-    """The msgpack bytes of a condensed batch (``kind = "summary"``)."""
-    _check_header_values(batch)
-    doc = _header_doc(batch, "summary")
-    names, codes = _dict_encode(batch.partition)
-    doc["summary"] = {
-        "slot": float(batch.slot), "origin": float(batch.origin),
-        "partitions": names, "partition": codes,
-        "slot_index": _bin(batch.slot_index, "<i8"), "matches": _bin(batch.matches, "<i8"),
-        "bundles": _bin(batch.bundles, "<i8"), "first": _bin(batch.first, "<f8"),
-        "last": _bin(batch.last, "<f8"), "min_errors": _bin(batch.min_errors, "<i4"),
-    }
-    return msgpack.packb(doc, use_bin_type=True)
-
-
-# --------------------------------------------------------------------------- decoding
 
 
 def decode(data, limits: Limits | None = None) -> UploadBatch | SummaryBatch:
@@ -457,12 +188,13 @@ def _str_list(doc: Mapping, name: str, where: str, limit: int, kinds=(str,),
     for i, v in enumerate(value):
         if isinstance(v, bool) or not isinstance(v, kinds):
             raise WireError(f"field {full + f'[{i}]'!r}: {type(v).__name__} is not allowed")
-    if unique and len({_key(v) for v in value}) != len(value):
+    if unique and len({value_key(v) for v in value}) != len(value):
         raise WireError(f"field {full!r}: duplicate entries")
     return value
 
 
-def _key(v):
+def value_key(v):
+    """A hashable key of ``v`` that tells ``1``, ``1.0`` and ``True`` apart, NaN equal to NaN."""
     return ("nan",) if isinstance(v, float) and v != v else (type(v).__name__, v)
 
 
@@ -731,12 +463,12 @@ def _decode_summary(doc: dict, header: dict, limits: Limits) -> SummaryBatch:
                         "(1 <= matches, 0 <= bundles <= matches)")
     if not (np.all(np.isfinite(first)) and np.all(np.isfinite(last))) or np.any(first > last):
         raise WireError("field 'summary.first' or 'summary.last': not finite or first > last")
-    if np.any(_slot_of(first, origin, slot) != index) or np.any(
-            _slot_of(last, origin, slot) != index):
+    if np.any(slot_of(first, origin, slot) != index) or np.any(
+            slot_of(last, origin, slot) != index):
         raise WireError("field 'summary.first' or 'summary.last': outside the row's slot")
     if np.any(min_errors < 0):
         raise WireError("field 'summary.min_errors': negative")
-    if len({(_key(names[c]), i) for c, i in zip(codes.tolist(), index.tolist())}) != n:
+    if len({(value_key(names[c]), i) for c, i in zip(codes.tolist(), index.tolist())}) != n:
         raise WireError("field 'summary.slot_index': duplicate (partition, slot) rows")
     return SummaryBatch(**header, slot=slot, origin=origin,
                         partition=[names[c] for c in codes], slot_index=index,
@@ -744,171 +476,6 @@ def _decode_summary(doc: dict, header: dict, limits: Limits) -> SummaryBatch:
                         min_errors=min_errors)
 
 
-def _slot_of(x: np.ndarray, origin: float, slot: float) -> np.ndarray:
+def slot_of(x: np.ndarray, origin: float, slot: float) -> np.ndarray:
+    """The index of the slot of width ``slot`` from ``origin`` that each tag of ``x`` is in."""
     return np.floor((np.asarray(x, dtype=float) - origin) / slot).astype(np.int64)
-
-
-# --------------------------------------------------------------------------- building batches
-
-
-def batch_from_matches(matches, events, *, device: str, seq: int, pattern: PatternRef,
-                       created_at: float | None = None,
-                       columns: Sequence[str] | None = None,
-                       groups: Mapping | None = None) -> UploadBatch:
-    """An upload batch from an ``acep.MatchBatch`` and the ``acep.EventBatch`` it came from.
-
-    The window of match i is every event of its partition with a tag in
-    ``[point_i - window, point_i]``. Windows are cut to the events given, so the agent passes
-    a batch that also holds the last ``window`` of earlier events; a trajectory that reaches
-    outside ``events`` raises ``ValueError``. ``columns`` picks the attributes to send
-    (default: all). ``groups`` may give, for at least the matches' partitions, the indices
-    of each partition's events in ``events`` in stream order (what the agent keeps up to
-    date); by default they are computed from the ``partition_by`` column.
-    """
-    import time
-
-    n_ev = len(events.tags)
-    base = int(events.position)
-    traj = np.asarray(matches.trajectory, dtype=np.int64)
-    if len(traj) and (traj.min() < base or traj.max() >= base + n_ev):
-        raise ValueError(f"a trajectory reaches outside events {base}..{base + n_ev - 1}; "
-                         "pass the events of the whole windows")
-    if groups is None:
-        groups = partition_groups(events, pattern.partition_by)
-    tags = np.asarray(events.tags, dtype=float)
-    points = np.asarray(matches.point, dtype=float)
-    keys = _plain_list(matches.partition)
-    keep = window_mask(events, keys, points, pattern.window, groups)
-    names = list(columns) if columns is not None else list(events.columns)
-    keep[traj - base] = True
-    local = np.flatnonzero(keep)
-    used, codes = np.unique(np.asarray(events.type_codes)[local], return_inverse=True)
-    return UploadBatch(
-        device=device, seq=seq, pattern=pattern,
-        created_at=time.time() if created_at is None else created_at,
-        tag_is_time=bool(events.tag_is_time or matches.tag_is_time),
-        partition=keys, point=points.copy(),
-        start=np.asarray(matches.start, dtype=float).copy(),
-        errors=np.asarray(matches.errors, dtype=np.int32).copy(),
-        trajectory_ptr=np.asarray(matches.trajectory_ptr, dtype=np.int64).copy(),
-        trajectory=traj.copy(), event_position=local.astype(np.int64) + base,
-        event_tag=tags[local], event_type=codes.astype(np.int32).reshape(-1),
-        type_names=[events.type_names[c] for c in used.tolist()],
-        columns={name: np.asarray(events.columns[name])[local] for name in names})
-
-
-def derived_seq(seq: int, part: int) -> int:
-    """The ``seq`` of part ``part`` (0 or 1) of the batch ``seq`` split in two: a hash of both
-    with bit 62 set, so the same split (a retry after a crash) gives the same ids, and none
-    is a seq the agent counts up to (from the Unix time in microseconds, below 2**52)."""
-    digest = hashlib.sha256(f"acep-split:{int(seq)}:{int(part)}".encode()).digest()
-    return (1 << 62) | (int.from_bytes(digest[:8], "big") & ((1 << 62) - 1))
-
-
-def sub_batch(batch: UploadBatch, rows: Sequence[int], seq: int) -> UploadBatch:
-    """The matches ``rows`` of ``batch`` under ``seq``, each with the events of its window
-    (and its trajectory), as :func:`batch_from_matches` would have sent them alone: the
-    batch holds every event of each of its matches' windows."""
-    rows = np.asarray(rows, dtype=np.int64)
-    ptr = np.asarray(batch.trajectory_ptr, dtype=np.int64)
-    pieces = [np.arange(ptr[i], ptr[i + 1]) for i in rows.tolist()]
-    idx = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
-    lengths = np.diff(ptr)[rows]
-    traj = np.asarray(batch.trajectory, dtype=np.int64)[idx]
-    keys = [batch.partition[i] for i in rows.tolist()]
-    points = np.asarray(batch.point, dtype=float)[rows]
-    attr = batch.pattern.partition_by
-    n_ev = len(batch.event_position)
-    groups = {None: np.arange(n_ev)} if attr is None else value_groups(batch.columns[attr])
-    keep = window_mask(_Tags(batch.event_tag), keys, points, batch.pattern.window, groups)
-    keep[np.searchsorted(batch.event_position, traj)] = True
-    local = np.flatnonzero(keep)
-    used, codes = np.unique(np.asarray(batch.event_type)[local], return_inverse=True)
-    return UploadBatch(
-        device=batch.device, seq=seq, pattern=batch.pattern, created_at=batch.created_at,
-        tag_is_time=batch.tag_is_time, partition=keys, point=points,
-        start=np.asarray(batch.start, dtype=float)[rows],
-        errors=np.asarray(batch.errors, dtype=np.int32)[rows],
-        trajectory_ptr=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
-        trajectory=traj, event_position=np.asarray(batch.event_position)[local],
-        event_tag=np.asarray(batch.event_tag, dtype=float)[local],
-        event_type=codes.astype(np.int32).reshape(-1),
-        type_names=[batch.type_names[c] for c in used.tolist()],
-        columns={k: np.asarray(v)[local] for k, v in batch.columns.items()})
-
-
-def split_body(body: bytes) -> list[tuple[str, bytes, int]] | None:
-    """A batch body of matches cut in two halves (batch id, body, matches each), under
-    :func:`derived_seq` ids; None when it holds fewer than two matches or is no batch of
-    matches (a condensed summary is not split)."""
-    try:
-        size = max(len(body), Limits().max_bytes)  # the agent's own body: its sizes go
-        batch = decode(body, Limits(max_bytes=size, max_str_len=size))
-    except WireError:
-        return None
-    if not isinstance(batch, UploadBatch) or len(batch) < 2:
-        return None
-    half = len(batch) // 2
-    out = []
-    for part, rows in enumerate((range(half), range(half, len(batch)))):
-        sub = sub_batch(batch, list(rows), derived_seq(batch.seq, part))
-        out.append((sub.batch_id, encode_batch(sub), len(rows)))
-    return out
-
-
-class _Tags:
-    """What :func:`acep.windows.window_mask` reads of an event batch: its tags."""
-
-    def __init__(self, tags):
-        self.tags = tags
-
-
-class Condenser:
-    """Per-slot summaries of matches: the time-based frequency operator over jumping windows.
-
-    Slot j covers tags ``[origin + j*slot, origin + (j+1)*slot)``. A bundle (Definition 3:
-    points of one partition each within ``window`` of the previous one) is counted in the slot
-    of its first point; the last point per partition is kept across calls, so a bundle that
-    continues into a later batch is not counted twice. Rows of one (partition, slot) may come
-    in consecutive batches when a slot spans them; the reader adds them up.
-    """
-
-    def __init__(self, slot: float, window: float, origin: float = 0.0):
-        if not slot > 0:
-            raise ValueError(f"slot must be positive, not {slot!r}")
-        self.slot, self.window, self.origin = float(slot), float(window), float(origin)
-        self._last: dict = {}
-
-    def summarize(self, matches, *, device: str, seq: int, pattern: PatternRef,
-                  created_at: float | None = None) -> SummaryBatch:
-        """The summary rows of ``matches`` (an ``acep.MatchBatch``), in (partition, slot)
-        order of first appearance."""
-        import time
-
-        rows: dict = {}
-        order = sorted(range(len(matches.point)),
-                       key=lambda i: (_key(_plain(matches.partition[i])), matches.point[i]))
-        for i in order:
-            key, point = _plain(matches.partition[i]), float(matches.point[i])
-            err = int(matches.errors[i])
-            last = self._last.get(_key(key))
-            new_bundle = last is None or point - last > self.window
-            self._last[_key(key)] = point if last is None else max(last, point)
-            j = int(_slot_of(point, self.origin, self.slot))
-            row = rows.get((_key(key), j))
-            if row is None:
-                rows[(_key(key), j)] = [key, j, 1, int(new_bundle), point, point, err]
-            else:
-                row[2] += 1
-                row[3] += int(new_bundle)
-                row[4], row[5] = min(row[4], point), max(row[5], point)
-                row[6] = min(row[6], err)
-        cols = list(zip(*rows.values())) or [[]] * 7
-        return SummaryBatch(
-            device=device, seq=seq, pattern=pattern,
-            created_at=time.time() if created_at is None else created_at,
-            tag_is_time=bool(matches.tag_is_time), slot=self.slot, origin=self.origin,
-            partition=list(cols[0]), slot_index=np.array(cols[1], dtype=np.int64),
-            matches=np.array(cols[2], dtype=np.int64), bundles=np.array(cols[3], np.int64),
-            first=np.array(cols[4], dtype=float), last=np.array(cols[5], dtype=float),
-            min_errors=np.array(cols[6], dtype=np.int32))

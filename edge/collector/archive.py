@@ -34,7 +34,7 @@ import numpy as np
 from acep import storage
 from acep.events import partition_key
 
-from .wire import ARCHIVE_RESERVED
+from ..wire import ARCHIVE_RESERVED
 
 __all__ = ["Archive", "ArchiveMissing", "archive_path", "encode", "COMPACT_ROWS", "COMPACTED"]
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from acep import storage
 
-from .wire import sketch_etag
+from ..wire import sketch_etag
 
 __all__ = ["Store", "Prepared", "prepare", "open_store", "hash_token", "damaged",
            "BackupError", "check_backup_target", "SUPPORTED_URLS", "SCHEMA_VERSION"]
@@ -198,8 +198,8 @@ class Prepared:
 def prepare(batch, checks: Sequence | None = None, *, nbytes: int = 0,
             digest: str | None = None) -> Prepared:
     """The rows :meth:`Store.store_prepared` inserts for ``batch``: an ``UploadBatch``
-    with one ``edge.recheck.MatchCheck`` per match, or a ``SummaryBatch``."""
-    from .wire import UploadBatch
+    with one ``edge.collector.recheck.MatchCheck`` per match, or a ``SummaryBatch``."""
+    from ..wire import UploadBatch
 
     p = batch.pattern
     pattern = _json({"id": p.id, "text": p.text, "window": p.window, "k": p.k,
@@ -437,7 +437,7 @@ class Store:
 
     def store_batch(self, batch, checks: Sequence | None = None, *, nbytes: int = 0,
                     archive: str | None = None, digest: str | None = None) -> bool:
-        """Store an ``UploadBatch`` (with one ``edge.recheck.MatchCheck`` per match) or a
+        """Store an ``UploadBatch`` (with one ``edge.collector.recheck.MatchCheck`` per match) or a
         ``SummaryBatch`` in one transaction. False (and nothing written) when its
         ``batch_id`` is already stored."""
         return self.store_prepared([(prepare(batch, checks, nbytes=nbytes, digest=digest),
