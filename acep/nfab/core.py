@@ -25,7 +25,7 @@ from .codegen import BEGIN, CLOSE, COUNT, FIRST, MAX, MIN, SUM, TAKE, _Resolver
 from .compile import CompiledQuery, compile_query, identifiers
 from .evaluate import Binding, evaluate
 from .runs import ExactMatch
-from .shared import _Batch, _beyond_float, _Plan
+from .shared import Stream, _Batch, _beyond_float, _Plan, to_matches
 
 __all__ = ["CORES", "CorePlan", "Unsupported", "core_module", "pure_core", "run_core",
            "core_name"]
@@ -107,13 +107,11 @@ class _Operands(_Resolver):
 
 class CorePlan:
     """A query compiled for the core: the reference plan (merging off), the programs and the
-    updates. Raises :class:`Unsupported` for negation and text constants."""
+    updates. Raises :class:`Unsupported` for text constants."""
 
     def __init__(self, query_or_cq):
         cq = query_or_cq if isinstance(query_or_cq, CompiledQuery) else \
             compile_query(query_or_cq)
-        if cq.negations:
-            raise Unsupported("negation (EXACT.md 6.6) runs on the reference engine")
         self.cq = cq
         self.plan = plan = _Plan(cq, merge=False)
         self.ops = {name: getattr(pure_core(), f"OP_{name}") for name in
@@ -270,9 +268,23 @@ def run_core(plan: CorePlan, events: list[Event], output: str,
     found = core.run(E, ty, tags, keys, nkeys) if n else []
     counters = core.counters()
     counters["events"], counters["matches"] = n, len(found)
+    if plan.cq.negations:
+        raw = _negated(plan.cq, _raw(found, core, events), events)
+        counters["matches"] = len(raw)
+        return (raw if output == "raw" else to_matches(plan.cq, raw)), counters
     if output == "raw":
         return _raw(found, core, events), counters
     return _verbose(plan.cq, batch, core, events), counters
+
+
+def _negated(cq: CompiledQuery, raw: list[tuple], events: list[Event]) -> list[tuple]:
+    """The raw matches no negated event eliminates (EXACT.md 6.6), finalized as one
+    :meth:`Stream.push` and :meth:`Stream.flush` of the reference engine do."""
+    stream = Stream(cq, merge=False)
+    stream._index_negations(_Batch(stream, events))
+    stream.position = len(events)
+    stream.last_t = float(events[-1].t) if events else float("-inf")
+    return stream._finalize(raw) + stream.flush()
 
 
 def _column(batch: _Batch, attr: str, equality_only: bool) -> np.ndarray | None:

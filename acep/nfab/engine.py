@@ -194,7 +194,7 @@ class Engine:
         """What ran the last shared-buffer call: ``"compiled"`` (the compiled core,
         :mod:`acep.nfab.core`), ``"python"`` (its source run as Python: ``core="python"``
         or ``ACEP_NFAB_CORE=python``), ``"shared"`` (:mod:`acep.nfab.shared`, the reference:
-        streams pushed in pieces, ``max_entries``, negation, text where the query computes,
+        streams pushed in pieces, ``max_entries``, text where the query computes,
         or no compiled core); None before any."""
         return self._core_ran
 
