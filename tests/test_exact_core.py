@@ -141,7 +141,7 @@ def queries(draw, wide: bool = False):
     if draw(st.booleans()):
         at = draw(st.integers(0, len(comps)))
         comps.insert(at, Component(Kind.NEG, draw(st.sampled_from("ABCD")), "n0"))
-        where.append(op(">", r("n0", "x"), 1))
+        where += draw(st.lists(st.just(op(">", r("n0", "x"), 1)), max_size=1))
     if draw(st.booleans()):
         where.insert(draw(st.integers(0, len(where))),
                      Equiv(draw(st.sampled_from([("k",), ("k",), ("k", "y")]))))
