@@ -125,7 +125,7 @@ class Core:
     p_head: cython.longlong[:]
     p_tail: cython.longlong[:]
     p_count: cython.longlong[:]
-    p_active: cython.char[:]
+    p_active: cython.int[:]
     active: list
     o_head: cython.longlong
     o_tail: cython.longlong
@@ -190,7 +190,7 @@ class Core:
         self.p_head = np.full(nparts, -1, dtype=i64)
         self.p_tail = np.full(nparts, -1, dtype=i64)
         self.p_count = np.zeros(nparts, dtype=i64)
-        self.p_active = np.zeros(nparts, dtype=np.int8)
+        self.p_active = np.zeros(nparts, dtype=np.int32)
         self.n_pos = np.zeros(max(nodes, 16), dtype=i64)
         self.n_comp = np.zeros(max(nodes, 16), dtype=np.int32)
         self.n_prev = np.zeros(max(nodes, 16), dtype=i64)
@@ -403,7 +403,8 @@ class Core:
     def _reach_f(self, r: cython.longlong) -> cython.void:
         """A match, if the run is still inside its window ([A08] l.280)."""
         if not self.has_window or self.t - self.r_start[r] <= self.window:
-            self.found.append((self.pos, self.r_node[r], self.r_label[r], self.r_start[r]))
+            self.found.append((int(self.pos), int(self.r_node[r]), int(self.r_label[r]),
+                               float(self.r_start[r])))  # Python numbers, also uncompiled
 
     @cython.cfunc
     def _final(self, r: cython.longlong, j: cython.int) -> cython.void:
@@ -630,7 +631,7 @@ class Core:
         """The positions per component of the match ending at buffer node ``node`` (6.2)."""
         blocks = [[] for _ in range(k)]
         while node >= 0:
-            blocks[self.n_comp[node]].append(self.n_pos[node])
+            blocks[self.n_comp[node]].append(int(self.n_pos[node]))
             node = self.n_prev[node]
         for b in blocks:
             b.reverse()
