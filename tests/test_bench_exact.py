@@ -209,3 +209,15 @@ def test_a_budget_stops_the_naive_baseline_where_it_got_to():
     assert row["status"] == "timed out"
     assert 0 < row["events_done"] < len(events)
     assert row["runs_created"] > 0
+
+
+def test_compiled_core_rows_beside_shared(results):
+    """The compiled core and shared.py on the same events: same matches, both rates."""
+    section = results["compiled_core"]
+    assert section["core"] in ("compiled", "shared")
+    assert [r["query"] for r in section["rows"]] == ["Q1", "Q2", "next-match, 10 symbols"]
+    for row in section["rows"]:
+        assert row["same_matches"] is True
+        assert row["shared"]["ran"] == "shared"
+        assert row["core"]["ran"] == section["core"]
+        assert row["shared"]["events_per_s"] > 0 and row["core"]["events_per_s"] > 0

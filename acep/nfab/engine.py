@@ -21,7 +21,9 @@ that goes back, a component event lacking an attribute the query reads) raises
 match, the naive baseline. ``"shared"`` is the shared-buffer runtime of EXACT.md 6.2-6.6
 (:class:`acep.nfab.shared.Stream`): versioned buffer, computation state with masks, merging
 of equivalent runs, routing by partition, pruning by window; exact under every strategy.
-``"postpone"`` is the postponing engine of EXACT.md 7
+``Engine.run`` runs the shared-buffer engine on its compiled core where the query and
+the events allow (:mod:`acep.nfab.core`, EXACT.md 6.8; ``core=`` chooses, :attr:`Engine.core`
+says what ran). ``"postpone"`` is the postponing engine of EXACT.md 7
 (:func:`acep.nfab.postpone.match_postponed`), for skip-till-any-match, whose compact output
 is collapsed records (:class:`acep.nfab.postpone.CollapsedMatch`) that expand to the matches
 without enumerating them first. ``"auto"`` (the default) picks postponing for
@@ -51,6 +53,7 @@ from functools import lru_cache
 from ..events import Event, EventBatch, EventError
 from .ast import Query, Strategy
 from .compile import numeric_attributes
+from .core import CORES, CorePlan, Unsupported, core_module, core_name, run_core
 from .postpone import PostponeStats, match_postponed
 from .query import parse_query
 from .runs import ExactMatch, RunStats, match_runs
@@ -130,6 +133,10 @@ class Engine:
         Merge equivalent runs in the shared-buffer engine.
     max_entries : int, optional
         The bound on what one call may hold at once (None: no bound).
+    core : {"auto", "compiled", "python", "off"}
+        For ``run`` with the shared-buffer engine: its compiled core
+        (:mod:`acep.nfab.core`) when built (``"auto"``), always (``"compiled"``), its
+        source as Python (``"python"``), or never (``"off"``); :attr:`core` says what ran.
 
     Examples
     --------
@@ -146,7 +153,10 @@ class Engine:
     """
 
     def __init__(self, query: Query | str, output: str = "verbose", engine: str = "auto",
-                 merge: bool = True, max_entries: int | None = None):
+                 merge: bool = True, max_entries: int | None = None, core: str = "auto"):
+        if core not in CORES:
+            raise ValueError(f"core must be one of {', '.join(CORES)}, not {core!r}")
+        self._core_choice = core
         if max_entries is not None and (isinstance(max_entries, bool) or
                                         not isinstance(max_entries, int) or max_entries < 1):
             raise ValueError(f"max_entries must be a whole number >= 1 or None, not "
@@ -176,6 +186,17 @@ class Engine:
                                events_visited=0)
         self._stream: Stream | None = None
         self._pending: list[Event] = []
+        self._core_plan: CorePlan | bool | None = None  # False: outside the core's class
+        self._core_ran: str | None = None
+
+    @property
+    def core(self) -> str | None:
+        """What ran the last shared-buffer call: ``"compiled"`` (the compiled core,
+        :mod:`acep.nfab.core`), ``"python"`` (its source run as Python: ``core="python"``
+        or ``ACEP_NFAB_CORE=python``), ``"shared"`` (:mod:`acep.nfab.shared`, the reference:
+        streams pushed in pieces, ``max_entries``, text where the query computes,
+        or no compiled core); None before any."""
+        return self._core_ran
 
     @property
     def stats(self) -> dict:
@@ -194,9 +215,13 @@ class Engine:
 
     def _run(self, rows: list[Event]) -> list:
         if self.engine == "shared":
+            found = self._on_core(rows)
+            if found is not None:
+                return found
             stream = Stream(self.query, self.merge, max_entries=self.max_entries)
             raw = self._shared(stream, rows, final=True)
-            return self._shared_output(stream, raw)
+            self._core_ran = "shared"
+            return self._shared_output(stream.plan.cq, raw)
         self._stats["events"] += len(rows)
         if self.engine == "postpone":
             return self._postponed(rows)
@@ -209,6 +234,31 @@ class Engine:
         groups = group_by_end(found)
         self._stats["records"] += len(groups)
         return groups
+
+    def _on_core(self, rows: list[Event]) -> list | None:
+        """The output of the compiled core (:mod:`acep.nfab.core`), or None where the
+        query, the bound or the events need the reference engine."""
+        module = core_module(self._core_choice) if self.max_entries is None else None
+        if module is None or self._core_plan is False:
+            return None
+        if self._core_plan is None:
+            try:
+                self._core_plan = CorePlan(self.query)
+            except Unsupported:
+                self._core_plan = False
+                return None
+        verbose = self.output == "verbose"
+        result = run_core(self._core_plan, rows, "verbose" if verbose else "raw", module)
+        if result is None:
+            return None
+        found, counters = result
+        for name, value in counters.items():
+            if name == "max_live_runs":
+                self._stats[name] = max(self._stats[name], value)
+            else:
+                self._stats[name] += value
+        self._core_ran = core_name(module)
+        return found if verbose else self._shared_output(self._core_plan.cq, found)
 
     def push(self, events: Iterable[Event] | EventBatch) -> list:
         """Feed the next events of the stream; the outputs finalized by them (verbose
@@ -227,7 +277,8 @@ class Engine:
             return []
         if self._stream is None:
             self._stream = Stream(self.query, self.merge, max_entries=self.max_entries)
-        return self._shared_output(self._stream, self._shared(self._stream, rows))
+        self._core_ran = "shared"
+        return self._shared_output(self._stream.plan.cq, self._shared(self._stream, rows))
 
     def flush(self) -> list:
         """End the stream: the outputs not returned yet. The next :meth:`push` starts a
@@ -238,7 +289,7 @@ class Engine:
         stream, self._stream = self._stream, None
         if stream is None:
             return []
-        return self._shared_output(stream, self._shared(stream, [], final=True))
+        return self._shared_output(stream.plan.cq, self._shared(stream, [], final=True))
 
     def _shared(self, stream: Stream, rows: list[Event], final: bool = False) -> list:
         """Raw matches of the shared-buffer engine; a bad event's error carries the
@@ -249,7 +300,7 @@ class Engine:
             if final:
                 raw += stream.flush()
         except EventError as error:
-            error.matches = self._shared_output(stream, getattr(error, "matches", []))
+            error.matches = self._shared_output(stream.plan.cq, getattr(error, "matches", []))
             raise
         finally:
             after = stream.stats.as_dict()
@@ -260,8 +311,7 @@ class Engine:
                                                after["max_live_runs"])
         return raw
 
-    def _shared_output(self, stream: Stream, raw: list) -> list:
-        cq = stream.plan.cq
+    def _shared_output(self, cq, raw: list) -> list:
         if self.output == "verbose":
             return to_matches(cq, raw)
         groups = to_groups(cq, raw)

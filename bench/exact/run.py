@@ -47,6 +47,7 @@ from acep.nfab.runs import RunStats, match_runs
 from acep.nfab.shared import SharedStats, Stream, match_shared
 
 from ..common import bench_parser, machine, publish, ratio, ready
+from .core import compiled_core
 from .stock import PRICE_MAX, VOLUME_MAX, stock_ticker
 
 try:  # the shared engine for skip_till_any_match (EXACT.md 7); absent in older trees
@@ -81,7 +82,8 @@ SYSTEMS = {  # name in the JSON -> what it is
     "shared": "shared-buffer engine (acep.nfab.shared.match_shared), verbose: versioned "
               "buffer, computation state, merging, routing by partition (EXACT.md 6.2-6.6)",
     "shared_compact": "shared-buffer engine through Engine(output='compact', "
-                      "engine='shared'): matches grouped by end event, as buffer pointers",
+                      "engine='shared', core='off'): matches grouped by end event, as buffer "
+                      "pointers",
     "postpone_verbose": "postponing engine (acep.nfab.postpone.match_postponed), early "
                         "filters on, verbose output (every match, as the naive baseline)",
     "postpone_compact": "postponing engine, early filters on, compact output (collapsed "
@@ -240,7 +242,7 @@ def _measure_once(system: str, query: Query, events: list[Event], budget: float 
         stats = RunStats()
         work = lambda: match_runs(query, events, stats)  # noqa: E731
     elif system in ("runs_compact", "shared_compact"):
-        engine = Engine(query, output="compact", engine=system.split("_")[0])
+        engine = Engine(query, output="compact", engine=system.split("_")[0], core="off")
         work = lambda: engine.run(events)  # noqa: E731
     elif system == "shared":
         stats = SharedStats()
@@ -499,6 +501,7 @@ def benchmark(sizes: Sizes) -> dict:
         "predicates": PREDICATES, "strategies": list(STRATEGIES), "windows": list(sizes.windows),
         "targets": targets(sides, parts, postpone), "side_by_side": sides,
         "partitions": parts, "sweep": sweep(stream, sizes, postpone),
+        "compiled_core": compiled_core(sizes.max_events // 2, sizes.repeats),
     }
 
 
@@ -540,4 +543,7 @@ def summary(results: dict) -> str:
         rate = "timed out" if naive["events_per_s"] is None else \
             f"{naive['events_per_s']:,.0f} events/s"
         lines.append(f"{Config.of(s).label} ({s['events']:,} events; naive {rate}): {ratios}")
+    for r in results["compiled_core"]["rows"]:
+        lines.append(f"compiled core, {r['query']}: {r['core']['events_per_s']:,.0f} events/s, "
+                     f"{r['speedup']:.1f}x shared.py ({r['core']['ran']})")
     return "\n".join(lines)

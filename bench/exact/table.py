@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..common import table_main
+from .core import core_table
 from .run import RESULTS, Config
 
 SYSTEM_NAMES = {
@@ -111,7 +112,9 @@ def markdown(results: dict) -> str:
               "(events/s and speedup over the naive baseline)", side_table(results)),
              (f"{results['partitions']['symbols']} partitions, W = "
               f"{results['partitions']['window']}, compact output (best of the repeats)",
-              partition_table(results))]
+              partition_table(results)),
+             ("Compiled core beside shared.py: Engine.run, verbose, same events (issue 43)",
+              core_table(results))]
     for strategy in results["strategies"]:
         systems = sorted({s for r in results["sweep"] if r["strategy"] == strategy
                           for s in r["systems"]}, key=list(SYSTEM_NAMES).index)

@@ -1,0 +1,662 @@
+"""The compiled loop of the shared-buffer engine (``docs/EXACT.md`` 6.1-6.5; [A08] 4-5).
+
+Written in Cython's pure-Python mode, as ``acep/_kernel.py``: compiled by ``setup.py``, the
+same file runs as plain Python where no compiler exists. It is the loop of
+:class:`acep.nfab.shared.Stream` with merging off, over columns: event rows as float64,
+runs, buffer nodes and Dewey labels in arrays, edge formulas as programs of a small stack
+machine (:mod:`acep.nfab.core` compiles them and prepares the columns).
+"""
+
+try:
+    import cython
+except ImportError:  # a device without Cython: the same loop, run as Python
+    from .. import _cython_shim as cython
+
+import numpy as np
+
+if cython.compiled:
+    from cython.cimports.libc.math import copysign, fabs, fmod
+else:
+    from math import copysign, fabs, fmod
+
+# opcodes of the predicate programs: (opcode, argument) pairs
+OP_END = cython.declare(cython.int, 0)
+OP_CHECK = cython.declare(cython.int, 1)
+OP_CONST = cython.declare(cython.int, 2)
+OP_EVENT = cython.declare(cython.int, 3)
+OP_STATE = cython.declare(cython.int, 4)
+OP_NEG = cython.declare(cython.int, 5)
+OP_NOT = cython.declare(cython.int, 6)
+OP_ABS = cython.declare(cython.int, 7)
+OP_ADD = cython.declare(cython.int, 8)
+OP_SUB = cython.declare(cython.int, 9)
+OP_MUL = cython.declare(cython.int, 10)
+OP_DIV = cython.declare(cython.int, 11)
+OP_MOD = cython.declare(cython.int, 12)
+OP_EQ = cython.declare(cython.int, 13)
+OP_NE = cython.declare(cython.int, 14)
+OP_LT = cython.declare(cython.int, 15)
+OP_LE = cython.declare(cython.int, 16)
+OP_GT = cython.declare(cython.int, 17)
+OP_GE = cython.declare(cython.int, 18)
+OP_AND = cython.declare(cython.int, 19)
+OP_OR = cython.declare(cython.int, 20)
+OP_MIN = cython.declare(cython.int, 21)
+OP_MAX = cython.declare(cython.int, 22)
+
+# column updates (EXACT.md 6.3)
+UP_SET = cython.declare(cython.int, 0)
+UP_SUM0 = cython.declare(cython.int, 1)
+UP_SUM = cython.declare(cython.int, 2)
+UP_COUNT0 = cython.declare(cython.int, 3)
+UP_COUNT = cython.declare(cython.int, 4)
+UP_MIN = cython.declare(cython.int, 5)
+UP_MAX = cython.declare(cython.int, 6)
+
+STRICT = cython.declare(cython.int, 0)
+PARTITION = cython.declare(cython.int, 1)
+NEXT = cython.declare(cython.int, 2)
+ANY = cython.declare(cython.int, 3)
+
+_IGNORE = cython.declare(cython.int, 0)
+_PROCEED_BEGIN = cython.declare(cython.int, 1)
+_TAKE = cython.declare(cython.int, 2)
+_BEGIN = cython.declare(cython.int, 3)
+
+STACK = 64
+NAN = float("nan")
+
+
+@cython.cfunc
+@cython.inline
+def _py_mod(x: cython.double, y: cython.double) -> cython.double:
+    """``x % y`` as Python computes it on floats (the sign of the divisor)."""
+    if not cython.compiled:
+        return x % y
+    r: cython.double = fmod(x, y)
+    if r != 0.0:
+        if (y < 0.0) != (r < 0.0):
+            r += y
+    else:
+        r = copysign(0.0, y)
+    return r
+
+
+@cython.cclass
+class Core:
+    """One run of the loop over a finite stream; built by :func:`acep.nfab.core.run`."""
+
+    # the plan
+    k: cython.int
+    ncol: cython.int
+    nslot: cython.int
+    strategy: cython.int
+    has_window: cython.bint
+    window: cython.double
+    labels: cython.bint
+    types: cython.int[:]
+    kleene: cython.int[:]
+    prog_begin: cython.int[:]
+    prog_take: cython.int[:]
+    prog_close: cython.int[:]
+    code: cython.int[:]
+    consts: cython.double[:]
+    up_start: cython.int[:]     # updates of component j: up_start[2j+b] .. up_start[2j+b+1]
+    up_col: cython.int[:]
+    up_op: cython.int[:]
+    up_slot: cython.int[:]
+    stack: cython.double[:]
+    # the event being processed
+    E: cython.double[:]
+    erow: cython.Py_ssize_t
+    pos: cython.longlong
+    t: cython.double
+    ety: cython.int
+    # runs (a pool with a free list) and partitions (linked lists of runs)
+    r_state: cython.int[:]
+    r_start: cython.double[:]
+    r_node: cython.longlong[:]
+    r_label: cython.longlong[:]
+    r_clones: cython.longlong[:]
+    r_next: cython.longlong[:]
+    V: cython.double[:]
+    rcap: cython.Py_ssize_t
+    free: cython.longlong
+    p_head: cython.longlong[:]
+    p_tail: cython.longlong[:]
+    p_count: cython.longlong[:]
+    p_active: cython.int[:]
+    active: list
+    o_head: cython.longlong
+    o_tail: cython.longlong
+    o_count: cython.longlong
+    # the buffer and the labels
+    n_pos: cython.longlong[:]
+    n_comp: cython.int[:]
+    n_prev: cython.longlong[:]
+    nn: cython.Py_ssize_t
+    l_prev: cython.longlong[:]
+    l_val: cython.longlong[:]
+    nl: cython.Py_ssize_t
+    found: list
+    # counters
+    nlive: cython.longlong
+    initiations: cython.longlong
+    runs_created: cython.longlong
+    pointers_written: cython.longlong
+    events_visited: cython.longlong
+    max_live_runs: cython.longlong
+    prune_at: cython.double
+
+    def __init__(self, k, ncol, nslot, strategy, window, labels, types, kleene, prog_begin,
+                 prog_take, prog_close, code, consts, up_start, up_col, up_op, up_slot):
+        self.k, self.ncol, self.nslot, self.strategy = k, ncol, nslot, strategy
+        self.has_window = window is not None
+        self.window = 0.0 if window is None else window
+        self.labels = labels
+        i32 = np.int32
+        self.types = np.asarray(types, dtype=i32)
+        self.kleene = np.asarray(kleene, dtype=i32)
+        self.prog_begin = np.asarray(prog_begin, dtype=i32)
+        self.prog_take = np.asarray(prog_take, dtype=i32)
+        self.prog_close = np.asarray(prog_close, dtype=i32)
+        self.code = np.asarray(code, dtype=i32)
+        self.consts = np.asarray(consts, dtype=np.float64)
+        self.up_start = np.asarray(up_start, dtype=i32)
+        self.up_col = np.asarray(up_col, dtype=i32)
+        self.up_op = np.asarray(up_op, dtype=i32)
+        self.up_slot = np.asarray(up_slot, dtype=i32)
+        self.stack = np.zeros(STACK, dtype=np.float64)
+        self.found = []
+        self.active = []
+        self.nlive = self.initiations = self.runs_created = 0
+        self.pointers_written = self.events_visited = self.max_live_runs = 0
+        self.prune_at = float("-inf") if self.has_window else float("inf")
+
+    # ------------------------------------------------------------------ storage
+
+    def _allocate(self, nparts: int, runs: int, nodes: int):
+        i64 = np.int64
+        self.rcap = max(runs, 16)
+        self.r_state = np.zeros(self.rcap, dtype=np.int32)
+        self.r_start = np.zeros(self.rcap)
+        self.r_node = np.zeros(self.rcap, dtype=i64)
+        self.r_label = np.zeros(self.rcap, dtype=i64)
+        self.r_clones = np.zeros(self.rcap, dtype=i64)
+        self.r_next = np.arange(1, self.rcap + 1, dtype=i64)
+        self.r_next[self.rcap - 1] = -1
+        self.V = np.zeros(self.rcap * max(self.ncol, 1))
+        self.free = 0
+        self.p_head = np.full(nparts, -1, dtype=i64)
+        self.p_tail = np.full(nparts, -1, dtype=i64)
+        self.p_count = np.zeros(nparts, dtype=i64)
+        self.p_active = np.zeros(nparts, dtype=np.int32)
+        self.n_pos = np.zeros(max(nodes, 16), dtype=i64)
+        self.n_comp = np.zeros(max(nodes, 16), dtype=np.int32)
+        self.n_prev = np.zeros(max(nodes, 16), dtype=i64)
+        self.nn = 0
+        self.l_prev = np.zeros(max(nodes, 16), dtype=i64)
+        self.l_val = np.zeros(max(nodes, 16), dtype=i64)
+        self.nl = 0
+
+    def _grow_runs(self):
+        old = self.rcap
+        cap = 2 * old
+        self.r_state = np.concatenate([self.r_state, np.zeros(old, dtype=np.int32)])
+        self.r_start = np.concatenate([self.r_start, np.zeros(old)])
+        self.r_node = np.concatenate([self.r_node, np.zeros(old, dtype=np.int64)])
+        self.r_label = np.concatenate([self.r_label, np.zeros(old, dtype=np.int64)])
+        self.r_clones = np.concatenate([self.r_clones, np.zeros(old, dtype=np.int64)])
+        nxt = np.arange(old + 1, cap + 1, dtype=np.int64)
+        nxt[old - 1] = -1
+        self.r_next = np.concatenate([self.r_next, nxt])
+        self.V = np.concatenate([self.V, np.zeros(old * max(self.ncol, 1))])
+        self.rcap = cap
+        self.free = old
+
+    def _grow_nodes(self):
+        n = self.n_pos.shape[0]
+        self.n_pos = np.concatenate([self.n_pos, np.zeros(n, dtype=np.int64)])
+        self.n_comp = np.concatenate([self.n_comp, np.zeros(n, dtype=np.int32)])
+        self.n_prev = np.concatenate([self.n_prev, np.zeros(n, dtype=np.int64)])
+
+    def _grow_labels(self):
+        n = self.l_prev.shape[0]
+        self.l_prev = np.concatenate([self.l_prev, np.zeros(n, dtype=np.int64)])
+        self.l_val = np.concatenate([self.l_val, np.zeros(n, dtype=np.int64)])
+
+    @cython.cfunc
+    def _new_run(self) -> cython.longlong:
+        if self.free < 0:
+            self._grow_runs()
+        r: cython.longlong = self.free
+        self.free = self.r_next[r]
+        return r
+
+    @cython.cfunc
+    def _release(self, r: cython.longlong) -> cython.void:
+        self.r_next[r] = self.free
+        self.free = r
+
+    @cython.cfunc
+    def _label(self, prev: cython.longlong, value: cython.longlong) -> cython.longlong:
+        """A new Dewey label: ``prev`` + ``(value,)`` (6.2); -1 when labels are off."""
+        if not self.labels:
+            return -1
+        if self.nl == self.l_prev.shape[0]:
+            self._grow_labels()
+        n: cython.Py_ssize_t = self.nl
+        self.l_prev[n] = prev
+        self.l_val[n] = value
+        self.nl = n + 1
+        return n
+
+    @cython.cfunc
+    def _append(self, r: cython.longlong) -> cython.void:
+        self.r_next[r] = -1
+        if self.o_tail < 0:
+            self.o_head = r
+        else:
+            self.r_next[self.o_tail] = r
+        self.o_tail = r
+        self.o_count += 1
+
+    # ------------------------------------------------------------------ formulas
+
+    @cython.cfunc
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def _holds(self, pc: cython.int, r: cython.longlong) -> cython.bint:
+        """Whether the program at ``pc`` holds on the current event and run ``r`` (5.2)."""
+        if pc < 0:
+            return True
+        code: cython.int[:] = self.code
+        st: cython.double[:] = self.stack
+        E: cython.double[:] = self.E
+        V: cython.double[:] = self.V
+        vrow: cython.Py_ssize_t = r * self.ncol
+        sp: cython.int = 0
+        op: cython.int
+        arg: cython.int
+        n: cython.int
+        x: cython.double
+        y: cython.double
+        nan: cython.bint
+        i: cython.int
+        while True:
+            op = code[pc]
+            arg = code[pc + 1]
+            pc += 2
+            if op == OP_STATE:
+                st[sp] = V[vrow + arg]
+                sp += 1
+            elif op == OP_EVENT:
+                st[sp] = E[self.erow + arg]
+                sp += 1
+            elif op == OP_CONST:
+                st[sp] = self.consts[arg]
+                sp += 1
+            elif op == OP_CHECK:
+                sp -= 1
+                if st[sp] == 0.0:
+                    return False
+            elif op == OP_END:
+                return True
+            elif op == OP_NEG:
+                st[sp - 1] = -st[sp - 1]
+            elif op == OP_NOT:
+                st[sp - 1] = 1.0 if st[sp - 1] == 0.0 else 0.0
+            elif op == OP_ABS:
+                st[sp - 1] = fabs(st[sp - 1])
+            elif op == OP_MIN or op == OP_MAX:
+                n = arg
+                sp -= n
+                x = st[sp]
+                nan = x != x
+                for i in range(1, n):
+                    y = st[sp + i]
+                    if y != y:
+                        nan = True
+                    elif (op == OP_MIN and y < x) or (op == OP_MAX and y > x):
+                        x = y
+                st[sp] = NAN if nan else x
+                sp += 1
+            else:
+                sp -= 1
+                y = st[sp]
+                x = st[sp - 1]
+                if op == OP_ADD:
+                    x = x + y
+                elif op == OP_SUB:
+                    x = x - y
+                elif op == OP_MUL:
+                    x = x * y
+                elif op == OP_DIV:
+                    x = NAN if y == 0.0 else x / y
+                elif op == OP_MOD:
+                    x = NAN if y == 0.0 else _py_mod(x, y)
+                elif op == OP_EQ:
+                    x = 1.0 if x == y else 0.0
+                elif op == OP_NE:
+                    x = 1.0 if x != y else 0.0
+                elif op == OP_LT:
+                    x = 1.0 if x < y else 0.0
+                elif op == OP_LE:
+                    x = 1.0 if x <= y else 0.0
+                elif op == OP_GT:
+                    x = 1.0 if x > y else 0.0
+                elif op == OP_GE:
+                    x = 1.0 if x >= y else 0.0
+                elif op == OP_AND:
+                    x = 1.0 if (x != 0.0 and y != 0.0) else 0.0
+                else:  # OP_OR
+                    x = 1.0 if (x != 0.0 or y != 0.0) else 0.0
+                st[sp - 1] = x
+
+    @cython.cfunc
+    def _update(self, r: cython.longlong, j: cython.int, begin: cython.int) -> cython.void:
+        """The columns of component j after run r selects the event (6.3)."""
+        V: cython.double[:] = self.V
+        E: cython.double[:] = self.E
+        vrow: cython.Py_ssize_t = r * self.ncol
+        u: cython.int
+        c: cython.Py_ssize_t
+        op: cython.int
+        x: cython.double
+        cur: cython.double
+        for u in range(self.up_start[2 * j + begin], self.up_start[2 * j + begin + 1]):
+            c = vrow + self.up_col[u]
+            op = self.up_op[u]
+            x = E[self.erow + self.up_slot[u]] if self.up_slot[u] >= 0 else 0.0
+            if op == UP_SET:
+                V[c] = x
+            elif op == UP_SUM0:
+                V[c] = 0.0 + x
+            elif op == UP_SUM:
+                V[c] = V[c] + x
+            elif op == UP_COUNT0:
+                V[c] = 1.0
+            elif op == UP_COUNT:
+                V[c] = V[c] + 1.0
+            else:
+                cur = V[c]
+                if cur != cur or x != x:
+                    V[c] = NAN
+                elif (op == UP_MIN and x < cur) or (op == UP_MAX and x > cur):
+                    V[c] = x
+
+    # ------------------------------------------------------------------ moves (6.1)
+
+    @cython.cfunc
+    def _write(self, r: cython.longlong, j: cython.int) -> cython.void:
+        if self.nn == self.n_pos.shape[0]:
+            self._grow_nodes()
+        n: cython.Py_ssize_t = self.nn
+        self.n_pos[n] = self.pos
+        self.n_comp[n] = j
+        self.n_prev[n] = self.r_node[r]
+        self.r_node[r] = n
+        self.nn = n + 1
+        self.pointers_written += 1
+
+    @cython.cfunc
+    def _reach_f(self, r: cython.longlong) -> cython.void:
+        """A match, if the run is still inside its window ([A08] l.280)."""
+        if not self.has_window or self.t - self.r_start[r] <= self.window:
+            self.found.append((int(self.pos), int(self.r_node[r]), int(self.r_label[r]),
+                               float(self.r_start[r])))  # Python numbers, also uncompiled
+
+    @cython.cfunc
+    def _final(self, r: cython.longlong, j: cython.int) -> cython.void:
+        """A trailing Kleene component: a branch reaches F if θ_proceed holds (5.6)."""
+        if self._holds(self.prog_close[j], r):
+            self.runs_created += 1
+            self._reach_f(r)
+
+    @cython.cfunc
+    def _begin(self, r: cython.longlong, j: cython.int) -> cython.void:
+        self._update(r, j, 1)
+        self._write(r, j)
+        last: cython.bint = j + 1 == self.k
+        if self.kleene[j]:
+            self.r_label[r] = self._label(self.r_label[r], 0)
+            self.r_state[r] = 2 * j + 1
+            self._append(r)
+            if last:
+                self._final(r, j)
+        elif last:
+            self._reach_f(r)
+            self._release(r)
+        else:
+            self.r_label[r] = self._label(self.r_label[r], 0)
+            self.r_state[r] = 2 * j + 2
+            self._append(r)
+
+    @cython.cfunc
+    def _take(self, r: cython.longlong, j: cython.int) -> cython.void:
+        self._update(r, j, 0)
+        self._write(r, j)
+        self._append(r)
+        if j + 1 == self.k:
+            self._final(r, j)
+
+    @cython.cfunc
+    def _clone(self, r: cython.longlong) -> cython.longlong:
+        c: cython.longlong = self._new_run()
+        if self.labels:
+            self.r_clones[r] += 1
+            self.r_label[c] = self._label(self.r_label[r], self.r_clones[r])
+        else:
+            self.r_label[c] = -1
+        self.r_clones[c] = 0
+        self.r_state[c] = self.r_state[r]
+        self.r_start[c] = self.r_start[r]
+        self.r_node[c] = self.r_node[r]
+        V: cython.double[:] = self.V
+        i: cython.int
+        for i in range(self.ncol):
+            V[c * self.ncol + i] = V[r * self.ncol + i]
+        return c
+
+    @cython.cfunc
+    def _step(self, r: cython.longlong) -> cython.void:
+        """Run r takes its enabled moves, in the order of shared.Stream._step."""
+        if self.has_window and self.t - self.r_start[r] > self.window:
+            self._release(r)
+            return
+        s: cython.int = self.r_state[r]
+        j: cython.int = s >> 1
+        nj: cython.int = j + 1
+        moves = cython.declare(cython.int[3])
+        targets = cython.declare(cython.longlong[3])
+        if not cython.compiled:
+            moves, targets = [0, 0, 0], [0, 0, 0]
+        m: cython.int = 0
+        x: cython.longlong
+        selectable: cython.bint
+        if s & 1:
+            if nj < self.k and self.ety == self.types[nj] and \
+                    self._holds(self.prog_close[j], r) and self._holds(self.prog_begin[nj], r):
+                moves[m] = _PROCEED_BEGIN
+                m += 1
+            selectable = self.ety == self.types[j] and self._holds(self.prog_take[j], r)
+            if selectable:
+                moves[m] = _TAKE
+                m += 1
+        else:
+            selectable = self.ety == self.types[j] and self._holds(self.prog_begin[j], r)
+            if selectable:
+                moves[m] = _BEGIN
+                m += 1
+        if self.strategy == ANY or (self.strategy == NEXT and not selectable):
+            moves[m] = _IGNORE
+            m += 1
+        if m == 0:
+            self._release(r)
+            return
+        targets[0] = r
+        for c in range(1, m):
+            targets[c] = self._clone(r)
+        self.runs_created += m - 1
+        for c in range(m):
+            x = targets[c]
+            if moves[c] == _IGNORE:
+                self._append(x)
+            elif moves[c] == _TAKE:
+                self._take(x, j)
+            elif moves[c] == _BEGIN:
+                self._begin(x, j)
+            else:
+                self.r_label[x] = self._label(self.r_label[x], 0)
+                self._begin(x, nj)
+
+    @cython.cfunc
+    def _initiate(self) -> cython.void:
+        r: cython.longlong = self._new_run()
+        self.initiations += 1
+        self.runs_created += 1
+        self.r_state[r] = 0
+        self.r_start[r] = self.t
+        self.r_node[r] = -1
+        self.r_clones[r] = 0
+        self.r_label[r] = self._label(-1, self.initiations)
+        V: cython.double[:] = self.V
+        i: cython.int
+        for i in range(self.ncol):
+            V[r * self.ncol + i] = NAN
+        self._begin(r, 0)
+
+    @cython.cfunc
+    def _sweep(self, t: cython.double) -> cython.void:
+        """Drop the runs whose start is out of the window at tag t (6.5)."""
+        q: cython.longlong
+        r: cython.longlong
+        nxt: cython.longlong
+        kept = []
+        for p in self.active:
+            q = p
+            r = self.p_head[q]
+            self.o_head = self.o_tail = -1
+            self.o_count = 0
+            while r >= 0:
+                nxt = self.r_next[r]
+                if t - self.r_start[r] <= self.window:
+                    self._append(r)
+                else:
+                    self._release(r)
+                r = nxt
+            self.nlive -= self.p_count[q] - self.o_count
+            self.p_head[q], self.p_tail[q], self.p_count[q] = self.o_head, self.o_tail, \
+                self.o_count
+            if self.o_count:
+                kept.append(p)
+            else:
+                self.p_active[q] = 0
+        self.active = kept
+        self.prune_at = t + self.window
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, E: np.ndarray, ty: np.ndarray, tags: np.ndarray, keys: np.ndarray,
+            nkeys: int) -> list:
+        """Process the events; the raw matches ``(end, node, label, start)`` (6.1)."""
+        n: cython.Py_ssize_t = tags.shape[0]
+        tyv: cython.int[:] = ty
+        tagv: cython.double[:] = tags
+        keyv: cython.longlong[:] = keys
+        i: cython.Py_ssize_t
+        nb: cython.Py_ssize_t = 0
+        self.E = E
+        self._allocate(nkeys + n + 1, 64, 64)
+        begins: cython.longlong[:] = np.zeros(n + 1, dtype=np.int64)
+        self.ety = self.types[0]
+        for i in range(n):  # the events that begin a run (6.1 step 3)
+            if tyv[i] == self.ety:
+                self.erow = i * self.nslot
+                if self._holds(self.prog_begin[0], -1):
+                    begins[nb] = i
+                    nb += 1
+        fresh: cython.longlong = nkeys
+        bi: cython.Py_ssize_t = 0
+        i = 0
+        p: cython.longlong
+        old: cython.longlong
+        starts: cython.bint
+        r: cython.longlong
+        nxt: cython.longlong
+        while i < n:
+            if self.nlive == 0:
+                if bi >= nb:
+                    break
+                i = begins[bi]
+            self.t = tagv[i]
+            if self.t > self.prune_at:
+                self._sweep(self.t)
+            p = keyv[i]
+            old = self.p_count[p] if p >= 0 else 0
+            starts = bi < nb and begins[bi] == i
+            if old or starts:
+                self.events_visited += 1
+                self.pos = i
+                self.erow = i * self.nslot
+                self.ety = tyv[i]
+                self.o_head = self.o_tail = -1
+                self.o_count = 0
+                if old:
+                    r = self.p_head[p]
+                    while r >= 0:
+                        nxt = self.r_next[r]
+                        self._step(r)
+                        r = nxt
+                if starts:
+                    bi += 1
+                    if p < 0:  # a NaN or unrouted key: a partition of its own
+                        p = fresh
+                        fresh += 1
+                    self._initiate()
+                self.p_head[p], self.p_tail[p], self.p_count[p] = self.o_head, self.o_tail, \
+                    self.o_count
+                if self.o_count and not self.p_active[p]:
+                    self.p_active[p] = 1
+                    self.active.append(p)
+                self.nlive += self.o_count - old
+                if self.nlive > self.max_live_runs:
+                    self.max_live_runs = self.nlive
+            i += 1
+        if n and self.has_window and self.nlive and tagv[n - 1] > self.prune_at:
+            self._sweep(tagv[n - 1])
+        return self.found
+
+    def positions(self, node: cython.longlong, k: cython.int) -> tuple:
+        """The positions per component of the match ending at buffer node ``node`` (6.2)."""
+        blocks = [[] for _ in range(k)]
+        while node >= 0:
+            blocks[self.n_comp[node]].append(int(self.n_pos[node]))
+            node = self.n_prev[node]
+        for b in blocks:
+            b.reverse()
+        return tuple([tuple(b) for b in blocks])
+
+    def matches(self, k: cython.int, tags: list, partitions: list, make) -> list:
+        """``make(positions, start, end, partition, None)`` per match, in the order found;
+        ``partitions``: the equivalence columns as the output gives them (8)."""
+        out = []
+        for f in self.found:
+            blocks = self.positions(f[1], k)
+            first = blocks[0][0]
+            key = tuple([col[first] for col in partitions]) if partitions else None
+            out.append(make(blocks, tags[first], tags[f[0]], key, None))
+        return out
+
+    def buffer(self) -> tuple:
+        """The buffer nodes (position, component, previous) and labels (previous, value)."""
+        nn, nl = self.nn, self.nl
+        return (np.asarray(self.n_pos)[:nn], np.asarray(self.n_comp)[:nn],
+                np.asarray(self.n_prev)[:nn], np.asarray(self.l_prev)[:nl],
+                np.asarray(self.l_val)[:nl])
+
+    def counters(self) -> dict:
+        return {"runs_created": self.runs_created, "runs_merged": 0,
+                "max_live_runs": self.max_live_runs,
+                "pointers_written": self.pointers_written,
+                "events_visited": self.events_visited}

@@ -1,0 +1,380 @@
+"""The shared-buffer engine on its compiled core (``docs/EXACT.md`` 6.1-6.5, 6.7).
+
+:class:`CorePlan` compiles a query's edge formulas (EXACT.md 5.2) and column updates (6.3)
+to programs of the stack machine of :mod:`acep.nfab._core`; :func:`run_core` turns a finite
+window of events into columns, runs the core and gives the raw matches of
+:class:`acep.nfab.shared.Stream`, so that the same output code serves both. Queries and
+events outside the core's class give :class:`Unsupported` or None: the caller then runs
+``shared.py``, the reference the core is checked against.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from itertools import repeat
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+from ..events import EXACT_INT, Event
+from .ast import Agg, BinOp, Call, Const, Equiv, Len, Ref, Strategy, UnaryOp
+from .codegen import BEGIN, CLOSE, COUNT, FIRST, MAX, MIN, SUM, TAKE, _Resolver
+from .compile import CompiledQuery, compile_query, identifiers
+from .evaluate import Binding, evaluate
+from .runs import ExactMatch
+from .shared import Stream, _Batch, _beyond_float, _Plan, to_matches
+
+__all__ = ["CORES", "CorePlan", "Unsupported", "core_module", "pure_core", "run_core",
+           "core_name"]
+
+_PURE_NAME = "acep.nfab._core_pure"
+_BINARY = {"+": "ADD", "-": "SUB", "*": "MUL", "/": "DIV", "%": "MOD", "==": "EQ",
+           "!=": "NE", "<": "LT", "<=": "LE", ">": "GT", ">=": "GE", "and": "AND",
+           "or": "OR"}
+_STRATEGY = {Strategy.STRICT: "STRICT", Strategy.PARTITION: "PARTITION",
+             Strategy.NEXT: "NEXT", Strategy.ANY: "ANY"}
+
+
+class Unsupported(ValueError):
+    """The query is outside the class the compiled core runs (the reason is the message)."""
+
+
+def pure_core() -> ModuleType:
+    """The core module run as plain Python from its source file."""
+    module = sys.modules.get(_PURE_NAME)
+    if module is None:
+        path = Path(__file__).with_name("_core.py")
+        spec = importlib.util.spec_from_file_location(_PURE_NAME, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[_PURE_NAME] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+CORES = ("auto", "compiled", "python", "off")
+
+
+def core_module(choice: str = "auto") -> ModuleType | None:
+    """The core to run, None for ``shared.py``: ``"auto"`` the compiled one when built (or
+    what ``ACEP_NFAB_CORE`` names), ``"compiled"`` (an error where it is not built),
+    ``"python"`` its source run as Python, ``"off"`` none."""
+    if choice not in CORES:
+        raise ValueError(f"core must be one of {', '.join(CORES)}, not {choice!r}")
+    if choice == "auto":
+        choice = os.environ.get("ACEP_NFAB_CORE", "auto")
+    if choice == "off":
+        return None
+    if choice == "python":
+        return pure_core()
+    from . import _core
+
+    if core_name(_core) == "compiled":
+        return _core
+    if choice == "compiled":
+        raise RuntimeError("the compiled core of acep.nfab is not built; reinstall with a C "
+                           "compiler and Cython (pip install .), or use core='python'")
+    return None
+
+
+def core_name(module: ModuleType | None) -> str:
+    """``"compiled"``, ``"python"`` (the core's source run as Python) or ``"shared"``."""
+    if module is None:
+        return "shared"
+    compiled = str(getattr(module, "__file__", "")).endswith((".so", ".pyd"))
+    return "compiled" if compiled else "python"
+
+
+class _Operands(_Resolver):
+    """Codegen's resolver (EXACT.md 6.3's table), giving (kind, index) instead of source."""
+
+    def event(self, attr: str):
+        self.attrs.add(attr)
+        return ("EVENT", self.layout.slots[attr])
+
+    def col(self, c: int, attr: str | None, op: str):
+        self.needed.add((c, attr, op))
+        return ("STATE", self.layout.column(c, attr, op))
+
+    def agg(self, ident: Agg):
+        if ident.func == "avg":
+            c = self.index[ident.var]
+            return ("AVG", self.col(c, ident.attr, SUM)[1], self.col(c, None, COUNT)[1])
+        return super().agg(ident)
+
+
+class CorePlan:
+    """A query compiled for the core: the reference plan (merging off), the programs and the
+    updates. Raises :class:`Unsupported` for text constants."""
+
+    def __init__(self, query_or_cq):
+        cq = query_or_cq if isinstance(query_or_cq, CompiledQuery) else \
+            compile_query(query_or_cq)
+        self.cq = cq
+        self.plan = plan = _Plan(cq, merge=False)
+        self.ops = {name: getattr(pure_core(), f"OP_{name}") for name in
+                    ("END", "CHECK", "CONST", "EVENT", "STATE", "NEG", "NOT", "ABS", "MIN",
+                     "MAX", *_BINARY.values())}
+        self.code: list[int] = []
+        self.consts: list[float] = []
+        self.depth = 0
+        k = plan.k
+        self.begin = [self._program(BEGIN, j, e.begin) for j, e in enumerate(cq.edges)]
+        self.take = [self._program(TAKE, j, e.take) for j, e in enumerate(cq.edges)]
+        self.close = [self._program(CLOSE, j, e.close) for j, e in enumerate(cq.edges)]
+        if self.depth > pure_core().STACK:
+            raise Unsupported("a predicate too deep for the core's stack")
+        self._updates()
+        kinds = {ty: n for n, ty in enumerate(dict.fromkeys(plan.types))}
+        self.type_codes = kinds
+        self.types = [kinds[ty] for ty in plan.types]
+        self.kleene = [int(x) for x in plan.kleene]
+        self.k = k
+        self.strategy = getattr(pure_core(), _STRATEGY[plan.strategy])
+        plain = {getattr(i, "attr", None) for c in cq.query.conjuncts
+                 if not isinstance(c, Equiv) for i in identifiers(c)}
+        self.equality_only = set(cq.equivalence) - plain
+
+    # ------------------------------------------------------------------ programs
+
+    def _program(self, edge: str, j: int, conjuncts) -> int:
+        """The offset of the program of these conjuncts (-1: none, the edge holds)."""
+        if not conjuncts:
+            return -1
+        start = len(self.code)
+        resolver = _Operands(self.cq, self.plan.layout, edge, j)
+        for conjunct in conjuncts:
+            self._emit(conjunct, resolver, 0)
+            self._op("CHECK")
+        self._op("END")
+        return start
+
+    def _op(self, name: str, arg: int = 0) -> None:
+        self.code += [self.ops[name], arg]
+
+    def _emit(self, e, resolver: _Operands, depth: int) -> None:
+        """Code leaving the value of ``e`` on the stack; ``depth``: values below it."""
+        self.depth = max(self.depth, depth + 2)
+        if isinstance(e, Const):
+            v = e.value
+            if isinstance(v, str) or not isinstance(v, (int, float)) or \
+                    (isinstance(v, int) and abs(v) > EXACT_INT):
+                raise Unsupported(f"constant {v!r}: the core computes with float64")
+            self.consts.append(float(v))
+            self._op("CONST", len(self.consts) - 1)
+        elif isinstance(e, (Ref, Agg, Len)):
+            if isinstance(e, Ref):
+                where = resolver.ref(e)
+            elif isinstance(e, Agg):
+                where = resolver.agg(e)
+            else:
+                where = resolver.col(resolver.index[e.var], None, COUNT)
+            if where[0] == "AVG":
+                self._op("STATE", where[1])
+                self._op("STATE", where[2])
+                self._op("DIV")
+            else:
+                self._op(*where)
+        elif isinstance(e, UnaryOp):
+            self._emit(e.operand, resolver, depth)
+            self._op("NOT" if e.op == "not" else "NEG")
+        elif isinstance(e, Call):
+            for n, a in enumerate(e.args):
+                self._emit(a, resolver, depth + n)
+            if e.func == "abs":
+                self._op("ABS")
+            else:
+                self._op(e.func.upper(), len(e.args))
+        elif isinstance(e, BinOp):
+            if e.op in ("+", "-", "*", "/", "%") and _constant(e.left) and _constant(e.right):
+                raise Unsupported("arithmetic on constants only: exact in Python integers")
+            self._emit(e.left, resolver, depth)
+            self._emit(e.right, resolver, depth + 1)
+            self._op(_BINARY[e.op])
+        else:
+            raise Unsupported(f"cannot compile {e!r}")
+
+    def _updates(self) -> None:
+        """Per component and edge (take, begin) the column updates of 6.3."""
+        core, layout = pure_core(), self.plan.layout
+        self.up_start, self.up_col, self.up_op, self.up_slot = [0], [], [], []
+        for j in range(self.plan.k):
+            for begin in (False, True):
+                for n, (c, attr, op) in enumerate(layout.columns):
+                    if c != j or (op == FIRST and not begin):
+                        continue
+                    if op == FIRST or op == "last":
+                        code = core.UP_SET
+                    elif op == SUM:
+                        code = core.UP_SUM0 if begin else core.UP_SUM
+                    elif op == COUNT:
+                        code = core.UP_COUNT0 if begin else core.UP_COUNT
+                    else:
+                        code = core.UP_SET if begin else \
+                            {MIN: core.UP_MIN, MAX: core.UP_MAX}[op]
+                    self.up_col.append(n)
+                    self.up_op.append(code)
+                    self.up_slot.append(layout.slots[attr] if attr is not None else -1)
+                self.up_start.append(len(self.up_col))
+
+    def core(self, module: ModuleType, labels: bool):
+        """A fresh core of ``module`` for one run."""
+        p = self.plan
+        return module.Core(self.k, len(p.layout.columns), len(p.slots), self.strategy,
+                           p.window, labels, self.types, self.kleene, self.begin, self.take,
+                           self.close, self.code, self.consts, self.up_start, self.up_col,
+                           self.up_op, self.up_slot)
+
+
+def _constant(e) -> bool:
+    return not identifiers(e)
+
+
+# --------------------------------------------------------------------------- a run
+
+
+class _Stub:
+    """What :class:`~acep.nfab.shared._Batch` reads of a stream."""
+
+    def __init__(self, plan):
+        self.plan, self.position, self.last_t, self.numeric = plan, 0, float("-inf"), True
+
+
+def run_core(plan: CorePlan, events: list[Event], output: str,
+             module: ModuleType) -> tuple[list, dict] | None:
+    """The matches over the events, and the counters: verbose
+    :class:`~acep.nfab.runs.ExactMatch` objects in canonical order, or (``output="raw"``)
+    the raw matches of :meth:`acep.nfab.shared.Stream.push` with merging off (labels and
+    all). None when the events need the reference engine (a bad event, text or integers
+    beyond 2**53 where the query computes)."""
+    stub = _Stub(plan.plan)
+    batch = _Batch(stub, events)
+    if batch.error is not None:
+        return None
+    n = batch.n
+    cols = []
+    for attr in plan.plan.slots:
+        col = _column(batch, attr, attr in plan.equality_only)
+        if col is None:
+            return None
+        cols.append(col)
+    E = np.ascontiguousarray(np.column_stack(cols) if cols else np.zeros((n, 0))).ravel()
+    ty = np.array(list(map(plan.type_codes.get, batch.types, repeat(-1, n))), dtype=np.int32)
+    tags = np.asarray(batch.tags, dtype=np.float64)
+    keys, nkeys = _keys(batch, plan, ty)
+    core = plan.core(module, output == "raw")
+    found = core.run(E, ty, tags, keys, nkeys) if n else []
+    counters = core.counters()
+    counters["events"], counters["matches"] = n, len(found)
+    if plan.cq.negations:
+        raw = _negated(plan.cq, _raw(found, core, events), events)
+        counters["matches"] = len(raw)
+        return (raw if output == "raw" else to_matches(plan.cq, raw)), counters
+    if output == "raw":
+        return _raw(found, core, events), counters
+    return _verbose(plan.cq, batch, core, events), counters
+
+
+def _negated(cq: CompiledQuery, raw: list[tuple], events: list[Event]) -> list[tuple]:
+    """The raw matches no negated event eliminates (EXACT.md 6.6), finalized as one
+    :meth:`Stream.push` and :meth:`Stream.flush` of the reference engine do."""
+    stream = Stream(cq, merge=False)
+    stream._index_negations(_Batch(stream, events))
+    stream.position = len(events)
+    stream.last_t = float(events[-1].t) if events else float("-inf")
+    return stream._finalize(raw) + stream.flush()
+
+
+def _column(batch: _Batch, attr: str, equality_only: bool) -> np.ndarray | None:
+    """An attribute as float64 values the core computes with exactly (None: it cannot);
+    an attribute only tested for equality may hold anything, coded by value."""
+    raw = batch.column(attr)
+    arr = np.array(raw) if raw else np.zeros(0)
+    if arr.ndim == 1 and arr.dtype.kind in "biuf" and not _beyond_float(arr):
+        return arr.astype(np.float64)
+    values, _ = batch.converted(attr)
+    out = np.empty(len(values))
+    seen: dict = {}
+    for i, v in enumerate(values):
+        if v is None or v != v:
+            out[i] = np.nan
+        elif equality_only:
+            out[i] = seen.setdefault(v, len(seen))
+        elif isinstance(v, float):
+            out[i] = v
+        else:
+            return None
+    return out
+
+
+def _keys(batch: _Batch, plan: CorePlan, ty: np.ndarray) -> tuple[np.ndarray, int]:
+    """Partition codes of the events (-1: no run sees it, or a key of its own) and their
+    number (6.1 Routing, as :meth:`~acep.nfab.shared._Batch.keys`)."""
+    cq, strategy = plan.cq, plan.plan.strategy
+    n = batch.n
+    if not cq.equivalence or strategy is Strategy.STRICT:
+        keys, nkeys = np.zeros(n, dtype=np.int64), 1
+    else:
+        cols = [_column(batch, a, True) for a in cq.equivalence]
+        table = np.column_stack(cols) + 0.0  # -0.0 becomes 0.0: one key, as in Python
+        undefined = np.isnan(table).any(axis=1)
+        table[undefined] = 0.0
+        if len(cols) == 1:
+            _, inverse = np.unique(table[:, 0], return_inverse=True)
+        else:
+            _, inverse = np.unique(table, axis=0, return_inverse=True)
+        keys = inverse.reshape(-1).astype(np.int64)
+        keys[undefined] = -1
+        nkeys = int(keys.max()) + 1 if n else 0
+    if strategy not in (Strategy.STRICT, Strategy.PARTITION):
+        keys[ty < 0] = -1  # events of no positive component's type (unrouted)
+    return keys, nkeys
+
+
+def _verbose(cq: CompiledQuery, batch: _Batch, core, events: list[Event]) -> list:
+    """The matches as :func:`acep.nfab.shared.to_matches` gives them (3.7, 8)."""
+    k, returns = len(cq.edges), cq.query.returns
+    partitions = [batch.converted(a)[0] for a in cq.equivalence]  # as value_of reads them
+    out = core.matches(k, batch.tags, partitions, ExactMatch)
+    if returns:
+        variables = [e.component.var for e in cq.edges]
+        for n, m in enumerate(out):
+            b = Binding({v: [events[p] for p in ps] for v, ps in zip(variables, m.positions)})
+            values = {item.name: evaluate(item.expr, b) for item in returns}
+            out[n] = ExactMatch(m.positions, m.start, m.end, m.partition, values)
+    out.sort(key=lambda m: (m.positions[-1][-1], m.positions))
+    return out
+
+
+def _raw(found: list, core, events: list[Event]) -> list[tuple]:
+    """The core's matches as ``shared.Stream``'s raw matches: nodes ``(position,
+    component, event, previous node)`` and Dewey label tuples (6.2)."""
+    if not found:
+        return []
+    n_pos, n_comp, n_prev, l_prev, l_val = (a.tolist() for a in core.buffer())
+    nodes: dict[int, tuple] = {}
+    label_of: dict[int, tuple] = {}
+
+    def node(i: int):
+        chain = []
+        while i >= 0 and i not in nodes:
+            chain.append(i)
+            i = n_prev[i]
+        out = nodes[i] if i >= 0 else None
+        for m in reversed(chain):
+            out = nodes[m] = (n_pos[m], n_comp[m], events[n_pos[m]], out)
+        return out
+
+    def label(i: int) -> tuple:
+        chain = []
+        while i >= 0 and i not in label_of:
+            chain.append(i)
+            i = l_prev[i]
+        out = label_of[i] if i >= 0 else ()
+        for m in reversed(chain):
+            out = label_of[m] = out + (l_val[m],)
+        return out
+
+    return [(end, node(nd), label(lb), start) for end, nd, lb, start in found]

@@ -1,0 +1,334 @@
+"""The compiled core of the shared-buffer engine (acep.nfab.core, acep/nfab/_core.py) against
+the pure-Python engine (acep.nfab.shared, the reference) and the brute-force oracle
+(tests/exact_oracle.py), on random queries and streams: every strategy, Kleene components,
+aggregates, arithmetic, negation, partitions of mixed kinds; text and bad events fall back.
+
+Self-contained (the query and stream strategies follow tests/test_exact_fuzz.py).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from exact_oracle import oracle
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from acep.events import Event, EventError
+from acep.nfab import Engine
+from acep.nfab.ast import (
+    Agg,
+    BinOp,
+    Call,
+    Component,
+    Const,
+    Equiv,
+    Index,
+    Kind,
+    Len,
+    Query,
+    Range,
+    Ref,
+    ReturnItem,
+    Strategy,
+    UnaryOp,
+)
+from acep.nfab.core import core_module, core_name
+
+BIG = 2**53
+SETTINGS = settings(max_examples=150, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+XS = [0, 1, 2, 3, 0, 1, 2, 3, 1.5, -1, math.nan, True]
+WIDE_XS = XS + [BIG, BIG + 1]
+SS = ["p", "q", "p", 1]
+KS = [0, 1, 7, 7.0, "7", BIG, BIG + 1, math.nan]
+STEPS = [0, 0, 1, 1, 2, 0.1, 0.25]
+COMPILED = core_name(core_module("auto"))
+
+
+def r(var, attr):
+    return Ref(var, Index.NONE, attr)
+
+
+def first(var, attr):
+    return Ref(var, Index.FIRST, attr)
+
+
+def it(var, attr):
+    return Ref(var, Index.I, attr)
+
+
+def prev(var, attr):
+    return Ref(var, Index.PREV, attr)
+
+
+def last(var, attr):
+    return Ref(var, Index.LAST, attr)
+
+
+def pre(func, var, attr=None):
+    return Agg(func, var, Range.PREFIX, attr)
+
+
+def whole(func, var, attr=None):
+    return Agg(func, var, Range.ALL, attr)
+
+
+def lit(value):
+    return value if isinstance(value, (Ref, Agg, Len, BinOp, UnaryOp, Call, Const)) \
+        else Const(value)
+
+
+def op(o, left, right):
+    return BinOp(o, lit(left), lit(right))
+
+
+# ------------------------------------------------------------------ queries and streams
+
+
+def _singleton_menu(v: str, earlier: list[Component], wide: bool) -> list:
+    x = r(v, "x")
+    menu = [op("<", x, 2), op(">=", x, 1), op("!=", x, x), op("<=", Call("abs", (r(v, "y"),)), 1),
+            UnaryOp("not", op("==", x, 0)), op("or", op("<", x, 0), op(">", r(v, "y"), 2))]
+    if not wide:  # the oracle computes x % 2 in floats for x = 2**53 + 1, the engines not
+        menu += [op("==", op("%", x, 2), 1), op(">", op("/", r(v, "y"), x), 1)]
+    for e in earlier:
+        ref = r(e.var, "x") if e.kind is Kind.ONE else last(e.var, "x")
+        menu += [op("<=", ref, x), op("==", ref, x), op("<", op("-", ref, x), r(v, "y")),
+                 op(">=", Call("max", (ref, r(v, "y"))), x)]
+        if wide and e.kind is Kind.ONE:  # text: compared by 3.2's rules on shared.py
+            menu += [op("<", r(e.var, "s"), r(v, "s")), op("!=", r(e.var, "s"), r(v, "s"))]
+    if wide:
+        menu.append(op("==", r(v, "s"), "p"))
+    return menu
+
+
+def _kleene_menu(v: str, earlier: list[Component], wide: bool) -> list:
+    x = it(v, "x")
+    menu = [op("<=", x, 2), op("!=", x, 0), op(">=", x, prev(v, "x")),
+            op(">", x, pre("avg", v, "x")), op("<=", x, pre("max", v, "x")),
+            op(">", x, pre("min", v, "x")), op(">=", op("+", x, pre("count", v)),
+                                                pre("sum", v, "x")),
+            op("!=", x, first(v, "x")), op(">", last(v, "x"), 0), op("<=", Len(v), 2),
+            op("<", whole("sum", v, "x"), 5), op(">=", whole("max", v, "x"),
+                                                 whole("min", v, "x")),
+            op(">", first(v, "x"), 0), op("<", UnaryOp("-", x), it(v, "y")),
+            op(">=", Call("min", (x, prev(v, "y"))), 0)]
+    if not wide:
+        menu.append(op("==", op("%", op("*", x, 3), it(v, "y")), 0))
+    for e in earlier:
+        ref = r(e.var, "x") if e.kind is Kind.ONE else last(e.var, "x")
+        menu += [op(">=", x, ref), op("==", x, ref)]
+    return menu
+
+
+@st.composite
+def queries(draw, wide: bool = False):
+    n = draw(st.sampled_from([1, 2, 2, 2, 3, 3, 4]))
+    kinds = [draw(st.sampled_from([Kind.ONE, Kind.ONE, Kind.PLUS])) for _ in range(n)]
+    if kinds.count(Kind.PLUS) > 2:
+        kinds = [Kind.ONE if i else kinds[0] for i in range(n)]
+    positive = [Component(kind, draw(st.sampled_from("ABC")), f"p{j}")
+                for j, kind in enumerate(kinds)]
+    menu = []
+    for j, comp in enumerate(positive):
+        maker = _kleene_menu if comp.kind is Kind.PLUS else _singleton_menu
+        menu.extend(maker(comp.var, positive[:j], wide))
+    where = draw(st.lists(st.sampled_from(menu), max_size=3, unique_by=repr))
+    comps = list(positive)
+    if draw(st.booleans()):
+        at = draw(st.integers(0, len(comps)))
+        comps.insert(at, Component(Kind.NEG, draw(st.sampled_from("ABCD")), "n0"))
+        where += draw(st.lists(st.just(op(">", r("n0", "x"), 1)), max_size=1))
+    if draw(st.booleans()):
+        where.insert(draw(st.integers(0, len(where))),
+                     Equiv(draw(st.sampled_from([("k",), ("k",), ("k", "y")]))))
+    returns = ()
+    if draw(st.booleans()):
+        p = positive[0]
+        returns = (ReturnItem(r(p.var, "x") if p.kind is Kind.ONE
+                              else whole("sum", p.var, "x"), "v"),)
+    edge_neg = comps[0].kind is Kind.NEG or comps[-1].kind is Kind.NEG
+    within = "gap" if edge_neg or draw(st.booleans()) else None
+    strategy = draw(st.sampled_from(list(Strategy)))
+    if strategy is Strategy.PARTITION and not any(isinstance(c, Equiv) for c in where):
+        strategy = Strategy.NEXT
+    return Query(tuple(comps), strategy, tuple(where), within, returns)
+
+
+@st.composite
+def streams(draw, types: str, max_size: int, xs: list, bad: bool):
+    n = draw(st.integers(2, max_size))
+    out, t = [], 0
+    for _ in range(n):
+        t += draw(st.sampled_from(STEPS))
+        if bad and draw(st.integers(0, 4 * max_size)) == 0:
+            t -= 1
+        attrs = {"x": draw(st.sampled_from(xs)), "y": draw(st.sampled_from(xs)),
+                 "k": draw(st.sampled_from(KS))}
+        if bad:
+            attrs["s"] = draw(st.sampled_from(SS))
+        if bad and draw(st.integers(0, 4 * max_size)) == 0:
+            del attrs[draw(st.sampled_from(sorted(attrs)))]
+        out.append(Event(draw(st.sampled_from(types)), t, attrs))
+    return out
+
+
+@st.composite
+def cases(draw, max_size=10, wide=False):
+    query = draw(queries(wide=wide))
+    types = "".join(c.type for c in query.components) + "D"
+    events = draw(streams(types, max_size, WIDE_XS if wide else XS, wide))
+    if query.window == "gap":
+        tags = sorted({e.t for e in events})
+        gaps = sorted({b - a for a in tags for b in tags if b >= a})
+        w = draw(st.sampled_from(gaps)) if gaps else 1.0
+        if draw(st.booleans()):
+            w = max(0.0, math.nextafter(w, draw(st.sampled_from([0.0, math.inf]))))
+        query = Query(query.components, query.strategy, query.conjuncts, w, query.returns)
+    return query, events
+
+
+def norm(m) -> tuple:
+    values = None if m.values is None else {k: repr(v) for k, v in m.values.items()}
+    part = None if m.partition is None else tuple(repr(v) for v in m.partition)
+    return (m.positions, m.start, m.end, part, values)
+
+
+def _outputs(query, events, output: str, core: str, merge: bool = False):
+    eng = Engine(query, output=output, engine="shared", merge=merge, core=core)
+    try:
+        found = eng.run(events)
+    except EventError as err:
+        return eng, ("refused", err.position, err.field)
+    if output == "compact":
+        found = [(g.end_position, g.count(), [norm(m) for m in g.expand()], g.labels)
+                 for g in found]
+    else:
+        found = [norm(m) for m in found]
+    return eng, found
+
+
+def _agree(query, events, cores=(COMPILED,)) -> None:
+    """Every core and output mode equals the reference engine (merging off: the same
+    labels and counters; on: the same matches) and the oracle."""
+    try:
+        want = sorted(map(norm, oracle(query, events)))
+    except EventError as err:
+        want = ("refused", err.position, err.field)
+    for output in ("verbose", "compact"):
+        ref_eng, ref = _outputs(query, events, output, "off")
+        merged = _outputs(query, events, output, "off", merge=True)[1]
+        for core in cores:
+            eng, got = _outputs(query, events, output, core)
+            assert got == ref, (core, output)
+            if isinstance(got, tuple):  # refused: the same bad event as the oracle
+                assert got == want == merged, core
+            elif output == "verbose":
+                assert got == merged, core
+                assert all(type(p) is int for m in got for b in m[0] for p in b), core
+                assert sorted(got) == want, core
+                assert got == sorted(got, key=lambda m: (m[0][-1][-1], m[0])), core
+            else:
+                assert [g[:3] for g in got] == [g[:3] for g in merged], core
+                assert all(type(g[0]) is int for g in got), core
+            if eng.core != "shared":
+                assert eng.stats == ref_eng.stats, (core, output)
+    event("refused" if isinstance(want, tuple) else
+          f"{query.strategy.value}: {'some' if want else 'no'} matches")
+
+
+# ------------------------------------------------------------------ the tests
+
+
+@SETTINGS
+@given(cases())
+def test_compiled_core_equals_the_reference_engine_and_the_oracle(case):
+    query, events = case
+    _agree(query, events)
+    eng = Engine(query, engine="shared")
+    eng.run(events)
+    assert eng.core == COMPILED  # no text, no bad event: the core ran
+
+
+@settings(SETTINGS, max_examples=60)
+@given(cases())
+def test_the_core_run_as_python_gives_the_same_results(case):
+    query, events = case
+    _agree(query, events, cores=("python",))
+
+
+@SETTINGS
+@given(cases(wide=True))
+def test_wide_inputs_fall_back_or_agree(case):
+    """Negation, text, ids beyond 2**53, missing attributes and tags going back: the
+    engine falls back to the reference where the core cannot run, with the same output."""
+    query, events = case
+    _agree(query, events)
+
+
+@SETTINGS
+@given(cases(max_size=30))
+def test_longer_streams_agree(case):
+    _agree(*case)
+
+
+def test_the_compiled_core_ran_where_ci_requires_it():
+    from acep.nfab import _core
+
+    if os.environ.get("ACEP_REQUIRE_COMPILED"):
+        assert core_name(_core) == "compiled"
+    eng = Engine("PATTERN SEQ(A+ a[], B b) WHERE partition_contiguity(a[], b) "
+                 "{ [k] and a[i].x > a[i-1].x and b.x < a[a.LEN].x } WITHIN 5",
+                 engine="shared")
+    events = [Event("A", 1, {"k": 1, "x": 1}), Event("A", 2, {"k": 1, "x": 2}),
+              Event("B", 3, {"k": 1, "x": 0})]
+    assert [m.positions for m in eng.run(events)] == [((0, 1), (2,)), ((1,), (2,))]
+    assert eng.core == core_name(_core)
+    assert Engine(eng.query, engine="shared", core="off").core is None
+
+
+def test_what_the_core_leaves_to_the_reference_engine():
+    events = [Event("A", 1, {"k": 1, "x": 1, "s": "p"}), Event("B", 2, {"k": 1, "x": 2})]
+    eng = Engine("PATTERN SEQ(A a, B b) WHERE skip_till_next_match(a, b) { a.s == 'p' } "
+                 "WITHIN 5", engine="shared", core="python")
+    assert len(eng.run(events)) == 1
+    assert eng.core == "shared"  # a text constant
+    eng = Engine("PATTERN SEQ(A a, B b) WITHIN 5", engine="shared", core="python",
+                 max_entries=10)
+    eng.run(events)
+    assert eng.core == "shared"
+    eng = Engine("PATTERN SEQ(A a, B b) WITHIN 5", engine="shared", core="python")
+    eng.push(events)
+    assert eng.core == "shared"  # streams pushed in pieces stay on shared.py
+    with pytest.raises(ValueError, match="core must be one of"):
+        Engine("PATTERN SEQ(A a, B b) WITHIN 5", core="fast")
+
+
+def test_the_core_source_runs_without_cython():
+    """A device without Cython: the core's source runs with the shim, same match."""
+    code = textwrap.dedent("""
+        import sys
+        class NoCython:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("cython", "Cython"):
+                    raise ImportError("no Cython on this device")
+        sys.meta_path.insert(0, NoCython())
+        from acep.events import Event
+        from acep.nfab import Engine
+        ev = [Event("A", 1, {"x": 1}), Event("B", 2, {"x": 2})]
+        e = Engine("PATTERN SEQ(A a, B b) WHERE skip_till_next_match(a, b) { a.x < b.x } "
+                   "WITHIN 5", engine="shared", core="python")
+        print(e.run(ev)[0].positions, e.core)
+    """)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["((0,),", "(1,))", "python"]
