@@ -36,9 +36,9 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="module")
 def s3():
-    """A bucket on moto's S3 server on loopback for a test module (tests/s3_server.py); the
+    """A bucket on moto's S3 server on loopback for a test module (tests/support/s3_server.py); the
     module skips itself first when pyarrow or moto is missing."""
-    from s3_server import S3, credentials
+    from support.s3_server import S3, credentials
 
     with credentials():
         server = S3()

@@ -1,7 +1,7 @@
 """Thompson's automaton (Figure 1): structure, and the language it accepts."""
 
 from hypothesis import given, settings
-from oracle import serializations
+from support.oracle import serializations
 from test_engine_properties import regex
 
 from acep.automaton import UNREACHABLE, build_automaton

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bench_runs import PNG_MAGIC, run_quick
+from support.bench_runs import PNG_MAGIC, run_quick
 
 import acep
 from bench import data

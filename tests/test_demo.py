@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from procs import alive, descendants
+from support.procs import alive, descendants
 
 pytest.importorskip("pyspark", reason="the demo needs PySpark (pip install 'acep[demo]')")
 pytest.importorskip("aiohttp", reason="the demo's collector needs aiohttp")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from links import Serving
+from support.links import Serving
 
 import acep
 from acep.shedding import Budget

@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
-from links import Serving
+from support.links import Serving
 from test_edge_agent_sketch import (
     BUDGET,
     chunks_until,

@@ -25,7 +25,7 @@ from pathlib import Path
 import msgpack
 import pyarrow.parquet as pq
 import pytest
-from links import ThinLink
+from support.links import ThinLink
 
 import acep
 from acep import EventBatch

@@ -31,7 +31,7 @@ pytest.importorskip("moto.server", reason="needs moto's S3 server (pip install -
 
 from hypothesis import HealthCheck, event, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from s3_server import S3, credentials, uri  # noqa: E402
+from support.s3_server import S3, credentials, uri  # noqa: E402
 from test_edge_collector import (  # noqa: E402
     ROOT,
     Server,

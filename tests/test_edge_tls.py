@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import trustme
-from links import ConnectProxy, ThinLink
+from support.links import ConnectProxy, ThinLink
 from test_edge_agent import config, stream
 from test_edge_agent_sketch import sketch_bytes
 from test_edge_e2e import DEVICE, ROOT, Collector, query

@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from links import Serving, ThinLink
+from support.links import Serving, ThinLink
 
 from edge.uplink import (
     CONTINUE_WAIT,

@@ -15,7 +15,7 @@ import bisect
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from oracle import oracle_matches
+from support.oracle import oracle_matches
 
 from acep import backend
 from acep.matcher import Matcher, best_per_point, bundles

@@ -10,9 +10,9 @@ import subprocess
 import sys
 
 import pytest
-from exact_oracle import oracle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.exact_oracle import oracle
 from test_exact_oracle import cases, with_strategy
 
 from acep.events import Event

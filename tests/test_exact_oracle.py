@@ -1,4 +1,4 @@
-"""Tests of the brute-force oracle of the exact SASE+ semantics (tests/exact_oracle.py).
+"""Tests of the brute-force oracle of the exact SASE+ semantics (tests/support/exact_oracle.py).
 
 The oracle judges the exact engine, so it is checked here against the paper examples of
 ``docs/EXACT.md`` section 4 (match sets only; run counts are engine-only), hand-worked cases
@@ -18,6 +18,19 @@ import math
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.exact_oracle import (
+    _begin_holds,
+    _Env,
+    _holds,
+    _partition,
+    _same_partition,
+    _take_holds,
+    analyze,
+    eliminated,
+    is_match,
+    oracle,
+    validate,
+)
 
 from acep.events import Event, EventError
 from acep.nfab.ast import (
@@ -37,35 +50,6 @@ from acep.nfab.ast import (
     Strategy,
     UnaryOp,
 )
-
-try:
-    from exact_oracle import (
-        _begin_holds,
-        _Env,
-        _holds,
-        _partition,
-        _same_partition,
-        _take_holds,
-        analyze,
-        eliminated,
-        is_match,
-        oracle,
-        validate,
-    )
-except ImportError:  # tests/ became a package
-    from tests.exact_oracle import (
-        _begin_holds,
-        _Env,
-        _holds,
-        _partition,
-        _same_partition,
-        _take_holds,
-        analyze,
-        eliminated,
-        is_match,
-        oracle,
-        validate,
-    )
 
 ANY, NEXT, STRICT, PART = Strategy.ANY, Strategy.NEXT, Strategy.STRICT, Strategy.PARTITION
 HOUR, MINUTE = 3600.0, 60.0

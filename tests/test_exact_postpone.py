@@ -6,9 +6,9 @@ consistency class of 7.3 showing what the filters decide (through the stats)."""
 import random
 
 import pytest
-from exact_oracle import oracle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.exact_oracle import oracle
 from test_exact_oracle import (
     FIG4,
     Q1_STREAM,

@@ -1,9 +1,9 @@
 """The basic run engine (acep.nfab.runs, EXACT.md 6.1) against the brute-force oracle."""
 
 import pytest
-from exact_oracle import oracle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.exact_oracle import oracle
 from test_exact_oracle import cases, fig3_stream, query3, with_strategy
 
 from acep.events import Event, EventError

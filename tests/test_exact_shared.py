@@ -7,9 +7,9 @@ import math
 import random
 
 import pytest
-from exact_oracle import oracle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.exact_oracle import oracle
 from test_exact_oracle import (
     Q1_STREAM,
     Q2_STREAM,

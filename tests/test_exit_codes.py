@@ -102,7 +102,7 @@ def _corrupt_parquet_files(d: Path) -> None:
     second's (the footers read)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from damaged import corrupt_parquet
+    from support.damaged import corrupt_parquet
 
     rows = pa.table({"type": ["a", "b"] * 50, "t": [float(i) for i in range(100)]})
     for name, group in (("corrupt-first.parquet", 0), ("corrupt-later.parquet", 1)):

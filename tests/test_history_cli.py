@@ -173,7 +173,7 @@ def test_build_refuses_a_file_without_events(tmp_path, capsys):
 def test_build_names_a_corrupt_file(tmp_path, capsys):
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from damaged import corrupt_parquet
+    from support.damaged import corrupt_parquet
 
     path = tmp_path / "e.parquet"
     pq.write_table(pa.Table.from_pylist([{"type": "ab"[i % 2], "t": i} for i in range(20)]),
@@ -404,7 +404,7 @@ def test_a_predicate_over_a_column_the_spec_leaves_out_is_named_before_the_event
 def test_build_names_a_bad_pattern_before_it_reads_the_events(built):
     """A malformed pattern was found only after the whole file was read: here the file is
     damaged, and the pattern is what the user hears about first."""
-    from damaged import corrupt_parquet
+    from support.damaged import corrupt_parquet
 
     corrupt_parquet(Path("feb.parquet"))
     done = acep(*BUILD[:4], "late (verylate", *BUILD[5:], "-o", "new.history")

@@ -1,4 +1,4 @@
-"""The loopback test peers of tests/links.py end with their test: an HTTP server's request
+"""The loopback test peers of tests/support/links.py end with their test: an HTTP server's request
 handlers (``Serving``) do not outlive the ``with`` block that ran it, to print
 ``Exception occurred during processing of request`` while another test runs or after
 pytest's summary, as a stdlib server's handler threads did."""
@@ -12,7 +12,7 @@ import time
 from http.server import BaseHTTPRequestHandler
 
 import pytest
-from links import Serving
+from support.links import Serving
 
 
 class _Late(BaseHTTPRequestHandler):

@@ -18,7 +18,7 @@ pa = pytest.importorskip("pyarrow")
 pytest.importorskip("moto.server", reason="needs moto's S3 server (pip install -e '.[test]')")
 
 import pyarrow.parquet as pq  # noqa: E402
-from s3_server import BUCKET  # noqa: E402
+from support.s3_server import BUCKET  # noqa: E402
 
 from acep import storage  # noqa: E402
 from acep.cli import main as acep_main  # noqa: E402

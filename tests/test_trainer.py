@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 
 pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'acep[spark]')")
 
-from damaged import corrupt_parquet  # noqa: E402
-from procs import wait_url  # noqa: E402
+from support.damaged import corrupt_parquet  # noqa: E402
+from support.procs import wait_url  # noqa: E402
 from test_history_sketch import _fingerprint  # noqa: E402
 
 from acep import EventBatch, Matcher  # noqa: E402

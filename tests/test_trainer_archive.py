@@ -185,7 +185,7 @@ def test_damaged_archive_files_are_named_and_skipped_with_skip_bad_files(spark, 
     bytes, cut short, text), stops the job in one line naming it and --skip-bad-files;
     with it the job runs on the rest. Before, --skip-bad-files still refused such a file,
     and one whose data is corrupt when it came first (the file that gives the columns)."""
-    from damaged import corrupt_parquet
+    from support.damaged import corrupt_parquet
 
     monkeypatch.chdir(tmp_path)
     rng = np.random.default_rng(3)

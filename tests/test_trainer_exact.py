@@ -328,7 +328,7 @@ def test_command_line(spark, tmp_path, capsys):
 
 
 def test_an_unreadable_file_fails_the_job_unless_skipped(spark, tmp_path, capsys):
-    from damaged import corrupt_parquet
+    from support.damaged import corrupt_parquet
 
     rows = [{"type": "abc"[i % 3], "t": i // 2, "p": i % 2, "v": i % 5} for i in range(30)]
     (tmp_path / "in").mkdir()

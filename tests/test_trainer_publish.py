@@ -21,8 +21,8 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'acep[spark]')")
 
-from links import Serving  # noqa: E402
-from procs import wait_url  # noqa: E402
+from support.links import Serving  # noqa: E402
+from support.procs import wait_url  # noqa: E402
 
 import acep  # noqa: E402
 from acep import EventBatch  # noqa: E402
