@@ -2,7 +2,7 @@
 
 from hypothesis import given, settings
 from support.oracle import serializations
-from test_engine_properties import regex
+from support.strategies import regex
 
 from acep.automaton import UNREACHABLE, build_automaton
 from acep.pattern import parse_regex, pattern_length_bounds

@@ -49,17 +49,6 @@ SHAPES = {
 CROSSING: dict[str, int] = {}  # shape -> matches crossing a chunk edge in its examples
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from trainer.spark import session
-
-    s = session(cores=2, shuffle_partitions=2)
-    before = s.conf.get("spark.sql.shuffle.partitions")
-    s.conf.set("spark.sql.shuffle.partitions", "2")  # few tasks: tiny inputs, ~0.1 s a task
-    yield s
-    s.conf.set("spark.sql.shuffle.partitions", before)
-
-
 # --------------------------------------------------------------------------- helpers
 
 
