@@ -17,8 +17,8 @@ import math
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from support.exact import equiv, first, it, last, neg, op, pre, prev, r, whole
 from support.exact_oracle import oracle
-from test_exact_oracle import equiv, first, it, last, neg, op, pre, prev, r, whole
 
 from acep.events import Event, EventError
 from acep.nfab import Engine

@@ -8,8 +8,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.exact_oracle import oracle
-from test_exact_oracle import (
+from support.exact import (
     FIG4,
     Q1_STREAM,
     Q2_STREAM,
@@ -38,6 +37,7 @@ from test_exact_oracle import (
     whole,
     with_strategy,
 )
+from support.exact_oracle import oracle
 
 import acep.nfab.postpone as postpone
 from acep.events import Event, EventError

@@ -3,8 +3,8 @@
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.exact import cases, fig3_stream, query3, with_strategy
 from support.exact_oracle import oracle
-from test_exact_oracle import cases, fig3_stream, query3, with_strategy
 
 from acep.events import Event, EventError
 from acep.nfab.ast import Strategy
