@@ -56,7 +56,7 @@ from edge.wire import (
     encode_condensed,
 )
 
-# --------------------------------------------------------------------------- server process
+# --------------------------------------------------------------------------- the server
 
 
 # one device's many uploads at once: more than the default --device-uploads 1 allows
@@ -74,9 +74,6 @@ def srv(tmp_path, request):
     yield server
     if server.proc.poll() is None:
         assert server.stop() == 0
-
-
-# --------------------------------------------------------------------------- batches
 
 
 # --------------------------------------------------------------------------- tests

@@ -4,11 +4,11 @@ The oracle judges the exact engine, so it is checked here against the paper exam
 ``docs/EXACT.md`` section 4 (match sets only; run counts are engine-only), hand-worked cases
 for each rule of section 3, and Hypothesis properties that hold by definition.
 
-Queries are built as :mod:`acep.nfab.ast` objects with the small constructors below, so the
-oracle's tests do not depend on the parser (``acep.nfab.query`` did not exist when this file
-was started). The paper queries are also run once more from their printed text through
-``acep.nfab.query.parse_query`` (skipped when that module is missing), against the same
-expectations.
+Queries are built as :mod:`acep.nfab.ast` objects with the small constructors of
+``tests/support/exact.py``, so the oracle's tests do not depend on the parser
+(``acep.nfab.query`` did not exist when this file was started). The paper queries are also
+run once more from their printed text through ``acep.nfab.query.parse_query`` (skipped when
+that module is missing), against the same expectations.
 
 Every test runs twice: once judging the oracle, once with the run engine
 (``acep.nfab.runs.match_runs``) in its place, as both must agree with the expectations
@@ -99,7 +99,8 @@ def judged(request, monkeypatch):
     if request.param == "runs":
         monkeypatch.setitem(globals(), "oracle", _run_engine)
 
-# --------------------------------------------------------------------------- constructors
+
+# --------------------------------------------------------------------------- helpers
 
 
 def got(query: Query, events, **kw) -> set:

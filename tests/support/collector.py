@@ -82,7 +82,7 @@ class CollectorProcess:
     def start(self) -> CollectorProcess:
         """Start the server and wait until it listens (``url`` and ``port`` say where)."""
         self.starts += 1
-        out = self.tmp / f"collector-{self.starts}.out"
+        out = self.err.with_name(f"collector-{self.starts}.out")  # beside its log
         limit = () if self.max_body is None else ("--max-body", str(self.max_body))
         # its log goes to a file: a pipe nobody reads would stop a collector that logs a lot
         with open(out, "w") as o, open(self.err, "a") as e:

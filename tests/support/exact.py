@@ -28,6 +28,9 @@ ANY, NEXT, STRICT, PART = Strategy.ANY, Strategy.NEXT, Strategy.STRICT, Strategy
 HOUR, MINUTE = 3600.0, 60.0
 
 
+# --------------------------------------------------------------------------- constructors
+
+
 def one(typ: str, var: str) -> Component:
     return Component(Kind.ONE, typ, var)
 
@@ -102,6 +105,9 @@ def ids(*blocks) -> tuple:
     return tuple((b - 1,) if isinstance(b, int) else tuple(x - 1 for x in b) for b in blocks)
 
 
+# --------------------------------------------------------------------------- docs/EXACT.md 4
+
+
 Z14_FIG3 = [ev("A", 1), ev("A", 2), ev("B", 5), ev("B", 6), ev("C", 7)]  # a1 a2 b1 b2 c1
 
 
@@ -116,6 +122,8 @@ def fig4(strategy):
 
 FIG4 = [ev("A", 1, task_id=1), ev("B", 4, task_id=1, val=6), ev("B", 5, task_id=1, val=7),
         ev("B", 6, task_id=1, val=9), ev("C", 7, task_id=1)]
+
+
 Q6_VALS = [0.1, 0.2, 0.15, 0.19, 0.25]
 Q6_STREAM = ([ev("ReducerStart", 0, task_id=1)]
              + [ev("LoadStd", k + 1, task_id=1, val=v) for k, v in enumerate(Q6_VALS)]
@@ -173,6 +181,9 @@ def query3(strategy, agg="avg"):
              where=[equiv("symbol"), op(">", first("a", "volume"), 1000),
                     op(">", it("a", "price"), pre(agg, "a", "price")),
                     op("<", r("b", "volume"), op("*", 0.8, last("a", "volume")))])
+
+
+# --------------------------------------------------------------------------- random cases
 
 
 TYPES = "ABC"
