@@ -36,11 +36,27 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="module")
 def s3():
-    """A bucket on moto's S3 server on loopback for a test module (tests/s3_server.py); the
+    """A bucket on moto's S3 server on loopback for a test module (tests/support/s3_server.py); the
     module skips itself first when pyarrow or moto is missing."""
-    from s3_server import S3, credentials
+    from support.s3_server import S3, credentials
 
     with credentials():
         server = S3()
         yield server
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def spark(request):
+    """A local Spark session on 2 cores for a test module, with the module's
+    ``SHUFFLE_PARTITIONS`` (default 2) while it runs; the module skips without PySpark."""
+    pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'acep[spark]')")
+    from trainer.spark import session
+
+    partitions = getattr(request.module, "SHUFFLE_PARTITIONS", 2)
+    s = session(cores=2, shuffle_partitions=partitions)
+    # the JVM's session outlives a module: set the count this module asks for, then restore
+    before = s.conf.get("spark.sql.shuffle.partitions")
+    s.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    yield s
+    s.conf.set("spark.sql.shuffle.partitions", before)

@@ -1,8 +1,8 @@
 """Thompson's automaton (Figure 1): structure, and the language it accepts."""
 
 from hypothesis import given, settings
-from oracle import serializations
-from test_engine_properties import regex
+from support.oracle import serializations
+from support.strategies import regex
 
 from acep.automaton import UNREACHABLE, build_automaton
 from acep.pattern import parse_regex, pattern_length_bounds

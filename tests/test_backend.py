@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.cli import run_acep
 
 import acep
 
@@ -59,9 +60,8 @@ def test_the_match_summary_names_the_kernel_that_ran(tmp_path):
     events = tmp_path / "e.jsonl"
     events.write_text('{"type": "a", "t": 1}\n{"type": "b", "t": 2}\n')
     for name in ("python", *(["compiled"] if acep.backend() == "compiled" else [])):
-        r = subprocess.run([sys.executable, "-m", "acep.cli", "match", "-p", "a b", "-w", "5",
-                            "--backend", name, str(events)], capture_output=True, text=True,
-                           cwd=ROOT, timeout=60)
+        r = run_acep("match", "-p", "a b", "-w", "5", "--backend", name, events, cwd=ROOT,
+                     timeout=60)
         assert r.returncode == 0, r.stderr
         assert f"{name} kernel" in r.stderr and r.stdout.count("\n") == 1
 
@@ -88,9 +88,8 @@ def _without_compiled_kernel(tmp_path: Path) -> Path:
 def test_acep_backend_without_the_compiled_kernel(tmp_path, kernel, code, line):
     """Forcing the compiled kernel where it is not built was a RuntimeError traceback."""
     home = _without_compiled_kernel(tmp_path)
-    env = dict(os.environ, ACEP_KERNEL=kernel, PYTHONPATH=str(home))
-    r = subprocess.run([sys.executable, "-m", "acep.cli", "backend"], capture_output=True,
-                       text=True, cwd=home, env=env, timeout=60)
+    r = run_acep("backend", cwd=home, env={"ACEP_KERNEL": kernel, "PYTHONPATH": str(home)},
+                 timeout=60)
     assert r.returncode == code
     assert (r.stdout if code == 0 else r.stderr) == line + "\n"
 
@@ -98,10 +97,8 @@ def test_acep_backend_without_the_compiled_kernel(tmp_path, kernel, code, line):
 def test_acep_match_backend_compiled_without_the_kernel_names_the_option(tmp_path):
     home = _without_compiled_kernel(tmp_path)
     (home / "e.jsonl").write_text('{"type": "a", "t": 1}\n')
-    env = {k: v for k, v in os.environ.items() if k != "ACEP_KERNEL"}
-    r = subprocess.run([sys.executable, "-m", "acep.cli", "match", "-p", "a", "-w", "5",
-                        "--backend", "compiled", "e.jsonl"], capture_output=True, text=True,
-                       cwd=home, env={**env, "PYTHONPATH": str(home)}, timeout=60)
+    r = run_acep("match", "-p", "a", "-w", "5", "--backend", "compiled", "e.jsonl", cwd=home,
+                 env={"ACEP_KERNEL": None, "PYTHONPATH": str(home)}, timeout=60)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr == ("acep match: the compiled kernel is not built; reinstall with a C "
                         "compiler and Cython (pip install .), or use --backend python\n")

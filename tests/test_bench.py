@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bench_runs import PNG_MAGIC, run_quick
+from support.bench_runs import PNG_MAGIC, run_quick, tiny_flights
 
 import acep
 from bench import data
@@ -121,21 +121,6 @@ def test_flights_path_names_a_missing_file(tmp_path):
 
 
 FLIGHTS_BENCHMARKS = ["engine", "shedding", "trainer", "archive", "edge", "herd"]
-
-
-def tiny_flights(path: Path, drop: str | None = None) -> Path:
-    """A few thousand rows shaped like flights-3m.parquet (without the column ``drop``)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    n = 3000
-    table = pa.table({"date": pa.array(np.arange(n) * 60_000_000, pa.timestamp("us")),
-                      "delay": pa.array(np.arange(n) % 90 - 10, pa.int64()),
-                      "distance": pa.array(np.full(n, 500), pa.int64()),
-                      "origin": pa.array(["ATL", "ORD", "SFO"] * (n // 3), pa.large_string()),
-                      "destination": pa.array(["LAX"] * n, pa.large_string())})
-    pq.write_table(table.drop([drop]) if drop else table, path)
-    return path
 
 
 @pytest.mark.parametrize("name", FLIGHTS_BENCHMARKS)

@@ -21,7 +21,7 @@ TABLES = ["engine", "exact", "shedding", "trainer"]
 def results_dir(tmp_path, monkeypatch):
     """Every benchmark's default results/ moved to ``tmp_path/<name>``; the flights a tiny
     file (a full run reads them before it measures, and must not download them here)."""
-    from test_bench import tiny_flights
+    from support.bench_runs import tiny_flights
 
     for name in BENCHMARKS:
         monkeypatch.setattr(importlib.import_module(f"bench.{name}.run"), "RESULTS",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bench_runs import PNG_MAGIC, run_quick
+from support.bench_runs import PNG_MAGIC, run_quick
 
 from bench.context import run
 

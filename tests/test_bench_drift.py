@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bench_runs import PNG_MAGIC, run_quick
+from support.bench_runs import PNG_MAGIC, run_quick
 
 from bench.drift import run, streams
 from bench.shedding.workloads import PLANTED

@@ -12,7 +12,7 @@ pytest.importorskip("aiohttp")
 pytest.importorskip("pyarrow")
 pytest.importorskip("matplotlib")
 
-from bench_runs import PNG_MAGIC, run_quick  # noqa: E402
+from support.bench_runs import PNG_MAGIC, run_quick  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bench_runs import PNG_MAGIC, run_quick
+from support.bench_runs import PNG_MAGIC, run_quick
 
 from acep.nfab.query import parse_query
 from bench.exact import run

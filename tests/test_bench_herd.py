@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from bench_runs import PNG_MAGIC, run_quick  # noqa: E402
+from support.bench_runs import PNG_MAGIC, run_quick  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bench_runs import PNG_MAGIC, ROOT, run_quick
+from support.bench_runs import PNG_MAGIC, ROOT, run_quick
 
 from acep import Matcher, bundles
 from acep.shedding import Budget

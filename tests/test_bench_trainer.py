@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from bench_runs import PNG_MAGIC, run_quick  # noqa: E402
+from support.bench_runs import PNG_MAGIC, run_quick  # noqa: E402
 
 from history.fit import CANDIDATES
 

@@ -8,13 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-FIXTURE = Path(__file__).parent / "data" / "flights-2000.parquet"
-
-
-def acep(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "acep.cli", *map(str, args)],
-                          capture_output=True, text=True, input=stdin, timeout=120)
+from support.cli import FIXTURE, run_acep
 
 
 def _write_jsonl(path, events):
@@ -28,7 +22,7 @@ EXAMPLE_2 = [{"type": tok[0], "t": int(tok[1:])}
 
 def test_match_prints_one_json_line_per_match_point_and_a_summary(tmp_path):
     events = _write_jsonl(tmp_path / "ex2.jsonl", EXAMPLE_2)
-    r = acep("match", "--pattern", "a (b|c) d b", "--window", "5", "-k", "2", events)
+    r = run_acep("match", "--pattern", "a (b|c) d b", "--window", "5", "-k", "2", events)
     assert r.returncode == 0, r.stderr
     lines = [json.loads(x) for x in r.stdout.splitlines()]
     assert {"partition", "start", "point", "errors", "events"} <= set(lines[0])
@@ -41,12 +35,12 @@ def test_match_prints_one_json_line_per_match_point_and_a_summary(tmp_path):
 def test_the_summary_says_one_match_not_one_matches(tmp_path):
     events = _write_jsonl(tmp_path / "one.jsonl", [{"type": "a", "t": 1}, {"type": "b", "t": 2},
                                                    {"type": "b", "t": 3, "g": None}])
-    r = acep("match", "-p", "a b", "-w", "1", "-k", "0", events)
+    r = run_acep("match", "-p", "a b", "-w", "1", "-k", "0", events)
     assert r.returncode == 0 and r.stderr.startswith(
         "acep: 3 events, 1 match in 1 partition, "), r.stderr
     exact = tmp_path / "q.sase"
     exact.write_text("PATTERN SEQ(a x, b y) WHERE skip_till_next_match(x, y) { } WITHIN 1\n")
-    r = acep("exact", exact, events)
+    r = run_acep("exact", exact, events)
     assert r.returncode == 0 and r.stderr.startswith(
         "acep: 3 events, 1 match, 1 run created, "), r.stderr
 
@@ -61,13 +55,13 @@ def test_the_summary_groups_every_count_and_names_bad_events_only_when_skipping(
     was said under --on-bad-event error, where no event is ever skipped."""
     argv = ["match", "-p", "ontime late late+ verylate", "-w", "2h", "-k", "1", "--spec",
             "flights", FIXTURE]
-    r = acep(*argv)
+    r = run_acep(*argv)
     assert r.returncode == 0, r.stderr
     line = _summary(r.stderr)
     assert "match nodes: 3,729 created, 3,369 merged" in line, line
     assert not re.search(r"\d{4}", line) and "bad event" not in line, line
     assert line.endswith("live at peak"), line
-    r = acep(*argv, "--on-bad-event", "skip")
+    r = run_acep(*argv, "--on-bad-event", "skip")
     assert r.returncode == 0, r.stderr
     line = _summary(r.stderr)
     assert not re.search(r"\d{4}", line) and line.endswith("; 0 bad events skipped"), line
@@ -75,7 +69,7 @@ def test_the_summary_groups_every_count_and_names_bad_events_only_when_skipping(
 
 def test_bundles_flag(tmp_path):
     events = _write_jsonl(tmp_path / "ex2.jsonl", EXAMPLE_2)
-    r = acep("match", "-p", "a (b|c) d b", "-w", "3", "-k", "2", "--bundles", events)
+    r = run_acep("match", "-p", "a (b|c) d b", "-w", "3", "-k", "2", "--bundles", events)
     assert r.returncode == 0, r.stderr
     assert [json.loads(x) for x in r.stdout.splitlines()] == [
         {"partition": None, "first": 4, "last": 4, "points": 1},
@@ -83,23 +77,23 @@ def test_bundles_flag(tmp_path):
 
 
 def test_flights_parquet_with_spec_partition_and_predicate():
-    r = acep("match", "-p", "late late verylate", "-w", "1h", "-k", "1", "--spec", "flights",
-             "--partition", "origin", "--where", "verylate.delay > late.delay", FIXTURE)
+    r = run_acep("match", "-p", "late late verylate", "-w", "1h", "-k", "1", "--spec", "flights",
+                 "--partition", "origin", "--where", "verylate.delay > late.delay", FIXTURE)
     assert r.returncode == 0, r.stderr
     lines = [json.loads(x) for x in r.stdout.splitlines()]
     assert lines, "the flights fixture has matches"
     for m in lines:
         assert m["start"] <= m["point"] and m["errors"] <= 1
         assert m["point"].startswith("2001-01-01T") and len(m["events"]) >= 2
-    r = acep("match", "-p", "late late verylate", "-w", "1h", "-k", "1", "--spec", "flights",
-             "--partition", "origin", "--bundles", FIXTURE)
+    r = run_acep("match", "-p", "late late verylate", "-w", "1h", "-k", "1", "--spec", "flights",
+                 "--partition", "origin", "--bundles", FIXTURE)
     bundles = [json.loads(x) for x in r.stdout.splitlines()]
     assert bundles and all(b["first"] <= b["last"] and b["points"] >= 1 for b in bundles)
 
 
 def test_malformed_pattern_is_an_error_with_a_caret(tmp_path):
     events = _write_jsonl(tmp_path / "e.jsonl", EXAMPLE_2)
-    r = acep("match", "-p", "a (b | c", "-w", "5", events)
+    r = run_acep("match", "-p", "a (b | c", "-w", "5", events)
     assert r.returncode == 2
     assert "position 8" in r.stderr and "^" in r.stderr and "Traceback" not in r.stderr
 
@@ -107,11 +101,11 @@ def test_malformed_pattern_is_an_error_with_a_caret(tmp_path):
 def test_bad_event_names_file_line_and_field_after_printing_earlier_matches(tmp_path):
     events = EXAMPLE_2[:4] + [{"type": "b", "t": 2}] + EXAMPLE_2[4:]
     path = _write_jsonl(tmp_path / "bad.jsonl", events)
-    r = acep("match", "-p", "a b", "-w", "5", path)
+    r = run_acep("match", "-p", "a b", "-w", "5", path)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "bad.jsonl" in r.stderr and "line 5" in r.stderr and "'t'" in r.stderr
     assert [json.loads(x)["point"] for x in r.stdout.splitlines()] == [4]
-    r = acep("match", "-p", "a b", "-w", "5", "--on-bad-event", "skip", path)
+    r = run_acep("match", "-p", "a b", "-w", "5", "--on-bad-event", "skip", path)
     assert r.returncode == 0 and "1 bad event skipped" in r.stderr
 
 
@@ -123,7 +117,7 @@ def test_a_tag_going_back_is_named_by_its_column_and_a_timestamp_as_text(tmp_pat
                                                   {"kind": "b", "when": "2001-02-01T05:30:00Z"}])
     (tmp_path / "q.sase").write_text("PATTERN SEQ(a x, b y) WITHIN 5 hours")
     for args in (["match", "-p", "a b", "-w", "5h"], ["exact", tmp_path / "q.sase"]):
-        r = acep(*args, "--spec", tmp_path / "spec.json", path)
+        r = run_acep(*args, "--spec", tmp_path / "spec.json", path)
         assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
         assert f"{path}, line 2, field 'when': tag 2001-02-01T05:30:00 goes back in time" \
             in r.stderr, r.stderr
@@ -147,34 +141,34 @@ def test_a_corrupt_parquet_page_is_one_line_naming_the_file_after_the_matches_be
     path.write_bytes(bytes(data))
     (tmp_path / "q.sase").write_text("PATTERN SEQ(a x, b y) WITHIN 1")
     for args in (["match", "-p", "a b", "-w", "1"], ["exact", tmp_path / "q.sase"]):
-        r = acep(*args, path)
+        r = run_acep(*args, path)
         assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
         assert r.stderr.startswith(f"acep: error: {path}: unreadable Parquet data (")
         assert len(r.stderr.splitlines()) == 1, r.stderr
-    r = acep("match", "-p", "a b", "-w", "1", "--batch-size", "2000", path)
+    r = run_acep("match", "-p", "a b", "-w", "1", "--batch-size", "2000", path)
     assert len(r.stdout.splitlines()) == n // 4  # the first row group's matches
 
 
 def test_skip_mode_also_skips_unreadable_lines(tmp_path):
     path = tmp_path / "mixed.jsonl"
     path.write_text('{"type": "a", "t": 1}\nnot json\n{"type": "b"}\n{"type": "b", "t": 2}\n')
-    r = acep("match", "-p", "a b", "-w", "5", path)
+    r = run_acep("match", "-p", "a b", "-w", "5", path)
     assert r.returncode == 1 and "line 2" in r.stderr
-    r = acep("match", "-p", "a b", "-w", "5", "--on-bad-event", "skip", path)
+    r = run_acep("match", "-p", "a b", "-w", "5", "--on-bad-event", "skip", path)
     assert r.returncode == 0, r.stderr
     assert [json.loads(x)["point"] for x in r.stdout.splitlines()] == [2]
     assert "2 bad events skipped" in r.stderr
 
 
 def test_unreadable_input_is_a_clear_error(tmp_path):
-    r = acep("match", "-p", "a b", "-w", "5", tmp_path / "missing.jsonl")
+    r = run_acep("match", "-p", "a b", "-w", "5", tmp_path / "missing.jsonl")
     assert r.returncode == 2 and "missing.jsonl" in r.stderr and "Traceback" not in r.stderr
-    r = acep("match", "-p", "a b", "-w", "five", tmp_path / "missing.jsonl")
+    r = run_acep("match", "-p", "a b", "-w", "five", tmp_path / "missing.jsonl")
     assert r.returncode == 2 and "bad window" in r.stderr
 
 
 def test_stdin_and_warning_for_types_never_seen(tmp_path):
-    r = acep("match", "-p", "ab", "-w", "5", "-", stdin="".join(
+    r = run_acep("match", "-p", "ab", "-w", "5", "-", stdin="".join(
         json.dumps(e) + "\n" for e in EXAMPLE_2))
     assert r.returncode == 0 and r.stdout == ""
     assert "never occur" in r.stderr and "'a b c', not 'abc'" in r.stderr
@@ -199,7 +193,7 @@ def test_a_live_pipe_shows_each_match_while_stdin_stays_open():
         seen += [json.loads(line) for line in proc.stdout.read().splitlines()]
     finally:
         proc.kill()
-    whole = acep("match", "-p", "a b", "-w", "1", "-", stdin="".join(lines))
+    whole = run_acep("match", "-p", "a b", "-w", "1", "-", stdin="".join(lines))
     assert seen == [json.loads(line) for line in whole.stdout.splitlines()]
     assert [m["positions"] for m in seen] == [[0, 1], [2, 3]]
 
@@ -231,17 +225,17 @@ def test_a_duration_on_numeric_tags_is_warned_about(tmp_path):
     a plain number or a duration on timestamps says nothing."""
     events = tmp_path / "n.jsonl"
     _write_jsonl(events, [{"type": "a", "t": 1}, {"type": "b", "t": 2}])
-    warned = acep("match", "-p", "a b", "-w", "2h", events)
+    warned = run_acep("match", "-p", "a b", "-w", "2h", events)
     assert warned.returncode == 0 and warned.stdout.count("\n") == 1
     assert warned.stderr.count("warning: the window '2h' is a duration") == 1
     assert "7200 tag units" in warned.stderr
     for args in (("-w", "5", events), ("-w", "2h", "--spec", "flights", FIXTURE)):
-        quiet = acep("match", "-p", "late verylate" if FIXTURE in args else "a b", *args)
+        quiet = run_acep("match", "-p", "late verylate" if FIXTURE in args else "a b", *args)
         assert quiet.returncode == 0 and "is a duration" not in quiet.stderr
 
 
 def test_sample_runs_on_the_embedded_sample():
-    r = acep("sample", "--limit", "3")
+    r = run_acep("sample", "--limit", "3")
     assert r.returncode == 0, r.stderr
     rows = [json.loads(x) for x in r.stdout.splitlines() if not x.startswith("#")]
     assert len(rows) == 3 and all(m["errors"] <= 1 for m in rows)
@@ -280,7 +274,7 @@ def test_ctrl_c_is_one_line_and_exit_130():
     (["sample", "--limit", "ten"], "--limit: 'ten' is not a whole number of matches"),
 ])
 def test_a_negative_count_or_size_is_refused_naming_the_option(args, option):
-    r = acep(*args)
+    r = run_acep(*args)
     assert (r.returncode, r.stdout) == (2, "")
     assert f"error: argument {option}" in r.stderr
 
@@ -291,9 +285,9 @@ def _history_build(tmp_path, *extra):
     key = tmp_path / "fleet.key"
     key.write_bytes(b"a signing key")
     out, sketch = tmp_path / "h.history", tmp_path / "h.sketch"
-    r = acep("history", "build", FIXTURE, "--spec", "flights", "-p", "late verylate late",
-             "-w", "1h", "-k", "1", "--partition", "origin", "-o", out, "--sketch", sketch,
-             "--key-file", key, *extra)
+    r = run_acep("history", "build", FIXTURE, "--spec", "flights", "-p", "late verylate late",
+                 "-w", "1h", "-k", "1", "--partition", "origin", "-o", out, "--sketch", sketch,
+                 "--key-file", key, *extra)
     assert r.returncode == 0, r.stderr
     return r, out, sketch, key
 
@@ -312,10 +306,10 @@ def test_history_build_then_inspect_a_trained_history(tmp_path):
     assert saved.n_bundles == direct.n_bundles > 0
     assert (saved.visits == direct.visits).all() and (saved.successes == direct.successes).all()
     assert Sketch.load(sketch, b"a signing key").nbytes > 0
-    shown = acep("history", "inspect", out, "--top", "3")
+    shown = run_acep("history", "inspect", out, "--top", "3")
     assert shown.returncode == 0 and f"bundles: {direct.n_bundles}" in shown.stdout
-    refused = acep("history", "build", FIXTURE, "-p", "a b", "-w", "3", "-o", out,
-                   "--sketch", sketch)
+    refused = run_acep("history", "build", FIXTURE, "-p", "a b", "-w", "3", "-o", out,
+                       "--sketch", sketch)
     assert refused.returncode != 0 and "--key-file" in refused.stderr
 
 
@@ -328,16 +322,16 @@ def test_an_empty_key_file_is_named_by_every_command_that_reads_one(tmp_path):
     runs = [("history", "inspect", sketch, "--key-file", empty),
             ("history", "evaluate", sketch, FIXTURE, "--spec", "flights", "--key-file", empty),
             ("history", "build", FIXTURE, "--spec", "flights", "-p", "late verylate", "-w",
-             "1h", "-o", tmp_path / "x.history", "--sketch", tmp_path / "x.sketch",
-             "--key-file", empty)]
+                 "1h", "-o", tmp_path / "x.history", "--sketch", tmp_path / "x.sketch",
+                 "--key-file", empty)]
     for args in runs:
-        r = acep(*args)
+        r = run_acep(*args)
         assert r.returncode == 2, (args, r.stderr)
         assert f"{empty}: the signing key file is empty" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
     assert not (tmp_path / "x.history").exists() and not (tmp_path / "x.sketch").exists()
     missing = tmp_path / "missing.key"
-    r = acep("history", "inspect", sketch, "--key-file", missing)
+    r = run_acep("history", "inspect", sketch, "--key-file", missing)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert f"{missing}: cannot read the signing key file (No such file or directory)" in r.stderr
 
@@ -387,20 +381,20 @@ def test_history_build_fits_the_sketch_to_budgets(tmp_path):
                             burst=32)
     assert (direct.fitted == shipped.fitted).all()
     assert shipped.ops_per_event == pytest.approx(direct.ops_per_event)
-    shown = acep("history", "inspect", sketch, "--key-file", key)
+    shown = run_acep("history", "inspect", sketch, "--key-file", key)
     assert shown.returncode == 0 and "reserves fitted to budgets of 0.1, 0.5" in shown.stdout
     for bad in ("x", "0", "-1,0.5"):
-        refused = acep("history", "build", FIXTURE, "-p", "a b", "-w", "3", "-o", out,
-                       "--sketch", sketch, "--key-file", key, "--fit", bad)
+        refused = run_acep("history", "build", FIXTURE, "-p", "a b", "-w", "3", "-o", out,
+                           "--sketch", sketch, "--key-file", key, "--fit", bad)
         assert refused.returncode != 0 and "--fit" in refused.stderr
-    refused = acep("history", "build", FIXTURE, "-p", "a b", "-w", "3", "-o", out,
-                   "--fit", "0.5")
+    refused = run_acep("history", "build", FIXTURE, "-p", "a b", "-w", "3", "-o", out,
+                       "--fit", "0.5")
     assert refused.returncode != 0 and "needs --sketch" in refused.stderr
-    refused = acep("history", "build", FIXTURE, "-p", "a b", "-w", "3", "-o", out,
-                   "--sketch", sketch, "--key-file", key, "--search", "4")
+    refused = run_acep("history", "build", FIXTURE, "-p", "a b", "-w", "3", "-o", out,
+                       "--sketch", sketch, "--key-file", key, "--search", "4")
     assert refused.returncode != 0 and "it needs --fit" in refused.stderr
-    refused = acep("history", "build", FIXTURE, "-p", "a b", "-w", "3", "-o", out,
-                   "--sketch", sketch, "--key-file", key, "--fit", "0.5", "--search", "-2")
+    refused = run_acep("history", "build", FIXTURE, "-p", "a b", "-w", "3", "-o", out,
+                       "--sketch", sketch, "--key-file", key, "--fit", "0.5", "--search", "-2")
     assert refused.returncode != 0 and "cells to search must be >= 0" in refused.stderr
 
 
@@ -426,11 +420,11 @@ def test_all_trajectories_on_an_input_that_is_not_small_stops_with_an_error(tmp_
     error naming --max-entries instead of taking the machine's memory."""
     events = _write_jsonl(tmp_path / "ab.jsonl",
                           [{"type": "ab"[i % 2], "t": i * 0.01} for i in range(300)])
-    r = acep("match", "-p", "(a|b){2,} c?", "-w", "5", "-k", "2", "--all-trajectories",
-             "--max-entries", "200000", events)
+    r = run_acep("match", "-p", "(a|b){2,} c?", "-w", "5", "-k", "2", "--all-trajectories",
+                 "--max-entries", "200000", events)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "above the limit of 200,000 (max_entries)" in r.stderr
-    merged = acep("match", "-p", "(a|b){2,} c?", "-w", "5", "-k", "2", events)
+    merged = run_acep("match", "-p", "(a|b){2,} c?", "-w", "5", "-k", "2", events)
     assert merged.returncode == 0 and merged.stdout.count("\n") == 300  # one per point
 
 
@@ -456,7 +450,7 @@ def test_outbox_shows_what_is_stuck_and_lists_exports_requeues_and_discards(tmp_
 
     path = tmp_path / "agent-outbox.db"
     due = _stuck_outbox(path)
-    status = acep("outbox", path, "status")
+    status = run_acep("outbox", path, "status")
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout) == {
         "pending": 2, "pending_bytes": 16,
@@ -466,29 +460,29 @@ def test_outbox_shows_what_is_stuck_and_lists_exports_requeues_and_discards(tmp_
     same = subprocess.run([sys.executable, "-m", "edge.agent.outbox_cli", str(path), "status"],
                           capture_output=True, text=True, timeout=60)
     assert (same.returncode, same.stdout, same.stderr) == (0, status.stdout, "")
-    listed = acep("outbox", path, "list")
+    listed = run_acep("outbox", path, "list")
     assert [json.loads(x) for x in listed.stdout.splitlines()] == [
         {"batch_id": "pi-1/7", "size": 4, "created": 1000.0, "attempts": 1,
          "reason": "HTTP 400: field 'format': missing", "at": 1050.0}]
-    exported = acep("outbox", path, "export", tmp_path / "dead")
+    exported = run_acep("outbox", path, "export", tmp_path / "dead")
     assert exported.returncode == 0, exported.stderr
     assert exported.stdout.splitlines() == [str(tmp_path / "dead" / "pi-1_7.msgpack")]
     assert (tmp_path / "dead" / "pi-1_7.msgpack").read_bytes() == b"\x81\xa1a\x01"
-    refused = acep("outbox", path, "discard")
+    refused = run_acep("outbox", path, "discard")
     assert refused.returncode == 2 and "acep outbox discard: name the ids, or --all" in \
         refused.stderr
-    requeued = acep("outbox", path, "requeue", "pi-1/7", "pi-1/99")
+    requeued = run_acep("outbox", path, "requeue", "pi-1/7", "pi-1/99")
     assert (requeued.returncode, requeued.stdout) == (1, "requeued 1 dead letters\n")
     assert requeued.stderr == "acep outbox: not dead letters, left alone: pi-1/99 (unknown)\n"
     with Outbox(path) as box:
         assert box.pending_ids() == ["pi-1/8", "pi-1/9", "pi-1/7"] and not box.dead_letters()
         box.reject("pi-1/7", "HTTP 409: another body")
         assert box.dead_body("pi-1/7") == b"\x81\xa1a\x01"  # byte for byte, both ways
-    status = json.loads(acep("outbox", path, "status").stdout)
+    status = json.loads(run_acep("outbox", path, "status").stdout)
     assert (status["pending"], status["dead"], status["oldest"]["batch_id"]) == (2, 1, "pi-1/8")
-    discarded = acep("outbox", path, "discard", "--all")
+    discarded = run_acep("outbox", path, "discard", "--all")
     assert (discarded.returncode, discarded.stdout) == (0, "discarded 1 dead letters\n")
-    assert acep("outbox", path, "list").stdout == ""
+    assert run_acep("outbox", path, "list").stdout == ""
     with Outbox(path) as box:
         assert box.status("pi-1/7") == "discarded" and box.pending_ids() == ["pi-1/8", "pi-1/9"]
 
@@ -496,7 +490,7 @@ def test_outbox_shows_what_is_stuck_and_lists_exports_requeues_and_discards(tmp_
 def test_outbox_refuses_a_missing_file_or_one_that_is_not_an_outbox(tmp_path):
     import sqlite3
 
-    r = acep("outbox", tmp_path / "no.db", "status")
+    r = run_acep("outbox", tmp_path / "no.db", "status")
     assert r.returncode == 2 and "no.db: no such outbox" in r.stderr
     assert not (tmp_path / "no.db").exists()
     other = tmp_path / "collector.db"
@@ -505,15 +499,15 @@ def test_outbox_refuses_a_missing_file_or_one_that_is_not_an_outbox(tmp_path):
     before = other.read_bytes()
     (tmp_path / "agent.toml").write_text("[device]\nid = \"pi-01\"\n")
     for path in (other, tmp_path / "agent.toml"):
-        r = acep("outbox", path, "list")
+        r = run_acep("outbox", path, "list")
         assert r.returncode == 2 and "not an outbox" in r.stderr and "Traceback" not in r.stderr
     assert other.read_bytes() == before and not list(tmp_path.glob("*-wal"))
 
 
 def test_outbox_help_lists_its_actions_and_a_device_install_runs_it(tmp_path):
-    top = acep("--help")
+    top = run_acep("--help")
     assert top.returncode == 0 and "outbox" in top.stdout
-    r = acep("outbox", "--help")
+    r = run_acep("outbox", "--help")
     assert r.returncode == 0 and r.stdout.startswith("usage: acep outbox")
     for action in ("status", "list", "export", "requeue", "discard"):
         assert f"\n    {action} " in r.stdout
@@ -541,7 +535,7 @@ def test_where_on_the_tag_type_or_an_unlisted_column_says_so(tmp_path, where, sp
     if spec is not None:
         (tmp_path / "spec.json").write_text(json.dumps(spec))
         extra = ["--spec", tmp_path / "spec.json"]
-    r = acep("match", "-p", "a c", "-w", "5", "--where", where, *extra, events)
+    r = run_acep("match", "-p", "a c", "-w", "5", "--where", where, *extra, events)
     assert r.returncode != 0 and says in r.stderr and "line 1" not in r.stderr, r.stderr
 
 
@@ -550,8 +544,8 @@ def test_integral_partitions_print_as_integers_whatever_the_batch_size(tmp_path)
             {"type": "c", "t": 3, "id": 7}, {"type": "x", "t": 4, "id": "other"}]
     events = _write_jsonl(tmp_path / "pb.jsonl", rows)
     for size in (1, 2, 3, 4):
-        r = acep("match", "-p", "a b c", "-w", "5", "--partition", "id", "--batch-size", size,
-                 events)
+        r = run_acep("match", "-p", "a b c", "-w", "5", "--partition", "id", "--batch-size", size,
+                     events)
         assert r.returncode == 0, r.stderr
         assert r.stdout.startswith('{"partition": 7, ') and len(r.stdout.splitlines()) == 1
 
@@ -561,6 +555,6 @@ def test_sub_second_timestamps_keep_their_fraction_whole_seconds_print_as_before
             "2024-01-01T00:00:02"]
     events = _write_jsonl(tmp_path / "sub.jsonl",
                           [{"type": ty, "t": t} for ty, t in zip("abab", tags)])
-    r = acep("match", "-p", "a b", "-w", "5s", events)
+    r = run_acep("match", "-p", "a b", "-w", "5s", events)
     assert r.returncode == 0, r.stderr
     assert [x["events"] for x in map(json.loads, r.stdout.splitlines())] == [tags[:2], tags[2:]]

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from procs import alive, descendants
+from support.cli import run_acep
+from support.procs import alive, descendants
 
 pytest.importorskip("pyspark", reason="the demo needs PySpark (pip install 'acep[demo]')")
 pytest.importorskip("aiohttp", reason="the demo's collector needs aiohttp")
@@ -34,8 +35,7 @@ def demo(tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
     (home / "demo run").mkdir()
     (home / "demo run" / "notes.txt").write_text("mine")
-    done = subprocess.run([sys.executable, "-m", "acep.cli", "demo", "--workdir", "demo run"],
-                          capture_output=True, text=True, timeout=900, cwd=home, env=ENV)
+    done = run_acep("demo", "--workdir", "demo run", timeout=900, cwd=home)
     work = home / "demo run"
     assert done.returncode == 0, done.stderr[-3000:]
     return work, done.stdout, json.loads((work / "report.json").read_text())
@@ -104,9 +104,9 @@ def test_the_trained_history_beats_the_default_policy(demo):
 # --------------------------------------------------------------------------- refused at once
 
 
-def acep_demo(*args, cwd=ROOT, env=ENV, timeout=120):
-    return subprocess.run([sys.executable, "-m", "acep.cli", "demo", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+def acep_demo(*args, **kw):
+    """``acep demo ARGS`` run from the checkout's root (``kw``: more of :func:`run_acep`)."""
+    return run_acep("demo", *args, cwd=ROOT, **kw)
 
 
 def refused(done, *needles):
@@ -171,9 +171,8 @@ def test_cores_are_those_the_process_may_run_on(tmp_path):
     """In a container or under taskset, the machine's other cores are not the demo's: a
     local Spark session given them would run more Python workers than there are cores."""
     one = {min(os.sched_getaffinity(0))}
-    done = subprocess.run([sys.executable, "-m", "acep.cli", "demo", "--workdir", tmp_path / "w",
-                           "--cores", "2"], capture_output=True, text=True, timeout=120,
-                          cwd=ROOT, env=ENV, preexec_fn=lambda: os.sched_setaffinity(0, one))
+    done = acep_demo("--workdir", tmp_path / "w", "--cores", "2",
+                     preexec_fn=lambda: os.sched_setaffinity(0, one))
     refused(done, "acep demo: --cores 2: this machine has 1")
 
 
@@ -239,7 +238,7 @@ def test_a_relative_workdir_is_taken_in_the_current_directory(tmp_path, monkeypa
 
 
 def test_java_home_without_java_is_refused_before_anything_starts(tmp_path):
-    done = acep_demo("--workdir", tmp_path / "w", env={**ENV, "JAVA_HOME": str(tmp_path)})
+    done = acep_demo("--workdir", tmp_path / "w", env={"JAVA_HOME": str(tmp_path)})
     refused(done, f"acep demo: JAVA_HOME is {tmp_path}, which has no bin/java")
     assert not (tmp_path / "w").exists()
 

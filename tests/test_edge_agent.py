@@ -24,7 +24,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from links import Serving
+from support.agent import PATTERN, config, stream
+from support.links import Serving, free_port
+from support.wait import wait_for
 
 import acep
 from acep.shedding import Budget
@@ -37,26 +39,6 @@ from edge.agent.uploader import Uploader
 from edge.wire import decode_batch
 
 ROOT = Path(__file__).resolve().parents[1]
-PATTERN = {"id": "abc", "text": "a b c", "window": 5.0, "k": 1, "partition": "id"}
-
-
-def stream(n: int, seed: int = 1) -> list[dict]:
-    rng = random.Random(seed)
-    t, out = 0.0, []
-    for _ in range(n):
-        t += rng.random()
-        out.append({"type": rng.choice("abc"), "t": round(t, 3), "id": rng.randrange(6)})
-    return out
-
-
-def config(tmp: Path, **sections) -> dict:
-    doc = {"device": {"id": "dev-1"}, "pattern": dict(PATTERN),
-           "source": {"kind": "iterator", "batch_events": 97},
-           "outbox": {"path": str(tmp / "outbox.db")},
-           "metrics": {"path": str(tmp / "metrics.jsonl"), "interval": 3600}}
-    for name, value in sections.items():
-        doc[name] = {**doc.get(name, {}), **value}
-    return doc
 
 
 def outbox_matches(db_path) -> tuple[list[str], list[tuple]]:
@@ -494,13 +476,6 @@ def run_in_thread(agent: Agent) -> tuple[threading.Thread, list]:
     return thread, out
 
 
-def wait_until(condition, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 def test_a_full_disk_holds_the_input_until_there_is_room_and_loses_nothing(
         tmp_path, caplog, monkeypatch):
     import edge.agent.loop
@@ -511,11 +486,11 @@ def test_a_full_disk_holds_the_input_until_there_is_room_and_loses_nothing(
     agent = Agent(cfg, events=events)
     limit_pages(agent.outbox, 2)
     thread, result = run_in_thread(agent)
-    wait_until(lambda: agent.commits.disk_full, "the disk to be full")
+    wait_for(lambda: agent.commits.disk_full, "the disk to be full", 30.0)
     held = agent.consumed
     metrics = tmp_path / "metrics.jsonl"
-    wait_until(lambda: metrics.exists() and '"outbox_disk_full": true' in metrics.read_text(),
-               "a metrics line saying so")
+    wait_for(lambda: metrics.exists() and '"outbox_disk_full": true' in metrics.read_text(),
+             "a metrics line saying so", 30.0)
     assert agent.consumed == held < 3000  # no input is taken meanwhile
     limit_pages(agent.outbox, 1 << 20)  # room again
     thread.join(60)
@@ -536,7 +511,7 @@ def test_a_stop_while_the_disk_is_full_leaves_the_chunk_to_the_next_start(
     agent = Agent(parse_config(config(tmp_path)), events=events)
     limit_pages(agent.outbox, 2)
     thread, result = run_in_thread(agent)
-    wait_until(lambda: agent.commits.disk_full, "the disk to be full")
+    wait_for(lambda: agent.commits.disk_full, "the disk to be full", 30.0)
     agent.stop()
     thread.join(60)
     assert result and result[0]["events_in"] < 3000  # stopped cleanly, not by an exception
@@ -624,7 +599,7 @@ def test_heartbeats_stop_quietly_at_an_older_collector_and_warn_once_when_it_is_
         assert old.send_beat() and old.beats_off
         old.beat({"consumed": 2})
         assert not old.send_beat() and old.counts["heartbeats_failed"] == 0
-    down = Uploader(outbox, Uplink(f"http://127.0.0.1:{_closed_port()}", "tok-1", timeout=1))
+    down = Uploader(outbox, Uplink(f"http://127.0.0.1:{free_port()}", "tok-1", timeout=1))
     for n in range(3):
         down.beat({"consumed": n})
         assert down.send_beat() and not down.beats_off
@@ -638,16 +613,8 @@ def test_heartbeats_stop_quietly_at_an_older_collector_and_warn_once_when_it_is_
     assert said[1][1].startswith("heartbeat failed (connection: ")
 
 
-def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_a_finite_run_with_the_collector_down_waits_then_warns_and_keeps(tmp_path, caplog):
-    url = f"http://127.0.0.1:{_closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     doc = config(tmp_path, collector={"url": url, "timeout": 1, "drain_timeout": 1.5},
                  outbox={"backoff_base": 0.05, "backoff_max": 0.2})
     doc["device"]["token"] = "tok-1"
@@ -706,7 +673,7 @@ def test_a_fresh_outbox_starts_its_seq_at_the_time_and_a_restart_keeps_it(tmp_pa
 def test_metrics_are_written_every_interval_while_no_event_arrives(tmp_path):
     path = tmp_path / "events.jsonl"
     path.write_text("")
-    url = f"http://127.0.0.1:{_closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     doc = config(tmp_path, source={"kind": "file", "path": str(path), "follow": True},
                  collector={"url": url, "timeout": 1})
     doc["device"]["token"] = "tok-1"

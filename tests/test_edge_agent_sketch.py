@@ -9,71 +9,30 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import time
 import urllib.request
 from pathlib import Path
 
-import numpy as np
-from test_edge_e2e import (
-    PATTERN,
-    SKETCH_KEY,
+from support.collector import SKETCH_KEY, CollectorProcess, device_series, publish
+from support.e2e import (
+    BUDGET,
     AgentRun,
-    Collector,
     bound_by_modes,
-    device_series,
-    wait_for,
+    chunks_until,
+    metrics_lines,
+    sketch_bytes,
+    sketch_section,
+    stream,
 )
-
-import acep
-from history.sketch import Sketch
-
-BUDGET = 'mode = "fixed"\nops_per_event = 0.5\nburst = 8.0'
-
-
-def stream(n: int, seed: int, t0: float = 0.0) -> list[dict]:
-    rng = random.Random(seed)
-    t, out = t0, []
-    for _ in range(n):
-        t += rng.random()
-        out.append({"type": rng.choice("abc"), "t": round(t, 3), "id": rng.randrange(5),
-                    "x": rng.randrange(10)})
-    return out
-
-
-def sketch_bytes(score: float) -> bytes:
-    m = acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"])
-    n_states = m.pattern.automaton.n_states
-    n_cells = n_states * 2 * 3 * 2
-    return Sketch(PATTERN["text"], tuple(PATTERN["where"]), PATTERN["k"], PATTERN["window"],
-                  n_states, np.array([1.0, 3.0]), np.array([0.5]),
-                  np.full(n_cells, score, np.float32), np.zeros((n_cells, 4), np.uint32),
-                  partition_by=PATTERN["partition"]).to_bytes(SKETCH_KEY)
-
-
-def publish(c: Collector, admin: str, data: bytes) -> None:
-    req = urllib.request.Request(c.url + "/v1/sketches/abc?unchecked=1", data=data,
-                                 method="PUT", headers={"Authorization": f"Bearer {admin}"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        assert r.status == 200
-
-
-def sketch_section(tmp, check_interval: float = 3600.0) -> str:
-    return ('[sketch]\ndownload = true\npath = "abc.sketch"\nsave_path = "learned.sketch"\n'
-            f'key_file = "{tmp / "sketch.key"}"\ncheck_interval = {check_interval}\n')
+from support.wait import wait_for
 
 
 def etag(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def metrics_lines(run: AgentRun) -> list[dict]:
-    path = run.tmp / f"metrics-{run.outbox.name}.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
 def test_a_download_that_failed_at_boot_is_retried_until_the_sketch_arrives(tmp_path):
-    c = Collector(tmp_path)
+    c = CollectorProcess(tmp_path)
     token, admin = c.add("pi-e2e"), c.add("ops", "--add-admin")
     c.start()
     try:
@@ -113,7 +72,7 @@ def test_a_download_that_failed_at_boot_is_retried_until_the_sketch_arrives(tmp_
 
 
 def test_a_newly_published_sketch_replaces_the_learned_one(tmp_path):
-    c = Collector(tmp_path)
+    c = CollectorProcess(tmp_path)
     token, admin = c.add("pi-e2e"), c.add("ops", "--add-admin")
     c.start()
     try:
@@ -142,7 +101,7 @@ def test_a_newly_published_sketch_replaces_the_learned_one(tmp_path):
 
 
 def test_a_running_agent_checks_for_a_new_sketch(tmp_path):
-    c = Collector(tmp_path)
+    c = CollectorProcess(tmp_path)
     token, admin = c.add("pi-e2e"), c.add("ops", "--add-admin")
     c.start()
     try:
@@ -199,19 +158,6 @@ def with_key(section: str, tmp: Path, key: Path) -> str:
     return section.replace(str(tmp / "sketch.key"), str(key))
 
 
-def chunks_until(run: AgentRun, done, what: str):
-    """Append events (a chunk lets the agent take a new sketch) until ``done()``."""
-    t = [1000.0]
-
-    def step():
-        t[0] += 300
-        run.append(stream(50, seed=int(t[0]), t0=t[0]))
-        run.alive()
-        return done()
-
-    return wait_for(step, what, every=0.3)
-
-
 def test_a_key_file_that_cannot_be_read_is_tried_again_until_it_can(tmp_path):
     """Before, an agent that could not read its sketch.key_file at start (its mode) ran
     oldest-first, its first check (an hour later) refused the published sketch for the key,
@@ -220,7 +166,7 @@ def test_a_key_file_that_cannot_be_read_is_tried_again_until_it_can(tmp_path):
     sketch_error names the file and why, the fleet's /metrics says the device's checks fail
     and since when, and the first check that reads the key takes the sketch (not an hour
     later: check_interval is 3600)."""
-    c = Collector(tmp_path)
+    c = CollectorProcess(tmp_path)
     token, admin = c.add("pi-e2e"), c.add("ops", "--add-admin")
     c.start()
     try:
@@ -267,7 +213,7 @@ def test_a_sketch_published_while_the_key_cannot_be_read_is_taken_once_it_can(tm
     refused for good (sketch_error: "is refused"), as if the sketch were bad: every check
     after was a 304 until another sketch was published. Now it is the key's failure,
     retried with backoff, and the sketch is taken once the key can be read."""
-    c = Collector(tmp_path)
+    c = CollectorProcess(tmp_path)
     token, admin = c.add("pi-e2e"), c.add("ops", "--add-admin")
     c.start()
     try:

@@ -25,26 +25,19 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
-from links import Serving
-from test_edge_agent_sketch import (
+from support.collector import DEVICE, ROOT, SKETCH_KEY, CollectorProcess, publish, query
+from support.e2e import (
     BUDGET,
+    PATTERN,
+    AgentRun,
     chunks_until,
     metrics_lines,
-    publish,
     sketch_bytes,
     sketch_section,
     stream,
 )
-from test_edge_e2e import (
-    DEVICE,
-    PATTERN,
-    ROOT,
-    SKETCH_KEY,
-    AgentRun,
-    Collector,
-    query,
-    wait_for,
-)
+from support.links import Serving
+from support.wait import wait_for
 
 from edge.agent import Agent
 from edge.agent.config import parse_config
@@ -112,7 +105,7 @@ def test_a_malformed_answer_does_not_end_the_sketch_checks(tmp_path, kind):
     """The collector restarts; meanwhile its port answers a sketch check with what no HTTP
     client expects (before: an http.client error, not an OSError, ended the watch, and the
     agent never took a sketch published after). Then the collector publishes a new one."""
-    c = Collector(tmp_path)
+    c = CollectorProcess(tmp_path)
     token, admin = c.add(DEVICE), c.add("ops", "--add-admin")
     c.start()
     run = AgentRun(tmp_path, c.url, token, budget=BUDGET,
@@ -151,7 +144,7 @@ def test_an_agent_booting_on_a_malformed_answer_falls_back_and_takes_the_sketch_
         tmp_path):
     """Before, the agent died at start (BadStatusLine out of Sketches.load): it was meant to
     run on the fallback policy while the download is retried."""
-    c = Collector(tmp_path)
+    c = CollectorProcess(tmp_path)
     token, admin = c.add(DEVICE), c.add("ops", "--add-admin")
     peer = Peer(ANSWERS["not-http"])
     peer.start()
@@ -381,7 +374,7 @@ def test_heartbeats_go_on_when_the_metrics_cannot_be_written_to_stderr(tmp_path)
     whose reader died). Before, the BrokenPipeError ended the metrics thread, and with it
     the heartbeats, while the agent went on uploading: the collector took the device for
     dead. Now the heartbeats go on and say so."""
-    c = Collector(tmp_path)
+    c = CollectorProcess(tmp_path)
     token = c.add(DEVICE)
     c.start()
     run = AgentRun(tmp_path, c.url, token, heartbeat=0.5)

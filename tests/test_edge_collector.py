@@ -18,121 +18,45 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import msgpack
 import pyarrow.parquet as pq
 import pytest
-from links import ThinLink
+from support.collector import (
+    MAX_BODY,
+    REF,
+    ROOT,
+    SKETCH_KEY,
+    CollectorProcess,
+    assert_error,
+    beat,
+    make_batch,
+    make_events,
+    metrics,
+    post,
+    raw,
+    read_answer,
+    request,
+    uploading,
+)
+from support.links import ThinLink
+from support.wait import wait_for
 
 import acep
 from acep import EventBatch
 from acep.events import Event
-from acep.matcher import MatchBatch
 from edge.collector.archive import Archive, archive_path, compacted_names
 from edge.collector.store import hash_token, open_store
 from edge.wire import (
     Condenser,
     PatternRef,
-    batch_from_matches,
     decode_batch,
     encode_batch,
     encode_condensed,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
-KEY = b"fleet-sketch-key"
-MAX_BODY = 256 << 10
-REF = PatternRef("p1", "a b c", 4.0, 1, ("c.x >= a.x",), "o")
-
-
-# --------------------------------------------------------------------------- server process
-
-
-class Server:
-    def __init__(self, tmp: Path, *extra: str):
-        self.tmp, self.db, self.archive = tmp, tmp / "collector.db", tmp / "archive"
-        (tmp / "key").write_bytes(KEY + b"\n")
-        self.proc: subprocess.Popen | None = None
-        self.extra = extra
-        self.err = tmp / "collector.err"
-
-    def start(self) -> Server:
-        # its log goes to a file: a pipe nobody reads would stop a collector that logs a lot
-        with open(self.err, "a") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "edge.collector", "--db", f"sqlite:///{self.db}",
-                 "--archive", str(self.archive), "--port", "0", "--max-body", str(MAX_BODY),
-                 "--sketch-key-file", str(self.tmp / "key"), *self.extra],
-                cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
-        line = self.proc.stdout.readline()
-        assert "listening on http://" in line, self.log()
-        self.url = line.strip().rsplit(" ", 1)[1]
-        self.port = int(self.url.rsplit(":", 1)[1])
-        return self
-
-    def stop(self, sig=signal.SIGTERM) -> int:
-        self.proc.send_signal(sig)
-        rc = self.proc.wait(timeout=20)
-        self.proc.stdout.close()
-        return rc
-
-    def log(self) -> str:
-        return self.err.read_text()
-
-    def rows(self, sql: str, params=()) -> list:
-        with sqlite3.connect(self.db) as db:
-            return db.execute(sql, params).fetchall()
-
-
-def request(url: str, method: str = "GET", body: bytes | None = None, token: str | None = None,
-            ctype: str = "application/msgpack", headers: dict | None = None):
-    h = dict(headers or {})
-    if token is not None:
-        h["Authorization"] = f"Bearer {token}"
-    if body is not None:
-        h["Content-Type"] = ctype
-    req = urllib.request.Request(url, data=body, method=method, headers=h)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, r.read(), dict(r.headers)
-    except urllib.error.HTTPError as e:
-        return e.code, e.read(), dict(e.headers)
-
-
-def post(srv: Server, body: bytes, token: str | None, ctype="application/msgpack"):
-    status, data, _ = request(srv.url + "/v1/batches", "POST", body, token, ctype)
-    return status, json.loads(data)
-
-
-def raw(srv: Server, head: str, body: bytes = b"", wait_answer: bool = True) -> tuple:
-    """Send raw bytes; the status and JSON body of the answer (or the socket when not
-    waiting)."""
-    s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
-    s.sendall(head.replace("\n", "\r\n").encode() + b"\r\n" + body)
-    return read_answer(s) if wait_answer else s
-
-
-def read_answer(s: socket.socket, data: bytes = b"") -> tuple[int, dict]:
-    """The status and JSON body of the answer on ``s`` (``data``: its start, already
-    read), which is then closed."""
-    while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < _length(data):
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    s.close()
-    head_text, _, payload = data.partition(b"\r\n\r\n")
-    return int(head_text.split()[1]), json.loads(payload)
-
-
-def _length(data: bytes) -> int:
-    for line in data.split(b"\r\n\r\n", 1)[0].split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            return int(line.split(b":")[1])
-    return 1 << 30
+# --------------------------------------------------------------------------- the server
 
 
 # one device's many uploads at once: more than the default --device-uploads 1 allows
@@ -141,7 +65,7 @@ MANY = ("--device-uploads", "64")
 
 @pytest.fixture(params=[()], ids=["workers"])
 def srv(tmp_path, request):
-    server = Server(tmp_path, *request.param)
+    server = CollectorProcess(tmp_path, *request.param, max_body=MAX_BODY)
     store = open_store(server.db)
     server.tokens = {d: store.add_device(d) for d in ("d1", "d2")}
     server.tokens["admin"] = store.add_device("admin", "admin")
@@ -150,27 +74,6 @@ def srv(tmp_path, request):
     yield server
     if server.proc.poll() is None:
         assert server.stop() == 0
-
-
-# --------------------------------------------------------------------------- batches
-
-
-def make_events(seed: int = 3, n: int = 80) -> list[Event]:
-    rng = random.Random(seed)
-    t, out = 1.7e9, []
-    for _ in range(n):
-        t += rng.choice([0.0, 1.0, 1.0, 2.0])
-        out.append(Event(rng.choice("abc"), t, {"x": float(rng.randint(0, 5)),
-                                                 "o": rng.choice(["ATL", "SFO"])}))
-    return out
-
-
-def make_batch(device="d1", seq=0, events=None, created_at=None, ref=REF):
-    events = EventBatch.from_events(events or make_events())
-    m = acep.Matcher(ref.text, window=ref.window, k=ref.k, where=list(ref.where), partition="o")
-    found = MatchBatch.concat([m.match_batch(events), m.flush()])
-    return batch_from_matches(found, events, device=device, seq=seq, pattern=ref,
-                              created_at=1.7e9 + seq if created_at is None else created_at)
 
 
 # --------------------------------------------------------------------------- tests
@@ -227,13 +130,6 @@ def test_good_batch_is_stored_archived_rechecked_and_a_duplicate_is_not(srv):
     assert m["requests"]["200"] == 3 and m["bytes_in"] >= 2 * len(body)
 
 
-def assert_error(status, doc, want_status, *words):
-    assert status == want_status, doc
-    assert doc["status"] == want_status and isinstance(doc["error"], str)
-    for w in words:
-        assert w in doc["error"], doc
-
-
 def test_bad_requests_get_clear_4xx_and_the_server_stays_up(srv):
     good = encode_batch(make_batch())
     d1 = srv.tokens["d1"]
@@ -256,19 +152,19 @@ def test_bad_requests_get_clear_4xx_and_the_server_stays_up(srv):
     assert_error(*raw(srv, head + "Transfer-Encoding: chunked\n", chunked), 413, "more than")
 
     # sketches: 404 before any, admin only, signature checked first, ETag and 304
-    from test_history_graph import _hand_graph
+    from support.history import hand_graph
 
     from history.sketch import Sketch
 
     url = srv.url + "/v1/sketches/p1"
     status, data, _ = request(url, token=d1)
     assert_error(status, json.loads(data), 404, "p1")
-    sketch = Sketch.from_graph(_hand_graph(), hashes=8).to_bytes(KEY)
+    sketch = Sketch.from_graph(hand_graph(), hashes=8).to_bytes(SKETCH_KEY)
     tampered = bytearray(sketch)
     tampered[len(tampered) // 2] ^= 1
     for body, token, code, word in [(sketch, d1, 403, "admin"),
                                     (bytes(tampered), srv.tokens["admin"], 400, "damaged"),
-                                    (Sketch.from_graph(_hand_graph(), hashes=8).to_bytes(
+                                    (Sketch.from_graph(hand_graph(), hashes=8).to_bytes(
                                         b"other key"), srv.tokens["admin"], 400, "key")]:
         status, data, _ = request(url, "PUT", body, token, "application/octet-stream")
         assert_error(status, json.loads(data), code, word)
@@ -400,7 +296,7 @@ def test_malformed_http_is_a_400_and_one_rate_limited_warning_line_without_trace
     assert json.loads(request(srv.url + "/metrics")[1])["requests"]["400"] == 30
 
 
-def raw_bytes(srv: Server, head: bytes) -> socket.socket:
+def raw_bytes(srv: CollectorProcess, head: bytes) -> socket.socket:
     """A connection on which ``head`` (bytes as they are, lines ending in LF) was sent."""
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
     s.sendall(head.replace(b"\n", b"\r\n") + b"\r\n")
@@ -448,7 +344,7 @@ def _sketch_for(partition, **kw) -> bytes:
     spec = dict(pattern=REF.text, window=REF.window, k=REF.k, where=list(REF.where)) | kw
     events = EventBatch.from_events(make_events(n=200))
     graph = build_history(spec.pop("pattern"), events, partition=partition, n_bins=2, **spec)
-    return Sketch.from_graph(graph, hashes=4).to_bytes(KEY)
+    return Sketch.from_graph(graph, hashes=4).to_bytes(SKETCH_KEY)
 
 
 def test_sketch_upload_must_fit_the_pattern_the_devices_upload(srv):
@@ -487,7 +383,7 @@ def test_sketch_upload_must_fit_the_pattern_the_devices_upload(srv):
 def test_a_sketch_signed_with_another_key_is_400_naming_both_fingerprints(srv):
     """The admin who signed with another key than the collector's is told so, with both
     keys' fingerprints; a sketch it takes answers with the fingerprint it verified."""
-    from test_history_sketch import _fingerprint, _old_writer
+    from support.sketches import key_fingerprint, old_writer
 
     from history.sketch import Sketch
 
@@ -498,17 +394,19 @@ def test_a_sketch_signed_with_another_key_is_400_naming_both_fingerprints(srv):
         return status, json.loads(data)
 
     sketch, trainer_key = _sketch_for("o"), b"the trainer's key"
-    other = Sketch.from_bytes(sketch, KEY).to_bytes(trainer_key)
+    other = Sketch.from_bytes(sketch, SKETCH_KEY).to_bytes(trainer_key)
     assert_error(*put(other), 400, "sketch: signature check failed: the sketch was signed "
-                 f"with another key, {_fingerprint(trainer_key)}; this key is "
-                 f"{_fingerprint(KEY)} (the collector's --sketch-key-file)")
-    old = _old_writer(Sketch.from_bytes(sketch, KEY), trainer_key)
+                 f"with another key, {key_fingerprint(trainer_key)}; this key is "
+                 f"{key_fingerprint(SKETCH_KEY)} (the collector's --sketch-key-file)")
+    old = old_writer(Sketch.from_bytes(sketch, SKETCH_KEY), trainer_key)
     assert_error(*put(old), 400, "damaged or was changed after signing, or it was signed "
-                 "with another key", f"this key is {_fingerprint(KEY)}")
+                 "with another key", f"this key is {key_fingerprint(SKETCH_KEY)}")
+    key_id = key_fingerprint(SKETCH_KEY)
     status, doc = put(sketch)
-    assert status == 200 and (doc["key_id"], doc["key_recorded"]) == (_fingerprint(KEY), True)
-    status, doc = put(_old_writer(Sketch.from_bytes(sketch, KEY), KEY))  # written before them
-    assert status == 200 and (doc["key_id"], doc["key_recorded"]) == (_fingerprint(KEY), False)
+    assert status == 200 and (doc["key_id"], doc["key_recorded"]) == (key_id, True)
+    written_before = old_writer(Sketch.from_bytes(sketch, SKETCH_KEY), SKETCH_KEY)
+    status, doc = put(written_before)
+    assert status == 200 and (doc["key_id"], doc["key_recorded"]) == (key_id, False)
 
 
 @pytest.mark.parametrize("srv", [MANY], ids=["workers"], indirect=True)
@@ -611,46 +509,41 @@ def test_cli_add_device_prints_a_token_once_and_bad_db_urls_are_named(tmp_path):
         "empty" in empty.stderr
 
 
-def fleet(srv: Server, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edge.collector", "--db", str(srv.db), *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
-
-
 def test_a_revoked_device_is_refused_by_the_running_collector_and_its_batches_stay(srv):
     assert post(srv, encode_batch(make_batch("d1", 0)), srv.tokens["d1"])[0] == 200
     assert post(srv, encode_batch(make_batch("d2", 0)), srv.tokens["d2"])[0] == 200
-    done = fleet(srv, "--revoke-device", "d1")
+    done = srv.manage("--revoke-device", "d1")
     assert done.returncode == 0 and "revoked d1" in done.stdout, done.stderr
     status, doc = post(srv, encode_batch(make_batch("d1", 1)), srv.tokens["d1"])
     assert status == 401, doc
     assert post(srv, encode_batch(make_batch("d2", 1)), srv.tokens["d2"])[0] == 200
     assert srv.rows("SELECT batch_id FROM batches WHERE device = 'd1'") == [("d1/0",)]
 
-    listed = [json.loads(line) for line in fleet(srv, "--list-devices").stdout.splitlines()]
+    listed = [json.loads(line) for line in srv.manage("--list-devices").stdout.splitlines()]
     assert [(d["device"], d["role"], d["registered"], d["batches"]) for d in listed] == [
         ("admin", "admin", True, 0), ("d1", None, False, 1), ("d2", "device", True, 2)]
     received = srv.rows("SELECT MAX(received_at) FROM batches WHERE device = 'd2'")[0][0]
     assert listed[2]["last_batch"] == received and listed[0]["last_batch"] is None
     assert listed[2]["token_issued"] <= received
 
-    unknown = fleet(srv, "--revoke-device", "pi-9")
+    unknown = srv.manage("--revoke-device", "pi-9")
     assert unknown.returncode == 2 and "no device 'pi-9'" in unknown.stderr
-    token = fleet(srv, "--add-device", "d1").stdout.strip()  # back, with a new token
+    token = srv.manage("--add-device", "d1").stdout.strip()  # back, with a new token
     assert post(srv, encode_batch(make_batch("d1", 1)), token)[0] == 200
     assert post(srv, encode_batch(make_batch("d1", 2)), srv.tokens["d1"])[0] == 401
 
 
 def test_a_rotated_token_is_accepted_beside_the_new_one_until_the_new_one_is_used(srv):
-    new = fleet(srv, "--rotate-token", "d1").stdout.strip()
+    new = srv.manage("--rotate-token", "d1").stdout.strip()
     assert new and new != srv.tokens["d1"]
-    (listed,) = [d for d in map(json.loads, fleet(srv, "--list-devices").stdout.splitlines())
+    (listed,) = [d for d in map(json.loads, srv.manage("--list-devices").stdout.splitlines())
                  if d["device"] == "d1"]
     assert listed["old_token_until"] > time.time() + 6 * 86400  # a week at most
     # the device still holds the old token: it goes on uploading (a running collector)
     assert post(srv, encode_batch(make_batch("d1", 0)), srv.tokens["d1"])[0] == 200
     assert post(srv, encode_batch(make_batch("d1", 1)), new)[0] == 200  # now the new one
     assert post(srv, encode_batch(make_batch("d1", 2)), srv.tokens["d1"])[0] == 401
-    unknown = fleet(srv, "--rotate-token", "pi-9")
+    unknown = srv.manage("--rotate-token", "pi-9")
     assert unknown.returncode == 2 and "no device 'pi-9'" in unknown.stderr
 
 
@@ -672,7 +565,7 @@ def test_a_rotated_token_ends_after_its_grace_or_at_another_new_token(tmp_path):
 
 
 def test_a_new_token_for_a_known_device_refuses_the_old_one_at_once(srv):
-    token = fleet(srv, "--add-device", "d2").stdout.strip()
+    token = srv.manage("--add-device", "d2").stdout.strip()
     assert post(srv, encode_batch(make_batch("d2", 0)), srv.tokens["d2"])[0] == 401
     assert post(srv, encode_batch(make_batch("d2", 0)), token)[0] == 200
 
@@ -685,7 +578,7 @@ def test_prune_deletes_the_days_before_a_date_from_the_database_and_the_archive(
     kept = srv.rows("SELECT COUNT(*) FROM matches WHERE batch_id = 'd1/1'")[0][0]
     pruned = srv.rows("SELECT COUNT(*) FROM matches WHERE batch_id = 'd1/0'")[0][0]
     assert kept > 0 and pruned > 0
-    done = fleet(srv, "--archive", str(srv.archive), "--prune-before", "2023-11-16")
+    done = srv.manage("--archive", str(srv.archive), "--prune-before", "2023-11-16")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"before": "2023-11-16", "batches": 1,
                                        "matches": pruned, "summaries": 0, "archive_files": 1}
@@ -696,13 +589,8 @@ def test_prune_deletes_the_days_before_a_date_from_the_database_and_the_archive(
     status, doc = post(srv, encode_batch(make_batch("d1", 1, created_at=1.7e9 + 3 * day)),
                        srv.tokens["d1"])
     assert (status, doc["status"]) == (200, "duplicate")
-    bad = fleet(srv, "--prune-before", "16/11/2023")
+    bad = srv.manage("--prune-before", "16/11/2023")
     assert bad.returncode == 2 and "is not a day (YYYY-MM-DD)" in bad.stderr
-
-
-def beat(srv: Server, body: bytes, token: str | None, ctype="application/json"):
-    status, data, _ = request(srv.url + "/v1/heartbeat", "POST", body, token, ctype)
-    return status, json.loads(data)
 
 
 def test_heartbeats_and_requests_tell_when_a_device_was_last_seen(srv):
@@ -723,7 +611,7 @@ def test_heartbeats_and_requests_tell_when_a_device_was_last_seen(srv):
         assert (status, message in doc["error"]) == (code, True), doc
     assert beat(srv, b"{}", None)[0] == 401 and beat(srv, b"{}", "wrong")[0] == 401
 
-    listed = {d["device"]: d for d in map(json.loads, fleet(srv, "--list-devices")
+    listed = {d["device"]: d for d in map(json.loads, srv.manage("--list-devices")
                                           .stdout.splitlines())}
     assert listed["d1"]["status"] == {"consumed": 7, "outbox_pending": 2}  # the bad ones: none
     assert listed["d1"]["last_seen"] >= before and listed["d1"]["batches"] == 0
@@ -756,7 +644,7 @@ def test_a_heartbeat_s_numbers_beyond_a_float_are_listed_as_null(srv):
     body = b'{"outbox_pending": 1e400, "outbox_dead": -1e400, "lag_s": 1' + b"0" * 400 + \
         b', "time": 1e400, "ok": 2.5}'
     assert beat(srv, body, srv.tokens["d1"])[0] == 200
-    (line,) = [x for x in fleet(srv, "--list-devices").stdout.splitlines() if '"d1"' in x]
+    (line,) = [x for x in srv.manage("--list-devices").stdout.splitlines() if '"d1"' in x]
     strict = json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in {line}"))
     assert strict["status"]["outbox_pending"] is None and strict["status"]["outbox_dead"] is None
     assert strict["status"]["ok"] == 2.5 and strict["clock_ahead_s"] is None
@@ -776,7 +664,7 @@ def test_metrics_for_prometheus_say_what_the_json_says_and_when_each_device_was_
     assert beat(srv, b'{"outbox_pending": "many", "outbox_dead": [1], "lag_s": NaN}',
                 srv.tokens["d2"])[0] == 200  # a device's numbers are not trusted
     assert post(srv, b"not msgpack", srv.tokens["d2"])[0] == 400
-    listed = {d["device"]: d for d in map(json.loads, fleet(srv, "--list-devices")
+    listed = {d["device"]: d for d in map(json.loads, srv.manage("--list-devices")
                                           .stdout.splitlines())}
     assert listed["d2"]["status"] == {"outbox_pending": "many", "outbox_dead": [1],
                                       "lag_s": None}  # NaN is not JSON: stored as null
@@ -810,7 +698,7 @@ def test_metrics_for_prometheus_say_what_the_json_says_and_when_each_device_was_
         "text/plain")
 
 
-def _prometheus(srv: Server) -> tuple[str, dict, dict]:
+def _prometheus(srv: CollectorProcess) -> tuple[str, dict, dict]:
     """The Prometheus exposition: its text, {(name, device): value} of the device series
     and {family: type}."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -932,7 +820,7 @@ def test_the_example_alert_rules_pass_promtool_and_their_unit_tests():
 METRICS_TOKEN = "q8V1Y2jB-Ztx_example-metrics-token"
 
 
-def with_metrics_token(srv: Server) -> Path:
+def with_metrics_token(srv: CollectorProcess) -> Path:
     """Restart ``srv`` with --metrics-token-file (the token, a newline after it)."""
     path = srv.tmp / "metrics.token"
     path.write_text(METRICS_TOKEN + "\n")
@@ -1065,33 +953,11 @@ def test_a_database_from_before_heartbeats_and_digests_is_upgraded_in_place(tmp_
     store.close()
 
 
-@contextlib.contextmanager
-def uploading(srv: Server, device: str, first_seq: int = 0):
-    """While the block runs, ``device`` uploads batch after batch (seq from ``first_seq``);
-    the block starts once three are stored. Yields the list of the seqs stored."""
-    stop, stored = threading.Event(), []
-
-    def upload():
-        while not stop.is_set():
-            seq = first_seq + len(stored)
-            assert post(srv, encode_batch(make_batch(device, seq)), srv.tokens[device])[0] == 200
-            stored.append(seq)
-    uploader = threading.Thread(target=upload)
-    uploader.start()
-    try:
-        while len(stored) < 3:
-            time.sleep(0.01)
-        yield stored
-    finally:
-        stop.set()
-        uploader.join()
-
-
 def test_a_backup_taken_while_devices_upload_is_whole_and_consistent(srv, tmp_path):
     for seq in range(5):
         assert post(srv, encode_batch(make_batch("d1", seq)), srv.tokens["d1"])[0] == 200
     with uploading(srv, "d2", 100) as posted:
-        done = fleet(srv, "--backup", str(tmp_path / "copy.db"))
+        done = srv.manage("--backup", str(tmp_path / "copy.db"))
     assert done.returncode == 0, done.stderr
     with sqlite3.connect(tmp_path / "copy.db") as copy:
         assert copy.execute("PRAGMA integrity_check").fetchone() == ("ok",)
@@ -1107,7 +973,7 @@ def test_a_backup_taken_while_devices_upload_is_whole_and_consistent(srv, tmp_pa
     restored = open_store(tmp_path / "copy.db")  # a collector database as it was
     assert {d["device"] for d in restored.devices()} == {"admin", "d1", "d2"}
     restored.close()
-    again = fleet(srv, "--backup", str(tmp_path / "copy.db"))
+    again = srv.manage("--backup", str(tmp_path / "copy.db"))
     assert again.returncode == 2 and "exists (a backup never overwrites)" in again.stderr
     assert sorted(p.name for p in tmp_path.iterdir() if "copy" in p.name) == ["copy.db"]
 
@@ -1226,7 +1092,7 @@ def test_a_batch_from_a_clock_over_a_day_ahead_is_400_and_a_heartbeat_shows_the_
 
     assert beat(srv, json.dumps({"time": time.time() + 7200.0}).encode(), d1)[0] == 200
     assert beat(srv, json.dumps({"consumed": 1}).encode(), srv.tokens["d2"])[0] == 200
-    listed = {d["device"]: d for d in map(json.loads, fleet(srv, "--list-devices")
+    listed = {d["device"]: d for d in map(json.loads, srv.manage("--list-devices")
                                           .stdout.splitlines())}
     assert 7190 < listed["d1"]["clock_ahead_s"] < 7201
     assert listed["d2"]["clock_ahead_s"] is None  # its heartbeat did not say its time
@@ -1397,7 +1263,8 @@ def small_disk(tmp_path):
 
 
 def test_a_full_disk_is_507_for_the_batch_that_did_not_fit_and_spoils_nothing(small_disk):
-    server = Server(small_disk, "--min-free", "0")  # no margin: SQLite meets the full disk
+    # no margin: SQLite meets the full disk
+    server = CollectorProcess(small_disk, "--min-free", "0", max_body=MAX_BODY)
     server.err = small_disk.parent / "collector.err"
     store = open_store(server.db)
     token = store.add_device("d1")
@@ -1438,30 +1305,19 @@ def test_a_full_disk_is_507_for_the_batch_that_did_not_fit_and_spoils_nothing(sm
 # --------------------------------------------------------------------------- overload
 
 
-def metrics(srv: Server) -> dict:
-    return json.loads(request(srv.url + "/metrics")[1])
-
-
-def until(check, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-    return found
-
-
-def held_upload(srv: Server, device: str, length: int) -> socket.socket:
+def held_upload(srv: CollectorProcess, device: str, length: int) -> socket.socket:
     """An upload announcing ``length`` bytes whose body is not sent yet, once the collector
     has admitted it (it waits for the body)."""
     before = metrics(srv)["uploads_arriving"]
     s = raw(srv, f"POST /v1/batches HTTP/1.1\nHost: x\nAuthorization: Bearer "
                  f"{srv.tokens[device]}\nContent-Type: application/msgpack\n"
                  f"Content-Length: {length}\n", wait_answer=False)
-    until(lambda: metrics(srv)["uploads_arriving"] == before + 1)
+    wait_for(lambda: metrics(srv)["uploads_arriving"] == before + 1, "the upload admitted",
+             10.0)
     return s
 
 
-def arrived_upload(srv: Server, device: str, body: bytes, coding: str | None = None
+def arrived_upload(srv: CollectorProcess, device: str, body: bytes, coding: str | None = None
                    ) -> socket.socket:
     """An upload whose body (sent with Content-Encoding ``coding``) has arrived and waits
     to be answered (read the answer on the socket returned)."""
@@ -1470,12 +1326,13 @@ def arrived_upload(srv: Server, device: str, body: bytes, coding: str | None = N
     s = raw(srv, f"POST /v1/batches HTTP/1.1\nHost: x\nAuthorization: Bearer "
                  f"{srv.tokens[device]}\nContent-Type: application/msgpack\n{coded}"
                  f"Content-Length: {len(body)}\n", body, wait_answer=False)
-    until(lambda: metrics(srv)["uploads_pending"] == before + 1)
+    wait_for(lambda: metrics(srv)["uploads_pending"] == before + 1, "the upload pending",
+             10.0)
     return s
 
 
 @contextlib.contextmanager
-def rechecks_stopped(srv: Server):
+def rechecks_stopped(srv: CollectorProcess):
     """The collector's re-check workers stopped (SIGSTOP) meanwhile: a re-check that takes
     long, so the uploads that arrive wait to be answered (the backlog)."""
     with open(f"/proc/{srv.proc.pid}/task/{srv.proc.pid}/children") as fh:
@@ -1520,7 +1377,7 @@ def first_answer(s: socket.socket) -> bytes:
     return data
 
 
-def expecting(srv: Server, token: str, length: int, path="/v1/batches",
+def expecting(srv: CollectorProcess, token: str, length: int, path="/v1/batches",
               ctype="application/msgpack", expect="100-continue") -> socket.socket:
     """A request whose client waits for ``100 Continue`` before sending its body."""
     return raw(srv, f"POST {path} HTTP/1.1\nHost: x\nAuthorization: Bearer {token}\n"
@@ -1553,7 +1410,7 @@ def test_expect_100_continue_is_answered_only_when_the_collector_will_read_the_b
     held = held_upload(srv, "d1", len(body))
     refused(d1, 429, "at most 1")
     held.close()
-    until(lambda: metrics(srv)["uploads_arriving"] == 0)
+    wait_for(lambda: metrics(srv)["uploads_arriving"] == 0, "no upload arriving", 10.0)
 
     status = b'{"outbox_pending": 0}'
     s = expecting(srv, d1, len(status), path="/v1/heartbeat", ctype="application/json")
@@ -1708,7 +1565,7 @@ BUSY = pytest.mark.parametrize("srv", [("--max-wait", "0.01", "--recheck-workers
                                ids=["max-wait"], indirect=True)
 
 
-def backlog(srv: Server) -> list[socket.socket]:
+def backlog(srv: CollectorProcess) -> list[socket.socket]:
     """Two big uploads arrived (d1's, admin's) that wait for the stopped re-check."""
     return [arrived_upload(srv, d, encode_batch(make_batch(d, seq=0, events=make_events(n=600))))
             for d in ("d1", "admin")]
@@ -1786,7 +1643,7 @@ def test_a_body_on_its_way_is_no_backlog_and_a_device_gone_gives_its_place_back(
     body = encode_batch(make_batch("d2", seq=0))
     assert post(srv, body, srv.tokens["d2"])[1]["status"] == "stored"  # before: 503
     held.close()  # the device goes away without its body: its place is given back
-    until(lambda: metrics(srv)["uploads_arriving"] == 0)
+    wait_for(lambda: metrics(srv)["uploads_arriving"] == 0, "no upload arriving", 10.0)
     assert metrics(srv)["requests"]["499"] == 1  # counted, as nginx does, and said plainly:
     assert f"499 body: the client went away after 0 of {MAX_BODY} bytes" in srv.log()
     assert "Traceback" not in srv.log()
@@ -1796,10 +1653,8 @@ def test_a_body_on_its_way_is_no_backlog_and_a_device_gone_gives_its_place_back(
 @BUSY
 def test_the_agent_s_uploader_retries_a_503_after_its_retry_after_not_its_backoff(
         srv, tmp_path):
-    from edge.agent.outbox import Outbox
-    from edge.agent.outbox_reader import Backoff
-    from edge.agent.uplink import Uplink
-    from edge.agent.uploader import Uploader
+    from edge.agent.outbox import Backoff, Outbox
+    from edge.agent.uplink import Uplink, Uploader
 
     body = encode_batch(make_batch("d2", seq=0))
     with Outbox(tmp_path / "outbox.db", backoff=Backoff(60.0, 2.0, 300.0, 0.0)) as box:
@@ -1816,7 +1671,7 @@ def test_the_agent_s_uploader_retries_a_503_after_its_retry_after_not_its_backof
             assert not uploader.send_one()  # held until then
         assert [read_answer(s)[1]["status"] for s in waiting] == ["stored", "stored"]
         before = metrics(srv)["bytes_in_wire"]
-        until(lambda: time.time() >= uploader.next_attempt_at())
+        wait_for(lambda: time.time() >= uploader.next_attempt_at(), "the next attempt", 10.0)
         assert uploader.send_one() and uploader.counts["acked"] == 1
     m = metrics(srv)  # the 503 said the collector takes gzip: the retry is gzipped
     assert uploader.uplink.bytes_on_wire == m["bytes_in_wire"] - before < len(body)
@@ -1994,7 +1849,7 @@ def test_the_agent_finishes_an_upload_longer_than_its_timeout_on_a_thin_link(srv
         assert out.action == "retry" and "the link took no byte of the body for 1 s" in \
             out.detail, out
         assert 1.0 < took < 5.0
-        until(lambda: metrics(srv)["uploads_arriving"] == 0)
+        wait_for(lambda: metrics(srv)["uploads_arriving"] == 0, "no upload arriving", 10.0)
     assert metrics(srv)["requests"].get("408", 0) + metrics(srv)["requests"].get("499", 0) == 1
     assert post(srv, other, srv.tokens["d1"])[1]["status"] == "stored"
 
@@ -2126,7 +1981,7 @@ def test_an_archive_that_exists_but_cannot_be_written_exits_2_naming_it(tmp_path
 def test_prune_before_with_an_archive_that_does_not_exist_prunes_nothing(srv):
     assert post(srv, encode_batch(make_batch("d1", 0)), srv.tokens["d1"])[0] == 200
     typo = srv.tmp / "archive-typo"
-    done = fleet(srv, "--archive", str(typo), "--prune-before", "2030-01-01")
+    done = srv.manage("--archive", str(typo), "--prune-before", "2030-01-01")
     assert done.returncode == 2 and f"--archive {typo}: no such directory" in done.stderr
     assert not typo.exists() and srv.rows("SELECT count(*) FROM batches")[0][0] == 1
     assert list(srv.archive.rglob("*.parquet"))
@@ -2291,7 +2146,7 @@ def test_an_interrupted_compaction_leaves_files_the_next_pass_deletes(tmp_path):
         Archive(root)
         assert list(folder.iterdir()) == [left]
         # a second generation stopped after its write: its list names the files of both
-        # (edge/collector/mirror.py needs them), and it is a leftover all the same
+        # (edge/mirror.py needs them), and it is a leftover all the same
         late = make_batch("d1", 9, events=make_events(seed=9), created_at=noon + 9)
         assert collector.ingest(encode_batch(late), "d1")[0] == 200
         (again, _), = collector.archive.compact(sorted(folder.iterdir()))

@@ -1,4 +1,4 @@
-"""Wrong tokens at the collector are throttled per client address (edge/collector/throttle.py,
+"""Wrong tokens at the collector are throttled per client address (edge/throttle.py,
 docs/WIRE.md Security): after --auth-failures refused within --auth-window, the address's
 requests that need a token are 429 with Retry-After, their tokens never looked up, while
 other addresses and /health go on. Real collectors on loopback (one in this process, its
@@ -7,8 +7,6 @@ clients bind 127.0.0.1 and 127.0.0.2 and more as their source addresses."""
 
 from __future__ import annotations
 
-import asyncio
-import http.client
 import json
 import logging
 import socket
@@ -16,15 +14,21 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
-from test_edge_collector import Server, assert_error, encode_batch, make_batch, request
+from support.collector import (
+    MAX_BODY,
+    CollectorProcess,
+    CollectorThread,
+    ask,
+    assert_error,
+    make_batch,
+    request,
+)
 
-from edge.collector import Collector, make_app
-from edge.collector.archive import Archive
-from edge.collector.store import Store, open_store
+from edge.collector.store import open_store
 from edge.collector.throttle import MAX_ADDRESSES, AuthThrottle, client_of
+from edge.wire import encode_batch
 
 WRONG = "x" * 43  # a token's shape, no device's
 
@@ -42,90 +46,9 @@ pytestmark = pytest.mark.skipif(not _bindable("127.0.0.2"),
                                 reason="no loopback address beside 127.0.0.1 to send from")
 
 
-class CountingStore(Store):
-    """The collector's database, counting the token lookups made in it."""
-
-    def __init__(self, path: Path):
-        super().__init__(path)
-        self.lookups = 0
-
-    def identify(self, token: str, now: float | None = None):
-        self.lookups += 1
-        return super().identify(token, now)
-
-
-class InProcess:
-    """A collector served by aiohttp on 127.0.0.1 in a thread of its own, with the devices
-    d1 and d2 and an admin."""
-
-    def __init__(self, tmp: Path, **options):
-        self.store = CountingStore(tmp / "collector.db")
-        self.tokens = {d: self.store.add_device(d) for d in ("d1", "d2")}
-        self.tokens["admin"] = self.store.add_device("admin", "admin")
-        self.collector = Collector(self.store, Archive(tmp / "archive"), recheck_workers=0,
-                                   **options)
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.runner, self.port = self._call(self._start())
-
-    def _call(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
-
-    async def _start(self):
-        from aiohttp import web
-
-        runner = web.AppRunner(make_app(self.collector), auto_decompress=False)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        return runner, runner.addresses[0][1]
-
-    def serve_on(self, sock: socket.socket) -> int:
-        """Serve on ``sock`` too (bound, listening): its port."""
-        from aiohttp import web
-
-        async def start():
-            await web.SockSite(self.runner, sock).start()
-
-        self._call(start())
-        return sock.getsockname()[1]
-
-    def ask(self, path: str, token: str | None = None, source: str = "127.0.0.1",
-            method: str = "GET", body: bytes | None = None, headers: dict | None = None
-            ) -> tuple[int, dict | bytes, dict]:
-        """One request from ``source``: status, JSON (or bytes) and headers."""
-        return ask(self.port, path, token, source, method, body, headers)
-
-    def close(self) -> None:
-        self._call(self.runner.cleanup())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
-        self.collector.close()
-
-
-def ask(port: int, path: str, token: str | None = None, source: str = "127.0.0.1",
-        method: str = "GET", body: bytes | None = None, headers: dict | None = None,
-        host: str = "127.0.0.1") -> tuple[int, dict | bytes, dict]:
-    h = dict(headers or {})
-    if token is not None:
-        h["Authorization"] = f"Bearer {token}"
-    if body is not None:
-        h["Content-Type"] = "application/msgpack"
-    conn = http.client.HTTPConnection(host, port, timeout=30, source_address=(source, 0))
-    try:
-        conn.request(method, path, body=body, headers=h)
-        answer = conn.getresponse()
-        data = answer.read()
-        kind = answer.headers.get("Content-Type", "")
-        return answer.status, json.loads(data) if "json" in kind else data, dict(answer.headers)
-    finally:
-        conn.close()
-
-
 @pytest.fixture
 def served(tmp_path, request):
-    server = InProcess(tmp_path, **getattr(request, "param", {}))
+    server = CollectorThread(tmp_path, **getattr(request, "param", {}))
     yield server
     server.close()
 
@@ -223,7 +146,7 @@ def test_the_table_of_failing_addresses_stays_bounded(served):
     assert served.ask("/v1/whoami", served.tokens["d1"], source=sources[0])[0] == 200
 
 
-def burst(served: InProcess, n: int, token: str, source: str = "127.0.0.1") -> Counter:
+def burst(served: CollectorThread, n: int, token: str, source: str = "127.0.0.1") -> Counter:
     """The statuses of ``n`` requests for /v1/whoami sent at once, each on a connection of
     its own, while the collector's database thread is busy (storing a big upload, say): so
     every one of them reaches the collector before any token is looked up."""
@@ -379,7 +302,7 @@ def test_an_ipv4_client_of_an_ipv6_socket_counts_as_its_ipv4_address(served):
 
 @pytest.fixture
 def srv(tmp_path, request):
-    server = Server(tmp_path, *request.param)
+    server = CollectorProcess(tmp_path, *request.param, max_body=MAX_BODY)
     store = open_store(server.db)
     server.tokens = {"d1": store.add_device("d1")}
     store.close()
@@ -429,10 +352,8 @@ def test_a_device_behind_a_throttled_address_holds_its_uploads_for_retry_after(s
     """A device that shares its address (a NAT) with one that has a wrong token: its
     uploader takes the 429 as any other and holds its batches for Retry-After, not its
     backoff, and keeps them."""
-    from edge.agent.outbox import Outbox
-    from edge.agent.outbox_reader import Backoff
-    from edge.agent.uplink import Uplink
-    from edge.agent.uploader import Uploader
+    from edge.agent.outbox import Backoff, Outbox
+    from edge.agent.uplink import Uplink, Uploader
 
     for _ in range(2):
         assert request(srv.url + "/v1/whoami", token=WRONG)[0] == 401

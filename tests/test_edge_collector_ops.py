@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
-from test_edge_collector import (
+from support.collector import (
+    MAX_BODY,
     ROOT,
-    Server,
+    CollectorProcess,
     beat,
-    fleet,
     make_batch,
     make_events,
     post,
@@ -39,7 +39,7 @@ from edge.wire import encode_batch
 @pytest.fixture
 def srv(tmp_path):
     """A serving collector with the devices d1 and d2."""
-    server = Server(tmp_path)
+    server = CollectorProcess(tmp_path, max_body=MAX_BODY)
     server.tokens = filled_store(server.db, batches=0)
     server.start()
     yield server
@@ -85,7 +85,7 @@ def one_line(done: subprocess.CompletedProcess, code: int, *words: str) -> None:
 
 
 def test_a_backup_of_a_big_database_written_all_the_time_finishes(tmp_path):
-    server = Server(tmp_path)
+    server = CollectorProcess(tmp_path, max_body=MAX_BODY)
     server.tokens = filled_store(server.db)
     with sqlite3.connect(server.db) as db:  # 68 MiB: several steps of a page-wise copy
         for _ in range(8):
@@ -109,7 +109,7 @@ def test_a_backup_of_a_big_database_written_all_the_time_finishes(tmp_path):
             time.sleep(0.01)
         started = time.monotonic()
         try:
-            done = fleet(server, "--backup", str(tmp_path / "copy.db"))
+            done = server.manage("--backup", str(tmp_path / "copy.db"))
         except subprocess.TimeoutExpired:
             pytest.fail("the backup restarted at every write and never finished")
         seconds = time.monotonic() - started
@@ -283,7 +283,7 @@ def test_an_empty_file_is_no_database_for_the_tools_that_only_use_one(tmp_path):
 
 
 def test_a_database_damaged_under_a_serving_collector_is_503_and_said_once(tmp_path):
-    server = Server(tmp_path)
+    server = CollectorProcess(tmp_path, max_body=MAX_BODY)
     server.tokens = filled_store(server.db, batches=300)
     damage(server.db)  # the last batches too, which the start reads (their archive files)
     before = digest(server.db)
@@ -316,11 +316,11 @@ def test_a_database_damaged_under_a_serving_collector_is_503_and_said_once(tmp_p
 
 
 def test_a_backup_put_in_place_beside_the_old_database_s_log_is_refused(tmp_path):
-    server = Server(tmp_path)
+    server = CollectorProcess(tmp_path, max_body=MAX_BODY)
     server.tokens = filled_store(server.db, batches=0)
     server.start()
     assert post(server, encode_batch(make_batch("d1", 0)), server.tokens["d1"])[0] == 200
-    assert fleet(server, "--backup", str(tmp_path / "backup.db")).returncode == 0
+    assert server.manage("--backup", str(tmp_path / "backup.db")).returncode == 0
     for seq in range(1, 4):
         assert post(server, encode_batch(make_batch("d1", seq)), server.tokens["d1"])[0] == 200
     server.stop(signal.SIGKILL)  # the log of the killed collector stays beside its database
@@ -437,7 +437,7 @@ def test_the_start_looks_at_the_newest_files_in_steps_the_database_s_size_does_n
 
 
 def test_check_archive_lists_what_a_restored_database_and_its_archive_disagree_on(tmp_path):
-    server = Server(tmp_path)
+    server = CollectorProcess(tmp_path, max_body=MAX_BODY)
     server.tokens = filled_store(server.db, batches=0)
     server.start()
     now = time.time()
@@ -449,9 +449,9 @@ def test_check_archive_lists_what_a_restored_database_and_its_archive_disagree_o
 
     for seq in range(3):
         upload(seq)
-    done = fleet(server, "--archive", str(server.archive), "--check-archive")
+    done = server.manage("--archive", str(server.archive), "--check-archive")
     assert done.returncode == 0 and json.loads(done.stdout.splitlines()[-1])["ok"], done.stdout
-    assert fleet(server, "--backup", str(tmp_path / "backup.db")).returncode == 0
+    assert server.manage("--backup", str(tmp_path / "backup.db")).returncode == 0
     for seq in range(3, 5):  # acknowledged after the backup: no device sends them again
         upload(seq)
     assert server.stop() == 0
@@ -490,7 +490,7 @@ def test_check_archive_lists_what_a_restored_database_and_its_archive_disagree_o
 
 def test_check_archive_beside_a_collector_that_stores_batches_finds_nothing(srv):
     with uploading(srv, "d2"):
-        checks = [fleet(srv, "--archive", str(srv.archive), "--check-archive")
+        checks = [srv.manage("--archive", str(srv.archive), "--check-archive")
                   for _ in range(3)]
     for done in checks:
         assert done.returncode == 0, done.stdout + done.stderr
@@ -502,14 +502,14 @@ def test_check_archive_names_a_file_that_is_not_parquet_and_a_missing_archive(sr
     (part,) = srv.archive.rglob("*.parquet")
     stray = part.with_name("part-00000000000000000099.parquet")
     stray.write_text("not parquet")
-    done = fleet(srv, "--archive", str(srv.archive), "--check-archive")
+    done = srv.manage("--archive", str(srv.archive), "--check-archive")
     assert done.returncode == 1
     first = json.loads(done.stdout.splitlines()[0])
     assert first["file"].endswith("part-00000000000000000099.parquet")
     assert first["problem"].startswith("no batch of the database is in it; not readable")
-    done = fleet(srv, "--archive", str(srv.tmp / "typo"), "--check-archive")
+    done = srv.manage("--archive", str(srv.tmp / "typo"), "--check-archive")
     one_line(done, 2, f"--archive {srv.tmp / 'typo'}: no such directory")
-    done = fleet(srv, "--check-archive")
+    done = srv.manage("--check-archive")
     one_line(done, 2, "--check-archive needs --archive DIR")
     assert not (srv.tmp / "typo").exists()
     os.unlink(stray)

@@ -11,7 +11,6 @@ Every wait polls with a deadline; no fixed sleep is relied on for correctness.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -19,261 +18,45 @@ import random
 import re
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.cli import run_acep
+from support.collector import (
+    DEVICE,
+    ROOT,
+    SKETCH_KEY,
+    CollectorProcess,
+    device_series,
+    query,
+    serving,
+)
+from support.e2e import (
+    PATTERN,
+    AgentRun,
+    direct,
+    sketch_bytes,
+    stream,
+)
+from support.wait import WAIT, eventually, wait_for
 
-import acep
 from acep import EventBatch
 from acep.events import partition_key, read_events
 from acep.nfab import match as exact_match
 from acep.shedding import Budget
 
-ROOT = Path(__file__).resolve().parents[1]
-PATTERN = {"id": "abc", "text": "a b c", "window": 5.0, "k": 1, "partition": "id",
-           "where": ["c.x >= a.x"]}
-DEVICE = "pi-e2e"
-SKETCH_KEY = b"fleet-sketch-key"
-WAIT = 45.0  # seconds: the deadline of any one wait on a loaded 2-core machine
-
-
-def stream(n: int, seed: int) -> list[dict]:
-    rng = random.Random(seed)
-    t, out = 0.0, []
-    for _ in range(n):
-        t += rng.random()
-        out.append({"type": rng.choice("abc"), "t": round(t, 3), "id": rng.randrange(5),
-                    "x": rng.randrange(10)})
-    return out
-
-
-def direct(events: list[dict], budget: Budget | None = None) -> list[tuple]:
-    """The matches an uninterrupted followed-file agent emits: no flush at the end."""
-    m = acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"], partition="id",
-                     where=PATTERN["where"], budget=budget)
-    found = m.match_batch(acep.EventBatch.from_events(events)).to_matches()
-    return sorted(((float(x.partition), float(x.point), int(x.errors), tuple(x.events))
-                   for x in found), key=repr)
-
-
-def wait_for(pred, what: str, timeout: float = WAIT, every: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
-
-
-def query(db: Path, sql: str, params=()) -> list:
-    if not db.exists():
-        return []
-    con = sqlite3.connect(db, timeout=10)
-    try:
-        return con.execute(sql, params).fetchall()
-    except sqlite3.OperationalError:  # tables not created yet
-        return []
-    finally:
-        con.close()
-
-
 # --------------------------------------------------------------------------- processes
-
-
-class Collector:
-    """``python -m edge.collector`` on loopback; restarts on the port it first picked."""
-
-    def __init__(self, tmp: Path):
-        self.tmp, self.db, self.archive = tmp, tmp / "collector.db", tmp / "archive"
-        (tmp / "sketch.key").write_bytes(SKETCH_KEY + b"\n")
-        self.port, self.proc, self.starts = 0, None, 0
-        self.extra: tuple[str, ...] = ()  # more arguments of acep serve (e.g. TLS)
-
-    def _cmd(self, *extra: str) -> list[str]:
-        return [sys.executable, "-m", "edge.collector", "--db", f"sqlite:///{self.db}", *extra]
-
-    def add(self, name: str, flag: str = "--add-device") -> str:
-        out = subprocess.run(self._cmd(flag, name), cwd=ROOT, capture_output=True, text=True,
-                             timeout=60)
-        assert out.returncode == 0, out.stderr
-        return out.stdout.strip()
-
-    def start(self) -> Collector:
-        self.starts += 1
-        out = self.tmp / f"collector-{self.starts}.out"
-        with open(out, "w") as o, open(self.tmp / "collector.err", "a") as e:
-            self.proc = subprocess.Popen(
-                self._cmd("--archive", str(self.archive), "--port", str(self.port),
-                          "--sketch-key-file", str(self.tmp / "sketch.key"), *self.extra),
-                cwd=ROOT, stdout=o, stderr=e)
-
-        def listening():
-            assert self.proc.poll() is None, self.log()
-            text = out.read_text()
-            return "listening on http" in text and text.splitlines()[0]
-
-        line = wait_for(listening, "the collector to listen")
-        self.url = line.strip().rsplit(" ", 1)[1]
-        self.port = int(self.url.rsplit(":", 1)[1])
-        return self
-
-    def kill(self, sig=signal.SIGKILL) -> int:
-        self.proc.send_signal(sig)
-        return self.proc.wait(30)
-
-    def log(self) -> str:
-        return (self.tmp / "collector.err").read_text()
-
-    def matches(self) -> list[tuple]:
-        rows = query(self.db, "SELECT partition, point, errors, trajectory FROM matches")
-        return sorted(((float(json.loads(p)), pt, e, tuple(json.loads(tr)))
-                       for p, pt, e, tr in rows), key=repr)
-
-    def seqs(self) -> list[int]:
-        return sorted(s for (s,) in query(self.db, "SELECT seq FROM batches WHERE device = ?",
-                                          (DEVICE,)))
-
-    def counts(self) -> tuple[int, int]:
-        return (query(self.db, "SELECT COUNT(*) FROM batches")[0][0],
-                query(self.db, "SELECT COUNT(*) FROM matches")[0][0])
-
-
-@contextlib.contextmanager
-def serving(tmp: Path, *extra: str) -> Iterator[Collector]:
-    """A collector of its own in ``tmp/collector`` (``acep serve`` with ``extra`` arguments),
-    DEVICE registered (``.token``); killed at the end."""
-    (tmp / "collector").mkdir()
-    c = Collector(tmp / "collector")
-    c.extra = extra
-    c.token = c.add(DEVICE)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.kill()
-
-
-def device_series(c: Collector, device: str = DEVICE) -> dict[str, float]:
-    """The collector's Prometheus series of ``device`` (``/metrics``): {name: value}."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = urllib.request.urlopen(c.url + "/metrics?format=prometheus", timeout=10).read()
-    return {s.name: s.value for f in text_string_to_metric_families(text.decode())
-            for s in f.samples if s.labels.get("device") == device}
-
-
-_PR_CAPBSET_DROP, _CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH = 24, 1, 2  # linux/prctl.h
-
-
-def bound_by_modes() -> dict:
-    """Arguments of :class:`subprocess.Popen` under which a file's mode binds the process as
-    it binds any user on a device. CI runs as root, whose CAP_DAC_OVERRIDE reads a file of
-    mode 000: dropped (with CAP_DAC_READ_SEARCH) from the bounding set before the exec, the
-    program run has neither; as another user, nothing to do."""
-    if os.geteuid() != 0:
-        return {}
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def drop() -> None:
-        for cap in (_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH):
-            if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
-                raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
-
-    return {"preexec_fn": drop}
-
-
-class AgentRun:
-    """A directory with ``agent.toml``, the followed events file and the agent's outbox."""
-
-    def __init__(self, tmp: Path, url: str | None, token: str | None, *,
-                 budget: str = 'mode = "none"', sketch: str = "", outbox: str = "outbox.db",
-                 follow: bool = True, drain: float | None = None,
-                 heartbeat: float | None = None):
-        self.tmp, self.events_path = tmp, tmp / "events.jsonl"
-        self.outbox = tmp / outbox
-        self.events_path.touch()
-        self.written: list[dict] = []
-        self.proc: subprocess.Popen | None = None
-        self.cfg = tmp / f"agent-{outbox}.toml"
-        collector = "" if url is None else f'[collector]\nurl = "{url}"\ntimeout = 5.0\n'
-        if url is not None and drain is not None:
-            collector += f"drain_timeout = {drain}\n"
-        if url is not None and heartbeat is not None:
-            collector += f"heartbeat = {heartbeat}\n"
-        token_line = "" if token is None else f'token = "{token}"\n'
-        p = PATTERN
-        self.cfg.write_text(
-            f'[device]\nid = "{DEVICE}"\n{token_line}{collector}'
-            f'[pattern]\nid = "{p["id"]}"\ntext = "{p["text"]}"\nwindow = {p["window"]}\n'
-            f'k = {p["k"]}\npartition = "{p["partition"]}"\nwhere = {json.dumps(p["where"])}\n'
-            f'[source]\nkind = "file"\npath = "events.jsonl"\nfollow = {str(follow).lower()}\n'
-            f'batch_events = 50\nbatch_seconds = 0.1\npoll_seconds = 0.02\n'
-            f'[budget]\n{budget}\n{sketch}'
-            f'[outbox]\npath = "{outbox}"\nbackoff_base = 0.05\nbackoff_max = 0.5\n'
-            f'[metrics]\npath = "metrics-{outbox}.jsonl"\ninterval = 1\n')
-
-    def append(self, events: list[dict]) -> None:
-        with open(self.events_path, "a") as fh:
-            fh.write("".join(json.dumps(e) + "\n" for e in events))
-        self.written.extend(events)
-
-    def start(self, once: bool = False, **popen) -> subprocess.Popen:
-        """The agent as a process (``popen``: more arguments of :class:`subprocess.Popen`)."""
-        with open(self.tmp / "agent.err", "a") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "edge.agent", "--config", str(self.cfg)]
-                + (["--once"] if once else []),
-                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
-                env={**os.environ, "PYTHONPATH": str(ROOT)}, **popen)
-        return self.proc
-
-    def log(self) -> str:
-        return (self.tmp / "agent.err").read_text()
-
-    def alive(self) -> None:
-        assert self.proc.poll() is None, self.log()
-
-    def state(self, name: str, default=0):
-        row = query(self.outbox, "SELECT value FROM state WHERE name = ?", (name,))
-        return json.loads(row[0][0]) if row else default
-
-    def pending(self) -> int:
-        row = query(self.outbox, "SELECT COUNT(*) FROM pending")
-        return row[0][0] if row else -1
-
-    def caught_up(self, collector: Collector) -> bool:
-        """Every event consumed, every batch acknowledged and in the collector's database."""
-        seqs = collector.seqs()
-        return (self.state("consumed") == len(self.written) and self.pending() == 0
-                and (not seqs or seqs == list(range(seqs[0], self.state("seq")))))
-
-    def stop(self) -> dict:
-        self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.wait(60) == 0, self.log()
-        return self.last_metrics()
-
-    def last_metrics(self) -> dict:
-        lines = (self.tmp / f"metrics-{self.outbox.name}.jsonl").read_text().splitlines()
-        return json.loads(lines[-1])
 
 
 @pytest.fixture
 def collector(tmp_path):
-    c = Collector(tmp_path)
+    c = CollectorProcess(tmp_path)
     token = c.add(DEVICE)
     c.start()
     c.token = token
@@ -282,7 +65,7 @@ def collector(tmp_path):
         c.kill()
 
 
-def assert_nothing_lost_or_duplicated(c: Collector, run: AgentRun, budget=None) -> None:
+def assert_nothing_lost_or_duplicated(c: CollectorProcess, run: AgentRun, budget=None) -> None:
     seqs = c.seqs()
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "a batch missing or stored twice"
     stored = c.matches()
@@ -346,7 +129,7 @@ def test_agent_to_collector_matches_archive_and_exact_flags(tmp_path, collector)
     assert metrics["batches_stored"] == len(collector.seqs())
     assert metrics["matches_stored"] == len(rows)
     assert metrics["exact_matches"] == sum(ex for _, ex, _, _, _, _ in rows)
-    assert collector.kill(signal.SIGTERM) == 0
+    assert collector.stop() == 0
 
 
 BIG = 2**53  # above it a float64 rounds integers: two such ids are two partitions
@@ -384,10 +167,8 @@ def test_partitions_of_mixed_kinds_are_stored_and_rechecked_as_acep_match_report
     assert run.last_metrics()["outbox_pending"] == 0, run.log()
 
     p = PATTERN
-    out = subprocess.run(
-        [sys.executable, "-m", "acep.cli", "match", "-p", p["text"], "-w", str(p["window"]),
-         "-k", str(p["k"]), "--partition", "id", "--where", p["where"][0],
-         str(run.events_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = run_acep("match", "-p", p["text"], "-w", p["window"], "-k", p["k"], "--partition", "id",
+                   "--where", p["where"][0], run.events_path, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     printed = sorted((kinds(m["partition"]), float(m["point"]), m["errors"], m["positions"])
                      for m in map(json.loads, out.stdout.splitlines()))
@@ -445,8 +226,7 @@ def test_heartbeats_show_a_device_that_is_up_with_nothing_to_upload(tmp_path, co
     assert "stopped" not in json.loads(status()[1])
     final = run.stop()
     assert final["heartbeats"] >= 2
-    listed = subprocess.run(collector._cmd("--list-devices"), cwd=ROOT, capture_output=True,
-                            text=True, timeout=60)
+    listed = collector.manage("--list-devices")
     (device,) = [json.loads(line) for line in listed.stdout.splitlines()]
     assert device["last_seen"] > seen  # the last heartbeat: the final metrics, at the stop
     assert device["status"] == {**final, "stopped": True}
@@ -569,7 +349,7 @@ def test_collector_sigkilled_and_restarted_while_the_agent_runs(tmp_path, collec
         run.append(chunk[half:])
         wait_for(lambda: run.alive() or run.state("consumed") == len(run.written),
                  "the agent to consume while the collector is down")
-        _soon(lambda n=failures: run.log().count("failed") > n, 2.0)  # an upload was tried
+        eventually(lambda n=failures: run.log().count("failed") > n, 2.0)  # an upload was tried
         run.alive()
         collector.start()
     assert collector.starts == len(chunks)
@@ -584,7 +364,7 @@ def test_a_collector_out_of_space_holds_every_upload_for_its_retry_after(tmp_pat
     """A collector short of space answers 507 with Retry-After: the agent then waits that
     long (at most outbox.backoff_max, 0.5 s here) before it sends any batch, instead of
     sending each pending batch in turn to be refused; nothing is lost once there is room."""
-    collector.kill(signal.SIGTERM)
+    collector.stop()
     collector.extra = ("--min-free", str(1 << 40))
     collector.start()
     run = AgentRun(tmp_path, collector.url, collector.token)
@@ -601,22 +381,12 @@ def test_a_collector_out_of_space_holds_every_upload_for_its_retry_after(tmp_pat
     sent, seconds = refused() - first, time.time() - started
     assert run.pending() >= 20 and 1 <= sent <= seconds / 0.5 + 2, (sent, seconds)
     assert "HTTP 507" in run.log()
-    collector.kill(signal.SIGTERM)
+    collector.stop()
     collector.extra = ()
     collector.start()
     wait_for(lambda: run.alive() or run.caught_up(collector), "the agent to catch up")
     run.stop()
     assert_nothing_lost_or_duplicated(collector, run)
-
-
-def _soon(condition, seconds: float) -> bool:
-    """Poll ``condition`` for a while without failing (for events that usually follow)."""
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_agent_sigkilled_mid_batch_and_restarted(tmp_path, collector):
@@ -689,24 +459,11 @@ def test_duplicate_deliveries_store_nothing_new(tmp_path, collector):
     assert metrics["batches_duplicate"] == 2 * len(bodies)
 
 
-def _sketch_bytes() -> bytes:
-    from history.sketch import Sketch
-
-    m = acep.Matcher(PATTERN["text"], PATTERN["window"], PATTERN["k"])
-    n_states = m.pattern.automaton.n_states
-    n_cells = n_states * 2 * 3 * 2
-    sk = Sketch(PATTERN["text"], tuple(PATTERN["where"]), PATTERN["k"], PATTERN["window"],
-                n_states, np.array([1.0, 3.0]), np.array([0.5]),
-                np.full(n_cells, 0.5, np.float32), np.zeros((n_cells, 4), np.uint32),
-                partition_by=PATTERN["partition"])
-    return sk.to_bytes(SKETCH_KEY)
-
-
 def test_tampered_sketch_from_the_collector_falls_back(tmp_path, collector):
     """The collector refuses a tampered sketch on PUT; one written straight into its database
     is served, and the agent refuses it, logs why and matches with the fallback policy."""
     admin = collector.add("ops", "--add-admin")
-    good = _sketch_bytes()
+    good = sketch_bytes(0.5)
     bad = bytearray(good)
     bad[len(bad) // 2] ^= 0xFF
 
@@ -882,7 +639,7 @@ def test_batches_dated_by_a_wrong_clock_are_dead_letters_until_requeued_redated(
     a collector with --retain-days refuses them (its next pass would delete them), the
     agent keeps them as dead letters with the reason, delivers the rest, and ``acep outbox
     requeue --redate`` dates them now: the next run delivers them, archived under today."""
-    from test_edge_collector import make_batch
+    from support.collector import make_batch
 
     from edge.agent.outbox import Outbox
     from edge.wire import decode_batch, encode_batch
@@ -906,9 +663,7 @@ def test_batches_dated_by_a_wrong_clock_are_dead_letters_until_requeued_redated(
         assert set(reasons) == set(made)
         assert all("is before" in r and "--retain-days 30" in r for r in reasons.values())
 
-        out = subprocess.run([sys.executable, "-m", "acep.cli", "outbox", str(run.outbox),
-                              "requeue", "--redate"], cwd=ROOT, capture_output=True,
-                             text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        out = run_acep("outbox", run.outbox, "requeue", "--redate", cwd=ROOT, timeout=60)
         assert (out.returncode, out.stdout) == (0, "requeued 2 dead letters dated now\n")
         pending = dict(query(run.outbox, "SELECT batch_id, body FROM pending"))
         assert set(pending) == set(made)

@@ -14,10 +14,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import io
-import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -31,15 +29,19 @@ pytest.importorskip("moto.server", reason="needs moto's S3 server (pip install -
 
 from hypothesis import HealthCheck, event, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from s3_server import S3, credentials, uri  # noqa: E402
-from test_edge_collector import (  # noqa: E402
+from support.collector import (  # noqa: E402
+    MAX_BODY,
     ROOT,
-    Server,
+    CollectorProcess,
     make_batch,
     make_events,
+    metrics,
     post,
     request,
 )
+from support.links import free_port  # noqa: E402
+from support.s3_server import S3, credentials, uri  # noqa: E402
+from support.wait import wait_for  # noqa: E402
 
 from edge.collector import ClockBounds, Collector  # noqa: E402
 from edge.collector.archive import Archive  # noqa: E402
@@ -64,37 +66,19 @@ def batch_ids(files: dict[str, bytes]) -> Counter:
     return found
 
 
-def until(check, what: str, timeout: float = 30.0, log=lambda: ""):
-    deadline = time.time() + timeout
-    while not (value := check()):
-        assert time.time() < deadline, f"{what}\n{log()}"
-        time.sleep(0.05)
-    return value
-
-
-def metrics(srv: Server) -> dict:
-    return json.loads(request(srv.url + "/metrics")[1])
-
-
-def serving(tmp: Path, *extra: str) -> Server:
-    srv = Server(tmp, *extra)
+def running_collector(tmp: Path, *extra: str) -> CollectorProcess:
+    srv = CollectorProcess(tmp, *extra, max_body=MAX_BODY)
     store = open_store(srv.db)
     srv.tokens = {d: store.add_device(d) for d in ("d1", "d2")}
     store.close()
     return srv.start()
 
 
-def upload(srv: Server, plan: list[tuple[str, int, float]]) -> None:
+def upload(srv: CollectorProcess, plan: list[tuple[str, int, float]]) -> None:
     for device, seq, created in plan:
         batch = make_batch(device, seq, events=make_events(seed=seq), created_at=created)
         status, doc = post(srv, encode_batch(batch), srv.tokens[device])
         assert (status, doc["status"]) == (200, "stored"), doc
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------- a real collector
@@ -102,11 +86,12 @@ def free_port() -> int:
 
 def test_a_serving_collector_copies_each_stored_batch_to_s3(s3, tmp_path):
     key = "copies"
-    srv = serving(tmp_path, "--mirror", s3.uri(key))
+    srv = running_collector(tmp_path, "--mirror", s3.uri(key))
     try:
         upload(srv, [("d1", 0, NOON), ("d1", 1, NOON + DAY), ("d2", 0, NOON), ("d2", 1, NOON)])
-        done = until(lambda: (m := metrics(srv))["mirror_pending_files"] == 0
-                     and m["mirror_files_copied"] == 4 and m, "four files copied", log=srv.log)
+        done = wait_for(lambda: (m := metrics(srv))["mirror_pending_files"] == 0
+                        and m["mirror_files_copied"] == 4 and m,
+                        lambda: f"four files copied\n{srv.log()}", 30.0)
         assert s3.files(key) == local_files(srv.archive)
         assert len(s3.files(key)) == 4 and done["mirror_failures"] == 0
         assert done["mirror_bytes_copied"] == sum(map(len, s3.files(key).values()))
@@ -127,22 +112,22 @@ def test_a_serving_collector_copies_each_stored_batch_to_s3(s3, tmp_path):
 def test_uploads_go_on_while_the_store_is_down_and_the_mirror_catches_up(tmp_path):
     port = free_port()
     with credentials():
-        srv = serving(tmp_path, "--mirror", uri(f"127.0.0.1:{port}", "outage",
-                                                user="AKIDMIRROR:s3cr3tvalue@"))
+        srv = running_collector(tmp_path, "--mirror", uri(f"127.0.0.1:{port}", "outage",
+                                                          user="AKIDMIRROR:s3cr3tvalue@"))
         try:
             started = time.time()
             upload(srv, [("d1", seq, NOON + seq) for seq in range(3)])
             assert time.time() - started < 10  # no upload waited for the store
-            down = until(lambda: (m := metrics(srv))["mirror_failures"] >= 2 and m,
-                         "failures counted", log=srv.log)
+            down = wait_for(lambda: (m := metrics(srv))["mirror_failures"] >= 2 and m,
+                            lambda: f"failures counted\n{srv.log()}", 30.0)
             assert down["mirror_pending_files"] == 3 and down["batches_stored"] == 3
             assert down["mirror_lag_seconds"] > 0
             assert "failed (tried again)" in srv.log()
             assert "s3://***@fleet/outage" in srv.log() and "s3cr3t" not in srv.log()
             s3 = S3(port)  # the store is back
             try:
-                until(lambda: metrics(srv)["mirror_pending_files"] == 0, "caught up",
-                      log=srv.log)
+                wait_for(lambda: metrics(srv)["mirror_pending_files"] == 0,
+                         lambda: f"caught up\n{srv.log()}", 30.0)
                 assert s3.files("outage") == local_files(srv.archive)
                 assert metrics(srv)["mirror_lag_seconds"] == 0
             finally:
@@ -153,7 +138,7 @@ def test_uploads_go_on_while_the_store_is_down_and_the_mirror_catches_up(tmp_pat
 
 def test_a_restart_copies_what_changed_while_the_mirror_was_not_kept(s3, tmp_path):
     key = "restart"
-    srv = serving(tmp_path)  # no --mirror yet
+    srv = running_collector(tmp_path)  # no --mirror yet
     try:
         upload(srv, [("d1", seq, NOON + seq) for seq in range(3)])
     finally:
@@ -163,7 +148,8 @@ def test_a_restart_copies_what_changed_while_the_mirror_was_not_kept(s3, tmp_pat
     srv.extra = ("--mirror", s3.uri(key))
     srv.start()
     try:
-        until(lambda: metrics(srv)["mirror_files_copied"] == 3, "three copied", log=srv.log)
+        wait_for(lambda: metrics(srv)["mirror_files_copied"] == 3,
+                 lambda: f"three copied\n{srv.log()}", 30.0)
         assert s3.files(key) == local_files(srv.archive)
         assert "3 archive files to copy, 0 to delete" in srv.log()
     finally:

@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.links import free_port
+from support.wait import wait_for
 
 import acep
 from edge.agent import Agent
@@ -38,12 +40,6 @@ MOSQUITTO = shutil.which("mosquitto") or next(
 PATTERN = {"id": "abc", "text": "a b c", "window": 5.0, "k": 1, "partition": "id"}
 TOPIC = "sensors/dev-m/events"
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager
@@ -538,7 +534,7 @@ class AgentProcess:
     ``source`` (keys of :func:`config`)."""
 
     def __init__(self, tmp: Path, port: int, collector, **source):
-        from test_edge_e2e import DEVICE
+        from support.collector import DEVICE
 
         self.tmp = tmp
         self.doc = config(tmp, port, **source)
@@ -568,13 +564,13 @@ class AgentProcess:
         return (self.tmp / "agent.err").read_text()
 
     def state(self, name: str, default=0):
-        from test_edge_e2e import query
+        from support.collector import query
 
         row = query(self.tmp / "outbox.db", "SELECT value FROM state WHERE name = ?", (name,))
         return json.loads(row[0][0]) if row else default
 
     def pending(self) -> int:
-        from test_edge_e2e import query
+        from support.collector import query
 
         row = query(self.tmp / "outbox.db", "SELECT COUNT(*) FROM pending")
         return row[0][0] if row else -1
@@ -585,23 +581,15 @@ class AgentProcess:
         return json.loads(lines[-1]) if lines else {}
 
 
-def wait_for(pred, what: str, timeout: float = 45.0):
-    deadline = time.monotonic() + timeout
-    while not (value := pred()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return value
-
-
 def stored_rows(matches) -> list[tuple]:
-    """acep matches as the collector's rows (tests/test_edge_e2e.py Collector.matches)."""
+    """acep matches as the collector's rows (support/collector.py CollectorProcess.matches)."""
     return sorted(((float(x.partition), x.point, x.errors, tuple(x.events))
                    for x in matches), key=repr)
 
 
 @pytest.fixture
 def collector(tmp_path):
-    from test_edge_e2e import serving
+    from support.collector import serving
 
     with serving(tmp_path) as c:
         yield c

@@ -411,7 +411,7 @@ def test_backoff_jitter_never_goes_past_the_maximum():
 def test_requeue_redate_refuses_a_body_that_is_no_batch_and_requeues_none(tmp_path):
     """``--redate`` rewrites each body in one transaction: one it cannot read (an old
     format, a foreign body) is named and none of them moves, each body left as it was."""
-    from test_edge_collector import make_batch
+    from support.collector import make_batch
 
     from edge.wire import encode_batch
 

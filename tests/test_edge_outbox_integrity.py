@@ -9,78 +9,32 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from pathlib import Path
 
-from test_edge_e2e import DEVICE, PATTERN, direct, query, serving, stream
+from support.collector import DEVICE, query, serving
+from support.e2e import (
+    agent_doc,
+    direct,
+    flip_a_bit,
+    run_once,
+    stream,
+    write_events,
+    write_toml,
+)
 
-from edge.agent import Agent
-from edge.agent.config import parse_config
 from edge.agent.outbox import Outbox
 from edge.agent.preflight import check
-from edge.wire import WireError, decode_batch
-
-
-def write_events(path: Path, events: list[dict]) -> None:
-    path.write_text("".join(json.dumps(e) + "\n" for e in events))
-
-
-def agent_doc(tmp: Path, url: str | None = None, token: str | None = None) -> dict:
-    doc = {"device": {"id": DEVICE}, "pattern": dict(PATTERN),
-           "source": {"kind": "file", "path": str(tmp / "events.jsonl"), "follow": False,
-                      "batch_events": 97},
-           "outbox": {"path": str(tmp / "outbox.db"), "backoff_base": 0.05,
-                      "backoff_max": 0.2},
-           "metrics": {"path": str(tmp / "metrics.jsonl"), "interval": 3600}}
-    if url is not None:
-        doc["device"]["token"] = token
-        doc["collector"] = {"url": url, "timeout": 10}
-    return doc
-
-
-def write_toml(path: Path, doc: dict) -> Path:
-    """``doc`` as an agent.toml (its values are strings, numbers, booleans and lists)."""
-    path.write_text("\n".join(f"[{name}]\n" + "\n".join(f"{k} = {json.dumps(v)}"
-                                                        for k, v in sec.items())
-                              for name, sec in doc.items()) + "\n")
-    return path
-
-
-def run(doc: dict) -> dict:
-    return Agent(parse_config(doc)).run(once=True)
-
-
-def flip_a_bit(db_path: Path) -> tuple[str, bytes]:
-    """Flip one bit of a stored body, as a failing SD card does, such that it still decodes
-    (a wrong value, not garbage): the batch id and its body before."""
-    db = sqlite3.connect(db_path)
-    try:
-        bid, body = db.execute("SELECT batch_id, body FROM pending ORDER BY n "
-                               "LIMIT 1 OFFSET 1").fetchone()
-        for i in range(len(body) - 1, 0, -1):
-            bad = bytearray(body)
-            bad[i] ^= 0x01
-            try:
-                if decode_batch(bytes(bad)).batch_id == bid:
-                    break
-            except (WireError, ValueError):
-                continue
-        db.execute("UPDATE pending SET body = ? WHERE batch_id = ?", (bytes(bad), bid))
-        db.commit()
-    finally:
-        db.close()
-    return bid, bytes(body)
 
 
 def test_a_flipped_bit_in_a_queued_body_is_never_uploaded_and_is_named(tmp_path, caplog):
     write_events(tmp_path / "events.jsonl", stream(1500, seed=7))
-    put = run(agent_doc(tmp_path))  # no collector yet: every batch stays pending
+    put = run_once(agent_doc(tmp_path))  # no collector yet: every batch stays pending
     assert put["outbox_pending"] >= 3
     bid, _ = flip_a_bit(tmp_path / "outbox.db")
     # its lines gone, it cannot be rebuilt (test_edge_outbox_repair.py: when they are there)
     (tmp_path / "events.jsonl").write_text("")
     caplog.set_level(logging.ERROR, logger="edge")
     with serving(tmp_path) as c:
-        final = run(agent_doc(tmp_path, c.url, c.token))
+        final = run_once(agent_doc(tmp_path, c.url, c.token))
         stored = {b for (b,) in query(c.db, "SELECT batch_id FROM batches")}
     assert bid not in stored
     assert len(stored) == put["outbox_pending"] - 1
@@ -96,7 +50,7 @@ def test_agent_check_names_the_damaged_batch_and_whether_it_can_be_rebuilt(tmp_p
     """A WARN while the events it was made from are there (the agent rebuilds it), a FAIL
     saying why once they are gone."""
     write_events(tmp_path / "events.jsonl", stream(1500, seed=7))
-    run(agent_doc(tmp_path))
+    run_once(agent_doc(tmp_path))
     toml = write_toml(tmp_path / "agent.toml", agent_doc(tmp_path))
     assert check(str(toml)) == 0
     capsys.readouterr()
@@ -157,7 +111,7 @@ def test_a_lost_outbox_uploads_no_match_twice_and_says_so(tmp_path, caplog):
     with serving(tmp_path) as c:
         doc = agent_doc(tmp_path, c.url, c.token)
         doc["source"]["follow"] = True  # --once: what the file holds now, no flush at its end
-        first = run(doc)
+        first = run_once(doc)
         assert first["batches_sent"] == first["batches_put"] > 0
         copy = json.loads((tmp_path / "outbox.db.progress").read_text())
         assert copy["consumed"] == first["consumed"] == 1200  # the last chunks' too
@@ -166,7 +120,7 @@ def test_a_lost_outbox_uploads_no_match_twice_and_says_so(tmp_path, caplog):
         with open(tmp_path / "events.jsonl", "a") as fh:
             fh.write("".join(json.dumps(e) + "\n" for e in events[1200:]))
         caplog.clear()
-        second = run(doc)
+        second = run_once(doc)
         assert second["batches_sent"] == second["batches_put"] > 0
         stored = c.matches()
     assert len(stored) == len(set(stored))
@@ -179,7 +133,7 @@ def test_a_lost_outbox_uploads_no_match_twice_and_says_so(tmp_path, caplog):
 def test_agent_check_warns_when_the_outbox_is_behind_its_copy(tmp_path, capsys):
     write_events(tmp_path / "events.jsonl", stream(600, seed=5))
     doc = agent_doc(tmp_path)
-    run(doc)
+    run_once(doc)
     toml = write_toml(tmp_path / "agent.toml", doc)
     (tmp_path / "outbox.db").unlink()
     assert check(str(toml)) == 0

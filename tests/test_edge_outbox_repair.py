@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-from test_edge_e2e import PATTERN, device_series, direct, query, serving, stream
-from test_edge_outbox_integrity import agent_doc, flip_a_bit, run, write_events
+from support.collector import device_series, query, serving
+from support.e2e import PATTERN, agent_doc, direct, flip_a_bit, run_once, stream, write_events
 
 from edge.agent.outbox import Outbox
 from edge.wire import Limits, decode_batch, split_body
@@ -19,13 +19,13 @@ from edge.wire import Limits, decode_batch, split_body
 
 def test_metrics_show_a_devices_damaged_batches(tmp_path: Path):
     write_events(tmp_path / "events.jsonl", stream(1500, seed=7))
-    put = run(agent_doc(tmp_path))
+    put = run_once(agent_doc(tmp_path))
     assert put["outbox_pending"] >= 3
     flip_a_bit(tmp_path / "outbox.db")
     (tmp_path / "events.jsonl").unlink()  # nothing to rebuild it from
     (tmp_path / "events.jsonl").write_text("")
     with serving(tmp_path) as c:
-        final = run(agent_doc(tmp_path, c.url, c.token))
+        final = run_once(agent_doc(tmp_path, c.url, c.token))
         series = device_series(c)
     assert final["outbox_damaged"] == 1 and final["outbox_rebuilt"] == 0
     assert series["acep_device_outbox_damaged_total"] == 1
@@ -65,7 +65,7 @@ def test_one_oversized_match_never_takes_the_others_with_it(tmp_path: Path, agen
         doc = agent_doc(tmp_path, c.url, c.token)
         doc["source"]["follow"] = True  # --once: no flush at the end, as direct() matches
         doc["collector"]["max_body"] = agent_limit
-        final = run(doc)
+        final = run_once(doc)
         stored = c.matches()
     assert sorted(stored, key=repr) == sorted([m for m in direct(events) if m != huge],
                                               key=repr)
@@ -87,13 +87,13 @@ def test_a_damaged_batch_is_rebuilt_from_its_events_under_the_same_id(tmp_path: 
     write_events(tmp_path / "events.jsonl", events)
     doc = agent_doc(tmp_path)
     doc["source"]["follow"] = True  # --once: no flush at the end, as direct() matches
-    put = run(doc)
+    put = run_once(doc)
     assert put["outbox_pending"] >= 3
     bid, body = flip_a_bit(tmp_path / "outbox.db")
     with serving(tmp_path) as c:
         doc = agent_doc(tmp_path, c.url, c.token)
         doc["source"]["follow"] = True
-        final = run(doc)
+        final = run_once(doc)
         stored = c.matches()
         ids = {b for (b,) in query(c.db, "SELECT batch_id FROM batches")}
         series = device_series(c)
@@ -109,7 +109,7 @@ def test_a_damaged_batch_whose_events_are_gone_is_a_dead_letter_naming_them(tmp_
     """The events file removed (or its lines changed): nothing sent for that batch, a
     dead letter whose reason names the file and bytes that were lost."""
     write_events(tmp_path / "events.jsonl", stream(1500, seed=7))
-    put = run(agent_doc(tmp_path))
+    put = run_once(agent_doc(tmp_path))
     bid, _ = flip_a_bit(tmp_path / "outbox.db")
     (tmp_path / "events.jsonl").unlink()
     with serving(tmp_path) as c:
@@ -127,7 +127,7 @@ def test_a_damaged_batch_whose_events_are_gone_is_a_dead_letter_naming_them(tmp_
 def test_a_damaged_batch_whose_lines_changed_is_not_rebuilt(tmp_path):
     events = stream(1500, seed=7)
     write_events(tmp_path / "events.jsonl", events)
-    put = run(agent_doc(tmp_path))
+    put = run_once(agent_doc(tmp_path))
     bid, _ = flip_a_bit(tmp_path / "outbox.db")
     # in place, past its first KiB (else it is another file to the agent): same sizes
     changed = events[:50] + [{**e, "x": (e["x"] + 1) % 10} for e in events[50:]]
@@ -149,7 +149,7 @@ def run_after(tmp_path: Path, c) -> dict:
     path = tmp_path / "events.jsonl"
     if not path.exists():
         path.write_text("")
-    return run(agent_doc(tmp_path, c.url, c.token))
+    return run_once(agent_doc(tmp_path, c.url, c.token))
 
 
 def test_a_damaged_batch_is_rebuilt_from_its_file_renamed_by_rotation(tmp_path):
@@ -157,7 +157,7 @@ def test_a_damaged_batch_is_rebuilt_from_its_file_renamed_by_rotation(tmp_path):
     lines are found by the file's inode and fingerprint, and the batch is rebuilt."""
     events = stream(1500, seed=7)
     write_events(tmp_path / "events.jsonl", events)
-    put = run(agent_doc(tmp_path))
+    put = run_once(agent_doc(tmp_path))
     bid, _ = flip_a_bit(tmp_path / "outbox.db")
     (tmp_path / "events.jsonl").rename(tmp_path / "events.jsonl.1")
     with serving(tmp_path) as c:
@@ -172,7 +172,7 @@ def test_split_ids_are_the_same_on_a_retry_and_keep_every_match(tmp_path):
     gives the same ids and bodies (the collector's dedup holds); the halves hold the
     batch's matches, each with the events of its window, as it was."""
     write_events(tmp_path / "events.jsonl", stream(600, seed=5))
-    run(agent_doc(tmp_path))
+    run_once(agent_doc(tmp_path))
     with Outbox(tmp_path / "outbox.db") as box:
         due = box.next_due()
         first, again = split_body(due.body), split_body(due.body)

@@ -17,18 +17,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from test_edge_agent_sketch import publish, sketch_bytes
-from test_edge_e2e import (
-    DEVICE,
-    PATTERN,
-    ROOT,
-    SKETCH_KEY,
-    Collector,
-    bound_by_modes,
-    serving,
-    stream,
-)
-from test_history_sketch import _fingerprint
+from support.cli import run_acep
+from support.collector import DEVICE, ROOT, SKETCH_KEY, CollectorProcess, publish, serving
+from support.e2e import bound_by_modes, sketch_bytes, write_config
+from support.sketches import key_fingerprint
 
 from edge.agent import main as agent_main
 from edge.agent import preflight
@@ -38,7 +30,7 @@ from edge.agent.outbox_reader import read_summary
 
 @pytest.fixture(scope="module")
 def collector(tmp_path_factory):
-    c = Collector(tmp_path_factory.mktemp("collector"))
+    c = CollectorProcess(tmp_path_factory.mktemp("collector"))
     c.token = c.add(DEVICE)
     c.admin = c.add("ops", "--add-admin")
     c.revoked = c.add("pi-lost")
@@ -46,39 +38,6 @@ def collector(tmp_path_factory):
     c.start()
     yield c
     c.kill()
-
-
-def write_config(d: Path, url: str | None, token: str, *, source: str = "events.jsonl",
-                 sketch: str | None = "abc.sketch", download: bool = False) -> Path:
-    """A device directory like an install's: agent.toml, the token and the sketch key in
-    files only their owner reads, the events file and (if named) a signed sketch."""
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "token").write_text(token + "\n")
-    (d / "sketch.key").write_bytes(SKETCH_KEY + b"\n")
-    for name in ("token", "sketch.key"):
-        os.chmod(d / name, 0o600)
-    p = PATTERN
-    collector = "" if url is None else f'[collector]\nurl = "{url}"\ntimeout = 5.0\n'
-    section = "" if sketch is None and not download else (
-        "[sketch]\n" + (f'path = "{sketch}"\n' if sketch else "")
-        + f"download = {str(download).lower()}\n"
-        + 'key_file = "sketch.key"\nsave_path = "learned.sketch"\n')
-    cfg = d / "agent.toml"
-    cfg.write_text(
-        f'[device]\nid = "{DEVICE}"\ntoken_file = "token"\n{collector}'
-        f'[pattern]\nid = "{p["id"]}"\ntext = "{p["text"]}"\nwindow = {p["window"]}\n'
-        f'k = {p["k"]}\npartition = "{p["partition"]}"\nwhere = {p["where"]!r}\n'
-        f'[source]\npath = "{source}"\n'
-        '[budget]\nmode = "fixed"\nops_per_event = 0.5\n'
-        f'{section}[outbox]\npath = "outbox.db"\n[metrics]\npath = "metrics.jsonl"\n'
-        .replace("'", '"'))
-    os.chmod(cfg, 0o600)
-    with open(d / "events.jsonl", "w") as fh:
-        fh.writelines(f'{{"type": "{e["type"]}", "t": {e["t"]}, "id": {e["id"]}, '
-                      f'"x": {e["x"]}}}\n' for e in stream(50, 3))
-    if sketch:
-        (d / sketch).write_bytes(sketch_bytes(0.5))
-    return cfg
 
 
 def snapshot(d: Path) -> dict:
@@ -117,7 +76,7 @@ def test_a_good_setup_passes_every_check_and_nothing_is_written(tmp_path, collec
     assert "outbox.db (not created yet" in text
     assert f"device token ({DEVICE}) (accepted as '{DEVICE}', role device (GET " \
            "/v1/sketches/abc: 404" in text
-    assert f"abc.sketch (signature verified with key {_fingerprint(SKETCH_KEY)} " \
+    assert f"abc.sketch (signature verified with key {key_fingerprint(SKETCH_KEY)} " \
            "(sketch.key_file), fits pattern abc" in text
     assert snapshot(tmp_path) == before  # no outbox, no metrics, no learned sketch
 
@@ -136,9 +95,7 @@ def test_a_good_setup_passes_every_check_and_nothing_is_written(tmp_path, collec
     assert snapshot(tmp_path) == before
 
     # the same through the acep command, as the service runs it
-    out = subprocess.run([sys.executable, "-m", "acep.cli", "agent", "--config", str(cfg),
-                          "--check"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = run_acep("agent", "--config", cfg, "--check", cwd=ROOT)
     assert out.returncode == 0, out.stdout + out.stderr
     def steady(lines):  # the free space moves with whatever else the machine writes
         return [line for line in lines if " free space (" not in line]
@@ -207,7 +164,7 @@ def test_a_tampered_sketch_fails_naming_the_reason(tmp_path, collector, capsys):
     fail = [line for line in lines if line.startswith("FAIL")]
     assert fail == [f"FAIL sketch {tmp_path / 'abc.sketch'}: refused: signature check failed: "
                     "the sketch is damaged or was changed after signing (it was signed with "
-                    f"this key, {_fingerprint(SKETCH_KEY)}) (the agent would run "
+                    f"this key, {key_fingerprint(SKETCH_KEY)}) (the agent would run "
                     "oldest-first)"], lines
 
 
@@ -223,19 +180,14 @@ def test_a_sketch_signed_with_another_key_names_both_keys_in_check_and_log(tmp_p
     sketch = Sketch.from_bytes((tmp_path / "abc.sketch").read_bytes(), SKETCH_KEY)
     (tmp_path / "abc.sketch").write_bytes(sketch.to_bytes(trainer_key))
     why = (f"signature check failed: the sketch was signed with another key, "
-           f"{_fingerprint(trainer_key)}; this key is {_fingerprint(SKETCH_KEY)} "
+           f"{key_fingerprint(trainer_key)}; this key is {key_fingerprint(SKETCH_KEY)} "
            "(sketch.key_file)")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    check = subprocess.run([sys.executable, "-m", "acep.cli", "agent", "--config", str(cfg),
-                            "--check"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                           env=env)
+    check = run_acep("agent", "--config", cfg, "--check", cwd=ROOT)
     assert check.returncode == 1, check.stdout + check.stderr
     assert [line for line in check.stdout.splitlines() if line.startswith("FAIL")] == [
         f"FAIL sketch {tmp_path / 'abc.sketch'}: refused: {why} (the agent would run "
         "oldest-first)"], check.stdout
-    run = subprocess.run([sys.executable, "-m", "acep.cli", "agent", "--config", str(cfg),
-                          "--once"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=120, env=env)
+    run = run_acep("agent", "--config", cfg, "--once", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert f"ERROR edge.agent: sketch refused: sketch.path {tmp_path / 'abc.sketch'}: " \
            f"{why}; using the fallback policy oldest-first" in run.stderr, run.stderr
@@ -243,16 +195,16 @@ def test_a_sketch_signed_with_another_key_names_both_keys_in_check_and_log(tmp_p
 
 def test_a_sketch_written_before_key_fingerprints_passes_saying_so(tmp_path, collector,
                                                                    capsys):
-    from test_history_sketch import _old_writer
+    from support.sketches import old_writer
 
     from history.sketch import Sketch
 
     cfg = write_config(tmp_path, collector.url, collector.token)
     path = tmp_path / "abc.sketch"
-    path.write_bytes(_old_writer(Sketch.from_bytes(path.read_bytes(), SKETCH_KEY), SKETCH_KEY))
+    path.write_bytes(old_writer(Sketch.from_bytes(path.read_bytes(), SKETCH_KEY), SKETCH_KEY))
     code, lines = run_check(cfg, capsys)
     assert code == 0, lines
-    assert f"ok  sketch {path} (signature verified with key {_fingerprint(SKETCH_KEY)} " \
+    assert f"ok  sketch {path} (signature verified with key {key_fingerprint(SKETCH_KEY)} " \
            "(sketch.key_file; the sketch records no key fingerprint: written before acep " \
            "recorded them, re-sign it to record one), fits pattern abc, " in "\n".join(lines)
 
@@ -302,9 +254,9 @@ def test_another_devices_token_is_accepted_by_the_collector_but_fails_the_check(
 
 
 def test_a_collector_that_is_down_fails(tmp_path, capsys):
-    from test_edge_agent import _closed_port
+    from support.links import free_port
 
-    url = f"http://127.0.0.1:{_closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     cfg = write_config(tmp_path, url, "some-token")
     code, lines = run_check(cfg, capsys)
     assert code == 1
@@ -318,9 +270,9 @@ def test_a_collector_that_trickles_its_answer_fails_within_the_check_s_time(tmp_
     time: each wait was bounded, not the answer, so ``--check`` (the service's
     ExecStartPre) waited for as long as the answer lasted. Now each answer must come
     whole within the check's timeout (collector.timeout, at most 5 s)."""
-    from test_edge_uplink import ANSWER, TRICKLED, _trickling
+    from support.uplink import ANSWER, TRICKLED, trickling
 
-    listener = _trickling(ANSWER, TRICKLED["headers"], every=0.3)
+    listener = trickling(ANSWER, TRICKLED["headers"], every=0.3)
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
     cfg = write_config(tmp_path, url, "some-token")
     cfg.write_text(cfg.read_text().replace("timeout = 5.0", "timeout = 1.0"))
@@ -373,7 +325,7 @@ def test_a_published_sketch_is_downloaded_and_verified_not_kept(tmp_path, collec
     code, lines = run_check(cfg, capsys)
     assert code == 0, lines
     assert "ok  sketch abc published by the collector (signature verified with key " \
-           f"{_fingerprint(SKETCH_KEY)} (sketch.key_file), fits pattern abc" in "\n".join(lines)
+           f"{key_fingerprint(SKETCH_KEY)} (sketch.key_file), fits pattern abc" in "\n".join(lines)
     assert "role device (GET /v1/sketches/abc: 200)" in "\n".join(lines)
     assert snapshot(tmp_path) == before
 

@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 import trustme
-from links import ConnectProxy, ThinLink
-from test_edge_agent import config, stream
-from test_edge_agent_sketch import sketch_bytes
-from test_edge_e2e import DEVICE, ROOT, Collector, query
-from test_edge_preflight import write_config
-from test_edge_uplink import given_up
+from support.agent import config, stream
+from support.collector import DEVICE, ROOT, CollectorProcess, query
+from support.e2e import sketch_bytes, write_config
+from support.links import ConnectProxy, ThinLink
+from support.uplink import given_up
 
 from edge.agent import Agent
 from edge.agent.config import ConfigError, load_config, parse_config
@@ -44,8 +43,8 @@ def pki(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def collector(tmp_path_factory, pki):
-    c = Collector(tmp_path_factory.mktemp("collector"))
-    c.extra = ("--tls-cert", str(pki["server.pem"]), "--tls-key", str(pki["server.key"]))
+    c = CollectorProcess(tmp_path_factory.mktemp("collector"), "--tls-cert",
+                         str(pki["server.pem"]), "--tls-key", str(pki["server.key"]))
     c.token = c.add("dev-1")
     c.admin = c.add("ops", "--add-admin")
     c.start()
@@ -54,7 +53,7 @@ def collector(tmp_path_factory, pki):
     c.kill()
 
 
-def agent_doc(tmp: Path, collector: Collector, ca_file: Path | None) -> dict:
+def agent_doc(tmp: Path, collector: CollectorProcess, ca_file: Path | None) -> dict:
     col = {"url": collector.url, "timeout": 5, "drain_timeout": 1.0}
     if ca_file is not None:
         col["ca_file"] = str(ca_file)

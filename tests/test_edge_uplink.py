@@ -21,7 +21,9 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from links import Serving, ThinLink
+from support.links import Serving, ThinLink
+from support.uplink import ANSWER, TRICKLED, given_up, trickling
+from support.wait import eventually
 
 from edge.agent.transport import (
     SEND_PIECE,
@@ -267,20 +269,6 @@ def test_a_body_over_https_on_a_thin_link_gets_across_before_the_answer_is_await
 
 
 
-def given_up(uplink: Uplink, request_kind: str, batch: bytes, pattern: str) -> str:
-    """What a request of ``request_kind`` (``batch`` of ``batch``, ``heartbeat``, ``sketch``
-    check of ``pattern``) that got no answer says: a batch's or heartbeat's outcome is a
-    retry without a status, a sketch check raises OSError."""
-    if request_kind == "sketch":
-        with pytest.raises(OSError) as failed:
-            uplink.get_sketch(pattern, 1 << 20)
-        return str(failed.value)
-    out = (uplink.post_batch(batch) if request_kind == "batch" else
-           uplink.post_heartbeat({"consumed": 1}))
-    assert (out.action, out.status) == ("retry", None), out
-    return out.detail
-
-
 @pytest.mark.parametrize("request_kind", ["batch", "heartbeat", "sketch"])
 def test_connecting_and_the_tls_handshake_end_within_collector_timeout_together(
         server, tls, request_kind):
@@ -436,7 +424,7 @@ def test_an_agent_says_it_is_up_at_start_so_its_first_batch_is_gzipped(server, t
     """The first heartbeat goes as the agent starts, before any batch: the collector lists
     the device at once, not a metrics interval later, and its answer tells the agent that
     the collector takes gzip before the first batch goes."""
-    from test_edge_agent import config, stream
+    from support.agent import config, stream
 
     from edge.agent import Agent
     from edge.agent.config import parse_config
@@ -533,7 +521,7 @@ def test_an_idle_uploader_sleeps_until_woken_and_sees_another_process_s_requeue(
             assert len(rounds) == 1 and IDLE_SECONDS >= 2.0  # its first round only
             outbox.put(b"x" * 10, "dev/1")
             uploader.wake.set()  # as the agent does
-            assert _until(lambda: outbox.metrics()["sent"] == 1, 5)
+            assert eventually(lambda: outbox.metrics()["sent"] == 1, 5)
         finally:
             uploader.stop(5)
         outbox.put(b"y" * 10, "dev/2")
@@ -543,7 +531,7 @@ def test_an_idle_uploader_sleeps_until_woken_and_sees_another_process_s_requeue(
         try:
             with Outbox(tmp_path / "outbox.db") as admin:  # acep outbox ... requeue
                 assert admin.requeue(["dev/2"]) == 1
-            assert _until(lambda: outbox.metrics()["sent"] == 2, 5)
+            assert eventually(lambda: outbox.metrics()["sent"] == 2, 5)
         finally:
             uploader.stop(5)
 
@@ -561,18 +549,11 @@ def test_a_heartbeat_held_by_a_retry_after_goes_when_the_hold_ends(server, tmp_p
         start = time.monotonic()
         uploader.start()
         try:
-            assert _until(lambda: uploader.counts["heartbeats"] == 1, IDLE_SECONDS - 1)
+            assert eventually(lambda: uploader.counts["heartbeats"] == 1, IDLE_SECONDS - 1)
         finally:
             uploader.stop(5)
         assert time.monotonic() - start >= 0.5
     assert [path for path, _, _ in server.handler.seen] == ["/v1/heartbeat"]
-
-
-def _until(done, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not done() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return done()
 
 
 def test_the_uploader_survives_an_unexpected_error_and_delivers_after_its_backoff(
@@ -979,7 +960,7 @@ def _a_200_with(doc: bytes, size: int, said: str) -> None:
     that ``said``."""
     answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
               b"Connection: close\r\n\r\n%s" % (len(doc), doc))
-    listener = _trickling(answer, len(answer), every=0)
+    listener = trickling(answer, len(answer), every=0)
     try:
         uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=5)
         out = uplink.post_batch(b"x" * size)
@@ -1011,55 +992,6 @@ def test_acep_train_publish_reads_a_bounded_answer(status):
 # --------------------------------------------------------------------------- a trickled answer
 
 
-ANSWER_BODY = json.dumps({"status": "stored", "batch_id": "dev/1", "matches": 0,
-                          "pad": "x" * 64}).encode()
-ANSWER = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-          b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(ANSWER_BODY)) + ANSWER_BODY
-# where the trickle starts: in the status line, in the headers, in the body
-TRICKLED = {"status line": 5, "headers": ANSWER.index(b"Content-Length"),
-            "body": ANSWER.index(b"\r\n\r\n") + 4 + 10}
-
-
-def _trickling(answer: bytes, at: int, every: float, rate: float | None = None,
-               step: int = 1) -> socket.socket:
-    """A listener that reads each request whole (saying ``100 Continue`` when asked) and
-    answers it with ``answer``'s first ``at`` bytes at once, then the rest ``step`` bytes
-    every ``every`` seconds (each wait shorter than the agent's timeout), or at ``rate``
-    bytes/s."""
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def serve(conn: socket.socket) -> None:
-        with conn:
-            got = b""
-            while b"\r\n\r\n" not in got:
-                got += conn.recv(1 << 16)
-            head, _, body = got.partition(b"\r\n\r\n")
-            if b"100-continue" in head.lower():
-                conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
-            length = int(next((line.split(b":")[1] for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), b"0"))
-            while len(body) < length:
-                body += conn.recv(1 << 16)
-            try:
-                conn.sendall(answer[:at])
-                n = step if rate is None else max(int(rate / 20), 1)
-                for i in range(at, len(answer), n):
-                    time.sleep(every if rate is None else n / rate)
-                    conn.sendall(answer[i:i + n])
-            except OSError:  # the agent gave up
-                pass
-
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-    threading.Thread(target=accept, daemon=True).start()
-    return listener
-
-
 @pytest.mark.parametrize("part", list(TRICKLED))
 @pytest.mark.parametrize("request_kind", ["batch", "large batch", "heartbeat", "sketch"])
 def test_an_answer_that_trickles_is_given_up_after_the_answer_timeout(part, request_kind):
@@ -1068,7 +1000,7 @@ def test_an_answer_that_trickles_is_given_up_after_the_answer_timeout(part, requ
     heartbeat or a sketch check went on for as long as the answer lasted, and the thread
     with it (a byte every 9 s of a 200-byte answer: half an hour). Now the whole answer
     must come within collector.answer_timeout: a retry like a timeout, saying so."""
-    listener = _trickling(ANSWER, TRICKLED[part], every=0.3)
+    listener = trickling(ANSWER, TRICKLED[part], every=0.3)
     try:
         uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=1.0,
                         answer_timeout=1.5)
@@ -1100,7 +1032,7 @@ def test_interim_answers_after_100_continue_do_not_restart_the_answer_timeout():
     within collector.answer_timeout, held the upload 17 times as long. The time now runs
     from the body's end over all of them."""
     # each 103 whole, 0.5 s apart: nothing follows it at once, and it is within 1.5 s
-    listener = _trickling(EARLY * 8 + ANSWER, 0, every=0.5, step=len(EARLY))
+    listener = trickling(EARLY * 8 + ANSWER, 0, every=0.5, step=len(EARLY))
     try:
         uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok", timeout=1.0,
                         answer_timeout=1.5)
@@ -1248,7 +1180,7 @@ def test_the_uploader_retries_a_trickled_answer_as_a_timeout(tmp_path):
     from edge.agent.outbox_reader import Backoff
     from edge.agent.uploader import Uploader
 
-    listener = _trickling(ANSWER, TRICKLED["body"], every=0.3)
+    listener = trickling(ANSWER, TRICKLED["body"], every=0.3)
     try:
         with Outbox(tmp_path / "outbox.db", backoff=Backoff(60.0, jitter=0.0)) as outbox:
             outbox.put(b"x" * 10, "dev/1")
@@ -1271,12 +1203,12 @@ def test_an_agent_s_collector_answer_timeout_bounds_its_uploads(tmp_path):
     trickles every answer, the upload thread gives each attempt up and retries (before, it
     was still in its first one when the finite run ended: upload_error null), and the run
     ends at its drain timeout with its batches kept and upload_error saying why."""
-    from test_edge_agent import config, stream
+    from support.agent import config, stream
 
     from edge.agent import Agent
     from edge.agent.config import parse_config
 
-    listener = _trickling(ANSWER, TRICKLED["headers"], every=0.3)
+    listener = trickling(ANSWER, TRICKLED["headers"], every=0.3)
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
     doc = config(tmp_path, collector={"url": url, "timeout": 1, "answer_timeout": 1.5,
                                       "drain_timeout": 1, "heartbeat": 0},
@@ -1304,7 +1236,7 @@ def test_a_large_sketch_over_a_thin_link_still_comes_past_the_answer_timeout():
     answer = (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
               % len(sketch)) + sketch
     for rate, comes in ((4 * ANSWER_MIN_RATE, True), (ANSWER_MIN_RATE / 2, False)):
-        listener = _trickling(answer, answer.index(b"\r\n\r\n") + 4, 0, rate=rate)
+        listener = trickling(answer, answer.index(b"\r\n\r\n") + 4, 0, rate=rate)
         try:
             uplink = Uplink(f"http://127.0.0.1:{listener.getsockname()[1]}", "tok",
                             timeout=1.0, answer_timeout=1.0)

@@ -1,4 +1,4 @@
-"""Differential fuzzing of the ACEP engine against the brute-force oracle (tests/oracle.py),
+"""Differential fuzzing of the ACEP engine against the brute-force oracle (tests/support/oracle.py),
 on inputs wider than tests/test_engine_properties.py draws: four pattern types and a type of
 no pattern, up to 16 events, equal tags and float tags whose differences round, windows at
 (and one ulp beside) the gaps between events, up to three errors, partition keys of mixed
@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
-from oracle import enumeration_cost, longest_serialization, oracle_matches
+from support.oracle import enumeration_cost, longest_serialization, oracle_matches
 
 from acep import backend
 from acep.events import EventBatch, EventError, partition_key

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import run_acep
 
 from acep.events import Event, EventError, EventSpec, read_all
 from acep.nfab import ENGINES, Engine, ExactMatch, MatchGroup, QueryError, group_by_end, match
@@ -23,11 +22,6 @@ Q1, Q2, Q3 = (EXAMPLES / f"{name}.sase" for name in
               ("query1_shoplifting", "query2_contamination", "query3_stock"))
 E1, E2, E3 = (q.with_suffix(".jsonl") for q in (Q1, Q2, Q3))
 SPEC2 = EXAMPLES / "query2_contamination.spec.json"
-
-
-def acep(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "acep.cli", *map(str, args)],
-                          capture_output=True, text=True, input=stdin, timeout=120)
 
 
 def _lines(r) -> list[dict]:
@@ -63,7 +57,7 @@ RUNS = {
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_examples_print_the_figure1_matches_of_exact_md(name):
     query, events, extra = RUNS[name]
-    r = acep("exact", query, events, *extra)
+    r = run_acep("exact", query, events, *extra)
     assert r.returncode == 0, r.stderr
     lines = _lines(r)
     assert [_ids(x) for x in lines] == EXPECTED[name]
@@ -75,13 +69,13 @@ def test_examples_print_the_figure1_matches_of_exact_md(name):
 
 
 def test_verbose_line_names_variables_and_shows_timestamps_as_iso_text():
-    lines = _lines(acep("exact", Q3, E3))
+    lines = _lines(run_acep("exact", Q3, E3))
     assert lines[1] == {  # R2 = [e3 e4] e6, t(e_k) = k minutes
         "start": "2008-06-10T00:03:00", "end": "2008-06-10T00:06:00", "partition": "IBM",
         "events": {"a": ["2008-06-10T00:03:00", "2008-06-10T00:04:00"],
                    "b": "2008-06-10T00:06:00"},
         "positions": {"a": [2, 3], "b": 5}, "values": None}
-    q1 = _lines(acep("exact", Q1, E1))
+    q1 = _lines(run_acep("exact", Q1, E1))
     assert q1[0]["events"] == {"a": "2008-06-10T00:00:00", "c": "2008-06-10T05:00:00"}
     assert q1[0]["positions"] == {"a": 0, "c": 5} and q1[0]["partition"] is None
 
@@ -95,7 +89,7 @@ def test_numeric_tags_partition_and_return_values(tmp_path):
     events.write_text("".join(json.dumps(x) + "\n" for x in [
         {"type": "Shelf", "t": 0, "tag_id": 7}, {"type": "Exit", "t": 1, "tag_id": 7},
         {"type": "Exit", "t": 2.5, "tag_id": 7}]))
-    r = acep("exact", query, events)
+    r = run_acep("exact", query, events)
     assert r.returncode == 0, r.stderr
     assert _lines(r) == [{"start": 0, "end": 2.5, "partition": 7, "events": {"a": 0, "c": 2.5},
                           "positions": {"a": 0, "c": 2}, "values": {"a.tag_id": 7,
@@ -105,8 +99,8 @@ def test_numeric_tags_partition_and_return_values(tmp_path):
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_compact_lines_expand_to_the_verbose_lines(name):
     query, events, extra = RUNS[name]
-    verbose = _lines(acep("exact", query, events, *extra))
-    r = acep("exact", query, events, *extra, "--output", "compact", "--engine", "runs")
+    verbose = _lines(run_acep("exact", query, events, *extra))
+    r = run_acep("exact", query, events, *extra, "--output", "compact", "--engine", "runs")
     assert r.returncode == 0, r.stderr
     records = _lines(r)
     assert [m for rec in records for m in rec["matches"]] == verbose
@@ -120,8 +114,8 @@ def test_compact_lines_expand_to_the_verbose_lines(name):
 
 
 def test_collapsed_records_of_the_postponing_engine_count_the_verbose_matches():
-    verbose = _lines(acep("exact", Q2, E2, "--spec", SPEC2))
-    r = acep("exact", Q2, E2, "--spec", SPEC2, "--output", "compact")
+    verbose = _lines(run_acep("exact", Q2, E2, "--spec", SPEC2))
+    r = run_acep("exact", Q2, E2, "--spec", SPEC2, "--output", "compact")
     assert r.returncode == 0 and "postpone engine" in r.stderr, r.stderr
     records = _lines(r)
     assert sum(rec["count"] for rec in records) == len(verbose)
@@ -134,7 +128,7 @@ def test_collapsed_records_of_the_postponing_engine_count_the_verbose_matches():
 
 
 def test_query3_compact_groups_r1_and_r2_at_e6():
-    records = _lines(acep("exact", Q3, E3, "--output", "compact"))
+    records = _lines(run_acep("exact", Q3, E3, "--output", "compact"))
     assert [(r["end_position"], r["count"]) for r in records] == [(5, 2), (7, 1)]
 
 
@@ -250,7 +244,7 @@ def test_bad_query_file_names_file_clause_line_and_position(tmp_path):
     bad = tmp_path / "bad.sase"
     bad.write_text("PATTERN SEQ(Shelf a, Exit c)\nWHERE skip_till_next_match(a, c) {\n"
                    "  a.tag_id = = c.tag_id }\nWITHIN 12 hours\n")
-    r = acep("exact", bad, E1)
+    r = run_acep("exact", bad, E1)
     assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
     assert "bad.sase" in r.stderr and "WHERE:" in r.stderr
     assert "line 3" in r.stderr and "position 77" in r.stderr and "^" in r.stderr
@@ -273,7 +267,7 @@ BAD_QUERIES = [
 def test_bad_query_exits_2_with_the_position_and_no_traceback(tmp_path, text, shown, fragment):
     bad = tmp_path / "bad.sase"
     bad.write_text(text)
-    r = acep("exact", bad, E3)
+    r = run_acep("exact", bad, E3)
     assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr, r.stderr
     lines = r.stderr.splitlines()
     assert len(lines) == 3 and fragment in lines[0] and lines[1] == shown, r.stderr
@@ -284,7 +278,7 @@ def test_bad_query_exits_2_with_the_position_and_no_traceback(tmp_path, text, sh
 def test_a_query_file_with_a_byte_order_mark_reads_as_without(tmp_path):
     query = tmp_path / "bom.sase"  # Windows Notepad's "UTF-8": a BOM and CRLF line ends
     query.write_bytes(b"\xef\xbb\xbf" + Q3.read_bytes().replace(b"\n", b"\r\n"))
-    r = acep("exact", query, E3)
+    r = run_acep("exact", query, E3)
     assert r.returncode == 0, r.stderr
     assert [_ids(x) for x in _lines(r)] == EXPECTED["query3"]
 
@@ -293,7 +287,7 @@ def test_query_rule_violation_is_a_query_error(tmp_path):
     bad = tmp_path / "rule.sase"
     bad.write_text("PATTERN SEQ(Shelf a, Exit c)\n"
                    "WHERE partition_contiguity(a, c) { a.tag_id = c.tag_id }\n")
-    r = acep("exact", bad, E1)
+    r = run_acep("exact", bad, E1)
     assert r.returncode == 2 and "WHERE" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -306,7 +300,7 @@ def _copy_with(tmp_path, lines: list[str], name="events.jsonl"):
 def test_tag_going_back_names_file_line_and_field(tmp_path):
     lines = E1.read_text().splitlines()
     lines.insert(4, json.dumps({"type": "Exit", "t": "2008-06-10T01:00:00", "tag_id": 1}))
-    r = acep("exact", Q1, _copy_with(tmp_path, lines, "back.jsonl"))
+    r = run_acep("exact", Q1, _copy_with(tmp_path, lines, "back.jsonl"))
     assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr
     assert "back.jsonl, line 5, field 't'" in r.stderr
     assert "2008-06-10T01:00:00 goes back" in r.stderr
@@ -324,7 +318,7 @@ def test_matches_before_a_bad_event_are_printed_first(tmp_path, query, events, k
             bad[k - 1] = "{not json"
         else:
             bad[k - 1] = json.dumps({**json.loads(lines[k - 1]), "t": "2008-06-09T00:00:00"})
-        r = acep("exact", query, _copy_with(tmp_path, bad))
+        r = run_acep("exact", query, _copy_with(tmp_path, bad))
         assert r.returncode == 1 and f"events.jsonl, line {k}" in r.stderr, r.stderr
         expected = Engine(query.read_text()).run(accepted.slice(0, k - 1))
         assert [_ids(x) for x in _lines(r)] == [m.positions for m in expected]
@@ -333,7 +327,7 @@ def test_matches_before_a_bad_event_are_printed_first(tmp_path, query, events, k
 def test_missing_attribute_names_file_line_and_field(tmp_path):
     lines = E1.read_text().splitlines()
     lines[5] = json.dumps({"type": "Exit", "t": "2008-06-10T05:00:00"})
-    r = acep("exact", Q1, _copy_with(tmp_path, lines))
+    r = run_acep("exact", Q1, _copy_with(tmp_path, lines))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "events.jsonl, line 6, field 'tag_id'" in r.stderr and "Exit" in r.stderr
 
@@ -344,7 +338,7 @@ def test_a_text_value_in_a_column_does_not_turn_its_numbers_into_text(tmp_path):
     lines = [json.dumps({"type": "Stock", "t": 1, "price": 100}),
              json.dumps({"type": "Stock", "t": 2, "price": 99})]
     for extra in ([], [json.dumps({"type": "Other", "t": 3, "price": "n/a"})]):
-        r = acep("exact", query, _copy_with(tmp_path, lines + extra))
+        r = run_acep("exact", query, _copy_with(tmp_path, lines + extra))
         assert r.returncode == 0 and r.stdout == "", r.stderr  # 99 > 100 is false
 
 
@@ -356,7 +350,7 @@ def test_csv_numbers_stay_numbers_in_a_column_that_also_holds_text(tmp_path):
     events = tmp_path / "e.csv"
     events.write_text("type,t,price\nStock,1,100\nStock,2,99\nOther,3,abc\n"
                       "Stock,4,12345678901234567\n")
-    r = acep("exact", query, events)
+    r = run_acep("exact", query, events)
     assert r.returncode == 0, r.stderr
     assert [_ids(m) for m in _lines(r)] == [((0,), (3,)), ((1,), (3,))]
 
@@ -366,7 +360,7 @@ def test_csv_text_where_a_number_is_needed_names_its_own_line(tmp_path):
     query.write_text("PATTERN SEQ(A a, B b) WHERE b.x > a.x + 0 WITHIN 10\n")
     events = tmp_path / "e.csv"
     events.write_text("type,t,x\nA,1,1\nB,2,2.5\nB,3,zz\nB,4,5\n")
-    r = acep("exact", query, events)
+    r = run_acep("exact", query, events)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert r.stderr.splitlines() == [f"acep: error: {events}, line 4, field 'x': attribute 'x' "
                                      "of a B event is not a number ('zz'), and the query "
@@ -393,7 +387,7 @@ def test_64_bit_ids_are_never_one_partition_by_rounding(tmp_path, engine, fmt):
         events.write_text("".join(json.dumps(r) + "\n" for r in rows))
     query = tmp_path / "ids.sase"
     query.write_text("PATTERN SEQ(A a, B b) WHERE [id] AND b.id = a.id WITHIN 10\n")
-    r = acep("exact", "--engine", engine, query, events)
+    r = run_acep("exact", "--engine", engine, query, events)
     assert r.returncode == 0, r.stderr
     found = _lines(r)  # rounded, the ids matched (1, 2) and (1, 4) too
     assert [(m["events"]["a"], m["events"]["b"], m["partition"]) for m in found] == [
@@ -407,7 +401,7 @@ def test_text_where_the_query_computes_with_a_number_names_file_line_and_field(
     lines = E3.read_text().splitlines()
     lines.append(json.dumps({"type": "Stock", "t": "2008-06-10T00:09:00", "symbol": "IBM",
                              "price": "abc", "volume": volume}))
-    r = acep("exact", Q3, _copy_with(tmp_path, lines), "--engine", engine)
+    r = run_acep("exact", Q3, _copy_with(tmp_path, lines), "--engine", engine)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert f"events.jsonl, line {len(lines)}, field 'price'" in r.stderr
     assert "not a number ('abc')" in r.stderr
@@ -434,7 +428,7 @@ def test_engine_push_names_the_stream_position_of_a_text_value():
 def test_an_attribute_no_event_has_is_named_with_the_attributes_there_are(tmp_path):
     query = tmp_path / "typo.sase"
     query.write_text("PATTERN SEQ(Stock a, Stock b) WHERE b.prce > a.price WITHIN 1 hour\n")
-    r = acep("exact", query, E3)
+    r = run_acep("exact", query, E3)
     assert r.returncode == 1 and r.stdout == "" and r.stderr.splitlines() == [
         f"acep: error: {E3}, line 1, field 'prce': Stock event lacks attribute 'prce' that "
         "the query reads (no event of the input has it; attributes: price, symbol, volume)"]
@@ -444,7 +438,7 @@ def test_missing_attribute_of_an_earlier_component_of_the_same_type(tmp_path):
     lines = E3.read_text().splitlines()
     lines[1] = json.dumps({"type": "Stock", "t": "2008-06-10T00:02:00", "symbol": "IBM",
                            "volume": 990})  # a[i] reads price; b does not
-    r = acep("exact", Q3, _copy_with(tmp_path, lines))
+    r = run_acep("exact", Q3, _copy_with(tmp_path, lines))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "events.jsonl, line 2, field 'price'" in r.stderr
 
@@ -452,12 +446,12 @@ def test_missing_attribute_of_an_earlier_component_of_the_same_type(tmp_path):
 def test_unreadable_event_names_file_and_line(tmp_path):
     lines = E3.read_text().splitlines()
     lines[2] = "not json"
-    r = acep("exact", Q3, _copy_with(tmp_path, lines))
+    r = run_acep("exact", Q3, _copy_with(tmp_path, lines))
     assert r.returncode == 1 and "line 3" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_query2_without_its_spec_says_how_to_read_an_attribute_called_type():
-    r = acep("exact", Q2, E2)  # before any event is read: no event could carry a.type
+    r = run_acep("exact", Q2, E2)  # before any event is read: no event could carry a.type
     assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
     assert r.stderr.splitlines() == [
         "acep exact: the query reads a.type, but 'type' is the column the event type is read "
@@ -467,7 +461,7 @@ def test_query2_without_its_spec_says_how_to_read_an_attribute_called_type():
 
 def test_an_event_without_a_type_column_says_how_to_read_the_type(tmp_path):
     events = _copy_with(tmp_path, [json.dumps({"kind": "Stock", "t": 1, "price": 1})])
-    r = acep("exact", Q3, events)
+    r = run_acep("exact", Q3, events)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "events.jsonl, line 1, field 'type'" in r.stderr and "--spec" in r.stderr
 
@@ -482,13 +476,13 @@ def test_an_event_without_a_type_column_says_how_to_read_the_type(tmp_path):
 def test_an_attribute_the_spec_never_gives_is_an_error_before_reading(tmp_path, spec, message):
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps(spec))
-    r = acep("exact", Q3, E3, "--spec", spec_file)  # not a bad event on line 1
+    r = run_acep("exact", Q3, E3, "--spec", spec_file)  # not a bad event on line 1
     assert r.returncode == 2 and r.stdout == "" and r.stderr.splitlines() == [message]
 
 
 def test_an_engine_the_strategy_does_not_allow_is_an_option_error(tmp_path):
     events = tmp_path / "missing.jsonl"  # refused before the events are read
-    r = acep("exact", Q3, events, "--engine", "postpone")
+    r = run_acep("exact", Q3, events, "--engine", "postpone")
     assert r.returncode == 2 and r.stdout == "" and r.stderr.splitlines() == [
         "acep exact: --engine postpone: the postponing engine needs skip_till_any_match, "
         "not skip_till_next_match (EXACT.md 7)"]
@@ -498,17 +492,17 @@ def test_an_engine_the_strategy_does_not_allow_is_an_option_error(tmp_path):
 def test_missing_files_are_clear_errors(tmp_path, which):
     missing = tmp_path / f"missing.{'sase' if which == 'query' else 'jsonl'}"
     args = (missing, E1) if which == "query" else (Q1, missing)
-    r = acep("exact", *args)
+    r = run_acep("exact", *args)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert str(missing) in r.stderr
 
 
 def test_bad_output_choice_is_a_usage_error():
-    r = acep("exact", Q1, E1, "--output", "x")
+    r = run_acep("exact", Q1, E1, "--output", "x")
     assert r.returncode == 2 and "invalid choice" in r.stderr
 
 
 def test_stdin_and_warning_for_types_never_seen():
-    r = acep("exact", Q3, "-", stdin=E1.read_text())
+    r = run_acep("exact", Q3, "-", stdin=E1.read_text())
     assert r.returncode == 0 and r.stdout == ""
     assert "never occur" in r.stderr and "'Stock'" in r.stderr

@@ -16,9 +16,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from exact_oracle import oracle
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from support.exact_oracle import oracle
 
 from acep.events import Event, EventError
 from acep.nfab import Engine

@@ -1,5 +1,5 @@
 """Differential fuzzing of the exact engines (acep.nfab: runs, shared buffer, postponing)
-against the brute-force oracle (tests/exact_oracle.py), on inputs wider than
+against the brute-force oracle (tests/support/exact_oracle.py), on inputs wider than
 tests/test_exact_oracle.py's ``cases``: up to four positive components and two negations,
 text attributes compared with text and numbers, numbers that are NaN or integers beyond
 2**53, partition keys of mixed kinds (7, 7.0, "7"), equal tags and float tags, windows at
@@ -15,10 +15,10 @@ from __future__ import annotations
 import math
 
 import pytest
-from exact_oracle import oracle
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from test_exact_oracle import equiv, first, it, last, neg, op, pre, prev, r, whole
+from support.exact import equiv, first, it, last, neg, op, pre, prev, r, whole
+from support.exact_oracle import oracle
 
 from acep.events import Event, EventError
 from acep.nfab import Engine

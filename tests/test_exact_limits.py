@@ -6,14 +6,13 @@ that is not reached changes nothing (checked against the brute-force oracle)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-from exact_oracle import oracle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_exact_oracle import cases, with_strategy
+from support.cli import run_acep
+from support.exact import cases, with_strategy
+from support.exact_oracle import oracle
 
 from acep.events import Event
 from acep.nfab import Engine, ExactLimitError
@@ -32,11 +31,6 @@ def _kleene_rows(n: int) -> list[dict]:
 
 def _kleene(n: int) -> list[Event]:
     return [Event(r["type"], r["t"], {"x": r["x"]}) for r in _kleene_rows(n)]
-
-
-def acep(*args):
-    return subprocess.run([sys.executable, "-m", "acep.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
 
 
 def _fields(m):
@@ -144,8 +138,8 @@ def _files(tmp_path, query: str, n: int):
     ("shared", "compact")])
 def test_acep_exact_stops_at_max_entries_with_one_line(tmp_path, engine, output):
     q, events = _files(tmp_path, EXPLODING, 40)
-    r = acep("exact", q, events, "--engine", engine, "--output", output,
-             "--max-entries", 2000)
+    r = run_acep("exact", q, events, "--engine", engine, "--output", output,
+                 "--max-entries", 2000)
     assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr, r.stderr
     (line,) = r.stderr.splitlines()
     assert line.startswith(f"acep: error: {events}, line ")
@@ -154,7 +148,7 @@ def test_acep_exact_stops_at_max_entries_with_one_line(tmp_path, engine, output)
 
 def test_acep_exact_compact_count_stops_at_max_entries(tmp_path):
     q, events = _files(tmp_path, RESIDUAL, 40)
-    r = acep("exact", q, events, "--output", "compact", "--max-entries", 2000)
+    r = run_acep("exact", q, events, "--output", "compact", "--max-entries", 2000)
     assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr, r.stderr
     (line,) = r.stderr.splitlines()
     assert f"{events}, line 42:" in line and "counting one compact record's matches" in line
@@ -163,12 +157,12 @@ def test_acep_exact_compact_count_stops_at_max_entries(tmp_path):
 def test_acep_exact_under_the_bound_prints_every_match(tmp_path):
     q, events = _files(tmp_path, EXPLODING, 8)
     for extra in ((), ("--max-entries", 1000)):
-        r = acep("exact", q, events, "--engine", "runs", *extra)
+        r = run_acep("exact", q, events, "--engine", "runs", *extra)
         assert r.returncode == 0, r.stderr
         assert len(r.stdout.splitlines()) == 2 ** 8 - 1
 
 
 def test_acep_exact_max_entries_is_a_whole_number(tmp_path):
     q, events = _files(tmp_path, EXPLODING, 3)
-    r = acep("exact", q, events, "--max-entries", 0)
+    r = run_acep("exact", q, events, "--max-entries", 0)
     assert r.returncode == 2 and "--max-entries" in r.stderr and ">= 1" in r.stderr

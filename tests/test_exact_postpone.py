@@ -6,10 +6,9 @@ consistency class of 7.3 showing what the filters decide (through the stats)."""
 import random
 
 import pytest
-from exact_oracle import oracle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_exact_oracle import (
+from support.exact import (
     FIG4,
     Q1_STREAM,
     Q2_STREAM,
@@ -38,6 +37,7 @@ from test_exact_oracle import (
     whole,
     with_strategy,
 )
+from support.exact_oracle import oracle
 
 import acep.nfab.postpone.compact as postpone
 from acep.events import Event, EventError

@@ -1,10 +1,10 @@
 """The basic run engine (acep.nfab.runs, EXACT.md 6.1) against the brute-force oracle."""
 
 import pytest
-from exact_oracle import oracle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_exact_oracle import cases, fig3_stream, query3, with_strategy
+from support.exact import cases, fig3_stream, query3, with_strategy
+from support.exact_oracle import oracle
 
 from acep.events import Event, EventError
 from acep.nfab.ast import Strategy

@@ -7,10 +7,9 @@ import math
 import random
 
 import pytest
-from exact_oracle import oracle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_exact_oracle import (
+from support.exact import (
     Q1_STREAM,
     Q2_STREAM,
     Z14_FIG3,
@@ -22,6 +21,7 @@ from test_exact_oracle import (
     query3,
     with_strategy,
 )
+from support.exact_oracle import oracle
 
 from acep.events import Event, EventError
 from acep.nfab import BufferGroup, Engine

@@ -16,10 +16,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_history_sketch import _fingerprint
+from support.cli import run_acep
+from support.links import free_port
+from support.sketches import key_fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_JAVA = "/nonexistent-java-home"
+# the commands run without Java and with the kernel they pick themselves
+ENV = {"JAVA_HOME": NO_JAVA, "ACEP_KERNEL": None}
 
 EVENTS = "".join(json.dumps({"type": t, "t": i, "v": i}) + "\n" for i, t in enumerate("abcabcabc"))
 AGENT = """[device]
@@ -42,13 +46,6 @@ ops_per_event = 4.0
 [outbox]
 path = "{d}/agent-outbox.db"
 """
-
-
-def _closed_port() -> int:
-    """A loopback port nothing listens on (bound, then closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +76,7 @@ def d(tmp_path_factory) -> Path:
         "not.history": "hello",
         "corrupt.parquet": "PAR1 not a parquet file",
         "bad-config.toml": '[device]\nid = 1\n',
-        "agent.toml": AGENT.format(d=d, port=_closed_port()),
+        "agent.toml": AGENT.format(d=d, port=free_port()),
     }
     for name, text in files.items():
         (d / name).write_text(text)
@@ -102,7 +99,7 @@ def _corrupt_parquet_files(d: Path) -> None:
     second's (the footers read)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from damaged import corrupt_parquet
+    from support.damaged import corrupt_parquet
 
     rows = pa.table({"type": ["a", "b"] * 50, "t": [float(i) for i in range(100)]})
     for name, group in (("corrupt-first.parquet", 0), ("corrupt-later.parquet", 1)):
@@ -116,7 +113,8 @@ EVALUATE = ["history", "evaluate", "{d}/h.sketch", "{d}/ev.jsonl", "--key-file",
             "{d}/fleet.key", "--budgets", "0.5"]
 TRAIN = ["train", "{d}/ev.jsonl", "-p", "a b", "-w", "3", "-o", "{d}/t.history"]
 ANOTHER_KEY = (f"signature check failed: the sketch was signed with another key, "
-               f"{_fingerprint(b'3' * 64)}; this key is {_fingerprint(b'4' * 64)} (--key-file)")
+               f"{key_fingerprint(b'3' * 64)}; this key is {key_fingerprint(b'4' * 64)} "
+               "(--key-file)")
 BATCH = ["exact-batch", "{d}/next.sase", "{d}/ev.jsonl", "--out", "{d}/matches"]
 SERVE = ["serve", "--db", "{d}/c.db"]
 
@@ -401,17 +399,10 @@ EMPTY = [
 ]
 
 
-def acep(*args, stdin=None, env=None):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAVA_HOME": NO_JAVA, **(env or {})}
-    env.pop("ACEP_KERNEL", None)
-    return subprocess.run([sys.executable, "-m", "acep.cli", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, input=stdin, env=env, timeout=120)
-
-
 @pytest.mark.parametrize("situation, argv, code, says", CASES, ids=[c[0] for c in CASES])
 def test_exit_code(d, situation, argv, code, says):
-    fill = {"d": d, "port": _closed_port()}
-    done = acep(*(a.format(**fill) for a in argv))
+    fill = {"d": d, "port": free_port()}
+    done = run_acep(*(a.format(**fill) for a in argv), cwd=ROOT, env=ENV)
     assert done.returncode == code, done.stderr
     assert says.format(**fill) in done.stderr, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
@@ -466,9 +457,9 @@ EMPTY_TEXT = [
 @pytest.mark.parametrize("command, argv, option, value", EMPTY_TEXT,
                          ids=[f"{c[0]} {c[2]} {c[3]!r}" for c in EMPTY_TEXT])
 def test_an_empty_value_is_refused_by_its_option_s_name(d, command, argv, option, value):
-    fill = {"d": d, "port": _closed_port()}
+    fill = {"d": d, "port": free_port()}
     before = _snapshot(d)
-    done = acep(*(a.format(**fill) for a in argv))
+    done = run_acep(*(a.format(**fill) for a in argv), cwd=ROOT, env=ENV)
     said = "an empty value (an unset shell variable?)" if not value else \
         f"a blank value ({value!r})"
     assert (done.returncode, done.stdout) == (2, ""), done.stderr
@@ -480,9 +471,9 @@ def test_an_empty_value_is_refused_by_its_option_s_name(d, command, argv, option
 @pytest.mark.parametrize("command, argv, option", EMPTY,
                          ids=[f"{c[0]} {c[2]}" for c in EMPTY])
 def test_an_empty_path_is_refused_by_its_option_s_name(d, command, argv, option):
-    fill = {"d": d, "port": _closed_port()}
+    fill = {"d": d, "port": free_port()}
     before = _snapshot(d)
-    done = acep(*(a.format(**fill) for a in argv))
+    done = run_acep(*(a.format(**fill) for a in argv), cwd=ROOT, env=ENV)
     assert (done.returncode, done.stdout) == (2, ""), done.stderr
     assert done.stderr.splitlines()[-1] == (f"acep {command}: error: argument {option}: an "
                                             "empty path (an unset shell variable?)"), done.stderr
@@ -495,7 +486,8 @@ def test_a_port_another_process_holds_is_one_line_exit_2(d):
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        done = acep("serve", "--db", d / "c.db", "--archive", d / "served", "--port", port)
+        done = run_acep("serve", "--db", d / "c.db", "--archive", d / "served", "--port", port,
+                        cwd=ROOT, env=ENV)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.splitlines()[-1].startswith(  # after the start's INFO line
         f"acep serve: --host 127.0.0.1 --port {port}: cannot listen there ("), done.stderr

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from test_cli import FIXTURE
-from test_history_graph import V1_FILE, _flip, _hand_graph
-from test_history_sketch import _fingerprint, _old_writer
+from support.cli import FIXTURE, run_acep
+from support.history import V1_FILE, flip, hand_graph
+from support.sketches import key_fingerprint, old_writer
 
 from acep.cli import main
 from history.sketch import Sketch
@@ -20,14 +20,8 @@ from history.sketch import Sketch
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def acep(*argv: str) -> subprocess.CompletedProcess:
-    """The ``acep`` command in a process of its own, as a user runs it, here."""
-    return subprocess.run([sys.executable, "-m", "acep.cli", *argv], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
-
-
 def test_inspect_prints_size_top_vectors_and_writes_a_plot(tmp_path, capsys):
-    g = _hand_graph(partition_keys=["ATL", "BOS"], partition_by="origin")
+    g = hand_graph(partition_keys=["ATL", "BOS"], partition_by="origin")
     path = tmp_path / "h.acephist"
     size = g.save(path)
     png = tmp_path / "h.png"
@@ -47,7 +41,7 @@ def test_inspect_prints_size_top_vectors_and_writes_a_plot(tmp_path, capsys):
 @pytest.mark.parametrize("name, written", [("h.svg", "h.svg"), ("h", "h.png")])
 def test_inspect_says_the_plot_file_it_wrote(tmp_path, capsys, name, written):
     path = tmp_path / "h.acephist"
-    _hand_graph().save(path)
+    hand_graph().save(path)
     assert main(["history", "inspect", str(path), "--plot", str(tmp_path / name)]) == 0
     assert capsys.readouterr().out.endswith(f"plot: {tmp_path / written}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["h.acephist", written])
@@ -67,31 +61,31 @@ def test_a_plot_type_matplotlib_does_not_write_is_refused_before_the_history_is_
 
 def test_inspect_a_sketch_needs_its_key(tmp_path, capsys):
     path, key = tmp_path / "s.sketch", tmp_path / "key"
-    Sketch.from_graph(_hand_graph(), hashes=4).save(path, b"k3y")
+    Sketch.from_graph(hand_graph(), hashes=4).save(path, b"k3y")
     assert main(["history", "inspect", str(path)]) == 2
     assert "is a signed sketch, not a history graph: pass --key-file" in capsys.readouterr().err
     key.write_bytes(b"k3y\n")
     assert main(["history", "inspect", str(path), "--key-file", str(key)]) == 0
     out = capsys.readouterr().out
     assert "cells: 24, 2 with a match map" in out and "window = 10, one partition" in out
-    assert f"\nsigned with key {_fingerprint(b'k3y')} (verified with --key-file)\n" in out
+    assert f"\nsigned with key {key_fingerprint(b'k3y')} (verified with --key-file)\n" in out
     key.write_bytes(b"other")
-    done = acep("history", "inspect", str(path), "--key-file", str(key))
+    done = run_acep("history", "inspect", str(path), "--key-file", str(key))
     assert (done.returncode, done.stdout) == (2, ""), done.stderr
     assert done.stderr == (f"acep history inspect: {path}: signature check failed: the sketch "
-                           f"was signed with another key, {_fingerprint(b'k3y')}; this key is "
-                           f"{_fingerprint(b'other')} (--key-file)\n")
+                           f"was signed with another key, {key_fingerprint(b'k3y')}; this key is "
+                           f"{key_fingerprint(b'other')} (--key-file)\n")
 
 
 def test_inspect_says_a_sketch_predates_key_fingerprints(tmp_path, capsys):
     """A sketch written before sketches recorded their key's fingerprint: its key is the one
     that verified it, and the file records none (a wrong key could not be named)."""
     path, key = tmp_path / "old.sketch", tmp_path / "key"
-    path.write_bytes(_old_writer(Sketch.from_graph(_hand_graph(), hashes=4), b"k3y"))
+    path.write_bytes(old_writer(Sketch.from_graph(hand_graph(), hashes=4), b"k3y"))
     key.write_bytes(b"k3y\n")
     assert main(["history", "inspect", str(path), "--key-file", str(key)]) == 0
     out = capsys.readouterr().out
-    assert (f"\nsigned with key {_fingerprint(b'k3y')} (verified with --key-file; the sketch "
+    assert (f"\nsigned with key {key_fingerprint(b'k3y')} (verified with --key-file; the sketch "
             "records no key fingerprint: written before acep recorded them, re-sign it to "
             "record one)\n") in out, out
 
@@ -106,7 +100,7 @@ def test_inspect_refuses_other_and_corrupt_files(tmp_path, capsys):
     assert "empty.history is neither a history graph nor a sketch (an empty file)" in \
         capsys.readouterr().err
     path = tmp_path / "h.acephist"
-    data = _hand_graph().to_bytes()
+    data = hand_graph().to_bytes()
     path.write_bytes(data[: len(data) - 10])
     assert main(["history", "inspect", str(path)]) == 2
     assert "not valid msgpack" in capsys.readouterr().err
@@ -116,13 +110,12 @@ def test_inspect_refuses_other_and_corrupt_files(tmp_path, capsys):
 def test_inspect_a_damaged_history_says_so_in_one_line(tmp_path):
     """One bit of a count flipped on disk: the user's process exits 2 (a file it cannot
     use) with one line naming the file (version 1 printed the wrong count)."""
-    g = _hand_graph()
+    g = hand_graph()
     path = tmp_path / "h.acephist"
     g.save(path)
     data = path.read_bytes()
-    path.write_bytes(_flip(data, data.index(g.visits.tobytes()) + 8 * 9, 0x01))
-    done = subprocess.run([sys.executable, "-m", "acep.cli", "history", "inspect", str(path)],
-                          capture_output=True, text=True)
+    path.write_bytes(flip(data, data.index(g.visits.tobytes()) + 8 * 9, 0x01))
+    done = run_acep("history", "inspect", path)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.startswith(f"acep history inspect: {path}: checksum mismatch: the file is "
                                   "damaged (expected ") and done.stderr.count("\n") == 1
@@ -173,7 +166,7 @@ def test_build_refuses_a_file_without_events(tmp_path, capsys):
 def test_build_names_a_corrupt_file(tmp_path, capsys):
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from damaged import corrupt_parquet
+    from support.damaged import corrupt_parquet
 
     path = tmp_path / "e.parquet"
     pq.write_table(pa.Table.from_pylist([{"type": "ab"[i % 2], "t": i} for i in range(20)]),
@@ -188,9 +181,8 @@ def test_build_names_a_corrupt_file(tmp_path, capsys):
 
 def test_console_script_and_light_device_imports(tmp_path):
     path = tmp_path / "h.acephist"
-    _hand_graph().save(path)
-    done = subprocess.run([sys.executable, "-m", "acep.cli", "history", "inspect", str(path)],
-                          capture_output=True, text=True, check=True)
+    hand_graph().save(path)
+    done = run_acep("history", "inspect", path, check=True)
     assert "bundles: 3" in done.stdout
     probe = ("import sys, history.sketch, history.policies; "
              "print(sorted(m for m in ('matplotlib', 'sklearn', 'pyarrow', 'scipy') "
@@ -352,12 +344,12 @@ def test_a_refused_fit_writes_neither_the_history_nor_the_sketch(built, pattern,
     """The history was written before the fit refused the budget: a refused command left
     a new history beside the old sketch (or none)."""
     before = _files(built)
-    done = acep(*BUILD[:4], pattern, *BUILD[5:], "-o", "jan.history", "--sketch",
-                "jan.sketch", "--key-file", "fleet.key", *fit)
+    done = run_acep(*BUILD[:4], pattern, *BUILD[5:], "-o", "jan.history", "--sketch",
+                    "jan.sketch", "--key-file", "fleet.key", *fit)
     assert done.returncode in (1, 2) and done.stderr.startswith(message), done.stderr
     assert done.stderr.count("\n") == 1 and done.stdout == ""
-    done = acep(*BUILD[:4], pattern, *BUILD[5:], "-o", "new.history", "--sketch",
-                "new.sketch", "--key-file", "fleet.key", *fit)
+    done = run_acep(*BUILD[:4], pattern, *BUILD[5:], "-o", "new.history", "--sketch",
+                    "new.sketch", "--key-file", "fleet.key", *fit)
     assert done.returncode in (1, 2) and _files(built) == before, done.stderr
 
 
@@ -371,7 +363,7 @@ def test_options_that_do_not_go_together_are_a_usage_error(built, options, messa
     """As ``acep train`` refuses the same options: exit 2 and the command's name (it was
     exit 1, as for a bad file)."""
     before = _files(built)
-    done = acep(*BUILD, "-o", "new.history", *options)
+    done = run_acep(*BUILD, "-o", "new.history", *options)
     assert (done.returncode, done.stdout, done.stderr) == (
         2, "", f"acep history build: {message}\n")
     assert _files(built) == before
@@ -381,20 +373,20 @@ def test_a_predicate_over_a_column_the_spec_leaves_out_is_named_before_the_event
     """``acep match`` says so before reading; build read the events and blamed event 11, and
     evaluate the first event of a bound type, for a typo in the options."""
     before = _files(built)
-    done = acep(*BUILD, "--where", "verylate.delya > late.delay", "-o", "new.history")
+    done = run_acep(*BUILD, "--where", "verylate.delya > late.delay", "-o", "new.history")
     assert (done.returncode, done.stdout, done.stderr) == (
         2, "", "acep history build: --where: 'delya' is not among the event spec's "
                "'attributes' "
                "(delay, distance, origin, destination)\n")
     assert _files(built) == before
-    assert acep(*BUILD, "--where", "verylate.delay > late.delay", "-o", "d.history",
-                "--sketch", "d.sketch", "--key-file", "fleet.key").returncode == 0
+    assert run_acep(*BUILD, "--where", "verylate.delay > late.delay", "-o", "d.history",
+                    "--sketch", "d.sketch", "--key-file", "fleet.key").returncode == 0
     Path("nodelay.json").write_text(json.dumps({
         "tag": "date", "attributes": ["distance", "origin"],
         "type": {"column": "delay", "bins": [-1e9, 0, 15, 60, 1e9],
                  "labels": ["early", "ontime", "late", "verylate"]}}))
-    done = acep("history", "evaluate", "d.sketch", "feb.parquet", "--key-file", "fleet.key",
-                "--spec", "nodelay.json", "--json", "e.json")
+    done = run_acep("history", "evaluate", "d.sketch", "feb.parquet", "--key-file", "fleet.key",
+                    "--spec", "nodelay.json", "--json", "e.json")
     assert (done.returncode, done.stdout, done.stderr) == (
         2, "", "acep history evaluate: the sketch's predicates: 'delay' is not among the "
                "event spec's 'attributes' (distance, origin)\n")
@@ -404,10 +396,10 @@ def test_a_predicate_over_a_column_the_spec_leaves_out_is_named_before_the_event
 def test_build_names_a_bad_pattern_before_it_reads_the_events(built):
     """A malformed pattern was found only after the whole file was read: here the file is
     damaged, and the pattern is what the user hears about first."""
-    from damaged import corrupt_parquet
+    from support.damaged import corrupt_parquet
 
     corrupt_parquet(Path("feb.parquet"))
-    done = acep(*BUILD[:4], "late (verylate", *BUILD[5:], "-o", "new.history")
+    done = run_acep(*BUILD[:4], "late (verylate", *BUILD[5:], "-o", "new.history")
     assert done.returncode == 2 and done.stderr.startswith(
         "acep: pattern error at position 14: expected ')'"), done.stderr
     assert not Path("new.history").exists()
@@ -415,7 +407,7 @@ def test_build_names_a_bad_pattern_before_it_reads_the_events(built):
 
 def test_evaluate_names_an_events_file_without_events(built):
     Path("empty.jsonl").write_text("")
-    done = acep(*EVALUATE[:3], "empty.jsonl", *EVALUATE[4:], "--json", "e.json")
+    done = run_acep(*EVALUATE[:3], "empty.jsonl", *EVALUATE[4:], "--json", "e.json")
     assert (done.returncode, done.stdout, done.stderr) == (
         2, "", "acep history evaluate: empty.jsonl: no events to evaluate the sketch on\n")
     assert not Path("e.json").exists()
@@ -425,7 +417,7 @@ def test_evaluate_names_an_events_file_without_events(built):
 def test_a_plot_type_that_needs_tex_is_refused_without_it(built):
     """matplotlib lists .pgf as a type it writes, but its savefig runs xelatex: without it, a
     traceback of 90 lines after the history was read."""
-    done = acep("history", "inspect", "jan.history", "--plot", "h.pgf")
+    done = run_acep("history", "inspect", "jan.history", "--plot", "h.pgf")
     assert (done.returncode, done.stdout, done.stderr) == (
         2, "", "acep history inspect: --plot h.pgf: matplotlib writes .pgf files with xelatex, "
                "which is not installed (write .png, .svg or .pdf)\n")
@@ -437,7 +429,7 @@ def test_a_plot_type_that_needs_tex_is_refused_without_it(built):
 @pytest.mark.parametrize("unit", ["", "h"])
 def test_a_window_too_large_for_a_float_is_refused_by_the_parser(built, command, unit):
     """400 digits: an OverflowError's traceback (exit 1) from the window's conversion."""
-    done = acep(*command, "-w", "9" * 400 + unit)
+    done = run_acep(*command, "-w", "9" * 400 + unit)
     assert done.returncode == 2 and done.stderr.splitlines()[-1] == (
         f"acep {' '.join(command[:2 if command[0] == 'history' else 1])}: error: argument "
         "--window/-w: bad window 999999999999... (400 digits): too large a window (at most "
@@ -460,7 +452,7 @@ def test_help_gives_every_default(command):
         return choices[name]
 
     parser = sub(sub(_parser(), "history"), command)
-    shown = " ".join(acep("history", command, "--help").stdout.split())
+    shown = " ".join(run_acep("history", command, "--help").stdout.split())
     for action in parser._actions:
         has_default = action.default not in (None, False, [], argparse.SUPPRESS) and \
             not action.required
@@ -492,7 +484,7 @@ def test_a_file_of_another_kind_is_named_for_what_it_is(built, argv, said):
     """It was msgpack's 'ExtraData: unpack(b) received extra data', a format field's
     'acep-history', expected 'acep-sketch', or Python's '[Errno 2] No such file ...'."""
     Path("folder").mkdir()
-    done = acep(*argv, "--json" if argv[1] == "evaluate" else "--plot", "out.png")
+    done = run_acep(*argv, "--json" if argv[1] == "evaluate" else "--plot", "out.png")
     command = " ".join(argv[:2])
     assert (done.returncode, done.stdout, done.stderr) == (2, "", f"acep {command}: {said}\n")
     assert not Path("out.png").exists()
@@ -518,8 +510,8 @@ def test_a_killed_inspect_leaves_no_half_plot(built):
 
 def test_the_build_summary_says_one_bundle_not_one_bundles(tmp_path):
     (tmp_path / "ev.jsonl").write_text('{"type": "a", "t": 1}\n{"type": "b", "t": 2}\n')
-    done = acep("history", "build", str(tmp_path / "ev.jsonl"), "-p", "a b", "-w", "3", "-o",
-                str(tmp_path / "h.history"))
+    done = run_acep("history", "build", str(tmp_path / "ev.jsonl"), "-p", "a b", "-w", "3", "-o",
+                    str(tmp_path / "h.history"))
     assert done.returncode == 0 and ", 1 bundle, " in done.stderr, done.stderr
 
 
@@ -529,13 +521,13 @@ def test_the_build_summary_names_the_key_that_signed_the_sketch(tmp_path):
     (tmp_path / "ev.jsonl").write_text('{"type": "a", "t": 1}\n{"type": "b", "t": 2}\n')
     (tmp_path / "fleet.key").write_bytes(b"a signing key\n")
     sketch, key = tmp_path / "s.sketch", str(tmp_path / "fleet.key")
-    done = acep("history", "build", str(tmp_path / "ev.jsonl"), "-p", "a b", "-w", "3", "-o",
-                str(tmp_path / "h.history"), "--sketch", str(sketch), "--key-file", key)
-    fingerprint = _fingerprint(b"a signing key")
+    done = run_acep("history", "build", str(tmp_path / "ev.jsonl"), "-p", "a b", "-w", "3", "-o",
+                    str(tmp_path / "h.history"), "--sketch", str(sketch), "--key-file", key)
+    fingerprint = key_fingerprint(b"a signing key")
     assert done.returncode == 0 and done.stderr.splitlines()[-1] == (
         f"acep: sketch signed with key {fingerprint}, {sketch.stat().st_size:,} bytes -> "
         f"{sketch}"), done.stderr
-    shown = acep("history", "inspect", str(sketch), "--key-file", key)
+    shown = run_acep("history", "inspect", str(sketch), "--key-file", key)
     assert f"\nsigned with key {fingerprint} (verified with --key-file)\n" in shown.stdout
 
 
@@ -543,9 +535,9 @@ def test_a_sketch_over_a_mebibyte_is_built_with_a_warning_and_read_back(built):
     """16,905 cells (k = 4, 64 bins): build wrote the 1.2 MB sketch, and then inspect and
     evaluate refused it as 'sketch is 1048577 bytes, above the limit' (the bytes read, not
     the file's): a file the user named is read whatever its size, its MAC checked first."""
-    done = acep(*BUILD[:4], "ontime late verylate late ontime late", "-w", "6h", "-k", "4",
-                "--spec", "flights", "--bins", "64", "-o", "big.history", "--sketch",
-                "big.sketch", "--key-file", "fleet.key")
+    done = run_acep(*BUILD[:4], "ontime late verylate late ontime late", "-w", "6h", "-k", "4",
+                    "--spec", "flights", "--bins", "64", "-o", "big.history", "--sketch",
+                    "big.sketch", "--key-file", "fleet.key")
     size = Path("big.sketch").stat().st_size
     assert done.returncode == 0 and size > 1 << 20
     assert "acep: history of 2,000 events: 16,905 cells, " in done.stderr, done.stderr
@@ -553,9 +545,9 @@ def test_a_sketch_over_a_mebibyte_is_built_with_a_warning_and_read_back(built):
         f"acep: warning: the sketch ({size:,} bytes, 16,905 cells) is above the 1,048,576 "
         "bytes an agent takes by default: raise sketch.max_bytes in its config, or give "
         "fewer --bins or a smaller -k")
-    shown = acep("history", "inspect", "big.sketch", "--key-file", "fleet.key")
+    shown = run_acep("history", "inspect", "big.sketch", "--key-file", "fleet.key")
     assert shown.returncode == 0 and f"bytes: {size:,}" in shown.stdout, shown.stderr
-    done = acep(*EVALUATE[:2], "big.sketch", *EVALUATE[3:], "--budgets", "0.5")
+    done = run_acep(*EVALUATE[:2], "big.sketch", *EVALUATE[3:], "--budgets", "0.5")
     assert done.returncode == 0 and "50%  random" in done.stdout, done.stderr
     with pytest.raises(ValueError, match=f"big.sketch: sketch is {size:,} bytes, above the "
                                          "limit of 1,048,576 bytes"):
@@ -573,7 +565,7 @@ def test_an_empty_output_path_is_refused(built, argv, option):
     said '-o new.history: overlaps --sketch ', and --json and --plot wrote nothing, exit 0.
     Refused as every empty path is, when the options are read (acep.arguments)."""
     before = _files(built)
-    done = acep(*argv, "")
+    done = run_acep(*argv, "")
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.splitlines()[-1] == (f"acep history {argv[1]}: error: argument {option}: "
                                             "an empty path (an unset shell variable?)")

@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 import pytest
-from test_cli import FIXTURE, acep
-from test_history_fit import _stream
-from test_history_sketch import KEY
+from support.cli import FIXTURE, run_acep
+from support.history import random_batch
+from support.sketches import KEY, built_sketch
 
 from acep import Matcher, bundles
 from acep.shedding import Budget, BudgetError, OldestFirstPolicy
@@ -51,7 +51,7 @@ def _brute(truth, found):
 
 @pytest.mark.parametrize("seed", [11, 12, 13, 14])
 def test_every_row_is_the_policys_own_run_scored_by_brute_force(seed):
-    train, test = _stream(seed), _stream(seed + 100)
+    train, test = random_batch(seed), random_batch(seed + 100)
     graph = _graph(train)
     sketch = _sketch(train, graph=graph)
     ratios = [0.05, 0.2, 0.5]
@@ -103,7 +103,7 @@ def test_every_row_is_the_policys_own_run_scored_by_brute_force(seed):
 
 
 def test_a_budget_that_never_binds_finds_everything():
-    events = _stream(21)
+    events = random_batch(21)
     result = evaluate(_sketch(events), events, [50.0], partition="g", burst=1024)
     for row in result["rows"]:
         assert row["shed"] == 0
@@ -111,7 +111,7 @@ def test_a_budget_that_never_binds_finds_everything():
 
 
 def test_bad_input_is_refused_by_name():
-    events = _stream(22, n=300)
+    events = random_batch(22, n=300)
     sketch = _sketch(events)
     with pytest.raises(ValueError, match="budget ratios must be positive"):
         evaluate(sketch, events, [0.1, 0.0], partition="g")
@@ -133,7 +133,7 @@ def test_bad_input_is_refused_by_name():
 def test_a_history_graph_that_is_not_the_sketchs_is_refused_by_what_differs():
     """The completion row rates the sketch's cells: a graph of other bins, another pattern
     or another partition is refused, the graph the sketch was made from accepted."""
-    events = _stream(24, n=300)
+    events = random_batch(24, n=300)
     graph = _graph(events)
     sketch = _sketch(events, graph=graph)
     others = {
@@ -153,7 +153,7 @@ def test_a_history_graph_that_is_not_the_sketchs_is_refused_by_what_differs():
 
 
 def test_the_partition_defaults_to_the_sketchs_and_another_is_refused():
-    events = _stream(23, n=600)
+    events = random_batch(23, n=600)
     sketch = _sketch(events)
     assert sketch.partition_by == "g"
     ratios = [0.1, 0.4]
@@ -170,25 +170,14 @@ def test_the_partition_defaults_to_the_sketchs_and_another_is_refused():
             fit_budgets(sketch, events, [0.1], partition=wrong)
 
 
-def _built(tmp_path):
-    key = tmp_path / "fleet.key"
-    key.write_bytes(KEY)
-    sketch = tmp_path / "h.sketch"
-    r = acep("history", "build", FIXTURE, "--spec", "flights", "-p", "late verylate late",
-             "-w", "1h", "-k", "1", "--partition", "origin", "-o", tmp_path / "h.history",
-             "--sketch", sketch, "--key-file", key, "--fit", "0.1,0.5", "--burst", "32")
-    assert r.returncode == 0, r.stderr
-    return sketch, key
-
-
 def test_cli_prints_and_writes_the_figures_of_evaluate(tmp_path):
     from acep.events import EventSpec, read_all
 
-    sketch, key = _built(tmp_path)
+    sketch, key = built_sketch(tmp_path)
     out = tmp_path / "eval.json"
-    r = acep("history", "evaluate", sketch, FIXTURE, "--key-file", key, "--spec", "flights",
-             "--partition", "origin", "--budgets", "0.1,0.5", "--burst", "32",
-             "--policies", "oldest-first,history", "--json", out)
+    r = run_acep("history", "evaluate", sketch, FIXTURE, "--key-file", key, "--spec", "flights",
+                 "--partition", "origin", "--budgets", "0.1,0.5", "--burst", "32",
+                 "--policies", "oldest-first,history", "--json", out)
     assert r.returncode == 0, r.stderr
     direct = evaluate(Sketch.load(sketch, KEY), read_all(FIXTURE, EventSpec.load("flights")),
                       [0.1, 0.5], partition="origin", burst=32,
@@ -208,8 +197,8 @@ def test_cli_prints_and_writes_the_figures_of_evaluate(tmp_path):
         assert x[2] == f"{100 * want['bundle_recall']:.1f}%"
     assert rows[1][-3:] == ["fitted", "at", "0.1"] and rows[3][-3:] == ["fitted", "at", "0.5"]
     assert lines[0].endswith("; partitioned by origin")
-    same = acep("history", "evaluate", sketch, FIXTURE, "--key-file", key, "--spec", "flights",
-                "--budgets", "0.1,0.5", "--burst", "32", "--policies", "oldest-first,history")
+    same = run_acep("history", "evaluate", sketch, FIXTURE, "--key-file", key, "--spec", "flights",
+                    "--budgets", "0.1,0.5", "--burst", "32", "--policies", "oldest-first,history")
     assert same.returncode == 0, same.stderr
     assert [x.split()[:6] for x in same.stdout.splitlines()[2:]] == [x[:6] for x in rows]
 
@@ -223,27 +212,27 @@ def test_cli_prints_and_writes_the_figures_of_evaluate(tmp_path):
                                  "partitioned by 'dest'"),
 ])
 def test_cli_refuses_bad_options_by_name(tmp_path, args, code, message):
-    sketch, key = _built(tmp_path)
-    r = acep("history", "evaluate", sketch, FIXTURE, "--key-file", key, "--spec", "flights",
-             "--partition", "origin", *args)
+    sketch, key = built_sketch(tmp_path)
+    r = run_acep("history", "evaluate", sketch, FIXTURE, "--key-file", key, "--spec", "flights",
+                 "--partition", "origin", *args)
     assert r.returncode == code and message in r.stderr and "Traceback" not in r.stderr
 
 
 def test_cli_refuses_a_sketch_signed_with_another_key(tmp_path):
-    sketch, _ = _built(tmp_path)
+    sketch, _ = built_sketch(tmp_path)
     other = tmp_path / "other.key"
     other.write_bytes(b"not the fleet's key")
-    r = acep("history", "evaluate", sketch, FIXTURE, "--key-file", other, "--spec", "flights",
-             "--partition", "origin")
+    r = run_acep("history", "evaluate", sketch, FIXTURE, "--key-file", other, "--spec", "flights",
+                 "--partition", "origin")
     assert r.returncode == 2 and "Traceback" not in r.stderr and str(sketch) in r.stderr
 
 
 def test_cli_adds_the_completion_baseline_with_the_history_graph(tmp_path):
-    sketch, key = _built(tmp_path)
+    sketch, key = built_sketch(tmp_path)
     common = [sketch, FIXTURE, "--key-file", key, "--spec", "flights", "--partition", "origin",
               "--budgets", "0.25"]
-    plain = acep("history", "evaluate", *common)
-    full = acep("history", "evaluate", *common, "--history", tmp_path / "h.history")
+    plain = run_acep("history", "evaluate", *common)
+    full = run_acep("history", "evaluate", *common, "--history", tmp_path / "h.history")
     assert plain.returncode == full.returncode == 0, plain.stderr + full.stderr
     names = [[x.split()[1] for x in r.stdout.splitlines()[2:]] for r in (plain, full)]
     assert names[0] == list(DEFAULT_POLICIES)

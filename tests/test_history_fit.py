@@ -5,8 +5,8 @@ worse there than the history's own scores."""
 import msgpack
 import numpy as np
 import pytest
-from test_history_policies import _random_events
-from test_history_sketch import KEY, _resigned
+from support.history import random_batch
+from support.sketches import KEY, resigned
 
 import history.fit
 from acep import EventBatch, Matcher, bundles
@@ -37,13 +37,9 @@ def _recall(truth, found):
     return len(hit) / len(table)
 
 
-def _stream(seed, n=1500):
-    return EventBatch.from_events(_random_events(n, seed, types="abcdx"))
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_fitted_table_reproduces_the_chosen_recall_and_never_loses_to_the_history(seed):
-    events = _stream(seed)
+    events = random_batch(seed)
     sketch = Sketch.from_graph(build_history(PATTERN, events, W, K, partition="g", n_bins=4))
     ratios = [0.1, 0.3, 0.6]
     fitted, report = fit_budgets(sketch, events, ratios, partition="g", burst=16,
@@ -81,7 +77,7 @@ def test_search_only_improves_and_the_device_reproduces_what_it_reports(seed):
     of its cells, each to one of ``SEARCH_VALUES``, never finds fewer training bundles than
     the table chosen before it, and the shipped table finds on the training stream exactly
     the recall it reports."""
-    events = _stream(seed)
+    events = random_batch(seed)
     sketch = Sketch.from_graph(build_history(PATTERN, events, W, K, partition="g", n_bins=4))
     ratios = [0.05, 0.3, 0.6]
     plain, before = fit_budgets(sketch, events, ratios, partition="g", burst=32, min_visits=5)
@@ -113,7 +109,7 @@ def test_search_only_improves_and_the_device_reproduces_what_it_reports(seed):
 def test_describe_names_the_table_the_sketch_ships(seed):
     """The line of each ratio starts with the table the sketch holds: the start of the
     winning search (which can be the runner-up of step 3), or step 3's choice without one."""
-    events = _stream(seed)
+    events = random_batch(seed)
     sketch = Sketch.from_graph(build_history(PATTERN, events, W, K, partition="g", n_bins=4))
     for search in (0, 6):
         _, report = fit_budgets(sketch, events, [0.05, 0.3], partition="g", burst=32,
@@ -125,7 +121,7 @@ def test_describe_names_the_table_the_sketch_ships(seed):
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_two_starts_end_at_least_where_the_best_start_alone_ends(seed, monkeypatch):
-    events = _stream(seed)
+    events = random_batch(seed)
     sketch = Sketch.from_graph(build_history(PATTERN, events, W, K, partition="g", n_bins=4))
     options = {"partition": "g", "burst": 16, "min_visits": 5, "search": 6}
     _, both = fit_budgets(sketch, events, [0.1, 0.3], **options)
@@ -142,7 +138,7 @@ def test_search_gains_on_a_tight_budget():
     never moved a cell would pass the test above."""
     gained = 0
     for seed in (1, 2, 3, 4):
-        events = _stream(seed)
+        events = random_batch(seed)
         sketch = Sketch.from_graph(build_history(PATTERN, events, W, K, partition="g",
                                                  n_bins=4))
         _, report = fit_budgets(sketch, events, [0.15, 0.3], partition="g", burst=16,
@@ -155,7 +151,7 @@ def test_search_gains_on_a_tight_budget():
 def test_a_stream_whose_unconstrained_run_is_shipped_fits_the_same():
     """The Spark trainer runs each stream unconstrained once and ships the outcome (msgpack)
     to its later jobs; the fit must not tell the difference."""
-    events = _stream(4)
+    events = random_batch(4)
     sketch = Sketch.from_graph(build_history(PATTERN, events, W, K, partition="g", n_bins=4))
     args = matcher_args(sketch, "g")
     first = FitStream(events)
@@ -180,7 +176,7 @@ def test_a_stream_whose_unconstrained_run_is_shipped_fits_the_same():
 
 
 def _fitted_sketch():
-    events = _stream(5, 600)
+    events = random_batch(5, 600)
     sketch = Sketch.from_graph(build_history(PATTERN, events, W, K, partition="g", n_bins=4))
     n = sketch.n_cells
     return sketch.with_fitted(0.5, np.full(n, 0.9), 2.0).with_fitted(0.1, np.full(n, 0.2), 2.0)
@@ -197,7 +193,7 @@ def test_the_policy_takes_the_table_fitted_nearest_its_budget():
     p = HistoryPolicy(s, budget=Budget(0.2, 64))
     assert np.allclose(p.reserve, (1 - 0.2) ** 2) and np.allclose(p.reserve_adv, 0.1 * 0.8 ** 2)
     assert np.array_equal(p.score, s.score.astype(np.float64))  # the scores still rank
-    unfitted = Sketch.from_graph(build_history(PATTERN, _stream(5, 600), W, K, partition="g",
+    unfitted = Sketch.from_graph(build_history(PATTERN, random_batch(5, 600), W, K, partition="g",
                                                n_bins=4))
     assert unfitted.reserve_score(1.0) is None
     replaced = s.with_fitted(0.1, np.full(s.n_cells, 0.4), 3.0)
@@ -226,7 +222,7 @@ def test_fitted_tables_round_trip_and_an_unfitted_sketch_writes_none():
     back = Sketch.from_bytes(s.to_bytes(KEY), KEY)
     assert np.array_equal(back.fitted, s.fitted) and back.ops_per_event == 2.0
     assert np.array_equal(back.fitted_ratios, s.fitted_ratios)
-    plain = Sketch.from_graph(build_history(PATTERN, _stream(5, 600), W, K, partition="g",
+    plain = Sketch.from_graph(build_history(PATTERN, random_batch(5, 600), W, K, partition="g",
                                             n_bins=4))
     doc = msgpack.unpackb(msgpack.unpackb(plain.to_bytes(KEY), raw=False)["payload"],
                           raw=False)
@@ -256,7 +252,7 @@ def _add_fitted(ratios, table_rows, ops=2.0, cells=24, dtype="<f4"):
 ])
 def test_malformed_fitted_tables_name_the_field(change, message):
     with pytest.raises(SketchError, match=message):
-        Sketch.from_bytes(_resigned(change), KEY)
+        Sketch.from_bytes(resigned(change), KEY)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -264,7 +260,7 @@ def test_windows_candidate_rates_cells_on_the_match_windows_alone(seed):
     """Step 2's ``windows`` table: the history's rule applied to the unconstrained run over
     only the events within W before a match point of their partition (found here by brute
     force), in the sketch's cells."""
-    events = _stream(seed, 800)
+    events = random_batch(seed, 800)
     sketch = Sketch.from_graph(build_history(PATTERN, events, W, K, partition="g", n_bins=4))
     truth = Matcher(PATTERN, W, K, partition="g").match(events)
     keys = events.columns["g"].tolist()

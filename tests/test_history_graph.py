@@ -14,6 +14,19 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.history import (
+    BINS,
+    HAND_LOG,
+    HAND_MATCHES,
+    N_STATES,
+    NAN,
+    V1_FILE,
+    K,
+    W,
+    flip,
+    hand_graph,
+    node_log,
+)
 
 from history import _format
 from history.graph import (
@@ -26,36 +39,9 @@ from history.graph import (
     decode_cells,
 )
 
-NAN = float("nan")
-BINS = ([5.0], [2.0])  # R = G = 2
-K, N_STATES, W = 1, 3, 10.0  # n_cells = 3 * 2 * 2 * 2 = 24
-
-
-def _log(rows):
-    part, cell, prev, reach, merged = zip(*rows) if rows else ([],) * 5
-    return {"partition": np.array(part, np.int32), "cell": np.array(cell, np.int32),
-            "prev_cell": np.array(prev, np.int32), "reach": np.array(reach, np.float64),
-            "merged": np.array(merged, np.uint8)}
-
-
-HAND_LOG = _log([
-    (0, 5, -1, 3.0, 0),   # seed node, reached the bundle [3, 5] of partition 0
-    (0, 9, 5, 3.0, 0),
-    (0, 9, 5, NAN, 0),    # expired without a match: a visit, not a success
-    (0, 9, 5, NAN, 1),    # merged, reached nothing: censored, not a visit
-    (0, 9, 9, 20.0, 1),   # merged but reached a point: a visit and a success
-    (1, 5, -1, 4.0, 0),
-    (1, 23, 5, NAN, 0),
-])
-HAND_MATCHES = {"partition": np.array([0, 0, 0, 1, 0]), "point": np.array([3., 5., 20., 4., 5.])}
-
-
-def _hand_graph(**kw):
-    return HistoryGraph.from_node_log(HAND_LOG, HAND_MATCHES, W, K, BINS, "a b", N_STATES, **kw)
-
 
 def test_hand_log_counts_edges_bundles_and_maps():
-    g = _hand_graph()
+    g = hand_graph()
     assert g.n_cells == 24 and g.shape == (3, 2, 2, 2)
     assert {c: int(v) for c, v in enumerate(g.visits) if v} == {5: 2, 9: 3, 23: 1}
     assert {c: int(v) for c, v in enumerate(g.successes) if v} == {5: 2, 9: 2}
@@ -81,7 +67,7 @@ def test_match_batch_keys_are_mapped_through_partition_keys():
         partition = np.array(["ATL", "ATL", "ATL", "BOS"], dtype=object)
         point = np.array([3.0, 5.0, 20.0, 4.0])
 
-    g = _hand_graph(partition_keys=["ATL", "BOS"])
+    g = hand_graph(partition_keys=["ATL", "BOS"])
     h = HistoryGraph.from_node_log(HAND_LOG, Found(), W, K, BINS, "a b", N_STATES,
                                    partition_keys=["ATL", "BOS"])
     assert h.bundle_partition.tolist() == g.bundle_partition.tolist()
@@ -91,20 +77,20 @@ def test_match_batch_keys_are_mapped_through_partition_keys():
 
 
 def test_a_reach_point_outside_every_bundle_is_refused():
-    log = _log([(0, 5, -1, 12.0, 0)])
+    log = node_log([(0, 5, -1, 12.0, 0)])
     with pytest.raises(ValueError, match="'reach'.*12"):
         HistoryGraph.from_node_log(log, HAND_MATCHES, W, K, BINS, "a b", N_STATES)
-    log = _log([(1, 5, -1, 3.0, 0)])  # 3 is a point of partition 0, not of 1
+    log = node_log([(1, 5, -1, 3.0, 0)])  # 3 is a point of partition 0, not of 1
     with pytest.raises(ValueError, match="'reach'"):
         HistoryGraph.from_node_log(log, HAND_MATCHES, W, K, BINS, "a b", N_STATES)
 
 
 def test_log_without_cells_or_with_cells_beyond_the_bins_is_refused():
     with pytest.raises(ValueError, match="bins="):
-        HistoryGraph.from_node_log(_log([(0, -1, -1, NAN, 0)]), HAND_MATCHES, W, K, BINS,
+        HistoryGraph.from_node_log(node_log([(0, -1, -1, NAN, 0)]), HAND_MATCHES, W, K, BINS,
                                    "a b", N_STATES)
     with pytest.raises(ValueError, match="outside"):
-        HistoryGraph.from_node_log(_log([(0, 24, -1, NAN, 0)]), HAND_MATCHES, W, K, BINS,
+        HistoryGraph.from_node_log(node_log([(0, 24, -1, NAN, 0)]), HAND_MATCHES, W, K, BINS,
                                    "a b", N_STATES)
     with pytest.raises(ValueError, match="lacks"):
         HistoryGraph.from_node_log({"cell": np.zeros(1)}, HAND_MATCHES, W, K, BINS, "a b", 3)
@@ -121,7 +107,7 @@ def test_cells_decode_back_to_vectors():
 
 
 def test_top_vectors_decode_cells():
-    g = _hand_graph()
+    g = hand_graph()
     top = g.top_vectors(2)
     assert [t["cell"] for t in top] == [9, 5]
     # cell 9 = ((state 1 * 2 + err 0) * 2 + rem 0) * 2 + gap 1
@@ -182,7 +168,7 @@ def test_vectorised_graph_equals_loops_on_random_logs(data):
     rows = data.draw(st.lists(st.tuples(
         st.integers(0, n_cells - 1), st.integers(-1, n_cells - 1), st.booleans(),
         st.one_of(st.none(), st.sampled_from(points)), st.booleans()), max_size=60))
-    log = _log([(pp[0] if pp else n_part - 1, c, pc, pp[1] if pp else NAN, int(m))
+    log = node_log([(pp[0] if pp else n_part - 1, c, pc, pp[1] if pp else NAN, int(m))
                 for c, pc, _, pp, m in rows])
     matches = {"partition": np.array([p for p, _ in points]),
                "point": np.array([t for _, t in points])}
@@ -202,8 +188,8 @@ def test_vectorised_graph_equals_loops_on_random_logs(data):
 # ---------------------------------------------------------------------- merge
 
 def test_merge_adds_counts_renumbers_bundles_and_maps_partitions_by_key():
-    a = _hand_graph(partition_keys=["ATL", "BOS"])
-    log = _log([(0, 5, -1, 7.0, 0), (0, 9, 5, 7.0, 0)])
+    a = hand_graph(partition_keys=["ATL", "BOS"])
+    log = node_log([(0, 5, -1, 7.0, 0), (0, 9, 5, 7.0, 0)])
     b = HistoryGraph.from_node_log(log, {"partition": np.array([0]), "point": np.array([7.0])},
                                    W, K, BINS, "a b", N_STATES, partition_keys=["BOS"])
     m = a.merge(b)
@@ -225,7 +211,7 @@ def test_merge_adds_counts_renumbers_bundles_and_maps_partitions_by_key():
 # ---------------------------------------------------------------------- files
 
 def test_save_load_round_trip(tmp_path):
-    g = _hand_graph(partition_keys=["ATL", "BOS"], where=["b.x > a.x"])
+    g = hand_graph(partition_keys=["ATL", "BOS"], where=["b.x > a.x"])
     path = tmp_path / "h.acephist"
     size = g.save(path)
     assert size == path.stat().st_size
@@ -241,14 +227,14 @@ def test_save_load_round_trip(tmp_path):
 
 
 def test_the_partition_attribute_is_recorded_merged_and_checked():
-    g = _hand_graph(partition_keys=["ATL", "BOS"], partition_by="origin")
+    g = hand_graph(partition_keys=["ATL", "BOS"], partition_by="origin")
     h = HistoryGraph.from_bytes(g.to_bytes())
     assert (h.partition_by, h.partition_recorded) == ("origin", True)
     assert h.canonical().partition_by == "origin"
-    one = HistoryGraph.from_bytes(_hand_graph().to_bytes())
+    one = HistoryGraph.from_bytes(hand_graph().to_bytes())
     assert (one.partition_by, one.partition_recorded) == (None, True)
     with pytest.raises(ValueError, match="different 'partition_by'"):
-        g.merge(_hand_graph(partition_by="dest"))
+        g.merge(hand_graph(partition_by="dest"))
     with pytest.raises(ValueError, match="different 'partition_by'"):
         g.merge(one)
     # a file written before the attribute was recorded: unknown, merges with either
@@ -313,7 +299,7 @@ def _version_1(doc):
 ])
 def test_malformed_history_names_the_field(version, change, message):
     """Behind a matching checksum (version 2) or none (version 1), fields are validated."""
-    doc = {**_doc(_hand_graph()), "version": version}
+    doc = {**_doc(hand_graph()), "version": version}
     change(doc)
     data = _sealed(doc) if version == 2 else msgpack.packb(doc, use_bin_type=True)
     with pytest.raises(HistoryFormatError, match=message):
@@ -321,7 +307,7 @@ def test_malformed_history_names_the_field(version, change, message):
 
 
 def test_oversized_and_garbage_history_bytes_are_refused():
-    data = _hand_graph().to_bytes()
+    data = hand_graph().to_bytes()
     with pytest.raises(HistoryFormatError, match="above the limit"):
         HistoryGraph.from_bytes(data, max_bytes=len(data) - 1)
     with pytest.raises(HistoryFormatError, match="not valid msgpack"):
@@ -332,7 +318,7 @@ def test_oversized_and_garbage_history_bytes_are_refused():
 
 def test_a_refused_history_file_is_named(tmp_path):
     """`acep history inspect/evaluate` pass on load's message: it names the file."""
-    data = _hand_graph().to_bytes()
+    data = hand_graph().to_bytes()
     for name, content in (("cut.history", data[: len(data) // 2]),
                           ("list.history", msgpack.packb([1, 2]))):
         path = tmp_path / name
@@ -341,19 +327,13 @@ def test_a_refused_history_file_is_named(tmp_path):
             HistoryGraph.load(path)
 
 
-def _flip(data: bytes, at: int, mask: int) -> bytes:
-    damaged = bytearray(data)
-    damaged[at] ^= mask
-    return bytes(damaged)
-
-
 def test_a_flipped_bit_in_an_array_is_a_checksum_mismatch(tmp_path):
     """Version 1 loaded this file with visits[9] = 2 instead of 3 and no complaint."""
-    g = _hand_graph()
+    g = hand_graph()
     path = tmp_path / "h.history"
     g.save(path)
     data = path.read_bytes()
-    damaged = _flip(data, data.index(g.visits.tobytes()) + 8 * 9, 0x01)
+    damaged = flip(data, data.index(g.visits.tobytes()) + 8 * 9, 0x01)
     path.write_bytes(damaged)
     expected = f"{_envelope(data)['crc32']:08x}"
     got = f"{zlib.crc32(_envelope(damaged)['payload']):08x}"
@@ -364,7 +344,7 @@ def test_a_flipped_bit_in_an_array_is_a_checksum_mismatch(tmp_path):
                               f"(expected {expected}, got {got})")
 
 
-SAVED = _hand_graph(partition_keys=["ATL", "BOS"], partition_by="origin").to_bytes()
+SAVED = hand_graph(partition_keys=["ATL", "BOS"], partition_by="origin").to_bytes()
 
 
 def _payload_span() -> range:
@@ -388,7 +368,7 @@ def _refused_or_intact(damaged: bytes) -> str | None:
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, len(SAVED) - 1), st.integers(1, 255))
 def test_any_damaged_byte_of_a_history_file_is_refused(at, mask):
-    refused = _refused_or_intact(_flip(SAVED, at, mask))
+    refused = _refused_or_intact(flip(SAVED, at, mask))
     if at in _payload_span():
         assert refused is not None
         assert refused.startswith("checksum mismatch: the file is damaged (expected ")
@@ -398,7 +378,7 @@ def test_every_damaged_byte_of_the_envelope_is_refused():
     """Each byte before the payload (format, version, checksum, the payload's length) with
     every change of it: the format's error, or the same graph."""
     intact = [(at, mask) for at in range(_payload_span().start) for mask in range(1, 256)
-              if _refused_or_intact(_flip(SAVED, at, mask)) is None]
+              if _refused_or_intact(flip(SAVED, at, mask)) is None]
     assert {(SAVED[at], SAVED[at] ^ mask) for at, mask in intact} <= {(0xCE, 0xD2)}
 
 
@@ -420,19 +400,19 @@ def test_a_partly_overwritten_history_file_is_refused(data):
     (lambda d: d.pop("crc32"), "'crc32': None is not a CRC-32"),
     (lambda d: d.update(crc32=1 << 32), "'crc32': 4294967296 is not a CRC-32"),
     (lambda d: d.update(payload="text"), "'payload': not bytes"),
-    (lambda d: d.update(payload=_version_1(_doc(_hand_graph())),
-                        crc32=zlib.crc32(_version_1(_doc(_hand_graph())))),
+    (lambda d: d.update(payload=_version_1(_doc(hand_graph())),
+                        crc32=zlib.crc32(_version_1(_doc(hand_graph())))),
      "'version': unsupported version 1 .*knows version 2"),
 ])
 def test_a_malformed_envelope_names_the_field(change, message):
-    envelope = _envelope(_hand_graph().to_bytes())
+    envelope = _envelope(hand_graph().to_bytes())
     change(envelope)
     with pytest.raises(HistoryFormatError, match=message):
         HistoryGraph.from_bytes(msgpack.packb(envelope, use_bin_type=True))
 
 
 def test_round_trip_through_a_file_keeps_every_field(tmp_path):
-    g = _hand_graph(partition_keys=["ATL", "BOS"], partition_by="origin")
+    g = hand_graph(partition_keys=["ATL", "BOS"], partition_by="origin")
     path = tmp_path / "h.history"
     assert g.save(path) == len(path.read_bytes())
     envelope = _envelope(path.read_bytes())
@@ -484,7 +464,7 @@ def test_loading_a_history_holds_no_extra_copy_of_it(tmp_path):
 def test_a_history_read_from_a_pipe_loads(tmp_path):
     """A file that is not a regular one (``--history <(...)``) has no size to read by."""
     path, fifo = tmp_path / "h.history", tmp_path / "fifo"
-    _hand_graph().save(path)
+    hand_graph().save(path)
     os.mkfifo(fifo)
     writer = threading.Thread(target=lambda: fifo.write_bytes(path.read_bytes()))
     writer.start()
@@ -519,14 +499,11 @@ def test_a_history_from_a_pipe_is_read_in_pieces_not_into_a_buffer_of_the_limit(
 
 
 def test_a_history_from_a_pipe_over_the_limit_is_refused_by_what_came(tmp_path):
-    data = _hand_graph().to_bytes()
+    data = hand_graph().to_bytes()
     with pytest.raises(HistoryFormatError, match=f": history is {len(data) - 9} bytes, above "
                                                   f"the limit of {len(data) - 10} bytes$"):
         _through_a_pipe(tmp_path / "fifo", data,
                         lambda fifo: HistoryGraph.load(fifo, max_bytes=len(data) - 10))
-
-
-V1_FILE = Path(__file__).parent / "data" / "flights-2000-v1.history"
 
 
 def test_a_version_1_history_file_still_loads(tmp_path):
@@ -545,7 +522,7 @@ def test_a_version_1_history_file_still_loads(tmp_path):
 @pytest.mark.parametrize("over", [0, 1])
 def test_a_history_file_over_the_limit_is_refused_by_its_size(tmp_path, over):
     path = tmp_path / "h.history"
-    size = _hand_graph().save(path)
+    size = hand_graph().save(path)
     if over:
         with pytest.raises(HistoryFormatError, match=f"^{re.escape(str(path))}: history is "
                                                      f"{size} bytes, above the limit of "

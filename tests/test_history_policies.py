@@ -3,7 +3,7 @@ no effect at all on an unconstrained run."""
 
 import numpy as np
 import pytest
-from test_history_graph import HAND_LOG, _hand_graph
+from support.history import HAND_LOG, hand_graph, random_events
 
 from acep import EventBatch, Matcher
 from acep.shedding import Budget, Candidates, RandomPolicy, ScorePolicy
@@ -28,7 +28,7 @@ NAN = float("nan")
 
 
 def test_history_policy_is_a_score_policy_over_a_copy_of_the_sketch():
-    s = Sketch.from_graph(_hand_graph(), hashes=8)
+    s = Sketch.from_graph(hand_graph(), hashes=8)
     p = HistoryPolicy(s, learning_rate=0.1, explore=0.02, seed=5)
     assert isinstance(p, ScorePolicy) and p.n_cells == 24
     assert p.score.dtype == np.float64 and p.proxy_class.dtype == np.int64
@@ -40,13 +40,13 @@ def test_history_policy_is_a_score_policy_over_a_copy_of_the_sketch():
 
 
 def test_history_policy_needs_the_sketch_bins():
-    s = Sketch.from_graph(_hand_graph(), hashes=8)
+    s = Sketch.from_graph(hand_graph(), hashes=8)
     with pytest.raises(ValueError, match="bins"):
         Matcher("a b", 10.0, 1, policy=HistoryPolicy(s))
 
 
 def test_completion_policy_is_per_state_and_remaining_window():
-    g = _hand_graph()
+    g = hand_graph()
     p = CompletionPolicy(g)
     p0 = 4 / 6
     # (state, rem bin) of cells 5, 9, 23: (0, 0) 2/2, (1, 0) 2/3, (2, 1) 0/1; smoothed
@@ -115,12 +115,6 @@ def test_sampling_keeps_one_in_n_overall_or_per_partition():
 
 # ---------------------------------------------------------------------- with the engine
 
-def _random_events(n, seed, types="abcdx"):
-    rng = np.random.default_rng(seed)
-    t = np.cumsum(rng.integers(0, 3, n)).astype(float)
-    return [{"type": str(ty), "t": float(tt), "g": str(g), "x": float(x)}
-            for ty, tt, g, x in zip(rng.choice(list(types), n), t, rng.choice(["P", "Q"], n),
-                                    rng.normal(size=n))]
 
 
 def _rows(found):
@@ -132,8 +126,8 @@ def _rows(found):
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_unconstrained_run_with_policies_attached_finds_exactly_the_same(seed):
     pattern, w, k, where = "a b+ c d", 6.0, 1, ["c.x > a.x"]
-    train = EventBatch.from_events(_random_events(300, seed + 100))
-    test = EventBatch.from_events(_random_events(300, seed))
+    train = EventBatch.from_events(random_events(300, seed + 100))
+    test = EventBatch.from_events(random_events(300, seed))
     g = build_history(pattern, train, w, k, where=where, partition="g", n_bins=4)
     sketch = Sketch.from_graph(g)
     plain = Matcher(pattern, w, k, where=where, partition="g").match(test)
@@ -166,7 +160,7 @@ def _bundles(found, w):
 
 def test_policies_under_a_tight_budget_report_only_true_points():
     pattern, w, k = "a b c d", 6.0, 1
-    events = EventBatch.from_events(_random_events(400, 9, types="abcd"))
+    events = EventBatch.from_events(random_events(400, 9, types="abcd"))
     g = build_history(pattern, events, w, k, partition="g", n_bins=4)
     sketch = Sketch.from_graph(g)
     truth = Matcher(pattern, w, k, partition="g").match(events)
@@ -199,9 +193,9 @@ def _bundle_lookup(truth, w):
 
 
 def test_hand_log_policy_on_sketch_has_no_proxy_for_unreached_cells():
-    s = Sketch.from_graph(_hand_graph(), hashes=4)
+    s = Sketch.from_graph(hand_graph(), hashes=4)
     p = HistoryPolicy(s)
-    reached = {int(c) for c in np.unique(_hand_graph().reach_cell)}
+    reached = {int(c) for c in np.unique(hand_graph().reach_cell)}
     assert {int(c) for c in np.flatnonzero(p.proxy_class >= 0)} == reached
     assert len(HAND_LOG["cell"]) == 7
 
@@ -211,7 +205,7 @@ def test_policy_options_builds_every_row_by_name():
     completion model, the static and the learning history policy (with the fitted reserves
     of the budget), hindsight; an unknown name is refused with the choices."""
     pattern, w, k = "a b c", 6.0, 1
-    events = EventBatch.from_events(_random_events(300, 5))
+    events = EventBatch.from_events(random_events(300, 5))
     g = build_history(pattern, events, w, k, partition="g", n_bins=4)
     sketch = Sketch.from_graph(g)
     run = traced_run(pattern, events, w, k, partition="g", bins=sketch.bins(), fields=None,

@@ -1,26 +1,22 @@
 """Sketch: scores, min-hash Jaccard estimates, proxy classes, signed bytes refused when bad."""
 
-import hashlib
-import hmac
 
 import msgpack
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_history_graph import _hand_graph
+from support.history import hand_graph
+from support.sketches import KEY, hand_sketch_bytes, key_fingerprint, old_writer, resigned
 
 from history.sketch import (
     EMPTY,
     Sketch,
     SketchError,
-    _mac,
     completion_need,
     minhash_signatures,
     proxy_classes,
 )
-
-KEY = b"device-fleet-key"
 
 
 def _sets_as_edges(sets):
@@ -63,7 +59,7 @@ def test_minhash_of_empty_sets_and_proxy_classes():
 
 
 def test_sketch_scores_are_smoothed_success_rates():
-    g = _hand_graph()
+    g = hand_graph()
     s = Sketch.from_graph(g, hashes=8, band=2)
     p0 = 4 / 6  # successes / visits over the graph
     assert s.score.dtype == np.float32 and s.score.shape == (24,)
@@ -80,7 +76,7 @@ def test_sketch_scores_are_smoothed_success_rates():
 
 
 def test_error_against_the_exact_graph():
-    g = _hand_graph()
+    g = hand_graph()
     exact = Sketch.from_graph(g, hashes=4096, prior=0.0)
     err = exact.error_against(g, pairs=200)
     assert err["score_mae"] < 1e-6 and err["jaccard_mae"] < 0.05
@@ -90,7 +86,7 @@ def test_error_against_the_exact_graph():
 
 
 def test_signed_round_trip(tmp_path):
-    s = Sketch.from_graph(_hand_graph(where=["b.x > a.x"]), hashes=8, band=3, seed=7)
+    s = Sketch.from_graph(hand_graph(where=["b.x > a.x"]), hashes=8, band=3, seed=7)
     data = s.to_bytes(KEY)
     assert len(data) == s.nbytes
     t = Sketch.from_bytes(data, KEY)
@@ -107,7 +103,7 @@ def test_signed_round_trip(tmp_path):
 
 
 def test_the_partition_attribute_travels_with_the_sketch():
-    s = Sketch.from_graph(_hand_graph(partition_by="origin"), hashes=8)
+    s = Sketch.from_graph(hand_graph(partition_by="origin"), hashes=8)
     t = Sketch.from_bytes(s.to_bytes(KEY), KEY)
     assert (t.partition_by, t.partition_recorded) == ("origin", True)
     assert t.mismatch("a b", 1, 10.0, (), "origin") is None
@@ -117,67 +113,51 @@ def test_the_partition_attribute_travels_with_the_sketch():
     assert "not 'a c'" in t.mismatch("a c", 1, 10.0, (), "origin")
     assert "where=['b.x > a.x']" in t.mismatch("a b", 1, 10.0, ["b.x > a.x"], "origin")
     assert "k=0" in t.mismatch("a b", 0, 10.0, (), "origin")
-    old = Sketch.from_bytes(_resigned(lambda d: d.pop("partition_by")), KEY)
+    old = Sketch.from_bytes(resigned(lambda d: d.pop("partition_by")), KEY)
     assert (old.partition_by, old.partition_recorded) == (None, False)
     assert old.mismatch("a b", 1, 10.0, (), "anything") is None  # unknown: not checked
     assert "partition_by" not in msgpack.unpackb(
         msgpack.unpackb(old.to_bytes(KEY), raw=False)["payload"], raw=False)
 
 
-def _sketch_bytes():
-    return Sketch.from_graph(_hand_graph(), hashes=8).to_bytes(KEY)
-
-
-def _fingerprint(key: bytes) -> str:
-    """The key id the docs define: the first 8 bytes of HMAC-SHA256(key, "acep-sketch key id")."""
-    return hmac.new(key, b"acep-sketch key id", hashlib.sha256).digest()[:8].hex()
-
-
-def _old_writer(sketch: Sketch, key: bytes) -> bytes:
-    """The envelope as acep wrote it before sketches recorded their key's fingerprint."""
-    payload = sketch._payload()
-    return msgpack.packb({"format": "acep-sketch", "version": 2, "signature": "HMAC-SHA256",
-                          "payload": payload, "mac": _mac(key, payload)}, use_bin_type=True)
-
-
 def test_a_sketch_signed_with_another_key_names_both_fingerprints():
-    data = _sketch_bytes()
+    data = hand_sketch_bytes()
     outer = msgpack.unpackb(data, raw=False)
-    assert (outer["version"], outer["key_id"].hex()) == (2, _fingerprint(KEY))
+    assert (outer["version"], outer["key_id"].hex()) == (2, key_fingerprint(KEY))
     assert next(iter(outer)) == "format"  # acep history inspect finds the kind in the head
     other = b"another key"
     with pytest.raises(SketchError) as refused:
         Sketch.from_bytes(data, other, key_from="sketch.key_file")
     assert str(refused.value) == (
-        f"signature check failed: the sketch was signed with another key, {_fingerprint(KEY)};"
-        f" this key is {_fingerprint(other)} (sketch.key_file)")
+        f"signature check failed: the sketch was signed with another key, {key_fingerprint(KEY)};"
+        f" this key is {key_fingerprint(other)} (sketch.key_file)")
     assert KEY.hex() not in str(refused.value) and KEY.decode() not in str(refused.value)
-    assert Sketch.from_bytes(data, KEY).signed_with == _fingerprint(KEY)
+    assert Sketch.from_bytes(data, KEY).signed_with == key_fingerprint(KEY)
 
 
 def test_key_id_is_the_documented_fingerprint():
     from history.sketch import key_id
 
-    assert key_id(KEY) == _fingerprint(KEY) and len(key_id(KEY)) == 16
+    assert key_id(KEY) == key_fingerprint(KEY) and len(key_id(KEY)) == 16
     with pytest.raises(SketchError, match="key must be non-empty"):
         key_id(b"")
 
 
 def test_a_damaged_sketch_read_with_its_key_says_damaged():
-    data = bytearray(_sketch_bytes())
+    data = bytearray(hand_sketch_bytes())
     data[len(data) // 2] ^= 0x01  # inside the payload's arrays
     with pytest.raises(SketchError) as refused:
         Sketch.from_bytes(bytes(data), KEY, key_from="--key-file")
     assert str(refused.value) == ("signature check failed: the sketch is damaged or was changed "
                                   f"after signing (it was signed with this key, "
-                                  f"{_fingerprint(KEY)})")
+                                  f"{key_fingerprint(KEY)})")
 
 
 def test_a_sketch_written_before_key_ids_loads_and_a_refused_one_says_either():
-    sketch = Sketch.from_graph(_hand_graph(), hashes=8)
-    old = _old_writer(sketch, KEY)
+    sketch = Sketch.from_graph(hand_graph(), hashes=8)
+    old = old_writer(sketch, KEY)
     loaded = Sketch.from_bytes(old, KEY)
-    assert np.array_equal(loaded.score, sketch.score) and loaded.signed_with == _fingerprint(KEY)
+    assert np.array_equal(loaded.score, sketch.score) and loaded.signed_with == key_fingerprint(KEY)
     assert not loaded.key_recorded and Sketch.from_bytes(sketch.to_bytes(KEY), KEY).key_recorded
     damaged = bytearray(old)
     damaged[len(old) // 2] ^= 0x01
@@ -187,14 +167,14 @@ def test_a_sketch_written_before_key_ids_loads_and_a_refused_one_says_either():
         assert str(refused.value) == (
             "signature check failed: the sketch is damaged or was changed after signing, or "
             "it was signed with another key (it records no key fingerprint: written before "
-            f"acep recorded them); this key is {_fingerprint(key)} (--key-file)")
+            f"acep recorded them); this key is {key_fingerprint(key)} (--key-file)")
 
 
 @pytest.mark.parametrize("key_id, found", [
     ("0123456789abcdef", "str"), (b"1234567", "7 bytes"), (b"123456789", "9 bytes"),
     (None, "nil"), (12345678, "int"), (b"x" * 5000, "5000 bytes")])
 def test_a_key_id_of_another_type_or_size_is_refused(key_id, found):
-    outer = msgpack.unpackb(_sketch_bytes(), raw=False)
+    outer = msgpack.unpackb(hand_sketch_bytes(), raw=False)
     outer["key_id"] = key_id  # the MAC still verifies: only the fingerprint is wrong
     with pytest.raises(SketchError) as refused:
         Sketch.from_bytes(msgpack.packb(outer, use_bin_type=True), KEY)
@@ -204,15 +184,15 @@ def test_a_key_id_of_another_type_or_size_is_refused(key_id, found):
 
 def test_tampered_and_wrong_key_sketches_are_refused():
     with pytest.raises(SketchError, match="key must be non-empty"):
-        Sketch.from_bytes(_sketch_bytes(), b"")
-    outer = msgpack.unpackb(_sketch_bytes(), raw=False)
+        Sketch.from_bytes(hand_sketch_bytes(), b"")
+    outer = msgpack.unpackb(hand_sketch_bytes(), raw=False)
     outer["mac"] = outer["mac"][:-1]
     with pytest.raises(SketchError, match="signature check failed"):
         Sketch.from_bytes(msgpack.packb(outer, use_bin_type=True), KEY)
 
 
 def test_oversized_wrong_version_and_garbage_are_refused():
-    data = _sketch_bytes()
+    data = hand_sketch_bytes()
     with pytest.raises(SketchError, match=f"{len(data)} bytes, above the limit of 100"):
         Sketch.from_bytes(data, KEY, max_bytes=100)
     outer = msgpack.unpackb(data, raw=False)
@@ -230,16 +210,6 @@ def test_oversized_wrong_version_and_garbage_are_refused():
         Sketch.from_bytes(msgpack.packb("sketch"), KEY)
     with pytest.raises(SketchError, match="expected bytes"):
         Sketch.from_bytes("sketch", KEY)
-
-
-def _resigned(change):
-    """A validly signed sketch whose payload was changed: the signer made a bad sketch."""
-    outer = msgpack.unpackb(_sketch_bytes(), raw=False)
-    doc = msgpack.unpackb(outer["payload"], raw=False)
-    change(doc)
-    outer["payload"] = msgpack.packb(doc, use_bin_type=True)
-    outer["mac"] = _mac(KEY, outer["payload"])
-    return msgpack.packb(outer, use_bin_type=True)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -274,7 +244,7 @@ def _resigned(change):
 ])
 def test_malformed_signed_payload_names_the_field(change, message):
     with pytest.raises(SketchError, match=message):
-        Sketch.from_bytes(_resigned(change), KEY)
+        Sketch.from_bytes(resigned(change), KEY)
 
 
 def test_completion_need_by_hand():
@@ -298,7 +268,7 @@ def test_completion_need_by_hand():
 
 
 def test_sketch_from_graph_is_deterministic_and_has_a_need_per_cell():
-    g = _hand_graph()
+    g = hand_graph()
     a, b = Sketch.from_graph(g, hashes=8), Sketch.from_graph(g, hashes=8)
     assert a.to_bytes(KEY) == b.to_bytes(KEY)
     assert a.need.shape == (24,) and (a.need >= 0).all() and (a.need <= g.window).all()

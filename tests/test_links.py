@@ -1,4 +1,4 @@
-"""The loopback test peers of tests/links.py end with their test: an HTTP server's request
+"""The loopback test peers of tests/support/links.py end with their test: an HTTP server's request
 handlers (``Serving``) do not outlive the ``with`` block that ran it, to print
 ``Exception occurred during processing of request`` while another test runs or after
 pytest's summary, as a stdlib server's handler threads did."""
@@ -12,7 +12,8 @@ import time
 from http.server import BaseHTTPRequestHandler
 
 import pytest
-from links import Serving
+from support.links import Serving
+from support.wait import eventually
 
 
 class _Late(BaseHTTPRequestHandler):
@@ -37,13 +38,6 @@ class _Late(BaseHTTPRequestHandler):
         pass
 
 
-def _until(done, seconds: float = 5.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while not done() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return done()
-
-
 def test_a_server_s_handlers_end_with_the_test_and_say_nothing_after_it(capfd):
     """A handler waiting to answer a client that gave up, and one reading a body that a
     client still connected does not send: both end when the ``with`` block does, at once
@@ -58,7 +52,8 @@ def test_a_server_s_handlers_end_with_the_test_and_say_nothing_after_it(capfd):
         gave_up.close()
         stalled = socket.create_connection(("127.0.0.1", server.server_address[1]))
         stalled.sendall(b"POST / HTTP/1.1\r\nContent-Length: 100\r\n\r\nhalf")
-        assert _until(lambda: len(set(threading.enumerate()) - before) == 3)  # and serving
+        assert eventually(lambda: len(set(threading.enumerate()) - before) == 3, 5.0,
+                      every=0.01)  # and serving
         leaving = time.monotonic()
     took = time.monotonic() - leaving
     stalled.close()

@@ -1,7 +1,7 @@
-"""Tests of the brute-force ACEP oracle (tests/oracle.py) itself: it judges the engines, so it
-is checked here against hand-worked cases, the paper's examples, and second computations
-that share no code with it (Python's ``re`` for serializations, a min-plus dynamic program
-over the AST for errors, a window-free enumeration for matches)."""
+"""Tests of the brute-force ACEP oracle (tests/support/oracle.py) itself: it judges the
+engines, so it is checked here against hand-worked cases, the paper's examples, and second
+computations that share no code with it (Python's ``re`` for serializations, a min-plus dynamic
+program over the AST for errors, a window-free enumeration for matches)."""
 
 from __future__ import annotations
 
@@ -12,27 +12,16 @@ from itertools import combinations, product
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.oracle import (
+    bundles_of,
+    enumeration_cost,
+    is_subsequence,
+    min_insertions,
+    oracle_matches,
+    serializations,
+)
 
 from acep.pattern import Alt, Concat, Star, Symbol, parse_regex
-
-try:
-    from oracle import (
-        bundles_of,
-        enumeration_cost,
-        is_subsequence,
-        min_insertions,
-        oracle_matches,
-        serializations,
-    )
-except ImportError:  # tests/ became a package
-    from tests.oracle import (
-        bundles_of,
-        enumeration_cost,
-        is_subsequence,
-        min_insertions,
-        oracle_matches,
-        serializations,
-    )
 
 
 def T(text: str) -> tuple:

@@ -5,14 +5,13 @@ the per-match writer it replaced: that writer is frozen here as the oracle, one
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from datetime import datetime, timedelta
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.cli import run_acep
 
 from acep._output import bundle_lines, match_lines, tag_texts
 from acep.events import read_all
@@ -126,9 +125,8 @@ def test_acep_match_prints_the_old_bytes_end_to_end(tmp_path):
     found = Matcher(Pattern.compile("a b c"), 20.0, 1, partition="id").match(read_all(path))
     for extra, expected in (([], _old_match_lines(found)),
                             (["--bundles"], _old_bundle_lines(bundles(found, 20.0), True))):
-        out = subprocess.run([sys.executable, "-m", "acep.cli", "match", "-p", "a b c", "-w",
-                              "20s", "-k", "1", "--partition", "id", str(path), *extra],
-                             capture_output=True, text=True, check=True).stdout
+        out = run_acep("match", "-p", "a b c", "-w", "20s", "-k", "1", "--partition", "id", path,
+                       *extra, check=True).stdout
         assert out == expected and out.count("\n") >= 4
 
 
@@ -177,9 +175,7 @@ def test_acep_exact_prints_the_old_bytes(seed, is_time, tmp_path_factory):
                 "matches": [_old_exact_line(m, components, batch.tags, is_time)
                             for m in g.expand()]} for g in groups]
     for output, expected in (("verbose", verbose), ("compact", compact)):
-        out = subprocess.run([sys.executable, "-m", "acep.cli", "exact", "--engine", "shared",
-                              "--output", output,
-                              str(folder / "q.sase"), str(folder / "events.jsonl")],
-                             capture_output=True, text=True, check=True).stdout
+        out = run_acep("exact", "--engine", "shared", "--output", output, folder / "q.sase",
+                       folder / "events.jsonl", check=True).stdout
         assert out == "".join(json.dumps(d) + "\n" for d in expected)
     assert verbose

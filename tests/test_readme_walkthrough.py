@@ -15,12 +15,12 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support.links import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "<!-- walkthrough"
@@ -33,12 +33,6 @@ def walkthrough() -> str:
     m = re.search(r"```bash\n(.*?)\n```\n", after, re.S)
     assert m, "no ```bash block after the walkthrough marker"
     return m.group(1) + "\n"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_walkthrough_block_is_extracted():

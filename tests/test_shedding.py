@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_engine_properties import case, stream
+from support.strategies import case, stream
 
 from acep import backend
 from acep.events import EventBatch

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from test_engine_properties import stream
+from support.strategies import stream
 
 from acep import Matcher, bundles
 from acep.events import EventBatch

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_engine_properties import case
+from support.strategies import case
 
 from acep import backend
 from acep._checks import ParameterError

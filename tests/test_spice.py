@@ -4,10 +4,9 @@ by hand on a small graph, on a tiny stream, and as rows of ``acep history evalua
 
 import numpy as np
 import pytest
-from test_cli import FIXTURE, acep
-from test_history_evaluate import _built
-from test_history_fit import _stream
-from test_history_graph import _hand_graph, _log
+from support.cli import FIXTURE, run_acep
+from support.history import hand_graph, node_log, random_batch
+from support.sketches import built_sketch
 
 from acep import EventBatch, Matcher
 from acep.shedding import Budget, OldestFirstPolicy, ScorePolicy, VectorBins
@@ -35,7 +34,7 @@ VISITED = {5: (0, 1, 0), 9: (1, 0, 0), 23: (2, 1, 1)}
 # A chain for "a b c", k = 0, rem bins split at 5 (R = 2), gap bins at 2 (G = 2); every node
 # in gap bin 0, so cell = (state * 2 + rem bin) * 2. State 3 is final (final_cost 0).
 A, B_LATE, B, F = 6, 10, 8, 12  # (1, rem 1), (2, rem 1), (2, rem 0), (3, rem 0)
-CHAIN_LOG = _log([
+CHAIN_LOG = node_log([
     (0, A, -1, 3.0, 0), (0, A, -1, 8.0, 0), (0, A, -1, NAN, 0), (0, A, -1, NAN, 0),
     (0, B_LATE, A, 3.0, 0), (0, B_LATE, A, NAN, 0),   # A -> B_LATE x 2
     (0, B, A, 8.0, 0),                                # A -> B x 1
@@ -97,7 +96,7 @@ def test_pspice_on_the_hand_graph_keeps_final_cells_first():
     """The hand graph ("a b", k = 1): cells 9 (state 1, err 0) and 23 (state 2) report a
     match, so P = R = U = 1. Cell 5 moves to 9 twice and to 23 once in 2 visits: N = 3,
     P = (3 + p0) / 4 = 11/12, c0 = 4 children / 7 moves, R = 1 + (3 + c0) / 4 = 53/28."""
-    g = _hand_graph()
+    g = hand_graph()
     p = PSpicePolicy(g)
     assert final_cells(g).tolist() == [[False, False], [True, False], [True, True]]
     assert p.completion[VISITED[5]] == pytest.approx(11 / 12)
@@ -108,7 +107,7 @@ def test_pspice_on_the_hand_graph_keeps_final_cells_first():
 
 
 def test_hspice_utility_is_the_success_rate_per_state_errors_and_position():
-    g = _hand_graph()
+    g = hand_graph()
     h = HSpicePolicy(g)
     want = {5: (2 + P0) / 3, 9: (2 + P0) / 4, 23: P0 / 2}
     for cell, at in VISITED.items():
@@ -134,7 +133,7 @@ def test_hybrid_contribution_over_consumption_of_the_hand_graph_by_hand():
     C(23) = c0 / 2 = 1/3; C(9) = (1 (1 + C(9)) + c0) / 4, so C(9) = 5/9;
     C(5) = (2 (1 + 5/9) + 1 (1 + 1/3) + c0) / 3 = 46/27; unvisited cells C = c0.
     U = S / (1 + C): 5: (8/9) / (73/27) = 24/73, 9: (2/3) / (14/9) = 3/7, 23: (1/3) / (4/3)."""
-    g = _hand_graph()
+    g = hand_graph()
     h = HybridPolicy(g)
     contribution = {5: (2 + P0) / 3, 9: (2 + P0) / 4, 23: P0 / 2}
     consumption = {5: 1 + 46 / 27, 9: 1 + 5 / 9, 23: 1 + 1 / 3}
@@ -156,7 +155,7 @@ def test_consumption_without_smoothing_is_the_plain_subtree():
     1/2, C(5) = 2/2 (1 + 1/2) + 1/2 (1 + 0) = 2. On the chain graph B_LATE's two nodes
     have three children: C(B_LATE) = (2 (1 + C(B)) + (1 + C(F))) / 2 with C(B) = 1/3 and
     C(F) = 0, so 11/6, where pSPICE's walker pays 20/9 - 1 = 11/9 after the step."""
-    cost = consumption_table(_hand_graph(), prior=0.0)
+    cost = consumption_table(hand_graph(), prior=0.0)
     assert [cost[at] for at in VISITED.values()] == pytest.approx([2.0, 0.5, 0.0])
     chain = consumption_table(_chain_graph(), prior=0.0)
     assert chain[CHAIN_AT[B_LATE]] == pytest.approx(11 / 6)
@@ -208,7 +207,7 @@ def test_a_policy_keeps_the_candidate_of_higher_utility(make):
 
 def test_the_three_are_rows_that_need_the_graph():
     assert {"pspice", "hspice", "hybrid"} <= set(POLICY_NAMES)
-    events = _stream(31, n=400)
+    events = random_batch(31, n=400)
     graph = build_history("a b c d", events, 6.0, 1, partition="g", n_bins=4)
     assert isinstance(policy_options("pspice", graph=graph)["policy"], PSpicePolicy)
     assert isinstance(policy_options("hspice", graph=graph)["policy"], HSpicePolicy)
@@ -226,13 +225,13 @@ def test_the_three_are_rows_that_need_the_graph():
 
 
 def test_cli_evaluates_pspice_hspice_and_hybrid_with_the_history(tmp_path):
-    sketch, key = _built(tmp_path)
+    sketch, key = built_sketch(tmp_path)
     common = [sketch, FIXTURE, "--key-file", key, "--spec", "flights", "--partition", "origin",
               "--budgets", "0.1,0.5", "--burst", "32", "--policies", "pspice,hspice,hybrid"]
-    refused = acep("history", "evaluate", *common)
+    refused = run_acep("history", "evaluate", *common)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "--policies pspice,hspice,hybrid need --history" in refused.stderr
-    r = acep("history", "evaluate", *common, "--history", tmp_path / "h.history")
+    r = run_acep("history", "evaluate", *common, "--history", tmp_path / "h.history")
     assert r.returncode == 0, r.stderr
     rows = [x.split() for x in r.stdout.splitlines()[2:]]
     assert [x[:2] for x in rows] == [[f, p] for f in ("10%", "50%")

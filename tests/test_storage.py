@@ -18,7 +18,7 @@ pa = pytest.importorskip("pyarrow")
 pytest.importorskip("moto.server", reason="needs moto's S3 server (pip install -e '.[test]')")
 
 import pyarrow.parquet as pq  # noqa: E402
-from s3_server import BUCKET  # noqa: E402
+from support.s3_server import BUCKET  # noqa: E402
 
 from acep import storage  # noqa: E402
 from acep.cli import main as acep_main  # noqa: E402
@@ -197,16 +197,8 @@ def test_listing_keeps_the_callers_spelling(s3, tmp_path):
 # --------------------------------------------------------------------------- the trainer
 
 
-@pytest.fixture(scope="module")
-def spark():
-    pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'acep[spark]')")
-    from trainer.spark import session
-
-    return session(cores=2, shuffle_partitions=2)
-
-
 def test_an_archive_in_s3_trains_the_history_trained_from_disk(s3, spark, tmp_path):
-    from test_trainer import archive_from_devices, events
+    from support.trainer import archive_from_devices, events
 
     from trainer.train import train
 
@@ -222,7 +214,7 @@ def test_an_archive_in_s3_trains_the_history_trained_from_disk(s3, spark, tmp_pa
 
 
 def test_event_files_in_s3_train_and_match_as_on_disk(s3, spark, tmp_path):
-    from test_trainer import PATTERN, events, single_process
+    from support.trainer import PATTERN, events, single_process
 
     from trainer.exact import exact_batch
     from trainer.train import train
@@ -246,7 +238,7 @@ def test_event_files_in_s3_train_and_match_as_on_disk(s3, spark, tmp_path):
 
 
 def test_archive_definitions_days_and_refusals_read_in_s3(s3, tmp_path, capsys):
-    from test_trainer_archive import DAY, NEW, OLD, upload
+    from support.trainer import DAY, NEW, OLD, upload
 
     from trainer.cli import main as train_main
     from trainer.sources import SourceError, plan_archive
@@ -277,7 +269,7 @@ def test_archive_definitions_days_and_refusals_read_in_s3(s3, tmp_path, capsys):
 
 def test_credentials_in_a_uri_stay_out_of_the_quarantine_and_the_messages(
         s3, spark, tmp_path, capsys):
-    from test_trainer import events
+    from support.trainer import events
 
     from trainer.cli import main as train_main
 

@@ -27,13 +27,14 @@ from hypothesis import strategies as st
 
 pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'acep[spark]')")
 
-from damaged import corrupt_parquet  # noqa: E402
-from procs import wait_url  # noqa: E402
-from test_history_sketch import _fingerprint  # noqa: E402
+from support.cli import FIXTURE, run_acep  # noqa: E402
+from support.collector import CollectorProcess  # noqa: E402
+from support.damaged import corrupt_parquet  # noqa: E402
+from support.sketches import key_fingerprint  # noqa: E402
+from support.trainer import PATTERN, archive_from_devices, events, single_process
 
 from acep import EventBatch, Matcher  # noqa: E402
 from acep.events import EventSpec, read_all  # noqa: E402
-from acep.matcher import _select as select_matches  # noqa: E402
 from history import Sketch  # noqa: E402
 from history.build import build_history  # noqa: E402
 from history.fit import fit_budgets  # noqa: E402
@@ -42,30 +43,8 @@ from trainer.sources import SourceError, plan_files  # noqa: E402
 from trainer.train import PatternSpec, bins_of, train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PATTERN = PatternSpec("a b+ c", 5.0, 1, ("c.v > a.v",), "p")
 KEY = b"trainer-test-key"
-
-
-@pytest.fixture(scope="module")
-def spark():
-    from trainer.spark import session
-
-    return session(cores=2, shuffle_partitions=4)
-
-
-def events(n: int, seed: int) -> list[dict]:
-    rng = np.random.default_rng(seed)
-    tags = np.cumsum(rng.choice([0, 0, 1, 1, 2, 5], n))
-    return [{"type": str(rng.choice(list("abcd"))), "t": float(t),
-             "p": str(rng.choice(["x", "y", "z"])), "v": float(rng.integers(0, 5))}
-            for t in tags]
-
-
-def single_process(rows: list[dict], pattern: PatternSpec = PATTERN, partition: str = "p",
-                   bins=None) -> HistoryGraph:
-    batch = EventBatch.from_events(rows)
-    return build_history(pattern.text, batch, pattern.window, pattern.k,
-                         where=list(pattern.where), partition=partition, bins=bins).canonical()
+SHUFFLE_PARTITIONS = 4  # for this module's spark session (tests/conftest.py)
 
 
 def write_parquet(rows: list[dict], path: Path, row_group_size: int) -> Path:
@@ -214,24 +193,6 @@ def test_a_first_file_without_a_readable_event_is_refused_naming_why(tmp_path):
 # --------------------------------------------------------------------------- the archive
 
 
-def archive_from_devices(root: Path, streams: dict[str, list[dict]]) -> None:
-    """Upload batches as an agent would, windows overlapping between consecutive batches."""
-    from edge.collector.archive import Archive
-    from edge.wire import PatternRef, batch_from_matches
-
-    ref = PatternRef("abc", PATTERN.text, PATTERN.window, PATTERN.k, PATTERN.where,
-                     PATTERN.partition)
-    archive = Archive(root)
-    for device, rows in streams.items():
-        batch = EventBatch.from_events(rows)
-        found = Matcher(PATTERN.text, PATTERN.window, PATTERN.k, where=list(PATTERN.where),
-                        partition="p").match(batch)
-        half = len(found) // 2
-        for seq, sel in enumerate((np.arange(0, half + 3), np.arange(half - 3, len(found)))):
-            archive.write(batch_from_matches(select_matches(found, sel), batch, device=device,
-                                             seq=seq, pattern=ref, created_at=1.7e9))
-
-
 def archived_events(root: Path) -> list[dict]:
     """The distinct archived events, keyed as the trainer keys them (device/partition)."""
     seen = {}
@@ -363,12 +324,6 @@ def _bundles(matches):
 # --------------------------------------------------------------------------- command line
 
 
-def acep(*args: str, **kw) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "acep.cli", *args], capture_output=True,
-                          text=True, timeout=300, env=env, **kw)
-
-
 def test_cli_trains_writes_and_publishes_a_signed_sketch(tmp_path):
     """``acep train`` in its own process: history file, signed sketch, PUT to a collector
     on loopback, which then serves the same bytes."""
@@ -376,29 +331,24 @@ def test_cli_trains_writes_and_publishes_a_signed_sketch(tmp_path):
     path = tmp_path / "events.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "fleet.key").write_bytes(KEY + b"\n")
-    db = f"sqlite:///{tmp_path / 'c.db'}"
-    serve = [sys.executable, "-m", "edge.collector", "--db", db]
-    token = subprocess.run([*serve, "--add-admin", "ops"], capture_output=True, text=True,
-                           check=True, cwd=ROOT).stdout.strip()
+    (tmp_path / "collector").mkdir()
+    collector = CollectorProcess(tmp_path / "collector", sketch_key=KEY)
+    token = collector.add("ops", "--add-admin")
     (tmp_path / "ops.token").write_text(token + "\n")
-    out = open(tmp_path / "collector.out", "w")
-    proc = subprocess.Popen([*serve, "--archive", str(tmp_path / "archive"), "--port", "0",
-                             "--sketch-key-file", str(tmp_path / "fleet.key")], stdout=out,
-                            stderr=subprocess.DEVNULL, cwd=ROOT)
+    url = collector.start().url
     try:
-        url = wait_url(tmp_path / "collector.out", proc)
-        done = acep("train", str(path), "-p", PATTERN.text, "-w", "5", "-k", "1",
-                    "--where", PATTERN.where[0], "--partition", "p", "--cores", "2",
-                    "-o", str(tmp_path / "h.history"), "--sketch", str(tmp_path / "h.sketch"),
-                    "--key-file", str(tmp_path / "fleet.key"), "--publish", url,
-                    "--token-file", str(tmp_path / "ops.token"), "--pattern-id", "abc",
-                    "--fit", "0.2,0.5", "--burst", "16", "--no-progress")
+        done = run_acep("train", str(path), "-p", PATTERN.text, "-w", "5", "-k", "1",
+                        "--where", PATTERN.where[0], "--partition", "p", "--cores", "2",
+                        "-o", str(tmp_path / "h.history"), "--sketch", str(tmp_path / "h.sketch"),
+                        "--key-file", str(tmp_path / "fleet.key"), "--publish", url,
+                        "--token-file", str(tmp_path / "ops.token"), "--pattern-id", "abc",
+                        "--fit", "0.2,0.5", "--burst", "16", "--no-progress", timeout=300)
         assert done.returncode == 0, done.stderr
         stats = json.loads(done.stdout.strip().splitlines()[-1])
         assert stats["events"] == len(rows) and stats["published"]["pattern_id"] == "abc"
         assert stats["published"]["checked"] == 0  # no device uploaded "abc": nothing to check
         # the key's fingerprint, as the collector and the devices report it
-        assert stats["sketch_key_id"] == stats["published"]["key_id"] == _fingerprint(KEY)
+        assert stats["sketch_key_id"] == stats["published"]["key_id"] == key_fingerprint(KEY)
         graph = HistoryGraph.load(tmp_path / "h.history")
         assert graph.to_bytes() == single_process(rows).to_bytes()
         written = msgpack.unpackb((tmp_path / "h.history").read_bytes())
@@ -408,14 +358,14 @@ def test_cli_trains_writes_and_publishes_a_signed_sketch(tmp_path):
                                      [0.2, 0.5], partition="p", burst=16)
         assert sketch == fitted.to_bytes(KEY) and stats["fit"]["bundles"] == report["bundles"]
         assert done.stderr.count(" reserves (training bundle recall ") == 2
-        one = acep("history", "build", str(path), "-p", PATTERN.text, "-w", "5", "-k", "1",
-                   "--where", PATTERN.where[0], "--partition", "p", "-o",
-                   str(tmp_path / "one.history"), "--sketch", str(tmp_path / "one.sketch"),
-                   "--key-file", str(tmp_path / "fleet.key"), "--fit", "0.2,0.5",
-                   "--burst", "16")
+        one = run_acep("history", "build", str(path), "-p", PATTERN.text, "-w", "5", "-k", "1",
+                       "--where", PATTERN.where[0], "--partition", "p", "-o",
+                       str(tmp_path / "one.history"), "--sketch", str(tmp_path / "one.sketch"),
+                       "--key-file", str(tmp_path / "fleet.key"), "--fit", "0.2,0.5",
+                       "--burst", "16", timeout=300)
         assert one.returncode == 0, one.stderr  # one process: the same files, byte for byte
         assert one.stderr.splitlines()[-1] == (
-            f"acep: sketch signed with key {_fingerprint(KEY)}, {stats['sketch_bytes']:,} "
+            f"acep: sketch signed with key {key_fingerprint(KEY)}, {stats['sketch_bytes']:,} "
             f"bytes -> {tmp_path / 'one.sketch'}")
         assert (tmp_path / "one.sketch").read_bytes() == sketch
         assert (tmp_path / "one.history").read_bytes() == (tmp_path / "h.history").read_bytes()
@@ -423,11 +373,7 @@ def test_cli_trains_writes_and_publishes_a_signed_sketch(tmp_path):
                                      headers={"Authorization": f"Bearer {token}"})
         assert urllib.request.urlopen(req, timeout=10).read() == sketch
     finally:
-        proc.terminate()
-        proc.wait(30)
-        out.close()
-
-
+        collector.stop()
 
 
 @pytest.mark.parametrize("args, message", [
@@ -461,7 +407,7 @@ def test_cli_trains_writes_and_publishes_a_signed_sketch(tmp_path):
 ])
 def test_cli_refuses_bad_usage_with_one_clear_line(tmp_path, args, message):
     (tmp_path / "x.jsonl").write_text('{"type": "a", "t": 1}\n')
-    done = acep("train", *args, "--no-progress", cwd=tmp_path)
+    done = run_acep("train", *args, "--no-progress", cwd=tmp_path, timeout=300)
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr
 
@@ -534,10 +480,10 @@ def test_a_sketch_over_what_an_agent_takes_is_trained_with_a_warning(tmp_path):
     acep train says so as acep history build does (it wrote it silently)."""
     (tmp_path / "fleet.key").write_bytes(KEY + b"\n")
     sketch = tmp_path / "big.sketch"
-    done = acep("train", str(ROOT / "tests" / "data" / "flights-2000.parquet"), "--spec",
-                "flights", "--partition", "origin", "-p", "ontime late verylate late ontime late",
-                "-w", "6h", "-k", "4", "--bins", "64", "--sketch", str(sketch), "--key-file",
-                str(tmp_path / "fleet.key"), "--cores", "1", "--no-progress")
+    done = run_acep("train", FIXTURE, "--spec", "flights", "--partition", "origin",
+                    "-p", "ontime late verylate late ontime late", "-w", "6h", "-k", "4",
+                    "--bins", "64", "--sketch", str(sketch), "--key-file",
+                    str(tmp_path / "fleet.key"), "--cores", "1", "--no-progress", timeout=300)
     assert done.returncode == 0, done.stderr
     size = sketch.stat().st_size
     assert size > 1 << 20 and json.loads(done.stdout.splitlines()[-1])["sketch_bytes"] == size

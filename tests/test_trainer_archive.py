@@ -8,13 +8,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'acep[spark]')")
+
+from support.trainer import DAY, NEW, OLD, upload
 
 from edge.collector.archive import Archive  # noqa: E402
 from edge.wire import PatternRef  # noqa: E402
@@ -30,33 +31,6 @@ from trainer.sources import (  # noqa: E402
     task_groups,
 )
 from trainer.train import train  # noqa: E402
-
-OLD = PatternRef("abc", "a b c", 4.0, 1, (), None)
-NEW = PatternRef("abc", "a c", 4.0, 0, (), None)
-DAY = 86400.0
-
-
-@pytest.fixture(scope="module")
-def spark():
-    from trainer.spark import session
-
-    return session(cores=2, shuffle_partitions=2)
-
-
-def upload(root: Path, device: str, seq: int, ref: PatternRef, created_at: float,
-           positions, rng, types=None, values=None) -> None:
-    """Write the archive file of one batch, as the collector does (random events unless
-    ``types`` and ``values`` are given)."""
-    positions = np.asarray(positions, np.int64)
-    n = len(positions)
-    types = rng.integers(0, 3, n) if types is None else types
-    values = rng.integers(0, 5, n) if values is None else values
-    Archive(root).write(SimpleNamespace(
-        event_position=positions, type_names=["a", "b", "c"],
-        event_type=np.asarray(types, np.int32), event_tag=positions.astype(float),
-        columns={"v": np.asarray(values, float)},
-        pattern=ref, created_at=created_at, device=device, seq=seq, batch_id=f"{device}/{seq}",
-        tag_is_time=False))
 
 
 @pytest.fixture()
@@ -185,7 +159,7 @@ def test_damaged_archive_files_are_named_and_skipped_with_skip_bad_files(spark, 
     bytes, cut short, text), stops the job in one line naming it and --skip-bad-files;
     with it the job runs on the rest. Before, --skip-bad-files still refused such a file,
     and one whose data is corrupt when it came first (the file that gives the columns)."""
-    from damaged import corrupt_parquet
+    from support.damaged import corrupt_parquet
 
     monkeypatch.chdir(tmp_path)
     rng = np.random.default_rng(3)

@@ -49,17 +49,6 @@ SHAPES = {
 CROSSING: dict[str, int] = {}  # shape -> matches crossing a chunk edge in its examples
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from trainer.spark import session
-
-    s = session(cores=2, shuffle_partitions=2)
-    before = s.conf.get("spark.sql.shuffle.partitions")
-    s.conf.set("spark.sql.shuffle.partitions", "2")  # few tasks: tiny inputs, ~0.1 s a task
-    yield s
-    s.conf.set("spark.sql.shuffle.partitions", before)
-
-
 # --------------------------------------------------------------------------- helpers
 
 
@@ -328,7 +317,7 @@ def test_command_line(spark, tmp_path, capsys):
 
 
 def test_an_unreadable_file_fails_the_job_unless_skipped(spark, tmp_path, capsys):
-    from damaged import corrupt_parquet
+    from support.damaged import corrupt_parquet
 
     rows = [{"type": "abc"[i % 3], "t": i // 2, "p": i % 2, "v": i % 5} for i in range(30)]
     (tmp_path / "in").mkdir()

@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'acep[spark]')")
 
-from procs import alive, descendants  # noqa: E402
+from support.procs import alive, descendants  # noqa: E402
 
 from trainer.cli import main as train_main  # noqa: E402
 from trainer.exact import main as exact_main  # noqa: E402

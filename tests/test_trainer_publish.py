@@ -10,8 +10,6 @@ import functools
 import http.server
 import json
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -21,8 +19,8 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the trainer needs PySpark (pip install 'acep[spark]')")
 
-from links import Serving  # noqa: E402
-from procs import wait_url  # noqa: E402
+from support.collector import CollectorProcess  # noqa: E402
+from support.links import Serving  # noqa: E402
 
 import acep  # noqa: E402
 from acep import EventBatch  # noqa: E402
@@ -38,36 +36,21 @@ DEPLOYED = PatternRef("abc", "a b c", 4.0, 1, (), None)  # what the device runs
 
 
 @pytest.fixture(scope="module")
-def spark():
-    from trainer.spark import session
-
-    return session(cores=2, shuffle_partitions=2)
-
-
-@pytest.fixture(scope="module")
 def collector(tmp_path_factory):
     """A collector on loopback with an admin and a device, which uploaded a batch of
     pattern 'abc' (so a sketch of another definition is refused)."""
     work = tmp_path_factory.mktemp("collector")
     (work / "fleet.key").write_bytes(KEY + b"\n")
-    serve = [sys.executable, "-m", "edge.collector", "--db", f"sqlite:///{work / 'c.db'}"]
+    server = CollectorProcess(work, sketch_key=KEY)
     for role, name in (("--add-admin", "ops"), ("--add-device", "pi-1")):
-        token = subprocess.run([*serve, role, name], capture_output=True, text=True,
-                               check=True, cwd=ROOT).stdout.strip()
-        (work / f"{name}.token").write_text(token + "\n")
+        (work / f"{name}.token").write_text(server.add(name, role) + "\n")
     (work / "wrong.token").write_text("not-a-token-it-knows\n")
-    out = open(work / "collector.out", "w")
-    proc = subprocess.Popen([*serve, "--archive", str(work / "archive"), "--port", "0",
-                             "--sketch-key-file", str(work / "fleet.key")], stdout=out,
-                            stderr=subprocess.DEVNULL, cwd=ROOT)
+    url = server.start().url
     try:
-        url = wait_url(work / "collector.out", proc)
         _upload(url, (work / "pi-1.token").read_text().strip())
         yield url, work
     finally:
-        proc.terminate()
-        proc.wait(30)
-        out.close()
+        server.stop()
 
 
 def _rows(n: int = 120) -> list[dict]:

@@ -1,9 +1,7 @@
-"""Processes the tests start: their descendants, whether one still runs, and the URL a
-collector prints when it listens."""
+"""Processes the tests start: their descendants and whether one still runs."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 
@@ -27,16 +25,3 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def wait_url(out: Path, proc) -> str:
-    """The URL in the first line of a collector's standard output ``out`` (its ``listening
-    on http://...``), once it is there; fails when ``proc`` exits or a minute passes."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "the collector exited"
-        text = out.read_text()
-        if "listening on http://" in text:
-            return text.splitlines()[0].strip().rsplit(" ", 1)[1]
-        time.sleep(0.05)
-    raise AssertionError("the collector did not start")

@@ -222,3 +222,10 @@ class Serving(_Loopback, ThreadingHTTPServer):
         if running and exc[0] is None:
             raise AssertionError(f"{self.url}: {running} request handler(s) still running "
                                  f"{self.LINGER} s after the test")
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (it was free a moment ago)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

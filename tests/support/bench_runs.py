@@ -7,9 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from bench import data
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -27,3 +29,18 @@ def run_quick(name: str, out: Path, timeout: float, *options: str, offline: bool
                            *options],
                           cwd=ROOT, env=env, check=check, timeout=timeout,
                           capture_output=True, text=True)
+
+
+def tiny_flights(path: Path, drop: str | None = None) -> Path:
+    """A few thousand rows shaped like flights-3m.parquet (without the column ``drop``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 3000
+    table = pa.table({"date": pa.array(np.arange(n) * 60_000_000, pa.timestamp("us")),
+                      "delay": pa.array(np.arange(n) % 90 - 10, pa.int64()),
+                      "distance": pa.array(np.full(n, 500), pa.int64()),
+                      "origin": pa.array(["ATL", "ORD", "SFO"] * (n // 3), pa.large_string()),
+                      "destination": pa.array(["LAX"] * n, pa.large_string())})
+    pq.write_table(table.drop([drop]) if drop else table, path)
+    return path
