@@ -29,7 +29,7 @@ Predicates are evaluated with the engine's own evaluator (``acep.nfab.evaluate``
 numbers, NaN, strings and division behave the same. :func:`plan` returns None for a query
 outside this class, and :func:`check_partition` raises :class:`Fallback` for windows it
 does not handle (tags that go back, a predicate that raises, e.g. a missing attribute);
-the caller then runs the general path. ``tests/test_edge_fastcheck.py`` checks it against
+the caller then runs the general path. ``tests/edge/test_edge_fastcheck.py`` checks it against
 the general path on many random windows.
 """
 

@@ -1,9 +1,9 @@
 """Test peers on loopback: a thin link, a TCP relay that passes a client's bytes on at a
-set rate, and the answers' a few at a time if asked (tests/test_edge_collector.py,
-tests/test_edge_uplink.py); an HTTPS proxy that tunnels (CONNECT), its answer a few bytes
-at a time if asked (tests/test_edge_tls.py); and an HTTP server that ends with its test
-(``Serving``: tests/test_edge_uplink.py, tests/test_edge_agent.py,
-tests/test_edge_agent_threads.py, tests/test_trainer_publish.py)."""
+set rate, and the answers' a few at a time if asked (tests/edge/test_edge_collector.py,
+tests/edge/test_edge_uplink.py); an HTTPS proxy that tunnels (CONNECT), its answer a few bytes
+at a time if asked (tests/edge/test_edge_tls.py); and an HTTP server that ends with its test
+(``Serving``: tests/edge/test_edge_uplink.py, tests/edge/test_edge_agent.py,
+tests/edge/test_edge_agent_threads.py, tests/trainer/test_trainer_publish.py)."""
 
 from __future__ import annotations
 

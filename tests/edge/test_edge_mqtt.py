@@ -39,7 +39,7 @@ MOSQUITTO = shutil.which("mosquitto") or next(
     None)
 PATTERN = {"id": "abc", "text": "a b c", "window": 5.0, "k": 1, "partition": "id"}
 TOPIC = "sensors/dev-m/events"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextlib.contextmanager
@@ -341,7 +341,7 @@ def test_once_reads_what_the_broker_holds_then_ends(tmp_path, broker):
 def test_the_example_mqtt_source_parses(tmp_path):
     """examples/agent.toml's commented [source] for MQTT, uncommented in place of its own
     (without the TLS files and the password file, which must exist)."""
-    example = Path(__file__).resolve().parent.parent / "examples" / "agent.toml"
+    example = Path(__file__).resolve().parents[2] / "examples" / "agent.toml"
     text = example.read_text()
     block = text[text.index("# [source]\n# kind = \"mqtt\""):]
     block = block[:block.index("\n\n")]
@@ -357,7 +357,7 @@ def test_the_example_mqtt_source_parses(tmp_path):
 
 
 def test_the_documented_mqtt_source_parses(tmp_path):
-    text = (Path(__file__).resolve().parent.parent / "docs" / "OPERATIONS.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "OPERATIONS.md").read_text()
     block = re.search(r"```toml\n(\[source\]\nkind = \"mqtt\".*?)```", text, re.S).group(1)
     (tmp_path / "mqtt.password").write_text("secret\n")
     doc = {**config(tmp_path, 1883), **tomllib.loads(block)}

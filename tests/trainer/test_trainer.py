@@ -42,7 +42,7 @@ from history.graph import VERSION, HistoryGraph  # noqa: E402
 from trainer.sources import SourceError, plan_files  # noqa: E402
 from trainer.train import PatternSpec, bins_of, train  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEY = b"trainer-test-key"
 SHUFFLE_PARTITIONS = 4  # for this module's spark session (tests/conftest.py)
 
@@ -470,8 +470,8 @@ def test_a_local_session_takes_the_cores_the_process_may_use():
     code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
             "from trainer.spark import local_master; print(local_master(), local_master(3))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True, cwd=Path(__file__).parents[1],
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+                          check=True, cwd=Path(__file__).parents[2],
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
     assert done.stdout.split() == ["local[1]", "local[3]"]
 
 

@@ -410,7 +410,7 @@ def test_serve_on_a_device_install_says_which_extra_to_install():
             "from acep.cli import main\n"
             "sys.exit(main(['serve', '--help']))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                       cwd=Path(__file__).resolve().parents[1])
+                       cwd=Path(__file__).resolve().parents[2])
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "needs 'aiohttp'" in r.stderr and 'pip install "acep[server]"' in r.stderr
 

@@ -1,6 +1,6 @@
 """Differential fuzzing of the exact engines (acep.nfab: runs, shared buffer, postponing)
 against the brute-force oracle (tests/support/exact_oracle.py), on inputs wider than
-tests/test_exact_oracle.py's ``cases``: up to four positive components and two negations,
+tests/acep/test_exact_oracle.py's ``cases``: up to four positive components and two negations,
 text attributes compared with text and numbers, numbers that are NaN or integers beyond
 2**53, partition keys of mixed kinds (7, 7.0, "7"), equal tags and float tags, windows at
 (and one ulp beside) the gaps between events, RETURN values, missing attributes and tags

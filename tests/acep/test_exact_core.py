@@ -3,7 +3,7 @@ the pure-Python engine (acep.nfab.shared, the reference) and the brute-force ora
 (tests/exact_oracle.py), on random queries and streams: every strategy, Kleene components,
 aggregates, arithmetic, negation, partitions of mixed kinds; text and bad events fall back.
 
-Self-contained (the query and stream strategies follow tests/test_exact_fuzz.py).
+Self-contained (the query and stream strategies follow tests/acep/test_exact_fuzz.py).
 """
 
 from __future__ import annotations
@@ -327,7 +327,7 @@ def test_the_core_source_runs_without_cython():
                    "WITHIN 5", engine="shared", core="python")
         print(e.run(ev)[0].positions, e.core)
     """)
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=env, timeout=120)
     assert r.returncode == 0, r.stderr

@@ -11,7 +11,7 @@ from support.cli import run_acep
 
 import acep
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_backend_is_compiled_where_ci_requires_it():

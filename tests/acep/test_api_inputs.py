@@ -41,7 +41,7 @@ from acep.shedding import (
     check_buckets,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ["compiled", "python"] if backend() == "compiled" else ["python"]
 EVENTS = [{"type": "a", "t": 1.0, "x": 1.0}, {"type": "b", "t": 2.0, "x": 2.0},
           {"type": "c", "t": 3.0, "x": 3.0}]

@@ -1,5 +1,5 @@
 """Differential fuzzing of the ACEP engine against the brute-force oracle (tests/support/oracle.py),
-on inputs wider than tests/test_engine_properties.py draws: four pattern types and a type of
+on inputs wider than tests/acep/test_engine_properties.py draws: four pattern types and a type of
 no pattern, up to 16 events, equal tags and float tags whose differences round, windows at
 (and one ulp beside) the gaps between events, up to three errors, partition keys of mixed
 kinds (7, 7.0, "7", ids beyond 2**53) with tags that go back across partitions, and bad

@@ -23,7 +23,7 @@ from support.procs import alive, descendants
 pytest.importorskip("pyspark", reason="the demo needs PySpark (pip install 'acep[demo]')")
 pytest.importorskip("aiohttp", reason="the demo's collector needs aiohttp")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
     str(ROOT), os.environ.get("PYTHONPATH")]))}
 

@@ -753,7 +753,7 @@ def test_missing_attribute_read_by_return_or_negation_or_equivalence():
 
 
 def test_integers_beyond_2_53_stay_exact():
-    """EXACT.md 1 and 3.2 (found by tests/test_exact_fuzz.py: the oracle made every int a
+    """EXACT.md 1 and 3.2 (found by tests/acep/test_exact_fuzz.py: the oracle made every int a
     float, so it put two ids that one double rounds to one value in one partition)."""
     big = 2**53
     query = q(one("A", "a"), one("B", "b"), where=[equiv("k")])

@@ -200,7 +200,7 @@ def test_the_trainer_phases_diagnostic_refuses_bad_arguments_before_spark(tmp_pa
     flights.write_bytes(b"PAR1")
     argv = [a.format(data=flights) for a in argv]
     done = subprocess.run([sys.executable, "-m", "bench.trainer.phases", *argv],
-                          cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2 and said in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 2

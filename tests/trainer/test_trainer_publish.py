@@ -30,7 +30,7 @@ from history.sketch import Sketch  # noqa: E402
 from trainer.cli import main as train_main  # noqa: E402
 from trainer.publish import publish_sketch  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEY = b"publish-test-key"
 DEPLOYED = PatternRef("abc", "a b c", 4.0, 1, (), None)  # what the device runs
 

@@ -17,7 +17,7 @@ from support.cli import run_acep
 from acep.events import Event, EventError, EventSpec, read_all
 from acep.nfab import ENGINES, Engine, ExactMatch, MatchGroup, QueryError, group_by_end, match
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 Q1, Q2, Q3 = (EXAMPLES / f"{name}.sase" for name in
               ("query1_shoplifting", "query2_contamination", "query3_stock"))
 E1, E2, E3 = (q.with_suffix(".jsonl") for q in (Q1, Q2, Q3))

@@ -31,7 +31,7 @@ from acep.events import (
     read_events,
 )
 
-FIXTURE = Path(__file__).parent / "data" / "flights-2000.parquet"  # first 2000 flights
+FIXTURE = Path(__file__).parents[1] / "data" / "flights-2000.parquet"  # first 2000 flights
 FORMATS = ["jsonl", "csv", "parquet", "msgpack"]
 
 

@@ -168,7 +168,7 @@ def test_a_device_without_orjson_reads_json_lines(tmp_path):
 
 
 def test_the_test_extra_runs_the_orjson_path():
-    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     extras = project["project"]["optional-dependencies"]
     assert [d for d in extras["test"] if d.startswith("orjson")] == extras["fast"]
 

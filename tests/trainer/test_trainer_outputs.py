@@ -27,7 +27,7 @@ from trainer.exact import main as exact_main  # noqa: E402
 from trainer.outputs import absolute, remove_abandoned, replacing  # noqa: E402
 from trainer.spark import run_command  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUERY = "PATTERN SEQ(a x, b y) WHERE skip_till_any_match(x, y) { x.v <= y.v } WITHIN 3"
 
 

@@ -1,6 +1,6 @@
 """The archive benchmark in quick mode: the embedded flights sample, the real agent's
 batches, the collector's ingest and compaction, the trainer's planning and reads (no Spark
-in quick mode; tests/test_trainer_archive.py trains on a compacted archive)."""
+in quick mode; tests/trainer/test_trainer_archive.py trains on a compacted archive)."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ from edge.agent.uplink import Uplink, retry_after
 from edge.agent.uploader import Uploader
 from edge.wire import decode_batch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def outbox_matches(db_path) -> tuple[list[str], list[tuple]]:

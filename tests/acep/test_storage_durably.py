@@ -41,7 +41,7 @@ def test_a_writer_killed_midway_leaves_the_old_file_and_a_hidden_temporary(tmp_p
     code = ("import sys, time\nfrom acep import storage\n"
             "with storage.durably(sys.argv[1]) as tmp, open(tmp, 'wb') as f:\n"
             "    f.write(b'x' * 65536); f.flush(); print('writing', flush=True); time.sleep(60)\n")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
     proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE,
                             env=env)
     try:

@@ -1,7 +1,7 @@
 """The collector over months, as an operator runs it: backups of a database in use, a
 damaged or mistaken database file, a restore from a backup and the archive files the
 database then does not know, a move to another path. Real collectors on loopback, real
-SQLite files and Parquet archives (the helpers of tests/test_edge_collector.py)."""
+SQLite files and Parquet archives (the helpers of tests/edge/test_edge_collector.py)."""
 
 from __future__ import annotations
 

@@ -213,7 +213,7 @@ def test_workloads_option_selects_a_subset():
     assert [w.name for w in run.selected(args)] == ["delay-wave", "sensors"]
     assert run.selected(run.parse_args([])) == list(WORKLOADS)
     assert "--workloads sensors,delay-wave" in run.command(args)
-    with pytest.raises(SystemExit):  # tests/test_bench_common.py checks the message
+    with pytest.raises(SystemExit):  # tests/bench/test_bench_common.py checks the message
         run.parse_args(["--workloads", "nope"])
 
 

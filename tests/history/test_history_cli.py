@@ -17,7 +17,7 @@ from support.sketches import key_fingerprint, old_writer
 from acep.cli import main
 from history.sketch import Sketch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_inspect_prints_size_top_vectors_and_writes_a_plot(tmp_path, capsys):

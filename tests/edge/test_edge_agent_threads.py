@@ -4,7 +4,7 @@ heartbeats to the uploader). Before, one exception they did not expect ended the
 the agent went on for days without new sketches, or without metrics and heartbeats.
 
 Real threads throughout: the real collector and agent as processes on loopback
-(tests/test_edge_e2e.py), with a peer on the collector's port that answers what no collector
+(tests/edge/test_edge_e2e.py), with a peer on the collector's port that answers what no collector
 would (a body cut short, a service that does not speak HTTP); and agents in this process
 whose outbox read or sketch check fails as a bug would."""
 
