@@ -42,14 +42,16 @@ from acep.nfab.ast import (
 from acep.nfab.core import core_module, core_name
 
 BIG = 2**53
-SETTINGS = settings(max_examples=150, deadline=None,
+SETTINGS = settings(max_examples=80, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 XS = [0, 1, 2, 3, 0, 1, 2, 3, 1.5, -1, math.nan, True]
 WIDE_XS = XS + [BIG, BIG + 1]
 SS = ["p", "q", "p", 1]
 KS = [0, 1, 7, 7.0, "7", BIG, BIG + 1, math.nan]
 STEPS = [0, 0, 1, 1, 2, 0.1, 0.25]
-COMPILED = core_name(core_module("auto"))
+# the compiled core where it is built, else its source run as Python (the same file)
+AUTO = core_name(core_module("auto"))
+COMPILED = "compiled" if AUTO == "compiled" else "python"
 
 
 def r(var, attr):
@@ -254,10 +256,10 @@ def test_compiled_core_equals_the_reference_engine_and_the_oracle(case):
     _agree(query, events)
     eng = Engine(query, engine="shared")
     eng.run(events)
-    assert eng.core == COMPILED  # no text, no bad event: the core ran
+    assert eng.core == AUTO  # no text, no bad event: the core ran where it is built
 
 
-@settings(SETTINGS, max_examples=60)
+@settings(SETTINGS, max_examples=40)
 @given(cases())
 def test_the_core_run_as_python_gives_the_same_results(case):
     query, events = case
