@@ -159,6 +159,3 @@ def _not_an_outbox(path: str) -> str | None:
         return str(exc)
     return None if found else "no table 'pending'"
 
-
-if __name__ == "__main__":
-    sys.exit(main())

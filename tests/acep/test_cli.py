@@ -457,7 +457,7 @@ def test_outbox_shows_what_is_stuck_and_lists_exports_requeues_and_discards(tmp_
         "oldest": {"batch_id": "pi-1/8", "created": 1100.0, "attempts": 1,
                    "last_error": "cannot reach the collector: connection refused"},
         "next_due": due, "dead": 1, "dead_bytes": 4}
-    same = subprocess.run([sys.executable, "-m", "edge.agent.outbox_cli", str(path), "status"],
+    same = subprocess.run([sys.executable, "-m", "acep", "outbox", str(path), "status"],
                           capture_output=True, text=True, timeout=60)
     assert (same.returncode, same.stdout, same.stderr) == (0, status.stdout, "")
     listed = run_acep("outbox", path, "list")

@@ -333,7 +333,7 @@ def test_cli_lists_exports_requeues_and_discards_dead_letters(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
 
     def cli(*args):
-        out = subprocess.run([sys.executable, "-m", "edge.agent.outbox_cli", str(path), *args],
+        out = subprocess.run([sys.executable, "-m", "acep", "outbox", str(path), *args],
                              capture_output=True, text=True, env=env, timeout=60)
         assert out.returncode == 0, out.stderr
         return out.stdout
@@ -349,7 +349,7 @@ def test_cli_lists_exports_requeues_and_discards_dead_letters(tmp_path):
         box.reject("pi-1/7", "HTTP 400")
     assert "discarded 1" in cli("discard", "--all")
     assert cli("list") == ""
-    missing = subprocess.run([sys.executable, "-m", "edge.agent.outbox_cli",
+    missing = subprocess.run([sys.executable, "-m", "acep", "outbox",
                               str(tmp_path / "no.db"), "list"],
                              capture_output=True, text=True, env=env, timeout=60)
     assert missing.returncode == 2 and "no such outbox" in missing.stderr
@@ -358,7 +358,7 @@ def test_cli_lists_exports_requeues_and_discards_dead_letters(tmp_path):
 
 def _outbox_cli(path, *args):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    return subprocess.run([sys.executable, "-m", "edge.agent.outbox_cli", str(path), *args],
+    return subprocess.run([sys.executable, "-m", "acep", "outbox", str(path), *args],
                           capture_output=True, text=True, env=env, timeout=60)
 
 
