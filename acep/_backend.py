@@ -24,16 +24,20 @@ class UnknownKernel(ValueError):
     """``ACEP_KERNEL`` or ``backend`` names no kernel."""
 
 
-def pure_kernel() -> ModuleType:
-    """The kernel module run as plain Python from its source file."""
-    module = sys.modules.get(_PURE_NAME)
+def source_module(path: Path, name: str) -> ModuleType:
+    """The Cython pure-Python mode module at ``path`` run as plain Python, as ``name``."""
+    module = sys.modules.get(name)
     if module is None:
-        path = Path(__file__).with_name("_kernel.py")
-        spec = importlib.util.spec_from_file_location(_PURE_NAME, path)
+        spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules[_PURE_NAME] = module
+        sys.modules[name] = module
         spec.loader.exec_module(module)
     return module
+
+
+def pure_kernel() -> ModuleType:
+    """The kernel module run as plain Python from its source file."""
+    return source_module(Path(__file__).with_name("_kernel.py"), _PURE_NAME)
 
 
 def kernel(name: str | None = None) -> ModuleType:

@@ -10,15 +10,14 @@ events outside the core's class give :class:`Unsupported` or None: the caller th
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from itertools import repeat
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 
+from .._backend import source_module
 from ..events import EXACT_INT, Event
 from .ast import Agg, BinOp, Call, Const, Equiv, Len, Ref, Strategy, UnaryOp
 from .codegen import BEGIN, CLOSE, COUNT, FIRST, MAX, MIN, SUM, TAKE, _Resolver
@@ -44,14 +43,7 @@ class Unsupported(ValueError):
 
 def pure_core() -> ModuleType:
     """The core module run as plain Python from its source file."""
-    module = sys.modules.get(_PURE_NAME)
-    if module is None:
-        path = Path(__file__).with_name("_core.py")
-        spec = importlib.util.spec_from_file_location(_PURE_NAME, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[_PURE_NAME] = module
-        spec.loader.exec_module(module)
-    return module
+    return source_module(Path(__file__).with_name("_core.py"), _PURE_NAME)
 
 
 CORES = ("auto", "compiled", "python", "off")

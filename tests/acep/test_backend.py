@@ -1,13 +1,11 @@
 """The compiled kernel and its pure-Python fallback: one behaviour, reported by backend()."""
 
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from support.cli import run_acep
+from support.cli import run_acep, run_without_cython
 
 import acep
 
@@ -23,12 +21,6 @@ def test_backend_is_compiled_where_ci_requires_it():
 def test_fallback_runs_without_cython_installed():
     """A device without Cython: the kernel source runs with the shim, same matches."""
     code = textwrap.dedent("""
-        import sys
-        class NoCython:
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in ("cython", "Cython"):
-                    raise ImportError("no Cython on this device")
-        sys.meta_path.insert(0, NoCython())
         import acep
         from acep.matcher import Matcher, best_per_point
         s = "a1 e2 e3 b4 c5 e6 a7 e8 e9 c10 d11 a12 e13 b14 d15".split()
@@ -36,9 +28,7 @@ def test_fallback_runs_without_cython_installed():
         m = Matcher("a (b|c) d b", 5, 2, backend="python")
         print(acep.backend(), sorted(best_per_point(m.match(ev)).items()))
     """)
-    env = dict(os.environ, ACEP_KERNEL="python", PYTHONPATH=str(ROOT))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=60)
+    r = run_without_cython(code, env={"ACEP_KERNEL": "python"}, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("python ")
     from acep.matcher import Matcher, best_per_point

@@ -1,40 +1,34 @@
 """The compiled core of the shared-buffer engine (acep.nfab.core, acep/nfab/_core.py) against
 the pure-Python engine (acep.nfab.shared, the reference) and the brute-force oracle
-(tests/exact_oracle.py), on random queries and streams: every strategy, Kleene components,
+(tests/support/exact_oracle.py), on random queries and streams: every strategy, Kleene components,
 aggregates, arithmetic, negation, partitions of mixed kinds; text and bad events fall back.
 
-Self-contained (the query and stream strategies follow tests/acep/test_exact_fuzz.py).
+The query and stream strategies follow tests/acep/test_exact_fuzz.py's, with the core's
+predicates (arithmetic) and, with ``wide``, what it leaves to the reference engine.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from support.cli import run_without_cython
+from support.exact import draw_positive, first, it, last, op, pre, prev, r, whole
 from support.exact_oracle import oracle
 
 from acep.events import Event, EventError
 from acep.nfab import Engine
 from acep.nfab.ast import (
-    Agg,
-    BinOp,
     Call,
     Component,
-    Const,
     Equiv,
-    Index,
     Kind,
     Len,
     Query,
-    Range,
-    Ref,
     ReturnItem,
     Strategy,
     UnaryOp,
@@ -52,43 +46,6 @@ STEPS = [0, 0, 1, 1, 2, 0.1, 0.25]
 # the compiled core where it is built, else its source run as Python (the same file)
 AUTO = core_name(core_module("auto"))
 COMPILED = "compiled" if AUTO == "compiled" else "python"
-
-
-def r(var, attr):
-    return Ref(var, Index.NONE, attr)
-
-
-def first(var, attr):
-    return Ref(var, Index.FIRST, attr)
-
-
-def it(var, attr):
-    return Ref(var, Index.I, attr)
-
-
-def prev(var, attr):
-    return Ref(var, Index.PREV, attr)
-
-
-def last(var, attr):
-    return Ref(var, Index.LAST, attr)
-
-
-def pre(func, var, attr=None):
-    return Agg(func, var, Range.PREFIX, attr)
-
-
-def whole(func, var, attr=None):
-    return Agg(func, var, Range.ALL, attr)
-
-
-def lit(value):
-    return value if isinstance(value, (Ref, Agg, Len, BinOp, UnaryOp, Call, Const)) \
-        else Const(value)
-
-
-def op(o, left, right):
-    return BinOp(o, lit(left), lit(right))
 
 
 # ------------------------------------------------------------------ queries and streams
@@ -132,12 +89,7 @@ def _kleene_menu(v: str, earlier: list[Component], wide: bool) -> list:
 
 @st.composite
 def queries(draw, wide: bool = False):
-    n = draw(st.sampled_from([1, 2, 2, 2, 3, 3, 4]))
-    kinds = [draw(st.sampled_from([Kind.ONE, Kind.ONE, Kind.PLUS])) for _ in range(n)]
-    if kinds.count(Kind.PLUS) > 2:
-        kinds = [Kind.ONE if i else kinds[0] for i in range(n)]
-    positive = [Component(kind, draw(st.sampled_from("ABC")), f"p{j}")
-                for j, kind in enumerate(kinds)]
+    positive = draw_positive(draw)
     menu = []
     for j, comp in enumerate(positive):
         maker = _kleene_menu if comp.kind is Kind.PLUS else _singleton_menu
@@ -316,12 +268,6 @@ def test_what_the_core_leaves_to_the_reference_engine():
 def test_the_core_source_runs_without_cython():
     """A device without Cython: the core's source runs with the shim, same match."""
     code = textwrap.dedent("""
-        import sys
-        class NoCython:
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in ("cython", "Cython"):
-                    raise ImportError("no Cython on this device")
-        sys.meta_path.insert(0, NoCython())
         from acep.events import Event
         from acep.nfab import Engine
         ev = [Event("A", 1, {"x": 1}), Event("B", 2, {"x": 2})]
@@ -329,8 +275,6 @@ def test_the_core_source_runs_without_cython():
                    "WITHIN 5", engine="shared", core="python")
         print(e.run(ev)[0].positions, e.core)
     """)
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env=env, timeout=120)
+    r = run_without_cython(code)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["((0,),", "(1,))", "python"]

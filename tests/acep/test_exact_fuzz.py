@@ -17,7 +17,7 @@ import math
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from support.exact import equiv, first, it, last, neg, op, pre, prev, r, whole
+from support.exact import draw_positive, equiv, first, it, last, neg, op, pre, prev, r, whole
 from support.exact_oracle import oracle
 
 from acep.events import Event, EventError
@@ -63,12 +63,7 @@ def _kleene_menu(v: str, earlier: list[Component]) -> list:
 
 @st.composite
 def queries(draw, sizes=(1, 2, 2, 2, 3, 3, 4)):
-    n = draw(st.sampled_from(sizes))
-    kinds = [draw(st.sampled_from([Kind.ONE, Kind.ONE, Kind.PLUS])) for _ in range(n)]
-    if kinds.count(Kind.PLUS) > 2:
-        kinds = [Kind.ONE if i else kinds[0] for i in range(n)]
-    positive = [Component(kind, draw(st.sampled_from("ABC")), f"p{j}")
-                for j, kind in enumerate(kinds)]
+    positive = draw_positive(draw, sizes)
     menu = []
     for j, comp in enumerate(positive):
         maker = _kleene_menu if comp.kind is Kind.PLUS else _singleton_menu

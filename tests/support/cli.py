@@ -25,3 +25,21 @@ def run_acep(*args, stdin: str | None = None, env: dict | None = None, timeout: 
     return subprocess.run([sys.executable, "-m", "acep.cli", *map(str, args)],
                           capture_output=True, text=True, input=stdin, timeout=timeout,
                           env={k: v for k, v in merged.items() if v is not None}, **run)
+
+
+_NO_CYTHON = """\
+import sys
+class NoCython:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("cython", "Cython"):
+            raise ImportError("no Cython on this device")
+sys.meta_path.insert(0, NoCython())
+"""
+
+
+def run_without_cython(code: str, env: dict | None = None,
+                       timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run Python ``code`` from this checkout as on a device where Cython cannot be imported."""
+    merged = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-c", _NO_CYTHON + code], capture_output=True,
+                          text=True, env=merged, timeout=timeout)

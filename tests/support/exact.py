@@ -268,3 +268,12 @@ def with_strategy(query: Query, strategy: Strategy) -> Query:
 
 def with_window(query: Query, window) -> Query:
     return Query(query.components, query.strategy, query.conjuncts, window, query.returns)
+
+
+def draw_positive(draw, sizes=(1, 2, 2, 2, 3, 3, 4)) -> list[Component]:
+    """Draw a query's positive components: ``A``-``C`` as p0, p1...; at most two Kleene."""
+    n = draw(st.sampled_from(sizes))
+    kinds = [draw(st.sampled_from([Kind.ONE, Kind.ONE, Kind.PLUS])) for _ in range(n)]
+    if kinds.count(Kind.PLUS) > 2:
+        kinds = [Kind.ONE if i else kinds[0] for i in range(n)]
+    return [Component(kind, draw(st.sampled_from("ABC")), f"p{j}") for j, kind in enumerate(kinds)]
