@@ -1654,7 +1654,8 @@ def test_a_body_on_its_way_is_no_backlog_and_a_device_gone_gives_its_place_back(
 def test_the_agent_s_uploader_retries_a_503_after_its_retry_after_not_its_backoff(
         srv, tmp_path):
     from edge.agent.outbox import Backoff, Outbox
-    from edge.agent.uplink import Uplink, Uploader
+    from edge.agent.uplink import Uplink
+    from edge.agent.uploader import Uploader
 
     body = encode_batch(make_batch("d2", seq=0))
     with Outbox(tmp_path / "outbox.db", backoff=Backoff(60.0, 2.0, 300.0, 0.0)) as box:

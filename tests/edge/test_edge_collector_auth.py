@@ -353,7 +353,8 @@ def test_a_device_behind_a_throttled_address_holds_its_uploads_for_retry_after(s
     uploader takes the 429 as any other and holds its batches for Retry-After, not its
     backoff, and keeps them."""
     from edge.agent.outbox import Backoff, Outbox
-    from edge.agent.uplink import Uplink, Uploader
+    from edge.agent.uplink import Uplink
+    from edge.agent.uploader import Uploader
 
     for _ in range(2):
         assert request(srv.url + "/v1/whoami", token=WRONG)[0] == 401
