@@ -28,10 +28,12 @@ def _project() -> dict:
 
 
 def _wheel_packages() -> list[str]:
-    """The packages a build of pyproject.toml puts in the wheel, found as setuptools finds them."""
-    config = pytest.importorskip("setuptools.config.pyprojecttoml")
-    project = config.read_configuration(ROOT / "pyproject.toml", expand=True)
-    return project["tool"]["setuptools"]["packages"]
+    """The packages a build of pyproject.toml puts in the wheel, found as setuptools finds them
+    (``packages.find`` in pyproject.toml finds namespace packages too, such as ``acep.data``)."""
+    setuptools = pytest.importorskip("setuptools")
+    find = _project()["tool"]["setuptools"]["packages"]["find"]
+    return setuptools.find_namespace_packages(str(ROOT), include=find["include"],
+                                              exclude=find.get("exclude", ()))
 
 
 def test_pip_install_installs_the_four_packages_and_no_bench_or_tests():
