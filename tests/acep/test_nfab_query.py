@@ -12,23 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from acep import pattern as acep_pattern
-from acep.nfab.ast import (
-    Agg,
-    BinOp,
-    Call,
-    Component,
-    Const,
-    Equiv,
-    Index,
-    Kind,
-    Len,
-    Query,
-    Range,
-    Ref,
-    ReturnItem,
-    Strategy,
-    UnaryOp,
-)
+from acep.nfab import ast
 from acep.nfab.query import (
     QueryError,
     _tokenize,
@@ -49,7 +33,7 @@ def plain(node):
     changes = {f.name: plain(getattr(node, f.name)) for f in dataclasses.fields(node)}
     if "pos" in changes:
         changes["pos"] = 0
-    if isinstance(node, Query):
+    if isinstance(node, ast.Query):
         changes["text"] = ""
     return dataclasses.replace(node, **changes)
 
@@ -60,12 +44,12 @@ def expr(text: str, components: str = "A a, B b, C+ k[ ], ~N n, D d"):
     return plain(conjunct)
 
 
-def R(var, attr, index=Index.NONE):  # noqa: N802 - reads like the AST
-    return Ref(var, index, attr)
+def R(var, attr, index=ast.Index.NONE):  # noqa: N802 - reads like the AST
+    return ast.Ref(var, index, attr)
 
 
 def C(value):  # noqa: N802
-    return Const(value)
+    return ast.Const(value)
 
 
 # --------------------------------------------------------------------------- [A08] Fig. 1
@@ -94,12 +78,12 @@ QUERY_3 = """PATTERN SEQ(Stock+ a[ ], Stock b)
 
 def test_a08_query_1():
     q = parse_query(QUERY_1)
-    assert plain(q.components) == (Component(Kind.ONE, "Shelf", "a"),
-                                   Component(Kind.NEG, "Register", "b"),
-                                   Component(Kind.ONE, "Exit", "c"))
-    assert q.strategy is Strategy.NEXT
-    assert plain(q.conjuncts) == (BinOp("==", R("a", "tag_id"), R("b", "tag_id")),
-                                  BinOp("==", R("a", "tag_id"), R("c", "tag_id")))
+    assert plain(q.components) == (ast.Component(ast.Kind.ONE, "Shelf", "a"),
+                                   ast.Component(ast.Kind.NEG, "Register", "b"),
+                                   ast.Component(ast.Kind.ONE, "Exit", "c"))
+    assert q.strategy is ast.Strategy.NEXT
+    assert plain(q.conjuncts) == (ast.BinOp("==", R("a", "tag_id"), R("b", "tag_id")),
+                                  ast.BinOp("==", R("a", "tag_id"), R("c", "tag_id")))
     assert q.window == 12 * 3600 and q.returns == () and q.text == QUERY_1
     assert [c.var for c in q.positive] == ["a", "c"]
     assert q.components[1].pos == QUERY_1.index("~(Register")
@@ -107,26 +91,27 @@ def test_a08_query_1():
 
 def test_a08_query_2_type_is_an_attribute_and_kleene_indices():
     q = parse_query(QUERY_2)
-    assert plain(q.components) == (Component(Kind.ONE, "Alert", "a"),
-                                   Component(Kind.PLUS, "Shipment", "b"))
-    assert q.strategy is Strategy.ANY and q.window == 3 * 3600
+    assert plain(q.components) == (ast.Component(ast.Kind.ONE, "Alert", "a"),
+                                   ast.Component(ast.Kind.PLUS, "Shipment", "b"))
+    assert q.strategy is ast.Strategy.ANY and q.window == 3 * 3600
     assert plain(q.conjuncts) == (
-        BinOp("==", R("a", "type"), C("contaminated")),
-        BinOp("==", R("b", "from", Index.FIRST), R("a", "site")),
-        BinOp("==", R("b", "from", Index.I), R("b", "to", Index.PREV)),
+        ast.BinOp("==", R("a", "type"), C("contaminated")),
+        ast.BinOp("==", R("b", "from", ast.Index.FIRST), R("a", "site")),
+        ast.BinOp("==", R("b", "from", ast.Index.I), R("b", "to", ast.Index.PREV)),
     )
 
 
 def test_a08_query_3_equivalence_aggregate_and_percent():
     q = parse_query(QUERY_3)
-    assert plain(q.components) == (Component(Kind.PLUS, "Stock", "a"),
-                                   Component(Kind.ONE, "Stock", "b"))
-    assert q.strategy is Strategy.NEXT and q.window == 3600
+    assert plain(q.components) == (ast.Component(ast.Kind.PLUS, "Stock", "a"),
+                                   ast.Component(ast.Kind.ONE, "Stock", "b"))
+    assert q.strategy is ast.Strategy.NEXT and q.window == 3600
     assert plain(q.conjuncts) == (
-        Equiv(("symbol",)),
-        BinOp(">", R("a", "volume", Index.FIRST), C(1000.0)),
-        BinOp(">", R("a", "price", Index.I), Agg("avg", "a", Range.PREFIX, "price")),
-        BinOp("<", R("b", "volume"), BinOp("*", C(0.8), R("a", "volume", Index.LAST))),
+        ast.Equiv(("symbol",)),
+        ast.BinOp(">", R("a", "volume", ast.Index.FIRST), C(1000.0)),
+        ast.BinOp(">", R("a", "price", ast.Index.I),
+                  ast.Agg("avg", "a", ast.Range.PREFIX, "price")),
+        ast.BinOp("<", R("b", "volume"), ast.BinOp("*", C(0.8), R("a", "volume", ast.Index.LAST))),
     )
     equiv, _, iterated, _ = q.conjuncts
     assert equiv.pos == QUERY_3.index("[symbol]")
@@ -141,12 +126,12 @@ def test_z14_query_1_returns_aggregates_named_by_their_text():
 WHERE a.job_id = b[i].job_id and a.job_id = c.job_id
 WITHIN 1 day
 RETURN avg(b[ ].period), max(b[ ].period)""")
-    assert q.strategy is Strategy.ANY and q.window == 86400
-    assert plain(q.conjuncts) == (BinOp("==", R("a", "job_id"), R("b", "job_id", Index.I)),
-                                  BinOp("==", R("a", "job_id"), R("c", "job_id")))
+    assert q.strategy is ast.Strategy.ANY and q.window == 86400
+    assert plain(q.conjuncts) == (ast.BinOp("==", R("a", "job_id"), R("b", "job_id", ast.Index.I)),
+                                  ast.BinOp("==", R("a", "job_id"), R("c", "job_id")))
     assert plain(q.returns) == (
-        ReturnItem(Agg("avg", "b", Range.ALL, "period"), "avg(b[ ].period)"),
-        ReturnItem(Agg("max", "b", Range.ALL, "period"), "max(b[ ].period)"),
+        ast.ReturnItem(ast.Agg("avg", "b", ast.Range.ALL, "period"), "avg(b[ ].period)"),
+        ast.ReturnItem(ast.Agg("max", "b", ast.Range.ALL, "period"), "max(b[ ].period)"),
     )
 
 
@@ -157,9 +142,9 @@ WITHIN 10 minutes
 RETURN a.task_id, a.period""")
     assert q.window == 600
     assert plain(q.conjuncts) == (
-        Equiv(("task_id",)),
-        BinOp(">", R("b", "period", Index.LAST),
-              BinOp("*", C(2.0), Agg("avg", "b", Range.ALL, "period"))),
+        ast.Equiv(("task_id",)),
+        ast.BinOp(">", R("b", "period", ast.Index.LAST),
+              ast.BinOp("*", C(2.0), ast.Agg("avg", "b", ast.Range.ALL, "period"))),
     )
     assert [r.name for r in q.returns] == ["a.task_id", "a.period"]
     assert plain(q.returns[1].expr) == R("a", "period")
@@ -170,9 +155,9 @@ def test_z14_query_3_one_dot_dot_range_is_the_prefix():
 WHERE [task_id] and b[i].val >= max(b[1..i-1].val)
 WITHIN 10 minutes
 RETURN a.task_id""")
-    assert plain(q.conjuncts[1]) == BinOp(">=", R("b", "val", Index.I),
-                                          Agg("max", "b", Range.PREFIX, "val"))
-    assert [c.kind for c in q.components] == [Kind.ONE, Kind.PLUS, Kind.ONE]
+    assert plain(q.conjuncts[1]) == ast.BinOp(">=", R("b", "val", ast.Index.I),
+                                          ast.Agg("max", "b", ast.Range.PREFIX, "val"))
+    assert [c.kind for c in q.components] == [ast.Kind.ONE, ast.Kind.PLUS, ast.Kind.ONE]
 
 
 def test_the_issue_wrapping_form_with_conjuncts_after_it():
@@ -181,34 +166,34 @@ WHERE skip_till_any_match([tag_id]) AND c.t - a.t > 60
 WITHIN 12 hours
 RETURN a.tag_id, c.t - a.t AS dwell"""
     q = parse_query(text)
-    assert q.components[1] == Component(Kind.NEG, "Register", "b", text.index("~Register"))
-    assert q.strategy is Strategy.ANY and q.window == 43200
-    dwell = BinOp("-", R("c", "t"), R("a", "t"))
-    assert plain(q.conjuncts) == (Equiv(("tag_id",)), BinOp(">", dwell, C(60.0)))
-    assert plain(q.returns) == (ReturnItem(R("a", "tag_id"), "a.tag_id"),
-                                ReturnItem(dwell, "dwell"))
+    assert q.components[1] == ast.Component(ast.Kind.NEG, "Register", "b", text.index("~Register"))
+    assert q.strategy is ast.Strategy.ANY and q.window == 43200
+    dwell = ast.BinOp("-", R("c", "t"), R("a", "t"))
+    assert plain(q.conjuncts) == (ast.Equiv(("tag_id",)), ast.BinOp(">", dwell, C(60.0)))
+    assert plain(q.returns) == (ast.ReturnItem(R("a", "tag_id"), "a.tag_id"),
+                                ast.ReturnItem(dwell, "dwell"))
 
 
 def test_strategy_forms_and_where_the_conjuncts_go():
     head = "PATTERN SEQ(A a, B b) WHERE "
     paper = parse_query(head + "strict_contiguity(b, a) { a.x > 1 } AND b.y < 2 AND b.z = 3")
-    assert paper.strategy is Strategy.STRICT
-    assert plain(paper.conjuncts) == (BinOp(">", R("a", "x"), C(1.0)),
-                                      BinOp("<", R("b", "y"), C(2.0)),
-                                      BinOp("==", R("b", "z"), C(3.0)))
+    assert paper.strategy is ast.Strategy.STRICT
+    assert plain(paper.conjuncts) == (ast.BinOp(">", R("a", "x"), C(1.0)),
+                                      ast.BinOp("<", R("b", "y"), C(2.0)),
+                                      ast.BinOp("==", R("b", "z"), C(3.0)))
     empty = parse_query(head + "skip_till_next_match(a, b) { } AND a.x > 1")
-    assert empty.strategy is Strategy.NEXT and len(empty.conjuncts) == 1
+    assert empty.strategy is ast.Strategy.NEXT and len(empty.conjuncts) == 1
     bare = parse_query(head + "partition_contiguity([k] and a.x > 1)")
-    assert bare.strategy is Strategy.PARTITION
-    assert plain(bare.conjuncts) == (Equiv(("k",)), BinOp(">", R("a", "x"), C(1.0)))
+    assert bare.strategy is ast.Strategy.PARTITION
+    assert plain(bare.conjuncts) == (ast.Equiv(("k",)), ast.BinOp(">", R("a", "x"), C(1.0)))
     assert parse_query(head + "skip_till_next_match()").conjuncts == ()
-    assert parse_query("PATTERN SEQ(A a)").strategy is Strategy.ANY
-    assert parse_query(head + "a.x > 1").strategy is Strategy.ANY
+    assert parse_query("PATTERN SEQ(A a)").strategy is ast.Strategy.ANY
+    assert parse_query(head + "a.x > 1").strategy is ast.Strategy.ANY
 
 
 def test_the_paper_form_accepts_a_kleene_variable_without_brackets():
     q = parse_query("PATTERN SEQ(A+ a[ ], B b) WHERE skip_till_next_match(b, a) { }")
-    assert q.strategy is Strategy.NEXT
+    assert q.strategy is ast.Strategy.NEXT
 
 
 def test_conjuncts_split_at_top_level_and_only():
@@ -222,32 +207,34 @@ def test_conjuncts_split_at_top_level_and_only():
 
 
 def test_every_reference_form():
-    assert expr("k[1].x = k[i].y") == BinOp("==", R("k", "x", Index.FIRST), R("k", "y", Index.I))
-    assert expr("k[i - 1].x < k[1].y") == BinOp("<", R("k", "x", Index.PREV),
-                                                R("k", "y", Index.FIRST))
-    assert expr("k[k.len].x > a.x") == BinOp(">", R("k", "x", Index.LAST), R("a", "x"))
-    assert expr("k.len >= k.LEN") == BinOp(">=", Len("k"), Len("k"))
-    assert expr("k[i].x > count(k[..i-1])") == BinOp(
-        ">", R("k", "x", Index.I), Agg("count", "k", Range.PREFIX, None))
-    assert expr("count(k[ ]) = sum(k[].x)") == BinOp(
-        "==", Agg("count", "k", Range.ALL, None), Agg("sum", "k", Range.ALL, "x"))
-    assert expr("k[i].x > min(k[1..i-1].x)") == BinOp(
-        ">", R("k", "x", Index.I), Agg("min", "k", Range.PREFIX, "x"))
-    assert expr("[x, y]") == Equiv(("x", "y"))
-    assert expr("a.t < d.t") == BinOp("<", R("a", "t"), R("d", "t"))
+    assert expr("k[1].x = k[i].y") == ast.BinOp("==", R("k", "x", ast.Index.FIRST),
+                                                R("k", "y", ast.Index.I))
+    assert expr("k[i - 1].x < k[1].y") == ast.BinOp("<", R("k", "x", ast.Index.PREV),
+                                                R("k", "y", ast.Index.FIRST))
+    assert expr("k[k.len].x > a.x") == ast.BinOp(">", R("k", "x", ast.Index.LAST), R("a", "x"))
+    assert expr("k.len >= k.LEN") == ast.BinOp(">=", ast.Len("k"), ast.Len("k"))
+    assert expr("k[i].x > count(k[..i-1])") == ast.BinOp(
+        ">", R("k", "x", ast.Index.I), ast.Agg("count", "k", ast.Range.PREFIX, None))
+    assert expr("count(k[ ]) = sum(k[].x)") == ast.BinOp(
+        "==", ast.Agg("count", "k", ast.Range.ALL, None), ast.Agg("sum", "k", ast.Range.ALL, "x"))
+    assert expr("k[i].x > min(k[1..i-1].x)") == ast.BinOp(
+        ">", R("k", "x", ast.Index.I), ast.Agg("min", "k", ast.Range.PREFIX, "x"))
+    assert expr("[x, y]") == ast.Equiv(("x", "y"))
+    assert expr("a.t < d.t") == ast.BinOp("<", R("a", "t"), R("d", "t"))
 
 
 def test_scalar_min_max_abs_beside_the_aggregates():
-    assert expr("max(k[1].x, a.x) > 0") == BinOp(
-        ">", Call("max", (R("k", "x", Index.FIRST), R("a", "x"))), C(0.0))
-    assert expr("MIN(k[ ].x) > ABS(a.x - 1)") == BinOp(
-        ">", Agg("min", "k", Range.ALL, "x"), Call("abs", (BinOp("-", R("a", "x"), C(1.0)),)))
+    assert expr("max(k[1].x, a.x) > 0") == ast.BinOp(
+        ">", ast.Call("max", (R("k", "x", ast.Index.FIRST), R("a", "x"))), C(0.0))
+    assert expr("MIN(k[ ].x) > ABS(a.x - 1)") == ast.BinOp(
+        ">", ast.Agg("min", "k", ast.Range.ALL, "x"),
+        ast.Call("abs", (ast.BinOp("-", R("a", "x"), C(1.0)),)))
 
 
 def test_comparison_spellings_and_unary_operators():
-    assert expr("a.x <> 1") == BinOp("!=", R("a", "x"), C(1.0))
-    assert expr("a.x == -b.y") == BinOp("==", R("a", "x"), UnaryOp("-", R("b", "y")))
-    assert expr("a.s = \"it's\"") == BinOp("==", R("a", "s"), C("it's"))
+    assert expr("a.x <> 1") == ast.BinOp("!=", R("a", "x"), C(1.0))
+    assert expr("a.x == -b.y") == ast.BinOp("==", R("a", "x"), ast.UnaryOp("-", R("b", "y")))
+    assert expr("a.s = \"it's\"") == ast.BinOp("==", R("a", "s"), C("it's"))
 
 
 # --------------------------------------------------------------------------- lexical details
@@ -263,7 +250,7 @@ def test_keywords_are_case_insensitive_and_names_are_not():
         WITHIN 1 hour RETURN count(a[]) AS n"""
     assert plain(parse_query(lower)) == plain(parse_query(upper))
     q = parse_query("PATTERN SEQ(A a, B A) WHERE a.X = A.x")
-    assert plain(q.conjuncts) == (BinOp("==", R("a", "X"), R("A", "x")),)
+    assert plain(q.conjuncts) == (ast.BinOp("==", R("a", "X"), R("A", "x")),)
 
 
 def test_comments_are_whitespace():
@@ -274,14 +261,14 @@ def test_comments_are_whitespace():
 
 
 @pytest.mark.parametrize("text, parsed", [
-    ("b.x < 80%*a.x", BinOp("<", R("b", "x"), BinOp("*", C(0.8), R("a", "x")))),
-    ("a.x % 500 == 0", BinOp("==", BinOp("%", R("a", "x"), C(500.0)), C(0.0))),
-    ("a.x > 50%", BinOp(">", R("a", "x"), C(0.5))),
-    ("a.x < 12.5% OR a.y", BinOp("or", BinOp("<", R("a", "x"), C(0.125)), R("a", "y"))),
-    ("10 % (3) = 1", BinOp("==", BinOp("%", C(10.0), C(3.0)), C(1.0))),
-    ("10 %-3 = 1", BinOp("==", BinOp("%", C(10.0), UnaryOp("-", C(3.0))), C(1.0))),
-    ("a.x = 33.3% * 3", BinOp("==", R("a", "x"), BinOp("*", C(0.333), C(3.0)))),
-    ("a.x = 10 %+3", BinOp("==", R("a", "x"), BinOp("%", C(10.0), C(3.0)))),
+    ("b.x < 80%*a.x", ast.BinOp("<", R("b", "x"), ast.BinOp("*", C(0.8), R("a", "x")))),
+    ("a.x % 500 == 0", ast.BinOp("==", ast.BinOp("%", R("a", "x"), C(500.0)), C(0.0))),
+    ("a.x > 50%", ast.BinOp(">", R("a", "x"), C(0.5))),
+    ("a.x < 12.5% OR a.y", ast.BinOp("or", ast.BinOp("<", R("a", "x"), C(0.125)), R("a", "y"))),
+    ("10 % (3) = 1", ast.BinOp("==", ast.BinOp("%", C(10.0), C(3.0)), C(1.0))),
+    ("10 %-3 = 1", ast.BinOp("==", ast.BinOp("%", C(10.0), ast.UnaryOp("-", C(3.0))), C(1.0))),
+    ("a.x = 33.3% * 3", ast.BinOp("==", R("a", "x"), ast.BinOp("*", C(0.333), C(3.0)))),
+    ("a.x = 10 %+3", ast.BinOp("==", R("a", "x"), ast.BinOp("%", C(10.0), C(3.0)))),
 ])
 def test_percent_after_a_number_else_modulo(text, parsed):
     assert expr(text) == parsed
@@ -289,9 +276,9 @@ def test_percent_after_a_number_else_modulo(text, parsed):
 
 def test_percent_before_a_keyword_and_at_the_end_of_a_clause():
     q = parse_query("PATTERN SEQ(A a) WHERE a.x < 80% AND a.y > 5% WITHIN 1 s RETURN 2% AS p")
-    assert plain(q.conjuncts) == (BinOp("<", R("a", "x"), C(0.8)),
-                                  BinOp(">", R("a", "y"), C(0.05)))
-    assert plain(q.returns) == (ReturnItem(C(0.02), "p"),)
+    assert plain(q.conjuncts) == (ast.BinOp("<", R("a", "x"), C(0.8)),
+                                  ast.BinOp(">", R("a", "y"), C(0.05)))
+    assert plain(q.returns) == (ast.ReturnItem(C(0.02), "p"),)
 
 
 def test_dot_dot_ranges_tokenize_without_changing_acep_patterns():
@@ -491,11 +478,11 @@ def test_format_query_reads_back_the_paper_queries():
 
 def test_format_expr_refuses_what_it_cannot_write():
     with pytest.raises(ValueError):
-        format_expr(Const(float("nan")))
+        format_expr(ast.Const(float("nan")))
     with pytest.raises(ValueError):
-        format_expr(Const("it's \"x\""))
-    assert plain(expr(format_expr(BinOp("<", Const(-1.5), R("a", "x"))))) == BinOp(
-        "<", UnaryOp("-", C(1.5)), R("a", "x"))
+        format_expr(ast.Const("it's \"x\""))
+    assert plain(expr(format_expr(ast.BinOp("<", ast.Const(-1.5), R("a", "x"))))) == ast.BinOp(
+        "<", ast.UnaryOp("-", C(1.5)), R("a", "x"))
 
 
 # --------------------------------------------------------------------------- round trip
@@ -511,61 +498,61 @@ def _closed_terms(components, allowed_negated):
     """Identifiers of the closed forms: anchored at BEGIN or CLOSE, or one negated variable."""
     options = []
     for c in components:
-        if c.kind is Kind.ONE or c is allowed_negated:
+        if c.kind is ast.Kind.ONE or c is allowed_negated:
             options.append(ATTRS.map(lambda a, v=c.var: R(v, a)))
-        elif c.kind is Kind.PLUS:
+        elif c.kind is ast.Kind.PLUS:
             v = c.var
             options += [
-                ATTRS.map(lambda a, v=v: R(v, a, Index.FIRST)),
-                ATTRS.map(lambda a, v=v: R(v, a, Index.LAST)),
-                st.just(Len(v)),
-                st.just(Agg("count", v, Range.ALL, None)),
+                ATTRS.map(lambda a, v=v: R(v, a, ast.Index.FIRST)),
+                ATTRS.map(lambda a, v=v: R(v, a, ast.Index.LAST)),
+                st.just(ast.Len(v)),
+                st.just(ast.Agg("count", v, ast.Range.ALL, None)),
                 st.tuples(st.sampled_from(["avg", "sum", "min", "max"]), ATTRS).map(
-                    lambda fa, v=v: Agg(fa[0], v, Range.ALL, fa[1])),
+                    lambda fa, v=v: ast.Agg(fa[0], v, ast.Range.ALL, fa[1])),
             ]
     return options
 
 
 def _iterator_terms(v):
     return [
-        ATTRS.map(lambda a: R(v, a, Index.I)),
-        ATTRS.map(lambda a: R(v, a, Index.PREV)),
-        ATTRS.map(lambda a: R(v, a, Index.FIRST)),
-        st.just(Agg("count", v, Range.PREFIX, None)),
+        ATTRS.map(lambda a: R(v, a, ast.Index.I)),
+        ATTRS.map(lambda a: R(v, a, ast.Index.PREV)),
+        ATTRS.map(lambda a: R(v, a, ast.Index.FIRST)),
+        st.just(ast.Agg("count", v, ast.Range.PREFIX, None)),
         st.tuples(st.sampled_from(["avg", "sum", "min", "max"]), ATTRS).map(
-            lambda fa: Agg(fa[0], v, Range.PREFIX, fa[1])),
+            lambda fa: ast.Agg(fa[0], v, ast.Range.PREFIX, fa[1])),
     ]
 
 
 def _predicate(leaves):
     """A comparison of arithmetic over ``leaves``, maybe under NOT or OR."""
     values = st.recursive(
-        st.one_of(*leaves, NUMBERS.map(Const)),
+        st.one_of(*leaves, NUMBERS.map(ast.Const)),
         lambda inner: st.one_of(
-            st.builds(BinOp, ARITHMETIC, inner, inner),
-            st.builds(UnaryOp, st.just("-"), inner),
-            inner.map(lambda e: Call("abs", (e,))),
-            st.builds(lambda f, a, b: Call(f, (a, b)), st.sampled_from(["min", "max"]),
+            st.builds(ast.BinOp, ARITHMETIC, inner, inner),
+            st.builds(ast.UnaryOp, st.just("-"), inner),
+            inner.map(lambda e: ast.Call("abs", (e,))),
+            st.builds(lambda f, a, b: ast.Call(f, (a, b)), st.sampled_from(["min", "max"]),
                       inner, inner),
         ),
         max_leaves=4,
     )
-    comparison = st.one_of(st.builds(BinOp, COMPARE, values, values),
-                           st.builds(BinOp, st.just("=="), values, WORDS.map(Const)))
-    return st.one_of(comparison, comparison.map(lambda e: UnaryOp("not", e)),
-                     st.builds(BinOp, st.just("or"), comparison, comparison))
+    comparison = st.one_of(st.builds(ast.BinOp, COMPARE, values, values),
+                           st.builds(ast.BinOp, st.just("=="), values, WORDS.map(ast.Const)))
+    return st.one_of(comparison, comparison.map(lambda e: ast.UnaryOp("not", e)),
+                     st.builds(ast.BinOp, st.just("or"), comparison, comparison))
 
 
 @st.composite
 def conjuncts(draw, components):
-    positive = [c for c in components if c.kind is not Kind.NEG]
-    kleene = [n for n, c in enumerate(components) if c.kind is Kind.PLUS]
+    positive = [c for c in components if c.kind is not ast.Kind.NEG]
+    kleene = [n for n, c in enumerate(components) if c.kind is ast.Kind.PLUS]
     if kleene and draw(st.booleans()):
         n = draw(st.sampled_from(kleene))
-        earlier = [c for c in components[:n] if c.kind is not Kind.NEG]
+        earlier = [c for c in components[:n] if c.kind is not ast.Kind.NEG]
         leaves = _iterator_terms(components[n].var) + _closed_terms(earlier, None)
         return draw(_predicate(leaves))
-    negated = [c for c in components if c.kind is Kind.NEG]
+    negated = [c for c in components if c.kind is ast.Kind.NEG]
     chosen = draw(st.sampled_from([None, *negated]))
     return draw(_predicate(_closed_terms(positive + [chosen] * (chosen is not None), chosen)))
 
@@ -575,32 +562,32 @@ def queries(draw):
     """A random valid query and its text, printed in one of the strategy forms, with keywords
     in random case."""
     n = draw(st.integers(1, 4))
-    kinds = draw(st.lists(st.sampled_from(list(Kind)), min_size=n, max_size=n).filter(
-        lambda ks: any(k is not Kind.NEG for k in ks)))
+    kinds = draw(st.lists(st.sampled_from(list(ast.Kind)), min_size=n, max_size=n).filter(
+        lambda ks: any(k is not ast.Kind.NEG for k in ks)))
     names = draw(st.permutations(["a", "b", "c", "d", "x1", "Sym_2"]))[:n]
     types = st.sampled_from(["A", "B", "Stock", "Shelf"])
-    components = tuple(Component(k, draw(types), v) for k, v in zip(kinds, names))
+    components = tuple(ast.Component(k, draw(types), v) for k, v in zip(kinds, names))
     body = draw(st.lists(conjuncts(components), max_size=4))
-    strategy = draw(st.sampled_from(list(Strategy)))
-    if strategy is Strategy.PARTITION or draw(st.booleans()):
+    strategy = draw(st.sampled_from(list(ast.Strategy)))
+    if strategy is ast.Strategy.PARTITION or draw(st.booleans()):
         body.insert(draw(st.integers(0, len(body))),
-                    Equiv(tuple(draw(st.lists(ATTRS, min_size=1, max_size=2)))))
-    edge_negation = Kind.NEG in (kinds[0], kinds[-1])
+                    ast.Equiv(tuple(draw(st.lists(ATTRS, min_size=1, max_size=2)))))
+    edge_negation = ast.Kind.NEG in (kinds[0], kinds[-1])
     window = draw(st.none() | NUMBERS) if not edge_negation else draw(NUMBERS)
     returns = []
     for item in draw(st.lists(_predicate(_closed_terms(
-            [c for c in components if c.kind is not Kind.NEG], None)), max_size=3)):
+            [c for c in components if c.kind is not ast.Kind.NEG], None)), max_size=3)):
         name = f"r{len(returns)}" if draw(st.booleans()) else format_expr(item)
         if name not in [r.name for r in returns]:
-            returns.append(ReturnItem(item, name))
-    query = Query(components, strategy, tuple(body), window, tuple(returns))
+            returns.append(ast.ReturnItem(item, name))
+    query = ast.Query(components, strategy, tuple(body), window, tuple(returns))
     return _print(draw, query), query
 
 
-def _declare(c: Component) -> str:
-    if c.kind is Kind.PLUS:
+def _declare(c: ast.Component) -> str:
+    if c.kind is ast.Kind.PLUS:
         return f"{c.type}+ {c.var}[]"
-    return f"~({c.type} {c.var})" if c.kind is Kind.NEG else f"{c.type} {c.var}"
+    return f"~({c.type} {c.var})" if c.kind is ast.Kind.NEG else f"{c.type} {c.var}"
 
 
 def _print(draw, query):
@@ -608,19 +595,20 @@ def _print(draw, query):
         return "".join(c.upper() if draw(st.booleans()) else c.lower() for c in word)
 
     def conj(e):
-        return f"({format_expr(e)})" if isinstance(e, BinOp) and e.op == "or" else format_expr(e)
+        wrap = isinstance(e, ast.BinOp) and e.op == "or"
+        return f"({format_expr(e)})" if wrap else format_expr(e)
 
     seq = kw("SEQ") if draw(st.booleans()) else ""
     parts = [f"{kw('PATTERN')} {seq}(" + ", ".join(_declare(c) for c in query.components) + ")"]
     and_ = f" {kw('AND')} "
     body = [conj(c) for c in query.conjuncts]
     form = draw(st.sampled_from(["paper", "wrap", "none"]))
-    if form == "none" and query.strategy is not Strategy.ANY:
+    if form == "none" and query.strategy is not ast.Strategy.ANY:
         form = "wrap"
     split = draw(st.integers(0, len(body)))
     name = kw(query.strategy.value)
     if form == "paper":
-        varlist = ", ".join(c.var + ("[ ]" if c.kind is Kind.PLUS else "")
+        varlist = ", ".join(c.var + ("[ ]" if c.kind is ast.Kind.PLUS else "")
                             for c in draw(st.permutations(query.components)))
         where_ = f"{name}({varlist}) {{ {and_.join(body[:split])} }}"
         where_ += and_ + and_.join(body[split:]) if body[split:] else ""

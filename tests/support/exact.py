@@ -6,94 +6,80 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from acep.events import Event
-from acep.nfab.ast import (
-    Agg,
-    BinOp,
-    Call,
-    Component,
-    Const,
-    Equiv,
-    Index,
-    Kind,
-    Len,
-    Query,
-    Range,
-    Ref,
-    ReturnItem,
-    Strategy,
-    UnaryOp,
-)
+from acep.nfab import ast
 
-ANY, NEXT, STRICT, PART = Strategy.ANY, Strategy.NEXT, Strategy.STRICT, Strategy.PARTITION
+ANY, NEXT = ast.Strategy.ANY, ast.Strategy.NEXT
+STRICT, PART = ast.Strategy.STRICT, ast.Strategy.PARTITION
 HOUR, MINUTE = 3600.0, 60.0
 
 
 # --------------------------------------------------------------------------- constructors
 
 
-def one(typ: str, var: str) -> Component:
-    return Component(Kind.ONE, typ, var)
+def one(typ: str, var: str) -> ast.Component:
+    return ast.Component(ast.Kind.ONE, typ, var)
 
 
-def plus(typ: str, var: str) -> Component:
-    return Component(Kind.PLUS, typ, var)
+def plus(typ: str, var: str) -> ast.Component:
+    return ast.Component(ast.Kind.PLUS, typ, var)
 
 
-def neg(typ: str, var: str) -> Component:
-    return Component(Kind.NEG, typ, var)
+def neg(typ: str, var: str) -> ast.Component:
+    return ast.Component(ast.Kind.NEG, typ, var)
 
 
-def r(var: str, attr: str) -> Ref:        # v.x
-    return Ref(var, Index.NONE, attr)
+def r(var: str, attr: str) -> ast.Ref:        # v.x
+    return ast.Ref(var, ast.Index.NONE, attr)
 
 
-def first(var: str, attr: str) -> Ref:    # v[1].x
-    return Ref(var, Index.FIRST, attr)
+def first(var: str, attr: str) -> ast.Ref:    # v[1].x
+    return ast.Ref(var, ast.Index.FIRST, attr)
 
 
-def it(var: str, attr: str) -> Ref:       # v[i].x
-    return Ref(var, Index.I, attr)
+def it(var: str, attr: str) -> ast.Ref:       # v[i].x
+    return ast.Ref(var, ast.Index.I, attr)
 
 
-def prev(var: str, attr: str) -> Ref:     # v[i-1].x
-    return Ref(var, Index.PREV, attr)
+def prev(var: str, attr: str) -> ast.Ref:     # v[i-1].x
+    return ast.Ref(var, ast.Index.PREV, attr)
 
 
-def last(var: str, attr: str) -> Ref:     # v[v.len].x
-    return Ref(var, Index.LAST, attr)
+def last(var: str, attr: str) -> ast.Ref:     # v[v.len].x
+    return ast.Ref(var, ast.Index.LAST, attr)
 
 
-def pre(func: str, var: str, attr: str | None = None) -> Agg:   # func(v[..i-1].x)
-    return Agg(func, var, Range.PREFIX, attr)
+def pre(func: str, var: str, attr: str | None = None) -> ast.Agg:   # func(v[..i-1].x)
+    return ast.Agg(func, var, ast.Range.PREFIX, attr)
 
 
-def whole(func: str, var: str, attr: str | None = None) -> Agg:  # func(v[].x)
-    return Agg(func, var, Range.ALL, attr)
+def whole(func: str, var: str, attr: str | None = None) -> ast.Agg:  # func(v[].x)
+    return ast.Agg(func, var, ast.Range.ALL, attr)
 
 
-def c(value) -> Const:
-    return Const(value)
+def c(value) -> ast.Const:
+    return ast.Const(value)
 
 
 def lit(value):
-    return value if isinstance(value, (Ref, Agg, Len, BinOp, UnaryOp, Call, Const)) else c(value)
+    expressions = (ast.Ref, ast.Agg, ast.Len, ast.BinOp, ast.UnaryOp, ast.Call, ast.Const)
+    return value if isinstance(value, expressions) else c(value)
 
 
-def op(o: str, left, right) -> BinOp:
-    return BinOp(o, lit(left), lit(right))
+def op(o: str, left, right) -> ast.BinOp:
+    return ast.BinOp(o, lit(left), lit(right))
 
 
-def eq(left, right) -> BinOp:
+def eq(left, right) -> ast.BinOp:
     return op("==", left, right)
 
 
-def equiv(*attrs: str) -> Equiv:
-    return Equiv(tuple(attrs))
+def equiv(*attrs: str) -> ast.Equiv:
+    return ast.Equiv(tuple(attrs))
 
 
-def q(*components, strategy=ANY, where=(), within=None, returns=()) -> Query:
-    items = tuple(ReturnItem(e, name) for name, e in returns)
-    return Query(tuple(components), strategy, tuple(where), within, items)
+def q(*components, strategy=ANY, where=(), within=None, returns=()) -> ast.Query:
+    items = tuple(ast.ReturnItem(e, name) for name, e in returns)
+    return ast.Query(tuple(components), strategy, tuple(where), within, items)
 
 
 def ev(typ: str, t: float, **attrs) -> Event:
@@ -200,12 +186,12 @@ def streams(draw, max_size=8, types="ABCD", partition_values=(0, 1), min_size=0)
     return out
 
 
-def _component_conjuncts(comp: Component, earlier: list[Component]) -> list:
+def _component_conjuncts(comp: ast.Component, earlier: list[ast.Component]) -> list:
     v = comp.var
-    if comp.kind is Kind.ONE:
+    if comp.kind is ast.Kind.ONE:
         menu = [op("<", r(v, "x"), 2), op(">=", r(v, "x"), 1)]
         for e in earlier:
-            e_ref = r(e.var, "x") if e.kind is Kind.ONE else last(e.var, "x")
+            e_ref = r(e.var, "x") if e.kind is ast.Kind.ONE else last(e.var, "x")
             menu.append(op("<=", e_ref, r(v, "x")))
         return menu
     menu = [op("<=", it(v, "x"), 2),                                 # pure
@@ -216,11 +202,11 @@ def _component_conjuncts(comp: Component, earlier: list[Component]) -> list:
             op(">=", op("+", it(v, "x"), pre("count", v)), pre("sum", v, "x")),
             op("!=", it(v, "x"), first(v, "x")),
             op(">", last(v, "x"), 0),                                # CLOSE
-            op("<=", Len(v), 2),
+            op("<=", ast.Len(v), 2),
             op("<", whole("sum", v, "x"), 5),
             op(">", first(v, "x"), 0)]                               # BEGIN
     for e in earlier:
-        e_ref = r(e.var, "x") if e.kind is Kind.ONE else last(e.var, "x")
+        e_ref = r(e.var, "x") if e.kind is ast.Kind.ONE else last(e.var, "x")
         menu.append(op(">=", it(v, "x"), e_ref))                     # pure, other variable
     return menu
 
@@ -228,7 +214,7 @@ def _component_conjuncts(comp: Component, earlier: list[Component]) -> list:
 @st.composite
 def queries(draw, negation=True, equivalence=None, window=True):
     k = draw(st.integers(1, 3))
-    positive = [Component(draw(st.sampled_from([Kind.ONE, Kind.PLUS])),
+    positive = [ast.Component(draw(st.sampled_from([ast.Kind.ONE, ast.Kind.PLUS])),
                           draw(st.sampled_from(TYPES)), f"p{j}") for j in range(k)]
     menu = []
     for j, comp in enumerate(positive):
@@ -240,13 +226,13 @@ def queries(draw, negation=True, equivalence=None, window=True):
         comps.insert(at, neg(draw(st.sampled_from("ABCD")), "n"))
         if draw(st.booleans()):
             nb = positive[min(at, k - 1)]
-            nb_ref = r(nb.var, "x") if nb.kind is Kind.ONE else last(nb.var, "x")
+            nb_ref = r(nb.var, "x") if nb.kind is ast.Kind.ONE else last(nb.var, "x")
             where.append(op("==", r("n", "x"), nb_ref))
     if equivalence is None:
         equivalence = draw(st.booleans())
     if equivalence:
         where.insert(draw(st.integers(0, len(where))), equiv("k"))
-    edge_neg = comps[0].kind is Kind.NEG or comps[-1].kind is Kind.NEG
+    edge_neg = comps[0].kind is ast.Kind.NEG or comps[-1].kind is ast.Kind.NEG
     within = None
     if window and (edge_neg or draw(st.booleans())):
         within = float(draw(st.integers(0, 10)))
@@ -262,18 +248,19 @@ def cases(draw, partition_values=(0, 1), **query_options):
     return query, draw(streams(types=types, partition_values=partition_values, min_size=3))
 
 
-def with_strategy(query: Query, strategy: Strategy) -> Query:
-    return Query(query.components, strategy, query.conjuncts, query.window, query.returns)
+def with_strategy(query: ast.Query, strategy: ast.Strategy) -> ast.Query:
+    return ast.Query(query.components, strategy, query.conjuncts, query.window, query.returns)
 
 
-def with_window(query: Query, window) -> Query:
-    return Query(query.components, query.strategy, query.conjuncts, window, query.returns)
+def with_window(query: ast.Query, window) -> ast.Query:
+    return ast.Query(query.components, query.strategy, query.conjuncts, window, query.returns)
 
 
-def draw_positive(draw, sizes=(1, 2, 2, 2, 3, 3, 4)) -> list[Component]:
+def draw_positive(draw, sizes=(1, 2, 2, 2, 3, 3, 4)) -> list[ast.Component]:
     """Draw a query's positive components: ``A``-``C`` as p0, p1...; at most two Kleene."""
     n = draw(st.sampled_from(sizes))
-    kinds = [draw(st.sampled_from([Kind.ONE, Kind.ONE, Kind.PLUS])) for _ in range(n)]
-    if kinds.count(Kind.PLUS) > 2:
-        kinds = [Kind.ONE if i else kinds[0] for i in range(n)]
-    return [Component(kind, draw(st.sampled_from("ABC")), f"p{j}") for j, kind in enumerate(kinds)]
+    kinds = [draw(st.sampled_from([ast.Kind.ONE, ast.Kind.ONE, ast.Kind.PLUS])) for _ in range(n)]
+    if kinds.count(ast.Kind.PLUS) > 2:
+        kinds = [ast.Kind.ONE if i else kinds[0] for i in range(n)]
+    return [ast.Component(kind, draw(st.sampled_from("ABC")), f"p{j}")
+            for j, kind in enumerate(kinds)]

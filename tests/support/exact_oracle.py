@@ -26,22 +26,7 @@ from itertools import combinations
 from typing import Optional
 
 from acep.events import Event, EventError
-from acep.nfab.ast import (
-    Agg,
-    BinOp,
-    Call,
-    Component,
-    Const,
-    Equiv,
-    Index,
-    Kind,
-    Len,
-    Query,
-    Range,
-    Ref,
-    Strategy,
-    UnaryOp,
-)
+from acep.nfab import ast
 
 __all__ = ["WINDOW_INCLUSIVE", "OracleMatch", "Analysis", "Conjunct", "oracle", "analyze",
            "validate", "assignments", "types_ok", "window_ok", "predicates_ok", "strategy_ok",
@@ -97,8 +82,8 @@ class Conjunct:
 class Analysis:
     """What the oracle reads off a :class:`~acep.nfab.ast.Query` (EXACT.md 2.4-2.5)."""
 
-    query: Query
-    positive: tuple[Component, ...]
+    query: ast.Query
+    positive: tuple[ast.Component, ...]
     index: dict            # positive var -> j (0-based)
     negated: dict          # negated var -> Component
     conjuncts: tuple       # tuple[Conjunct, ...], [x] expanded
@@ -106,7 +91,7 @@ class Analysis:
     required: dict         # event type -> set of attribute names that must be present
 
     def kleene(self, j: int) -> bool:
-        return self.positive[j].kind is Kind.PLUS
+        return self.positive[j].kind is ast.Kind.PLUS
 
     def at(self, kind: str, j) -> list:
         return [c for c in self.conjuncts if c.anchor == (kind, j)]
@@ -115,35 +100,35 @@ class Analysis:
 def _walk(expr):
     """Every node of an expression, depth first."""
     yield expr
-    if isinstance(expr, BinOp):
+    if isinstance(expr, ast.BinOp):
         yield from _walk(expr.left)
         yield from _walk(expr.right)
-    elif isinstance(expr, UnaryOp):
+    elif isinstance(expr, ast.UnaryOp):
         yield from _walk(expr.operand)
-    elif isinstance(expr, Call):
+    elif isinstance(expr, ast.Call):
         for arg in expr.args:
             yield from _walk(arg)
 
 
 def _identifiers(expr) -> list:
-    return [n for n in _walk(expr) if isinstance(n, (Ref, Agg, Len))]
+    return [n for n in _walk(expr) if isinstance(n, (ast.Ref, ast.Agg, ast.Len))]
 
 
 def _point(ident, index: dict, negated: dict) -> tuple:
     """The instantiation point of one identifier (EXACT.md 2.5, table): ``(j, phase)`` with
     phase BEGIN=0 < TAKE=1 < CLOSE=2, or ``("NEG", var)``."""
     if ident.var in negated:
-        if not (isinstance(ident, Ref) and ident.index is Index.NONE):
+        if not (isinstance(ident, ast.Ref) and ident.index is ast.Index.NONE):
             raise ValueError(f"negated variable {ident.var!r} is read only as v.x (2.4.1)")
         return ("NEG", ident.var)
     if ident.var not in index:
         raise ValueError(f"unknown variable {ident.var!r}")
     j = index[ident.var]
-    if isinstance(ident, Ref):
-        phase = {Index.NONE: _BEGIN, Index.FIRST: _BEGIN, Index.I: _TAKE, Index.PREV: _TAKE,
-                 Index.LAST: _CLOSE}[ident.index]
-    elif isinstance(ident, Agg):
-        phase = _TAKE if ident.range is Range.PREFIX else _CLOSE
+    if isinstance(ident, ast.Ref):
+        phase = {ast.Index.NONE: _BEGIN, ast.Index.FIRST: _BEGIN, ast.Index.I: _TAKE,
+                 ast.Index.PREV: _TAKE, ast.Index.LAST: _CLOSE}[ident.index]
+    elif isinstance(ident, ast.Agg):
+        phase = _TAKE if ident.range is ast.Range.PREFIX else _CLOSE
     else:  # Len
         phase = _CLOSE
     return (j, phase)
@@ -164,16 +149,16 @@ def _anchor(expr, index: dict, negated: dict) -> tuple[tuple, bool]:
         return (name, j), False
     var = next(v for v, k in index.items() if k == j)
     own = [i for i in _identifiers(expr) if i.var == var]
-    pure = all(isinstance(i, Ref) and i.index is Index.I for i in own)
+    pure = all(isinstance(i, ast.Ref) and i.index is ast.Index.I for i in own)
     return (name, j), pure
 
 
-def _ref(var: str, index: Index, attr: str) -> Ref:
-    return Ref(var, index, attr)
+def _ref(var: str, index: ast.Index, attr: str) -> ast.Ref:
+    return ast.Ref(var, index, attr)
 
 
-def _eq(left, right) -> BinOp:
-    return BinOp("==", left, right)
+def _eq(left, right) -> ast.BinOp:
+    return ast.BinOp("==", left, right)
 
 
 def _expand_equiv(attrs, positive, negated_components) -> list:
@@ -181,51 +166,51 @@ def _expand_equiv(attrs, positive, negated_components) -> list:
     out = []
     first = positive[0]
     for x in attrs:
-        if first.kind is Kind.PLUS:
-            big_f = _ref(first.var, Index.FIRST, x)
-            out.append(_eq(_ref(first.var, Index.I, x), big_f))
+        if first.kind is ast.Kind.PLUS:
+            big_f = _ref(first.var, ast.Index.FIRST, x)
+            out.append(_eq(_ref(first.var, ast.Index.I, x), big_f))
         else:
-            big_f = _ref(first.var, Index.NONE, x)
+            big_f = _ref(first.var, ast.Index.NONE, x)
         for comp in positive[1:]:
-            if comp.kind is Kind.PLUS:
-                out.append(_eq(_ref(comp.var, Index.FIRST, x), big_f))
-                out.append(_eq(_ref(comp.var, Index.I, x), _ref(comp.var, Index.FIRST, x)))
+            if comp.kind is ast.Kind.PLUS:
+                out.append(_eq(_ref(comp.var, ast.Index.FIRST, x), big_f))
+                out.append(_eq(_ref(comp.var, ast.Index.I, x), _ref(comp.var, ast.Index.FIRST, x)))
             else:
-                out.append(_eq(_ref(comp.var, Index.NONE, x), big_f))
+                out.append(_eq(_ref(comp.var, ast.Index.NONE, x), big_f))
         for comp in negated_components:
-            out.append(_eq(_ref(comp.var, Index.NONE, x), big_f))
+            out.append(_eq(_ref(comp.var, ast.Index.NONE, x), big_f))
     return out
 
 
-def analyze(query: Query) -> Analysis:
+def analyze(query: ast.Query) -> Analysis:
     """Anchors, pure/relational TAKE conjuncts and the expansion of ``[x]`` (EXACT.md 2.5);
     the required attributes per event type (section 1); the static rules the oracle relies
     on (2.4.5 partition needs ``[attr]``, 2.4.7 edge negation needs WITHIN)."""
-    positive = tuple(c for c in query.components if c.kind is not Kind.NEG)
+    positive = tuple(c for c in query.components if c.kind is not ast.Kind.NEG)
     if not positive:
         raise ValueError("a query needs a positive component (2.4.1)")
     index = {c.var: j for j, c in enumerate(positive)}
-    negated = {c.var: c for c in query.components if c.kind is Kind.NEG}
+    negated = {c.var: c for c in query.components if c.kind is ast.Kind.NEG}
     equiv_attrs: list[str] = []
     exprs: list[tuple[object, bool]] = []
     for conj in query.conjuncts:
-        if isinstance(conj, Equiv):
+        if isinstance(conj, ast.Equiv):
             new = [a for a in conj.attrs if a not in equiv_attrs]
             equiv_attrs.extend(new)
-            negs = [c for c in query.components if c.kind is Kind.NEG]
+            negs = [c for c in query.components if c.kind is ast.Kind.NEG]
             exprs.extend((e, True) for e in _expand_equiv(new, positive, negs))
         else:
-            if any(isinstance(n, Equiv) for n in _walk(conj)):
+            if any(isinstance(n, ast.Equiv) for n in _walk(conj)):
                 raise ValueError("[attr] only as a top-level conjunct (2.4.6)")
             exprs.append((conj, False))
     conjuncts = []
     for expr, is_equiv in exprs:
         anchor, pure = _anchor(expr, index, negated)
         conjuncts.append(Conjunct(expr, anchor, pure, is_equiv))
-    if query.strategy is Strategy.PARTITION and not equiv_attrs:
+    if query.strategy is ast.Strategy.PARTITION and not equiv_attrs:
         raise ValueError("partition_contiguity needs an [attr] test (2.4.5)")
     kinds = [c.kind for c in query.components]
-    if query.window is None and kinds and (kinds[0] is Kind.NEG or kinds[-1] is Kind.NEG):
+    if query.window is None and kinds and (kinds[0] is ast.Kind.NEG or kinds[-1] is ast.Kind.NEG):
         raise ValueError("a leading or trailing negation needs WITHIN (2.4.7)")
     # section 1: attributes read from each variable, plus every equivalence attribute
     read: dict[str, set] = {c.var: set(equiv_attrs) for c in query.components}
@@ -383,24 +368,24 @@ class _Env:
     neg: dict = field(default_factory=dict)
 
 
-def _element(env: _Env, ref: Ref) -> Event:
+def _element(env: _Env, ref: ast.Ref) -> Event:
     if ref.var in env.neg:
-        if ref.index is not Index.NONE:
+        if ref.index is not ast.Index.NONE:
             raise ValueError(f"negated {ref.var!r} read as {ref.index.value}")
         return env.neg[ref.var]
     block = env.blocks[ref.var]
-    if ref.index is Index.NONE:
+    if ref.index is ast.Index.NONE:
         if len(block) != 1:
             raise ValueError(f"{ref.var!r} read as a singleton")
         return block[0]
-    if ref.index is Index.FIRST:
+    if ref.index is ast.Index.FIRST:
         return block[0]
-    if ref.index is Index.LAST:
+    if ref.index is ast.Index.LAST:
         return block[-1]
     if env.it is None or env.it[0] != ref.var:
         raise ValueError(f"iterator form of {ref.var!r} outside its TAKE conjunct")
     i = env.it[1]
-    if ref.index is Index.I:
+    if ref.index is ast.Index.I:
         return block[i - 1]
     if i < 2:
         raise ValueError(f"{ref.var}[i-1] at i = 1")
@@ -409,15 +394,15 @@ def _element(env: _Env, ref: Ref) -> Event:
 
 def evaluate(expr, env: _Env):
     """The oracle's own expression evaluator (EXACT.md 3.2)."""
-    if isinstance(expr, Const):
+    if isinstance(expr, ast.Const):
         return _num(expr.value)
-    if isinstance(expr, Ref):
+    if isinstance(expr, ast.Ref):
         return _read(_element(env, expr), expr.attr)
-    if isinstance(expr, Len):
+    if isinstance(expr, ast.Len):
         return float(len(env.blocks[expr.var]))
-    if isinstance(expr, Agg):
+    if isinstance(expr, ast.Agg):
         block = env.blocks[expr.var]
-        if expr.range is Range.PREFIX:
+        if expr.range is ast.Range.PREFIX:
             if env.it is None or env.it[0] != expr.var:
                 raise ValueError(f"{expr.func}({expr.var}[..i-1]) outside its TAKE conjunct")
             elements = block[: env.it[1] - 1]
@@ -426,7 +411,7 @@ def evaluate(expr, env: _Env):
         if expr.attr is None:
             return _aggregate("count", elements)
         return _aggregate(expr.func, [_read(e, expr.attr) for e in elements])
-    if isinstance(expr, UnaryOp):
+    if isinstance(expr, ast.UnaryOp):
         if expr.op == "not":
             return not _truth(evaluate(expr.operand, env))
         value = _number(evaluate(expr.operand, env))
@@ -435,7 +420,7 @@ def evaluate(expr, env: _Env):
         if expr.op == "+":
             return value
         raise ValueError(f"unknown unary operator {expr.op!r}")
-    if isinstance(expr, BinOp):
+    if isinstance(expr, ast.BinOp):
         op = expr.op.lower()
         if op == "and":
             return _truth(evaluate(expr.left, env)) and _truth(evaluate(expr.right, env))
@@ -445,14 +430,14 @@ def evaluate(expr, env: _Env):
         if op in ("<", "<=", ">", ">=", "==", "!=", "=", "<>"):
             return _compare(op, left, right)
         return _arith(op, left, right)
-    if isinstance(expr, Call):
+    if isinstance(expr, ast.Call):
         args = [evaluate(a, env) for a in expr.args]
         if expr.func == "abs" and len(args) == 1:
             return abs(_number(args[0]))
         if expr.func in ("min", "max") and len(args) == 2:
             return _min_max(expr.func, args)
         raise ValueError(f"unknown function {expr.func}/{len(args)}")
-    if isinstance(expr, Equiv):
+    if isinstance(expr, ast.Equiv):
         raise ValueError("[attr] is expanded before evaluation (2.5)")
     raise TypeError(f"not an expression: {expr!r}")
 
@@ -482,7 +467,7 @@ def assignments(an: Analysis, events: list[Event]):
             yield ()
             return
         cand = [p for p in range(after + 1, len(events)) if events[p].type == types[j]]
-        sizes = [1] if kinds[j] is Kind.ONE else range(1, len(cand) + 1)
+        sizes = [1] if kinds[j] is ast.Kind.ONE else range(1, len(cand) + 1)
         for size in sizes:
             for block in combinations(cand, size):
                 for rest in rec(j + 1, block[-1]):
@@ -500,7 +485,7 @@ def types_ok(an: Analysis, events: list[Event], sigma: Sigma) -> bool:
     if any(b <= a for a, b in zip(flat, flat[1:])) or not all(0 <= p < len(events) for p in flat):
         return False
     for comp, block in zip(an.positive, sigma):
-        if not block or (comp.kind is Kind.ONE and len(block) != 1):
+        if not block or (comp.kind is ast.Kind.ONE and len(block) != 1):
             return False
         if any(events[p].type != comp.type for p in block):
             return False
@@ -617,16 +602,16 @@ def strategy_ok(an: Analysis, events: list[Event], sigma: Sigma) -> bool:
     other or undefined partitions may be skipped, whatever their type); next: 3.5; any:
     anything."""
     strategy = an.query.strategy
-    if strategy is Strategy.ANY:
+    if strategy is ast.Strategy.ANY:
         return True
     sel = sorted(p for block in sigma for p in block)
     skipped = [x for x in range(sel[0] + 1, sel[-1]) if x not in set(sel)]
-    if strategy is Strategy.STRICT:
+    if strategy is ast.Strategy.STRICT:
         return not skipped
-    if strategy is Strategy.PARTITION:
+    if strategy is ast.Strategy.PARTITION:
         mine = _partition(an, events[sel[0]])
         return not any(_same_partition(_partition(an, events[x]), mine) for x in skipped)
-    if strategy is Strategy.NEXT:
+    if strategy is ast.Strategy.NEXT:
         return next_match_ok(an, events, sigma)
     raise ValueError(f"unknown strategy {strategy!r}")
 
@@ -635,8 +620,8 @@ def _neighbours(an: Analysis, var: str) -> tuple[Optional[int], Optional[int]]:
     """The positive components just before and just after a negated one (0-based j)."""
     comps = an.query.components
     k = next(i for i, c in enumerate(comps) if c.var == var)
-    before = [an.index[c.var] for c in comps[:k] if c.kind is not Kind.NEG]
-    after = [an.index[c.var] for c in comps[k + 1:] if c.kind is not Kind.NEG]
+    before = [an.index[c.var] for c in comps[:k] if c.kind is not ast.Kind.NEG]
+    after = [an.index[c.var] for c in comps[k + 1:] if c.kind is not ast.Kind.NEG]
     return (before[-1] if before else None, after[0] if after else None)
 
 
@@ -688,7 +673,7 @@ def is_match(an: Analysis, events: list[Event], sigma: Sigma,
             and not eliminated(an, events, sigma, inclusive))
 
 
-def oracle(query: Query, events: list[Event], *,
+def oracle(query: ast.Query, events: list[Event], *,
            inclusive: bool = WINDOW_INCLUSIVE) -> list[OracleMatch]:
     """Every match of ``query`` on ``events``, in canonical order: the pseudo-code of
     EXACT.md 3.8 (validate, enumerate candidates, types, window, predicates, strategy,
