@@ -7,7 +7,7 @@ The pattern is :data:`LOOP`; the budget a tenth of the unconstrained operations.
 2. The **Spark trainer** (:func:`trainer.train.train`, a local session) learns the history of
    the rising-delays pattern on the first days, fits the sketch's reserves to a few budget
    ratios (:data:`FIT_RATIOS`) and publishes the signed sketch to the collector.
-3. An **agent** (``python -m edge.agent --once``) matches the remaining days under a budget
+3. An **agent** (``acep agent --once``) matches the remaining days under a budget
    of a tenth of the operations the unconstrained run needs, with the sketch it downloads
    and verifies (history policy, learning online), and uploads its matches; the collector
    stores them, archives their windows and re-checks each one with the exact engine.
@@ -303,7 +303,7 @@ def run_agent(work: Path, config: Path) -> dict:
     """``--once`` runs until the stream is matched and the outbox is empty; final metrics."""
     for _ in range(20):
         with open(work / "agent.log", "a") as log:
-            done = subprocess.run([sys.executable, "-m", "edge.agent", "--config", str(config),
+            done = subprocess.run([sys.executable, "-m", "acep", "agent", "--config", str(config),
                                    "--once"], stdout=log, stderr=log, cwd=work)
         if done.returncode:
             raise RuntimeError(f"the agent exited with code {done.returncode}: "

@@ -1,6 +1,6 @@
 """The device agent: events in, matches under a budget, batches into the outbox, uploads.
 
-``python -m edge.agent --config agent.toml [--once]``. The loop, per chunk of events from
+``acep agent --config agent.toml [--once]``. The loop, per chunk of events from
 the source (:mod:`edge.agent.sources`): the events go through an :class:`acep.Matcher` under the
 budget; its matches become an upload batch (:func:`edge.wire.batch_from_matches`, with the
 events of their windows, or a per-slot summary in condensed mode); the batch is put into the

@@ -3,7 +3,7 @@
 ``status`` sums up what an agent's outbox holds; the others list, export, resend or delete
 its dead letters (batches the collector refused for good). Reads go through an
 :class:`~edge.agent.outbox_reader.OutboxReader`, so an agent running on the same file is not
-disturbed. Also ``python -m edge.agent.outbox_cli``.
+disturbed.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ __all__ = ["main"]
 
 def main(argv: list[str] | None = None) -> int:
     """``acep outbox PATH status | list | export DIR | requeue [ID ...] | discard (ID ... |
-    --all)`` (also ``python -m edge.agent.outbox_cli``): what an agent's outbox holds, and its dead
-    letters."""
+    --all)``: what an agent's outbox holds, and its dead letters."""
     ap = argparse.ArgumentParser(prog="acep outbox",
                                  description="what is pending in an agent's outbox, and list, "
                                              "export, resend or delete its dead letters "
