@@ -165,15 +165,58 @@ def build_history(pattern: str | Pattern, events, window: float, k: int, *,
                   bins: VectorBins | None = None, n_bins: int = 8, merge: bool = True,
                   backend: str | None = None, bad_events: list | None = None,
                   context: Sequence[str] = (), context_leaves: int = 8) -> HistoryGraph:
-    """The history of one unconstrained run ([L16] Definition 4) over ``events``.
+    """Build the history of one unconstrained run over ``events`` ([L16] Definition 4).
 
-    ``events`` is an ``EventBatch`` or an iterable of them; without ``bins`` it is read twice
-    (an iterator is materialised first). ``merge=False`` turns dominance merging off (the
-    tests compare with all trajectories; a device runs with merging, so histories should too).
-    ``bad_events``: as for :func:`traced_run` (skip bad events and collect their errors).
-    ``context``: event-context features (some of ``CONTEXT_FEATURES``) whose tree
-    (:func:`fit_context`, at most ``context_leaves`` leaves) splits every cell
-    (docs/SHEDDING.md 13); empty: cells as the bins make them.
+    The run records every match node: its cell (state, errors, remaining-window bin, gap
+    bin) and whether it led to a match point. The graph counts visits and successes per
+    cell, and which bundles each cell reached.
+
+    Parameters
+    ----------
+    pattern : str or acep.matcher.Pattern
+        The pattern, as for :class:`acep.Matcher`.
+    events : acep.events.EventBatch or iterable of EventBatch
+        The training stream. Without ``bins`` it is read twice (an iterator is read into a
+        list first).
+    window : float
+        The window, in the units of the tag.
+    k : int
+        Errors allowed.
+    where : str or sequence of str
+        The pattern's conditions (default none).
+    partition : str, optional
+        The attribute to partition by (default: one partition).
+    bins : acep.shedding.VectorBins, optional
+        The remaining-window and gap bins (default: quantiles of the run's own nodes).
+    n_bins : int
+        Quantile bins per time when ``bins`` is not given (default 8; 1: no time bins).
+    merge : bool
+        Dominance merging, as a device runs (default True). False keeps every trajectory.
+    backend : str, optional
+        The kernel, as for :class:`acep.Matcher` (default: the compiled one if built).
+    bad_events : list, optional
+        Skip bad events and append their errors here (default: a bad event raises).
+    context : sequence of str
+        Event-context features (some of ``CONTEXT_FEATURES``) whose decision tree, of at
+        most ``context_leaves`` leaves, splits every cell (docs/SHEDDING.md 13; needs
+        scikit-learn). Default none: cells as the bins make them.
+    context_leaves : int
+        The context tree's leaves at most (default 8).
+
+    Returns
+    -------
+    HistoryGraph
+
+    Examples
+    --------
+    >>> from acep.demo import DEMO, demo_events
+    >>> from history import build_history
+    >>> graph = build_history(DEMO["pattern"], demo_events(), DEMO["window"], DEMO["k"],
+    ...                       where=DEMO["where"], partition="origin")
+    >>> graph.shape            # states, errors 0..k, remaining-window bins, gap bins
+    (8, 2, 8, 8)
+    >>> graph.n_bundles
+    215
     """
     if bins is None and (isinstance(n_bins, bool) or not isinstance(n_bins, int)
                          or not 1 <= n_bins <= MAX_BINS):

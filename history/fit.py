@@ -84,16 +84,55 @@ SKETCH_PARTITION = _SketchPartition()  # the default partition: the one the sket
 def fit_budgets(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
                 partition=SKETCH_PARTITION, burst: float = 1024.0, min_visits: int = 50,
                 search: int = 0, seed: int = 0) -> tuple[Sketch, dict]:
-    """The sketch with a reserve table fitted for each budget ratio, and a report.
+    """Fit the sketch's reserves to each budget by replaying the training stream.
 
-    ``events``: the training stream of one device (the one the sketch's history was built
-    from, or any stream of the same kind); ``partition``: its partition column (by default
-    the one the sketch records; another is refused, see :func:`matcher_args`), as for the
-    history; ``burst``: the bucket depth the devices run with, in events; ``search``: the
-    cells step 4 tunes per ratio (0: none). The report maps
-    each ratio to ``{"chosen": name, "bundle_recall": {name: recall on events}}`` (with
-    ``search``, also ``"searched"``: the recall after step 4 and the cells it changed) and
-    gives the training stream's ``ops_per_event`` and ``bundles``.
+    For each budget the fit tries four reserve tables on the training stream and keeps the
+    one that finds the most bundles (docs/SHEDDING.md 10). A device then picks the table
+    fitted nearest its own budget.
+
+    Parameters
+    ----------
+    sketch : history.Sketch
+        The sketch to fit.
+    events : acep.events.EventBatch
+        The training stream of one device: the one the sketch's history was built from, or
+        any stream of the same kind.
+    ratios : sequence of float
+        The budgets, as fractions of the stream's unconstrained operations per event.
+    partition : str, optional
+        The stream's partition column. By default the one the sketch records; another is
+        refused.
+    burst : float
+        The bucket depth the devices run with, in events (default 1024).
+    min_visits : int
+        Visits a cell needs before its rate measured under shedding is used (default 50).
+    search : int
+        Cells per budget tuned by coordinate search (default 0: none).
+    seed : int
+        Seed of the policy's random choices during the replays (default 0).
+
+    Returns
+    -------
+    sketch : history.Sketch
+        The sketch with a fitted table per ratio.
+    report : dict
+        ``"ratios"`` maps each ratio to ``{"chosen": name, "bundle_recall": {name:
+        recall}}`` (with ``search``, also ``"searched"``: the recall after the search and
+        the cells it changed); ``"ops_per_event"`` and ``"bundles"`` are the training
+        stream's.
+
+    Examples
+    --------
+    >>> from acep.demo import DEMO, demo_events
+    >>> from history import Sketch, build_history, fit_budgets
+    >>> events = demo_events()
+    >>> graph = build_history(DEMO["pattern"], events, DEMO["window"], DEMO["k"],
+    ...                       where=DEMO["where"], partition="origin")
+    >>> fitted, report = fit_budgets(Sketch.from_graph(graph), events, [0.1])
+    >>> fitted.fitted_ratios.tolist()
+    [0.1]
+    >>> report["bundles"], report["ratios"][0.1]["chosen"]
+    (215, 'history')
     """
     stream = FitStream(events)
     return fit_streams(sketch, ratios, lambda tasks: [[task(stream)] for task in tasks],

@@ -289,6 +289,19 @@ class HindsightPolicy(CallbackPolicy):
     Give it the log of a run without merging (``traced_run(..., merge=False)``): a merged
     node's outcome is censored, and under a budget the dominating node may be the one shed.
     It is a reference, not a proven optimum: it plans greedily, one event at a time.
+
+    Parameters
+    ----------
+    node_log : mapping of str to numpy.ndarray
+        The node log of the unconstrained run without merging, all fields
+        (``traced_run(..., merge=False, fields=None).log``).
+    window : float
+        The pattern's window.
+    matches : mapping, optional
+        The run's match points as ``{"partition": ..., "point": ...}`` arrays, whose bundles
+        are the targets (default: the bundles of the log's own reach points).
+    per_bundle : int
+        Candidates kept per bundle not yet found (default 1).
     """
 
     name = "hindsight"

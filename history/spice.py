@@ -305,6 +305,21 @@ class HybridPolicy(ScorePolicy):
         The history of the training stream.
     prior : float
         Pseudo-visits of the smoothing, at the overall rates (default 1).
+
+    Examples
+    --------
+    >>> from acep import Matcher
+    >>> from acep.demo import DEMO, demo_events
+    >>> from acep.shedding import Budget
+    >>> from history import HybridPolicy, build_history
+    >>> events = demo_events()
+    >>> graph = build_history(DEMO["pattern"], events, DEMO["window"], DEMO["k"],
+    ...                       where=DEMO["where"], partition="origin")
+    >>> policy = HybridPolicy(graph)
+    >>> m = Matcher(DEMO["pattern"], DEMO["window"], DEMO["k"], where=DEMO["where"],
+    ...             partition="origin", budget=Budget(1.0), policy=policy, bins=policy.bins)
+    >>> len(m.match(events))   # match points: 4,804 unconstrained
+    2191
     """
 
     name = "hybrid"

@@ -30,6 +30,7 @@ PUBLIC = [
     "acep.shedding.CallbackPolicy",
     "history.HistoryGraph", "history.Sketch", "history.HistoryPolicy",
     "history.CompletionPolicy", "history.PSpicePolicy", "history.HSpicePolicy",
+    "history.HybridPolicy", "history.build_history", "history.fit_budgets",
     "edge.Agent", "edge.load_config", "edge.agent.main",
     "trainer.train.PatternSpec", "trainer.train.train",
 ]
