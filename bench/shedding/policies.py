@@ -16,6 +16,7 @@ POLICIES = ("keep-first", "random", "oldest-first", "completion", "pspice", "hsp
             "hybrid", "sampling", "history", "history+rl", "hindsight")
 BASELINES = ("keep-first", "random", "oldest-first", "completion", "pspice", "hspice",
              "hybrid", "sampling")
+FIELD = ("pspice", "hspice")  # the field's shedders that issue 42's target names
 # the drift reference (not a policy row): the static history of a training stream of the
 # drifted regime, what retraining would ship
 RETRAINED = "history retrained"

@@ -89,8 +89,14 @@ def test_no_row_passes_either_upper_bound(results):
                 assert r["prefix"]["bundle_recall"] <= run.ceiling(w, f, "prefix") + 1e-9
                 if r["scope"] == "test":
                     assert r["bundle_recall"] <= top + 1e-9, (w["name"], r["policy"], f)
-    first = results["targets"][0]
+    first = results["targets"][0]  # the share of the ceiling names the ceiling it is of
     assert set(first["ceilings"]) == set(first["values"])
+    for w in results["workloads"]:
+        f = first["at_budget"][w["name"]]
+        assert f >= 0.10 and first["ceilings"][w["name"]] == run.ceiling(w, f)
+        mine = next(r["bundle_recall"] for r in rows if r["workload"] == w["name"]
+                    and r["policy"] == "history+rl" and r["fraction"] == f)
+        assert first["values"][w["name"]] == pytest.approx(mine / run.ceiling(w, f))
 
 
 def test_the_synthetic_rows_split_recall_by_planted_motif(results):
@@ -135,9 +141,12 @@ def test_targets_have_numbers_and_verdicts(results):
     for t in targets:
         assert isinstance(t["pass"], bool)
         assert set(t["per_workload"]) == set(t["values"])
-    gaps = targets[2]  # the hindsight target names the budget of each workload's widest gap
-    assert set(gaps["at_budget"]) == set(gaps["values"])
-    assert set(gaps["at_budget"].values()) <= set(results["settings"]["fractions"][:-1])
+    fractions = results["settings"]["fractions"]
+    for t in targets[:3]:  # each names the budget of each workload's worst case
+        assert set(t["at_budget"]) == set(t["values"])
+        assert set(t["at_budget"].values()) - {None} <= set(fractions)
+    assert all(t["against"][n] in ("pspice", "hspice") for n in targets[1]["values"]
+               if targets[1]["values"][n] is not None)
 
 
 def test_pngs_and_tables(quick_run, results):
@@ -188,13 +197,14 @@ def test_every_workload_has_the_history_of_its_test_stream_as_reference(results)
             assert r["policy"] == policies.TEST_HISTORY and r["scope"] == "test"
             assert r["events"] == w["truth"]["events"] and r["precision"] == 1.0
             assert r["bundle_recall"] <= run.ceiling(w, r["fraction"]) + 1e-9
-    first, _, third, _ = results["targets"]
-    for t in (first, third):
-        assert set(t["references"]) == set(t["values"])
-        assert all(v is not None for v in t["references"].values())
-    assert first["references"]["rare-verylate"] == next(
+    first = results["targets"][0]
+    assert set(first["references"]) == set(first["values"])
+    assert all(v is not None for v in first["references"].values())
+    w = next(w for w in results["workloads"] if w["name"] == "rare-verylate")
+    f = first["at_budget"]["rare-verylate"]
+    assert first["references"]["rare-verylate"] == pytest.approx(next(
         r["bundle_recall"] for r in reference
-        if r["workload"] == "rare-verylate" and r["fraction"] == 0.25)
+        if r["workload"] == "rare-verylate" and r["fraction"] == f) / run.ceiling(w, f))
     from bench.shedding.table import markdown
 
     assert f"| {policies.TEST_HISTORY} (reference) |" in markdown(results)
