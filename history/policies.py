@@ -2,7 +2,7 @@
 
 :class:`HistoryPolicy` (the sketch's scores, proxy classes and online update),
 :class:`CompletionPolicy` (pSPICE style), the offline :class:`HindsightPolicy`, and input
-sampling (:func:`sample_events`, :class:`EventSampler`; the frequency operator of [M] Ma &
+sampling (:func:`sample_events`, :class:`EventSampler`; the frequency operator of [M07] Ma &
 Taylor). The field's shedders are in :mod:`history.spice`. :func:`policy_options` builds a
 fresh policy by its row name for ``history evaluate`` and ``bench/shedding``. Device side:
 imports only numpy, msgpack and ``acep``.
