@@ -1,20 +1,10 @@
 """The file line each CSV row starts on, found in the bytes pyarrow reads.
 
-pyarrow's CSV reader gives rows, not where they are. A row is one line only when the file
-has no blank lines (pyarrow skips them) and no line breaks inside quoted values, so
-``row + 2`` names the wrong line otherwise. :class:`LineTap` is the file object pyarrow
-reads from: it passes each block on and records the line (1-based, as a text editor counts
-them: ``\\n``, ``\\r\\n`` and a lone ``\\r`` each end one) that each row after the header
-starts on, as pyarrow parses them with the options acep reads with (``,`` between fields, a
-``"`` opens a quoted value only at a field's start and ``""`` inside one is a quote, empty
-lines are skipped, a UTF-8 byte order mark is dropped). The bytes are looked at once, as
-they go by, so a remote file is not read twice.
-
-A block without a quote, a ``\\r`` or an empty line (most files, most of the time) costs two
-``bytes`` searches and three numpy passes; other blocks are scanned with numpy, taking quotes
-by parity, which is exact when every quote outside a quoted value opens a field. A block
-where one does not (``5'10"`` in a bare value, text after a closing quote) is walked field
-by field in Python.
+pyarrow's CSV reader gives rows, not where they are, and ``row + 2`` is wrong once a file
+has blank lines or line breaks inside quoted values. :class:`LineTap` is the file object
+pyarrow reads from: it passes each block on and records the line each row starts on, so a
+remote file is not read twice. The rules and the fast paths are in docs/DESIGN.md, "As
+built: the ACEP engine", Lines.
 """
 
 from __future__ import annotations

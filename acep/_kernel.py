@@ -1,38 +1,11 @@
-"""The ACEP matcher kernel: Algorithm 1 (ACEPMatch) of the ACEP paper over flat arrays.
+"""The ACEP matcher kernel: Algorithm 1 (ACEPMatch) of [L16], Section 3.1, over flat arrays.
 
-Written in Cython's pure-Python mode: compiled by ``setup.py`` it is the fast engine; on a
-machine where it could not be compiled the very same file runs as plain Python (slowly),
-so both backends have one behaviour by construction. No Python object per match node:
-nodes live in preallocated arrays, linked per (partition, state) and by ``prev``.
-
-How it maps to the paper (Section 3.1, Algorithm 1):
-
-* A match node is (state, loc, err, start_win, prev). Only *L-state* nodes (nodes created
-  by matching an event at an L-state) are stored. The ε-state and error nodes that
-  ``propagate`` would create are replaced by the precomputed table ``src_cost``: for an
-  L-state σ and a state q, the fewest errors of moving from q to ``pre(σ)`` without
-  consuming events (each L-state skipped is one error). ``propagate`` of the seed is
-  ``seed_cost``; reaching the final state from σ is ``final_cost``.
-* An event e of type x, tag t, at L-state σ with label x extends every live node ν at a
-  source state q of σ whose window is open (t - ν.start <= w): the new node at σ has
-  err = ν.err + cost(q, σ) <= k, start = ν.start, prev = ν. The seed gives start = t.
-  Candidates are collected before any is inserted, so an event is used once per trajectory.
-* A new node reports a match when err + final_cost[σ] <= k; its match point is t.
-* Nodes expire when t - start > w (lazily, when a list is walked, and in a full sweep
-  before the arena grows).
-* Dominance (DESIGN.md): at the same state and with equal bound predicate values, a node
-  with no more errors and no earlier start finds every match point the other finds. With
-  ``merge`` on, a dominated node is dropped on insertion. Merging is exact for match
-  points, bundles and the best (err, start) per point; ``merge`` off is Algorithm 1.
-* Under a budget (docs/SHEDDING.md): candidates are collected, a policy keeps some, the rest
-  are shed; a shed window start may be *deferred* (kept aside per (partition, state), not
-  live) and revived as the ``prev`` of a later candidate that then costs two operations.
-* Trajectories: ``prev`` links are reference-counted, so a trajectory survives the removal
-  of its nodes from the live lists for as long as a live node or a pending match uses it.
-
-Output per (partition, match point): the best node (least err, then latest start) among
-the events with that tag, emitted when a later tag arrives in the partition or on flush.
-In all-trajectories mode every final node is emitted at once.
+Written in Cython's pure-Python mode: compiled by ``setup.py`` it is the fast engine, and
+where it could not be compiled the same file runs as plain Python, so both backends behave
+alike by construction. Nodes live in preallocated arrays, linked per (partition, state) and
+by ``prev``; no Python object per match node. How the kernel maps to Algorithm 1 (stored
+nodes, precomputed costs, expiry, dominance, shedding, output) is docs/DESIGN.md, "As built:
+the ACEP engine", Kernel representation.
 """
 
 try:

@@ -1,25 +1,9 @@
-"""Thompson's automaton for a pattern (ACEP paper, Section 2 and Figure 1).
+"""Thompson's automaton for a pattern ([L16] Section 2 and Figure 1).
 
-Construction, exactly as Figure 1:
-
-(a) a letter ``a``: a start state and a final state joined by an ``a`` edge;
-(b) concatenation ``αβ``: α's final state merges with β's start state;
-(c) alternation ``α|β``: new start and final states with ε edges around α and β;
-(d) Kleene star ``α*``: new start and final states, ε edges start→α, start→final,
-    α.final→α.start (the back edge) and α.final→final.
-
-``{n,m}``, ``+`` and ``?`` are syntactic sugar expanded into copies (``x{2,3}`` is
-``x x (x)?``), as the paper does for ``x2+``.
-
-Every state is an *L-state* (exactly one incoming edge, labelled with a letter) or an
-*ε-state* (only ε edges in, or none for the start state). ``pre(σ)`` of an L-state is the
-source of its letter edge; ``post(q)`` lists the targets of q's edges.
-
-Algorithm 1's ``propagate`` moves a match node along edges without consuming an event:
-an ε edge is free and a letter edge costs one error (the letter is "inserted").
-:meth:`Automaton.skip_cost` precomputes the least number of errors of such moves between
-every pair of states (0-1 breadth-first search), which is what "propagate of the seed
-precomputed once" becomes when applied to every state.
+The construction follows Figure 1 exactly; ``{n,m}``, ``+`` and ``?`` expand into copies.
+:meth:`Automaton.skip_cost` precomputes the fewest errors of moving between any two states
+without consuming an event (Algorithm 1's ``propagate``). The construction, the L-states
+and ε-states and the costs are in docs/DESIGN.md, "As built: the ACEP engine", Automaton.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """The pattern language: regular expressions over event types, and predicates.
 
-A pattern is a regular expression over event *types* (ACEP paper, Section 2):
-
-    a (b | c) d b          concatenation by juxtaposition, types separated by blanks
-    late+ ontime? early    multi-character type names are identifiers
-    x* | y{2} | z{1,} | w{2,3}  star, alternation, counted repetition, groups
-
-Type names are identifiers (``[A-Za-z_][A-Za-z0-9_]*``); write ``a b c``, not ``abc``
-(which is the single type ``abc``).
-
-Predicates (``where`` clauses) are boolean expressions over the attributes of bound
-events, named by their type: ``d.price > a.price * 1.1 and b.volume >= 100``. A
-top-level ``and`` splits into separate predicates, each evaluated as soon as the last
-variable it uses is bound (paper, Section 3.1, "predicates"). ``[attr]`` is the
-equivalence test: the stream is partitioned by ``attr``.
-
-This module only parses; :mod:`acep.automaton` and :mod:`acep.predicates` compile.
-The exact engine reuses the same tokenizer and expression parser.
+A pattern is a regular expression over event types ([L16] Section 2): ``a (b | c) d b``,
+``late+ ontime? early``, ``x* | y{2} | w{2,3}``. Predicates (``where``) are boolean
+expressions over the attributes of bound events, named by their type; ``[attr]`` is the
+equivalence test. This module only parses: :mod:`acep.automaton` and :mod:`acep.predicates`
+compile, and the exact engine reuses the tokenizer and expression parser. The syntax is in
+docs/CLI.md, "Pattern language".
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Compile parameterized predicates into flat arrays for the matcher kernel.
 
-The ACEP paper (Section 3.1, after Example 3) handles a predicate over event variables
-X1..Xc by recording each variable's attribute values in the match node when it is
-matched, and checking the predicate when the last of them is matched. Here a variable is
-an event type of the pattern and names the *latest* event of that type on the trajectory.
-A predicate is checked each time one of its variables is bound, once all of them are
-bound; a predicate whose variables are never all bound is not checked (the letters
-"inserted" by errors can carry any attribute values).
-
-The kernel sees: per type, which (slot, column) pairs to copy when an event of that type
-is bound, and which predicates to check; per predicate, a postfix program over slots and
-constants. Division by zero gives NaN and comparisons with NaN are false, the same in the
-compiled and the pure-Python kernel.
+[L16] Section 3.1 (after Example 3) records the attribute values of a predicate's variables
+in the match node and checks the predicate when the last of them is matched. Here a
+variable is an event type of the pattern and names the latest event of that type on the
+trajectory. The kernel gets, per type, the (slot, column) pairs to copy and the predicates
+to check, and per predicate a postfix program. The rules are in docs/DESIGN.md, "As built:
+the ACEP engine", Predicates.
 """
 
 from __future__ import annotations

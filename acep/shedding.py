@@ -1,17 +1,11 @@
 """Capacity and shedding: the budget, match vectors, and the policy interface the engine calls.
 
-The contract is ``docs/SHEDDING.md``. In short: an *operation* is a candidate match node
-(one node Algorithm 1 would create for the current event). A :class:`Budget` is a token
-bucket of operations per input event; when an event's candidates exceed the credit, the
-engine asks its policy which to keep and *sheds* the others. The engine itself never
-imports ``history``: a policy is either
-
-* a :class:`ScorePolicy`, a table of scores over *cells* (discretised match vectors,
-  :class:`VectorBins`) that the compiled kernel reads in O(1) per candidate, with optional
-  proxy classes, exploration and the online (reinforcement) update of the scores; or
-* a :class:`CallbackPolicy`, Python code called with numpy views of the candidates
-  (:class:`Candidates`) on each event that needs shedding: for baselines and offline
-  policies where a Python call per shedding event is acceptable.
+The contract is docs/SHEDDING.md, sections 1-3. A :class:`Budget` is a token bucket of
+operations (candidate match nodes) per input event; when an event's candidates exceed the
+credit, the engine asks its policy which to keep. A policy is a :class:`ScorePolicy` (a
+score table over cells, :class:`VectorBins`, read by the compiled kernel in O(1) per
+candidate) or a :class:`CallbackPolicy` (Python code called with :class:`Candidates`). The
+engine never imports ``history``.
 """
 
 from __future__ import annotations

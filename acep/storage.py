@@ -1,20 +1,11 @@
 """Where input files live: local paths, or URIs of the filesystems pyarrow reads; and
 where the collector's archive is mirrored to (:func:`put_file`, :func:`delete_file`).
 
-A source that looks like ``scheme://...`` is opened with ``pyarrow.fs`` (``s3://``,
-``gs://``, ``hdfs://``, ``file://``; Hadoop's ``s3a://`` and ``s3n://`` are read as
-``s3://``, so a Spark user's archive URI works as written; a file of another filesystem
-pyarrow knows opens too, but only those are listed). Credentials and
-endpoints come from where pyarrow looks for them: for S3 the ``AWS_*`` environment
-variables (``AWS_ENDPOINT_URL`` for MinIO and other S3-compatible stores), the
-credentials file or the instance's role; or the URI's query, e.g.
-``s3://bucket/archive?region=eu-west-1``; for GCS, Google's default credentials, or
-``gs://anonymous@bucket`` for a public bucket, retried for a bounded time
-(``?retry_limit_seconds=``, 30 s by default). Anything else is a local path, read with
-``open``: the device side never imports pyarrow.
-
-Listing and opening return sources in the caller's own spelling (the same scheme and
-query), so an error names what the user typed.
+A source that looks like ``scheme://...`` is opened with ``pyarrow.fs`` (``s3://`` and
+Hadoop's ``s3a://``, ``gs://``, ``hdfs://``, ``file://``); anything else is a local path
+read with ``open``, so the device side never imports pyarrow. Listing and opening keep the
+caller's spelling, so an error names what the user typed. The schemes and credentials are
+in docs/TRAINING.md, "Train histories on Spark", Object storage.
 """
 
 from __future__ import annotations

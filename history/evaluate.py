@@ -2,16 +2,9 @@
 budget by budget (``acep history evaluate``, docs/SHEDDING.md section 11).
 
 The ground truth is the unconstrained run on the same events ([L16] Algorithm 1 without a
-budget): its match points and its match bundles (Definition 3). Each (budget, policy) row
-then runs the events from an empty matcher under ``Budget(ratio * ops_per_event, burst)``,
-where ``ops_per_event`` is the unconstrained run's, and scores what it found: bundle recall
-(true bundles with at least one point found), match-point recall, precision, and what the
-budget did (operations spent, candidates shed, time spent deciding). Precision is None (n/a)
-for a row that found no match point.
-
-It is the measure of ``bench/shedding`` on a stream the benchmark does not know: to check a
-sketch on a later period before shipping it, to compare it with the baselines on one's own
-pattern, or to choose a device's budget.
+budget): its match points and its bundles (Definition 3). Each (budget, policy) row runs the
+events from an empty matcher under ``Budget(ratio * ops_per_event, burst)`` and scores what
+it found; the measures are in docs/SHEDDING.md section 11.
 """
 
 from __future__ import annotations

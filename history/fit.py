@@ -1,46 +1,12 @@
 """Fit a sketch's reserves to a budget on the training stream (docs/SHEDDING.md section 10).
 
-A sketch's scores are success rates of an *unconstrained* run ([L16] Definition 4), but the
-policy's reserves decide which cells may spend a scarce credit, and under shedding a cell's
-worth is not its unconstrained rate: a noise start that a later motif completes (k errors,
-a long window) is merged away in the unconstrained run and worth a bundle when the motif's
-own start was shed. How much that matters depends on the budget. So, for a budget ratio
-``f`` of the training streams' unconstrained operations per event, :func:`fit_streams`
-
-1. runs the history policy at ``f`` over every training stream with the node log on and
-   measures each cell's success rate *under that shedding* (cells seen at least
-   ``min_visits`` times; the others keep the sketch's score);
-2. makes four candidate reserve tables: the sketch's scores (``history``), the measured
-   rates (``measured``), the measured order with the sketch's values (``order``: the
-   cells are re-ranked, the overall level of the reserves, which the budget sets, is kept),
-   and the success rates of the unconstrained run on the training streams' *match windows*
-   only (``windows``: the events within ``w`` before each match point of their partition,
-   what the agent uploads for a match, ``acep.windows``; the stretches where nothing is to
-   be found, whose nodes all fail, are left out, so a cell is rated by what it is worth
-   when a bundle is at stake);
-3. replays the training streams at ``f`` with each (the runs of step 1 are the history's
-   replay) and keeps the one that finds the most bundles (ties: the earlier in that list),
-   stored in the sketch as the table for ``f``;
-4. with ``search = K``, tunes the two best candidate tables (``SEARCH_STARTS``) by
-   coordinate search and keeps whichever then finds more training bundles: the ``K``
-   cells visited most in step 1, one after the other, each set to whichever of
-   ``SEARCH_VALUES`` finds the most training bundles (kept only when it finds strictly
-   more), one replay of the training streams per value tried. A table that already finds
-   every training bundle is not searched. Two starts, because a candidate can be a local
-   optimum of the search: on the sensors at 5% the ``windows`` table finds the most
-   bundles before the search and moves one cell in it, while ``order`` ends higher.
-
-One step of policy iteration with a model choice on the training data: nothing of the test
-period is used. A device gives :class:`history.HistoryPolicy` its budget and gets the table
-fitted nearest it. Runs the full matcher four times per ratio, and once over the match
-windows (up to ``6 K`` more per ratio with ``search``): a trainer's job, not a device's.
-
-A *stream* is what one device matches under one bucket: the budget is per device, so every
-stream is replayed on its own from an empty history, and the counts of all streams are summed
-(the bundles found, each cell's visits and successes). Each step is a task over one stream
-(:class:`FitStream`) whose results add up: :func:`fit_budgets` runs the tasks over one stream
-in this process, the Spark trainer (``acep train --fit``) over every device of an archive in
-its executors.
+A sketch's scores are success rates of an unconstrained run ([L16] Definition 4). Under
+shedding a cell is worth something else, and how much depends on the budget. So, for each
+budget ratio, :func:`fit_streams` measures the rates under that budget, makes four
+candidate tables, replays the training streams with each and keeps the best (with
+``search``, tuned by coordinate search). Each step is a task over one device's stream
+(:class:`FitStream`) whose counts add up: :func:`fit_budgets` runs them in this process,
+``acep train --fit`` in Spark's executors. The steps are docs/SHEDDING.md section 10.
 """
 
 from __future__ import annotations

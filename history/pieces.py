@@ -1,22 +1,11 @@
 """History graphs built in pieces: one piece per chunk of a stream, added up exactly.
 
-A piece is what one chunk of the stream (``trainer.chunks``: events with tags in
-``[lo, hi + w)``, nodes owned when they start in ``[lo, hi)``) contributes to the history
-of the whole stream ([L16] Definition 4): the visits and successes of its owned nodes per
-cell, their cell -> cell edges, the (partition key, match point, cell) triples of their
-successes, and every match point the chunk found. Node outcomes do not depend on what
-happened before their start, so the owned nodes of all chunks are exactly the nodes of one
-run over the whole stream; match points found by several chunks count once; bundles are
-formed only at the end, over all points, so a bundle may span chunk edges.
-
-Pieces are long-format rows (:func:`piece_schema`), so a Spark job can sum them with
-``groupBy``; :func:`graph_from_parts` turns the sums into a :class:`HistoryGraph` in
-canonical order (:meth:`HistoryGraph.canonical`), equal to that of a single-process
-``build_history`` over the same events.
-
-Bins are chosen the same way in pieces: pass 1 emits the distinct (remaining window, gap)
-values of owned nodes with their counts, and :func:`bins_from_counts` computes the same
-quantiles as ``numpy.quantile`` over all values.
+A piece is what one chunk of the stream (:mod:`trainer.chunks`) contributes to the history
+of the whole stream ([L16] Definition 4). Pieces are long-format rows
+(:func:`piece_schema`) that a Spark job sums with ``groupBy``; :func:`graph_from_parts`
+turns the sums into the :class:`HistoryGraph` that ``build_history`` makes in one process,
+and :func:`bins_from_counts` chooses the same bins. Why this is exact: docs/DESIGN.md,
+"As built: the trainer", Histories in pieces.
 """
 
 from __future__ import annotations

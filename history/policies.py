@@ -1,20 +1,11 @@
 """Shedding policies built from histories, and the baselines (docs/SHEDDING.md sections 3, 6).
 
-- :class:`HistoryPolicy`: the sketch's scores and proxy classes as an
-  ``acep.shedding.ScorePolicy``, with the online (reinforcement) update and exploration on.
-- :class:`CompletionPolicy`: pSPICE style, the completion probability of (state,
-  remaining-window bin) only, the same for every error count and gap.
-- :class:`history.spice.PSpicePolicy`, :class:`history.spice.HSpicePolicy`,
-  :class:`history.spice.HybridPolicy`: the field's shedders (pSPICE, hSPICE, the hybrid
-  of Zhao, Hung, Weidlich) as baselines, from the history graph.
-- :class:`HindsightPolicy`: offline, knows from the unconstrained run which candidates lead to
-  which bundle and keeps one per bundle not found yet.
-- :func:`sample_events` / :class:`EventSampler`: input-event sampling (the frequency operator
-  of [M] Ma & Taylor): keep one event in ``n``, before the matcher.
-- :func:`policy_options`: a fresh policy by its row name (``history evaluate`` and
-  ``bench/shedding`` build their rows with it).
-
-Device side: imports only numpy, msgpack and ``acep``.
+:class:`HistoryPolicy` (the sketch's scores, proxy classes and online update),
+:class:`CompletionPolicy` (pSPICE style), the offline :class:`HindsightPolicy`, and input
+sampling (:func:`sample_events`, :class:`EventSampler`; the frequency operator of [M07] Ma &
+Taylor). The field's shedders are in :mod:`history.spice`. :func:`policy_options` builds a
+fresh policy by its row name for ``history evaluate`` and ``bench/shedding``. Device side:
+imports only numpy, msgpack and ``acep``.
 """
 
 from __future__ import annotations

@@ -1,37 +1,12 @@
 """The sketch: a fixed-size, signed stand-in for a history graph that a device reads in O(1).
 
-Per cell (docs/SHEDDING.md section 2): a float32 score (the smoothed success rate of the
-cell, [L16] Definition 4's visit counts turned into "how often the vector led anywhere") and
-``H`` uint32 min-hash values of the cell's match map. Two cells' min-hash values agree at each
-position with probability equal to the Jaccard similarity of their match maps, so
-``mean(sig_a == sig_b)`` estimates it. The *proxy class* of a cell hashes its first ``band``
-min-hash values: cells whose maps are near-equal share a class (probability ``J ** band``),
-and the engine keeps one candidate per class first ([L16] Section 3.2, "we only need to keep
-one match node"). Empty maps have class -1. A float32 ``need`` per cell (version 2,
-:func:`completion_need`): the window a successful trajectory typically still needs from the
-cell, so the policy can tell whether a live node still has window enough to stand in, and
-``bundle_span``, the mean length of the history's bundles in windows. Optional, from
-:mod:`history.fit`: ``fitted``, one float32 table per cell for each budget ratio in
-``fitted_ratios`` (the success rates the policy's reserves are computed from at that budget),
-and ``ops_per_event``, the unconstrained operations per event of the training stream, which
-turns a device's budget into a ratio. Optional too, ``partition_by``: the attribute the
-history was partitioned by (nil: none), which :meth:`Sketch.mismatch` checks against the
-device's. A reader that predates these fields ignores them and runs on the plain scores, so
-the version stays 2; a sketch without ``partition_by`` loads with ``partition_recorded``
-False and its partition is not checked.
-
-Wire format: a msgpack envelope ``{"format": "acep-sketch", "version": 2, "signature":
-"HMAC-SHA256", "key_id": <8 bytes>, "payload": <bytes>, "mac": <32 bytes>}``; the MAC covers
-format, version and payload, and is checked before the payload is decoded. ``key_id`` is the
-signing key's fingerprint (:func:`key_id`: 16 hex digits when shown; it does not reveal the
-key), so a refused MAC can say which happened: the sketch was signed with another key (both
-fingerprints named), or it was damaged or changed after signing. It is a hint, not covered
-by the MAC: a reader that predates it ignores the envelope's other fields (no reader ever
-refused one), so the version stays 2 and old devices take new sketches; sketches written
-before it (no ``key_id``) load as before, with ``key_recorded`` False (what shows a sketch's
-key says so: :data:`KEY_NOT_RECORDED`), and a refused one says it could be either. A
-``key_id`` that is not 8 bytes is refused. This module imports only numpy, msgpack and
-``acep.storage`` (the standard library until a URI is read): device side.
+Per cell it holds a smoothed success rate (from [L16] Definition 4's visits and
+successes), ``H`` min-hash values of the cell's match map and a proxy class, so the engine
+keeps one candidate per class first ([L16] Section 3.2, "we only need to keep one match
+node"). Optional fields carry the fitted reserves (:mod:`history.fit`) and the partition
+attribute. The fields, the signed msgpack envelope and its ``key_id`` are specified in
+docs/SHEDDING.md section 6, "Sketch". Device side: imports only numpy, msgpack and
+``acep.storage``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """The field's shedders as baselines: pSPICE, hSPICE and the hybrid of Zhao, Hung and
-Weidlich (docs/SHEDDING.md, "The field's shedders").
+Weidlich (docs/SHEDDING.md section 12, "The field's shedders").
 
-- :class:`PSpicePolicy`: partial-match shedding by ``U = P / R``, completion probability
-  over remaining processing cost, from a Markov chain and a Markov reward process over
-  (state, remaining window) ([pSPICE] Slo, Bhowmik, Flaig, Rothermel, IEEE BigData 2019,
-  arXiv:2002.04436).
-- :class:`HSpicePolicy`: state-aware event shedding, the utility of an event for one partial
-  match from the event's type, its position in the window and the match's state ([hSPICE]
-  Slo, Bhowmik, Rothermel, DEBS 2020, arXiv:2006.08211).
-- :class:`HybridPolicy`: the cost model of hybrid input- and state-based shedding,
-  contribution over consumption per class of partial matches ([ZHW20] Zhao, Hung, Weidlich,
-  ICDE 2020).
-
-All are learned from a :class:`history.graph.HistoryGraph` of the training stream and run
-as an ``acep.shedding.ScorePolicy``: one utility per cell, O(1) per candidate in the kernel.
-Their state is our (L-state, errors), their remaining window our remaining-window bin; the
-gap, which neither paper has, is summed out. Device side: imports only numpy and ``acep``.
+:class:`PSpicePolicy` is [pSPICE] (Slo et al., IEEE BigData 2019, arXiv:2002.04436),
+:class:`HSpicePolicy` is [hSPICE] (Slo et al., DEBS 2020, arXiv:2006.08211) and
+:class:`HybridPolicy` is the cost model of [ZHW20] (Zhao, Hung, Weidlich, ICDE 2020). Each
+is learned from a :class:`history.graph.HistoryGraph` and runs as an
+``acep.shedding.ScorePolicy``: one utility per cell, O(1) per candidate in the kernel.
+Device side: imports only numpy and ``acep``.
 """
 
 from __future__ import annotations

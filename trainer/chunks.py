@@ -1,20 +1,10 @@
 """The chunking rule: split a stream by equivalence key and by overlapping time chunks.
 
-Chunk ``c`` *owns* the tags ``[origin + c*L, origin + (c+1)*L)`` and *reads* the events
-with tags in ``[own_lo - before, own_hi + after)``. A job keeps from chunk ``c`` only what
-starts in the part it owns, so each result is counted once, and the overlap makes sure a
-chunk sees everything such a result depends on:
-
-- ACEP histories (:mod:`history.pieces`): a match node that starts at ``s`` depends only on
-  the events in ``[s, s + w]`` (its own, and those of the nodes that dominate it, which
-  start no earlier) -- so ``before = 0``, ``after = w``.
-- Exact NFA^b matches (:mod:`trainer.exact`): a match starting at ``s`` ends by ``s + W``,
-  and a leading negation looks back to ``t_last - W`` (docs/EXACT.md 3.6) -- so
-  ``before = after = W``.
-
-``L`` is at least ``before + after`` (at least the window when both are 0), so an event
-lies in at most three chunks' read ranges. The equivalence key is hashed into
-``key_groups`` groups; a (key group, chunk) pair is one unit of work.
+Chunk ``c`` owns the tags ``[origin + c*L, origin + (c+1)*L)`` and reads the events with
+tags in ``[own_lo - before, own_hi + after)``. A job keeps from chunk ``c`` only what starts
+in the part it owns. ACEP histories (:mod:`history.pieces`) use ``before = 0, after = w``;
+exact matches (:mod:`trainer.exact`) use ``before = after = W``. Why this is exact, and the
+rule for ``L``: docs/DESIGN.md, "As built: the trainer", Chunking rule.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """``acep demo``: the whole loop on one machine, on the week of flights embedded in acep.
 
-The pattern is :data:`LOOP`; the budget a tenth of the unconstrained operations.
-
-1. A **collector** (``python -m edge.collector``) starts on loopback with a device token, an
-   admin token and a sketch key.
-2. The **Spark trainer** (:func:`trainer.train.train`, a local session) learns the history of
-   the rising-delays pattern on the first days, fits the sketch's reserves to a few budget
-   ratios (:data:`FIT_RATIOS`) and publishes the signed sketch to the collector.
-3. An **agent** (``acep agent --once``) matches the remaining days under a budget
-   of a tenth of the operations the unconstrained run needs, with the sketch it downloads
-   and verifies (history policy, learning online), and uploads its matches; the collector
-   stores them, archives their windows and re-checks each one with the exact engine.
-4. The **report**: bundle recall of the matches stored by the collector against the
-   unconstrained run on the same days, beside the agent's default policy (oldest-first) at
-   the same budget, and a plot.
-
-Everything is written under a work directory (a new temporary one by default) that is kept
-for inspection: the collector's database and archive, the sketch, the agent's logs, the
-report as JSON and the plot. The options, the work directory and the data are checked
-before any process or Spark job starts (:class:`DemoInputError`): the matcher's
-unconstrained runs on both parts of the stream come first, so a split with nothing to learn
-or to score, or a budget whose bucket holds no operation, is said at once.
+A collector, the Spark trainer, an agent under a budget of a tenth of the unconstrained
+operations (pattern :data:`LOOP`, fitted ratios :data:`FIT_RATIOS`), then a report of
+bundle recall beside oldest-first. Inputs are checked before anything starts
+(:class:`DemoInputError`). The steps and the work directory are described in
+docs/DESIGN.md, "As built: the trainer", ``acep demo``; the options in docs/CLI.md.
 """
 
 from __future__ import annotations

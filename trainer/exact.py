@@ -5,60 +5,9 @@
     acep exact-batch rising.sase flights.parquet --spec flights --out matches/
     acep exact-batch rising.sase /srv/acep/archive --archive --pattern-id rising --out m/
 
-The job (docs/EXACT.md, section 12 "Batch matching on Spark"):
-
-1. **Read** (:mod:`trainer.sources`): rows become events exactly as ``acep exact`` reads
-   them (the same event spec and conversion). A bad row -- one the reader refuses (a
-   missing type or tag, a non-numeric value in a numeric column), or an event of a query
-   component's type lacking an attribute the query reads (which ``acep exact`` stops on,
-   EXACT.md 1) -- is counted and written to the quarantine with its reason, never fatal.
-   Archive windows uploaded twice (same device and stream position) count once.
-2. **Order**: each stream (a device of the archive; all event files together form one
-   stream) is matched in order of tag, ties kept in stream-position order. For input whose
-   tags never go back -- what ``acep exact`` accepts -- that is the input order.
-3. **Chunk** (:mod:`trainer.chunks`, ``before = after = W``): chunk ``c`` owns the tags
-   ``[lo, hi)`` and reads the events in ``[lo - W, hi + W)``; it keeps the matches whose
-   *first* event's tag it owns. A match starting at ``s`` ends by ``s + W``, a trailing
-   negation looks up to ``s + W``, a leading one back to ``t_last - W >= s - W``, and the
-   strategies look only inside the match's span: so each chunk finds exactly the matches
-   it owns, each once. A query without ``WITHIN`` is one chunk.
-4. **Key groups**: events are hashed into groups by device (archives) and by the query's
-   equivalence key, but the equivalence key only when no event outside a key can change a
-   match: the strategy is skip-till-any-match, skip-till-next-match or partition
-   contiguity, the query has an equivalence test ``[attr]``, and every negated component
-   is bound by it (EXACT.md 3.4, 3.6: strict contiguity sees every event of the input, a
-   negation without the test sees other partitions). Otherwise one key group (per device);
-   ``stats["key_split"]`` says which and why.
-5. **Match** each (key group, chunk) unit in the executors (``mapInArrow``) with
-   ``acep.nfab.Engine(query)`` (the ``auto`` engine), stream by stream.
-6. **Write** the matches as Parquet under ``output_dir``, one row per match, in a hidden
-   directory beside it that replaces it when complete (an interrupted job leaves the
-   earlier output whole). It must be new, empty or an earlier output of this job
-   (:mod:`trainer.outputs`; the same for ``quarantine``):
-
-=============  ==============  ============================================================
-column         type            meaning
-=============  ==============  ============================================================
-stream         string          the device (archive), ``""`` for event files
-partition      string          the equivalence key as JSON, as ``acep exact`` prints it (a
-                               value, or a list for several attributes); null without
-                               ``[attr]``
-first_tag      double          tag of the match's first event (seconds since the epoch for
-                               timestamp tags)
-last_tag       double          tag of its last event
-positions      list<int64>     the matched events' stream positions, component by
-                               component (archive: the device's stream position; event
-                               files: the row index in the file, plus ``i * 2**40`` for the
-                               ``i``-th file of the sorted input list)
-tags           list<double>    the matched events' tags, in the same order
-sizes          list<int32>     events per positive component (1 for a singleton), so
-                               ``positions`` splits back into the match's identity
-                               (EXACT.md 3.7)
-values         string          the RETURN values as a JSON object; null without RETURN
-=============  ==============  ============================================================
-
-Beside the part files, ``_query.json`` holds the query text and whether tags are timestamps
-(Spark and pyarrow skip names starting with ``_``). An empty result is one empty part file.
+Rows are read as ``acep exact`` reads them, cut into chunks and key groups, matched in the
+executors and written as one Parquet row per match. The spec, with the output columns, is
+docs/EXACT.md section 12, "Batch matching on Spark".
 """
 
 from __future__ import annotations

@@ -1,27 +1,10 @@
 """What the trainer reads: event files or the collector's archive, as read tasks.
 
-The driver plans (:func:`plan_files`, :func:`plan_archive`); executors run each
-:class:`ReadTask` with :func:`read_task`, which converts rows exactly as ``acep match``
-does (``acep.events.read_chunks``, the same event spec) into one normalized Arrow table:
-
-=========  ========  =====================================================================
-column     type      meaning
-=========  ========  =====================================================================
-_stream    string    the stream: the device id for the archive, ``""`` for event files
-_pos       int64     order within the stream: the archive's stream position, else the
-                     row's index in the file list (ties between equal tags keep it)
-_tag       double    the tag (seconds since the epoch for timestamps)
-_type      string    the event type
-<attr>     double or string, one column per attribute of the spec
-_bad       string    null for a good row; for a bad row the reason, and then
-_source,   string,   its file, line (CSV / JSON Lines) and field
-_line,     int64,
-_field     string
-=========  ========  =====================================================================
-
-A Parquet file is split into tasks of whole row groups; other files are one task each.
-Consecutive small Parquet tasks (the archive has a file per batch) share a Spark task
-(:func:`task_groups`).
+The driver plans (:func:`plan_files`, :func:`plan_archive`). Executors run each
+:class:`ReadTask` with :func:`read_task`, which converts rows as ``acep match`` does
+(``acep.events.read_chunks``, the same event spec) into one normalized Arrow table.
+Consecutive small Parquet tasks share a Spark task (:func:`task_groups`). The table's
+columns and the task rules are in docs/DESIGN.md, "As built: the trainer".
 """
 
 from __future__ import annotations

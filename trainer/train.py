@@ -1,24 +1,12 @@
 """``acep train``: a history graph and a signed sketch from archives, on Spark.
 
-The job (docs/DESIGN.md, "Trainer"):
-
-1. **Read** (one task per file or per group of Parquet row groups, :mod:`trainer.sources`):
-   rows become events exactly as ``acep match`` reads them; bad rows are kept aside with
-   their reason, file and line (the quarantine), never fatal. Archive windows uploaded
-   twice (same device and stream position) count once.
-2. **Chunk** (:mod:`trainer.chunks`): events are hashed by equivalence key into key groups
-   and cut into time chunks overlapping by the window; each (key group, chunk) is one unit.
-3. **Run** the unconstrained, traced ACEP matcher (the compiled kernel) over each unit in
-   the executors (``mapInArrow``): pass 1 counts the remaining-window and gap values that
-   choose the bins (skipped when bins are given), pass 2 emits the unit's piece of the
-   history (:mod:`history.pieces`).
-4. **Merge**: Spark sums the pieces; the driver forms bundles over all match points and
-   builds the canonical :class:`history.HistoryGraph` -- the same graph, byte for byte,
-   as ``build_history`` in one process over the same events.
-5. **Sketch**: :class:`history.Sketch` from the graph; with ``fit`` its reserves are fitted
-   to budget ratios (:mod:`trainer.fit`: every device's stream replayed whole, under its own
-   bucket); signed, written to a file and/or published to the collector
-   (``PUT /v1/sketches/{pattern_id}``).
+The job reads rows as ``acep match`` does (:mod:`trainer.sources`), chunks them
+(:mod:`trainer.chunks`), runs the traced, unconstrained matcher on each unit in the
+executors (:mod:`history.pieces`), sums the pieces into the same
+:class:`history.HistoryGraph` that ``build_history`` makes in one process, then builds,
+fits (:mod:`trainer.fit`), signs and publishes the sketch. The steps are in
+docs/DESIGN.md, "As built: the trainer"; the command is in docs/TRAINING.md, "Train
+histories on Spark".
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """The exact SASE+ engine (NFA^b) of the server: query language and engine.
 
-The contract is ``docs/EXACT.md``. Built: the parsed form (:mod:`acep.nfab.ast`), the query
-parser (:mod:`acep.nfab.query`), NFA^b compilation (:mod:`acep.nfab.compile`), the basic run
-algorithm (:mod:`acep.nfab.runs`, the naive baseline), the shared-buffer runtime
-(:mod:`acep.nfab.shared`, with generated edge formulas from :mod:`acep.nfab.codegen`), the
-postponing engine (:mod:`acep.nfab.postpone`) and the public API over them
-(:mod:`acep.nfab.engine`)::
-
-    from acep.nfab import Engine, match
-    match(query_text, events)                    # list[ExactMatch], canonical order
-    Engine(query, output="compact").run(events)  # list of compact records
-    eng = Engine(query); eng.push(part1); eng.push(part2); eng.flush()   # streaming
+The contract is docs/EXACT.md; its section 8 has the API (:class:`Engine`, :func:`match`).
+The modules: the parsed form (:mod:`acep.nfab.ast`), the parser (:mod:`acep.nfab.query`),
+compilation (:mod:`acep.nfab.compile`), the run algorithm (:mod:`acep.nfab.runs`), the
+shared-buffer runtime (:mod:`acep.nfab.shared`, :mod:`acep.nfab.codegen`), postponing
+(:mod:`acep.nfab.postpone`) and the API (:mod:`acep.nfab.engine`).
 """
 
 from .ast import Query

@@ -1,19 +1,11 @@
 """Edge formulas as generated Python functions over the computation state
-(``docs/EXACT.md`` 5.2 and 6.3; [A08] Section 5.2.1).
+([A08] Section 5.2.1; docs/EXACT.md 5.2 and 6.3).
 
-The shared-buffer engine (:mod:`acep.nfab.shared`) evaluates each edge formula of the NFA^b
-as one generated function ``f(E, V)``: ``E`` is the current event's row (its attribute
-values, one slot per attribute the query reads, the tag in slot ``"t"``) and ``V`` is the
-run's computation state, a tuple with one **column** per (component, attribute, operation)
-that some formula reads ([A08] l.236: "instantiation state, attribute, operation"). A
-formula never walks the buffer: ``v[i-1].x`` reads the column (v, x, LAST),
-``avg(v[..i-1].x)`` reads (v, x, SUM) / (v, COUNT), and so on.
-
-The generated code keeps the evaluator's rules (:mod:`acep.nfab.evaluate`, EXACT.md 3.2)
-bit for bit: ``x / 0`` and ``x % 0`` are NaN, a number and a string are never equal and
-never ordered, min/max let NaN win, sums fold left from ``0.0``. Comparisons come in two
-flavours: ``numeric=True`` uses the native operators (exact while every value the query
-has seen is a number), ``numeric=False`` goes through :func:`_compare`.
+Each edge formula becomes one function ``f(E, V)`` of the event row ``E`` and the run's
+state ``V`` (one column per component, attribute and operation, [A08] l.236), so no
+formula walks the buffer. The code keeps the evaluator's rules (:mod:`acep.nfab.evaluate`,
+EXACT.md 3.2) bit for bit. The layout and the two comparison modes are in docs/EXACT.md
+6.7, "V and formulas".
 """
 
 from __future__ import annotations

@@ -1,48 +1,11 @@
-"""The public API of the exact engine (``docs/EXACT.md`` section 8, "Suggested API").
+"""The public API of the exact engine: :class:`Engine` and :func:`match`.
 
-::
-
-    from acep.nfab import Engine, match
-
-    eng = Engine(query_text_or_Query, output="verbose")   # or "compact"
-    matches = eng.run(events)       # list[ExactMatch], canonical order (EXACT.md 3.7)
-    eng.stats                       # {"events": ..., "runs_created": ..., "matches": ...}
-
-    match(query, events)            # the same in one call (what the collector runs per window)
-
-``events`` is an iterable of :class:`acep.events.Event` or an :class:`acep.events.EventBatch`
-(a finite window). Positions in the output are 0-based indices into it. A bad event (a tag
-that goes back, a component event lacking an attribute the query reads) raises
-:class:`acep.events.EventError` with its ``position`` and ``field``; a bad query raises
-:class:`acep.nfab.query.QueryError`.
-
-**Engines.** ``"runs"`` is the basic run algorithm of EXACT.md 6.1
-(:func:`acep.nfab.runs.match_runs`), exact under every strategy: one run object per partial
-match, the naive baseline. ``"shared"`` is the shared-buffer runtime of EXACT.md 6.2-6.6
-(:class:`acep.nfab.shared.Stream`): versioned buffer, computation state with masks, merging
-of equivalent runs, routing by partition, pruning by window; exact under every strategy.
-``Engine.run`` runs the shared-buffer engine on its compiled core where the query and
-the events allow (:mod:`acep.nfab.core`, EXACT.md 6.8; ``core=`` chooses, :attr:`Engine.core`
-says what ran). ``"postpone"`` is the postponing engine of EXACT.md 7
-(:func:`acep.nfab.postpone.match_postponed`), for skip-till-any-match, whose compact output
-is collapsed records (:class:`acep.nfab.postpone.CollapsedMatch`) that expand to the matches
-without enumerating them first. ``"auto"`` (the default) picks postponing for
-skip-till-any-match and the shared-buffer engine for the other strategies.
-
-**Streaming.** ``push(events)`` feeds the next piece of a stream (positions go on from the
-previous piece) and returns the outputs finalized so far; ``flush()`` ends the stream and
-returns the rest. The outputs of all pushes and the flush are the matches of one
-:meth:`Engine.run` over the concatenation. The shared-buffer engine finalizes a match as
-soon as its last event arrives (or, with a trailing negation, once its window has closed);
-the run and postponing engines, which work on finite windows, keep the events and match at
-``flush()``.
-
-**Output modes** (EXACT.md 8). ``"verbose"``: one :class:`~acep.nfab.runs.ExactMatch` per
-match. ``"compact"``: one :class:`MatchGroup` per end position, holding the matches that end
-at that event, with ``count()`` and ``expand()``. The union of ``expand()`` over the records
-is the verbose output, and no match is in two records. The run engine's groups hold their
-matches as they are (the shared-buffer engine will hold Dewey labels instead); negation is
-applied before a group is made, so ``count()`` is exact.
+``Engine(query, output="verbose" | "compact", engine="auto" | ...)`` runs a SASE+ query
+over a finite window (:meth:`Engine.run`) or a stream (:meth:`Engine.push`,
+:meth:`Engine.flush`). ``"auto"`` picks the postponing engine (:mod:`acep.nfab.postpone`)
+for skip-till-any-match and the shared-buffer engine (:mod:`acep.nfab.shared`, on its
+compiled core where it can) for the other strategies. The engines, the output modes and
+the streaming contract are in docs/EXACT.md section 8, "Output modes" (API as built).
 """
 
 from __future__ import annotations

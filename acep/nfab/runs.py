@@ -1,16 +1,9 @@
-"""The basic NFA^b run algorithm (``docs/EXACT.md`` section 6.1), without sharing.
+"""The basic NFA^b run algorithm, without sharing ([A08] Section 4; docs/EXACT.md 6.1).
 
-Every run is its own object holding the events it selected: one run per partial match,
-no shared versioned buffer, no merging, no postponing. It is the exact engine's
-reference and the naive baseline of ``bench/exact``; the shared engine must give the
-same matches.
-
-For each event, every live run takes each of its enabled moves in a fixed order
-(EXACT.md 6.1): at a state waiting to begin component j, *begin* then *ignore*; inside
-a Kleene component, *proceed+begin* (proceed, peeking at the next component's begin
-condition, then begin with the same event: one atomic move, 5.5), *take*, *ignore*.
-A run with no enabled move fails; each extra move clones the run. An event that
-satisfies the first component's begin condition also starts a new run.
+Every run is its own object holding the events it selected: no shared buffer, no merging,
+no postponing. It is the exact engine's reference and the naive baseline of
+``bench/exact``; the shared engine must give the same matches. The moves of a run, and
+their fixed order, are in docs/EXACT.md 6.1.
 """
 
 from __future__ import annotations

@@ -1,36 +1,10 @@
-"""The shared-buffer NFA^b runtime (``docs/EXACT.md`` 6.1-6.6; [A08] Sections 4-5).
+"""The shared-buffer NFA^b runtime ([A08] Sections 4-5; docs/EXACT.md 6.1-6.6).
 
-The engine of :mod:`acep.nfab.runs` follows the same run semantics, but with one object
-per partial match. Here a run is small and shares its history:
-
-- **Shared versioned buffer** (6.2, in the "equivalent representation" it allows): every
-  selection writes one persistent node ``(position, component, event, previous node)``;
-  runs that split share their common prefix, and a match is a pointer to its last node.
-  Each run also carries its **Dewey label** (6.2: initiation ``(n,)``, ``+ (0,)`` at every
-  move to a next state, ``+ (c,)`` for the c-th clone), so the compact records show the
-  paper's versions (R1 = 1.0.0, R2 = 2.0.0, R3 = 1.0.1.0 in 4.5).
-- **Computation state** (6.3): the run's ``V`` is a tuple with one column per (component,
-  attribute, operation) that an edge formula reads; formulas are generated functions of
-  the event row and ``V`` (:mod:`acep.nfab.codegen`), never a walk over the buffer.
-- **Merging** (6.4): after each event, runs in the same state whose ``V`` agrees on the
-  future mask ``FM`` of that state become one run with several ``(label, node, start)``
-  members; its window test uses the youngest start and each member is checked against
-  its own start when the run reaches F ([A08] l.278-280).
-- **Routing** (6.1): except under strict contiguity, runs are kept per partition key and
-  an event is offered only to the runs of its own key (under skip-till-next-match only
-  events of a component type, under partition contiguity every event with the key).
-  Events that no run can see and that begin nothing are not visited at all.
-- **Pruning** (6.5): a run dies at the first event it sees out of its window, and a sweep
-  drops runs of partitions that see no more events once the tag has moved on by W.
-  Object pooling is not done: in CPython it did not pay (6.5 allows leaving it out).
-- **Negation** (6.6): per negated component an index of recent events of its type;
-  matches with a trailing negation wait until their window has closed.
-
-The engine is exact under all four strategies (it is checked against the oracle and the
-run engine on each); :class:`acep.nfab.engine.Engine` uses it for strict contiguity,
-partition contiguity and skip-till-next-match. It is a stream processor: :meth:`Stream.push`
-takes the next events and returns the matches finalized by them, :meth:`Stream.flush` the
-rest.
+Runs share a versioned buffer and carry Dewey labels (6.2), keep their computation state
+``V`` as one column per (component, attribute, operation) (6.3), merge when equivalent
+(6.4), are routed by partition (6.1) and pruned by window (6.5); negation follows 6.6.
+:meth:`Stream.push` returns the matches finalized by the next events, :meth:`Stream.flush`
+the rest. What this implementation chose is docs/EXACT.md 6.7, "As built".
 """
 
 from __future__ import annotations

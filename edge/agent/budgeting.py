@@ -1,20 +1,9 @@
 """The wall-clock budget: operations per event from the measured cost and the arrival rate.
 
-Per batch the agent reports ``n`` events, ``ops`` kept candidates and ``seconds`` it spent on
-the batch (decoding, matching, encoding, committing), the arrival rate and the backlog (events
-waiting unread). The cost model is ``seconds = a*n + c*ops`` (a per-event base cost and a
-cost per operation), fitted by least squares with exponential forgetting (``decay`` per
-batch), so it follows the device's speed. The rule is
-
-    ops_per_event = (u / (rate + backlog / catch_up) - a) / c     clamped to [min_ops, max_ops]
-
-where ``u`` is the target utilisation (the share of each second the agent may use), and
-it is scaled down by ``max_lag / lag`` whenever the lag exceeds ``max_lag``. The agent keeps
-up as long as the model holds: it processes the events arriving at ``rate`` per second, and
-a backlog (a followed file after an outage, a file read once) within ``catch_up`` seconds,
-spending ``u`` seconds per second. The rate is the arrivals, not the reading: a backlog read
-as fast as the device can would otherwise look like a flood and shrink the budget to
-``min_ops`` (a source that cannot tell the two, a pipe, reports what it reads).
+The cost model ``seconds = a*n + c*ops`` is fitted per batch by least squares with
+exponential forgetting, and the budget is ``(u / (rate + backlog / catch_up) - a) / c``,
+clamped and scaled down when the lag exceeds ``max_lag``. The rule is in docs/WIRE.md,
+"Agent", Budget.
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """The device agent: events in, matches under a budget, batches into the outbox, uploads.
 
-``acep agent --config agent.toml [--once]``. The loop, per chunk of events from
-the source (:mod:`edge.agent.sources`): the events go through an :class:`acep.Matcher` under the
-budget; its matches become an upload batch (:func:`edge.wire.batch_from_matches`, with the
-events of their windows, or a per-slot summary in condensed mode); the batch is put into the
-outbox **in the same transaction as the agent's progress** (events consumed, next seq, where
-to resume). An :class:`edge.agent.uploader.Uploader` thread sends due batches to the collector.
-
-Restart (including after SIGKILL): the agent resumes from its last committed progress
-(:class:`edge.agent.resume.Progress`: where to resume and replay, and the stream it belongs to,
-including files log rotation renamed away). The matcher's state is rebuilt by replaying,
-without emitting, the events it kept for the windows (every partition's last ``window`` of
-events, from ``replay_offset``), so a replayable source (a file, a re-created iterator)
-yields after a restart exactly the matches an uninterrupted run would, none twice. Standard
-input cannot be replayed: the agent resumes with an empty matcher. Under a binding budget
-the replay starts with a full credit, so shedding decisions after a restart may differ from
-an uninterrupted run's.
-
-Sketch (:class:`edge.agent.sketches.Sketches`): loaded or downloaded, verified before use, saved
-as it is learned; a new sketch the collector publishes replaces the running one between
-chunks, with a new matcher whose state is rebuilt from the kept events. Without a usable
-sketch the agent runs with the fallback policy ``oldest-first``.
+``acep agent --config agent.toml [--once]``. Per chunk of events from the source
+(:mod:`edge.agent.sources`), an :class:`acep.Matcher` matches under the budget; its matches
+become an upload batch (:func:`edge.wire.batch_from_matches`), put into the outbox in the
+same transaction as the agent's progress. An :class:`edge.agent.uploader.Uploader` thread
+sends due batches to the collector. The loop, the restart and the sketch's use are in
+docs/WIRE.md, "Agent" (Loop, Restart, Sketch).
 """
 
 from __future__ import annotations

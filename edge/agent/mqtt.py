@@ -1,21 +1,10 @@
 """An MQTT source for the agent: each message on the subscribed topics is one JSON event.
 
-The session is persistent (MQTT 3.1.1 ``clean_session=False``, a stable client id) and the
-subscriptions QoS 1 by default, so the broker keeps the messages published while the agent
-is down and sends them when it is back.
-
-A message is acknowledged (PUBACK, paho-mqtt's manual acknowledgement) only once what it led
-to is durable: its chunk's matches in the outbox and the progress after it committed. A kill
-or a power cut before that leaves it unacknowledged, and the broker sends it again (DUP).
-One after the commit and before the acknowledgement reached the broker would have it
-matched twice: so the progress committed with each chunk holds the identities of the last
-``KEEP_PER_INFLIGHT * source.inflight`` messages committed (packet id and a digest of topic
-and payload), and a redelivered message (DUP) with one of them is acknowledged and skipped,
-not matched again. The broker sends at most ``source.inflight`` messages unacknowledged
-(mosquitto's ``max_inflight_messages``, 20 by default), so a chunk closes once that many
-wait for their acknowledgement. With ``source.qos = 2`` paho acknowledges each message as
-it arrives (see :class:`MqttSource`): a power cut can lose the chunk not yet committed.
-paho-mqtt is an optional extra, imported here only.
+The session is persistent and the subscriptions QoS 1 by default, so the broker keeps the
+messages published while the agent is down. A message is acknowledged only once its
+chunk's matches and the progress after it are committed; a redelivered message that was
+committed already is acknowledged and skipped. The delivery rules are in docs/WIRE.md,
+"Agent", Loop (the MQTT source). paho-mqtt is an optional extra, imported here only.
 """
 
 from __future__ import annotations

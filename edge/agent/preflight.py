@@ -1,38 +1,10 @@
 """``acep agent --config agent.toml --check``: is this device ready to run the agent?
 
-What a person installing the agent (on a Raspberry Pi, say) runs before enabling the
-service, and what the systemd unit runs as ``ExecStartPre`` (``examples/systemd``). It loads
-the config as the agent does (a config error: the message, exit 2) and prints one line per
-check on stdout::
-
-    ok  <what>
-    WARN <what>: <why>
-    FAIL <what>: <why>
-
-then exits 1 if any check failed, else 0. A warning is something the agent runs with (a
-source file not created yet, a key file every user can read, no sketch published yet).
-
-The checks: the pattern compiles; the source (a file that exists and can be read, or the
-directory it will appear in); the outbox (its directory writable, and an existing outbox
-read without writing: its pending batches, SQLite's ``quick_check``, every batch body
-against its checksum; an outbox behind the copy of its progress is a warning); the
-directories of the other files the agent writes (``metrics.path``, ``sketch.save_path``, a
-downloaded sketch's ``sketch.path``); the key files (readable, not readable by every user);
-the collector (``GET /health``) and this device's clock against the collector's (a batch
-dated too far ahead, or before the first day the collector's retention keeps, is refused);
-the device token (an authenticated ``GET /v1/sketches/{pattern.id}``: ``401``/``403`` is a
-refused token, ``404`` an accepted one with no sketch published; then ``GET /v1/whoami``:
-the token must be ``device.id``'s, else every batch would be refused); the sketch (read from
-``sketch.path`` or downloaded, not kept) verified with the agent's checks: signature and
-size, then that it fits the pattern. Its line names the fingerprint of the key that verified
-it (``Sketch.signed_with``), and a sketch signed with another key both fingerprints, as the
-agent's log does.
-
-Nothing is written: no outbox is created (an existing one is opened read-only, see
-:func:`edge.agent.outbox_reader.read_summary`), no sketch is kept, no state or metrics file
-is touched.
-Under ``ProtectSystem=strict`` the checks see the same read-only file system the agent will,
-so a missing ``ReadWritePaths=`` shows as a directory that is not writable.
+What a person installing the agent runs before enabling the service, and what the systemd
+unit runs as ``ExecStartPre`` (``examples/systemd``). It loads the config as the agent does
+(a config error: exit 2), prints one ``ok``, ``WARN`` or ``FAIL`` line per check, and exits
+1 if any check failed, else 0. Nothing is written. The checks are listed in docs/WIRE.md,
+"Agent" (its opening paragraphs).
 """
 
 from __future__ import annotations

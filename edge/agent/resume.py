@@ -1,19 +1,11 @@
 """Where the agent resumes: its progress, and the stream that progress belongs to.
 
-:class:`Progress` holds what the outbox commits with each chunk besides the counters:
-where reading resumes (``resume_offset``), where a replay of the windows still open starts
-(``replay_position``, ``replay_offset``), whether the stream was read to its end, and what
-stream it is (the source, for a file its path, device, inode and fingerprint; the pattern).
-At start it takes the outbox's progress only for the stream it was made on, and it finds a
-followed file that log rotation renamed away, while the agent was stopped or before the
-windows still open were closed, by device, inode and fingerprint (:func:`open_file`).
-Those files are opened as they are found, so a rotation going on meanwhile cannot take
-them away before they are read.
-
-The progress has a copy beside the outbox (:func:`copy_path`, written atomically after each
-commit): an outbox lost, emptied or replaced by an older one is behind its copy, and the
-agent resumes from the copy (:func:`from_copy`), saying so, instead of reading the stream
-again and uploading its matches a second time.
+:class:`Progress` holds what the outbox commits with each chunk besides the counters: where
+reading and a replay resume, whether the stream was read to its end, and what stream it is.
+:func:`open_file` finds a followed file that log rotation renamed away. A copy of the
+progress beside the outbox (:func:`copy_path`, :func:`from_copy`) catches an outbox lost or
+replaced by an older one. The rules are in docs/WIRE.md, "Agent", Restart and "A copy of
+the progress".
 """
 
 from __future__ import annotations

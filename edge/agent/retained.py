@@ -1,24 +1,11 @@
 """The events the agent keeps for match windows and for a replay after a restart.
 
-The agent keeps, for every partition, the events within ``window`` of that partition's last
-tag, as one contiguous run of stream positions (``docs/WIRE.md``, "Agent": Restart). Until
-this module, the agent rebuilt that run every chunk: it concatenated the kept run with the
-chunk and recomputed every kept event's partition code and the partition groups in Python,
-so each chunk cost time in proportion to everything kept (tens of thousands of events, up to
-``outbox.max_retained_events``).
-
-:class:`Retained` holds the run in append-only numpy arrays with a start index (``lo``) that
-moves forward as events fall out of every window; the storage is compacted when the dead
-prefix is as large as the live run, so appending costs amortized time in proportion to the
-new events. A chunk's partition codes are computed once, when it arrives. The run is seen as
-an ``acep.EventBatch`` of array views (:meth:`Retained.view`, no copy), and the partition
-groups that :func:`edge.wire.batch_from_matches` needs are built only for the partitions
-that have matches (:meth:`Retained.groups`).
-
-The view equals what ``EventBatch.concat`` of the kept run and the chunk gave before: the
-same positions, type names in first-seen order and the union of the columns (a column that
-holds objects in any kept chunk holds objects, numbers kept as ``concat`` keeps them). Like the
-old concatenated run, the schema is only forgotten when the run becomes empty.
+The agent keeps, for every partition, the events within ``window`` of its last tag, as one
+contiguous run of stream positions. :class:`Retained` holds the run in append-only numpy
+arrays with a moving start, so a chunk costs time in proportion to its own events. It shows
+the run as an ``acep.EventBatch`` of views (:meth:`Retained.view`) and builds partition
+groups only where there are matches (:meth:`Retained.groups`). See docs/WIRE.md, "Agent",
+Restart (the kept run).
 """
 
 from __future__ import annotations

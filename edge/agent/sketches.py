@@ -1,23 +1,12 @@
 """The agent's history sketch: where it comes from, whether it may be used, and where the
 learned one goes.
 
-:class:`Sketches` loads the sketch from ``sketch.path`` or downloads it from the collector,
-verifies it (HMAC, size, pattern) and, when it is refused or missing, names the fallback
-policy ``oldest-first`` and why (for the log and the metrics). It prefers the learned
-sketch this device saved, while that one derives from the sketch published now (its ETag,
-the SHA-256 of the signed bytes, is kept beside it). :class:`_SketchWatch` retries a failed
-download with backoff and asks for a newer sketch every ``sketch.check_interval`` seconds
-(``If-None-Match``); a new verified sketch is offered to the agent, which takes it into use
-between chunks (:meth:`Sketches.take_offered`, then :meth:`Sketches.adopt`). The learned
-sketch is saved signed and atomically every ``sketch.save_every`` events and on exit.
-An unexpected error in the watch (a bug) does not end it: it is logged once per streak
-(:class:`edge.logs.Crashes`) and the check is tried again with the same backoff. So is a
-key file that cannot be read (its permissions, a file not there yet): each check reads the
-keys first, and the first that can downloads the published sketch (a learned sketch that
-derives from it is resumed). ``error`` (the metrics' ``sketch_error``) says why the checks
-fail, or None; ``failing_since`` since when.
-
-The agent owns the matcher: it builds one with the sketch this gives it.
+:class:`Sketches` loads or downloads the sketch, verifies it (HMAC, size, pattern) and,
+when it is refused or missing, names the fallback policy ``oldest-first`` and why.
+:class:`_SketchWatch` retries a failed download and asks for a newer sketch; the agent
+takes a new one between chunks (:meth:`Sketches.take_offered`, :meth:`Sketches.adopt`). The
+agent owns the matcher and builds it with the sketch this gives it. The rules are in
+docs/WIRE.md, "Agent", Sketch.
 """
 
 from __future__ import annotations

@@ -1,33 +1,11 @@
 """Admission of uploads at the collector: who may start an upload now, and who is told to
-come back later (``docs/WIRE.md``, "The collector's HTTP API", Overload).
+come back later.
 
-A fleet that reconnects after an outage sends every device's backlog at once. Admitted
-without limit, the uploads queue behind the exact re-check until they wait longer than the
-agents' timeout; each agent then sends its batch again while the first copy is still
-queued, and both copies are decoded and re-checked: the collector does its work twice and
-stores less per second the more devices wait (measured in ``bench/herd``). Two limits keep
-the queue shorter than the agents' patience:
-
-- **per device**: at most ``per_device`` uploads of one device at a time (the agent sends
-  one at a time; a second one is the retry of an upload still being processed): ``429``;
-- **expected wait**: the bytes admitted and not yet answered (the *backlog*), divided by
-  the rate the collector answers them (the *departure rate*), is the wait a new upload can
-  expect. This is the queue-delay estimate of PIE (RFC 8033, section 4.2: ``queue_delay =
-  queue_length / depart_rate``, the rate measured only while the queue is long enough to
-  keep the server busy). An upload that would wait longer than ``max_wait`` is refused
-  with ``503`` before its body is read, unless fewer uploads are pending than keep the
-  collector busy. Both are counted in *decoded* bytes, the re-check's work: a gzipped
-  body is a quarter of its batch's bytes on the wire, and a fleet gzips once the
-  collector's first answers said it takes gzip, so a rate measured on the bytes as sent
-  was that of the first, plain bodies, up to 3.7 times (gzip's ratio) the rate at which
-  it answered the gzipped ones after them (``bench/herd``: waits of 10 to 14 s admitted
-  as 5 s).
-
-Both answers carry ``Retry-After``, which the agents honour (they hold every upload that
-long). The 429's is the expected wait (by then the device's upload in process is answered);
-the 503's is the expected wait stretched by a random factor of 1 to 2, so a refused
-herd comes back spread out rather than all at once; before the rate is first measured, 1 to
-2 s (the wait is only a guess then, and the guess errs on the slow side).
+Two limits keep the queue behind the exact re-check shorter than the agents' patience: at
+most ``per_device`` uploads of one device at a time (``429``), and an expected wait of at
+most ``max_wait`` seconds (``503``). The wait is PIE's queue-delay estimate (RFC 8033,
+section 4.2): the backlog of decoded bytes over the departure rate. Both answers carry
+``Retry-After``. The rules are in docs/WIRE.md, "The collector's HTTP API", Overload.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """The Parquet archive of uploaded windows: the trainer's input.
 
-Layout: ``ROOT/date=YYYY-MM-DD/device=ID/part-<seq>.parquet``, one file per batch, holding
-the events of the batch's match windows (``position``, ``tag``, ``type`` and the attribute
-columns) with ``batch_id`` and ``pattern_id``. The date is the UTC day of the batch's
-``created_at``, so a redelivered batch maps to the same path whatever day it arrives
-(idempotent: the file is rewritten with the same content, never added twice).
-
-A file is written to a temporary name in its directory, fsynced and renamed into place
-(``acep.storage.durably``), so a killed collector leaves either no file or a whole one;
-readers skip ``*.tmp`` names
-(pyarrow's dataset discovery ignores files starting with ``.``, and the temporary file
-starts with one).
-
-Compaction (:meth:`Archive.compact`, ``acep serve --compact``) merges a closed day's small
-files of one device into ``compact-<ns>.parquet`` files of up to ``COMPACT_ROWS`` rows, one
-per pattern definition and column schema, each naming the files it replaced in its
-metadata (``acep.compacted``; a compacted file merged again passes its list on, so the
-batch files of every generation are named). The database says which file holds a batch;
-a file no batch refers to is not live (see the collector's compaction pass).
+One file per batch, ``ROOT/date=YYYY-MM-DD/device=ID/part-<seq>.parquet``, holding the
+events of the batch's match windows; a redelivered batch maps to the same path. A file is
+written under a temporary ``.``-name, fsynced and renamed into place
+(``acep.storage.durably``). :meth:`Archive.compact` merges a closed day's small files. The
+layout and compaction are in docs/WIRE.md, "Collector (as built)", Archive and Compaction.
 """
 
 from __future__ import annotations

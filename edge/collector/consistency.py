@@ -1,20 +1,10 @@
 """Does the database agree with the archive? (``acep serve --db DB --archive DIR
 --check-archive``, read-only.)
 
-They disagree after a restore: a database put back from a backup does not know the batches
-stored after the backup (their archive files are there, and the devices never send them
-again: they were acknowledged), and names the files that a compaction or a deletion took
-away since. Each disagreement is one JSON line:
-
-- an archive file no stored batch is in, with the batch ids in it the database does not
-  have (their events are in the archive, which the trainer reads; their matches are lost
-  with the database's rows) or does have in another file (a leftover of a compaction cut
-  off, which the next ``--compact`` pass deletes);
-- a file the database names that is missing, and the compacted file whose metadata lists
-  it, if any (its rows are there).
-
-A collector may serve meanwhile: what differs is looked at twice, so a batch stored or
-compacted between the listing and the query is not reported.
+They disagree after a restore. Each disagreement is one JSON line: an archive file no
+stored batch is in, or a file the database names that is missing. A collector may serve
+meanwhile: what differs is looked at twice. The procedure and the output are in
+docs/WIRE.md, "Collector (as built)", Restore.
 """
 
 from __future__ import annotations

@@ -1,36 +1,13 @@
 """A fast exact re-check for the plain sequence patterns :mod:`edge.collector.recheck` translates.
 
-The general path runs the NFA^b engine (``acep.nfab``) on a partition's window events and,
-where a predicate is left to check at a match's end, *enumerates* the matches to count
-them. Under skip-till-any-match a Kleene component makes that exponential, so the general
-path spent nearly all of the collector's time enumerating, and gave up (``exact = None``)
-above :data:`edge.collector.recheck.MAX_ENUMERATION` matches at one event.
-
-This module counts instead. For a query ``SEQ(T0 v0, T1+ v1[], ...)`` under
-skip-till-any-match, a match is a choice of blocks (one event for a singleton, one or more
-for a Kleene component) in stream order within the window, such that
-
-* every conjunct with an iterator reference ``v[i]`` holds for every element of ``v``,
-  reading the earlier components' last elements;
-* every other conjunct holds on the singletons and the Kleene components' last elements.
-
-When each conjunct reads at most its own component and the one before it (the common
-case: ``verylate.delay > late.delay + 30``), the matches factor through the last element
-``l_j`` of each component: given ``l_(j-1) = x`` and ``l_j = y``, the other elements of a
-Kleene component ``j`` are any subset of the eligible events strictly between x and y, so
-the number of ways is a matrix ``T_j[x, y]`` (``2^eligible`` where the pair is valid) and
-the matches ending at ``e`` are counted by the matrix product ``W_0 T_1 ... T_(m-1)``
-restricted to first elements within the window of ``e`` (rows: the first element). The
-first :data:`~edge.collector.recheck.MAX_EXACT_PER_POINT` matches are listed in the engine's
-canonical order (lexicographic in the blocks) by a depth-first walk that only enters
-branches the backward product says can still end at ``e``.
-
-Predicates are evaluated with the engine's own evaluator (``acep.nfab.evaluate``), so
-numbers, NaN, strings and division behave the same. :func:`plan` returns None for a query
-outside this class, and :func:`check_partition` raises :class:`Fallback` for windows it
-does not handle (tags that go back, a predicate that raises, e.g. a missing attribute);
-the caller then runs the general path. ``tests/edge/test_edge_fastcheck.py`` checks it against
-the general path on many random windows.
+Under skip-till-any-match a Kleene component makes enumerating the matches exponential.
+This module counts them instead, for a query ``SEQ(T0 v0, T1+ v1[], ...)`` whose conjuncts
+each read at most their own component and the one before: the count is a product of
+matrices, and the first matches are listed by a walk that only enters branches that can
+still end at the point. :func:`plan` returns None for another query, and
+:func:`check_partition` raises :class:`Fallback` for a window it does not handle; the caller
+then runs the general path. The method is in docs/WIRE.md, "Collector (as built)", Exact
+re-check, Fast path.
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
 """A copy of the archive in object storage, kept up to date while the collector serves
-(``acep serve --archive archive --mirror s3://bucket/archive``): what a cluster's executors
-read (``acep train --archive s3a://bucket/archive``).
+(``acep serve --archive archive --mirror s3://bucket/archive``).
 
-The collector's own archive stays on its disk (fsync, rename, compaction and retention work
-there); the mirror follows it file by file, in a thread of its own, so a slow or unreachable
-store never holds an upload:
-
-- a batch's archive file is copied once its batch is stored;
-- a compaction's new file is copied, then the files it replaced are deleted from the mirror,
-  in that order: a reader of the mirror finds every batch at every moment (a batch read
-  twice meanwhile is counted once: the trainer reads an archive per batch id);
-- retention (``--retain-days``, ``--prune-before``) leaves the mirror alone: it keeps the
-  history the collector's disk cannot (a bucket's lifecycle rule can expire it). A day
-  with a change not made yet in the mirror stays on the collector's disk until it is
-  (``--retain-days``; ``--prune-before`` runs in a process of its own and does not know);
-- at start the two are compared, a listing of each: a file missing from the mirror or of
-  another size is copied, a file a compacted one replaced is deleted, and so is a compacted
-  file the collector deleted as a leftover of a compaction cut off (every file it lists is
-  still on the disk, or replaced there). What changed while the collector was stopped, or
-  the store unreachable, is caught up.
-
-A copy appears whole or not at all (:func:`acep.storage.put_file`). A failed step is tried
-again after 1, 2, 4 ... 60 seconds, logged (rate-limited) and counted (``mirror_*`` in the
-collector's metrics, :mod:`edge.collector.exposition`); ``mirror_lag_seconds`` says how long the
-oldest change not yet mirrored has waited.
+A cluster's executors read the copy (``acep train --archive s3a://bucket/archive``). The
+collector's archive stays on its disk; :class:`Mirror` follows it file by file in a thread
+of its own, so a slow or unreachable store never holds an upload. What is copied and
+deleted when, and the retries, are in docs/WIRE.md, "Collector (as built)", Mirror.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """Exact re-check of uploaded windows with the NFA^b engine (``acep.nfab``, skip-till-any-match).
 
-The collector asks two questions of every uploaded match: is its trajectory itself an exact
-match of the pattern, and which exact matches end at its match point? Both need the ACEP
-pattern as a SASE+ query. :func:`translate` handles the patterns that map one to one:
-
-* a sequence of single types, each optionally with ``+`` (``a b+ c``); no ``|``, ``*``, ``?``,
-  counted repetition or groups;
-* predicates (``where``) rewritten to the query's variables. An ACEP variable is a type name
-  and denotes the latest event of that type when the predicate is checked, which is when the
-  last of its variables is bound. So the conjunct's latest component reads ``v[i]`` if it is
-  Kleene (checked on every iteration), earlier Kleene components read ``v[v.len]``, and
-  singletons read ``v``. A predicate over a type that occurs twice in the pattern, or that is
-  not in it, is refused (its meaning would depend on which copy is latest);
-* the ``[attr]`` test is dropped: the collector already splits windows by partition.
-
-Anything else raises :class:`Unsupported` with the reason; :func:`recheck_batch` turns that
-into ``exact = None`` per match and never raises.
+For every uploaded match the collector asks: is its trajectory itself an exact match, and
+which exact matches end at its match point? :func:`translate` turns an ACEP pattern that is
+a sequence of single types, each optionally with ``+``, into a SASE+ query; anything else
+raises :class:`Unsupported`, which :func:`recheck_batch` turns into ``exact = None`` per
+match (it never raises). The translation and the limits are in docs/WIRE.md, "Collector
+(as built)", Exact re-check.
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
-"""The collector: the aiohttp service devices upload their matches to (``docs/WIRE.md``,
-"The collector's HTTP API").
-
-::
-
-    python -m edge.collector --db collector.db --archive archive/ --port 8750
-    python -m edge.collector --db collector.db --add-device pi-kitchen   # prints a token once
-
-Every accepted batch is decoded with limits (:mod:`edge.wire`), re-checked with the exact
-engine (:mod:`edge.collector.recheck`), its windows' events written to the Parquet archive
-(:mod:`edge.collector.archive`) and then stored in one database transaction
-(:mod:`edge.collector.store`). The archive file is written before the commit: a collector
-killed between the two has an archive file and no batch row, the device sends the batch
-again, and the same file is rewritten under the same name, so nothing is stored twice and
-nothing answered "stored" is missing. All blocking work runs in one worker thread, in
-arrival order, so a duplicate check and its insert never interleave with another
-request's.
+"""The collector: the aiohttp service devices upload their matches to.
 
 :class:`Collector` holds the state; its methods come from one part per concern:
-:mod:`~edge.collector.guards` (disk and database), :mod:`~edge.collector.access` (tokens,
-throttle, admission), :mod:`~edge.collector.bodies`, :mod:`~edge.collector.maintenance`
-(retention, compaction), :mod:`~edge.collector.ingest` and :mod:`~edge.collector.handlers`.
+:mod:`~edge.collector.guards`, :mod:`~edge.collector.access`, :mod:`~edge.collector.bodies`,
+:mod:`~edge.collector.maintenance`, :mod:`~edge.collector.ingest` and
+:mod:`~edge.collector.handlers`. The API is docs/WIRE.md, "The collector's HTTP API"; the
+commands and the order of work per batch are in "Collector (as built)".
 """
 
 from __future__ import annotations

@@ -1,38 +1,12 @@
-"""Throttling of failed authentications at the collector, per client (``docs/WIRE.md``,
-Security, "Throttled guessing").
+"""Throttling of failed authentications at the collector, per client.
 
-Every token the collector checks costs a lookup in its database thread, the one that
-stores the uploads. A client that sends wrong (or no) tokens as fast as the collector
-answers would guess for free and slow down every device. So the collector counts the
-requests it refuses with ``401`` per client: after ``failures`` of them within ``window``
-seconds, the client is *throttled* for ``window`` seconds. While it is, every request of
-it that needs a token is answered ``429`` with ``Retry-After`` before its token is looked
-at, a correct one included: a token checked while throttled would be a guess answered
-(``200`` against ``401``), and the limit would stop nothing. The count starts again when
-the throttle ends, or ``window`` seconds after a client's first counted failure.
-
-A client is its address, but an IPv6 address counts as its /64 network (one home, one
-cloud VM gets a whole /64 to take addresses from) and an IPv4-mapped IPv6 address as its
-IPv4 address (:func:`client_of`).
-
-A check counts as a failure from its start (:meth:`AuthThrottle.reserve`) until it ends
-well (:meth:`AuthThrottle.release`): a client's failures and checks under way are at most
-``failures``, so no more than ``failures`` of its wrong tokens are ever looked up within a
-window, however many connections it holds open. A check beyond that waits for one under
-way to end (the collector's :meth:`~edge.collector.Collector.admit`): devices behind one
-NAT with correct tokens take turns, none is refused.
-
-What this bounds and what it does not:
-
-- the guesses of one client: ``failures`` per ``window`` seconds;
-- the table: at most ``capacity`` clients. Clients are kept in the order of their last
-  failure; those quiet for a whole window are dropped first, and beyond ``capacity`` the
-  one with the oldest last failure, throttled or not (a client with more addresses than
-  that, a botnet, gets ``failures`` guesses from each anyway);
-- devices behind one NAT or proxy share an address, and devices on one IPv6 network (a
-  LAN's /64) a client, and so its limit: one of them with a wrong token uses it up for
-  all (their agents hold their uploads for ``Retry-After``, as after any ``429``).
-  ``failures`` 0 turns the throttle off.
+Every token checked costs a lookup in the database thread that stores the uploads. So
+:class:`AuthThrottle` counts the ``401`` answers per client (:func:`client_of`: an address,
+an IPv6 one as its /64): after ``failures`` of them within ``window`` seconds, the client's
+requests that need a token are answered ``429`` unchecked for ``window`` seconds. A check
+counts as a failure from its start (:meth:`AuthThrottle.reserve`) until it ends well
+(:meth:`AuthThrottle.release`). The rules and what they bound are in docs/WIRE.md,
+"The collector's HTTP API", Throttled guessing.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """The uplink wire format: versioned msgpack upload batches, decoded with limits.
 
-``docs/WIRE.md`` is the contract. Two kinds of document share one header:
-
-* ``"matches"`` (:class:`UploadBatch`): every match with its trajectory, plus the events of
-  the match windows, deduplicated and in columns, so the collector can re-check each window
-  with the exact engine.
-* ``"summary"`` (:class:`SummaryBatch`): the condensed variant for thin links, one row per
-  (partition, time slot) with counts of matches and bundles and the first/last match point
-  (a time-based frequency operator over jumping windows, Ma & Taylor).
-
-Numeric columns travel as little-endian raw bytes of a fixed dtype per field; nothing is
-pickled, there are no ext types, and every decode error is a :class:`WireError` that names
-the bad field. The device side imports only numpy and msgpack.
-
-The package: the data model (:mod:`~edge.wire.model`), writing (:mod:`~edge.wire.encode`),
-reading with limits (:mod:`~edge.wire.decode`) and building batches on the device
-(:mod:`~edge.wire.batches`); every name other modules use is imported here.
+docs/WIRE.md is the contract. Two kinds of document share one header: ``"matches"``
+(:class:`UploadBatch`: matches with the events of their windows) and ``"summary"``
+(:class:`SummaryBatch`: counts per partition and time slot, the frequency operator of
+[M07] Ma & Taylor). Every decode error is a :class:`WireError` naming the bad field. The
+package: :mod:`~edge.wire.model`, :mod:`~edge.wire.encode`, :mod:`~edge.wire.decode` and
+:mod:`~edge.wire.batches`; every name other modules use is imported here.
 """
 
 from acep.ids import ID_RULE, valid_id
