@@ -1,10 +1,9 @@
 """JSON Lines output of matches and bundles, assembled in bulk.
 
-Each output line is cut into fragments (constant keys, texts of tags, partitions and
-numbers) laid into one object array by position, and joined once: a line costs no Python
-call of its own, and a tag's text is formatted once per distinct tag (the ISO texts of
-:func:`acep.events.iso_texts`, vectorised). The bytes are those of ``json.dumps`` of each
-match's dict with the default separators.
+Each distinct tag and partition key is formatted once (timestamps by the vectorised
+:func:`acep.events.iso_texts`). The compiled ``acep._lines`` then writes the match lines
+into one buffer; without it, the fragments of every line are laid into one object array
+and joined once. The bytes are those of ``json.dumps`` of each match's dict.
 """
 
 from __future__ import annotations
@@ -14,6 +13,11 @@ import json
 import numpy as np
 
 from .events import iso_texts
+
+try:
+    from . import _lines
+except ImportError:  # built without a compiler: the numpy assembly below
+    _lines = None
 
 __all__ = ["tag_value", "tag_texts", "match_lines", "bundle_lines"]
 
@@ -43,12 +47,26 @@ def tag_texts(tags: np.ndarray, is_time: bool) -> np.ndarray:
     tags = np.asarray(tags, dtype=np.float64)
     if not len(tags):
         return np.empty(0, dtype=object)
-    distinct, inverse = np.unique(tags, return_inverse=True)
+    distinct, inverse = _distinct_tags(tags)
+    return np.array(_texts(distinct, is_time), dtype=object)[inverse]
+
+
+def _texts(distinct: np.ndarray, is_time: bool) -> list[str]:
     if is_time:
-        texts = ['"' + x + '"' for x in iso_texts(distinct)]
-    else:
-        texts = [json.dumps(int(t) if t.is_integer() else t) for t in distinct.tolist()]
-    return np.array(texts, dtype=object)[inverse.reshape(-1)]
+        return ['"' + x + '"' for x in iso_texts(distinct)]
+    return [json.dumps(int(t) if t.is_integer() else t) for t in distinct.tolist()]
+
+
+def _distinct_tags(tags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(tags, return_inverse=True)``, about three times faster on 2M tags."""
+    order = np.argsort(tags)
+    ranked = tags[order]
+    new = np.empty(len(ranked), dtype=bool)
+    new[:1] = True
+    np.not_equal(ranked[1:], ranked[:-1], out=new[1:])
+    inverse = np.empty(len(ranked), dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return ranked[new], inverse
 
 
 def json_default(value):
@@ -60,14 +78,15 @@ def json_default(value):
 
 def _key_texts(keys) -> np.ndarray:
     """JSON texts of partition keys (each distinct key formatted once), as an object array."""
-    keys = list(keys)
-    texts: dict = {}
-    for key in keys:
-        if key not in texts:
-            texts[key] = json.dumps(key, default=json_default)
-    out = np.empty(len(keys), dtype=object)
-    out[:] = list(map(texts.__getitem__, keys))
-    return out
+    texts, index = _distinct_keys(keys)
+    return np.array(texts, dtype=object)[index]
+
+
+def _distinct_keys(keys) -> tuple[list[str], np.ndarray]:
+    """The JSON texts of the distinct partition keys, and each key's index into them."""
+    order: dict = {}
+    index = np.fromiter((order.setdefault(key, len(order)) for key in keys), dtype=np.int64)
+    return [json.dumps(key, default=json_default) for key in order], index
 
 
 def _int_texts(values: np.ndarray) -> np.ndarray:
@@ -90,9 +109,25 @@ def match_lines(found) -> str:
         ``{"partition": .., "start": .., "point": .., "errors": .., "events": [..],
         "positions": [..]}`` per match.
     """
-    n = len(found)
-    if not n:
+    if not len(found):
         return ""
+    return (_compiled_match_lines if _lines is not None else _assembled_match_lines)(found)
+
+
+def _compiled_match_lines(found) -> str:
+    keys, key_of = _distinct_keys(found.partition)
+    tags = np.concatenate([found.start, found.point, found.trajectory_tags])
+    distinct, tag_of = _distinct_tags(np.asarray(tags, dtype=np.float64))
+    texts = _texts(distinct, found.tag_is_time)
+    return _lines.match_lines([k.encode("ascii") for k in keys], key_of,
+                              [t.encode("ascii") for t in texts], tag_of,
+                              np.asarray(found.errors, dtype=np.int64),
+                              np.asarray(found.trajectory_ptr, dtype=np.int64),
+                              np.asarray(found.trajectory, dtype=np.int64)).decode("ascii")
+
+
+def _assembled_match_lines(found) -> str:
+    n = len(found)
     ptr = np.asarray(found.trajectory_ptr, dtype=np.int64)
     sizes = np.diff(ptr)
     # a line: 9 fragments before its events, 2 per event (separator, tag), 1 between,

@@ -5,6 +5,7 @@ the per-match writer it replaced: that writer is frozen here as the oracle, one
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -13,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.cli import run_acep
 
+from acep import _output
 from acep._output import bundle_lines, match_lines, tag_texts
 from acep.events import read_all
 from acep.matcher import Bundle, MatchBatch, Matcher, Pattern, bundles
@@ -91,10 +93,23 @@ def match_batches(draw) -> MatchBatch:
                                dtype=np.int64), floats(m), is_time)
 
 
+# both writers: the compiled one (acep/_lines.pyx, where it is built) and the numpy one
+WRITERS = [_output._assembled_match_lines] + (
+    [_output._compiled_match_lines] if _output._lines is not None else [])
+
+
+@pytest.mark.parametrize("writer", WRITERS, ids=lambda w: w.__name__.strip("_"))
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(found=match_batches())
-def test_match_lines_are_the_old_writers_bytes(found):
-    assert match_lines(found) == _old_match_lines(found)
+def test_match_lines_are_the_old_writers_bytes(writer, found):
+    assert (writer(found) if len(found) else match_lines(found)) == _old_match_lines(found)
+
+
+def test_the_compiled_writer_is_built_where_compiled_code_is_required():
+    """CI (``ACEP_REQUIRE_COMPILED``) checks the writer it ships, not only the fallback."""
+    if not os.environ.get("ACEP_REQUIRE_COMPILED"):
+        pytest.skip("ACEP_REQUIRE_COMPILED is not set")
+    assert _output._lines is not None
 
 
 @settings(max_examples=200, deadline=None)
