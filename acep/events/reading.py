@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import _checks as check
 from .. import storage
+from . import rows
 from .arrow import _arrow_chunks, _csv_chunks, _parquet_batches, _parquet_chunks, _parquet_file
 from .chunks import _accept_all, _Chunk, _error, _select, _Sink
 from .files import _kind
@@ -173,6 +174,8 @@ def _open_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chu
         raise EventError("a directory, not a file of events", source)
     if kind != "file":
         raise EventError("no such file", source)
+    if fmt == "jsonl" and source != "-" and rows._compiled is not None:
+        return rows._compiled_jsonl_chunks(source, spec, batch_size)
     if fmt == "jsonl":
         # stdin may wait for lines for hours: never with the collector paused
         return _rows_chunks(_jsonl_records(source), spec, batch_size, pause=source != "-")

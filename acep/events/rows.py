@@ -11,10 +11,12 @@ import os
 import stat
 import sys
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import msgpack
 import numpy as np
 
+from .. import _bounds
 from .._bounds import MAX_DEPTH, depth_problem, json_problem
 from .._jsonread import loads
 from .chunks import _add, _Chunk
@@ -22,12 +24,18 @@ from .files import _open_binary
 from .model import Event, EventError
 from .spec import _DEFAULT, EventSpec, _not_attributes, _type_column
 from .values import (
-    _classes_from_values,
+    _class_numbers,
+    _classify,
     _column_from_values,
     _TagKind,
     _tags_from_values,
     _types_from_values,
 )
+
+try:
+    from . import _jsonl as _compiled  # the compiled reader, when built
+except ImportError:
+    _compiled = None
 
 _MSGPACK_MAX_RECORD = 16 << 20  # bytes; no single event is bigger
 
@@ -218,21 +226,60 @@ def _rows_chunk(rows: list[tuple[int | None, tuple | str]], spec: EventSpec,
             problems[i] = (None, p)
             p = (None, None, {})
         parts.append(p)
-    type_values = [p[0] for p in parts]
-    if isinstance(spec.type, str):
-        codes, names, type_bad = _types_from_values(type_values)
-    else:
-        codes, names, type_bad = _classes_from_values(type_values, spec.type)
-    _add(problems, _type_column(spec), type_bad)
-    tags = None
-    if spec.tag is not None:
-        tags, tag_bad = _tags_from_values([p[1] for p in parts], kind)
-        _add(problems, spec.tag, tag_bad)
     attrs = [p[2] for p in parts]
     keys = spec.attributes
     if keys is None:
         keys = dict.fromkeys(k for a in attrs for k in a)
-    columns = {k: _column_from_values([a.get(k) for a in attrs]) for k in keys}
     lines = None if not rows or rows[0][0] is None else np.array([r[0] for r in rows], np.int64)
-    return _Chunk(len(rows), lines, tags, bool(kind.is_time), codes, names, columns, problems,
+    tags = None if spec.tag is None else [p[1] for p in parts]
+    return _chunk_of(len(rows), lines, problems, [p[0] for p in parts], tags,
+                     {k: [a.get(k) for a in attrs] for k in keys}, spec, kind)
+
+
+def _chunk_of(n: int, lines: np.ndarray | None, problems: dict, type_values: list,
+              tag_values: list | None, columns: dict[str, list], spec: EventSpec,
+              kind: _TagKind) -> _Chunk:
+    """A chunk from the values of its records' type, tag and attributes."""
+    convert = _compiled or _PURE
+    if isinstance(spec.type, str):
+        codes, names, type_bad = convert.types_from_values(type_values)
+    else:
+        codes, names, type_bad = _classify(convert.class_numbers(type_values), spec.type,
+                                           type_values)
+    _add(problems, _type_column(spec), type_bad)
+    tags = None
+    if spec.tag is not None:
+        tags, tag_bad = convert.tags_from_values(tag_values, kind)
+        _add(problems, spec.tag, tag_bad)
+    columns = {k: convert.column_from_values(v) for k, v in columns.items()}
+    return _Chunk(n, lines, tags, bool(kind.is_time), codes, names, columns, problems,
                   spec.tag)
+
+
+_PURE = SimpleNamespace(types_from_values=_types_from_values, class_numbers=_class_numbers,
+                        tags_from_values=_tags_from_values,
+                        column_from_values=_column_from_values)
+_BLOCK = 1 << 20  # bytes read at a time by the compiled reader
+
+
+def _compiled_jsonl_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chunk]:
+    """:func:`_rows_chunks` of :func:`_jsonl_records` of a file, read by the compiled reader."""
+    reader = _compiled.Reader(_type_column(spec), spec.tag, spec.attributes,
+                              _not_attributes(spec), batch_size, _json_record, _Undecodable,
+                              _bounds.MAX_LINE_BYTES)
+    kind = _TagKind()
+    with _open_binary(source) as f:
+        buf, pos, eof = b"", 0, False
+        while True:
+            with _collector_paused():
+                while not eof and reader.n < batch_size:
+                    pos = reader.feed(buf, pos, False)
+                    if reader.n < batch_size:  # no whole line left: read on
+                        more = f.read(max(_BLOCK, len(buf) - pos))
+                        buf, pos, eof = buf[pos:] + more, 0, not more
+                if eof:
+                    pos = reader.feed(buf, pos, True)
+                if reader.n == 0:
+                    return
+                chunk = _chunk_of(*reader.take(), spec, kind)
+            yield chunk

@@ -142,9 +142,10 @@ def _types_from_values(values: list) -> tuple[np.ndarray, list[str], dict[int, s
     return codes, list(index), bad
 
 
-def _classes_from_values(values: list, classes: TypeClasses):
-    numeric = np.array([_float_or_nan(v) if _is_number(v) else math.nan for v in values])
-    return _classify(numeric, classes, values)
+def _class_numbers(values: list) -> np.ndarray:
+    """The numbers of ``values`` for type classes, NaN where there is none."""
+    return np.array([_float_or_nan(v) if _is_number(v) else math.nan for v in values],
+                    np.float64)
 
 
 def _classify(numeric: np.ndarray, classes: TypeClasses, raw=None):
