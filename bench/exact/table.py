@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..common import table_main
 from .core import core_table
 from .run import RESULTS, Config
+from .sase import sase_table
 
 SYSTEM_NAMES = {
     "runs": "naive (run engine, verbose)", "runs_compact": "run engine, compact",
@@ -114,7 +115,9 @@ def markdown(results: dict) -> str:
               f"{results['partitions']['window']}, compact output (best of the repeats)",
               partition_table(results)),
              ("Compiled core beside shared.py: Engine.run, verbose, same events (issue 43)",
-              core_table(results))]
+              core_table(results)),
+             ("SASE side by side: the jar's engine and our compiled core, same events, "
+              "verbose (--sase-jar)", sase_table(results))]
     for strategy in results["strategies"]:
         systems = sorted({s for r in results["sweep"] if r["strategy"] == strategy
                           for s in r["systems"]}, key=list(SYSTEM_NAMES).index)
