@@ -217,3 +217,26 @@ def test_the_real_jar_side_by_side():
     q1, q2 = section["rows"][:2]
     assert q1["comparison"]["ours_only"] == q1["comparison"]["sase_only"] == 0
     assert q2["comparison"]["ours_only"] == q2["comparison"]["sase_only"] == 0
+
+
+@pytest.mark.skipif(not os.environ.get("ACEP_SASE_JAR"),
+                    reason="ACEP_SASE_JAR (SASE's build/sase.jar) is not set")
+def test_the_real_jar_misses_take_proceed_forks(tmp_path):
+    """SASE's own Q1 (examples/Q1: a rise, then volume < 150): some events both extend the
+    Kleene part and close, and the jar keeps only one of the two matches."""
+    text = ("PATTERN SEQ(Stock+ a[], Stock b) WHERE partition_contiguity(a[], b) { [symbol] "
+            "and a[1].price % 500 == 0 and a[i].price > a[i-1].price and b.volume < 150 } "
+            "WITHIN 1000")
+    nfa = sase.Nfa("partition-contiguity", 1000, "symbol",
+                   (sase.State(True, "Stock", "price % 500 == 0", sase.RISE),
+                    sase.State(False, "Stock", "volume < 150")))
+    jar, events = Path(os.environ["ACEP_SASE_JAR"]), stock_ticker(40_000, 2, 0.7, 2008)
+    sase.compile_driver(jar, tmp_path)
+    sase.write_events(events, tmp_path / "events.txt")
+    (tmp_path / "query.nfa").write_text(sase.nfa_text(nfa))
+    sase.run_driver(jar, tmp_path, 0, 1)
+    _, ours = sase.run_ours(text, events, 1)
+    c = sase.classify(ours, sase.read_matches(tmp_path / "matches.txt"),
+                      [e.t for e in events], nfa)
+    assert c["deviations"]["take_proceed_fork"] > 0 and c["unexplained"] == 0
+    assert c["sase_only"] == 0
