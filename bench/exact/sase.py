@@ -414,14 +414,15 @@ def sase_table(results: dict) -> list[str]:
     section = results.get("sase") or NOT_MEASURED
     if not section["measured"]:
         return [f"(not measured in this run: {section['why']})"]
-    lines = ["| query | events | SASE events/s | ours events/s | ours / SASE | target 3x | "
+    lines = ["| query | events | SASE events/s | ours events/s (Engine.core) | ours / SASE | "
+             "target 3x | "
              "matches SASE / ours | identical | fork | close outside W | first close | "
              "unexplained |", "|---|---:|---:|---:|---:|:---:|---:|---:|---:|---:|---:|---:|"]
     for r in section["rows"]:
         c, d = r["comparison"], r["comparison"]["deviations"]
         lines.append(
             f"| {r['query']} | {r['events']:,} | {r['sase']['events_per_s']:,.0f} | "
-            f"{r['ours']['events_per_s']:,.0f} | {r['ratio']:.1f}x | "
+            f"{r['ours']['events_per_s']:,.0f} ({r['ours']['core']}) | {r['ratio']:.1f}x | "
             f"{'yes' if r['pass'] else '**no**'} | {c['sase']:,} / {c['ours']:,} | "
             f"{c['identical']:,} | {d['take_proceed_fork']:,} | "
             f"{d['kleene_close_outside_window']:,} | {d['first_close_ends_run']:,} | "

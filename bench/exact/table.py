@@ -109,15 +109,15 @@ def _events(rows: dict, w: int) -> str:
 def markdown(results: dict) -> str:
     window = Config.of(results["side_by_side"][0]).window
     parts = [("Targets", targets_table(results)),
+             ("SASE side by side: the jar's engine and our compiled core, same events, "
+              "verbose (--sase-jar)", sase_table(results)),
              (f"Side by side: skip_till_any_match, W = {window}, one prefix per predicate "
               "(events/s and speedup over the naive baseline)", side_table(results)),
              (f"{results['partitions']['symbols']} partitions, W = "
               f"{results['partitions']['window']}, compact output (best of the repeats)",
               partition_table(results)),
              ("Compiled core beside shared.py: Engine.run, verbose, same events (issue 43)",
-              core_table(results)),
-             ("SASE side by side: the jar's engine and our compiled core, same events, "
-              "verbose (--sase-jar)", sase_table(results))]
+              core_table(results))]
     for strategy in results["strategies"]:
         systems = sorted({s for r in results["sweep"] if r["strategy"] == strategy
                           for s in r["systems"]}, key=list(SYSTEM_NAMES).index)
