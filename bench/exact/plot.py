@@ -31,7 +31,9 @@ STRATEGY_TITLES = {"partition_contiguity": "partition_contiguity (s2)",
 
 def plot(results: dict, path: Path) -> None:
     """Draw the figure of one benchmark run into ``path``."""
-    fig, axes = plt.subplots(2, 3, figsize=(19, 11), layout="constrained")
+    fig = plt.figure(figsize=(19, 16.5), layout="constrained")
+    grid = fig.add_gridspec(3, 3)
+    axes = np.array([[fig.add_subplot(grid[r, c]) for c in range(3)] for r in range(2)])
     for ax, strategy in zip(axes[0], results["strategies"]):
         _sweep_panel(ax, results, strategy)
     axes[0, 0].legend(handles=_predicate_handles(results), fontsize=9, loc="lower left",
@@ -39,6 +41,8 @@ def plot(results: dict, path: Path) -> None:
     _runs_panel(axes[1, 0], results)
     _side_panel(axes[1, 1], results)
     _partition_panel(axes[1, 2], results)
+    _sase_panel(fig.add_subplot(grid[2, :2]), results.get("sase"))
+    _sase_matches_panel(fig.add_subplot(grid[2, 2]), results.get("sase"))
     machine, stream = results["machine"], results["stream"]
     engine = "" if results["shared_engine"]["available"] else \
         " - shared engine not built yet"
@@ -206,3 +210,83 @@ def _partition_panel(ax: Axes, results: dict) -> None:
                  f"{parts['events']:,} events", fontsize=11)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
+
+
+SASE_CLASSES = {  # deviation class -> (legend, colour)
+    "take_proceed_fork": ("take-proceed fork missed (ours only)", "#756bb1"),
+    "kleene_close_outside_window": ("closing event outside W (SASE only)", "#fd8d3c"),
+    "first_close_ends_run": ("run ends at first close (ours only)", "#74c476"),
+}
+
+
+def _not_measured(ax: Axes, section: dict | None) -> bool:
+    """Say in the panel why SASE was not measured; True when it was not."""
+    if section and section.get("measured"):
+        return False
+    why = (section or {}).get("why", "no SASE section in this JSON")
+    ax.text(0.5, 0.5, f"SASE side by side not measured: {why}", ha="center", va="center",
+            transform=ax.transAxes, fontsize=11, color="0.35")
+    ax.set_axis_off()
+    return True
+
+
+def _sase_panel(ax: Axes, section: dict | None) -> None:
+    """SASE's warm events/s beside ours per query, the ratio above, the 3x target marked."""
+    if _not_measured(ax, section):
+        return
+    rows = section["rows"]
+    xs = np.arange(len(rows))
+    sase = [r["sase"]["events_per_s"] for r in rows]
+    ours = [r["ours"]["events_per_s"] for r in rows]
+    ax.bar(xs - 0.2, sase, 0.4, color="0.6", label="SASE jar (warm, median, its own timer)")
+    ax.bar(xs + 0.2, ours, 0.4, color="#3182bd",
+           label="acep.nfab compiled core (verbose, median)")
+    for x, r, rate in zip(xs, rows, ours):
+        colour = "black" if r["pass"] else "crimson"
+        ax.annotate(f"{r['ratio']:.1f}x", (x + 0.2, rate), ha="center", va="bottom",
+                    fontsize=10, color=colour, xytext=(0, 2), textcoords="offset points")
+        ax.hlines(r["target"] * r["sase"]["events_per_s"], x - 0.4, x + 0.4, colors="crimson",
+                  linestyles=":", label=f"{r['target']:g}x SASE (target)" if x == 0 else None)
+    ax.set_xticks(xs, [f"{r['query']}\n{r['events']:,} events" for r in rows], fontsize=9)
+    ax.set_yscale("log")
+    ax.set_ylim(top=ax.get_ylim()[1] * 4)
+    ax.set_ylabel("events/s")
+    ax.set_title("SASE side by side: the same events, engine loop against engine loop "
+                 "(above the bars: ours / SASE; red: below the target)", fontsize=11)
+    ax.grid(True, axis="y", which="major", alpha=0.3)
+    ax.legend(fontsize=9, loc="upper right")
+
+
+def _sase_matches_panel(ax: Axes, section: dict | None) -> None:
+    """Per query, the matches both found and each class of difference, stacked."""
+    if _not_measured(ax, section):
+        return
+    rows = section["rows"]
+    ys = np.arange(len(rows))
+    left = np.zeros(len(rows))
+    parts = [("identical", "identical", "#3182bd")]
+    parts += [(name, legend, colour) for name, (legend, colour) in SASE_CLASSES.items()]
+    parts.append(("unexplained", "unexplained", "crimson"))
+    counts = np.array([[_count(r["comparison"], key) for key, _, _ in parts] for r in rows],
+                      dtype=float)
+    shares = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+    for j, (_, legend, colour) in enumerate(parts):
+        ax.barh(ys, shares[:, j], left=left, color=colour, label=legend)
+        for y, share, count, x in zip(ys, shares[:, j], counts[:, j], left):
+            if share > 0.08:
+                ax.text(x + share / 2, y, f"{count:,.0f}", ha="center", va="center",
+                        fontsize=8, color="white")
+        left += shares[:, j]
+    ax.set_yticks(ys, [r["query"] for r in rows], fontsize=9)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(len(rows) + 1.2, -0.6)  # below the bars: room for the legend
+    ax.set_xlabel("share of the matches either engine found (counts in the bars)")
+    ax.set_title("match sets compared: identical, known SASE deviations, unexplained",
+                 fontsize=11)
+    ax.legend(fontsize=8, loc="lower center", ncols=2)
+
+
+def _count(comparison: dict, key: str) -> int:
+    if key in ("identical", "unexplained"):
+        return comparison[key]
+    return comparison["deviations"][key]

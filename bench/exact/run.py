@@ -1,7 +1,7 @@
 """Exact-engine benchmark: events/s and runs of the SASE+ engines on the [A08] stock ticker.
 
-Run ``python -m bench.exact [--quick] [--out DIR]``. It measures, in one run
-(``docs/EXACT.md`` section 10):
+Run ``python -m bench.exact [--quick] [--out DIR] [--sase-jar PATH]``. It measures, in one
+run (``docs/EXACT.md`` section 10):
 
 1. a sweep of the [A08] query template over the strategies ``partition_contiguity``,
    ``skip_till_next_match`` and ``skip_till_any_match``, the iterator predicates p1, p2 and p3
@@ -16,7 +16,9 @@ Run ``python -m bench.exact [--quick] [--out DIR]``. It measures, in one run
 3. ten partitions (symbols) with W = 100, compact output: skip-till-any-match (postponing) and
    skip-till-next-match (shared-buffer engine, and the run engine beside it), best of the
    repeats;
-4. the targets of the issue, with pass/fail.
+4. the targets of the issue, with pass/fail;
+5. with ``--sase-jar``, SASE's jar beside our compiled core on the same events, four queries
+   (``bench/exact/sase.py``: warm events/s, their ratio, the match sets compared).
 
 Skip-till-any-match makes the naive baseline exponential in the events of a window, so every
 measurement has a time budget: a run that exceeds it is stopped and reported "timed out",
@@ -47,6 +49,7 @@ from acep.nfab.runs import RunStats, match_runs
 from acep.nfab.shared import SharedStats, Stream, match_shared
 
 from ..common import bench_parser, machine, publish, ratio, ready
+from . import sase
 from .core import compiled_core
 from .stock import PRICE_MAX, VOLUME_MAX, stock_ticker
 
@@ -97,6 +100,7 @@ PARTITION_SYMBOLS = 10
 PARTITION_WINDOW = 100
 ANY_RATE_TARGET = 100_000.0
 NEXT_RATE_TARGET = 300_000.0
+OUR_RUNS = 3  # our engine's runs per query beside SASE (the median counts)
 
 
 @dataclass(frozen=True)
@@ -481,9 +485,10 @@ def shared_engine() -> dict:
                     "and skip_till_next_match"}
 
 
-def benchmark(sizes: Sizes) -> dict:
-    """Every measurement, as one JSON-ready dict."""
+def benchmark(sizes: Sizes, jar: Path | None = None) -> dict:
+    """Every measurement, as one JSON-ready dict (SASE's beside ours with a ``jar``)."""
     postpone = match_postponed is not None
+    beside_sase = sase.measure(jar, sizes is QUICK, OUR_RUNS)  # first: a bad JDK fails early
     n = max(stream_events(sizes, SYMBOLS, w) for w in sizes.windows)
     stream = stock_ticker(n, SYMBOLS, P_RISE, SEED)
     sides = side_by_side(stream, sizes, postpone)
@@ -502,13 +507,17 @@ def benchmark(sizes: Sizes) -> dict:
         "targets": targets(sides, parts, postpone), "side_by_side": sides,
         "partitions": parts, "sweep": sweep(stream, sizes, postpone),
         "compiled_core": compiled_core(sizes.max_events // 2, sizes.repeats),
+        "sase": beside_sase,
     }
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    return bench_parser("exact", __doc__, RESULTS, "exact.json and exact.png",
-                        "tiny sizes and budgets for a smoke test (W = 100, 500)",
-                        data=False).parse_args(argv)
+    parser = bench_parser("exact", __doc__, RESULTS, "exact.json and exact.png",
+                          "tiny sizes and budgets for a smoke test (W = 100, 500)", data=False)
+    parser.add_argument("--sase-jar", metavar="PATH", type=Path,
+                        help="SASE's build/sase.jar: run it beside our engine on the same "
+                             "events (needs a JDK: javac and java)")
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -518,9 +527,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not ready(args):
         return 2
-    sizes = QUICK if args.quick else FULL
-    started = time.perf_counter()
-    results = {"command": " ".join(["python -m bench.exact", *argv]), **benchmark(sizes)}
+    try:
+        if args.sase_jar is not None:
+            sase.check(args.sase_jar)
+        sizes = QUICK if args.quick else FULL
+        started = time.perf_counter()
+        results = {"command": " ".join(["python -m bench.exact", *argv]),
+                   **benchmark(sizes, args.sase_jar)}
+    except sase.SaseError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     results["settings"].update(quick=args.quick,
                                wall_seconds=round(time.perf_counter() - started, 1))
     publish(results, args.out, "exact", {"exact.png": plot}, summary(results))
@@ -546,4 +562,5 @@ def summary(results: dict) -> str:
     for r in results["compiled_core"]["rows"]:
         lines.append(f"compiled core, {r['query']}: {r['core']['events_per_s']:,.0f} events/s, "
                      f"{r['speedup']:.1f}x shared.py ({r['core']['ran']})")
+    lines += sase.summary_lines(results.get("sase") or sase.NOT_MEASURED)
     return "\n".join(lines)

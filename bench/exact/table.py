@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..common import table_main
 from .core import core_table
 from .run import RESULTS, Config
+from .sase import sase_table
 
 SYSTEM_NAMES = {
     "runs": "naive (run engine, verbose)", "runs_compact": "run engine, compact",
@@ -108,6 +109,8 @@ def _events(rows: dict, w: int) -> str:
 def markdown(results: dict) -> str:
     window = Config.of(results["side_by_side"][0]).window
     parts = [("Targets", targets_table(results)),
+             ("SASE side by side: the jar's engine and our compiled core, same events, "
+              "verbose (--sase-jar)", sase_table(results)),
              (f"Side by side: skip_till_any_match, W = {window}, one prefix per predicate "
               "(events/s and speedup over the naive baseline)", side_table(results)),
              (f"{results['partitions']['symbols']} partitions, W = "

@@ -22,7 +22,8 @@ needs_postpone = pytest.mark.skipif(run.match_postponed is None,
 def quick_run(tmp_path_factory) -> Path:
     """Run ``python -m bench.exact --quick`` once; return its output directory."""
     out = tmp_path_factory.mktemp("exact")
-    run_quick("exact", out, timeout=600, offline=False)
+    done = run_quick("exact", out, timeout=600, offline=False)
+    (out / "stdout.txt").write_text(done.stdout)
     return out
 
 
@@ -34,7 +35,7 @@ def results(quick_run) -> dict:
 def test_json_has_every_section(results):
     expected = {"benchmark", "command", "machine", "settings", "shared_engine", "systems",
                 "stream", "template", "predicates", "strategies", "windows", "targets",
-                "side_by_side", "partitions", "sweep"}
+                "side_by_side", "partitions", "sweep", "sase"}
     assert expected <= set(results)
     assert results["command"].startswith("python -m bench.exact --quick")
     assert results["settings"]["quick"] is True
@@ -155,6 +156,12 @@ def test_partitions_and_targets(results):
         assert t["pass"] == (t["value"] is not None and t["value"] >= t["threshold"])
 
 
+def test_without_a_jar_sase_is_not_measured_and_it_says_so(results, quick_run):
+    assert results["sase"] == {"measured": False, "why": "no --sase-jar given"}
+    out = (quick_run / "stdout.txt").read_text().splitlines()
+    assert "SASE side by side: not measured (no --sase-jar given)" in out
+
+
 def test_png_is_written(quick_run):
     png = (quick_run / "exact.png").read_bytes()
     assert png.startswith(PNG_MAGIC) and len(png) > 10_000
@@ -165,6 +172,7 @@ def test_tables_render(results):
 
     text = markdown(results)
     assert "### Targets" in text and "Side by side" in text and "partitions" in text
+    assert "(not measured in this run: no --sase-jar given)" in text
 
 
 # --------------------------------------------------------------------------- the generator
