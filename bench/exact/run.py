@@ -151,12 +151,15 @@ class Sizes:
     compare_budget: float  # seconds the naive baseline gets to pick the side-by-side prefix
     count_budget: float    # seconds for counting the matches of compact records
     repeats: int           # best of, for the side by side and the partition targets
+    compact_budget: float  # the sweep's postponing compact runs: linear, a guard on hangs
 
 
 FULL = Sizes(events_per_symbol_per_window=200, max_events=200_000, windows=WINDOWS,
-             budget=3.0, any_budget=2.0, compare_budget=5.0, count_budget=2.0, repeats=3)
+             budget=3.0, any_budget=2.0, compare_budget=5.0, count_budget=2.0, repeats=3,
+             compact_budget=3.0)
 QUICK = Sizes(events_per_symbol_per_window=10, max_events=10_000, windows=(100, 500),
-              budget=0.3, any_budget=0.2, compare_budget=0.3, count_budget=0.2, repeats=1)
+              budget=0.3, any_budget=0.2, compare_budget=0.3, count_budget=0.2, repeats=1,
+              compact_budget=3.0)
 
 
 # --------------------------------------------------------------------------- timing
@@ -351,6 +354,8 @@ def _budget(sizes: Sizes, config: Config, system: str) -> float:
     baseline, and any verbose output: the matches are), the long one for the rest."""
     if config.strategy == ANY and system in ("runs", "runs_compact", "postpone_verbose"):
         return sizes.any_budget
+    if system == "postpone_compact":
+        return sizes.compact_budget
     return sizes.budget
 
 
