@@ -345,6 +345,33 @@ class Matcher:
             return None
         return self.bins.n_cells(self.pattern.automaton.n_states, int(self.k))
 
+    def set_budget(self, budget: Budget) -> None:
+        """Change the budget between batches; the bucket starts full at its new depth.
+
+        Parameters
+        ----------
+        budget : acep.shedding.Budget
+            The new operations per event and burst. The policy is kept: a history policy
+            keeps the reserves it took for the budget it was made with.
+
+        Examples
+        --------
+        >>> from acep import Matcher
+        >>> from acep.shedding import Budget
+        >>> m = Matcher("a b", 10, 0, budget=Budget(ops_per_event=1.0))
+        >>> m.set_budget(Budget(ops_per_event=0.5, burst=128))
+        >>> m.budget
+        Budget(ops_per_event=0.5, burst=128.0)
+        """
+        self._check_open("set_budget")
+        check.instance(budget, "budget", Budget, "an acep.shedding.Budget",
+                       " (e.g. Budget(ops_per_event=0.1))")
+        if self.budget is None:
+            raise ValueError("set_budget needs a Matcher made with a budget (the policy is "
+                             "chosen with it); make one with budget=Budget(...)")
+        self._kernel.set_budget(float(budget.ops_per_event), float(budget.depth))
+        self.budget = budget
+
     def take_node_log(self) -> dict[str, np.ndarray]:
         """The match nodes retired so far, with their outcomes (``trace=True``; SHEDDING.md 4)."""
         if not self.trace:

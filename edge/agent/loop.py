@@ -455,11 +455,10 @@ class Agent(Batches, Metrics):
         new = self.wallclock.update(n, ops, seconds, source.arrival_rate, self.lag,
                                     backlog=source.backlog_events)
         b = self.cfg.budget
-        # acep has no public setter yet; set_budget refills the bucket, so only on a change
-        # that matters (a refill is at most one burst of credit).
+        # set_budget refills the bucket, so only on a change that matters (a refill is at
+        # most one burst of credit).
         if abs(new - self._ops_now()) > 0.1 * self._ops_now():
-            self.matcher._kernel.set_budget(float(new), float(new * b.burst))
-            self.matcher.budget = Budget(new, b.burst)
+            self.matcher.set_budget(Budget(new, b.burst))
 
     def _ops_now(self) -> float:
         return self.matcher.budget.ops_per_event if self.matcher.budget else 0.0

@@ -115,6 +115,38 @@ def test_runs_repeat_exactly(kernel, c, ops, seed):
     assert outputs[0] == outputs[1]
 
 
+@SETTINGS
+@given(case(), st.integers(0, 2**16))
+def test_a_budget_changed_between_batches_holds_from_there(c, seed):
+    """set_budget between batches: after a generous budget nothing more is shed, after a
+    budget of 0 every later candidate is shed."""
+    pattern, where, events, w, k = c
+    batch, half = EventBatch.from_events(events), len(events) // 2
+    for first, then in ((Budget(0.0, burst=2), Budget(1e6, burst=2)),
+                        (Budget(1e6, burst=2), Budget(0.0, burst=2))):
+        m = Matcher(pattern, window=w, k=k, where=where, bins=BINS, budget=first,
+                    policy=RandomPolicy(seed))
+        m.match_batch(batch.slice(0, half))
+        before = m.stats
+        m.set_budget(then)
+        m.match_batch(batch.slice(half, len(events)))
+        after = m.stats
+        new, shed = (after[x] - before[x] for x in ("candidates", "shed"))
+        assert m.budget == then
+        assert shed == (new if then.ops_per_event == 0 else 0)
+
+
+def test_set_budget_is_refused_with_the_reason():
+    with pytest.raises(TypeError, match="budget"):
+        Matcher("a b", window=5, k=0, budget=Budget(1.0)).set_budget(1.0)
+    with pytest.raises(ValueError, match="budget=Budget"):
+        Matcher("a b", window=5, k=0).set_budget(Budget(1.0))
+    m = Matcher("a b", window=5, k=0, budget=Budget(1.0))
+    m.match([])
+    with pytest.raises(ValueError, match="after flush"):
+        m.set_budget(Budget(2.0))
+
+
 def test_both_kernels_shed_alike():
     """The compiled and the pure-Python kernel make the same decisions (one source)."""
     if len(BACKENDS) < 2:
