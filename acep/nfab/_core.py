@@ -83,6 +83,12 @@ def _py_mod(x: cython.double, y: cython.double) -> cython.double:
     return r
 
 
+def _twice(a) -> np.ndarray:
+    """An array twice as long, the new half zeros."""
+    a = np.asarray(a)
+    return np.concatenate([a, np.zeros_like(a)])
+
+
 @cython.cfunc
 def _compare(off: cython.longlong[:, :], flat: cython.longlong[:], a: cython.longlong,
              b: cython.longlong) -> cython.int:
@@ -119,23 +125,14 @@ def _merge_sort(order: cython.longlong[:], tmp: cython.longlong[:], lo: cython.P
         while a < hi:
             mid = min(a + width, hi)
             end = min(a + 2 * width, hi)
-            i, j, w = a, mid, a
-            while i < mid and j < end:
-                if _compare(off, flat, order[j], order[i]) < 0:
-                    tmp[w] = order[j]
-                    j += 1
-                else:
+            i, j = a, mid
+            for w in range(a, end):  # the left one first on a tie: stable
+                if j >= end or (i < mid and _compare(off, flat, order[j], order[i]) >= 0):
                     tmp[w] = order[i]
                     i += 1
-                w += 1
-            while i < mid:
-                tmp[w] = order[i]
-                i += 1
-                w += 1
-            while j < end:
-                tmp[w] = order[j]
-                j += 1
-                w += 1
+                else:
+                    tmp[w] = order[j]
+                    j += 1
             a = end
         for i in range(lo, hi):
             order[i] = tmp[i]
@@ -275,35 +272,23 @@ class Core:
     def _grow_runs(self):
         old = self.rcap
         cap = 2 * old
-        self.r_state = np.concatenate([self.r_state, np.zeros(old, dtype=np.int32)])
-        self.r_start = np.concatenate([self.r_start, np.zeros(old)])
-        self.r_node = np.concatenate([self.r_node, np.zeros(old, dtype=np.int64)])
-        self.r_label = np.concatenate([self.r_label, np.zeros(old, dtype=np.int64)])
-        self.r_clones = np.concatenate([self.r_clones, np.zeros(old, dtype=np.int64)])
+        self.r_state, self.r_start, self.r_node, self.r_label, self.r_clones, self.V = map(
+            _twice, (self.r_state, self.r_start, self.r_node, self.r_label, self.r_clones, self.V))
         nxt = np.arange(old + 1, cap + 1, dtype=np.int64)
         nxt[old - 1] = -1
         self.r_next = np.concatenate([self.r_next, nxt])
-        self.V = np.concatenate([self.V, np.zeros(old * max(self.ncol, 1))])
         self.rcap = cap
         self.free = old
 
     def _grow_nodes(self):
-        n = self.n_pos.shape[0]
-        self.n_pos = np.concatenate([self.n_pos, np.zeros(n, dtype=np.int64)])
-        self.n_comp = np.concatenate([self.n_comp, np.zeros(n, dtype=np.int32)])
-        self.n_prev = np.concatenate([self.n_prev, np.zeros(n, dtype=np.int64)])
+        self.n_pos, self.n_comp, self.n_prev = map(_twice, (self.n_pos, self.n_comp, self.n_prev))
 
     def _grow_labels(self):
-        n = self.l_prev.shape[0]
-        self.l_prev = np.concatenate([self.l_prev, np.zeros(n, dtype=np.int64)])
-        self.l_val = np.concatenate([self.l_val, np.zeros(n, dtype=np.int64)])
+        self.l_prev, self.l_val = map(_twice, (self.l_prev, self.l_val))
 
     def _grow_found(self):
-        n = self.f_end.shape[0]
-        self.f_end = np.concatenate([self.f_end, np.zeros(n, dtype=np.int64)])
-        self.f_node = np.concatenate([self.f_node, np.zeros(n, dtype=np.int64)])
-        self.f_label = np.concatenate([self.f_label, np.zeros(n, dtype=np.int64)])
-        self.f_start = np.concatenate([self.f_start, np.zeros(n)])
+        self.f_end, self.f_node, self.f_label, self.f_start = map(
+            _twice, (self.f_end, self.f_node, self.f_label, self.f_start))
 
     @cython.cfunc
     def _new_run(self) -> cython.longlong:
