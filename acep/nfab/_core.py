@@ -1,3 +1,4 @@
+# cython: boundscheck=False, wraparound=False
 """The compiled loop of the shared-buffer engine (``docs/EXACT.md`` 6.1-6.5; [A08] 4-5).
 
 Written in Cython's pure-Python mode, as ``acep/_kernel.py``: compiled by ``setup.py``, the
@@ -82,6 +83,63 @@ def _py_mod(x: cython.double, y: cython.double) -> cython.double:
     return r
 
 
+def _twice(a) -> np.ndarray:
+    """An array twice as long, the new half zeros."""
+    a = np.asarray(a)
+    return np.concatenate([a, np.zeros_like(a)])
+
+
+@cython.cfunc
+def _compare(off: cython.longlong[:, :], flat: cython.longlong[:], a: cython.longlong,
+             b: cython.longlong) -> cython.int:
+    """Match a's positions against match b's, as tuples of tuples compare (-1, 0, 1)."""
+    c: cython.Py_ssize_t
+    i: cython.Py_ssize_t
+    la: cython.Py_ssize_t
+    lb: cython.Py_ssize_t
+    for c in range(off.shape[1] - 1):
+        la = off[a, c + 1] - off[a, c]
+        lb = off[b, c + 1] - off[b, c]
+        for i in range(min(la, lb)):
+            if flat[off[a, c] + i] != flat[off[b, c] + i]:
+                return -1 if flat[off[a, c] + i] < flat[off[b, c] + i] else 1
+        if la != lb:
+            return -1 if la < lb else 1
+    return 0
+
+
+@cython.cfunc
+def _merge_sort(order: cython.longlong[:], tmp: cython.longlong[:], lo: cython.Py_ssize_t,
+                hi: cython.Py_ssize_t, off: cython.longlong[:, :],
+                flat: cython.longlong[:]) -> cython.int:
+    """Sort ``order[lo:hi]`` by :func:`_compare`, stable (bottom-up merges)."""
+    width: cython.Py_ssize_t = 1
+    a: cython.Py_ssize_t
+    mid: cython.Py_ssize_t
+    end: cython.Py_ssize_t
+    i: cython.Py_ssize_t
+    j: cython.Py_ssize_t
+    w: cython.Py_ssize_t
+    while width < hi - lo:
+        a = lo
+        while a < hi:
+            mid = min(a + width, hi)
+            end = min(a + 2 * width, hi)
+            i, j = a, mid
+            for w in range(a, end):  # the left one first on a tie: stable
+                if j >= end or (i < mid and _compare(off, flat, order[j], order[i]) >= 0):
+                    tmp[w] = order[i]
+                    i += 1
+                else:
+                    tmp[w] = order[j]
+                    j += 1
+            a = end
+        for i in range(lo, hi):
+            order[i] = tmp[i]
+        width *= 2
+    return 0
+
+
 @cython.cclass
 class Core:
     """One run of the loop over a finite stream; built by :func:`acep.nfab.core.run`."""
@@ -138,7 +196,12 @@ class Core:
     l_prev: cython.longlong[:]
     l_val: cython.longlong[:]
     nl: cython.Py_ssize_t
-    found: list
+    # the matches found: end position, last node, label, start tag
+    f_end: cython.longlong[:]
+    f_node: cython.longlong[:]
+    f_label: cython.longlong[:]
+    f_start: cython.double[:]
+    nf: cython.Py_ssize_t
     # counters
     nlive: cython.longlong
     initiations: cython.longlong
@@ -167,7 +230,6 @@ class Core:
         self.up_op = np.asarray(up_op, dtype=i32)
         self.up_slot = np.asarray(up_slot, dtype=i32)
         self.stack = np.zeros(STACK, dtype=np.float64)
-        self.found = []
         self.active = []
         self.nlive = self.initiations = self.runs_created = 0
         self.pointers_written = self.events_visited = self.max_live_runs = 0
@@ -175,7 +237,14 @@ class Core:
 
     # ------------------------------------------------------------------ storage
 
-    def _allocate(self, nparts: int, runs: int, nodes: int):
+    def _partitions(self, nparts: int):
+        i64 = np.int64
+        self.p_head = np.full(nparts, -1, dtype=i64)
+        self.p_tail = np.full(nparts, -1, dtype=i64)
+        self.p_count = np.zeros(nparts, dtype=i64)
+        self.p_active = np.zeros(nparts, dtype=np.int32)
+
+    def _allocate(self, runs: int, nodes: int):
         i64 = np.int64
         self.rcap = max(runs, 16)
         self.r_state = np.zeros(self.rcap, dtype=np.int32)
@@ -187,10 +256,6 @@ class Core:
         self.r_next[self.rcap - 1] = -1
         self.V = np.zeros(self.rcap * max(self.ncol, 1))
         self.free = 0
-        self.p_head = np.full(nparts, -1, dtype=i64)
-        self.p_tail = np.full(nparts, -1, dtype=i64)
-        self.p_count = np.zeros(nparts, dtype=i64)
-        self.p_active = np.zeros(nparts, dtype=np.int32)
         self.n_pos = np.zeros(max(nodes, 16), dtype=i64)
         self.n_comp = np.zeros(max(nodes, 16), dtype=np.int32)
         self.n_prev = np.zeros(max(nodes, 16), dtype=i64)
@@ -198,32 +263,32 @@ class Core:
         self.l_prev = np.zeros(max(nodes, 16), dtype=i64)
         self.l_val = np.zeros(max(nodes, 16), dtype=i64)
         self.nl = 0
+        self.f_end = np.zeros(64, dtype=i64)
+        self.f_node = np.zeros(64, dtype=i64)
+        self.f_label = np.zeros(64, dtype=i64)
+        self.f_start = np.zeros(64)
+        self.nf = 0
 
     def _grow_runs(self):
         old = self.rcap
         cap = 2 * old
-        self.r_state = np.concatenate([self.r_state, np.zeros(old, dtype=np.int32)])
-        self.r_start = np.concatenate([self.r_start, np.zeros(old)])
-        self.r_node = np.concatenate([self.r_node, np.zeros(old, dtype=np.int64)])
-        self.r_label = np.concatenate([self.r_label, np.zeros(old, dtype=np.int64)])
-        self.r_clones = np.concatenate([self.r_clones, np.zeros(old, dtype=np.int64)])
+        self.r_state, self.r_start, self.r_node, self.r_label, self.r_clones, self.V = map(
+            _twice, (self.r_state, self.r_start, self.r_node, self.r_label, self.r_clones, self.V))
         nxt = np.arange(old + 1, cap + 1, dtype=np.int64)
         nxt[old - 1] = -1
         self.r_next = np.concatenate([self.r_next, nxt])
-        self.V = np.concatenate([self.V, np.zeros(old * max(self.ncol, 1))])
         self.rcap = cap
         self.free = old
 
     def _grow_nodes(self):
-        n = self.n_pos.shape[0]
-        self.n_pos = np.concatenate([self.n_pos, np.zeros(n, dtype=np.int64)])
-        self.n_comp = np.concatenate([self.n_comp, np.zeros(n, dtype=np.int32)])
-        self.n_prev = np.concatenate([self.n_prev, np.zeros(n, dtype=np.int64)])
+        self.n_pos, self.n_comp, self.n_prev = map(_twice, (self.n_pos, self.n_comp, self.n_prev))
 
     def _grow_labels(self):
-        n = self.l_prev.shape[0]
-        self.l_prev = np.concatenate([self.l_prev, np.zeros(n, dtype=np.int64)])
-        self.l_val = np.concatenate([self.l_val, np.zeros(n, dtype=np.int64)])
+        self.l_prev, self.l_val = map(_twice, (self.l_prev, self.l_val))
+
+    def _grow_found(self):
+        self.f_end, self.f_node, self.f_label, self.f_start = map(
+            _twice, (self.f_end, self.f_node, self.f_label, self.f_start))
 
     @cython.cfunc
     def _new_run(self) -> cython.longlong:
@@ -234,6 +299,7 @@ class Core:
         return r
 
     @cython.cfunc
+    @cython.exceptval(check=False)
     def _release(self, r: cython.longlong) -> cython.void:
         self.r_next[r] = self.free
         self.free = r
@@ -252,6 +318,7 @@ class Core:
         return n
 
     @cython.cfunc
+    @cython.exceptval(check=False)
     def _append(self, r: cython.longlong) -> cython.void:
         self.r_next[r] = -1
         if self.o_tail < 0:
@@ -270,10 +337,6 @@ class Core:
         """Whether the program at ``pc`` holds on the current event and run ``r`` (5.2)."""
         if pc < 0:
             return True
-        code: cython.int[:] = self.code
-        st: cython.double[:] = self.stack
-        E: cython.double[:] = self.E
-        V: cython.double[:] = self.V
         vrow: cython.Py_ssize_t = r * self.ncol
         sp: cython.int = 0
         op: cython.int
@@ -284,47 +347,47 @@ class Core:
         nan: cython.bint
         i: cython.int
         while True:
-            op = code[pc]
-            arg = code[pc + 1]
+            op = self.code[pc]
+            arg = self.code[pc + 1]
             pc += 2
             if op == OP_STATE:
-                st[sp] = V[vrow + arg]
+                self.stack[sp] = self.V[vrow + arg]
                 sp += 1
             elif op == OP_EVENT:
-                st[sp] = E[self.erow + arg]
+                self.stack[sp] = self.E[self.erow + arg]
                 sp += 1
             elif op == OP_CONST:
-                st[sp] = self.consts[arg]
+                self.stack[sp] = self.consts[arg]
                 sp += 1
             elif op == OP_CHECK:
                 sp -= 1
-                if st[sp] == 0.0:
+                if self.stack[sp] == 0.0:
                     return False
             elif op == OP_END:
                 return True
             elif op == OP_NEG:
-                st[sp - 1] = -st[sp - 1]
+                self.stack[sp - 1] = -self.stack[sp - 1]
             elif op == OP_NOT:
-                st[sp - 1] = 1.0 if st[sp - 1] == 0.0 else 0.0
+                self.stack[sp - 1] = 1.0 if self.stack[sp - 1] == 0.0 else 0.0
             elif op == OP_ABS:
-                st[sp - 1] = fabs(st[sp - 1])
+                self.stack[sp - 1] = fabs(self.stack[sp - 1])
             elif op == OP_MIN or op == OP_MAX:
                 n = arg
                 sp -= n
-                x = st[sp]
+                x = self.stack[sp]
                 nan = x != x
                 for i in range(1, n):
-                    y = st[sp + i]
+                    y = self.stack[sp + i]
                     if y != y:
                         nan = True
                     elif (op == OP_MIN and y < x) or (op == OP_MAX and y > x):
                         x = y
-                st[sp] = NAN if nan else x
+                self.stack[sp] = NAN if nan else x
                 sp += 1
             else:
                 sp -= 1
-                y = st[sp]
-                x = st[sp - 1]
+                y = self.stack[sp]
+                x = self.stack[sp - 1]
                 if op == OP_ADD:
                     x = x + y
                 elif op == OP_SUB:
@@ -351,44 +414,48 @@ class Core:
                     x = 1.0 if (x != 0.0 and y != 0.0) else 0.0
                 else:  # OP_OR
                     x = 1.0 if (x != 0.0 or y != 0.0) else 0.0
-                st[sp - 1] = x
+                self.stack[sp - 1] = x
 
     @cython.cfunc
+    @cython.exceptval(check=False)
     def _update(self, r: cython.longlong, j: cython.int, begin: cython.int) -> cython.void:
         """The columns of component j after run r selects the event (6.3)."""
-        V: cython.double[:] = self.V
-        E: cython.double[:] = self.E
+        lo: cython.int = self.up_start[2 * j + begin]
+        hi: cython.int = self.up_start[2 * j + begin + 1]
+        if lo == hi:
+            return
         vrow: cython.Py_ssize_t = r * self.ncol
         u: cython.int
         c: cython.Py_ssize_t
         op: cython.int
         x: cython.double
         cur: cython.double
-        for u in range(self.up_start[2 * j + begin], self.up_start[2 * j + begin + 1]):
+        for u in range(lo, hi):
             c = vrow + self.up_col[u]
             op = self.up_op[u]
-            x = E[self.erow + self.up_slot[u]] if self.up_slot[u] >= 0 else 0.0
+            x = self.E[self.erow + self.up_slot[u]] if self.up_slot[u] >= 0 else 0.0
             if op == UP_SET:
-                V[c] = x
+                self.V[c] = x
             elif op == UP_SUM0:
-                V[c] = 0.0 + x
+                self.V[c] = 0.0 + x
             elif op == UP_SUM:
-                V[c] = V[c] + x
+                self.V[c] = self.V[c] + x
             elif op == UP_COUNT0:
-                V[c] = 1.0
+                self.V[c] = 1.0
             elif op == UP_COUNT:
-                V[c] = V[c] + 1.0
+                self.V[c] = self.V[c] + 1.0
             else:
-                cur = V[c]
+                cur = self.V[c]
                 if cur != cur or x != x:
-                    V[c] = NAN
+                    self.V[c] = NAN
                 elif (op == UP_MIN and x < cur) or (op == UP_MAX and x > cur):
-                    V[c] = x
+                    self.V[c] = x
 
     # ------------------------------------------------------------------ moves (6.1)
 
     @cython.cfunc
-    def _write(self, r: cython.longlong, j: cython.int) -> cython.void:
+    @cython.exceptval(-1)
+    def _write(self, r: cython.longlong, j: cython.int) -> cython.int:
         if self.nn == self.n_pos.shape[0]:
             self._grow_nodes()
         n: cython.Py_ssize_t = self.nn
@@ -398,23 +465,36 @@ class Core:
         self.r_node[r] = n
         self.nn = n + 1
         self.pointers_written += 1
+        return 0
 
     @cython.cfunc
-    def _reach_f(self, r: cython.longlong) -> cython.void:
+    @cython.exceptval(-1)
+    def _reach_f(self, r: cython.longlong) -> cython.int:
         """A match, if the run is still inside its window ([A08] l.280)."""
-        if not self.has_window or self.t - self.r_start[r] <= self.window:
-            self.found.append((int(self.pos), int(self.r_node[r]), int(self.r_label[r]),
-                               float(self.r_start[r])))  # Python numbers, also uncompiled
+        if self.has_window and self.t - self.r_start[r] > self.window:
+            return 0
+        if self.nf == self.f_end.shape[0]:
+            self._grow_found()
+        n: cython.Py_ssize_t = self.nf
+        self.f_end[n] = self.pos
+        self.f_node[n] = self.r_node[r]
+        self.f_label[n] = self.r_label[r]
+        self.f_start[n] = self.r_start[r]
+        self.nf = n + 1
+        return 0
 
     @cython.cfunc
-    def _final(self, r: cython.longlong, j: cython.int) -> cython.void:
+    @cython.exceptval(-1)
+    def _final(self, r: cython.longlong, j: cython.int) -> cython.int:
         """A trailing Kleene component: a branch reaches F if θ_proceed holds (5.6)."""
         if self._holds(self.prog_close[j], r):
             self.runs_created += 1
             self._reach_f(r)
+        return 0
 
     @cython.cfunc
-    def _begin(self, r: cython.longlong, j: cython.int) -> cython.void:
+    @cython.exceptval(-1)
+    def _begin(self, r: cython.longlong, j: cython.int) -> cython.int:
         self._update(r, j, 1)
         self._write(r, j)
         last: cython.bint = j + 1 == self.k
@@ -431,14 +511,17 @@ class Core:
             self.r_label[r] = self._label(self.r_label[r], 0)
             self.r_state[r] = 2 * j + 2
             self._append(r)
+        return 0
 
     @cython.cfunc
-    def _take(self, r: cython.longlong, j: cython.int) -> cython.void:
+    @cython.exceptval(-1)
+    def _take(self, r: cython.longlong, j: cython.int) -> cython.int:
         self._update(r, j, 0)
         self._write(r, j)
         self._append(r)
         if j + 1 == self.k:
             self._final(r, j)
+        return 0
 
     @cython.cfunc
     def _clone(self, r: cython.longlong) -> cython.longlong:
@@ -452,18 +535,18 @@ class Core:
         self.r_state[c] = self.r_state[r]
         self.r_start[c] = self.r_start[r]
         self.r_node[c] = self.r_node[r]
-        V: cython.double[:] = self.V
         i: cython.int
         for i in range(self.ncol):
-            V[c * self.ncol + i] = V[r * self.ncol + i]
+            self.V[c * self.ncol + i] = self.V[r * self.ncol + i]
         return c
 
     @cython.cfunc
-    def _step(self, r: cython.longlong) -> cython.void:
+    @cython.exceptval(-1)
+    def _step(self, r: cython.longlong) -> cython.int:
         """Run r takes its enabled moves, in the order of shared.Stream._step."""
         if self.has_window and self.t - self.r_start[r] > self.window:
             self._release(r)
-            return
+            return 0
         s: cython.int = self.r_state[r]
         j: cython.int = s >> 1
         nj: cython.int = j + 1
@@ -493,7 +576,7 @@ class Core:
             m += 1
         if m == 0:
             self._release(r)
-            return
+            return 0
         targets[0] = r
         for c in range(1, m):
             targets[c] = self._clone(r)
@@ -509,9 +592,11 @@ class Core:
             else:
                 self.r_label[x] = self._label(self.r_label[x], 0)
                 self._begin(x, nj)
+        return 0
 
     @cython.cfunc
-    def _initiate(self) -> cython.void:
+    @cython.exceptval(-1)
+    def _initiate(self) -> cython.int:
         r: cython.longlong = self._new_run()
         self.initiations += 1
         self.runs_created += 1
@@ -520,14 +605,16 @@ class Core:
         self.r_node[r] = -1
         self.r_clones[r] = 0
         self.r_label[r] = self._label(-1, self.initiations)
-        V: cython.double[:] = self.V
         i: cython.int
-        for i in range(self.ncol):
-            V[r * self.ncol + i] = NAN
+        if self.ncol:
+            for i in range(self.ncol):
+                self.V[r * self.ncol + i] = NAN
         self._begin(r, 0)
+        return 0
 
     @cython.cfunc
-    def _sweep(self, t: cython.double) -> cython.void:
+    @cython.exceptval(-1)
+    def _sweep(self, t: cython.double) -> cython.int:
         """Drop the runs whose start is out of the window at tag t (6.5)."""
         q: cython.longlong
         r: cython.longlong
@@ -554,12 +641,14 @@ class Core:
                 self.p_active[q] = 0
         self.active = kept
         self.prune_at = t + self.window
+        return 0
 
     # ------------------------------------------------------------------ the loop
 
     def run(self, E: np.ndarray, ty: np.ndarray, tags: np.ndarray, keys: np.ndarray,
-            nkeys: int) -> list:
-        """Process the events; the raw matches ``(end, node, label, start)`` (6.1)."""
+            nkeys: int) -> int:
+        """Process the events; the number of matches found (:meth:`found`, :meth:`chains`).
+        """
         n: cython.Py_ssize_t = tags.shape[0]
         tyv: cython.int[:] = ty
         tagv: cython.double[:] = tags
@@ -567,15 +656,19 @@ class Core:
         i: cython.Py_ssize_t
         nb: cython.Py_ssize_t = 0
         self.E = E
-        self._allocate(nkeys + n + 1, 64, 64)
-        begins: cython.longlong[:] = np.zeros(n + 1, dtype=np.int64)
+        self._allocate(64, 64)
+        begins: cython.longlong[:] = np.empty(n + 1, dtype=np.int64)
         self.ety = self.types[0]
+        own: cython.Py_ssize_t = 0
         for i in range(n):  # the events that begin a run (6.1 step 3)
             if tyv[i] == self.ety:
                 self.erow = i * self.nslot
                 if self._holds(self.prog_begin[0], -1):
                     begins[nb] = i
                     nb += 1
+                    if keyv[i] < 0:
+                        own += 1
+        self._partitions(nkeys + own + 1)
         fresh: cython.longlong = nkeys
         bi: cython.Py_ssize_t = 0
         i = 0
@@ -625,28 +718,71 @@ class Core:
             i += 1
         if n and self.has_window and self.nlive and tagv[n - 1] > self.prune_at:
             self._sweep(tagv[n - 1])
-        return self.found
+        return self.nf
 
-    def positions(self, node: cython.longlong, k: cython.int) -> tuple:
-        """The positions per component of the match ending at buffer node ``node`` (6.2)."""
-        blocks = [[] for _ in range(k)]
-        while node >= 0:
-            blocks[self.n_comp[node]].append(int(self.n_pos[node]))
-            node = self.n_prev[node]
-        for b in blocks:
-            b.reverse()
-        return tuple([tuple(b) for b in blocks])
+    def found(self) -> list:
+        """The raw matches ``(end, node, label, start)`` in the order found (6.1)."""
+        return [(int(self.f_end[m]), int(self.f_node[m]), int(self.f_label[m]),
+                 float(self.f_start[m])) for m in range(self.nf)]
 
-    def matches(self, k: cython.int, tags: list, partitions: list, make) -> list:
-        """``make(positions, start, end, partition, None)`` per match, in the order found;
-        ``partitions``: the equivalence columns as the output gives them (8)."""
-        out = []
-        for f in self.found:
-            blocks = self.positions(f[1], k)
-            first = blocks[0][0]
-            key = tuple([col[first] for col in partitions]) if partitions else None
-            out.append(make(blocks, tags[first], tags[f[0]], key, None))
-        return out
+    def chains(self, k: cython.int) -> tuple:
+        """The positions of every match in the order found, read from the buffer (6.2):
+        ``(ends, offsets, flat)``, the positions of component c of match m being
+        ``flat[offsets[m, c]:offsets[m, c + 1]]`` (offsets has k + 1 columns)."""
+        nf: cython.Py_ssize_t = self.nf
+        total: cython.Py_ssize_t = 0
+        m: cython.Py_ssize_t
+        node: cython.longlong
+        for m in range(nf):
+            node = self.f_node[m]
+            while node >= 0:
+                total += 1
+                node = self.n_prev[node]
+        flat_a = np.zeros(total, dtype=np.int64)
+        off_a = np.zeros((nf, k + 1), dtype=np.int64)
+        flat: cython.longlong[:] = flat_a
+        off: cython.longlong[:, :] = off_a
+        base: cython.Py_ssize_t = 0
+        w: cython.Py_ssize_t
+        c: cython.int
+        for m in range(nf):
+            node = self.f_node[m]
+            w = 0
+            while node >= 0:  # the chain runs backwards: count each component's nodes
+                off[m, self.n_comp[node] + 1] += 1
+                w += 1
+                node = self.n_prev[node]
+            off[m, 0] = base
+            for c in range(k):
+                off[m, c + 1] += off[m, c]
+            node = self.f_node[m]
+            while node >= 0:
+                w -= 1
+                flat[base + w] = self.n_pos[node]
+                node = self.n_prev[node]
+            base = off[m, k]
+        return np.asarray(self.f_end)[:nf].copy(), off_a, flat_a
+
+    def canonical(self, offsets: np.ndarray, flat: np.ndarray) -> np.ndarray:
+        """The order of :meth:`chains`'s matches by (end, positions) (EXACT.md 3.7): they
+        come by end position, so each run of equal ends is merge-sorted (stable)."""
+        nf: cython.Py_ssize_t = self.nf
+        order_a = np.arange(nf, dtype=np.int64)
+        tmp_a = np.zeros(nf, dtype=np.int64)
+        order: cython.longlong[:] = order_a
+        tmp: cython.longlong[:] = tmp_a
+        off: cython.longlong[:, :] = offsets
+        fl: cython.longlong[:] = flat
+        i: cython.Py_ssize_t = 0
+        j: cython.Py_ssize_t
+        while i < nf:
+            j = i + 1
+            while j < nf and self.f_end[j] == self.f_end[i]:
+                j += 1
+            if j - i > 1:
+                _merge_sort(order, tmp, i, j, off, fl)
+            i = j
+        return order_a
 
     def buffer(self) -> tuple:
         """The buffer nodes (position, component, previous) and labels (previous, value)."""
