@@ -6,6 +6,8 @@ dict would, without a Python object per fragment.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
+from cpython.object cimport PyObject
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
@@ -62,6 +64,24 @@ cdef int _pointers(list texts, const char** at, Py_ssize_t* size) except -1:
         at[i] = PyBytes_AS_STRING(b)
         size[i] = len(b)
     return 0
+
+
+def first_seen(list keys, long long[:] index) -> list:
+    """The distinct ``keys`` in the order they first appear; ``index[i]`` receives key
+    ``i``'s place among them (keys are told apart as a dict tells them)."""
+    cdef dict seen = {}
+    cdef list order = []
+    cdef Py_ssize_t i
+    cdef PyObject* at
+    for i in range(len(keys)):
+        at = PyDict_GetItem(seen, keys[i])
+        if at is NULL:
+            index[i] = len(order)
+            PyDict_SetItem(seen, keys[i], len(order))
+            order.append(keys[i])
+        else:
+            index[i] = <object>at
+    return order
 
 
 def match_lines(list keys, const long long[:] key_of, list tags, const long long[:] tag_of,

@@ -115,7 +115,9 @@ def match_lines(found) -> str:
 
 
 def _compiled_match_lines(found) -> str:
-    keys, key_of = _distinct_keys(found.partition)
+    key_of = np.empty(len(found), dtype=np.int64)
+    distinct = _lines.first_seen(np.asarray(found.partition, dtype=object).tolist(), key_of)
+    keys = [json.dumps(key, default=json_default) for key in distinct]
     tags = np.concatenate([found.start, found.point, found.trajectory_tags])
     distinct, tag_of = _distinct_tags(np.asarray(tags, dtype=np.float64))
     texts = _texts(distinct, found.tag_is_time)

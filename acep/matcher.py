@@ -275,6 +275,8 @@ class Matcher:
     _kernel: object = field(init=False, repr=False)
     _partition_ids: dict = field(init=False, repr=False, default_factory=dict)
     _partition_keys: list = field(init=False, repr=False, default_factory=list)
+    _key_table: np.ndarray = field(init=False, repr=False,
+                                   default_factory=lambda: np.empty(0, dtype=object))
     _type_luts: dict = field(init=False, repr=False, default_factory=dict)
     _tag_is_time: bool = field(init=False, repr=False, default=False)
     _position: int = field(init=False, repr=False, default=0)
@@ -447,7 +449,11 @@ class Matcher:
         column = batch.columns.get(self.partition)
         if column is None:  # no event of this batch has it: each is a bad event, as in others
             return np.full(n, -1, dtype=np.int32)
-        keys, inverse = _factorize(column)
+        encoded = batch.codes_of(self.partition)
+        if encoded is not None:  # code -1 (missing) takes the None key at the end
+            keys, inverse = [*encoded.values.tolist(), None], encoded.codes
+        else:
+            keys, inverse = _factorize(column)
         keys = [partition_key(key) for key in keys]  # one key per id, whatever the batch
         ids = np.array([-1 if _no_key(key) else self._ensure_partition(key)
                         for key in keys], dtype=np.int32)  # -1: a bad event for the kernel
@@ -519,8 +525,10 @@ class Matcher:
 
     def _take(self) -> MatchBatch:
         raw = self._kernel.take_matches()
-        keys = np.empty(len(raw["partition"]), dtype=object)
-        keys[:] = [self._partition_keys[p] for p in raw["partition"]]
+        if len(self._key_table) != len(self._partition_keys):
+            self._key_table = np.empty(len(self._partition_keys), dtype=object)
+            self._key_table[:] = self._partition_keys
+        keys = self._key_table[np.asarray(raw["partition"], dtype=np.intp)]
         found = MatchBatch(keys, raw["point"], raw["start"], raw["errors"],
                            raw["trajectory_ptr"], raw["trajectory"], raw["trajectory_tags"],
                            self._tag_is_time)
