@@ -450,14 +450,31 @@ class Matcher:
         if column is None:  # no event of this batch has it: each is a bad event, as in others
             return np.full(n, -1, dtype=np.int32)
         encoded = batch.codes_of(self.partition)
-        if encoded is not None:  # code -1 (missing) takes the None key at the end
-            keys, inverse = [*encoded.values.tolist(), None], encoded.codes
-        else:
-            keys, inverse = _factorize(column)
+        if encoded is not None:
+            return self._partition_ids_of_codes(encoded.codes, encoded.values.tolist())
+        keys, inverse = _factorize(column)
         keys = [partition_key(key) for key in keys]  # one key per id, whatever the batch
         ids = np.array([-1 if _no_key(key) else self._ensure_partition(key)
                         for key in keys], dtype=np.int32)  # -1: a bad event for the kernel
         return np.ascontiguousarray(ids[inverse]) if n else np.zeros(0, dtype=np.int32)
+
+    def _partition_ids_of_codes(self, codes: np.ndarray, values: list) -> np.ndarray:
+        """Partition ids of dictionary codes; keys new to the matcher are numbered in the
+        order they first appear, as :func:`_factorize` would (a file's dictionary may hold
+        values of later batches, or none of this one)."""
+        keys = [partition_key(v) for v in values]
+        used = np.flatnonzero(np.bincount(codes + 1, minlength=len(keys) + 1)[1:]).tolist()
+        new = [c for c in used if not _no_key(keys[c]) and keys[c] not in self._partition_ids]
+        if len(new) > 1:
+            present, first = np.unique(codes, return_index=True)
+            first_of = dict(zip(present.tolist(), first.tolist()))
+            new.sort(key=first_of.__getitem__)
+        for c in new:
+            self._ensure_partition(keys[c])
+        ids = np.full(len(keys) + 1, -1, dtype=np.int32)  # the last: code -1, missing
+        for c in used:
+            ids[c] = -1 if _no_key(keys[c]) else self._partition_ids[keys[c]]
+        return np.ascontiguousarray(ids[codes])
 
     def _ensure_partition(self, key) -> int:
         pid = self._partition_ids.get(key)

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from acep._output import bundle_lines, match_lines
@@ -100,7 +100,7 @@ def _check_codes(batch: EventBatch) -> None:
 
 @pytest.mark.parametrize("storage", ["dictionary", "plain", "arrow dictionary"])
 @settings(
-    max_examples=60,
+    max_examples=100,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
@@ -109,6 +109,20 @@ def _check_codes(batch: EventBatch) -> None:
     row_group=st.integers(1, 70),
     batch_size=st.integers(1, 70),
     ascii_only=st.booleans(),
+)
+# a dictionary holds the texts of the whole row group: "" of a bad event here, a value of a
+# later batch elsewhere; the partitions are those of the events, in the order they come
+@example(
+    rows=[
+        {"t": None, "type": "a", "origin": "", "note": None, "v": 0},
+        {"t": 0, "type": "a", "origin": None, "note": None, "v": 0},
+        {"t": 1, "type": "b", "origin": "y", "note": None, "v": 0},
+        {"t": 2, "type": "c", "origin": "x", "note": None, "v": 0},
+        {"t": 3, "type": "a", "origin": "y", "note": None, "v": 0},
+    ],
+    row_group=5,
+    batch_size=3,
+    ascii_only=False,
 )
 def test_parquet_text_columns_give_the_json_lines_matches(
     tmp_path, storage, rows, row_group, batch_size, ascii_only
