@@ -237,11 +237,8 @@ def _null_mask(arr) -> np.ndarray:
 
 def _indices(arr) -> np.ndarray:
     """The int32 indices of a dictionary array, -1 where null."""
-    import pyarrow as pa
-
-    indices = arr.indices.cast(pa.int32())
-    codes = _fixed_numpy(indices, np.int32)
-    codes[_null_mask(indices)] = -1
+    codes = _fixed_numpy(arr.indices, _numpy_type(arr.indices.type)).astype(np.int32)
+    codes[_null_mask(arr.indices)] = -1
     return codes
 
 
@@ -278,24 +275,40 @@ def _classes_from_arrow(arr, classes: TypeClasses, source: str, field_metadata=N
     return _classify(_numeric_from_arrow(arr), classes)
 
 
+def _numpy_type(t) -> np.dtype | None:
+    """The numpy type of an Arrow integer, float32/64 or timestamp column's values (None:
+    another type, converted by a cast). Casts go through pyarrow.compute, whose import
+    costs a command about 0.1 s."""
+    import pyarrow as pa
+
+    if pa.types.is_integer(t):
+        return np.dtype(f"{'i' if pa.types.is_signed_integer(t) else 'u'}{t.bit_width // 8}")
+    if pa.types.is_float32(t) or pa.types.is_float64(t):
+        return np.dtype(f"f{t.bit_width // 8}")
+    if pa.types.is_timestamp(t):
+        return np.dtype(np.int64)
+    return None
+
+
 def _numeric_from_arrow(arr) -> np.ndarray:
     """float64 of a numeric column; integers beyond 2**53 are rounded (tags, type classes)."""
     import pyarrow as pa
 
-    numbers = arr.cast(pa.float64(), safe=False)
-    out = _fixed_numpy(numbers, np.float64)
-    out[_null_mask(numbers)] = np.nan
+    dtype = _numpy_type(arr.type)
+    if dtype is None:
+        arr, dtype = arr.cast(pa.float64(), safe=False), np.float64
+    out = _fixed_numpy(arr, dtype).astype(np.float64, copy=False)
+    out[_null_mask(arr)] = np.nan
     return out
 
 
 def _attribute_from_arrow(arr) -> np.ndarray:
     """A numeric attribute: float64, or exact Python ints when an integer is beyond 2**53."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     if pa.types.is_integer(arr.type) and arr.null_count < len(arr):
-        bounds = pc.min_max(arr)
-        if bounds["min"].as_py() < -EXACT_INT or bounds["max"].as_py() > EXACT_INT:
+        values = _fixed_numpy(arr, _numpy_type(arr.type))[~_null_mask(arr)]
+        if values.min() < -EXACT_INT or values.max() > EXACT_INT:
             out = np.empty(len(arr), dtype=object)
             out[:] = arr.to_pylist()
             return out
@@ -306,10 +319,13 @@ def _seconds_from_arrow(arr) -> np.ndarray:
     """Seconds since the epoch of a timestamp/date column, NaN where null."""
     import pyarrow as pa
 
-    if pa.types.is_date(arr.type):
-        arr = arr.cast(pa.timestamp("s"))
-    scale = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[arr.type.unit]
-    seconds = _fixed_numpy(arr.cast(pa.int64()), np.int64) / scale
+    if pa.types.is_date32(arr.type):  # days
+        seconds = _fixed_numpy(arr, np.int32) * 86400.0
+    else:
+        if pa.types.is_date(arr.type):
+            arr = arr.cast(pa.timestamp("s"))
+        scale = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[arr.type.unit]
+        seconds = _fixed_numpy(arr, np.int64) / scale
     seconds[_null_mask(arr)] = np.nan
     return seconds
 
@@ -375,7 +391,6 @@ def _number_or_text(v: str | None) -> object:
 
 def _column_from_arrow(arr) -> tuple[np.ndarray, TextCodes | None]:
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     if pa.types.is_dictionary(arr.type) and _is_text(arr.type.value_type):
         return _text_from_dictionary(arr)
@@ -385,7 +400,7 @@ def _column_from_arrow(arr) -> tuple[np.ndarray, TextCodes | None]:
     if _is_numeric(arr.type):
         return _attribute_from_arrow(arr), None
     if _is_text(arr.type):
-        return _text_from_dictionary(pc.dictionary_encode(arr))
+        return _text_from_dictionary(arr.dictionary_encode())
     out = np.empty(len(arr), dtype=object)
     out[:] = [None if v is None else _text(v) for v in arr.to_pylist()]
     return out, None
