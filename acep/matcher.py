@@ -734,16 +734,28 @@ def bundles(found: MatchBatch, window: float) -> list[Bundle]:
     """
     _check_matches(found, "found")
     window = _check_window(window)
-    out: list[Bundle] = []
-    by_partition: dict = {}
-    for key, point in zip(found.partition, found.point):
-        by_partition.setdefault(key, set()).add(float(point))
-    for key in sorted(by_partition, key=repr):
-        points = np.array(sorted(by_partition[key]))
-        breaks = np.flatnonzero(np.diff(points) > window) + 1
-        for run in np.split(points, breaks):
-            out.append(Bundle(key, float(run[0]), float(run[-1]), len(run)))
-    return out
+    if not len(found):
+        return []
+    index: dict = {}  # partitions as a dict tells keys apart, each the first key object
+    codes = np.fromiter((index.setdefault(k, len(index)) for k in found.partition.tolist()),
+                        dtype=np.int64, count=len(found))
+    keys = list(index)
+    rank = np.empty(len(keys), dtype=np.int64)
+    rank[sorted(range(len(keys)), key=lambda c: repr(keys[c]))] = np.arange(len(keys))
+    points = np.asarray(found.point, dtype=np.float64)
+    order = np.lexsort((points, rank[codes]))  # by partition (repr), then point
+    part, points = rank[codes][order], points[order]
+    distinct = np.ones(len(points), dtype=bool)  # each point of a partition once
+    distinct[1:] = (part[1:] != part[:-1]) | (points[1:] != points[:-1])
+    part, points = part[distinct], points[distinct]
+    starts = np.ones(len(points), dtype=bool)
+    starts[1:] = (part[1:] != part[:-1]) | (np.diff(points) > window)
+    first = np.flatnonzero(starts)
+    last = np.append(first[1:], len(points)) - 1
+    by_rank = [keys[c] for c in np.argsort(rank).tolist()]
+    return [Bundle(by_rank[r], f, t, n) for r, f, t, n in
+            zip(part[first].tolist(), points[first].tolist(), points[last].tolist(),
+                (last - first + 1).tolist())]
 
 
 def bundles_table(found: MatchBatch, window: float):

@@ -205,3 +205,23 @@ def test_acep_exact_prints_the_old_bytes(seed, is_time, tmp_path_factory):
                        folder / "events.jsonl", check=True).stdout
         assert out == "".join(json.dumps(d) + "\n" for d in expected)
     assert verbose
+
+
+def _old_bundles(found: MatchBatch, window: float) -> list[Bundle]:
+    """Bundles as acep.matcher.bundles found them point by point (the oracle)."""
+    out, by_partition = [], {}
+    for key, point in zip(found.partition, found.point):
+        by_partition.setdefault(key, set()).add(float(point))
+    for key in sorted(by_partition, key=repr):
+        points = np.array(sorted(by_partition[key]))
+        breaks = np.flatnonzero(np.diff(points) > window) + 1
+        for run in np.split(points, breaks):
+            out.append(Bundle(key, float(run[0]), float(run[-1]), len(run)))
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(found=match_batches(), window=st.sampled_from([0.0, 1.0, 1e3, 1e9, 1e300]))
+def test_bundles_are_those_found_point_by_point(found, window):
+    got, expected = bundles(found, window), _old_bundles(found, window)
+    assert [(type(b.partition), b) for b in got] == [(type(b.partition), b) for b in expected]
