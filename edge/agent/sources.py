@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 
+from acep.events import EventBatch
 from acep.utils import bounds as _bounds
 from acep.utils import json_loads as loads
 from acep.utils import json_problem
@@ -30,7 +31,7 @@ from ..logs import LogLimiter
 
 __all__ = ["Source", "FileSource", "StdinSource", "IteratorSource", "LogLimiter",
            "parse_line", "parse_lines", "fingerprint", "find_file", "open_file",
-           "FINGERPRINT_BYTES"]
+           "FINGERPRINT_BYTES", "chunk_batch", "chunk_events"]
 
 log = logging.getLogger("edge.agent")
 Item = tuple[dict, "int | None"]
@@ -185,6 +186,18 @@ def parse_lines(lines: list[bytes]) -> list[dict | None]:
             and all(type(d) is list and len(d) == 1 and type(d[0]) is dict for d in docs)):
         return [d[0] for d in docs]
     return [parse_line(line) for line in lines]
+
+
+def chunk_batch(chunk: list[Item], position: int, name: str) -> EventBatch:
+    """The events of a chunk as a batch numbered from ``position``, as
+    :meth:`EventBatch.from_events` makes it of their dicts (a bad event raises its
+    :class:`EventError`)."""
+    return EventBatch.from_events(chunk_events(chunk), position, name)
+
+
+def chunk_events(chunk: list[Item]) -> list[dict]:
+    """The event dicts of a chunk."""
+    return [e for e, _ in chunk]
 
 
 class Source:
