@@ -37,7 +37,7 @@ __all__ = ["Source", "FileSource", "StdinSource", "IteratorSource", "LogLimiter"
            "FINGERPRINT_BYTES", "Chunk", "chunk_batch", "chunk_events"]
 
 log = logging.getLogger("edge.agent")
-Item = tuple[dict, "int | None"]
+Item = tuple["dict | bytes", "int | None"]
 _READ_BYTES = 1 << 16  # a file is read this much at a time (whole lines)
 RATE_WINDOW = 1.0  # seconds: a file's arrival rate is its growth over at least this long
 _CUT = object()  # from _blocks: close the chunk here (the events after it are another file's)
@@ -503,6 +503,8 @@ class FileSource(Source):
         it, in blocks of at most :attr:`room` non-blank lines (so that a chunk never takes
         part of a block); the offset moves past them all at once. Blank lines are skipped,
         bad ones counted and logged as their block is made."""
+        if not lines:
+            return
         ends = list(itertools.accumulate(map(len, lines), initial=self.offset))
         self.offset = ends[-1]
         if self.identity["fp_bytes"] < FINGERPRINT_BYTES:
