@@ -1,0 +1,232 @@
+"""Postponing on the compiled core (``docs/EXACT.md`` 7, 6.8): the main runs, the early
+filters and the candidate lists run in :class:`acep.nfab._core.Postpone`, with the filter
+conjuncts compiled to programs of the shared-buffer core's stack machine
+(:class:`acep.nfab.core.CorePlan`); the lists it returns are turned into the same
+:class:`~.search._MainRun` objects the pure engine builds, for the same records and search
+(7.2). Queries and events outside the core's class give :class:`~acep.nfab.core.Unsupported`
+or None: the caller then runs the pure engine, the reference.
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+from types import ModuleType
+
+import numpy as np
+
+from ...events import Event
+from ..ast import Index, Ref
+from ..compile import CompiledQuery
+from ..core import CorePlan, Unsupported, _column, _keys, _Stub
+from ..shared import _Batch
+from .filters import _EMPTY, BEGIN, TAKE, _Bounded, _Independent, _Plan
+from .search import Candidate, _MainRun
+
+_STEP = {"+": "ADD", "-": "SUB", "*": "MUL", "/": "DIV"}
+_COMPARE = {">": "GT", ">=": "GE", "<": "LT", "<=": "LE"}
+_AGG = {"any": 0, "max": 1, "min": 2}
+_MASK_BITS = 62
+
+
+class _Operands:
+    """Where an S-independent identifier is read (7.3): the start s is the STATE row, the
+    event in its role the EVENT row; anything else is outside the core's class."""
+
+    def __init__(self, slots: dict[str, int], first: str, var: str, role: str):
+        self.slots, self.first, self.var, self.role = slots, first, var, role
+        self.index: dict = {}
+
+    def _slot(self, attr: str) -> int:
+        return self.slots.setdefault(attr, len(self.slots))
+
+    def ref(self, ident: Ref):
+        if ident.var == self.first and ident.index in (Index.NONE, Index.FIRST):
+            return ("STATE", self._slot(ident.attr))
+        if ident.var == self.var and (ident.index is Index.I or (
+                self.role == BEGIN and ident.index in (Index.NONE, Index.FIRST))):
+            return ("EVENT", self._slot(ident.attr))
+        raise Unsupported(f"{ident} in an early filter")
+
+    def agg(self, ident):
+        raise Unsupported(f"{ident} in an early filter")
+
+    col = agg
+
+
+class PostponePlan:
+    """A query compiled for the postponing core: the start program of the shared core's
+    plan, the roles per type and their conjuncts' filter specs as programs."""
+
+    def __init__(self, cq: CompiledQuery, early_filters: bool):
+        self.base = base = CorePlan(cq)
+        self.cq, self.filters = cq, early_filters
+        self.plan = plan = _Plan(cq, early_filters)
+        self.slots = dict(base.plan.layout.slots)
+        self.roles: list[tuple] = []
+        self.conjuncts: list[tuple] = []
+        self.steps: list[tuple] = []
+        self.bounds: dict[tuple[int, str], int] = {}
+        self.role_of: list = []
+        names = list(base.type_codes)
+        self.t_start = [0]
+        for name in names:
+            for role in plan.by_type.get(name, ()):
+                self._role(role)
+            self.t_start.append(len(self.roles))
+        self.t_start.append(len(self.roles))  # code -1 reads t_start[-1:]: none
+        if base.depth > _stack():
+            raise Unsupported("a predicate too deep for the core's stack")
+        self.bound_list = [(c, self.slots[a]) for (c, a) in self.bounds]
+
+    def _role(self, role) -> None:
+        if len(role.exprs) > _MASK_BITS:
+            raise Unsupported("more conjuncts on one edge than the core's masks hold")
+        resolver = _Operands(self.slots, self.plan.vars[0], role.var, role.role)
+        self.roles.append((role.j, int(role.role == TAKE), role.needs, len(self.conjuncts),
+                           len(role.exprs)))
+        self.role_of.append(role)
+        for spec in role.specs:
+            self.conjuncts.append(self._spec(spec, resolver))
+
+    def _spec(self, spec, resolver: _Operands) -> tuple:
+        """(kind, program, op, agg, bound, first step, steps) of one conjunct (7.3)."""
+        if isinstance(spec, _Independent):
+            return (1, self._program(spec.expr, resolver, True), 0, 0, 0, 0, 0)
+        if not isinstance(spec, _Bounded):
+            return (0, -1, 0, 0, 0, 0, 0)
+        ops = self.base.ops
+        first = len(self.steps)
+        for op, other, left in spec.steps:
+            self.steps.append((ops[_STEP[op]], self._program(other, resolver, False),
+                               int(left)))
+        bound = self.bounds.setdefault((spec.comp, spec.attr), len(self.bounds))
+        resolver._slot(spec.attr)
+        return (2, self._program(spec.x, resolver, False), ops[_COMPARE[spec.op]],
+                _AGG[spec.kind], bound, first, len(spec.steps))
+
+    def _program(self, expr, resolver: _Operands, predicate: bool) -> int:
+        base = self.base
+        start = len(base.code)
+        base._emit(expr, resolver, 0)
+        if predicate:
+            base._op("CHECK")
+        base._op("END")
+        return start
+
+    def core(self, module: ModuleType):
+        base, cq = self.base, self.cq
+        return module.Postpone(
+            len(cq.edges), len(self.slots), cq.query.window, self.filters,
+            self.plan.last_kleene, base.types[0], base.begin[0], base.code, base.consts,
+            self.t_start, self.roles, self.conjuncts, self.steps, self.bound_list)
+
+
+def _stack() -> int:
+    from ..core import pure_core
+
+    return pure_core().STACK
+
+
+def run_lists(pplan: PostponePlan, events: list[Event], module: ModuleType):
+    """Run the core over the events: (its output arrays, its counters), or None when the
+    events need the pure engine (a bad event, text or integers beyond 2**53 where the
+    query computes)."""
+    base = pplan.base
+    batch = _Batch(_Stub(base.plan), events)
+    if batch.error is not None:
+        return None
+    n = batch.n
+    cols = []
+    for attr in pplan.slots:
+        col = _column(batch, attr, attr in base.equality_only)
+        if col is None:
+            return None
+        cols.append(col)
+    E = np.ascontiguousarray(np.column_stack(cols) if cols else np.zeros((n, 0))).ravel()
+    ty = np.array(list(map(base.type_codes.get, batch.types, repeat(-1, n))), dtype=np.int32)
+    tags = np.asarray(batch.tags, dtype=np.float64)
+    keys, nkeys = _keys(batch, base, ty)
+    core = pplan.core(module)
+    if n:
+        core.run(E, ty, tags, keys, nkeys)
+    return core.output(), core.counters()
+
+
+class _Roles:
+    """The (exprs, ids, memo) of a candidate's role from its mask, cached per mask."""
+
+    def __init__(self, pplan: PostponePlan):
+        self.by_edge = {(r.j, r.role): r for r in pplan.role_of}
+        self.cache: dict = {(0, BEGIN, 0): ((), _EMPTY)}
+
+    def get(self, j: int, role: str, mask: int) -> tuple:
+        key = (j, role, mask)
+        out = self.cache.get(key)
+        if out is None:
+            r = self.by_edge[(j, role)]
+            chosen = [n for n in range(len(r.exprs)) if mask >> n & 1]
+            out = (tuple(r.exprs[n] for n in chosen),
+                   frozenset(r.ids[n] for n in chosen) if chosen else _EMPTY)
+            self.cache[key] = out
+        return out
+
+    def memo(self, j: int, role: str) -> bool:
+        r = self.by_edge.get((j, role))
+        return r is not None and r.memo
+
+
+def constructions(pplan: PostponePlan, output: tuple, events: list[Event]) -> list[tuple]:
+    """The (end, main run, ranges) pairs to construct (7.2), in the core's order, with the
+    main runs rebuilt as the pure engine holds them (candidate lists, cumulative ids)."""
+    (c_run, c_pos, c_j, c_flags, c_bu, c_tu), (x_run, x_end, x_hi), starts = output
+    if not len(x_run):
+        return []
+    plan = pplan.plan
+    wanted = np.unique(x_run)
+    chosen = np.flatnonzero(np.isin(c_run, wanted))
+    chosen = chosen[np.argsort(c_run[chosen], kind="stable")]
+    runs: dict[int, _MainRun] = {}
+    roles = _Roles(pplan)
+    memo = {(j, role): roles.memo(j, role) for j in range(plan.k) for role in (BEGIN, TAKE)}
+    current = -1
+    for r, pos, j, flags, bu, tu in zip(c_run[chosen].tolist(), c_pos[chosen].tolist(),
+                                        c_j[chosen].tolist(), c_flags[chosen].tolist(),
+                                        c_bu[chosen].tolist(), c_tu[chosen].tolist()):
+        if r != current:
+            run = runs[r] = _empty_run(plan, int(starts[r]), events)
+            current = r
+        b, bids = roles.get(j, BEGIN, bu) if flags & 1 else (None, None)
+        t, tids = roles.get(j, TAKE, tu) if flags & 2 else (None, None)
+        _add(run, j, Candidate(pos, j, b, t, bids, tids, plan, memo[(j, BEGIN)],
+                               memo[(j, TAKE)]))
+    last = plan.k - 1
+    lows = [0] * plan.k
+    out = []
+    for r, end, his in zip(x_run.tolist(), x_end.tolist(), x_hi.tolist()):
+        if not plan.kleene[last]:
+            lows[last] = his[last] - 1
+        out.append((end, runs[r], tuple(zip(lows, his))))
+    return out
+
+
+def _empty_run(plan: _Plan, start: int, events: list[Event]) -> _MainRun:
+    run = _MainRun.__new__(_MainRun)
+    k = plan.k
+    run.start, run.t, run.recorded, run.bounds = start, events[start].t, True, None
+    run.cands, run.positions, run.cum = [[] for _ in range(k)], [[] for _ in range(k)], \
+        [[] for _ in range(k)]
+    run.first_begin = [-1] * k
+    return run
+
+
+def _add(run: _MainRun, j: int, cand: Candidate) -> None:
+    """:meth:`_MainRun.append` without the bounds (the core kept them)."""
+    cands = run.cands[j]
+    if run.first_begin[j] < 0 and cand._b is not None:
+        run.first_begin[j] = len(cands)
+    cands.append(cand)
+    run.positions[j].append(cand.position)
+    ids = (cand._bu or _EMPTY) | (cand._tu or _EMPTY)
+    cum = run.cum[j]
+    previous = cum[-1] if cum else _EMPTY
+    cum.append(previous if ids <= previous else previous | ids)
