@@ -15,6 +15,7 @@ except ImportError:  # a device without Cython: the same loop, run as Python
 import numpy as np
 
 if cython.compiled:
+    from cython.cimports.cpython.exc import PyErr_CheckSignals
     from cython.cimports.libc.math import copysign, fabs, fmod
 else:
     from math import copysign, fabs, fmod
@@ -169,6 +170,39 @@ def _eval(code: cython.int[:], consts: cython.double[:], st: cython.double[:],
             else:  # OP_OR
                 x = 1.0 if (x != 0.0 or y != 0.0) else 0.0
             st[sp - 1] = x
+
+
+@cython.cfunc
+def _updates(V: cython.double[:], vrow: cython.Py_ssize_t, E: cython.double[:],
+             erow: cython.Py_ssize_t, up_start: cython.int[:], up_col: cython.int[:],
+             up_op: cython.int[:], up_slot: cython.int[:], which: cython.int) -> cython.void:
+    """The column updates ``which`` (2j + begin) of the state row at ``vrow`` for the event
+    row at ``erow`` (6.3)."""
+    u: cython.int
+    c: cython.Py_ssize_t
+    op: cython.int
+    x: cython.double
+    cur: cython.double
+    for u in range(up_start[which], up_start[which + 1]):
+        c = vrow + up_col[u]
+        op = up_op[u]
+        x = E[erow + up_slot[u]] if up_slot[u] >= 0 else 0.0
+        if op == UP_SET:
+            V[c] = x
+        elif op == UP_SUM0:
+            V[c] = 0.0 + x
+        elif op == UP_SUM:
+            V[c] = V[c] + x
+        elif op == UP_COUNT0:
+            V[c] = 1.0
+        elif op == UP_COUNT:
+            V[c] = V[c] + 1.0
+        else:
+            cur = V[c]
+            if cur != cur or x != x:
+                V[c] = NAN
+            elif (op == UP_MIN and x < cur) or (op == UP_MAX and x > cur):
+                V[c] = x
 
 
 @cython.cclass
@@ -363,34 +397,8 @@ class Core:
     @cython.cfunc
     def _update(self, r: cython.longlong, j: cython.int, begin: cython.int) -> cython.void:
         """The columns of component j after run r selects the event (6.3)."""
-        V: cython.double[:] = self.V
-        E: cython.double[:] = self.E
-        vrow: cython.Py_ssize_t = r * self.ncol
-        u: cython.int
-        c: cython.Py_ssize_t
-        op: cython.int
-        x: cython.double
-        cur: cython.double
-        for u in range(self.up_start[2 * j + begin], self.up_start[2 * j + begin + 1]):
-            c = vrow + self.up_col[u]
-            op = self.up_op[u]
-            x = E[self.erow + self.up_slot[u]] if self.up_slot[u] >= 0 else 0.0
-            if op == UP_SET:
-                V[c] = x
-            elif op == UP_SUM0:
-                V[c] = 0.0 + x
-            elif op == UP_SUM:
-                V[c] = V[c] + x
-            elif op == UP_COUNT0:
-                V[c] = 1.0
-            elif op == UP_COUNT:
-                V[c] = V[c] + 1.0
-            else:
-                cur = V[c]
-                if cur != cur or x != x:
-                    V[c] = NAN
-                elif (op == UP_MIN and x < cur) or (op == UP_MAX and x > cur):
-                    V[c] = x
+        _updates(self.V, r * self.ncol, self.E, self.erow, self.up_start, self.up_col,
+                 self.up_op, self.up_slot, 2 * j + begin)
 
     # ------------------------------------------------------------------ moves (6.1)
 
@@ -772,6 +780,31 @@ class Postpone:
     x_run: cython.longlong[:]
     x_end: cython.longlong[:]
     x_hi: cython.longlong[:]      # per construction and component: the end of its range
+    # the search (7.2): the shared core's edge programs and column updates over a stack of
+    # state rows, one per element chosen
+    ncol: cython.int
+    kleene: cython.int[:]
+    prog_begin: cython.int[:]
+    prog_take: cython.int[:]
+    prog_close: cython.int[:]
+    up_start: cython.int[:]
+    up_col: cython.int[:]
+    up_op: cython.int[:]
+    up_slot: cython.int[:]
+    S: cython.double[:]
+    path: cython.longlong[:]
+    pathc: cython.int[:]
+    cs_idx: cython.longlong[:]
+    cs_start: cython.longlong[:]
+    s_base: cython.longlong[:]
+    s_lo: cython.longlong[:]
+    s_hi: cython.longlong[:]
+    end: cython.longlong
+    nout: cython.Py_ssize_t
+    nmatch: cython.Py_ssize_t
+    o_pos: cython.longlong[:]
+    o_comp: cython.int[:]
+    o_start: cython.longlong[:]
     # counters (PostponeStats)
     main_runs: cython.longlong
     candidates: cython.longlong
@@ -780,8 +813,11 @@ class Postpone:
     constructions: cython.longlong
 
     def __init__(self, k, nslot, window, filters, last_kleene, first_type, prog_start, code,
-                 consts, t_start, roles, conjuncts, steps, bounds):
+                 consts, t_start, roles, conjuncts, steps, bounds, search):
         i32 = np.int32
+        (self.ncol, self.kleene, self.prog_begin, self.prog_take, self.prog_close,
+         self.up_start, self.up_col, self.up_op, self.up_slot) = [
+            x if n == 0 else np.asarray(x, dtype=i32) for n, x in enumerate(search)]
         self.k, self.nslot = k, nslot
         self.has_window = window is not None
         self.window = 0.0 if window is None else window
@@ -1151,3 +1187,130 @@ class Postpone:
         return {"main_runs": self.main_runs, "candidates": self.candidates,
                 "discarded": self.discarded, "safe": self.safe,
                 "constructions": self.constructions}
+
+    # ------------------------------------------------------------------ the search (7.2)
+
+    def begin_search(self, cs_idx: np.ndarray, cs_start: np.ndarray) -> None:
+        """Prepare :meth:`search`: ``cs_idx[cs_start[r k + j]:cs_start[r k + j + 1]]`` are
+        the candidates of run r and component j, in order."""
+        k: cython.int = self.k
+        self.cs_idx = cs_idx
+        self.cs_start = cs_start
+        self.s_base = np.zeros(k, dtype=np.int64)
+        self.s_lo = np.zeros(k, dtype=np.int64)
+        self.s_hi = np.zeros(k, dtype=np.int64)
+        self.nout = self.nmatch = 0
+        self.o_pos = np.zeros(64, dtype=np.int64)
+        self.o_comp = np.zeros(64, dtype=np.int32)
+        self.o_start = np.zeros(16, dtype=np.int64)
+        self.S = np.zeros(0)
+
+    def search(self, c: cython.Py_ssize_t) -> None:
+        """The matches of construction c, by search.py's ``_search`` with the edge programs
+        of the shared core (a SAFE conjunct holds, so checking it again changes nothing)."""
+        k: cython.int = self.k
+        j: cython.int
+        i: cython.Py_ssize_t
+        r: cython.longlong = self.x_run[c]
+        starts: cython.longlong[:] = self.cs_start
+        self.end = self.x_end[c]
+        for j in range(k):
+            self.s_base[j] = starts[r * k + j]
+            self.s_hi[j] = self.x_hi[c * k + j]
+            self.s_lo[j] = self.s_hi[j] - 1 if j == k - 1 and not self.kleene[j] else 0
+        need: cython.Py_ssize_t = starts[r * k + k] - starts[r * k] + 2
+        if self.S.shape[0] < need * max(self.ncol, 1):
+            self.S = np.zeros(2 * need * max(self.ncol, 1))
+            self.path = np.zeros(2 * need, dtype=np.int64)
+            self.pathc = np.zeros(2 * need, dtype=np.int32)
+        for i in range(self.ncol):
+            self.S[i] = NAN
+        self._sbegin(0, -1, 0)
+
+    def matches(self) -> tuple:
+        """The elements found (positions, components) and each match's first element."""
+        self.o_start[self.nmatch] = self.nout
+        return (np.asarray(self.o_pos)[:self.nout], np.asarray(self.o_comp)[:self.nout],
+                np.asarray(self.o_start)[:self.nmatch + 1])
+
+    @cython.cfunc
+    def _choose(self, g: cython.longlong, j: cython.int, depth: cython.int,
+                begin: cython.int) -> cython.void:
+        """Candidate g as element ``depth`` of component j: its state row from the last."""
+        i: cython.int
+        nc: cython.int = self.ncol
+        for i in range(nc):
+            self.S[(depth + 1) * nc + i] = self.S[depth * nc + i]
+        _updates(self.S, (depth + 1) * nc, self.E, self.erow, self.up_start, self.up_col,
+                 self.up_op, self.up_slot, 2 * j + begin)
+        self.path[depth] = self.k_pos[g]
+        self.pathc[depth] = j
+
+    @cython.cfunc
+    def _holds_at(self, pc: cython.int, depth: cython.int) -> cython.bint:
+        if pc < 0:
+            return True
+        return _eval(self.code, self.consts, self.stack, self.E, self.erow, self.S,
+                     depth * self.ncol, pc) != 0.0
+
+    @cython.cfunc
+    def _sbegin(self, j: cython.int, after: cython.longlong, depth: cython.int) -> cython.void:
+        base: cython.longlong = self.s_base[j]
+        idx: cython.longlong
+        g: cython.longlong
+        for idx in range(self.s_lo[j], self.s_hi[j]):
+            g = self.cs_idx[base + idx]
+            if self.k_pos[g] <= after or not (self.k_flags[g] & 1):
+                continue
+            self.erow = self.k_pos[g] * self.nslot
+            if not self._holds_at(self.prog_begin[j], depth):
+                continue
+            self._choose(g, j, depth, 1)
+            if self.kleene[j]:
+                self._sextend(j, idx, depth + 1)
+            elif j == self.k - 1:
+                self._emit(depth + 1)
+            else:
+                self._sbegin(j + 1, self.k_pos[g], depth + 1)
+
+    @cython.cfunc
+    def _sextend(self, j: cython.int, idx: cython.longlong, depth: cython.int) -> cython.void:
+        last: cython.bint = j == self.k - 1
+        p: cython.longlong = self.path[depth - 1]
+        if not last or p == self.end:
+            if self._holds_at(self.prog_close[j], depth):
+                if last:
+                    self._emit(depth)
+                else:
+                    self._sbegin(j + 1, p, depth)
+        if last and p == self.end:
+            return
+        base: cython.longlong = self.s_base[j]
+        idx2: cython.longlong
+        g: cython.longlong
+        for idx2 in range(idx + 1, self.s_hi[j]):
+            g = self.cs_idx[base + idx2]
+            if not (self.k_flags[g] & 2):
+                continue
+            self.erow = self.k_pos[g] * self.nslot
+            if not self._holds_at(self.prog_take[j], depth):
+                continue
+            self._choose(g, j, depth, 0)
+            self._sextend(j, idx2, depth + 1)
+
+    @cython.cfunc
+    def _emit(self, depth: cython.int) -> cython.void:
+        i: cython.int
+        if self.nout + depth > self.o_pos.shape[0]:
+            self.o_pos = _grown(np.asarray(self.o_pos), self.nout + depth)
+            self.o_comp = _grown(np.asarray(self.o_comp), self.nout + depth)
+        if self.nmatch + 2 > self.o_start.shape[0]:
+            self.o_start = _grown(np.asarray(self.o_start), self.nmatch + 2)
+        self.o_start[self.nmatch] = self.nout
+        for i in range(depth):
+            self.o_pos[self.nout + i] = self.path[i]
+            self.o_comp[self.nout + i] = self.pathc[i]
+        self.nout += depth
+        self.nmatch += 1
+        if self.nmatch % 4096 == 0 and cython.compiled:
+            PyErr_CheckSignals()  # a timer's handler may stop an exponential enumeration

@@ -18,6 +18,8 @@ from ...events import Event
 from ..ast import Index, Ref
 from ..compile import CompiledQuery
 from ..core import CorePlan, Unsupported, _column, _keys, _Stub
+from ..evaluate import value_of
+from ..runs import ExactMatch
 from ..shared import _Batch
 from .filters import _EMPTY, BEGIN, TAKE, _Bounded, _Independent, _Plan
 from .search import Candidate, _MainRun
@@ -115,10 +117,12 @@ class PostponePlan:
 
     def core(self, module: ModuleType):
         base, cq = self.base, self.cq
+        search = (len(base.plan.layout.columns), base.kleene, base.begin, base.take,
+                  base.close, base.up_start, base.up_col, base.up_op, base.up_slot)
         return module.Postpone(
             len(cq.edges), len(self.slots), cq.query.window, self.filters,
             self.plan.last_kleene, base.types[0], base.begin[0], base.code, base.consts,
-            self.t_start, self.roles, self.conjuncts, self.steps, self.bound_list)
+            self.t_start, self.roles, self.conjuncts, self.steps, self.bound_list, search)
 
 
 def _stack() -> int:
@@ -128,9 +132,9 @@ def _stack() -> int:
 
 
 def run_lists(pplan: PostponePlan, events: list[Event], module: ModuleType):
-    """Run the core over the events: (its output arrays, its counters), or None when the
-    events need the pure engine (a bad event, text or integers beyond 2**53 where the
-    query computes)."""
+    """Run the core over the events and return it (:meth:`output`, :meth:`counters`,
+    :func:`search`), or None when the events need the pure engine (a bad event, text or
+    integers beyond 2**53 where the query computes)."""
     base = pplan.base
     batch = _Batch(_Stub(base.plan), events)
     if batch.error is not None:
@@ -149,7 +153,7 @@ def run_lists(pplan: PostponePlan, events: list[Event], module: ModuleType):
     core = pplan.core(module)
     if n:
         core.run(E, ty, tags, keys, nkeys)
-    return core.output(), core.counters()
+    return core
 
 
 class _Roles:
@@ -230,3 +234,39 @@ def _add(run: _MainRun, j: int, cand: Candidate) -> None:
     cum = run.cum[j]
     previous = cum[-1] if cum else _EMPTY
     cum.append(previous if ids <= previous else previous | ids)
+
+
+def prepare_search(pplan: PostponePlan, core) -> list[int]:
+    """Hand the core its candidate lists per (run, component); the end position of each
+    construction, for ``core.search(c)`` (7.2)."""
+    (c_run, _, c_j, _, _, _), (x_run, x_end, _), starts = core.output()
+    k = pplan.plan.k
+    keyed = c_run * k + c_j
+    order = np.argsort(keyed, kind="stable").astype(np.int64)
+    counts = np.bincount(keyed, minlength=len(starts) * k)
+    core.begin_search(order, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+    return x_end.tolist()
+
+
+def found_matches(pplan: PostponePlan, core, events: list[Event], machine) -> list:
+    """The matches the searches found (:class:`~acep.nfab.runs.ExactMatch`, through the
+    run engine's ``finish`` where negation or RETURN needs it), in the order found."""
+    pos, comp, first = (a.tolist() for a in core.matches())
+    cq, k = pplan.cq, pplan.plan.k
+    plain = not cq.negations and not cq.query.returns
+    attrs = cq.equivalence
+    out: list[ExactMatch] = []
+    for m in range(len(first) - 1):
+        blocks: list[list[int]] = [[] for _ in range(k)]
+        for n in range(first[m], first[m + 1]):
+            blocks[comp[n]].append(pos[n])
+        chosen = tuple(map(tuple, blocks))
+        if plain:
+            a, b = events[chosen[0][0]], events[chosen[-1][-1]]
+            key = tuple(value_of(a, x) for x in attrs) or None
+            out.append(ExactMatch(chosen, float(a.t), float(b.t), key, None))
+        else:
+            match = machine.finish(chosen)
+            if match is not None:
+                out.append(match)
+    return out

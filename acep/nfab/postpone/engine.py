@@ -14,7 +14,7 @@ from ..core import Unsupported, core_module, core_name
 from ..evaluate import Binding, _compare, evaluate, truthy, value_of
 from ..runs import Counters, ExactMatch, RunStats, _Machine, _validate, check_held
 from .compact import CollapsedMatch
-from .core import PostponePlan, constructions, run_lists
+from .core import PostponePlan, constructions, found_matches, prepare_search, run_lists
 from .filters import (
     _DISCARD,
     _EMPTY,
@@ -84,23 +84,21 @@ def match_postponed(query: Query, events: Iterable[Event], *, early_filters: boo
     stats = stats if stats is not None else PostponeStats()
     module = core_module(core) if max_entries is None else None
     pplan = _core_plan(cq, early_filters) if module is not None else None
-    lists = run_lists(pplan, events, module) if pplan is not None else None
-    if lists is not None:
-        output_arrays, counters = lists
-        for name, value in counters.items():
+    core_run = run_lists(pplan, events, module) if pplan is not None else None
+    if core_run is not None:
+        for name, value in core_run.counters().items():
             setattr(stats, name, value)
         stats.core = core_name(module)
-        plan = pplan.plan
-        ctx = _Context(plan, events, _Machine(cq, events, RunStats()), None)
+        ctx = _Context(pplan.plan, events, _Machine(cq, events, RunStats()), None)
         if output == "compact":
-            records = [CollapsedMatch(run.start, pos, ctx, run, ranges)
-                       for pos, run, ranges in constructions(pplan, output_arrays, events)]
+            records = [CollapsedMatch(run.start, pos, ctx, run, ranges) for pos, run, ranges
+                       in constructions(pplan, core_run.output(), events)]
             stats.records = len(records)
             return sorted(records, key=lambda r: (r.end_position, r.start_position))
-        found: list[ExactMatch] = []
-        finish = ctx.machine.finish
-        for pos, run, ranges in constructions(pplan, output_arrays, events):
-            _search(ctx, run, ranges, pos, lambda chosen: _keep(finish(chosen), found))
+        # pos: the end event a timer's handler finds the search at (bench/exact)
+        for c, pos in enumerate(prepare_search(pplan, core_run)):  # noqa: B007
+            core_run.search(c)
+        found = found_matches(pplan, core_run, events, ctx.machine)
         stats.matches = len(found)
         return sorted(found, key=lambda m: (m.positions[-1][-1], m.positions))
     _validate(cq, events)
@@ -125,11 +123,6 @@ def _core_plan(cq, early_filters: bool) -> PostponePlan | None:
         return PostponePlan(cq, early_filters)
     except Unsupported:
         return None
-
-
-def _keep(match: ExactMatch | None, found: list) -> None:
-    if match is not None:
-        found.append(match)
 
 
 class _Engine:
