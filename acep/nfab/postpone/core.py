@@ -180,8 +180,9 @@ class _Roles:
 
 
 def constructions(pplan: PostponePlan, output: tuple, events: list[Event]) -> list[tuple]:
-    """The (end, main run, ranges) pairs to construct (7.2), in the core's order, with the
-    main runs rebuilt as the pure engine holds them (candidate lists, cumulative ids)."""
+    """The (end, main run, ranges) pairs to construct (7.2), in the core's order. Each main
+    run is rebuilt as the pure engine holds it (candidate lists, cumulative ids) when a
+    record first reads it: most records are never expanded."""
     (c_run, c_pos, c_j, c_flags, c_bu, c_tu), (x_run, x_end, x_hi), starts = output
     if not len(x_run):
         return []
@@ -189,20 +190,13 @@ def constructions(pplan: PostponePlan, output: tuple, events: list[Event]) -> li
     wanted = np.unique(x_run)
     chosen = np.flatnonzero(np.isin(c_run, wanted))
     chosen = chosen[np.argsort(c_run[chosen], kind="stable")]
-    runs: dict[int, _MainRun] = {}
-    roles = _Roles(pplan)
-    memo = {(j, role): roles.memo(j, role) for j in range(plan.k) for role in (BEGIN, TAKE)}
-    current = -1
-    for r, pos, j, flags, bu, tu in zip(c_run[chosen].tolist(), c_pos[chosen].tolist(),
-                                        c_j[chosen].tolist(), c_flags[chosen].tolist(),
-                                        c_bu[chosen].tolist(), c_tu[chosen].tolist()):
-        if r != current:
-            run = runs[r] = _empty_run(plan, int(starts[r]), events)
-            current = r
-        b, bids = roles.get(j, BEGIN, bu) if flags & 1 else (None, None)
-        t, tids = roles.get(j, TAKE, tu) if flags & 2 else (None, None)
-        _add(run, j, Candidate(pos, j, b, t, bids, tids, plan, memo[(j, BEGIN)],
-                               memo[(j, TAKE)]))
+    by_run = c_run[chosen]
+    lo = np.searchsorted(by_run, wanted, "left").tolist()
+    hi = np.searchsorted(by_run, wanted, "right").tolist()
+    source = _Source(pplan, events, (c_pos[chosen], c_j[chosen], c_flags[chosen],
+                                     c_bu[chosen], c_tu[chosen]))
+    runs = {r: _LazyRun(source, int(starts[r]), a, b)
+            for r, a, b in zip(wanted.tolist(), lo, hi)}
     last = plan.k - 1
     lows = [0] * plan.k
     out = []
@@ -211,6 +205,41 @@ def constructions(pplan: PostponePlan, output: tuple, events: list[Event]) -> li
             lows[last] = his[last] - 1
         out.append((end, runs[r], tuple(zip(lows, his))))
     return out
+
+
+class _Source:
+    """The core's candidates of the constructed main runs, grouped by run."""
+
+    def __init__(self, pplan: PostponePlan, events: list[Event], columns: tuple):
+        self.plan, self.events, self.columns = pplan.plan, events, columns
+        self.roles = _Roles(pplan)
+        self.memo = {(j, role): self.roles.memo(j, role) for j in range(pplan.plan.k)
+                     for role in (BEGIN, TAKE)}
+
+    def build(self, start: int, lo: int, hi: int) -> _MainRun:
+        plan, roles, memo = self.plan, self.roles, self.memo
+        run = _empty_run(plan, start, self.events)
+        for pos, j, flags, bu, tu in zip(*(col[lo:hi].tolist() for col in self.columns)):
+            b, bids = roles.get(j, BEGIN, bu) if flags & 1 else (None, None)
+            t, tids = roles.get(j, TAKE, tu) if flags & 2 else (None, None)
+            _add(run, j, Candidate(pos, j, b, t, bids, tids, plan, memo[(j, BEGIN)],
+                                   memo[(j, TAKE)]))
+        return run
+
+
+class _LazyRun:
+    """A :class:`~.search._MainRun` built on first use of anything but its start."""
+
+    def __init__(self, source: _Source, start: int, lo: int, hi: int):
+        self.start = start
+        self._where = (source, lo, hi)
+        self._run: _MainRun | None = None
+
+    def __getattr__(self, name: str):
+        if self._run is None:
+            source, lo, hi = self._where
+            self._run = source.build(self.start, lo, hi)
+        return getattr(self._run, name)
 
 
 def _empty_run(plan: _Plan, start: int, events: list[Event]) -> _MainRun:
