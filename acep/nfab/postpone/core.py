@@ -280,22 +280,26 @@ def prepare_search(pplan: PostponePlan, core) -> list[int]:
 def found_matches(pplan: PostponePlan, core, events: list[Event], machine) -> list:
     """The matches the searches found (:class:`~acep.nfab.runs.ExactMatch`, through the
     run engine's ``finish`` where negation or RETURN needs it), in the order found."""
-    pos, comp, first = (a.tolist() for a in core.matches())
+    pos, comp, first = core.matches()
     cq, k = pplan.cq, pplan.plan.k
-    plain = not cq.negations and not cq.query.returns
-    attrs = cq.equivalence
+    if len(pos) == 0:
+        return []
+    # a match's components are consecutive and non-empty: k blocks each
+    cut = np.zeros(len(pos), dtype=bool)
+    cut[first[:-1]] = True
+    cut[1:] |= comp[1:] != comp[:-1]
+    starts = np.flatnonzero(cut).tolist()
+    flat = pos.tolist()
+    blocks = [tuple(flat[a:b]) for a, b in zip(starts, starts[1:] + [len(flat)])]
+    matches = [tuple(blocks[m:m + k]) for m in range(0, len(blocks), k)]
+    if cq.negations or cq.query.returns:
+        return [m for m in map(machine.finish, matches) if m is not None]
+    attrs, keys = cq.equivalence, {}
     out: list[ExactMatch] = []
-    for m in range(len(first) - 1):
-        blocks: list[list[int]] = [[] for _ in range(k)]
-        for n in range(first[m], first[m + 1]):
-            blocks[comp[n]].append(pos[n])
-        chosen = tuple(map(tuple, blocks))
-        if plain:
-            a, b = events[chosen[0][0]], events[chosen[-1][-1]]
-            key = tuple(value_of(a, x) for x in attrs) or None
-            out.append(ExactMatch(chosen, float(a.t), float(b.t), key, None))
-        else:
-            match = machine.finish(chosen)
-            if match is not None:
-                out.append(match)
+    for chosen in matches:
+        s, e = chosen[0][0], chosen[-1][-1]
+        key = keys.get(s)
+        if key is None:
+            key = keys[s] = tuple(value_of(events[s], x) for x in attrs) or None
+        out.append(ExactMatch(chosen, float(events[s].t), float(events[e].t), key, None))
     return out
