@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from support.cli import run_without_cython
 from support.exact_oracle import oracle
@@ -132,6 +133,8 @@ def test_engine_reports_what_ran():
     eng = Engine(text, core="compiled", max_entries=100)
     eng.run(events)
     assert eng.core == "postpone"  # a bound: the pure engine checks it as it goes
+    with pytest.raises(ValueError, match="core must be one of"):
+        match_postponed(eng.query, events, core="fast", max_entries=100)
 
 
 def test_postponing_core_source_runs_without_cython():

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from ...events import Event
 from ..ast import Query, Strategy
 from ..compile import compile_query
-from ..core import Unsupported, core_module, core_name
+from ..core import CORES, Unsupported, core_module, core_name
 from ..evaluate import Binding, _compare, evaluate, truthy, value_of
 from ..runs import Counters, ExactMatch, RunStats, _Machine, _validate, check_held
 from .compact import CollapsedMatch
@@ -68,17 +68,19 @@ def match_postponed(query: Query, events: Iterable[Event], *, early_filters: boo
     held plus the matches (verbose) or records (compact), and the matches one record's
     ``count()`` or ``expand()`` enumerates (:class:`~acep.nfab.runs.ExactLimitError`).
     ``core`` (``"auto"``, ``"compiled"``, ``"python"``, ``"off"``, as
-    :func:`acep.nfab.core.core_module`) runs the main runs and the early filters on the
-    compiled core (:mod:`.core`, EXACT.md 7.4) where the query, the events and a None
-    ``max_entries`` allow; the output and the counters are the same. Raises ``ValueError``
-    for another strategy, output or core, :class:`~acep.events.EventError` for bad events
-    (section 1).
+    :func:`acep.nfab.core.core_module`) runs the main runs, the early filters and the
+    verbose search on the compiled core (:mod:`.core`, EXACT.md 7.4) where the query, the
+    events and a None ``max_entries`` allow; the output and the counters are the same.
+    Raises ``ValueError`` for another strategy, output or core,
+    :class:`~acep.events.EventError` for bad events (section 1).
     """
     if query.strategy is not Strategy.ANY:
         raise ValueError(f"postponing is exact only under skip_till_any_match, not "
                          f"{query.strategy.value} (EXACT.md 7)")
     if output not in ("verbose", "compact"):
         raise ValueError(f"output is 'verbose' or 'compact', not {output!r}")
+    if core not in CORES:
+        raise ValueError(f"core must be one of {', '.join(CORES)}, not {core!r}")
     cq = compile_query(query)
     events = list(events)
     stats = stats if stats is not None else PostponeStats()
