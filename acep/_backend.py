@@ -6,6 +6,7 @@ one can be forced with ``ACEP_KERNEL=python`` or ``Matcher(..., backend="python"
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import sys
@@ -63,3 +64,23 @@ def kernel(name: str | None = None) -> ModuleType:
 
 def is_compiled(module: ModuleType) -> bool:
     return str(getattr(module, "__file__", "")).endswith((".so", ".pyd"))
+
+
+# Every compiled module setup.py builds: (what it is, its module); each has a fallback.
+MODULES = [("kernel", "acep._kernel"), ("exact core", "acep.nfab._core"),
+           ("postponing core", "acep.nfab._postpone"),
+           ("jsonl reader", "acep.events._jsonl"), ("lines writer", "acep._lines"),
+           ("collector listing", "edge.collector._listing")]
+
+
+def modules() -> list[tuple[str, str, bool]]:
+    """Each compiled module setup.py builds: (what it is, its name, whether it is compiled
+    here); a module that does not import (built without a compiler) is not."""
+    out = []
+    for what, name in MODULES:
+        try:
+            compiled = is_compiled(importlib.import_module(name))
+        except ImportError:
+            compiled = False
+        out.append((what, name, compiled))
+    return out

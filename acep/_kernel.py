@@ -34,6 +34,8 @@ FLAG_LOGGED = cython.declare(cython.int, 4)
 FLAG_DEFERRED = cython.declare(cython.int, 8)
 FLAG_PROBE = cython.declare(cython.int, 16)  # kept whatever the credit, and its advances
 FLAG_SAMPLE = cython.declare(cython.int, 32)  # a probe whose outcome is the unconstrained one
+WEIGHT_SHIFT = cython.declare(cython.int, 8)  # a sample's weight 2**j sits in flag bits 8-10
+MAX_WEIGHT_EXP = cython.declare(cython.int, 7)
 MASK64 = cython.declare(cython.ulonglong, 0xFFFFFFFFFFFFFFFF)
 GOLDEN = cython.declare(cython.ulonglong, 0x9E3779B97F4A7C15)
 MIX1 = cython.declare(cython.ulonglong, 0xBF58476D1CE4E5B9)
@@ -194,6 +196,9 @@ class Kernel:
     # probes (docs/SHEDDING.md 5): window starts whose whole subtree is kept, to learn from
     probe: cython.double
     probe_share: cython.double
+    probe_act: cython.double
+    act_sum: cython.double  # the activity at the blocks decided so far, for probe_act
+    act_n: cython.double
     probe_ops: cython.double
     granted: cython.double
     probes: cython.longlong
@@ -290,6 +295,7 @@ class Kernel:
         self.budget_on, self.budget, self.depth, self.credit = False, 0.0, 0.0, 0.0
         self.policy_kind, self.explore, self.rate, self.rng = POLICY_KEEP_FIRST, 0.0, 0.0, 1
         self.probe, self.probe_share, self.probe_ops, self.granted = 0.0, 0.0, 0.0, 0.0
+        self.probe_act, self.act_sum, self.act_n = 0.0, 0.0, 0.0
         self.probes = 0
         self.probe_key = 0
         self.pb_block = np.zeros(0, dtype=np.float64)
@@ -587,7 +593,7 @@ class Kernel:
                 if self.budget_on:
                     self.credit = min(self.credit + self.budget, self.depth)
                     self.granted += self.budget
-                if self.ctx_on or self.log_on:
+                if self.ctx_on or self.log_on or self.probe_act > 0.0:
                     self._context(p, tags[i])
                 self.last_tag[p] = tags[i]
                 if self.pend_node[p] != NO_NODE and self.pend_point[p] < tags[i]:
@@ -675,7 +681,8 @@ class Kernel:
             if nd == NO_NODE:
                 continue
             if self.c_probe[c]:
-                self.n_flag[nd] |= FLAG_PROBE if self.c_probe[c] == 1 else FLAG_PROBE | FLAG_SAMPLE
+                self.n_flag[nd] |= FLAG_PROBE if self.c_probe[c] == 1 else \
+                    FLAG_PROBE | FLAG_SAMPLE | ((self.c_probe[c] - 2) << WEIGHT_SHIFT)
             self.created += 1
             self.ev_created += 1
             total = self.n_err[nd] + self.final_cost[sigma]  # letters inserted after σ
@@ -773,7 +780,8 @@ class Kernel:
             self.n_refc[prev] += 1  # held until the new node takes it over as its prev
             gap = self.c_tag - self.n_tag[prev]
             if self.n_flag[prev] & FLAG_PROBE:  # a probe's subtree is kept whole
-                self.c_probe[nc] = 2 if self.n_flag[prev] & FLAG_SAMPLE else 1
+                self.c_probe[nc] = 1 if not self.n_flag[prev] & FLAG_SAMPLE else \
+                    2 + ((self.n_flag[prev] >> WEIGHT_SHIFT) & MAX_WEIGHT_EXP)
         elif self.probe > 0.0 and self.budget_on:
             self.c_probe[nc] = self._probe_start()
         self.c_gap[nc] = gap
@@ -1036,7 +1044,7 @@ class Kernel:
     def set_table_policy(self, score, proxy_class, explore, rate, seed, min_score=-1.0,
                          proxy_live=False, ahead=0.0, reserve=None, reserve_adv=None,
                          cover=-1.0, need=None, cover_slack=0.0, defer=0, probe=0.0,
-                         probe_share=0.0, visits=None, prior_visits=0.0):
+                         probe_share=0.0, visits=None, prior_visits=0.0, probe_act=0.0):
         """``reserve``/``reserve_adv``: per cell, the share of the bucket that must remain
         after keeping a seed/advance candidate of the cell (None: no reserve); ``cover``
         (< 0: off): the share that must remain after keeping a covered candidate (one whose
@@ -1054,7 +1062,7 @@ class Kernel:
         self.rng = (seed & 0xFFFFFFFF) or 2463534242
         self.track = self.track or rate > 0.0
         self.defer = defer
-        self.probe, self.probe_share = probe, probe_share
+        self.probe, self.probe_share, self.probe_act = probe, probe_share, probe_act
         self.sh_visits = np.zeros(0, dtype=np.float64) if visits is None else visits
         self.prior_visits = prior_visits
         self.probe_key = _mix64(seed & MASK64)
@@ -1299,28 +1307,38 @@ class Kernel:
     @cython.cfunc
     @cython.exceptval(check=False)
     def _probe_start(self) -> cython.int:
-        """Whether a window start of the current partition is a probe: 2 if its outcome is
-        a sample of the unconstrained run's, 1 if it is kept only to keep those exact, 0 if
-        not a probe (docs/SHEDDING.md 5).
+        """Whether a window start of the current partition is a probe: 2 + j if its outcome
+        is a sample of the unconstrained run's, of weight 2**j, 1 if it is kept only to keep
+        those exact, 0 if not a probe (docs/SHEDDING.md 5).
 
         Each partition's time is cut in blocks of one window; a block is a *sample block*
         with probability ``probe``, by a seeded hash of (partition, block), so every start
         is sampled with the same probability whatever the stream. The starts of a sample
         block and of the block after it are probes: a node that could dominate a sample
         node starts at most one window after it, so sample nodes live and merge as they
-        would without shedding. A block is decided at its partition's first start in it;
-        while probes have spent ``probe_share`` of the credit granted, none is sampled."""
+        would without shedding. With ``probe_act`` > 0 a block whose partition had more
+        than ``probe_act`` times the mean activity of the blocks decided so far, times 2**j,
+        events in about the last window is sampled 2**(j + 1) times less often (up to 2**7)
+        and its samples weigh as much. A block is decided at its partition's first
+        start in it; while probes have spent ``probe_share`` of the credit granted, none is
+        sampled."""
         p: cython.int = self.c_part
         b: cython.double = self.c_tag / self.w if self.w > 0.0 else self.c_tag
         if -4.5e15 < b < 4.5e15:  # beyond, a double is whole (or infinite: Python's floor raises)
             b = floor(b)
         after: cython.bint
+        j: cython.int = 0
         if b != self.pb_block[p]:
-            after = self.pb_state[p] == 2 and b == self.pb_block[p] + 1.0
+            after = self.pb_state[p] >= 2 and b == self.pb_block[p] + 1.0
             self.pb_block[p] = b
-            if self._block_draw(p, b) < self.probe and \
+            self.act_sum += self.c_act
+            self.act_n += 1.0
+            while self.probe_act > 0.0 and j < MAX_WEIGHT_EXP and \
+                    self.c_act > self.probe_act * self.act_sum / self.act_n * (1 << j):
+                j += 1
+            if self._block_draw(p, b) < self.probe / (1 << j) and \
                     self.probe_ops < self.probe_share * (self.granted + self.depth):
-                self.pb_state[p] = 2
+                self.pb_state[p] = 2 + j
                 self.probes += 1
             else:
                 self.pb_state[p] = 1 if after else 0
@@ -1370,20 +1388,24 @@ class Kernel:
             return  # a deferred start never revived was never a node
         if self.rate > 0.0 and cell >= 0 and (reached or (flag & FLAG_MERGED) == 0) and \
                 (self.probe == 0.0 or not self.budget_on or flag & FLAG_SAMPLE):
-            self._learn(cell, 1.0 if reached else 0.0)
+            self._learn(cell, 1.0 if reached else 0.0,
+                        (1 << ((flag >> WEIGHT_SHIFT) & MAX_WEIGHT_EXP)) if flag & FLAG_SAMPLE
+                        else 1)
         if self.log_on:
             self._log(nd)
 
     @cython.cfunc
     @cython.exceptval(check=False)
-    def _learn(self, cell: cython.int, outcome: cython.double) -> cython.void:
-        """Move the cell's score towards an outcome: by the learning rate, or by
-        1 / (prior visits + visits) while that is larger (a running mean from the prior)."""
+    def _learn(self, cell: cython.int, outcome: cython.double,
+               weight: cython.double) -> cython.void:
+        """Move the cell's score towards an outcome of some weight: by the learning rate, or
+        by 1 / (prior visits + visits) while that is larger (a running mean from the prior),
+        times the weight."""
         step: cython.double = self.rate
         if self.sh_visits.shape[0] > 0:
-            self.sh_visits[cell] += 1.0
+            self.sh_visits[cell] += weight
             step = max(step, 1.0 / (self.prior_visits + self.sh_visits[cell]))
-        self.sh_score[cell] += step * (outcome - self.sh_score[cell])
+        self.sh_score[cell] += min(1.0, step * weight) * (outcome - self.sh_score[cell])
 
     @cython.cfunc
     def _log(self, nd: cython.int) -> cython.void:
@@ -1402,8 +1424,8 @@ class Kernel:
         self.lg_reach[i] = self.n_reach[nd]
         self.lg_gap[i] = self.n_tag[nd] - self.n_tag[prev] if prev != NO_NODE else 0.0
         self.lg_merged[i] = 1 if self.n_flag[nd] & FLAG_MERGED else 0
-        self.lg_probe[i] = 2 if self.n_flag[nd] & FLAG_SAMPLE else \
-            (1 if self.n_flag[nd] & FLAG_PROBE else 0)
+        self.lg_probe[i] = 2 + ((self.n_flag[nd] >> WEIGHT_SHIFT) & MAX_WEIGHT_EXP) \
+            if self.n_flag[nd] & FLAG_SAMPLE else (1 if self.n_flag[nd] & FLAG_PROBE else 0)
         self.lg_act[i] = self.n_act[nd]
         self.lg_idle[i] = self.n_idle[nd]
         self.n_flag[nd] |= FLAG_LOGGED

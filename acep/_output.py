@@ -19,7 +19,7 @@ try:
 except ImportError:  # built without a compiler: the numpy assembly below
     _lines = None
 
-__all__ = ["tag_value", "tag_texts", "match_lines", "bundle_lines"]
+__all__ = ["tag_value", "tag_texts", "match_lines", "match_bytes", "bundle_lines"]
 
 
 def tag_value(t: float, is_time: bool) -> str | int | float:
@@ -111,19 +111,36 @@ def match_lines(found) -> str:
     """
     if not len(found):
         return ""
-    return (_compiled_match_lines if _lines is not None else _assembled_match_lines)(found)
+    if _lines is None:  # built without a compiler
+        return _assembled_match_lines(found)
+    return _compiled_match_lines(found).decode("ascii")
 
 
-def _compiled_match_lines(found) -> str:
-    keys, key_of = _distinct_keys(found.partition)
-    tags = np.concatenate([found.start, found.point, found.trajectory_tags])
-    distinct, tag_of = _distinct_tags(np.asarray(tags, dtype=np.float64))
-    texts = _texts(distinct, found.tag_is_time)
-    return _lines.match_lines([k.encode("ascii") for k in keys], key_of,
-                              [t.encode("ascii") for t in texts], tag_of,
+def match_bytes(found) -> bytes:
+    """:func:`match_lines` as ASCII bytes, for a binary stream (no text decoded and
+    encoded again)."""
+    if not len(found):
+        return b""
+    if _lines is None:
+        return _assembled_match_lines(found).encode("ascii")
+    return _compiled_match_lines(found)
+
+
+def _compiled_match_lines(found) -> bytes:
+    key_of = np.empty(len(found), dtype=np.int64)
+    distinct = _lines.first_seen(np.asarray(found.partition, dtype=object).tolist(), key_of)
+    keys = [json.dumps(key, default=json_default) for key in distinct]
+    tags = np.concatenate([found.start, found.point, found.trajectory_tags]).astype(np.float64)
+    seconds = np.empty(len(tags), dtype=np.int64)
+    if found.tag_is_time and _lines.whole_seconds(tags, seconds):  # formatted in C
+        texts, tag_of = [], seconds[:0]
+    else:
+        distinct, tag_of = _distinct_tags(tags)
+        texts, seconds = [t.encode("ascii") for t in _texts(distinct, found.tag_is_time)], None
+    return _lines.match_lines([k.encode("ascii") for k in keys], key_of, texts, tag_of,
                               np.asarray(found.errors, dtype=np.int64),
                               np.asarray(found.trajectory_ptr, dtype=np.int64),
-                              np.asarray(found.trajectory, dtype=np.int64)).decode("ascii")
+                              np.asarray(found.trajectory, dtype=np.int64), seconds)
 
 
 def _assembled_match_lines(found) -> str:

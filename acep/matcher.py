@@ -275,6 +275,8 @@ class Matcher:
     _kernel: object = field(init=False, repr=False)
     _partition_ids: dict = field(init=False, repr=False, default_factory=dict)
     _partition_keys: list = field(init=False, repr=False, default_factory=list)
+    _key_table: np.ndarray = field(init=False, repr=False,
+                                   default_factory=lambda: np.empty(0, dtype=object))
     _type_luts: dict = field(init=False, repr=False, default_factory=dict)
     _tag_is_time: bool = field(init=False, repr=False, default=False)
     _position: int = field(init=False, repr=False, default=0)
@@ -344,6 +346,33 @@ class Matcher:
         if self.bins is None:
             return None
         return self.bins.n_cells(self.pattern.automaton.n_states, int(self.k))
+
+    def set_budget(self, budget: Budget) -> None:
+        """Change the budget between batches; the bucket starts full at its new depth.
+
+        Parameters
+        ----------
+        budget : acep.shedding.Budget
+            The new operations per event and burst. The policy is kept: a history policy
+            keeps the reserves it took for the budget it was made with.
+
+        Examples
+        --------
+        >>> from acep import Matcher
+        >>> from acep.shedding import Budget
+        >>> m = Matcher("a b", 10, 0, budget=Budget(ops_per_event=1.0))
+        >>> m.set_budget(Budget(ops_per_event=0.5, burst=128))
+        >>> m.budget
+        Budget(ops_per_event=0.5, burst=128.0)
+        """
+        self._check_open("set_budget")
+        check.instance(budget, "budget", Budget, "an acep.shedding.Budget",
+                       " (e.g. Budget(ops_per_event=0.1))")
+        if self.budget is None:
+            raise ValueError("set_budget needs a Matcher made with a budget (the policy is "
+                             "chosen with it); make one with budget=Budget(...)")
+        self._kernel.set_budget(float(budget.ops_per_event), float(budget.depth))
+        self.budget = budget
 
     def take_node_log(self) -> dict[str, np.ndarray]:
         """The match nodes retired so far, with their outcomes (``trace=True``; SHEDDING.md 4)."""
@@ -447,11 +476,32 @@ class Matcher:
         column = batch.columns.get(self.partition)
         if column is None:  # no event of this batch has it: each is a bad event, as in others
             return np.full(n, -1, dtype=np.int32)
+        encoded = batch.codes_of(self.partition)
+        if encoded is not None:
+            return self._partition_ids_of_codes(encoded.codes, encoded.values.tolist())
         keys, inverse = _factorize(column)
         keys = [partition_key(key) for key in keys]  # one key per id, whatever the batch
         ids = np.array([-1 if _no_key(key) else self._ensure_partition(key)
                         for key in keys], dtype=np.int32)  # -1: a bad event for the kernel
         return np.ascontiguousarray(ids[inverse]) if n else np.zeros(0, dtype=np.int32)
+
+    def _partition_ids_of_codes(self, codes: np.ndarray, values: list) -> np.ndarray:
+        """Partition ids of dictionary codes; keys new to the matcher are numbered in the
+        order they first appear, as :func:`_factorize` would (a file's dictionary may hold
+        values of later batches, or none of this one)."""
+        keys = [partition_key(v) for v in values]
+        used = np.flatnonzero(np.bincount(codes + 1, minlength=len(keys) + 1)[1:]).tolist()
+        new = [c for c in used if not _no_key(keys[c]) and keys[c] not in self._partition_ids]
+        if len(new) > 1:
+            present, first = np.unique(codes, return_index=True)
+            first_of = dict(zip(present.tolist(), first.tolist()))
+            new.sort(key=first_of.__getitem__)
+        for c in new:
+            self._ensure_partition(keys[c])
+        ids = np.full(len(keys) + 1, -1, dtype=np.int32)  # the last: code -1, missing
+        for c in used:
+            ids[c] = -1 if _no_key(keys[c]) else self._partition_ids[keys[c]]
+        return np.ascontiguousarray(ids[codes])
 
     def _ensure_partition(self, key) -> int:
         pid = self._partition_ids.get(key)
@@ -519,8 +569,10 @@ class Matcher:
 
     def _take(self) -> MatchBatch:
         raw = self._kernel.take_matches()
-        keys = np.empty(len(raw["partition"]), dtype=object)
-        keys[:] = [self._partition_keys[p] for p in raw["partition"]]
+        if len(self._key_table) != len(self._partition_keys):
+            self._key_table = np.empty(len(self._partition_keys), dtype=object)
+            self._key_table[:] = self._partition_keys
+        keys = self._key_table[np.asarray(raw["partition"], dtype=np.intp)]
         found = MatchBatch(keys, raw["point"], raw["start"], raw["errors"],
                            raw["trajectory_ptr"], raw["trajectory"], raw["trajectory_tags"],
                            self._tag_is_time)
@@ -709,16 +761,28 @@ def bundles(found: MatchBatch, window: float) -> list[Bundle]:
     """
     _check_matches(found, "found")
     window = _check_window(window)
-    out: list[Bundle] = []
-    by_partition: dict = {}
-    for key, point in zip(found.partition, found.point):
-        by_partition.setdefault(key, set()).add(float(point))
-    for key in sorted(by_partition, key=repr):
-        points = np.array(sorted(by_partition[key]))
-        breaks = np.flatnonzero(np.diff(points) > window) + 1
-        for run in np.split(points, breaks):
-            out.append(Bundle(key, float(run[0]), float(run[-1]), len(run)))
-    return out
+    if not len(found):
+        return []
+    index: dict = {}  # partitions as a dict tells keys apart, each the first key object
+    codes = np.fromiter((index.setdefault(k, len(index)) for k in found.partition.tolist()),
+                        dtype=np.int64, count=len(found))
+    keys = list(index)
+    rank = np.empty(len(keys), dtype=np.int64)
+    rank[sorted(range(len(keys)), key=lambda c: repr(keys[c]))] = np.arange(len(keys))
+    points = np.asarray(found.point, dtype=np.float64)
+    order = np.lexsort((points, rank[codes]))  # by partition (repr), then point
+    part, points = rank[codes][order], points[order]
+    distinct = np.ones(len(points), dtype=bool)  # each point of a partition once
+    distinct[1:] = (part[1:] != part[:-1]) | (points[1:] != points[:-1])
+    part, points = part[distinct], points[distinct]
+    starts = np.ones(len(points), dtype=bool)
+    starts[1:] = (part[1:] != part[:-1]) | (np.diff(points) > window)
+    first = np.flatnonzero(starts)
+    last = np.append(first[1:], len(points)) - 1
+    by_rank = [keys[c] for c in np.argsort(rank).tolist()]
+    return [Bundle(by_rank[r], f, t, n) for r, f, t, n in
+            zip(part[first].tolist(), points[first].tolist(), points[last].tolist(),
+                (last - first + 1).tolist())]
 
 
 def bundles_table(found: MatchBatch, window: float):

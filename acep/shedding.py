@@ -354,10 +354,13 @@ class ScorePolicy:
     credit, and every advance of a probe too, so a probe's outcome is the one it would
     have without shedding. With ``probe`` > 0 learning updates only from probes (an unbiased
     sample, ``docs/SHEDDING.md`` section 5). Probes start only while they have spent less
-    than ``probe_share`` of the credit granted so far. ``visits`` counts, per cell, the
-    outcomes learned from; each moves the score by ``max(learning_rate, 1 / (prior_visits +
-    visits))``: a running mean that starts from the given score as worth ``prior_visits``
-    outcomes (None: ``1 / learning_rate``, a constant step).
+    than ``probe_share`` of the credit granted so far. With ``probe_activity`` > 0 a
+    partition more than ``probe_activity`` times as busy as the mean is probed ``2**j``
+    times less often and its samples weigh ``2**j`` (the node log's ``probe`` is ``2 + j``).
+    ``visits`` sums, per cell, the weights learned from; an outcome of weight ``v`` moves the
+    score by ``v * max(learning_rate, 1 / (prior_visits + visits))``: a weighted running
+    mean that starts from the given score as worth ``prior_visits`` outcomes (None:
+    ``1 / learning_rate``, a constant step).
 
     ``defer`` (0 = off): deferred window starts (``docs/SHEDDING.md`` section 8). Up to
     ``defer`` shed starts per partition and state are set aside instead of forgotten; a
@@ -378,7 +381,7 @@ class ScorePolicy:
         The seed of the draws.
     min_score, proxy_live, ahead, seed_reserve, advance_reserve, reserve_power, cover
         Deferring and reserves, as described above.
-    live_need, cover_slack, defer, reserve_score, probe, probe_share, prior_visits
+    live_need, cover_slack, defer, reserve_score, probe, probe_share, prior_visits, probe_activity
         Coverage, deferred starts and probes, as described above.
 
     Examples
@@ -400,7 +403,8 @@ class ScorePolicy:
                  advance_reserve: float = 0.0, reserve_power: float = 4.0,
                  cover: float | None = None, live_need=None, cover_slack: float = 0.0,
                  defer: int = 0, reserve_score=None, probe: float = 0.0,
-                 probe_share: float = 0.05, prior_visits: float | None = None):
+                 probe_share: float = 0.05, prior_visits: float | None = None,
+                 probe_activity: float = 0.0):
         explore, learning_rate, ahead, seed_reserve, advance_reserve, cover_slack, probe, \
             probe_share = (check.number(value, name, 0.0, 1.0) for value, name in (
                 (explore, "explore"), (learning_rate, "learning_rate"), (ahead, "ahead"),
@@ -417,6 +421,7 @@ class ScorePolicy:
             raise ValueError("proxy_class and score must have one entry per cell")
         self.explore, self.learning_rate = explore, learning_rate
         self.probe, self.probe_share = probe, probe_share
+        self.probe_activity = check.number(probe_activity, "probe_activity", 0.0)
         self.prior_visits = None if prior_visits is None else \
             check.number(prior_visits, "prior_visits", 0.0)
         # per cell, the outcomes learned from (samples, with probes): the kernel counts them
@@ -468,7 +473,7 @@ class ScorePolicy:
             self.min_score, self.proxy_live, self.ahead, self.reserve, self.reserve_adv,
             self.cover, self.live_need, self.cover_slack, self.defer, self.probe,
             self.probe_share, self.visits,
-            self._prior_visits())
+            self._prior_visits(), self.probe_activity)
 
     def _prior_visits(self) -> float:
         if self.prior_visits is not None:

@@ -13,9 +13,10 @@ from ._jsonread import loads as json_loads
 from ._readable import readable
 from ._signals import Terminated, terminate_on_sigterm
 from ._text import counted, one_line
+from .events import lines as json_lines
 
 __all__ = [
     "bounds", "checks", "json_problem", "ParameterError", "HTTPSWithin", "HTTPSWithinHandler",
     "json_loads", "readable", "Terminated", "terminate_on_sigterm", "one_line",
-    "counted",
+    "counted", "json_lines",
 ]

@@ -32,7 +32,7 @@ from .spice import HSpicePolicy, HybridPolicy, PSpicePolicy
 
 # the history policy's defaults (docs/SHEDDING.md 5 and 8); the agent's config uses them too
 LEARNING_RATE, EXPLORE, DEFER = 0.05, 0.01, 4
-PROBE, PROBE_SHARE = 0.005, 0.01
+PROBE, PROBE_SHARE, PROBE_ACTIVITY = 0.005, 0.01, 1.0
 
 __all__ = ["HistoryPolicy", "CompletionPolicy", "HindsightPolicy", "PSpicePolicy",
            "HSpicePolicy", "HybridPolicy", "EventSampler", "sample_events", "policy_options",
@@ -135,8 +135,9 @@ class HistoryPolicy(ScorePolicy):
         The budget the matcher runs under, to pick the fitted reserves.
     proxy, ahead, seed_reserve, advance_reserve, reserve_power
         Proxy matches and the reserves, as described above.
-    cover, cover_slack, need, defer, probe, probe_share
-        Coverage, deferred starts and probes, as described above.
+    cover, cover_slack, need, defer, probe, probe_share, probe_activity
+        Coverage, deferred starts and probes, as described above (``probe_activity``:
+        busy partitions probed less, their samples weighted; 0 = off).
 
     Examples
     --------
@@ -163,7 +164,8 @@ class HistoryPolicy(ScorePolicy):
                  reserve_power: float = 2.0, cover: float | None = 0.5,
                  cover_slack: float | None = None, need: float = 1.0, defer: int = DEFER,
                  budget: Budget | float | None = None, probe: float | None = None,
-                 probe_share: float = PROBE_SHARE):
+                 probe_share: float = PROBE_SHARE,
+                 probe_activity: float = PROBE_ACTIVITY):
         check.instance(sketch, "sketch", Sketch, "a history.Sketch",
                        " (Sketch.load(path, key=...))")
         proxy, need = check.flag(proxy, "proxy"), check.number(need, "need", 0.0)
@@ -184,7 +186,8 @@ class HistoryPolicy(ScorePolicy):
                          cover=cover, cover_slack=cover_slack, live_need=live_need,
                          defer=defer, reserve_score=sketch.reserve_score(budget),
                          probe=probe_rate(sketch, budget, probe_share) if learning_rate and
-                         probe is None else (probe or 0.0), probe_share=probe_share)
+                         probe is None else (probe or 0.0), probe_share=probe_share,
+                         probe_activity=probe_activity)
         self.sketch = sketch
         self.bins = sketch.bins()
 

@@ -30,7 +30,7 @@ arm_check = _tool()
 def _report(arch: str, digest: str = "ab" * 32, backend: str = "compiled",
             wheel: str = "-") -> arm_check.Report:
     r = arm_check.Report(arch, backend=backend, wheel=wheel)
-    r.digests = {name: digest for name, _ in arm_check.RUNS}
+    r.digests = {name: digest for name in arm_check.COMPARED}
     return r
 
 
@@ -96,3 +96,13 @@ def test_removing_an_interrupted_root_unmounts_what_is_mounted_in_it_first(tmp_p
     arm_check.remove_root(root)
     assert not _mounted(root / "proc") and not root.exists()
     arm_check.remove_root(root)  # a root that is not there: nothing to do
+
+
+def test_a_module_left_pure_python_fails_the_backend_check():
+    listing = ("kernel             compiled  acep._kernel\n"
+               "jsonl reader       python    acep.events._jsonl\n"
+               "lines writer       compiled  acep._lines\n")
+    assert arm_check.backend_of(listing) == "python: acep.events._jsonl"
+    assert arm_check.backend_of(listing.replace("python ", "compiled")) == "compiled"
+    assert arm_check.backend_of("") != "compiled"
+    assert arm_check.AGENT_RUN in arm_check.COMPARED

@@ -4,9 +4,10 @@
 For each architecture (arm64: a 64-bit Raspberry Pi OS; armhf: a 32-bit one) it builds a
 Debian root with debootstrap, runs it under qemu-user-static, installs the project there as
 a Pi user would (arm64: numpy's wheel from PyPI; armhf: Debian's python3-numpy, since PyPI
-has no armv7 numpy wheel), checks that the compiled kernel runs, runs `acep sample` and
-three `acep match` patterns on the embedded flights, and compares their output with the
-same commands run here from the same source (sha256). It keeps the wheels it built
+has no armv7 numpy wheel), checks that every compiled module runs (``acep backend --all``),
+runs `acep sample`, three `acep match` patterns on the embedded flights and the agent's
+source reading them, and compares their output with the same commands run here from the
+same source (sha256). It keeps the wheels it built
 (aarch64, armv7l) for a release. Roots, caches and wheels live under --workdir, outside
 the repository; a second run reuses the roots. Needs root, debootstrap, qemu-user-static
 and binfmt_misc with the qemu interpreters registered (tools/README.md).
@@ -73,6 +74,36 @@ RUNS = [
     ("alternation", ["match", "-p", "verylate (late|ontime) verylate", "-w", "90min",
                      "-k", "2", "--partition", "destination", EVENTS]),
 ]
+
+# The agent's own reading of the same file (with three bad lines put in): its source's
+# chunks, offsets and batches, as the agent builds them.
+AGENT_SCRIPT = """\
+import sys
+import numpy as np
+from acep.events import EventError
+from edge.agent.sources import FileSource, chunk_batch
+lines = open(sys.argv[1], "rb").read().splitlines(keepends=True)
+lines[5:5] = [b"not json\\n", b"[1, 2]\\n", b"\\n"]
+lines[9000:9000] = [b'{"type": "late", "t": 1, "delay": {"x": 1}}\\n']
+open("agent.jsonl", "wb").write(b"".join(lines))
+source = FileSource("agent.jsonl", follow=False, batch_events=777)
+position = 0
+for chunk in source.chunks():
+    try:
+        batch = chunk_batch(chunk, position, "agent.jsonl")
+    except EventError as e:
+        print(len(chunk), chunk[0][1], chunk[-1][1], e)
+        continue
+    finally:
+        position += len(chunk)
+    print(len(chunk), chunk[0][1], chunk[-1][1], batch.tag_is_time, batch.types().tolist())
+    print(batch.tags.tolist())
+    for name, col in batch.columns.items():
+        print(name, np.asarray(col).dtype, np.asarray(col).tolist())
+print("bad lines", source.bad_lines, "offset", source.offset)
+"""
+AGENT_RUN = "agent-source"
+COMPARED = [name for name, _ in RUNS] + [AGENT_RUN]
 
 
 class Failure(Exception):
@@ -192,7 +223,16 @@ def acep_commands(acep: str, python: str) -> list[tuple[str, str]]:
     unpack = f'{python} -c "{UNPACK}" {EVENTS}'
     runs = [(name, " ".join([acep, *map(quote, args)]) + f" > {RUN}/{name}.out")
             for name, args in RUNS]
-    return [("unpack", unpack), *runs]
+    agent = (AGENT_RUN, f"{python} agent_source.py {EVENTS} > {RUN}/{AGENT_RUN}.out")
+    return [("unpack", unpack), *runs, agent]
+
+
+def backend_of(listing: str) -> str:
+    """``compiled`` when ``acep backend --all`` lists every module compiled, else
+    ``python:`` and the modules that are not."""
+    slow = [line.split()[-1] for line in listing.splitlines()
+            if line.strip() and "compiled" not in line.split()]
+    return "compiled" if listing.strip() and not slow else f"python: {','.join(slow)}"
 
 
 def quote(arg: str) -> str:
@@ -247,8 +287,10 @@ def install_and_run(arch: Arch, root: Path, args: argparse.Namespace, report: Re
     report.step("pip install", t, found, good="MISSING" not in found)
 
     t = time.monotonic()
-    report.backend = inside(root, "cd /tmp && acep backend", "acep backend").decode().strip()
+    report.backend = backend_of(inside(root, "cd /tmp && acep backend --all",
+                                       "acep backend --all").decode())
     inside(root, "cd /tmp && acep agent --help > /dev/null", "acep agent --help")
+    (root / RUN.lstrip("/") / "agent_source.py").write_text(AGENT_SCRIPT)
     for name, command in acep_commands("acep", "python"):
         inside(root, f"cd {RUN} && {command}", f"{name}: {command}")
     report.step("acep runs", t, report.backend, good=report.backend == "compiled")
@@ -266,7 +308,7 @@ def ok_packages(freeze: str, arch: Arch) -> str:
 def digests(run_dir: Path) -> dict[str, str]:
     """sha256 of each compared run's output."""
     return {name: hashlib.sha256((run_dir / f"{name}.out").read_bytes()).hexdigest()
-            for name, _ in RUNS}
+            for name in COMPARED}
 
 
 def check_x86(args: argparse.Namespace) -> Report:
@@ -288,7 +330,9 @@ def check_x86(args: argparse.Namespace) -> Report:
         if not where.decode().startswith(str(src)):
             raise Failure(f"x86 side imports acep from {where.decode().strip()}, not {src}")
         acep = f"{sys.executable} -c 'import sys; from acep.cli import main; sys.exit(main())'"
-        report.backend = sh(["sh", "-ec", f"{acep} backend"], cwd=run, env=env).decode().strip()
+        report.backend = backend_of(sh(["sh", "-ec", f"{acep} backend --all"], cwd=run,
+                                       env=env).decode())
+        (run / "agent_source.py").write_text(AGENT_SCRIPT)
         for name, command in acep_commands(acep, sys.executable):
             sh(["sh", "-ec", command], cwd=run, env=env, what=f"x86 {name}")
         report.step("acep runs", t, report.backend, good=report.backend == "compiled")
@@ -312,7 +356,7 @@ def summary(reference: Report, reports: list[Report]) -> bool:
     print(f"\n{'run':<13} {'arch':<8} {'sha256 x86_64':<17} {'sha256 arm':<17} result")
     same_all = True
     for r in reports:
-        for name, _ in RUNS:
+        for name in COMPARED:
             mine, theirs = r.digests.get(name, "-"), reference.digests.get(name, "-")
             same = mine == theirs != "-"
             same_all = same_all and same

@@ -40,12 +40,27 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         help="matches to print")
     sample.set_defaults(run=run_sample)
     backend = sub.add_parser("backend", help="say which matcher kernel runs")
-    backend.set_defaults(run=lambda args: print(_backend_name()) or 0)
+    backend.add_argument("--all", action="store_true",
+                         help="one line per compiled module (kernel, exact core, JSON Lines "
+                              "reader, lines writer, collector listing): compiled or python")
+    backend.set_defaults(run=run_backend)
 
 
 # acep demo --budget: a share of the unconstrained operations
 _share = real_number("share", lambda v: 0 < v <= 1, "in (0, 1]")
 _days = real_number("days", lambda v: 0 < v < math.inf, "> 0")  # acep demo --train-days
+
+
+def run_backend(args: argparse.Namespace) -> int:
+    """``acep backend``: the kernel's backend; with ``--all`` every compiled module's."""
+    if not args.all:
+        print(_backend_name())
+        return 0
+    from .._backend import modules
+
+    for what, name, compiled in modules():
+        print(f"{what:<18} {'compiled' if compiled else 'python':<9} {name}")
+    return 0
 
 
 def _backend_name() -> str:

@@ -7,7 +7,7 @@ import math
 import sys
 import time
 
-from .._output import bundle_lines, match_lines
+from .._output import bundle_lines, match_bytes, match_lines
 from .._text import counted
 from ..arguments import (
     EVENTS_HELP,
@@ -112,7 +112,13 @@ class _Printer:
         if self.bundles_only:
             self.found.append(found)
             return
-        sys.stdout.write(match_lines(found))
+        binary = getattr(sys.stdout, "buffer", None)  # none on a StringIO
+        if binary is None:
+            sys.stdout.write(match_lines(found))
+        else:  # the writer's bytes as they are: no text decoded and encoded again
+            sys.stdout.flush()
+            binary.write(match_bytes(found))
+            binary.flush()
         sys.stdout.flush()  # a reader of a live pipe sees each batch's matches at once
 
     def finish(self, window: float) -> None:

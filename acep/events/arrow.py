@@ -15,7 +15,7 @@ from .._csvlines import LineTap
 from .._text import one_line
 from .chunks import _add, _Chunk
 from .files import _arrow_source, _open_binary
-from .model import EventError
+from .model import EventError, TextCodes, text_column
 from .spec import EventSpec, TypeClasses, _attribute_names, _needed_columns, _type_column
 from .values import (
     EXACT_INT,
@@ -49,12 +49,23 @@ def _parquet_file(source: str, spec: EventSpec):
     _pyarrow("Parquet", source)
     import pyarrow.parquet as pq
 
+    opened = _arrow_source(source)
     try:
-        pf = pq.ParquetFile(_arrow_source(source))
+        pf = pq.ParquetFile(opened)
     except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a bad file
         raise EventError(f"not a readable Parquet file ({e})", source) from None
     _check_columns(spec, pf.schema_arrow.names, source)
-    return pf
+    text = _text_attributes(spec, pf.schema_arrow)
+    if not text:
+        return pf
+    # read from the file's own dictionaries: no hashing, one str object per distinct text
+    return pq.ParquetFile(opened, metadata=pf.metadata, read_dictionary=text)
+
+
+def _text_attributes(spec: EventSpec, schema) -> list[str]:
+    """The attributes that are text columns (top-level) of an Arrow schema."""
+    names = _attribute_names(spec, schema.names)
+    return [n for n in names if n in schema.names and _is_text(schema.field(n).type)]
 
 
 def _parquet_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chunk]:
@@ -194,8 +205,41 @@ def _arrow_chunk(rb, spec: EventSpec, lines: np.ndarray | None, kind: _TagKind,
     if spec.tag is not None:
         tags, is_time, bad = _tags_from_arrow(cols[spec.tag], kind, spec.tag, source)
         _add(problems, spec.tag, bad)
-    columns = {a: _attribute_column(rb, a) for a in _attribute_names(spec, cols)}
-    return _Chunk(n, lines, tags, is_time, codes, names, columns, problems, spec.tag)
+    columns, text_codes = {}, {}
+    for a in _attribute_names(spec, cols):
+        columns[a], encoded = _attribute_column(rb, a)
+        if encoded is not None:
+            text_codes[a] = encoded
+    return _Chunk(n, lines, tags, is_time, codes, names, columns, problems, spec.tag,
+                  text_codes)
+
+
+def _fixed_numpy(arr, dtype) -> np.ndarray:
+    """A copy of a fixed-width Arrow array's values (garbage under nulls). pyarrow's
+    ``to_numpy`` would import pandas where it is installed: 0.3 s of a command's start."""
+    if not len(arr) or arr.null_count == len(arr):
+        return np.zeros(len(arr), dtype=dtype)
+    size = np.dtype(dtype).itemsize
+    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr),
+                         offset=arr.offset * size).copy()
+
+
+def _null_mask(arr) -> np.ndarray:
+    """True where an Arrow array is null."""
+    if not arr.null_count:
+        return np.zeros(len(arr), dtype=bool)
+    if arr.null_count == len(arr):
+        return np.ones(len(arr), dtype=bool)
+    valid = np.unpackbits(np.frombuffer(arr.buffers()[0], dtype=np.uint8),
+                          count=arr.offset + len(arr), bitorder="little")
+    return valid[arr.offset:] == 0
+
+
+def _indices(arr) -> np.ndarray:
+    """The int32 indices of a dictionary array, -1 where null."""
+    codes = _fixed_numpy(arr.indices, _numpy_type(arr.indices.type)).astype(np.int32)
+    codes[_null_mask(arr.indices)] = -1
+    return codes
 
 
 def _plain_arrow(arr):
@@ -212,7 +256,7 @@ def _types_from_arrow(arr):
     if not _is_text(arr.type):
         arr = arr.cast(pa.string())
     encoded = pc.dictionary_encode(arr)
-    codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
+    codes = _indices(encoded)
     names = encoded.dictionary.to_pylist()
     if "" in names:
         codes[codes == names.index("")] = -1
@@ -231,21 +275,40 @@ def _classes_from_arrow(arr, classes: TypeClasses, source: str, field_metadata=N
     return _classify(_numeric_from_arrow(arr), classes)
 
 
+def _numpy_type(t) -> np.dtype | None:
+    """The numpy type of an Arrow integer, float32/64 or timestamp column's values (None:
+    another type, converted by a cast). Casts go through pyarrow.compute, whose import
+    costs a command about 0.1 s."""
+    import pyarrow as pa
+
+    if pa.types.is_integer(t):
+        return np.dtype(f"{'i' if pa.types.is_signed_integer(t) else 'u'}{t.bit_width // 8}")
+    if pa.types.is_float32(t) or pa.types.is_float64(t):
+        return np.dtype(f"f{t.bit_width // 8}")
+    if pa.types.is_timestamp(t):
+        return np.dtype(np.int64)
+    return None
+
+
 def _numeric_from_arrow(arr) -> np.ndarray:
     """float64 of a numeric column; integers beyond 2**53 are rounded (tags, type classes)."""
     import pyarrow as pa
 
-    return arr.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False).astype(np.float64)
+    dtype = _numpy_type(arr.type)
+    if dtype is None:
+        arr, dtype = arr.cast(pa.float64(), safe=False), np.float64
+    out = _fixed_numpy(arr, dtype).astype(np.float64, copy=False)
+    out[_null_mask(arr)] = np.nan
+    return out
 
 
 def _attribute_from_arrow(arr) -> np.ndarray:
     """A numeric attribute: float64, or exact Python ints when an integer is beyond 2**53."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     if pa.types.is_integer(arr.type) and arr.null_count < len(arr):
-        bounds = pc.min_max(arr)
-        if bounds["min"].as_py() < -EXACT_INT or bounds["max"].as_py() > EXACT_INT:
+        values = _fixed_numpy(arr, _numpy_type(arr.type))[~_null_mask(arr)]
+        if values.min() < -EXACT_INT or values.max() > EXACT_INT:
             out = np.empty(len(arr), dtype=object)
             out[:] = arr.to_pylist()
             return out
@@ -256,12 +319,14 @@ def _seconds_from_arrow(arr) -> np.ndarray:
     """Seconds since the epoch of a timestamp/date column, NaN where null."""
     import pyarrow as pa
 
-    if pa.types.is_date(arr.type):
-        arr = arr.cast(pa.timestamp("s"))
-    scale = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[arr.type.unit]
-    ticks = arr.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
-    seconds = ticks / scale
-    seconds[arr.is_null().to_numpy(zero_copy_only=False)] = np.nan
+    if pa.types.is_date32(arr.type):  # days
+        seconds = _fixed_numpy(arr, np.int32) * 86400.0
+    else:
+        if pa.types.is_date(arr.type):
+            arr = arr.cast(pa.timestamp("s"))
+        scale = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[arr.type.unit]
+        seconds = _fixed_numpy(arr, np.int64) / scale
+    seconds[_null_mask(arr)] = np.nan
     return seconds
 
 
@@ -305,13 +370,14 @@ def _tags_from_arrow(arr, kind: _TagKind, column: str, source: str):
     return tags, is_time, bad
 
 
-def _attribute_column(rb, name: str) -> np.ndarray:
-    """An attribute of a record batch; a CSV column read as text where its inferred type
-    did not fit keeps its numbers as numbers, value by value, as JSON Lines do."""
+def _attribute_column(rb, name: str) -> tuple[np.ndarray, TextCodes | None]:
+    """An attribute of a record batch, and its dictionary encoding if it is text; a CSV
+    column read as text where its inferred type did not fit keeps its numbers as numbers,
+    value by value, as JSON Lines do."""
     metadata = rb.schema.field(name).metadata or {}
     if _INFERRED not in metadata:
         return _column_from_arrow(rb.column(name))
-    return _column_from_values([_number_or_text(v) for v in rb.column(name).to_pylist()])
+    return _column_from_values([_number_or_text(v) for v in rb.column(name).to_pylist()]), None
 
 
 def _number_or_text(v: str | None) -> object:
@@ -323,14 +389,27 @@ def _number_or_text(v: str | None) -> object:
     return v
 
 
-def _column_from_arrow(arr) -> np.ndarray:
+def _column_from_arrow(arr) -> tuple[np.ndarray, TextCodes | None]:
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(arr.type) and _is_text(arr.type.value_type):
+        return _text_from_dictionary(arr)
     arr = _plain_arrow(arr)
     if _is_time(arr.type):
-        return _seconds_from_arrow(arr)
+        return _seconds_from_arrow(arr), None
     if _is_numeric(arr.type):
-        return _attribute_from_arrow(arr)
+        return _attribute_from_arrow(arr), None
     if _is_text(arr.type):
-        return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=object)
+        return _text_from_dictionary(arr.dictionary_encode())
     out = np.empty(len(arr), dtype=object)
     out[:] = [None if v is None else _text(v) for v in arr.to_pylist()]
-    return out
+    return out, None
+
+
+def _text_from_dictionary(arr) -> tuple[np.ndarray, TextCodes]:
+    """A text column from a dictionary array: each distinct text one str object."""
+    codes = _indices(arr)
+    values = arr.dictionary.to_pylist()
+    if None in values:  # a null in the dictionary itself: a missing value, code -1
+        codes[np.isin(codes, [i for i, v in enumerate(values) if v is None])] = -1
+    return text_column(codes, values)

@@ -5,11 +5,11 @@ batch of the good events, its bad events raised or listed (``on_bad_event``).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .model import EventBatch, EventError
+from .model import EventBatch, EventError, TextCodes
 
 
 @dataclass
@@ -25,6 +25,7 @@ class _Chunk:
     columns: dict[str, np.ndarray]
     problems: dict[int, tuple[str | None, str]]
     tag_field: str | None = None
+    text_codes: dict[str, TextCodes] = field(default_factory=dict)
 
 
 @dataclass
@@ -84,8 +85,10 @@ def _select(chunk: _Chunk, keep: np.ndarray, position: int, source: str) -> Even
         else take(chunk.tags).astype(np.float64)
     lines = None if chunk.lines is None else take(chunk.lines)
     columns = {k: take(v) for k, v in chunk.columns.items()}
+    rows = slice(None) if every else keep
+    text_codes = {k: c.take(rows, columns[k]) for k, c in chunk.text_codes.items()}
     return EventBatch(codes, names, tags, columns, position, source, lines, chunk.tag_is_time,
-                      chunk.tag_field or "t")
+                      chunk.tag_field or "t", text_codes)
 
 
 def _compact(codes: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[str]]:

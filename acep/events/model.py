@@ -1,5 +1,6 @@
-"""The event model: :class:`Event` (row form), :class:`EventBatch` (columns) and
-:class:`EventError` (a bad event, naming its file, line and field).
+"""The event model: :class:`Event` (row form), :class:`EventBatch` (columns),
+:class:`TextCodes` (a text column's dictionary encoding) and :class:`EventError` (a bad
+event, naming its file, line and field).
 """
 
 from __future__ import annotations
@@ -42,9 +43,42 @@ class Event:
     attrs: dict[str, object] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class TextCodes:
+    """A text column's dictionary encoding: ``column[i]`` is ``values[codes[i]]``, or None
+    where ``codes[i]`` is -1.
+
+    The readers of Arrow formats keep it next to the column they build from it, so that a
+    consumer can group or format the column once per distinct value. ``column`` is that
+    column: the encoding holds only while ``batch.columns[name] is column``
+    (:meth:`EventBatch.codes_of`), so a consumer that replaces a column cannot be misled.
+    """
+
+    column: np.ndarray
+    codes: np.ndarray  # int32, -1 where missing
+    values: np.ndarray  # object: the distinct texts (no duplicates needed)
+
+    def take(self, rows, column: np.ndarray) -> TextCodes:
+        """The encoding of ``column``, which is this one's ``column[rows]``."""
+        return TextCodes(column, self.codes[rows], self.values)
+
+
+def text_column(codes: np.ndarray, values: list) -> tuple[np.ndarray, TextCodes]:
+    """The object column of a dictionary encoding (one str object per distinct text, shared
+    by its rows) and its :class:`TextCodes`."""
+    table = np.empty(len(values) + 1, dtype=object)
+    table[:-1] = values
+    column = table[codes]  # code -1 takes the None at the end
+    return column, TextCodes(column, codes, table[:-1])
+
+
 @dataclass
 class EventBatch:
-    """Events in columns. Event ``i`` has global position ``position + i``."""
+    """Events in columns. Event ``i`` has global position ``position + i``.
+
+    ``text_codes`` may hold the dictionary encoding of text columns (see :class:`TextCodes`);
+    it is a shortcut, never the only copy: ``columns`` has every value.
+    """
 
     type_codes: np.ndarray
     type_names: list[str]
@@ -55,6 +89,7 @@ class EventBatch:
     lines: np.ndarray | None = None
     tag_is_time: bool = False
     tag_field: str = "t"  # the tag's name in the input, for messages
+    text_codes: dict[str, TextCodes] = field(default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.type_codes)
@@ -63,14 +98,23 @@ class EventBatch:
         """The file line of local event ``i`` (None when the format has no lines)."""
         return None if self.lines is None else int(self.lines[i])
 
+    def codes_of(self, name: str) -> TextCodes | None:
+        """The dictionary encoding of column ``name``, if the batch has one that still
+        matches the column (None otherwise: read ``columns[name]``)."""
+        codes = self.text_codes.get(name)
+        if codes is None or self.columns.get(name) is not codes.column:
+            return None
+        return codes
+
     def slice(self, start: int, stop: int) -> EventBatch:
         """Events ``start..stop-1`` of this batch (local indices) as a batch of their own."""
         start, stop, _ = slice(start, stop).indices(len(self))
         lines = None if self.lines is None else self.lines[start:stop]
+        columns = {k: v[start:stop] for k, v in self.columns.items()}
         return EventBatch(self.type_codes[start:stop], self.type_names, self.tags[start:stop],
-                          {k: v[start:stop] for k, v in self.columns.items()},
-                          self.position + start, self.source, lines, self.tag_is_time,
-                          self.tag_field)
+                          columns, self.position + start, self.source, lines,
+                          self.tag_is_time, self.tag_field,
+                          _take_codes(self, slice(start, stop), columns))
 
     def types(self) -> np.ndarray:
         """The type name of each event (object array)."""
@@ -126,9 +170,20 @@ class EventBatch:
         if all(b.lines is not None for b in batches):
             lines = np.concatenate([b.lines for b in batches]).astype(np.int64)
         first = batches[0]
+        columns = _merge_columns(batches)
         return EventBatch(codes, names, np.concatenate([b.tags for b in batches]),
-                          _merge_columns(batches), first.position, first.source, lines,
-                          first.tag_is_time, first.tag_field)
+                          columns, first.position, first.source, lines,
+                          first.tag_is_time, first.tag_field, _merge_codes(batches, columns))
+
+
+def _take_codes(batch: EventBatch, rows, columns: dict[str, np.ndarray]) -> dict:
+    """The encodings of ``batch`` still valid, for the ``rows`` taken into ``columns``."""
+    out = {}
+    for name in batch.text_codes:
+        codes = batch.codes_of(name)
+        if codes is not None:
+            out[name] = codes.take(rows, columns[name])
+    return out
 
 
 def _check_rows(events: object) -> None:
@@ -166,6 +221,25 @@ def _merge_columns(batches: list[EventBatch]) -> dict[str, np.ndarray]:
                 p = as_object_column(p)
             filled.append(p)
         out[name] = np.concatenate(filled)
+    return out
+
+
+def _merge_codes(batches: list[EventBatch], columns: dict[str, np.ndarray]) -> dict:
+    """One encoding per column that every batch encodes: the values unioned, codes mapped."""
+    out = {}
+    for name in batches[0].text_codes:
+        parts = [b.codes_of(name) for b in batches]
+        if any(p is None for p in parts):
+            continue
+        index: dict = {}
+        codes = []
+        for p in parts:  # code -1 maps to the -1 at the end of the lookup
+            lut = np.array([index.setdefault(v, len(index)) for v in p.values] + [-1],
+                           dtype=np.int32)
+            codes.append(lut[p.codes])
+        values = np.empty(len(index), dtype=object)
+        values[:] = list(index)
+        out[name] = TextCodes(columns[name], np.concatenate(codes), values)
     return out
 
 

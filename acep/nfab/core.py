@@ -10,7 +10,9 @@ events outside the core's class give :class:`Unsupported` or None: the caller th
 
 from __future__ import annotations
 
+import operator
 import os
+from collections.abc import Sequence
 from itertools import repeat
 from pathlib import Path
 from types import ModuleType
@@ -18,7 +20,7 @@ from types import ModuleType
 import numpy as np
 
 from .._backend import source_module
-from ..events import EXACT_INT, Event
+from ..events import EXACT_INT, Event, EventBatch
 from .ast import Agg, BinOp, Call, Const, Equiv, Len, Ref, Strategy, UnaryOp
 from .codegen import BEGIN, CLOSE, COUNT, FIRST, MAX, MIN, SUM, TAKE, _Resolver
 from .compile import CompiledQuery, compile_query, identifiers
@@ -27,7 +29,7 @@ from .runs import ExactMatch
 from .shared import Stream, _Batch, _beyond_float, _Plan, to_matches
 
 __all__ = ["CORES", "CorePlan", "Unsupported", "core_module", "pure_core", "run_core",
-           "core_name"]
+           "core_name", "CoreMatches"]
 
 _PURE_NAME = "acep.nfab._core_pure"
 _BINARY = {"+": "ADD", "-": "SUB", "*": "MUL", "/": "DIV", "%": "MOD", "==": "EQ",
@@ -112,6 +114,9 @@ class CorePlan:
         self.code: list[int] = []
         self.consts: list[float] = []
         self.depth = 0
+        # the equalities of [x]: true of every run an event is routed to (6.1 Routing)
+        self.routed = set() if plan.strategy is Strategy.STRICT else \
+            {id(c) for c in cq.equivalence_conjuncts}
         k = plan.k
         self.begin = [self._program(BEGIN, j, e.begin) for j, e in enumerate(cq.edges)]
         self.take = [self._program(TAKE, j, e.take) for j, e in enumerate(cq.edges)]
@@ -133,6 +138,7 @@ class CorePlan:
 
     def _program(self, edge: str, j: int, conjuncts) -> int:
         """The offset of the program of these conjuncts (-1: none, the edge holds)."""
+        conjuncts = [c for c in conjuncts if id(c) not in self.routed]
         if not conjuncts:
             return -1
         start = len(self.code)
@@ -234,15 +240,53 @@ class _Stub:
         self.plan, self.position, self.last_t, self.numeric = plan, 0, float("-inf"), True
 
 
-def run_core(plan: CorePlan, events: list[Event], output: str,
-             module: ModuleType) -> tuple[list, dict] | None:
+def run_core(plan: CorePlan, events: list[Event] | EventBatch, output: str,
+             module: ModuleType) -> tuple[Sequence, dict] | None:
     """The matches over the events, and the counters: verbose
-    :class:`~acep.nfab.runs.ExactMatch` objects in canonical order, or (``output="raw"``)
-    the raw matches of :meth:`acep.nfab.shared.Stream.push` with merging off (labels and
-    all). None when the events need the reference engine (a bad event, text or integers
-    beyond 2**53 where the query computes)."""
-    stub = _Stub(plan.plan)
-    batch = _Batch(stub, events)
+    :class:`~acep.nfab.runs.ExactMatch` objects in canonical order (a :class:`CoreMatches`
+    without RETURN or negation), or (``output="raw"``) the raw matches of
+    :meth:`acep.nfab.shared.Stream.push` with merging off (labels and all). None when the
+    events need the reference engine (a bad event, text or integers beyond 2**53 where the
+    query computes); for an :class:`~acep.events.EventBatch`, also when the batch is not
+    plain numbers in the columns the query reads (missing values, text) or the output
+    needs event rows (raw output, RETURN, negation)."""
+    if isinstance(events, EventBatch):
+        cols = _batch_columns(plan, events) if output == "verbose" else None
+    else:
+        cols = _event_columns(plan, events)
+    if cols is None:
+        return None
+    core = plan.core(module, output == "raw")
+    found = core.run(cols.E, cols.ty, cols.tags, cols.keys, cols.nkeys) if cols.n else 0
+    counters = core.counters()
+    counters["events"], counters["matches"] = cols.n, found
+    if plan.cq.negations:
+        raw = _negated(plan.cq, _raw(core.found(), core, events), events)
+        counters["matches"] = len(raw)
+        return (raw if output == "raw" else to_matches(plan.cq, raw)), counters
+    if output == "raw":
+        return _raw(core.found(), core, events), counters
+    return _verbose(plan.cq, cols, core, events), counters
+
+
+class _Columns:
+    """The core's input: event rows ``E`` (float64, slot order, flattened), type codes,
+    tags, partition codes; and for the output the partition values as the
+    reference engine gives them (lists, or arrays turned into lists when read)."""
+
+    def __init__(self, E, ty, tags, keys, nkeys, partitions):
+        self.E, self.ty, self.tags, self.keys, self.nkeys = E, ty, tags, keys, nkeys
+        self.n = len(tags)
+        self.partitions = partitions
+
+
+def _rows_matrix(cols: list[np.ndarray], n: int) -> np.ndarray:
+    return np.ascontiguousarray(np.column_stack(cols) if cols else np.zeros((n, 0))).ravel()
+
+
+def _event_columns(plan: CorePlan, events: list[Event]) -> _Columns | None:
+    """The columns of row events (None: they need the reference engine)."""
+    batch = _Batch(_Stub(plan.plan), events)
     if batch.error is not None:
         return None
     n = batch.n
@@ -252,21 +296,50 @@ def run_core(plan: CorePlan, events: list[Event], output: str,
         if col is None:
             return None
         cols.append(col)
-    E = np.ascontiguousarray(np.column_stack(cols) if cols else np.zeros((n, 0))).ravel()
     ty = np.array(list(map(plan.type_codes.get, batch.types, repeat(-1, n))), dtype=np.int32)
     tags = np.asarray(batch.tags, dtype=np.float64)
-    keys, nkeys = _keys(batch, plan, ty)
-    core = plan.core(module, output == "raw")
-    found = core.run(E, ty, tags, keys, nkeys) if n else []
-    counters = core.counters()
-    counters["events"], counters["matches"] = n, len(found)
-    if plan.cq.negations:
-        raw = _negated(plan.cq, _raw(found, core, events), events)
-        counters["matches"] = len(raw)
-        return (raw if output == "raw" else to_matches(plan.cq, raw)), counters
-    if output == "raw":
-        return _raw(found, core, events), counters
-    return _verbose(plan.cq, batch, core, events), counters
+    equivalence = [_column(batch, a, True) for a in plan.cq.equivalence]
+    keys, nkeys = _keys(equivalence, plan, ty, n)
+    partitions = [batch.converted(a)[0] for a in plan.cq.equivalence]  # as value_of reads
+    return _Columns(_rows_matrix(cols, n), ty, tags, keys, nkeys, partitions)
+
+
+def _batch_columns(plan: CorePlan, batch: EventBatch) -> _Columns | None:
+    """The columns of an :class:`~acep.events.EventBatch` without making event rows, where
+    the result is the one of its rows (:meth:`~acep.events.EventBatch.to_events`): tags
+    that never go back, and the attributes the query reads plain numbers (no missing
+    value, no text, integers within 2**53). None otherwise, or when the output needs rows."""
+    cq = plan.cq
+    if cq.negations or cq.query.returns:
+        return None
+    n = len(batch)
+    tags = np.asarray(batch.tags, dtype=np.float64)
+    if n and (np.isnan(tags).any() or (np.diff(tags) < 0).any()):
+        return None
+    numeric = {}
+    for attr in {*plan.plan.slots, *plan.plan.required, *cq.equivalence}:
+        col = tags if attr == "t" else _plain(batch.columns.get(attr))
+        if col is None:
+            return None
+        numeric[attr] = col
+    codes = [plan.type_codes.get(name, -1) for name in batch.type_names]
+    ty = np.asarray(codes, dtype=np.int32)[np.asarray(batch.type_codes, dtype=np.intp)] \
+        if n else np.zeros(0, dtype=np.int32)
+    equivalence = [numeric[a] for a in cq.equivalence]
+    keys, nkeys = _keys(equivalence, plan, ty, n)
+    E = _rows_matrix([numeric[a] for a in plan.plan.slots], n)
+    return _Columns(E, ty, tags, keys, nkeys, equivalence)
+
+
+def _plain(col) -> np.ndarray | None:
+    """A column of plain numbers as float64 (None: absent, text, NaN or beyond 2**53)."""
+    if col is None:
+        return None
+    arr = np.asarray(col)
+    if arr.ndim != 1 or arr.dtype.kind not in "biuf" or _beyond_float(arr):
+        return None
+    out = arr.astype(np.float64)
+    return None if np.isnan(out).any() else out
 
 
 def _negated(cq: CompiledQuery, raw: list[tuple], events: list[Event]) -> list[tuple]:
@@ -301,23 +374,22 @@ def _column(batch: _Batch, attr: str, equality_only: bool) -> np.ndarray | None:
     return out
 
 
-def _keys(batch: _Batch, plan: CorePlan, ty: np.ndarray) -> tuple[np.ndarray, int]:
+def _keys(cols: list[np.ndarray], plan: CorePlan, ty: np.ndarray,
+          n: int) -> tuple[np.ndarray, int]:
     """Partition codes of the events (-1: no run sees it, or a key of its own) and their
-    number (6.1 Routing, as :meth:`~acep.nfab.shared._Batch.keys`)."""
-    cq, strategy = plan.cq, plan.plan.strategy
-    n = batch.n
-    if not cq.equivalence or strategy is Strategy.STRICT:
+    number (6.1 Routing, as :meth:`~acep.nfab.shared._Batch.keys`); ``cols``: the
+    equivalence attributes as :func:`_column` codes them."""
+    strategy = plan.plan.strategy
+    if not cols or strategy is Strategy.STRICT:
         keys, nkeys = np.zeros(n, dtype=np.int64), 1
     else:
-        cols = [_column(batch, a, True) for a in cq.equivalence]
         table = np.column_stack(cols) + 0.0  # -0.0 becomes 0.0: one key, as in Python
         undefined = np.isnan(table).any(axis=1)
         table[undefined] = 0.0
-        if len(cols) == 1:
-            _, inverse = np.unique(table[:, 0], return_inverse=True)
-        else:
+        keys = _small_whole(table[:, 0], n) if len(cols) == 1 else None
+        if keys is None:
             _, inverse = np.unique(table, axis=0, return_inverse=True)
-        keys = inverse.reshape(-1).astype(np.int64)
+            keys = inverse.reshape(-1).astype(np.int64)
         keys[undefined] = -1
         nkeys = int(keys.max()) + 1 if n else 0
     if strategy not in (Strategy.STRICT, Strategy.PARTITION):
@@ -325,19 +397,135 @@ def _keys(batch: _Batch, plan: CorePlan, ty: np.ndarray) -> tuple[np.ndarray, in
     return keys, nkeys
 
 
-def _verbose(cq: CompiledQuery, batch: _Batch, core, events: list[Event]) -> list:
+def _small_whole(x: np.ndarray, n: int) -> np.ndarray | None:
+    """Whole numbers in a range of at most about 4n: themselves, less the least, are
+    partition codes without sorting (None otherwise)."""
+    if not n:
+        return None
+    lo, hi = x.min(), x.max()
+    if not hi - lo <= 4 * n + 1024 or not (x == np.floor(x)).all():
+        return None
+    return (x - lo).astype(np.int64)
+
+
+def _verbose(cq: CompiledQuery, cols: _Columns, core, events) -> Sequence:
     """The matches as :func:`acep.nfab.shared.to_matches` gives them (3.7, 8)."""
-    k, returns = len(cq.edges), cq.query.returns
-    partitions = [batch.converted(a)[0] for a in cq.equivalence]  # as value_of reads them
-    out = core.matches(k, batch.tags, partitions, ExactMatch)
-    if returns:
-        variables = [e.component.var for e in cq.edges]
-        for n, m in enumerate(out):
-            b = Binding({v: [events[p] for p in ps] for v, ps in zip(variables, m.positions)})
-            values = {item.name: evaluate(item.expr, b) for item in returns}
-            out[n] = ExactMatch(m.positions, m.start, m.end, m.partition, values)
-    out.sort(key=lambda m: (m.positions[-1][-1], m.positions))
-    return out
+    ends, offsets, flat = core.chains(len(cq.edges))
+    order = core.canonical(offsets, flat)
+    out = CoreMatches(ends, offsets, flat, order, cols.tags, cols.partitions)
+    if not cq.query.returns:
+        return out
+    variables = [e.component.var for e in cq.edges]
+    full = []
+    for m in out:
+        b = Binding({v: [events[p] for p in ps] for v, ps in zip(variables, m.positions)})
+        values = {item.name: evaluate(item.expr, b) for item in cq.query.returns}
+        full.append(ExactMatch(m.positions, m.start, m.end, m.partition, values))
+    return full
+
+
+class CoreMatches(Sequence):
+    """The verbose matches of one core run in canonical order (EXACT.md 3.7), held as the
+    core's arrays; each :class:`~acep.nfab.runs.ExactMatch` is made when it is read.
+
+    A list in all but type: it has a length, indexes and slices (a slice is a list),
+    iterates, compares equal to a list or tuple of the same matches, and adds to lists.
+    ``list(matches)`` makes every match at once. Matches made are kept.
+    """
+
+    __slots__ = ("_ends", "_offsets", "_flat", "_tags", "_partitions", "_order", "_made",
+                 "_starts", "_stops", "_keys")
+
+    def __init__(self, ends: np.ndarray, offsets: np.ndarray, flat: np.ndarray,
+                 order: np.ndarray, tags, partitions: list):
+        self._ends, self._offsets, self._flat = ends, offsets, flat
+        self._tags, self._partitions = tags, partitions
+        self._made: list | None = None
+        same = len(ends) > 1 and (ends[1:] == ends[:-1]).any()
+        self._order = order.tolist() if same else None
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def _lists(self) -> None:
+        """What the matches are made of, as Python lists, once, on the first read."""
+        offsets, flat = self._offsets, self._flat
+        firsts = flat[offsets[:, 0]] if len(flat) else np.zeros(0, dtype=np.int64)
+        tags = self._tags if isinstance(self._tags, np.ndarray) else np.asarray(self._tags)
+        self._starts = tags[firsts].tolist()
+        self._stops = tags[self._ends].tolist()
+        self._keys = [col[firsts].tolist() if isinstance(col, np.ndarray) else
+                      [col[i] for i in firsts.tolist()] for col in self._partitions]
+        self._keys = list(zip(*self._keys)) if self._keys else None
+        self._offsets, self._flat = offsets.tolist(), flat.tolist()
+        self._made = [None] * len(self._ends)
+
+    def _positions(self, m: int) -> tuple:
+        off, flat = self._offsets[m], self._flat
+        return tuple([tuple(flat[off[c]:off[c + 1]]) for c in range(len(off) - 1)])
+
+    def _make(self, m: int) -> ExactMatch:
+        if self._made is None:
+            self._lists()
+        made = self._made[m]
+        if made is None:
+            key = self._keys[m] if self._keys is not None else None
+            made = self._made[m] = ExactMatch(self._positions(m), self._starts[m],
+                                              self._stops[m], key, None)
+        return made
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        i = operator.index(i)
+        if not -n <= i < n:
+            raise IndexError("match index out of range")
+        i %= n
+        return self._make(i if self._order is None else self._order[i])
+
+    def __iter__(self):
+        if self._made is None:
+            self._make_all()
+        make = self._make
+        if self._order is None:
+            return map(make, range(len(self)))
+        return map(make, self._order)
+
+    def _make_all(self) -> None:
+        """Every match at once (the first iteration), in one pass over the lists."""
+        self._lists()
+        m, flat = len(self._ends), self._flat
+        if not m:
+            return
+        k = len(self._offsets[0]) - 1
+        if len(flat) == m * k:  # one event per component
+            blocks = zip(*[zip(flat[c::k]) for c in range(k)])
+        else:
+            blocks = map(self._positions, range(m))
+        keys = self._keys if self._keys is not None else repeat(None, m)
+        self._made = list(map(ExactMatch, blocks, self._starts, self._stops, keys,
+                              repeat(None, m)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, (list, tuple, CoreMatches)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None
+
+    def __add__(self, other):
+        if not isinstance(other, (list, CoreMatches)):
+            return NotImplemented
+        return list(self) + list(other)
+
+    def __radd__(self, other):
+        if not isinstance(other, list):
+            return NotImplemented
+        return other + list(self)
+
+    def __repr__(self) -> str:
+        return repr(list(self))
 
 
 def _raw(found: list, core, events: list[Event]) -> list[tuple]:

@@ -10,7 +10,7 @@ the streaming contract are in docs/EXACT.md section 8, "Output modes" (API as bu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 
 from ..events import Event, EventBatch, EventError
@@ -167,10 +167,16 @@ class Engine:
     def stats(self) -> dict:
         return dict(self._stats)
 
-    def run(self, events: Iterable[Event] | EventBatch) -> list:
+    def run(self, events: Iterable[Event] | EventBatch) -> Sequence:
         """All matches in ``events`` (one finite window), in canonical order (EXACT.md 3.7):
         ``ExactMatch`` objects, or compact records by increasing end position. Independent
-        of any stream being pushed."""
+        of any stream being pushed. A list, or from the compiled core a list-like
+        :class:`~acep.nfab.core.CoreMatches` that makes each match when it is read; a batch
+        of plain numbers goes to the core without being turned into rows."""
+        if isinstance(events, EventBatch) and self.engine == "shared":
+            found = self._on_core(events)
+            if found is not None:
+                return found
         rows = _rows(events)
         bad = _text_in_numbers(self._numeric, rows, 0)
         if bad is None:
@@ -200,7 +206,7 @@ class Engine:
         self._stats["records"] += len(groups)
         return groups
 
-    def _on_core(self, rows: list[Event]) -> list | None:
+    def _on_core(self, rows: list[Event] | EventBatch) -> Sequence | None:
         """The output of the compiled core (:mod:`acep.nfab.core`), or None where the
         query, the bound or the events need the reference engine."""
         module = core_module(self._core_choice) if self.max_entries is None else None

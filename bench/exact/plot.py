@@ -240,7 +240,13 @@ def _sase_panel(ax: Axes, section: dict | None) -> None:
     ours = [r["ours"]["events_per_s"] for r in rows]
     ax.bar(xs - 0.2, sase, 0.4, color="0.6", label="SASE jar (warm, median, its own timer)")
     ax.bar(xs + 0.2, ours, 0.4, color="#3182bd",
-           label="acep.nfab compiled core (verbose, median)")
+           label="acep.nfab compiled core on an EventBatch (verbose, median)")
+    for key, marker, legend in (("objects", "D", "ours, every ExactMatch made"),
+                                ("rows", "o", "ours on the Event list")):
+        rates = [r["ours"].get(f"events_per_s_{key}") for r in rows]
+        if all(rate is not None for rate in rates):
+            ax.scatter(xs + 0.2, rates, marker=marker, s=28, facecolors="none",
+                       edgecolors="black", zorder=3, label=legend)
     for x, r, rate in zip(xs, rows, ours):
         colour = "black" if r["pass"] else "crimson"
         ax.annotate(f"{r['ratio']:.1f}x", (x + 0.2, rate), ha="center", va="bottom",

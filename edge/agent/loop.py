@@ -37,7 +37,7 @@ from .outbox_reader import Backoff
 from .resume import Progress, copy_path, from_copy
 from .retained import Retained
 from .sketches import FALLBACK_POLICY, Sketches
-from .sources import FileSource, IteratorSource, Source, StdinSource
+from .sources import FileSource, IteratorSource, Source, StdinSource, chunk_batch, chunk_events
 from .uplink import Uplink
 from .uploader import Uploader
 
@@ -346,11 +346,16 @@ class Agent(Batches, Metrics):
             uploader.wake.set()
             time.sleep(0.02)
 
-    def _to_batch(self, events: list[dict], position: int, starts: list, ends: list,
+    def _to_batch(self, chunk: list, position: int, starts: list, ends: list,
                   source: Source) -> tuple[EventBatch, list[int]]:
-        """The good events as a batch, and the indices of those kept; each bad one is
-        counted and logged with where it is (``starts``/``ends``: its offsets), unless it
-        comes before ``consumed`` (a replay: it was counted when first read)."""
+        """The good events of a chunk as a batch, and the indices of those kept; each bad
+        one is counted and logged with where it is (``starts``/``ends``: its offsets), unless
+        it comes before ``consumed`` (a replay: it was counted when first read)."""
+        try:
+            return chunk_batch(chunk, position, source.name), list(range(len(chunk)))
+        except EventError:
+            pass  # rare: find the bad events one at a time, from the dicts
+        events = chunk_events(chunk)
         warm = self.consumed - position
         keep = list(range(len(events)))
         while True:
@@ -397,10 +402,9 @@ class Agent(Batches, Metrics):
         t0 = time.perf_counter()
         self.progress.next_file(source, self.position)
         self._take_offered_sketch()
-        events = [e for e, _ in chunk]
         ends = [o for _, o in chunk]
         starts = [self.progress.resume_offset, *ends[:-1]]  # the offset before each event
-        batch, kept = self._to_batch(events, self.position, starts, ends, source)
+        batch, kept = self._to_batch(chunk, self.position, starts, ends, source)
         if len(kept) < len(starts):
             starts, ends = [starts[i] for i in kept], [ends[i] for i in kept]
         self.progress.resume_offset = chunk[-1][1]
@@ -455,11 +459,10 @@ class Agent(Batches, Metrics):
         new = self.wallclock.update(n, ops, seconds, source.arrival_rate, self.lag,
                                     backlog=source.backlog_events)
         b = self.cfg.budget
-        # acep has no public setter yet; set_budget refills the bucket, so only on a change
-        # that matters (a refill is at most one burst of credit).
+        # set_budget refills the bucket, so only on a change that matters (a refill is at
+        # most one burst of credit).
         if abs(new - self._ops_now()) > 0.1 * self._ops_now():
-            self.matcher._kernel.set_budget(float(new), float(new * b.burst))
-            self.matcher.budget = Budget(new, b.burst)
+            self.matcher.set_budget(Budget(new, b.burst))
 
     def _ops_now(self) -> float:
         return self.matcher.budget.ops_per_event if self.matcher.budget else 0.0

@@ -1,8 +1,11 @@
 """Event sources for the agent: a followed file, standard input, a Python iterator.
 
-Each source yields *chunks*: lists of ``(event dict, resume offset)`` where the offset is
+Each source yields *chunks*: lists of ``(event, resume offset)`` where the offset is
 where reading resumes after that event (a byte offset for a file, an event count for an
-iterator, None for stdin, which cannot be re-read). A chunk ends after ``batch_events``
+iterator, None for stdin, which cannot be re-read). An event is a dict, or, from a file read
+by the compiled JSON Lines reader, its line: such a chunk carries its events' columns as
+that reader read them, :func:`chunk_batch` makes its batch of them and :func:`chunk_events`
+gives the dicts of any chunk. A chunk ends after ``batch_events``
 events or ``batch_seconds`` after its first event, whichever comes first, so a slow
 stream still moves. Lines that are not JSON objects are skipped, counted in ``bad_lines``
 and logged with where they are (a device must not stop on one bad line; :class:`LogLimiter`
@@ -22,18 +25,19 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 
+from acep.events import EventBatch
 from acep.utils import bounds as _bounds
+from acep.utils import json_lines, json_problem
 from acep.utils import json_loads as loads
-from acep.utils import json_problem
 
 from ..logs import LogLimiter
 
 __all__ = ["Source", "FileSource", "StdinSource", "IteratorSource", "LogLimiter",
            "parse_line", "parse_lines", "fingerprint", "find_file", "open_file",
-           "FINGERPRINT_BYTES"]
+           "FINGERPRINT_BYTES", "Chunk", "chunk_batch", "chunk_events"]
 
 log = logging.getLogger("edge.agent")
-Item = tuple[dict, "int | None"]
+Item = tuple["dict | bytes", "int | None"]
 _READ_BYTES = 1 << 16  # a file is read this much at a time (whole lines)
 RATE_WINDOW = 1.0  # seconds: a file's arrival rate is its growth over at least this long
 _CUT = object()  # from _blocks: close the chunk here (the events after it are another file's)
@@ -187,6 +191,39 @@ def parse_lines(lines: list[bytes]) -> list[dict | None]:
     return [parse_line(line) for line in lines]
 
 
+class Chunk(list):
+    """A chunk: its items, and ``parts``, the columns of its events in order when every
+    one was read by the compiled reader in whole blocks (else None)."""
+
+    def __init__(self, items=(), parts: list | None = None):
+        super().__init__(items)
+        self.parts = [] if parts is None else parts
+
+
+def chunk_batch(chunk: list[Item], position: int, name: str) -> EventBatch:
+    """The events of a chunk as a batch numbered from ``position``, as
+    :meth:`EventBatch.from_events` makes it of their dicts (a bad event raises its
+    :class:`EventError`); from the columns the compiled reader read, when it read them."""
+    parts = getattr(chunk, "parts", None)
+    if parts:
+        return json_lines.columns_batch(parts, position, name)
+    return EventBatch.from_events(chunk_events(chunk), position, name)
+
+
+def chunk_events(chunk: list[Item]) -> list[dict]:
+    """The event dicts of a chunk (a line the compiled reader read is decoded again)."""
+    return [loads(e) if isinstance(e, bytes) else e for e, _ in chunk]
+
+
+def _items(lines: list[bytes], ends: list[int], good: list[int]) -> list[Item]:
+    """``(line, offset after it)`` of the lines numbered ``good`` (``ends[k + 1]`` is where
+    line ``k`` ends)."""
+    first, last = good[0], good[-1]
+    if last - first + 1 == len(good):  # no bad or blank line among them
+        return list(zip(lines[first:last + 1], ends[first + 1:last + 2]))
+    return [(lines[k], ends[k + 1]) for k in good]
+
+
 class Source:
     """Base: :meth:`chunks` groups the events of :meth:`_items` by count and time."""
 
@@ -196,6 +233,7 @@ class Source:
     def __init__(self, batch_events: int = 1000, batch_seconds: float = 1.0):
         self.batch_events, self.batch_seconds = int(batch_events), float(batch_seconds)
         self.bad_lines = 0
+        self.room = self.batch_events  # events the chunk being filled can still take
         self.bad_log = LogLimiter(log)
         self.eof = False  # the source has ended for good (never in follow mode)
         self.chunk_started = time.monotonic()  # when the last chunk's first event came
@@ -241,8 +279,8 @@ class Source:
         """Chunks until the source ends or ``stop`` is set (a started chunk is finished
         with what is already available, never cut from a half-read line)."""
         stop = stop or threading.Event()
-        size = self.batch_events
-        chunk: list[Item] = []
+        size = self.room = self.batch_events
+        chunk = Chunk()
         started = 0.0
         previous = time.monotonic()
         for block in self._blocks(stop):
@@ -250,7 +288,8 @@ class Source:
                 if chunk:
                     self.chunk_started = started
                     yield chunk
-                    chunk = []
+                    chunk = Chunk()
+                self.room = size
                 continue
             i, n = 0, 0 if block is None else len(block)
             while True:
@@ -258,7 +297,11 @@ class Source:
                     if not chunk:
                         started = time.monotonic()
                     take = size - len(chunk)
-                    chunk.extend(block[i:i + take] if i or take < n else block)
+                    whole = not i and take >= n
+                    chunk.extend(block if whole else block[i:i + take])
+                    parts = getattr(block, "parts", None) if whole else None
+                    chunk.parts = None if parts is None or chunk.parts is None else \
+                        chunk.parts + parts
                     i += take
                 full = len(chunk) >= size
                 late = chunk and time.monotonic() - started >= self.batch_seconds
@@ -268,11 +311,12 @@ class Source:
                     self._measure(chunk, max(now - previous, 1e-6))
                     previous = now
                     yield chunk
-                    chunk = []
+                    chunk = Chunk()
                 if stop.is_set() and not chunk:
                     return
                 if i >= n:
                     break
+            self.room = size - len(chunk)
         if chunk:
             self.chunk_started = started
             yield chunk
@@ -361,9 +405,7 @@ class FileSource(Source):
                 if partial and self.follow and not finishing:
                     lines.pop()  # half a line: re-read it once its newline is there
                 if lines:
-                    block = self._parse(lines)
-                    if block:
-                        yield block
+                    yield from self._parse(lines)
                     if not partial:
                         continue
                 if not self.follow:  # the last line of a finished file needs no newline
@@ -420,9 +462,8 @@ class FileSource(Source):
                 fh.seek(self.offset)
                 while (end is None or self.offset < end) and \
                         (lines := read_lines(fh)):
-                    if block := self._parse(lines if end is None else
-                                            _upto(lines, end - self.offset)):
-                        yield block
+                    yield from self._parse(lines if end is None else
+                                           _upto(lines, end - self.offset))
                 yield _CUT
                 left = {**self.identity, "end": self.offset}
                 fh.close()
@@ -457,25 +498,46 @@ class FileSource(Source):
             fp = fingerprint(self._fh.fileno(), 0)
         self.identity = {**self.identity, "fp": fp, "fp_bytes": size}
 
-    def _parse(self, lines: list[bytes]) -> list[Item]:
+    def _parse(self, lines: list[bytes]) -> Iterator[list[Item]]:
         """The events of whole lines read at ``self.offset``, each with the offset after
-        it; the offset moves past them. Blank lines are skipped, bad ones counted and
-        logged."""
+        it, in blocks of at most :attr:`room` non-blank lines (so that a chunk never takes
+        part of a block); the offset moves past them all at once. Blank lines are skipped,
+        bad ones counted and logged as their block is made."""
+        if not lines:
+            return
         ends = list(itertools.accumulate(map(len, lines), initial=self.offset))
         self.offset = ends[-1]
         if self.identity["fp_bytes"] < FINGERPRINT_BYTES:
             self._fingerprint()
+        # a line over the limit comes alone (read_lines): Python says why it is refused
+        if json_lines.compiled() and not isinstance(lines[0], _LongLine):
+            blocks = json_lines.LineBlocks(lines)
+            while not blocks.done:
+                columns, good, bad = blocks.next(self.room)
+                for k in bad:
+                    self._bad_line(lines[k], ends[k + 1])
+                if good:
+                    yield Chunk(_items(lines, ends, good), [columns])
+            return
         kept = [(line, end) for line, end in zip(lines, ends[1:]) if line.strip()]
         docs = parse_lines([line for line, _ in kept])
-        out = [(doc, end) for doc, (_, end) in zip(docs, kept) if doc is not None]
-        if len(out) < len(kept):
-            for doc, (line, end) in zip(docs, kept):
-                if doc is None and end > self.counted:
-                    self.bad_lines += 1
-                    self.bad_log.warning("%s: %s, skipped: %.60r",
-                                         self.where(end - len(line), end, -1),
-                                         why_bad(line), line)
-        return out
+        i = 0
+        while i < len(kept):
+            j = i + self.room
+            for doc, (line, end) in zip(docs[i:j], kept[i:j]):
+                if doc is None:
+                    self._bad_line(line, end)
+            out = [(doc, end) for doc, (_, end) in zip(docs[i:j], kept[i:j]) if doc is not None]
+            if out:
+                yield out
+            i = j
+
+    def _bad_line(self, line: bytes, end: int) -> None:
+        """Count and log a line that is not a JSON object, unless an earlier run did."""
+        if end > self.counted:
+            self.bad_lines += 1
+            self.bad_log.warning("%s: %s, skipped: %.60r", self.where(end - len(line), end, -1),
+                                 why_bad(line), line)
 
     def where(self, start: int | None, end: int | None, position: int) -> str:
         # the line holding the event's last byte: the offset before an event is the end of

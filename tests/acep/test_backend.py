@@ -8,6 +8,7 @@ import pytest
 from support.cli import run_acep, run_without_cython
 
 import acep
+import acep._backend
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,6 +17,22 @@ def test_backend_is_compiled_where_ci_requires_it():
     if os.environ.get("ACEP_REQUIRE_COMPILED"):
         assert acep.backend() == "compiled"
     assert acep.backend() in ("compiled", "python")
+
+
+def test_backend_all_names_every_compiled_module_setup_py_builds():
+    """``acep backend --all``: one line per module setup.py compiles, the kernel's first."""
+    r = run_acep("backend", "--all")
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.splitlines()]
+    names = [row[-1] for row in rows]
+    assert names == [name for _, name in acep._backend.MODULES]
+    built = (ROOT / "setup.py").read_text()
+    for name in names:
+        assert name.replace(".", "/") in built
+    assert rows[0][-2] == acep.backend()  # the kernel, as plain `acep backend` says
+    if os.environ.get("ACEP_REQUIRE_COMPILED"):
+        assert all(row[-2] == "compiled" for row in rows), r.stdout
+    assert all(row[-2] in ("compiled", "python") for row in rows)
 
 
 def test_fallback_runs_without_cython_installed():

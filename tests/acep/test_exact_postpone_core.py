@@ -1,14 +1,15 @@
-"""Postponing on the compiled core (acep.nfab.postpone.core, acep/nfab/_core.py's
-``Postpone``) against the pure postponing engine (``core="off"``, the reference) and the
-brute-force oracle, under skip_till_any_match: random queries and streams with Kleene
-components, negation, aggregates, arithmetic, partitions of mixed kinds and bad events
-(test_exact_core.py's), and every early-filter class with shifts and scales
-(test_exact_postpone.py's); verbose and compact output, early filters on and off, the
-counters too.
+"""Postponing on the compiled core (acep.nfab.postpone.core, acep/nfab/_postpone.py's
+``Postpone`` on _core.py's stack machine) against the pure postponing engine
+(``core="off"``, the reference) and the brute-force oracle, under skip_till_any_match:
+random queries and streams with Kleene components, negation, aggregates, arithmetic,
+partitions of mixed kinds and bad events (test_exact_core.py's), and every early-filter
+class with shifts and scales (test_exact_postpone.py's); verbose and compact output, early
+filters on and off, the counters too.
 """
 
 from __future__ import annotations
 
+import os
 import textwrap
 
 import pytest
@@ -22,6 +23,7 @@ from test_exact_postpone import filter_cases
 from acep.events import Event, EventError
 from acep.nfab import Engine
 from acep.nfab.ast import Query, Strategy
+from acep.nfab.core import core_name
 from acep.nfab.postpone import PostponeStats, match_postponed
 
 SETTINGS = settings(max_examples=150, deadline=None,
@@ -135,6 +137,33 @@ def test_engine_reports_what_ran():
     assert eng.core == "postpone"  # a bound: the pure engine checks it as it goes
     with pytest.raises(ValueError, match="core must be one of"):
         match_postponed(eng.query, events, core="fast", max_entries=100)
+
+
+def test_the_postponing_core_reads_the_opcodes_of_the_shared_core():
+    """_postpone.py names the opcodes its filters compare with; they are _core.py's."""
+    from acep.nfab.core import pure_core
+    from acep.nfab.postpone.core import pure_postpone
+
+    core, postpone = pure_core(), pure_postpone()
+    names = [n for n in vars(postpone) if n.startswith("OP_")]
+    assert len(names) == 8
+    assert {n: getattr(postpone, n) for n in names} == {n: getattr(core, n) for n in names}
+    assert postpone.Machine is core.Machine  # one stack machine, the Python one's too
+
+
+def test_the_compiled_postponing_core_ran_where_ci_requires_it():
+    from acep.nfab import _core, _postpone
+
+    if os.environ.get("ACEP_REQUIRE_COMPILED"):
+        assert core_name(_postpone) == "compiled"
+    s = PostponeStats()
+    q = Engine("PATTERN SEQ(A a, B+ b[]) WHERE skip_till_any_match(a, b[]) "
+               "{ b[i].x > a.x } WITHIN 5").query
+    ev = [Event("A", 1, {"x": 1}), Event("B", 2, {"x": 2}), Event("B", 3, {"x": 3})]
+    found = match_postponed(q, ev, stats=s)
+    assert [m.positions for m in found] == [((0,), (1,)), ((0,), (1, 2)), ((0,), (2,))]
+    both = core_name(_core) == core_name(_postpone) == "compiled"
+    assert s.core == ("compiled" if both else "postpone")
 
 
 def test_postponing_core_source_runs_without_cython():

@@ -69,6 +69,13 @@ keys = st.one_of(
 time_tags = st.builds(
     lambda s, kind, k: s + (0, k // 1000 * 1000, k)[kind] / 1e6,
     st.integers(0, 4_000_000_000), st.integers(0, 2), st.integers(0, 999_999))
+# whole seconds over the years 1-9999 (the compiled writer formats these itself), some a
+# fraction of a microsecond off
+whole_tags = st.one_of(
+    st.builds(lambda s, e: s + e, st.integers(-62135596800, 253402300799),
+              st.sampled_from([0.0, 4e-7, -4e-7])),
+    st.sampled_from([-62135596800.0, 253402300799.0, 0.0, -1.0, 951782400.0, 951868799.0,
+                     4107542400.0, -2208988800.0, -86400.0, 1e-7]))
 plain_tags = st.one_of(st.integers(-2**60, 2**60).map(float),
                        st.floats(-1e300, 1e300, allow_nan=False),
                        st.sampled_from([0.5, -0.0, 1e20, 2.0**53 + 2, 0.1]))
@@ -77,7 +84,7 @@ plain_tags = st.one_of(st.integers(-2**60, 2**60).map(float),
 @st.composite
 def match_batches(draw) -> MatchBatch:
     is_time = draw(st.booleans())
-    tags = time_tags if is_time else plain_tags
+    tags = (draw(st.sampled_from([time_tags, whole_tags])) if is_time else plain_tags)
     n = draw(st.integers(0, 12))
     sizes = draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))
     ptr = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
@@ -94,8 +101,12 @@ def match_batches(draw) -> MatchBatch:
 
 
 # both writers: the compiled one (acep/_lines.pyx, where it is built) and the numpy one
+def _compiled_match_lines(found: MatchBatch) -> str:
+    return _output._compiled_match_lines(found).decode("ascii")
+
+
 WRITERS = [_output._assembled_match_lines] + (
-    [_output._compiled_match_lines] if _output._lines is not None else [])
+    [_compiled_match_lines] if _output._lines is not None else [])
 
 
 @pytest.mark.parametrize("writer", WRITERS, ids=lambda w: w.__name__.strip("_"))
@@ -194,3 +205,23 @@ def test_acep_exact_prints_the_old_bytes(seed, is_time, tmp_path_factory):
                        folder / "events.jsonl", check=True).stdout
         assert out == "".join(json.dumps(d) + "\n" for d in expected)
     assert verbose
+
+
+def _old_bundles(found: MatchBatch, window: float) -> list[Bundle]:
+    """Bundles as acep.matcher.bundles found them point by point (the oracle)."""
+    out, by_partition = [], {}
+    for key, point in zip(found.partition, found.point):
+        by_partition.setdefault(key, set()).add(float(point))
+    for key in sorted(by_partition, key=repr):
+        points = np.array(sorted(by_partition[key]))
+        breaks = np.flatnonzero(np.diff(points) > window) + 1
+        for run in np.split(points, breaks):
+            out.append(Bundle(key, float(run[0]), float(run[-1]), len(run)))
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(found=match_batches(), window=st.sampled_from([0.0, 1.0, 1e3, 1e9, 1e300]))
+def test_bundles_are_those_found_point_by_point(found, window):
+    got, expected = bundles(found, window), _old_bundles(found, window)
+    assert [(type(b.partition), b) for b in got] == [(type(b.partition), b) for b in expected]

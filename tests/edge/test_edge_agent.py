@@ -33,7 +33,7 @@ from acep.shedding import Budget
 from edge.agent import Agent
 from edge.agent.config import ConfigError, load_config, parse_config
 from edge.agent.outbox import Outbox
-from edge.agent.sources import FileSource
+from edge.agent.sources import FileSource, chunk_events
 from edge.agent.uplink import Uplink, retry_after
 from edge.agent.uploader import Uploader
 from edge.wire import decode_batch
@@ -236,7 +236,7 @@ def test_follow_source_reads_appends_and_partial_lines(tmp_path):
 
     def read():
         for chunk in src.chunks(stop):
-            got.extend(e for e, _ in chunk)
+            got.extend(chunk_events(chunk))
 
     reader = threading.Thread(target=read)
     reader.start()
@@ -271,7 +271,7 @@ def test_a_file_rewritten_while_the_reader_is_busy_is_read_from_its_start(tmp_pa
     got: list[dict] = []
     first: int | None = None
     for chunk in src.chunks(threading.Event()):
-        got.extend(e for e, _ in chunk)
+        got.extend(chunk_events(chunk))
         if first is None:  # one block is read; the rest of the file is not
             ends = np.cumsum([len(line) for line in lines])
             first = int(np.searchsorted(ends, src.offset, side="right"))

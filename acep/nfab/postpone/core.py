@@ -1,6 +1,6 @@
 """Postponing on the compiled core (``docs/EXACT.md`` 7, 6.8): the main runs, the early
-filters and the candidate lists run in :class:`acep.nfab._core.Postpone`, with the filter
-conjuncts compiled to programs of the shared-buffer core's stack machine
+filters and the candidate lists run in :class:`acep.nfab._postpone.Postpone`, with the
+filter conjuncts compiled to programs of the shared-buffer core's stack machine
 (:class:`acep.nfab.core.CorePlan`); the lists it returns are turned into the same
 :class:`~.search._MainRun` objects the pure engine builds, for the same records and search
 (7.2). Queries and events outside the core's class give :class:`~acep.nfab.core.Unsupported`
@@ -10,14 +10,16 @@ or None: the caller then runs the pure engine, the reference.
 from __future__ import annotations
 
 from itertools import repeat
+from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 
+from ..._backend import source_module
 from ...events import Event
 from ..ast import Index, Ref
 from ..compile import CompiledQuery
-from ..core import CorePlan, Unsupported, _column, _keys, _Stub
+from ..core import CorePlan, Unsupported, _column, _keys, _Stub, core_name
 from ..evaluate import value_of
 from ..runs import ExactMatch
 from ..shared import _Batch
@@ -28,6 +30,30 @@ _STEP = {"+": "ADD", "-": "SUB", "*": "MUL", "/": "DIV"}
 _COMPARE = {">": "GT", ">=": "GE", "<": "LT", "<=": "LE"}
 _AGG = {"any": 0, "max": 1, "min": 2}
 _MASK_BITS = 62
+_PURE_NAME = "acep.nfab._postpone_pure"
+
+
+def pure_postpone() -> ModuleType:
+    """The postponing core run as plain Python from its source file."""
+    return source_module(Path(__file__).parents[1] / "_postpone.py", _PURE_NAME)
+
+
+def postpone_module(core: ModuleType, choice: str) -> ModuleType | None:
+    """The postponing core beside the shared core ``core`` (what
+    :func:`~acep.nfab.core.core_module` gave for ``choice``): its source run as Python
+    beside the Python one, else the compiled one; None where that is not built and
+    ``choice`` is ``"auto"`` (the pure engine runs)."""
+    if core_name(core) == "python":
+        return pure_postpone()
+    from .. import _postpone
+
+    if core_name(_postpone) == "compiled":
+        return _postpone
+    if choice == "compiled":
+        raise RuntimeError("the compiled postponing core (acep/nfab/_postpone.py) is not "
+                           "built; reinstall with a C compiler and Cython (pip install .), "
+                           "or use core='python'")
+    return None
 
 
 class _Operands:
@@ -149,7 +175,8 @@ def run_lists(pplan: PostponePlan, events: list[Event], module: ModuleType):
     E = np.ascontiguousarray(np.column_stack(cols) if cols else np.zeros((n, 0))).ravel()
     ty = np.array(list(map(base.type_codes.get, batch.types, repeat(-1, n))), dtype=np.int32)
     tags = np.asarray(batch.tags, dtype=np.float64)
-    keys, nkeys = _keys(batch, base, ty)
+    equivalence = [_column(batch, a, True) for a in base.cq.equivalence]
+    keys, nkeys = _keys(equivalence, base, ty, n)
     core = pplan.core(module)
     if n:
         core.run(E, ty, tags, keys, nkeys)

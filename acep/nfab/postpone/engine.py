@@ -14,7 +14,14 @@ from ..core import CORES, Unsupported, core_module, core_name
 from ..evaluate import Binding, _compare, evaluate, truthy, value_of
 from ..runs import Counters, ExactMatch, RunStats, _Machine, _validate, check_held
 from .compact import CollapsedMatch
-from .core import PostponePlan, constructions, found_matches, prepare_search, run_lists
+from .core import (
+    PostponePlan,
+    constructions,
+    found_matches,
+    postpone_module,
+    prepare_search,
+    run_lists,
+)
 from .filters import (
     _DISCARD,
     _EMPTY,
@@ -85,6 +92,7 @@ def match_postponed(query: Query, events: Iterable[Event], *, early_filters: boo
     events = list(events)
     stats = stats if stats is not None else PostponeStats()
     module = core_module(core) if max_entries is None else None
+    module = postpone_module(module, core) if module is not None else None
     pplan = _core_plan(cq, early_filters) if module is not None else None
     core_run = run_lists(pplan, events, module) if pplan is not None else None
     if core_run is not None:
