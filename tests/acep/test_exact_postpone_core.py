@@ -15,17 +15,18 @@ import textwrap
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from support.cli import run_without_cython
+from support.exact_cases import cases as core_cases
+from support.exact_cases import filter_cases
 from support.exact_oracle import oracle
-from test_exact_core import COMPILED
-from test_exact_core import cases as core_cases
-from test_exact_postpone import filter_cases
 
 from acep.events import Event, EventError
 from acep.nfab import Engine
 from acep.nfab.ast import Query, Strategy
-from acep.nfab.core import core_name
+from acep.nfab.core import core_module, core_name
 from acep.nfab.postpone import PostponeStats, match_postponed
 
+# the compiled core where it is built, else its source run as Python (as test_exact_core's)
+COMPILED = "compiled" if core_name(core_module("auto")) == "compiled" else "python"
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
