@@ -10,7 +10,6 @@ import sys
 import time
 
 from acep import storage
-from acep._text import counted, one_line
 from acep.arguments import (
     BINS_HELP,
     EVENTS_HELP,
@@ -33,6 +32,7 @@ from acep.arguments import (
 )
 from acep.events import EventError, EventSpec
 from acep.matcher import Pattern
+from acep.utils import counted, one_line
 
 __all__ = ["add_history_parser"]
 
