@@ -42,8 +42,8 @@ def extensions():
         print("WARNING: Cython not available; using the pure-Python kernel", file=sys.stderr)
         return []
     return cythonize(
-        ["acep/_kernel.py", "acep/_lines.pyx", "acep/nfab/_core.py", "acep/events/_jsonl.pyx",
-         "edge/collector/_listing.pyx"],
+        ["acep/_kernel.py", "acep/_lines.pyx", "acep/nfab/_core.py", "acep/nfab/_postpone.py",
+         "acep/events/_jsonl.pyx", "edge/collector/_listing.pyx"],
         compiler_directives={"language_level": 3, "boundscheck": False,
                              "wraparound": False, "cdivision": True,
                              "initializedcheck": False},

@@ -68,6 +68,7 @@ def is_compiled(module: ModuleType) -> bool:
 
 # Every compiled module setup.py builds: (what it is, its module); each has a fallback.
 MODULES = [("kernel", "acep._kernel"), ("exact core", "acep.nfab._core"),
+           ("postponing core", "acep.nfab._postpone"),
            ("jsonl reader", "acep.events._jsonl"), ("lines writer", "acep._lines"),
            ("collector listing", "edge.collector._listing")]
 

@@ -5,7 +5,8 @@ Written in Cython's pure-Python mode, as ``acep/_kernel.py``: compiled by ``setu
 same file runs as plain Python where no compiler exists. It is the loop of
 :class:`acep.nfab.shared.Stream` with merging off, over columns: event rows as float64,
 runs, buffer nodes and Dewey labels in arrays, edge formulas as programs of a small stack
-machine (:mod:`acep.nfab.core` compiles them and prepares the columns).
+machine (:class:`Machine`, which ``_postpone.py`` shares; :mod:`acep.nfab.core` compiles
+them and prepares the columns).
 """
 
 try:
@@ -141,12 +142,132 @@ def _merge_sort(order: cython.longlong[:], tmp: cython.longlong[:], lo: cython.P
 
 
 @cython.cclass
-class Core:
+class Machine:
+    """The stack machine of the edge programs (5.2) and column updates (6.3) of :class:`Core`
+    and ``_postpone.py``, on the event rows ``E`` and the state rows ``V`` (``ncol`` wide):
+    its fields and methods are declared in ``_core.pxd``."""
+
+    def _eval(self, pc: cython.int, vrow: cython.Py_ssize_t) -> cython.double:
+        """The program at ``pc`` on the event row ``erow`` and the state row ``vrow`` (5.2):
+        0.0 at a failing CHECK, else what END finds on the stack (none: 1.0)."""
+        sp: cython.int = 0
+        op: cython.int
+        arg: cython.int
+        n: cython.int
+        x: cython.double
+        y: cython.double
+        nan: cython.bint
+        i: cython.int
+        while True:
+            op = self.code[pc]
+            arg = self.code[pc + 1]
+            pc += 2
+            if op == OP_STATE:
+                self.stack[sp] = self.V[vrow + arg]
+                sp += 1
+            elif op == OP_EVENT:
+                self.stack[sp] = self.E[self.erow + arg]
+                sp += 1
+            elif op == OP_CONST:
+                self.stack[sp] = self.consts[arg]
+                sp += 1
+            elif op == OP_CHECK:
+                sp -= 1
+                if self.stack[sp] == 0.0:
+                    return 0.0
+            elif op == OP_END:
+                return self.stack[sp - 1] if sp > 0 else 1.0
+            elif op == OP_NEG:
+                self.stack[sp - 1] = -self.stack[sp - 1]
+            elif op == OP_NOT:
+                self.stack[sp - 1] = 1.0 if self.stack[sp - 1] == 0.0 else 0.0
+            elif op == OP_ABS:
+                self.stack[sp - 1] = fabs(self.stack[sp - 1])
+            elif op == OP_MIN or op == OP_MAX:
+                n = arg
+                sp -= n
+                x = self.stack[sp]
+                nan = x != x
+                for i in range(1, n):
+                    y = self.stack[sp + i]
+                    if y != y:
+                        nan = True
+                    elif (op == OP_MIN and y < x) or (op == OP_MAX and y > x):
+                        x = y
+                self.stack[sp] = NAN if nan else x
+                sp += 1
+            else:
+                sp -= 1
+                y = self.stack[sp]
+                x = self.stack[sp - 1]
+                if op == OP_ADD:
+                    x = x + y
+                elif op == OP_SUB:
+                    x = x - y
+                elif op == OP_MUL:
+                    x = x * y
+                elif op == OP_DIV:
+                    x = NAN if y == 0.0 else x / y
+                elif op == OP_MOD:
+                    x = NAN if y == 0.0 else _py_mod(x, y)
+                elif op == OP_EQ:
+                    x = 1.0 if x == y else 0.0
+                elif op == OP_NE:
+                    x = 1.0 if x != y else 0.0
+                elif op == OP_LT:
+                    x = 1.0 if x < y else 0.0
+                elif op == OP_LE:
+                    x = 1.0 if x <= y else 0.0
+                elif op == OP_GT:
+                    x = 1.0 if x > y else 0.0
+                elif op == OP_GE:
+                    x = 1.0 if x >= y else 0.0
+                elif op == OP_AND:
+                    x = 1.0 if (x != 0.0 and y != 0.0) else 0.0
+                else:  # OP_OR
+                    x = 1.0 if (x != 0.0 or y != 0.0) else 0.0
+                self.stack[sp - 1] = x
+
+    def _updates(self, vrow: cython.Py_ssize_t, which: cython.int) -> cython.void:
+        """The column updates ``which`` (2j + begin) of the state row at ``vrow`` of ``V``
+        for the current event row (6.3)."""
+        lo: cython.int = self.up_start[which]
+        hi: cython.int = self.up_start[which + 1]
+        if lo == hi:
+            return
+        u: cython.int
+        c: cython.Py_ssize_t
+        op: cython.int
+        x: cython.double
+        cur: cython.double
+        for u in range(lo, hi):
+            c = vrow + self.up_col[u]
+            op = self.up_op[u]
+            x = self.E[self.erow + self.up_slot[u]] if self.up_slot[u] >= 0 else 0.0
+            if op == UP_SET:
+                self.V[c] = x
+            elif op == UP_SUM0:
+                self.V[c] = 0.0 + x
+            elif op == UP_SUM:
+                self.V[c] = self.V[c] + x
+            elif op == UP_COUNT0:
+                self.V[c] = 1.0
+            elif op == UP_COUNT:
+                self.V[c] = self.V[c] + 1.0
+            else:
+                cur = self.V[c]
+                if cur != cur or x != x:
+                    self.V[c] = NAN
+                elif (op == UP_MIN and x < cur) or (op == UP_MAX and x > cur):
+                    self.V[c] = x
+
+
+@cython.cclass
+class Core(Machine):
     """One run of the loop over a finite stream; built by :func:`acep.nfab.core.run`."""
 
     # the plan
     k: cython.int
-    ncol: cython.int
     nslot: cython.int
     strategy: cython.int
     has_window: cython.bint
@@ -157,16 +278,7 @@ class Core:
     prog_begin: cython.int[:]
     prog_take: cython.int[:]
     prog_close: cython.int[:]
-    code: cython.int[:]
-    consts: cython.double[:]
-    up_start: cython.int[:]     # updates of component j: up_start[2j+b] .. up_start[2j+b+1]
-    up_col: cython.int[:]
-    up_op: cython.int[:]
-    up_slot: cython.int[:]
-    stack: cython.double[:]
     # the event being processed
-    E: cython.double[:]
-    erow: cython.Py_ssize_t
     pos: cython.longlong
     t: cython.double
     ety: cython.int
@@ -177,7 +289,6 @@ class Core:
     r_label: cython.longlong[:]
     r_clones: cython.longlong[:]
     r_next: cython.longlong[:]
-    V: cython.double[:]
     rcap: cython.Py_ssize_t
     free: cython.longlong
     p_head: cython.longlong[:]
@@ -331,125 +442,11 @@ class Core:
     # ------------------------------------------------------------------ formulas
 
     @cython.cfunc
-    @cython.boundscheck(False)
-    @cython.wraparound(False)
     def _holds(self, pc: cython.int, r: cython.longlong) -> cython.bint:
         """Whether the program at ``pc`` holds on the current event and run ``r`` (5.2)."""
         if pc < 0:
             return True
-        vrow: cython.Py_ssize_t = r * self.ncol
-        sp: cython.int = 0
-        op: cython.int
-        arg: cython.int
-        n: cython.int
-        x: cython.double
-        y: cython.double
-        nan: cython.bint
-        i: cython.int
-        while True:
-            op = self.code[pc]
-            arg = self.code[pc + 1]
-            pc += 2
-            if op == OP_STATE:
-                self.stack[sp] = self.V[vrow + arg]
-                sp += 1
-            elif op == OP_EVENT:
-                self.stack[sp] = self.E[self.erow + arg]
-                sp += 1
-            elif op == OP_CONST:
-                self.stack[sp] = self.consts[arg]
-                sp += 1
-            elif op == OP_CHECK:
-                sp -= 1
-                if self.stack[sp] == 0.0:
-                    return False
-            elif op == OP_END:
-                return True
-            elif op == OP_NEG:
-                self.stack[sp - 1] = -self.stack[sp - 1]
-            elif op == OP_NOT:
-                self.stack[sp - 1] = 1.0 if self.stack[sp - 1] == 0.0 else 0.0
-            elif op == OP_ABS:
-                self.stack[sp - 1] = fabs(self.stack[sp - 1])
-            elif op == OP_MIN or op == OP_MAX:
-                n = arg
-                sp -= n
-                x = self.stack[sp]
-                nan = x != x
-                for i in range(1, n):
-                    y = self.stack[sp + i]
-                    if y != y:
-                        nan = True
-                    elif (op == OP_MIN and y < x) or (op == OP_MAX and y > x):
-                        x = y
-                self.stack[sp] = NAN if nan else x
-                sp += 1
-            else:
-                sp -= 1
-                y = self.stack[sp]
-                x = self.stack[sp - 1]
-                if op == OP_ADD:
-                    x = x + y
-                elif op == OP_SUB:
-                    x = x - y
-                elif op == OP_MUL:
-                    x = x * y
-                elif op == OP_DIV:
-                    x = NAN if y == 0.0 else x / y
-                elif op == OP_MOD:
-                    x = NAN if y == 0.0 else _py_mod(x, y)
-                elif op == OP_EQ:
-                    x = 1.0 if x == y else 0.0
-                elif op == OP_NE:
-                    x = 1.0 if x != y else 0.0
-                elif op == OP_LT:
-                    x = 1.0 if x < y else 0.0
-                elif op == OP_LE:
-                    x = 1.0 if x <= y else 0.0
-                elif op == OP_GT:
-                    x = 1.0 if x > y else 0.0
-                elif op == OP_GE:
-                    x = 1.0 if x >= y else 0.0
-                elif op == OP_AND:
-                    x = 1.0 if (x != 0.0 and y != 0.0) else 0.0
-                else:  # OP_OR
-                    x = 1.0 if (x != 0.0 or y != 0.0) else 0.0
-                self.stack[sp - 1] = x
-
-    @cython.cfunc
-    @cython.exceptval(check=False)
-    def _update(self, r: cython.longlong, j: cython.int, begin: cython.int) -> cython.void:
-        """The columns of component j after run r selects the event (6.3)."""
-        lo: cython.int = self.up_start[2 * j + begin]
-        hi: cython.int = self.up_start[2 * j + begin + 1]
-        if lo == hi:
-            return
-        vrow: cython.Py_ssize_t = r * self.ncol
-        u: cython.int
-        c: cython.Py_ssize_t
-        op: cython.int
-        x: cython.double
-        cur: cython.double
-        for u in range(lo, hi):
-            c = vrow + self.up_col[u]
-            op = self.up_op[u]
-            x = self.E[self.erow + self.up_slot[u]] if self.up_slot[u] >= 0 else 0.0
-            if op == UP_SET:
-                self.V[c] = x
-            elif op == UP_SUM0:
-                self.V[c] = 0.0 + x
-            elif op == UP_SUM:
-                self.V[c] = self.V[c] + x
-            elif op == UP_COUNT0:
-                self.V[c] = 1.0
-            elif op == UP_COUNT:
-                self.V[c] = self.V[c] + 1.0
-            else:
-                cur = self.V[c]
-                if cur != cur or x != x:
-                    self.V[c] = NAN
-                elif (op == UP_MIN and x < cur) or (op == UP_MAX and x > cur):
-                    self.V[c] = x
+        return Machine._eval(self, pc, r * self.ncol) != 0.0  # a direct C call
 
     # ------------------------------------------------------------------ moves (6.1)
 
@@ -495,7 +492,7 @@ class Core:
     @cython.cfunc
     @cython.exceptval(-1)
     def _begin(self, r: cython.longlong, j: cython.int) -> cython.int:
-        self._update(r, j, 1)
+        Machine._updates(self, r * self.ncol, 2 * j + 1)  # 6.3
         self._write(r, j)
         last: cython.bint = j + 1 == self.k
         if self.kleene[j]:
@@ -516,7 +513,7 @@ class Core:
     @cython.cfunc
     @cython.exceptval(-1)
     def _take(self, r: cython.longlong, j: cython.int) -> cython.int:
-        self._update(r, j, 0)
+        Machine._updates(self, r * self.ncol, 2 * j)
         self._write(r, j)
         self._append(r)
         if j + 1 == self.k:

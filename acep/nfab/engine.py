@@ -97,9 +97,10 @@ class Engine:
     max_entries : int, optional
         The bound on what one call may hold at once (None: no bound).
     core : {"auto", "compiled", "python", "off"}
-        For ``run`` with the shared-buffer engine: its compiled core
-        (:mod:`acep.nfab.core`) when built (``"auto"``), always (``"compiled"``), its
-        source as Python (``"python"``), or never (``"off"``); :attr:`core` says what ran.
+        For ``run`` with the shared-buffer or the postponing engine: its compiled core
+        (:mod:`acep.nfab.core`, :mod:`acep.nfab.postpone.core`) when built (``"auto"``),
+        always (``"compiled"``), its source as Python (``"python"``), or never
+        (``"off"``); :attr:`core` says what ran.
 
     Examples
     --------
@@ -154,11 +155,12 @@ class Engine:
 
     @property
     def core(self) -> str | None:
-        """What ran the last shared-buffer call: ``"compiled"`` (the compiled core,
-        :mod:`acep.nfab.core`), ``"python"`` (its source run as Python: ``core="python"``
-        or ``ACEP_NFAB_CORE=python``), ``"shared"`` (:mod:`acep.nfab.shared`, the reference:
-        streams pushed in pieces, ``max_entries``, text where the query computes,
-        or no compiled core); None before any."""
+        """What ran the last shared-buffer or postponing call: ``"compiled"`` (the
+        compiled core, :mod:`acep.nfab.core`), ``"python"`` (its source run as Python:
+        ``core="python"`` or ``ACEP_NFAB_CORE=python``), ``"shared"``
+        (:mod:`acep.nfab.shared`) or ``"postpone"`` (:mod:`acep.nfab.postpone`'s pure
+        engine), the references: streams pushed in pieces (shared), ``max_entries``, text
+        where the query computes, or no compiled core; None before any."""
         return self._core_ran
 
     @property
@@ -291,7 +293,8 @@ class Engine:
         """Verbose matches, or collapsed records (counted lazily: ``matches`` stays 0)."""
         stats = PostponeStats()
         found = match_postponed(self.query, rows, output=self.output, stats=stats,
-                                max_entries=self.max_entries)
+                                max_entries=self.max_entries, core=self._core_choice)
+        self._core_ran = stats.core
         self._stats["main_runs"] += stats.main_runs
         self._stats["matches"] += stats.matches
         self._stats["records"] += stats.records

@@ -87,8 +87,9 @@ SYSTEMS = {  # name in the JSON -> what it is
     "shared_compact": "shared-buffer engine through Engine(output='compact', "
                       "engine='shared', core='off'): matches grouped by end event, as buffer "
                       "pointers",
-    "postpone_verbose": "postponing engine (acep.nfab.postpone.match_postponed), early "
-                        "filters on, verbose output (every match, as the naive baseline)",
+    "postpone_verbose": "postponing engine (acep.nfab.postpone.match_postponed, on its "
+                        "compiled core where built: 'core' in the row), early filters on, "
+                        "verbose output (every match, as the naive baseline)",
     "postpone_compact": "postponing engine, early filters on, compact output (collapsed "
                         "records, one per main run and end event)",
     "postpone_compact_no_filters": "postponing engine, early filters off, compact output",
@@ -281,7 +282,7 @@ def _measure_once(system: str, query: Query, events: list[Event], budget: float 
         row.update(runs_created=stats.runs_created, runs_merged=stats.runs_merged,
                    max_live_runs=stats.max_live_runs)
     else:
-        row.update(main_runs=stats.main_runs, candidates=stats.candidates,
+        row.update(main_runs=stats.main_runs, candidates=stats.candidates, core=stats.core,
                    main_runs_per_event=stats.main_runs / done,
                    candidates_per_event=stats.candidates / done)
     if "runs_created" in row:

@@ -20,137 +20,19 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from support.cli import run_without_cython
-from support.exact import draw_positive, first, it, last, op, pre, prev, r, whole
+from support.exact_cases import XS, cases
 from support.exact_oracle import oracle
 
 from acep.events import Event, EventBatch, EventError
 from acep.nfab import Engine
-from acep.nfab.ast import (
-    Call,
-    Component,
-    Equiv,
-    Kind,
-    Len,
-    Query,
-    ReturnItem,
-    Strategy,
-    UnaryOp,
-)
 from acep.nfab.core import CoreMatches, core_module, core_name
 from acep.nfab.runs import ExactMatch
 
-BIG = 2**53
 SETTINGS = settings(max_examples=80, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-XS = [0, 1, 2, 3, 0, 1, 2, 3, 1.5, -1, math.nan, True]
-WIDE_XS = XS + [BIG, BIG + 1]
-SS = ["p", "q", "p", 1]
-KS = [0, 1, 7, 7.0, "7", BIG, BIG + 1, math.nan]
-STEPS = [0, 0, 1, 1, 2, 0.1, 0.25]
 # the compiled core where it is built, else its source run as Python (the same file)
 AUTO = core_name(core_module("auto"))
 COMPILED = "compiled" if AUTO == "compiled" else "python"
-
-
-# ------------------------------------------------------------------ queries and streams
-
-
-def _singleton_menu(v: str, earlier: list[Component], wide: bool) -> list:
-    x = r(v, "x")
-    menu = [op("<", x, 2), op(">=", x, 1), op("!=", x, x), op("<=", Call("abs", (r(v, "y"),)), 1),
-            UnaryOp("not", op("==", x, 0)), op("or", op("<", x, 0), op(">", r(v, "y"), 2))]
-    if not wide:  # the oracle computes x % 2 in floats for x = 2**53 + 1, the engines not
-        menu += [op("==", op("%", x, 2), 1), op(">", op("/", r(v, "y"), x), 1)]
-    for e in earlier:
-        ref = r(e.var, "x") if e.kind is Kind.ONE else last(e.var, "x")
-        menu += [op("<=", ref, x), op("==", ref, x), op("<", op("-", ref, x), r(v, "y")),
-                 op(">=", Call("max", (ref, r(v, "y"))), x)]
-        if wide and e.kind is Kind.ONE:  # text: compared by 3.2's rules on shared.py
-            menu += [op("<", r(e.var, "s"), r(v, "s")), op("!=", r(e.var, "s"), r(v, "s"))]
-    if wide:
-        menu.append(op("==", r(v, "s"), "p"))
-    return menu
-
-
-def _kleene_menu(v: str, earlier: list[Component], wide: bool) -> list:
-    x = it(v, "x")
-    menu = [op("<=", x, 2), op("!=", x, 0), op(">=", x, prev(v, "x")),
-            op(">", x, pre("avg", v, "x")), op("<=", x, pre("max", v, "x")),
-            op(">", x, pre("min", v, "x")), op(">=", op("+", x, pre("count", v)),
-                                                pre("sum", v, "x")),
-            op("!=", x, first(v, "x")), op(">", last(v, "x"), 0), op("<=", Len(v), 2),
-            op("<", whole("sum", v, "x"), 5), op(">=", whole("max", v, "x"),
-                                                 whole("min", v, "x")),
-            op(">", first(v, "x"), 0), op("<", UnaryOp("-", x), it(v, "y")),
-            op(">=", Call("min", (x, prev(v, "y"))), 0)]
-    if not wide:
-        menu.append(op("==", op("%", op("*", x, 3), it(v, "y")), 0))
-    for e in earlier:
-        ref = r(e.var, "x") if e.kind is Kind.ONE else last(e.var, "x")
-        menu += [op(">=", x, ref), op("==", x, ref)]
-    return menu
-
-
-@st.composite
-def queries(draw, wide: bool = False):
-    positive = draw_positive(draw)
-    menu = []
-    for j, comp in enumerate(positive):
-        maker = _kleene_menu if comp.kind is Kind.PLUS else _singleton_menu
-        menu.extend(maker(comp.var, positive[:j], wide))
-    where = draw(st.lists(st.sampled_from(menu), max_size=3, unique_by=repr))
-    comps = list(positive)
-    if draw(st.booleans()):
-        at = draw(st.integers(0, len(comps)))
-        comps.insert(at, Component(Kind.NEG, draw(st.sampled_from("ABCD")), "n0"))
-        where += draw(st.lists(st.just(op(">", r("n0", "x"), 1)), max_size=1))
-    if draw(st.booleans()):
-        where.insert(draw(st.integers(0, len(where))),
-                     Equiv(draw(st.sampled_from([("k",), ("k",), ("k", "y")]))))
-    returns = ()
-    if draw(st.booleans()):
-        p = positive[0]
-        returns = (ReturnItem(r(p.var, "x") if p.kind is Kind.ONE
-                              else whole("sum", p.var, "x"), "v"),)
-    edge_neg = comps[0].kind is Kind.NEG or comps[-1].kind is Kind.NEG
-    within = "gap" if edge_neg or draw(st.booleans()) else None
-    strategy = draw(st.sampled_from(list(Strategy)))
-    if strategy is Strategy.PARTITION and not any(isinstance(c, Equiv) for c in where):
-        strategy = Strategy.NEXT
-    return Query(tuple(comps), strategy, tuple(where), within, returns)
-
-
-@st.composite
-def streams(draw, types: str, max_size: int, xs: list, bad: bool):
-    n = draw(st.integers(2, max_size))
-    out, t = [], 0
-    for _ in range(n):
-        t += draw(st.sampled_from(STEPS))
-        if bad and draw(st.integers(0, 4 * max_size)) == 0:
-            t -= 1
-        attrs = {"x": draw(st.sampled_from(xs)), "y": draw(st.sampled_from(xs)),
-                 "k": draw(st.sampled_from(KS))}
-        if bad:
-            attrs["s"] = draw(st.sampled_from(SS))
-        if bad and draw(st.integers(0, 4 * max_size)) == 0:
-            del attrs[draw(st.sampled_from(sorted(attrs)))]
-        out.append(Event(draw(st.sampled_from(types)), t, attrs))
-    return out
-
-
-@st.composite
-def cases(draw, max_size=10, wide=False):
-    query = draw(queries(wide=wide))
-    types = "".join(c.type for c in query.components) + "D"
-    events = draw(streams(types, max_size, WIDE_XS if wide else XS, wide))
-    if query.window == "gap":
-        tags = sorted({e.t for e in events})
-        gaps = sorted({b - a for a in tags for b in tags if b >= a})
-        w = draw(st.sampled_from(gaps)) if gaps else 1.0
-        if draw(st.booleans()):
-            w = max(0.0, math.nextafter(w, draw(st.sampled_from([0.0, math.inf]))))
-        query = Query(query.components, query.strategy, query.conjuncts, w, query.returns)
-    return query, events
 
 
 def norm(m) -> tuple:

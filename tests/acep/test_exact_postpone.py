@@ -7,7 +7,6 @@ import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from support.exact import (
     FIG4,
     Q1_STREAM,
@@ -37,11 +36,12 @@ from support.exact import (
     whole,
     with_strategy,
 )
+from support.exact_cases import filter_cases
 from support.exact_oracle import oracle
 
 import acep.nfab.postpone.compact as postpone
 from acep.events import Event, EventError
-from acep.nfab.ast import Component, Kind, Strategy
+from acep.nfab.ast import Strategy
 from acep.nfab.postpone import (
     CollapsedMatch,
     PostponeStats,
@@ -147,62 +147,6 @@ def test_longer_random_streams_equal_the_run_engine():
 
 # Every row of the classifier table of 7.3, with shifts and scales, on either side of the
 # comparison, against a singleton, a Kleene's first / last element, its prefix or whole
-# max / min, and values that include NaN and infinities: the filters must never change
-# the output.
-
-_VALUES = st.sampled_from([0, 1, 2, 3, 1.5, -1, float("nan"), float("inf"), float("-inf")])
-_OPS = ["<", "<=", ">", ">="]
-_MAPS = [lambda y: y, lambda y: op("+", y, 1), lambda y: op("-", y, 1.5),
-         lambda y: op("*", 2, y), lambda y: op("/", y, 2), lambda y: op("+", 0.5, op("*", y, 3)),
-         lambda y: op("*", -1, y), lambda y: op("-", 1, y)]   # the last two: inconsistent
-
-
-def _terms(comp, earlier, take):
-    """S-dependent terms a conjunct of ``comp`` may compare against."""
-    out = []
-    for e in earlier:
-        if e.kind is Kind.ONE:
-            out.append(r(e.var, "x"))
-        else:
-            out += [first(e.var, "x"), last(e.var, "x"), whole("max", e.var, "x"),
-                    whole("min", e.var, "x"), whole("avg", e.var, "x")]
-    if take:
-        v = comp.var
-        out += [prev(v, "x"), first(v, "x"), pre("max", v, "x"), pre("min", v, "x"),
-                pre("sum", v, "x")]
-    return out
-
-
-@st.composite
-def filter_cases(draw):
-    k = draw(st.integers(1, 3))
-    comps = [Component(draw(st.sampled_from([Kind.ONE, Kind.PLUS])),
-                       draw(st.sampled_from("AB")), f"p{j}") for j in range(k)]
-    where = []
-    for j, comp in enumerate(comps):
-        own = r(comp.var, "x") if comp.kind is Kind.ONE else it(comp.var, "x")
-        take = comp.kind is Kind.PLUS
-        terms = _terms(comp, comps[:j], take)
-        for _ in range(draw(st.integers(0, 2))):
-            if not terms:
-                break
-            term = draw(st.sampled_from(terms))
-            y = draw(st.sampled_from(_MAPS))(term)
-            x = draw(st.sampled_from([own, op("+", own, 1), op("*", 0.5, own)]))
-            o = draw(st.sampled_from(_OPS))
-            where.append(op(o, x, y) if draw(st.booleans()) else op(o, y, x))
-    if draw(st.booleans()):
-        where.append(op(">", r(comps[0].var, "x") if comps[0].kind is Kind.ONE
-                        else first(comps[0].var, "x"), 0))
-    within = draw(st.sampled_from([None, 3.0, 6.0]))
-    n = draw(st.integers(3, 9))
-    events, t = [], 0
-    for _ in range(n):
-        t += draw(st.integers(0, 1))
-        events.append(ev(draw(st.sampled_from("ABC")), t, x=draw(_VALUES)))
-    return q(*comps, where=where, within=within), events
-
-
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(filter_cases())
 def test_early_filters_are_sound_on_every_class(case):

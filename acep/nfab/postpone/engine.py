@@ -10,9 +10,18 @@ from collections.abc import Iterable
 from ...events import Event
 from ..ast import Query, Strategy
 from ..compile import compile_query
+from ..core import CORES, Unsupported, core_module, core_name
 from ..evaluate import Binding, _compare, evaluate, truthy, value_of
 from ..runs import Counters, ExactMatch, RunStats, _Machine, _validate, check_held
 from .compact import CollapsedMatch
+from .core import (
+    PostponePlan,
+    constructions,
+    found_matches,
+    postpone_module,
+    prepare_search,
+    run_lists,
+)
 from .filters import (
     _DISCARD,
     _EMPTY,
@@ -37,15 +46,24 @@ class PostponeStats(Counters):
     ``constructions``: (main run, end event) pairs searched (verbose) or emitted as records
     (compact). ``matches``: matches returned (verbose only; compact output does not
     enumerate). ``records``: :class:`CollapsedMatch` records returned (compact only).
+    ``core`` (not a counter): what ran the main runs, ``"compiled"`` (the compiled core,
+    :mod:`.core`), ``"python"`` (its source run as Python) or ``"postpone"`` (this module).
     """
 
     __slots__ = ("main_runs", "candidates", "discarded", "safe", "constructions", "matches",
-                 "records")
+                 "records", "core")
+
+    def __init__(self):
+        super().__init__()
+        self.core: str | None = None
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__ if name != "core"}
 
 
 def match_postponed(query: Query, events: Iterable[Event], *, early_filters: bool = True,
                     output: str = "verbose", stats: PostponeStats | None = None,
-                    max_entries: int | None = None
+                    max_entries: int | None = None, core: str = "auto"
                     ) -> list[ExactMatch] | list[CollapsedMatch]:
     """All matches of a skip_till_any_match ``query`` on ``events``, by postponing (7).
 
@@ -56,18 +74,45 @@ def match_postponed(query: Query, events: Iterable[Event], *, early_filters: boo
     :class:`PostponeStats`) receives the counters. ``max_entries`` bounds the candidates
     held plus the matches (verbose) or records (compact), and the matches one record's
     ``count()`` or ``expand()`` enumerates (:class:`~acep.nfab.runs.ExactLimitError`).
-    Raises ``ValueError`` for another strategy or output, :class:`~acep.events.EventError`
-    for bad events (section 1).
+    ``core`` (``"auto"``, ``"compiled"``, ``"python"``, ``"off"``, as
+    :func:`acep.nfab.core.core_module`) runs the main runs, the early filters and the
+    verbose search on the compiled core (:mod:`.core`, EXACT.md 7.4) where the query, the
+    events and a None ``max_entries`` allow; the output and the counters are the same.
+    Raises ``ValueError`` for another strategy, output or core,
+    :class:`~acep.events.EventError` for bad events (section 1).
     """
     if query.strategy is not Strategy.ANY:
         raise ValueError(f"postponing is exact only under skip_till_any_match, not "
                          f"{query.strategy.value} (EXACT.md 7)")
     if output not in ("verbose", "compact"):
         raise ValueError(f"output is 'verbose' or 'compact', not {output!r}")
+    if core not in CORES:
+        raise ValueError(f"core must be one of {', '.join(CORES)}, not {core!r}")
     cq = compile_query(query)
     events = list(events)
-    _validate(cq, events)
     stats = stats if stats is not None else PostponeStats()
+    module = core_module(core) if max_entries is None else None
+    module = postpone_module(module, core) if module is not None else None
+    pplan = _core_plan(cq, early_filters) if module is not None else None
+    core_run = run_lists(pplan, events, module) if pplan is not None else None
+    if core_run is not None:
+        for name, value in core_run.counters().items():
+            setattr(stats, name, value)
+        stats.core = core_name(module)
+        ctx = _Context(pplan.plan, events, _Machine(cq, events, RunStats()), None)
+        if output == "compact":
+            records = [CollapsedMatch(run.start, pos, ctx, run, ranges) for pos, run, ranges
+                       in constructions(pplan, core_run.output(), events)]
+            stats.records = len(records)
+            return sorted(records, key=lambda r: (r.end_position, r.start_position))
+        # pos: the end event a timer's handler finds the search at (bench/exact)
+        for c, pos in enumerate(prepare_search(pplan, core_run)):  # noqa: B007
+            core_run.search(c)
+        found = found_matches(pplan, core_run, events, ctx.machine)
+        stats.matches = len(found)
+        return sorted(found, key=lambda m: (m.positions[-1][-1], m.positions))
+    _validate(cq, events)
+    stats.core = "postpone"
     plan = _Plan(cq, early_filters)
     ctx = _Context(plan, events, _Machine(cq, events, RunStats()), max_entries)
     engine = _Engine(ctx, stats, compact=output == "compact")
@@ -83,6 +128,13 @@ def match_postponed(query: Query, events: Iterable[Event], *, early_filters: boo
     return sorted(engine.matches, key=lambda m: (m.positions[-1][-1], m.positions))
 
 
+def _core_plan(cq, early_filters: bool) -> PostponePlan | None:
+    try:
+        return PostponePlan(cq, early_filters)
+    except Unsupported:
+        return None
+
+
 class _Engine:
     def __init__(self, ctx: _Context, stats: PostponeStats, compact: bool):
         self.ctx, self.plan, self.stats, self.compact = ctx, ctx.plan, stats, compact
@@ -94,13 +146,17 @@ class _Engine:
 
     def key(self, event: Event):
         """The partition key for routing; None without an equivalence test. An event
-        outside every partition is offered to no main run (it fails every equality)."""
+        outside every partition (a key missing or NaN) is offered to no main run (it fails
+        every equality)."""
         attrs = self.plan.equivalence
         if not attrs:
             return None
         if any(a not in event.attrs or event.attrs[a] is None for a in attrs):
             return _NOWHERE
-        return tuple(value_of(event, a) for a in attrs)
+        key = tuple(value_of(event, a) for a in attrs)
+        if any(v != v for v in key):
+            return _NOWHERE  # NaN equals nothing (3.2), not even one shared NaN object
+        return key
 
     def step(self, pos: int, event: Event) -> None:
         plan = self.plan
