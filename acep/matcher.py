@@ -20,6 +20,7 @@ import numpy as np
 
 from . import _backend
 from . import _checks as check
+from ._bundles import bundle_runs
 from ._matcher_checks import check_batch, check_load, check_parameters, check_window
 from .automaton import Automaton, build_automaton
 from .events import Event, EventBatch, EventError, partition_key, tag_text
@@ -699,20 +700,10 @@ def bundles(found: MatchBatch, window: float) -> list[Bundle]:
     keys = list(index)
     rank = np.empty(len(keys), dtype=np.int64)
     rank[sorted(range(len(keys)), key=lambda c: repr(keys[c]))] = np.arange(len(keys))
-    points = np.asarray(found.point, dtype=np.float64)
-    order = np.lexsort((points, rank[codes]))  # by partition (repr), then point
-    part, points = rank[codes][order], points[order]
-    distinct = np.ones(len(points), dtype=bool)  # each point of a partition once
-    distinct[1:] = (part[1:] != part[:-1]) | (points[1:] != points[:-1])
-    part, points = part[distinct], points[distinct]
-    starts = np.ones(len(points), dtype=bool)
-    starts[1:] = (part[1:] != part[:-1]) | (np.diff(points) > window)
-    first = np.flatnonzero(starts)
-    last = np.append(first[1:], len(points)) - 1
+    part, first, last, n = bundle_runs(rank[codes], found.point, window)
     by_rank = [keys[c] for c in np.argsort(rank).tolist()]
     return [Bundle(by_rank[r], f, t, n) for r, f, t, n in
-            zip(part[first].tolist(), points[first].tolist(), points[last].tolist(),
-                (last - first + 1).tolist())]
+            zip(part.tolist(), first.tolist(), last.tolist(), n.tolist())]
 
 
 def bundles_table(found: MatchBatch, window: float):

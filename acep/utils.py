@@ -7,6 +7,7 @@ modules of :mod:`acep` that hold them.
 from . import _bounds as bounds
 from . import _checks as checks
 from ._bounds import json_problem
+from ._bundles import bundle_runs
 from ._checks import ParameterError
 from ._https import HTTPSWithin, HTTPSWithinHandler
 from ._jsonread import loads as json_loads
@@ -16,7 +17,7 @@ from ._text import counted, one_line
 from .events import lines as json_lines
 
 __all__ = [
-    "bounds", "checks", "json_problem", "ParameterError", "HTTPSWithin", "HTTPSWithinHandler",
-    "json_loads", "readable", "Terminated", "terminate_on_sigterm", "one_line",
-    "counted", "json_lines",
+    "bounds", "bundle_runs", "checks", "json_problem", "ParameterError", "HTTPSWithin",
+    "HTTPSWithinHandler", "json_loads", "readable", "Terminated", "terminate_on_sigterm",
+    "one_line", "counted", "json_lines",
 ]

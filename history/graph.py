@@ -24,6 +24,7 @@ import numpy as np
 
 from acep import storage
 from acep.shedding import cell_index, cell_parts
+from acep.utils import bundle_runs
 
 from . import _format
 
@@ -67,22 +68,8 @@ def compute_bundles(partition, point, window: float) -> dict[str, np.ndarray]:
     Returns arrays ``partition`` (int32), ``first``, ``last`` (float64) and ``points`` (int64,
     distinct match points in the bundle). Repeated (partition, point) pairs count once.
     """
-    part = np.asarray(partition, dtype=np.int64)
-    pt = np.asarray(point, dtype=np.float64)
-    if len(part) == 0:
-        return {"partition": np.zeros(0, np.int32), "first": np.zeros(0), "last": np.zeros(0),
-                "points": np.zeros(0, np.int64)}
-    order = np.lexsort((pt, part))
-    part, pt = part[order], pt[order]
-    distinct = np.ones(len(pt), dtype=bool)
-    distinct[1:] = (part[1:] != part[:-1]) | (pt[1:] != pt[:-1])
-    part, pt = part[distinct], pt[distinct]
-    starts = np.ones(len(pt), dtype=bool)
-    starts[1:] = (part[1:] != part[:-1]) | (np.diff(pt) > window)
-    first_idx = np.flatnonzero(starts)
-    last_idx = np.append(first_idx[1:], len(pt)) - 1
-    return {"partition": part[first_idx].astype(np.int32), "first": pt[first_idx],
-            "last": pt[last_idx], "points": (last_idx - first_idx + 1).astype(np.int64)}
+    part, first, last, n = bundle_runs(partition, point, window)
+    return {"partition": part.astype(np.int32), "first": first, "last": last, "points": n}
 
 
 def bundle_index(b_part, b_first, b_last, part, point) -> np.ndarray:
