@@ -1316,12 +1316,12 @@ class Kernel:
         is sampled with the same probability whatever the stream. The starts of a sample
         block and of the block after it are probes: a node that could dominate a sample
         node starts at most one window after it, so sample nodes live and merge as they
-        would without shedding. With ``probe_act`` > 0 a block whose partition had more
-        than ``probe_act`` times the mean activity of the blocks decided so far, times 2**j,
-        events in about the last window is sampled 2**(j + 1) times less often (up to 2**7)
-        and its samples weigh as much. A block is decided at its partition's first
-        start in it; while probes have spent ``probe_share`` of the credit granted, none is
-        sampled."""
+        would without shedding. With ``probe_act`` > 0 a block is drawn with probability
+        ``probe / 2**j``, ``j`` (at most 7) the least with ``act <= probe_act x mean_act x
+        2**j``: ``act`` is the partition's activity at the block's first start, ``mean_act``
+        the mean over the blocks decided so far; its samples weigh ``2**j``. A block is
+        decided at its partition's first start in it (the mean includes it); while probes
+        have spent ``probe_share`` of the credit granted, none is sampled."""
         p: cython.int = self.c_part
         b: cython.double = self.c_tag / self.w if self.w > 0.0 else self.c_tag
         if -4.5e15 < b < 4.5e15:  # beyond, a double is whole (or infinite: Python's floor raises)
