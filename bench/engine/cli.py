@@ -1,11 +1,14 @@
 """``acep match`` end to end against only reading the file: CPU seconds, median of repeats.
 
 ``python -m bench.engine.cli [--data flights-3m.parquet] [--out DIR] [--repeats 3]``
-writes ``DIR/cli.json`` (default ``bench/engine/results``) and prints one line per run:
+writes ``DIR/cli.json`` and ``DIR/cli.png`` (default ``bench/engine/results``) and prints
+one line per run:
 
 - ``read_in_process``: ``read_events`` of the file into event batches in a running
   process (pyarrow imported, one read before, so no first-use costs);
 - ``read_in_process_first``: the same, the first read of the process;
+- ``start_process``: a process that only imports what reading needs (acep, pyarrow), the
+  fixed cost every run below pays;
 - ``read_process``: a process that only imports acep and reads the file;
 - ``match_in_process``: what ``acep match`` does after its start, in a running process
   (one read before, as for ``read_in_process``): read, match, write the lines to /dev/null;
@@ -33,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MATCH = ["-p", "late verylate late", "-w", "1h", "-k", "1", "--spec", "flights",
          "--partition", "origin", "--no-progress"]
+_START = "import pyarrow.parquet\nfrom acep import read_events\nfrom acep.events import PRESETS\n"
 _READ = ("from acep import read_events\nfrom acep.events import PRESETS\n"
          "n = sum(len(b) for b in read_events({data!r}, PRESETS['flights']))\n")
 _TIMED = ("import resource, time\nimport pyarrow.parquet\n"
@@ -75,6 +79,7 @@ def measure(data: str, repeats: int) -> dict:
     runs = {
         "read_in_process": lambda: _in_process(data, True),
         "read_in_process_first": lambda: _in_process(data, False),
+        "start_process": lambda: _child(["-c", _START]),
         "read_process": lambda: _child(["-c", _READ.format(data=data)]),
         "match_in_process": lambda: _in_process(data, True, _MATCH),
         "match": lambda: _child(["-m", "acep", "match", data, *MATCH]),
@@ -117,7 +122,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name if '/' in name else 'match / ' + name}: {ratio:.2f}x")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "cli.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(result, Path(args.out) / "cli.png")
     return 0
+
+
+def plot(result: dict, path: Path) -> None:
+    """``cli.png``: each run's CPU seconds (median, the repeats as dots), fastest at the top."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = sorted(result["runs"].items(), key=lambda kv: -kv[1]["cpu_s"])
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(runs) + 1.4), layout="constrained")
+    y = range(len(runs))
+    ax.barh(y, [r["cpu_s"] for _, r in runs], color="#9ecae1")
+    for i, (_, r) in enumerate(runs):
+        ax.plot(r["cpu_runs"], [i] * len(r["cpu_runs"]), "k.", ms=4)
+        ax.text(max(r["cpu_runs"]), i, f"  {r['cpu_s']:.2f} s", va="center", fontsize=8)
+    ax.set_yticks(list(y), [name.replace("_", " ") for name, _ in runs], fontsize=8)
+    ax.set_xlabel("CPU seconds (user + system), median of the repeats")
+    ratios = result["match_over"]
+    ax.set_title(f"acep match on {Path(result['data']).name}: "
+                 f"{ratios['read_process']:.2f}x a process that only reads, "
+                 f"{ratios['read_in_process']:.2f}x an in-process read", fontsize=9)
+    ax.set_xlim(0, max(r["cpu_s"] for _, r in runs) * 1.25)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

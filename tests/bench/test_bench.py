@@ -222,3 +222,17 @@ def test_only_the_parquet_member_is_extracted(tmp_path):
     assert not (tmp_path / "escape.txt").exists()
     with pytest.raises(data.DataError, match="has no"):
         data._extract_member(tarball, "package/data/other.parquet", dest)
+
+
+def test_the_cli_benchmark_times_every_run_and_draws_them(tmp_path):
+    from bench.engine import cli
+
+    flights = tiny_flights(tmp_path / "flights.parquet")
+    assert cli.main(["--data", str(flights), "--out", str(tmp_path), "--repeats", "1"]) == 0
+    result = json.loads((tmp_path / "cli.json").read_text())
+    assert set(result["runs"]) == {"read_in_process", "read_in_process_first", "start_process",
+                                   "read_process", "match_in_process", "match", "match_bundles"}
+    assert all(r["cpu_s"] > 0 and len(r["cpu_runs"]) == 1 for r in result["runs"].values())
+    match = result["runs"]["match"]["cpu_s"]
+    assert result["match_over"]["read_process"] == match / result["runs"]["read_process"]["cpu_s"]
+    assert (tmp_path / "cli.png").read_bytes()[:8] == PNG_MAGIC
