@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Sequence
-from itertools import chain
+from itertools import chain, count, repeat
+from operator import attrgetter
 
 import numpy as np
 
@@ -58,37 +59,51 @@ def _core_table(found: CoreMatches) -> tuple | None:
 
 
 def _list_table(found: Sequence, tags: np.ndarray) -> tuple | None:
-    if any(m.values is not None for m in found):
-        return None
+    if list(map(attrgetter("values"), found)).count(None) != len(found):
+        return None  # RETURN values
     k = len(found[0].positions)
-    blocks = [b for m in found for b in m.positions]
+    blocks = list(chain.from_iterable(map(attrgetter("positions"), found)))
     bounds = np.zeros(len(blocks) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, blocks), dtype=np.int64, count=len(blocks)), out=bounds[1:])
     flat = np.fromiter(chain.from_iterable(blocks), dtype=np.int64, count=int(bounds[-1]))
     offsets = bounds[np.arange(len(found))[:, None] * k + np.arange(k + 1)]
-    starts = np.fromiter((m.start for m in found), dtype=np.float64, count=len(found))
-    ends = np.fromiter((m.end for m in found), dtype=np.float64, count=len(found))
+    starts = np.fromiter(map(attrgetter("start"), found), dtype=np.float64, count=len(found))
+    ends = np.fromiter(map(attrgetter("end"), found), dtype=np.float64, count=len(found))
     if not (
         (tags[flat[offsets[:, 0]]] == starts).all()
         and (tags[flat[offsets[:, -1] - 1]] == ends).all()
     ):
         return None  # shown from the match's own start and end: the per-match path
-    partitions = [m.partition for m in found]
+    partitions = list(map(attrgetter("partition"), found))
     if all(p is None for p in partitions):
         return offsets, flat, None
     return offsets, flat, _key_texts(partitions)
 
 
 def _key_texts(keys) -> np.ndarray:
-    """JSON texts of partition keys, each distinct one formatted once (told apart by type
-    too: True and 1 are one dict key, but not one text)."""
+    """JSON texts of partition keys, each distinct one formatted once. A dict tells True
+    and 1 apart from neither 1 nor 1.0, whose texts are the same; with a bool among the
+    values, keys are told apart by type too."""
+    keys = list(keys)
     seen: dict = {}
     try:
-        index = [seen.setdefault((key, *map(type, key or ())), len(seen)) for key in keys]
+        if any(map(isinstance, chain.from_iterable(filter(None, keys)), repeat(bool))):
+            typed = [(key, *map(type, key or ())) for key in keys]
+            firsts = list(map(seen.setdefault, typed, count()))
+        else:
+            firsts = list(map(seen.setdefault, keys, count()))
     except TypeError:  # an unhashable value: each key formatted on its own
-        return np.array([_key_text(key) for key in keys] + [None], dtype=object)[:-1]
-    texts = np.array([_key_text(typed[0]) for typed in seen] + [None], dtype=object)
-    return texts[np.array(index, dtype=np.intp)]
+        return _objects([_key_text(key) for key in keys])
+    out = np.empty(len(keys), dtype=object)
+    at = list(seen.values())
+    out[at] = _objects([_key_text(keys[i]) for i in at])
+    return out[np.array(firsts, dtype=np.intp)]
+
+
+def _objects(items: list) -> np.ndarray:
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out
 
 
 def _key_text(key) -> str:
@@ -165,7 +180,7 @@ def _lines(
     separators = np.where(within == block, "", ", ").astype(object)
     before = offsets[:, :-1] - offsets[:, :1]  # events of the match before each component
     event_labels, position_labels, end = _labels(components)
-    numbers = np.array(list(map(str, positions.tolist())) + [None], dtype=object)[:-1]
+    numbers = _objects(list(map(str, positions.tolist())))
     for start, labels, values in (
         (line + 6, event_labels, texts[positions]),
         (line + 6 + k + 2 * per_match, position_labels, numbers),
