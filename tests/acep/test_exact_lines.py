@@ -26,9 +26,15 @@ from acep.nfab.ast import Strategy
 from acep.nfab.core import CoreMatches
 from acep.nfab.query.printing import format_query
 
-SETTINGS = settings(max_examples=120, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                           HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 BASE = 1_780_000_000.0  # 2026-05-28: time tags as ISO text, fractional seconds kept
 
 
@@ -67,8 +73,11 @@ def _cli(capsys, *argv) -> tuple[str, int]:
 
 
 @SETTINGS
-@given(case=cases(max_size=20), time_tags=st.booleans(),
-       engine=st.sampled_from(["auto", "runs", "shared", "postpone"]))
+@given(
+    case=cases(max_size=20),
+    time_tags=st.booleans(),
+    engine=st.sampled_from(["auto", "runs", "shared", "postpone"]),
+)
 def test_cli_lines_are_the_per_match_lines(tmp_path_factory, capsys, case, time_tags, engine):
     query, events = case
     if engine == "postpone" and query.strategy is not Strategy.ANY:
@@ -84,7 +93,8 @@ def test_cli_lines_are_the_per_match_lines(tmp_path_factory, capsys, case, time_
 @SETTINGS
 @given(case=cases(max_size=14, wide=True), time_tags=st.booleans())
 def test_cli_prints_the_matches_before_a_bad_event_as_the_per_match_path(
-        tmp_path_factory, capsys, case, time_tags):
+    tmp_path_factory, capsys, case, time_tags
+):
     """Bad events: tags going back, a missing attribute, text among numbers."""
     query, events = case
     q, e = _write(tmp_path_factory.mktemp("exact"), query, events, time_tags)
@@ -97,8 +107,7 @@ def test_cli_prints_the_matches_before_a_bad_event_as_the_per_match_path(
 
 @SETTINGS
 @given(case=cases(max_size=16), time_tags=st.booleans(), chunk=st.integers(1, 5))
-def test_core_matches_in_chunks_are_the_per_match_lines(tmp_path_factory, case, time_tags,
-                                                        chunk):
+def test_core_matches_in_chunks_are_the_per_match_lines(tmp_path_factory, case, time_tags, chunk):
     query, events = case
     q, e = _write(tmp_path_factory.mktemp("exact"), query, events, time_tags)
     batch = read_all(e)
@@ -138,11 +147,16 @@ def test_no_match_prints_nothing(tmp_path, capsys):
     assert _cli(capsys, q, e) == ("", 0)
 
 
-@pytest.mark.parametrize("keys, texts", [
-    ([(True,), (1,), (1.0,), (True,)], ["true", "1", "1", "true"]),
-    ([(1.5, "a"), None, (float("nan"),), (2.0, "a")], ['[1.5, "a"]', "null", "null",
-                                                        '[2, "a"]']),
-    ([([1],), ([1],)], ["[1]", "[1]"]),  # unhashable: each formatted on its own
-])
+@pytest.mark.parametrize(
+    "keys, texts",
+    [
+        ([(True,), (1,), (1.0,), (True,)], ["true", "1", "1", "true"]),
+        (
+            [(1.5, "a"), None, (float("nan"),), (2.0, "a")],
+            ['[1.5, "a"]', "null", "null", '[2, "a"]'],
+        ),
+        ([([1],), ([1],)], ["[1]", "[1]"]),  # unhashable: each formatted on its own
+    ],
+)
 def test_partition_keys_are_told_apart_as_json_shows_them(keys, texts):
     assert _key_texts(keys).tolist() == texts
