@@ -72,16 +72,9 @@ def run_exact(args: argparse.Namespace) -> int:
     try:
         engine, found, bad = _run_exact_until_bad(make_engine, batch, bad)
         seconds = time.perf_counter() - started
-        out = _ExactPrinter(query, batch)
-        if args.output == "verbose":
-            lines = [json.dumps(out.match(m)) for m in found]
-        else:  # a postponed record's count() may enumerate its matches
-            lines = [json.dumps(out.record(r)) for r in found]
+        _print(_ExactPrinter(query, batch), found, args.output)
     except ExactLimitError as exc:
         raise _limit_located(exc, batch) from None
-    if lines:
-        sys.stdout.write("\n".join(lines) + "\n")
-        sys.stdout.flush()  # a reader of a live pipe sees each batch's matches at once
     if bad is not None:
         raise bad
     s = engine.stats
@@ -98,6 +91,22 @@ def run_exact(args: argparse.Namespace) -> int:
               f"{sorted(seen)[:12]}); is the event type read from the right column (--spec)?",
               file=sys.stderr)
     return 0
+
+
+def _print(out: _ExactPrinter, found, output: str) -> None:
+    """The output lines: verbose ones in bulk where :func:`verbose_lines` can (no RETURN
+    values), else a dict and ``json.dumps`` per match or record."""
+    from ._exact_lines import verbose_lines
+
+    texts = verbose_lines(found, out.components, out.tags, out.is_time) \
+        if output == "verbose" else None
+    if texts is None:
+        show = out.match if output == "verbose" else out.record  # count() may enumerate
+        lines = [json.dumps(show(x)) for x in found]
+        texts = ["\n".join(lines) + "\n"] if lines else []
+    for text in texts:
+        sys.stdout.write(text)
+    sys.stdout.flush()  # a reader of a live pipe sees each batch's matches at once
 
 
 def _read_accepted(path: str, spec) -> tuple:

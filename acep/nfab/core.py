@@ -447,6 +447,15 @@ class CoreMatches(Sequence):
     def __len__(self) -> int:
         return len(self._ends)
 
+    def arrays(self) -> tuple:
+        """What the matches are made of, for output in bulk: the end positions, the bounds
+        in ``flat`` of each match's components (one row per match), the positions, the
+        output order (None: as stored), and the partition columns (by event position)."""
+        order = None if self._order is None else np.asarray(self._order, dtype=np.int64)
+        return (np.asarray(self._ends, dtype=np.int64),
+                np.asarray(self._offsets, dtype=np.int64),
+                np.asarray(self._flat, dtype=np.int64), order, self._partitions)
+
     def _lists(self) -> None:
         """What the matches are made of, as Python lists, once, on the first read."""
         offsets, flat = self._offsets, self._flat
