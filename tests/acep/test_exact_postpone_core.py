@@ -181,3 +181,20 @@ def test_postponing_core_source_runs_without_cython():
     r = run_without_cython(code)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["[((0,),", "(1,))]", "python"]
+
+
+@pytest.mark.parametrize("events", [[], [Event("A", 0, {"k": 1, "x": 1})],
+                                    [Event("D", 0, {"k": 1, "x": 1})]],
+                         ids=["none", "one start", "one other"])
+def test_a_stream_of_no_or_one_event_runs_on_every_core(events):
+    """Regression: the postponing core allocated its storage only when given events, and
+    an empty stream read it unallocated (a segfault in the collector's re-check)."""
+    text = "PATTERN SEQ(A a, B+ b[]) WHERE [k] AND b[i].x > a.x WITHIN 10"
+    ref = _outputs(Engine(text).query, events, "verbose", True, "off")[0]
+    assert ref == [_fields(m) for m in oracle(Engine(text).query, events)]
+    for core in ("auto", "python"):
+        for output in ("verbose", "compact"):
+            got, stats = _outputs(Engine(text).query, events, output, True, core)
+            want, ref_stats = _outputs(Engine(text).query, events, output, True, "off")
+            assert got == want and stats.as_dict() == ref_stats.as_dict(), (core, output)
+            assert stats.core == (COMPILED if core == "auto" else "python")

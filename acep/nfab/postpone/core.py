@@ -178,8 +178,7 @@ def run_lists(pplan: PostponePlan, events: list[Event], module: ModuleType):
     equivalence = [_column(batch, a, True) for a in base.cq.equivalence]
     keys, nkeys = _keys(equivalence, base, ty, n)
     core = pplan.core(module)
-    if n:
-        core.run(E, ty, tags, keys, nkeys)
+    core.run(E, ty, tags, keys, nkeys)  # also with no events: run allocates the storage
     return core
 
 
