@@ -257,7 +257,7 @@ def run_core(plan: CorePlan, events: list[Event] | EventBatch, output: str,
     if cols is None:
         return None
     core = plan.core(module, output == "raw")
-    found = core.run(cols.E, cols.ty, cols.tags, cols.keys, cols.nkeys) if cols.n else 0
+    found = core.run(cols.E, cols.ty, cols.tags, cols.keys, cols.nkeys)  # run allocates
     counters = core.counters()
     counters["events"], counters["matches"] = cols.n, found
     if plan.cq.negations:

@@ -286,3 +286,23 @@ def test_matches_with_one_end_come_in_canonical_order_kleene_prefixes_first():
     got = [m.positions for m in eng.run(events)]
     assert got == sorted(got, key=lambda p: (p[-1][-1], p)) and len(got) == 7
     assert got[:3] == [((0,), (3,)), ((0, 1), (3,)), ((0, 1, 2), (3,))]
+
+
+@pytest.mark.parametrize("strategy", ["strict_contiguity", "partition_contiguity",
+                                      "skip_till_next_match", "skip_till_any_match"])
+@pytest.mark.parametrize("negated", [False, True])
+def test_a_stream_of_no_or_one_event_runs_on_every_core(strategy, negated):
+    """Regression: the core allocated its storage only when given events, and an empty
+    stream's output read it unallocated (a segfault)."""
+    text = (f"PATTERN SEQ(A a, !(C c), B b) WHERE {strategy}(a, c, b) {{ [k] AND b.x > a.x }}"
+            if negated else
+            f"PATTERN SEQ(A a, B+ b[]) WHERE {strategy}(a, b) {{ [k] AND b[i].x > a.x }}")
+    text += " WITHIN 10"
+    for events in ([], [Event("A", 0, {"k": 1, "x": 1})]):
+        for output in ("verbose", "compact"):
+            want = Engine(text, engine="shared", output=output, core="off").run(events)
+            for core in (COMPILED, "python"):
+                for stream in (events, EventBatch.from_events(events)):
+                    eng = Engine(text, engine="shared", output=output, core=core)
+                    assert list(eng.run(stream)) == list(want) == []
+                    assert eng.core == core and eng.stats["events"] == len(events)
