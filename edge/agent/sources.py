@@ -2,12 +2,12 @@
 
 Each source yields *chunks*: lists of ``(event, resume offset)`` where the offset is
 where reading resumes after that event (a byte offset for a file, an event count for an
-iterator, None for stdin, which cannot be re-read). An event is a dict, or, from a file read
-by the compiled JSON Lines reader, its line: such a chunk carries its events' columns as
-that reader read them, :func:`chunk_batch` makes its batch of them and :func:`chunk_events`
-gives the dicts of any chunk. A chunk ends after ``batch_events``
-events or ``batch_seconds`` after its first event, whichever comes first, so a slow
-stream still moves. Lines that are not JSON objects are skipped, counted in ``bad_lines``
+iterator, None for stdin, which cannot be re-read). An event is a dict, or, from a file or
+stdin read by the compiled JSON Lines reader, its line: such a chunk carries its events'
+columns as that reader read them (``edge.agent.lines``), :func:`chunk_batch` makes its
+batch of them and :func:`chunk_events` gives the dicts of any chunk. A chunk ends after
+``batch_events`` events or ``batch_seconds`` after its first event, whichever comes first,
+so a slow stream still moves. Lines that are not JSON objects are skipped, counted in ``bad_lines``
 and logged with where they are (a device must not stop on one bad line; :class:`LogLimiter`
 keeps a flood of them from filling the log).
 """
