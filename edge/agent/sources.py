@@ -2,12 +2,12 @@
 
 Each source yields *chunks*: lists of ``(event, resume offset)`` where the offset is
 where reading resumes after that event (a byte offset for a file, an event count for an
-iterator, None for stdin, which cannot be re-read). An event is a dict, or, from a file read
-by the compiled JSON Lines reader, its line: such a chunk carries its events' columns as
-that reader read them, :func:`chunk_batch` makes its batch of them and :func:`chunk_events`
-gives the dicts of any chunk. A chunk ends after ``batch_events``
-events or ``batch_seconds`` after its first event, whichever comes first, so a slow
-stream still moves. Lines that are not JSON objects are skipped, counted in ``bad_lines``
+iterator, None for stdin, which cannot be re-read). An event is a dict, or, from a file or
+stdin read by the compiled JSON Lines reader, its line: such a chunk carries its events'
+columns as that reader read them (``edge.agent.lines``), :func:`chunk_batch` makes its
+batch of them and :func:`chunk_events` gives the dicts of any chunk. A chunk ends after
+``batch_events`` events or ``batch_seconds`` after its first event, whichever comes first,
+so a slow stream still moves. Lines that are not JSON objects are skipped, counted in ``bad_lines``
 and logged with where they are (a device must not stop on one bad line; :class:`LogLimiter`
 keeps a flood of them from filling the log).
 """
@@ -25,19 +25,27 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 
-from acep.events import EventBatch
-from acep.utils import bounds as _bounds
-from acep.utils import json_lines, json_problem
-from acep.utils import json_loads as loads
-
 from ..logs import LogLimiter
+from .lines import (
+    READ_BYTES,
+    Chunk,
+    Item,
+    _LongLine,
+    chunk_batch,
+    chunk_events,
+    parse_blocks,
+    parse_line,
+    parse_lines,
+    read_line,
+    stream_lines,
+    why_bad,
+)
 
 __all__ = ["Source", "FileSource", "StdinSource", "IteratorSource", "LogLimiter",
            "parse_line", "parse_lines", "fingerprint", "find_file", "open_file",
            "FINGERPRINT_BYTES", "Chunk", "chunk_batch", "chunk_events"]
 
 log = logging.getLogger("edge.agent")
-Item = tuple["dict | bytes", "int | None"]
 _READ_BYTES = 1 << 16  # a file is read this much at a time (whole lines)
 RATE_WINDOW = 1.0  # seconds: a file's arrival rate is its growth over at least this long
 _CUT = object()  # from _blocks: close the chunk here (the events after it are another file's)
@@ -113,32 +121,6 @@ def _upto(lines: list[bytes], size: int) -> list[bytes]:
     return out
 
 
-class _LongLine(bytes):
-    """A line longer than :data:`acep._bounds.MAX_LINE_BYTES`, not held in memory: its first
-    bytes (with its newline, if it has one), and its length, which offsets count."""
-
-    def __new__(cls, head: bytes, size: int):
-        line = super().__new__(cls, head)
-        line.size = size
-        return line
-
-    def __len__(self) -> int:
-        return self.size
-
-
-def read_line(fh) -> bytes:
-    """The next line of ``fh`` (b"" at its end), read in bounded pieces: a line over the
-    limit is read to its end but kept as a :class:`_LongLine`."""
-    line = fh.readline(_bounds.MAX_LINE_BYTES + 1)
-    if len(line) <= _bounds.MAX_LINE_BYTES:
-        return line
-    size, ended = len(line), line.endswith(b"\n")
-    while not ended and (piece := fh.readline(_READ_BYTES)):
-        size += len(piece)
-        ended = piece.endswith(b"\n")
-    return _LongLine(line[:60] + (b"\n" if ended else b""), size)
-
-
 def read_lines(fh: io.BufferedReader) -> list[bytes]:
     """The whole lines of the next :data:`_READ_BYTES` of a file (``fh`` is left after
     them), or the next line alone when none ends there: a long one, or the file's last
@@ -150,69 +132,6 @@ def read_lines(fh: io.BufferedReader) -> list[bytes]:
         line = read_line(fh)
         return [line] if line else []
     return [line + b"\n" for line in block[:end - 1].split(b"\n")]
-
-
-def parse_line(line: bytes | str) -> dict | None:
-    """An event dict from one JSON Lines line, or None when it is not a JSON object or is
-    over a limit of :func:`acep._bounds.json_problem`."""
-    if json_problem(line):
-        return None
-    try:
-        doc = loads(line)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def why_bad(line: bytes | str) -> str:
-    """Why :func:`parse_line` refused a line, for the log."""
-    return json_problem(line) or "not a JSON object"
-
-
-def parse_lines(lines: list[bytes]) -> list[dict | None]:
-    """:func:`parse_line` of each line, in one ``json.loads`` call when every line is a
-    JSON object (the per-call cost of ``json.loads`` is most of a short line's).
-
-    Each line is wrapped in its own array, ``[[line1],\\n[line2],...]``: JSON strings cannot
-    hold a raw newline, so no value can reach from one line into the next without changing
-    the number of elements or their shape, which are both checked. Anything else (a bad
-    line, a non-object, bytes that are not UTF-8) falls back to one line at a time."""
-    if not lines:
-        return []
-    if any(map(json_problem, lines)):
-        return [parse_line(line) for line in lines]
-    try:
-        docs = loads(b"[[" + b"],\n[".join(lines) + b"]]")
-    except (ValueError, RecursionError):
-        docs = None
-    if (docs is not None and len(docs) == len(lines)
-            and all(type(d) is list and len(d) == 1 and type(d[0]) is dict for d in docs)):
-        return [d[0] for d in docs]
-    return [parse_line(line) for line in lines]
-
-
-class Chunk(list):
-    """A chunk: its items, and ``parts``, the columns of its events in order when every
-    one was read by the compiled reader in whole blocks (else None)."""
-
-    def __init__(self, items=(), parts: list | None = None):
-        super().__init__(items)
-        self.parts = [] if parts is None else parts
-
-
-def chunk_batch(chunk: list[Item], position: int, name: str) -> EventBatch:
-    """The events of a chunk as a batch numbered from ``position``, as
-    :meth:`EventBatch.from_events` makes it of their dicts (a bad event raises its
-    :class:`EventError`); from the columns the compiled reader read, when it read them."""
-    parts = getattr(chunk, "parts", None)
-    if parts:
-        return json_lines.columns_batch(parts, position, name)
-    return EventBatch.from_events(chunk_events(chunk), position, name)
-
-
-def chunk_events(chunk: list[Item]) -> list[dict]:
-    """The event dicts of a chunk (a line the compiled reader read is decoded again)."""
-    return [loads(e) if isinstance(e, bytes) else e for e, _ in chunk]
 
 
 def _items(lines: list[bytes], ends: list[int], good: list[int]) -> list[Item]:
@@ -509,28 +428,12 @@ class FileSource(Source):
         self.offset = ends[-1]
         if self.identity["fp_bytes"] < FINGERPRINT_BYTES:
             self._fingerprint()
-        # a line over the limit comes alone (read_lines): Python says why it is refused
-        if json_lines.compiled() and not isinstance(lines[0], _LongLine):
-            blocks = json_lines.LineBlocks(lines)
-            while not blocks.done:
-                columns, good, bad = blocks.next(self.room)
-                for k in bad:
-                    self._bad_line(lines[k], ends[k + 1])
-                if good:
-                    yield Chunk(_items(lines, ends, good), [columns])
-            return
-        kept = [(line, end) for line, end in zip(lines, ends[1:]) if line.strip()]
-        docs = parse_lines([line for line, _ in kept])
-        i = 0
-        while i < len(kept):
-            j = i + self.room
-            for doc, (line, end) in zip(docs[i:j], kept[i:j]):
-                if doc is None:
-                    self._bad_line(line, end)
-            out = [(doc, end) for doc, (_, end) in zip(docs[i:j], kept[i:j]) if doc is not None]
-            if out:
-                yield out
-            i = j
+        for good, docs, columns in parse_blocks(
+                lines, lambda: self.room, lambda k: self._bad_line(lines[k], ends[k + 1])):
+            if columns is not None:
+                yield Chunk(_items(lines, ends, good), [columns])
+            else:
+                yield [(doc, ends[k + 1]) for k, doc in zip(good, docs)]
 
     def _bad_line(self, line: bytes, end: int) -> None:
         """Count and log a line that is not a JSON object, unless an earlier run did."""
@@ -642,32 +545,44 @@ class FileSource(Source):
 
 
 class StdinSource(Source):
-    """JSON Lines from standard input (or any binary stream); not replayable."""
+    """JSON Lines from standard input (or any binary stream); not replayable. What is
+    there is read at once, whole lines parsed together (:func:`parse_blocks`); a half line
+    waits for the rest, and the last line needs no newline."""
 
     name = "<stdin>"
 
-    def __init__(self, stream=None, **kw):
+    def __init__(self, stream=None, read_bytes: int = READ_BYTES, **kw):
         super().__init__(**kw)
         self.stream = stream if stream is not None else sys.stdin.buffer
+        self.read_bytes = int(read_bytes)
         self.offset = None
         self.lines = 0  # read in this run
 
-    def _items(self, stop: threading.Event) -> Iterator[Item | None]:
-        # A blocking read: SIGTERM interrupts it in the main thread, and the agent stops at
-        # the next line; stdin closing ends the source.
-        for line in iter(lambda: read_line(self.stream), b""):
-            self.lines += 1
-            if line.strip():
-                doc = parse_line(line)
-                if doc is None:
-                    self.bad_lines += 1
-                    self.bad_log.warning("<stdin>, line %d of this run: %s, skipped: %.60r",
-                                         self.lines, why_bad(line), line)
-                else:
-                    yield doc, None
+    def _blocks(self, stop: threading.Event) -> Iterator[list[Item] | None]:
+        # A blocking read of what is there (``read1``: a pipe's events are not held back
+        # to fill a read): SIGTERM interrupts it in the main thread, and the agent stops
+        # once the next bytes come; stdin closing ends the source.
+        read = getattr(self.stream, "read1", None) or self.stream.read
+        for lines in stream_lines(read, self.read_bytes):
+            yield from self._parse(lines)
             if stop.is_set():
                 return
         self.eof = True
+
+    def _parse(self, lines: list[bytes]) -> Iterator[list[Item]]:
+        """The events of the next lines, in blocks (see :meth:`FileSource._parse`)."""
+        first, self.lines = self.lines, self.lines + len(lines)
+        for good, docs, columns in parse_blocks(
+                lines, lambda: self.room, lambda k: self._bad_line(lines[k], first + k + 1)):
+            if columns is not None:
+                yield Chunk([(lines[k], None) for k in good], [columns])
+            else:
+                yield [(doc, None) for doc in docs]
+
+    def _bad_line(self, line: bytes, number: int) -> None:
+        self.bad_lines += 1
+        self.bad_log.warning("<stdin>, line %d of this run: %s, skipped: %.60r", number,
+                             why_bad(line), line)
 
 
 class IteratorSource(Source):

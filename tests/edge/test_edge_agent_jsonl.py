@@ -7,13 +7,12 @@ and bad lines, read whole or as they arrive in random pieces, from the start or 
 
 from __future__ import annotations
 
-import json
 import threading
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.jsonl_lines import line, shown, values
+from support.jsonl_lines import Recorder, event_line, file_of, line, shown
 
 from acep.events import EventError, rows
 from edge.agent import sources
@@ -24,28 +23,7 @@ SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-@st.composite
-def event_line(draw) -> bytes:
-    """A good event: a type, a whole-number tag and attributes, keys in any order."""
-    attrs = draw(st.dictionaries(st.sampled_from(["x", "y", "é", "", "date", "kind"]),
-                                 values(), max_size=4))
-    items = [("type", draw(st.sampled_from(["a", "b", "é"]))), ("t", draw(st.integers(0, 9))),
-             *attrs.items()]
-    text = json.dumps(dict(draw(st.permutations(items))), ensure_ascii=draw(st.booleans()))
-    return text.encode("utf-8", "surrogatepass")
-
-
 LINES = st.lists(event_line() | event_line() | event_line() | line(), max_size=14)
-
-
-class Recorder:
-    """Stands for the source's LogLimiter: keeps every message."""
-
-    def __init__(self):
-        self.messages = []
-
-    def warning(self, msg, *args):
-        self.messages.append(msg % args)
 
 
 def described(chunk, position: int) -> tuple:
@@ -111,10 +89,6 @@ def read_growing(path, pieces, compiled: bool, batch_events: int, read_bytes: in
                 position += len(block)
         blocks.close()
         return out, src.bad_lines, src.offset, src.bad_log.messages
-
-
-def file_of(lines: list[bytes], newline_at_end: bool) -> bytes:
-    return b"\n".join(lines) + (b"\n" if newline_at_end and lines else b"")
 
 
 @needs_compiled

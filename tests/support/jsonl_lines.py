@@ -1,6 +1,6 @@
 """Random JSON Lines lines, good and bad, and what a batch holds, for the tests that
 compare the compiled JSON Lines reader with the Python one (``read_events`` and the agent's
-file source)."""
+file and stdin sources)."""
 
 from __future__ import annotations
 
@@ -102,3 +102,29 @@ def shown(batch: EventBatch) -> tuple:
 
 def _same_nan(v):
     return "nan" if isinstance(v, float) and v != v else v
+
+
+@st.composite
+def event_line(draw) -> bytes:
+    """A good agent event: a type, a whole-number tag and attributes, keys in any order."""
+    attrs = draw(st.dictionaries(st.sampled_from(["x", "y", "é", "", "date", "kind"]),
+                                 values(), max_size=4))
+    items = [("type", draw(st.sampled_from(["a", "b", "é"]))), ("t", draw(st.integers(0, 9))),
+             *attrs.items()]
+    text = json.dumps(dict(draw(st.permutations(items))), ensure_ascii=draw(st.booleans()))
+    return text.encode("utf-8", "surrogatepass")
+
+
+class Recorder:
+    """Stands for the source's LogLimiter: keeps every message."""
+
+    def __init__(self):
+        self.messages = []
+
+    def warning(self, msg, *args):
+        self.messages.append(msg % args)
+
+
+def file_of(lines: list[bytes], newline_at_end: bool) -> bytes:
+    """The lines joined into a file's bytes, ending with a newline or not."""
+    return b"\n".join(lines) + (b"\n" if newline_at_end and lines else b"")
