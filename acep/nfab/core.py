@@ -259,9 +259,9 @@ def run_core(plan: CorePlan, events: list[Event] | EventBatch, output: str,
         return None
     core = plan.core(module, output == "raw")
     limit = -1 if max_entries is None else max_entries
-    found = core.run(cols.E, cols.ty, cols.tags, cols.keys, cols.nkeys, limit) if cols.n else 0
+    found = core.run(cols.E, cols.ty, cols.tags, cols.keys, cols.nkeys, limit)  # even none
     if found < 0:
-        check_held(max_entries + 1, max_entries, ~found)
+        check_held(max_entries + 1, max_entries, int(~found))
     counters = core.counters()
     counters["events"], counters["matches"] = cols.n, found
     if plan.cq.negations:
