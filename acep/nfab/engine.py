@@ -159,8 +159,9 @@ class Engine:
         compiled core, :mod:`acep.nfab.core`), ``"python"`` (its source run as Python:
         ``core="python"`` or ``ACEP_NFAB_CORE=python``), ``"shared"``
         (:mod:`acep.nfab.shared`) or ``"postpone"`` (:mod:`acep.nfab.postpone`'s pure
-        engine), the references: streams pushed in pieces (shared), ``max_entries``, text
-        where the query computes, or no compiled core; None before any."""
+        engine), the references: streams pushed in pieces (shared), verbose postponing with
+        negation under ``max_entries``, text where the query computes, or no compiled core;
+        None before any."""
         return self._core_ran
 
     @property
