@@ -643,9 +643,9 @@ class Core(Machine):
     # ------------------------------------------------------------------ the loop
 
     def run(self, E: np.ndarray, ty: np.ndarray, tags: np.ndarray, keys: np.ndarray,
-            nkeys: int) -> int:
-        """Process the events; the number of matches found (:meth:`found`, :meth:`chains`).
-        """
+            nkeys: int, limit: cython.longlong = -1) -> int:
+        """Process the events; the number of matches found (:meth:`found`, :meth:`chains`),
+        or ``~i`` where runs plus matches first exceed ``limit`` (>= 0), at event i."""
         n: cython.Py_ssize_t = tags.shape[0]
         tyv: cython.int[:] = ty
         tagv: cython.double[:] = tags
@@ -712,6 +712,8 @@ class Core(Machine):
                 self.nlive += self.o_count - old
                 if self.nlive > self.max_live_runs:
                     self.max_live_runs = self.nlive
+                if limit >= 0 and self.nlive + self.nf > limit:
+                    return ~i  # one member per run: shared.py's held, merging off
             i += 1
         if n and self.has_window and self.nlive and tagv[n - 1] > self.prune_at:
             self._sweep(tagv[n - 1])

@@ -48,6 +48,10 @@ AGG_MAX = cython.declare(cython.int, 1)
 AGG_MIN = cython.declare(cython.int, 2)
 
 
+class Capped(Exception):
+    """The search found more matches than its cap (max_entries): the caller raises."""
+
+
 @cython.cfunc
 @cython.inline
 def _cmp(op: cython.int, x: cython.double, y: cython.double) -> cython.bint:
@@ -158,6 +162,13 @@ class Postpone(Machine):
     discarded: cython.longlong
     safe: cython.longlong
     constructions: cython.longlong
+    # max_entries (engine.py's held): candidates of the live (compact: or recorded) runs
+    held: cython.longlong
+    compact: cython.bint
+    r_rec: cython.int[:]          # per run: constructed (a compact record holds it)
+    h_at: cython.longlong[:]      # per event: held (compact: plus records) after it
+    nproc: cython.Py_ssize_t
+    cap: cython.longlong          # the search stops past cap matches (-1: never)
 
     def __init__(self, k, nslot, window, filters, last_kleene, first_type, prog_start, code,
                  consts, t_start, roles, conjuncts, steps, bounds, search):
@@ -191,7 +202,8 @@ class Postpone(Machine):
         self.v_ok = np.zeros(max(len(roles), 1), dtype=i32)
         self.v_mask = np.zeros(max(len(roles), 1), dtype=np.int64)
         self.main_runs = self.candidates = self.discarded = self.safe = 0
-        self.constructions = 0
+        self.constructions = self.held = self.nproc = 0
+        self.cap = -1
 
     # ------------------------------------------------------------------ storage
 
@@ -214,6 +226,7 @@ class Postpone(Machine):
             self.r_bcnt = np.zeros(need * nb, i64)
             self.r_bmin, self.r_bmax = np.zeros(need * nb), np.zeros(need * nb)
             self.r_breg = np.zeros(need * nb, np.int32)
+            self.r_rec = np.zeros(need, np.int32)
             return
         self.r_pos = _grown(np.asarray(self.r_pos), need)
         self.r_key = _grown(np.asarray(self.r_key), need)
@@ -226,6 +239,7 @@ class Postpone(Machine):
         self.r_bmin = _grown(np.asarray(self.r_bmin), need * nb)
         self.r_bmax = _grown(np.asarray(self.r_bmax), need * nb)
         self.r_breg = _grown(np.asarray(self.r_breg), need * nb)
+        self.r_rec = _grown(np.asarray(self.r_rec), need)
 
     def _grow_cands(self, need: int):
         if self.ncand == 0 and need <= 64:
@@ -364,6 +378,7 @@ class Postpone(Machine):
         self.k_bu[n], self.k_tu[n] = bu, tu
         self.ncand = n + 1
         self.candidates += 1
+        self.held += 1
         at: cython.Py_ssize_t = r * self.k + j
         if self.r_first[at] < 0 and flags & 1:
             self.r_first[at] = self.r_n[at]
@@ -412,6 +427,7 @@ class Postpone(Machine):
                 else n - 1
         self.ncons = c + 1
         self.constructions += 1
+        self.r_rec[r] = 1
 
     @cython.cfunc
     def _offer(self, r: cython.longlong, ty: cython.int) -> cython.void:
@@ -454,6 +470,7 @@ class Postpone(Machine):
         self.nruns = r + 1
         self.main_runs += 1
         self.r_pos[r], self.r_t[r], self.r_key[r], self.r_next[r] = self.pos, t, key, -1
+        self.r_rec[r] = 0
         j: cython.int
         for j in range(self.k):
             self.r_n[r * self.k + j] = 0
@@ -476,10 +493,26 @@ class Postpone(Machine):
 
     # ------------------------------------------------------------------ the loop
 
+    @cython.cfunc
+    def _over(self, i: cython.Py_ssize_t, limit: cython.longlong) -> cython.bint:
+        """Note what engine.py holds after event i; true past ``limit``."""
+        h: cython.longlong = self.held + (self.ncons if self.compact else 0)
+        self.h_at[i] = h
+        self.nproc = i + 1
+        return h > limit
+
+    @cython.cfunc
+    def _expire(self, r: cython.longlong) -> cython.void:
+        j: cython.int
+        if not (self.compact and self.r_rec[r]):
+            for j in range(self.k):
+                self.held -= self.r_n[r * self.k + j]
+
     def run(self, E: np.ndarray, ty: np.ndarray, tags: np.ndarray, keys: np.ndarray,
-            nkeys: int) -> None:
+            nkeys: int, limit: cython.longlong = -1, compact: cython.bint = False) -> None:
         """Process the events (7.1): ``ty`` type codes (-1: no component's), ``keys``
-        partition codes (-1: a key of its own, offered nothing)."""
+        partition codes (-1: a key of its own, offered nothing). With ``limit`` >= 0 it
+        stops after the first event past it (:meth:`held_at`)."""
         n: cython.Py_ssize_t = tags.shape[0]
         tyv: cython.int[:] = ty
         tagv: cython.double[:] = tags
@@ -494,10 +527,16 @@ class Postpone(Machine):
         self.E = E
         self.V = E  # the filters' STATE operands: the start event's row
         self._allocate(nkeys + n + 1)
+        self.compact, self.held, self.nproc = compact, 0, 0
+        self.h_at = np.zeros(n if limit >= 0 else 0, dtype=np.int64)
         for i in range(n):
+            if limit >= 0 and i and self._over(i - 1, limit):
+                return
             t = tagv[i]
             if self.has_window:
                 while expire < self.nruns and t - self.r_t[expire] > self.window:
+                    if limit >= 0:
+                        self._expire(expire)
                     p = self.r_key[expire]
                     self.p_head[p] = self.r_next[expire]
                     if self.p_head[p] < 0:
@@ -519,6 +558,14 @@ class Postpone(Machine):
                     p = fresh
                     fresh += 1
                 self._start(p, t)
+        if limit >= 0 and n:
+            self._over(n - 1, limit)
+
+    def held_at(self) -> np.ndarray:
+        """Per event run (all, or up to the first past the limit): what engine.py holds."""
+        if self.nproc == 0:  # no event run: h_at may be unset
+            return np.zeros(0, dtype=np.int64)
+        return np.asarray(self.h_at)[:self.nproc]
 
     def output(self) -> tuple:
         """The candidates ``(run, position, component, flags, begin mask, take mask)``,
@@ -538,9 +585,11 @@ class Postpone(Machine):
 
     # ------------------------------------------------------------------ the search (7.2)
 
-    def begin_search(self, cs_idx: np.ndarray, cs_start: np.ndarray) -> None:
+    def begin_search(self, cs_idx: np.ndarray, cs_start: np.ndarray, cap: int = -1) -> None:
         """Prepare :meth:`search`: ``cs_idx[cs_start[r k + j]:cs_start[r k + j + 1]]`` are
-        the candidates of run r and component j, in order."""
+        the candidates of run r and component j, in order; past ``cap`` matches (>= 0) the
+        search raises :class:`Capped`."""
+        self.cap = cap
         k: cython.int = self.k
         self.cs_idx = cs_idx
         self.cs_start = cs_start
@@ -553,9 +602,10 @@ class Postpone(Machine):
         self.o_start = np.zeros(16, dtype=np.int64)
         self.S = np.zeros(0)
 
-    def search(self, c: cython.Py_ssize_t) -> None:
+    def search(self, c: cython.Py_ssize_t) -> int:
         """The matches of construction c, by search.py's ``_search`` with the edge programs
-        of the shared core (a SAFE conjunct holds, so checking it again changes nothing)."""
+        of the shared core (a SAFE conjunct holds, so checking it again changes nothing);
+        the number of matches found so far."""
         k: cython.int = self.k
         j: cython.int
         i: cython.Py_ssize_t
@@ -575,6 +625,7 @@ class Postpone(Machine):
         for i in range(self.ncol):
             self.S[i] = NAN
         self._sbegin(0, -1, 0)
+        return self.nmatch
 
     def matches(self) -> tuple:
         """The elements found (positions, components) and each match's first element."""
@@ -660,4 +711,6 @@ class Postpone(Machine):
         self.nout += depth
         self.nmatch += 1
         if self.nmatch % 4096 == 0 and cython.compiled:
-            PyErr_CheckSignals()  # a timer's handler may stop an exponential enumeration
+            PyErr_CheckSignals()
+        if self.nmatch > self.cap >= 0:
+            raise Capped(self.nmatch)  # a timer's handler may stop an exponential enumeration

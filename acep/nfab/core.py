@@ -25,7 +25,7 @@ from .ast import Agg, BinOp, Call, Const, Equiv, Len, Ref, Strategy, UnaryOp
 from .codegen import BEGIN, CLOSE, COUNT, FIRST, MAX, MIN, SUM, TAKE, _Resolver
 from .compile import CompiledQuery, compile_query, identifiers
 from .evaluate import Binding, evaluate
-from .runs import ExactMatch
+from .runs import ExactMatch, check_held
 from .shared import Stream, _Batch, _beyond_float, _Plan, to_matches
 
 __all__ = ["CORES", "CorePlan", "Unsupported", "core_module", "pure_core", "run_core",
@@ -241,7 +241,7 @@ class _Stub:
 
 
 def run_core(plan: CorePlan, events: list[Event] | EventBatch, output: str,
-             module: ModuleType) -> tuple[Sequence, dict] | None:
+             module: ModuleType, max_entries: int | None = None) -> tuple[Sequence, dict] | None:
     """The matches over the events, and the counters: verbose
     :class:`~acep.nfab.runs.ExactMatch` objects in canonical order (a :class:`CoreMatches`
     without RETURN or negation), or (``output="raw"``) the raw matches of
@@ -249,7 +249,8 @@ def run_core(plan: CorePlan, events: list[Event] | EventBatch, output: str,
     events need the reference engine (a bad event, text or integers beyond 2**53 where the
     query computes); for an :class:`~acep.events.EventBatch`, also when the batch is not
     plain numbers in the columns the query reads (missing values, text) or the output
-    needs event rows (raw output, RETURN, negation)."""
+    needs event rows (raw output, RETURN, negation). Past ``max_entries`` it raises
+    :class:`~acep.nfab.runs.ExactLimitError` where shared.py with merging off does."""
     if isinstance(events, EventBatch):
         cols = _batch_columns(plan, events) if output == "verbose" else None
     else:
@@ -257,7 +258,10 @@ def run_core(plan: CorePlan, events: list[Event] | EventBatch, output: str,
     if cols is None:
         return None
     core = plan.core(module, output == "raw")
-    found = core.run(cols.E, cols.ty, cols.tags, cols.keys, cols.nkeys)  # run allocates
+    limit = -1 if max_entries is None else max_entries
+    found = core.run(cols.E, cols.ty, cols.tags, cols.keys, cols.nkeys, limit)  # even none
+    if found < 0:
+        check_held(max_entries + 1, max_entries, int(~found))
     counters = core.counters()
     counters["events"], counters["matches"] = cols.n, found
     if plan.cq.negations:

@@ -159,8 +159,9 @@ class Engine:
         compiled core, :mod:`acep.nfab.core`), ``"python"`` (its source run as Python:
         ``core="python"`` or ``ACEP_NFAB_CORE=python``), ``"shared"``
         (:mod:`acep.nfab.shared`) or ``"postpone"`` (:mod:`acep.nfab.postpone`'s pure
-        engine), the references: streams pushed in pieces (shared), ``max_entries``, text
-        where the query computes, or no compiled core; None before any."""
+        engine), the references: streams pushed in pieces (shared), verbose postponing with
+        negation under ``max_entries``, text where the query computes, or no compiled core;
+        None before any."""
         return self._core_ran
 
     @property
@@ -208,8 +209,8 @@ class Engine:
 
     def _on_core(self, rows: list[Event] | EventBatch) -> Sequence | None:
         """The output of the compiled core (:mod:`acep.nfab.core`), or None where the
-        query, the bound or the events need the reference engine."""
-        module = core_module(self._core_choice) if self.max_entries is None else None
+        query or the events need the reference engine."""
+        module = core_module(self._core_choice)
         if module is None or self._core_plan is False:
             return None
         if self._core_plan is None:
@@ -219,7 +220,8 @@ class Engine:
                 self._core_plan = False
                 return None
         verbose = self.output == "verbose"
-        result = run_core(self._core_plan, rows, "verbose" if verbose else "raw", module)
+        result = run_core(self._core_plan, rows, "verbose" if verbose else "raw", module,
+                          self.max_entries)
         if result is None:
             return None
         found, counters = result

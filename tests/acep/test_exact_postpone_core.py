@@ -133,9 +133,15 @@ def test_engine_reports_what_ran():
         assert eng.core == {"auto": COMPILED, "python": "python", "off": "postpone"}[core]
     assert found["auto"] == found["python"] == found["off"] == [
         ((0,), (1, 2), (4,)), ((0,), (2,), (4,))]  # b rises and holds the 3
-    eng = Engine(text, core="compiled", max_entries=100)
-    eng.run(events)
-    assert eng.core == "postpone"  # a bound: the pure engine checks it as it goes
+    eng = Engine(text, core=COMPILED, max_entries=100)
+    assert [m.positions for m in eng.run(events)] == found["off"]
+    assert eng.core == COMPILED  # a bound: the core notes what the pure engine holds
+    eng = Engine("PATTERN SEQ(A a, !(D d), C c) WITHIN 10", core=COMPILED, max_entries=100)
+    assert len(eng.run(events)) == 1
+    assert eng.core == "postpone"  # verbose matches count after negation: the pure engine
+    eng = Engine(eng.query, output="compact", core=COMPILED, max_entries=100)
+    assert len(eng.run(events)) == 1
+    assert eng.core == COMPILED
     with pytest.raises(ValueError, match="core must be one of"):
         match_postponed(eng.query, events, core="fast", max_entries=100)
 

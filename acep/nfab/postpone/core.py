@@ -21,7 +21,7 @@ from ..ast import Index, Ref
 from ..compile import CompiledQuery
 from ..core import CorePlan, Unsupported, _column, _keys, _Stub, core_name
 from ..evaluate import value_of
-from ..runs import ExactMatch
+from ..runs import ExactMatch, check_held
 from ..shared import _Batch
 from .filters import _EMPTY, BEGIN, TAKE, _Bounded, _Independent, _Plan
 from .search import Candidate, _MainRun
@@ -157,10 +157,12 @@ def _stack() -> int:
     return pure_core().STACK
 
 
-def run_lists(pplan: PostponePlan, events: list[Event], module: ModuleType):
+def run_lists(pplan: PostponePlan, events: list[Event], module: ModuleType,
+              limit: int = -1, compact: bool = False):
     """Run the core over the events and return it (:meth:`output`, :meth:`counters`,
     :func:`search`), or None when the events need the pure engine (a bad event, text or
-    integers beyond 2**53 where the query computes)."""
+    integers beyond 2**53 where the query computes). With ``limit`` >= 0 the core notes
+    what the pure engine holds per event and stops past it (:meth:`held_at`)."""
     base = pplan.base
     batch = _Batch(_Stub(base.plan), events)
     if batch.error is not None:
@@ -178,7 +180,7 @@ def run_lists(pplan: PostponePlan, events: list[Event], module: ModuleType):
     equivalence = [_column(batch, a, True) for a in base.cq.equivalence]
     keys, nkeys = _keys(equivalence, base, ty, n)
     core = pplan.core(module)
-    core.run(E, ty, tags, keys, nkeys)  # also with no events: run allocates the storage
+    core.run(E, ty, tags, keys, nkeys, limit, compact)  # even none: it allocates the lists
     return core
 
 
@@ -291,16 +293,38 @@ def _add(run: _MainRun, j: int, cand: Candidate) -> None:
     cum.append(previous if ids <= previous else previous | ids)
 
 
-def prepare_search(pplan: PostponePlan, core) -> list[int]:
+def prepare_search(pplan: PostponePlan, core, cap: int = -1) -> list[int]:
     """Hand the core its candidate lists per (run, component); the end position of each
-    construction, for ``core.search(c)`` (7.2)."""
+    construction, for ``core.search(c)`` (7.2), which stops past ``cap`` (>= 0) matches."""
     (c_run, _, c_j, _, _, _), (x_run, x_end, _), starts = core.output()
     k = pplan.plan.k
     keyed = c_run * k + c_j
     order = np.argsort(keyed, kind="stable").astype(np.int64)
     counts = np.bincount(keyed, minlength=len(starts) * k)
-    core.begin_search(order, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+    core.begin_search(order, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), cap)
     return x_end.tolist()
+
+
+def check_bound(pplan: PostponePlan, core, module: ModuleType, limit: int,
+                compact: bool) -> None:
+    """Raise :class:`~acep.nfab.runs.ExactLimitError` where the pure engine would (it holds
+    candidates, records or matches past ``limit`` after an event); verbose output searches
+    here, in order, each search stopping past ``limit`` matches."""
+    held = core.held_at()
+    if not compact:
+        ends = prepare_search(pplan, core, limit)
+        found = []
+        try:
+            for c in range(len(ends)):
+                found.append(core.search(c))
+        except module.Capped:
+            found.append(limit + 1)
+        if found:  # the matches found up to each event, by the constructions' ends
+            at = np.searchsorted(ends[:len(found)], np.arange(len(held)), "right") - 1
+            held = held + np.where(at >= 0, np.asarray(found, dtype=np.int64)[at], 0)
+    over = np.flatnonzero(held > limit)
+    if len(over):
+        check_held(int(held[over[0]]), limit, int(over[0]))
 
 
 def found_matches(pplan: PostponePlan, core, events: list[Event], machine) -> list:

@@ -16,6 +16,7 @@ from ..runs import Counters, ExactMatch, RunStats, _Machine, _validate, check_he
 from .compact import CollapsedMatch
 from .core import (
     PostponePlan,
+    check_bound,
     constructions,
     found_matches,
     postpone_module,
@@ -76,8 +77,9 @@ def match_postponed(query: Query, events: Iterable[Event], *, early_filters: boo
     ``count()`` or ``expand()`` enumerates (:class:`~acep.nfab.runs.ExactLimitError`).
     ``core`` (``"auto"``, ``"compiled"``, ``"python"``, ``"off"``, as
     :func:`acep.nfab.core.core_module`) runs the main runs, the early filters and the
-    verbose search on the compiled core (:mod:`.core`, EXACT.md 7.4) where the query, the
-    events and a None ``max_entries`` allow; the output and the counters are the same.
+    verbose search on the compiled core (:mod:`.core`, EXACT.md 7.4) where the query and
+    the events allow (with a ``max_entries``, verbose output without negation); the output,
+    the counters and the bound's error are the same.
     Raises ``ValueError`` for another strategy, output or core,
     :class:`~acep.events.EventError` for bad events (section 1).
     """
@@ -91,23 +93,30 @@ def match_postponed(query: Query, events: Iterable[Event], *, early_filters: boo
     cq = compile_query(query)
     events = list(events)
     stats = stats if stats is not None else PostponeStats()
-    module = core_module(core) if max_entries is None else None
+    # verbose matches count after negation, which the core's search does not apply
+    bound = max_entries is not None and (output == "compact" or not cq.negations)
+    module = core_module(core) if max_entries is None or bound else None
     module = postpone_module(module, core) if module is not None else None
     pplan = _core_plan(cq, early_filters) if module is not None else None
-    core_run = run_lists(pplan, events, module) if pplan is not None else None
+    limit = -1 if max_entries is None else max_entries
+    core_run = None if pplan is None else run_lists(pplan, events, module, limit,
+                                                   output == "compact")
     if core_run is not None:
+        if max_entries is not None:
+            check_bound(pplan, core_run, module, max_entries, output == "compact")
         for name, value in core_run.counters().items():
             setattr(stats, name, value)
         stats.core = core_name(module)
-        ctx = _Context(pplan.plan, events, _Machine(cq, events, RunStats()), None)
+        ctx = _Context(pplan.plan, events, _Machine(cq, events, RunStats()), max_entries)
         if output == "compact":
             records = [CollapsedMatch(run.start, pos, ctx, run, ranges) for pos, run, ranges
                        in constructions(pplan, core_run.output(), events)]
             stats.records = len(records)
             return sorted(records, key=lambda r: (r.end_position, r.start_position))
         # pos: the end event a timer's handler finds the search at (bench/exact)
-        for c, pos in enumerate(prepare_search(pplan, core_run)):  # noqa: B007
-            core_run.search(c)
+        if max_entries is None:  # check_bound searched under a bound
+            for c, pos in enumerate(prepare_search(pplan, core_run)):  # noqa: B007
+                core_run.search(c)
         found = found_matches(pplan, core_run, events, ctx.machine)
         stats.matches = len(found)
         return sorted(found, key=lambda m: (m.positions[-1][-1], m.positions))
