@@ -1,8 +1,10 @@
 """``acep exact`` end to end on generated events: CPU seconds, median of repeats.
 
 ``python -m bench.engine.exact_cli [--events 20000 200000] [--repeats 3] [--root DIR]
-[--out DIR]`` writes ``DIR/exact_cli.json`` (default ``bench/engine/results``) and prints
-one line per size. The query is any-match ``SEQ(A a, B+ b[], A c)`` partitioned by
+[--out DIR]`` writes ``DIR/exact_cli.json`` and ``DIR/exact_cli.png`` (default
+``bench/engine/results``) and prints one line per size and engine: the compiled cores
+(``ACEP_NFAB_CORE=auto``) and the pure-Python engines (``ACEP_NFAB_CORE=off``), side by
+side. The query is any-match ``SEQ(A a, B+ b[], A c)`` partitioned by
 ``[symbol]`` within 4 s; the events (seeded) have fractional timestamps, two types and
 five symbols. ``--root`` runs another checkout (e.g. the main one, for a before figure).
 Each run is ``python -m acep.cli exact`` as a child process under ``nice`` with its output
@@ -49,9 +51,12 @@ def write_events(path: Path, n: int, seed: int = 7) -> None:
             )
 
 
-def _child(args: list[str], root: Path) -> tuple[float, float]:
+CORES = {"core": "auto", "pure": "off"}  # row name -> ACEP_NFAB_CORE
+
+
+def _child(args: list[str], root: Path, core: str = "auto") -> tuple[float, float]:
     """CPU and wall seconds of ``python ARGS`` with ``root`` first on the path."""
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    env = {**os.environ, "PYTHONPATH": str(root), "ACEP_NFAB_CORE": core}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = time.perf_counter()
     subprocess.run(
@@ -67,14 +72,13 @@ def _child(args: list[str], root: Path) -> tuple[float, float]:
     return cpu, time.perf_counter() - wall
 
 
-def measure(n: int, repeats: int, root: Path, work: Path) -> dict:
+def measure(n: int, repeats: int, root: Path, work: Path, core: str = "auto") -> dict:
     events, query = work / f"events-{n}.jsonl", work / "query.sase"
     query.write_text(QUERY)
     if not events.exists():
         write_events(events, n)
-    runs = [
-        _child(["-m", "acep.cli", "exact", str(query), str(events)], root) for _ in range(repeats)
-    ]
+    args = ["-m", "acep.cli", "exact", str(query), str(events)]
+    runs = [_child(args, root, core) for _ in range(repeats)]
     return {
         "events": n,
         "cpu_s": statistics.median(c for c, _ in runs),
@@ -143,14 +147,15 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as work:
         for n in args.events:
-            rows.append(measure(n, args.repeats, args.root.resolve(), Path(work)))
-            print(
-                f"{n} events: {rows[-1]['cpu_s']:.2f} s CPU ({rows[-1]['wall_s']:.2f} s "
-                "wall), median",
-                flush=True,
-            )
+            row = {"events": n}
+            for name, core in CORES.items():
+                row[name] = measure(n, args.repeats, args.root.resolve(), Path(work), core)
+                print(f"{n} events, {name}: {row[name]['cpu_s']:.2f} s CPU "
+                      f"({row[name]['wall_s']:.2f} s wall), median", flush=True)
+            row["pure_over_core"] = row["pure"]["cpu_s"] / row["core"]["cpu_s"]
+            rows.append(row)
             if args.output_share:
-                rows[-1]["stages"] = s = stages(n, args.repeats, Path(work))
+                row["stages"] = s = stages(n, args.repeats, Path(work))
                 print(
                     f"  in process: read {s['read_s']:.2f} s, engine {s['engine_s']:.2f} s, "
                     f"{s['matches']} matches' lines {s['per_match_s']:.2f} s per match, "
@@ -172,7 +177,31 @@ def main(argv: list[str] | None = None) -> int:
         )
         + "\n"
     )
+    plot(rows, args.out / "exact_cli.png")
     return 0
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """``exact_cli.png``: CPU seconds of ``acep exact`` per size, cores beside pure engines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.6), layout="constrained")
+    x = range(len(rows))
+    for shift, (name, colour) in zip((-0.2, 0.2), (("pure", "0.6"), ("core", "#08519c"))):
+        ax.bar([i + shift for i in x], [r[name]["cpu_s"] for r in rows], 0.4, color=colour,
+               label={"pure": "pure-Python engines", "core": "compiled cores"}[name])
+    for i, r in enumerate(rows):
+        ax.text(i + 0.2, r["core"]["cpu_s"], f"{r['pure_over_core']:.1f}x", ha="center",
+                va="bottom", fontsize=8)
+    ax.set_xticks(list(x), [f"{r['events']:,} events" for r in rows])
+    ax.set_ylabel("CPU seconds, median of the repeats")
+    ax.set_title("acep exact, any-match SEQ(A a, B+ b[], A c) [symbol] within 4 s", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,12 @@ def test_exact_cli_bench_writes_its_figures(tmp_path, capsys):
         == 0
     )
     (row,) = json.loads((tmp_path / "exact_cli.json").read_text())["rows"]
-    assert row["events"] == 300 and row["cpu_s"] > 0
+    assert row["events"] == 300 and row["core"]["cpu_s"] > 0 and row["pure"]["cpu_s"] > 0
+    assert row["pure_over_core"] == row["pure"]["cpu_s"] / row["core"]["cpu_s"]
     assert row["stages"]["matches"] > 0 and row["stages"]["bulk_s"] >= 0
-    assert "300 events:" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "300 events, core:" in out and "300 events, pure:" in out
+    assert (tmp_path / "exact_cli.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_generated_events_have_fractional_iso_timestamps(tmp_path):
