@@ -250,8 +250,8 @@ class _Source:
         for pos, j, flags, bu, tu in zip(*(col[lo:hi].tolist() for col in self.columns)):
             b, bids = roles.get(j, BEGIN, bu) if flags & 1 else (None, None)
             t, tids = roles.get(j, TAKE, tu) if flags & 2 else (None, None)
-            _add(run, j, Candidate(pos, j, b, t, bids, tids, plan, memo[(j, BEGIN)],
-                                   memo[(j, TAKE)]))
+            run.add(j, Candidate(pos, j, b, t, bids, tids, plan, memo[(j, BEGIN)],
+                                memo[(j, TAKE)]))
         return run
 
 
@@ -278,19 +278,6 @@ def _empty_run(plan: _Plan, start: int, events: list[Event]) -> _MainRun:
         [[] for _ in range(k)]
     run.first_begin = [-1] * k
     return run
-
-
-def _add(run: _MainRun, j: int, cand: Candidate) -> None:
-    """:meth:`_MainRun.append` without the bounds (the core kept them)."""
-    cands = run.cands[j]
-    if run.first_begin[j] < 0 and cand._b is not None:
-        run.first_begin[j] = len(cands)
-    cands.append(cand)
-    run.positions[j].append(cand.position)
-    ids = (cand._bu or _EMPTY) | (cand._tu or _EMPTY)
-    cum = run.cum[j]
-    previous = cum[-1] if cum else _EMPTY
-    cum.append(previous if ids <= previous else previous | ids)
 
 
 def prepare_search(pplan: PostponePlan, core, cap: int = -1) -> list[int]:

@@ -83,7 +83,8 @@ class _MainRun:
                        for attrs in plan.bound_attrs_t]
         self.first_begin = [-1] * k
 
-    def append(self, plan: _Plan, j: int, cand: Candidate, event: Event) -> None:
+    def add(self, j: int, cand: Candidate) -> None:
+        """Add a candidate to component ``j``'s lists, not to its bounds."""
         cands = self.cands[j]
         if self.first_begin[j] < 0 and cand._b is not None:
             self.first_begin[j] = len(cands)
@@ -93,6 +94,9 @@ class _MainRun:
         cum = self.cum[j]
         previous = cum[-1] if cum else _EMPTY
         cum.append(previous if ids <= previous else previous | ids)
+
+    def append(self, plan: _Plan, j: int, cand: Candidate, event: Event) -> None:
+        self.add(j, cand)
         for attr, b in self.bounds[j].items():
             v = value_of(event, attr)
             b[0] += 1
