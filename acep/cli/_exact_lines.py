@@ -11,7 +11,6 @@ into the same arrays in one pass.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator, Sequence
 from itertools import chain, count, repeat
 from operator import attrgetter
@@ -20,6 +19,7 @@ import numpy as np
 
 from .._output import tag_texts
 from ..nfab.core import CoreMatches
+from .exact import plain_key
 
 CHUNK = 65536  # matches per write: memory stays bounded for millions of matches
 
@@ -107,19 +107,8 @@ def _objects(items: list) -> np.ndarray:
 
 
 def _key_text(key) -> str:
-    """A partition key as the per-match path shows it: one value bare, several a list."""
-    if key is None:
-        return "null"
-    plain = [_plain(v) for v in key]
-    return json.dumps(plain[0] if len(plain) == 1 else plain)
-
-
-def _plain(value):
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return None
-        return int(value) if value.is_integer() else value
-    return value
+    """A partition key as the per-match path shows it."""
+    return json.dumps(plain_key(key))
 
 
 def _chunks(

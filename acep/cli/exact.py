@@ -250,9 +250,7 @@ class _ExactPrinter:
             tags = [self._tag_at(p) for p in block]
             events[var] = tags[0] if single else tags
             positions[var] = block[0] if single else list(block)
-        partition = None if m.partition is None else [_plain(v) for v in m.partition]
-        if partition is not None and len(partition) == 1:
-            partition = partition[0]
+        partition = plain_key(m.partition)
         values = None if m.values is None else {k: _plain(v) for k, v in m.values.items()}
         return {"start": self._tag(m.start), "end": self._tag(m.end),
                 "partition": partition, "events": events, "positions": positions,
@@ -270,6 +268,14 @@ class _ExactPrinter:
                 "count": r.count(),
                 "candidates": {var: [c.position for c in block]
                                for (var, _), block in zip(self.components, r.candidates)}}
+
+
+def plain_key(key):
+    """A partition key as JSON shows it: None, one value bare, several a list."""
+    if key is None:
+        return None
+    plain = [_plain(v) for v in key]
+    return plain[0] if len(plain) == 1 else plain
 
 
 def _plain(value):
