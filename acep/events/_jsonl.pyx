@@ -471,19 +471,24 @@ def tags_from_values(list values, kind):
 
 
 cdef object _iso_seconds(str text):
-    """(seconds, True) of a text of just the form YYYY-MM-DDTHH:MM:SS (UTC) that
-    ``datetime.fromisoformat`` reads, else None (then Python decides)."""
-    cdef Py_ssize_t size
+    """(seconds, True) of a text of just the form YYYY-MM-DDTHH:MM:SS (UTC), with a
+    fraction of one to six digits after a point or not, that ``datetime.fromisoformat``
+    reads, else None (then Python decides). The seconds are the whole microseconds over
+    1e6, one correctly rounded division as ``datetime.timestamp`` makes them."""
+    cdef Py_ssize_t size, n = len(text)
     cdef const char *c
     cdef int i
-    cdef long long y, m, d, hh, mm, ss
-    if len(text) != 19 or not text.isascii():
+    cdef long long y, m, d, hh, mm, ss, seconds, us
+    if not (n == 19 or 21 <= n <= 26) or not text.isascii():
         return None
     c = PyUnicode_AsUTF8AndSize(text, &size)
     if c[4] != b'-' or c[7] != b'-' or c[10] != b'T' or c[13] != b':' \
-            or c[16] != b':':
+            or c[16] != b':' or (n > 19 and c[19] != b'.'):
         return None
     for i in (0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18):
+        if not (b'0' <= c[i] <= b'9'):
+            return None
+    for i in range(20, n):
         if not (b'0' <= c[i] <= b'9'):
             return None
     y = _digits(c, 0, 4)
@@ -492,7 +497,16 @@ cdef object _iso_seconds(str text):
     if y < 1 or not 1 <= m <= 12 or d < 1 or d > _month_days(y, m) or hh > 23 or mm > 59 \
             or ss > 59:
         return None
-    return <double>(_days(y, m, d) * 86400 + hh * 3600 + mm * 60 + ss), True
+    seconds = _days(y, m, d) * 86400 + hh * 3600 + mm * 60 + ss
+    if n == 19:
+        return <double>seconds, True
+    us = _digits(c, 20, n - 20)
+    for i in range(n - 20, 6):
+        us *= 10
+    us += seconds * 1000000
+    if not -EXACT < us < EXACT:  # the microseconds must be exact as a double
+        return None
+    return <double>us / 1e6, True
 
 
 cdef inline long long _digits(const char *c, int start, int count):

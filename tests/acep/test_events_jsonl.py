@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from datetime import datetime
 
 import numpy as np
 import pytest
@@ -26,6 +27,7 @@ from acep.events import (
     reading,
     rows,
 )
+from acep.events import values as values_module
 
 SPECS = [
     EventSpec(),
@@ -151,3 +153,22 @@ def test_many_keys_and_a_key_not_read(tmp_path):
     for spec in (None, EventSpec(attributes=("k0", "k79"))):
         assert read(path, spec, True) == read(path, spec, False)
     assert np.array_equal(next(read_events(path)).columns["k3"], [3.0, 3.0])
+
+
+_STAMPS = st.builds(
+    lambda when, digits, sep, tail: when.isoformat(timespec="seconds")
+    + (sep + f"{when.microsecond:06d}{when.microsecond % 7}"[:digits] if digits else "") + tail,
+    st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59)),
+    st.integers(0, 8), st.sampled_from([".", ".", ".", ","]), st.sampled_from(["", "", "Z"]))
+
+
+@needs_compiled
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.one_of(_STAMPS, st.sampled_from(["2023-02-29T00:00:00.5", "x", "1.5",
+                                                      "2023-01-01T24:00:00.1"])), max_size=6))
+def test_iso_tags_with_fractions_read_to_the_same_float_as_python(texts):
+    """The compiled reader parses YYYY-MM-DDTHH:MM:SS with up to six fraction digits in C;
+    every tag (or its refusal) is Python's ``datetime.timestamp`` to the bit."""
+    got = rows._compiled.tags_from_values(list(texts), values_module._TagKind())
+    want = values_module._tags_from_values(list(texts), values_module._TagKind())
+    assert got[0].tobytes() == want[0].tobytes() and got[1] == want[1]
