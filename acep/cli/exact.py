@@ -83,7 +83,8 @@ def run_exact(args: argparse.Namespace) -> int:
     work = counted(s["main_runs"], "main run") if engine.engine == "postpone" else \
         f"{counted(s['runs_created'], 'run')} created"
     print(f"acep: {counted(s['events'], 'event')}, {what}, {work}, {seconds:.2f} s "
-          f"({query.strategy.value}, {engine.engine} engine)", file=sys.stderr)
+          f"({query.strategy.value}, {engine.engine} engine{_core_ran(engine)})",
+          file=sys.stderr)
     seen = set(batch.type_names)
     missing = sorted({c.type for c in query.positive if c.type not in seen})
     if missing:
@@ -91,6 +92,14 @@ def run_exact(args: argparse.Namespace) -> int:
               f"{sorted(seen)[:12]}); is the event type read from the right column (--spec)?",
               file=sys.stderr)
     return 0
+
+
+def _core_ran(engine) -> str:
+    """What ran the shared-buffer or postponing engine, for the summary line."""
+    if engine.core is None:  # the run engine has no core
+        return ""
+    return {"compiled": ", compiled core", "python": ", uncompiled core"}.get(
+        engine.core, ", pure-Python engine")
 
 
 def _print(out: _ExactPrinter, found, output: str) -> None:

@@ -190,9 +190,9 @@ class Engine:
             found = self._on_core(rows)
             if found is not None:
                 return found
+            self._core_ran = "shared"
             stream = Stream(self.query, self.merge, max_entries=self.max_entries)
             raw = self._shared(stream, rows, final=True)
-            self._core_ran = "shared"
             return self._shared_output(stream.plan.cq, raw)
         self._stats["events"] += len(rows)
         if self.engine == "postpone":
@@ -220,6 +220,7 @@ class Engine:
                 self._core_plan = False
                 return None
         verbose = self.output == "verbose"
+        self._core_ran = core_name(module)  # named before it runs: it may stop at the bound
         result = run_core(self._core_plan, rows, "verbose" if verbose else "raw", module,
                           self.max_entries)
         if result is None:
@@ -230,7 +231,6 @@ class Engine:
                 self._stats[name] = max(self._stats[name], value)
             else:
                 self._stats[name] += value
-        self._core_ran = core_name(module)
         return found if verbose else self._shared_output(self._core_plan.cq, found)
 
     def push(self, events: Iterable[Event] | EventBatch) -> list:

@@ -102,11 +102,11 @@ def match_postponed(query: Query, events: Iterable[Event], *, early_filters: boo
     core_run = None if pplan is None else run_lists(pplan, events, module, limit,
                                                    output == "compact")
     if core_run is not None:
+        stats.core = core_name(module)
         if max_entries is not None:
             check_bound(pplan, core_run, module, max_entries, output == "compact")
         for name, value in core_run.counters().items():
             setattr(stats, name, value)
-        stats.core = core_name(module)
         ctx = _Context(pplan.plan, events, _Machine(cq, events, RunStats()), max_entries)
         if output == "compact":
             records = [CollapsedMatch(run.start, pos, ctx, run, ranges) for pos, run, ranges
