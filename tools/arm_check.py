@@ -103,7 +103,30 @@ for chunk in source.chunks():
 print("bad lines", source.bad_lines, "offset", source.offset)
 """
 AGENT_RUN = "agent-source"
-COMPARED = [name for name, _ in RUNS] + [AGENT_RUN]
+# ISO tags with 0-6 fraction digits over years 1-9999, read by the compiled reader: each
+# float printed exactly, and the reader's floats checked against datetime's to the bit.
+ISO_SCRIPT = """\
+import random, sys
+from datetime import datetime, timedelta
+from acep.events import read_all, values
+rng, lo = random.Random(7), datetime(1, 1, 1)
+span = int((datetime(9999, 12, 31) - lo).total_seconds())
+stamps = []
+for _ in range(20000):
+    when = lo + timedelta(seconds=rng.randrange(span), microseconds=rng.randrange(10**6))
+    digits = rng.randrange(7)
+    stamps.append(when.isoformat(timespec="seconds")
+                  + ("." + f"{when.microsecond:06d}"[:digits] if digits else ""))
+stamps.sort()
+with open("iso.jsonl", "w") as f:
+    f.writelines(f'{{"type": "a", "t": "{s}"}}\\n' for s in stamps)
+tags = read_all("iso.jsonl").tags
+want = values._tags_from_values(stamps, values._TagKind())[0]
+print("\\n".join(map(float.hex, tags.tolist())))
+sys.exit(0 if tags.tobytes() == want.tobytes() else "compiled ISO tags differ from datetime's")
+"""
+ISO_RUN = "iso-tags"
+COMPARED = [name for name, _ in RUNS] + [AGENT_RUN, ISO_RUN]
 
 
 class Failure(Exception):
@@ -224,7 +247,14 @@ def acep_commands(acep: str, python: str) -> list[tuple[str, str]]:
     runs = [(name, " ".join([acep, *map(quote, args)]) + f" > {RUN}/{name}.out")
             for name, args in RUNS]
     agent = (AGENT_RUN, f"{python} agent_source.py {EVENTS} > {RUN}/{AGENT_RUN}.out")
-    return [("unpack", unpack), *runs, agent]
+    iso = (ISO_RUN, f"{python} iso_tags.py > {RUN}/{ISO_RUN}.out")
+    return [("unpack", unpack), *runs, agent, iso]
+
+
+def write_scripts(run_dir: Path) -> None:
+    """The compared Python scripts, beside the outputs."""
+    (run_dir / "agent_source.py").write_text(AGENT_SCRIPT)
+    (run_dir / "iso_tags.py").write_text(ISO_SCRIPT)
 
 
 def backend_of(listing: str) -> str:
@@ -290,7 +320,7 @@ def install_and_run(arch: Arch, root: Path, args: argparse.Namespace, report: Re
     report.backend = backend_of(inside(root, "cd /tmp && acep backend --all",
                                        "acep backend --all").decode())
     inside(root, "cd /tmp && acep agent --help > /dev/null", "acep agent --help")
-    (root / RUN.lstrip("/") / "agent_source.py").write_text(AGENT_SCRIPT)
+    write_scripts(root / RUN.lstrip("/"))
     for name, command in acep_commands("acep", "python"):
         inside(root, f"cd {RUN} && {command}", f"{name}: {command}")
     report.step("acep runs", t, report.backend, good=report.backend == "compiled")
@@ -332,7 +362,7 @@ def check_x86(args: argparse.Namespace) -> Report:
         acep = f"{sys.executable} -c 'import sys; from acep.cli import main; sys.exit(main())'"
         report.backend = backend_of(sh(["sh", "-ec", f"{acep} backend --all"], cwd=run,
                                        env=env).decode())
-        (run / "agent_source.py").write_text(AGENT_SCRIPT)
+        write_scripts(run)
         for name, command in acep_commands(acep, sys.executable):
             sh(["sh", "-ec", command], cwd=run, env=env, what=f"x86 {name}")
         report.step("acep runs", t, report.backend, good=report.backend == "compiled")
