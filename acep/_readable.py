@@ -12,12 +12,17 @@ import select
 
 __all__ = ["readable"]
 
+_MAX_SECONDS = (2**31 - 1) / 1000.0  # poll takes whole milliseconds in an int
+
 
 def readable(fd, timeout: float | None) -> bool:
     """True when ``fd`` (a descriptor number or an object with ``fileno()``) has something
-    to read, or its end, within ``timeout`` seconds (None: wait as long as it takes)."""
+    to read, or its end, within ``timeout`` seconds (None, or beyond 24 days: wait as long
+    as it takes)."""
+    if timeout is not None:
+        timeout = None if timeout >= _MAX_SECONDS else max(0.0, timeout)
     if not hasattr(select, "poll"):  # Windows: select takes any socket there
         return bool(select.select([fd], [], [], timeout)[0])
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLPRI)
-    return bool(poller.poll(None if timeout is None else max(0.0, timeout) * 1000.0))
+    return bool(poller.poll(None if timeout is None else timeout * 1000.0))

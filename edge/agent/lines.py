@@ -49,16 +49,19 @@ def read_line(fh) -> bytes:
     return _LongLine(line[:60] + (b"\n" if ended else b""), size)
 
 
-def stream_lines(read: Callable[[int], bytes], size: int = READ_BYTES
+def stream_lines(read: Callable[[int], bytes | None], size: int = READ_BYTES
                  ) -> Iterator[list[bytes]]:
     """The lines of a stream as they arrive: ``read(size)`` gives what is there (at least
-    a byte, waiting for it; b"" at the end), and each list holds the whole lines it
-    completed, the same lines as :func:`read_line` reads one by one. A line over the limit
-    comes alone, as a :class:`_LongLine`; a last line without its newline comes at the
-    end."""
+    a byte, waiting for it; b"" at the end; None when nothing came in time, which gives an
+    empty list), and each list holds the whole lines it completed, the same lines as
+    :func:`read_line` reads one by one. A line over the limit comes alone, as a
+    :class:`_LongLine`; a last line without its newline comes at the end."""
     pending: list[bytes] = []  # the start of a line whose newline has not come
     held = 0  # its length (counted on past the limit, where only its head is kept)
-    while data := read(size):
+    while (data := read(size)) != b"":
+        if data is None:
+            yield []
+            continue
         end = data.rfind(b"\n") + 1
         if not end:
             held = _hold(pending, held, data)

@@ -20,10 +20,13 @@ import itertools
 import logging
 import math
 import os
+import stat
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+
+from acep._readable import readable
 
 from ..logs import LogLimiter
 from .lines import (
@@ -547,7 +550,9 @@ class FileSource(Source):
 class StdinSource(Source):
     """JSON Lines from standard input (or any binary stream); not replayable. What is
     there is read at once, whole lines parsed together (:func:`parse_blocks`); a half line
-    waits for the rest, and the last line needs no newline."""
+    waits for the rest, and the last line needs no newline. On a pipe or a terminal that
+    goes quiet, a chunk begun goes on ``batch_seconds`` after its first event all the same,
+    and ``stop`` is seen within ``batch_seconds``."""
 
     name = "<stdin>"
 
@@ -559,15 +564,28 @@ class StdinSource(Source):
         self.lines = 0  # read in this run
 
     def _blocks(self, stop: threading.Event) -> Iterator[list[Item] | None]:
-        # A blocking read of what is there (``read1``: a pipe's events are not held back
-        # to fill a read): SIGTERM interrupts it in the main thread, and the agent stops
-        # once the next bytes come; stdin closing ends the source.
-        read = getattr(self.stream, "read1", None) or self.stream.read
-        for lines in stream_lines(read, self.read_bytes):
-            yield from self._parse(lines)
+        # A read of what is there (``read1``: a pipe's events are not held back to fill a
+        # read); stdin closing ends the source.
+        for lines in stream_lines(self._reader(), self.read_bytes):
+            if lines:
+                yield from self._parse(lines)
+            else:
+                yield None  # quiet: the chunk begun may be due
             if stop.is_set():
                 return
         self.eof = True
+
+    def _reader(self) -> Callable[[int], bytes | None]:
+        """``read(size)``: what the stream has, or None when a pipe or terminal stays
+        quiet for ``batch_seconds`` (a regular file or a stream without a descriptor is
+        read as it is)."""
+        read = getattr(self.stream, "read1", None) or self.stream.read
+        fd = _live_descriptor(self.stream)
+        if fd is None:
+            return read
+        # read1 of a whole READ_BYTES leaves nothing in the stream's buffer, so the
+        # descriptor tells whether anything is left to read
+        return lambda size: read(size) if readable(fd, self.batch_seconds) else None
 
     def _parse(self, lines: list[bytes]) -> Iterator[list[Item]]:
         """The events of the next lines, in blocks (see :meth:`FileSource._parse`)."""
@@ -583,6 +601,18 @@ class StdinSource(Source):
         self.bad_lines += 1
         self.bad_log.warning("<stdin>, line %d of this run: %s, skipped: %.60r", number,
                              why_bad(line), line)
+
+
+def _live_descriptor(stream) -> int | None:
+    """The descriptor of a pipe, socket or terminal that can be waited on, else None
+    (a regular file never waits; off POSIX, stdin is read as it comes)."""
+    if os.name != "posix":
+        return None
+    try:
+        fd = stream.fileno()
+        return None if stat.S_ISREG(os.fstat(fd).st_mode) else fd
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
 
 
 class IteratorSource(Source):

@@ -165,10 +165,12 @@ def test_lines_there_are_handed_over_without_waiting_for_more():
     os.close(r)
 
 
-def next_within(blocks, seconds: float):
-    """The next block, or a failure when it does not come within ``seconds``."""
+def next_within(blocks, seconds: float, **default):
+    """The next block (``default`` at the end, if given), or a failure when it does not
+    come within ``seconds``."""
     out = []
-    thread = threading.Thread(target=lambda: out.append(next(blocks)), daemon=True)
+    thread = threading.Thread(target=lambda: out.append(next(blocks, *default.values())),
+                              daemon=True)
     thread.start()
     thread.join(seconds)
     if not out:
@@ -192,3 +194,27 @@ def test_a_bad_line_is_named_by_its_number_in_the_stream():
         assert src.bad_log.messages == [
             "<stdin>, line 3 of this run: not a JSON object, skipped: b'not json\\n'",
             "<stdin>, line 5 of this run: not a JSON object, skipped: b'[1]'"]
+
+
+def test_a_quiet_pipe_hands_on_the_chunk_begun_after_batch_seconds():
+    """Events that came before the pipe went quiet are not held until more come: the chunk
+    goes on ``batch_seconds`` after its first event, and ``stop`` ends a quiet source."""
+    for compiled in PATHS:
+        saved = rows._compiled
+        if not compiled:
+            rows._compiled = None
+        r, w = os.pipe()
+        stream = open(r, "rb")
+        try:
+            src = StdinSource(stream, batch_events=1000, batch_seconds=0.2)
+            stop = threading.Event()
+            chunks = src.chunks(stop)
+            os.write(w, b'{"type": "a", "t": 1}\n{"type": "b", "t": 2}\n')
+            got = next_within(chunks, 5)
+            assert chunk_events(got) == [{"type": "a", "t": 1}, {"type": "b", "t": 2}]
+            stop.set()
+            assert next_within(chunks, 5, default=None) is None and not src.eof
+        finally:
+            rows._compiled = saved
+            os.close(w)  # first: a read still waiting ends, then the stream can close
+            stream.close()
