@@ -309,10 +309,12 @@ def _live_read(fd: int) -> Callable[[int], bytes | None]:
     waits for the next bytes as long as it takes)."""
     from .._readable import readable
 
-    wait = STDIN_IDLE_SECONDS
+    wait, ended = STDIN_IDLE_SECONDS, False
 
     def read(n: int) -> bytes | None:
-        nonlocal wait
+        nonlocal wait, ended
+        if ended:  # a terminal's end (Ctrl-D) is read once: kept for the next call
+            return b""
         if not readable(fd, wait):
             wait = None
             return None
@@ -322,6 +324,7 @@ def _live_read(fd: int) -> Callable[[int], bytes | None]:
         while pieces[-1] and size < n and readable(fd, 0):  # a pipe holds 64 KiB at most
             pieces.append(os.read(fd, min(n - size, _PIPE)))
             size += len(pieces[-1])
+        ended = not pieces[-1]
         return b"".join(pieces)
 
     return read

@@ -45,7 +45,7 @@ def written(data: bytes, pieces: list[tuple[int, bool]], pause: float) -> tuple[
             for size, wait in pieces:
                 if wait:
                     time.sleep(pause)
-                fh.write(data[at:at + size])
+                fh.write(data[at : at + size])
                 at += size
             fh.write(data[at:])
 
@@ -87,19 +87,37 @@ def by_event(batches) -> list:
             attrs = {k: c[i] for k, c in b.columns.items()}
             attrs = {k: v for k, v in attrs.items() if v is not None and v == v}
             tag = float(b.tags[i])
-            out.append((b.position + i, int(b.lines[i]), names[i],
-                        "nan" if math.isnan(tag) else tag, attrs))
+            out.append(
+                (
+                    b.position + i,
+                    int(b.lines[i]),
+                    names[i],
+                    "nan" if math.isnan(tag) else tag,
+                    attrs,
+                )
+            )
     return out
 
 
 @needs_compiled
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.data_too_large])
-@given(st.lists(line(), max_size=12), st.booleans(), st.sampled_from(SPECS),
-       st.sampled_from([1, 2, 5, 1000]), PIECES, st.booleans(), st.sampled_from([None, 40]),
-       st.sampled_from(["error", "skip"]))
-def test_stdin_reads_as_the_python_reader(tmp_path_factory, lines, newline_at_end, spec,
-                                         batch_size, pieces, pauses, limit, mode):
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    st.lists(line(), max_size=12),
+    st.booleans(),
+    st.sampled_from(SPECS),
+    st.sampled_from([1, 2, 5, 1000]),
+    PIECES,
+    st.booleans(),
+    st.sampled_from([None, 40]),
+    st.sampled_from(["error", "skip"]),
+)
+def test_stdin_reads_as_the_python_reader(
+    tmp_path_factory, lines, newline_at_end, spec, batch_size, pieces, pauses, limit, mode
+):
     data = file_of(lines, newline_at_end)
     saved = bounds.MAX_LINE_BYTES
     bounds.MAX_LINE_BYTES = limit or saved  # 40: some lines are over the limit
@@ -114,8 +132,9 @@ def test_stdin_reads_as_the_python_reader(tmp_path_factory, lines, newline_at_en
             writer.join()
             path = tmp_path_factory.mktemp("stdin") / "events.jsonl"
             path.write_bytes(data)
-            f_batches, f_bad, f_error = read_stdin(os.open(path, os.O_RDONLY), spec, compiled,
-                                                   idle, **kw)
+            f_batches, f_bad, f_error = read_stdin(
+                os.open(path, os.O_RDONLY), spec, compiled, idle, **kw
+            )
             got[compiled, "file"] = [shown(b) for b in f_batches], f_bad, f_error
         assert got[True, "file"] == got[False, "file"]
         (c_batches, c_bad, c_error), (p_batches, p_bad, p_error) = got[True], got[False]
@@ -166,12 +185,56 @@ def test_a_live_pipe_hands_on_what_came_once_it_goes_quiet(compiled):
             os.close(w)
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_terminal_ends_at_ctrl_d_after_its_lines(compiled):
+    """Lines typed (or pasted) and Ctrl-D at once: the end is read once, with the lines."""
+    if compiled and rows._compiled is None:
+        pytest.skip("the reader is not built")
+    pty = pytest.importorskip("pty")
+    main, terminal = pty.openpty()
+    saved = rows._compiled, sys.stdin
+    if not compiled:
+        rows._compiled = None
+    got = []
+    try:
+        with open(terminal, "rb") as f:
+            sys.stdin = SimpleNamespace(buffer=f)
+            os.write(main, b'{"type": "a", "t": 1}\n{"type": "b", "t": 2}\n\x04')
+            time.sleep(0.1)  # all of it there before the first read
+            reader = threading.Thread(target=lambda: got.extend(read_events("-")), daemon=True)
+            reader.start()
+            reader.join(30)
+            assert not reader.is_alive(), "Ctrl-D did not end stdin"
+            assert [b.types().tolist() for b in got] == [["a", "b"]]
+    finally:
+        rows._compiled, sys.stdin = saved
+        os.close(main)
+
+
 def run_match(*args, stdin) -> subprocess.CompletedProcess:
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-m", "acep.cli", "match", "-p", "late late",
-                           "-w", "2h", "-k", "1", "--partition", "origin",
-                           "--no-progress", *args], stdin=stdin, capture_output=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": path})
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "acep.cli",
+            "match",
+            "-p",
+            "late late",
+            "-w",
+            "2h",
+            "-k",
+            "1",
+            "--partition",
+            "origin",
+            "--no-progress",
+            *args,
+        ],
+        stdin=stdin,
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": path},
+    )
 
 
 def test_acep_match_on_stdin_prints_what_it_prints_for_the_file(tmp_path):
