@@ -174,7 +174,7 @@ def _open_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chu
         raise EventError("a directory, not a file of events", source)
     if kind != "file":
         raise EventError("no such file", source)
-    if fmt == "jsonl" and source != "-" and rows._compiled is not None:
+    if fmt == "jsonl" and rows._compiled is not None:
         return rows._compiled_jsonl_chunks(source, spec, batch_size)
     if fmt == "jsonl":
         # stdin may wait for lines for hours: never with the collector paused

@@ -10,7 +10,7 @@ import io
 import os
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 
 import msgpack
@@ -260,26 +260,71 @@ _PURE = SimpleNamespace(types_from_values=_types_from_values, class_numbers=_cla
                         tags_from_values=_tags_from_values,
                         column_from_values=_column_from_values)
 _BLOCK = 1 << 20  # bytes read at a time by the compiled reader
+_PIPE = 1 << 16  # bytes asked of a pipe in one os.read
 
 
 def _compiled_jsonl_chunks(source: str, spec: EventSpec, batch_size: int) -> Iterator[_Chunk]:
-    """:func:`_rows_chunks` of :func:`_jsonl_records` of a file, read by the compiled reader."""
+    """:func:`_rows_chunks` of :func:`_jsonl_records` of a file or stdin, read by the compiled
+    reader."""
+    if source != "-":
+        with _open_binary(source) as f:
+            yield from _reader_chunks(f.read, spec, batch_size)
+        return
+    f = sys.stdin.buffer
+    yield from _reader_chunks(_live_read(f.fileno()) if _is_live(f) else f.read, spec,
+                              batch_size)
+
+
+def _reader_chunks(read: Callable[[int], bytes | None], spec: EventSpec,
+                   batch_size: int) -> Iterator[_Chunk]:
+    """Chunks of the lines ``read(n)`` gives: about ``n`` bytes, b"" at the end, or None
+    when a live stream has gone quiet (the lines read so far go on as a chunk)."""
     reader = _compiled.Reader(_type_column(spec), spec.tag, spec.attributes,
                               _not_attributes(spec), batch_size, _json_record, _Undecodable,
                               _bounds.MAX_LINE_BYTES)
     kind = _TagKind()
-    with _open_binary(source) as f:
-        buf, pos, eof = b"", 0, False
-        while True:
-            with _collector_paused():
-                while not eof and reader.n < batch_size:
-                    pos = reader.feed(buf, pos, False)
-                    if reader.n < batch_size:  # no whole line left: read on
-                        more = f.read(max(_BLOCK, len(buf) - pos))
-                        buf, pos, eof = buf[pos:] + more, 0, not more
-                if eof:
-                    pos = reader.feed(buf, pos, True)
-                if reader.n == 0:
-                    return
-                chunk = _chunk_of(*reader.take(), spec, kind)
+    buf, pos = b"", 0
+    while True:
+        # the collector is paused while lines are parsed, never across a read (stdin may
+        # wait for hours) or a yield (the caller's code runs with it)
+        with _collector_paused():
+            pos = reader.feed(buf, pos, False)
+        more = read(max(_BLOCK, len(buf) - pos)) if reader.n < batch_size else None
+        if more:
+            buf, pos = buf[pos:] + more, 0
+            continue
+        with _collector_paused():
+            if more == b"":  # only a last line without its newline can be left
+                pos = reader.feed(buf, pos, True)
+            chunk = _chunk_of(*reader.take(), spec, kind) if reader.n else None
+        if chunk is not None:
             yield chunk
+        if more == b"":
+            return
+
+
+def _live_read(fd: int) -> Callable[[int], bytes | None]:
+    """``read(n)`` of a live descriptor for :func:`_reader_chunks`: what has come, up to
+    ``n`` bytes, or None once nothing has come for :data:`STDIN_IDLE_SECONDS` (then it
+    waits for the next bytes as long as it takes)."""
+    from .._readable import readable
+
+    wait, ended = STDIN_IDLE_SECONDS, False
+
+    def read(n: int) -> bytes | None:
+        nonlocal wait, ended
+        if ended:  # a terminal's end (Ctrl-D) is read once: kept for the next call
+            return b""
+        if not readable(fd, wait):
+            wait = None
+            return None
+        wait = STDIN_IDLE_SECONDS
+        pieces = [os.read(fd, min(n, _PIPE))]
+        size = len(pieces[0])
+        while pieces[-1] and size < n and readable(fd, 0):  # a pipe holds 64 KiB at most
+            pieces.append(os.read(fd, min(n - size, _PIPE)))
+            size += len(pieces[-1])
+        ended = not pieces[-1]
+        return b"".join(pieces)
+
+    return read

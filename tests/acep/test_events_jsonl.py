@@ -7,7 +7,6 @@ reads, and asserts the same batches, bad events and errors."""
 from __future__ import annotations
 
 import json
-import math
 import os
 from datetime import datetime
 
@@ -15,28 +14,18 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.jsonl_lines import KEYS, line, shown, values
+from support.jsonl_lines import KEYS, SPECS, line, shown, values
 
 from acep.events import (
     PRESETS,
     EventBatch,
     EventError,
     EventSpec,
-    TypeClasses,
     read_events,
     reading,
     rows,
 )
 from acep.events import values as values_module
-
-SPECS = [
-    EventSpec(),
-    PRESETS["flights"],
-    EventSpec(tag=None, type="kind"),
-    EventSpec(tag="t", type=TypeClasses("x", (-math.inf, 0, 10, math.inf), ("lo", "mid", "hi"))),
-    EventSpec(tag="t", type="type", attributes=("x", "é", "t", "")),
-    EventSpec(tag="t", type=TypeClasses("x", (0, 5), ("in",)), attributes=("x", "y")),
-]
 
 
 def read(path, spec, compiled: bool, **kw) -> tuple:

@@ -5,10 +5,11 @@ file and stdin sources)."""
 from __future__ import annotations
 
 import json
+import math
 
 from hypothesis import strategies as st
 
-from acep.events import EventBatch
+from acep.events import PRESETS, EventBatch, EventSpec, TypeClasses
 
 KEYS = ["t", "type", "kind", "x", "y", "é", "", "date", "delay", "origin"]
 NUMBER_TEXTS = ["0", "-0", "-0.0", "1", "12", "1.5", "1e3", "1E400", "-1e400", "1e-400",
@@ -32,6 +33,16 @@ BAD_LINES = [b"{", b"}", b"[1]", b'"x"', b"7", b"null", b'{"a":}', b'{"a" 1}', b
              b'{"t":1,"type":"a","deep":' + b"[" * 70 + b"]" * 70 + b"}", b"\x00",
              b'{"type":"a","t":1}\r', b'\x0c{"type":"a","t":2}', b"\x0b \t",
              b'{"type":"a","t":"2001-01-01T00:00:00"}\x00']
+
+# specs the readers are compared under: every kind of type, tag and attribute list
+SPECS = [
+    EventSpec(),
+    PRESETS["flights"],
+    EventSpec(tag=None, type="kind"),
+    EventSpec(tag="t", type=TypeClasses("x", (-math.inf, 0, 10, math.inf), ("lo", "mid", "hi"))),
+    EventSpec(tag="t", type="type", attributes=("x", "é", "t", "")),
+    EventSpec(tag="t", type=TypeClasses("x", (0, 5), ("in",)), attributes=("x", "y")),
+]
 
 
 def values():
