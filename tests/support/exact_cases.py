@@ -91,7 +91,7 @@ def queries(draw, wide: bool = False):
 
 @st.composite
 def streams(draw, types: str, max_size: int, xs: list, bad: bool):
-    n = draw(st.integers(2, max_size))
+    n = draw(st.integers(0, max_size))
     out, t = [], 0
     for _ in range(n):
         t += draw(st.sampled_from(STEPS))
