@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from acep._readable import readable
+from acep.utils import readable
 
 from ..logs import LogLimiter
 from .lines import (
