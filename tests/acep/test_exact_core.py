@@ -185,7 +185,7 @@ def batch_cases(draw, max_size=30):
             if plain and isinstance(e.attrs[a], float) and math.isnan(e.attrs[a]):
                 e.attrs[a] = draw(st.sampled_from(PLAIN))
         e.attrs["k"] = draw(st.sampled_from(KEYS if plain else KEYS + ["7", math.nan]))
-    if not plain and draw(st.booleans()):
+    if not plain and events and draw(st.booleans()):
         del events[draw(st.integers(0, len(events) - 1))].attrs["y"]
     return query, events
 
