@@ -148,20 +148,24 @@ def test_stdin_reads_as_the_python_reader(
         bounds.MAX_LINE_BYTES = saved
 
 
-@pytest.mark.parametrize("compiled", [True, False])
-def test_a_live_pipe_hands_on_what_came_once_it_goes_quiet(compiled):
-    """``tail -f | acep match -``: the lines come as a batch with stdin still open, and the
-    reader waits for more with the garbage collector on."""
+def reader_for(compiled: bool, monkeypatch) -> None:
+    """The compiled reader, or the Python one (``rows._compiled`` None) for this test."""
     if compiled and rows._compiled is None:
         pytest.skip("the reader is not built")
-    r, w = os.pipe()
-    saved = rows._compiled, sys.stdin
     if not compiled:
-        rows._compiled = None
+        monkeypatch.setattr(rows, "_compiled", None)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_live_pipe_hands_on_what_came_once_it_goes_quiet(compiled, monkeypatch):
+    """``tail -f | acep match -``: the lines come as a batch with stdin still open, and the
+    reader waits for more with the garbage collector on."""
+    reader_for(compiled, monkeypatch)
+    r, w = os.pipe()
     got = []
     try:
         with open(r, "rb") as f:
-            sys.stdin = SimpleNamespace(buffer=f)
+            monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=f))
             batches = read_events("-")
             reader = threading.Thread(target=lambda: got.extend(batches), daemon=True)
             os.write(w, b'{"type": "a", "t": 1}\n\n{"type": "b", "t": 2}\n{"type": "c"')
@@ -180,25 +184,20 @@ def test_a_live_pipe_hands_on_what_came_once_it_goes_quiet(compiled):
             assert [b.types().tolist() for b in got] == [["a", "b"], ["c"]]
             assert got[1].lines.tolist() == [4] and got[1].position == 2
     finally:
-        rows._compiled, sys.stdin = saved
         if w is not None:
             os.close(w)
 
 
 @pytest.mark.parametrize("compiled", [True, False])
-def test_a_terminal_ends_at_ctrl_d_after_its_lines(compiled):
+def test_a_terminal_ends_at_ctrl_d_after_its_lines(compiled, monkeypatch):
     """Lines typed (or pasted) and Ctrl-D at once: the end is read once, with the lines."""
-    if compiled and rows._compiled is None:
-        pytest.skip("the reader is not built")
+    reader_for(compiled, monkeypatch)
     pty = pytest.importorskip("pty")
     main, terminal = pty.openpty()
-    saved = rows._compiled, sys.stdin
-    if not compiled:
-        rows._compiled = None
     got = []
     try:
         with open(terminal, "rb") as f:
-            sys.stdin = SimpleNamespace(buffer=f)
+            monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=f))
             os.write(main, b'{"type": "a", "t": 1}\n{"type": "b", "t": 2}\n\x04')
             time.sleep(0.1)  # all of it there before the first read
             reader = threading.Thread(target=lambda: got.extend(read_events("-")), daemon=True)
@@ -207,7 +206,6 @@ def test_a_terminal_ends_at_ctrl_d_after_its_lines(compiled):
             assert not reader.is_alive(), "Ctrl-D did not end stdin"
             assert [b.types().tolist() for b in got] == [["a", "b"]]
     finally:
-        rows._compiled, sys.stdin = saved
         os.close(main)
 
 
