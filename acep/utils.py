@@ -11,13 +11,13 @@ from ._bundles import bundle_runs
 from ._checks import ParameterError
 from ._https import HTTPSWithin, HTTPSWithinHandler
 from ._jsonread import loads as json_loads
-from ._readable import readable
+from ._readable import live_descriptor, readable
 from ._signals import Terminated, terminate_on_sigterm
 from ._text import counted, one_line
 from .events import lines as json_lines
 
 __all__ = [
     "bounds", "bundle_runs", "checks", "json_problem", "ParameterError", "HTTPSWithin",
-    "HTTPSWithinHandler", "json_loads", "readable", "Terminated", "terminate_on_sigterm",
-    "one_line", "counted", "json_lines",
+    "HTTPSWithinHandler", "json_loads", "live_descriptor", "readable", "Terminated",
+    "terminate_on_sigterm", "one_line", "counted", "json_lines",
 ]

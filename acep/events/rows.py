@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import io
 import os
-import stat
 import sys
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
@@ -19,6 +17,7 @@ import numpy as np
 from .. import _bounds
 from .._bounds import MAX_DEPTH, depth_problem, json_problem
 from .._jsonread import loads
+from .._readable import live_descriptor, readable
 from .chunks import _add, _Chunk
 from .files import _open_binary
 from .model import Event, EventError
@@ -57,7 +56,7 @@ def _jsonl_records(source: str) -> Iterator[tuple[int | None, object] | object]:
     """(line, parsed object) for each non-blank line; on a live stdin also ``_PAUSE``
     when it goes quiet (see :func:`_groups`)."""
     f = sys.stdin.buffer if source == "-" else _open_binary(source)
-    lines = _live_lines(f) if source == "-" and _is_live(f) else f
+    lines = _live_lines(f) if source == "-" and live_descriptor(f) is not None else f
     try:
         line = 0
         for raw in lines:
@@ -81,22 +80,9 @@ def _json_record(raw: bytes) -> object:
         return _Undecodable(f"line is not valid JSON ({e})")
 
 
-def _is_live(f) -> bool:
-    """A pipe, socket or terminal that ``select`` can wait on (not a file: it never waits;
-    off POSIX, stdin is read in whole batches)."""
-    if os.name != "posix":
-        return False
-    try:
-        return not stat.S_ISREG(os.fstat(f.fileno()).st_mode)
-    except (OSError, ValueError, io.UnsupportedOperation):
-        return False
-
-
 def _live_lines(f) -> Iterator[bytes | object]:
     """The lines of ``f``'s descriptor as they arrive, ``_PAUSE`` after a quiet spell."""
-    from .._readable import readable
-
-    fd, rest, wait = f.fileno(), b"", STDIN_IDLE_SECONDS
+    fd, pending, wait = f.fileno(), [], STDIN_IDLE_SECONDS
     while True:
         if not readable(fd, wait):
             yield _PAUSE
@@ -106,8 +92,12 @@ def _live_lines(f) -> Iterator[bytes | object]:
         if not data:
             break
         wait = STDIN_IDLE_SECONDS
-        *complete, rest = (rest + data).split(b"\n")
-        yield from (raw + b"\n" for raw in complete)
+        pending.append(data)
+        if b"\n" in data:  # joined once per line end: a long line costs no more than its length
+            *complete, rest = b"".join(pending).split(b"\n")
+            pending = [rest]
+            yield from (raw + b"\n" for raw in complete)
+    rest = b"".join(pending)
     if rest:
         yield rest
 
@@ -271,8 +261,8 @@ def _compiled_jsonl_chunks(source: str, spec: EventSpec, batch_size: int) -> Ite
             yield from _reader_chunks(f.read, spec, batch_size)
         return
     f = sys.stdin.buffer
-    yield from _reader_chunks(_live_read(f.fileno()) if _is_live(f) else f.read, spec,
-                              batch_size)
+    fd = live_descriptor(f)
+    yield from _reader_chunks(f.read if fd is None else _live_read(fd), spec, batch_size)
 
 
 def _reader_chunks(read: Callable[[int], bytes | None], spec: EventSpec,
@@ -307,8 +297,6 @@ def _live_read(fd: int) -> Callable[[int], bytes | None]:
     """``read(n)`` of a live descriptor for :func:`_reader_chunks`: what has come, up to
     ``n`` bytes, or None once nothing has come for :data:`STDIN_IDLE_SECONDS` (then it
     waits for the next bytes as long as it takes)."""
-    from .._readable import readable
-
     wait, ended = STDIN_IDLE_SECONDS, False
 
     def read(n: int) -> bytes | None:

@@ -20,13 +20,12 @@ import itertools
 import logging
 import math
 import os
-import stat
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from acep.utils import readable
+from acep.utils import live_descriptor, readable
 
 from ..logs import LogLimiter
 from .lines import (
@@ -580,7 +579,7 @@ class StdinSource(Source):
         quiet for ``batch_seconds`` (a regular file or a stream without a descriptor is
         read as it is)."""
         read = getattr(self.stream, "read1", None) or self.stream.read
-        fd = _live_descriptor(self.stream)
+        fd = live_descriptor(self.stream)
         if fd is None:
             return read
         # read1 of a whole READ_BYTES leaves nothing in the stream's buffer, so the
@@ -601,18 +600,6 @@ class StdinSource(Source):
         self.bad_lines += 1
         self.bad_log.warning("<stdin>, line %d of this run: %s, skipped: %.60r", number,
                              why_bad(line), line)
-
-
-def _live_descriptor(stream) -> int | None:
-    """The descriptor of a pipe, socket or terminal that can be waited on, else None
-    (a regular file never waits; off POSIX, stdin is read as it comes)."""
-    if os.name != "posix":
-        return None
-    try:
-        fd = stream.fileno()
-        return None if stat.S_ISREG(os.fstat(fd).st_mode) else fd
-    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
-        return None
 
 
 class IteratorSource(Source):
