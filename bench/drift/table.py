@@ -33,13 +33,18 @@ def markdown(results: dict) -> str:
 def _target_lines(s: dict) -> list[str]:
     lines = []
     for t in s["targets"]:
-        a = "n/a (no gap)" if t["a_pass"] is None else ("pass" if t["a_pass"] else "fail")
         first = t["first_retrained_period"]
-        lines.append(f"- {t['fraction']:.0%}: gap static -> new regime {_pct(t['gap'])} points, "
-                     f"RL recovers {_pct(t['rl_recovered'])} (a: {a}); first retrained "
-                     f"period {_pct(first['retrained'])} vs RL {_pct(first['history+rl'])} "
-                     f"(b: {'pass' if t['b_pass'] else 'fail'})")
+        lines.append(f"- {t['fraction']:.0%}: gap static -> new regime {_pct(t['gap'])} points; "
+                     f"RL recovers {_pct(t['rl_recovered'])} (a: {_verdict(t['a_pass'])}), "
+                     f"retraining from uploads {_pct(t.get('retrain_recovered'))} (a, the "
+                     f"loop: {_verdict(t.get('a_retrain_pass'))}); first retrained period "
+                     f"{_pct(first['retrained'])} vs RL {_pct(first['history+rl'])} "
+                     f"(b: {_verdict(t['b_pass'], 'RL at 100% or no such period')})")
     return lines
+
+
+def _verdict(passed: bool | None, none: str = "no gap") -> str:
+    return f"n/a ({none})" if passed is None else ("pass" if passed else "fail")
 
 
 def main(argv: list[str] | None = None) -> int:

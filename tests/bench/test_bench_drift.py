@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -104,13 +105,53 @@ def test_quick_run_has_every_row_and_slice(results):
             assert 0 <= r["bundle_recall"] <= 1
         assert set(s["ceiling"]) == {str(f) for f in fractions}
         assert [t["fraction"] for t in s["targets"]] == fractions
-        assert len(s["retrain_periods"][str(fractions[0])]) == run.PERIODS - 1
+        assert len(s["retrain_periods"][str(fractions[0])]) == run.QUICK["periods"] - 1
+        assert res["settings"]["periods"] == run.QUICK["periods"]
 
 
 def test_switch_gap_is_at_least_20_points_at_10_percent(results):
     switch = next(s for s in results[0]["streams"] if s["name"] == "switch")
     gap = next(t for t in switch["targets"] if t["fraction"] == 0.1)["gap"]
     assert gap >= 0.20
+
+
+def test_the_first_retrained_period_follows_a_period_wholly_after_the_switch():
+    test = SimpleNamespace(tags=np.arange(101.0))
+    assert run.first_retrained(test, 4, 50.0) == pytest.approx([75.0, 100.0])
+    assert run.first_retrained(test, 4, 40.0) == pytest.approx([75.0, 100.0])
+    assert run.first_retrained(test, 4, 0.0) == pytest.approx([25.0, 50.0])
+    assert run.first_retrained(test, 8, 50.0) == pytest.approx([62.5, 75.0])
+    assert run.first_retrained(test, 4, 90.0) is None
+
+
+def _rows(fraction: float, after: dict, first: dict) -> list[dict]:
+    return [{"row": row, "fraction": fraction, "after": after[row],
+             "first_retrained": first.get(row)} for row in after]
+
+
+def test_targets_share_of_the_gap_for_rl_and_the_retrained_loop():
+    after = {"history": 0.2, "history+rl": 0.3, run.RETRAIN: 0.45, run.NEW: 0.6,
+             "oldest-first": 0.0}
+    first = {run.RETRAIN: 0.5, "history+rl": 0.25}
+    t = run.targets(_rows(0.1, after, first), [0.1])[0]
+    assert t["gap"] == pytest.approx(0.4)
+    assert t["rl_share_of_gap"] == pytest.approx(0.25) and t["a_pass"] is False
+    assert t["retrain_share_of_gap"] == pytest.approx(0.625) and t["a_retrain_pass"] is True
+    assert t["b_pass"] is True
+    no_gap = dict(after, **{run.NEW: 0.2})
+    t = run.targets(_rows(0.1, no_gap, {}), [0.1])[0]
+    assert t["a_pass"] is None and t["a_retrain_pass"] is None and t["b_pass"] is None
+    full = run.targets(_rows(0.1, after, {run.RETRAIN: 1.0, "history+rl": 1.0}), [0.1])[0]
+    assert full["b_pass"] is None
+
+
+def test_periods_option_is_checked_and_named_in_the_command():
+    args = run.parse_args(["--quick", "--periods", "8"])
+    assert args.periods == 8 and args.partial
+    assert run.command(args, None) == "python -m bench.drift --quick --periods 8"
+    for bad in ("1", "x", "2.5"):
+        with pytest.raises(SystemExit):
+            run.parse_args(["--periods", bad])
 
 
 def test_a_period_without_uploads_keeps_its_sketch():
