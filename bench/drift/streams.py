@@ -11,6 +11,8 @@ known).
   equal steps.
 - ``flights-place``: flights of the hub airports, then of the regional ones: a device
   moved from a hub to the regional airports (``flights_place``).
+- ``flights-weather``: flights of the storm days, then of the calm ones: a sketch trained
+  on the winter's worst days, kept into an ordinary spring (``flights_weather``).
 """
 
 from __future__ import annotations
@@ -135,6 +137,69 @@ def flights_place(path: str | None) -> dict:
             "source": f"{where}; train: the {HUBS} busiest origins of the training period; "
                       "test: those until the middle of the test period, every other origin "
                       "after; new regime: the other origins in the training period"}
+
+
+STORMY = 0.9  # storm days: the late share of the day in the top decile of the data's days
+CALM = 0.5  # calm days: at most the median late share
+STORM_DAYS = 19  # the test stream's storm days are those of its first 19 days
+MIN_UNIT = 100  # flights a day (an hour in the sample) needs to be rated
+
+
+def flights_weather(path: str | None) -> dict:
+    """A sketch trained on storm days, run on calm ones: trained on the storm days of
+    January-March 2001 (the day's share of late departures, 15 minutes or more, in the
+    top decile of the data's days), tested on the storm days of the first ``STORM_DAYS``
+    days of April, then on the calm days (at most the median share) after; the new regime
+    is the calm days of January-March. Every airport throughout. Quick runs: the hours of
+    the embedded sample (above / at most the median share), its halves as the periods."""
+    train, test, switch, where, unit = _weather_periods(path)
+    shown = select(test[0], np.where(test[0].tags < switch, test[1], test[2]))
+    span = float(shown.tags[-1]) - float(shown.tags[0])
+    return {"train": select(train[0], train[1]), "test": shown,
+            "new_regime": select(train[0], train[2]),
+            "switch": (switch - float(shown.tags[0])) / span if span > 0 else 0.5,
+            "source": f"{where}; train: the storm {unit}s of the training period; "
+                      f"test: its storm {unit}s until the switch, the calm ones after; "
+                      f"new regime: the calm {unit}s of the training period"}
+
+
+def _weather_periods(path: str | None) -> tuple:
+    """((train, storm, calm), (test, storm, calm), switch tag, description, unit name) of
+    :func:`flights_weather`: the periods, with the masks of their storm and calm units."""
+    if path is None:
+        events = demo_events()
+        a, b, c, d = 0, len(events) // 2, len(events) // 2, len(events)
+        storm, calm = late_units(events, 3600.0, CALM, CALM)
+        unit, where = "hour", ("embedded sample (acep/data/flights-sample.jsonl.gz), halves; "
+                               "storm hours: late share above the median hour's, calm: at "
+                               "most it")
+    else:
+        events = data.read_flights(data.flights_path(path))
+        a, b = (int(i) for i in np.searchsorted(events.tags, TRAIN))
+        c, d = (int(i) for i in np.searchsorted(events.tags, TEST))
+        storm, calm = late_units(events, 86400.0, STORMY, CALM)
+        unit, where = "day", (f"flights-3m.parquet ({data.FLIGHTS_PACKAGE}), 2001-01..03 / "
+                              f"2001-04..06; storm days: late share in the top "
+                              f"{1 - STORMY:.0%} of the days, calm: at most the median; "
+                              f"switch {STORM_DAYS} days into the test period")
+    train, test = rebase(events, a, b), rebase(events, c, d)
+    switch = switch_time(test, 0.5) if path is None else TEST[0] + STORM_DAYS * 86400.0
+    return (train, storm[a:b], calm[a:b]), (test, storm[c:d], calm[c:d]), switch, where, unit
+
+
+def late_units(events: EventBatch, unit: float, stormy: float, calm: float) -> tuple:
+    """(storm, calm) masks of the events: those of the time units (days, hours) whose share
+    of late departures is above the ``stormy`` quantile of the units, or at most the
+    ``calm`` one; units of fewer than ``MIN_UNIT`` flights are neither."""
+    _, which, counts = np.unique((events.tags // unit).astype(np.int64), return_inverse=True,
+                                 return_counts=True)
+    late_codes = [events.type_names.index(t) for t in ("late", "verylate")]
+    late = np.bincount(which, np.isin(events.type_codes, late_codes))
+    share = late / counts
+    rated = counts >= MIN_UNIT
+    hi, lo = np.quantile(share[rated], [stormy, calm])
+    storm, quiet = rated & (share > hi), rated & (share <= lo)
+    return storm[which], quiet[which]
 
 
 def busiest(events: EventBatch, n: int) -> list[str]:

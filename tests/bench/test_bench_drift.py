@@ -82,6 +82,40 @@ def test_flights_place_moves_from_the_hubs():
     assert not set(split["new_regime"].columns["origin"]) & hubs
 
 
+def late_share(events) -> float:
+    late = [events.type_names.index(t) for t in ("late", "verylate")]
+    return float(np.isin(events.type_codes, late).mean())
+
+
+def test_flights_weather_moves_from_storms_to_calm():
+    split = streams.flights_weather(None)
+    test = split["test"]
+    when = streams.switch_time(test, split["switch"])
+    before, after = (streams.select(test, m) for m in (test.tags < when, test.tags >= when))
+    assert min(len(split["train"]), len(split["new_regime"]), len(before), len(after)) > 0
+    assert late_share(split["train"]) > late_share(split["new_regime"])
+    assert late_share(before) > late_share(after)
+    storm = min(late_share(streams.select(test, (test.tags // 3600) == h))
+                for h in np.unique(before.tags // 3600))
+    calm = max(late_share(streams.select(test, (test.tags // 3600) == h))
+               for h in np.unique(after.tags // 3600))
+    assert storm > calm  # every storm hour is later than every calm one
+
+
+def test_late_units_rate_whole_units_and_skip_small_ones():
+    events = streams.demo_events()
+    storm, calm = streams.late_units(events, 3600.0, 0.9, 0.5)
+    assert not (storm & calm).any()
+    hour = events.tags // 3600
+    for h in np.unique(hour):
+        mine = hour == h
+        assert storm[mine].all() or not storm[mine].any()
+        assert calm[mine].all() or not calm[mine].any()
+        if mine.sum() < streams.MIN_UNIT:
+            assert not (storm[mine] | calm[mine]).any()
+    assert 0 < storm.sum() < calm.sum()
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> tuple[dict, Path]:
     out = tmp_path_factory.mktemp("drift")
