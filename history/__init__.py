@@ -7,6 +7,8 @@
   pSPICE and hSPICE among them (:mod:`history.spice`).
 - :func:`fit_budgets` (:mod:`history.fit`): the sketch's reserves fitted to budgets by
   replaying the training stream (a trainer's job).
+- :class:`FindsDrop` (:mod:`history.drift`): when a device's falling finds call for a
+  retrain.
 
 ``history.sketch`` and ``history.policies`` need only numpy, msgpack and ``acep``.
 """
@@ -18,7 +20,8 @@ import importlib
 # imported on first use: ``acep match`` registers ``acep history`` (history.cli) without
 # loading the policies and the fit (0.07 s of CPU at every start of the command line)
 _HOME = {
-    "build_history": "build", "fit_budgets": "fit", "HistoryFormatError": "graph",
+    "build_history": "build", "fit_budgets": "fit", "FindsDrop": "drift",
+    "HistoryFormatError": "graph",
     "HistoryGraph": "graph", "CompletionPolicy": "policies", "EventSampler": "policies",
     "HindsightPolicy": "policies", "HistoryPolicy": "policies", "HSpicePolicy": "policies",
     "HybridPolicy": "policies", "PSpicePolicy": "policies", "sample_events": "policies",
@@ -27,7 +30,8 @@ _HOME = {
 
 __all__ = ["HistoryGraph", "HistoryFormatError", "Sketch", "SketchError", "build_history",
            "HistoryPolicy", "CompletionPolicy", "PSpicePolicy", "HSpicePolicy",
-           "HybridPolicy", "HindsightPolicy", "EventSampler", "sample_events", "fit_budgets"]
+           "HybridPolicy", "HindsightPolicy", "EventSampler", "sample_events", "fit_budgets",
+           "FindsDrop"]
 
 
 def __getattr__(name: str):

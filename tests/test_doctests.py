@@ -31,6 +31,7 @@ PUBLIC = [
     "history.HistoryGraph", "history.Sketch", "history.HistoryPolicy",
     "history.CompletionPolicy", "history.PSpicePolicy", "history.HSpicePolicy",
     "history.HybridPolicy", "history.build_history", "history.fit_budgets",
+    "history.FindsDrop",
     "edge.Agent", "edge.load_config", "edge.agent.main",
     "trainer.train.PatternSpec", "trainer.train.train",
 ]

@@ -11,11 +11,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import numpy as np  # noqa: E402
 
-from .run import NEW, RETRAIN  # noqa: E402
+from .run import NEW, ON_DROP, RETRAIN  # noqa: E402
 
 STYLE = {  # row -> (colour, line, marker)
     "history": ("#fb9a99", "-", "o"), "history+rl": ("#e31a1c", "-", "o"),
-    RETRAIN: ("#33a02c", "-", "D"), NEW: ("#6a3d9a", ":", "P"),
+    RETRAIN: ("#33a02c", "-", "D"), ON_DROP: ("#b2df8a", "-", "v"), NEW: ("#6a3d9a", ":", "P"),
     "oldest-first": ("#1f78b4", "--", "s"),
 }
 PANEL_FRACTIONS = (0.05, 0.10, 0.25)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..common import table_main
-from .run import RESULTS, ROWS
+from .run import ON_DROP, RESULTS, RETRAIN, ROWS
 
 
 def _pct(x) -> str:
@@ -34,13 +34,17 @@ def _target_lines(s: dict) -> list[str]:
     lines = []
     for t in s["targets"]:
         first = t["first_retrained_period"]
-        lines.append(f"- {t['fraction']:.0%}: gap static -> new regime {_pct(t['gap'])} points; "
-                     f"RL recovers {_pct(t['rl_recovered'])} (a: {_verdict(t['a_pass'])}), "
-                     f"retraining from uploads {_pct(t.get('retrain_recovered'))} (a, the "
-                     f"loop: {_verdict(t.get('a_retrain_pass'))}); first retrained period "
+        recovered = "; ".join(
+            f"{_LABELS[row]} {_pct(t['recovered'][row])} ({_verdict(t['a_pass'][row])})"
+            for row in _LABELS)
+        lines.append(f"- {t['fraction']:.0%}: gap static -> new regime {_pct(t['gap'])} "
+                     f"points; recovered (a): {recovered}. First retrained period "
                      f"{_pct(first['retrained'])} vs RL {_pct(first['history+rl'])} "
                      f"(b: {_verdict(t['b_pass'], 'RL at 100% or no such period')})")
     return lines
+
+
+_LABELS = {"history+rl": "RL", RETRAIN: "retrained every period", ON_DROP: "when finds drop"}
 
 
 def _verdict(passed: bool | None, none: str = "no gap") -> str:

@@ -139,8 +139,16 @@ def test_quick_run_has_every_row_and_slice(results):
             assert 0 <= r["bundle_recall"] <= 1
         assert set(s["ceiling"]) == {str(f) for f in fractions}
         assert [t["fraction"] for t in s["targets"]] == fractions
-        assert len(s["retrain_periods"][str(fractions[0])]) == run.QUICK["periods"] - 1
+        for row in run.LOOPS:
+            assert len(s["retrain_periods"][row][str(fractions[0])]) == \
+                run.QUICK["periods"] - 1
         assert res["settings"]["periods"] == run.QUICK["periods"]
+
+
+def test_every_row_has_a_line_in_the_plot():
+    from bench.drift import plot
+
+    assert set(plot.STYLE) == set(run.ROWS)
 
 
 def test_switch_gap_is_at_least_20_points_at_10_percent(results):
@@ -163,20 +171,53 @@ def _rows(fraction: float, after: dict, first: dict) -> list[dict]:
              "first_retrained": first.get(row)} for row in after]
 
 
-def test_targets_share_of_the_gap_for_rl_and_the_retrained_loop():
-    after = {"history": 0.2, "history+rl": 0.3, run.RETRAIN: 0.45, run.NEW: 0.6,
-             "oldest-first": 0.0}
+def test_targets_share_of_the_gap_for_rl_and_the_retrained_loops():
+    after = {"history": 0.2, "history+rl": 0.3, run.RETRAIN: 0.45, run.ON_DROP: 0.4,
+             run.NEW: 0.6, "oldest-first": 0.0}
     first = {run.RETRAIN: 0.5, "history+rl": 0.25}
     t = run.targets(_rows(0.1, after, first), [0.1])[0]
     assert t["gap"] == pytest.approx(0.4)
-    assert t["rl_share_of_gap"] == pytest.approx(0.25) and t["a_pass"] is False
-    assert t["retrain_share_of_gap"] == pytest.approx(0.625) and t["a_retrain_pass"] is True
+    assert t["share_of_gap"] == pytest.approx({"history+rl": 0.25, run.RETRAIN: 0.625,
+                                               run.ON_DROP: 0.5})
+    assert t["a_pass"] == {"history+rl": False, run.RETRAIN: True, run.ON_DROP: True}
     assert t["b_pass"] is True
     no_gap = dict(after, **{run.NEW: 0.2})
     t = run.targets(_rows(0.1, no_gap, {}), [0.1])[0]
-    assert t["a_pass"] is None and t["a_retrain_pass"] is None and t["b_pass"] is None
+    assert set(t["a_pass"].values()) == {None} and t["b_pass"] is None
     full = run.targets(_rows(0.1, after, {run.RETRAIN: 1.0, "history+rl": 1.0}), [0.1])[0]
     assert full["b_pass"] is None
+
+
+def _matches(n: int, position: int, tag: float):
+    """``n`` one-event matches of the event at ``position`` (with tag ``tag``)."""
+    from acep.matcher import MatchBatch
+
+    return MatchBatch(np.array([7] * n, dtype=object), np.full(n, tag), np.full(n, tag),
+                      np.zeros(n, np.int32), np.arange(n + 1, dtype=np.int64),
+                      np.full(n, position, np.int64), np.full(n, tag), False)
+
+
+def test_retraining_on_drop_waits_for_a_fall_then_trains_on_all_since(monkeypatch):
+    monkeypatch.setattr(run, "MIN_MATCHES", 150)
+    test = streams.synthetic("switch", 20.0, 1)["test"]
+    calls = []
+
+    def trainer(w, span, found, budget, sketch):
+        calls.append((float(span.tags[0]), len(span), len(found), np.asarray(found.trajectory)))
+        return f"retrained on {len(found)}", {"seconds": 0.0}
+
+    train, sketch = run.on_drop(trainer, test), "old"
+    quarter = len(test) // 4
+    for q, matches in enumerate((100, 95, 40, 120)):  # reference, as many, fewer, as many
+        period = run.rebase(test, q * quarter, (q + 1) * quarter)
+        sketch, facts = train(None, period, _matches(matches, 5, float(period.tags[5])), None,
+                              sketch)
+        assert facts["retrained"] == (q == 3)
+    assert facts["matches_since"] == 160 and not facts["fell"]
+    assert sketch == "retrained on 160"
+    [(first_tag, events, matches, trajectory)] = calls
+    assert first_tag == test.tags[2 * quarter] and events == 2 * quarter and matches == 160
+    assert set(trajectory.tolist()) == {5, quarter + 5}  # each period's event 5, in the span
 
 
 def test_periods_option_is_checked_and_named_in_the_command():

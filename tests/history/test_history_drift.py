@@ -1,0 +1,79 @@
+"""history.drift: when a device's finds call for a retrain."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from history.drift import FindsDrop, binomial_cdf
+
+
+@given(st.integers(0, 60), st.integers(0, 60), st.floats(0.0, 1.0))
+def test_binomial_cdf_is_the_sum_of_the_probabilities(k, n, p):
+    exact = sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(min(k, n) + 1))
+    assert binomial_cdf(k, n, p) == pytest.approx(exact, abs=1e-9)
+
+
+def test_binomial_cdf_of_large_counts_stays_a_probability():
+    assert binomial_cdf(4_000, 10_000, 0.5) < 1e-80
+    assert binomial_cdf(5_000, 10_000, 0.5) == pytest.approx(0.5040, abs=1e-3)
+
+
+def test_stationary_finds_rarely_call_for_a_retrain():
+    rng = np.random.default_rng(5)
+    alarms = 0
+    for _ in range(2_000):
+        trigger = FindsDrop()
+        trigger.update(int(rng.poisson(200)), 100_000)
+        alarms += trigger.update(int(rng.poisson(200)), 100_000)
+    assert alarms / 2_000 <= 0.01  # the level holds at the rate, so below it at a tenth less
+
+
+def test_a_fall_beyond_the_drop_is_found():
+    rng = np.random.default_rng(6)
+    found = 0
+    for _ in range(500):
+        trigger = FindsDrop()
+        trigger.update(int(rng.poisson(300)), 100_000)
+        found += trigger.update(int(rng.poisson(150)), 100_000)
+    assert found / 500 > 0.99
+
+
+def test_matches_per_event_count_not_matches():
+    trigger = FindsDrop()
+    trigger.update(300, 100_000)
+    assert not trigger.update(150, 50_000)  # half the events, half the matches: no fall
+    assert trigger.update(150, 100_000)
+
+
+def test_the_first_period_with_events_is_the_reference():
+    trigger = FindsDrop()
+    assert not trigger.update(0, 0)
+    assert trigger.reference is None and trigger.p_value(10, 100) == 1.0
+    assert not trigger.update(300, 100_000)
+    assert trigger.reference == (300, 100_000)
+    assert not trigger.update(0, 0)
+
+
+def test_a_fall_of_less_than_the_drop_is_no_fall():
+    trigger = FindsDrop(drop=0.5)
+    trigger.update(10_000, 100_000)
+    assert not trigger.update(6_000, 100_000)
+    assert trigger.update(4_000, 100_000)
+
+
+@pytest.mark.parametrize("options", [{"drop": 1.0}, {"drop": -0.1}, {"alpha": 0.0},
+                                     {"alpha": 1.0}])
+def test_bad_options_are_refused(options):
+    with pytest.raises(ValueError, match=next(iter(options))):
+        FindsDrop(**options)
+
+
+@pytest.mark.parametrize("matches,events", [(-1, 10), (11, 10), (0, -1)])
+def test_impossible_counts_are_refused(matches, events):
+    with pytest.raises(ValueError, match="matches <= events"):
+        FindsDrop().update(matches, events)
