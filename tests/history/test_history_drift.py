@@ -39,6 +39,10 @@ def test_stationary_finds_rarely_call_for_a_retrain():
     assert alarm_share(200, 200, 2_000, 5) <= 0.01  # the level holds at a tenth less
 
 
+def test_a_fall_of_exactly_the_drop_calls_at_the_level():
+    assert alarm_share(1_000, 900, 4_000, 7) <= 0.015  # 0.01 and three standard errors
+
+
 def test_a_fall_beyond_the_drop_is_found():
     assert alarm_share(300, 150, 500, 6) > 0.99
 
