@@ -68,6 +68,8 @@ from support.exact_oracle import (
     _same_partition,
     _take_holds,
     analyze,
+    assignment_count,
+    assignments,
     eliminated,
     is_match,
     oracle,
@@ -1014,3 +1016,15 @@ def test_property_declarative_semantics_equal_the_runs(case, strategy):
 ])
 def test_paper_examples_equal_the_runs(query, stream):
     assert [m.positions for m in oracle(query, stream)] == _runs_reference(query, stream)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from("ABC"), max_size=12), st.lists(
+    st.tuples(st.booleans(), st.sampled_from("AB")), min_size=1, max_size=3))
+def test_assignment_count_is_the_number_of_candidates_listed(types, shape):
+    """The count that keeps generated cases small (support/exact_cases.py) is exact."""
+    positive = [(plus if kleene else one)(t, f"v{j}") for j, (kleene, t) in enumerate(shape)]
+    query = q(*positive)
+    events = [ev(t, i) for i, t in enumerate(types)]
+    assert assignment_count(analyze(query).positive, events) == \
+        sum(1 for _ in assignments(analyze(query), events))

@@ -476,6 +476,28 @@ def assignments(an: Analysis, events: list[Event]):
     yield from rec(0, -1)
 
 
+def assignment_count(positive: list, events: list[Event]) -> int:
+    """How many candidates :func:`assignments` yields for the positive components
+    ``positive``, without listing them: per component, the blocks ending at each position
+    times the ways to place the rest after it."""
+    kinds = [c.kind for c in positive]
+    types = [c.type for c in positive]
+    memo: dict = {}
+
+    def count(j: int, after: int) -> int:
+        if j == len(kinds):
+            return 1
+        if (j, after) not in memo:
+            cand = [p for p in range(after + 1, len(events)) if events[p].type == types[j]]
+            if kinds[j] is ast.Kind.ONE:
+                memo[j, after] = sum(count(j + 1, p) for p in cand)
+            else:  # a block ending at cand[i] holds any subset of the candidates before it
+                memo[j, after] = sum(2**i * count(j + 1, p) for i, p in enumerate(cand))
+        return memo[j, after]
+
+    return count(0, -1)
+
+
 def types_ok(an: Analysis, events: list[Event], sigma: Sigma) -> bool:
     """EXACT.md 3.1: one position per singleton, at least one per Kleene component, all
     positions strictly increasing in component order, each event of its component's type."""
