@@ -9,13 +9,15 @@ the fit rates the sketch's cells on the windows of a training stream's own match
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from .events import EventBatch
 
-__all__ = ["partition_groups", "value_groups", "window_mask", "match_windows"]
+__all__ = ["partition_groups", "value_groups", "window_mask", "match_windows",
+           "sample_mask"]
 
 
 def partition_groups(events: EventBatch, partition_by: str | None) -> dict:
@@ -74,3 +76,73 @@ def match_windows(events: EventBatch, keys: Sequence, points: np.ndarray, window
     return EventBatch(events.type_codes[keep], events.type_names, events.tags[keep],
                       {k: v[keep] for k, v in events.columns.items()}, 0, events.source,
                       lines, events.tag_is_time)
+
+
+def sample_mask(events: EventBatch, partition_by: str | None, window: float, share: float,
+                seed: int = 0, groups: Mapping | None = None) -> np.ndarray:
+    """Which of ``events`` lie in a sampled block: a seeded share of each partition's time.
+
+    Each partition's time is cut into blocks of two windows (``floor(tag / (2 * window))``).
+    A block is drawn with probability ``share`` by a hash of (``seed``, partition key,
+    block), whatever the matches, so the sample shows a trainer the stream as it is, not
+    only where the device found something. A window that starts in the first half of a
+    sampled block ends within it. docs/TRAINING.md, "When to retrain", has the measurements.
+
+    Parameters
+    ----------
+    events : acep.events.EventBatch
+        The stream.
+    partition_by : str or None
+        The partition attribute (None: one partition). Events without a key are never drawn.
+    window : float
+        The pattern's window, > 0.
+    share : float
+        The probability that a block is drawn, in [0, 1].
+    seed : int
+        Seed of the draw.
+    groups : mapping, optional
+        :func:`partition_groups` of ``events``, when the caller has it.
+
+    Returns
+    -------
+    numpy.ndarray
+        A boolean per event.
+
+    Examples
+    --------
+    >>> from acep import EventBatch
+    >>> from acep.windows import sample_mask
+    >>> events = EventBatch.from_events([{"type": "a", "t": float(t)} for t in range(8)])
+    >>> sample_mask(events, None, 2.0, 0.5, seed=1).tolist()  # blocks [0, 4) and [4, 8)
+    [True, True, True, True, False, False, False, False]
+    """
+    if not (np.isfinite(window) and window > 0):
+        raise ValueError(f"sample blocks need a window > 0, got {window!r}")
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"the sample's share must be in [0, 1], got {share!r}")
+    if groups is None:
+        groups = partition_groups(events, partition_by)
+    keep = np.zeros(len(events.tags), dtype=bool)
+    tags = np.asarray(events.tags, dtype=float)
+    for key, idx in groups.items():
+        blocks = np.floor(tags[idx] / (2.0 * window)).astype(np.int64).view(np.uint64)
+        draw = _mix(np.uint64(_key_hash(seed, key)) ^ (blocks * _GOLDEN))
+        keep[idx] = (draw >> np.uint64(11)).astype(np.float64) * 2.0 ** -53 < share
+    return keep
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _key_hash(seed: int, key) -> int:
+    digest = hashlib.blake2b(f"{int(seed)}\x00{key!r}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, elementwise (uint64 arithmetic wraps)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))

@@ -19,7 +19,8 @@ from .model import Limits, PatternRef, SummaryBatch, UploadBatch, WireError
 def batch_from_matches(matches, events, *, device: str, seq: int, pattern: PatternRef,
                        created_at: float | None = None,
                        columns: Sequence[str] | None = None,
-                       groups: Mapping | None = None) -> UploadBatch:
+                       groups: Mapping | None = None,
+                       sample: np.ndarray | None = None) -> UploadBatch:
     """An upload batch from an ``acep.MatchBatch`` and the ``acep.EventBatch`` it came from.
 
     The window of match i is every event of its partition with a tag in
@@ -28,7 +29,9 @@ def batch_from_matches(matches, events, *, device: str, seq: int, pattern: Patte
     outside ``events`` raises ``ValueError``. ``columns`` picks the attributes to send
     (default: all). ``groups`` may give, for at least the matches' partitions, the indices
     of each partition's events in ``events`` in stream order (what the agent keeps up to
-    date); by default they are computed from the ``partition_by`` column.
+    date); by default they are computed from the ``partition_by`` column. ``sample``, a
+    boolean per event of ``events``, adds events to send whatever the matches: the agent's
+    sample of its stream (``acep.windows.sample_mask``); with it ``matches`` may be empty.
     """
     import time
 
@@ -46,6 +49,10 @@ def batch_from_matches(matches, events, *, device: str, seq: int, pattern: Patte
     keep = window_mask(events, keys, points, pattern.window, groups)
     names = list(columns) if columns is not None else list(events.columns)
     keep[traj - base] = True
+    if sample is not None:
+        if len(sample) != n_ev:
+            raise ValueError(f"sample has {len(sample)} entries for {n_ev} events")
+        keep |= np.asarray(sample, dtype=bool)
     local = np.flatnonzero(keep)
     used, codes = np.unique(np.asarray(events.type_codes)[local], return_inverse=True)
     return UploadBatch(

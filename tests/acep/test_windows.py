@@ -4,11 +4,12 @@ docs/WIRE.md ("the window of match i is every event of its partition with a tag 
 [point_i - window, point_i]") on many random streams."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from acep import EventBatch, Matcher
-from acep.windows import match_windows, partition_groups, window_mask
+from acep.windows import match_windows, partition_groups, sample_mask, window_mask
 
 
 def _events(seed, n, keys):
@@ -51,3 +52,50 @@ def test_events_without_a_partition_key_are_in_no_window():
     groups = partition_groups(events, "g")
     assert list(groups) == ["P"]
     assert window_mask(events, ["P"], np.array([2.0]), 5.0, groups).tolist() == [True, False, True]
+
+
+# --------------------------------------------------------------------------- sample blocks
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 120), window=st.sampled_from([1.0, 2.5]),
+       share=st.sampled_from([0.2, 0.5, 0.8]), drop=st.integers(2, 5))
+def test_sample_keeps_whole_blocks_whatever_else_the_stream_holds(seed, n, window, share, drop):
+    events = _events(seed, n, ["P", "Q", "R"])
+    mask = sample_mask(events, "g", window, share, seed=7)
+    keys, blocks = events.columns["g"].tolist(), np.floor(events.tags / (2 * window))
+    decided: dict = {}
+    for key, block, kept in zip(keys, blocks.tolist(), mask.tolist()):
+        assert decided.setdefault((key, block), kept) == kept
+    some = np.flatnonzero(np.arange(n) % drop != 0)  # another stream around the same events
+    part = EventBatch(events.type_codes[some], events.type_names, events.tags[some],
+                      {k: v[some] for k, v in events.columns.items()})
+    assert sample_mask(part, "g", window, share, seed=7).tolist() == mask[some].tolist()
+
+
+def test_sample_draws_the_share_of_blocks():
+    keys = [f"k{i}" for i in range(40)]
+    events = EventBatch.from_events([{"type": "a", "t": float(t), "g": key}
+                                     for t in range(0, 2000, 2) for key in keys])
+    blocks = 40 * 1000  # one event per block of 2 x window 1
+    for share in (0.05, 0.5):
+        drawn = sample_mask(events, "g", 1.0, share).sum()
+        assert abs(drawn - share * blocks) < 4 * np.sqrt(blocks * share * (1 - share))
+    other = sample_mask(events, "g", 1.0, 0.5, seed=1)
+    assert (other != sample_mask(events, "g", 1.0, 0.5)).mean() > 0.4  # a new seed, a new draw
+
+
+def test_sample_of_none_all_and_keyless_events():
+    events = EventBatch.from_events([{"type": "a", "t": 0.0, "g": "P"}, {"type": "a", "t": 1.0},
+                                     {"type": "b", "t": 9.0, "g": "Q"}])
+    assert sample_mask(events, "g", 2.0, 1.0).tolist() == [True, False, True]
+    assert not sample_mask(events, "g", 2.0, 0.0).any()
+    assert sample_mask(events, None, 2.0, 1.0).all()
+
+
+@pytest.mark.parametrize("window, share, problem", [
+    (0.0, 0.5, "window > 0"), (float("nan"), 0.5, "window > 0"),
+    (2.0, -0.1, r"share must be in \[0, 1\]"), (2.0, 1.5, "share"), (2.0, float("nan"), "share")])
+def test_sample_refuses_a_bad_window_or_share(window, share, problem):
+    events = EventBatch.from_events([{"type": "a", "t": 0.0}])
+    with pytest.raises(ValueError, match=problem):
+        sample_mask(events, None, window, share)

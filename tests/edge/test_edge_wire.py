@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import acep
 from acep import EventBatch
+from acep.windows import sample_mask
 from edge.wire import (
     ARCHIVE_RESERVED,
     Condenser,
@@ -165,6 +166,27 @@ def test_batch_from_engine_output_carries_exactly_the_window_events(seed):
     names = events.types()
     assert [back.type_names[c] for c in back.event_type] == names[want].tolist()
     np.testing.assert_array_equal(back.columns["v"], events.columns["v"][want])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_sample_adds_its_events_to_the_windows_and_may_travel_alone(seed):
+    events = flights_like(300, seed)
+    found = acep.match("a b c", events, 4.0, 1, partition="o")
+    ref = PatternRef("p", "a b c", 4.0, 1, (), "o")
+    sample = sample_mask(events, "o", 4.0, 0.3, seed=seed)
+    plain = batch_from_matches(found, events, device="pi", seq=1, pattern=ref)
+    both = decode_batch(encode_batch(batch_from_matches(found, events, device="pi", seq=2,
+                                                        pattern=ref, sample=sample)))
+    want = set(plain.event_position.tolist()) | set(np.flatnonzero(sample).tolist())
+    assert both.event_position.tolist() == sorted(want)
+    np.testing.assert_array_equal(both.trajectory, found.trajectory)
+    alone = decode_batch(encode_batch(batch_from_matches(
+        acep.MatchBatch.empty(), events, device="pi", seq=3, pattern=ref, sample=sample)))
+    assert len(alone) == 0 and alone.event_position.tolist() == np.flatnonzero(sample).tolist()
+    np.testing.assert_array_equal(alone.columns["v"], events.columns["v"][sample])
+    with pytest.raises(ValueError, match="sample has 5 entries for 300 events"):
+        batch_from_matches(found, events, device="pi", seq=4, pattern=ref,
+                           sample=np.ones(5, bool))
 
 
 def test_batch_from_matches_refuses_a_trajectory_outside_the_events():
