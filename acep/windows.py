@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .events import EventBatch
+from .events import EventBatch, partition_key
 
 __all__ = ["partition_groups", "value_groups", "window_mask", "match_windows",
            "sample_mask"]
@@ -135,6 +135,8 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 def _key_hash(seed: int, key) -> int:
+    """A 64-bit hash of (seed, key), whatever the column's storage: 7 and 7.0 are one key."""
+    key = partition_key(key)
     digest = hashlib.blake2b(f"{int(seed)}\x00{key!r}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
 

@@ -16,6 +16,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,7 +25,7 @@ import numpy as np
 from acep.events import EventBatch
 from acep.matcher import MatchBatch
 from acep.shedding import Budget
-from acep.windows import match_windows
+from acep.windows import partition_groups, sample_mask, window_mask
 from history.policies import policy_options
 
 from ..common import bench_parser, machine, publish, ready
@@ -41,6 +42,8 @@ SEED = 2016
 POLICY_SEED = 4
 PERIODS = 16  # the retrained row: a new sketch from the uploads every sixteenth of the stream
 MIN_MATCHES = 50  # retrained when finds drop: the fewest uploaded matches it trains on
+SAMPLE_SHARE = 0.2  # the loops' devices upload a sample of this share of their time
+SAMPLE_SEED = 0  # the agent's default [sample] seed
 ROWS = ("history", "history+rl", "history retrained from uploads",
         "history retrained when finds drop", "history retrained on the new regime",
         "oldest-first")
@@ -49,8 +52,10 @@ LOOPS = (RETRAIN, ON_DROP)  # the rows that retrain from the device's uploads
 STREAMS = ("switch", "gradual", "flights-place", "flights-weather")
 FLIGHT_STREAMS = ("flights-place", "flights-weather")
 TRAINERS = ("in-process", "spark")
-FULL = {"duration": 10000.0, "slices": 20, "fractions": FRACTIONS, "periods": PERIODS}
-QUICK = {"duration": 100.0, "slices": 8, "fractions": QUICK_FRACTIONS, "periods": 4}
+FULL = {"duration": 10000.0, "slices": 20, "fractions": FRACTIONS, "periods": PERIODS,
+        "sample_share": SAMPLE_SHARE}
+QUICK = {"duration": 100.0, "slices": 8, "fractions": QUICK_FRACTIONS, "periods": 4,
+         "sample_share": SAMPLE_SHARE}
 # k = 0: with one error allowed a motif has many chains and a shed one is rarely missed
 SENSOR_WORKLOAD = Workload("sensors-k0", "synthetic", "a b c d e", 10.0, 0, (), "sensor",
                            note="planted motifs among decoys, no error allowed")
@@ -185,21 +190,38 @@ def upload_ratio(w: Workload, uploads: EventBatch, budget: Budget) -> float | No
     return min(1.0, budget.ops_per_event / ops) if ops else None
 
 
+def uploaded(w: Workload, period: EventBatch, found: MatchBatch,
+             share: float = SAMPLE_SHARE) -> tuple[EventBatch, dict]:
+    """What the agent uploads for a period (``[sample] share``): the windows of its matches
+    and the seeded sample of its time (``acep.windows.sample_mask``), as a stream of
+    their own; with the counts of events uploaded and sampled."""
+    groups = partition_groups(period, w.partition)
+    keep = window_mask(period, found.partition.tolist(), found.point, w.window, groups)
+    sampled = sample_mask(period, w.partition, w.window, share, SAMPLE_SEED, groups) \
+        if share else np.zeros(len(period), dtype=bool)
+    idx = np.flatnonzero(keep | sampled)
+    lines = None if period.lines is None else period.lines[idx]
+    uploads = EventBatch(period.type_codes[idx], period.type_names, period.tags[idx],
+                         {k: v[idx] for k, v in period.columns.items()}, 0, period.source,
+                         lines, period.tag_is_time)
+    return uploads, {"uploaded_events": len(idx), "sampled_events": int(sampled.sum()),
+                     "period_events": len(period), "uploaded_matches": len(found)}
+
+
 def retrain(w: Workload, period: EventBatch, found: MatchBatch, budget: Budget,
-            sketch) -> tuple:
-    """The sketch a trainer builds from one period's uploads (``acep history build``'s path:
-    ``build_history``, ``Sketch.from_graph``, ``fit_budgets`` without search), fitted at
-    :func:`upload_ratio`. With no upload it returns ``sketch``, the one the device runs."""
+            sketch, share: float = SAMPLE_SHARE) -> tuple:
+    """The sketch a trainer builds from one period's uploads (:func:`uploaded`; ``acep
+    history build``'s path: ``build_history``, ``Sketch.from_graph``, ``fit_budgets``
+    without search), fitted at :func:`upload_ratio`. With no upload it returns ``sketch``,
+    the one the device runs."""
     from history.build import build_history
     from history.fit import fit_budgets
     from history.sketch import Sketch
 
     started = time.perf_counter()
-    uploads = match_windows(period, found.partition.tolist(), found.point, w.window,
-                            w.partition)
+    uploads, facts = uploaded(w, period, found, share)
     ratio = upload_ratio(w, uploads, budget)
-    facts = {"uploaded_events": len(uploads), "period_events": len(period),
-             "uploaded_matches": len(found), "fit_ratio": ratio, "path": "in-process"}
+    facts.update(fit_ratio=ratio, path="in-process")
     if ratio is None:  # nothing uploaded to train on: the device keeps its sketch
         return sketch, {**facts, "kept": True, "seconds": 0.0}
     graph = build_history(w.pattern, [uploads], w.window, w.k, where=list(w.where),
@@ -229,7 +251,7 @@ def measure_stream(name: str, split: dict, sizes: dict, trainer=None) -> dict:
         budget = Budget(f * truth.summary["ops_per_event"], BURST)
         for row in ROWS:
             if row in LOOPS:
-                loop = trainer or retrain
+                loop = trainer or partial(retrain, share=sizes["sample_share"])
                 found, periods.setdefault(row, {})[str(f)] = run_retrained(
                     w, test, old["sketch"], budget, on_drop(loop, test) if row == ON_DROP else loop,
                     sizes["periods"])
@@ -361,9 +383,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"how many periods the retrained row splits the test stream into, "
                              f"a new sketch after each (default: {PERIODS}; quick: "
                              f"{QUICK['periods']})")
+    parser.add_argument("--sample-share", type=_sample_share, metavar="Q",
+                        help=f"the share of their time the retrained rows' devices upload as a "
+                             f"seeded sample beside their match windows (the agent's [sample] "
+                             f"share; default {SAMPLE_SHARE}; 0: match windows only)")
     args = parser.parse_args(argv)
     args.partial = (args.streams is not None and set(args.streams) != set(STREAMS)) \
-        or args.trainer != TRAINERS[0] or args.periods is not None
+        or args.trainer != TRAINERS[0] or args.periods is not None \
+        or args.sample_share is not None
     return args
 
 
@@ -379,6 +406,8 @@ def command(args, given: str | None) -> str:
         parts.append(f"--trainer {args.trainer}")
     if args.periods is not None:
         parts.append(f"--periods {args.periods}")
+    if args.sample_share is not None:
+        parts.append(f"--sample-share {args.sample_share:g}")
     return " ".join(parts)
 
 
@@ -393,6 +422,17 @@ def _periods(text: str) -> int:
     return n
 
 
+def _sample_share(text: str) -> float:
+    """An argparse type: ``--sample-share``, a number in [0, 1]."""
+    try:
+        share = float(text)
+    except ValueError:
+        share = -1.0
+    if not 0.0 <= share <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share in [0, 1]")
+    return share
+
+
 def main(argv: list[str] | None = None) -> int:
     from .. import data
 
@@ -400,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     given, sizes = args.data, dict(QUICK if args.quick else FULL)
     if args.periods is not None:
         sizes["periods"] = args.periods
+    if args.sample_share is not None:
+        sizes["sample_share"] = args.sample_share
     names = args.streams or list(STREAMS)
     if not _ready(args, names):
         return 2
@@ -409,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.trainer == "spark":
         from .spark import SparkTrainer
 
-        trainer = SparkTrainer()
+        trainer = SparkTrainer(share=sizes["sample_share"])
     try:
         for name in names:
             print(f"{name} ...", file=sys.stderr, flush=True)
@@ -423,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {"benchmark": "drift", "command": command(args, given), "machine": machine(),
                "settings": {"quick": args.quick, "fractions": list(sizes["fractions"]),
                             "burst": BURST,
-                            "periods": sizes["periods"], "seed": SEED, "sizes": sizes,
+                            "periods": sizes["periods"], "sample_share": sizes["sample_share"],
+                            "seed": SEED, "sizes": sizes,
                             "fit_search": 0, "rows": list(ROWS), "trainer": args.trainer,
                             "wall_seconds": time.perf_counter() - started},
                "streams": out}

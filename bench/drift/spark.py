@@ -1,7 +1,8 @@
 """The retrained row through the fleet's own path: the agent's upload batch
-(``edge.wire.batch_from_matches``), the collector's ingest into a real archive
-(``Collector.ingest_group``, as ``bench/archive`` does) and ``trainer.train(archive=True)``
-on a local Spark session, fitted at the device's budget (``search=0``)."""
+(``edge.wire.batch_from_matches``, with the agent's sample), the collector's ingest into a
+real archive (``Collector.ingest_group``, as ``bench/archive`` does) and
+``trainer.train(archive=True)`` on a local Spark session, fitted at the device's budget
+(``search=0``)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from pathlib import Path
 from acep.events import EventBatch
 from acep.matcher import MatchBatch
 from acep.shedding import Budget
-from acep.windows import match_windows
+from acep.windows import sample_mask
 
 from ..shedding.run import BURST
 from ..shedding.workloads import Workload
-from .run import upload_ratio
+from .run import SAMPLE_SEED, SAMPLE_SHARE, upload_ratio, uploaded
 
 DEVICE = "drift-device"
 
@@ -24,20 +25,18 @@ DEVICE = "drift-device"
 class SparkTrainer:
     """A ``run_retrained`` trainer: each period's uploads archived apart and trained on."""
 
-    def __init__(self, cores: int = 2):
+    def __init__(self, cores: int = 2, share: float = SAMPLE_SHARE):
         from trainer.spark import session
 
         self.spark = session(f"local[{cores}]")
-        self.seq = 0
+        self.seq, self.share = 0, share
 
     def __call__(self, w: Workload, period: EventBatch, found: MatchBatch, budget: Budget,
                  sketch) -> tuple:
         started = time.perf_counter()
-        uploads = match_windows(period, found.partition.tolist(), found.point, w.window,
-                                w.partition)
+        uploads, facts = uploaded(w, period, found, self.share)
         ratio = upload_ratio(w, uploads, budget)
-        facts = {"uploaded_events": len(uploads), "period_events": len(period),
-                 "uploaded_matches": len(found), "fit_ratio": ratio, "path": "spark"}
+        facts.update(fit_ratio=ratio, path="spark")
         if ratio is None:
             return sketch, {**facts, "kept": True, "seconds": 0.0}
         with tempfile.TemporaryDirectory(prefix="acep-bench-drift-") as tmp:
@@ -55,8 +54,10 @@ class SparkTrainer:
         from edge.wire import PatternRef, batch_from_matches, encode_batch
 
         ref = PatternRef("drift", w.pattern, w.window, w.k, tuple(w.where), w.partition)
+        sample = sample_mask(period, w.partition, w.window, self.share, SAMPLE_SEED) \
+            if self.share else None
         batch = batch_from_matches(found, period, device=DEVICE, seq=self.seq, pattern=ref,
-                                   created_at=time.time())
+                                   created_at=time.time(), sample=sample)
         self.seq += 1
         collector = Collector(open_store(work / "collector.db"), Archive(work / "archive"))
         try:

@@ -99,3 +99,13 @@ def test_sample_refuses_a_bad_window_or_share(window, share, problem):
     events = EventBatch.from_events([{"type": "a", "t": 0.0}])
     with pytest.raises(ValueError, match=problem):
         sample_mask(events, None, window, share)
+
+
+def test_sample_draws_a_key_alike_whatever_its_column_holds_beside_it():
+    rows = [{"type": "a", "t": float(t), "g": 7} for t in range(0, 400, 3)]
+    numeric = EventBatch.from_events(rows)
+    mixed = EventBatch.from_events(rows + [{"type": "a", "t": 400.0, "g": "text"}])
+    assert numeric.columns["g"].dtype != mixed.columns["g"].dtype
+    want = sample_mask(numeric, "g", 2.0, 0.5)
+    assert 0 < want.sum() < len(want)
+    assert sample_mask(mixed, "g", 2.0, 0.5)[:-1].tolist() == want.tolist()

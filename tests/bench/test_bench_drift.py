@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from support.bench_runs import PNG_MAGIC, run_quick
 
+from acep.windows import sample_mask
 from bench.drift import run, streams
 from bench.shedding.workloads import PLANTED
 
@@ -236,8 +237,44 @@ def test_a_period_without_uploads_keeps_its_sketch():
     from acep.matcher import MatchBatch
     from acep.shedding import Budget
 
-    kept, facts = run.retrain(w, split["test"], MatchBatch.empty(), Budget(0.1), sketch)
+    kept, facts = run.retrain(w, split["test"], MatchBatch.empty(), Budget(0.1), sketch,
+                              share=0.0)
     assert kept is sketch and facts["kept"] and facts["uploaded_events"] == 0
+
+
+def test_uploads_are_the_match_windows_and_the_sample():
+    split = streams.synthetic("switch", 30.0, 2)
+    w, period = run.workload_of("switch"), split["test"]
+    found, _, _ = run.run_matcher(w, period)
+    found = run.only(found, float(np.median(found.point)))  # the windows of some matches
+    uploads, facts = run.uploaded(w, period, found, 0.2)
+    sensors, tags = period.columns["sensor"], period.tags
+    in_window = np.zeros(len(period), dtype=bool)
+    for key, point in zip(found.partition.tolist(), found.point.tolist()):
+        in_window |= (sensors == key) & (tags >= point - w.window) & (tags <= point)
+    block = np.floor(tags / (2 * w.window))
+    drawn = sample_mask(period, "sensor", w.window, 0.2)
+    for key in np.unique(sensors)[:10]:  # the sample takes whole blocks of a sensor
+        mine = sensors == key
+        assert all(len(set(drawn[mine & (block == b)].tolist())) == 1 for b in block[mine])
+    want = in_window | drawn
+    assert uploads.tags.tolist() == tags[want].tolist()
+    assert facts["uploaded_events"] == want.sum() and facts["sampled_events"] == drawn.sum()
+    assert 0.1 < drawn.mean() < 0.3 and (drawn & ~in_window).any()
+    alone, facts = run.uploaded(w, period, run.only(found, np.inf), 0.2)
+    assert alone.tags.tolist() == tags[drawn].tolist() and facts["uploaded_matches"] == 0
+    none, _ = run.uploaded(w, period, found, 0.0)
+    assert none.tags.tolist() == tags[in_window].tolist()
+
+
+def test_sample_share_option_is_checked_and_named_in_the_command():
+    args = run.parse_args(["--quick", "--sample-share", "0.1"])
+    assert args.sample_share == 0.1 and args.partial
+    assert run.command(args, None) == "python -m bench.drift --quick --sample-share 0.1"
+    assert run.parse_args(["--sample-share", "0"]).sample_share == 0.0
+    for bad in ("-0.1", "1.5", "x", "nan"):
+        with pytest.raises(SystemExit):
+            run.parse_args(["--sample-share", bad])
 
 
 def test_unknown_streams_are_refused(capsys):
