@@ -76,7 +76,8 @@ class Batches:
             self._submit(taken if last else 0, self._put, body,
                          batch_id(self.cfg.device_id, seq),
                          {**state, "seq": self.seq} if last else None,
-                         self._covers(len(piece), events), made)
+                         self._covers(len(piece), events, sample if i == 0 else None),
+                         made)
 
     def _sample(self, events: EventBatch | None, n_live: int) -> np.ndarray | None:
         """Which of ``events`` the chunk's sample sends: ``sample_mask`` over its ``n_live``
@@ -149,10 +150,13 @@ class Batches:
         return rebuild(made, crc, device=self.cfg.device_id, seq=seq,
                        pattern=self.pattern_ref)
 
-    def _covers(self, n: int, events: EventBatch | None) -> str:
+    def _covers(self, n: int, events: EventBatch | None,
+                sample: np.ndarray | None = None) -> str:
         """What a batch holds, in words: kept with it for the reason of a dead letter,
         should its body be damaged on the disk."""
         text = f"{n} matches"
+        if sample is not None:
+            text += f" and {int(sample.sum())} sampled events"
         if events is not None and len(events):
             last = events.position + len(events) - 1
             text += f" of the events at positions {events.position}..{last}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import sqlite3
 from pathlib import Path
 
@@ -233,6 +234,10 @@ def test_a_damaged_batch_of_a_sample_alone_is_rebuilt_and_stored(tmp_path):
     put = run_once(sample_doc(tmp_path))
     alone = [b.batch_id for b in outbox_batches(tmp_path / "outbox.db") if len(b) == 0]
     assert alone
+    with sqlite3.connect(tmp_path / "outbox.db") as db:  # a dead letter's reason says it
+        (about,) = db.execute("SELECT about FROM pending WHERE batch_id = ?",
+                              (alone[0],)).fetchone()
+    assert re.match(r"0 matches and \d+ sampled events of the events at positions", about)
     flip_in(tmp_path / "outbox.db", alone[0])
     with serving(tmp_path) as c:
         final = run_once(sample_doc(tmp_path, c.url, c.token))
