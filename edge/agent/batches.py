@@ -15,6 +15,7 @@ import numpy as np
 
 from acep.events import EventBatch
 from acep.matcher import MatchBatch
+from acep.windows import sample_mask
 
 from ..wire import (
     batch_from_matches,
@@ -40,13 +41,15 @@ class Batches:
     def _commit(self, found: MatchBatch, events: EventBatch | None, n_live: int,
                 finished: bool = False, taken: int = 0) -> None:
         """Queue the transaction of a chunk (``taken``: its events, good and bad); the
-        source hears when it is durable (an MQTT source acknowledges its messages then)."""
+        source hears when it is durable (an MQTT source acknowledges its messages then).
+        The chunk's sample (``[sample]``) goes with its matches, or alone without any."""
         self.consumed += n_live
         state = {"consumed": self.consumed, **self.progress.state(), "finished": finished,
                  **self.source.taken(taken)}
         if len(found) and self.condenser is None:
             found = self._inside(found, events)
-        if not len(found):
+        sample = self._sample(events, n_live)
+        if not len(found) and sample is None:
             self._submit(taken, self._save, {**state, "seq": self.seq})
             return
         now = time.time()
@@ -56,20 +59,41 @@ class Batches:
             pieces, groups = [(found, body)], None
         else:
             groups = self.kept.groups(set(plain_list(found.partition)))
-            pieces = self._cut(found, events, groups, now)
+            pieces = self._cut(found, events, groups, now, sample)
         self.counts["matches"] += len(found)
+        if sample is not None:
+            self.counts["events_sampled"] += int(sample.sum())
         for i, (piece, body) in enumerate(pieces):
             seq = self.seq
-            if i:  # encoded under the first piece's seq while cut
+            if i:  # encoded under the first piece's seq while cut; the sample goes first
                 body = self._encode(piece, events, groups, seq, now)
             self.seq += 1
             last = i == len(pieces) - 1
+            made = self._recipe(piece, events, now, n_live if i == 0 and sample is not None
+                                else None)
             # the progress goes with the last piece: a crash before it replays the chunk,
             # and the pieces put already come again under the same ids (duplicates)
             self._submit(taken if last else 0, self._put, body,
                          batch_id(self.cfg.device_id, seq),
                          {**state, "seq": self.seq} if last else None,
-                         self._covers(len(piece), events), self._recipe(piece, events, now))
+                         self._covers(len(piece), events, sample if i == 0 else None),
+                         made)
+
+    def _sample(self, events: EventBatch | None, n_live: int) -> np.ndarray | None:
+        """Which of ``events`` the chunk's sample sends: ``sample_mask`` over its ``n_live``
+        new events (the last ones; the kept events of earlier chunks were drawn with
+        theirs); None without a sample (``sample.share`` 0, or no event drawn)."""
+        cfg = self.cfg.sample
+        if cfg.share <= 0 or events is None or n_live <= 0 or self.condenser is not None:
+            return None
+        first = len(events) - n_live
+        drawn = sample_mask(events.slice(first, len(events)), self.pattern_ref.partition_by,
+                            self.pattern_ref.window, cfg.share, seed=cfg.seed)
+        if not drawn.any():
+            return None
+        mask = np.zeros(len(events), dtype=bool)
+        mask[first:] = drawn
+        return mask
 
     def _submit(self, taken: int, write, *args) -> None:
         """``write(*args)`` in the writer thread, then the source told that the ``taken``
@@ -82,37 +106,43 @@ class Batches:
             self.source.durable(taken)
 
     def _encode(self, found: MatchBatch, events: EventBatch | None, groups, seq: int,
-                created_at: float) -> bytes:
+                created_at: float, sample: np.ndarray | None = None) -> bytes:
         return encode_batch(batch_from_matches(found, events, device=self.cfg.device_id,
                                                seq=seq, pattern=self.pattern_ref,
-                                               groups=groups, created_at=created_at))
+                                               groups=groups, created_at=created_at,
+                                               sample=sample))
 
-    def _cut(self, found: MatchBatch, events: EventBatch | None, groups, created_at: float
-             ) -> list[tuple[MatchBatch, bytes]]:
+    def _cut(self, found: MatchBatch, events: EventBatch | None, groups, created_at: float,
+             sample: np.ndarray | None = None) -> list[tuple[MatchBatch, bytes]]:
         """The matches in pieces whose bodies stay within ``collector.max_body`` (halves,
         in order), each with its body encoded under the current seq; a single match over
-        it stays one piece (the collector refuses it alone: a dead letter)."""
-        body = self._encode(found, events, groups, self.seq, created_at)
+        it stays one piece (the collector refuses it alone: a dead letter). The
+        ``sample`` goes with the first piece only: no event is sent twice for it."""
+        body = self._encode(found, events, groups, self.seq, created_at, sample)
         if len(body) <= self.cfg.max_body or len(found) < 2:
             return [(found, body)]
         half = len(found) // 2
         log.info("a batch of %d matches is %d bytes, over collector.max_body (%d): cut in "
                  "two", len(found), len(body), self.cfg.max_body)
-        return (self._cut(_rows(found, range(half)), events, groups, created_at)
+        return (self._cut(_rows(found, range(half)), events, groups, created_at, sample)
                 + self._cut(_rows(found, range(half, len(found))), events, groups,
                             created_at))
 
-    def _recipe(self, found: MatchBatch, events: EventBatch | None, created_at: float
-                ) -> dict | None:
+    def _recipe(self, found: MatchBatch, events: EventBatch | None, created_at: float,
+                n_live: int | None = None) -> dict | None:
         """How to make the batch again from the events file (edge/agent/rebuild.py), should its
         body be damaged in the outbox; None when its events are not all in the file being
         read (read from stdin, or before a rotation), and for a condensed summary (its
-        counts go on from the batches before)."""
+        counts go on from the batches before). ``n_live``: the batch carries the sample of
+        the last ``n_live`` events (``[sample]``), drawn again by the rebuild."""
         if not isinstance(self.source, FileSource) or events is None or \
                 self.condenser is not None or self.kept.position < self.progress.file_start:
             return None
+        sample = None if n_live is None else {
+            "share": self.cfg.sample.share, "seed": self.cfg.sample.seed,
+            "first": events.position + len(events) - n_live}
         return recipe(self.source, self.kept.first_offset(None), self.progress.resume_offset,
-                      events, found, created_at)
+                      events, found, created_at, sample)
 
     def _rebuild(self, bid: str, crc: int, made: dict) -> bytes:
         """The outbox's :attr:`~edge.agent.outbox.Outbox.repair`: a damaged batch made again."""
@@ -120,10 +150,13 @@ class Batches:
         return rebuild(made, crc, device=self.cfg.device_id, seq=seq,
                        pattern=self.pattern_ref)
 
-    def _covers(self, n: int, events: EventBatch | None) -> str:
+    def _covers(self, n: int, events: EventBatch | None,
+                sample: np.ndarray | None = None) -> str:
         """What a batch holds, in words: kept with it for the reason of a dead letter,
         should its body be damaged on the disk."""
         text = f"{n} matches"
+        if sample is not None:
+            text += f" and {int(sample.sum())} sampled events"
         if events is not None and len(events):
             last = events.position + len(events) - 1
             text += f" of the events at positions {events.position}..{last}"

@@ -28,7 +28,7 @@ from .uplink import ANSWER_TIMES
 
 __all__ = ["ConfigError", "KeyFileError", "read_key_file", "AgentConfig", "PatternConfig",
            "SourceConfig", "BudgetConfig", "SketchConfig", "OutboxConfig", "CondensedConfig",
-           "MetricsConfig", "load_config", "parse_config"]
+           "SampleConfig", "MetricsConfig", "load_config", "parse_config"]
 
 SOURCES = ("file", "stdin", "iterator", "mqtt")
 MQTT_KEYS = ("host", "port", "topics", "qos", "client_id", "username", "password_file",
@@ -152,6 +152,14 @@ class CondensedConfig:
 
 
 @dataclass
+class SampleConfig:
+    """``[sample]``: the share of the stream's time uploaded whatever the matches (0: none)."""
+
+    share: float = 0.0
+    seed: int = 0
+
+
+@dataclass
 class MetricsConfig:
     path: str | None = None
     interval: float = 10.0
@@ -182,6 +190,8 @@ class AgentConfig:
     answer_timeout: float | None = None
     # bytes a batch body may have: the collector's --max-body (batches are cut below it)
     max_body: int = 16 << 20
+    # the seeded sample of the stream uploaded beside the match windows (share 0: none)
+    sample: SampleConfig = field(default_factory=SampleConfig)
 
 
 def _check_ca_file(ca_file: str, url: str | None) -> None:
@@ -494,7 +504,7 @@ class _Section:
 def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
     """Check a decoded config document (see :func:`load_config`)."""
     known = {"device", "collector", "pattern", "source", "budget", "sketch", "outbox",
-             "condensed", "metrics"}
+             "condensed", "sample", "metrics"}
     for key in doc:
         if key not in known:
             raise ConfigError(f"{key}: unknown section (expected one of {sorted(known)})")
@@ -642,6 +652,7 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
     condensed = CondensedConfig(enabled=con.get("enabled", bool, False),
                                 slot=con.positive("slot", float, 60.0))
     con.done()
+    sample = _sample(_Section(doc, "sample"), condensed)
 
     met = _Section(doc, "metrics")
     metrics = MetricsConfig(path=path_of(met.get("path", str)),
@@ -664,4 +675,18 @@ def parse_config(doc: dict, base_dir: str = ".") -> AgentConfig:
                        condensed, metrics, timeout, base_dir, drain_timeout, heartbeat,
                        token_file=token_file, ca_file=ca_file,
                        expect_continue=expect_continue, compress=compress,
-                       answer_timeout=answer_timeout, max_body=max_body)
+                       answer_timeout=answer_timeout, max_body=max_body, sample=sample)
+
+
+def _sample(sam: _Section, condensed: CondensedConfig) -> SampleConfig:
+    """``[sample]``: a share in [0, 1] and an integer seed; a sample needs batches of
+    events, so not with ``[condensed]``."""
+    sample = SampleConfig(share=sam.get("share", float, 0.0), seed=sam.get("seed", int, 0))
+    sam.done()
+    if not (math.isfinite(sample.share) and 0.0 <= sample.share <= 1.0):
+        raise ConfigError(f"sample.share: must be in [0, 1], not {sample.share!r}")
+    if sample.share > 0 and condensed.enabled:
+        raise ConfigError("sample.share: a sample uploads events, and with condensed.enabled "
+                          "= true the agent uploads summaries, which carry none; set "
+                          "sample.share = 0 or condensed.enabled = false")
+    return sample

@@ -143,7 +143,7 @@ class Agent(Batches, Metrics):
         self.position = 0
         self.counts = {"events_in": 0, "events_bad": 0, "events_replayed": 0, "matches": 0,
                        "matches_orphaned": 0, "batches_put": 0, "batches_refused": 0,
-                       "bytes_put": 0}
+                       "bytes_put": 0, "events_sampled": 0}
         self.lag = 0.0
         # held while a chunk is processed, so the metrics thread reads a consistent state
         self._loop_lock = threading.Lock()

@@ -6,7 +6,8 @@ of the kept events, their first position) and its matches (partition, point, sta
 trajectory): :func:`recipe`. A batch whose body no longer has its CRC-32 is rebuilt from
 that (:func:`rebuild`): the lines read again (the file found by its identity, also when log
 rotation renamed it), parsed and checked as the agent did, the batch built again for the
-recorded matches under the same id and creation time. The rebuilt body must have the CRC-32
+recorded matches under the same id and creation time (and the sample of the chunk's
+events drawn again, for a batch that carries one). The rebuilt body must have the CRC-32
 the batch was put with: anything else (the file gone, the lines changed) raises
 :class:`Lost`, saying what is lost, and the batch stays a dead letter.
 """
@@ -19,6 +20,7 @@ import numpy as np
 
 from acep.events import EventBatch, EventError
 from acep.matcher import MatchBatch
+from acep.windows import sample_mask
 
 from ..wire import PatternRef, batch_from_matches, encode_batch, plain_list
 from .outbox_reader import checksum
@@ -34,14 +36,16 @@ class Lost(Exception):
 
 
 def recipe(source: FileSource, start: int | None, end: int, events: EventBatch,
-           found: MatchBatch, created_at: float) -> dict | None:
+           found: MatchBatch, created_at: float, sample: dict | None = None) -> dict | None:
     """What :func:`rebuild` needs to make a batch again: the kept ``events`` (read from
-    ``source`` between the byte offsets ``start`` and ``end``) and the matches ``found``;
-    None when the bytes are not known (``start`` None)."""
+    ``source`` between the byte offsets ``start`` and ``end``), the matches ``found`` and,
+    for a batch with a sample, how to draw it again (``sample``: its ``share``, ``seed``
+    and ``first``, the position of the first event it was drawn over); None when the
+    bytes are not known (``start`` None)."""
     if start is None or source.identity is None or events is None:
         return None
     ident = {k: source.identity[k] for k in ("dev", "ino", "fp", "fp_bytes")}
-    return {"v": VERSION, "file": os.path.abspath(source.path), "identity": ident,
+    made = {"v": VERSION, "file": os.path.abspath(source.path), "identity": ident,
             "start": int(start), "end": int(end), "position": int(events.position),
             "events": len(events), "created_at": float(created_at),
             "types": list(events.type_names),
@@ -51,6 +55,10 @@ def recipe(source: FileSource, start: int | None, end: int, events: EventBatch,
                         "errors": np.asarray(found.errors).astype(int).tolist(),
                         "ptr": np.asarray(found.trajectory_ptr).astype(int).tolist(),
                         "trajectory": np.asarray(found.trajectory).astype(int).tolist()}}
+    if sample is not None:
+        made["sample"] = {"share": float(sample["share"]), "seed": int(sample["seed"]),
+                          "first": int(sample["first"])}
+    return made
 
 
 def rebuild(r: dict, crc: int, *, device: str, seq: int, pattern: PatternRef) -> bytes:
@@ -64,12 +72,29 @@ def rebuild(r: dict, crc: int, *, device: str, seq: int, pattern: PatternRef) ->
         raise Lost(f"{where} now hold {len(events)} events, not the {r['events']} the batch "
                    "was made from: the lines changed")
     found = _matches(r["matches"], events, where)
+    sample = _sample(r.get("sample"), events, pattern, where)
     body = encode_batch(batch_from_matches(found, events, device=device, seq=seq,
-                                           pattern=pattern, created_at=r["created_at"]))
+                                           pattern=pattern, created_at=r["created_at"],
+                                           sample=sample))
     if checksum(body) != crc:
         raise Lost(f"the batch made again from {where} is not the one put (CRC-32 "
                    f"{checksum(body):08x}, not {crc:08x}): the lines changed")
     return body
+
+
+def _sample(s: dict | None, events: EventBatch, pattern: PatternRef, where: str
+            ) -> np.ndarray | None:
+    """The batch's sample drawn again (None for a batch without one): ``sample_mask`` over
+    the events from position ``first`` on, as the agent drew it over its chunk's."""
+    if s is None:
+        return None
+    first = int(s["first"]) - events.position
+    if not 0 <= first <= len(events):
+        raise Lost(f"{where}: the sample's events are not there any more")
+    mask = np.zeros(len(events), dtype=bool)
+    mask[first:] = sample_mask(events.slice(first, len(events)), pattern.partition_by,
+                               pattern.window, s["share"], seed=s["seed"])
+    return mask
 
 
 def _events(r: dict, where: str) -> EventBatch:
