@@ -48,25 +48,8 @@ class SparkTrainer:
 
     def archive(self, work: Path, w: Workload, period: EventBatch, found: MatchBatch) -> Path:
         """The period's upload batch through the collector's ingest: its archive's root."""
-        from edge.collector import Collector
-        from edge.collector.archive import Archive
-        from edge.collector.store import open_store
-        from edge.wire import PatternRef, batch_from_matches, encode_batch
-
-        ref = PatternRef("drift", w.pattern, w.window, w.k, tuple(w.where), w.partition)
-        sample = sample_mask(period, w.partition, w.window, self.share, SAMPLE_SEED) \
-            if self.share else None
-        batch = batch_from_matches(found, period, device=DEVICE, seq=self.seq, pattern=ref,
-                                   created_at=time.time(), sample=sample)
         self.seq += 1
-        collector = Collector(open_store(work / "collector.db"), Archive(work / "archive"))
-        try:
-            [(status, answer)] = collector.ingest_group([(encode_batch(batch), DEVICE, None)])
-        finally:
-            collector.close()
-        if status != 200:
-            raise RuntimeError(f"the collector refused the upload: {answer}")
-        return work / "archive"
+        return archive_uploads(work, w, period, found, self.share, self.seq - 1)
 
     def train(self, root: Path, ratio: float):
         from trainer.train import train
@@ -76,3 +59,26 @@ class SparkTrainer:
 
     def close(self) -> None:
         self.spark.stop()
+
+
+def archive_uploads(work: Path, w: Workload, period: EventBatch, found: MatchBatch,
+                    share: float = SAMPLE_SHARE, seq: int = 0) -> Path:
+    """The agent's upload batch of ``period`` (its matches' windows and its sample) through
+    a fresh collector's ingest under ``work``: the root of the archive it wrote."""
+    from edge.collector import Collector
+    from edge.collector.archive import Archive
+    from edge.collector.store import open_store
+    from edge.wire import PatternRef, batch_from_matches, encode_batch
+
+    ref = PatternRef("drift", w.pattern, w.window, w.k, tuple(w.where), w.partition)
+    sample = sample_mask(period, w.partition, w.window, share, SAMPLE_SEED) if share else None
+    batch = batch_from_matches(found, period, device=DEVICE, seq=seq, pattern=ref,
+                               created_at=time.time(), sample=sample)
+    collector = Collector(open_store(work / "collector.db"), Archive(work / "archive"))
+    try:
+        [(status, answer)] = collector.ingest_group([(encode_batch(batch), DEVICE, None)])
+    finally:
+        collector.close()
+    if status != 200:
+        raise RuntimeError(f"the collector refused the upload: {answer}")
+    return work / "archive"

@@ -293,3 +293,21 @@ def test_only_keeps_the_matches_from_a_point_on():
     assert list(kept.point) == list(found.point[mine]) and len(kept) > 0
     for j, i in enumerate(mine):
         assert list(kept.events_of(j)) == list(found.events_of(int(i)))
+
+
+def test_the_archive_of_a_period_holds_exactly_its_uploads(tmp_path):
+    import pyarrow.parquet as pq
+
+    from bench.drift.spark import archive_uploads
+
+    split = streams.synthetic("switch", 30.0, 2)
+    w, period = run.workload_of("switch"), split["test"]
+    found, _, _ = run.run_matcher(w, period)
+    found = run.only(found, float(np.median(found.point)))
+    for share, sub in ((0.2, "sampled"), (0.0, "windows")):
+        root = archive_uploads(tmp_path / sub, w, period, found, share)
+        archived = pq.ParquetDataset(str(root)).read()
+        uploads, facts = run.uploaded(w, period, found, share)
+        assert sorted(archived.column("tag").to_pylist()) == uploads.tags.tolist()
+        assert archived.num_rows == facts["uploaded_events"]
+    assert facts["sampled_events"] == 0
