@@ -24,6 +24,15 @@ class FindsDrop:
     alpha : float
         The test's level, in (0, 1).
 
+    Attributes
+    ----------
+    reference : tuple of int or None
+        The reference period's (matches, events); None until a period has events.
+    last_p_value : float
+        The p-value :meth:`update` computed for the last period (see :meth:`p_value`): 1.0
+        before there is a reference, for the reference itself and for a period with no
+        events. A caller that reports it reads it here instead of calling ``p_value``.
+
     Examples
     --------
     >>> from history import FindsDrop
@@ -34,6 +43,8 @@ class FindsDrop:
     False
     >>> trigger.update(150, 100_000)  # half as many
     True
+    >>> trigger.last_p_value < trigger.alpha
+    True
     """
 
     def __init__(self, drop: float = 0.1, alpha: float = 0.01):
@@ -43,17 +54,20 @@ class FindsDrop:
             raise ValueError(f"alpha must be in (0, 1), not {alpha!r}")
         self.drop, self.alpha = drop, alpha
         self.reference: tuple[int, int] | None = None  # (matches, events)
+        self.last_p_value: float = 1.0
 
     def update(self, matches: int, events: int) -> bool:
         """Records one period's matches and events; True when its finds have fallen."""
         if matches < 0 or events < 0 or matches > events:
             raise ValueError(f"a period has 0 <= matches <= events, not {matches} of {events}")
+        self.last_p_value = 1.0
         if events == 0:
             return False
         if self.reference is None:
             self.reference = (matches, events)
             return False
-        return self.p_value(matches, events) < self.alpha
+        self.last_p_value = self.p_value(matches, events)
+        return self.last_p_value < self.alpha
 
     def p_value(self, matches: int, events: int) -> float:
         """The chance of so few matches in ``events`` if the rate were ``1 - drop`` times

@@ -92,6 +92,19 @@ def test_the_first_period_with_events_is_the_reference():
     assert not trigger.update(0, 0)
 
 
+def test_update_keeps_the_p_value_it_computed():
+    trigger = FindsDrop()
+    assert trigger.last_p_value == 1.0
+    trigger.update(300, 100_000)
+    assert trigger.last_p_value == 1.0  # the reference
+    assert trigger.update(150, 100_000)
+    assert trigger.last_p_value == trigger.p_value(150, 100_000) < trigger.alpha
+    assert not trigger.update(290, 100_000)
+    assert trigger.last_p_value == trigger.p_value(290, 100_000) > trigger.alpha
+    assert not trigger.update(0, 0)
+    assert trigger.last_p_value == 1.0  # no events
+
+
 def test_a_fall_of_less_than_the_drop_is_no_fall():
     trigger = FindsDrop(drop=0.5)
     trigger.update(10_000, 100_000)
