@@ -81,24 +81,19 @@ def _json_record(raw: bytes) -> object:
 
 
 def _live_lines(f) -> Iterator[bytes | object]:
-    """The lines of ``f``'s descriptor as they arrive, ``_PAUSE`` after a quiet spell."""
-    fd, pending, wait = f.fileno(), [], STDIN_IDLE_SECONDS
-    while True:
-        if not readable(fd, wait):
+    """The lines of ``f``'s descriptor as they arrive, ``_PAUSE`` after a quiet spell (see
+    :func:`_live_read`), and a last line without its newline at the end."""
+    read, pending = _live_read(f.fileno()), []
+    while (data := read(_PIPE)) != b"":
+        if data is None:
             yield _PAUSE
-            wait = None  # nothing new to hand on until more comes
             continue
-        data = os.read(fd, 1 << 16)
-        if not data:
-            break
-        wait = STDIN_IDLE_SECONDS
         pending.append(data)
         if b"\n" in data:  # joined once per line end: a long line costs no more than its length
             *complete, rest = b"".join(pending).split(b"\n")
             pending = [rest]
             yield from (raw + b"\n" for raw in complete)
-    rest = b"".join(pending)
-    if rest:
+    if rest := b"".join(pending):
         yield rest
 
 

@@ -209,6 +209,70 @@ def test_a_terminal_ends_at_ctrl_d_after_its_lines(compiled, monkeypatch):
         os.close(main)
 
 
+def scripted_read(monkeypatch, reads: list) -> None:
+    """``rows._live_read`` gives ``reads`` one by one, and fails if asked past b""."""
+    left = iter(reads)
+
+    def live_read(fd):
+        def read(n):
+            got = next(left)
+            assert got is not StopIteration, "read again after the end"
+            return got
+
+        return read
+
+    reads.append(StopIteration)
+    monkeypatch.setattr(rows, "_live_read", live_read)
+
+
+def test_live_lines_join_the_pieces_of_a_line_across_reads_and_pauses(monkeypatch):
+    scripted_read(monkeypatch, [b'{"a', None, b'": 1', b"}\n", b'{"b"', b": 2}\n{", None,
+                                b'"c"', b""])
+    with open(os.devnull, "rb") as f:
+        got = list(rows._live_lines(f))
+    assert got == [rows._PAUSE, b'{"a": 1}\n', b'{"b": 2}\n', rows._PAUSE, b'{"c"']
+
+
+def test_a_long_line_in_many_reads_costs_no_more_than_its_length(monkeypatch):
+    """10 MB in 10,000 reads: joined once at its end, not once per read (50 GB copied)."""
+    pieces = 10_000
+    scripted_read(monkeypatch, [b"x" * 1000] * pieces + [b"\n", b""])
+    start = time.process_time()
+    with open(os.devnull, "rb") as f:
+        got = list(rows._live_lines(f))
+    assert time.process_time() - start < 1.0
+    assert len(got) == 1 and len(got[0]) == 1000 * pieces + 1
+
+
+def test_live_lines_of_a_pipe_pause_once_while_it_is_quiet(monkeypatch):
+    """Each quiet spell gives one ``_PAUSE``, not one per ``STDIN_IDLE_SECONDS``: after it
+    the reader waits for the next bytes as long as they take."""
+    monkeypatch.setattr(rows, "STDIN_IDLE_SECONDS", 0.02)
+    data = b'{"type": "a"}\n' + b'{"type": "b", "x": "' + b"y" * 200_000 + b'"}\n{"type"'
+    r, writer = written(data, [(7, True), (20, True), (70_000, False), (1, True)], 0.5)
+    with open(r, "rb") as f:
+        got = list(rows._live_lines(f))
+    writer.join()
+    lines = [raw for raw in got if raw is not rows._PAUSE]
+    assert lines == [b'{"type": "a"}\n', data[14:-7], b'{"type"']
+    # three spells of 0.5 s (a few more if the writer is held up): about 75 with a timeout
+    assert 1 <= got.count(rows._PAUSE) <= 6
+
+
+def test_live_lines_of_a_terminal_read_its_end_once():
+    """Ctrl-D ends the lines; what is typed after it stays unread."""
+    pty = pytest.importorskip("pty")
+    main, terminal = pty.openpty()
+    try:
+        os.write(main, b"a\nb\n\x04c\n")
+        time.sleep(0.1)  # all of it there before the first read
+        with open(terminal, "rb") as f:
+            assert list(rows._live_lines(f)) == [b"a\n", b"b\n"]
+            assert os.read(terminal, 100) == b"c\n"
+    finally:
+        os.close(main)
+
+
 def run_match(*args, stdin) -> subprocess.CompletedProcess:
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     return subprocess.run(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from history.drift import FindsDrop, binomial_cdf
@@ -21,6 +22,34 @@ def test_binomial_cdf_is_the_sum_of_the_probabilities(k, n, p):
 def test_binomial_cdf_of_large_counts_stays_a_probability():
     assert binomial_cdf(4_000, 10_000, 0.5) < 1e-80
     assert binomial_cdf(5_000, 10_000, 0.5) == pytest.approx(0.5040, abs=1e-3)
+
+
+def test_binomial_cdf_of_millions_is_fast_and_agrees_with_a_sum_near_the_mean():
+    """5,000,000 trials, 2 standard deviations below the mean: the terms beyond 40 of them
+    are below 1e-300, so a sum over the band is the whole."""
+    n, p = 5_000_000, 0.3
+    mean, sd = n * p, math.sqrt(n * p * (1 - p))
+    k = int(mean - 2 * sd)
+    start = time.process_time()
+    got = binomial_cdf(k, n, p)
+    assert time.process_time() - start < 0.05
+    log_pmf = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+               + i * math.log(p) + (n - i) * math.log1p(-p)
+               for i in range(int(mean - 40 * sd), k + 1)]
+    assert got == pytest.approx(math.fsum(math.exp(t) for t in log_pmf), rel=1e-6)
+    normal = 0.5 * math.erfc(-(k + 0.5 - mean) / sd / math.sqrt(2))
+    assert got == pytest.approx(normal, abs=1e-3)
+
+
+@settings(deadline=None)  # the first example imports scipy.stats
+@given(st.integers(1, 10**9), st.floats(0.0, 1.0), st.floats(0.0, 1.0))
+def test_binomial_cdf_of_large_counts_is_scipys(n, at, p):
+    """(scipy.stats.binom.cdf: scipy.special.bdtr is off at these counts, 0.84 for
+    k = n / 2 = 5 * 10^8 at p = 0.5)"""
+    stats = pytest.importorskip("scipy.stats")
+    k = int(at * n)
+    expected = float(stats.binom.cdf(k, n, p))
+    assert binomial_cdf(k, n, p) == pytest.approx(expected, rel=1e-5, abs=1e-300)
 
 
 def alarm_share(reference: float, now: float, trials: int, seed: int) -> float:
@@ -61,6 +90,19 @@ def test_the_first_period_with_events_is_the_reference():
     assert not trigger.update(300, 100_000)
     assert trigger.reference == (300, 100_000)
     assert not trigger.update(0, 0)
+
+
+def test_update_keeps_the_p_value_it_computed():
+    trigger = FindsDrop()
+    assert trigger.last_p_value == 1.0
+    trigger.update(300, 100_000)
+    assert trigger.last_p_value == 1.0  # the reference
+    assert trigger.update(150, 100_000)
+    assert trigger.last_p_value == trigger.p_value(150, 100_000) < trigger.alpha
+    assert not trigger.update(290, 100_000)
+    assert trigger.last_p_value == trigger.p_value(290, 100_000) > trigger.alpha
+    assert not trigger.update(0, 0)
+    assert trigger.last_p_value == 1.0  # no events
 
 
 def test_a_fall_of_less_than_the_drop_is_no_fall():
