@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 __all__ = ["FindsDrop"]
 
 
@@ -81,44 +79,15 @@ class FindsDrop:
 
 
 def binomial_cdf(k: int, n: int, p: float) -> float:
-    """P(X <= k) for X ~ Binomial(n, p), as the regularized incomplete beta function
-    I_{1-p}(n - k, k + 1).
-
-    At most O(sqrt(n)) steps of a continued fraction (2 ms at n = 10^9), not k + 1 terms;
-    relative error about n log(n) 1e-16, from the log-gamma terms (1e-8 at n = 5 * 10^6).
-    """
+    """P(X <= k) for X ~ Binomial(n, p), by ``scipy.stats.binom`` (scipy comes with
+    ``pip install "acep[learn]"``, not on a device; ``scipy.special.bdtr`` is off at
+    hundreds of millions of trials)."""
     if k >= n or p <= 0.0:
         return 1.0
     if p >= 1.0:
         return 0.0
-    a, b = n - k, k + 1  # I_q(a, b) with q = 1 - p
-    log_q, log_p = math.log1p(-p), math.log(p)
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-                     + a * log_q + b * log_p)
-    if 1.0 - p < (a + 1) / (a + b + 2):  # where the fraction converges fast
-        return min(1.0, front * _beta_fraction(a, b, 1.0 - p) / a)
-    return max(0.0, 1.0 - front * _beta_fraction(b, a, p) / b)
-
-
-_TINY, _EPS = 1e-300, 1e-15
-
-
-def _beta_fraction(a: int, b: int, x: float) -> float:
-    """The continued fraction of I_x(a, b) by the modified Lentz method (Numerical Recipes
-    6.4), for x below (a + 1) / (a + b + 2)."""
-    c, d = 1.0, _nonzero(1.0 - (a + b) * x / (a + 1))
-    d = 1.0 / d
-    h = d
-    for m in range(1, 100 + 10 * math.isqrt(max(a, b))):
-        for aa in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                   -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 / _nonzero(1.0 + aa * d)
-            c = _nonzero(1.0 + aa / c)
-            h *= d * c
-        if abs(d * c - 1.0) < _EPS:
-            return h
-    raise ArithmeticError(f"the incomplete beta fraction did not converge (a={a}, b={b}, x={x})")
-
-
-def _nonzero(v: float) -> float:
-    return v if abs(v) >= _TINY else _TINY
+    try:
+        from scipy.stats import binom
+    except ImportError:
+        raise ImportError('history.FindsDrop needs scipy: pip install "acep[learn]"') from None
+    return float(binom.cdf(k, n, p))

@@ -144,9 +144,8 @@ def on_drop(trainer, test: EventBatch) -> Callable:
 
     def train(w: Workload, period: EventBatch, found: MatchBatch, budget: Budget,
               sketch) -> tuple:
-        p = trigger.p_value(len(found), len(period))
         fell = trigger.update(len(found), len(period))
-        facts = {"fell": fell, "p_value": p, "uploaded_matches": len(found)}
+        facts = {"fell": fell, "p_value": trigger.last_p_value, "uploaded_matches": len(found)}
         if not (fell or since):
             return sketch, {**facts, "retrained": False}
         first = int(np.searchsorted(test.tags, period.tags[0], side="left"))
