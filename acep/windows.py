@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 import numpy as np
 
@@ -79,7 +80,7 @@ def match_windows(events: EventBatch, keys: Sequence, points: np.ndarray, window
 
 
 def sample_mask(events: EventBatch, partition_by: str | None, window: float, share: float,
-                seed: int = 0, groups: Mapping | None = None) -> np.ndarray:
+                seed: int = 0) -> np.ndarray:
     """Which of ``events`` lie in a sampled block: a seeded share of each partition's time.
 
     Each partition's time is cut into blocks of two windows (``floor(tag / (2 * window))``).
@@ -100,8 +101,6 @@ def sample_mask(events: EventBatch, partition_by: str | None, window: float, sha
         The probability that a block is drawn, in [0, 1].
     seed : int
         Seed of the draw.
-    groups : mapping, optional
-        :func:`partition_groups` of ``events``, when the caller has it.
 
     Returns
     -------
@@ -120,20 +119,33 @@ def sample_mask(events: EventBatch, partition_by: str | None, window: float, sha
         raise ValueError(f"sample blocks need a window > 0, got {window!r}")
     if not 0.0 <= share <= 1.0:
         raise ValueError(f"the sample's share must be in [0, 1], got {share!r}")
-    if groups is None:
-        groups = partition_groups(events, partition_by)
-    keep = np.zeros(len(events.tags), dtype=bool)
     tags = np.asarray(events.tags, dtype=float)
-    for key, idx in groups.items():
-        blocks = np.floor(tags[idx] / (2.0 * window)).astype(np.int64).view(np.uint64)
-        draw = _mix(np.uint64(_key_hash(seed, key)) ^ (blocks * _GOLDEN))
-        keep[idx] = (draw >> np.uint64(11)).astype(np.float64) * 2.0 ** -53 < share
-    return keep
+    blocks = np.floor(tags / (2.0 * window)).astype(np.int64).view(np.uint64)
+    code, hashes = _key_codes(events, partition_by, seed)
+    draw = _mix(hashes[np.maximum(code, 0)] ^ (blocks * _GOLDEN))
+    return (code >= 0) & ((draw >> np.uint64(11)).astype(np.float64) * 2.0 ** -53 < share)
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
+def _key_codes(events: EventBatch, partition_by: str | None, seed: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Per event, the index of its partition key (-1: none), and each key's hash."""
+    n = len(events.tags)
+    if partition_by is None:
+        return np.zeros(n, dtype=np.int64), np.array([_key_hash(seed, None)], np.uint64)
+    col = events.columns.get(partition_by)
+    if col is None:
+        raise ValueError(f"events have no attribute {partition_by!r} to partition by")
+    index: dict = {}
+    code = np.fromiter((-1 if v is None or v != v else index.setdefault(v, len(index))
+                        for v in col.tolist()), dtype=np.int64, count=n)
+    hashes = np.array([_key_hash(seed, key) for key in index] or [0], dtype=np.uint64)
+    return code, hashes
+
+
+@lru_cache(maxsize=1 << 14)
 def _key_hash(seed: int, key) -> int:
     """A 64-bit hash of (seed, key), whatever the column's storage: 7 and 7.0 are one key."""
     key = partition_key(key)

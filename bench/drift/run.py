@@ -196,7 +196,7 @@ def uploaded(w: Workload, period: EventBatch, found: MatchBatch,
     their own; with the counts of events uploaded and sampled."""
     groups = partition_groups(period, w.partition)
     keep = window_mask(period, found.partition.tolist(), found.point, w.window, groups)
-    sampled = sample_mask(period, w.partition, w.window, share, SAMPLE_SEED, groups) \
+    sampled = sample_mask(period, w.partition, w.window, share, SAMPLE_SEED) \
         if share else np.zeros(len(period), dtype=bool)
     idx = np.flatnonzero(keep | sampled)
     lines = None if period.lines is None else period.lines[idx]

@@ -67,7 +67,7 @@ def expected(events: list[dict]) -> tuple[set[int], np.ndarray, list, np.ndarray
     groups = partition_groups(whole, "id")
     keep = window_mask(whole, found.partition.tolist(), found.point, PATTERN["window"],
                        groups)
-    mask = sample_mask(whole, "id", PATTERN["window"], SHARE, seed=SEED, groups=groups)
+    mask = sample_mask(whole, "id", PATTERN["window"], SHARE, seed=SEED)
     return set(np.flatnonzero(keep | mask).tolist()), mask, found, keep
 
 
