@@ -26,9 +26,10 @@ def plot(results: dict, path: Path) -> None:
 
 
 def _memory(ax, side: dict) -> None:
-    names = ["engine", "agent"]
+    names = [n for n in ("engine", "agent", "agent_sample") if n in side]
     after = [side[n]["rss_after_imports_mib"] for n in names]
     peak = [side[n]["peak_rss_mib"] for n in names]
+    names = [_label(n, side) for n in names]
     ax.bar(names, after, label="after imports", color="#9ecae1")
     ax.bar(names, [p - a for p, a in zip(peak, after)], bottom=after, label="while running",
            color="#3182bd")
@@ -43,12 +44,25 @@ def _speed(ax, side: dict) -> None:
     rates = {"matching\nonly": eng["matching_events_per_s"],
              "engine +\nJSON reader": eng["events_per_s"],
              "agent": side["agent"]["events_per_s"]}
-    ax.bar(list(rates), list(rates.values()), color=["#bdbdbd", "#9ecae1", "#3182bd"])
+    if "agent_sample" in side:
+        rates[_label("agent_sample", side)] = side["agent_sample"]["events_per_s"]
+    ax.bar(list(rates), list(rates.values()),
+           color=["#bdbdbd", "#9ecae1", "#3182bd", "#08519c"][:len(rates)])
     ax.axhline(eng["events_per_s"] / 1.2, color="red", ls="--",
                label="target: engine / 1.2")
     ax.set_ylabel("events/s")
-    ax.set_title(f"per-event cost (agent {side['overhead']:+.0%})")
+    title = f"per-event cost (agent {side['overhead']:+.0%}"
+    if "agent_sample" in side:
+        title += f", with sample {side['overhead_sample']:+.0%}"
+    ax.set_title(title + ")", fontsize=10)
     ax.legend(fontsize=8)
+
+
+def _label(name: str, side: dict) -> str:
+    """A bar's name: the sampled agent says its share."""
+    if name == "agent_sample":
+        return f"agent +\nsample {side['sample']['share']:g}"
+    return name
 
 
 def _ingest(ax, rate: dict, steps: dict) -> None:

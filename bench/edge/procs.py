@@ -68,9 +68,10 @@ def _sample(pid: int, peaks: dict, done: threading.Event, every: float) -> None:
 
 
 def agent_config(folder: Path, events: Path, url: str | None = None, token: str = "",
-                 batch_events: int = 1000) -> Path:
+                 batch_events: int = 1000, sample: float = 0.0) -> Path:
     """An agent.toml in ``folder``: the benchmark pattern over ``events`` (not followed),
-    no budget, an outbox in ``folder``; uploads to ``url`` when given."""
+    no budget, an outbox in ``folder``; uploads to ``url`` when given; with ``sample`` above
+    0, ``[sample] share = sample`` (seed 0) besides the match windows."""
     folder.mkdir(parents=True, exist_ok=True)
     text = f'[device]\nid = "{DEVICE}"\n'
     if url is not None:
@@ -82,6 +83,8 @@ def agent_config(folder: Path, events: Path, url: str | None = None, token: str 
              f'[outbox]\npath = "{folder / "outbox.db"}"\nmax_rows = 1000000\n'
              'max_bytes = 4294967296\nbackoff_base = 0.05\nbackoff_max = 0.5\n'
              f'[metrics]\npath = "{folder / "metrics.jsonl"}"\ninterval = 3600\n')
+    if sample > 0:
+        text += f"[sample]\nshare = {sample!r}\nseed = 0\n"
     path = folder / "agent.toml"
     path.write_text(text)
     return path

@@ -11,7 +11,9 @@ Run ``python -m bench.edge [--data PATH] [--quick] [--out DIR]``. In one run:
    seconds and its peak resident memory (``VmHWM``, with /proc samples of anonymous and
    file-backed memory). Both pairs run twice: as on a device (pyarrow hidden; the targets
    use this pair) and with pyarrow installed (``acep.Matcher`` then maps pyarrow's
-   libraries to factorize partition keys). A profiled agent run on a slice says where the
+   libraries to factorize partition keys). The same agent with ``[sample] share = 0.2``
+   (seed 0) runs alternated with them, and both agents' outboxes are read (batches, bytes,
+   the share of the events uploaded). A profiled agent run on a slice says where the
    agent's time goes.
 2. **Collector ingest.** The agent's own batches are POSTed to ``edge.collector`` on
    loopback by concurrent client threads; matches stored per second. The re-check cannot be
@@ -26,9 +28,12 @@ The targets of issue 5 are checked with pass/fail. Figures go to ``edge.json`` a
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import numpy as np
 
 from ..common import bench_main, bench_parser, machine
 from . import ingest, soak, streams
@@ -38,6 +43,7 @@ RESULTS = Path(__file__).with_name("results")
 RSS_TARGET_MIB = 64.0
 OVERHEAD_TARGET = 0.20
 INGEST_TARGET = 20_000.0
+SAMPLE_SHARE = 0.2  # docs/TRAINING.md's share for retraining from uploads
 
 
 @dataclass(frozen=True)
@@ -61,34 +67,59 @@ QUICK = Sizes(events=20_000, profile_events=10_000, ingest_matches=1_500, client
 
 def agent_side(work: Path, stream: Path, profile_stream: Path, device: bool,
                repeats: int = 2) -> dict:
-    """Engine and agent processes on the same file, alternated ``repeats`` times (the
-    fastest run of each is compared: a busy moment on the machine slows one run, never
-    speeds it up), and a profiled agent run. ``device``: without pyarrow, as a device
-    installs ``acep`` (only numpy and msgpack). Peak memory is the largest of the runs."""
+    """Engine, agent and agent with ``[sample] share = SAMPLE_SHARE`` processes on the same
+    file, alternated ``repeats`` times (the fastest run of each is compared: a busy moment on
+    the machine slows one run, never speeds it up), and a profiled agent run. ``device``:
+    without pyarrow, as a device installs ``acep`` (only numpy and msgpack). Peak memory is
+    the largest of the runs. ``uploads``: what each agent's first outbox holds."""
     flag = ["--no-pyarrow"] if device else []
     folder = work / ("agent-device" if device else "agent-pyarrow")
-    engines, agents = [], []
+    engines, agents, sampled = [], [], []
     for i in range(repeats):  # each agent run has its own outbox (a new device state)
         engines.append(measured(["engine", "--events", str(stream), *flag]))
         cfg = agent_config(folder / f"run-{i}", stream)
         agents.append(measured(["agent", "--config", str(cfg), *flag]))
-    engine = _fastest(engines)
-    agent = _fastest(agents)
+        cfg = agent_config(folder / f"sample-{i}", stream, sample=SAMPLE_SHARE)
+        sampled.append(measured(["agent", "--config", str(cfg), *flag]))
+    engine, agent, agent_sample = _fastest(engines), _fastest(agents), _fastest(sampled)
     prof_cfg = agent_config(folder / "profile", profile_stream)
     profiled = measured(["agent", "--config", str(prof_cfg), "--profile", "15", *flag])
-    for doc in (engine, agent):
+    for doc in (engine, agent, agent_sample):
         doc["events_per_s"] = doc["events"] / doc["seconds"]
     engine["matching_events_per_s"] = engine["events"] / engine["matching_seconds"]
     overhead = agent["seconds"] / engine["seconds"] - 1
-    return {"engine": engine, "agent": agent, "same_matches": all(
-                e["matches"] == a["matches"] for e, a in zip(engines, agents)),
+    return {"engine": engine, "agent": agent, "agent_sample": agent_sample,
+            "sample": {"share": SAMPLE_SHARE, "seed": 0},
+            "same_matches": all(e["matches"] == a["matches"] == s["matches"]
+                                for e, a, s in zip(engines, agents, sampled)),
             "overhead": overhead,
+            "overhead_sample": agent_sample["seconds"] / engine["seconds"] - 1,
             "overhead_vs_matching_only": agent["seconds"] / engine["matching_seconds"] - 1,
-            "runs": [{"engine_s": e["seconds"], "agent_s": a["seconds"]}
-                     for e, a in zip(engines, agents)],
+            "runs": [{"engine_s": e["seconds"], "agent_s": a["seconds"],
+                      "agent_sample_s": s["seconds"]}
+                     for e, a, s in zip(engines, agents, sampled)],
+            "uploads": {name: uploaded(folder / f"{name}-0" / "outbox.db", engine["events"])
+                        for name in ("run", "sample")},
             "profile": {"events": profiled["events"], "seconds": profiled["seconds"],
                         "top": profiled["profile"]},
             "pyarrow": not device, "outbox": str(folder / "run-0" / "outbox.db")}
+
+
+def uploaded(outbox: Path, events_read: int) -> dict:
+    """What an agent's outbox holds: batches, bytes, event rows, distinct events and their
+    share of the ``events_read`` (an event in two batches' windows is sent twice)."""
+    from edge.wire import decode
+
+    db = sqlite3.connect(outbox)
+    batches, size, rows, positions = 0, 0, 0, []
+    for (body,) in db.execute("SELECT body FROM pending ORDER BY n"):
+        batch = decode(bytes(body))
+        batches, size, rows = batches + 1, size + len(body), rows + len(batch.event_position)
+        positions.append(np.asarray(batch.event_position))
+    db.close()
+    distinct = len(np.unique(np.concatenate(positions))) if positions else 0
+    return {"batches": batches, "bytes": size, "event_rows": rows, "events": distinct,
+            "share_of_events": distinct / events_read if events_read else 0.0}
 
 
 def _fastest(runs: list[dict]) -> dict:

@@ -81,7 +81,8 @@ def run_agent(config: str, profile: int) -> dict:
     out = {"events": metrics["events_in"], "matches": metrics["matches"], "seconds": seconds,
            "rss_after_imports_mib": rss0, "peak_rss_mib": peak_rss_mib(),
            "retained_events": metrics["retained_events"], "batches_put": metrics["batches_put"],
-           "bytes_put": metrics["bytes_put"]}
+           "bytes_put": metrics["bytes_put"],
+           "events_sampled": metrics["events_sampled"]}
     if profile:
         out["profile"] = _top(pstats.Stats(prof), profile)
     return out

@@ -73,6 +73,22 @@ def test_agent_and_engine_agree_and_are_consistent(results, section):
     assert top and all(r["own_s"] >= 0 for r in top)
 
 
+@pytest.mark.parametrize("section", ["agent_vs_engine", "agent_vs_engine_with_pyarrow"])
+def test_sampled_agent_uploads_more_for_the_same_matches(results, section):
+    side = results[section]
+    eng, agent, sampled = side["engine"], side["agent"], side["agent_sample"]
+    assert side["sample"] == {"share": 0.2, "seed": 0}
+    assert sampled["events"] == eng["events"] and sampled["matches"] == eng["matches"]
+    assert sampled["seconds"] == min(r["agent_sample_s"] for r in side["runs"])
+    assert side["overhead_sample"] == pytest.approx(sampled["seconds"] / eng["seconds"] - 1)
+    assert agent["events_sampled"] == 0 < sampled["events_sampled"]
+    plain, more = side["uploads"]["run"], side["uploads"]["sample"]
+    assert 0 < plain["events"] <= plain["event_rows"] and plain["batches"] > 0
+    assert plain["events"] < more["events"] <= eng["events"]
+    assert plain["bytes"] < more["bytes"] and plain["batches"] <= more["batches"]
+    assert more["share_of_events"] == pytest.approx(more["events"] / eng["events"])
+
+
 def test_ingest_stored_every_posted_batch(results):
     rate = results["ingest"]
     assert rate["failed"] == 0 and rate["stored"] == rate["batches"] > 0
