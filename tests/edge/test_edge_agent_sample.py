@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from support.collector import query, serving
-from support.e2e import PATTERN, agent_doc, run_once, write_events
+from support.e2e import PATTERN, agent_doc, flip_bit_of, run_once, write_events
 from support.wait import wait_for
 
 import acep
@@ -27,7 +27,7 @@ from acep.windows import partition_groups, sample_mask, window_mask
 from edge.agent.config import ConfigError, parse_config
 from edge.agent.outbox import Outbox
 from edge.agent.rebuild import rebuild
-from edge.wire import PatternRef, WireError, decode_batch
+from edge.wire import PatternRef, decode_batch
 
 SHARE, SEED = 0.3, 11
 REF = PatternRef(PATTERN["id"], PATTERN["text"], PATTERN["window"], PATTERN["k"],
@@ -211,21 +211,6 @@ def test_every_batch_with_a_sample_rebuilds_to_the_same_body(tmp_path):
     assert kinds == {True, False}
 
 
-def flip_in(db_path: Path, bid: str) -> None:
-    """Flip one bit of batch ``bid``'s stored body such that it still decodes."""
-    with sqlite3.connect(db_path) as db:
-        (body,) = db.execute("SELECT body FROM pending WHERE batch_id = ?", (bid,)).fetchone()
-        for i in range(len(body) - 1, 0, -1):
-            bad = bytearray(body)
-            bad[i] ^= 0x01
-            try:
-                if decode_batch(bytes(bad)).batch_id == bid:
-                    break
-            except (WireError, ValueError):
-                continue
-        db.execute("UPDATE pending SET body = ? WHERE batch_id = ?", (bytes(bad), bid))
-
-
 def test_a_damaged_batch_of_a_sample_alone_is_rebuilt_and_stored(tmp_path):
     """A bit flipped in a batch that holds no match, only the sample of its chunk: the
     agent rebuilds it under the same id and the collector stores it."""
@@ -238,7 +223,7 @@ def test_a_damaged_batch_of_a_sample_alone_is_rebuilt_and_stored(tmp_path):
         (about,) = db.execute("SELECT about FROM pending WHERE batch_id = ?",
                               (alone[0],)).fetchone()
     assert re.match(r"0 matches and \d+ sampled events of the events at positions", about)
-    flip_in(tmp_path / "outbox.db", alone[0])
+    flip_bit_of(tmp_path / "outbox.db", alone[0])
     with serving(tmp_path) as c:
         final = run_once(sample_doc(tmp_path, c.url, c.token))
         ids = {b for (b,) in query(c.db, "SELECT batch_id FROM batches")}

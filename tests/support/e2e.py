@@ -220,10 +220,18 @@ def run_once(doc: dict) -> dict:
 def flip_a_bit(db_path: Path) -> tuple[str, bytes]:
     """Flip one bit of a stored body, as a failing SD card does, such that it still decodes
     (a wrong value, not garbage): the batch id and its body before."""
-    db = sqlite3.connect(db_path)
-    try:
+    with sqlite3.connect(db_path) as db:
         bid, body = db.execute("SELECT batch_id, body FROM pending ORDER BY n "
                                "LIMIT 1 OFFSET 1").fetchone()
+    flip_bit_of(db_path, bid)
+    return bid, bytes(body)
+
+
+def flip_bit_of(db_path: Path, bid: str) -> None:
+    """Flip one bit of batch ``bid``'s stored body such that it still decodes."""
+    db = sqlite3.connect(db_path)
+    try:
+        (body,) = db.execute("SELECT body FROM pending WHERE batch_id = ?", (bid,)).fetchone()
         for i in range(len(body) - 1, 0, -1):
             bad = bytearray(body)
             bad[i] ^= 0x01
@@ -236,7 +244,6 @@ def flip_a_bit(db_path: Path) -> tuple[str, bytes]:
         db.commit()
     finally:
         db.close()
-    return bid, bytes(body)
 
 
 def write_config(d: Path, url: str | None, token: str, *, source: str = "events.jsonl",
