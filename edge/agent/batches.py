@@ -15,7 +15,6 @@ import numpy as np
 
 from acep.events import EventBatch
 from acep.matcher import MatchBatch
-from acep.windows import sample_mask
 
 from ..wire import (
     batch_from_matches,
@@ -25,7 +24,7 @@ from ..wire import (
     plain_list,
 )
 from .outbox import OutboxFull
-from .rebuild import rebuild, recipe
+from .rebuild import chunk_sample, rebuild, recipe
 from .resume import write_copy
 from .sources import FileSource
 
@@ -86,14 +85,9 @@ class Batches:
         cfg = self.cfg.sample
         if cfg.share <= 0 or events is None or n_live <= 0 or self.condenser is not None:
             return None
-        first = len(events) - n_live
-        drawn = sample_mask(events.slice(first, len(events)), self.pattern_ref.partition_by,
-                            self.pattern_ref.window, cfg.share, seed=cfg.seed)
-        if not drawn.any():
-            return None
-        mask = np.zeros(len(events), dtype=bool)
-        mask[first:] = drawn
-        return mask
+        mask = chunk_sample(events, len(events) - n_live, self.pattern_ref, cfg.share,
+                            cfg.seed)
+        return mask if mask.any() else None
 
     def _submit(self, taken: int, write, *args) -> None:
         """``write(*args)`` in the writer thread, then the source told that the ``taken``

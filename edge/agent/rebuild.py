@@ -26,7 +26,7 @@ from ..wire import PatternRef, batch_from_matches, encode_batch, plain_list
 from .outbox_reader import checksum
 from .sources import FileSource, find_file, parse_lines
 
-__all__ = ["Lost", "recipe", "rebuild"]
+__all__ = ["Lost", "recipe", "rebuild", "chunk_sample"]
 
 VERSION = 1
 
@@ -91,9 +91,17 @@ def _sample(s: dict | None, events: EventBatch, pattern: PatternRef, where: str
     first = int(s["first"]) - events.position
     if not 0 <= first <= len(events):
         raise Lost(f"{where}: the sample's events are not there any more")
+    return chunk_sample(events, first, pattern, s["share"], s["seed"])
+
+
+def chunk_sample(events: EventBatch, first: int, pattern: PatternRef, share: float,
+                 seed: int) -> np.ndarray:
+    """The agent's sample of a chunk, a boolean per event of ``events``: ``sample_mask``
+    over its new events, from index ``first`` on (the kept events before them were drawn
+    with their own chunk)."""
     mask = np.zeros(len(events), dtype=bool)
     mask[first:] = sample_mask(events.slice(first, len(events)), pattern.partition_by,
-                               pattern.window, s["share"], seed=s["seed"])
+                               pattern.window, share, seed=seed)
     return mask
 
 
