@@ -4,7 +4,8 @@ A sketch's scores are success rates of an unconstrained run ([L16] Definition 4)
 shedding a cell is worth something else, and how much depends on the budget. So, for each
 budget ratio, :func:`fit_streams` measures the rates under that budget, makes four
 candidate tables, replays the training streams with each and keeps the best (with
-``search``, tuned by coordinate search). Each step is a task over one device's stream
+``search``, tuned by coordinate search), then the cover slack that finds the most with
+that table. Each step is a task over one device's stream
 (:class:`FitStream`) whose counts add up: :func:`fit_budgets` runs them in this process,
 ``acep train --fit`` in Spark's executors. The steps are docs/SHEDDING.md section 10.
 """
@@ -28,11 +29,12 @@ from .policies import HistoryPolicy
 from .sketch import Sketch, cell_scores
 
 __all__ = ["fit_budgets", "fit_streams", "FitStream", "describe", "matcher_args", "windows_task",
-           "SKETCH_PARTITION", "CANDIDATES", "SEARCH_VALUES", "SEARCH_STARTS"]
+           "SKETCH_PARTITION", "CANDIDATES", "SEARCH_VALUES", "SEARCH_STARTS", "SLACK_VALUES"]
 
 CANDIDATES = ("history", "measured", "order", "windows")
 SEARCH_VALUES = (0.0, 0.3, 0.7, 1.0)  # a cell's reserve is (1 - value)^2 of the seed reserve
 SEARCH_STARTS = 2  # the search tunes the best this many candidate tables, keeps the best result
+SLACK_VALUES = (0.0, 0.5, 1.0)  # cover slacks (in windows) tried beside the sketch's default
 CHUNK = 1 << 16
 
 Task = Callable[["FitStream"], dict]
@@ -53,8 +55,9 @@ def fit_budgets(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
     """Fit the sketch's reserves to each budget by replaying the training stream.
 
     For each budget the fit tries four reserve tables on the training stream and keeps the
-    one that finds the most bundles (docs/SHEDDING.md 10). A device then picks the table
-    fitted nearest its own budget.
+    one that finds the most bundles, then the cover slack that finds the most with it
+    (docs/SHEDDING.md 10). A device then picks the table and slack fitted nearest its own
+    budget.
 
     Parameters
     ----------
@@ -83,9 +86,9 @@ def fit_budgets(sketch: Sketch, events: EventBatch, ratios: Sequence[float], *,
         The sketch with a fitted table per ratio.
     report : dict
         ``"ratios"`` maps each ratio to ``{"chosen": name, "bundle_recall": {name:
-        recall}}`` (with ``search``, also ``"searched"``: the recall after the search and
-        the cells it changed); ``"ops_per_event"`` and ``"bundles"`` are the training
-        stream's.
+        recall}, "slack": {"chosen": slack, "bundle_recall": {slack: recall}}}`` (with
+        ``search``, also ``"searched"``: the recall after the search and the cells it
+        changed); ``"ops_per_event"`` and ``"bundles"`` are the training stream's.
 
     Examples
     --------
@@ -151,7 +154,8 @@ def fit_streams(sketch: Sketch, ratios: Sequence[float], map_streams: MapStreams
         raise ValueError("the training stream has no operations to fit a budget to")
     check_buckets(ratios, ops_per_event, burst)  # a table fit to keep nothing: refuse it now
     budgets = [Budget(r * ops_per_event, burst) for r in ratios]
-    plain = replace(sketch, ops_per_event=0.0, fitted_ratios=None, fitted=None)
+    plain = replace(sketch, ops_per_event=0.0, fitted_ratios=None, fitted=None,
+                    fitted_slack=None)
     measured = [_sum(r) for r in map_streams(
         [partial(measure_task, args, plain, b, seed) for b in budgets])]
     windows = cell_scores(counted["window_visits"], counted["window_successes"])
@@ -170,6 +174,7 @@ def fit_streams(sketch: Sketch, ratios: Sequence[float], map_streams: MapStreams
     for i, ratio in enumerate(ratios):
         recall = {name: float(found[i, j]) / max(n, 1) for j, name in enumerate(CANDIDATES)}
         report["ratios"][ratio] = {"chosen": ranked[i][0], "bundle_recall": recall}
+    best_found = [int(row[CANDIDATES.index(names[0])]) for row, names in zip(found, ranked)]
     if search:
         searched = _search_from_starts(
             tables, ranked, found, n, [m["visits"] for m in measured], search,
@@ -177,9 +182,35 @@ def fit_streams(sketch: Sketch, ratios: Sequence[float], map_streams: MapStreams
             partial(replay_task, args, plain), budgets, seed)
         for i, ratio in enumerate(ratios):
             best[i], report["ratios"][ratio]["searched"] = searched[i]
-    for ratio, table in zip(ratios, best):
-        sketch = sketch.with_fitted(ratio, table, ops_per_event)
+            best_found[i] = searched[i][1]["found"]
+    slacks = _fit_slack(plain, best, best_found, n, map_streams, args, budgets, seed)
+    for i, ratio in enumerate(ratios):
+        report["ratios"][ratio]["slack"] = slacks[i]
+        sketch = sketch.with_fitted(ratio, best[i], ops_per_event, slacks[i]["chosen"])
     return sketch, report
+
+
+def _fit_slack(plain: Sketch, tables: list[np.ndarray], found: list[int], n: int,
+               map_streams: MapStreams, args: dict, budgets: list[Budget], seed: int
+               ) -> list[dict]:
+    """Step 5: per budget, the cover slack that finds the most training bundles with that
+    budget's table: the sketch's default (its ``found``), or one of :data:`SLACK_VALUES`
+    when it finds strictly more. A table that finds every bundle keeps the default."""
+    default = plain.default_cover_slack
+    trials = [v for v in SLACK_VALUES if not np.isclose(v, default)]
+    missing = [i for i, f in enumerate(found) if f < n]
+    tasks = [partial(slack_task, args, plain, budgets[i], tables[i], trials, seed)
+             for i in missing]
+    results = map_streams(tasks) if tasks else []
+    replayed = {i: _sum(r)["found"] for i, r in zip(missing, results)}
+    out = []
+    for i, base in enumerate(found):
+        more = replayed.get(i, ())
+        counts = {default: int(base), **{v: int(c) for v, c in zip(trials, more)}}
+        chosen = max(counts, key=lambda v: (counts[v], v == default))
+        out.append({"chosen": float(chosen),
+                    "bundle_recall": {f"{v:g}": c / max(n, 1) for v, c in counts.items()}})
+    return out
 
 
 def describe(report: dict) -> list[str]:
@@ -196,8 +227,16 @@ def describe(report: dict) -> list[str]:
             after = (f"; the search moved {searched['changed']} of {searched['cells']} cells of "
                      f"the {searched['from']} table: {100 * searched['bundle_recall']:.1f}%")
         lines.append(f"budget {ratio:g} x {report['ops_per_event']:.3f} ops/event: "
-                     f"{shipped} reserves (training bundle recall {found}{after})")
+                     f"{shipped} reserves (training bundle recall {found}{after}){_slack(row)}")
     return lines
+
+
+def _slack(row: dict) -> str:
+    slack = row.get("slack")
+    if slack is None:
+        return ""
+    tried = ", ".join(f"{v} {100 * r:.1f}%" for v, r in slack["bundle_recall"].items())
+    return f"; cover slack {slack['chosen']:g} (tried {tried})"
 
 
 def _search_from_starts(tables: list[dict], ranked: list[list[str]], found: np.ndarray, n: int,
@@ -248,7 +287,7 @@ def _search(tables: list[np.ndarray], found: np.ndarray, n: int, visits: list[np
                 cell, values, _ = trials[i]
                 tables[i][cell], found[i] = values[k], int(result["found"][k])
                 changed[i] += 1
-    return [{"cells": int(len(o)), "changed": c, "bundle_recall": f / max(n, 1)}
+    return [{"cells": int(len(o)), "changed": c, "bundle_recall": f / max(n, 1), "found": f}
             for o, c, f in zip(order, changed, found)]
 
 
@@ -345,6 +384,18 @@ def replay_task(args: dict, sketch: Sketch, budget: Budget, trials: list[np.ndar
     found = np.zeros(len(trials), dtype=np.int64)
     for j, table in enumerate(trials):
         trial = sketch.with_fitted(budget.ops_per_event / ops, table, ops)
+        found[j] = truth.found(_run(args, stream.events, budget, seed, trial)[0])
+    return {"found": found}
+
+
+def slack_task(args: dict, sketch: Sketch, budget: Budget, table: np.ndarray,
+               slacks: list[float], seed: int, stream: FitStream) -> dict:
+    """Step 5 for one stream and budget: the bundles found with ``table`` and each slack."""
+    truth = stream.truth(args)
+    ops = sketch.ops_per_event or 1.0
+    found = np.zeros(len(slacks), dtype=np.int64)
+    for j, slack in enumerate(slacks):
+        trial = sketch.with_fitted(budget.ops_per_event / ops, table, ops, slack)
         found[j] = truth.found(_run(args, stream.events, budget, seed, trial)[0])
     return {"found": found}
 

@@ -101,8 +101,9 @@ class HistoryPolicy(ScorePolicy):
     unless the bucket holds more than ``cover`` of its depth (None: off); with
     ``cover_slack`` the same holds for windows starting up to ``f + cover_slack * w`` (they
     reach a new bundle only if they complete after ``f + w`` and the bundle has ended by
-    then); by default ``cover_slack`` is the sketch's ``bundle_span`` (the mean bundle
-    length in windows) capped at 1: long bundles make an early new window redundant. A
+    then); by default ``cover_slack`` is the one the sketch fitted with the reserves nearest
+    ``budget`` (:mod:`history.fit`), else its ``bundle_span`` (the mean bundle length in
+    windows) capped at 1: long bundles make an early new window redundant. A
     candidate that surely completes a match now (no predicates on the event) is covered
     exactly when the point is within ``w`` of ``f``, and when one is shed ``f`` moves to its
     point (the bundle surely reaches it), so coverage follows the bundle for free. A live
@@ -117,7 +118,8 @@ class HistoryPolicy(ScorePolicy):
     ``budget`` (the ``acep.shedding.Budget`` the matcher runs under, or its operations per
     event): when the sketch carries reserve tables fitted for budget ratios
     (:mod:`history.fit`), the reserves come from the one fitted nearest this budget instead
-    of from the scores (``docs/SHEDDING.md`` section 10); the scores still rank.
+    of from the scores, and so does the cover slack (``docs/SHEDDING.md`` section 10); the
+    scores still rank.
 
     ``learning_rate`` and ``explore`` turn on the online update of section 5: the scores
     are a copy of the sketch's and follow the stream; :meth:`learned_sketch` returns them.
@@ -175,7 +177,7 @@ class HistoryPolicy(ScorePolicy):
             budget = check.number(budget, "budget", 0.0, what=" (operations per event), a "
                                   "Budget or None")
         if cover_slack is None:
-            cover_slack = min(1.0, max(0.0, float(sketch.bundle_span)))
+            cover_slack = sketch.cover_slack(budget)
         live_need = None if need == 0.0 or not proxy else \
             np.asarray(sketch.need, dtype=np.float64) * need
         super().__init__(np.array(sketch.score, dtype=np.float64),

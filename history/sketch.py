@@ -35,6 +35,7 @@ KEY_NOT_RECORDED = ("the sketch records no key fingerprint: written before acep 
                     "them, re-sign it to record one")
 MAX_CONTAINERS = 256  # maps and lists of a sketch document (17 now; room for fields to come)
 EMPTY = np.uint32(0xFFFFFFFF)
+MAX_SLACK = 16.0  # cover slack in windows: beyond a few windows every start counts as covered
 
 
 class SketchError(_format.FormatError):
@@ -134,10 +135,13 @@ def completion_need(graph, score: np.ndarray, iterations: int = 64) -> np.ndarra
 
 
 def _fitted_fields(doc: dict, n_cells: int):
-    """``ops_per_event``, ``fitted_ratios``, ``fitted`` of a payload (absent: none fitted)."""
+    """``ops_per_event``, ``fitted_ratios``, ``fitted``, ``fitted_slack`` of a payload (absent:
+    none fitted; ``fitted_slack`` absent: None, the default slack for every ratio)."""
     err = SketchError
     if "fitted" not in doc and "fitted_ratios" not in doc:
-        return 0.0, None, None
+        if "fitted_slack" in doc:
+            raise err("field 'fitted_slack': without fitted tables")
+        return 0.0, None, None, None
     ops = float(_format.field(doc, "ops_per_event", (int, float), err))
     if not np.isfinite(ops) or ops < 0:
         raise err("field 'ops_per_event': not finite or negative")
@@ -152,7 +156,14 @@ def _fitted_fields(doc: dict, n_cells: int):
         raise err("field 'fitted': not finite")
     if len(ratios) and ops == 0:
         raise err("field 'ops_per_event': 0 with fitted tables (no ratio to compare with)")
-    return ops, ratios, fitted
+    slack = None
+    if "fitted_slack" in doc:
+        slack = _format.unpack_array(doc, "fitted_slack", err, dtype="<f8", ndim=1)
+        if slack.shape != ratios.shape:
+            raise err(f"field 'fitted_slack': {len(slack)} entries for {len(ratios)} ratios")
+        if not np.all(np.isfinite(slack)) or np.any(slack < 0) or np.any(slack > MAX_SLACK):
+            raise err(f"field 'fitted_slack': not finite or outside [0, {MAX_SLACK:g}]")
+    return ops, ratios, fitted, slack
 
 
 def bundle_span(graph) -> float:
@@ -186,8 +197,9 @@ class Sketch:
     need, bundle_span, ops_per_event
         Window left per cell, mean bundle length in windows, and operations per event of
         the unconstrained run.
-    fitted_ratios, fitted
-        Reserve tables fitted to budget ratios (docs/SHEDDING.md 10), if any.
+    fitted_ratios, fitted, fitted_slack
+        Reserve tables and cover slacks fitted to budget ratios (docs/SHEDDING.md 10), if
+        any (``fitted_slack`` None: :attr:`default_cover_slack` for every ratio).
 
     Examples
     --------
@@ -224,6 +236,7 @@ class Sketch:
     partition_by: str | None = None  # the history's partition attribute (None: one partition)
     partition_recorded: bool = True  # False: read from a sketch written before it was recorded
     context: object = None  # an acep.shedding.ContextTree: its leaves split every cell
+    fitted_slack: np.ndarray | None = None  # float64[F], the cover slack fitted per ratio
 
     def __post_init__(self):
         self.proxy_class = proxy_classes(self.minhash, self.band)
@@ -234,6 +247,12 @@ class Sketch:
         if self.fitted is None:
             self.fitted_ratios = np.zeros(0, dtype=np.float64)
             self.fitted = np.zeros((0, len(self.score)), dtype=np.float32)
+            self.fitted_slack = None
+        if self.fitted_slack is None:
+            self.fitted_slack = np.full(len(self.fitted_ratios), self.default_cover_slack)
+        if len(self.fitted_slack) != len(self.fitted_ratios):
+            raise ValueError(f"{len(self.fitted_slack)} fitted slacks for "
+                             f"{len(self.fitted_ratios)} fitted ratios")
 
     def mismatch(self, pattern: str, k: int, window: float, where: Sequence[str] = (),
                  partition_by: str | None = None) -> str | None:
@@ -261,6 +280,20 @@ class Sketch:
         nearest = self._nearest_fitted(ops_per_event)
         return None if nearest is None else self.fitted[nearest]
 
+    def cover_slack(self, ops_per_event: float | None) -> float:
+        """The policy's cover slack for a budget of ``ops_per_event`` operations per event:
+        the one fitted with the table :meth:`reserve_score` gives, or
+        :attr:`default_cover_slack` (no budget or no fitted table)."""
+        nearest = self._nearest_fitted(ops_per_event)
+        return self.default_cover_slack if nearest is None else \
+            float(self.fitted_slack[nearest])
+
+    @property
+    def default_cover_slack(self) -> float:
+        """``min(1, bundle_span)``: where bundles are long, a window opened soon after a
+        point found almost always completes in the same bundle."""
+        return min(1.0, max(0.0, float(self.bundle_span)))
+
     def fitted_ratio(self, ops_per_event: float | None) -> float | None:
         """The ratio of the table :meth:`reserve_score` gives for that budget (or None)."""
         nearest = self._nearest_fitted(ops_per_event)
@@ -272,9 +305,11 @@ class Sketch:
         ratio = max(float(ops_per_event), 1e-12) / self.ops_per_event
         return int(np.argmin(np.abs(np.log(self.fitted_ratios) - np.log(ratio))))
 
-    def with_fitted(self, ratio: float, table: np.ndarray, ops_per_event: float) -> Sketch:
-        """A copy with ``table`` as the reserve scores fitted for budget ``ratio`` (replacing
-        one fitted for the same ratio) and the training stream's ``ops_per_event``."""
+    def with_fitted(self, ratio: float, table: np.ndarray, ops_per_event: float,
+                    slack: float | None = None) -> Sketch:
+        """A copy with ``table`` as the reserve scores fitted for budget ``ratio`` and
+        ``slack`` as its cover slack (None: :attr:`default_cover_slack`), replacing what was
+        fitted for the same ratio, and the training stream's ``ops_per_event``."""
         from dataclasses import replace
 
         table = np.asarray(table, dtype=np.float32)
@@ -282,12 +317,16 @@ class Sketch:
             raise ValueError(f"a fitted table needs {self.n_cells} finite entries")
         if not (ratio > 0 and np.isfinite(ratio)) or not ops_per_event > 0:
             raise ValueError("ratio and ops_per_event must be positive")
+        slack = self.default_cover_slack if slack is None else float(slack)
+        if not 0.0 <= slack <= MAX_SLACK:
+            raise ValueError(f"a cover slack must be in [0, {MAX_SLACK:g}], got {slack!r}")
         keep = self.fitted_ratios != ratio
         ratios = np.r_[self.fitted_ratios[keep], float(ratio)]
         tables = np.vstack([self.fitted[keep], table[None, :]])
+        slacks = np.r_[self.fitted_slack[keep], slack]
         order = np.argsort(ratios)
         return replace(self, ops_per_event=float(ops_per_event), fitted_ratios=ratios[order],
-                       fitted=tables[order])
+                       fitted=tables[order], fitted_slack=slacks[order])
 
     @property
     def n_cells(self) -> int:
@@ -342,7 +381,8 @@ class Sketch:
         fitted = {} if not len(self.fitted_ratios) else {
             "ops_per_event": float(self.ops_per_event),
             "fitted_ratios": pa(np.asarray(self.fitted_ratios, dtype=np.float64)),
-            "fitted": pa(np.asarray(self.fitted, dtype=np.float32))}
+            "fitted": pa(np.asarray(self.fitted, dtype=np.float32)),
+            "fitted_slack": pa(np.asarray(self.fitted_slack, dtype=np.float64))}
         return _format.dumps({
             "format": FORMAT, "version": VERSION, "pattern": self.pattern,
             "where": list(self.where), "k": self.k, "window": float(self.window),
@@ -430,10 +470,11 @@ class Sketch:
         span = float(f(doc, "bundle_span", (int, float), err))
         if not np.isfinite(span) or not 0.0 <= span <= 1e9:
             raise err("field 'bundle_span': not finite or outside [0, 1e9]")
-        ops, ratios, fitted = _fitted_fields(doc, n_cells)
+        ops, ratios, fitted, slack = _fitted_fields(doc, n_cells)
         partition_by, recorded = _format.optional_name(doc, "partition_by", err)
         return cls(pattern, tuple(where), k, window, n_states, rem, gap, score, minhash, band,
-                   seed, need, span, ops, ratios, fitted, partition_by, recorded, context)
+                   seed, need, span, ops, ratios, fitted, partition_by, recorded, context,
+                   slack)
 
     def save(self, path, key: bytes) -> int:
         """Write the signed sketch file, whole or not at all; returns its size in bytes."""
