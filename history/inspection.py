@@ -149,8 +149,9 @@ def _fitted_line(s: _sketch.Sketch) -> str:
     if not len(s.fitted_ratios):
         return "reserves: from the scores (not fitted to a budget)"
     ratios = ", ".join(f"{r:g}" for r in s.fitted_ratios)
+    slacks = ", ".join(f"{v:g}" for v in s.fitted_slack)
     return (f"reserves fitted to budgets of {ratios} x {s.ops_per_event:.4g} operations per "
-            f"event")
+            f"event, cover slack {slacks} windows")
 
 
 def _edges(edges: np.ndarray) -> str:

@@ -35,7 +35,7 @@ KEY_NOT_RECORDED = ("the sketch records no key fingerprint: written before acep 
                     "them, re-sign it to record one")
 MAX_CONTAINERS = 256  # maps and lists of a sketch document (17 now; room for fields to come)
 EMPTY = np.uint32(0xFFFFFFFF)
-MAX_SLACK = 16.0  # cover slack in windows: beyond a few windows every start counts as covered
+MAX_SLACK = 1.0  # cover slack in windows, the range HistoryPolicy takes
 
 
 class SketchError(_format.FormatError):

@@ -380,9 +380,12 @@ def test_history_build_fits_the_sketch_to_budgets(tmp_path):
     direct, _ = fit_budgets(plain, EventBatch.concat(batches), [0.1, 0.5], partition="origin",
                             burst=32)
     assert (direct.fitted == shipped.fitted).all()
+    assert (direct.fitted_slack == shipped.fitted_slack).all()
     assert shipped.ops_per_event == pytest.approx(direct.ops_per_event)
     shown = run_acep("history", "inspect", sketch, "--key-file", key)
+    slacks = ", ".join(f"{v:g}" for v in shipped.fitted_slack)
     assert shown.returncode == 0 and "reserves fitted to budgets of 0.1, 0.5" in shown.stdout
+    assert f"cover slack {slacks} windows" in shown.stdout
     for bad in ("x", "0", "-1,0.5"):
         refused = run_acep("history", "build", FIXTURE, "-p", "a b", "-w", "3", "-o", out,
                            "--sketch", sketch, "--key-file", key, "--fit", bad)
