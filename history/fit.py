@@ -379,25 +379,23 @@ def measure_task(args: dict, sketch: Sketch, budget: Budget, seed: int,
 def replay_task(args: dict, sketch: Sketch, budget: Budget, trials: list[np.ndarray],
                 seed: int, stream: FitStream) -> dict:
     """Step 3 for one stream and budget: the bundles found with each trial table."""
-    truth = stream.truth(args)
-    ops = sketch.ops_per_event or 1.0  # the fitted ratio is relative: any positive scale
-    found = np.zeros(len(trials), dtype=np.int64)
-    for j, table in enumerate(trials):
-        trial = sketch.with_fitted(budget.ops_per_event / ops, table, ops)
-        found[j] = truth.found(_run(args, stream.events, budget, seed, trial)[0])
-    return {"found": found}
+    return {"found": np.array([_found_with(args, sketch, budget, table, None, seed, stream)
+                               for table in trials], dtype=np.int64)}
 
 
 def slack_task(args: dict, sketch: Sketch, budget: Budget, table: np.ndarray,
                slacks: list[float], seed: int, stream: FitStream) -> dict:
     """Step 5 for one stream and budget: the bundles found with ``table`` and each slack."""
-    truth = stream.truth(args)
-    ops = sketch.ops_per_event or 1.0
-    found = np.zeros(len(slacks), dtype=np.int64)
-    for j, slack in enumerate(slacks):
-        trial = sketch.with_fitted(budget.ops_per_event / ops, table, ops, slack)
-        found[j] = truth.found(_run(args, stream.events, budget, seed, trial)[0])
-    return {"found": found}
+    return {"found": np.array([_found_with(args, sketch, budget, table, slack, seed, stream)
+                               for slack in slacks], dtype=np.int64)}
+
+
+def _found_with(args: dict, sketch: Sketch, budget: Budget, table: np.ndarray,
+                slack: float | None, seed: int, stream: FitStream) -> int:
+    """The stream's bundles the static policy finds with ``table`` and ``slack`` fitted."""
+    ops = sketch.ops_per_event or 1.0  # the fitted ratio is relative: any positive scale
+    trial = sketch.with_fitted(budget.ops_per_event / ops, table, ops, slack)
+    return stream.truth(args).found(_run(args, stream.events, budget, seed, trial)[0])
 
 
 def candidate_tables(score: np.ndarray, visits: np.ndarray, successes: np.ndarray,
