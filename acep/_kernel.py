@@ -203,6 +203,7 @@ class Kernel:
     granted: cython.double
     probes: cython.longlong
     probe_key: cython.ulonglong
+    p_hash: cython.longlong[::1]  # each partition's key hash, so draws follow keys, not ids
     pb_block: cython.double[::1]
     pb_state: cython.int[::1]
     min_score: cython.double
@@ -298,6 +299,7 @@ class Kernel:
         self.probe_act, self.act_sum, self.act_n = 0.0, 0.0, 0.0
         self.probes = 0
         self.probe_key = 0
+        self.p_hash = np.zeros(0, dtype=np.int64)
         self.pb_block = np.zeros(0, dtype=np.float64)
         self.pb_state = np.zeros(0, dtype=np.int32)
         self.sh_score = np.zeros(0, dtype=np.float64)
@@ -375,6 +377,11 @@ class Kernel:
         self.c_seen = np.zeros(new_cap, dtype=np.int64)
         self.c_cap = new_cap
 
+    def set_partition_hash(self, p, key_hash):
+        """Name partition ``p`` by a 64-bit hash of its key (as a signed int64): probe
+        draws then follow the key, whatever id the order of the batches gave it."""
+        self.p_hash[p] = key_hash
+
     def reserve_partitions(self, n):
         """Make room for partition ids ``0..n-1``."""
         if n <= self.n_parts:
@@ -393,6 +400,7 @@ class Kernel:
         self.pend_point = _grown(self.pend_point, cap, 0.0)
         self.pend_err = _grown(self.pend_err, cap, 0)
         self.found_at = _grown(self.found_at, cap, -np.inf)
+        self.p_hash = _grown(self.p_hash, cap, 0)
         self.pb_block = _grown(self.pb_block, cap, -np.inf)
         self.pb_state = _grown(self.pb_state, cap, 0)
         self.p_act = _grown(self.p_act, cap, 0.0)
@@ -1347,13 +1355,14 @@ class Kernel:
     @cython.cfunc
     @cython.exceptval(check=False)
     def _block_draw(self, p: cython.int, b: cython.double) -> cython.double:
-        """A uniform draw in [0, 1) fixed by the policy's seed, the partition and the block."""
+        """A uniform draw in [0, 1) fixed by the policy's seed, the partition's key and the
+        block."""
         block: cython.longlong = 0x7FFFFFFFFFFFFFFF  # the blocks past 2^63 windows share one
         if -9.2e18 < b < 9.2e18:
             block = int(b)
         elif b < 0.0:
             block = -0x7FFFFFFFFFFFFFFF
-        x: cython.ulonglong = self.probe_key ^ _mix64(int(p))
+        x: cython.ulonglong = self.probe_key ^ _mix64(int(self.p_hash[p]) & MASK64)
         x = _mix64(x ^ (block & MASK64))
         return (x >> 11) / 9007199254740992.0
 

@@ -23,7 +23,7 @@ from . import _checks as check
 from ._bundles import bundle_runs
 from ._matcher_checks import check_batch, check_load, check_parameters, check_window
 from .automaton import Automaton, build_automaton
-from .events import Event, EventBatch, EventError, partition_key, tag_text
+from .events import Event, EventBatch, EventError, partition_hash, partition_key, tag_text
 from .pattern import Node, Where, parse_regex, parse_where, symbols
 from .predicates import CompiledPredicates, compile_predicates
 from .shedding import Budget, OldestFirstPolicy, VectorBins, smallest_burst
@@ -511,6 +511,7 @@ class Matcher:
             pid = self._partition_ids[key] = len(self._partition_keys)
             self._partition_keys.append(key)
             self._kernel.reserve_partitions(pid + 1)
+            self._kernel.set_partition_hash(pid, partition_hash(key))
         return pid
 
     def _value_columns(self, batch: EventBatch) -> np.ndarray:

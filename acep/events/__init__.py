@@ -18,10 +18,18 @@ from .reading import (
 )
 from .rows import _live_lines as _live_lines  # its tests read a descriptor's lines
 from .spec import PRESETS, EventSpec, TypeClasses, not_an_attribute
-from .values import EXACT_INT, as_object_column, iso_texts, partition_key, tag_text
+from .values import (
+    EXACT_INT,
+    as_object_column,
+    iso_texts,
+    partition_hash,
+    partition_key,
+    tag_text,
+)
 
 __all__ = [
     "EventError", "Event", "EventBatch", "TypeClasses", "EventSpec", "PRESETS",
-    "read_events", "read_all", "read_chunks", "RowChunk", "file_size_hint", "partition_key",
+    "read_events", "read_all", "read_chunks", "RowChunk", "file_size_hint", "partition_hash",
+    "partition_key",
     "as_object_column", "EXACT_INT", "iso_texts", "tag_text", "not_an_attribute", "format_of",
 ]

@@ -7,6 +7,7 @@ The reading contract is in ``docs/DESIGN.md`` (Events and readers).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import numbers
 from dataclasses import dataclass
@@ -125,6 +126,13 @@ def partition_key(v: object) -> object:
             return None
         return int(v) if v.is_integer() else v
     return int(v) if isinstance(v, numbers.Integral) else v
+
+
+def partition_hash(v: object) -> int:
+    """A 64-bit hash of a partition key, as a signed int64, the same in every process:
+    7 and 7.0 hash alike."""
+    digest = hashlib.blake2b(repr(partition_key(v)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
 
 
 def _types_from_values(values: list) -> tuple[np.ndarray, list[str], dict[int, str]]:

@@ -346,7 +346,9 @@ def policies(m: Matcher, seed: int, sketch=None, graph=None) -> list:
            ScorePolicy(rng.random(cells), rng.integers(-1, 3, cells), explore=0.2,
                        learning_rate=0.3, seed=seed),
            ScorePolicy(rng.random(cells), explore=0.2, learning_rate=0.3, seed=seed,
-                       seed_reserve=0.5, defer=2)]
+                       seed_reserve=0.5, defer=2),
+           ScorePolicy(rng.random(cells), learning_rate=0.3, seed=seed, probe=0.4,
+                       probe_share=1.0)]
     if sketch is not None:
         out += [HistoryPolicy(sketch, seed=seed),
                 HistoryPolicy(sketch, learning_rate=0.5, explore=0.5, seed=seed, defer=2)]

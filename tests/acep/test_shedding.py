@@ -18,7 +18,7 @@ from support.strategies import case, stream
 
 from acep import backend
 from acep.events import EventBatch
-from acep.matcher import BucketWarning, Matcher, best_per_point
+from acep.matcher import BucketWarning, MatchBatch, Matcher, best_per_point
 from acep.shedding import (
     Budget,
     BudgetError,
@@ -646,6 +646,51 @@ def test_sample_nodes_live_as_in_the_unconstrained_run(c, ops, burst, seed):
     assert set(log["probe"][log["probe"] > 0]) <= set(range(1, 10))  # 2 + j: weight 2**j
 
 
+@st.composite
+def keyed_stream(draw):
+    """Events of types a, b over up to four partition keys, in time order, and batch cuts:
+    a cut moves a key's first event ahead of another's, so kernel partition ids change."""
+    n = draw(st.integers(4, 40))
+    gaps = draw(st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0, 2.0]), min_size=n, max_size=n))
+    keys = draw(st.lists(st.sampled_from([9, 3, "x", 0.5]), min_size=n, max_size=n))
+    types = draw(st.lists(st.sampled_from("ab"), min_size=n, max_size=n))
+    events = [{"type": e, "t": t, "p": key}
+              for e, t, key in zip(types, np.cumsum(gaps).tolist(), keys)]
+    cuts = sorted(draw(st.lists(st.integers(1, n - 1), max_size=3)))
+    return events, cuts
+
+
+def _rows_by_key(m: Matcher, log: dict) -> list:
+    keys = m.partition_keys()
+    return sorted((repr(keys[p]), float(start), int(probe), repr(float(reach)))
+                  for p, start, probe, reach in zip(log["partition"], log["start"],
+                                                    log["probe"], log["reach"]))
+
+
+@pytest.mark.filterwarnings("ignore::acep.matcher.BucketWarning")
+@SETTINGS
+@given(keyed_stream(), st.integers(0, 2**16), st.sampled_from([0.3, 1.0]))
+def test_probe_draws_follow_the_partition_key_whatever_the_batch_cuts(c, seed, ops):
+    """A block is sampled by a hash of (seed, partition key, block): the same starts are
+    probes, with the same outcomes, whether the stream comes in one batch or in several,
+    in either kernel."""
+    events, cuts = c
+    results = []
+    for kernel in BACKENDS:
+        for bounds in ([], cuts):
+            policy = ScorePolicy(np.full(n_cells("a b", (), 0), 0.5), seed=seed, probe=0.4,
+                                 probe_share=1.0, learning_rate=0.3)
+            m = Matcher("a b", window=1.0, k=0, partition="p", bins=BINS, policy=policy,
+                        budget=Budget(ops, burst=2), trace=True, backend=kernel)
+            edges = [0, *bounds, len(events)]
+            found = [m.match_batch(EventBatch.from_events(events[a:b], position=a))
+                     for a, b in zip(edges, edges[1:])]
+            found.append(m.flush())
+            results.append((sorted(map(repr, best_per_point(MatchBatch.concat(found)).items())),
+                            m.stats["probes"], _rows_by_key(m, m.take_node_log())))
+    assert all(r == results[0] for r in results[1:])
+
+
 def test_busy_partitions_are_sampled_less_and_their_samples_weigh_more():
     """probe_activity: a block is sampled 2**j times less often when its partition is 2**j
     times busier than the mean, and each of its samples counts 2**j times in the update."""
@@ -655,12 +700,13 @@ def test_busy_partitions_are_sampled_less_and_their_samples_weigh_more():
             for i in range(100)]
     events = sorted(busy + calm, key=lambda e: e["t"])
     for activity in (0.0, 1.0):
-        policy = ScorePolicy(np.full(n_cells("a b", (), 0), 0.5), learning_rate=1e-3,
+        policy = ScorePolicy(np.full(n_cells("a b", (), 0), 0.5), learning_rate=1e-5,
                              prior_visits=1.0, seed=5, probe=0.5, probe_share=1.0,
-                             probe_activity=activity)
-        m, _ = run("a b", (), events, 10.0, 0, partition="p", policy=policy, bins=BINS,
-                   budget=Budget(0.5, burst=8), trace=True)
-        log = m.take_node_log()
+                             probe_activity=activity)  # the weighted mean up to 1e5 visits
+        m = Matcher("a b", window=10.0, k=0, partition="p", policy=policy, bins=BINS,
+                    budget=Budget(0.5, burst=8), trace=True)
+        m.match_batch(EventBatch.from_events(events))
+        log = m.take_node_log()  # before the flush: the nodes retired, each learned from
         sample = log["probe"] >= 2
         weight = np.where(sample, 2.0 ** (log["probe"].astype(int) - 2), 0.0)
         busy_rows = sample & (log["partition"] == 0)
