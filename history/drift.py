@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-__all__ = ["FindsDrop"]
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["FindsDrop", "Retrain", "when_to_retrain", "MIN_MATCHES"]
+
+MIN_MATCHES = 50  # the fewest uploaded matches a retrain from the uploads trains on
 
 
 class FindsDrop:
@@ -91,3 +96,83 @@ def binomial_cdf(k: int, n: int, p: float) -> float:
     except ImportError:
         raise ImportError('history.FindsDrop needs scipy: pip install "acep[learn]"') from None
     return float(binom.cdf(k, n, p))
+
+
+@dataclass(frozen=True)
+class Retrain:
+    """What :func:`when_to_retrain` decided: retrain or not, from which day, and why."""
+
+    retrain: bool
+    since: str | None  # the first UTC day to train on (None: every day)
+    why: str
+    days: list[dict] = field(default_factory=list)  # day, events, matches, p_value, fell
+
+
+def when_to_retrain(finds: Sequence[tuple[str, int, int]], published: str | None,
+                    uploaded: Mapping[str, int], today: str, drop: float = 0.1,
+                    alpha: float = 0.01, min_matches: int = MIN_MATCHES) -> Retrain:
+    """Whether the fleet's finds fell since its sketch was published, and the first day to
+    train on: the rule of docs/TRAINING.md ("When the finds drop").
+
+    The days after ``published`` and before ``today`` (whole UTC days) are the periods of a
+    :class:`FindsDrop`; the first with events is the reference. From the first day that
+    fell, the uploads since it began are trained on once they hold ``min_matches``.
+
+    Parameters
+    ----------
+    finds : sequence of (day, events, matches)
+        The devices' events read and matches found per UTC day (``YYYY-MM-DD``), as the
+        collector records them from the heartbeats.
+    published : str or None
+        The UTC day the sketch in use was published; None when none was: retrain.
+    uploaded : mapping of day to int
+        Matches the collector received per UTC day.
+    today : str
+        The UTC day now; it is not whole, so not a period.
+    drop, alpha : float
+        The fall that matters and the test's level (:class:`FindsDrop`).
+    min_matches : int
+        The fewest uploaded matches to train on.
+
+    Returns
+    -------
+    Retrain
+
+    Examples
+    --------
+    >>> from history.drift import when_to_retrain
+    >>> finds = [("2026-03-01", 100_000, 300), ("2026-03-02", 100_000, 290),
+    ...          ("2026-03-03", 100_000, 150)]
+    >>> decided = when_to_retrain(finds, "2026-02-28", {"2026-03-03": 150}, "2026-03-04")
+    >>> decided.retrain, decided.since
+    (True, '2026-03-03')
+    """
+    if published is None:
+        return Retrain(True, None, "no sketch of the pattern is published yet")
+    trigger, days, fell_on = FindsDrop(drop, alpha), [], None
+    for day, events, matches in sorted(finds):
+        if not published < day < today:
+            continue
+        fell = trigger.update(int(matches), int(events))
+        days.append({"day": day, "events": int(events), "matches": int(matches),
+                     "p_value": trigger.last_p_value, "fell": fell})
+        fell_on = fell_on or (day if fell else None)
+    if fell_on is None:
+        return Retrain(False, None, _steady(trigger, days, published), days)
+    since = sum(n for day, n in uploaded.items() if day >= fell_on)
+    p = next(d["p_value"] for d in days if d["day"] == fell_on)
+    if since < min_matches:
+        return Retrain(False, fell_on, f"the finds fell on {fell_on} (p = {p:.2g}), but the "
+                       f"uploads since hold {since} matches, fewer than {min_matches}", days)
+    return Retrain(True, fell_on, f"the finds fell on {fell_on} (p = {p:.2g}); training on "
+                   f"the {since} matches uploaded since", days)
+
+
+def _steady(trigger: FindsDrop, days: list[dict], published: str) -> str:
+    if trigger.reference is None:
+        return f"no whole day with events since the sketch was published on {published}"
+    rate = trigger.reference[0] / trigger.reference[1]
+    last = days[-1]
+    return (f"the finds have not dropped since the sketch was published on {published} "
+            f"({len(days)} days; matches per event {rate:.3g} on the first, "
+            f"{last['matches'] / max(last['events'], 1):.3g} on {last['day']})")

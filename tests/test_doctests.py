@@ -31,7 +31,7 @@ PUBLIC = [
     "history.HistoryGraph", "history.Sketch", "history.HistoryPolicy",
     "history.CompletionPolicy", "history.PSpicePolicy", "history.HSpicePolicy",
     "history.HybridPolicy", "history.build_history", "history.fit_budgets",
-    "history.FindsDrop", "acep.windows.sample_mask",
+    "history.FindsDrop", "history.drift.when_to_retrain", "acep.windows.sample_mask",
     "edge.Agent", "edge.load_config", "edge.agent.main",
     "trainer.train.PatternSpec", "trainer.train.train",
 ]

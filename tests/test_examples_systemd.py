@@ -85,7 +85,8 @@ def test_the_collector_unit_serves_from_its_state_directory(monkeypatch):
     assert s["User"] and s["User"] != "root" and s["NoNewPrivileges"] == "yes"
     train = parse(command(service("acep-train.service")["ExecStart"])[1:], monkeypatch)
     assert run.ns.retain_days >= int(train.ns.since.removesuffix("d"))  # it keeps what
-    # the weekly retraining reads
+    # the retraining reads
+    assert train.ns.when_finds_drop == run.ns.db  # the finds the collector records
     assert run.ns.compact
 
 

@@ -64,6 +64,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="the archive's pattern to train, and the id to publish the sketch "
                         "under (needed with --publish, and for an archive of several "
                         "patterns; default: the archive's only one)")
+    p.add_argument("--when-finds-drop", metavar="DB", type=path_arg,
+                   help="retrain only when the finds of the pattern's devices fell since its "
+                        "sketch was published (the collector's database, which records "
+                        "their heartbeats), on the uploads from the first day they fell; "
+                        "else say why and exit 0 (docs/TRAINING.md, When to retrain)")
     p.add_argument("--pattern-hash", metavar="PREFIX", type=text_arg,
                    help="the definition of the archived pattern to train, when devices "
                         "uploaded several under its id (a prefix of the hash the refusal "
@@ -176,6 +181,8 @@ def _check(args) -> None:
         raise UsageError("--spec is for event files; the archive has its own columns")
     if args.pattern_hash and not args.archive:
         raise UsageError("--pattern-hash goes with --archive")
+    if args.when_finds_drop and not (args.archive and args.pattern_id):
+        raise UsageError("--when-finds-drop needs --archive and --pattern-id")
 
 
 def _check_outputs(args) -> None:
@@ -207,6 +214,11 @@ def run(args) -> int:
 
     _check(args)
     _check_outputs(args)
+    decided = _when_finds_drop(args) if args.when_finds_drop else None
+    if decided is not None and not decided.retrain:
+        print(f"acep train: not retrained: {decided.why}", file=sys.stderr)
+        print(json.dumps({"retrained": False, "why": decided.why, "finds": decided.days}))
+        return 0
     try:
         ratios = fit_options(args, bool(args.sketch or args.publish),
                              "give --sketch or --publish")
@@ -245,8 +257,35 @@ def run(args) -> int:
                       result.skipped)
     if args.publish:
         stats["published"] = _publish(args, data, token)
+    if decided is not None:
+        stats.update(retrained=True, why=decided.why, finds=decided.days)
     print(json.dumps(stats))
     return 0
+
+
+def _when_finds_drop(args):
+    """``--when-finds-drop``: the rule of :func:`history.drift.when_to_retrain` on the
+    collector's database; a retrain reads the archive from the first day the finds fell
+    (or from ``--since``, if later)."""
+    import datetime as dt
+
+    from edge.collector.store import fleet_finds
+    from history.drift import when_to_retrain
+
+    try:
+        fleet = fleet_finds(args.when_finds_drop, args.pattern_id)
+    except ValueError as exc:
+        raise UsageError(f"--when-finds-drop: {exc}") from None
+    today = dt.datetime.now(dt.UTC).date().isoformat()
+    decided = when_to_retrain(fleet.finds, fleet.published, fleet.uploaded, today)
+    if decided.retrain:
+        if decided.since is not None and (args.since is None or decided.since > args.since):
+            args.since = decided.since
+        if args.since and args.before and args.since >= args.before:
+            raise UsageError(f"--when-finds-drop: the uploads to train on start on "
+                             f"{args.since}, not before --before {args.before}")
+        print(f"acep train: retraining: {decided.why}", file=sys.stderr)
+    return decided
 
 
 def _write_pair(args, graph, sketch: bytes | None, stats: dict) -> None:

@@ -27,7 +27,8 @@ from acep import storage
 from ..wire import sketch_etag
 
 __all__ = ["Store", "Prepared", "prepare", "open_store", "hash_token", "damaged",
-           "BackupError", "check_backup_target", "SUPPORTED_URLS", "SCHEMA_VERSION"]
+           "BackupError", "check_backup_target", "SUPPORTED_URLS", "SCHEMA_VERSION",
+           "FleetFinds", "fleet_finds", "finds_since"]
 
 SUPPORTED_URLS = "sqlite:///PATH (or a plain file path)"
 SCHEMA_VERSION = 1  # PRAGMA user_version of the database; a newer one is refused
@@ -101,6 +102,13 @@ CREATE TABLE IF NOT EXISTS sketches (
     data       BLOB NOT NULL,
     etag       TEXT NOT NULL,
     updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS finds (  -- events read and matches found, from the heartbeats
+    device  TEXT NOT NULL,
+    day     TEXT NOT NULL,          -- the collector's UTC day, YYYY-MM-DD
+    events  INTEGER NOT NULL,
+    matches INTEGER NOT NULL,
+    PRIMARY KEY (device, day)
 );
 """
 
@@ -236,6 +244,76 @@ def check_backup_target(path: Path) -> None:
     why = storage.unwritable(folder)
     if why is not None:
         raise PermissionError(f"{path}: cannot write there ({why})")
+
+
+def finds_since(before: dict | None, status: dict) -> tuple[int, int] | None:
+    """The events read and matches found between two heartbeats of a device: the growth
+    of its counters ``events_in`` and ``matches``, or all of them when the agent started
+    again since ``before`` (another ``started_at``, or counters that went back). None when
+    ``status`` lacks whole, non-negative counters (an agent before them, a bad body)."""
+    now = _counters(status)
+    if now is None:
+        return None
+    then = _counters(before) if isinstance(before, dict) else None
+    same_run = then is not None and before.get("started_at") == status.get("started_at") \
+        and now[0] >= then[0] and now[1] >= then[1]
+    return (now[0] - then[0], now[1] - then[1]) if same_run else now
+
+
+def _counters(status: dict) -> tuple[int, int] | None:
+    values = status.get("events_in"), status.get("matches")
+    if all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**62
+           for v in values):
+        return values
+    return None
+
+
+@dataclass(frozen=True)
+class FleetFinds:
+    """A pattern's fleet in a collector's database, for a rule of when to retrain."""
+
+    published: str | None  # the UTC day its sketch was last stored; None: never
+    finds: list[tuple[str, int, int]]  # per UTC day: events read, matches found
+    uploaded: dict[str, int]  # per UTC day a batch was made on since the sketch: its matches
+
+
+def fleet_finds(path: str | Path, pattern_id: str) -> FleetFinds:
+    """What the collector's database at ``path`` says of the devices that upload
+    ``pattern_id``, read without writing (the collector may run). Raises ``ValueError``
+    naming the file when it is not a collector's database that records the finds."""
+    text = str(path)
+    if not os.path.isfile(text):
+        raise ValueError(f"{text}: no collector database there")
+    try:
+        db = sqlite3.connect(Path(text).absolute().as_uri() + "?mode=ro", uri=True)
+        try:
+            return _fleet_finds(db, pattern_id)
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        if "no such table: finds" in str(exc):
+            raise ValueError(f"{text}: the collector has not recorded the devices' finds "
+                             "yet (a collector before 2026-12 wrote it: run this acep's "
+                             "collector, which records them from the next heartbeats)"
+                             ) from None
+        raise ValueError(f"{text}: not a collector database that can be read ({exc})"
+                         ) from None
+
+
+def _fleet_finds(db: sqlite3.Connection, pattern_id: str) -> FleetFinds:
+    row = db.execute("SELECT updated_at FROM sketches WHERE pattern_id = ?",
+                     (pattern_id,)).fetchone()
+    published = None if row is None else time.strftime("%Y-%m-%d", time.gmtime(row[0]))
+    finds = db.execute(
+        "SELECT day, SUM(events), SUM(matches) FROM finds WHERE device IN "
+        "(SELECT DISTINCT device FROM batches WHERE pattern_id = ?) GROUP BY day ORDER BY day",
+        (pattern_id,)).fetchall()
+    uploaded = db.execute(
+        "SELECT date(b.created_at, 'unixepoch'), COUNT(*) FROM matches m JOIN batches b "
+        "ON b.batch_id = m.batch_id WHERE b.pattern_id = ? AND b.created_at >= ? "
+        "GROUP BY 1", (pattern_id, 0.0 if row is None else row[0])).fetchall()
+    return FleetFinds(published, [(d, int(e), int(m)) for d, e, m in finds],
+                      {d: int(n) for d, n in uploaded})
 
 
 def _in_parts(values: Sequence[str], size: int = 500):
@@ -408,9 +486,20 @@ class Store:
         timely = isinstance(sent, (int, float)) and not isinstance(sent, bool) and \
             abs(sent) < 1e15  # seconds; not NaN, infinite or a 10**400
         ahead = sent - now if timely else None
-        self._db.execute("UPDATE devices SET last_seen = ?, status = ?, "
-                         "clock_ahead = COALESCE(?, clock_ahead) WHERE device_id = ?",
-                         (now, json.dumps(status), ahead, device_id))
+        with self._transaction():
+            row = self._db.execute("SELECT status FROM devices WHERE device_id = ?",
+                                   (device_id,)).fetchone()
+            before = json.loads(row[0]) if row and row[0] else None
+            found = finds_since(before, status)
+            if found is not None and any(found):
+                day = time.strftime("%Y-%m-%d", time.gmtime(now))
+                self._db.execute(
+                    "INSERT INTO finds VALUES (?, ?, ?, ?) ON CONFLICT (device, day) DO "
+                    "UPDATE SET events = events + excluded.events, "
+                    "matches = matches + excluded.matches", (device_id, day, *found))
+            self._db.execute("UPDATE devices SET last_seen = ?, status = ?, "
+                             "clock_ahead = COALESCE(?, clock_ahead) WHERE device_id = ?",
+                             (now, json.dumps(status), ahead, device_id))
 
     # ----------------------------------------------------------------- batches
 

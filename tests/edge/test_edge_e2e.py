@@ -230,6 +230,9 @@ def test_heartbeats_show_a_device_that_is_up_with_nothing_to_upload(tmp_path, co
     (device,) = [json.loads(line) for line in listed.stdout.splitlines()]
     assert device["last_seen"] > seen  # the last heartbeat: the final metrics, at the stop
     assert device["status"] == {**final, "stopped": True}
+    # the finds the rule of when to retrain reads: every event read and match found, once
+    assert query(collector.db, "SELECT SUM(events), SUM(matches) FROM finds WHERE device = ?",
+                 (DEVICE,)) == [(300, final["matches"])] and final["matches"] > 0
 
 
 def test_the_fleet_s_metrics_say_whose_uploads_fail_and_since_when(tmp_path):

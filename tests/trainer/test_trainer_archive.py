@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -141,6 +142,79 @@ def test_since_and_before_read_those_days_alone(changed, spark, capsys):
     assert train_main(["x.jsonl", "-p", "a b", "-w", "4", "-o", "h.history", "--since",
                        "2021-01-01"]) == 2
     assert "--since and --before pick days of an --archive" in capsys.readouterr().err
+    assert not Path("h.history").exists()
+
+
+@pytest.fixture()
+def fell(tmp_path, monkeypatch):
+    """d1 runs 'abc' under a sketch published on 2023-01-01; its matches per event halve
+    from 2023-01-05 on. The archive holds its uploads of 01-02 (20 events) and of 01-05 and
+    01-06 (30 each); the collector's database its heartbeats and batches."""
+    from support.collector import make_batch
+
+    from edge.collector.store import open_store
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(2)
+    for seq, (day, n) in enumerate([(19359, 20), (19362, 30), (19363, 30)]):
+        upload(tmp_path / "arch", "d1", seq, NEW, day * DAY, range(100 * seq, 100 * seq + n),
+               rng)
+    store = open_store(tmp_path / "collector.db")
+    store.add_device("d1")
+    events = matches = 0
+    for day in range(19359, 19364):  # 2023-01-02 to 2023-01-06
+        events, matches = events + 100_000, matches + (300 if day < 19362 else 150)
+        store.heartbeat("d1", {"started_at": 1.0, "events_in": events, "matches": matches},
+                        now=day * DAY + 3600)
+    for seq in range(4):
+        store.store_batch(make_batch("d1", seq, created_at=19362 * DAY + seq, ref=NEW))
+    store.put_sketch("abc", b"the sketch in use")
+    store.close()
+    with sqlite3.connect(tmp_path / "collector.db") as con:
+        con.execute("UPDATE sketches SET updated_at = ?", (19358 * DAY + 60,))
+    return tmp_path / "collector.db"
+
+
+def test_when_finds_drop_trains_on_the_uploads_from_the_day_they_fell(fell, spark, capsys):
+    args = ["--archive", "arch", "--pattern-id", "abc", "--when-finds-drop", "collector.db",
+            "-o", "h.history", "--no-progress"]
+    assert train_main(args) == 0
+    out, err = capsys.readouterr()
+    stats = json.loads(out.splitlines()[-1])
+    assert stats["events"] == 60 and stats["retrained"]  # 01-05 and 01-06, not 01-02
+    assert [d["day"] for d in stats["finds"] if d["fell"]] == ["2023-01-05", "2023-01-06"]
+    assert "acep train: retraining: the finds fell on 2023-01-05 (p = " in err
+    assert Path("h.history").exists()
+    assert train_main([*args, "--since", "2023-01-06"]) == 0  # the later day of the two
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["events"] == 30
+
+
+def test_when_finds_hold_nothing_is_trained_and_the_line_says_why(fell, capsys):
+    with sqlite3.connect(fell) as con:  # steady finds: 300 matches a day throughout
+        con.execute("UPDATE finds SET matches = 300")
+    assert train_main(["--archive", "arch", "--pattern-id", "abc", "--when-finds-drop",
+                       "collector.db", "-o", "h.history", "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert err.strip() == ("acep train: not retrained: the finds have not dropped since the "
+                           "sketch was published on 2023-01-01 (5 days; matches per event "
+                           "0.003 on the first, 0.003 on 2023-01-06)")
+    doc = json.loads(out)
+    assert doc["retrained"] is False and len(doc["finds"]) == 5
+    assert not Path("h.history").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--when-finds-drop", "collector.db"], "--when-finds-drop needs --archive and "
+                                            "--pattern-id"),
+    (["--pattern-id", "abc", "--when-finds-drop", "missing.db"],
+     "--when-finds-drop: missing.db: no collector database there"),
+    (["--pattern-id", "abc", "--when-finds-drop", "collector.db", "--before", "2023-01-04"],
+     "--when-finds-drop: the uploads to train on start on 2023-01-05, not before --before "
+     "2023-01-04"),
+])
+def test_when_finds_drop_refuses_what_it_cannot_decide(fell, capsys, args, message):
+    assert train_main(["--archive", "arch", *args, "-o", "h.history", "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip() == f"acep train: {message}"
     assert not Path("h.history").exists()
 
 
