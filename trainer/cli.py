@@ -68,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="retrain only when the finds of the pattern's devices fell since its "
                         "sketch was published (the collector's database, which records "
                         "their heartbeats), on the uploads from the first day they fell; "
-                        "else say why and exit 0 (docs/TRAINING.md, When to retrain)")
+                        "else say why and exit 0 (docs/TRAINING.md, When to retrain; "
+                        "default: train whenever run)")
     p.add_argument("--pattern-hash", metavar="PREFIX", type=text_arg,
                    help="the definition of the archived pattern to train, when devices "
                         "uploaded several under its id (a prefix of the hash the refusal "
