@@ -26,6 +26,7 @@ from acep.events import EventBatch
 from acep.matcher import MatchBatch
 from acep.shedding import Budget
 from acep.windows import partition_groups, sample_mask, window_mask
+from history.drift import MIN_MATCHES
 from history.policies import policy_options
 
 from ..common import bench_parser, machine, publish, ready
@@ -41,7 +42,6 @@ QUICK_FRACTIONS = (0.05, 0.10, 0.25)
 SEED = 2016
 POLICY_SEED = 4
 PERIODS = 16  # the retrained row: a new sketch from the uploads every sixteenth of the stream
-MIN_MATCHES = 50  # retrained when finds drop: the fewest uploaded matches it trains on
 SAMPLE_SHARE = 0.2  # the loops' devices upload a sample of this share of their time
 SAMPLE_SEED = 0  # the agent's default [sample] seed
 ROWS = ("history", "history+rl", "history retrained from uploads",
