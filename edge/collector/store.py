@@ -249,15 +249,18 @@ def check_backup_target(path: Path) -> None:
 def finds_since(before: dict | None, status: dict) -> tuple[int, int] | None:
     """The events read and matches found between two heartbeats of a device: the growth
     of its counters ``events_in`` and ``matches``, or all of them when the agent started
-    again since ``before`` (another ``started_at``, or counters that went back). None when
+    again since ``before`` (another ``started_at``; without one, counters that went back).
+    Counters that went back in the same run are a stale heartbeat: nothing. None when
     ``status`` lacks whole, non-negative counters (an agent before them, a bad body)."""
     now = _counters(status)
     if now is None:
         return None
     then = _counters(before) if isinstance(before, dict) else None
-    same_run = then is not None and before.get("started_at") == status.get("started_at") \
-        and now[0] >= then[0] and now[1] >= then[1]
-    return (now[0] - then[0], now[1] - then[1]) if same_run else now
+    if then is None or before.get("started_at") != status.get("started_at"):
+        return now
+    if now[0] >= then[0] and now[1] >= then[1]:
+        return now[0] - then[0], now[1] - then[1]
+    return now if status.get("started_at") is None else (0, 0)
 
 
 def _counters(status: dict) -> tuple[int, int] | None:

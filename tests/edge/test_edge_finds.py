@@ -82,8 +82,10 @@ def test_heartbeats_without_whole_counters_add_nothing(tmp_path):
     assert store.query("SELECT * FROM finds") == []
     store.heartbeat("d1", {"started_at": 1.0, "events_in": 9, "matches": 2}, now=T0 + 1)
     store.heartbeat("d1", {"started_at": 1.0, "events_in": 4, "matches": 0}, now=T0 + 2)
-    # counters that went back: the agent started again, its counters are all new
-    assert store.query("SELECT events, matches FROM finds") == [(13, 2)]
+    assert store.query("SELECT events, matches FROM finds") == [(9, 2)]  # stale: nothing
+    store.heartbeat("d1", {"events_in": 9, "matches": 2}, now=T0 + 3)  # an agent without
+    store.heartbeat("d1", {"events_in": 4, "matches": 1}, now=T0 + 4)  # started_at: went
+    assert store.query("SELECT events, matches FROM finds") == [(22, 5)]  # back, restarted
     store.close()
 
 
