@@ -285,6 +285,8 @@ def fleet_finds(path: str | Path, pattern_id: str) -> FleetFinds:
     ``pattern_id``, read without writing (the collector may run). Raises ``ValueError``
     naming the file when it is not a collector's database that records the finds."""
     text = str(path)
+    if text.startswith("sqlite:///"):  # the collector's --db may be its URL
+        text = text[len("sqlite:///"):]
     if not os.path.isfile(text):
         raise ValueError(f"{text}: no collector database there")
     try:

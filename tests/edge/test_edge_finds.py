@@ -109,6 +109,7 @@ def test_fleet_finds_reads_a_pattern_s_devices_sketch_and_uploads(tmp_path):
     assert fleet.published == "2026-01-01"
     assert fleet.finds == [("2026-01-02", 200, 18)]  # d1 and d2 upload the pattern
     assert fleet.uploaded == {"2026-01-03": len(batch)} and len(batch)  # d2: before it
+    assert fleet_finds(f"sqlite:///{path}", REF.id) == fleet  # as the collector's --db
     assert fleet_finds(path, "none") == type(fleet)(None, [], {})
     with pytest.raises(ValueError, match="no collector database there"):
         fleet_finds(tmp_path / "missing.db", REF.id)
