@@ -25,6 +25,7 @@ from pathlib import Path
 from acep import storage
 
 from ..wire import sketch_etag
+from .clock import utc_day
 
 __all__ = ["Store", "Prepared", "prepare", "open_store", "hash_token", "damaged",
            "BackupError", "check_backup_target", "SUPPORTED_URLS", "SCHEMA_VERSION",
@@ -308,7 +309,7 @@ def fleet_finds(path: str | Path, pattern_id: str) -> FleetFinds:
 def _fleet_finds(db: sqlite3.Connection, pattern_id: str) -> FleetFinds:
     row = db.execute("SELECT updated_at FROM sketches WHERE pattern_id = ?",
                      (pattern_id,)).fetchone()
-    published = None if row is None else time.strftime("%Y-%m-%d", time.gmtime(row[0]))
+    published = None if row is None else utc_day(row[0]).isoformat()
     finds = db.execute(
         "SELECT day, SUM(events), SUM(matches) FROM finds WHERE device IN "
         "(SELECT DISTINCT device FROM batches WHERE pattern_id = ?) GROUP BY day ORDER BY day",
@@ -497,7 +498,7 @@ class Store:
             before = json.loads(row[0]) if row and row[0] else None
             found = finds_since(before, status)
             if found is not None and any(found):
-                day = time.strftime("%Y-%m-%d", time.gmtime(now))
+                day = utc_day(now).isoformat()
                 self._db.execute(
                     "INSERT INTO finds VALUES (?, ?, ?, ?) ON CONFLICT (device, day) DO "
                     "UPDATE SET events = events + excluded.events, "
