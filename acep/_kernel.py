@@ -36,6 +36,7 @@ FLAG_PROBE = cython.declare(cython.int, 16)  # kept whatever the credit, and its
 FLAG_SAMPLE = cython.declare(cython.int, 32)  # a probe whose outcome is the unconstrained one
 WEIGHT_SHIFT = cython.declare(cython.int, 8)  # a sample's weight 2**j sits in flag bits 8-10
 MAX_WEIGHT_EXP = cython.declare(cython.int, 7)
+VOID_SHARE = cython.declare(cython.double, 2.0)  # probes past this x their share void a block
 MASK64 = cython.declare(cython.ulonglong, 0xFFFFFFFFFFFFFFFF)
 GOLDEN = cython.declare(cython.ulonglong, 0x9E3779B97F4A7C15)
 MIX1 = cython.declare(cython.ulonglong, 0xBF58476D1CE4E5B9)
@@ -202,6 +203,8 @@ class Kernel:
     probe_ops: cython.double
     granted: cython.double
     probes: cython.longlong
+    probes_void: cython.longlong
+    samples_void: cython.longlong
     probe_key: cython.ulonglong
     p_hash: cython.longlong[::1]  # each partition's key hash, so draws follow keys, not ids
     pb_block: cython.double[::1]
@@ -297,7 +300,7 @@ class Kernel:
         self.policy_kind, self.explore, self.rate, self.rng = POLICY_KEEP_FIRST, 0.0, 0.0, 1
         self.probe, self.probe_share, self.probe_ops, self.granted = 0.0, 0.0, 0.0, 0.0
         self.probe_act, self.act_sum, self.act_n = 0.0, 0.0, 0.0
-        self.probes = 0
+        self.probes = self.probes_void = self.samples_void = 0
         self.probe_key = 0
         self.p_hash = np.zeros(0, dtype=np.int64)
         self.pb_block = np.zeros(0, dtype=np.float64)
@@ -679,12 +682,14 @@ class Kernel:
                     ((self.ask_always or self.ahead > 0.0) and nc > 0):
                 nc = self._shed(nc, p, t, loc)
             self.credit -= nc
+        probed: cython.bint = False
         for c in range(nc):
             sigma = self.c_state[c]
             if self.c_rev[c] and self.n_flag[self.c_prev[c]] & FLAG_DEFERRED:
                 self._revive(self.c_prev[c], p, t)
             if self.c_probe[c]:
                 self.probe_ops += 1.0
+                probed = True
             nd = self._make_node(c, x, vals, i, loc)
             if nd == NO_NODE:
                 continue
@@ -713,6 +718,8 @@ class Kernel:
             self._offer_pending(best, best_err, p, t)
         for c in range(nc, nc + self.n_defer):
             self._defer_start(c, x, vals, i, loc, p)
+        if probed and self.probe_ops > VOID_SHARE * self.probe_share * (self.granted + self.depth):
+            self._void_probes(p)
 
     @cython.cfunc
     def _collect(self, x: cython.int, t: cython.double, p: cython.int) -> cython.int:
@@ -1091,7 +1098,8 @@ class Kernel:
         return {"candidates": self.candidates, "shed": self.shed, "decisions": self.decisions,
                 "decide_ns": self.decide_ns, "credit": self.credit, "deferred": self.deferred,
                 "revived": self.revived, "deferred_scans": self.deferred_scans,
-                "probes": self.probes, "probe_ops": int(self.probe_ops)}
+                "probes": self.probes, "probe_ops": int(self.probe_ops),
+                "probes_void": self.probes_void, "samples_void": self.samples_void}
 
     @cython.cfunc
     @cython.exceptval(check=False)
@@ -1329,7 +1337,8 @@ class Kernel:
         2**j``: ``act`` is the partition's activity at the block's first start, ``mean_act``
         the mean over the blocks decided so far; its samples weigh ``2**j``. A block is
         decided at its partition's first start in it (the mean includes it); while probes
-        have spent ``probe_share`` of the credit granted, none is sampled."""
+        have spent ``probe_share`` of the credit granted, none is sampled, and past twice
+        that share the spending partition's probes are void (``_void_probes``)."""
         p: cython.int = self.c_part
         b: cython.double = self.c_tag / self.w if self.w > 0.0 else self.c_tag
         if -4.5e15 < b < 4.5e15:  # beyond, a double is whole (or infinite: Python's floor raises)
@@ -1351,6 +1360,28 @@ class Kernel:
             else:
                 self.pb_state[p] = 1 if after else 0
         return self.pb_state[p]
+
+    @cython.cfunc
+    @cython.exceptval(check=False)
+    def _void_probes(self, p: cython.int) -> cython.void:
+        """Make the live probes of partition ``p`` ordinary nodes, and learn from none of
+        their samples: probes have spent more than ``VOID_SHARE`` times their share of the
+        credit (docs/SHEDDING.md 5). The rest of the block starts no probe."""
+        q: cython.int
+        nd: cython.int
+        a: cython.int
+        for q in range(self.n_states):
+            nd = self.heads[p * self.n_states + q]
+            while nd != NO_NODE:
+                a = nd
+                while a != NO_NODE and self.n_flag[a] & FLAG_PROBE:  # a probe's prevs are probes
+                    if self.n_flag[a] & FLAG_SAMPLE:
+                        self.samples_void += 1
+                    self.n_flag[a] &= ~(FLAG_PROBE | FLAG_SAMPLE | (MAX_WEIGHT_EXP << WEIGHT_SHIFT))
+                    a = self.n_prev[a]
+                nd = self.n_next[nd]
+        self.pb_state[p] = 0
+        self.probes_void += 1
 
     @cython.cfunc
     @cython.exceptval(check=False)

@@ -354,9 +354,12 @@ class ScorePolicy:
     credit, and every advance of a probe too, so a probe's outcome is the one it would
     have without shedding. With ``probe`` > 0 learning updates only from probes (an unbiased
     sample, ``docs/SHEDDING.md`` section 5). Probes start only while they have spent less
-    than ``probe_share`` of the credit granted so far. With ``probe_activity`` > 0 a
-    partition more than ``probe_activity`` times as busy as the mean is probed ``2**j``
-    times less often and its samples weigh ``2**j`` (the node log's ``probe`` is ``2 + j``).
+    than ``probe_share`` of the credit granted so far; when they pass twice that share,
+    the live probes of the partition spending become ordinary nodes and none of their
+    samples is learned (``Matcher.stats``: ``probes_void``, ``samples_void``). With
+    ``probe_activity`` > 0 a partition more than ``probe_activity`` times as busy as the
+    mean is probed ``2**j`` times less often and its samples weigh ``2**j`` (the node
+    log's ``probe`` is ``2 + j``).
     ``visits`` sums, per cell, the weights learned from; an outcome of weight ``v`` moves the
     score by ``v * max(learning_rate, 1 / (prior_visits + visits))``: a weighted running
     mean that starts from the given score as worth ``prior_visits`` outcomes (None:
