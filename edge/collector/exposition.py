@@ -52,6 +52,7 @@ COUNTERS = {
     "pruned_matches": "match rows deleted by --retain-days",
     "pruned_summaries": "summary rows deleted by --retain-days",
     "pruned_archive_files": "archive files deleted by --retain-days",
+    "pruned_finds": "rows of the devices' daily finds deleted by --retain-days",
     "compaction_merged": "small archive files merged by --compact",
     "compaction_written": "compacted archive files written by --compact",
     "compaction_leftovers": "files of an interrupted compaction deleted",

@@ -56,6 +56,7 @@ class Maintenance:
             for table, n in some.items():
                 gone[table] += n
         gone["archive_files"] = await self.run(self._prune_archive, day.isoformat())
+        gone["finds"] = await self.run(self.store.prune_finds, day.isoformat())
         for name, n in gone.items():
             self.metrics[f"pruned_{name}"] += n
         if any(gone.values()):

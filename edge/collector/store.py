@@ -637,15 +637,23 @@ class Store:
 
     def prune(self, before: float, chunk: int = 500) -> dict[str, int]:
         """Delete the batches created before ``before`` (seconds since the epoch) with their
-        matches and summaries; how many of each. In transactions of ``chunk`` batches
-        (:meth:`prune_chunk`), so a running collector's writes wait for one short
-        transaction at a time. A device that sends a pruned batch again (its
-        acknowledgement lost) has it stored anew."""
+        matches and summaries, and the finds of the UTC days before its day; how many of
+        each. In transactions of ``chunk`` batches (:meth:`prune_chunk`), so a running
+        collector's writes wait for one short transaction at a time. A device that sends a
+        pruned batch again (its acknowledgement lost) has it stored anew."""
         gone = {"batches": 0, "matches": 0, "summaries": 0}
         while some := self.prune_chunk(before, chunk):
             for table, n in some.items():
                 gone[table] += n
+        gone["finds"] = self.prune_finds(utc_day(before).isoformat())
         return gone
+
+    def prune_finds(self, day: str) -> int:
+        """Delete the devices' finds of the (UTC) days before ``day`` (YYYY-MM-DD); how
+        many rows. The finds go with the batches of their days: ``acep train
+        --when-finds-drop`` compares days it could still train on."""
+        with self._transaction() as db:
+            return db.execute("DELETE FROM finds WHERE day < ?", (day,)).rowcount
 
     def prune_chunk(self, before: float, chunk: int = 500) -> dict[str, int] | None:
         """One transaction of :meth:`prune`: at most ``chunk`` batches; None when no batch

@@ -581,7 +581,8 @@ def test_prune_deletes_the_days_before_a_date_from_the_database_and_the_archive(
     done = srv.manage("--archive", str(srv.archive), "--prune-before", "2023-11-16")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"before": "2023-11-16", "batches": 1,
-                                       "matches": pruned, "summaries": 0, "archive_files": 1}
+                                       "matches": pruned, "summaries": 0, "finds": 0,
+                                       "archive_files": 1}
     assert srv.rows("SELECT batch_id FROM batches") == [("d1/1",)]
     assert srv.rows("SELECT COUNT(*) FROM matches")[0][0] == kept
     assert sorted(p.name for p in srv.archive.iterdir()) == ["date=2023-11-17"]

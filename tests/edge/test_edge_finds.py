@@ -4,6 +4,7 @@ UTC day (real SQLite files), and the rule of when to retrain reads them
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import sqlite3
 
@@ -11,6 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from edge.collector import ClockBounds, Collector
+from edge.collector.archive import Archive
 from edge.collector.store import fleet_finds, open_store
 from history.drift import FindsDrop, when_to_retrain
 
@@ -87,6 +90,29 @@ def test_heartbeats_without_whole_counters_add_nothing(tmp_path):
     store.heartbeat("d1", {"events_in": 4, "matches": 1}, now=T0 + 4)  # started_at: went
     assert store.query("SELECT events, matches FROM finds") == [(22, 5)]  # back, restarted
     store.close()
+
+
+def test_retention_deletes_the_finds_of_the_days_it_deletes(tmp_path):
+    """``--retain-days`` and ``--prune-before`` delete the finds of the days before the
+    first day they keep, with the batches of those days."""
+    store = open_store(tmp_path / "c.db")
+    store.add_device("d1")
+    for i in range(7):  # 2026-01-01 .. 01-07, one heartbeat a day
+        store.heartbeat("d1", {"started_at": 1.0, "events_in": 10 * (i + 1), "matches": i},
+                        now=T0 + i * DAY + 3600.0)
+    collector = Collector(store, Archive(tmp_path / "archive"), retain_days=3)
+    collector.clock = ClockBounds()
+    try:
+        gone = asyncio.run(collector.prune_pass(today=dt.date(2026, 1, 7)))
+        assert gone["finds"] == 3 and collector.metrics["pruned_finds"] == 3
+        days = [r[0] for r in store.query("SELECT day FROM finds ORDER BY day")]
+        assert days == ["2026-01-04", "2026-01-05", "2026-01-06", "2026-01-07"]
+        assert store.prune(T0 + 5 * DAY)["finds"] == 2  # --prune-before 2026-01-06
+        assert fleet_finds(tmp_path / "c.db", "p").finds == []  # no device uploads "p"
+        assert [r[0] for r in store.query("SELECT day FROM finds")] == ["2026-01-06",
+                                                                         "2026-01-07"]
+    finally:
+        collector.close()
 
 
 def test_fleet_finds_reads_a_pattern_s_devices_sketch_and_uploads(tmp_path):
