@@ -155,7 +155,7 @@ class HistoryPolicy(ScorePolicy):
     >>> m = Matcher(DEMO["pattern"], DEMO["window"], DEMO["k"], where=DEMO["where"],
     ...             partition="origin", budget=budget, policy=policy, bins=policy.bins)
     >>> len(m.match(events))   # match points: 4,804 unconstrained, 1,489 oldest-first
-    3844
+    4239
     """
 
     name = "history"
