@@ -671,6 +671,7 @@ class Kernel:
         c: cython.int
         nd: cython.int
         sigma: cython.int
+        probed: cython.bint = False
         self.c_tag = t
         self.c_part = p
         self.c_type = x
@@ -682,7 +683,6 @@ class Kernel:
                     ((self.ask_always or self.ahead > 0.0) and nc > 0):
                 nc = self._shed(nc, p, t, loc)
             self.credit -= nc
-        probed: cython.bint = False
         for c in range(nc):
             sigma = self.c_state[c]
             if self.c_rev[c] and self.n_flag[self.c_prev[c]] & FLAG_DEFERRED:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge.collector import ClockBounds, Collector
+from edge.collector import Collector
 from edge.collector.archive import Archive
 from edge.collector.store import fleet_finds, open_store
 from history.drift import FindsDrop, when_to_retrain
@@ -101,7 +101,6 @@ def test_retention_deletes_the_finds_of_the_days_it_deletes(tmp_path):
         store.heartbeat("d1", {"started_at": 1.0, "events_in": 10 * (i + 1), "matches": i},
                         now=T0 + i * DAY + 3600.0)
     collector = Collector(store, Archive(tmp_path / "archive"), retain_days=3)
-    collector.clock = ClockBounds()
     try:
         gone = asyncio.run(collector.prune_pass(today=dt.date(2026, 1, 7)))
         assert gone["finds"] == 3 and collector.metrics["pruned_finds"] == 3
