@@ -31,7 +31,7 @@ from .sketch import Sketch
 from .spice import HSpicePolicy, HybridPolicy, PSpicePolicy
 
 # the history policy's defaults (docs/SHEDDING.md 5 and 8); the agent's config uses them too
-LEARNING_RATE, EXPLORE, DEFER = 0.05, 0.01, 4
+LEARNING_RATE, EXPLORE, DEFER = 0.01, 0.01, 4
 PROBE, PROBE_SHARE, PROBE_ACTIVITY = 0.005, 0.01, 1.0
 
 __all__ = ["HistoryPolicy", "CompletionPolicy", "HindsightPolicy", "PSpicePolicy",
