@@ -27,8 +27,11 @@ def row_label(results: dict, name: str, policy: str) -> str:
                      TEST_HISTORY: " (reference)"}.get(policy, "")
 
 
-def _pct(v) -> str:
-    return "-" if v is None else f"{100 * v:.1f}"
+def _pct(v, fine: bool = False) -> str:
+    """A share in percent; ``fine``: a second decimal where one would show 0.0."""
+    if v is None:
+        return "-"
+    return f"{100 * v:.{2 if fine and 0 < abs(v) < 5e-4 else 1}f}"
 
 
 def workloads_table(results: dict) -> list[str]:
@@ -106,7 +109,7 @@ def targets_table(results: dict) -> list[str]:
         for name, v in t["values"].items():
             ok = t["per_workload"][name]
             shown = "n/a" if v is None else (f"{v:,}" if "bytes" in t["measure"]
-                                             else _points(v))
+                                             else _pct(v, fine=True))
             top = (t.get("ceilings") or {}).get(name)
             note = "" if top is None or ok else f"; the ceiling there {100 * top:.1f}"
             ref = (t.get("references") or {}).get(name)
@@ -120,11 +123,6 @@ def targets_table(results: dict) -> list[str]:
         lines.append(f"| {t['name']} | {t['measure']} | {'; '.join(parts)} | "
                      f"{'yes' if t['pass'] else '**no**'} |")
     return lines
-
-
-def _points(share: float) -> str:
-    """A share in points, with a second decimal where one would show 0.0."""
-    return f"{100 * share:.{2 if 0 < abs(share) < 5e-4 else 1}f}"
 
 
 def burst_table(results: dict) -> list[str]:
