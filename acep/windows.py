@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
 from .events import EventBatch, partition_key
 
-__all__ = ["partition_groups", "value_groups", "window_mask", "match_windows",
-           "sample_mask"]
+__all__ = ["PartitionCodes", "partition_groups", "value_groups", "window_mask",
+           "match_windows", "sample_mask"]
 
 
 def partition_groups(events: EventBatch, partition_by: str | None) -> dict:
@@ -43,28 +44,82 @@ def value_groups(column: np.ndarray) -> dict:
     return {k: np.array(v, dtype=np.int64) for k, v in groups.items()}
 
 
+@dataclass(frozen=True)
+class PartitionCodes:
+    """Each event's partition as an integer code (-1: the event has no key) and the code of
+    each key: what :func:`window_mask` needs of the partitions, without a group per key."""
+
+    codes: np.ndarray
+    index: Mapping
+
+
 def window_mask(events: EventBatch, keys: Sequence, points: np.ndarray, window: float,
-                groups: Mapping) -> np.ndarray:
+                groups: Mapping | PartitionCodes) -> np.ndarray:
     """Which of ``events`` lie in the window of some match (partition key ``keys[i]``, a
-    plain Python value, and match point ``points[i]``); ``groups`` as
-    :func:`partition_groups` gives them, for at least the matches' partitions."""
-    keep = np.zeros(len(events.tags), dtype=bool)
+    plain Python value, and match point ``points[i]``). ``groups`` gives the partitions of
+    the events, for at least the matches' partitions: as :func:`partition_groups` gives
+    them, or as a :class:`PartitionCodes`."""
     tags = np.asarray(events.tags, dtype=float)
-    points = np.asarray(points, dtype=float)
-    by_key: dict = {}
-    for i, key in enumerate(keys):
-        by_key.setdefault(key, []).append(i)
-    for key, rows in by_key.items():
-        idx = groups.get(key)
-        if idx is None:
-            continue
-        gtags, p = tags[idx], points[rows]
-        lo = np.searchsorted(gtags, p - window, "left")
-        hi = np.searchsorted(gtags, p, "right")
-        m = len(idx) + 1  # +1 at each window's first event, -1 after its last
-        cover = np.bincount(lo, minlength=m) - np.bincount(hi, minlength=m)
-        keep[idx[np.cumsum(cover[:-1]) > 0]] = True
+    if not isinstance(groups, PartitionCodes):
+        groups = _codes_of_groups(groups, len(tags))
+    index = groups.index
+    match_codes = np.array([index.get(k, -1) for k in keys], dtype=np.int64)
+    return _covered(np.asarray(groups.codes, dtype=np.int64), tags, match_codes,
+                    np.asarray(points, dtype=float), float(window))
+
+
+def _codes_of_groups(groups: Mapping, n: int) -> PartitionCodes:
+    codes = np.full(n, -1, dtype=np.int64)
+    for code, idx in enumerate(groups.values()):
+        codes[idx] = code
+    return PartitionCodes(codes, {key: code for code, key in enumerate(groups)})
+
+
+def _covered(codes: np.ndarray, tags: np.ndarray, match_codes: np.ndarray,
+             points: np.ndarray, window: float) -> np.ndarray:
+    """Events of code ``c`` with a tag in ``[p - window, p]`` for a match ``(c, p)``.
+
+    The windows of one code overlap into intervals. Most codes have one, and their events
+    are tested against it elementwise; the events of the others search theirs."""
+    keep = np.zeros(len(tags), dtype=bool)
+    ok = match_codes >= 0
+    match_codes, points = match_codes[ok], points[ok]
+    if not len(match_codes) or not len(tags):
+        return keep
+    order = np.lexsort((points, match_codes))
+    match_codes, points = match_codes[order], points[order]
+    starts = points - window
+    first = np.ones(len(points), dtype=bool)  # the first window of an interval
+    first[1:] = (match_codes[1:] != match_codes[:-1]) | (starts[1:] > points[:-1])
+    begin = np.flatnonzero(first)
+    end = np.append(begin[1:], len(points)) - 1  # its last window, the latest point
+    code, lo, hi = match_codes[begin], starts[begin], points[end]
+    top = int(max(codes.max(), code.max())) + 2  # indexed by code + 1: code -1 reads 0
+    count = np.bincount(code + 1, minlength=top)
+    one = count == 1
+    at = codes + 1
+    only = np.zeros(top, dtype=np.int64)
+    only[code[one[code + 1]] + 1] = np.flatnonzero(one[code + 1])
+    j = only[at]
+    keep = one[at] & (tags >= lo[j]) & (tags <= hi[j])
+    many = np.flatnonzero(count[at] > 1)
+    if len(many):
+        keep[many] = _in_intervals(codes[many], tags[many], code, lo, hi)
     return keep
+
+
+def _in_intervals(codes: np.ndarray, tags: np.ndarray, code: np.ndarray, lo: np.ndarray,
+                  hi: np.ndarray) -> np.ndarray:
+    """Whether each ``(codes[i], tags[i])`` lies in an interval ``[lo[j], hi[j]]`` of code
+    ``code[j]``; the intervals are sorted by code then ``lo`` and do not overlap. Tags are
+    replaced by their ranks among all the values, so (code, rank) is one exact integer."""
+    values = np.unique(np.concatenate([tags, lo]))
+    span = len(values)
+    starts = code * span + np.searchsorted(values, lo)
+    j = np.searchsorted(starts, codes * span + np.searchsorted(values, tags), "right") - 1
+    inside = j >= 0
+    j = np.maximum(j, 0)
+    return inside & (code[j] == codes) & (tags <= hi[j])
 
 
 def match_windows(events: EventBatch, keys: Sequence, points: np.ndarray, window: float,

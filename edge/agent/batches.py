@@ -21,7 +21,6 @@ from ..wire import (
     batch_id,
     encode_batch,
     encode_condensed,
-    plain_list,
 )
 from .outbox import OutboxFull
 from .rebuild import chunk_sample, rebuild, recipe
@@ -57,7 +56,7 @@ class Batches:
                 found, device=self.cfg.device_id, seq=self.seq, pattern=self.pattern_ref))
             pieces, groups = [(found, body)], None
         else:
-            groups = self.kept.groups(set(plain_list(found.partition)))
+            groups = self.kept.partitions()
             pieces = self._cut(found, events, groups, now, sample)
         self.counts["matches"] += len(found)
         if sample is not None:

@@ -4,7 +4,7 @@ The agent keeps, for every partition, the events within ``window`` of its last t
 contiguous run of stream positions. :class:`Retained` holds the run in append-only numpy
 arrays with a moving start, so a chunk costs time in proportion to its own events. It shows
 the run as an ``acep.EventBatch`` of views (:meth:`Retained.view`) and builds partition
-groups only where there are matches (:meth:`Retained.groups`). See docs/WIRE.md, "Agent",
+codes for the windows of its matches (:meth:`Retained.partitions`). See docs/WIRE.md, "Agent",
 Restart (the kept run).
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from acep.events import EventBatch, as_object_column, partition_key
+from acep.windows import PartitionCodes
 
 __all__ = ["Retained"]
 
@@ -204,29 +205,10 @@ class Retained:
                           {k: v[lo:hi] for k, v in self._columns.items()},
                           self.base + lo, "<agent>", None, self.tag_is_time)
 
-    def groups(self, keys) -> dict | None:
-        """{partition key: indices (into :meth:`view`) of its kept events, in stream order}
-        for ``keys``, as ``acep.windows.partition_groups`` would give them; None without a
-        partition attribute (every event is in the one partition)."""
-        if self.partition is None:
-            return None
-        want = {}
-        for key in keys:
-            code = self.part_codes.get(key)
-            if code is not None and key is not None and key == key:
-                want[key] = code
-        if not want:
-            return {}
-        codes = self._codes[self.lo:self.hi]
-        flag = np.zeros(len(self.part_codes) + 1, dtype=bool)  # codes -1 read the last
-        flag[list(want.values())] = True
-        sel = np.flatnonzero(flag[codes])
-        picked = codes[sel]
-        if len(self.part_codes) < (1 << 15):  # numpy sorts 16-bit keys by radix
-            picked = picked.astype(np.int16)
-        order = sel[np.argsort(picked, kind="stable")]
-        sorted_codes = codes[order]
-        wanted = np.array(list(want.values()), dtype=np.int64)
-        a = np.searchsorted(sorted_codes, wanted, "left")
-        b = np.searchsorted(sorted_codes, wanted, "right")
-        return {key: order[i:j] for key, i, j in zip(want, a.tolist(), b.tolist()) if j > i}
+    def partitions(self) -> PartitionCodes:
+        """The partition code of each event of :meth:`view` and the code of each key, for
+        ``acep.windows.window_mask`` (without a partition attribute every event has the
+        code of the key None)."""
+        if self.partition is None and not self.part_codes:
+            self.part_codes[None] = 0
+        return PartitionCodes(self._codes[self.lo:self.hi], self.part_codes)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from acep import EventBatch, Matcher
-from acep.windows import match_windows, partition_groups, sample_mask, window_mask
+from acep.windows import PartitionCodes, match_windows, partition_groups, sample_mask, window_mask
 
 
 def _events(seed, n, keys):
@@ -43,6 +43,42 @@ def test_window_mask_is_every_event_of_the_partition_within_window_before_a_poin
     assert part.tags.tolist() == events.tags[expected].tolist()
     assert part.types().tolist() == events.types()[expected].tolist()
     assert part.position == 0 and len(part) == int(expected.sum())
+
+
+@settings(max_examples=200, deadline=None)
+@given(codes=st.lists(st.integers(-1, 3), min_size=1, max_size=60),
+       tags=st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.5, 4.0, 7.25, 9.0]), min_size=60,
+                     max_size=60),
+       matches=st.lists(st.tuples(st.integers(0, 4), st.sampled_from([0.5, 2.0, 4.0, 9.0, 30.0])),
+                        max_size=8),
+       window=st.sampled_from([0.0, 0.5, 2.0, 7.0]))
+def test_window_mask_of_codes_is_the_brute_force_one_whatever_the_order_of_tags(
+        codes, tags, matches, window):
+    # partition codes as the agent keeps them: any order of tags, codes without events,
+    # events without a key (-1), windows of one partition with and without gaps between
+    tags = np.array(tags[:len(codes)])
+    events = EventBatch(np.zeros(len(codes), np.int32), ["a"], tags, {})
+    keys = [f"k{c}" for c, _ in matches]
+    points = np.array([p for _, p in matches], dtype=float)
+    index = {f"k{c}": c for c in range(5)}
+    mask = window_mask(events, keys, points, window, PartitionCodes(np.array(codes), index))
+    expected = [any(c == m and p - window <= t <= p for m, p in matches)
+                for c, t in zip(codes, tags.tolist())]
+    assert mask.tolist() == expected
+
+
+def test_partition_codes_and_groups_give_the_same_windows():
+    events = _events(5, 400, ["P", "Q", "R", "S"])
+    matches = Matcher("a b", 3.0, 0, partition="g").match(events)
+    groups = partition_groups(events, "g")
+    codes = np.full(len(events), -1)
+    for code, idx in enumerate(groups.values()):
+        codes[idx] = code
+    by_codes = PartitionCodes(codes, {key: code for code, key in enumerate(groups)})
+    keys = matches.partition.tolist()
+    assert len(keys) > 20
+    assert window_mask(events, keys, matches.point, 3.0, by_codes).tolist() == \
+        window_mask(events, keys, matches.point, 3.0, groups).tolist()
 
 
 def test_events_without_a_partition_key_are_in_no_window():
