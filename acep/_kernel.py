@@ -1556,11 +1556,11 @@ _LOG_KEYS = ("partition", "position", "tag", "state", "err", "start", "cell", "p
 def _now_ns() -> cython.longlong:
     """A monotonic clock in ns: clock_gettime when compiled (a Python call would cost more
     than many decisions it times), ``time.perf_counter_ns`` otherwise."""
-    if cython.compiled:
-        ts = cython.declare(timespec)
-        clock_gettime(CLOCK_MONOTONIC, cython.address(ts))
-        return ts.tv_sec * 1000000000 + ts.tv_nsec
-    return time.perf_counter_ns()
+    if not cython.compiled:
+        return time.perf_counter_ns()
+    ts = cython.declare(timespec)
+    clock_gettime(CLOCK_MONOTONIC, cython.address(ts))
+    return ts.tv_sec * 1000000000 + ts.tv_nsec
 
 
 @cython.cfunc
