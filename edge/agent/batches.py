@@ -89,14 +89,30 @@ class Batches:
         return mask if mask.any() else None
 
     def _submit(self, taken: int, write, *args) -> None:
-        """``write(*args)`` in the writer thread, then the source told that the ``taken``
-        events of the chunk are durable."""
-        self.commits.submit(self._durably, taken, write, *args)
+        """``write(*args)`` in the writer thread's next group (edge/agent/commits.py); once
+        the group is committed the source hears that the ``taken`` events are durable."""
+        self.commits.submit(taken, write, args)
 
-    def _durably(self, taken: int, write, *args) -> None:
-        write(*args)
-        if taken:
-            self.source.durable(taken)
+    def _write_group(self, items: list) -> None:
+        """A group of queued writes in one outbox transaction (writer thread). Once it is
+        committed: the counts, the copy of the progress, the sources' acknowledgements."""
+        with self.outbox.group():
+            written = [write(*args) for _, write, args in items]
+        urgent = False
+        for counts, state in written:
+            for name, value in counts.items():
+                self.counts[name] += value
+            if state is not None:
+                self._uncopied = state
+                urgent = urgent or bool(counts)
+        if self._uncopied is not None and \
+                (urgent or time.monotonic() - self._copied_at >= COPY_EVERY):
+            self._copy_progress(self._uncopied)
+        for taken, _, _ in items:
+            if taken:
+                self.source.durable(taken)
+        if self.uploader is not None and any(counts for counts, _ in written):
+            self.uploader.wake.set()
 
     def _encode(self, found: MatchBatch, events: EventBatch | None, groups, seq: int,
                 created_at: float, sample: np.ndarray | None = None) -> bytes:
@@ -160,29 +176,23 @@ class Batches:
         return text
 
     def _put(self, body: bytes, bid: str, state: dict | None, about: str | None = None,
-             made: dict | None = None) -> None:
-        """The batch and the progress (if any) in one outbox transaction (writer thread)."""
+             made: dict | None = None) -> tuple[dict, dict | None]:
+        """The batch and the progress (if any) into the group's transaction: its counts
+        and the progress. The copy follows the commit (a lost outbox must not make its
+        uploaded matches again)."""
         try:
             self.outbox.put(body, bid, state=state, about=about, recipe=made)
-            self.counts["batches_put"] += 1
-            self.counts["bytes_put"] += len(body)
+            return {"batches_put": 1, "bytes_put": len(body)}, state
         except OutboxFull as e:
-            self.counts["batches_refused"] += 1
             log.error("%s", e)
-        if state is not None:
-            self._copy_progress(state)
-        if self.uploader is not None:
-            self.uploader.wake.set()
+            return {"batches_refused": 1}, state
 
-    def _save(self, state: dict) -> None:
-        """The progress alone (a chunk without matches), then its copy at most every
-        COPY_EVERY seconds (writer thread): a copy behind by chunks without matches makes a
-        lost outbox match them again, which uploads nothing twice, and its fsyncs cost three
-        times the commit's."""
+    def _save(self, state: dict) -> tuple[dict, dict]:
+        """The progress alone (a chunk without matches). Its copy waits up to COPY_EVERY
+        seconds: a copy behind by chunks without matches makes a lost outbox match them
+        again, which uploads nothing twice, and its fsyncs cost three times the commit's."""
         self.outbox.save_state(state)
-        self._uncopied = state
-        if time.monotonic() - self._copied_at >= COPY_EVERY:
-            self._copy_progress(state)
+        return {}, state
 
     def _flush_copy(self) -> None:
         """At exit: the last progress into the copy, if it is not there yet."""

@@ -113,7 +113,7 @@ class Agent(Batches, Metrics):
         self.progress = Progress(config, st, self.consumed, self.seq)
         self.stop_event = threading.Event()
         # outbox transactions: in order, in a thread of their own (edge/agent/commits.py)
-        self.commits = Commits(self.stop_event, DISK_FULL_RETRY)
+        self.commits = Commits(self.stop_event, self._write_group, DISK_FULL_RETRY)
         self.uploader: Uploader | None = None
         # when the last heartbeat was handed to the uploader (time.monotonic(): a clock set
         # back by NTP must not hold the heartbeats until it is where it was)

@@ -10,6 +10,7 @@ guarantees, retries, dead letters, checksums and cap are specified in ``docs/WIR
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -17,7 +18,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from .outbox_reader import (
     _CHECKED,
@@ -116,6 +117,7 @@ class Outbox(Reads):
         # not: a damaged pending batch is rebuilt rather than buried (edge/agent/rebuild.py)
         self.repair: Callable[[str, int, dict], bytes] | None = None
         self._lock = threading.Lock()
+        self._group: int | None = None  # the thread whose writes join one transaction
         self._db = None
         try:
             self._open(synchronous, record=backoff is not None)
@@ -149,7 +151,20 @@ class Outbox(Reads):
     # ----------------------------------------------------------------- transactions
 
     def _tx(self):
+        if self._group == threading.get_ident():
+            return _Joined(self._db)
         return _Transaction(self._db, self._lock)
+
+    @contextlib.contextmanager
+    def group(self) -> Iterator[None]:
+        """The writes of this thread inside are one transaction: all committed, with one
+        fsync, or none."""
+        with self._tx():
+            self._group = threading.get_ident()
+            try:
+                yield
+            finally:
+                self._group = None
 
     def _bump(self, db, name: str, by: int = 1) -> None:
         db.execute("UPDATE counters SET value = value + ? WHERE name = ?", (by, name))
@@ -475,6 +490,19 @@ def out_of_space(exc: BaseException) -> bool:
         return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or \
             "disk is full" in str(exc)
     return isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+
+
+class _Joined:
+    """A transaction inside :meth:`Outbox.group`: its writes join the group's."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        return self.db
+
+    def __exit__(self, kind, exc, tb) -> None:
+        return None
 
 
 class _Transaction:

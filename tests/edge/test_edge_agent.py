@@ -515,7 +515,7 @@ def test_a_stop_while_the_disk_is_full_leaves_the_chunk_to_the_next_start(
     agent.stop()
     thread.join(60)
     assert result and result[0]["events_in"] < 3000  # stopped cleanly, not by an exception
-    assert "the next start reads it again" in caplog.text
+    assert "the next start reads them again" in caplog.text
     again = Agent(parse_config(config(tmp_path)), events=events)  # room again
     again.run()
     ids, rows = outbox_matches(tmp_path / "outbox.db")
